@@ -1,0 +1,2 @@
+//! Core benchmarks (arbitration, drain, fence gate); see docs/benchmarks.md.
+fn main() {}

@@ -1,0 +1,210 @@
+//! Leaderless, deterministic ownership arbitration (SPEC 4, 13).
+//!
+//! For every address of every applied pool, in canonical order (pool name, then address):
+//! a current owner that may keep its address keeps it while `preempt` is false (sticky owners
+//! are counted against capacity first, across all pools); every other address goes to the best
+//! eligible member with spare capacity, ranked by `preferNodes` index, then priority (higher
+//! first), then the rendezvous score `xxh3_64("<pool>\0<address>\0<node>")` (higher first), then
+//! name (smaller first).
+
+use std::cmp::Reverse;
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::ops::Range;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::eligibility::{is_admissible, is_eligible, may_keep};
+use crate::federation::{Federation, NodeId, NodeState, PoolConditions, PoolState};
+use crate::model::PoolSpec;
+
+/// The arbitration result: for each applied (not deleted) pool in name order, the owner of each
+/// active address in canonical order, and the pool's conditions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerMap {
+    /// Per pool: owners by address, and conditions.
+    pub pools: Vec<(Vec<Option<NodeId>>, PoolConditions)>,
+}
+
+/// Orders a pool's declared members by rank, without the per-address score:
+/// `preferNodes` index (unlisted last), priority (higher first), name.
+#[must_use]
+pub fn rank_members(spec: &PoolSpec, member_ids: &[NodeId], nodes: &[NodeState]) -> Vec<NodeId> {
+    let mut ranked = member_ids.to_vec();
+    ranked.sort_by_key(|id| rank_key(spec, &nodes[*id]));
+    ranked.dedup();
+    ranked
+}
+
+fn rank_key<'a>(spec: &PoolSpec, node: &'a NodeState) -> (usize, Reverse<i64>, &'a str) {
+    let prefer_index =
+        spec.prefer_nodes.iter().position(|p| *p == node.spec.name).unwrap_or(spec.prefer_nodes.len());
+    (prefer_index, Reverse(node.spec.priority), node.spec.name.as_str())
+}
+
+/// What arbitration reads of the eligible sets: per applied pool, per ranked member,
+/// bit 0 = eligible, bit 1 = may keep. When this is unchanged and no pool changed, the map is too.
+#[must_use]
+pub fn eligibility(federation: &Federation) -> Vec<Vec<bool>> {
+    let now_ms = federation.stream_time_ms();
+    let nodes = federation.nodes();
+    federation
+        .pools()
+        .values()
+        .filter(|p| !p.deleted)
+        .map(|pool| {
+            pool.member_ids
+                .iter()
+                .flat_map(|id| {
+                    let node = &nodes[*id];
+                    [
+                        is_eligible(node, &pool.spec, &pool.capture_domain, now_ms),
+                        may_keep(node, &pool.spec, &pool.capture_domain, now_ms),
+                        is_admissible(node, &pool.spec, &pool.capture_domain),
+                    ]
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Per-pool inputs of one arbitration run.
+struct PoolView<'a> {
+    pool: &'a PoolState,
+    /// Indexed by node id: eligible now.
+    eligible: Vec<bool>,
+    /// Indexed by node id: a current owner may keep its address.
+    keepable: Vec<bool>,
+    /// Ranges of `pool.member_ids` with equal (preferNodes index, priority).
+    groups: Vec<Range<usize>>,
+    any_eligible: bool,
+}
+
+impl<'a> PoolView<'a> {
+    fn new(pool: &'a PoolState, nodes: &[NodeState], now_ms: u64) -> Self {
+        let mut eligible = vec![false; nodes.len()];
+        let mut keepable = vec![false; nodes.len()];
+        for id in &pool.member_ids {
+            eligible[*id] = is_eligible(&nodes[*id], &pool.spec, &pool.capture_domain, now_ms);
+            keepable[*id] = may_keep(&nodes[*id], &pool.spec, &pool.capture_domain, now_ms);
+        }
+        let mut groups = Vec::new();
+        let mut start = 0;
+        for index in 1..=pool.member_ids.len() {
+            let boundary = index == pool.member_ids.len() || {
+                let (p0, r0, _) = rank_key(&pool.spec, &nodes[pool.member_ids[start]]);
+                let (p1, r1, _) = rank_key(&pool.spec, &nodes[pool.member_ids[index]]);
+                (p0, r0) != (p1, r1)
+            };
+            if boundary {
+                groups.push(start..index);
+                start = index;
+            }
+        }
+        let any_eligible = pool.member_ids.iter().any(|id| eligible[*id]);
+        Self { pool, eligible, keepable, groups, any_eligible }
+    }
+}
+
+/// Recomputes the whole ownership map from the federation state. Pure and deterministic.
+#[must_use]
+pub fn compute_owners(federation: &Federation) -> OwnerMap {
+    let now_ms = federation.stream_time_ms();
+    let nodes = federation.nodes();
+    let mut remaining: Vec<u64> = nodes.iter().map(|n| n.spec.capacity.unwrap_or(u64::MAX)).collect();
+    let views: Vec<PoolView<'_>> =
+        federation.pools().values().filter(|p| !p.deleted).map(|p| PoolView::new(p, nodes, now_ms)).collect();
+    // `None`: not decided yet; `Some(owner)`: decided.
+    let mut decided: Vec<Vec<Option<Option<NodeId>>>> =
+        views.iter().map(|v| vec![None; v.pool.addresses.values().filter(|a| a.active).count()]).collect();
+
+    // Sticky owners first, across all pools, so that they are counted before new placements.
+    for (view, decisions) in views.iter().zip(decided.iter_mut()) {
+        if view.pool.spec.preempt {
+            continue;
+        }
+        for (state, decision) in view.pool.addresses.values().filter(|a| a.active).zip(decisions.iter_mut()) {
+            if let Some(owner) = state.owner {
+                if view.keepable[owner] && remaining[owner] > 0 {
+                    remaining[owner] -= 1;
+                    *decision = Some(Some(owner));
+                }
+            }
+        }
+    }
+
+    let mut score_input: Vec<u8> = Vec::with_capacity(128);
+    let mut result = OwnerMap { pools: Vec::with_capacity(views.len()) };
+    for (view, decisions) in views.iter().zip(decided) {
+        let mut conditions = PoolConditions::default();
+        let mut owners = Vec::with_capacity(decisions.len());
+        let active = view.pool.addresses.iter().filter(|(_, a)| a.active);
+        for ((address, state), decision) in active.zip(decisions) {
+            let owner = match decision {
+                Some(owner) => owner,
+                None => {
+                    let best = choose(view, nodes, *address, state.owner, &remaining, &mut score_input);
+                    match best {
+                        Some(id) => remaining[id] -= 1,
+                        None if view.any_eligible => conditions.capacity_exhausted += 1,
+                        None => conditions.no_eligible_member += 1,
+                    }
+                    best
+                }
+            };
+            owners.push(owner);
+        }
+        result.pools.push((owners, conditions));
+    }
+    result
+}
+
+/// The best candidate for one address, or none.
+fn choose(
+    view: &PoolView<'_>,
+    nodes: &[NodeState],
+    address: IpAddr,
+    current_owner: Option<NodeId>,
+    remaining: &[u64],
+    score_input: &mut Vec<u8>,
+) -> Option<NodeId> {
+    let is_candidate = |id: NodeId| {
+        remaining[id] > 0 && (view.eligible[id] || (current_owner == Some(id) && view.keepable[id]))
+    };
+    for group in &view.groups {
+        let members = &view.pool.member_ids[group.clone()];
+        let mut candidates = members.iter().copied().filter(|id| is_candidate(*id));
+        let Some(first) = candidates.next() else {
+            continue;
+        };
+        let Some(second) = candidates.next() else {
+            return Some(first);
+        };
+        score_input.clear();
+        score_input.extend_from_slice(view.pool.spec.name.as_bytes());
+        score_input.push(0);
+        write!(score_input, "{address}").expect("writing to a Vec cannot fail");
+        score_input.push(0);
+        let prefix_len = score_input.len();
+        let mut score = |id: NodeId| {
+            score_input.truncate(prefix_len);
+            score_input.extend_from_slice(nodes[id].spec.name.as_bytes());
+            (xxh3_64(score_input), Reverse(nodes[id].spec.name.as_str()))
+        };
+        let mut best = (score(first), first);
+        for id in std::iter::once(second).chain(candidates) {
+            let s = score(id);
+            if s > best.0 {
+                best = (s, id);
+            }
+        }
+        return Some(best.1);
+    }
+    None
+}
+
+/// The rendezvous score of SPEC 4, for tests and tools: `xxh3_64("<pool>\0<address>\0<node>")`.
+#[must_use]
+pub fn rendezvous_score(pool: &str, address: IpAddr, node: &str) -> u64 {
+    xxh3_64(format!("{pool}\0{address}\0{node}").as_bytes())
+}

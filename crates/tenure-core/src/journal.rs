@@ -1,0 +1,193 @@
+//! The journal (outbox) of one node: its actions keyed by idempotencyKey, their state machine,
+//! and the durable high-water marks of the fence (SPEC 6).
+//!
+//! ```text
+//!   import ─┬─ stale ──────────────────────────────► skipped{reason}
+//!           ├─ approval: manual ─► pending ─approve─► approved
+//!           └─ approval: auto ───────────────────────► approved ─gate─┬─► executed | failed
+//!                                                                     └─► skipped{reason}
+//! ```
+//!
+//! Persistence sits behind [`JournalStore`]: the node writes every change through it as a
+//! [`JournalChange`] before it changes its memory, and a restart rebuilds memory from
+//! [`JournalStore::load`]. [`MemoryJournalStore`] is the in-memory implementation.
+
+use std::convert::Infallible;
+
+use crate::fence::{HighWater, StaleReason};
+use crate::model::{CaptureEpoch, OwnershipEpoch, StampedAction};
+
+/// Most entries one node journal holds before the node refuses to import more.
+pub const JOURNAL_ENTRIES_MAX: usize = 16 * 1024 * 1024;
+
+/// The state of a journal entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryState {
+    /// Waiting for an `approve` event (pools with `approval: manual`).
+    Pending,
+    /// May run once it passes the gate.
+    Approved,
+    /// The provider call succeeded.
+    Executed,
+    /// The provider call failed.
+    Failed,
+    /// Fenced: never to run.
+    Skipped(StaleReason),
+}
+
+impl EntryState {
+    /// The wire name (`pending`, `approved`, `executed`, `failed`, `skipped`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Approved => "approved",
+            Self::Executed => "executed",
+            Self::Failed => "failed",
+            Self::Skipped(_) => "skipped",
+        }
+    }
+
+    /// Pending and approved entries are still open; the others are final.
+    #[must_use]
+    pub fn is_open(self) -> bool {
+        matches!(self, Self::Pending | Self::Approved)
+    }
+}
+
+/// One journaled action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// The stamped action.
+    pub action: StampedAction,
+    /// Where it is in its life.
+    pub state: EntryState,
+    /// Executor's detail for executed and failed entries.
+    pub detail: Option<String>,
+    /// Order of execution among this node's executed entries (1-based), once executed.
+    pub executed_seq: Option<u64>,
+}
+
+/// Everything a node keeps across a crash.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DurableNodeState {
+    /// Entries in the order they were journaled.
+    pub entries: Vec<JournalEntry>,
+    /// Highest tokens seen per key.
+    pub high_water: HighWater,
+    /// Number of executed entries so far.
+    pub executions: u64,
+}
+
+/// One durable change, written before memory changes. A store applies changes in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalChange {
+    /// A new entry at the end of the journal.
+    Append(JournalEntry),
+    /// Entry `index` moved to a new state.
+    SetState {
+        /// Index in journal order.
+        index: usize,
+        /// The new state.
+        state: EntryState,
+        /// Executor detail, if any.
+        detail: Option<String>,
+        /// Execution order, for executed entries.
+        executed_seq: Option<u64>,
+    },
+    /// The node saw these tokens for one key.
+    RaiseHighWater {
+        /// The action whose keys they belong to.
+        pool: String,
+        /// Address.
+        address: std::net::IpAddr,
+        /// Capture domain.
+        capture_domain: crate::model::CaptureDomain,
+        /// Capture epoch seen.
+        capture_epoch: CaptureEpoch,
+        /// Ownership epoch seen.
+        ownership_epoch: OwnershipEpoch,
+    },
+}
+
+impl DurableNodeState {
+    /// Applies one change. Asserts the journal's invariants on the way (an entry is appended once,
+    /// a final state is never left, high-water marks never go down).
+    pub fn apply(&mut self, change: &JournalChange) {
+        match change {
+            JournalChange::Append(entry) => {
+                debug_assert!(
+                    self.entries.iter().all(|e| e.action.idempotency_key != entry.action.idempotency_key),
+                    "a key is journaled once"
+                );
+                self.entries.push(entry.clone());
+            }
+            JournalChange::SetState { index, state, detail, executed_seq } => {
+                let entry = &mut self.entries[*index];
+                assert!(entry.state.is_open(), "a final state is never left: {:?}", entry.state);
+                entry.state = *state;
+                entry.detail.clone_from(detail);
+                entry.executed_seq = *executed_seq;
+                if let Some(seq) = executed_seq {
+                    assert!(*seq > self.executions, "execution order only grows");
+                    self.executions = *seq;
+                }
+            }
+            JournalChange::RaiseHighWater {
+                pool,
+                address,
+                capture_domain,
+                capture_epoch,
+                ownership_epoch,
+            } => {
+                let capture = self
+                    .high_water
+                    .capture
+                    .entry((pool.clone(), *address, capture_domain.clone()))
+                    .or_default();
+                *capture = (*capture).max(*capture_epoch);
+                let ownership = self.high_water.ownership.entry((pool.clone(), *address)).or_default();
+                *ownership = (*ownership).max(*ownership_epoch);
+            }
+        }
+    }
+}
+
+/// Durable storage of one node's journal.
+pub trait JournalStore {
+    /// What can go wrong writing or reading.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Reads back everything committed so far.
+    fn load(&self) -> Result<DurableNodeState, Self::Error>;
+
+    /// Commits one change durably before the caller relies on it.
+    fn commit(&mut self, change: &JournalChange) -> Result<(), Self::Error>;
+}
+
+/// A journal store in memory: survives a simulated restart of the node, not of the process.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryJournalStore {
+    state: DurableNodeState,
+}
+
+impl MemoryJournalStore {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl JournalStore for MemoryJournalStore {
+    type Error = Infallible;
+
+    fn load(&self) -> Result<DurableNodeState, Self::Error> {
+        Ok(self.state.clone())
+    }
+
+    fn commit(&mut self, change: &JournalChange) -> Result<(), Self::Error> {
+        self.state.apply(change);
+        Ok(())
+    }
+}

@@ -1,0 +1,49 @@
+//! tenure-core is the deterministic coordination core of tenure. It is **sans-IO**: it never
+//! reads a clock, a socket, a file or an environment variable, and it has no async runtime.
+//! Time is the log's stream time, passed in with the events; nothing iterates a hash map in an
+//! order that reaches an output. Same log in, same ownership map, epochs and actions out.
+//!
+//! Everything that decides safety lives here, so that it can be tested exhaustively and
+//! simulated: the log projection, eligibility, arbitration, the epoch rules, the planner, the one
+//! fence rule and the journal state machine. The runtime crate (`tenure`) drives it.
+//!
+//! # Layout
+//!
+//! - [`model`] — fencing tokens (`CaptureEpoch`, `OwnershipEpoch`, `LeaderEpoch`), nodes,
+//!   providers, pools, verbs, stamped actions and their idempotency keys.
+//! - [`input`] — located input errors; names, Go-style durations, address ranges.
+//! - [`spec`] — strict MobilityPool parsing and validation.
+//! - [`log`] — the federation log's events.
+//! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here.
+//! - [`eligibility`] — who may own an address at a stream time (SPEC 3).
+//! - [`arbitration`] — who owns each address (SPEC 4).
+//! - [`planner`] — the level-triggered acquire and release sets (SPEC 5).
+//! - [`fence`] — the one fence rule and the durable high-water marks (SPEC 6).
+//! - [`journal`] — the outbox state machine and the `JournalStore` persistence trait.
+//! - [`node`] — one node's engine: reconcile (plan, import, sweep) and gated execution.
+//! - [`sim_provider`] — the simulated `sim-cloud` and `sim-onprem` providers.
+//! - [`checker`] — invariants re-derived independently of the fence.
+//! - [`scenario`] and [`replay`] — the scenario format and the offline replay driver.
+//!
+//! # Driving a node (quinn-proto style)
+//!
+//! Inputs are calls ([`federation::Federation::apply`] for log events,
+//! [`node::NodeEngine::reconcile`] for a local reconcile); outputs are drained by
+//! [`node::NodeEngine::poll_execution`] until it returns `None`, each answered by
+//! [`node::NodeEngine::handle_execution_result`].
+
+pub mod arbitration;
+pub mod checker;
+pub mod eligibility;
+pub mod federation;
+pub mod fence;
+pub mod input;
+pub mod journal;
+pub mod log;
+pub mod model;
+pub mod node;
+pub mod planner;
+pub mod replay;
+pub mod scenario;
+pub mod sim_provider;
+pub mod spec;

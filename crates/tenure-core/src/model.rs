@@ -1,0 +1,415 @@
+//! The vocabulary of SPEC section 1: fencing tokens, nodes, providers, pools, verbs.
+//!
+//! Tokens are newtypes with no arithmetic beyond [`CaptureEpoch::next`] (and its siblings), so
+//! that a token can never be computed from anything but its predecessor.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+macro_rules! token {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(u64);
+
+        impl $name {
+            /// "Never held": the value of a key nobody has held yet.
+            pub const NEVER: Self = Self(0);
+
+            /// Wraps a value read back from durable storage or the wire.
+            #[must_use]
+            pub const fn from_stored(value: u64) -> Self {
+                Self(value)
+            }
+
+            /// The next token on this key's line. Panics only if a key was bumped 2^64 times.
+            #[must_use]
+            pub fn next(self) -> Self {
+                Self(self.0.checked_add(1).expect("a token line never reaches u64::MAX"))
+            }
+
+            /// The raw value, for printing and storage.
+            #[must_use]
+            pub const fn get(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+token!(
+    /// Token per (pool, address, captureDomain): +1 whenever the desired holder changes.
+    CaptureEpoch
+);
+token!(
+    /// Token per (pool, address): +1 whenever the owner changes. The canonical cluster fence token.
+    OwnershipEpoch
+);
+token!(
+    /// Token per election: +1 on every takeover, unchanged on renewal.
+    LeaderEpoch
+);
+
+/// `provider:<provider>:placement:<placementGroup>`: the nodes contending for an address in one
+/// domain share one capture-epoch line.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct CaptureDomain(String);
+
+impl CaptureDomain {
+    /// The domain of `provider` and `placement_group`.
+    #[must_use]
+    pub fn new(provider: &str, placement_group: &str) -> Self {
+        Self(format!("provider:{provider}:placement:{placement_group}"))
+    }
+
+    /// The domain's text form.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CaptureDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The kinds of provider (SPEC 7). The planner only cares about the verb family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderKind {
+    /// AWS EC2 secondary private IPs on ENIs.
+    Aws,
+    /// OCI secondary private IPs on VNICs.
+    Oci,
+    /// Azure ipConfigs on NICs.
+    Azure,
+    /// Linux proxy-ARP plus gratuitous ARP.
+    Onprem,
+    /// In-memory cloud provider with single assignment (tests, demos, simulation).
+    SimCloud,
+    /// In-memory proxy-ARP provider without single assignment (tests, demos, simulation).
+    SimOnprem,
+    /// An operator's command, fed the stamped action as JSON on stdin.
+    Exec,
+}
+
+impl ProviderKind {
+    /// Which verbs this provider's actions use.
+    #[must_use]
+    pub fn verb_family(self) -> VerbFamily {
+        match self {
+            Self::Aws | Self::Oci | Self::Azure | Self::SimCloud | Self::Exec => VerbFamily::Cloud,
+            Self::Onprem | Self::SimOnprem => VerbFamily::Onprem,
+        }
+    }
+
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Aws => "aws",
+            Self::Oci => "oci",
+            Self::Azure => "azure",
+            Self::Onprem => "onprem",
+            Self::SimCloud => "sim-cloud",
+            Self::SimOnprem => "sim-onprem",
+            Self::Exec => "exec",
+        }
+    }
+}
+
+/// Cloud providers move secondary IPs; on-prem providers answer ARP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum VerbFamily {
+    /// `assign-secondary-ip`, `enable-forwarding` / `disable-forwarding`, `unassign-secondary-ip`.
+    Cloud,
+    /// `proxy-arp-add`, `garp` / `proxy-arp-del`.
+    Onprem,
+}
+
+impl VerbFamily {
+    /// Acquire verbs, in execution order.
+    #[must_use]
+    pub fn acquire_verbs(self) -> &'static [Verb] {
+        match self {
+            Self::Cloud => &[Verb::AssignSecondaryIp, Verb::EnableForwarding],
+            Self::Onprem => &[Verb::ProxyArpAdd, Verb::Garp],
+        }
+    }
+
+    /// Release verbs, in execution order.
+    #[must_use]
+    pub fn release_verbs(self) -> &'static [Verb] {
+        match self {
+            Self::Cloud => &[Verb::DisableForwarding, Verb::UnassignSecondaryIp],
+            Self::Onprem => &[Verb::ProxyArpDel],
+        }
+    }
+}
+
+/// A provider verb (SPEC 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verb {
+    /// Cloud acquire: move the secondary IP to this NIC (with reassignment).
+    AssignSecondaryIp,
+    /// Cloud acquire: start forwarding for the address.
+    EnableForwarding,
+    /// On-prem acquire: add a proxy neighbour entry.
+    ProxyArpAdd,
+    /// On-prem acquire: announce by gratuitous ARP (unsolicited NA for IPv6).
+    Garp,
+    /// Cloud release: stop forwarding for the address.
+    DisableForwarding,
+    /// Cloud release: unassign the secondary IP from this node's own NIC.
+    UnassignSecondaryIp,
+    /// On-prem release: remove the proxy neighbour entry.
+    ProxyArpDel,
+}
+
+impl Verb {
+    /// True for verbs of the acquire set.
+    #[must_use]
+    pub fn is_acquire(self) -> bool {
+        matches!(self, Self::AssignSecondaryIp | Self::EnableForwarding | Self::ProxyArpAdd | Self::Garp)
+    }
+
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AssignSecondaryIp => "assign-secondary-ip",
+            Self::EnableForwarding => "enable-forwarding",
+            Self::ProxyArpAdd => "proxy-arp-add",
+            Self::Garp => "garp",
+            Self::DisableForwarding => "disable-forwarding",
+            Self::UnassignSecondaryIp => "unassign-secondary-ip",
+            Self::ProxyArpDel => "proxy-arp-del",
+        }
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A node (one `tenure agent`, a router), as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Unique node name.
+    pub name: String,
+    /// Name of the provider this node's NIC lives in.
+    pub provider: String,
+    /// Placement group (with the provider, the capture domain).
+    pub placement_group: String,
+    /// Higher is better; default 0.
+    pub priority: i64,
+    /// ENI / NIC / VNIC id, or a Linux interface.
+    pub nic: String,
+    /// Most addresses the node may hold, across all pools; `None` is unlimited.
+    pub capacity: Option<u64>,
+}
+
+impl NodeSpec {
+    /// The capture domain this node contends in.
+    #[must_use]
+    pub fn capture_domain(&self) -> CaptureDomain {
+        CaptureDomain::new(&self.provider, &self.placement_group)
+    }
+}
+
+/// A provider instance, as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderSpec {
+    /// Unique provider name, referenced by nodes and pools.
+    pub name: String,
+    /// What kind of provider it is.
+    pub kind: ProviderKind,
+}
+
+/// Who may capture an address besides arbitration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Authority {
+    /// Arbitration alone decides.
+    #[default]
+    None,
+    /// Only a node whose latest VRRP state is `master` is eligible (fail-closed).
+    Vrrp,
+}
+
+/// Whether planned actions wait for an operator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    /// Actions are imported `approved`.
+    #[default]
+    Auto,
+    /// Actions are imported `pending` until an `approve` event names their key.
+    Manual,
+}
+
+/// A node's VRRP state as keepalived reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VrrpState {
+    /// This node is the VRRP master.
+    Master,
+    /// This node is a backup.
+    Backup,
+    /// VRRP reports a fault.
+    Fault,
+}
+
+/// A validated MobilityPool (SPEC 10), with defaults filled in and addresses expanded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// `metadata.name`.
+    pub name: String,
+    /// Every address, expanded from ranges, sorted canonically, without duplicates.
+    pub addresses: Vec<IpAddr>,
+    /// Provider name.
+    pub provider: String,
+    /// Placement group.
+    pub placement_group: String,
+    /// Member node names, in declaration order.
+    pub members: Vec<String>,
+    /// `none` or `vrrp`.
+    pub authority: Authority,
+    /// `auto` or `manual`.
+    pub approval: Approval,
+    /// Hysteresis before a release is planned, in stream-time milliseconds.
+    pub deprovision_hold_ms: u64,
+    /// How long a heartbeat keeps a node alive, in milliseconds.
+    pub heartbeat_ttl_ms: u64,
+    /// Extra grace after the TTL before a node counts as dead, in milliseconds.
+    pub promotion_hold_ms: u64,
+    /// Fence on ownershipEpoch too.
+    pub epoch_locking: bool,
+    /// Nodes ranked first, in this order.
+    pub prefer_nodes: Vec<String>,
+    /// `true`: the owner is always the best eligible member; `false`: owners are sticky.
+    pub preempt: bool,
+    /// `false`: liveness never moves ownership, only drain, health and VRRP do.
+    pub auto_failover: bool,
+}
+
+impl PoolSpec {
+    /// The capture domain of this pool.
+    #[must_use]
+    pub fn capture_domain(&self) -> CaptureDomain {
+        CaptureDomain::new(&self.provider, &self.placement_group)
+    }
+}
+
+/// The stamped form of a planned provider action (SPEC 5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StampedAction {
+    /// Pool name.
+    pub pool: String,
+    /// The address acted on.
+    pub address: IpAddr,
+    /// The provider verb.
+    pub verb: Verb,
+    /// Acquire: the desired holder; release: the leaving node.
+    pub holder: String,
+    /// Provider name.
+    pub provider: String,
+    /// The holder's NIC.
+    pub nic: String,
+    /// The epoch line this action belongs to.
+    pub capture_domain: CaptureDomain,
+    /// The capture epoch at planning time.
+    pub capture_epoch: CaptureEpoch,
+    /// The ownership epoch at planning time.
+    pub ownership_epoch: OwnershipEpoch,
+    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
+    pub idempotency_key: String,
+}
+
+impl StampedAction {
+    /// Builds an action and its idempotency key.
+    #[allow(clippy::too_many_arguments)]
+    #[must_use]
+    pub fn new(
+        pool: &str,
+        address: IpAddr,
+        verb: Verb,
+        holder: &str,
+        provider: &str,
+        nic: &str,
+        capture_domain: CaptureDomain,
+        capture_epoch: CaptureEpoch,
+        ownership_epoch: OwnershipEpoch,
+    ) -> Self {
+        let idempotency_key = format!(
+            "{pool}/{address}/{verb}/{holder}/{provider}/{nic}/owner:{ownership_epoch}:epoch:{capture_epoch}"
+        );
+        Self {
+            pool: pool.to_owned(),
+            address,
+            verb,
+            holder: holder.to_owned(),
+            provider: provider.to_owned(),
+            nic: nic.to_owned(),
+            capture_domain,
+            capture_epoch,
+            ownership_epoch,
+            idempotency_key,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_only_step_forward() {
+        let e = CaptureEpoch::NEVER;
+        assert_eq!(e.get(), 0);
+        assert_eq!(e.next().get(), 1);
+        assert!(e.next() > e);
+        assert_eq!(OwnershipEpoch::from_stored(41).next(), OwnershipEpoch::from_stored(42));
+    }
+
+    #[test]
+    fn idempotency_key_has_the_spec_format() {
+        let a = StampedAction::new(
+            "p",
+            "10.0.0.10".parse().expect("literal"),
+            Verb::AssignSecondaryIp,
+            "a",
+            "sim1",
+            "eni-a",
+            CaptureDomain::new("sim1", "g1"),
+            CaptureEpoch::from_stored(3),
+            OwnershipEpoch::from_stored(2),
+        );
+        assert_eq!(a.idempotency_key, "p/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:2:epoch:3");
+        assert_eq!(a.capture_domain.as_str(), "provider:sim1:placement:g1");
+    }
+
+    #[test]
+    fn verb_families_match_the_spec() {
+        assert_eq!(VerbFamily::Cloud.acquire_verbs(), &[Verb::AssignSecondaryIp, Verb::EnableForwarding]);
+        assert_eq!(VerbFamily::Onprem.release_verbs(), &[Verb::ProxyArpDel]);
+        assert!(Verb::Garp.is_acquire());
+        assert!(!Verb::UnassignSecondaryIp.is_acquire());
+        assert_eq!(ProviderKind::SimOnprem.verb_family(), VerbFamily::Onprem);
+    }
+}

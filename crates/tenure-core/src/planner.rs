@@ -1,0 +1,112 @@
+//! The level-triggered planner (SPEC 5): from the node's view of the log and what it has
+//! captured, the acquire and release sets, every reconcile, from scratch. No edge logic and no
+//! cancel: re-desiring an address takes it out of the release set and moves its captureEpoch on,
+//! which makes every older action stale at the gate.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use crate::federation::{Federation, NodeId};
+use crate::model::{Approval, CaptureDomain, StampedAction, VerbFamily};
+
+/// What a node captured: its last executed acquire verb for (pool, address) came after its last
+/// executed release verb. Holds what the release needs (the spec that held the address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureRecord {
+    /// Provider of the acquire.
+    pub provider: String,
+    /// NIC of the acquire.
+    pub nic: String,
+    /// Epoch line of the acquire.
+    pub capture_domain: CaptureDomain,
+}
+
+/// A planned action and how it is to be imported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedAction {
+    /// The stamped action.
+    pub action: StampedAction,
+    /// The pool's approval mode.
+    pub approval: Approval,
+}
+
+/// Plans node `node`'s actions from `view` (its applied prefix of the log), in canonical order
+/// (pool, address), each address's verbs in execution order.
+#[must_use]
+pub fn plan(
+    view: &Federation,
+    node: NodeId,
+    captured: &BTreeMap<(String, IpAddr), CaptureRecord>,
+) -> Vec<PlannedAction> {
+    let node_state = &view.nodes()[node];
+    let node_name = node_state.spec.name.as_str();
+    let now_ms = view.stream_time_ms();
+    let mut planned: Vec<((String, IpAddr), Vec<PlannedAction>)> = Vec::new();
+
+    for (pool_name, pool) in view.pools().iter().filter(|(_, p)| !p.deleted) {
+        let Some(kind) = view.provider_kind(&pool.spec.provider) else { continue };
+        for (address, state) in pool.addresses.iter().filter(|(_, a)| a.active) {
+            if state.line.desired_holder != Some(node) {
+                continue;
+            }
+            let actions = kind
+                .verb_family()
+                .acquire_verbs()
+                .iter()
+                .map(|verb| PlannedAction {
+                    action: StampedAction::new(
+                        pool_name,
+                        *address,
+                        *verb,
+                        node_name,
+                        &pool.spec.provider,
+                        &node_state.spec.nic,
+                        pool.capture_domain.clone(),
+                        state.line.epoch,
+                        state.ownership_epoch,
+                    ),
+                    approval: pool.spec.approval,
+                })
+                .collect();
+            planned.push(((pool_name.clone(), *address), actions));
+        }
+    }
+
+    for ((pool_name, address), record) in captured {
+        if view.desired_holder(pool_name, *address, &record.capture_domain) == Some(node_name) {
+            continue;
+        }
+        let Some(pool) = view.pools().get(pool_name) else { continue };
+        let Some(state) = pool.addresses.get(address) else { continue };
+        let hold_met = state
+            .moved_away_from(node)
+            .is_none_or(|moved_ms| now_ms.saturating_sub(moved_ms) >= pool.spec.deprovision_hold_ms);
+        if !hold_met {
+            continue;
+        }
+        let family = view.provider_kind(&record.provider).map_or(VerbFamily::Cloud, |k| k.verb_family());
+        let capture_epoch = view.capture_epoch(pool_name, *address, &record.capture_domain);
+        let actions = family
+            .release_verbs()
+            .iter()
+            .map(|verb| PlannedAction {
+                action: StampedAction::new(
+                    pool_name,
+                    *address,
+                    *verb,
+                    node_name,
+                    &record.provider,
+                    &record.nic,
+                    record.capture_domain.clone(),
+                    capture_epoch,
+                    state.ownership_epoch,
+                ),
+                approval: pool.spec.approval,
+            })
+            .collect();
+        planned.push(((pool_name.clone(), *address), actions));
+    }
+
+    planned.sort_by(|a, b| a.0.cmp(&b.0));
+    planned.into_iter().flat_map(|(_, actions)| actions).collect()
+}

@@ -1,0 +1,504 @@
+//! The replay driver (SPEC 11): runs a scenario through the real core — the federation log, each
+//! node's engine and journal — and the simulated providers, offline and deterministically.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::checker::Checker;
+use crate::federation::{EventRejected, Federation};
+use crate::input::{InputError, canonical_address};
+use crate::journal::{EntryState, MemoryJournalStore};
+use crate::log::{ActionOutcome, Event, EventKind};
+use crate::node::NodeEngine;
+use crate::scenario::{LocalStep, Scenario, StepKind};
+use crate::sim_provider::SimProvider;
+
+/// One row of the ownership map, as reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnershipRow {
+    /// Pool name.
+    pub pool: String,
+    /// Canonical address text.
+    pub address: String,
+    /// Owner node, or null.
+    pub owner: Option<String>,
+    /// Current ownershipEpoch.
+    pub ownership_epoch: u64,
+    /// Current captureEpoch (of the pool's capture domain).
+    pub capture_epoch: u64,
+    /// Whether the address is desired.
+    pub desired: bool,
+}
+
+/// One journal entry, as reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionRow {
+    /// The journaling node.
+    pub node: String,
+    /// The idempotency key.
+    pub idempotency_key: String,
+    /// The verb.
+    pub verb: String,
+    /// Pool name.
+    pub pool: String,
+    /// Canonical address text.
+    pub address: String,
+    /// Holder stamped on the action.
+    pub holder: String,
+    /// Provider name.
+    pub provider: String,
+    /// NIC.
+    pub nic: String,
+    /// Capture domain.
+    pub capture_domain: String,
+    /// Stamped ownershipEpoch.
+    pub ownership_epoch: u64,
+    /// Stamped captureEpoch.
+    pub capture_epoch: u64,
+    /// `pending`, `approved`, `executed`, `failed` or `skipped`.
+    pub state: String,
+    /// Why it was skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A pool condition, as reported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionRow {
+    /// Pool name.
+    pub pool: String,
+    /// `CapacityExhausted` or `NoEligibleMember`.
+    #[serde(rename = "type")]
+    pub condition: String,
+    /// How many addresses it affects.
+    pub addresses: u64,
+}
+
+/// The final state of a replay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayReport {
+    /// Stream time at the end.
+    pub stream_time: u64,
+    /// Every active address of every applied pool.
+    pub ownership: Vec<OwnershipRow>,
+    /// Every journal entry of every node, by node name, then in journal order.
+    pub actions: Vec<ActionRow>,
+    /// Per declared provider, addresses held somewhere with their sorted NIC lists.
+    pub provider: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    /// Pool conditions at the end.
+    pub conditions: Vec<ConditionRow>,
+    /// Every broken invariant the checker saw.
+    pub violations: Vec<String>,
+}
+
+/// Why a replay could not run to the end: it is bad input (exit 2).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct ReplayError {
+    /// The entry that was refused, and why.
+    pub error: InputError,
+}
+
+/// One node of the replay: its engine and what it holds in memory.
+struct ReplayNode {
+    engine: NodeEngine<MemoryJournalStore>,
+    view: Federation,
+    cursor: usize,
+    paused: bool,
+    approved_before_pause: BTreeSet<String>,
+    partitioned: bool,
+}
+
+/// A running replay.
+pub struct Replay {
+    registry: Federation,
+    head: Federation,
+    log: Vec<Event>,
+    nodes: BTreeMap<String, ReplayNode>,
+    providers: BTreeMap<String, SimProvider>,
+    checker: Checker,
+    narrate: bool,
+    narration: Vec<String>,
+}
+
+impl Replay {
+    /// Prepares a replay of `scenario`. With `narrate`, a human-readable trace is kept.
+    #[must_use]
+    pub fn new(scenario: &Scenario, narrate: bool) -> Self {
+        let registry = Federation::new(&scenario.nodes, &scenario.providers);
+        let nodes = scenario
+            .nodes
+            .iter()
+            .map(|n| {
+                let engine =
+                    NodeEngine::open(&n.name, MemoryJournalStore::new()).expect("a memory store cannot fail");
+                let node = ReplayNode {
+                    engine,
+                    view: registry.clone(),
+                    cursor: 0,
+                    paused: false,
+                    approved_before_pause: BTreeSet::new(),
+                    partitioned: false,
+                };
+                (n.name.clone(), node)
+            })
+            .collect();
+        let providers =
+            scenario.providers.iter().map(|p| (p.name.clone(), SimProvider::new(p.kind))).collect();
+        Self {
+            head: registry.clone(),
+            registry,
+            log: Vec::new(),
+            nodes,
+            providers,
+            checker: Checker::new(),
+            narrate,
+            narration: Vec::new(),
+        }
+    }
+
+    /// Runs the whole scenario and returns the final report.
+    pub fn run(scenario: &Scenario, narrate: bool) -> Result<(ReplayReport, Vec<String>), ReplayError> {
+        let mut replay = Self::new(scenario, narrate);
+        for pool in &scenario.pools {
+            let event = Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(pool.clone()) } };
+            replay
+                .append(event)
+                .map_err(|e| ReplayError { error: InputError::at(Default::default(), e.to_string()) })?;
+        }
+        for step in &scenario.timeline {
+            match &step.kind {
+                StepKind::Log(event) => replay
+                    .append(event.clone())
+                    .map_err(|e| ReplayError { error: InputError::at(step.position, e.to_string()) })?,
+                StepKind::Local { at_ms, node, step } => replay.local(*at_ms, node, *step),
+            }
+        }
+        Ok((replay.report(), replay.narration))
+    }
+
+    fn say(&mut self, line: String) {
+        if self.narrate {
+            self.narration.push(line);
+        }
+    }
+
+    /// Appends a log event and applies it to the head.
+    pub fn append(&mut self, event: Event) -> Result<(), EventRejected> {
+        let before = self.narrate.then(|| ownership_rows(&self.head));
+        let applied = self.head.apply(&event)?;
+        self.checker.after_event(&self.head);
+        if self.narrate {
+            let mut line = format!("t={:<6} {}", event.at_ms, describe_event(&event));
+            if applied == crate::federation::Applied::NoSuchTarget {
+                line.push_str("  (no such pool or address: only moves stream time)");
+            }
+            self.say(line);
+            let after = ownership_rows(&self.head);
+            for change in ownership_changes(before.as_deref().unwrap_or_default(), &after) {
+                self.say(format!("           {change}"));
+            }
+        }
+        self.log.push(event);
+        Ok(())
+    }
+
+    fn catch_up(node: &mut ReplayNode, log: &[Event]) {
+        for event in &log[node.cursor..] {
+            // The head accepted every event of the log, so a node's view accepts it too.
+            node.view.apply(event).expect("the head accepted this event");
+        }
+        node.cursor = log.len();
+    }
+
+    /// Runs one local step of one node.
+    pub fn local(&mut self, at_ms: u64, name: &str, step: LocalStep) {
+        let prefix = format!("t={at_ms:<6} {} {name}", step.as_str());
+        let Some(node) = self.nodes.get_mut(name) else { return };
+        let blocked = match step {
+            LocalStep::Reconcile | LocalStep::Execute if node.partitioned => {
+                Some("partitioned: cannot read the log head, does nothing")
+            }
+            LocalStep::Reconcile | LocalStep::Execute if node.paused => Some("paused: ignored"),
+            LocalStep::Resume if !node.paused => Some("not paused: nothing to do"),
+            _ => None,
+        };
+        if let Some(why) = blocked {
+            self.say(format!("{prefix}: {why}"));
+            return;
+        }
+        match step {
+            LocalStep::Reconcile => {
+                Self::catch_up(node, &self.log);
+                let report =
+                    node.engine.reconcile(&node.view, &self.head).expect("a memory store cannot fail");
+                let line = format!(
+                    "{prefix}: journaled {}, swept {} to skipped, promoted {}",
+                    report.imported.len(),
+                    report.swept.len(),
+                    report.promoted.len()
+                );
+                self.say(line);
+                let details: Vec<String> = report
+                    .imported
+                    .iter()
+                    .map(|k| {
+                        format!(
+                            "           + {k} [{}]",
+                            state_text(node_state_of(&self.nodes[name].engine, k))
+                        )
+                    })
+                    .chain(report.swept.iter().map(|k| {
+                        format!(
+                            "           - {k} [{}]",
+                            state_text(node_state_of(&self.nodes[name].engine, k))
+                        )
+                    }))
+                    .collect();
+                for d in details {
+                    self.say(d);
+                }
+            }
+            LocalStep::Execute => {
+                self.say(prefix);
+                self.execute(name, None);
+            }
+            LocalStep::Pause => {
+                if !node.paused {
+                    node.paused = true;
+                    node.approved_before_pause = node.engine.approved_keys();
+                }
+                self.say(format!("{prefix}: stops reading the log, keeps what it planned"));
+            }
+            LocalStep::Resume => {
+                node.paused = false;
+                if node.partitioned {
+                    self.say(format!("{prefix}: pause cleared (still partitioned)"));
+                    return;
+                }
+                let only = std::mem::take(&mut node.approved_before_pause);
+                self.say(format!(
+                    "{prefix}: tries {} action(s) approved before the pause (zombie)",
+                    only.len()
+                ));
+                self.execute(name, Some(&only));
+                let node = self.nodes.get_mut(name).expect("exists");
+                Self::catch_up(node, &self.log);
+            }
+            LocalStep::Restart => {
+                node.engine.restart().expect("a memory store cannot fail");
+                node.view = self.registry.clone();
+                node.cursor = 0;
+                node.paused = false;
+                node.approved_before_pause.clear();
+                self.say(format!("{prefix}: memory lost; journal and high-water marks kept"));
+            }
+            LocalStep::Partition => {
+                node.partitioned = true;
+                self.say(format!("{prefix}: cut off from the log head"));
+            }
+            LocalStep::Heal => {
+                node.partitioned = false;
+                self.say(format!("{prefix}: reads the log head again"));
+            }
+        }
+    }
+
+    fn execute(&mut self, name: &str, only: Option<&BTreeSet<String>>) {
+        loop {
+            let node = self.nodes.get_mut(name).expect("exists");
+            let skipped_before: BTreeSet<String> = skipped_keys(&node.engine);
+            let next = node.engine.poll_execution(&self.head, only).expect("a memory store cannot fail");
+            let newly_skipped: Vec<String> =
+                skipped_keys(&node.engine).difference(&skipped_before).cloned().collect();
+            for key in newly_skipped {
+                let reason = state_text(node_state_of(&self.nodes[name].engine, &key));
+                self.say(format!("           gate: {key} [{reason}]"));
+            }
+            let Some(action) = next else { break };
+            self.checker.before_provider_call(name, &action, &self.head);
+            let provider = self.providers.get_mut(&action.provider);
+            let (outcome, detail) = match provider {
+                Some(p) => match p.execute(&action) {
+                    Ok(detail) => (ActionOutcome::Executed, detail),
+                    Err(e) => (ActionOutcome::Failed, e.to_string()),
+                },
+                None => (ActionOutcome::Failed, format!("no provider `{}`", action.provider)),
+            };
+            if let Some(p) = self.providers.get(&action.provider) {
+                self.checker.after_provider_call(&action.provider, p, action.address);
+            }
+            let node = self.nodes.get_mut(name).expect("exists");
+            node.engine
+                .handle_execution_result(&action.idempotency_key, outcome, Some(detail.clone()))
+                .expect("the action is in flight");
+            let verdict = if outcome == ActionOutcome::Executed { "executed" } else { "failed" };
+            self.say(format!(
+                "           {} {} on {} → {verdict} ({detail})",
+                action.verb, action.address, action.nic
+            ));
+        }
+    }
+
+    /// The report of the state reached so far.
+    #[must_use]
+    pub fn report(&self) -> ReplayReport {
+        let actions = self
+            .nodes
+            .iter()
+            .flat_map(|(name, node)| {
+                node.engine.entries().iter().map(move |e| ActionRow {
+                    node: name.clone(),
+                    idempotency_key: e.action.idempotency_key.clone(),
+                    verb: e.action.verb.as_str().to_owned(),
+                    pool: e.action.pool.clone(),
+                    address: canonical_address(e.action.address),
+                    holder: e.action.holder.clone(),
+                    provider: e.action.provider.clone(),
+                    nic: e.action.nic.clone(),
+                    capture_domain: e.action.capture_domain.as_str().to_owned(),
+                    ownership_epoch: e.action.ownership_epoch.get(),
+                    capture_epoch: e.action.capture_epoch.get(),
+                    state: e.state.as_str().to_owned(),
+                    reason: match e.state {
+                        EntryState::Skipped(r) => Some(r.as_str().to_owned()),
+                        _ => None,
+                    },
+                })
+            })
+            .collect();
+        let provider = self
+            .providers
+            .iter()
+            .map(|(name, p)| {
+                let held = p
+                    .holdings()
+                    .iter()
+                    .map(|(address, nics)| (canonical_address(*address), nics.iter().cloned().collect()))
+                    .collect();
+                (name.clone(), held)
+            })
+            .collect();
+        let mut conditions = Vec::new();
+        for (name, pool) in self.head.pools().iter().filter(|(_, p)| !p.deleted) {
+            if pool.conditions.capacity_exhausted > 0 {
+                conditions.push(ConditionRow {
+                    pool: name.clone(),
+                    condition: "CapacityExhausted".to_owned(),
+                    addresses: pool.conditions.capacity_exhausted,
+                });
+            }
+            if pool.conditions.no_eligible_member > 0 {
+                conditions.push(ConditionRow {
+                    pool: name.clone(),
+                    condition: "NoEligibleMember".to_owned(),
+                    addresses: pool.conditions.no_eligible_member,
+                });
+            }
+        }
+        ReplayReport {
+            stream_time: self.head.stream_time_ms(),
+            ownership: ownership_rows(&self.head),
+            actions,
+            provider,
+            conditions,
+            violations: self.checker.violations().to_vec(),
+        }
+    }
+
+    /// The log head.
+    #[must_use]
+    pub fn head(&self) -> &Federation {
+        &self.head
+    }
+}
+
+fn skipped_keys(engine: &NodeEngine<MemoryJournalStore>) -> BTreeSet<String> {
+    engine
+        .entries()
+        .iter()
+        .filter(|e| matches!(e.state, EntryState::Skipped(_)))
+        .map(|e| e.action.idempotency_key.clone())
+        .collect()
+}
+
+fn node_state_of(engine: &NodeEngine<MemoryJournalStore>, key: &str) -> Option<EntryState> {
+    engine.entries().iter().find(|e| e.action.idempotency_key == key).map(|e| e.state)
+}
+
+fn state_text(state: Option<EntryState>) -> String {
+    match state {
+        Some(EntryState::Skipped(reason)) => format!("skipped: {reason}"),
+        Some(s) => s.as_str().to_owned(),
+        None => "unknown".to_owned(),
+    }
+}
+
+/// The ownership rows of every active address of every applied pool, in canonical order.
+#[must_use]
+pub fn ownership_rows(head: &Federation) -> Vec<OwnershipRow> {
+    let mut rows = Vec::new();
+    for (pool_name, pool) in head.pools().iter().filter(|(_, p)| !p.deleted) {
+        for (address, state) in pool.addresses.iter().filter(|(_, a)| a.active) {
+            rows.push(OwnershipRow {
+                pool: pool_name.clone(),
+                address: canonical_address(*address),
+                owner: state.owner.map(|id| head.node_name(id).to_owned()),
+                ownership_epoch: state.ownership_epoch.get(),
+                capture_epoch: state.line.epoch.get(),
+                desired: state.desired,
+            });
+        }
+    }
+    rows
+}
+
+fn ownership_changes(before: &[OwnershipRow], after: &[OwnershipRow]) -> Vec<String> {
+    let index: BTreeMap<(&str, &str), &OwnershipRow> =
+        before.iter().map(|r| ((r.pool.as_str(), r.address.as_str()), r)).collect();
+    let mut changes = Vec::new();
+    for row in after {
+        let old = index.get(&(row.pool.as_str(), row.address.as_str()));
+        if old.is_some_and(|o| *o == row) {
+            continue;
+        }
+        let old_owner = old.and_then(|o| o.owner.as_deref()).unwrap_or("none");
+        changes.push(format!(
+            "{}/{}: owner {} → {}, desired {}, ownershipEpoch {}, captureEpoch {}",
+            row.pool,
+            row.address,
+            old_owner,
+            row.owner.as_deref().unwrap_or("none"),
+            row.desired,
+            row.ownership_epoch,
+            row.capture_epoch
+        ));
+    }
+    changes
+}
+
+fn describe_event(event: &Event) -> String {
+    match &event.kind {
+        EventKind::Heartbeat { node } | EventKind::Drain { node } | EventKind::Undrain { node } => {
+            format!("{} {node}", event.kind.wire_name())
+        }
+        EventKind::Health { node, healthy } => format!("health {node} healthy={healthy}"),
+        EventKind::Vrrp { node, state } => format!("vrrp {node} {state:?}").to_lowercase(),
+        EventKind::PoolApplied { spec } => {
+            format!("pool-applied {} ({} addresses)", spec.name, spec.addresses.len())
+        }
+        EventKind::PoolDeleted { pool } => format!("pool-deleted {pool}"),
+        EventKind::Desire { pool, address } => format!("desire {pool}/{address}"),
+        EventKind::Undesire { pool, address } => format!("undesire {pool}/{address}"),
+        EventKind::Approve { idempotency_key } => format!("approve {idempotency_key}"),
+        EventKind::ActionResult { node, idempotency_key, .. } => {
+            format!("action-result {node} {idempotency_key}")
+        }
+        EventKind::Inventory { provider, address, .. } => format!("inventory {provider} {address}"),
+    }
+}

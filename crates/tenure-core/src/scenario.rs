@@ -1,0 +1,446 @@
+//! The replay scenario format (SPEC 11, 13): nodes, providers, pools and a timeline of log
+//! events and local steps. Parsing is strict; every error names `line:column`.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::input::{InputError, Position, check_name, expand_addresses};
+use crate::log::{ActionOutcome, Event, EventKind};
+use crate::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
+use crate::spec::{RawPoolDocument, validate_pool, validate_pool_documents};
+
+/// Most timeline entries one scenario may hold.
+pub const TIMELINE_ENTRIES_MAX: usize = 1_000_000;
+
+/// A node-local step of a scenario; it never moves stream time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalStep {
+    /// Catch up on the log, plan, import, sweep.
+    Reconcile,
+    /// Run approved actions through the gate and the provider.
+    Execute,
+    /// Stop reading the log but keep what was planned.
+    Pause,
+    /// Gate what was approved before the pause (zombie), then catch up.
+    Resume,
+    /// Crash: memory lost, durable journal and tokens kept.
+    Restart,
+    /// Cut off from the log head: the node must not act.
+    Partition,
+    /// Reconnect to the log head.
+    Heal,
+}
+
+impl LocalStep {
+    fn from_wire(text: &str) -> Option<Self> {
+        Some(match text {
+            "reconcile" => Self::Reconcile,
+            "execute" => Self::Execute,
+            "pause" => Self::Pause,
+            "resume" => Self::Resume,
+            "restart" => Self::Restart,
+            "partition" => Self::Partition,
+            "heal" => Self::Heal,
+            _ => return None,
+        })
+    }
+
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reconcile => "reconcile",
+            Self::Execute => "execute",
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Restart => "restart",
+            Self::Partition => "partition",
+            Self::Heal => "heal",
+        }
+    }
+}
+
+/// One timeline entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// A log event, appended to the log and applied.
+    Log(Event),
+    /// A local step of one node.
+    Local {
+        /// `at` as written (informational: local steps do not move stream time).
+        at_ms: u64,
+        /// The node.
+        node: String,
+        /// What it does.
+        step: LocalStep,
+    },
+}
+
+/// One timeline entry and where it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Position of the entry.
+    pub position: Position,
+    /// The entry.
+    pub kind: StepKind,
+}
+
+/// A validated scenario.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// Declared nodes.
+    pub nodes: Vec<NodeSpec>,
+    /// Declared providers (simulated kinds only).
+    pub providers: Vec<ProviderSpec>,
+    /// Pools applied at `at: 0`, in declaration order.
+    pub pools: Vec<PoolSpec>,
+    /// The timeline, in order.
+    pub timeline: Vec<Step>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    nodes: Vec<Spanned<RawNode>>,
+    providers: Vec<Spanned<RawProvider>>,
+    #[serde(default)]
+    pools: Vec<RawPoolDocument>,
+    #[serde(default)]
+    timeline: Vec<Spanned<RawStep>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawNode {
+    name: Spanned<String>,
+    provider: Spanned<String>,
+    placement_group: Spanned<String>,
+    #[serde(default)]
+    priority: i64,
+    nic: Spanned<String>,
+    capacity: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    name: Spanned<String>,
+    kind: Spanned<ProviderKind>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawStep {
+    at: Spanned<i64>,
+    event: Spanned<String>,
+    node: Option<Spanned<String>>,
+    healthy: Option<Spanned<bool>>,
+    state: Option<Spanned<VrrpState>>,
+    spec: Option<Spanned<RawPoolDocument>>,
+    pool: Option<Spanned<String>>,
+    address: Option<Spanned<String>>,
+    idempotency_key: Option<Spanned<String>>,
+    outcome: Option<Spanned<RawOutcome>>,
+    detail: Option<Spanned<String>>,
+    provider: Option<Spanned<String>>,
+    holders: Option<Spanned<Vec<String>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawOutcome {
+    Executed,
+    Failed,
+}
+
+/// Parses and validates a scenario. Returns every error found.
+pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
+    let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| vec![InputError::from_yaml(&e)])?;
+    let mut errors = Vec::new();
+
+    let mut providers: Vec<ProviderSpec> = Vec::new();
+    for raw_provider in &raw.providers {
+        let p = &raw_provider.value;
+        if let Err(m) = check_name("provider name", &p.name.value) {
+            errors.push(InputError::at(Position::of_spanned(&p.name), m));
+        } else if providers.iter().any(|q| q.name == p.name.value) {
+            errors.push(InputError::at(
+                Position::of_spanned(&p.name),
+                format!("provider `{}` is declared twice", p.name.value),
+            ));
+        }
+        if !matches!(p.kind.value, ProviderKind::SimCloud | ProviderKind::SimOnprem) {
+            errors.push(InputError::at(
+                Position::of_spanned(&p.kind),
+                format!(
+                    "replay runs simulated providers only: kind `{}` must be sim-cloud or sim-onprem",
+                    p.kind.value.as_str()
+                ),
+            ));
+        }
+        providers.push(ProviderSpec { name: p.name.value.clone(), kind: p.kind.value });
+    }
+
+    let mut nodes: Vec<NodeSpec> = Vec::new();
+    let mut nics: BTreeSet<(String, String)> = BTreeSet::new();
+    for raw_node in &raw.nodes {
+        let n = &raw_node.value;
+        for (what, field) in [("node name", &n.name), ("placementGroup", &n.placement_group)] {
+            if let Err(m) = check_name(what, &field.value) {
+                errors.push(InputError::at(Position::of_spanned(field), m));
+            }
+        }
+        if n.nic.value.is_empty() || n.nic.value.contains('/') {
+            errors.push(InputError::at(
+                Position::of_spanned(&n.nic),
+                "nic must be non-empty and contain no `/`".to_owned(),
+            ));
+        }
+        if nodes.iter().any(|m| m.name == n.name.value) {
+            errors.push(InputError::at(
+                Position::of_spanned(&n.name),
+                format!("node `{}` is declared twice", n.name.value),
+            ));
+        }
+        if !providers.iter().any(|p| p.name == n.provider.value) {
+            errors.push(InputError::at(
+                Position::of_spanned(&n.provider),
+                format!("node `{}` names undeclared provider `{}`", n.name.value, n.provider.value),
+            ));
+        }
+        if !nics.insert((n.provider.value.clone(), n.nic.value.clone())) {
+            errors.push(InputError::at(
+                Position::of_spanned(&n.nic),
+                format!("nic `{}` of provider `{}` belongs to two nodes", n.nic.value, n.provider.value),
+            ));
+        }
+        nodes.push(NodeSpec {
+            name: n.name.value.clone(),
+            provider: n.provider.value.clone(),
+            placement_group: n.placement_group.value.clone(),
+            priority: n.priority,
+            nic: n.nic.value.clone(),
+            capacity: n.capacity,
+        });
+    }
+
+    let mut pools = Vec::new();
+    match validate_pool_documents(raw.pools) {
+        Err(mut e) => errors.append(&mut e),
+        Ok(validated) => {
+            for (pool, source) in validated {
+                errors.extend(check_pool_references(&pool, source.name, &nodes, &providers));
+                pools.push(pool);
+            }
+        }
+    }
+
+    if raw.timeline.len() > TIMELINE_ENTRIES_MAX {
+        errors.push(InputError::at(
+            Position::default(),
+            format!("timeline holds more than {TIMELINE_ENTRIES_MAX} entries"),
+        ));
+    }
+    let mut timeline = Vec::new();
+    for raw_step in raw.timeline {
+        let position = Position::of_spanned(&raw_step);
+        match validate_step(raw_step.value, &nodes, &providers) {
+            Ok(kind) => timeline.push(Step { position, kind }),
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+
+    if errors.is_empty() {
+        Ok(Scenario { nodes, providers, pools, timeline })
+    } else {
+        errors.sort_by_key(|e| e.position);
+        Err(errors)
+    }
+}
+
+fn check_pool_references(
+    pool: &PoolSpec,
+    at: Position,
+    nodes: &[NodeSpec],
+    providers: &[ProviderSpec],
+) -> Vec<InputError> {
+    let mut errors = Vec::new();
+    if !providers.iter().any(|p| p.name == pool.provider) {
+        errors.push(InputError::at(
+            at,
+            format!("pool `{}` names undeclared provider `{}`", pool.name, pool.provider),
+        ));
+    }
+    for member in &pool.members {
+        if !nodes.iter().any(|n| n.name == *member) {
+            errors.push(InputError::at(
+                at,
+                format!("pool `{}` lists undeclared node `{member}` as a member", pool.name),
+            ));
+        }
+    }
+    errors
+}
+
+/// Which optional fields each kind takes; every other field is an error.
+fn allowed_fields(event: &str) -> Option<&'static [&'static str]> {
+    Some(match event {
+        "heartbeat" | "drain" | "undrain" | "reconcile" | "execute" | "pause" | "resume" | "restart"
+        | "partition" | "heal" => &["node"],
+        "health" => &["node", "healthy"],
+        "vrrp" => &["node", "state"],
+        "pool-applied" => &["spec"],
+        "pool-deleted" => &["pool"],
+        "desire" | "undesire" => &["pool", "address"],
+        "approve" => &["idempotencyKey"],
+        "action-result" => &["node", "idempotencyKey", "outcome", "detail"],
+        "inventory" => &["provider", "address", "holders"],
+        _ => return None,
+    })
+}
+
+fn validate_step(
+    raw: RawStep,
+    nodes: &[NodeSpec],
+    providers: &[ProviderSpec],
+) -> Result<StepKind, Vec<InputError>> {
+    let event_position = Position::of_spanned(&raw.event);
+    let event = raw.event.value.as_str();
+    let Some(allowed) = allowed_fields(event) else {
+        return Err(vec![InputError::at(event_position, format!("unknown event kind `{event}`"))]);
+    };
+    let mut errors = Vec::new();
+    let present: [(&str, Option<Position>); 11] = [
+        ("node", raw.node.as_ref().map(Position::of_spanned)),
+        ("healthy", raw.healthy.as_ref().map(Position::of_spanned)),
+        ("state", raw.state.as_ref().map(Position::of_spanned)),
+        ("spec", raw.spec.as_ref().map(Position::of_spanned)),
+        ("pool", raw.pool.as_ref().map(Position::of_spanned)),
+        ("address", raw.address.as_ref().map(Position::of_spanned)),
+        ("idempotencyKey", raw.idempotency_key.as_ref().map(Position::of_spanned)),
+        ("outcome", raw.outcome.as_ref().map(Position::of_spanned)),
+        ("detail", raw.detail.as_ref().map(Position::of_spanned)),
+        ("provider", raw.provider.as_ref().map(Position::of_spanned)),
+        ("holders", raw.holders.as_ref().map(Position::of_spanned)),
+    ];
+    for (field, position) in present {
+        if let Some(position) = position {
+            if !allowed.contains(&field) {
+                errors
+                    .push(InputError::at(position, format!("event `{event}` does not take field `{field}`")));
+            }
+        }
+    }
+    for field in allowed.iter().filter(|f| **f != "detail") {
+        if present.iter().any(|(name, position)| name == field && position.is_none()) {
+            errors.push(InputError::at(event_position, format!("event `{event}` needs field `{field}`")));
+        }
+    }
+    if raw.at.value < 0 {
+        errors.push(InputError::at(
+            Position::of_spanned(&raw.at),
+            format!("`at` must not be negative (got {})", raw.at.value),
+        ));
+    }
+    if let Some(node) = &raw.node {
+        if !nodes.iter().any(|n| n.name == node.value) {
+            errors.push(InputError::at(
+                Position::of_spanned(node),
+                format!("undeclared node `{}`", node.value),
+            ));
+        }
+    }
+    if let Some(provider) = &raw.provider {
+        if !providers.iter().any(|p| p.name == provider.value) {
+            errors.push(InputError::at(
+                Position::of_spanned(provider),
+                format!("undeclared provider `{}`", provider.value),
+            ));
+        }
+    }
+    let address = match &raw.address {
+        Some(text) => match expand_addresses(text.value.trim()) {
+            Ok(list) if list.len() == 1 => Some(list[0]),
+            Ok(_) => {
+                errors.push(InputError::at(
+                    Position::of_spanned(text),
+                    format!("`{}` is a range; name one address", text.value),
+                ));
+                None
+            }
+            Err(m) => {
+                errors.push(InputError::at(Position::of_spanned(text), m));
+                None
+            }
+        },
+        None => None,
+    };
+    let spec = match raw.spec {
+        Some(doc) if allowed.contains(&"spec") => match validate_pool(doc.value) {
+            Ok((pool, source)) => {
+                errors.extend(check_pool_references(&pool, source.name, nodes, providers));
+                Some(pool)
+            }
+            Err(mut e) => {
+                errors.append(&mut e);
+                None
+            }
+        },
+        _ => None,
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let at_ms = u64::try_from(raw.at.value).expect("checked not negative");
+    let node = || raw.node.as_ref().map(|n| n.value.clone()).expect("checked present");
+    if let Some(step) = LocalStep::from_wire(event) {
+        return Ok(StepKind::Local { at_ms, node: node(), step });
+    }
+    let pool = || raw.pool.as_ref().map(|p| p.value.clone()).expect("checked present");
+    let key = || raw.idempotency_key.as_ref().map(|k| k.value.clone()).expect("checked present");
+    let address = || address.expect("checked present");
+    let kind = match event {
+        "heartbeat" => EventKind::Heartbeat { node: node() },
+        "drain" => EventKind::Drain { node: node() },
+        "undrain" => EventKind::Undrain { node: node() },
+        "health" => {
+            EventKind::Health { node: node(), healthy: raw.healthy.as_ref().is_some_and(|h| h.value) }
+        }
+        "vrrp" => EventKind::Vrrp {
+            node: node(),
+            state: raw.state.as_ref().map(|s| s.value).expect("checked present"),
+        },
+        "pool-applied" => EventKind::PoolApplied { spec: Box::new(spec.expect("checked present")) },
+        "pool-deleted" => EventKind::PoolDeleted { pool: pool() },
+        "desire" => EventKind::Desire { pool: pool(), address: address() },
+        "undesire" => EventKind::Undesire { pool: pool(), address: address() },
+        "approve" => EventKind::Approve { idempotency_key: key() },
+        "action-result" => EventKind::ActionResult {
+            node: node(),
+            idempotency_key: key(),
+            outcome: match raw.outcome.as_ref().map(|o| &o.value) {
+                Some(RawOutcome::Failed) => ActionOutcome::Failed,
+                _ => ActionOutcome::Executed,
+            },
+            detail: raw.detail.map(|d| d.value).unwrap_or_default(),
+        },
+        "inventory" => EventKind::Inventory {
+            provider: raw.provider.map(|p| p.value).expect("checked present"),
+            address: address(),
+            holders: raw.holders.map(|h| h.value).expect("checked present"),
+        },
+        _ => unreachable!("allowed_fields knows every kind"),
+    };
+    Ok(StepKind::Log(Event { at_ms, kind }))
+}
+
+/// Parses a single address the way scenario events and HTTP bodies accept it.
+pub fn parse_one_address(text: &str) -> Result<IpAddr, String> {
+    match expand_addresses(text.trim())? {
+        list if list.len() == 1 => Ok(list[0]),
+        _ => Err(format!("`{text}` is a range; name one address")),
+    }
+}

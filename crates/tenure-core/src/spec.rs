@@ -1,0 +1,390 @@
+//! Strict MobilityPool parsing and validation (SPEC 10, 12, 13).
+//!
+//! Unknown fields are errors (`kubectl --validate=strict`), every error names `line:column`, and
+//! a set of pools is checked together: duplicate names, addresses listed twice, and addresses in
+//! two pools of one capture domain.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::input::{
+    InputError, POOL_ADDRESSES_MAX, Position, check_name, expand_addresses, parse_duration_ms,
+};
+use crate::model::{Approval, Authority, CaptureDomain, PoolSpec};
+
+/// The only accepted `apiVersion`.
+pub const API_VERSION: &str = "tenure.dev/v1alpha1";
+/// The only accepted `kind`.
+pub const KIND_MOBILITY_POOL: &str = "MobilityPool";
+
+/// Default `deprovisionHoldDuration`.
+pub const DEPROVISION_HOLD_DEFAULT_MS: u64 = 5_000;
+/// Default `heartbeatTTL`.
+pub const HEARTBEAT_TTL_DEFAULT_MS: u64 = 3_000;
+/// Default `promotionHold`.
+pub const PROMOTION_HOLD_DEFAULT_MS: u64 = 1_000;
+
+/// A MobilityPool document as written, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawPoolDocument {
+    api_version: Spanned<String>,
+    kind: Spanned<String>,
+    metadata: RawMetadata,
+    spec: RawPoolSpec,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetadata {
+    name: Spanned<String>,
+    // Accepted so that pool files can carry Kubernetes-style metadata; tenure does not read them.
+    #[serde(default)]
+    #[allow(dead_code)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPoolSpec {
+    addresses: Spanned<Vec<Spanned<String>>>,
+    provider: Spanned<String>,
+    placement_group: Spanned<String>,
+    members: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    authority: Authority,
+    #[serde(default)]
+    approval: Approval,
+    deprovision_hold_duration: Option<Spanned<String>>,
+    #[serde(rename = "heartbeatTTL")]
+    heartbeat_ttl: Option<Spanned<String>>,
+    promotion_hold: Option<Spanned<String>>,
+    ip_ownership_policy: Option<RawOwnershipPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawOwnershipPolicy {
+    #[serde(rename = "type", default)]
+    policy_type: PolicyType,
+    epoch_locking: Option<bool>,
+    prefer_nodes: Option<Vec<Spanned<String>>>,
+    preempt: Option<bool>,
+    auto_failover: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum PolicyType {
+    #[default]
+    Centralized,
+}
+
+/// Where the parts of a validated pool were written, for errors found later (overlaps).
+#[derive(Clone, Debug, Default)]
+pub struct PoolSource {
+    /// Position of `metadata.name`.
+    pub name: Position,
+    /// Each expanded address with the position of the entry it came from.
+    pub addresses: BTreeMap<IpAddr, Position>,
+}
+
+/// Parses every MobilityPool document in `text` (several may be separated by `---`) and checks
+/// them together. Returns every error found, or the pools.
+pub fn parse_pool_documents(text: &str) -> Result<Vec<(PoolSpec, PoolSource)>, Vec<InputError>> {
+    let raws: Vec<RawPoolDocument> =
+        serde_saphyr::from_multiple(text).map_err(|e| vec![InputError::from_yaml(&e)])?;
+    let pools = validate_pool_documents(raws)?;
+    Ok(pools)
+}
+
+/// Validates parsed documents one by one, then checks them together.
+pub fn validate_pool_documents(
+    raws: Vec<RawPoolDocument>,
+) -> Result<Vec<(PoolSpec, PoolSource)>, Vec<InputError>> {
+    let mut errors = Vec::new();
+    let mut pools = Vec::new();
+    for raw in raws {
+        match validate_pool(raw) {
+            Ok(pool) => pools.push(pool),
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+    errors.extend(check_pool_set(&pools).into_iter().map(|(_, e)| e));
+    if errors.is_empty() { Ok(pools) } else { Err(errors) }
+}
+
+/// Validates one document, filling in defaults and expanding address ranges.
+pub fn validate_pool(raw: RawPoolDocument) -> Result<(PoolSpec, PoolSource), Vec<InputError>> {
+    let mut errors = Vec::new();
+    let mut err = |spanned_position: Position, message: String| {
+        errors.push(InputError::at(spanned_position, message));
+    };
+    if raw.api_version.value != API_VERSION {
+        err(
+            Position::of_spanned(&raw.api_version),
+            format!("apiVersion must be `{API_VERSION}`, not `{}`", raw.api_version.value),
+        );
+    }
+    if raw.kind.value != KIND_MOBILITY_POOL {
+        err(
+            Position::of_spanned(&raw.kind),
+            format!("kind must be `{KIND_MOBILITY_POOL}`, not `{}`", raw.kind.value),
+        );
+    }
+    let name = raw.metadata.name.value.clone();
+    if let Err(m) = check_name("metadata.name", &name) {
+        err(Position::of_spanned(&raw.metadata.name), m);
+    }
+    let spec = raw.spec;
+    if let Err(m) = check_name("spec.provider", &spec.provider.value) {
+        err(Position::of_spanned(&spec.provider), m);
+    }
+    if let Err(m) = check_name("spec.placementGroup", &spec.placement_group.value) {
+        err(Position::of_spanned(&spec.placement_group), m);
+    }
+
+    let mut source = PoolSource { name: Position::of_spanned(&raw.metadata.name), ..PoolSource::default() };
+    if spec.addresses.value.is_empty() {
+        err(Position::of_spanned(&spec.addresses), "spec.addresses must list at least one address".into());
+    }
+    let mut total: u64 = 0;
+    for entry in &spec.addresses.value {
+        let position = Position::of_spanned(entry);
+        match expand_addresses(entry.value.trim()) {
+            Err(m) => err(position, m),
+            Ok(expanded) => {
+                total += expanded.len() as u64;
+                if total > POOL_ADDRESSES_MAX {
+                    err(
+                        position,
+                        format!("pool `{name}` would hold more than {POOL_ADDRESSES_MAX} addresses"),
+                    );
+                    break;
+                }
+                for address in expanded {
+                    if let Some(first) = source.addresses.get(&address) {
+                        err(
+                            position,
+                            format!(
+                                "address {address} is listed twice in pool `{name}` (first at line {} column {})",
+                                first.line, first.column
+                            ),
+                        );
+                    } else {
+                        source.addresses.insert(address, position);
+                    }
+                }
+            }
+        }
+    }
+
+    let mut members = Vec::new();
+    if spec.members.value.is_empty() {
+        err(Position::of_spanned(&spec.members), "spec.members must list at least one node".into());
+    }
+    for member in &spec.members.value {
+        let position = Position::of_spanned(member);
+        if let Err(m) = check_name("member", &member.value) {
+            err(position, m);
+        } else if members.contains(&member.value) {
+            err(position, format!("member `{}` is listed twice", member.value));
+        } else {
+            members.push(member.value.clone());
+        }
+    }
+
+    let mut duration_errors: Vec<InputError> = Vec::new();
+    let deprovision_hold_ms = duration_with(
+        &mut duration_errors,
+        "deprovisionHoldDuration",
+        &spec.deprovision_hold_duration,
+        DEPROVISION_HOLD_DEFAULT_MS,
+    );
+    let heartbeat_ttl_ms =
+        duration_with(&mut duration_errors, "heartbeatTTL", &spec.heartbeat_ttl, HEARTBEAT_TTL_DEFAULT_MS);
+    let promotion_hold_ms =
+        duration_with(&mut duration_errors, "promotionHold", &spec.promotion_hold, PROMOTION_HOLD_DEFAULT_MS);
+    if heartbeat_ttl_ms == 0 {
+        if let Some(ttl) = &spec.heartbeat_ttl {
+            duration_errors.push(InputError::at(
+                Position::of_spanned(ttl),
+                "spec.heartbeatTTL must be longer than 0".to_owned(),
+            ));
+        }
+    }
+    errors.append(&mut duration_errors);
+
+    let policy = spec.ip_ownership_policy.unwrap_or(RawOwnershipPolicy {
+        policy_type: PolicyType::Centralized,
+        epoch_locking: None,
+        prefer_nodes: None,
+        preempt: None,
+        auto_failover: None,
+    });
+    let PolicyType::Centralized = policy.policy_type;
+    let mut prefer_nodes = Vec::new();
+    for preferred in policy.prefer_nodes.unwrap_or_default() {
+        let position = Position::of_spanned(&preferred);
+        if !members.contains(&preferred.value) {
+            errors.push(InputError::at(
+                position,
+                format!("preferNodes entry `{}` is not a member of pool `{name}`", preferred.value),
+            ));
+        } else if prefer_nodes.contains(&preferred.value) {
+            errors.push(InputError::at(position, format!("preferNodes lists `{}` twice", preferred.value)));
+        } else {
+            prefer_nodes.push(preferred.value);
+        }
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let pool = PoolSpec {
+        name,
+        addresses: source.addresses.keys().copied().collect(),
+        provider: spec.provider.value,
+        placement_group: spec.placement_group.value,
+        members,
+        authority: spec.authority,
+        approval: spec.approval,
+        deprovision_hold_ms,
+        heartbeat_ttl_ms,
+        promotion_hold_ms,
+        epoch_locking: policy.epoch_locking.unwrap_or(true),
+        prefer_nodes,
+        preempt: policy.preempt.unwrap_or(false),
+        auto_failover: policy.auto_failover.unwrap_or(true),
+    };
+    Ok((pool, source))
+}
+
+fn duration_with(
+    errors: &mut Vec<InputError>,
+    field: &str,
+    value: &Option<Spanned<String>>,
+    default: u64,
+) -> u64 {
+    match value {
+        None => default,
+        Some(text) => parse_duration_ms(text.value.trim()).unwrap_or_else(|m| {
+            errors.push(InputError::at(Position::of_spanned(text), format!("spec.{field}: {m}")));
+            default
+        }),
+    }
+}
+
+/// Checks pools against each other: unique names, and no address in two pools of one capture
+/// domain. Errors point at the later of the two places and carry the index of its pool.
+#[must_use]
+pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputError)> {
+    let mut errors = Vec::new();
+    let mut names: BTreeMap<&str, Position> = BTreeMap::new();
+    let mut claimed: BTreeMap<(CaptureDomain, IpAddr), &str> = BTreeMap::new();
+    for (index, (pool, source)) in pools.iter().enumerate() {
+        if let Some(first) = names.get(pool.name.as_str()) {
+            errors.push((
+                index,
+                InputError::at(
+                    source.name,
+                    format!(
+                        "pool `{}` is defined twice (first at line {} column {})",
+                        pool.name, first.line, first.column
+                    ),
+                ),
+            ));
+            continue;
+        }
+        names.insert(&pool.name, source.name);
+        let domain = pool.capture_domain();
+        for (address, position) in &source.addresses {
+            if let Some(other) = claimed.get(&(domain.clone(), *address)) {
+                errors.push((index, InputError::at(
+                    *position,
+                    format!(
+                        "address {address} of pool `{}` is also in pool `{other}` of capture domain {domain}",
+                        pool.name
+                    ),
+                )));
+            } else {
+                claimed.insert((domain.clone(), *address), &pool.name);
+            }
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "\
+apiVersion: tenure.dev/v1alpha1
+kind: MobilityPool
+metadata: {name: edge-vips}
+spec:
+  addresses: [10.0.0.10/32, 10.0.0.16/29]
+  provider: aws-use1
+  placementGroup: g1
+  members: [aws-router-a, aws-router-b, aws-router-c]
+  heartbeatTTL: 3s
+  ipOwnershipPolicy:
+    type: centralized
+    preferNodes: [aws-router-a]
+";
+
+    #[test]
+    fn a_good_pool_gets_its_defaults() {
+        let pools = parse_pool_documents(GOOD).expect("valid");
+        let (pool, _) = &pools[0];
+        assert_eq!(pool.addresses.len(), 9);
+        assert_eq!(pool.deprovision_hold_ms, 5_000);
+        assert_eq!(pool.promotion_hold_ms, 1_000);
+        assert!(pool.epoch_locking);
+        assert!(!pool.preempt);
+        assert!(pool.auto_failover);
+        assert_eq!(pool.authority, Authority::None);
+        assert_eq!(pool.approval, Approval::Auto);
+        assert_eq!(pool.prefer_nodes, vec!["aws-router-a".to_owned()]);
+    }
+
+    fn first_error(text: &str) -> InputError {
+        parse_pool_documents(text).expect_err("must be refused")[0].clone()
+    }
+
+    #[test]
+    fn a_typo_is_an_error_at_its_line() {
+        let e = first_error(&GOOD.replace("members:", "membres:"));
+        assert_eq!(e.position.line, 8);
+        assert!(e.message.contains("membres"), "{}", e.message);
+    }
+
+    #[test]
+    fn semantic_errors_name_their_line() {
+        let e = first_error(&GOOD.replace("10.0.0.16/29", "10.0.0.10"));
+        assert_eq!(e.position.line, 5);
+        assert!(e.message.contains("listed twice"), "{}", e.message);
+        let e = first_error(&GOOD.replace("heartbeatTTL: 3s", "heartbeatTTL: 3 seconds"));
+        assert_eq!(e.position.line, 9);
+        let e = first_error(&GOOD.replace("preferNodes: [aws-router-a]", "preferNodes: [zed]"));
+        assert_eq!(e.position.line, 12);
+    }
+
+    #[test]
+    fn overlapping_pools_of_one_domain_are_refused() {
+        let two =
+            format!("{GOOD}---\n{}", GOOD.replace("edge-vips", "other").replace("10.0.0.10/32", "10.0.0.99"));
+        let e = first_error(&two);
+        assert!(e.message.contains("also in pool"), "{}", e.message);
+        assert_eq!(e.position.line, 18);
+        let other_domain = two.replacen("placementGroup: g1", "placementGroup: g2", 1);
+        assert!(parse_pool_documents(&other_domain).is_ok());
+    }
+}
