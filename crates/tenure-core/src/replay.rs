@@ -464,7 +464,7 @@ fn ownership_changes(before: &[OwnershipRow], after: &[OwnershipRow]) -> Vec<Str
     let mut changes = Vec::new();
     for row in after {
         let old = index.get(&(row.pool.as_str(), row.address.as_str()));
-        if old.is_some_and(|o| *o == row) {
+        if old.is_some_and(|o| *o == row) || (old.is_none() && row.owner.is_none()) {
             continue;
         }
         let old_owner = old.and_then(|o| o.owner.as_deref()).unwrap_or("none");
