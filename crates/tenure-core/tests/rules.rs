@@ -1,0 +1,394 @@
+//! One test per rule of SPEC sections 1–6 and 13 that the scenario files do not already pin.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use tenure_core::federation::{EventRejected, Federation};
+use tenure_core::fence::{FenceVerdict, StaleReason};
+use tenure_core::journal::{EntryState, JournalStore, MemoryJournalStore};
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::model::{
+    Approval, Authority, CaptureDomain, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, Verb,
+};
+use tenure_core::node::NodeEngine;
+
+fn node(name: &str, priority: i64, capacity: Option<u64>) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        priority,
+        nic: format!("eni-{name}"),
+        capacity,
+    }
+}
+
+fn pool(name: &str, addresses: &[&str], members: &[&str]) -> PoolSpec {
+    PoolSpec {
+        name: name.into(),
+        addresses: addresses.iter().map(|a| a.parse().expect("address")).collect(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        members: members.iter().map(|m| (*m).to_owned()).collect(),
+        authority: Authority::None,
+        approval: Approval::Auto,
+        deprovision_hold_ms: 1_000,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 1_000,
+        epoch_locking: true,
+        prefer_nodes: vec![],
+        preempt: false,
+        auto_failover: true,
+    }
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().expect("address")
+}
+
+struct World {
+    fed: Federation,
+}
+
+impl World {
+    fn new(nodes: &[NodeSpec]) -> Self {
+        let providers = [
+            ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud },
+            ProviderSpec { name: "sim2".into(), kind: ProviderKind::SimCloud },
+        ];
+        Self { fed: Federation::new(nodes, &providers) }
+    }
+
+    fn apply(&mut self, at_ms: u64, kind: EventKind) {
+        self.fed.apply(&Event { at_ms, kind }).expect("accepted");
+    }
+
+    fn pool(&mut self, at_ms: u64, spec: PoolSpec) {
+        self.apply(at_ms, EventKind::PoolApplied { spec: Box::new(spec) });
+    }
+
+    fn hb(&mut self, at_ms: u64, node: &str) {
+        self.apply(at_ms, EventKind::Heartbeat { node: node.into() });
+    }
+
+    fn owner(&self, pool: &str, address: &str) -> Option<String> {
+        let state = self.fed.address(pool, ip(address)).expect("address");
+        state.owner.map(|id| self.fed.node_name(id).to_owned())
+    }
+
+    fn epochs(&self, pool: &str, address: &str) -> (u64, u64) {
+        let domain = CaptureDomain::new("sim1", "g1");
+        (
+            self.fed.ownership_epoch(pool, ip(address)).get(),
+            self.fed.capture_epoch(pool, ip(address), &domain).get(),
+        )
+    }
+}
+
+#[test]
+fn capture_epoch_bumps_on_every_holder_change_including_back_and_to_none() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    assert_eq!(w.epochs("p", "10.0.0.1"), (0, 0), "never held");
+    w.hb(0, "a");
+    w.hb(0, "b");
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1), "first holder gets 1");
+    w.apply(1, EventKind::Drain { node: "a".into() });
+    assert_eq!(w.epochs("p", "10.0.0.1"), (2, 2));
+    w.apply(2, EventKind::Undrain { node: "a".into() });
+    w.apply(3, EventKind::Drain { node: "b".into() });
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"));
+    assert_eq!(w.epochs("p", "10.0.0.1"), (3, 3), "back to an earlier holder still bumps");
+    w.apply(4, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(w.epochs("p", "10.0.0.1"), (3, 4), "to none: capture bumps, owner stays");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"), "an undesired address keeps its owner");
+    w.apply(5, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(w.epochs("p", "10.0.0.1"), (3, 4), "undesiring an undesired address bumps nothing");
+    w.apply(6, EventKind::Desire { pool: "p".into(), address: ip("10.0.0.1") });
+    w.apply(7, EventKind::Desire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(w.epochs("p", "10.0.0.1"), (3, 5));
+}
+
+#[test]
+fn stream_time_and_heartbeats_never_go_backwards() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(5_000, "a");
+    w.hb(100, "a");
+    assert_eq!(w.fed.stream_time_ms(), 5_000, "a late event does not move stream time back");
+    assert_eq!(w.fed.nodes()[0].last_heartbeat_ms, Some(5_000), "nor a heartbeat");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"));
+}
+
+#[test]
+fn a_rejected_event_changes_nothing() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(10, "a");
+    let before = format!("{:?}", w.fed);
+    let err = w.fed.apply(&Event { at_ms: 99, kind: EventKind::Drain { node: "zed".into() } });
+    assert!(matches!(err, Err(EventRejected::UnknownNode { .. })));
+    let mut overlapping = pool("q", &["10.0.0.1"], &["a"]);
+    overlapping.name = "q".into();
+    let err = w.fed.apply(&Event { at_ms: 99, kind: EventKind::PoolApplied { spec: Box::new(overlapping) } });
+    assert!(matches!(err, Err(EventRejected::Overlap { .. })));
+    let mut unknown = pool("r", &["10.0.0.2"], &["a"]);
+    unknown.provider = "nope".into();
+    let err = w.fed.apply(&Event { at_ms: 99, kind: EventKind::PoolApplied { spec: Box::new(unknown) } });
+    assert!(matches!(err, Err(EventRejected::UnknownProvider { .. })));
+    assert_eq!(format!("{:?}", w.fed), before, "no partial apply, not even stream time");
+}
+
+#[test]
+fn events_naming_no_current_target_only_move_stream_time() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.apply(50, EventKind::Desire { pool: "nope".into(), address: ip("10.0.0.1") });
+    w.apply(60, EventKind::Undesire { pool: "p".into(), address: ip("10.9.9.9") });
+    assert_eq!(w.fed.stream_time_ms(), 60);
+    assert!(w.fed.address("p", ip("10.0.0.1")).expect("a").desired);
+}
+
+#[test]
+fn auto_failover_off_keeps_an_expired_owner_but_not_a_drained_one() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    let mut spec = pool("p", &["10.0.0.1", "10.0.0.2"], &["a", "b"]);
+    spec.auto_failover = false;
+    w.pool(0, spec);
+    w.hb(0, "a");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"));
+    w.hb(100_000, "b");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"), "expiry does not move ownership");
+    w.apply(100_001, EventKind::Health { node: "a".into(), healthy: false });
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"), "health still does");
+    w.apply(100_002, EventKind::Health { node: "a".into(), healthy: true });
+    w.apply(100_003, EventKind::Drain { node: "b".into() });
+    assert_eq!(w.owner("p", "10.0.0.1"), None, "a new placement needs full eligibility: a is expired");
+}
+
+#[test]
+fn preempt_takes_back_sticky_does_not() {
+    for preempt in [false, true] {
+        let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+        let mut spec = pool("p", &["10.0.0.1"], &["a", "b"]);
+        spec.preempt = preempt;
+        w.pool(0, spec);
+        w.hb(0, "b");
+        assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"));
+        w.hb(1, "a");
+        let expected = if preempt { "a" } else { "b" };
+        assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some(expected), "preempt={preempt}");
+    }
+}
+
+#[test]
+fn sticky_owners_count_against_capacity_before_new_placements_across_pools() {
+    // b (capacity 1) owns q's address stickily; when p's address needs a home, b is full.
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, Some(1))]);
+    let mut p = pool("p", &["10.0.0.1"], &["a", "b"]);
+    p.prefer_nodes = vec!["b".into()];
+    w.pool(0, p);
+    w.pool(0, pool("q", &["10.0.1.1"], &["b"]));
+    w.hb(0, "b");
+    // Canonical order: p first, so p's address takes b's only slot and q has no owner.
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"));
+    assert_eq!(w.owner("q", "10.0.1.1"), None);
+    assert_eq!(w.fed.pools()["q"].conditions.capacity_exhausted, 1);
+    w.hb(1, "a");
+    // Sticky p/10.0.0.1 stays on b (preempt false); q still has no room.
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"));
+    assert_eq!(w.owner("q", "10.0.1.1"), None);
+}
+
+#[test]
+fn deleting_and_reapplying_a_pool_continues_its_tokens() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1", "10.0.0.2"], &["a"]));
+    w.hb(0, "a");
+    w.apply(1, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.2") });
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1));
+    w.apply(2, EventKind::PoolDeleted { pool: "p".into() });
+    assert_eq!(w.owner("p", "10.0.0.1"), None);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (2, 2), "deletion bumps as usual");
+    assert!(w.fed.pools()["p"].deleted);
+    w.pool(3, pool("p", &["10.0.0.1", "10.0.0.2", "10.0.0.3"], &["a"]));
+    assert_eq!(w.epochs("p", "10.0.0.1"), (3, 3), "re-applying continues, never resets");
+    assert!(w.fed.address("p", ip("10.0.0.2")).expect("a").desired, "a re-added address starts desired");
+    // Re-apply without 10.0.0.3: it retires like a deletion; survivors keep owner and flags.
+    w.apply(4, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    w.pool(5, pool("p", &["10.0.0.1", "10.0.0.2"], &["a"]));
+    assert!(!w.fed.address("p", ip("10.0.0.1")).expect("a").desired, "a surviving address keeps its flag");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"));
+    assert!(!w.fed.address("p", ip("10.0.0.3")).expect("a").active);
+    assert_eq!(w.owner("p", "10.0.0.3"), None);
+}
+
+#[test]
+fn a_changed_capture_domain_retires_the_old_epoch_line() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    let g1 = CaptureDomain::new("sim1", "g1");
+    assert_eq!(w.fed.capture_epoch("p", ip("10.0.0.1"), &g1).get(), 1);
+    let mut moved = pool("p", &["10.0.0.1"], &["a"]);
+    moved.provider = "sim2".into();
+    w.pool(1, moved);
+    assert_eq!(w.fed.capture_epoch("p", ip("10.0.0.1"), &g1).get(), 2, "old line: holder gone, bumped");
+    assert_eq!(w.fed.desired_holder("p", ip("10.0.0.1"), &g1), None);
+    assert_eq!(w.owner("p", "10.0.0.1"), None, "a is not in the new domain");
+}
+
+#[test]
+fn capacity_zero_holds_nothing() {
+    let mut w = World::new(&[node("a", 0, Some(0))]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    assert_eq!(w.owner("p", "10.0.0.1"), None);
+    assert_eq!(w.fed.pools()["p"].conditions.capacity_exhausted, 1);
+}
+
+fn engine(name: &str) -> NodeEngine<MemoryJournalStore> {
+    NodeEngine::open(name, MemoryJournalStore::new()).expect("memory")
+}
+
+fn run_all(engine: &mut NodeEngine<MemoryJournalStore>, head: &Federation) -> Vec<Verb> {
+    let mut verbs = Vec::new();
+    while let Some(action) = engine.poll_execution(head, None).expect("memory") {
+        verbs.push(action.verb);
+        engine
+            .handle_execution_result(&action.idempotency_key, ActionOutcome::Executed, None)
+            .expect("in flight");
+    }
+    verbs
+}
+
+#[test]
+fn release_waits_for_the_hold_with_equality_meaning_met() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(run_all(&mut a, &w.fed), vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
+    w.apply(100, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    w.hb(1_099, "a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(run_all(&mut a, &w.fed), vec![], "999 ms < 1 s hold");
+    w.hb(1_100, "a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(run_all(&mut a, &w.fed), vec![Verb::DisableForwarding, Verb::UnassignSecondaryIp]);
+    assert!(a.captured().is_empty(), "the last executed verb is a release");
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(report.imported.is_empty(), "nothing captured, nothing to release again");
+}
+
+#[test]
+fn the_high_water_mark_survives_a_restart_and_fences_a_lagging_head() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    let stale_head = w.fed.clone();
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    // The epoch moves on (1 -> 3) and a sees it while importing the new acquire.
+    w.apply(1, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    w.apply(2, EventKind::Desire { pool: "p".into(), address: ip("10.0.0.1") });
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    a.restart().expect("memory");
+    let hw = a.store().load().expect("memory").high_water;
+    assert_eq!(hw.capture.values().copied().max().map(|e| e.get()), Some(3), "kept across the restart");
+    // A lagging replica still shows epoch 1: the epoch-1 entries would pass against it, but the
+    // durable high-water mark says 3, so nothing below 3 runs.
+    let ran = {
+        let mut verbs = Vec::new();
+        while let Some(action) = a.poll_execution(&stale_head, None).expect("memory") {
+            verbs.push(action.capture_epoch.get());
+            a.handle_execution_result(&action.idempotency_key, ActionOutcome::Executed, None).expect("ok");
+        }
+        verbs
+    };
+    assert!(ran.is_empty(), "ran {ran:?} against a lagging head");
+    assert!(a.entries().iter().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
+}
+
+#[test]
+fn importing_an_existing_key_changes_nothing_and_final_states_are_final() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    let mut a = engine("a");
+    let first = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(first.imported.len(), 2);
+    let second = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(second.imported.is_empty() && second.swept.is_empty());
+    run_all(&mut a, &w.fed);
+    let states: BTreeSet<&str> = a.entries().iter().map(|e| e.state.as_str()).collect();
+    assert_eq!(states, BTreeSet::from(["executed"]));
+    assert!(
+        a.handle_execution_result(
+            &a.entries()[0].action.idempotency_key.clone(),
+            ActionOutcome::Failed,
+            None
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn the_gate_checks_right_before_the_call_in_journal_order() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1", "10.0.0.2"], &["a", "b"]));
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    let first = a.poll_execution(&w.fed, None).expect("ok").expect("an action");
+    assert_eq!(first.address, ip("10.0.0.1"));
+    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Executed, None).expect("ok");
+    // Ownership moves between two provider calls: the next one is gated against the new head.
+    w.apply(1, EventKind::Drain { node: "a".into() });
+    assert_eq!(a.poll_execution(&w.fed, None).expect("ok"), None);
+    let skipped: Vec<_> = a.entries().iter().filter(|e| matches!(e.state, EntryState::Skipped(_))).collect();
+    assert_eq!(skipped.len(), 3);
+    assert!(matches!(
+        tenure_core::fence::check(&skipped[0].action, &w.fed, &Default::default()),
+        FenceVerdict::Stale { reason: StaleReason::StaleEpoch }
+    ));
+}
+
+#[test]
+fn onprem_pools_plan_proxy_arp_verbs() {
+    let providers = [ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }];
+    let mut n = node("a", 0, None);
+    n.provider = "lan".into();
+    let mut fed = Federation::new(&[n], &providers);
+    let mut spec = pool("p", &["192.0.2.1"], &["a"]);
+    spec.provider = "lan".into();
+    spec.deprovision_hold_ms = 0;
+    fed.apply(&Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec) } }).expect("ok");
+    fed.apply(&Event { at_ms: 0, kind: EventKind::Heartbeat { node: "a".into() } }).expect("ok");
+    let mut a = engine("a");
+    a.reconcile(&fed, &fed).expect("ok");
+    assert_eq!(run_all(&mut a, &fed), vec![Verb::ProxyArpAdd, Verb::Garp]);
+    fed.apply(&Event { at_ms: 1, kind: EventKind::Drain { node: "a".into() } }).expect("ok");
+    a.reconcile(&fed, &fed).expect("ok");
+    assert_eq!(run_all(&mut a, &fed), vec![Verb::ProxyArpDel], "on-prem release is proxy-arp-del alone");
+}
+
+#[test]
+fn manual_pending_entries_are_promoted_from_the_head_and_stale_ones_skipped_at_sweep() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    let mut spec = pool("p", &["10.0.0.1"], &["a", "b"]);
+    spec.approval = Approval::Manual;
+    w.pool(0, spec);
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(a.entries().iter().all(|e| e.state == EntryState::Pending));
+    assert_eq!(run_all(&mut a, &w.fed), vec![], "execute gates only approved entries");
+    w.apply(1, EventKind::Drain { node: "a".into() });
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(report.swept.len(), 2);
+    assert!(a.entries().iter().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
+}
