@@ -6,6 +6,7 @@
 //!           ├─ approval: manual ─► pending ─approve─► approved
 //!           └─ approval: auto ───────────────────────► approved ─gate─┬─► executed | failed
 //!                                                                     └─► skipped{reason}
+//!   failed ─ still current at a sweep ─► approved   (a retry: level-triggered, like any reconcile)
 //! ```
 //!
 //! Persistence sits behind [`JournalStore`]: the node writes every change through it as a
@@ -29,7 +30,7 @@ pub enum EntryState {
     Approved,
     /// The provider call succeeded.
     Executed,
-    /// The provider call failed.
+    /// The provider call failed. A sweep retries it (back to `approved`) while it is current.
     Failed,
     /// Fenced: never to run.
     Skipped(StaleReason),
@@ -124,7 +125,8 @@ impl DurableNodeState {
             }
             JournalChange::SetState { index, state, detail, executed_seq } => {
                 let entry = &mut self.entries[*index];
-                assert!(entry.state.is_open(), "a final state is never left: {:?}", entry.state);
+                let retry = entry.state == EntryState::Failed && *state == EntryState::Approved;
+                assert!(entry.state.is_open() || retry, "a final state is never left: {:?}", entry.state);
                 entry.state = *state;
                 entry.detail.clone_from(detail);
                 entry.executed_seq = *executed_seq;

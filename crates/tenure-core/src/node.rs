@@ -30,6 +30,8 @@ pub struct ReconcileReport {
     pub swept: Vec<String>,
     /// Pending entries promoted because the head shows their approval.
     pub promoted: Vec<String>,
+    /// Failed entries still current, approved again for a retry.
+    pub retried: Vec<String>,
 }
 
 /// Errors of the engine.
@@ -60,6 +62,8 @@ pub struct NodeEngine<S: JournalStore> {
     open: BTreeSet<usize>,
     /// Entries handed to the driver by `poll_execution` and not yet reported back.
     in_flight: BTreeSet<usize>,
+    /// Failed entries, retried by a sweep while they are current.
+    failed: BTreeSet<usize>,
     captured: BTreeMap<(String, IpAddr), CaptureRecord>,
 }
 
@@ -74,6 +78,7 @@ impl<S: JournalStore> NodeEngine<S> {
             index: BTreeMap::new(),
             open: BTreeSet::new(),
             in_flight: BTreeSet::new(),
+            failed: BTreeSet::new(),
             captured: BTreeMap::new(),
         };
         engine.rebuild(state);
@@ -92,6 +97,13 @@ impl<S: JournalStore> NodeEngine<S> {
             state.entries.iter().enumerate().map(|(i, e)| (e.action.idempotency_key.clone(), i)).collect();
         self.open =
             state.entries.iter().enumerate().filter(|(_, e)| e.state.is_open()).map(|(i, _)| i).collect();
+        self.failed = state
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.state == EntryState::Failed)
+            .map(|(i, _)| i)
+            .collect();
         self.in_flight.clear();
         let mut executed: Vec<&JournalEntry> =
             state.entries.iter().filter(|e| e.executed_seq.is_some()).collect();
@@ -173,8 +185,14 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<(), NodeError<S::Error>> {
         let executed_seq = (state == EntryState::Executed).then(|| self.state.executions + 1);
         self.commit(JournalChange::SetState { index, state, detail, executed_seq })?;
-        if !state.is_open() {
+        if state.is_open() {
+            self.open.insert(index);
+            self.failed.remove(&index);
+        } else {
             self.open.remove(&index);
+        }
+        if state == EntryState::Failed {
+            self.failed.insert(index);
         }
         if state == EntryState::Executed {
             let action = self.state.entries[index].action.clone();
@@ -250,12 +268,22 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(report)
     }
 
-    /// The sweep: every open entry through the gate; pending entries approved at the head move on.
+    /// The sweep: failed entries that are still current are approved again (a retry); then every
+    /// open entry goes through the gate, and pending entries approved at the head move on.
     fn sweep(
         &mut self,
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
+        let failed: Vec<usize> = self.failed.iter().copied().collect();
+        for index in failed {
+            let action = &self.state.entries[index].action;
+            if fence::check(action, head, &self.state.high_water) == FenceVerdict::Current {
+                let key = action.idempotency_key.clone();
+                self.set_state(index, EntryState::Approved, None)?;
+                report.retried.push(key);
+            }
+        }
         let open: Vec<usize> = self.open.iter().copied().filter(|i| !self.in_flight.contains(i)).collect();
         for index in open {
             let action = self.state.entries[index].action.clone();

@@ -392,3 +392,34 @@ fn manual_pending_entries_are_promoted_from_the_head_and_stale_ones_skipped_at_s
     assert_eq!(report.swept.len(), 2);
     assert!(a.entries().iter().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
 }
+
+#[test]
+fn a_failed_action_is_retried_while_current_and_never_once_stale() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
+    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, Some("throttled".into()))
+        .expect("in flight");
+    assert_eq!(a.entries()[0].state, EntryState::Failed);
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(report.retried, vec![first.idempotency_key.clone()]);
+    assert_eq!(run_all(&mut a, &w.fed), vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
+    // Fail again, then ownership moves: the stale failed entry is not retried.
+    w.apply(1, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    w.apply(2, EventKind::Desire { pool: "p".into(), address: ip("10.0.0.1") });
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    let again = a.poll_execution(&w.fed, None).expect("ok").expect("assign of epoch 3");
+    a.handle_execution_result(&again.idempotency_key, ActionOutcome::Failed, None).expect("in flight");
+    w.apply(3, EventKind::Drain { node: "a".into() });
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(report.retried.is_empty());
+    let restarted = {
+        a.restart().expect("memory");
+        a.reconcile(&w.fed, &w.fed).expect("ok")
+    };
+    assert!(restarted.retried.is_empty(), "the failed set is rebuilt from the journal, still stale");
+}
