@@ -163,8 +163,17 @@ pub trait JournalStore {
     /// Reads back everything committed so far.
     fn load(&self) -> Result<DurableNodeState, Self::Error>;
 
-    /// Commits one change durably before the caller relies on it.
+    /// Records one change. A store may buffer it until [`JournalStore::sync`].
     fn commit(&mut self, change: &JournalChange) -> Result<(), Self::Error>;
+
+    /// Makes every change recorded so far durable (fsync). The engine calls it before an action
+    /// leaves it for a provider — so the journal entry and the high-water mark that authorised
+    /// the call survive a crash — and at the end of every reconcile. Changes recorded after the
+    /// last sync may be lost in a crash; the engine is correct either way (a lost `executed`
+    /// state only repeats an idempotent, still-gated call).
+    fn sync(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// A journal store in memory: survives a simulated restart of the node, not of the process.

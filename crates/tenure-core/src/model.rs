@@ -201,6 +201,25 @@ impl Verb {
     }
 }
 
+impl std::str::FromStr for Verb {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [
+            Self::AssignSecondaryIp,
+            Self::EnableForwarding,
+            Self::ProxyArpAdd,
+            Self::Garp,
+            Self::DisableForwarding,
+            Self::UnassignSecondaryIp,
+            Self::ProxyArpDel,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == text)
+        .ok_or_else(|| format!("unknown verb `{text}`"))
+    }
+}
+
 impl fmt::Display for Verb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -374,6 +393,49 @@ impl StampedAction {
     }
 }
 
+/// The parts of an idempotency key, parsed back (for `action-result` events, which carry only
+/// the key). Names and NICs never contain `/`, so the key splits unambiguously.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedKey {
+    /// Pool name.
+    pub pool: String,
+    /// Address.
+    pub address: IpAddr,
+    /// Verb.
+    pub verb: Verb,
+    /// Holder node.
+    pub holder: String,
+    /// Provider name.
+    pub provider: String,
+    /// NIC.
+    pub nic: String,
+    /// Stamped ownershipEpoch.
+    pub ownership_epoch: OwnershipEpoch,
+    /// Stamped captureEpoch.
+    pub capture_epoch: CaptureEpoch,
+}
+
+impl ParsedKey {
+    /// Parses `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<o>:epoch:<c>`.
+    #[must_use]
+    pub fn parse(key: &str) -> Option<Self> {
+        let parts: Vec<&str> = key.split('/').collect();
+        let [pool, address, verb, holder, provider, nic, tail] = parts.as_slice() else { return None };
+        let tail = tail.strip_prefix("owner:")?;
+        let (ownership, capture) = tail.split_once(":epoch:")?;
+        Some(Self {
+            pool: (*pool).to_owned(),
+            address: address.parse().ok()?,
+            verb: verb.parse().ok()?,
+            holder: (*holder).to_owned(),
+            provider: (*provider).to_owned(),
+            nic: (*nic).to_owned(),
+            ownership_epoch: OwnershipEpoch(ownership.parse().ok()?),
+            capture_epoch: CaptureEpoch(capture.parse().ok()?),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,6 +464,28 @@ mod tests {
         );
         assert_eq!(a.idempotency_key, "p/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:2:epoch:3");
         assert_eq!(a.capture_domain.as_str(), "provider:sim1:placement:g1");
+        let parsed = ParsedKey::parse(&a.idempotency_key).expect("parses");
+        assert_eq!(parsed.verb, Verb::AssignSecondaryIp);
+        assert_eq!(parsed.capture_epoch.get(), 3);
+        assert_eq!(parsed.ownership_epoch.get(), 2);
+        assert_eq!(parsed.nic, "eni-a");
+        let v6 = StampedAction::new(
+            "p",
+            "2001:db8::1".parse().expect("literal"),
+            Verb::ProxyArpDel,
+            "b",
+            "lan",
+            "eth0",
+            CaptureDomain::new("lan", "r1"),
+            CaptureEpoch::from_stored(9),
+            OwnershipEpoch::from_stored(8),
+        );
+        assert_eq!(ParsedKey::parse(&v6.idempotency_key).map(|k| k.address), Some(v6.address));
+        for bad in
+            ["", "a/b", "p/10.0.0.1/nope/a/s/n/owner:1:epoch:1", "p/10.0.0.1/garp/a/s/n/owner:x:epoch:1"]
+        {
+            assert_eq!(ParsedKey::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

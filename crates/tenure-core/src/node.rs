@@ -265,6 +265,7 @@ impl<S: JournalStore> NodeEngine<S> {
             report.imported.push(key);
         }
         self.sweep(head, &mut report)?;
+        self.store.sync().map_err(NodeError::Store)?;
         Ok(report)
     }
 
@@ -327,6 +328,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 FenceVerdict::Stale { reason } => self.set_state(index, EntryState::Skipped(reason), None)?,
                 FenceVerdict::Current => {
                     self.raise_high_water(&action, head)?;
+                    self.store.sync().map_err(NodeError::Store)?;
                     self.in_flight.insert(index);
                     return Ok(Some(action));
                 }

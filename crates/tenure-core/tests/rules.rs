@@ -423,3 +423,79 @@ fn a_failed_action_is_retried_while_current_and_never_once_stale() {
     };
     assert!(restarted.retried.is_empty(), "the failed set is rebuilt from the journal, still stale");
 }
+
+fn result(w: &mut World, at_ms: u64, node: &str, verb: Verb, epoch: u64, owner_epoch: u64) {
+    let key = format!("p/10.0.0.1/{verb}/{node}/sim1/eni-{node}/owner:{owner_epoch}:epoch:{epoch}");
+    w.apply(
+        at_ms,
+        EventKind::ActionResult {
+            node: node.into(),
+            idempotency_key: key,
+            outcome: ActionOutcome::Executed,
+            detail: String::new(),
+        },
+    );
+}
+
+fn inventory(w: &mut World, at_ms: u64, holders: &[&str]) {
+    w.apply(
+        at_ms,
+        EventKind::Inventory {
+            provider: "sim1".into(),
+            address: ip("10.0.0.1"),
+            holders: holders.iter().map(|h| (*h).to_owned()).collect(),
+        },
+    );
+}
+
+fn drift_world() -> World {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.fed = w.fed.clone().with_drift_repair(true);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    w.hb(0, "a");
+    w.hb(0, "b");
+    w
+}
+
+#[test]
+fn inventory_is_inert_without_drift_repair() {
+    let mut w = World::new(&[node("a", 10, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    result(&mut w, 1, "a", Verb::AssignSecondaryIp, 1, 1);
+    inventory(&mut w, 2, &[]);
+    inventory(&mut w, 3, &["eni-zz"]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1));
+    assert_eq!(w.fed.stream_time_ms(), 3, "inventory moves stream time only");
+}
+
+#[test]
+fn ordinary_hand_overs_never_churn_epochs() {
+    let mut w = drift_world();
+    result(&mut w, 1, "a", Verb::AssignSecondaryIp, 1, 1);
+    inventory(&mut w, 2, &["eni-a"]);
+    w.apply(3, EventKind::Drain { node: "a".into() });
+    assert_eq!(w.epochs("p", "10.0.0.1"), (2, 2));
+    // An observation taken before b's assign landed is ignored once b confirmed later.
+    result(&mut w, 5, "b", Verb::AssignSecondaryIp, 2, 2);
+    inventory(&mut w, 4, &["eni-a"]);
+    inventory(&mut w, 6, &["eni-b"]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (2, 2));
+    assert_eq!(w.fed.recaptures(), 0);
+}
+
+#[test]
+fn drift_that_contradicts_a_confirmation_triggers_a_recapture() {
+    let mut w = drift_world();
+    result(&mut w, 1, "a", Verb::AssignSecondaryIp, 1, 1);
+    // The desired holder confirmed in this epoch, then lost the address.
+    inventory(&mut w, 2, &[]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "captureEpoch moves, the owner does not");
+    assert_eq!(w.fed.desired_holder("p", ip("10.0.0.1"), &CaptureDomain::new("sim1", "g1")), Some("a"));
+    // A NIC nobody confirmed holds it.
+    inventory(&mut w, 3, &["eni-unknown"]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 3));
+    inventory(&mut w, 4, &["eni-b"]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 4), "b holds it without a confirmed capture");
+    assert_eq!(w.fed.recaptures(), 3);
+}
