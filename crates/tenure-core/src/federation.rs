@@ -226,6 +226,8 @@ pub struct Federation {
     drift_repair: bool,
     /// Re-captures triggered by drift so far.
     recaptures: u64,
+    /// With drift repair on: the latest inventory per (provider, address): holders and `at`.
+    observed: BTreeMap<(String, IpAddr), (Vec<String>, u64)>,
 }
 
 impl Federation {
@@ -251,6 +253,7 @@ impl Federation {
             last_eligibility: Vec::new(),
             drift_repair: false,
             recaptures: 0,
+            observed: BTreeMap::new(),
         }
     }
 
@@ -260,7 +263,8 @@ impl Federation {
     /// - the desired holder confirmed its acquire in the current epoch, and its NIC is not among
     ///   the holders (it lost the address), or
     /// - a NIC holds the address whose node is not the desired holder and has no confirmed capture
-    ///   (or is not a known node at all).
+    ///   (or is not a known node at all) — also when nobody is the desired holder, so that the
+    ///   fresh epoch yields a fresh release for the node the inventory shows holding it.
     ///
     /// An inventory observed (`at`) before the confirmation it would contradict is ignored, so
     /// ordinary hand-overs never churn epochs.
@@ -268,6 +272,18 @@ impl Federation {
     pub fn with_drift_repair(mut self, on: bool) -> Self {
         self.drift_repair = on;
         self
+    }
+
+    /// With drift repair on, the NICs the latest inventory of `provider` showed holding `address`.
+    #[must_use]
+    pub fn observed_holders(&self, provider: &str, address: IpAddr) -> Option<&[String]> {
+        self.observed.get(&(provider.to_owned(), address)).map(|(holders, _)| holders.as_slice())
+    }
+
+    /// Whether inventory drives repair (and observed holdings count as captured for releases).
+    #[must_use]
+    pub fn drift_repair(&self) -> bool {
+        self.drift_repair
     }
 
     /// How many re-captures drift repair triggered.
@@ -378,6 +394,10 @@ impl Federation {
             EventKind::Inventory { provider, address, holders } => {
                 if self.drift_repair {
                     self.repair_drift(provider, *address, holders, event.at_ms);
+                    let key = (provider.clone(), *address);
+                    if self.observed.get(&key).is_none_or(|(_, at)| *at <= event.at_ms) {
+                        self.observed.insert(key, (holders.clone(), event.at_ms));
+                    }
                 }
                 Applied::Applied
             }
@@ -454,21 +474,21 @@ impl Federation {
             .iter()
             .map(|nic| self.nodes.iter().position(|n| n.spec.provider == provider && n.spec.nic == *nic))
             .collect();
-        for pool in self.pools.values_mut().filter(|p| !p.deleted && p.spec.provider == provider) {
+        for pool in self.pools.values_mut().filter(|p| p.spec.provider == provider) {
             let domain = pool.capture_domain.clone();
-            let Some(state) = pool.addresses.get_mut(&address).filter(|s| s.active) else { continue };
-            let Some(desired) = state.line.desired_holder else { continue };
+            let Some(state) = pool.addresses.get_mut(&address) else { continue };
+            let desired = state.line.desired_holder.filter(|_| state.active);
             let confirmation_of = |node: NodeId| state.confirmations.iter().find(|c| c.node == node);
-            let lost = confirmation_of(desired).is_some_and(|c| {
+            let lost = desired.and_then(confirmation_of).is_some_and(|c| {
                 c.acquired
                     && c.capture_epoch == state.line.epoch
                     && c.capture_domain == domain
                     && at_ms >= c.at_ms
-                    && !holder_nodes.contains(&Some(desired))
+                    && !holder_nodes.contains(&desired)
             });
             let foreign = holder_nodes.iter().any(|holder| match holder {
                 None => true,
-                Some(node) if *node == desired => false,
+                Some(node) if Some(*node) == desired => false,
                 Some(node) => confirmation_of(*node).is_none_or(|c| !c.acquired && at_ms >= c.at_ms),
             });
             if lost || foreign {

@@ -186,6 +186,16 @@ impl Verb {
         matches!(self, Self::AssignSecondaryIp | Self::EnableForwarding | Self::ProxyArpAdd | Self::Garp)
     }
 
+    /// True for the verbs that put the address on or take it off a NIC (the ones inventory
+    /// can see): assign/unassign and proxy-ARP add/del.
+    #[must_use]
+    pub fn changes_holding(self) -> bool {
+        matches!(
+            self,
+            Self::AssignSecondaryIp | Self::UnassignSecondaryIp | Self::ProxyArpAdd | Self::ProxyArpDel
+        )
+    }
+
     /// The wire name.
     #[must_use]
     pub fn as_str(self) -> &'static str {

@@ -155,10 +155,48 @@ impl<S: JournalStore> NodeEngine<S> {
         &self.store
     }
 
+    /// The store, for a driver that simulates what happens to it in a crash. Memory is stale
+    /// after a change made through this: call [`NodeEngine::restart`].
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
     /// What this node has captured, per (pool, address).
     #[must_use]
     pub fn captured(&self) -> &BTreeMap<(String, IpAddr), CaptureRecord> {
         &self.captured
+    }
+
+    /// Results the log has not confirmed yet: per (pool, address), this node's last executed
+    /// holding verb (assign/unassign, proxy-arp add/del) whose `action-result` the view does not
+    /// show. The agent re-reports them (the outbox of results), so that a result lost with a
+    /// partition or a crash still reaches the log and drift repair can rely on confirmations.
+    #[must_use]
+    pub fn unconfirmed_results(&self, view: &Federation) -> Vec<String> {
+        let Some(node) = view.node_id(&self.name) else { return Vec::new() };
+        let mut last: BTreeMap<(&str, IpAddr), (u64, &StampedAction)> = BTreeMap::new();
+        for entry in &self.state.entries {
+            let (Some(seq), true) = (entry.executed_seq, entry.action.verb.changes_holding()) else {
+                continue;
+            };
+            let slot = last
+                .entry((entry.action.pool.as_str(), entry.action.address))
+                .or_insert((seq, &entry.action));
+            if seq >= slot.0 {
+                *slot = (seq, &entry.action);
+            }
+        }
+        last.into_values()
+            .filter(|(_, action)| {
+                let confirmed = view
+                    .address(&action.pool, action.address)
+                    .and_then(|state| state.confirmations.iter().find(|c| c.node == node));
+                confirmed.is_none_or(|c| {
+                    c.capture_epoch != action.capture_epoch || c.acquired != action.verb.is_acquire()
+                })
+            })
+            .map(|(_, action)| action.idempotency_key.clone())
+            .collect()
     }
 
     /// Keys of entries that are `approved` now (for `resume`'s "approved before the pause").
@@ -312,9 +350,19 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
         let candidates: Vec<usize> =
             self.open.iter().copied().filter(|i| !self.in_flight.contains(i)).collect();
+        // One call per address at a time: a release must never overtake an acquire still in
+        // flight (or the reverse), or the provider ends in the state of the older call.
+        let busy: BTreeSet<(String, IpAddr)> = self
+            .in_flight
+            .iter()
+            .map(|i| (self.state.entries[*i].action.pool.clone(), self.state.entries[*i].action.address))
+            .collect();
         for index in candidates {
             let entry = &self.state.entries[index];
             if only.is_some_and(|keys| !keys.contains(&entry.action.idempotency_key)) {
+                continue;
+            }
+            if busy.contains(&(entry.action.pool.clone(), entry.action.address)) {
                 continue;
             }
             if entry.state == EntryState::Pending {

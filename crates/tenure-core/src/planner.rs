@@ -72,7 +72,27 @@ pub fn plan(
         }
     }
 
-    for ((pool_name, address), record) in captured {
+    // With drift repair on, what the provider last showed on this node's NIC counts as captured
+    // too: a call that landed while the node crashed before recording it must still be released.
+    let mut captured = captured.clone();
+    if view.drift_repair() {
+        for (pool_name, pool) in
+            view.pools().iter().filter(|(_, p)| p.spec.provider == node_state.spec.provider)
+        {
+            for address in pool.addresses.keys() {
+                let observed = view.observed_holders(&pool.spec.provider, *address);
+                if observed.is_some_and(|holders| holders.contains(&node_state.spec.nic)) {
+                    captured.entry((pool_name.clone(), *address)).or_insert_with(|| CaptureRecord {
+                        provider: pool.spec.provider.clone(),
+                        nic: node_state.spec.nic.clone(),
+                        capture_domain: pool.capture_domain.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    for ((pool_name, address), record) in &captured {
         if view.desired_holder(pool_name, *address, &record.capture_domain) == Some(node_name) {
             continue;
         }

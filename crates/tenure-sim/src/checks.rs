@@ -1,0 +1,146 @@
+//! The invariants, each its own kind, and the pieces of checking that are pure functions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use serde::Serialize;
+use tenure_core::federation::{Federation, NodeId};
+use tenure_core::model::StampedAction;
+
+use crate::config::Mode;
+
+/// One broken invariant's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ViolationKind {
+    /// An action reached a provider while it was stale at the log head (SPEC 6 rule).
+    StaleExecution,
+    /// A node executed below an epoch it had executed before (its high-water mark was lost).
+    BelowHighWater,
+    /// A provider call came from a node cut off from the log head.
+    PartitionedExecution,
+    /// A token of some key went down on the head or on a node's view.
+    TokenDecrease,
+    /// A node's view differs from the head's state at the same log prefix.
+    DivergentMaps,
+    /// A cloud address was on two NICs.
+    DoubleAssignment,
+    /// A node owned more addresses than its capacity.
+    CapacityExceeded,
+    /// Two hosts answered ARP for one on-prem address.
+    OnpremSplitAnswer,
+    /// With faults stopped, the fleet did not converge within the bound.
+    NoConvergence,
+}
+
+impl ViolationKind {
+    /// The kebab-case name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::StaleExecution => "stale-execution",
+            Self::BelowHighWater => "below-high-water",
+            Self::PartitionedExecution => "partitioned-execution",
+            Self::TokenDecrease => "token-decrease",
+            Self::DivergentMaps => "divergent-maps",
+            Self::DoubleAssignment => "double-assignment",
+            Self::CapacityExceeded => "capacity-exceeded",
+            Self::OnpremSplitAnswer => "onprem-split-answer",
+            Self::NoConvergence => "no-convergence",
+        }
+    }
+
+    /// Whether `mode` predicts this violation (a documented limit, SPEC 9).
+    #[must_use]
+    pub fn predicted_in(self, mode: Mode) -> bool {
+        match mode {
+            Mode::Cloud | Mode::Onprem => false,
+            Mode::OnpremNoAuthority => self == Self::OnpremSplitAnswer,
+            Mode::PausedCall => matches!(self, Self::StaleExecution | Self::PartitionedExecution),
+        }
+    }
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One broken invariant, where it was seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Safety step (or liveness round, after the safety steps) at which it was seen.
+    pub step: u64,
+    /// Its kind.
+    pub kind: ViolationKind,
+    /// What exactly.
+    pub detail: String,
+}
+
+/// Why an action is stale at `head`, re-derived without the fence module; `None` if current.
+#[must_use]
+pub fn staleness(action: &StampedAction, head: &Federation) -> Option<String> {
+    let capture = head.capture_epoch(&action.pool, action.address, &action.capture_domain);
+    if action.capture_epoch != capture {
+        return Some(format!("captureEpoch {} but head has {capture}", action.capture_epoch));
+    }
+    let ownership = head.ownership_epoch(&action.pool, action.address);
+    if head.epoch_locking(&action.pool) && action.ownership_epoch != ownership {
+        return Some(format!("ownershipEpoch {} but head has {ownership}", action.ownership_epoch));
+    }
+    let holder = head.desired_holder(&action.pool, action.address, &action.capture_domain);
+    if action.verb.is_acquire() != (holder == Some(action.holder.as_str())) {
+        return Some(format!("holder {} but desired holder is {}", action.holder, holder.unwrap_or("none")));
+    }
+    None
+}
+
+/// A fingerprint of everything a node's map consists of: owners, desired flags and tokens.
+#[must_use]
+pub fn fingerprint(federation: &Federation) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    federation.stream_time_ms().hash(&mut hasher);
+    for (name, pool) in federation.pools() {
+        name.hash(&mut hasher);
+        pool.deleted.hash(&mut hasher);
+        for (address, state) in &pool.addresses {
+            (address, state.active, state.desired, state.owner).hash(&mut hasher);
+            (state.ownership_epoch.get(), state.line.epoch.get(), state.line.desired_holder)
+                .hash(&mut hasher);
+        }
+    }
+    hasher.finish()
+}
+
+/// Every token of a federation, by key, for monotonicity checks.
+#[must_use]
+pub fn tokens(federation: &Federation) -> BTreeMap<(String, std::net::IpAddr), (u64, u64)> {
+    let mut all = BTreeMap::new();
+    for (name, pool) in federation.pools() {
+        for (address, state) in &pool.addresses {
+            all.insert((name.clone(), *address), (state.ownership_epoch.get(), state.line.epoch.get()));
+        }
+    }
+    all
+}
+
+/// Owners per node at the head, against capacity.
+#[must_use]
+pub fn capacity_excess(federation: &Federation) -> Option<String> {
+    let mut held: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for pool in federation.pools().values().filter(|p| !p.deleted) {
+        for state in pool.addresses.values().filter(|a| a.active) {
+            if let Some(owner) = state.owner {
+                *held.entry(owner).or_default() += 1;
+            }
+        }
+    }
+    held.into_iter().find_map(|(node, count)| {
+        let spec = &federation.nodes()[node].spec;
+        spec.capacity
+            .filter(|cap| count > *cap)
+            .map(|cap| format!("{} owns {count} addresses, capacity {cap}", spec.name))
+    })
+}

@@ -1,0 +1,912 @@
+//! The simulated world of one seed: the log and its head, every node's real engine and view,
+//! the simulated provider with its in-flight calls, the message delays — and the driver that
+//! moves it step by step, every choice drawn from one seeded generator.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use rand::Rng;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tenure_core::federation::Federation;
+use tenure_core::journal::EntryState;
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, Verb, VrrpState};
+use tenure_core::node::NodeEngine;
+use tenure_core::sim_provider::SimProvider;
+
+use crate::checks::{self, Violation, ViolationKind};
+use crate::config::{Fault, LIVENESS_ROUNDS_MAX, Mode, SimConfig};
+use crate::plot::Timeline;
+use crate::store::LossyJournalStore;
+use crate::topology::{self, PROVIDER, Topology};
+
+/// Most events waiting in the delay queue; beyond it, delays are dropped (lost).
+pub const DELAYED_EVENTS_MAX: usize = 100_000;
+/// Most violations kept per seed (all are counted).
+pub const VIOLATIONS_KEPT_MAX: usize = 64;
+/// Stream-time length of one liveness round, in ms.
+pub const LIVENESS_ROUND_MS: u64 = 250;
+
+/// Per-seed probabilities of the continuous faults, drawn from the seed (0 when disabled).
+#[derive(Clone, Debug, Default)]
+struct Chances {
+    heartbeat_loss: f64,
+    heartbeat_delay: f64,
+    result_delay: f64,
+    result_duplicate: f64,
+    provider_fail: f64,
+    provider_slow: f64,
+    async_assign: f64,
+    azure_two_step: f64,
+    inventory_delay: f64,
+    stall_at_call: f64,
+    /// Discrete faults and their relative weights.
+    discrete: Vec<(Fault, u32)>,
+}
+
+/// One node of the simulation.
+struct SimNode {
+    engine: NodeEngine<LossyJournalStore>,
+    view: Federation,
+    cursor: usize,
+    paused: bool,
+    approved_before_pause: BTreeSet<String>,
+    /// Calls that passed the gate just before the node froze (paused-call mode).
+    stalled: Vec<StampedAction>,
+    partitioned: bool,
+    /// Bumped at every crash: results of calls from an earlier life are not delivered.
+    incarnation: u64,
+    skew_ms: i64,
+    /// Tokens of the node's view in this incarnation (a restarted view starts from scratch).
+    view_tokens: BTreeMap<(String, IpAddr), (u64, u64)>,
+    /// Highest capture epoch this node ever executed per line, across restarts.
+    executed_epochs: BTreeMap<(String, IpAddr), u64>,
+}
+
+/// A provider call on its way.
+struct PendingCall {
+    land_at_ms: u64,
+    node: usize,
+    incarnation: u64,
+    action: StampedAction,
+    fail: bool,
+}
+
+/// What one seed produced.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// The mode.
+    pub mode: String,
+    /// Violations seen (at most `VIOLATIONS_KEPT_MAX` kept).
+    pub violations: Vec<Violation>,
+    /// How many violations were seen in all.
+    pub violations_total: u64,
+    /// Liveness rounds until convergence, or none.
+    pub converged_after_rounds: Option<u32>,
+    /// Events appended to the log.
+    pub events: u64,
+    /// Provider calls made.
+    pub provider_calls: u64,
+    /// Stale calls that landed (the paused-call limit).
+    pub stale_calls: u64,
+    /// Re-captures triggered by drift repair.
+    pub recaptures: u64,
+    /// Faults injected, by name.
+    pub faults: BTreeMap<String, u64>,
+}
+
+impl SeedReport {
+    /// Violations the mode does not predict.
+    pub fn unexpected(&self) -> impl Iterator<Item = &Violation> {
+        let mode: Mode = self.mode.parse().expect("the mode printed itself");
+        self.violations.iter().filter(move |v| !v.kind.predicted_in(mode))
+    }
+
+    /// Whether the seed failed: an unexpected violation, or no convergence.
+    #[must_use]
+    pub fn failed(&self) -> bool {
+        self.unexpected().next().is_some() || self.converged_after_rounds.is_none()
+    }
+}
+
+/// The world of one seed.
+pub struct World {
+    rng: ChaCha8Rng,
+    config: SimConfig,
+    topology: Topology,
+    chances: Chances,
+    registry: Federation,
+    head: Federation,
+    log: Vec<Event>,
+    head_fingerprints: Vec<u64>,
+    head_tokens: BTreeMap<(String, IpAddr), (u64, u64)>,
+    nodes: Vec<SimNode>,
+    provider: SimProvider,
+    calls: Vec<PendingCall>,
+    delayed: Vec<(u64, u64, Event)>,
+    delayed_seq: u64,
+    pools: Vec<Option<PoolSpec>>,
+    vrrp_master: Option<usize>,
+    now_ms: u64,
+    step: u64,
+    violations: Vec<Violation>,
+    violations_total: u64,
+    provider_calls: u64,
+    stale_calls: u64,
+    faults: BTreeMap<String, u64>,
+    timeline: Option<Timeline>,
+}
+
+impl World {
+    /// Builds the world of `seed`. With `plot`, a timeline is recorded for `--plot`.
+    #[must_use]
+    pub fn new(seed: u64, config: &SimConfig, plot: bool) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let topology = topology::generate(&mut rng, config);
+        let chances = draw_chances(&mut rng, config);
+        let registry = Federation::new(&topology.nodes, std::slice::from_ref(&topology.provider))
+            .with_drift_repair(true);
+        let nodes = topology
+            .nodes
+            .iter()
+            .map(|spec| SimNode {
+                engine: NodeEngine::open(&spec.name, LossyJournalStore::new()).expect("memory store"),
+                view: registry.clone(),
+                cursor: 0,
+                paused: false,
+                approved_before_pause: BTreeSet::new(),
+                stalled: Vec::new(),
+                partitioned: false,
+                incarnation: 0,
+                skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
+                view_tokens: BTreeMap::new(),
+                executed_epochs: BTreeMap::new(),
+            })
+            .collect();
+        let timeline = plot.then(|| Timeline::new(&topology));
+        let mut world = Self {
+            rng,
+            config: config.clone(),
+            provider: SimProvider::new(topology.provider.kind),
+            pools: topology.pools.iter().cloned().map(Some).collect(),
+            topology,
+            chances,
+            head: registry.clone(),
+            registry,
+            log: Vec::new(),
+            head_fingerprints: Vec::new(),
+            head_tokens: BTreeMap::new(),
+            nodes,
+            calls: Vec::new(),
+            delayed: Vec::new(),
+            delayed_seq: 0,
+            vrrp_master: None,
+            now_ms: 0,
+            step: 0,
+            violations: Vec::new(),
+            violations_total: 0,
+            provider_calls: 0,
+            stale_calls: 0,
+            faults: BTreeMap::new(),
+            timeline,
+        };
+        world.head_fingerprints.push(checks::fingerprint(&world.head));
+        world.start();
+        world
+    }
+
+    fn start(&mut self) {
+        for spec in self.topology.pools.clone() {
+            self.append(Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec) } });
+        }
+        if self.topology.provider.kind == ProviderKind::SimOnprem {
+            let master = self.rng.random_range(0..self.nodes.len());
+            self.set_vrrp_master(master);
+        }
+        for node in 0..self.nodes.len() {
+            let name = self.name(node);
+            self.append(Event { at_ms: 0, kind: EventKind::Heartbeat { node: name } });
+        }
+    }
+
+    fn name(&self, node: usize) -> String {
+        self.topology.nodes[node].name.clone()
+    }
+
+    fn violation(&mut self, kind: ViolationKind, detail: String) {
+        self.violations_total += 1;
+        if self.violations.len() < VIOLATIONS_KEPT_MAX {
+            self.violations.push(Violation { step: self.step, kind, detail });
+        }
+    }
+
+    fn count_fault(&mut self, fault: Fault) {
+        *self.faults.entry(fault.name().to_owned()).or_default() += 1;
+        if let Some(timeline) = &mut self.timeline {
+            timeline.mark(self.head.stream_time_ms(), fault.name());
+        }
+    }
+
+    /// The event time a node stamps: the true time plus its clock skew.
+    fn stamp(&self, node: usize) -> u64 {
+        self.now_ms.saturating_add_signed(self.nodes[node].skew_ms)
+    }
+
+    /// Appends an event to the log, applies it to the head and checks the head.
+    fn append(&mut self, event: Event) {
+        if let Err(rejected) = self.head.apply(&event) {
+            // The simulator only generates well-formed events; a rejection is a bug in it.
+            panic!("the head rejected a generated event: {rejected}");
+        }
+        self.log.push(event);
+        self.head_fingerprints.push(checks::fingerprint(&self.head));
+        let tokens = checks::tokens(&self.head);
+        let mut went_down = Vec::new();
+        for (key, now) in &tokens {
+            if let Some(before) = self.head_tokens.get(key) {
+                if now.0 < before.0 || now.1 < before.1 {
+                    went_down.push(format!("head: {}/{} went from {before:?} to {now:?}", key.0, key.1));
+                }
+            }
+        }
+        self.head_tokens = tokens;
+        for detail in went_down {
+            self.violation(ViolationKind::TokenDecrease, detail);
+        }
+        if let Some(detail) = checks::capacity_excess(&self.head) {
+            self.violation(ViolationKind::CapacityExceeded, detail);
+        }
+    }
+
+    fn delay(&mut self, deliver_at_ms: u64, event: Event) {
+        if self.delayed.len() < DELAYED_EVENTS_MAX {
+            self.delayed_seq += 1;
+            self.delayed.push((deliver_at_ms, self.delayed_seq, event));
+        }
+    }
+
+    fn deliver_due(&mut self) {
+        let now = self.now_ms;
+        let mut due: Vec<(u64, u64, Event)> = Vec::new();
+        let mut keep = Vec::new();
+        for item in self.delayed.drain(..) {
+            if item.0 <= now { due.push(item) } else { keep.push(item) }
+        }
+        self.delayed = keep;
+        due.sort_by_key(|(at, seq, _)| (*at, *seq));
+        for (_, _, event) in due {
+            self.append(event);
+        }
+    }
+
+    fn set_vrrp_master(&mut self, master: usize) {
+        self.vrrp_master = Some(master);
+        for node in 0..self.nodes.len() {
+            let state = if node == master { VrrpState::Master } else { VrrpState::Backup };
+            let at_ms = self.stamp(node);
+            self.append(Event { at_ms, kind: EventKind::Vrrp { node: self.name(node), state } });
+        }
+    }
+
+    // ---------------------------------------------------------------- node steps
+
+    fn catch_up(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        for event in &self.log[n.cursor..] {
+            n.view.apply(event).expect("the head accepted this event");
+        }
+        n.cursor = self.log.len();
+        let cursor = n.cursor;
+        let fingerprint = checks::fingerprint(&n.view);
+        if fingerprint != self.head_fingerprints[cursor] {
+            let detail = format!("{} at log prefix {cursor} differs from the head", self.name(node));
+            self.violation(ViolationKind::DivergentMaps, detail);
+        }
+        let tokens = checks::tokens(&self.nodes[node].view);
+        let mut went_down = Vec::new();
+        for (key, now) in &tokens {
+            if let Some(before) = self.nodes[node].view_tokens.get(key) {
+                if now.0 < before.0 || now.1 < before.1 {
+                    went_down.push(format!(
+                        "{}: {}/{} went from {before:?} to {now:?}",
+                        self.name(node),
+                        key.0,
+                        key.1
+                    ));
+                }
+            }
+        }
+        self.nodes[node].view_tokens = tokens;
+        for detail in went_down {
+            self.violation(ViolationKind::TokenDecrease, detail);
+        }
+    }
+
+    fn reconcile(&mut self, node: usize) {
+        if self.nodes[node].partitioned || self.nodes[node].paused {
+            return;
+        }
+        self.catch_up(node);
+        let n = &mut self.nodes[node];
+        n.engine.reconcile(&n.view, &self.head).expect("memory store");
+        // The outbox of results: what the log has not confirmed is reported again.
+        for key in self.nodes[node].engine.unconfirmed_results(&self.nodes[node].view) {
+            let event = Event {
+                at_ms: self.stamp(node),
+                kind: EventKind::ActionResult {
+                    node: self.name(node),
+                    idempotency_key: key,
+                    outcome: ActionOutcome::Executed,
+                    detail: "re-reported".to_owned(),
+                },
+            };
+            self.append(event);
+        }
+    }
+
+    fn execute(&mut self, node: usize, only: Option<&BTreeSet<String>>) {
+        loop {
+            if self.nodes[node].partitioned {
+                return;
+            }
+            let next = self.nodes[node].engine.poll_execution(&self.head, only).expect("memory store");
+            let Some(action) = next else { return };
+            if self.rng.random_bool(self.chances.stall_at_call) {
+                // Frozen between the gate check and the call: the call goes out on resume.
+                self.nodes[node].stalled.push(action);
+                self.pause(node);
+                return;
+            }
+            self.call(node, action);
+        }
+    }
+
+    fn pause(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        if !n.paused {
+            n.paused = true;
+            n.approved_before_pause = n.engine.approved_keys();
+        }
+    }
+
+    fn resume(&mut self, node: usize) {
+        if !self.nodes[node].paused {
+            return;
+        }
+        self.nodes[node].paused = false;
+        // A frozen process that wakes up finishes the call it was making, connected or not.
+        for action in std::mem::take(&mut self.nodes[node].stalled) {
+            self.call(node, action);
+        }
+        if self.nodes[node].partitioned {
+            return;
+        }
+        let only = std::mem::take(&mut self.nodes[node].approved_before_pause);
+        self.execute(node, Some(&only));
+        self.catch_up(node);
+    }
+
+    fn crash(&mut self, node: usize, lossy: bool) {
+        let n = &mut self.nodes[node];
+        if lossy {
+            n.engine.store_mut().lose_unsynced();
+        }
+        n.engine.restart().expect("memory store");
+        n.view = self.registry.clone();
+        n.cursor = 0;
+        n.paused = false;
+        n.approved_before_pause.clear();
+        n.stalled.clear();
+        n.incarnation += 1;
+        n.view_tokens.clear();
+    }
+
+    // ---------------------------------------------------------------- the provider
+
+    fn call(&mut self, node: usize, action: StampedAction) {
+        self.provider_calls += 1;
+        if self.nodes[node].partitioned {
+            let detail = format!("{} called {} while cut off", self.name(node), action.idempotency_key);
+            self.violation(ViolationKind::PartitionedExecution, detail);
+        }
+        if let Some(why) = checks::staleness(&action, &self.head) {
+            self.stale_calls += 1;
+            let detail = format!("{}: {} ({why})", self.name(node), action.idempotency_key);
+            self.violation(ViolationKind::StaleExecution, detail);
+        }
+        let line = (action.pool.clone(), action.address);
+        let executed_before = self.nodes[node].executed_epochs.get(&line).copied().unwrap_or(0);
+        if action.capture_epoch.get() < executed_before {
+            let detail = format!(
+                "{} executed {} below epoch {executed_before} it executed before",
+                self.name(node),
+                action.idempotency_key
+            );
+            self.violation(ViolationKind::BelowHighWater, detail);
+        }
+        let entry = self.nodes[node].executed_epochs.entry(line).or_default();
+        *entry = (*entry).max(action.capture_epoch.get());
+
+        let fail = self.rng.random_bool(self.chances.provider_fail);
+        let mut latency_ms = if self.rng.random_bool(self.chances.provider_slow) {
+            self.rng.random_range(200..3_000)
+        } else {
+            0
+        };
+        if action.verb == Verb::AssignSecondaryIp && !fail {
+            if self.rng.random_bool(self.chances.azure_two_step) {
+                // Azure: remove the ipConfig from the other NICs now, add it to ours later.
+                let others: Vec<String> = self
+                    .provider
+                    .holdings()
+                    .get(&action.address)
+                    .map(|nics| nics.iter().filter(|n| **n != action.nic).cloned().collect())
+                    .unwrap_or_default();
+                for nic in others {
+                    self.provider.inject_loss(action.address, &nic);
+                }
+                latency_ms = latency_ms.max(self.rng.random_range(50..1_000));
+            } else if self.rng.random_bool(self.chances.async_assign) {
+                latency_ms = latency_ms.max(self.rng.random_range(50..1_500));
+            }
+        }
+        let incarnation = self.nodes[node].incarnation;
+        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, fail };
+        if latency_ms == 0 {
+            self.land(call);
+        } else {
+            self.calls.push(call);
+        }
+    }
+
+    fn land_due(&mut self, all: bool) {
+        let now = self.now_ms;
+        let mut due = Vec::new();
+        let mut keep = Vec::new();
+        for call in self.calls.drain(..) {
+            if all || call.land_at_ms <= now { due.push(call) } else { keep.push(call) }
+        }
+        self.calls = keep;
+        due.sort_by_key(|c| c.land_at_ms);
+        for call in due {
+            self.land(call);
+        }
+    }
+
+    /// The call completes: its effect (unless it failed), the result to the node, and the
+    /// `action-result` event to the log.
+    fn land(&mut self, call: PendingCall) {
+        let (outcome, detail) = if call.fail {
+            (ActionOutcome::Failed, "provider error (simulated)".to_owned())
+        } else {
+            match self.provider.execute(&call.action) {
+                Ok(detail) => (ActionOutcome::Executed, detail),
+                Err(e) => (ActionOutcome::Failed, e.to_string()),
+            }
+        };
+        self.check_provider(call.action.address);
+        let node = call.node;
+        if self.nodes[node].incarnation != call.incarnation {
+            return;
+        }
+        let key = call.action.idempotency_key.clone();
+        // A result for an entry no longer in flight (a duplicate) is ignored by the engine.
+        let _ = self.nodes[node].engine.handle_execution_result(&key, outcome, Some(detail.clone()));
+        if self.nodes[node].partitioned {
+            return;
+        }
+        let event = Event {
+            at_ms: self.stamp(node),
+            kind: EventKind::ActionResult { node: self.name(node), idempotency_key: key, outcome, detail },
+        };
+        let copies = if self.rng.random_bool(self.chances.result_duplicate) { 2 } else { 1 };
+        for _ in 0..copies {
+            if self.rng.random_bool(self.chances.result_delay) {
+                let at = self.now_ms + self.rng.random_range(50..2_000);
+                self.delay(at, event.clone());
+            } else {
+                self.append(event.clone());
+            }
+        }
+    }
+
+    fn check_provider(&mut self, address: IpAddr) {
+        let Some(nics) = self.provider.holdings().get(&address) else { return };
+        match self.topology.provider.kind {
+            ProviderKind::SimCloud if nics.len() > 1 => {
+                let detail = format!("{address} on {}", nics.iter().cloned().collect::<Vec<_>>().join(","));
+                self.violation(ViolationKind::DoubleAssignment, detail);
+            }
+            ProviderKind::SimOnprem => {
+                // keepalived is the data-plane authority: only the VRRP master's entry answers.
+                let answering: Vec<&String> = nics
+                    .iter()
+                    .filter(|nic| match self.config.mode {
+                        Mode::Onprem => self.vrrp_master.is_some_and(|m| self.topology.nodes[m].nic == **nic),
+                        _ => true,
+                    })
+                    .collect();
+                if answering.len() > 1 {
+                    let list: Vec<&str> = answering.iter().map(|s| s.as_str()).collect();
+                    let detail = format!("{address} answered by {}", list.join(","));
+                    self.violation(ViolationKind::OnpremSplitAnswer, detail);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn observe_inventory(&mut self, address: IpAddr, delayed: bool) {
+        let holders: Vec<String> =
+            self.provider.holdings().get(&address).map(|n| n.iter().cloned().collect()).unwrap_or_default();
+        let event = Event {
+            at_ms: self.now_ms,
+            kind: EventKind::Inventory { provider: PROVIDER.into(), address, holders },
+        };
+        if delayed {
+            let at = self.now_ms + self.rng.random_range(50..1_500);
+            self.delay(at, event);
+        } else {
+            self.append(event);
+        }
+    }
+
+    // ---------------------------------------------------------------- the safety phase
+
+    fn tick(&mut self) {
+        self.now_ms += self.rng.random_range(1..150);
+        for node in 0..self.nodes.len() {
+            let n = &self.nodes[node];
+            if n.partitioned || n.paused || self.rng.random_bool(self.chances.heartbeat_loss) {
+                continue;
+            }
+            let event =
+                Event { at_ms: self.stamp(node), kind: EventKind::Heartbeat { node: self.name(node) } };
+            if self.rng.random_bool(self.chances.heartbeat_delay) {
+                let at = self.now_ms + self.rng.random_range(100..2_500);
+                self.delay(at, event);
+            } else {
+                self.append(event);
+            }
+        }
+        self.deliver_due();
+        self.land_due(false);
+    }
+
+    fn random_node(&mut self) -> usize {
+        self.rng.random_range(0..self.nodes.len())
+    }
+
+    fn random_address(&mut self) -> (usize, IpAddr) {
+        let pool = self.rng.random_range(0..self.topology.address_ranges.len());
+        let range = &self.topology.address_ranges[pool];
+        (pool, range[self.rng.random_range(0..range.len())])
+    }
+
+    fn inject(&mut self, fault: Fault) {
+        self.count_fault(fault);
+        match fault {
+            Fault::Crash | Fault::CrashLossy => {
+                let node = self.random_node();
+                self.crash(node, fault == Fault::CrashLossy);
+            }
+            Fault::Pause => {
+                let node = self.random_node();
+                if self.nodes[node].paused { self.resume(node) } else { self.pause(node) }
+            }
+            Fault::Partition => {
+                let node = self.random_node();
+                self.nodes[node].partitioned = !self.nodes[node].partitioned;
+            }
+            Fault::Drain => {
+                let node = self.random_node();
+                let kind = if self.rng.random_bool(0.5) {
+                    EventKind::Drain { node: self.name(node) }
+                } else {
+                    EventKind::Undrain { node: self.name(node) }
+                };
+                self.append(Event { at_ms: self.now_ms, kind });
+            }
+            Fault::Health => {
+                let node = self.random_node();
+                let healthy = self.rng.random_bool(0.6);
+                let at_ms = self.stamp(node);
+                self.append(Event { at_ms, kind: EventKind::Health { node: self.name(node), healthy } });
+            }
+            Fault::Vrrp => {
+                let node = self.random_node();
+                if self.topology.provider.kind == ProviderKind::SimOnprem {
+                    self.set_vrrp_master(node);
+                }
+            }
+            Fault::PoolChurn => self.churn_pool(),
+            Fault::DesireBurst => {
+                let (pool, _) = self.random_address();
+                let desired = self.rng.random_bool(0.5);
+                for _ in 0..self.rng.random_range(1..6) {
+                    let range = &self.topology.address_ranges[pool];
+                    let address = range[self.rng.random_range(0..range.len())];
+                    let name = self.topology.pools[pool].name.clone();
+                    let kind = if desired {
+                        EventKind::Desire { pool: name, address }
+                    } else {
+                        EventKind::Undesire { pool: name, address }
+                    };
+                    self.append(Event { at_ms: self.now_ms, kind });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn churn_pool(&mut self) {
+        let pool = self.rng.random_range(0..self.pools.len());
+        let name = self.topology.pools[pool].name.clone();
+        let roll = self.rng.random_range(0..10);
+        let current = self.pools[pool].clone();
+        let event = match current {
+            Some(_) if roll < 2 => {
+                self.pools[pool] = None;
+                EventKind::PoolDeleted { pool: name }
+            }
+            _ => {
+                let mut spec = current.unwrap_or_else(|| self.topology.pools[pool].clone());
+                let range = &self.topology.address_ranges[pool];
+                let keep: Vec<IpAddr> = range.iter().copied().filter(|_| self.rng.random_bool(0.9)).collect();
+                spec.addresses = if keep.is_empty() { range.clone() } else { keep };
+                if roll >= 8 {
+                    spec.preempt = !spec.preempt;
+                }
+                self.pools[pool] = Some(spec.clone());
+                EventKind::PoolApplied { spec: Box::new(spec) }
+            }
+        };
+        self.append(Event { at_ms: self.now_ms, kind: event });
+    }
+
+    fn safety_step(&mut self) {
+        self.step += 1;
+        let roll = self.rng.random_range(0..100);
+        match roll {
+            0..30 => self.tick(),
+            30..52 => {
+                let node = self.random_node();
+                self.reconcile(node);
+            }
+            52..74 => {
+                let node = self.random_node();
+                self.execute(node, None);
+            }
+            74..82 => {
+                let (_, address) = self.random_address();
+                let delayed = self.rng.random_bool(self.chances.inventory_delay);
+                self.observe_inventory(address, delayed);
+            }
+            _ => {
+                let total: u32 = self.chances.discrete.iter().map(|(_, w)| *w).sum();
+                if total > 0 {
+                    let mut pick = self.rng.random_range(0..total);
+                    let fault = self
+                        .chances
+                        .discrete
+                        .iter()
+                        .find(|(_, w)| {
+                            let hit = pick < *w;
+                            pick = pick.saturating_sub(*w);
+                            hit
+                        })
+                        .map(|(f, _)| *f)
+                        .expect("pick is below the total weight");
+                    self.inject(fault);
+                }
+            }
+        }
+        self.sample();
+    }
+
+    fn sample(&mut self) {
+        if let Some(timeline) = &mut self.timeline {
+            timeline.sample(&self.head, &self.provider);
+        }
+    }
+
+    // ---------------------------------------------------------------- the liveness phase
+
+    /// Faults stop: every node is healed and resumed; then rounds of heartbeats, approvals,
+    /// reconciles, executions and inventory until the fleet converges or the bound is reached.
+    fn liveness(&mut self) -> Option<u32> {
+        self.chances = Chances::default();
+        for node in 0..self.nodes.len() {
+            self.nodes[node].partitioned = false;
+            self.resume(node);
+        }
+        for round in 0..LIVENESS_ROUNDS_MAX {
+            self.step += 1;
+            self.now_ms += LIVENESS_ROUND_MS;
+            self.deliver_due();
+            self.land_due(false);
+            for node in 0..self.nodes.len() {
+                let at_ms = self.stamp(node);
+                self.append(Event { at_ms, kind: EventKind::Heartbeat { node: self.name(node) } });
+            }
+            self.approve_pending();
+            for node in 0..self.nodes.len() {
+                self.reconcile(node);
+                self.execute(node, None);
+            }
+            let addresses: Vec<IpAddr> = self.topology.address_ranges.iter().flatten().copied().collect();
+            for address in addresses {
+                self.observe_inventory(address, false);
+            }
+            self.sample();
+            if self.converged().is_ok() {
+                return Some(round + 1);
+            }
+        }
+        if let Err(why) = self.converged() {
+            let detail = format!("{why}; {}", self.explain(&why));
+            self.violation(ViolationKind::NoConvergence, detail);
+        }
+        None
+    }
+
+    /// What the head and every journal say about the address named in `why` (for failures).
+    fn explain(&self, why: &str) -> String {
+        let Some((pool, rest)) = why.split_once('/') else { return String::new() };
+        let Some(address) = rest.split(':').next().and_then(|a| a.parse::<IpAddr>().ok()) else {
+            return String::new();
+        };
+        let mut out = String::new();
+        if let Some(state) = self.head.address(pool, address) {
+            out.push_str(&format!(
+                "head: active={} desired={} owner={:?} holder={:?} oe={} ce={} confirmations={:?} observed={:?}",
+                state.active,
+                state.desired,
+                state.owner.map(|o| self.head.node_name(o).to_owned()),
+                state.line.desired_holder.map(|o| self.head.node_name(o).to_owned()),
+                state.ownership_epoch,
+                state.line.epoch,
+                state.confirmations.iter().map(|c| (c.node, c.capture_epoch.get(), c.acquired, c.at_ms)).collect::<Vec<_>>(),
+                self.head.observed_holders(PROVIDER, address),
+            ));
+        }
+        for n in &self.nodes {
+            let entries: Vec<String> = n
+                .engine
+                .entries()
+                .iter()
+                .filter(|e| e.action.pool == pool && e.action.address == address)
+                .map(|e| format!("{}@{}:{:?}", e.action.verb, e.action.capture_epoch, e.state))
+                .collect();
+            if !entries.is_empty() {
+                out.push_str(&format!(" | {} [{}]", n.engine.name(), entries.join(" ")));
+            }
+        }
+        out
+    }
+
+    fn approve_pending(&mut self) {
+        let mut keys = BTreeSet::new();
+        for n in &self.nodes {
+            for entry in n.engine.entries().iter().filter(|e| e.state == EntryState::Pending) {
+                if !self.head.is_approved(&entry.action.idempotency_key) {
+                    keys.insert(entry.action.idempotency_key.clone());
+                }
+            }
+        }
+        for key in keys {
+            self.append(Event { at_ms: self.now_ms, kind: EventKind::Approve { idempotency_key: key } });
+        }
+    }
+
+    /// Converged: nothing in flight; every address held exactly by its arbitrated, desired
+    /// owner's NIC and by nothing else; no open journal entry is stale.
+    fn converged(&self) -> Result<(), String> {
+        if !self.calls.is_empty() || !self.delayed.is_empty() {
+            return Err(format!(
+                "{} calls and {} events still in flight",
+                self.calls.len(),
+                self.delayed.len()
+            ));
+        }
+        for (pool_index, range) in self.topology.address_ranges.iter().enumerate() {
+            let pool_name = &self.topology.pools[pool_index].name;
+            for address in range {
+                let expected: Vec<String> = self
+                    .head
+                    .pools()
+                    .get(pool_name)
+                    .filter(|p| !p.deleted)
+                    .and_then(|p| p.addresses.get(address))
+                    .filter(|a| a.active && a.desired)
+                    .and_then(|a| a.owner)
+                    .map(|owner| vec![self.head.nodes()[owner].spec.nic.clone()])
+                    .unwrap_or_default();
+                let held: Vec<String> = self
+                    .provider
+                    .holdings()
+                    .get(address)
+                    .map(|n| n.iter().cloned().collect())
+                    .unwrap_or_default();
+                if held != expected {
+                    return Err(format!("{pool_name}/{address}: held by {held:?}, expected {expected:?}"));
+                }
+            }
+        }
+        for n in &self.nodes {
+            for entry in n.engine.entries().iter().filter(|e| e.state.is_open()) {
+                if checks::staleness(&entry.action, &self.head).is_some() {
+                    return Err(format!(
+                        "{}: stale open entry {}",
+                        n.engine.name(),
+                        entry.action.idempotency_key
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs both phases and reports.
+    pub fn run(mut self) -> (SeedReport, Option<Timeline>) {
+        for _ in 0..self.config.safety_steps {
+            self.safety_step();
+        }
+        let converged_after_rounds = self.liveness();
+        let report = SeedReport {
+            seed: 0,
+            mode: self.config.mode.name().to_owned(),
+            violations: self.violations,
+            violations_total: self.violations_total,
+            converged_after_rounds,
+            events: self.log.len() as u64,
+            provider_calls: self.provider_calls,
+            stale_calls: self.stale_calls,
+            recaptures: self.head.recaptures(),
+            faults: self.faults,
+        };
+        (report, self.timeline)
+    }
+}
+
+fn draw_chances(rng: &mut ChaCha8Rng, config: &SimConfig) -> Chances {
+    let faults = &config.faults;
+    let mut chance =
+        |fault: Fault, max: f64| if faults.has(fault) { rng.random_range(0.0..max) } else { 0.0 };
+    let mut chances = Chances {
+        heartbeat_loss: chance(Fault::HeartbeatLoss, 0.3),
+        heartbeat_delay: chance(Fault::HeartbeatDelay, 0.2),
+        result_delay: chance(Fault::ResultDelay, 0.4),
+        result_duplicate: chance(Fault::ResultDuplicate, 0.2),
+        provider_fail: chance(Fault::ProviderFail, 0.2),
+        provider_slow: chance(Fault::ProviderSlow, 0.2),
+        async_assign: chance(Fault::AsyncAssign, 0.5),
+        azure_two_step: chance(Fault::AzureTwoStep, 0.3),
+        inventory_delay: chance(Fault::InventoryDelay, 0.5),
+        stall_at_call: 0.0,
+        discrete: Vec::new(),
+    };
+    if config.mode == Mode::PausedCall {
+        chances.stall_at_call = rng.random_range(0.02..0.1);
+    }
+    for fault in [
+        Fault::Crash,
+        Fault::CrashLossy,
+        Fault::Pause,
+        Fault::Partition,
+        Fault::Drain,
+        Fault::Health,
+        Fault::Vrrp,
+        Fault::PoolChurn,
+        Fault::DesireBurst,
+    ] {
+        if faults.has(fault) {
+            chances.discrete.push((fault, rng.random_range(1..10)));
+        }
+    }
+    chances
+}
