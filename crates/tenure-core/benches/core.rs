@@ -206,10 +206,13 @@ fn current_actions(federation: &Federation) -> (Vec<StampedAction>, HighWater) {
                 state.line.epoch,
                 state.ownership_epoch,
             );
-            high_water
-                .capture
-                .insert((pool_name.clone(), *address, pool.capture_domain.clone()), state.line.epoch);
-            high_water.ownership.insert((pool_name.clone(), *address), state.ownership_epoch);
+            high_water.raise(
+                pool_name,
+                *address,
+                &pool.capture_domain,
+                state.line.epoch,
+                state.ownership_epoch,
+            );
             actions.push(action);
         }
     }

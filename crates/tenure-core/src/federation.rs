@@ -651,6 +651,31 @@ impl Federation {
         line.desired_holder.map(|id| self.node_name(id))
     }
 
+    /// Every token the gate needs for one action, with one pool and one address lookup.
+    #[must_use]
+    pub fn head_view(
+        &self,
+        pool: &str,
+        address: IpAddr,
+        domain: &CaptureDomain,
+    ) -> crate::fence::HeadView<'_> {
+        let mut view = crate::fence::HeadView {
+            capture_epoch: CaptureEpoch::NEVER,
+            ownership_epoch: OwnershipEpoch::NEVER,
+            desired_holder: None,
+            epoch_locking: true,
+        };
+        let Some(p) = self.pools.get(pool) else { return view };
+        view.epoch_locking = p.spec.epoch_locking;
+        let Some(state) = p.addresses.get(&address) else { return view };
+        view.ownership_epoch = state.ownership_epoch;
+        if let Some(line) = state.line_of(domain, &p.capture_domain) {
+            view.capture_epoch = line.epoch;
+            view.desired_holder = line.desired_holder.map(|id| self.node_name(id));
+        }
+        view
+    }
+
     /// Whether the pool fences on ownershipEpoch (its latest spec; true if unknown).
     #[must_use]
     pub fn epoch_locking(&self, pool: &str) -> bool {

@@ -75,6 +75,17 @@ pub trait HeadTokens {
     fn epoch_locking(&self, pool: &str) -> bool;
     /// Whether an `approve` event named `key`.
     fn is_approved(&self, key: &str) -> bool;
+
+    /// Every token the gate needs for one action, read at once (implementations override it
+    /// with a single lookup).
+    fn view(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> HeadView<'_> {
+        HeadView {
+            capture_epoch: self.capture_epoch(pool, address, domain),
+            ownership_epoch: self.ownership_epoch(pool, address),
+            desired_holder: self.desired_holder(pool, address, domain),
+            epoch_locking: self.epoch_locking(pool),
+        }
+    }
 }
 
 impl HeadTokens for Federation {
@@ -93,56 +104,106 @@ impl HeadTokens for Federation {
     fn is_approved(&self, key: &str) -> bool {
         Federation::is_approved(self, key)
     }
+    fn view(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> HeadView<'_> {
+        Federation::head_view(self, pool, address, domain)
+    }
 }
 
-/// Key of a capture line.
-pub type CaptureKey = (String, IpAddr, CaptureDomain);
-/// Key of an ownership line.
-pub type OwnershipKey = (String, IpAddr);
+/// The head's tokens for one action's keys, read in one go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadView<'a> {
+    /// Current captureEpoch of the action's line.
+    pub capture_epoch: CaptureEpoch,
+    /// Current ownershipEpoch of (pool, address).
+    pub ownership_epoch: OwnershipEpoch,
+    /// Current desired holder on the action's line.
+    pub desired_holder: Option<&'a str>,
+    /// Whether the pool fences on ownershipEpoch.
+    pub epoch_locking: bool,
+}
+
+/// The marks of one (pool, address): highest ownershipEpoch, and highest captureEpoch per line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Highest ownershipEpoch seen.
+    pub ownership: OwnershipEpoch,
+    /// Highest captureEpoch seen, per capture domain (almost always one).
+    pub capture: Vec<(CaptureDomain, CaptureEpoch)>,
+}
 
 /// The highest tokens a node has seen, per key; kept durably, so a restarted node never executes
-/// below what it saw before the crash.
+/// below what it saw before the crash. Indexed pool → address so that the gate looks marks up
+/// with borrowed keys, without building a key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HighWater {
-    /// Highest captureEpoch seen per capture line.
-    pub capture: BTreeMap<CaptureKey, CaptureEpoch>,
-    /// Highest ownershipEpoch seen per (pool, address).
-    pub ownership: BTreeMap<OwnershipKey, OwnershipEpoch>,
+    marks: BTreeMap<String, BTreeMap<IpAddr, Marks>>,
 }
 
 impl HighWater {
-    /// Highest captureEpoch seen for a line.
-    #[must_use]
-    pub fn capture(&self, action: &StampedAction) -> CaptureEpoch {
-        self.capture
-            .get(&(action.pool.clone(), action.address, action.capture_domain.clone()))
-            .copied()
-            .unwrap_or_default()
+    fn marks(&self, pool: &str, address: IpAddr) -> Option<&Marks> {
+        self.marks.get(pool)?.get(&address)
     }
 
-    /// Highest ownershipEpoch seen for (pool, address).
+    /// Highest captureEpoch seen for the action's line.
+    #[must_use]
+    pub fn capture(&self, action: &StampedAction) -> CaptureEpoch {
+        self.marks(&action.pool, action.address)
+            .and_then(|m| m.capture.iter().find(|(d, _)| *d == action.capture_domain))
+            .map_or(CaptureEpoch::NEVER, |(_, e)| *e)
+    }
+
+    /// Highest ownershipEpoch seen for the action's (pool, address).
     #[must_use]
     pub fn ownership(&self, action: &StampedAction) -> OwnershipEpoch {
-        self.ownership.get(&(action.pool.clone(), action.address)).copied().unwrap_or_default()
+        self.marks(&action.pool, action.address).map_or(OwnershipEpoch::NEVER, |m| m.ownership)
+    }
+
+    /// Raises the marks of one key; never lowers them.
+    pub fn raise(
+        &mut self,
+        pool: &str,
+        address: IpAddr,
+        domain: &CaptureDomain,
+        capture: CaptureEpoch,
+        ownership: OwnershipEpoch,
+    ) {
+        let marks = self.marks.entry(pool.to_owned()).or_default().entry(address).or_default();
+        marks.ownership = marks.ownership.max(ownership);
+        match marks.capture.iter_mut().find(|(d, _)| d == domain) {
+            Some((_, epoch)) => *epoch = (*epoch).max(capture),
+            None => marks.capture.push((domain.clone(), capture)),
+        }
+    }
+
+    /// The highest captureEpoch over every key (for reports and tests).
+    #[must_use]
+    pub fn highest_capture(&self) -> CaptureEpoch {
+        self.marks
+            .values()
+            .flat_map(|a| a.values())
+            .flat_map(|m| m.capture.iter().map(|(_, e)| *e))
+            .max()
+            .unwrap_or_default()
     }
 }
 
 /// The fence rule. `high_water` is the node's durable memory of the highest tokens it saw.
 pub fn check(action: &StampedAction, head: &impl HeadTokens, high_water: &HighWater) -> FenceVerdict {
-    let current_capture = head.capture_epoch(&action.pool, action.address, &action.capture_domain);
-    if action.capture_epoch != current_capture || action.capture_epoch < high_water.capture(action) {
+    let current = head.view(&action.pool, action.address, &action.capture_domain);
+    let marks = high_water.marks(&action.pool, action.address);
+    let capture_seen = marks
+        .and_then(|m| m.capture.iter().find(|(d, _)| *d == action.capture_domain))
+        .map_or(CaptureEpoch::NEVER, |(_, e)| *e);
+    if action.capture_epoch != current.capture_epoch || action.capture_epoch < capture_seen {
         return FenceVerdict::Stale { reason: StaleReason::StaleEpoch };
     }
-    if head.epoch_locking(&action.pool) {
-        let current_ownership = head.ownership_epoch(&action.pool, action.address);
-        if action.ownership_epoch != current_ownership
-            || action.ownership_epoch < high_water.ownership(action)
-        {
+    if current.epoch_locking {
+        let ownership_seen = marks.map_or(OwnershipEpoch::NEVER, |m| m.ownership);
+        if action.ownership_epoch != current.ownership_epoch || action.ownership_epoch < ownership_seen {
             return FenceVerdict::Stale { reason: StaleReason::StaleOwnerEpoch };
         }
     }
-    let holder = head.desired_holder(&action.pool, action.address, &action.capture_domain);
-    let is_current_holder = holder == Some(action.holder.as_str());
+    let is_current_holder = current.desired_holder == Some(action.holder.as_str());
     if action.verb.is_acquire() && !is_current_holder {
         return FenceVerdict::Stale { reason: StaleReason::HolderMismatch };
     }
@@ -240,10 +301,10 @@ mod tests {
         let head = Head { capture: 3, ownership: 2, holder: Some("a"), locking: true };
         let a = action(Verb::AssignSecondaryIp, "a", 3, 2);
         let mut hw = HighWater::default();
-        hw.capture.insert(("p".into(), a.address, a.capture_domain.clone()), CaptureEpoch::from_stored(4));
+        hw.raise("p", a.address, &a.capture_domain, CaptureEpoch::from_stored(4), OwnershipEpoch::NEVER);
         assert_eq!(check(&a, &head, &hw), FenceVerdict::Stale { reason: StaleReason::StaleEpoch });
         let mut hw = HighWater::default();
-        hw.ownership.insert(("p".into(), a.address), OwnershipEpoch::from_stored(3));
+        hw.raise("p", a.address, &a.capture_domain, CaptureEpoch::NEVER, OwnershipEpoch::from_stored(3));
         assert_eq!(check(&a, &head, &hw), FenceVerdict::Stale { reason: StaleReason::StaleOwnerEpoch });
     }
 

@@ -142,14 +142,7 @@ impl DurableNodeState {
                 capture_epoch,
                 ownership_epoch,
             } => {
-                let capture = self
-                    .high_water
-                    .capture
-                    .entry((pool.clone(), *address, capture_domain.clone()))
-                    .or_default();
-                *capture = (*capture).max(*capture_epoch);
-                let ownership = self.high_water.ownership.entry((pool.clone(), *address)).or_default();
-                *ownership = (*ownership).max(*ownership_epoch);
+                self.high_water.raise(pool, *address, capture_domain, *capture_epoch, *ownership_epoch);
             }
         }
     }

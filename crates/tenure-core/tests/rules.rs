@@ -296,7 +296,7 @@ fn the_high_water_mark_survives_a_restart_and_fences_a_lagging_head() {
     a.reconcile(&w.fed, &w.fed).expect("ok");
     a.restart().expect("memory");
     let hw = a.store().load().expect("memory").high_water;
-    assert_eq!(hw.capture.values().copied().max().map(|e| e.get()), Some(3), "kept across the restart");
+    assert_eq!(Some(hw.highest_capture().get()), Some(3), "kept across the restart");
     // A lagging replica still shows epoch 1: the epoch-1 entries would pass against it, but the
     // durable high-water mark says 3, so nothing below 3 runs.
     let ran = {

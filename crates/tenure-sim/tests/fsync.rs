@@ -53,6 +53,6 @@ fn the_high_water_mark_of_a_call_survives_a_lossy_crash() {
     engine.restart().expect("memory");
     let durable = engine.store().load().expect("memory");
     assert_eq!(durable.entries.len(), 2, "the entries that authorised the call are durable");
-    let highest = durable.high_water.capture.values().map(|e| e.get()).max();
+    let highest = Some(durable.high_water.highest_capture().get());
     assert_eq!(highest, Some(3), "the high-water mark that authorised the call is durable");
 }
