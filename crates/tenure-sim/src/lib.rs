@@ -16,10 +16,12 @@
 //! - [`checks`] — the invariants, each its own kind, and pure checking helpers.
 //! - [`store`] — a journal store that loses unsynced writes on a crash.
 //! - [`plot`] — the SVG timeline of `--plot`.
+//! - [`report`] — what a run prints.
 
 pub mod checks;
 pub mod config;
 pub mod plot;
+pub mod report;
 pub mod store;
 pub mod topology;
 pub mod world;

@@ -103,33 +103,38 @@ impl Timeline {
         for (row, (pool, address)) in self.addresses.iter().enumerate() {
             let y = top + row_height * row as f64;
             let _ = writeln!(svg, r#"<text x="10" y="{}">{pool}/{address}</text>"#, y + 14.0);
-            let mut last_epoch = u64::MAX;
-            for pair in self.samples.windows(2) {
-                let (a, b) = (&pair[0], &pair[1]);
-                let (held, desired, epoch) = &a.rows[row];
-                let (x0, x1) = (x(a.stream_time_ms), x(b.stream_time_ms));
+            // Runs of equal state become one shape each.
+            let mut run_start = 0usize;
+            for i in 1..=self.samples.len() {
+                let same =
+                    i < self.samples.len() && self.samples[i].rows[row] == self.samples[run_start].rows[row];
+                if same {
+                    continue;
+                }
+                let (held, desired, epoch) = &self.samples[run_start].rows[row];
+                let x0 = x(self.samples[run_start].stream_time_ms);
+                let x1 = x(self.samples[i.min(self.samples.len() - 1)].stream_time_ms);
+                let w = (x1 - x0).max(0.5);
                 if let Some(nic) = held {
                     let _ = writeln!(
                         svg,
-                        r#"<rect x="{x0:.1}" y="{y}" width="{:.1}" height="14" fill="{}"><title>{nic}</title></rect>"#,
-                        (x1 - x0).max(0.5),
+                        r#"<rect x="{x0:.1}" y="{y}" width="{w:.1}" height="14" fill="{}"><title>{nic} (captureEpoch {epoch})</title></rect>"#,
                         self.color(nic)
                     );
                 }
                 if let Some(nic) = desired {
                     let _ = writeln!(
                         svg,
-                        r#"<rect x="{x0:.1}" y="{}" width="{:.1}" height="3" fill="{}"/>"#,
+                        r#"<rect x="{x0:.1}" y="{}" width="{w:.1}" height="3" fill="{}"/>"#,
                         y + 17.0,
-                        (x1 - x0).max(0.5),
                         self.color(nic)
                     );
                 }
-                if *epoch != last_epoch {
+                if run_start == 0 || self.samples[run_start - 1].rows[row].2 != *epoch {
                     let _ =
                         writeln!(svg, r#"<text x="{x0:.1}" y="{}" font-size="8">{epoch}</text>"#, y + 27.0);
-                    last_epoch = *epoch;
                 }
+                run_start = i;
             }
         }
         let bottom = top + row_height * self.addresses.len() as f64;

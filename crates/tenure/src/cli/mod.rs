@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own file.
 
 mod replay;
+mod sim;
 mod validate;
 
 use std::process::ExitCode;
@@ -51,8 +52,8 @@ enum Command {
         #[arg(long)]
         config: Option<std::path::PathBuf>,
     },
-    /// Randomized fault simulation (not built yet).
-    Sim,
+    /// Seeded fault simulation with invariant checking; reproducible byte for byte.
+    Sim(sim::SimArgs),
     /// A narrated multi-node failover on the embedded default (not built yet).
     Demo,
     /// Campaign in an election and print changes (not built yet).
@@ -82,7 +83,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Replay { scenario, output } => replay::run(&scenario, output),
         Command::Validate { files } => validate::run(&files),
         Command::Agent { .. } => not_built("agent", "the agent (durable store, HTTP API, metrics)"),
-        Command::Sim => not_built("sim", "the fault simulator"),
+        Command::Sim(args) => sim::run(&args),
         Command::Demo => not_built(
             "demo",
             "the narrated demo; `tenure replay examples/scenarios/failover.yaml` narrates a failover today",
