@@ -113,7 +113,8 @@ impl Timeline {
                 }
                 let (held, desired, epoch) = &self.samples[run_start].rows[row];
                 let x0 = x(self.samples[run_start].stream_time_ms);
-                let x1 = x(self.samples[i.min(self.samples.len() - 1)].stream_time_ms);
+                let x1 =
+                    if i == self.samples.len() { left + width } else { x(self.samples[i].stream_time_ms) };
                 let w = (x1 - x0).max(0.5);
                 if let Some(nic) = held {
                     let _ = writeln!(
