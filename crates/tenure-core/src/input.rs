@@ -1,11 +1,15 @@
 //! Located input errors and the small parsers every input format shares: names, durations and
 //! addresses. Parsing is separated from I/O: everything here takes text and returns values.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use serde_saphyr::{Location, Spanned};
+use serde_saphyr::localizer::ExternalMessageSource;
+use serde_saphyr::{
+    Localizer, Location, MessageFormatter, RenderOptions, SnippetMode, Spanned, UserMessageFormatter,
+};
 
 /// Most addresses one pool may hold (SPEC 12).
 pub const POOL_ADDRESSES_MAX: u64 = 65_536;
@@ -53,30 +57,283 @@ impl InputError {
     }
 
     /// The error serde-saphyr reported, reduced to one line without its snippet.
+    ///
+    /// Prefer [`InputError::from_yaml_in`], which can also name a better place.
     #[must_use]
     pub fn from_yaml(error: &serde_saphyr::Error) -> Self {
         let position = error.location().map(Position::of).unwrap_or_default();
-        let rendered = error.without_snippet().to_string();
-        let first_line = rendered.lines().next().unwrap_or("invalid YAML");
-        let message = strip_location_prefix(first_line.trim_start_matches("error: "));
-        Self { position, message: message.to_owned() }
+        Self { position, message: yaml_message(error) }
     }
 
-    /// `file:line:column: message` (or `file: message` when no position is known).
+    /// The error serde-saphyr reported while parsing `text`, reduced to one line, at the most
+    /// useful place: a missing field is reported at the start of the mapping that lacks it (and
+    /// names the mapping's key), and a syntax error behind a `[` or `{` that is never closed is
+    /// reported at that bracket.
+    #[must_use]
+    pub fn from_yaml_in(text: &str, error: &serde_saphyr::Error) -> Self {
+        let plain = Self::from_yaml(error);
+        if plain.position.line == 0 {
+            return plain;
+        }
+        match original_error(error) {
+            serde_saphyr::Error::SerdeMissingField { field, .. } => {
+                match mapping_start(text, plain.position) {
+                    Some((start, Some(parent))) => {
+                        Self::at(start, format!("missing field `{field}` in `{parent}`"))
+                    }
+                    Some((start, None)) => Self::at(start, format!("missing field `{field}`")),
+                    None => plain,
+                }
+            }
+            serde_saphyr::Error::ExternalMessage { source, .. }
+                if matches!(**source, ExternalMessageSource::Parser(_))
+                    && !plain.message.starts_with("unclosed bracket") =>
+            {
+                match unclosed_bracket(text, plain.position) {
+                    Some((bracket, open)) => Self::at(
+                        open,
+                        format!(
+                            "`{bracket}` is never closed (YAML gave up at line {} column {}: {})",
+                            plain.position.line, plain.position.column, plain.message
+                        ),
+                    ),
+                    None => plain,
+                }
+            }
+            _ => plain,
+        }
+    }
+
+    /// `file:line:column: message` (or `file: message` when no position is known), on one line.
     #[must_use]
     pub fn render(&self, file: &str) -> String {
+        let message = one_line(&self.message);
         if self.position.line == 0 {
-            format!("{file}: {}", self.message)
+            format!("{file}: {message}")
         } else {
-            format!("{file}:{}:{}: {}", self.position.line, self.position.column, self.message)
+            format!("{file}:{}:{}: {message}", self.position.line, self.position.column)
         }
     }
 }
 
 impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.position.line, self.position.column, self.message)
+        write!(f, "{}:{}: {}", self.position.line, self.position.column, one_line(&self.message))
     }
+}
+
+/// `message` with control characters (a newline inside a quoted name, say) escaped, so that one
+/// error is always one line.
+fn one_line(message: &str) -> Cow<'_, str> {
+    if message.chars().any(char::is_control) {
+        Cow::Owned(
+            message
+                .chars()
+                .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(message)
+    }
+}
+
+/// The error under serde-saphyr's snippet and alias wrappers.
+fn original_error(mut error: &serde_saphyr::Error) -> &serde_saphyr::Error {
+    while let serde_saphyr::Error::WithSnippet { error: inner, .. }
+    | serde_saphyr::Error::AliasError { error: inner, .. } = error
+    {
+        error = inner;
+    }
+    error
+}
+
+/// serde-saphyr's user-facing wording, without its `at line N, column M` suffix (the position is
+/// rendered separately), and with the type-level messages said in the user's terms.
+struct PlainMessages;
+
+impl Localizer for PlainMessages {
+    fn attach_location<'a>(&self, base: Cow<'a, str>, _location: Location) -> Cow<'a, str> {
+        base
+    }
+}
+
+impl MessageFormatter for PlainMessages {
+    fn localizer(&self) -> &dyn Localizer {
+        self
+    }
+
+    fn format_message<'a>(&self, error: &'a serde_saphyr::Error) -> Cow<'a, str> {
+        match error {
+            serde_saphyr::Error::InvalidScalar { ty, .. } => Cow::Owned(match *ty {
+                "bool" | "boolean" => "expected `true` or `false`".to_owned(),
+                "f32" | "f64" | "floating point" => "expected a number".to_owned(),
+                ty if ty.starts_with('u') => format!("expected a whole number, 0 or more ({ty})"),
+                ty if ty.starts_with('i') => format!("expected a whole number ({ty})"),
+                ty => format!("expected a value of type {ty}"),
+            }),
+            serde_saphyr::Error::Unexpected { expected, .. } => Cow::Borrowed(match *expected {
+                "sequence start" => "expected a list (`[a, b]`, or lines starting with `- `)",
+                "mapping start" => "expected a mapping (`key: value` lines, or `{key: value}`)",
+                "string scalar" => "expected a single value, not a list or mapping",
+                _ => return UserMessageFormatter.format_message(error),
+            }),
+            _ => UserMessageFormatter.format_message(error),
+        }
+    }
+}
+
+/// The one-line message of a serde-saphyr error.
+fn yaml_message(error: &serde_saphyr::Error) -> String {
+    let mut options = RenderOptions::new(&PlainMessages);
+    options.snippets = SnippetMode::Off;
+    let rendered = error.render_with_options(options);
+    let first_line = rendered.lines().next().unwrap_or("").trim();
+    let message = strip_location_prefix(first_line.trim_start_matches("error: "));
+    if message.is_empty() { "invalid YAML".to_owned() } else { message.to_owned() }
+}
+
+/// The lines of `text` as YAML counts them: `\r\n`, `\r` and `\n` each end a line.
+fn yaml_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while let Some(end) = rest.find(['\r', '\n']) {
+        lines.push(&rest[..end]);
+        let width = if rest[end..].starts_with("\r\n") { 2 } else { 1 };
+        rest = &rest[end + width..];
+    }
+    lines.push(rest);
+    lines
+}
+
+/// Where the content of a YAML line starts, after its indentation and any `- ` sequence markers;
+/// and whether a marker was seen. `None` for blank and comment-only lines.
+fn content_column(line: &str) -> Option<(usize, bool)> {
+    let mut column = 0;
+    let mut dashed = false;
+    let mut rest = line;
+    loop {
+        let trimmed = rest.trim_start_matches(' ');
+        column += rest.len() - trimmed.len();
+        rest = trimmed;
+        if rest == "-" || rest.starts_with("- ") {
+            dashed = true;
+            column += 1;
+            rest = &rest[1..];
+        } else {
+            break;
+        }
+    }
+    if rest.is_empty() || rest.starts_with('#') { None } else { Some((column, dashed)) }
+}
+
+/// The key of a line's content that starts with a plain `key:`, and what follows the colon.
+fn plain_key(content: &str) -> Option<(&str, &str)> {
+    let (key, rest) = content.split_once(':')?;
+    let is_key =
+        !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    (is_key && (rest.is_empty() || rest.starts_with(' '))).then_some((key, rest.trim_start()))
+}
+
+/// The key of a `key:` line that opens a nested block (nothing after the colon but a comment).
+fn opening_key(content: &str) -> Option<&str> {
+    plain_key(content).and_then(|(key, rest)| (rest.is_empty() || rest.starts_with('#')).then_some(key))
+}
+
+/// serde-saphyr reports a missing field at the last key of the mapping that lacks it. For a block
+/// mapping, finds that mapping's first key instead, and the key the mapping is the value of.
+fn mapping_start(text: &str, last_key: Position) -> Option<(Position, Option<String>)> {
+    let lines = yaml_lines(text);
+    let index = usize::try_from(last_key.line).ok()?.checked_sub(1)?;
+    let column = usize::try_from(last_key.column).ok()?.checked_sub(1)?;
+    let line = lines.get(index)?;
+    // Only block mappings, where every key of the mapping starts at one column.
+    if !line.is_ascii() || content_column(line)?.0 != column {
+        return None;
+    }
+    plain_key(&line[column..])?;
+    let mut first = index;
+    let mut parent = None;
+    for (i, line) in lines[..index].iter().enumerate().rev() {
+        if *line == "---" || line.starts_with("--- ") || *line == "..." {
+            break;
+        }
+        let Some((at, dashed)) = content_column(line) else { continue };
+        if at > column {
+            continue;
+        }
+        if at == column {
+            first = i;
+            if dashed {
+                break;
+            }
+            continue;
+        }
+        if line.is_ascii() && !dashed {
+            parent = opening_key(&line[at..]).map(str::to_owned);
+        }
+        break;
+    }
+    let start = Position { line: u64::try_from(first + 1).ok()?, column: last_key.column };
+    Some((start, parent))
+}
+
+/// The innermost flow bracket (`[` or `{`) opened on a line before `error` and still open there,
+/// with its position. Quotes and comments are skipped.
+fn unclosed_bracket(text: &str, error: Position) -> Option<(char, Position)> {
+    let mut open: Vec<(char, Position)> = Vec::new();
+    for (index, line) in yaml_lines(text).into_iter().enumerate() {
+        let line_number = u64::try_from(index + 1).ok()?;
+        if line_number > error.line {
+            break;
+        }
+        let mut quote: Option<char> = None;
+        let mut previous = ' ';
+        let mut escaped = false;
+        for (offset, c) in line.chars().enumerate() {
+            let column = u64::try_from(offset + 1).ok()?;
+            if line_number == error.line && column >= error.column {
+                break;
+            }
+            match quote {
+                Some('"') if escaped => escaped = false,
+                Some('"') if c == '\\' => escaped = true,
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None => {
+                    let starts_token = previous.is_whitespace() || matches!(previous, '[' | '{' | ',');
+                    match c {
+                        '#' if previous.is_whitespace() => break,
+                        '"' | '\'' if starts_token => quote = Some(c),
+                        '[' | '{' if starts_token || previous == ':' => {
+                            open.push((c, Position { line: line_number, column }));
+                        }
+                        ']' | '}' => {
+                            open.pop();
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            previous = c;
+        }
+    }
+    open.pop().filter(|(_, at)| at.line < error.line)
+}
+
+/// Decodes a file's bytes as UTF-8, or names the first byte that is not.
+pub fn utf8_text(bytes: &[u8]) -> Result<&str, InputError> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let valid = String::from_utf8_lossy(&bytes[..e.valid_up_to()]);
+        let line = valid.matches('\n').count() + 1;
+        let column = valid.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        InputError::at(
+            Position {
+                line: u64::try_from(line).unwrap_or(u64::MAX),
+                column: u64::try_from(column).unwrap_or(u64::MAX),
+            },
+            format!("not UTF-8 text: byte 0x{:02x} is not valid here", bytes[e.valid_up_to()]),
+        )
+    })
 }
 
 /// Removes a leading `line N column M: ` that serde-saphyr puts before its messages.
@@ -246,6 +503,82 @@ mod tests {
         assert!(check_name("node name", "a/b").is_err());
         assert!(check_name("node name", "a b").is_err());
         assert!(check_name("node name", &"x".repeat(254)).is_err());
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        first: Option<String>,
+        spec: Inner,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        a: String,
+        b: String,
+        n: Option<i64>,
+        list: Option<Vec<String>>,
+    }
+
+    fn yaml_error(text: &str) -> InputError {
+        let error = serde_saphyr::from_str::<Outer>(text).expect_err("must be refused");
+        InputError::from_yaml_in(text, &error)
+    }
+
+    #[test]
+    fn a_missing_field_is_reported_where_its_mapping_starts() {
+        let e = yaml_error("first: x\nspec:\n  a: 1\n  n: 2\n");
+        assert_eq!((e.position.line, e.position.column), (3, 3));
+        assert_eq!(e.message, "missing field `b` in `spec`");
+        let e = yaml_error("# a comment\nfirst: x\n");
+        assert_eq!((e.position.line, e.position.column, e.message.as_str()), (2, 1, "missing field `spec`"));
+        let e = yaml_error("first: x\r\nspec:\r\n  a: 1\r\n  n: 2\r\n");
+        assert_eq!(
+            (e.position.line, e.position.column, e.message.as_str()),
+            (3, 3, "missing field `b` in `spec`")
+        );
+        // A flow mapping keeps serde-saphyr's place.
+        let e = yaml_error("spec: {a: 1, n: 2}\n");
+        assert_eq!(e.position.line, 1);
+        assert_eq!(e.message, "missing field `b`");
+    }
+
+    #[test]
+    fn an_unclosed_bracket_is_reported_where_it_opens() {
+        let e = yaml_error("spec:\n  list: [a, b\n  a: 1\n  b: 2\n");
+        assert_eq!((e.position.line, e.position.column), (2, 9), "{e:?}");
+        assert!(e.message.starts_with("`[` is never closed (YAML gave up at line 3"), "{}", e.message);
+        // Brackets inside quotes and comments do not count.
+        let e = yaml_error("first: '[' # {\nspec:\n  list: [\"]\", b\n  a: 1\n");
+        assert_eq!(e.position.line, 3, "{e:?}");
+    }
+
+    #[test]
+    fn yaml_messages_have_no_location_suffix_and_say_what_is_expected() {
+        let e = yaml_error("spec: {a: 1, b: 2, n: soon}\n");
+        assert_eq!(e.message, "expected a whole number (i64)");
+        let e = yaml_error("spec: {a: 1, b: 2, list: x}\n");
+        assert!(e.message.starts_with("expected a list"), "{}", e.message);
+        let e = yaml_error("spec: {a: 1, b: 2}\nspec: {a: 1, b: 2}\n");
+        assert!(!e.message.contains(" at line "), "{}", e.message);
+        assert!(e.message.contains("duplicate mapping key"), "{}", e.message);
+    }
+
+    #[test]
+    fn one_error_renders_as_one_line() {
+        let e = InputError::at(Position { line: 2, column: 3 }, "unknown event kind `a\nb\r`");
+        assert_eq!(e.render("f"), "f:2:3: unknown event kind `a\\nb\\r`");
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_located() {
+        assert_eq!(utf8_text(b"ok\n").expect("valid"), "ok\n");
+        let e = utf8_text(b"a: 1\nb: \xc3\xa9\xff\n").expect_err("not UTF-8");
+        assert_eq!((e.position.line, e.position.column), (2, 5));
+        assert!(e.message.contains("0xff"), "{}", e.message);
     }
 
     #[test]

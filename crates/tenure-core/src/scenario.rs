@@ -10,7 +10,7 @@ use serde_saphyr::Spanned;
 use crate::input::{InputError, Position, check_name, expand_addresses};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
-use crate::spec::{RawPoolDocument, validate_pool, validate_pool_documents};
+use crate::spec::{PoolSource, RawPoolDocument, validate_pool, validate_pool_documents};
 
 /// Most timeline entries one scenario may hold.
 pub const TIMELINE_ENTRIES_MAX: usize = 1_000_000;
@@ -158,7 +158,8 @@ enum RawOutcome {
 
 /// Parses and validates a scenario. Returns every error found.
 pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
-    let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| vec![InputError::from_yaml(&e)])?;
+    let raw: RawScenario =
+        serde_saphyr::from_str(text).map_err(|e| vec![InputError::from_yaml_in(text, &e)])?;
     let mut errors = Vec::new();
 
     let mut providers: Vec<ProviderSpec> = Vec::new();
@@ -232,7 +233,7 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
         Err(mut e) => errors.append(&mut e),
         Ok(validated) => {
             for (pool, source) in validated {
-                errors.extend(check_pool_references(&pool, source.name, &nodes, &providers));
+                errors.extend(check_pool_references(&pool, &source, &nodes, &providers));
                 pools.push(pool);
             }
         }
@@ -261,23 +262,24 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
     }
 }
 
+/// Checks that a pool names declared nodes and providers; errors point at the name written.
 fn check_pool_references(
     pool: &PoolSpec,
-    at: Position,
+    source: &PoolSource,
     nodes: &[NodeSpec],
     providers: &[ProviderSpec],
 ) -> Vec<InputError> {
     let mut errors = Vec::new();
     if !providers.iter().any(|p| p.name == pool.provider) {
         errors.push(InputError::at(
-            at,
+            source.provider,
             format!("pool `{}` names undeclared provider `{}`", pool.name, pool.provider),
         ));
     }
-    for member in &pool.members {
+    for (index, member) in pool.members.iter().enumerate() {
         if !nodes.iter().any(|n| n.name == *member) {
             errors.push(InputError::at(
-                at,
+                source.members.get(index).copied().unwrap_or(source.name),
                 format!("pool `{}` lists undeclared node `{member}` as a member", pool.name),
             ));
         }
@@ -381,7 +383,7 @@ fn validate_step(
     let spec = match raw.spec {
         Some(doc) if allowed.contains(&"spec") => match validate_pool(doc.value) {
             Ok((pool, source)) => {
-                errors.extend(check_pool_references(&pool, source.name, nodes, providers));
+                errors.extend(check_pool_references(&pool, &source, nodes, providers));
                 Some(pool)
             }
             Err(mut e) => {

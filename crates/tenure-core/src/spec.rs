@@ -86,20 +86,32 @@ enum PolicyType {
     Centralized,
 }
 
-/// Where the parts of a validated pool were written, for errors found later (overlaps).
+/// Where the parts of a validated pool were written, for errors found later (overlaps,
+/// references to undeclared nodes or providers).
 #[derive(Clone, Debug, Default)]
 pub struct PoolSource {
     /// Position of `metadata.name`.
     pub name: Position,
+    /// Position of `spec.provider`.
+    pub provider: Position,
+    /// Position of each `spec.members` entry, in the order of [`PoolSpec::members`].
+    pub members: Vec<Position>,
     /// Each expanded address with the position of the entry it came from.
     pub addresses: BTreeMap<IpAddr, Position>,
 }
 
 /// Parses every MobilityPool document in `text` (several may be separated by `---`) and checks
-/// them together. Returns every error found, or the pools.
+/// them together. Returns every error found, or the pools. A text without any document (empty,
+/// or only comments) is an error: it is almost always the wrong file.
 pub fn parse_pool_documents(text: &str) -> Result<Vec<(PoolSpec, PoolSource)>, Vec<InputError>> {
     let raws: Vec<RawPoolDocument> =
-        serde_saphyr::from_multiple(text).map_err(|e| vec![InputError::from_yaml(&e)])?;
+        serde_saphyr::from_multiple(text).map_err(|e| vec![InputError::from_yaml_in(text, &e)])?;
+    if raws.is_empty() {
+        return Err(vec![InputError::at(
+            Position { line: 1, column: 1 },
+            format!("no {KIND_MOBILITY_POOL} document here (the file is empty or only comments)"),
+        )]);
+    }
     let pools = validate_pool_documents(raws)?;
     Ok(pools)
 }
@@ -150,7 +162,11 @@ pub fn validate_pool(raw: RawPoolDocument) -> Result<(PoolSpec, PoolSource), Vec
         err(Position::of_spanned(&spec.placement_group), m);
     }
 
-    let mut source = PoolSource { name: Position::of_spanned(&raw.metadata.name), ..PoolSource::default() };
+    let mut source = PoolSource {
+        name: Position::of_spanned(&raw.metadata.name),
+        provider: Position::of_spanned(&spec.provider),
+        ..PoolSource::default()
+    };
     if spec.addresses.value.is_empty() {
         err(Position::of_spanned(&spec.addresses), "spec.addresses must list at least one address".into());
     }
@@ -197,6 +213,7 @@ pub fn validate_pool(raw: RawPoolDocument) -> Result<(PoolSpec, PoolSource), Vec
             err(position, format!("member `{}` is listed twice", member.value));
         } else {
             members.push(member.value.clone());
+            source.members.push(position);
         }
     }
 
@@ -375,6 +392,22 @@ spec:
         assert_eq!(e.position.line, 9);
         let e = first_error(&GOOD.replace("preferNodes: [aws-router-a]", "preferNodes: [zed]"));
         assert_eq!(e.position.line, 12);
+    }
+
+    #[test]
+    fn a_file_without_documents_is_refused() {
+        for text in ["", "# only a comment\n", "---\n"] {
+            let e = first_error(text);
+            assert_eq!(e.position.line, 1, "{text:?}");
+            assert!(e.message.contains("no MobilityPool document"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_missing_field_names_its_mapping() {
+        let e = first_error(&GOOD.replace("  provider: aws-use1\n", ""));
+        assert_eq!((e.position.line, e.position.column), (5, 3));
+        assert_eq!(e.message, "missing field `provider` in `spec`");
     }
 
     #[test]

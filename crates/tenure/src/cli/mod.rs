@@ -102,8 +102,15 @@ fn not_built(command: &str, what: &str) -> ExitCode {
 
 /// Reads a file, or prints a one-line error naming it.
 fn read_input(path: &std::path::Path) -> Result<String, ExitCode> {
-    std::fs::read_to_string(path).map_err(|e| {
+    let bytes = std::fs::read(path).map_err(|e| {
         eprintln!("{}: cannot read: {e}", path.display());
         ExitCode::from(EXIT_BAD_INPUT)
-    })
+    })?;
+    match tenure_core::input::utf8_text(&bytes) {
+        Ok(text) => Ok(text.to_owned()),
+        Err(e) => {
+            eprintln!("{}", e.render(&path.display().to_string()));
+            Err(ExitCode::from(EXIT_BAD_INPUT))
+        }
+    }
 }

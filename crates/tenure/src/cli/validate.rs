@@ -2,19 +2,48 @@
 //! and replay scenarios. Exit 0 when valid, 2 with one `file:line:column: message` per error.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tenure_core::input::InputError;
+use tenure_core::input::{InputError, utf8_text};
 use tenure_core::scenario::parse_scenario;
 use tenure_core::spec::{check_pool_set, parse_pool_documents};
 
-use super::{EXIT_BAD_INPUT, read_input};
+use super::EXIT_BAD_INPUT;
 
-/// Whether a file is a scenario (it has `nodes` or `timeline` at the top), else pool documents.
+/// Keys only a scenario has at its top level; pool documents have none of them.
+const SCENARIO_KEYS: [&str; 3] = ["nodes", "providers", "timeline"];
+
+/// Whether a file is a scenario (it has `nodes`, `providers` or `timeline` at the top), else pool
+/// documents. A file that is not valid YAML is still told apart by its top-level lines, so that
+/// its syntax error is reported by the right parser, at the right place.
 fn is_scenario(text: &str) -> bool {
     let keys: Result<Vec<BTreeMap<String, serde::de::IgnoredAny>>, _> = serde_saphyr::from_multiple(text);
-    keys.is_ok_and(|docs| docs.first().is_some_and(|d| d.contains_key("timeline") || d.contains_key("nodes")))
+    match keys {
+        Ok(docs) => docs.first().is_some_and(|d| SCENARIO_KEYS.iter().any(|k| d.contains_key(*k))),
+        Err(_) => text.lines().any(|line| {
+            SCENARIO_KEYS.iter().any(|k| line.strip_prefix(k).is_some_and(|rest| rest.starts_with(':')))
+        }),
+    }
+}
+
+/// Reads a file as UTF-8 text, or prints a one-line error naming it (and the place of the first
+/// byte that is not UTF-8).
+fn read_text(path: &Path, file: &str) -> Option<String> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            eprintln!("{file}: cannot read: {e}");
+            return None;
+        }
+    };
+    match utf8_text(&bytes) {
+        Ok(text) => Some(text.to_owned()),
+        Err(e) => {
+            eprintln!("{}", e.render(file));
+            None
+        }
+    }
 }
 
 pub fn run(files: &[PathBuf]) -> ExitCode {
@@ -23,12 +52,9 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
     let mut pool_files: Vec<(String, usize)> = Vec::new();
     for path in files {
         let file = path.display().to_string();
-        let text = match read_input(path) {
-            Ok(t) => t,
-            Err(_) => {
-                failed = true;
-                continue;
-            }
+        let Some(text) = read_text(path, &file) else {
+            failed = true;
+            continue;
         };
         let errors: Vec<InputError> = if is_scenario(&text) {
             parse_scenario(&text).err().unwrap_or_default()

@@ -1,0 +1,183 @@
+//! The bad-input corpus (`tests/bad-input/` at the workspace root) through the real binary.
+//!
+//! Every corpus file starts with `# expect: LINE: SUBSTRING`: the line of the first error and a
+//! piece of its message. `tenure validate FILE` (and, for `*.scenario.yaml`, `tenure replay FILE
+//! -o json`) must exit 2, print nothing on stdout for `replay`, print `FILE:LINE:…SUBSTRING…` as
+//! the first line of stderr, one `FILE:…` line per error, and never panic (SPEC 12, 13).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Fewest files the corpus may hold, so that an emptied directory cannot pass.
+const CORPUS_FILES_MIN: usize = 15;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `tenure ARGS…` from the workspace root.
+fn tenure(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("the tenure binary runs")
+}
+
+struct Case {
+    /// Path relative to the workspace root, as passed to the binary.
+    path: String,
+    line: u64,
+    substring: String,
+}
+
+/// Reads the `# expect: LINE: SUBSTRING` header of a corpus file.
+fn expectation(relative: &str) -> Case {
+    let bytes = fs::read(workspace_root().join(relative)).expect("corpus file is readable");
+    let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+    let first = String::from_utf8_lossy(first);
+    let rest = first
+        .strip_prefix("# expect: ")
+        .unwrap_or_else(|| panic!("{relative}: the first line must be `# expect: LINE: SUBSTRING`"));
+    let (line, substring) =
+        rest.split_once(": ").unwrap_or_else(|| panic!("{relative}: `# expect:` needs `LINE: SUBSTRING`"));
+    let line = line.trim().parse().unwrap_or_else(|_| panic!("{relative}: `{line}` is not a line number"));
+    assert!(line > 0, "{relative}: lines are 1-based");
+    let substring = substring.trim_end().to_owned();
+    assert!(!substring.is_empty(), "{relative}: the expected substring must not be empty");
+    Case { path: relative.to_owned(), line, substring }
+}
+
+fn corpus() -> Vec<Case> {
+    let dir = workspace_root().join("tests/bad-input");
+    let mut names: Vec<String> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in &names {
+        assert!(
+            name.ends_with(".pool.yaml") || name.ends_with(".scenario.yaml"),
+            "tests/bad-input/{name}: corpus files are *.pool.yaml or *.scenario.yaml"
+        );
+    }
+    names.iter().map(|name| expectation(&format!("tests/bad-input/{name}"))).collect()
+}
+
+/// Checks one run against the case; returns a description of what is wrong, if anything.
+fn check(case: &Case, command: &str, output: &Output, stdout_must_be_empty: bool) -> Option<String> {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut problems = Vec::new();
+    if output.status.code() != Some(2) {
+        problems.push(format!("exit {:?}, want 2", output.status.code()));
+    }
+    if stdout_must_be_empty && !stdout.is_empty() {
+        problems.push(format!("stdout is not empty: {stdout:?}"));
+    }
+    if stderr.contains("panicked") {
+        problems.push("it panicked".to_owned());
+    }
+    let first = stderr.lines().next().unwrap_or_default();
+    let prefix = format!("{}:{}:", case.path, case.line);
+    if !first.starts_with(&prefix) {
+        problems.push(format!("first stderr line does not start with `{prefix}`"));
+    }
+    if !first.contains(&case.substring) {
+        problems.push(format!("first stderr line does not contain `{}`", case.substring));
+    }
+    if let Some(other) = stderr.lines().find(|l| !l.starts_with(&format!("{}:", case.path))) {
+        problems.push(format!("a stderr line does not name the file: {other:?}"));
+    }
+    (!problems.is_empty()).then(|| format!("{command}: {}\n    stderr: {stderr:?}", problems.join("; ")))
+}
+
+#[test]
+fn every_corpus_file_is_refused_at_the_expected_place() {
+    let cases = corpus();
+    assert!(
+        cases.len() >= CORPUS_FILES_MIN,
+        "the corpus holds {} files, fewer than {CORPUS_FILES_MIN}",
+        cases.len()
+    );
+    let scenarios = cases.iter().filter(|c| c.path.ends_with(".scenario.yaml")).count();
+    assert!(scenarios > 0 && scenarios < cases.len(), "the corpus holds both pool specs and scenarios");
+
+    let mut failures = Vec::new();
+    for case in &cases {
+        let output = tenure(&["validate", &case.path]);
+        failures.extend(check(case, &format!("tenure validate {}", case.path), &output, false));
+        if case.path.ends_with(".scenario.yaml") {
+            let output = tenure(&["replay", &case.path, "-o", "json"]);
+            failures.extend(check(case, &format!("tenure replay {} -o json", case.path), &output, true));
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn the_example_pool_is_valid() {
+    let output = tenure(&["validate", "examples/pools/edge.yaml"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "stderr: {stderr}");
+    assert!(stderr.is_empty(), "stderr: {stderr}");
+}
+
+#[test]
+fn a_missing_file_is_one_line_naming_it() {
+    let missing = "tests/bad-input/no-such-file.pool.yaml";
+    let output = tenure(&["validate", missing]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.starts_with(&format!("{missing}: ")), "stderr: {stderr}");
+    assert!(output.stdout.is_empty());
+
+    let output = tenure(&["replay", missing, "-o", "json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    assert!(stderr.starts_with(&format!("{missing}: ")), "stderr: {stderr}");
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn pools_of_two_files_are_checked_together() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bad_input_two_files");
+    fs::create_dir_all(&dir).expect("temp dir");
+    let first = dir.join("a.yaml");
+    let second = dir.join("b.yaml");
+    let example =
+        fs::read_to_string(workspace_root().join("examples/pools/edge.yaml")).expect("example pool");
+    fs::write(&first, &example).expect("write a.yaml");
+    // Same capture domain (sim1, g1); 10.0.0.17 is inside edge-vips's 10.0.0.16/29.
+    let other = example
+        .replace("name: edge-vips", "name: other-vips")
+        .replace("[10.0.0.10/32, 10.0.0.16/29]", "[10.0.1.1, 10.0.0.17]");
+    assert_ne!(other, example);
+    fs::write(&second, &other).expect("write b.yaml");
+
+    // Each file alone is valid.
+    for file in [&first, &second] {
+        let output = tenure(&["validate", &file.display().to_string()]);
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+
+    let (a, b) = (first.display().to_string(), second.display().to_string());
+    let output = tenure(&["validate", &a, &b]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    let line = stderr.lines().next().unwrap_or_default();
+    // `addresses:` is line 7 of the example, and 10.0.0.17 its second entry.
+    assert!(line.starts_with(&format!("{b}:7:")), "stderr: {stderr}");
+    assert!(line.contains("10.0.0.17") && line.contains("also in pool `edge-vips`"), "stderr: {stderr}");
+
+    // In the other order, the later file is the first one.
+    let output = tenure(&["validate", &b, &a]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.starts_with(&format!("{a}:7:")), "stderr: {stderr}");
+}
