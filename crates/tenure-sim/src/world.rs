@@ -9,17 +9,20 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tenure_core::federation::Federation;
-use tenure_core::journal::EntryState;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
-use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, Verb, VrrpState};
+use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
 use tenure_core::sim_provider::SimProvider;
 
 use crate::checks::{self, Violation, ViolationKind};
-use crate::config::{Fault, LIVENESS_ROUNDS_MAX, Mode, SimConfig};
+use crate::config::{Fault, Mode, SimConfig};
 use crate::plot::Timeline;
 use crate::store::LossyJournalStore;
-use crate::topology::{self, PROVIDER, Topology};
+use crate::topology::{self, Topology};
+
+mod faults;
+mod liveness;
+mod provider;
 
 /// Most events waiting in the delay queue; beyond it, delays are dropped (lost).
 pub const DELAYED_EVENTS_MAX: usize = 100_000;
@@ -407,154 +410,6 @@ impl World {
 
     // ---------------------------------------------------------------- the provider
 
-    fn call(&mut self, node: usize, action: StampedAction) {
-        self.provider_calls += 1;
-        if self.nodes[node].partitioned {
-            let detail = format!("{} called {} while cut off", self.name(node), action.idempotency_key);
-            self.violation(ViolationKind::PartitionedExecution, detail);
-        }
-        if let Some(why) = checks::staleness(&action, &self.head) {
-            self.stale_calls += 1;
-            let detail = format!("{}: {} ({why})", self.name(node), action.idempotency_key);
-            self.violation(ViolationKind::StaleExecution, detail);
-        }
-        let line = (action.pool.clone(), action.address);
-        let executed_before = self.nodes[node].executed_epochs.get(&line).copied().unwrap_or(0);
-        if action.capture_epoch.get() < executed_before {
-            let detail = format!(
-                "{} executed {} below epoch {executed_before} it executed before",
-                self.name(node),
-                action.idempotency_key
-            );
-            self.violation(ViolationKind::BelowHighWater, detail);
-        }
-        let entry = self.nodes[node].executed_epochs.entry(line).or_default();
-        *entry = (*entry).max(action.capture_epoch.get());
-
-        let fail = self.rng.random_bool(self.chances.provider_fail);
-        let mut latency_ms = if self.rng.random_bool(self.chances.provider_slow) {
-            self.rng.random_range(200..3_000)
-        } else {
-            0
-        };
-        if action.verb == Verb::AssignSecondaryIp && !fail {
-            if self.rng.random_bool(self.chances.azure_two_step) {
-                // Azure: remove the ipConfig from the other NICs now, add it to ours later.
-                let others: Vec<String> = self
-                    .provider
-                    .holdings()
-                    .get(&action.address)
-                    .map(|nics| nics.iter().filter(|n| **n != action.nic).cloned().collect())
-                    .unwrap_or_default();
-                for nic in others {
-                    self.provider.inject_loss(action.address, &nic);
-                }
-                latency_ms = latency_ms.max(self.rng.random_range(50..1_000));
-            } else if self.rng.random_bool(self.chances.async_assign) {
-                latency_ms = latency_ms.max(self.rng.random_range(50..1_500));
-            }
-        }
-        let incarnation = self.nodes[node].incarnation;
-        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, fail };
-        if latency_ms == 0 {
-            self.land(call);
-        } else {
-            self.calls.push(call);
-        }
-    }
-
-    fn land_due(&mut self, all: bool) {
-        let now = self.now_ms;
-        let mut due = Vec::new();
-        let mut keep = Vec::new();
-        for call in self.calls.drain(..) {
-            if all || call.land_at_ms <= now { due.push(call) } else { keep.push(call) }
-        }
-        self.calls = keep;
-        due.sort_by_key(|c| c.land_at_ms);
-        for call in due {
-            self.land(call);
-        }
-    }
-
-    /// The call completes: its effect (unless it failed), the result to the node, and the
-    /// `action-result` event to the log.
-    fn land(&mut self, call: PendingCall) {
-        let (outcome, detail) = if call.fail {
-            (ActionOutcome::Failed, "provider error (simulated)".to_owned())
-        } else {
-            match self.provider.execute(&call.action) {
-                Ok(detail) => (ActionOutcome::Executed, detail),
-                Err(e) => (ActionOutcome::Failed, e.to_string()),
-            }
-        };
-        self.check_provider(call.action.address);
-        let node = call.node;
-        if self.nodes[node].incarnation != call.incarnation {
-            return;
-        }
-        let key = call.action.idempotency_key.clone();
-        // A result for an entry no longer in flight (a duplicate) is ignored by the engine.
-        let _ = self.nodes[node].engine.handle_execution_result(&key, outcome, Some(detail.clone()));
-        if self.nodes[node].partitioned {
-            return;
-        }
-        let event = Event {
-            at_ms: self.stamp(node),
-            kind: EventKind::ActionResult { node: self.name(node), idempotency_key: key, outcome, detail },
-        };
-        let copies = if self.rng.random_bool(self.chances.result_duplicate) { 2 } else { 1 };
-        for _ in 0..copies {
-            if self.rng.random_bool(self.chances.result_delay) {
-                let at = self.now_ms + self.rng.random_range(50..2_000);
-                self.delay(at, event.clone());
-            } else {
-                self.append(event.clone());
-            }
-        }
-    }
-
-    fn check_provider(&mut self, address: IpAddr) {
-        let Some(nics) = self.provider.holdings().get(&address) else { return };
-        match self.topology.provider.kind {
-            ProviderKind::SimCloud if nics.len() > 1 => {
-                let detail = format!("{address} on {}", nics.iter().cloned().collect::<Vec<_>>().join(","));
-                self.violation(ViolationKind::DoubleAssignment, detail);
-            }
-            ProviderKind::SimOnprem => {
-                // keepalived is the data-plane authority: only the VRRP master's entry answers.
-                let answering: Vec<&String> = nics
-                    .iter()
-                    .filter(|nic| match self.config.mode {
-                        Mode::Onprem => self.vrrp_master.is_some_and(|m| self.topology.nodes[m].nic == **nic),
-                        _ => true,
-                    })
-                    .collect();
-                if answering.len() > 1 {
-                    let list: Vec<&str> = answering.iter().map(|s| s.as_str()).collect();
-                    let detail = format!("{address} answered by {}", list.join(","));
-                    self.violation(ViolationKind::OnpremSplitAnswer, detail);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn observe_inventory(&mut self, address: IpAddr, delayed: bool) {
-        let holders: Vec<String> =
-            self.provider.holdings().get(&address).map(|n| n.iter().cloned().collect()).unwrap_or_default();
-        let event = Event {
-            at_ms: self.now_ms,
-            kind: EventKind::Inventory { provider: PROVIDER.into(), address, holders },
-        };
-        if delayed {
-            let at = self.now_ms + self.rng.random_range(50..1_500);
-            self.delay(at, event);
-        } else {
-            self.append(event);
-        }
-    }
-
     // ---------------------------------------------------------------- the safety phase
 
     fn tick(&mut self) {
@@ -585,87 +440,6 @@ impl World {
         let pool = self.rng.random_range(0..self.topology.address_ranges.len());
         let range = &self.topology.address_ranges[pool];
         (pool, range[self.rng.random_range(0..range.len())])
-    }
-
-    fn inject(&mut self, fault: Fault) {
-        self.count_fault(fault);
-        match fault {
-            Fault::Crash | Fault::CrashLossy => {
-                let node = self.random_node();
-                self.crash(node, fault == Fault::CrashLossy);
-            }
-            Fault::Pause => {
-                let node = self.random_node();
-                if self.nodes[node].paused { self.resume(node) } else { self.pause(node) }
-            }
-            Fault::Partition => {
-                let node = self.random_node();
-                self.nodes[node].partitioned = !self.nodes[node].partitioned;
-            }
-            Fault::Drain => {
-                let node = self.random_node();
-                let kind = if self.rng.random_bool(0.5) {
-                    EventKind::Drain { node: self.name(node) }
-                } else {
-                    EventKind::Undrain { node: self.name(node) }
-                };
-                self.append(Event { at_ms: self.now_ms, kind });
-            }
-            Fault::Health => {
-                let node = self.random_node();
-                let healthy = self.rng.random_bool(0.6);
-                let at_ms = self.stamp(node);
-                self.append(Event { at_ms, kind: EventKind::Health { node: self.name(node), healthy } });
-            }
-            Fault::Vrrp => {
-                let node = self.random_node();
-                if self.topology.provider.kind == ProviderKind::SimOnprem {
-                    self.set_vrrp_master(node);
-                }
-            }
-            Fault::PoolChurn => self.churn_pool(),
-            Fault::DesireBurst => {
-                let (pool, _) = self.random_address();
-                let desired = self.rng.random_bool(0.5);
-                for _ in 0..self.rng.random_range(1..6) {
-                    let range = &self.topology.address_ranges[pool];
-                    let address = range[self.rng.random_range(0..range.len())];
-                    let name = self.topology.pools[pool].name.clone();
-                    let kind = if desired {
-                        EventKind::Desire { pool: name, address }
-                    } else {
-                        EventKind::Undesire { pool: name, address }
-                    };
-                    self.append(Event { at_ms: self.now_ms, kind });
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn churn_pool(&mut self) {
-        let pool = self.rng.random_range(0..self.pools.len());
-        let name = self.topology.pools[pool].name.clone();
-        let roll = self.rng.random_range(0..10);
-        let current = self.pools[pool].clone();
-        let event = match current {
-            Some(_) if roll < 2 => {
-                self.pools[pool] = None;
-                EventKind::PoolDeleted { pool: name }
-            }
-            _ => {
-                let mut spec = current.unwrap_or_else(|| self.topology.pools[pool].clone());
-                let range = &self.topology.address_ranges[pool];
-                let keep: Vec<IpAddr> = range.iter().copied().filter(|_| self.rng.random_bool(0.9)).collect();
-                spec.addresses = if keep.is_empty() { range.clone() } else { keep };
-                if roll >= 8 {
-                    spec.preempt = !spec.preempt;
-                }
-                self.pools[pool] = Some(spec.clone());
-                EventKind::PoolApplied { spec: Box::new(spec) }
-            }
-        };
-        self.append(Event { at_ms: self.now_ms, kind: event });
     }
 
     fn safety_step(&mut self) {
@@ -715,141 +489,6 @@ impl World {
     }
 
     // ---------------------------------------------------------------- the liveness phase
-
-    /// Faults stop: every node is healed and resumed; then rounds of heartbeats, approvals,
-    /// reconciles, executions and inventory until the fleet converges or the bound is reached.
-    fn liveness(&mut self) -> Option<u32> {
-        self.chances = Chances::default();
-        for node in 0..self.nodes.len() {
-            self.nodes[node].partitioned = false;
-            self.resume(node);
-        }
-        for round in 0..LIVENESS_ROUNDS_MAX {
-            self.step += 1;
-            self.now_ms += LIVENESS_ROUND_MS;
-            self.deliver_due();
-            self.land_due(false);
-            for node in 0..self.nodes.len() {
-                let at_ms = self.stamp(node);
-                self.append(Event { at_ms, kind: EventKind::Heartbeat { node: self.name(node) } });
-            }
-            self.approve_pending();
-            for node in 0..self.nodes.len() {
-                self.reconcile(node);
-                self.execute(node, None);
-            }
-            let addresses: Vec<IpAddr> = self.topology.address_ranges.iter().flatten().copied().collect();
-            for address in addresses {
-                self.observe_inventory(address, false);
-            }
-            self.sample();
-            if self.converged().is_ok() {
-                return Some(round + 1);
-            }
-        }
-        if let Err(why) = self.converged() {
-            let detail = format!("{why}; {}", self.explain(&why));
-            self.violation(ViolationKind::NoConvergence, detail);
-        }
-        None
-    }
-
-    /// What the head and every journal say about the address named in `why` (for failures).
-    fn explain(&self, why: &str) -> String {
-        let Some((pool, rest)) = why.split_once('/') else { return String::new() };
-        let Some(address) = rest.split(':').next().and_then(|a| a.parse::<IpAddr>().ok()) else {
-            return String::new();
-        };
-        let mut out = String::new();
-        if let Some(state) = self.head.address(pool, address) {
-            out.push_str(&format!(
-                "head: active={} desired={} owner={:?} holder={:?} oe={} ce={} confirmations={:?} observed={:?}",
-                state.active,
-                state.desired,
-                state.owner.map(|o| self.head.node_name(o).to_owned()),
-                state.line.desired_holder.map(|o| self.head.node_name(o).to_owned()),
-                state.ownership_epoch,
-                state.line.epoch,
-                state.confirmations.iter().map(|c| (c.node, c.capture_epoch.get(), c.acquired, c.at_ms)).collect::<Vec<_>>(),
-                self.head.observed_holders(PROVIDER, address),
-            ));
-        }
-        for n in &self.nodes {
-            let entries: Vec<String> = n
-                .engine
-                .entries()
-                .iter()
-                .filter(|e| e.action.pool == pool && e.action.address == address)
-                .map(|e| format!("{}@{}:{:?}", e.action.verb, e.action.capture_epoch, e.state))
-                .collect();
-            if !entries.is_empty() {
-                out.push_str(&format!(" | {} [{}]", n.engine.name(), entries.join(" ")));
-            }
-        }
-        out
-    }
-
-    fn approve_pending(&mut self) {
-        let mut keys = BTreeSet::new();
-        for n in &self.nodes {
-            for entry in n.engine.entries().iter().filter(|e| e.state == EntryState::Pending) {
-                if !self.head.is_approved(&entry.action.idempotency_key) {
-                    keys.insert(entry.action.idempotency_key.clone());
-                }
-            }
-        }
-        for key in keys {
-            self.append(Event { at_ms: self.now_ms, kind: EventKind::Approve { idempotency_key: key } });
-        }
-    }
-
-    /// Converged: nothing in flight; every address held exactly by its arbitrated, desired
-    /// owner's NIC and by nothing else; no open journal entry is stale.
-    fn converged(&self) -> Result<(), String> {
-        if !self.calls.is_empty() || !self.delayed.is_empty() {
-            return Err(format!(
-                "{} calls and {} events still in flight",
-                self.calls.len(),
-                self.delayed.len()
-            ));
-        }
-        for (pool_index, range) in self.topology.address_ranges.iter().enumerate() {
-            let pool_name = &self.topology.pools[pool_index].name;
-            for address in range {
-                let expected: Vec<String> = self
-                    .head
-                    .pools()
-                    .get(pool_name)
-                    .filter(|p| !p.deleted)
-                    .and_then(|p| p.addresses.get(address))
-                    .filter(|a| a.active && a.desired)
-                    .and_then(|a| a.owner)
-                    .map(|owner| vec![self.head.nodes()[owner].spec.nic.clone()])
-                    .unwrap_or_default();
-                let held: Vec<String> = self
-                    .provider
-                    .holdings()
-                    .get(address)
-                    .map(|n| n.iter().cloned().collect())
-                    .unwrap_or_default();
-                if held != expected {
-                    return Err(format!("{pool_name}/{address}: held by {held:?}, expected {expected:?}"));
-                }
-            }
-        }
-        for n in &self.nodes {
-            for entry in n.engine.entries().iter().filter(|e| e.state.is_open()) {
-                if checks::staleness(&entry.action, &self.head).is_some() {
-                    return Err(format!(
-                        "{}: stale open entry {}",
-                        n.engine.name(),
-                        entry.action.idempotency_key
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
 
     /// Runs both phases and reports.
     pub fn run(mut self) -> (SeedReport, Option<Timeline>) {

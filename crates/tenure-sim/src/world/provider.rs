@@ -1,0 +1,163 @@
+//! The provider side of the world: calls on their way, landing them, the data-plane checks,
+//! and inventory observations.
+
+use std::net::IpAddr;
+
+use rand::Rng;
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::model::{ProviderKind, StampedAction, Verb};
+
+use super::{PendingCall, World};
+use crate::checks::{self, ViolationKind};
+use crate::config::Mode;
+use crate::topology::PROVIDER;
+
+impl World {
+    pub(super) fn call(&mut self, node: usize, action: StampedAction) {
+        self.provider_calls += 1;
+        if self.nodes[node].partitioned {
+            let detail = format!("{} called {} while cut off", self.name(node), action.idempotency_key);
+            self.violation(ViolationKind::PartitionedExecution, detail);
+        }
+        if let Some(why) = checks::staleness(&action, &self.head) {
+            self.stale_calls += 1;
+            let detail = format!("{}: {} ({why})", self.name(node), action.idempotency_key);
+            self.violation(ViolationKind::StaleExecution, detail);
+        }
+        let line = (action.pool.clone(), action.address);
+        let executed_before = self.nodes[node].executed_epochs.get(&line).copied().unwrap_or(0);
+        if action.capture_epoch.get() < executed_before {
+            let detail = format!(
+                "{} executed {} below epoch {executed_before} it executed before",
+                self.name(node),
+                action.idempotency_key
+            );
+            self.violation(ViolationKind::BelowHighWater, detail);
+        }
+        let entry = self.nodes[node].executed_epochs.entry(line).or_default();
+        *entry = (*entry).max(action.capture_epoch.get());
+
+        let fail = self.rng.random_bool(self.chances.provider_fail);
+        let mut latency_ms = if self.rng.random_bool(self.chances.provider_slow) {
+            self.rng.random_range(200..3_000)
+        } else {
+            0
+        };
+        if action.verb == Verb::AssignSecondaryIp && !fail {
+            if self.rng.random_bool(self.chances.azure_two_step) {
+                // Azure: remove the ipConfig from the other NICs now, add it to ours later.
+                let others: Vec<String> = self
+                    .provider
+                    .holdings()
+                    .get(&action.address)
+                    .map(|nics| nics.iter().filter(|n| **n != action.nic).cloned().collect())
+                    .unwrap_or_default();
+                for nic in others {
+                    self.provider.inject_loss(action.address, &nic);
+                }
+                latency_ms = latency_ms.max(self.rng.random_range(50..1_000));
+            } else if self.rng.random_bool(self.chances.async_assign) {
+                latency_ms = latency_ms.max(self.rng.random_range(50..1_500));
+            }
+        }
+        let incarnation = self.nodes[node].incarnation;
+        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, fail };
+        if latency_ms == 0 {
+            self.land(call);
+        } else {
+            self.calls.push(call);
+        }
+    }
+
+    pub(super) fn land_due(&mut self, all: bool) {
+        let now = self.now_ms;
+        let mut due = Vec::new();
+        let mut keep = Vec::new();
+        for call in self.calls.drain(..) {
+            if all || call.land_at_ms <= now { due.push(call) } else { keep.push(call) }
+        }
+        self.calls = keep;
+        due.sort_by_key(|c| c.land_at_ms);
+        for call in due {
+            self.land(call);
+        }
+    }
+
+    /// The call completes: its effect (unless it failed), the result to the node, and the
+    /// `action-result` event to the log.
+    pub(super) fn land(&mut self, call: PendingCall) {
+        let (outcome, detail) = if call.fail {
+            (ActionOutcome::Failed, "provider error (simulated)".to_owned())
+        } else {
+            match self.provider.execute(&call.action) {
+                Ok(detail) => (ActionOutcome::Executed, detail),
+                Err(e) => (ActionOutcome::Failed, e.to_string()),
+            }
+        };
+        self.check_provider(call.action.address);
+        let node = call.node;
+        if self.nodes[node].incarnation != call.incarnation {
+            return;
+        }
+        let key = call.action.idempotency_key.clone();
+        // A result for an entry no longer in flight (a duplicate) is ignored by the engine.
+        let _ = self.nodes[node].engine.handle_execution_result(&key, outcome, Some(detail.clone()));
+        if self.nodes[node].partitioned {
+            return;
+        }
+        let event = Event {
+            at_ms: self.stamp(node),
+            kind: EventKind::ActionResult { node: self.name(node), idempotency_key: key, outcome, detail },
+        };
+        let copies = if self.rng.random_bool(self.chances.result_duplicate) { 2 } else { 1 };
+        for _ in 0..copies {
+            if self.rng.random_bool(self.chances.result_delay) {
+                let at = self.now_ms + self.rng.random_range(50..2_000);
+                self.delay(at, event.clone());
+            } else {
+                self.append(event.clone());
+            }
+        }
+    }
+
+    pub(super) fn check_provider(&mut self, address: IpAddr) {
+        let Some(nics) = self.provider.holdings().get(&address) else { return };
+        match self.topology.provider.kind {
+            ProviderKind::SimCloud if nics.len() > 1 => {
+                let detail = format!("{address} on {}", nics.iter().cloned().collect::<Vec<_>>().join(","));
+                self.violation(ViolationKind::DoubleAssignment, detail);
+            }
+            ProviderKind::SimOnprem => {
+                // keepalived is the data-plane authority: only the VRRP master's entry answers.
+                let answering: Vec<&String> = nics
+                    .iter()
+                    .filter(|nic| match self.config.mode {
+                        Mode::Onprem => self.vrrp_master.is_some_and(|m| self.topology.nodes[m].nic == **nic),
+                        _ => true,
+                    })
+                    .collect();
+                if answering.len() > 1 {
+                    let list: Vec<&str> = answering.iter().map(|s| s.as_str()).collect();
+                    let detail = format!("{address} answered by {}", list.join(","));
+                    self.violation(ViolationKind::OnpremSplitAnswer, detail);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn observe_inventory(&mut self, address: IpAddr, delayed: bool) {
+        let holders: Vec<String> =
+            self.provider.holdings().get(&address).map(|n| n.iter().cloned().collect()).unwrap_or_default();
+        let event = Event {
+            at_ms: self.now_ms,
+            kind: EventKind::Inventory { provider: PROVIDER.into(), address, holders },
+        };
+        if delayed {
+            let at = self.now_ms + self.rng.random_range(50..1_500);
+            self.delay(at, event);
+        } else {
+            self.append(event);
+        }
+    }
+}
