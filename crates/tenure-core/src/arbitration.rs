@@ -114,17 +114,21 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
     let mut remaining: Vec<u64> = nodes.iter().map(|n| n.spec.capacity.unwrap_or(u64::MAX)).collect();
     let views: Vec<PoolView<'_>> =
         federation.pools().values().filter(|p| !p.deleted).map(|p| PoolView::new(p, nodes, now_ms)).collect();
+    // Each pool's active addresses with their current owner, walked out of the map once.
+    let actives: Vec<Vec<(IpAddr, Option<NodeId>)>> = views
+        .iter()
+        .map(|v| v.pool.addresses.iter().filter(|(_, a)| a.active).map(|(ip, a)| (*ip, a.owner)).collect())
+        .collect();
     // `None`: not decided yet; `Some(owner)`: decided.
-    let mut decided: Vec<Vec<Option<Option<NodeId>>>> =
-        views.iter().map(|v| vec![None; v.pool.addresses.values().filter(|a| a.active).count()]).collect();
+    let mut decided: Vec<Vec<Option<Option<NodeId>>>> = actives.iter().map(|a| vec![None; a.len()]).collect();
 
     // Sticky owners first, across all pools, so that they are counted before new placements.
-    for (view, decisions) in views.iter().zip(decided.iter_mut()) {
+    for ((view, active), decisions) in views.iter().zip(&actives).zip(decided.iter_mut()) {
         if view.pool.spec.preempt {
             continue;
         }
-        for (state, decision) in view.pool.addresses.values().filter(|a| a.active).zip(decisions.iter_mut()) {
-            if let Some(owner) = state.owner {
+        for ((_, owner), decision) in active.iter().zip(decisions.iter_mut()) {
+            if let Some(owner) = *owner {
                 if view.keepable[owner] && remaining[owner] > 0 {
                     remaining[owner] -= 1;
                     *decision = Some(Some(owner));
@@ -135,15 +139,14 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
 
     let mut score_input: Vec<u8> = Vec::with_capacity(128);
     let mut result = OwnerMap { pools: Vec::with_capacity(views.len()) };
-    for (view, decisions) in views.iter().zip(decided) {
+    for ((view, active), decisions) in views.iter().zip(&actives).zip(decided) {
         let mut conditions = PoolConditions::default();
         let mut owners = Vec::with_capacity(decisions.len());
-        let active = view.pool.addresses.iter().filter(|(_, a)| a.active);
-        for ((address, state), decision) in active.zip(decisions) {
+        for ((address, current_owner), decision) in active.iter().zip(decisions) {
             let owner = match decision {
                 Some(owner) => owner,
                 None => {
-                    let best = choose(view, nodes, *address, state.owner, &remaining, &mut score_input);
+                    let best = choose(view, nodes, *address, *current_owner, &remaining, &mut score_input);
                     match best {
                         Some(id) => remaining[id] -= 1,
                         None if view.any_eligible => conditions.capacity_exhausted += 1,
