@@ -128,11 +128,12 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
             continue;
         }
         for ((_, owner), decision) in active.iter().zip(decisions.iter_mut()) {
-            if let Some(owner) = *owner {
-                if view.keepable[owner] && remaining[owner] > 0 {
-                    remaining[owner] -= 1;
-                    *decision = Some(Some(owner));
-                }
+            if let Some(owner) = *owner
+                && view.keepable[owner]
+                && remaining[owner] > 0
+            {
+                remaining[owner] -= 1;
+                *decision = Some(Some(owner));
             }
         }
     }

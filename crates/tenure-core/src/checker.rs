@@ -80,15 +80,15 @@ impl Checker {
         if provider.kind() != ProviderKind::SimCloud {
             return;
         }
-        if let Some(nics) = provider.holdings().get(&address) {
-            if nics.len() > 1 {
-                let list: Vec<&str> = nics.iter().map(String::as_str).collect();
-                self.violation(format!(
-                    "address {address} is on {} NICs of {provider_name}: {}",
-                    nics.len(),
-                    list.join(",")
-                ));
-            }
+        if let Some(nics) = provider.holdings().get(&address)
+            && nics.len() > 1
+        {
+            let list: Vec<&str> = nics.iter().map(String::as_str).collect();
+            self.violation(format!(
+                "address {address} is on {} NICs of {provider_name}: {}",
+                nics.len(),
+                list.join(",")
+            ));
         }
     }
 

@@ -371,10 +371,10 @@ impl Federation {
             | EventKind::ActionResult { node, .. } => Some(node),
             _ => None,
         };
-        if let Some(node) = node {
-            if !self.node_ids.contains_key(node) {
-                return Err(EventRejected::UnknownNode { event: kind.wire_name(), node: node.clone() });
-            }
+        if let Some(node) = node
+            && !self.node_ids.contains_key(node)
+        {
+            return Err(EventRejected::UnknownNode { event: kind.wire_name(), node: node.clone() });
         }
         if let EventKind::PoolApplied { spec } = kind {
             if !self.providers.contains_key(&spec.provider) {

@@ -396,7 +396,7 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
         total_ns = total_ns.checked_add(scaled(number, unit_ns).ok_or_else(bad)?).ok_or_else(bad)?;
         rest = tail;
     }
-    if total_ns % 1_000_000 != 0 {
+    if !total_ns.is_multiple_of(1_000_000) {
         return Err(format!("`{text}` is not a whole number of milliseconds"));
     }
     u64::try_from(total_ns / 1_000_000).map_err(|_| bad())

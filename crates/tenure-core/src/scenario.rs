@@ -329,11 +329,10 @@ fn validate_step(
         ("holders", raw.holders.as_ref().map(Position::of_spanned)),
     ];
     for (field, position) in present {
-        if let Some(position) = position {
-            if !allowed.contains(&field) {
-                errors
-                    .push(InputError::at(position, format!("event `{event}` does not take field `{field}`")));
-            }
+        if let Some(position) = position
+            && !allowed.contains(&field)
+        {
+            errors.push(InputError::at(position, format!("event `{event}` does not take field `{field}`")));
         }
     }
     for field in allowed.iter().filter(|f| **f != "detail") {
@@ -347,21 +346,18 @@ fn validate_step(
             format!("`at` must not be negative (got {})", raw.at.value),
         ));
     }
-    if let Some(node) = &raw.node {
-        if !nodes.iter().any(|n| n.name == node.value) {
-            errors.push(InputError::at(
-                Position::of_spanned(node),
-                format!("undeclared node `{}`", node.value),
-            ));
-        }
+    if let Some(node) = &raw.node
+        && !nodes.iter().any(|n| n.name == node.value)
+    {
+        errors.push(InputError::at(Position::of_spanned(node), format!("undeclared node `{}`", node.value)));
     }
-    if let Some(provider) = &raw.provider {
-        if !providers.iter().any(|p| p.name == provider.value) {
-            errors.push(InputError::at(
-                Position::of_spanned(provider),
-                format!("undeclared provider `{}`", provider.value),
-            ));
-        }
+    if let Some(provider) = &raw.provider
+        && !providers.iter().any(|p| p.name == provider.value)
+    {
+        errors.push(InputError::at(
+            Position::of_spanned(provider),
+            format!("undeclared provider `{}`", provider.value),
+        ));
     }
     let address = match &raw.address {
         Some(text) => match expand_addresses(text.value.trim()) {

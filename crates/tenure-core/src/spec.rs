@@ -228,13 +228,13 @@ pub fn validate_pool(raw: RawPoolDocument) -> Result<(PoolSpec, PoolSource), Vec
         duration_with(&mut duration_errors, "heartbeatTTL", &spec.heartbeat_ttl, HEARTBEAT_TTL_DEFAULT_MS);
     let promotion_hold_ms =
         duration_with(&mut duration_errors, "promotionHold", &spec.promotion_hold, PROMOTION_HOLD_DEFAULT_MS);
-    if heartbeat_ttl_ms == 0 {
-        if let Some(ttl) = &spec.heartbeat_ttl {
-            duration_errors.push(InputError::at(
-                Position::of_spanned(ttl),
-                "spec.heartbeatTTL must be longer than 0".to_owned(),
-            ));
-        }
+    if heartbeat_ttl_ms == 0
+        && let Some(ttl) = &spec.heartbeat_ttl
+    {
+        duration_errors.push(InputError::at(
+            Position::of_spanned(ttl),
+            "spec.heartbeatTTL must be longer than 0".to_owned(),
+        ));
     }
     errors.append(&mut duration_errors);
 

@@ -250,10 +250,10 @@ impl World {
         let tokens = checks::tokens(&self.head);
         let mut went_down = Vec::new();
         for (key, now) in &tokens {
-            if let Some(before) = self.head_tokens.get(key) {
-                if now.0 < before.0 || now.1 < before.1 {
-                    went_down.push(format!("head: {}/{} went from {before:?} to {now:?}", key.0, key.1));
-                }
+            if let Some(before) = self.head_tokens.get(key)
+                && (now.0 < before.0 || now.1 < before.1)
+            {
+                went_down.push(format!("head: {}/{} went from {before:?} to {now:?}", key.0, key.1));
             }
         }
         self.head_tokens = tokens;
@@ -312,15 +312,15 @@ impl World {
         let tokens = checks::tokens(&self.nodes[node].view);
         let mut went_down = Vec::new();
         for (key, now) in &tokens {
-            if let Some(before) = self.nodes[node].view_tokens.get(key) {
-                if now.0 < before.0 || now.1 < before.1 {
-                    went_down.push(format!(
-                        "{}: {}/{} went from {before:?} to {now:?}",
-                        self.name(node),
-                        key.0,
-                        key.1
-                    ));
-                }
+            if let Some(before) = self.nodes[node].view_tokens.get(key)
+                && (now.0 < before.0 || now.1 < before.1)
+            {
+                went_down.push(format!(
+                    "{}: {}/{} went from {before:?} to {now:?}",
+                    self.name(node),
+                    key.0,
+                    key.1
+                ));
             }
         }
         self.nodes[node].view_tokens = tokens;

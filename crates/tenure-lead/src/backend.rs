@@ -1,0 +1,59 @@
+//! What an election backend does: one attempt to acquire or renew, and a release.
+
+use std::future::Future;
+
+use tenure_core::model::LeaderEpoch;
+
+/// The outcome of one attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// This process holds the lease under `term` (incremented on takeover, kept on renewal).
+    Leader {
+        /// The term.
+        term: LeaderEpoch,
+    },
+    /// Someone else holds it (or nobody could be determined).
+    Follower {
+        /// The current holder, when known.
+        holder: Option<String>,
+    },
+}
+
+/// Why an attempt could not complete. The elector treats every error as "not renewed".
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The store could not be reached or answered with an error.
+    #[error("{backend}: {message}")]
+    Unavailable {
+        /// Backend name.
+        backend: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// The store holds a term lower than one this process has already seen: refusing to go on.
+    #[error("{backend}: term went back from {seen} to {found}; refusing to lead under a lower epoch")]
+    TermWentBack {
+        /// Backend name.
+        backend: &'static str,
+        /// Highest term seen before.
+        seen: u64,
+        /// The lower term found.
+        found: u64,
+    },
+}
+
+/// One election backend: a lease bound to this process's identity, and a term counter.
+///
+/// Contract: `Leader { term }` is returned only when this process holds the lease *now*; the
+/// term increments by exactly one on every takeover (by anyone) and is unchanged on renewal;
+/// two processes never hold the same term.
+pub trait LeaseBackend: Send + 'static {
+    /// Tries to take the lease if it is free, or to renew it if this process holds it.
+    fn try_acquire_or_renew(&mut self) -> impl Future<Output = Result<Attempt, BackendError>> + Send;
+
+    /// Gives the lease up, if held (best effort: the lease expires anyway).
+    fn release(&mut self) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// A short name for logs and errors.
+    fn name(&self) -> &'static str;
+}

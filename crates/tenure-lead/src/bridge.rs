@@ -1,0 +1,1 @@
+//! The epoch bridge (placeholder module; see the bridge issue work).

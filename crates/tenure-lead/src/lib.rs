@@ -1,0 +1,46 @@
+//! tenure-lead: leadership with a fencing epoch, for leader-only work in pipelines (SPEC 8).
+//!
+//! A [`LeadershipHandle`] tells whether this process leads and under which [`LeaderEpoch`]; the
+//! epoch is a term counter that a backend increments on every takeover and keeps on renewal, so
+//! downstream systems can reject a deposed leader's work. The [`bridge`] stamps every message of
+//! a leader-only producer with the epoch snapshot taken when it was spawned; the [`sink`] rejects
+//! any message whose epoch is below the highest it accepted, durably.
+//!
+//! # Layout
+//!
+//! - [`handle`] — `LeadershipHandle`: `is_leader()`, `leader_epoch()`, a watch of changes.
+//! - [`config`] — lease duration, renew deadline, retry period, jitter (Kubernetes defaults).
+//! - [`backend`] — the `LeaseBackend` trait every election backend implements.
+//! - [`elector`] — the campaign loop: acquire, renew, step down before the lease can expire.
+//! - [`noop`], [`embedded`], [`etcd`] — the backends (Kubernetes lives in `tenure-kube`).
+//! - [`bridge`] — the epoch bridge between a leader-only producer and the pipeline.
+//! - [`sink`] — the fenced sink, with optional HMAC-signed stamps.
+//!
+//! # Example
+//!
+//! ```
+//! use tenure_lead::{config::ElectionConfig, elector, noop::NoopBackend};
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! let (handle, task) = elector::spawn(NoopBackend, ElectionConfig::default(), shutdown.clone());
+//! let mut changes = handle.watch();
+//! changes.wait_for(|s| s.leader).await.unwrap();
+//! assert_eq!(handle.leader_epoch().map(|e| e.get()), Some(1));
+//! shutdown.cancel();
+//! task.await.unwrap().unwrap();
+//! assert!(!handle.is_leader(), "stepping down is published");
+//! # });
+//! ```
+
+pub mod backend;
+pub mod bridge;
+pub mod config;
+pub mod elector;
+pub mod embedded;
+pub mod etcd;
+pub mod handle;
+pub mod noop;
+pub mod sink;
+
+pub use handle::{LeaderState, LeadershipHandle};
+pub use tenure_core::model::LeaderEpoch;

@@ -1,0 +1,1 @@
+//! The fenced sink (placeholder module; see the sink issue work).
