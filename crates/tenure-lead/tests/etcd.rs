@@ -1,0 +1,251 @@
+//! The etcd backend against a real 3-member etcd cluster on loopback (Debian's etcd-server,
+//! started and stopped by `scripts/etcd-cluster`; `scripts/install-deps` installs it). These
+//! tests fail loudly when etcd is missing: they never skip.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure_lead::backend::{Attempt, BackendError, LeaseBackend};
+use tenure_lead::config::ElectionConfig;
+use tenure_lead::elector;
+use tenure_lead::etcd::EtcdBackend;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A running 3-member cluster, stopped on drop.
+struct Cluster {
+    dir: PathBuf,
+    endpoints: Vec<String>,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd-cluster")
+}
+
+impl Cluster {
+    fn start(tag: &str, base_port: u16) -> Self {
+        let dir = std::env::temp_dir().join(format!("tenure-etcd-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(script())
+            .args(["start", dir.to_str().expect("utf-8"), &base_port.to_string()])
+            .output()
+            .expect("run scripts/etcd-cluster (is bash there?)");
+        assert!(
+            out.status.success(),
+            "etcd cluster did not start (run scripts/install-deps): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let endpoints =
+            String::from_utf8(out.stdout).expect("utf-8").trim().split(',').map(str::to_owned).collect();
+        Self { dir, endpoints }
+    }
+
+    fn leader_member(&self) -> String {
+        let out =
+            Command::new(script()).args(["leader", self.dir.to_str().expect("utf-8")]).output().expect("run");
+        assert!(out.status.success(), "no raft leader found");
+        String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
+    }
+
+    fn kill(&self, member: &str) {
+        let status = Command::new(script())
+            .args(["kill", self.dir.to_str().expect("utf-8"), member])
+            .status()
+            .expect("run");
+        assert!(status.success(), "kill {member}");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).args(["stop", self.dir.to_str().expect("utf-8")]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn contender(cluster: &Cluster, election: &str, name: &str, lease_s: u64) -> EtcdBackend {
+    EtcdBackend::connect(&cluster.endpoints, "/tenure-test", election, name, Duration::from_secs(lease_s))
+        .await
+        .expect("connect to the etcd cluster")
+}
+
+fn term(attempt: &Attempt) -> Option<u64> {
+    match attempt {
+        Attempt::Leader { term } => Some(term.get()),
+        Attempt::Follower { .. } => None,
+    }
+}
+
+fn fast() -> ElectionConfig {
+    ElectionConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1_200),
+        retry_period: Duration::from_millis(150),
+        jitter: 0.1,
+    }
+}
+
+/// A backend whose renewals can be cut off, as by a partition between it and etcd.
+struct Cuttable {
+    inner: EtcdBackend,
+    cut: Arc<Mutex<bool>>,
+}
+
+impl LeaseBackend for Cuttable {
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, BackendError> {
+        if *self.cut.lock().expect("lock") {
+            return Err(BackendError::Unavailable { backend: "etcd", message: "cut off (test)".into() });
+        }
+        self.inner.try_acquire_or_renew().await
+    }
+    async fn release(&mut self) -> Result<(), BackendError> {
+        if *self.cut.lock().expect("lock") {
+            return Ok(());
+        }
+        self.inner.release().await
+    }
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terms_on_a_real_cluster() {
+    let cluster = Cluster::start("terms", 24200);
+
+    // Takeover increments the term by exactly one; renewal keeps it.
+    let mut a = contender(&cluster, "t1", "a", 5).await;
+    let mut b = contender(&cluster, "t1", "b", 5).await;
+    assert_eq!(a.stored_term().await.expect("read"), 0);
+    assert_eq!(term(&a.try_acquire_or_renew().await.expect("a takes")), Some(1));
+    assert_eq!(term(&a.try_acquire_or_renew().await.expect("a renews")), Some(1), "renewal keeps the term");
+    assert_eq!(
+        b.try_acquire_or_renew().await.expect("b asks"),
+        Attempt::Follower { holder: Some("a".into()) }
+    );
+    assert_eq!(b.stored_term().await.expect("read"), 1);
+    a.release().await.expect("release");
+    assert_eq!(term(&b.try_acquire_or_renew().await.expect("b takes")), Some(2), "exactly one more");
+    b.release().await.expect("release");
+
+    // Two contenders never both hold the same term: four race, round after round.
+    let mut racers = Vec::new();
+    for name in ["r1", "r2", "r3", "r4"] {
+        racers.push(contender(&cluster, "t2", name, 5).await);
+    }
+    let mut terms = Vec::new();
+    for _round in 0..12 {
+        let attempts = futures_join_all(&mut racers).await;
+        let leaders: Vec<(usize, u64)> =
+            attempts.iter().enumerate().filter_map(|(i, a)| term(a).map(|t| (i, t))).collect();
+        assert_eq!(leaders.len(), 1, "exactly one leader per round: {attempts:?}");
+        terms.push(leaders[0].1);
+        racers[leaders[0].0].release().await.expect("release");
+    }
+    let expected: Vec<u64> = (1..=12).collect();
+    assert_eq!(terms, expected, "each takeover adds exactly one, no term is held twice");
+}
+
+/// All racers attempt at once.
+async fn futures_join_all(racers: &mut [EtcdBackend]) -> Vec<Attempt> {
+    let futures: Vec<_> = racers.iter_mut().map(|r| r.try_acquire_or_renew()).collect();
+    join_all(futures).await.into_iter().map(|r| r.expect("attempt")).collect()
+}
+
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in pinned.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    })
+    .await;
+    outputs.into_iter().map(|o| o.expect("every future finished")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_steps_down_before_the_next_term_is_used() {
+    let cluster = Cluster::start("stepdown", 24300);
+    let cut = Arc::new(Mutex::new(false));
+    let shutdown = CancellationToken::new();
+    let a = Cuttable { inner: contender(&cluster, "s", "a", 2).await, cut: cut.clone() };
+    let (a_handle, a_task) = elector::spawn(a, fast(), shutdown.clone());
+    a_handle.watch().wait_for(|s| s.leader).await.expect("a leads");
+    let a_term = a_handle.leader_epoch().expect("term").get();
+    let b = contender(&cluster, "s", "b", 2).await;
+    let (b_handle, b_task) = elector::spawn(b, fast(), shutdown.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!b_handle.is_leader(), "one leader at a time");
+
+    // Cut a off: its lease expires in etcd after 2 s; it must have stepped down before.
+    *cut.lock().expect("lock") = true;
+    let cut_at = Instant::now();
+    let mut a_watch = a_handle.watch();
+    let mut b_watch = b_handle.watch();
+    let (a_down, b_up) = tokio::join!(
+        async {
+            a_watch.wait_for(|s| !s.leader).await.expect("a steps down");
+            Instant::now()
+        },
+        async {
+            b_watch.wait_for(|s| s.leader).await.expect("b takes over");
+            Instant::now()
+        }
+    );
+    assert!(
+        a_down < b_up,
+        "a stepped down {:?} after the cut, b led {:?} after",
+        a_down - cut_at,
+        b_up - cut_at
+    );
+    assert!(a_down - cut_at <= fast().renew_deadline + Duration::from_millis(300));
+    assert_eq!(b_handle.leader_epoch().map(|e| e.get()), Some(a_term + 1));
+    shutdown.cancel();
+    a_task.await.expect("join").expect("clean");
+    b_task.await.expect("join").expect("clean");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_etcd_leader_member_does_not_lower_any_term() {
+    let cluster = Cluster::start("kill", 24400);
+    let mut a = contender(&cluster, "k", "a", 3).await;
+    let mut observer = contender(&cluster, "k", "observer", 3).await;
+    for expected in 1..=3 {
+        assert_eq!(term(&a.try_acquire_or_renew().await.expect("take")), Some(expected));
+        a.release().await.expect("release");
+    }
+    let before = observer.stored_term().await.expect("read");
+    assert_eq!(before, 3);
+    let victim = cluster.leader_member();
+    cluster.kill(&victim);
+
+    // The cluster elects a new raft leader; reads and takeovers go on with terms above 3.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let taken = loop {
+        assert!(Instant::now() < deadline, "no takeover within 20 s after killing {victim}");
+        match a.try_acquire_or_renew().await {
+            Ok(attempt) if term(&attempt).is_some() => break term(&attempt).expect("leader"),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    assert_eq!(taken, 4, "the term continues from 3 after killing the raft leader {victim}");
+    let after = loop {
+        if let Ok(t) = observer.stored_term().await {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(after >= before, "a term went down: {before} -> {after}");
+    assert_eq!(after, 4);
+    a.release().await.expect("release");
+}
