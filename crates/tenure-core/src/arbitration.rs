@@ -24,6 +24,9 @@ use crate::model::PoolSpec;
 pub struct OwnerMap {
     /// Per pool: owners by address, and conditions.
     pub pools: Vec<(Vec<Option<NodeId>>, PoolConditions)>,
+    /// The addresses whose owner differs from their current one: (pool index in `pools`,
+    /// address, new owner). Applying the map touches only these.
+    pub changes: Vec<(usize, IpAddr, Option<NodeId>)>,
 }
 
 /// Orders a pool's declared members by rank, without the per-address score:
@@ -139,8 +142,8 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
     }
 
     let mut score_input: Vec<u8> = Vec::with_capacity(128);
-    let mut result = OwnerMap { pools: Vec::with_capacity(views.len()) };
-    for ((view, active), decisions) in views.iter().zip(&actives).zip(decided) {
+    let mut result = OwnerMap { pools: Vec::with_capacity(views.len()), changes: Vec::new() };
+    for (pool_index, ((view, active), decisions)) in views.iter().zip(&actives).zip(decided).enumerate() {
         let mut conditions = PoolConditions::default();
         let mut owners = Vec::with_capacity(decisions.len());
         for ((address, current_owner), decision) in active.iter().zip(decisions) {
@@ -156,6 +159,9 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
                     best
                 }
             };
+            if owner != *current_owner {
+                result.changes.push((pool_index, *address, owner));
+            }
             owners.push(owner);
         }
         result.pools.push((owners, conditions));

@@ -509,12 +509,16 @@ impl Federation {
     /// Writes an arbitration result, moving epochs by the SPEC 1 rules.
     fn apply_owners(&mut self, owners: &OwnerMap) {
         let now_ms = self.stream_time_ms;
-        for (pool, (owners, conditions)) in self.pools.values_mut().filter(|p| !p.deleted).zip(&owners.pools)
-        {
+        let mut live: Vec<&mut PoolState> = self.pools.values_mut().filter(|p| !p.deleted).collect();
+        for (pool, (_, conditions)) in live.iter_mut().zip(&owners.pools) {
             pool.conditions = *conditions;
-            for (state, owner) in pool.addresses.values_mut().filter(|s| s.active).zip(owners) {
-                state.set_owner(*owner, now_ms);
-            }
+        }
+        // Only changed owners are written: an unchanged owner keeps its epochs and its desired
+        // holder (which only desire/undesire and pool changes move, and they set it themselves).
+        for (pool_index, address, owner) in &owners.changes {
+            let state =
+                live[*pool_index].addresses.get_mut(address).expect("the map was computed from this state");
+            state.set_owner(*owner, now_ms);
         }
     }
 
