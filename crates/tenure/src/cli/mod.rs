@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own file.
 
+mod elect;
 mod replay;
 mod sim;
 mod validate;
@@ -56,11 +57,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// A narrated multi-node failover on the embedded default (not built yet).
     Demo,
-    /// Campaign in an election and print changes (not built yet).
-    Elect {
-        /// Election name.
-        election: String,
-    },
+    /// Campaign in an election like `etcdctl elect`; one JSON line per change of own state.
+    Elect(elect::ElectArgs),
     /// Show a running agent's ownership map (not built yet).
     Ownership,
     /// Show a running agent's actions (not built yet).
@@ -88,7 +86,7 @@ pub fn run(cli: Cli) -> ExitCode {
             "demo",
             "the narrated demo; `tenure replay examples/scenarios/failover.yaml` narrates a failover today",
         ),
-        Command::Elect { .. } => not_built("elect", "leadership backends"),
+        Command::Elect(args) => elect::run(&args),
         Command::Ownership | Command::Actions | Command::Drain { .. } | Command::Approve { .. } => {
             not_built("ownership/actions/drain/approve", "the agent's HTTP API these commands talk to")
         }

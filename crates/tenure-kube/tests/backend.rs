@@ -1,0 +1,270 @@
+//! `KubernetesBackend` against the Lease API double (a test double of the API server, over real
+//! HTTP): takeover, renewal, expiry, release, racing contenders, and a Lease deleted and recreated.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, PostParams};
+use tenure_kube::{KubernetesBackend, LeaseApiDouble, SetupError, TERM_ANNOTATION, client_for_url};
+use tenure_lead::LeaderEpoch;
+use tenure_lead::backend::{Attempt, BackendError, LeaseBackend};
+
+const NAMESPACE: &str = "tenure";
+const LEASE: &str = "election";
+/// Bounds every wait on the double, so that a bug fails instead of hanging.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn contender(double: &LeaseApiDouble, identity: &str, lease_duration: Duration) -> KubernetesBackend {
+    KubernetesBackend::connect(&double.url(), NAMESPACE, LEASE, identity, lease_duration)
+        .expect("valid setup")
+}
+
+async fn attempt(backend: &mut KubernetesBackend) -> Attempt {
+    tokio::time::timeout(STEP_TIMEOUT, backend.try_acquire_or_renew())
+        .await
+        .expect("an attempt does not hang")
+        .expect("the double answers")
+}
+
+fn leader(term: u64) -> Attempt {
+    Attempt::Leader { term: LeaderEpoch::from_stored(term) }
+}
+
+fn follower(holder: Option<&str>) -> Attempt {
+    Attempt::Follower { holder: holder.map(str::to_owned) }
+}
+
+/// (holder, term annotation) as stored.
+fn stored(double: &LeaseApiDouble) -> (Option<String>, Option<String>) {
+    let lease = double.lease(NAMESPACE, LEASE).expect("the Lease exists");
+    let term = lease.metadata.annotations.as_ref().and_then(|a| a.get(TERM_ANNOTATION)).cloned();
+    (lease.spec.and_then(|s| s.holder_identity), term)
+}
+
+fn admin(double: &LeaseApiDouble) -> Api<Lease> {
+    Api::namespaced(client_for_url(&double.url()).expect("client"), NAMESPACE)
+}
+
+#[tokio::test]
+async fn takeover_increments_the_term_by_one_and_renewal_keeps_it() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    let mut b = contender(&double, "b", Duration::from_secs(15));
+    assert_eq!(attempt(&mut a).await, leader(1), "a missing Lease is created under term 1");
+    let renewed_before = double.lease(NAMESPACE, LEASE).and_then(|l| l.spec).and_then(|s| s.renew_time);
+    for _ in 0..3 {
+        assert_eq!(attempt(&mut a).await, leader(1), "renewal keeps the term");
+    }
+    let renewed_after = double.lease(NAMESPACE, LEASE).and_then(|l| l.spec).and_then(|s| s.renew_time);
+    assert!(renewed_after > renewed_before, "renewal moves renewTime");
+    assert_eq!(double.resource_version(), 4, "one create, three renewals");
+    assert_eq!(stored(&double), (Some("a".into()), Some("1".into())));
+    assert_eq!(attempt(&mut b).await, follower(Some("a")));
+    a.release().await.expect("released");
+    assert_eq!(stored(&double), (None, Some("1".into())), "release clears the holder, keeps the term");
+    assert_eq!(attempt(&mut b).await, leader(2));
+    assert_eq!(attempt(&mut a).await, follower(Some("b")));
+    b.release().await.expect("released");
+    assert_eq!(attempt(&mut a).await, leader(3));
+    assert_eq!(stored(&double), (Some("a".into()), Some("3".into())));
+    let transitions = double.lease(NAMESPACE, LEASE).and_then(|l| l.spec).and_then(|s| s.lease_transitions);
+    assert_eq!(transitions, Some(2), "leaseTransitions counts the takeovers of the existing Lease");
+}
+
+#[tokio::test]
+async fn racing_contenders_exactly_one_wins_each_takeover() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    let mut b = contender(&double, "b", Duration::from_secs(15));
+    for round in 1..=6_u64 {
+        // Both read the same resourceVersion, then both write.
+        double.rendezvous_next_gets(2);
+        let (from_a, from_b) = tokio::join!(attempt(&mut a), attempt(&mut b));
+        let (winner, loser, name) = match (&from_a, &from_b) {
+            (Attempt::Leader { .. }, Attempt::Follower { .. }) => (from_a.clone(), from_b.clone(), "a"),
+            (Attempt::Follower { .. }, Attempt::Leader { .. }) => (from_b.clone(), from_a.clone(), "b"),
+            _ => panic!("round {round}: exactly one leader, got {from_a:?} and {from_b:?}"),
+        };
+        assert_eq!(winner, leader(round), "round {round}: the term moves by exactly one");
+        assert_eq!(loser, follower(None), "round {round}: the loser learns only that it lost");
+        assert_eq!(stored(&double), (Some(name.into()), Some(round.to_string())));
+        let stats = double.stats();
+        // Round 1 races two creations, later rounds two guarded replaces.
+        assert_eq!((stats.already_exists, stats.conflicts), (1, round - 1), "round {round}: one loser");
+        let holder = if name == "a" { &mut a } else { &mut b };
+        holder.release().await.expect("released");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over_with_the_next_term() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut a = contender(&double, "a", Duration::from_secs(1));
+    let mut b = contender(&double, "b", Duration::from_secs(1));
+    assert_eq!(attempt(&mut a).await, leader(1));
+    assert_eq!(attempt(&mut b).await, follower(Some("a")), "a live lease is not taken");
+    // a stops renewing (a crash, a partition); b keeps trying.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(attempt(&mut b).await, leader(2), "expired: taken over under the next term");
+    assert_eq!(attempt(&mut a).await, follower(Some("b")), "a learns it lost the lease");
+    assert_eq!(attempt(&mut a).await, follower(Some("b")), "and does not take it back while b renews");
+    assert_eq!(attempt(&mut b).await, leader(2));
+}
+
+#[tokio::test]
+async fn a_fresh_contender_waits_a_lease_duration_before_taking_an_expired_looking_lease() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    // Written by a holder whose renewTime is an hour old by this clock (a dead holder, or a clock
+    // far behind): expired by the wall clock alone.
+    let stale = Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE.into()),
+            annotations: Some(BTreeMap::from([(TERM_ANNOTATION.to_owned(), "41".to_owned())])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("ghost".into()),
+            renew_time: Some(MicroTime(Timestamp::now() - std::time::Duration::from_secs(3600))),
+            lease_duration_seconds: Some(1),
+            ..LeaseSpec::default()
+        }),
+    };
+    admin(&double).create(&PostParams::default(), &stale).await.expect("created");
+    let mut b = contender(&double, "b", Duration::from_secs(1));
+    assert_eq!(attempt(&mut b).await, follower(Some("ghost")), "not yet watched unchanged for 1s");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(attempt(&mut b).await, leader(42), "the term continues from the annotation");
+}
+
+#[tokio::test]
+async fn a_lease_renewed_later_than_this_clock_is_not_taken_even_when_watched_unchanged() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    // Written by a holder whose clock is an hour ahead of this one: by the wall-clock rule it is
+    // live for an hour, however long it stays unchanged (the price of clock skew is liveness).
+    let ahead = Lease {
+        metadata: ObjectMeta { name: Some(LEASE.into()), ..ObjectMeta::default() },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("ahead".into()),
+            renew_time: Some(MicroTime(Timestamp::now() + std::time::Duration::from_secs(3600))),
+            lease_duration_seconds: Some(1),
+            ..LeaseSpec::default()
+        }),
+    };
+    admin(&double).create(&PostParams::default(), &ahead).await.expect("created");
+    let mut b = contender(&double, "b", Duration::from_secs(1));
+    assert_eq!(attempt(&mut b).await, follower(Some("ahead")));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(attempt(&mut b).await, follower(Some("ahead")), "renewTime + 1s has not passed");
+}
+
+#[tokio::test]
+async fn a_restarted_process_with_the_same_identity_never_shares_the_term() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut first = contender(&double, "a", Duration::from_secs(15));
+    assert_eq!(attempt(&mut first).await, leader(1));
+    let mut restarted = contender(&double, "a", Duration::from_secs(15));
+    assert_eq!(attempt(&mut restarted).await, follower(Some("a")), "not its lease until it expires");
+    assert_eq!(attempt(&mut first).await, leader(1));
+}
+
+#[tokio::test]
+async fn a_deleted_and_recreated_lease_never_lowers_the_epoch() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    let mut b = contender(&double, "b", Duration::from_secs(15));
+    assert_eq!(attempt(&mut a).await, leader(1));
+    a.release().await.expect("released");
+    assert_eq!(attempt(&mut b).await, leader(2));
+    b.release().await.expect("released");
+    assert_eq!(attempt(&mut a).await, leader(3));
+    assert_eq!(attempt(&mut b).await, follower(Some("a")), "b has now seen term 3");
+
+    // An administrator deletes the Lease under the leader.
+    admin(&double).delete(LEASE, &DeleteParams::default()).await.expect("deleted");
+    assert_eq!(attempt(&mut a).await, follower(None), "the leader notices it lost the lease");
+    assert_eq!(attempt(&mut a).await, leader(4), "recreated above everything a has seen");
+    assert_eq!(stored(&double), (Some("a".into()), Some("4".into())));
+
+    assert_eq!(attempt(&mut b).await, follower(Some("a")), "b has now seen term 4");
+
+    // Deleted again, and recreated by a newcomer that has seen nothing: its term restarts at 1.
+    admin(&double).delete(LEASE, &DeleteParams::default()).await.expect("deleted");
+    let mut newcomer = contender(&double, "c", Duration::from_secs(15));
+    assert_eq!(attempt(&mut newcomer).await, leader(1));
+    assert_eq!(attempt(&mut b).await, follower(Some("c")));
+    newcomer.release().await.expect("released");
+    assert_eq!(b.highest_term_seen(), 4, "the recreated Lease's 1 did not lower what b has seen");
+    assert_eq!(attempt(&mut b).await, leader(5), "max(seen 4, found 1) + 1");
+    assert_eq!(attempt(&mut a).await, follower(Some("b")), "a's term-4 Lease is gone");
+    assert_eq!(a.highest_term_seen(), 5);
+
+    // Recreated by hand without the annotation (found 0) and without a holder.
+    admin(&double).delete(LEASE, &DeleteParams::default()).await.expect("deleted");
+    let bare =
+        Lease { metadata: ObjectMeta { name: Some(LEASE.into()), ..ObjectMeta::default() }, spec: None };
+    admin(&double).create(&PostParams::default(), &bare).await.expect("created");
+    assert_eq!(attempt(&mut a).await, leader(6), "max(seen 5, found 0) + 1");
+    assert_eq!(attempt(&mut b).await, follower(Some("a")), "b lost its Lease with the deletion");
+    assert_eq!(stored(&double), (Some("a".into()), Some("6".into())));
+}
+
+#[tokio::test]
+async fn a_renewal_that_finds_another_term_is_a_lost_lease() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    assert_eq!(attempt(&mut a).await, leader(1));
+    let api = admin(&double);
+    let mut edited = api.get(LEASE).await.expect("get");
+    edited.metadata.annotations.get_or_insert_default().insert(TERM_ANNOTATION.into(), "9".into());
+    api.replace(LEASE, &PostParams::default(), &edited).await.expect("edited");
+    assert_eq!(attempt(&mut a).await, follower(Some("a")), "not the term a took: a does not lead");
+    assert_eq!(a.highest_term_seen(), 9);
+}
+
+#[tokio::test]
+async fn an_unreadable_term_is_refused_and_nothing_is_written() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let corrupt = Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE.into()),
+            annotations: Some(BTreeMap::from([(TERM_ANNOTATION.to_owned(), "seven".to_owned())])),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    };
+    admin(&double).create(&PostParams::default(), &corrupt).await.expect("created");
+    let version = double.resource_version();
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    let error = a.try_acquire_or_renew().await.expect_err("refused");
+    assert!(matches!(error, BackendError::Unavailable { .. }), "{error}");
+    assert!(error.to_string().contains(TERM_ANNOTATION), "{error}");
+    assert_eq!(double.resource_version(), version, "nothing written");
+}
+
+#[tokio::test]
+async fn an_unreachable_api_server_is_unavailable() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let url = double.url();
+    drop(double);
+    let mut a =
+        KubernetesBackend::connect(&url, NAMESPACE, LEASE, "a", Duration::from_secs(15)).expect("valid");
+    let error = a.try_acquire_or_renew().await.expect_err("nobody listens");
+    assert!(matches!(error, BackendError::Unavailable { backend: "kubernetes", .. }), "{error}");
+    assert_eq!(a.name(), "kubernetes");
+}
+
+#[tokio::test]
+async fn bad_setups_are_refused() {
+    let url = "http://127.0.0.1:1";
+    let second = Duration::from_secs(1);
+    let empty = KubernetesBackend::connect(url, NAMESPACE, LEASE, "", second).expect_err("empty identity");
+    assert!(matches!(empty, SetupError::Empty { field: "identity" }), "{empty}");
+    let short = KubernetesBackend::connect(url, NAMESPACE, LEASE, "a", Duration::from_millis(500));
+    assert!(matches!(short, Err(SetupError::LeaseTooShort(_))));
+    let url_error =
+        KubernetesBackend::connect("not a url", NAMESPACE, LEASE, "a", second).expect_err("bad url");
+    assert!(matches!(url_error, SetupError::Url { .. }), "{url_error}");
+}

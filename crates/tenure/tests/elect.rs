@@ -1,0 +1,176 @@
+//! `tenure elect` as an operator uses it: one JSON line per change, SIGTERM steps down and
+//! releases, SIGKILL leaves the lease to expire, and the next contender takes over with the next
+//! epoch — on the embedded backend and on a real 3-member etcd cluster.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const FAST: [&str; 6] = ["--lease-duration", "1s", "--renew-deadline", "600ms", "--retry-period", "100ms"];
+
+struct Contender {
+    child: Child,
+    lines: Receiver<Value>,
+}
+
+impl Contender {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .arg("elect")
+            .args(args)
+            .args(FAST)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run tenure elect");
+        let stdout = child.stdout.take().expect("piped");
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let value: Value = serde_json::from_str(&line).expect("every line is JSON");
+                if send.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The next line, within `timeout`.
+    fn next(&self, timeout: Duration) -> Option<Value> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Waits for a line with `leader == want`.
+    fn until(&self, want: bool, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        while let Some(line) = self.next(deadline.saturating_duration_since(Instant::now())) {
+            if line["leader"] == want {
+                return line;
+            }
+        }
+        panic!("no line with leader={want} within {timeout:?}");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status =
+            Command::new("kill").args([signal, &self.child.id().to_string()]).status().expect("kill");
+        assert!(status.success());
+    }
+
+    fn wait(mut self) -> (i32, Vec<Value>) {
+        let status = self.child.wait().expect("wait");
+        let rest: Vec<Value> = self.lines.try_iter().collect();
+        (status.code().unwrap_or(-1), rest)
+    }
+}
+
+fn temp(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tenure-elect-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn noop_leads_at_epoch_one_and_sigterm_steps_down() {
+    let c = Contender::start(&["e", "--name", "solo", "--backend", "noop"]);
+    let first = c.next(Duration::from_secs(5)).expect("initial line");
+    assert_eq!(first, serde_json::json!({"election": "e", "name": "solo", "leader": false, "epoch": null}));
+    let leading = c.until(true, Duration::from_secs(5));
+    assert_eq!(leading["epoch"], 1);
+    c.signal("-TERM");
+    let (code, rest) = c.wait();
+    assert_eq!(code, 0);
+    assert_eq!(
+        rest.last().map(|l| l["leader"].clone()),
+        Some(Value::Bool(false)),
+        "the step-down is printed"
+    );
+}
+
+#[test]
+fn embedded_failover_after_sigkill_takes_the_next_epoch() {
+    let dir = temp("embedded");
+    let d = dir.to_str().expect("utf-8");
+    let a = Contender::start(&["e", "--name", "a", "--backend", "embedded", "--dir", d]);
+    assert_eq!(a.until(true, Duration::from_secs(5))["epoch"], 1);
+    let b = Contender::start(&["e", "--name", "b", "--backend", "embedded", "--dir", d]);
+    assert_eq!(b.next(Duration::from_secs(5)).expect("initial")["leader"], false);
+    assert!(b.next(Duration::from_millis(800)).is_none(), "b follows while a holds the lock");
+    a.signal("-KILL");
+    assert_eq!(b.until(true, Duration::from_secs(5))["epoch"], 2);
+    b.signal("-TERM");
+    assert_eq!(b.wait().0, 0);
+    let _ = a.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn etcd_failover_after_sigterm_on_a_real_cluster() {
+    let dir = temp("etcd");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd-cluster");
+    let out = Command::new(&script)
+        .args(["start", dir.to_str().expect("utf-8"), "24500"])
+        .output()
+        .expect("run scripts/etcd-cluster");
+    assert!(
+        out.status.success(),
+        "etcd did not start (scripts/install-deps): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let endpoints = String::from_utf8(out.stdout).expect("utf-8").trim().to_owned();
+    let stop = || {
+        let _ = Command::new(&script).args(["stop", dir.to_str().expect("utf-8")]).status();
+    };
+    let run = std::panic::catch_unwind(|| {
+        let args = |name: &'static str| {
+            ["e", "--name", name, "--backend", "etcd", "--endpoints", &endpoints].map(str::to_owned)
+        };
+        let a_args = args("a");
+        let a = Contender::start(&a_args.iter().map(String::as_str).collect::<Vec<_>>());
+        let a_epoch = a.until(true, Duration::from_secs(10))["epoch"].as_u64().expect("epoch");
+        let b_args = args("b");
+        let b = Contender::start(&b_args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(b.next(Duration::from_secs(10)).expect("initial")["leader"], false);
+        a.signal("-TERM");
+        let (code, _) = a.wait();
+        assert_eq!(code, 0, "SIGTERM: step down, release, exit 0");
+        assert_eq!(b.until(true, Duration::from_secs(10))["epoch"].as_u64(), Some(a_epoch + 1));
+        b.signal("-TERM");
+        assert_eq!(b.wait().0, 0);
+    });
+    stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(panic) = run {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn kubernetes_failover_against_the_lease_api_double() {
+    // No API server can run here: the Lease API double enforces resourceVersion like one.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let double = runtime.block_on(tenure_kube::double::LeaseApiDouble::start()).expect("double starts");
+    let url = double.url();
+    let args = |name: &'static str| {
+        ["e", "--name", name, "--backend", "kubernetes", "--endpoints", url.as_str(), "--namespace", "ops"]
+            .map(str::to_owned)
+    };
+    let a_args = args("a");
+    let a = Contender::start(&a_args.iter().map(String::as_str).collect::<Vec<_>>());
+    let a_epoch = a.until(true, Duration::from_secs(10))["epoch"].as_u64().expect("epoch");
+    assert_eq!(a_epoch, 1);
+    let b_args = args("b");
+    let b = Contender::start(&b_args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(b.next(Duration::from_secs(10)).expect("initial")["leader"], false);
+    a.signal("-TERM");
+    assert_eq!(a.wait().0, 0, "SIGTERM: step down, release, exit 0");
+    assert_eq!(b.until(true, Duration::from_secs(10))["epoch"].as_u64(), Some(2));
+    b.signal("-TERM");
+    assert_eq!(b.wait().0, 0);
+    drop(double);
+}
