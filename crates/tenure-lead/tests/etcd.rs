@@ -238,7 +238,9 @@ async fn killing_the_etcd_leader_member_does_not_lower_any_term() {
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
-    assert_eq!(taken, 4, "the term continues from 3 after killing the raft leader {victim}");
+    // 4, or 5 when the first takeover committed while its answer was lost with the killed member
+    // (an ambiguous commit: that lease is nobody's and expires, then the next takeover adds one).
+    assert!((4..=5).contains(&taken), "the term continues above 3 after killing {victim}: {taken}");
     let after = loop {
         if let Ok(t) = observer.stored_term().await {
             break t;
@@ -246,6 +248,26 @@ async fn killing_the_etcd_leader_member_does_not_lower_any_term() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(after >= before, "a term went down: {before} -> {after}");
-    assert_eq!(after, 4);
+    assert_eq!(after, taken);
     a.release().await.expect("release");
+}
+
+/// The example program (examples/competing_leaders.rs) end to end on a real cluster: it exits
+/// non-zero if any of the deposed leader's in-flight messages is accepted by the sink.
+#[test]
+fn the_competing_leaders_example_rejects_the_deposed_leaders_messages() {
+    let cluster = Cluster::start("example", 24600);
+    // `cargo test` builds the examples next to the test binaries (target/<profile>/examples).
+    let example = std::env::current_exe()
+        .expect("test binary path")
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("examples").join("competing_leaders"))
+        .expect("target layout");
+    assert!(example.exists(), "{} was not built", example.display());
+    let out = Command::new(&example).arg(cluster.endpoints.join(",")).output().expect("run the example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "example failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("sink: REJECTED A-").count(), 5, "{stdout}");
+    assert!(stdout.contains("0 accepted, 5 rejected"), "{stdout}");
 }
