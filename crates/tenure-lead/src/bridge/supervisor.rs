@@ -1,0 +1,154 @@
+//! The bridge supervisor: one bridge per leadership term.
+
+use super::*;
+
+/// What a [`BridgeSupervisor`] is doing, published on every change (and only then).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SupervisorState {
+    /// The epoch of the running bridge, if one runs.
+    pub bridge_epoch: Option<LeaderEpoch>,
+    /// Bridges started so far (one per leadership term entered).
+    pub bridges_started: u64,
+    /// Terms refused because they were below a term already bridged (a backend going back).
+    pub refused_total: u64,
+    /// How the last stopped bridge ended.
+    pub last_exit: Option<BridgeExit>,
+}
+
+/// Runs one bridge per leadership term: when this process starts leading under a new epoch it
+/// calls `start(epoch)` for that term's producer and bridges it, stamping that epoch; when it
+/// stops leading or the epoch changes, it stops the old bridge (drain within the drain timeout)
+/// before starting the next. A renewal (same state) does nothing and publishes nothing. A term
+/// lower than one already bridged is refused. On cancel, the running bridge is aborted at once.
+#[derive(Debug)]
+pub struct BridgeSupervisor {
+    cancel: CancellationToken,
+    state: watch::Receiver<SupervisorState>,
+    task: JoinHandle<SupervisorState>,
+}
+
+impl BridgeSupervisor {
+    /// Starts supervising `leadership`. `cancel` (or [`BridgeSupervisor::shutdown`]) ends it.
+    pub fn spawn<P, S, F>(
+        leadership: LeadershipHandle,
+        pipeline: mpsc::Sender<Stamped<P::Message>>,
+        options: BridgeOptions,
+        stamper: S,
+        start: F,
+        cancel: CancellationToken,
+    ) -> Result<Self, BridgeConfigError>
+    where
+        P: Producer,
+        S: Stamper<P::Message>,
+        F: FnMut(LeaderEpoch) -> P + Send + 'static,
+    {
+        options.validate()?;
+        let cancel = cancel.child_token();
+        let (publisher, state) = watch::channel(SupervisorState::default());
+        let supervision =
+            Supervision { pipeline, options, stamper, start, cancel: cancel.clone(), publisher };
+        let task = tokio::spawn(supervision.run(leadership));
+        Ok(Self { cancel, state, task })
+    }
+
+    /// The current state.
+    #[must_use]
+    pub fn state(&self) -> SupervisorState {
+        self.state.borrow().clone()
+    }
+
+    /// A watch of the state.
+    #[must_use]
+    pub fn watch(&self) -> watch::Receiver<SupervisorState> {
+        self.state.clone()
+    }
+
+    /// Aborts the running bridge and ends supervision; returns the final state.
+    pub async fn shutdown(self) -> SupervisorState {
+        self.cancel.cancel();
+        match self.task.await {
+            Ok(state) => state,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_cancelled) => self.state.borrow().clone(),
+        }
+    }
+}
+
+struct Supervision<P: Producer, S, F> {
+    pipeline: mpsc::Sender<Stamped<P::Message>>,
+    options: BridgeOptions,
+    stamper: S,
+    start: F,
+    cancel: CancellationToken,
+    publisher: watch::Sender<SupervisorState>,
+}
+
+impl<P, S, F> Supervision<P, S, F>
+where
+    P: Producer,
+    S: Stamper<P::Message>,
+    F: FnMut(LeaderEpoch) -> P + Send + 'static,
+{
+    async fn run(mut self, leadership: LeadershipHandle) -> SupervisorState {
+        let mut changes = leadership.watch();
+        let mut running: Option<BridgeHandle> = None;
+        let mut highest_started: Option<LeaderEpoch> = None;
+        loop {
+            let state = *changes.borrow_and_update();
+            let wanted = if state.leader { state.epoch } else { None };
+            if wanted != running.as_ref().map(BridgeHandle::epoch) {
+                if let Some(old) = running.take() {
+                    let exit = old.stop().await;
+                    self.publish(|s| {
+                        s.bridge_epoch = None;
+                        s.last_exit = Some(exit);
+                    });
+                }
+                match wanted {
+                    Some(epoch) if highest_started.is_some_and(|highest| epoch < highest) => {
+                        self.publish(|s| s.refused_total += 1);
+                    }
+                    Some(epoch) => {
+                        running = self.start_bridge(epoch);
+                        highest_started = Some(epoch);
+                    }
+                    None => {}
+                }
+            }
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => break,
+                changed = changes.changed() => if changed.is_err() { break },
+            }
+        }
+        if let Some(old) = running.take() {
+            // Cancelled: abort at once. The election ended: it stepped down first, so this is
+            // only reached with a bridge when the handle's publisher vanished; drain it.
+            let exit = if self.cancel.is_cancelled() { old.abort().await } else { old.stop().await };
+            self.publish(|s| {
+                s.bridge_epoch = None;
+                s.last_exit = Some(exit);
+            });
+        }
+        self.publisher.borrow().clone()
+    }
+
+    fn start_bridge(&mut self, epoch: LeaderEpoch) -> Option<BridgeHandle> {
+        let producer = (self.start)(epoch);
+        let pipeline = self.pipeline.clone();
+        let stamper = self.stamper.clone();
+        let spawned =
+            spawn_stamping_bridge(producer, pipeline, epoch, self.options, stamper, self.cancel.clone());
+        // The options were validated when the supervisor was spawned, so this cannot fail.
+        let bridge = spawned.ok()?;
+        self.publish(|s| {
+            s.bridge_epoch = Some(epoch);
+            s.bridges_started += 1;
+        });
+        Some(bridge)
+    }
+
+    fn publish(&self, change: impl FnOnce(&mut SupervisorState)) {
+        self.publisher.send_modify(change);
+    }
+}
