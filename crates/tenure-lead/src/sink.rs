@@ -98,7 +98,8 @@ pub struct Admitted {
 /// Why the sink refused a message. The message must not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum Rejected {
-    /// Stamped with an epoch below the highest admitted: a deposed leader's work.
+    /// Stamped with an epoch below the highest admitted (a deposed leader's work), or with
+    /// epoch 0, which no leader holds.
     #[error("stale leader epoch {epoch}: this sink has admitted epoch {high_water}")]
     StaleEpoch {
         /// The message's epoch.
@@ -272,7 +273,8 @@ impl FencedSink {
                 return Err(Rejected::BadSignature { epoch });
             }
         }
-        if epoch < self.high_water {
+        // Epoch 0 means "never held": no leader stamps it, so it is stale whatever the mark.
+        if epoch == LeaderEpoch::NEVER || epoch < self.high_water {
             self.rejections.stale_epoch += 1;
             return Err(Rejected::StaleEpoch { epoch, high_water: self.high_water });
         }
