@@ -48,30 +48,8 @@ impl Checker {
 
     /// Called right before an action reaches a provider: was it current at the head?
     pub fn before_provider_call(&mut self, node: &str, action: &StampedAction, head: &Federation) {
-        let capture = head.capture_epoch(&action.pool, action.address, &action.capture_domain);
-        let ownership = head.ownership_epoch(&action.pool, action.address);
-        let holder = head.desired_holder(&action.pool, action.address, &action.capture_domain);
-        let mut wrong = Vec::new();
-        if action.capture_epoch != capture {
-            wrong.push(format!("captureEpoch {} but head has {capture}", action.capture_epoch));
-        }
-        if head.epoch_locking(&action.pool) && action.ownership_epoch != ownership {
-            wrong.push(format!("ownershipEpoch {} but head has {ownership}", action.ownership_epoch));
-        }
-        let is_holder = holder == Some(action.holder.as_str());
-        if action.verb.is_acquire() != is_holder {
-            wrong.push(format!(
-                "holder {} but desired holder is {}",
-                action.holder,
-                holder.unwrap_or("none")
-            ));
-        }
-        if !wrong.is_empty() {
-            self.violation(format!(
-                "stale action executed by {node}: {} ({})",
-                action.idempotency_key,
-                wrong.join("; ")
-            ));
+        if let Some(why) = staleness(action, head) {
+            self.violation(format!("stale action executed by {node}: {} ({why})", action.idempotency_key));
         }
     }
 
@@ -125,4 +103,24 @@ impl Checker {
             self.violation(text);
         }
     }
+}
+
+/// Why an action is stale at `head`, re-derived from the head without the fence module (so that
+/// a bug in the fence shows up here); `None` when it is current. Every broken rule is named.
+#[must_use]
+pub fn staleness(action: &StampedAction, head: &Federation) -> Option<String> {
+    let capture = head.capture_epoch(&action.pool, action.address, &action.capture_domain);
+    let ownership = head.ownership_epoch(&action.pool, action.address);
+    let holder = head.desired_holder(&action.pool, action.address, &action.capture_domain);
+    let mut wrong = Vec::new();
+    if action.capture_epoch != capture {
+        wrong.push(format!("captureEpoch {} but head has {capture}", action.capture_epoch));
+    }
+    if head.epoch_locking(&action.pool) && action.ownership_epoch != ownership {
+        wrong.push(format!("ownershipEpoch {} but head has {ownership}", action.ownership_epoch));
+    }
+    if action.verb.is_acquire() != (holder == Some(action.holder.as_str())) {
+        wrong.push(format!("holder {} but desired holder is {}", action.holder, holder.unwrap_or("none")));
+    }
+    (!wrong.is_empty()).then(|| wrong.join("; "))
 }

@@ -74,25 +74,31 @@ pub fn plan(
 
     // With drift repair on, what the provider last showed on this node's NIC counts as captured
     // too: a call that landed while the node crashed before recording it must still be released.
-    let mut captured = captured.clone();
+    let mut observed_only: BTreeMap<(String, IpAddr), CaptureRecord> = BTreeMap::new();
     if view.drift_repair() {
         for (pool_name, pool) in
             view.pools().iter().filter(|(_, p)| p.spec.provider == node_state.spec.provider)
         {
             for address in pool.addresses.keys() {
+                let key = (pool_name.clone(), *address);
                 let observed = view.observed_holders(&pool.spec.provider, *address);
-                if observed.is_some_and(|holders| holders.contains(&node_state.spec.nic)) {
-                    captured.entry((pool_name.clone(), *address)).or_insert_with(|| CaptureRecord {
-                        provider: pool.spec.provider.clone(),
-                        nic: node_state.spec.nic.clone(),
-                        capture_domain: pool.capture_domain.clone(),
-                    });
+                if observed.is_some_and(|holders| holders.contains(&node_state.spec.nic))
+                    && !captured.contains_key(&key)
+                {
+                    observed_only.insert(
+                        key,
+                        CaptureRecord {
+                            provider: pool.spec.provider.clone(),
+                            nic: node_state.spec.nic.clone(),
+                            capture_domain: pool.capture_domain.clone(),
+                        },
+                    );
                 }
             }
         }
     }
 
-    for ((pool_name, address), record) in &captured {
+    for ((pool_name, address), record) in captured.iter().chain(&observed_only) {
         if view.desired_holder(pool_name, *address, &record.capture_domain) == Some(node_name) {
             continue;
         }

@@ -312,10 +312,12 @@ impl Replay {
     fn execute(&mut self, name: &str, only: Option<&BTreeSet<String>>) {
         loop {
             let node = self.nodes.get_mut(name).expect("exists");
-            let skipped_before: BTreeSet<String> = skipped_keys(&node.engine);
+            // Scanning the journal for what the gate skipped is for the narration only.
+            let skipped_before = self.narrate.then(|| skipped_keys(&node.engine));
             let next = node.engine.poll_execution(&self.head, only).expect("a memory store cannot fail");
-            let newly_skipped: Vec<String> =
-                skipped_keys(&node.engine).difference(&skipped_before).cloned().collect();
+            let newly_skipped: Vec<String> = skipped_before
+                .map(|before| skipped_keys(&node.engine).difference(&before).cloned().collect())
+                .unwrap_or_default();
             for key in newly_skipped {
                 let reason = state_text(node_state_of(&self.nodes[name].engine, &key));
                 self.say(format!("           gate: {key} [{reason}]"));

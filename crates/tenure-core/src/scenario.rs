@@ -360,15 +360,8 @@ fn validate_step(
         ));
     }
     let address = match &raw.address {
-        Some(text) => match expand_addresses(text.value.trim()) {
-            Ok(list) if list.len() == 1 => Some(list[0]),
-            Ok(_) => {
-                errors.push(InputError::at(
-                    Position::of_spanned(text),
-                    format!("`{}` is a range; name one address", text.value),
-                ));
-                None
-            }
+        Some(text) => match parse_one_address(&text.value) {
+            Ok(address) => Some(address),
             Err(m) => {
                 errors.push(InputError::at(Position::of_spanned(text), m));
                 None

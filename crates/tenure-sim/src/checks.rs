@@ -6,7 +6,6 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde::Serialize;
 use tenure_core::federation::{Federation, NodeId};
-use tenure_core::model::StampedAction;
 
 use crate::config::Mode;
 
@@ -79,23 +78,7 @@ pub struct Violation {
     pub detail: String,
 }
 
-/// Why an action is stale at `head`, re-derived without the fence module; `None` if current.
-#[must_use]
-pub fn staleness(action: &StampedAction, head: &Federation) -> Option<String> {
-    let capture = head.capture_epoch(&action.pool, action.address, &action.capture_domain);
-    if action.capture_epoch != capture {
-        return Some(format!("captureEpoch {} but head has {capture}", action.capture_epoch));
-    }
-    let ownership = head.ownership_epoch(&action.pool, action.address);
-    if head.epoch_locking(&action.pool) && action.ownership_epoch != ownership {
-        return Some(format!("ownershipEpoch {} but head has {ownership}", action.ownership_epoch));
-    }
-    let holder = head.desired_holder(&action.pool, action.address, &action.capture_domain);
-    if action.verb.is_acquire() != (holder == Some(action.holder.as_str())) {
-        return Some(format!("holder {} but desired holder is {}", action.holder, holder.unwrap_or("none")));
-    }
-    None
-}
+pub use tenure_core::checker::staleness;
 
 /// A fingerprint of everything a node's map consists of: owners, desired flags and tokens.
 #[must_use]
