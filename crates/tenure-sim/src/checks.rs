@@ -97,16 +97,52 @@ pub fn fingerprint(federation: &Federation) -> u64 {
     hasher.finish()
 }
 
-/// Every token of a federation, by key, for monotonicity checks.
-#[must_use]
-pub fn tokens(federation: &Federation) -> BTreeMap<(String, std::net::IpAddr), (u64, u64)> {
-    let mut all = BTreeMap::new();
-    for (name, pool) in federation.pools() {
-        for (address, state) in &pool.addresses {
-            all.insert((name.clone(), *address), (state.ownership_epoch.get(), state.line.epoch.get()));
+/// Watches every token of one federation — (ownershipEpoch, captureEpoch) per (pool, address)
+/// in canonical order — and reports any that went down. Taken after every event, so it keeps a
+/// flat vector and rebuilds its keys only when the layout grows (pools and addresses are only
+/// ever added, so an equal length means an equal layout).
+#[derive(Clone, Debug, Default)]
+pub struct TokenWatch {
+    values: Vec<(u64, u64)>,
+    keys: Vec<(String, std::net::IpAddr)>,
+}
+
+impl TokenWatch {
+    /// Reads `federation`'s tokens; returns one line per key whose token went down since the
+    /// last call.
+    pub fn update(&mut self, federation: &Federation) -> Vec<String> {
+        let now: Vec<(u64, u64)> = federation
+            .pools()
+            .values()
+            .flat_map(|pool| pool.addresses.values())
+            .map(|state| (state.ownership_epoch.get(), state.line.epoch.get()))
+            .collect();
+        let went_down = |b: &(u64, u64), n: &(u64, u64)| n.0 < b.0 || n.1 < b.1;
+        let mut lines = Vec::new();
+        if now.len() == self.values.len() {
+            for (i, (b, n)) in self.values.iter().zip(&now).enumerate() {
+                if went_down(b, n) {
+                    lines.push(format!("{}/{} went from {b:?} to {n:?}", self.keys[i].0, self.keys[i].1));
+                }
+            }
+        } else {
+            let keys: Vec<(String, std::net::IpAddr)> = federation
+                .pools()
+                .iter()
+                .flat_map(|(name, pool)| pool.addresses.keys().map(move |a| (name.clone(), *a)))
+                .collect();
+            let earlier: BTreeMap<&(String, std::net::IpAddr), &(u64, u64)> =
+                self.keys.iter().zip(&self.values).collect();
+            for (key, n) in keys.iter().zip(&now) {
+                if let Some(b) = earlier.get(key).filter(|b| went_down(b, n)) {
+                    lines.push(format!("{}/{} went from {b:?} to {n:?}", key.0, key.1));
+                }
+            }
+            self.keys = keys;
         }
+        self.values = now;
+        lines
     }
-    all
 }
 
 /// Owners per node at the head, against capacity.

@@ -62,7 +62,7 @@ struct SimNode {
     incarnation: u64,
     skew_ms: i64,
     /// Tokens of the node's view in this incarnation (a restarted view starts from scratch).
-    view_tokens: BTreeMap<(String, IpAddr), (u64, u64)>,
+    view_tokens: checks::TokenWatch,
     /// Highest capture epoch this node ever executed per line, across restarts.
     executed_epochs: BTreeMap<(String, IpAddr), u64>,
 }
@@ -126,7 +126,7 @@ pub struct World {
     head: Federation,
     log: Vec<Event>,
     head_fingerprints: Vec<u64>,
-    head_tokens: BTreeMap<(String, IpAddr), (u64, u64)>,
+    head_tokens: checks::TokenWatch,
     nodes: Vec<SimNode>,
     provider: SimProvider,
     calls: Vec<PendingCall>,
@@ -166,7 +166,7 @@ impl World {
                 partitioned: false,
                 incarnation: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
-                view_tokens: BTreeMap::new(),
+                view_tokens: checks::TokenWatch::default(),
                 executed_epochs: BTreeMap::new(),
             })
             .collect();
@@ -182,7 +182,7 @@ impl World {
             registry,
             log: Vec::new(),
             head_fingerprints: Vec::new(),
-            head_tokens: BTreeMap::new(),
+            head_tokens: checks::TokenWatch::default(),
             nodes,
             calls: Vec::new(),
             delayed: Vec::new(),
@@ -247,16 +247,8 @@ impl World {
         }
         self.log.push(event);
         self.head_fingerprints.push(checks::fingerprint(&self.head));
-        let tokens = checks::tokens(&self.head);
-        let mut went_down = Vec::new();
-        for (key, now) in &tokens {
-            if let Some(before) = self.head_tokens.get(key)
-                && (now.0 < before.0 || now.1 < before.1)
-            {
-                went_down.push(format!("head: {}/{} went from {before:?} to {now:?}", key.0, key.1));
-            }
-        }
-        self.head_tokens = tokens;
+        let went_down: Vec<String> =
+            self.head_tokens.update(&self.head).into_iter().map(|line| format!("head: {line}")).collect();
         for detail in went_down {
             self.violation(ViolationKind::TokenDecrease, detail);
         }
@@ -309,21 +301,10 @@ impl World {
             let detail = format!("{} at log prefix {cursor} differs from the head", self.name(node));
             self.violation(ViolationKind::DivergentMaps, detail);
         }
-        let tokens = checks::tokens(&self.nodes[node].view);
-        let mut went_down = Vec::new();
-        for (key, now) in &tokens {
-            if let Some(before) = self.nodes[node].view_tokens.get(key)
-                && (now.0 < before.0 || now.1 < before.1)
-            {
-                went_down.push(format!(
-                    "{}: {}/{} went from {before:?} to {now:?}",
-                    self.name(node),
-                    key.0,
-                    key.1
-                ));
-            }
-        }
-        self.nodes[node].view_tokens = tokens;
+        let name = self.name(node);
+        let n = &mut self.nodes[node];
+        let went_down: Vec<String> =
+            n.view_tokens.update(&n.view).into_iter().map(|line| format!("{name}: {line}")).collect();
         for detail in went_down {
             self.violation(ViolationKind::TokenDecrease, detail);
         }
@@ -405,7 +386,7 @@ impl World {
         n.approved_before_pause.clear();
         n.stalled.clear();
         n.incarnation += 1;
-        n.view_tokens.clear();
+        n.view_tokens = checks::TokenWatch::default();
     }
 
     // ---------------------------------------------------------------- the provider
