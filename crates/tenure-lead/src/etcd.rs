@@ -6,6 +6,13 @@
 //! lease) and `term` (value: the decimal term). Takeover is one transaction:
 //! `if leader.version == 0 && term.mod_revision == <read> then put(leader, lease) put(term, n+1)`,
 //! so two contenders can never both hold a term, and every takeover adds exactly one.
+//!
+//! An attempt whose answer is lost (the connection failed, or the elector's timeout dropped it)
+//! may still have committed. The contender remembers the lease it granted for that attempt; the
+//! next attempt that finds the leader key bound to that lease, written by the same transaction
+//! as the term key (equal `mod_revision`s), adopts the takeover instead of waiting for the lease
+//! to expire and taking the term after it. Terms are skipped only when an adoption is impossible
+//! (the lease expired first); they are never repeated.
 
 use std::time::Duration;
 
@@ -28,6 +35,17 @@ pub struct EtcdBackend {
     lease_ttl_s: i64,
     held: Option<Held>,
     highest_seen: u64,
+    /// The lease granted for a takeover whose outcome this contender does not know.
+    unsettled: Option<i64>,
+}
+
+/// The election's two keys as read at one revision.
+#[derive(Default)]
+struct Election {
+    /// Holder name, lease and mod revision of the leader key, if present.
+    leader: Option<(String, i64, i64)>,
+    /// The term and the term key's mod revision (0 and 0 if never taken).
+    term: (u64, i64),
 }
 
 struct Held {
@@ -69,6 +87,7 @@ impl EtcdBackend {
             lease_ttl_s: i64::try_from(lease_duration.as_secs().max(1)).unwrap_or(i64::MAX),
             held: None,
             highest_seen: 0,
+            unsettled: None,
         })
     }
 
@@ -114,15 +133,93 @@ impl EtcdBackend {
         Ok(Attempt::Follower { holder: None })
     }
 
-    async fn take(&mut self) -> Result<Attempt, BackendError> {
-        if let Some((holder, _)) = self.holder().await? {
-            return Ok(Attempt::Follower { holder: Some(holder) });
+    /// The leader key's holder, lease and mod revision, and the term key's term and mod revision,
+    /// read at one revision.
+    async fn read_election(&mut self) -> Result<Election, BackendError> {
+        let prefix = format!("{}/", self.leader_key.rsplit_once('/').map_or("", |(base, _)| base));
+        let options = etcd_client::GetOptions::new().with_prefix();
+        let response = self.client.get(prefix, Some(options)).await.map_err(unavailable)?;
+        let mut election = Election::default();
+        for kv in response.kvs() {
+            let key = kv.key_str().map_err(unavailable)?;
+            if key == self.leader_key {
+                let holder = kv.value_str().unwrap_or_default().to_owned();
+                election.leader = Some((holder, kv.lease(), kv.mod_revision()));
+            } else if key == self.term_key {
+                let text = kv.value_str().map_err(unavailable)?;
+                let term = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| unavailable(format!("{}: not a term: {text:?}", self.term_key)))?;
+                election.term = (term, kv.mod_revision());
+            }
         }
-        let (term, revision) = self.read_term().await?;
+        Ok(election)
+    }
+
+    /// When the leader key exists: adopts it if it is this contender's unsettled takeover (bound
+    /// to the lease granted for it, written in the same transaction as the term key), otherwise
+    /// follows and lets the unsettled lease go. `None` when nobody holds the key.
+    async fn settle(&mut self, election: Election) -> Result<Option<Attempt>, BackendError> {
+        let Some((holder, lease, leader_revision)) = election.leader else { return Ok(None) };
+        let (term, term_revision) = election.term;
+        if self.unsettled == Some(lease) && holder == self.name && leader_revision == term_revision {
+            if term < self.highest_seen {
+                return Err(BackendError::TermWentBack {
+                    backend: "etcd",
+                    seen: self.highest_seen,
+                    found: term,
+                });
+            }
+            return self.hold(lease, term).await.map(Some);
+        }
+        if let Some(stale) = self.unsettled.take() {
+            // Someone else holds the key: a takeover still in flight with that lease fails now.
+            let _ = self.client.lease_revoke(stale).await;
+        }
+        Ok(Some(Attempt::Follower { holder: Some(holder) }))
+    }
+
+    /// Starts keeping `lease` alive (the first keep-alive refreshes it to the full TTL, so the
+    /// renew deadline, counted from before this attempt, ends before the lease can) and leads.
+    async fn hold(&mut self, lease: i64, term: u64) -> Result<Attempt, BackendError> {
+        match self.client.lease_keep_alive(lease).await {
+            Ok((keeper, responses)) => {
+                self.unsettled = None;
+                let epoch = LeaderEpoch::from_stored(term);
+                self.highest_seen = self.highest_seen.max(term);
+                self.held = Some(Held { lease, keeper, responses, term: epoch });
+                Ok(Attempt::Leader { term: epoch })
+            }
+            Err(error) if lease_not_found(&error) => {
+                // The lease expired before it was kept: its key is gone with it.
+                self.unsettled = None;
+                Ok(Attempt::Follower { holder: None })
+            }
+            Err(error) => Err(unavailable(error)),
+        }
+    }
+
+    async fn take(&mut self) -> Result<Attempt, BackendError> {
+        let election = self.read_election().await?;
+        let (term, revision) = election.term;
+        if let Some(attempt) = self.settle(election).await? {
+            return Ok(attempt);
+        }
         if term < self.highest_seen {
             return Err(BackendError::TermWentBack { backend: "etcd", seen: self.highest_seen, found: term });
         }
-        let lease = self.client.lease_grant(self.lease_ttl_s, None).await.map_err(unavailable)?.id();
+        // An unsettled lease is reused: if that earlier takeover is still in flight, exactly one
+        // of the two transactions wins, and either way the key is bound to this lease.
+        let lease = match self.unsettled {
+            Some(lease) => lease,
+            None => {
+                let lease = self.client.lease_grant(self.lease_ttl_s, None).await.map_err(unavailable)?.id();
+                // From here until the outcome is known, a lost answer may hide a committed takeover.
+                self.unsettled = Some(lease);
+                lease
+            }
+        };
         let term_guard = if revision == 0 {
             Compare::version(self.term_key.as_str(), CompareOp::Equal, 0)
         } else {
@@ -139,17 +236,25 @@ impl EtcdBackend {
                 ),
                 TxnOp::put(self.term_key.as_str(), next.to_string(), None),
             ]);
-        let won = self.client.txn(txn).await.map_err(unavailable)?.succeeded();
-        if !won {
-            let _ = self.client.lease_revoke(lease).await;
-            return Ok(Attempt::Follower { holder: self.holder().await?.map(|(h, _)| h) });
+        match self.client.txn(txn).await {
+            Ok(response) if response.succeeded() => self.hold(lease, next).await,
+            // Lost the race, or to an earlier attempt of this contender that was still in flight.
+            Ok(_) => {
+                let election = self.read_election().await?;
+                Ok(self.settle(election).await?.unwrap_or(Attempt::Follower { holder: None }))
+            }
+            Err(error) if lease_not_found(&error) => {
+                self.unsettled = None;
+                Err(unavailable(error))
+            }
+            Err(error) => Err(unavailable(error)),
         }
-        let (keeper, responses) = self.client.lease_keep_alive(lease).await.map_err(unavailable)?;
-        let epoch = LeaderEpoch::from_stored(next);
-        self.highest_seen = next;
-        self.held = Some(Held { lease, keeper, responses, term: epoch });
-        Ok(Attempt::Leader { term: epoch })
     }
+}
+
+/// Whether etcd said the lease does not exist (expired or revoked).
+fn lease_not_found(error: &etcd_client::Error) -> bool {
+    error.to_string().contains("lease not found")
 }
 
 impl LeaseBackend for EtcdBackend {
@@ -158,6 +263,10 @@ impl LeaseBackend for EtcdBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
+        if let Some(unsettled) = self.unsettled.take() {
+            // A takeover this contender may have won without learning it ends with its lease.
+            let _ = self.client.lease_revoke(unsettled).await;
+        }
         let Some(held) = self.held.take() else { return Ok(()) };
         // Delete the leader key only if it is still ours, then drop the lease.
         let txn = Txn::new()
