@@ -225,7 +225,7 @@ async fn a_takeover_whose_answer_was_lost_is_adopted_not_repeated() {
         let before = observer.stored_term().await.expect("read");
         let mut a = contender(&cluster, "lost", "a", 5).await;
         let mut cut = 0u32;
-        let mut budget = Duration::from_micros(250 * u64::from(round));
+        let mut budget = Duration::from_micros(250 * round);
         let taken = loop {
             match tokio::time::timeout(budget, a.try_acquire_or_renew()).await {
                 Ok(Ok(Attempt::Leader { term })) => break term.get(),
