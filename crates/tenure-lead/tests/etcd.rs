@@ -284,7 +284,8 @@ async fn killing_the_etcd_leader_member_does_not_lower_any_term() {
     };
     assert!(after >= before, "a term went down: {before} -> {after}");
     assert_eq!(after, taken);
-    a.release().await.expect("release");
+    // Best effort: the request may go to the killed member (the lease expires anyway).
+    let _ = a.release().await;
 }
 
 /// The example program (examples/competing_leaders.rs) end to end on a real cluster: it exits
