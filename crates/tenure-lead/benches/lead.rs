@@ -1,11 +1,16 @@
 //! Leadership benchmarks: the epoch bridge against a raw tokio channel, and the fenced sink's
 //! admit check. `scripts/bench` runs them and writes their table to `docs/benchmarks.md`.
 //!
-//! - `leadership/raw_mpsc/100k` and `leadership/bridge/100k`: 100k `u64` messages from a producer
-//!   task to the consumer, on a current-thread runtime (one thread, as every benchmark here).
-//!   The baseline is one raw `tokio::sync::mpsc` channel of 128; the bridge path is the
-//!   producer's channel of 128, the bridge (capacity 128, stamping epoch 7) and the pipeline
-//!   channel of 128. Both iterations include spawning the producer and building the channels.
+//! - `leadership/raw_mpsc/100k`, `leadership/raw_mpsc_batched/100k`: the baselines, 100k `u64`
+//!   messages from a producer task to a consumer task through one raw `tokio::sync::mpsc`
+//!   channel of 128, received one at a time (`recv`) or in batches (`recv_many`), on a
+//!   current-thread runtime (one thread, as every benchmark here). The target is measured
+//!   against the faster of the two.
+//! - `leadership/bridge/100k`: the same producer, its channel of 128, and the epoch bridge
+//!   (capacity 128, stamping epoch 7) delivering to a [`Handler`] pipeline that consumes each
+//!   stamped message as the baseline's consumer does: the bridge is the one hop, as in the seed.
+//! - `leadership/bridge_to_channel/100k`: the bridge delivering into a second channel of 128 read
+//!   by a consumer task (two hops). Every iteration includes spawning and building the channels.
 //! - `leadership/hop_baseline/100k`: the floor of any one-hop design, in the same run: a bare
 //!   forwarding task between the same two channels (`recv_many` then `try_reserve_many`; no
 //!   stamping, no cancellation, no select). Bridge ÷ hop is the bridge's own cost; hop ÷ raw is
@@ -21,7 +26,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use tenure_lead::LeaderEpoch;
-use tenure_lead::bridge::{BRIDGE_CAPACITY_DEFAULT, BridgeOptions, spawn_epoch_bridge};
+use tenure_lead::bridge::{BRIDGE_CAPACITY_DEFAULT, BridgeOptions, Handler, Stamped, spawn_epoch_bridge};
 use tenure_lead::sink::{FencedSink, Stamp, StampSignature, StampSigner};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -62,6 +67,20 @@ async fn raw_mpsc() -> u64 {
     sum
 }
 
+async fn raw_mpsc_batched() -> u64 {
+    let (tx, mut rx) = mpsc::channel(BRIDGE_CAPACITY_DEFAULT);
+    let producer = tokio::spawn(produce(tx));
+    let mut sum = 0u64;
+    let mut batch = Vec::with_capacity(BRIDGE_CAPACITY_DEFAULT);
+    while rx.recv_many(&mut batch, BRIDGE_CAPACITY_DEFAULT).await > 0 {
+        for n in batch.drain(..) {
+            sum = sum.wrapping_add(n);
+        }
+    }
+    producer.await.expect("the producer ends");
+    sum
+}
+
 /// Forwards `rx` to `tx` until `rx` ends, reserving the pipeline's free slots at once.
 async fn forward(mut rx: mpsc::Receiver<u64>, tx: mpsc::Sender<u64>) {
     let mut batch = Vec::with_capacity(BRIDGE_CAPACITY_DEFAULT);
@@ -94,6 +113,25 @@ async fn hop() -> u64 {
 
 async fn bridged() -> u64 {
     let (tx, rx) = mpsc::channel(BRIDGE_CAPACITY_DEFAULT);
+    let sum = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let total = sum.clone();
+    // The consumer's work, as in the baselines: a running sum, published with a plain store.
+    let mut running = 0u64;
+    let consume = Handler(move |stamped: Stamped<u64>| {
+        running = running.wrapping_add(stamped.message ^ stamped.epoch.get());
+        total.store(running, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    });
+    let bridge = spawn_epoch_bridge(rx, consume, EPOCH, BridgeOptions::default(), CancellationToken::new())
+        .expect("default options are valid");
+    let producer = tokio::spawn(produce(tx));
+    producer.await.expect("the producer ends");
+    black_box(bridge.stop().await);
+    sum.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+async fn bridged_to_channel() -> u64 {
+    let (tx, rx) = mpsc::channel(BRIDGE_CAPACITY_DEFAULT);
     let (pipe_tx, mut pipeline) = mpsc::channel(BRIDGE_CAPACITY_DEFAULT);
     let bridge = spawn_epoch_bridge(rx, pipe_tx, EPOCH, BridgeOptions::default(), CancellationToken::new())
         .expect("default options are valid");
@@ -113,8 +151,10 @@ fn bridge(c: &mut Criterion) {
     group.sample_size(SAMPLES_COUNT).warm_up_time(WARM_UP_TIME).measurement_time(MEASUREMENT_TIME);
     group.throughput(Throughput::Elements(MESSAGES_COUNT));
     group.bench_function("raw_mpsc/100k", |b| b.to_async(&runtime).iter(raw_mpsc));
-    group.bench_function("hop_baseline/100k", |b| b.to_async(&runtime).iter(hop));
+    group.bench_function("raw_mpsc_batched/100k", |b| b.to_async(&runtime).iter(raw_mpsc_batched));
     group.bench_function("bridge/100k", |b| b.to_async(&runtime).iter(bridged));
+    group.bench_function("hop_baseline/100k", |b| b.to_async(&runtime).iter(hop));
+    group.bench_function("bridge_to_channel/100k", |b| b.to_async(&runtime).iter(bridged_to_channel));
     group.finish();
 }
 

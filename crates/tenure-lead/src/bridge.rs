@@ -17,6 +17,13 @@
 //! - **Cancel** (the token given at spawn, or [`BridgeHandle::abort`]): it exits at once, dropping
 //!   what it holds, [`BridgeExit::Aborted`]. Dropping the handle also aborts the bridge.
 //!
+//! # Pipelines
+//!
+//! A bridge delivers to a [`Pipeline`]: an `mpsc::Sender<Stamped<T>>` (a channel to the
+//! pipeline's own task: a second hop after the producer's channel), or a [`Handler`], a function
+//! the bridge's task calls itself with every stamped message, so that the producer's channel is
+//! the only hop, as in the seed's design.
+//!
 //! # Stamps
 //!
 //! The pipeline receives [`Stamped<T>`]: the header name (default [`EPOCH_HEADER_DEFAULT`]), the
@@ -218,6 +225,141 @@ impl<T: Send + 'static, E: fmt::Display + Send + 'static> Producer for FallibleR
     }
 }
 
+/// The pipeline went away: it takes no more messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, thiserror::Error)]
+#[error("the pipeline is closed")]
+pub struct PipelineClosed;
+
+/// Where a bridge delivers its stamped messages, in order. Implemented for
+/// `mpsc::Sender<Stamped<T>>` and [`Handler`].
+pub trait Pipeline<T>: Send + 'static {
+    /// Delivers, in order, from the front of `held`, every message the pipeline takes without
+    /// waiting, adding one to `delivered` for each. `Err` once the pipeline is gone.
+    fn deliver_ready(
+        &mut self,
+        held: &mut VecDeque<Stamped<T>>,
+        delivered: &mut u64,
+    ) -> Result<(), PipelineClosed>;
+
+    /// Waits until the pipeline can take the front message of `held` (called only when `held`
+    /// is not empty), then delivers it and adds one to `delivered`. Must be cancel-safe: the
+    /// bridge drops this future when something else happens first, and the front message must
+    /// then still be in `held` or have been delivered and counted.
+    fn deliver_next(
+        &mut self,
+        held: &mut VecDeque<Stamped<T>>,
+        delivered: &mut u64,
+    ) -> impl Future<Output = Result<(), PipelineClosed>> + Send;
+}
+
+impl<T: Send + 'static> Pipeline<T> for mpsc::Sender<Stamped<T>> {
+    /// Reserves the channel's free slots at once and fills them.
+    fn deliver_ready(
+        &mut self,
+        held: &mut VecDeque<Stamped<T>>,
+        delivered: &mut u64,
+    ) -> Result<(), PipelineClosed> {
+        loop {
+            let batch = self.capacity().min(held.len());
+            if batch == 0 {
+                return Ok(());
+            }
+            match self.try_reserve_many(batch) {
+                Ok(permits) => {
+                    for (permit, stamped) in permits.zip(held.drain(..batch)) {
+                        permit.send(stamped);
+                        *delivered += 1;
+                    }
+                }
+                // Another sender of the pipeline took the slots first.
+                Err(TrySendError::Full(())) => return Ok(()),
+                Err(TrySendError::Closed(())) => return Err(PipelineClosed),
+            }
+        }
+    }
+
+    async fn deliver_next(
+        &mut self,
+        held: &mut VecDeque<Stamped<T>>,
+        delivered: &mut u64,
+    ) -> Result<(), PipelineClosed> {
+        // `reserve` is cancel-safe, and the message leaves `held` only with a permit in hand.
+        let permit = self.reserve().await.map_err(|_| PipelineClosed)?;
+        if let Some(stamped) = held.pop_front() {
+            permit.send(stamped);
+            *delivered += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A pipeline the bridge's task calls itself: the function receives every stamped message, in
+/// order, and returns `Err(PipelineClosed)` once it takes no more (that message and those the
+/// bridge still holds count as dropped). It runs on the bridge's task, between reads from the
+/// producer, so it must not block: admit at a [`FencedSink`](crate::sink::FencedSink), hand the
+/// message to a non-blocking writer, or `try_send` into a queue. A pipeline that waits belongs
+/// behind an `mpsc::Sender` instead. The supervisor clones it for every bridge it starts.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use tenure_lead::LeaderEpoch;
+/// use tenure_lead::bridge::{BridgeOptions, Handler, Stamped, spawn_epoch_bridge};
+/// use tenure_lead::sink::FencedSink;
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// # let dir = std::env::temp_dir().join(format!("tenure-handler-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let sink = Arc::new(Mutex::new(FencedSink::open(dir.join("mark")).unwrap()));
+/// let admitted = Arc::new(Mutex::new(Vec::new()));
+/// let pipeline = {
+///     let (sink, admitted) = (sink.clone(), admitted.clone());
+///     Handler(move |stamped: Stamped<String>| {
+///         if sink.lock().unwrap().admit(&stamped.stamp()).is_ok() {
+///             admitted.lock().unwrap().push(stamped.message);
+///         }
+///         Ok(())
+///     })
+/// };
+/// let (producer, messages) = tokio::sync::mpsc::channel(128);
+/// let epoch = LeaderEpoch::from_stored(7); // the leadership handle's epoch, read once
+/// let bridge = spawn_epoch_bridge(messages, pipeline, epoch, BridgeOptions::default(), Default::default())
+///     .unwrap();
+/// producer.send("route-42 updated".to_string()).await.unwrap();
+/// drop(producer); // the producer stops: the bridge drains and exits
+/// bridge.stop().await;
+/// assert_eq!(*admitted.lock().unwrap(), ["route-42 updated"]);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # });
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Handler<F>(pub F);
+
+impl<T, F> Pipeline<T> for Handler<F>
+where
+    T: Send + 'static,
+    F: FnMut(Stamped<T>) -> Result<(), PipelineClosed> + Send + 'static,
+{
+    fn deliver_ready(
+        &mut self,
+        held: &mut VecDeque<Stamped<T>>,
+        delivered: &mut u64,
+    ) -> Result<(), PipelineClosed> {
+        while let Some(stamped) = held.pop_front() {
+            (self.0)(stamped)?;
+            *delivered += 1;
+        }
+        Ok(())
+    }
+
+    async fn deliver_next(
+        &mut self,
+        held: &mut VecDeque<Stamped<T>>,
+        delivered: &mut u64,
+    ) -> Result<(), PipelineClosed> {
+        // Never waits: the future completes on its first poll, so it is cancel-safe.
+        self.deliver_ready(held, delivered)
+    }
+}
+
 /// A message with its epoch stamp, as the pipeline receives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stamped<T> {
@@ -395,7 +537,7 @@ fn exit_of(joined: Result<BridgeExit, JoinError>) -> BridgeExit {
 /// *before* starting the producer). `cancel` aborts the bridge at once.
 pub fn spawn_epoch_bridge<P: Producer>(
     producer: P,
-    pipeline: mpsc::Sender<Stamped<P::Message>>,
+    pipeline: impl Pipeline<P::Message>,
     epoch: LeaderEpoch,
     options: BridgeOptions,
     cancel: CancellationToken,
@@ -406,7 +548,7 @@ pub fn spawn_epoch_bridge<P: Producer>(
 /// Spawns a bridge whose stamps are signed (or not) by `stamper`.
 pub fn spawn_stamping_bridge<P: Producer, S: Stamper<P::Message>>(
     producer: P,
-    pipeline: mpsc::Sender<Stamped<P::Message>>,
+    pipeline: impl Pipeline<P::Message>,
     epoch: LeaderEpoch,
     options: BridgeOptions,
     stamper: S,
@@ -425,6 +567,7 @@ pub fn spawn_stamping_bridge<P: Producer, S: Stamper<P::Message>>(
         idle_timeout: options.producer_idle_timeout,
         staged: Vec::with_capacity(options.capacity),
         buffer: VecDeque::with_capacity(options.capacity),
+        taken: 0,
         forwarded: 0,
     };
     let task = tokio::spawn(bridge.run(stop.clone(), abort.clone()));
@@ -437,9 +580,9 @@ pub fn spawn_stamping_bridge<P: Producer, S: Stamper<P::Message>>(
     })
 }
 
-struct Bridge<P: Producer, S> {
+struct Bridge<P: Producer, Pi, S> {
     producer: P,
-    pipeline: mpsc::Sender<Stamped<P::Message>>,
+    pipeline: Pi,
     stamper: S,
     epoch: LeaderEpoch,
     header: &'static str,
@@ -448,11 +591,11 @@ struct Bridge<P: Producer, S> {
     /// What the last `recv_many` handed over, before stamping.
     staged: Vec<P::Message>,
     buffer: VecDeque<Stamped<P::Message>>,
+    /// Messages read from the producer.
+    taken: u64,
+    /// Messages delivered to the pipeline.
     forwarded: u64,
 }
-
-/// The pipeline's receiver is gone.
-struct PipelineClosed;
 
 /// What woke the bridge while it waited.
 enum Wake<E> {
@@ -464,7 +607,7 @@ enum Wake<E> {
     Idle,
 }
 
-impl<P: Producer, S: Stamper<P::Message>> Bridge<P, S> {
+impl<P: Producer, Pi: Pipeline<P::Message>, S: Stamper<P::Message>> Bridge<P, Pi, S> {
     async fn run(mut self, stop: CancellationToken, abort: CancellationToken) -> BridgeExit {
         let aborted = abort.cancelled();
         let stop_requested = stop.cancelled();
@@ -474,7 +617,7 @@ impl<P: Producer, S: Stamper<P::Message>> Bridge<P, S> {
         // `Some` once the producer is no longer read: from then on the bridge only drains.
         let mut reason: Option<DrainReason> = None;
         loop {
-            if self.push_ready().is_err() {
+            if self.pipeline.deliver_ready(&mut self.buffer, &mut self.forwarded).is_err() {
                 return self.pipeline_closed();
             }
             if let (Some(reason), true) = (&reason, self.buffer.is_empty()) {
@@ -486,16 +629,10 @@ impl<P: Producer, S: Stamper<P::Message>> Bridge<P, S> {
                 biased;
                 () = &mut aborted => Wake::Aborted,
                 () = &mut stop_requested, if reading && !stop_seen => Wake::StopRequested,
-                permit = self.pipeline.reserve(), if !self.buffer.is_empty() => match permit {
-                    Ok(permit) => {
-                        // The branch runs only with a non-empty buffer.
-                        if let Some(stamped) = self.buffer.pop_front() {
-                            permit.send(stamped);
-                            self.forwarded += 1;
-                        }
-                        Wake::Sent
-                    }
-                    Err(_) => Wake::PipelineClosed,
+                delivered = self.pipeline.deliver_next(&mut self.buffer, &mut self.forwarded),
+                    if !self.buffer.is_empty() => match delivered {
+                    Ok(()) => Wake::Sent,
+                    Err(PipelineClosed) => Wake::PipelineClosed,
                 },
                 received = self.producer.recv_many(&mut self.staged, room), if reading && room > 0 => {
                     Wake::Received(received)
@@ -536,46 +673,25 @@ impl<P: Producer, S: Stamper<P::Message>> Bridge<P, S> {
 
     /// Stamps what the producer handed over and holds it for the pipeline.
     fn stamp_staged(&mut self) {
+        self.taken += u64::try_from(self.staged.len()).unwrap_or(u64::MAX);
         for message in self.staged.drain(..) {
             let signature = self.stamper.signature(self.epoch, &message);
             self.buffer.push_back(Stamped { header: self.header, epoch: self.epoch, signature, message });
         }
     }
 
-    /// Forwards what the pipeline takes without waiting, reserving its free slots at once.
-    fn push_ready(&mut self) -> Result<(), PipelineClosed> {
-        loop {
-            let batch = self.pipeline.capacity().min(self.buffer.len());
-            if batch == 0 {
-                return Ok(());
-            }
-            match self.pipeline.try_reserve_many(batch) {
-                Ok(permits) => {
-                    for permit in permits {
-                        // `batch` permits for at least `batch` held messages.
-                        if let Some(stamped) = self.buffer.pop_front() {
-                            permit.send(stamped);
-                            self.forwarded += 1;
-                        }
-                    }
-                }
-                // Another sender of the pipeline took the slots first.
-                Err(TrySendError::Full(())) => return Ok(()),
-                Err(TrySendError::Closed(())) => return Err(PipelineClosed),
-            }
-        }
-    }
-
-    fn held(&self) -> u64 {
-        u64::try_from(self.buffer.len()).unwrap_or(u64::MAX)
+    /// Messages taken from the producer and not delivered: those held, and one a [`Handler`]
+    /// refused.
+    fn dropped(&self) -> u64 {
+        self.taken - self.forwarded
     }
 
     fn aborted(&self) -> BridgeExit {
-        BridgeExit::Aborted { forwarded: self.forwarded, dropped: self.held() }
+        BridgeExit::Aborted { forwarded: self.forwarded, dropped: self.dropped() }
     }
 
     fn pipeline_closed(&self) -> BridgeExit {
-        BridgeExit::PipelineClosed { forwarded: self.forwarded, dropped: self.held() }
+        BridgeExit::PipelineClosed { forwarded: self.forwarded, dropped: self.dropped() }
     }
 }
 

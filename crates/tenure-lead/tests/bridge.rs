@@ -8,7 +8,8 @@ use std::time::Duration;
 use tenure_lead::backend::{Attempt, BackendError, LeaseBackend};
 use tenure_lead::bridge::{
     BRIDGE_CAPACITY_MAX, BridgeConfigError, BridgeExit, BridgeOptions, BridgeSupervisor, DrainReason,
-    EPOCH_HEADER_DEFAULT, FallibleReceiver, Stamped, Unsigned, spawn_epoch_bridge, spawn_stamping_bridge,
+    EPOCH_HEADER_DEFAULT, FallibleReceiver, Handler, PipelineClosed, Stamped, Unsigned, spawn_epoch_bridge,
+    spawn_stamping_bridge,
 };
 use tenure_lead::config::ElectionConfig;
 use tenure_lead::sink::{FencedSink, Rejected, StampSigner};
@@ -294,6 +295,93 @@ async fn a_closed_pipeline_ends_the_bridge() {
     drop(pipeline);
     tx.send(1u8).await.expect("open");
     assert_eq!(bridge.stop().await, BridgeExit::PipelineClosed { forwarded: 0, dropped: 1 });
+}
+
+/// A [`Handler`] pipeline: the bridge's task calls it with every stamped message, in order.
+#[tokio::test(start_paused = true)]
+async fn a_handler_pipeline_receives_every_message_stamped_in_order() {
+    let (tx, rx) = mpsc::channel(4);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let seen = got.clone();
+    let handler = Handler(move |stamped: Stamped<u32>| {
+        seen.lock().expect("lock").push((stamped.epoch, stamped.header, stamped.message));
+        Ok(())
+    });
+    let options = BridgeOptions { capacity: 4, ..BridgeOptions::default() };
+    let bridge =
+        spawn_epoch_bridge(rx, handler, epoch(12), options, CancellationToken::new()).expect("valid");
+    for n in 0..50u32 {
+        tx.send(n).await.expect("open");
+    }
+    drop(tx);
+    let exit = bridge.stop().await;
+    assert!(matches!(exit, BridgeExit::Drained { forwarded: 50, .. }), "{exit:?}");
+    let got = got.lock().expect("lock").clone();
+    assert_eq!(got, (0..50).map(|n| (epoch(12), EPOCH_HEADER_DEFAULT, n)).collect::<Vec<_>>());
+}
+
+/// A handler that refuses ends the bridge; the refused message and those held count as dropped.
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_refuses_ends_the_bridge_and_counts_the_rest_dropped() {
+    let (tx, rx) = mpsc::channel(16);
+    for n in 0..10u32 {
+        tx.send(n).await.expect("open");
+    }
+    let handler =
+        Handler(|stamped: Stamped<u32>| if stamped.message < 3 { Ok(()) } else { Err(PipelineClosed) });
+    let bridge =
+        spawn_epoch_bridge(rx, handler, epoch(1), BridgeOptions::default(), CancellationToken::new())
+            .expect("valid");
+    // The bridge read all ten at once: three delivered, the refused fourth and six held dropped.
+    assert_eq!(bridge.stop().await, BridgeExit::PipelineClosed { forwarded: 3, dropped: 7 });
+}
+
+/// Two bridges, a deposed term's and the new one's, admitting straight into one fenced sink:
+/// once the new term is admitted, the old bridge's messages are rejected.
+#[tokio::test(start_paused = true)]
+async fn handler_bridges_of_two_terms_into_one_sink_reject_the_deposed_term() {
+    let dir = scratch("handler-sink");
+    let sink = Arc::new(Mutex::new(FencedSink::open(dir.join("mark")).expect("opens")));
+    let verdicts = Arc::new(Mutex::new(Vec::new()));
+    let admit = {
+        let (sink, verdicts) = (sink.clone(), verdicts.clone());
+        Handler(move |stamped: Stamped<String>| {
+            let verdict = sink.lock().expect("lock").admit(&stamped.stamp()).map(|_| ());
+            verdicts.lock().expect("lock").push((stamped.message, verdict));
+            Ok(())
+        })
+    };
+    let (old_tx, old_rx) = mpsc::channel(8);
+    let (new_tx, new_rx) = mpsc::channel(8);
+    let cancel = CancellationToken::new();
+    let options = BridgeOptions::default();
+    let old = spawn_epoch_bridge(old_rx, admit.clone(), epoch(3), options, cancel.clone()).expect("valid");
+    let new = spawn_epoch_bridge(new_rx, admit, epoch(4), options, cancel.clone()).expect("valid");
+    let delivered = |count: usize| {
+        let verdicts = verdicts.clone();
+        async move {
+            while verdicts.lock().expect("lock").len() < count {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    old_tx.send("old-1".to_string()).await.expect("open");
+    delivered(1).await;
+    new_tx.send("new-1".to_string()).await.expect("open");
+    delivered(2).await;
+    old_tx.send("old-2".to_string()).await.expect("open");
+    drop((old_tx, new_tx));
+    assert!(matches!(old.stop().await, BridgeExit::Drained { forwarded: 2, .. }));
+    assert!(matches!(new.stop().await, BridgeExit::Drained { forwarded: 1, .. }));
+    let verdicts = std::mem::take(&mut *verdicts.lock().expect("lock"));
+    let names: Vec<&str> = verdicts.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(names, ["old-1", "new-1", "old-2"], "delivered in the order sent");
+    assert!(verdicts[0].1.is_ok() && verdicts[1].1.is_ok(), "term 3, then term 4: {verdicts:?}");
+    assert!(
+        matches!(verdicts[2].1, Err(Rejected::StaleEpoch { epoch: e, .. }) if e == epoch(3)),
+        "the deposed term after the new one: {verdicts:?}"
+    );
+    assert_eq!(sink.lock().expect("lock").rejected_total(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -29,9 +29,9 @@ pub struct BridgeSupervisor {
 
 impl BridgeSupervisor {
     /// Starts supervising `leadership`. `cancel` (or [`BridgeSupervisor::shutdown`]) ends it.
-    pub fn spawn<P, S, F>(
+    pub fn spawn<P, Pi, S, F>(
         leadership: LeadershipHandle,
-        pipeline: mpsc::Sender<Stamped<P::Message>>,
+        pipeline: Pi,
         options: BridgeOptions,
         stamper: S,
         start: F,
@@ -39,6 +39,7 @@ impl BridgeSupervisor {
     ) -> Result<Self, BridgeConfigError>
     where
         P: Producer,
+        Pi: Pipeline<P::Message> + Clone,
         S: Stamper<P::Message>,
         F: FnMut(LeaderEpoch) -> P + Send + 'static,
     {
@@ -74,8 +75,8 @@ impl BridgeSupervisor {
     }
 }
 
-struct Supervision<P: Producer, S, F> {
-    pipeline: mpsc::Sender<Stamped<P::Message>>,
+struct Supervision<Pi, S, F> {
+    pipeline: Pi,
     options: BridgeOptions,
     stamper: S,
     start: F,
@@ -83,9 +84,10 @@ struct Supervision<P: Producer, S, F> {
     publisher: watch::Sender<SupervisorState>,
 }
 
-impl<P, S, F> Supervision<P, S, F>
+impl<P, Pi, S, F> Supervision<Pi, S, F>
 where
     P: Producer,
+    Pi: Pipeline<P::Message> + Clone,
     S: Stamper<P::Message>,
     F: FnMut(LeaderEpoch) -> P + Send + 'static,
 {
