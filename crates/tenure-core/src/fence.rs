@@ -122,20 +122,39 @@ pub struct HeadView<'a> {
     pub epoch_locking: bool,
 }
 
-/// The marks of one (pool, address): highest ownershipEpoch, and highest captureEpoch per line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Marks {
-    /// Highest ownershipEpoch seen.
-    pub ownership: OwnershipEpoch,
-    /// Highest captureEpoch seen, per capture domain (almost always one).
-    pub capture: Vec<(CaptureDomain, CaptureEpoch)>,
+/// The marks of one (pool, address): the highest ownershipEpoch, and the highest captureEpoch of
+/// each line, by interned capture domain. The first line is held inline (an address almost always
+/// has one), so the gate reads it without following a pointer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Marks {
+    ownership: OwnershipEpoch,
+    first: (DomainIx, CaptureEpoch),
+    others: Vec<(DomainIx, CaptureEpoch)>,
 }
+
+impl Marks {
+    fn capture(&self, domain: DomainIx) -> CaptureEpoch {
+        if self.first.0 == domain {
+            return self.first.1;
+        }
+        self.others.iter().find(|(d, _)| *d == domain).map_or(CaptureEpoch::NEVER, |(_, e)| *e)
+    }
+
+    fn lines(&self) -> impl Iterator<Item = CaptureEpoch> + '_ {
+        std::iter::once(self.first.1).chain(self.others.iter().map(|(_, e)| *e))
+    }
+}
+
+/// The index of an interned capture domain.
+type DomainIx = u32;
 
 /// The highest tokens a node has seen, per key; kept durably, so a restarted node never executes
 /// below what it saw before the crash. Indexed pool → address so that the gate looks marks up
-/// with borrowed keys, without building a key.
+/// with borrowed keys, without building a key; capture domains are interned (a fleet has a few),
+/// so a mark names its line by a small index instead of a string of its own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HighWater {
+    domains: Vec<CaptureDomain>,
     marks: BTreeMap<String, BTreeMap<IpAddr, Marks>>,
 }
 
@@ -144,12 +163,22 @@ impl HighWater {
         self.marks.get(pool)?.get(&address)
     }
 
+    fn domain(&self, domain: &CaptureDomain) -> Option<DomainIx> {
+        let position = self.domains.iter().position(|d| d == domain)?;
+        DomainIx::try_from(position).ok()
+    }
+
+    fn capture_seen(&self, marks: Option<&Marks>, domain: &CaptureDomain) -> CaptureEpoch {
+        match (marks, self.domain(domain)) {
+            (Some(marks), Some(domain)) => marks.capture(domain),
+            _ => CaptureEpoch::NEVER,
+        }
+    }
+
     /// Highest captureEpoch seen for the action's line.
     #[must_use]
     pub fn capture(&self, action: &StampedAction) -> CaptureEpoch {
-        self.marks(&action.pool, action.address)
-            .and_then(|m| m.capture.iter().find(|(d, _)| *d == action.capture_domain))
-            .map_or(CaptureEpoch::NEVER, |(_, e)| *e)
+        self.capture_seen(self.marks(&action.pool, action.address), &action.capture_domain)
     }
 
     /// Highest ownershipEpoch seen for the action's (pool, address).
@@ -167,23 +196,36 @@ impl HighWater {
         capture: CaptureEpoch,
         ownership: OwnershipEpoch,
     ) {
-        let marks = self.marks.entry(pool.to_owned()).or_default().entry(address).or_default();
+        let ix = match self.domain(domain) {
+            Some(ix) => ix,
+            None => {
+                self.domains.push(domain.clone());
+                // More than 2^32 distinct capture domains cannot be configured (they come from
+                // validated pool specs), so the index always fits.
+                DomainIx::try_from(self.domains.len() - 1).unwrap_or(DomainIx::MAX)
+            }
+        };
+        let addresses = self.marks.entry(pool.to_owned()).or_default();
+        let marks = addresses.entry(address).or_insert_with(|| Marks {
+            ownership: OwnershipEpoch::NEVER,
+            first: (ix, CaptureEpoch::NEVER),
+            others: Vec::new(),
+        });
         marks.ownership = marks.ownership.max(ownership);
-        match marks.capture.iter_mut().find(|(d, _)| d == domain) {
-            Some((_, epoch)) => *epoch = (*epoch).max(capture),
-            None => marks.capture.push((domain.clone(), capture)),
+        if marks.first.0 == ix {
+            marks.first.1 = marks.first.1.max(capture);
+        } else {
+            match marks.others.iter_mut().find(|(d, _)| *d == ix) {
+                Some((_, epoch)) => *epoch = (*epoch).max(capture),
+                None => marks.others.push((ix, capture)),
+            }
         }
     }
 
     /// The highest captureEpoch over every key (for reports and tests).
     #[must_use]
     pub fn highest_capture(&self) -> CaptureEpoch {
-        self.marks
-            .values()
-            .flat_map(|a| a.values())
-            .flat_map(|m| m.capture.iter().map(|(_, e)| *e))
-            .max()
-            .unwrap_or_default()
+        self.marks.values().flat_map(|a| a.values()).flat_map(Marks::lines).max().unwrap_or_default()
     }
 }
 
@@ -191,9 +233,7 @@ impl HighWater {
 pub fn check(action: &StampedAction, head: &impl HeadTokens, high_water: &HighWater) -> FenceVerdict {
     let current = head.view(&action.pool, action.address, &action.capture_domain);
     let marks = high_water.marks(&action.pool, action.address);
-    let capture_seen = marks
-        .and_then(|m| m.capture.iter().find(|(d, _)| *d == action.capture_domain))
-        .map_or(CaptureEpoch::NEVER, |(_, e)| *e);
+    let capture_seen = high_water.capture_seen(marks, &action.capture_domain);
     if action.capture_epoch != current.capture_epoch || action.capture_epoch < capture_seen {
         return FenceVerdict::Stale { reason: StaleReason::StaleEpoch };
     }
@@ -306,6 +346,29 @@ mod tests {
         let mut hw = HighWater::default();
         hw.raise("p", a.address, &a.capture_domain, CaptureEpoch::NEVER, OwnershipEpoch::from_stored(3));
         assert_eq!(check(&a, &head, &hw), FenceVerdict::Stale { reason: StaleReason::StaleOwnerEpoch });
+    }
+
+    #[test]
+    fn marks_are_kept_per_line_and_never_lowered() {
+        let a = action(Verb::AssignSecondaryIp, "a", 3, 2);
+        let other = CaptureDomain::new("sim2", "g1");
+        let unseen = CaptureDomain::new("sim3", "g1");
+        let b = StampedAction { capture_domain: other.clone(), ..a.clone() };
+        let c = StampedAction { capture_domain: unseen, ..a.clone() };
+        let mut hw = HighWater::default();
+        let epoch = CaptureEpoch::from_stored;
+        hw.raise("p", a.address, &a.capture_domain, epoch(5), OwnershipEpoch::from_stored(2));
+        hw.raise("p", a.address, &other, epoch(9), OwnershipEpoch::from_stored(1));
+        hw.raise("p", a.address, &a.capture_domain, epoch(4), OwnershipEpoch::NEVER);
+        hw.raise("p", a.address, &other, epoch(7), OwnershipEpoch::NEVER);
+        assert_eq!(
+            (hw.capture(&a), hw.capture(&b), hw.capture(&c)),
+            (epoch(5), epoch(9), CaptureEpoch::NEVER)
+        );
+        assert_eq!(hw.ownership(&a), OwnershipEpoch::from_stored(2), "one ownership mark per address");
+        assert_eq!(hw.highest_capture(), epoch(9));
+        let elsewhere = StampedAction { pool: "q".into(), ..a.clone() };
+        assert_eq!(hw.capture(&elsewhere), CaptureEpoch::NEVER);
     }
 
     #[test]
