@@ -104,6 +104,9 @@ async fn send(
     Ok(out)
 }
 
+/// How long the example waits for a leader before giving up (etcd unreachable, for instance).
+const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let endpoints: Vec<String> = std::env::args()
@@ -117,7 +120,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("1. A campaigns first.");
     let (a, _a_stop, a_task) = lead(&endpoints, "leader-a").await?;
-    a.watch().wait_for(|s| s.leader).await?;
+    tokio::time::timeout(WAIT_LIMIT, a.watch().wait_for(|s| s.leader)).await.map_err(|_| "A never led")??;
     let a_epoch = a.leader_epoch().ok_or("A leads without an epoch")?;
     println!("   A leads under epoch {a_epoch}.");
     let (b, b_stop, b_task) = lead(&endpoints, "leader-b").await?;
@@ -131,7 +134,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     a_task.abort();
 
     println!("4. A's lease runs out in etcd; B takes over.");
-    b.watch().wait_for(|s| s.leader).await?;
+    tokio::time::timeout(WAIT_LIMIT, b.watch().wait_for(|s| s.leader))
+        .await
+        .map_err(|_| "B never took over")??;
     let b_epoch = b.leader_epoch().ok_or("B leads without an epoch")?;
     println!("   B leads under epoch {b_epoch} (A had {a_epoch}).");
     let from_b = send("B", 1, 5, b_epoch).await?;

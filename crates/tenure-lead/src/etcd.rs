@@ -267,13 +267,18 @@ impl LeaseBackend for EtcdBackend {
             // A takeover this contender may have won without learning it ends with its lease.
             let _ = self.client.lease_revoke(unsettled).await;
         }
-        let Some(held) = self.held.take() else { return Ok(()) };
-        // Delete the leader key only if it is still ours, then drop the lease.
+        let Some(lease) = self.held.as_ref().map(|held| held.lease) else { return Ok(()) };
+        // Delete the leader key only if it is still ours, then drop the lease. Until the revoke
+        // is answered this contender still holds it: a failed release can be retried.
         let txn = Txn::new()
-            .when([Compare::lease(self.leader_key.as_str(), CompareOp::Equal, held.lease)])
+            .when([Compare::lease(self.leader_key.as_str(), CompareOp::Equal, lease)])
             .and_then([TxnOp::delete(self.leader_key.as_str(), None)]);
         let _ = self.client.txn(txn).await;
-        self.client.lease_revoke(held.lease).await.map_err(unavailable)?;
+        match self.client.lease_revoke(lease).await {
+            Err(error) if !lease_not_found(&error) => return Err(unavailable(error)),
+            // Revoked, or expired already.
+            _ => self.held = None,
+        }
         Ok(())
     }
 
