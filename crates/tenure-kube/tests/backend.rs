@@ -103,7 +103,9 @@ async fn racing_contenders_exactly_one_wins_each_takeover() {
 async fn an_expired_lease_is_taken_over_with_the_next_term() {
     let double = LeaseApiDouble::start().await.expect("listens");
     let mut a = contender(&double, "a", Duration::from_secs(1));
-    let mut b = contender(&double, "b", Duration::from_secs(1));
+    // b judges a's Lease by the 1s stored on it; its own 10s keeps a from seeing b's Lease expire
+    // however slowly the steps below run.
+    let mut b = contender(&double, "b", Duration::from_secs(10));
     assert_eq!(attempt(&mut a).await, leader(1));
     assert_eq!(attempt(&mut b).await, follower(Some("a")), "a live lease is not taken");
     // a stops renewing (a crash, a partition); b keeps trying.
@@ -246,12 +248,14 @@ async fn an_unreadable_term_is_refused_and_nothing_is_written() {
 
 #[tokio::test]
 async fn an_unreachable_api_server_is_unavailable() {
-    let double = LeaseApiDouble::start().await.expect("listens");
-    let url = double.url();
-    drop(double);
+    // Port 1: nothing listens there (a freed ephemeral port could be taken by a concurrent test).
+    let url = "http://127.0.0.1:1";
     let mut a =
-        KubernetesBackend::connect(&url, NAMESPACE, LEASE, "a", Duration::from_secs(15)).expect("valid");
-    let error = a.try_acquire_or_renew().await.expect_err("nobody listens");
+        KubernetesBackend::connect(url, NAMESPACE, LEASE, "a", Duration::from_secs(15)).expect("valid");
+    let error = tokio::time::timeout(STEP_TIMEOUT, a.try_acquire_or_renew())
+        .await
+        .expect("an attempt does not hang")
+        .expect_err("nobody listens");
     assert!(matches!(error, BackendError::Unavailable { backend: "kubernetes", .. }), "{error}");
     assert_eq!(a.name(), "kubernetes");
 }

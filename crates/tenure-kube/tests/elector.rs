@@ -15,6 +15,7 @@ const LEASE: &str = "election";
 /// Bounds every wait, so that a lost election fails the test instead of hanging it.
 const WAIT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// For the crash test: the follower takes over only once the lease expires, so it is short.
 fn fast() -> ElectionConfig {
     ElectionConfig {
         lease_duration: Duration::from_secs(2),
@@ -24,14 +25,23 @@ fn fast() -> ElectionConfig {
     }
 }
 
+/// For failovers by release, which need no expiry: a renew deadline that no stall of a loaded
+/// machine reaches, so the leader never steps down on its own.
+fn patient() -> ElectionConfig {
+    ElectionConfig {
+        lease_duration: Duration::from_secs(5),
+        renew_deadline: Duration::from_secs(4),
+        ..fast()
+    }
+}
+
 struct Contender {
     handle: LeadershipHandle,
     task: tokio::task::JoinHandle<Result<(), tenure_lead::backend::BackendError>>,
     shutdown: CancellationToken,
 }
 
-fn campaign(double: &LeaseApiDouble, identity: &str) -> Contender {
-    let config = fast();
+fn campaign(double: &LeaseApiDouble, identity: &str, config: ElectionConfig) -> Contender {
     config.validate().expect("a safe timing");
     let backend =
         KubernetesBackend::connect(&double.url(), NAMESPACE, LEASE, identity, config.lease_duration)
@@ -48,6 +58,13 @@ async fn wait_for(
     *tokio::time::timeout(WAIT_TIMEOUT, watch.wait_for(what)).await.expect("in time").expect("elector alive")
 }
 
+/// `future`, bounded by `WAIT_TIMEOUT`: an elector or a referee that never ends fails the test.
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT_TIMEOUT, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} within {WAIT_TIMEOUT:?}"))
+}
+
 /// Watches two handles until `stop`; fails on any moment where both lead, and returns every
 /// epoch either led under, in the order they began.
 fn referee(
@@ -60,7 +77,12 @@ fn referee(
         let mut epochs: Vec<u64> = Vec::new();
         let (mut a_open, mut b_open, mut stopping) = (true, true, false);
         loop {
-            let (sa, sb) = (*wa.borrow_and_update(), *wb.borrow_and_update());
+            // The successor first: b leads only after a (a never leads again), so a read of b as
+            // leader followed by a read of a as leader means both led at the moment b was read.
+            // Read the other way round, a stepping down and b taking over between the two reads
+            // would look like two leaders.
+            let sb = *wb.borrow_and_update();
+            let sa = *wa.borrow_and_update();
             assert!(!(sa.leader && sb.leader), "two leaders at once: {sa:?} and {sb:?}");
             for epoch in [sa.epoch, sb.epoch].into_iter().flatten() {
                 if epochs.last() != Some(&epoch.get()) {
@@ -84,9 +106,9 @@ fn referee(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leader_at_a_time_and_failover_when_the_leader_is_cancelled() {
     let double = LeaseApiDouble::start().await.expect("listens");
-    let a = campaign(&double, "a");
+    let a = campaign(&double, "a", patient());
     let first = wait_for(&mut a.handle.watch(), |s| s.leader).await;
-    let b = campaign(&double, "b");
+    let b = campaign(&double, "b", patient());
     let stop = CancellationToken::new();
     let referee = referee(a.handle.clone(), b.handle.clone(), stop.clone());
 
@@ -97,7 +119,7 @@ async fn one_leader_at_a_time_and_failover_when_the_leader_is_cancelled() {
 
     // Clean shutdown: a steps down and releases; b takes over at once, under the next term.
     a.shutdown.cancel();
-    a.task.await.expect("joins").expect("a clean stop");
+    within("a stops", a.task).await.expect("joins").expect("a clean stop");
     assert!(!a.handle.is_leader());
     let second = wait_for(&mut b.handle.watch(), |s| s.leader).await;
     let first_epoch = first.epoch.expect("a leader has an epoch");
@@ -110,18 +132,18 @@ async fn one_leader_at_a_time_and_failover_when_the_leader_is_cancelled() {
     );
 
     stop.cancel();
-    let epochs = referee.await.expect("never two leaders at once");
+    let epochs = within("the referee stops", referee).await.expect("never two leaders at once");
     assert_eq!(epochs, vec![first_epoch.get(), first_epoch.next().get()], "each epoch led by one elector");
     b.shutdown.cancel();
-    b.task.await.expect("joins").expect("b clean stop");
+    within("b stops", b.task).await.expect("joins").expect("b clean stop");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_crash_the_follower_takes_over_only_once_the_lease_has_expired() {
     let double = LeaseApiDouble::start().await.expect("listens");
-    let a = campaign(&double, "a");
+    let a = campaign(&double, "a", fast());
     let first = wait_for(&mut a.handle.watch(), |s| s.leader).await;
-    let b = campaign(&double, "b");
+    let b = campaign(&double, "b", fast());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!b.handle.is_leader());
 
@@ -146,7 +168,7 @@ async fn after_a_crash_the_follower_takes_over_only_once_the_lease_has_expired()
         "b took the lease at {acquired}, before a's (renewed at {last_renewal}) could expire"
     );
     b.shutdown.cancel();
-    b.task.await.expect("joins").expect("b clean stop");
+    within("b stops", b.task).await.expect("joins").expect("b clean stop");
     let lease = double.lease(NAMESPACE, LEASE).expect("the Lease exists");
     assert_eq!(lease.spec.and_then(|s| s.holder_identity), None, "b released on shutdown");
 }

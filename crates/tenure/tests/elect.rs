@@ -5,12 +5,17 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const FAST: [&str; 6] = ["--lease-duration", "1s", "--renew-deadline", "600ms", "--retry-period", "100ms"];
+/// Failovers here are driven by a release (SIGTERM) or the kernel dropping a lock (SIGKILL), never
+/// by expiry: the lease outlasts any stall of a loaded machine, so a leader never loses it and
+/// takes it again (which would skip an epoch).
+const FAST: [&str; 6] = ["--lease-duration", "4s", "--renew-deadline", "2s", "--retry-period", "200ms"];
+/// Bounds waiting for a contender to exit and for its last lines, so that a bug fails the test.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 struct Contender {
     child: Child,
@@ -62,10 +67,34 @@ impl Contender {
         assert!(status.success());
     }
 
+    /// Waits for the exit, then for every line up to the end of its output.
     fn wait(mut self) -> (i32, Vec<Value>) {
-        let status = self.child.wait().expect("wait");
-        let rest: Vec<Value> = self.lines.try_iter().collect();
+        let deadline = Instant::now() + EXIT_TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "tenure elect did not exit within {EXIT_TIMEOUT:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut rest = Vec::new();
+        // The reader thread drops its sender at the end of the output.
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => rest.push(line),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!("the output did not end within {EXIT_TIMEOUT:?}"),
+            }
+        }
         (status.code().unwrap_or(-1), rest)
+    }
+}
+
+impl Drop for Contender {
+    /// A failed test leaves no contender running (nor holding the test runner's stderr open).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -114,7 +143,7 @@ fn etcd_failover_after_sigterm_on_a_real_cluster() {
     let dir = temp("etcd");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd-cluster");
     let out = Command::new(&script)
-        .args(["start", dir.to_str().expect("utf-8"), "24500"])
+        .args(["start", dir.to_str().expect("utf-8"), "24700"])
         .output()
         .expect("run scripts/etcd-cluster");
     assert!(

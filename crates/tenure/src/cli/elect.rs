@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Serialize;
 use tenure_core::input::{check_name, parse_duration_ms};
+use tenure_lead::LeaderState;
 use tenure_lead::backend::{BackendError, LeaseBackend};
 use tenure_lead::config::ElectionConfig;
 use tenure_lead::elector;
@@ -152,24 +153,35 @@ async fn campaign<B: LeaseBackend>(
     backend: B,
     config: ElectionConfig,
 ) -> Result<(), BackendError> {
+    // Handlers first: a signal that arrives once the initial line is out must step down, not kill.
+    let signal = |kind| {
+        tokio::signal::unix::signal(kind)
+            .map_err(|e| BackendError::Unavailable { backend: "signal", message: e.to_string() })
+    };
+    let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // The initial state, before the elector can change it.
+    let mut printed = LeaderState::following();
+    print(args, printed.leader, printed.epoch.map(|e| e.get()));
     let shutdown = CancellationToken::new();
     let (handle, task) = elector::spawn(backend, config, shutdown.clone());
     let mut changes = handle.watch();
-    let mut printed = *changes.borrow_and_update();
-    print(args, printed.leader, printed.epoch.map(|e| e.get()));
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| BackendError::Unavailable { backend: "signal", message: e.to_string() })?;
+    // Marked changed: a change published before this watch existed is reported too.
+    changes.mark_changed();
     loop {
         tokio::select! {
             changed = changes.changed() => {
                 if changed.is_err() {
                     break;
                 }
-                printed = *changes.borrow_and_update();
-                print(args, printed.leader, printed.epoch.map(|e| e.get()));
+                let now = *changes.borrow_and_update();
+                if now != printed {
+                    printed = now;
+                    print(args, printed.leader, printed.epoch.map(|e| e.get()));
+                }
             }
             _ = terminate.recv() => break,
-            _ = tokio::signal::ctrl_c() => break,
+            _ = interrupt.recv() => break,
         }
     }
     shutdown.cancel();
