@@ -8,7 +8,9 @@
 //!
 //! # Lifecycle
 //!
-//! - The bridge reads up to [`BridgeOptions::capacity`] messages ahead of the pipeline.
+//! - The bridge reads up to [`BridgeOptions::capacity`] messages ahead of the pipeline. Counts
+//!   of messages delivered and dropped cover what the bridge read; messages still in the
+//!   producer's channel when a bridge is aborted are the producer's.
 //! - **Producer stops** (closed, failed, or silent for [`BridgeOptions::producer_idle_timeout`]):
 //!   the bridge forwards what it holds and exits, [`BridgeExit::Drained`].
 //! - **[`BridgeHandle::stop`]**: the bridge closes the producer (its further sends fail), forwards
@@ -295,10 +297,18 @@ impl<T: Send + 'static> Pipeline<T> for mpsc::Sender<Stamped<T>> {
 
 /// A pipeline the bridge's task calls itself: the function receives every stamped message, in
 /// order, and returns `Err(PipelineClosed)` once it takes no more (that message and those the
-/// bridge still holds count as dropped). It runs on the bridge's task, between reads from the
-/// producer, so it must not block: admit at a [`FencedSink`](crate::sink::FencedSink), hand the
-/// message to a non-blocking writer, or `try_send` into a queue. A pipeline that waits belongs
-/// behind an `mpsc::Sender` instead. The supervisor clones it for every bridge it starts.
+/// bridge still holds count as dropped, and the bridge ends: under a supervisor, the producer's
+/// further sends fail until the next term's bridge).
+///
+/// It runs on the bridge's task, between reads from the producer, so it must not block: admit at
+/// a [`FencedSink`](crate::sink::FencedSink) (which fsyncs only when the epoch rises, once per
+/// term), hand the message to a non-blocking writer, or `try_send` into a queue. A handler that
+/// sheds load (a full queue) returns `Ok` and counts its own sheds: to the bridge, a message the
+/// handler took is delivered. The bridge sees a stop or an abort between batches of at most
+/// [`BridgeOptions::capacity`] calls; a panic in the handler ends the bridge and resurfaces where
+/// it is stopped or aborted. A pipeline that waits belongs behind an `mpsc::Sender` instead. The
+/// supervisor clones the handler as given for every bridge it starts: state a closure keeps by
+/// value starts afresh each term (share it through an `Arc` to keep it).
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};

@@ -16,9 +16,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
-};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
 use tenure_core::model::LeaderEpoch;
 
 use crate::backend::{Attempt, BackendError, LeaseBackend};
@@ -48,10 +46,9 @@ struct Election {
     term: (u64, i64),
 }
 
+#[derive(Clone, Copy)]
 struct Held {
     lease: i64,
-    keeper: LeaseKeeper,
-    responses: LeaseKeepAliveStream,
     term: LeaderEpoch,
 }
 
@@ -84,7 +81,12 @@ impl EtcdBackend {
             leader_key: format!("{base}/leader"),
             term_key: format!("{base}/term"),
             name: name.to_owned(),
-            lease_ttl_s: i64::try_from(lease_duration.as_secs().max(1)).unwrap_or(i64::MAX),
+            // Rounded up: the lease in etcd must never be shorter than the lease duration the
+            // renew deadline was validated against.
+            lease_ttl_s: i64::try_from(
+                lease_duration.as_secs().saturating_add(u64::from(lease_duration.subsec_nanos() > 0)).max(1),
+            )
+            .unwrap_or(i64::MAX),
             held: None,
             highest_seen: 0,
             unsettled: None,
@@ -117,16 +119,20 @@ impl EtcdBackend {
     }
 
     async fn renew(&mut self) -> Result<Attempt, BackendError> {
-        let held = self.held.as_mut().expect("renew is called while holding");
-        held.keeper.keep_alive().await.map_err(unavailable)?;
-        let alive = match held.responses.message().await.map_err(unavailable)? {
-            Some(response) => response.ttl() > 0,
-            None => false,
-        };
-        let lease = held.lease;
-        let term = held.term;
+        let Some(Held { lease, term }) = self.held else { return self.take().await };
+        // A fresh keep-alive stream per renewal: its one answer is this renewal's. On a stream
+        // kept open, the answer to a renewal the elector's timeout had dropped would be read by
+        // the next renewal as its own, and count a refresh that may never have happened.
+        match self.client.lease_keep_alive(lease).await {
+            Ok(_stream) => {}
+            Err(error) if lease_not_found(&error) => {
+                self.held = None;
+                return Ok(Attempt::Follower { holder: None });
+            }
+            Err(error) => return Err(unavailable(error)),
+        }
         let ours = self.holder().await?.is_some_and(|(name, bound)| name == self.name && bound == lease);
-        if alive && ours {
+        if ours {
             return Ok(Attempt::Leader { term });
         }
         self.held = None;
@@ -174,21 +180,22 @@ impl EtcdBackend {
             return self.hold(lease, term).await.map(Some);
         }
         if let Some(stale) = self.unsettled.take() {
-            // Someone else holds the key: a takeover still in flight with that lease fails now.
+            // Someone else holds the key, so no takeover with that lease can commit any more
+            // (the term guard fails): let the lease go rather than wait for it to expire.
             let _ = self.client.lease_revoke(stale).await;
         }
         Ok(Some(Attempt::Follower { holder: Some(holder) }))
     }
 
-    /// Starts keeping `lease` alive (the first keep-alive refreshes it to the full TTL, so the
-    /// renew deadline, counted from before this attempt, ends before the lease can) and leads.
+    /// Refreshes `lease` with one keep-alive (to the full TTL, so the renew deadline, counted
+    /// from before this attempt, ends before the lease can) and leads.
     async fn hold(&mut self, lease: i64, term: u64) -> Result<Attempt, BackendError> {
         match self.client.lease_keep_alive(lease).await {
-            Ok((keeper, responses)) => {
+            Ok(_stream) => {
                 self.unsettled = None;
                 let epoch = LeaderEpoch::from_stored(term);
                 self.highest_seen = self.highest_seen.max(term);
-                self.held = Some(Held { lease, keeper, responses, term: epoch });
+                self.held = Some(Held { lease, term: epoch });
                 Ok(Attempt::Leader { term: epoch })
             }
             Err(error) if lease_not_found(&error) => {
@@ -209,45 +216,55 @@ impl EtcdBackend {
         if term < self.highest_seen {
             return Err(BackendError::TermWentBack { backend: "etcd", seen: self.highest_seen, found: term });
         }
-        // An unsettled lease is reused: if that earlier takeover is still in flight, exactly one
-        // of the two transactions wins, and either way the key is bound to this lease.
-        let lease = match self.unsettled {
-            Some(lease) => lease,
-            None => {
-                let lease = self.client.lease_grant(self.lease_ttl_s, None).await.map_err(unavailable)?.id();
-                // From here until the outcome is known, a lost answer may hide a committed takeover.
-                self.unsettled = Some(lease);
-                lease
-            }
-        };
         let term_guard = if revision == 0 {
             Compare::version(self.term_key.as_str(), CompareOp::Equal, 0)
         } else {
             Compare::mod_revision(self.term_key.as_str(), CompareOp::Equal, revision)
         };
         let next = term + 1;
-        let txn = Txn::new()
-            .when([Compare::version(self.leader_key.as_str(), CompareOp::Equal, 0), term_guard])
-            .and_then([
-                TxnOp::put(
-                    self.leader_key.as_str(),
-                    self.name.as_str(),
-                    Some(PutOptions::new().with_lease(lease)),
-                ),
-                TxnOp::put(self.term_key.as_str(), next.to_string(), None),
-            ]);
-        match self.client.txn(txn).await {
-            Ok(response) if response.succeeded() => self.hold(lease, next).await,
-            // Lost the race, or to an earlier attempt of this contender that was still in flight.
-            Ok(_) => {
-                let election = self.read_election().await?;
-                Ok(self.settle(election).await?.unwrap_or(Attempt::Follower { holder: None }))
-            }
-            Err(error) if lease_not_found(&error) => {
-                self.unsettled = None;
-                Err(unavailable(error))
-            }
-            Err(error) => Err(unavailable(error)),
+        let mut reusing = self.unsettled.is_some();
+        loop {
+            // An unsettled lease is reused: if that earlier takeover is still in flight, exactly
+            // one of the two transactions wins, and either way the key is bound to this lease.
+            let lease = match self.unsettled {
+                Some(lease) => lease,
+                None => {
+                    let lease =
+                        self.client.lease_grant(self.lease_ttl_s, None).await.map_err(unavailable)?.id();
+                    // From here until the outcome is known, a lost answer may hide a committed
+                    // takeover.
+                    self.unsettled = Some(lease);
+                    lease
+                }
+            };
+            let txn = Txn::new()
+                .when([Compare::version(self.leader_key.as_str(), CompareOp::Equal, 0), term_guard.clone()])
+                .and_then([
+                    TxnOp::put(
+                        self.leader_key.as_str(),
+                        self.name.as_str(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    ),
+                    TxnOp::put(self.term_key.as_str(), next.to_string(), None),
+                ]);
+            return match self.client.txn(txn).await {
+                Ok(response) if response.succeeded() => self.hold(lease, next).await,
+                // Lost the race, or to an earlier attempt of this contender still in flight.
+                Ok(_) => {
+                    let election = self.read_election().await?;
+                    Ok(self.settle(election).await?.unwrap_or(Attempt::Follower { holder: None }))
+                }
+                Err(error) if lease_not_found(&error) => {
+                    // The lease is gone, so no transaction with it can commit any more.
+                    self.unsettled = None;
+                    if std::mem::take(&mut reusing) {
+                        // The reused lease had expired: try once more with a fresh one.
+                        continue;
+                    }
+                    Err(unavailable(error))
+                }
+                Err(error) => Err(unavailable(error)),
+            };
         }
     }
 }

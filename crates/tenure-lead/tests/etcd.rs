@@ -182,6 +182,21 @@ async fn terms_on_a_real_cluster() {
     assert_eq!(term(&settled!(b.try_acquire_or_renew()).expect("b takes")), Some(2), "exactly one more");
     settled!(b.release()).expect("release");
 
+    // A lease duration with a fraction of a second is rounded up in etcd, never down: the renew
+    // deadline was validated against the exact duration. (Above etcd's own minimum TTL, 1.5 s
+    // with the cluster's raft timing, which etcd rounds up to 2 s by itself.)
+    let mut c =
+        EtcdBackend::connect(&cluster.endpoints, "/tenure-test", "t3", "c", Duration::from_millis(2_500))
+            .await
+            .expect("connect");
+    assert!(term(&settled!(c.try_acquire_or_renew()).expect("c takes")).is_some());
+    let mut client = etcd_client::Client::connect(&cluster.endpoints, None).await.expect("connect");
+    let leader = client.get("/tenure-test/elections/t3/leader", None).await.expect("read");
+    let lease = leader.kvs().first().expect("c holds the leader key").lease();
+    let granted = client.lease_time_to_live(lease, None).await.expect("ttl").granted_ttl();
+    assert_eq!(granted, 3, "2.5 s is granted as 3 s");
+    settled!(c.release()).expect("release");
+
     // Two contenders never both hold the same term: four race, round after round.
     let mut racers = Vec::new();
     for name in ["r1", "r2", "r3", "r4"] {
