@@ -476,17 +476,7 @@ async fn a_new_term_gets_a_new_bridge_exactly_once_and_renewals_re_emit_nothing(
     };
     let backend = Scripted { term: term.clone(), attempts: attempts.clone() };
     let (leadership, election) = elector::spawn(backend, timing, shutdown.clone());
-    let started = Started::default();
-    let (pipe_tx, mut pipeline) = mpsc::channel(16);
-    let supervisor = BridgeSupervisor::spawn(
-        leadership,
-        pipe_tx,
-        BridgeOptions::default(),
-        Unsigned,
-        started.factory(),
-        shutdown.clone(),
-    )
-    .expect("valid");
+    let (started, supervisor, mut pipeline) = supervise(leadership, shutdown.clone());
     let mut state = supervisor.watch();
     state.wait_for(|s| s.bridge_epoch == Some(epoch(3))).await.expect("open");
     started.sender(0).send(30).await.expect("the term-3 bridge reads");
@@ -524,17 +514,7 @@ async fn a_new_term_gets_a_new_bridge_exactly_once_and_renewals_re_emit_nothing(
 #[tokio::test(start_paused = true)]
 async fn losing_leadership_stops_the_bridge_and_a_lower_term_is_refused() {
     let (publisher, leadership) = LeadershipHandle::new();
-    let started = Started::default();
-    let (pipe_tx, mut pipeline) = mpsc::channel(16);
-    let supervisor = BridgeSupervisor::spawn(
-        leadership,
-        pipe_tx,
-        BridgeOptions::default(),
-        Unsigned,
-        started.factory(),
-        CancellationToken::new(),
-    )
-    .expect("valid");
+    let (started, supervisor, mut pipeline) = supervise(leadership, CancellationToken::new());
     let mut state = supervisor.watch();
     assert_eq!(supervisor.state().bridges_started, 0, "not leading: no bridge");
 
@@ -559,6 +539,26 @@ async fn losing_leadership_stops_the_bridge_and_a_lower_term_is_refused() {
     let last = supervisor.shutdown().await;
     assert!(matches!(last.last_exit, Some(BridgeExit::Aborted { .. })), "shutdown aborts: {last:?}");
     assert!(started.sender(1).is_closed());
+}
+
+/// A supervisor over `leadership`, unsigned, default options, recording every producer it starts,
+/// delivering into a channel of 16.
+fn supervise(
+    leadership: LeadershipHandle,
+    cancel: CancellationToken,
+) -> (Started, BridgeSupervisor, mpsc::Receiver<Stamped<u64>>) {
+    let started = Started::default();
+    let (pipe_tx, pipeline) = mpsc::channel(16);
+    let supervisor = BridgeSupervisor::spawn(
+        leadership,
+        pipe_tx,
+        BridgeOptions::default(),
+        Unsigned,
+        started.factory(),
+        cancel,
+    )
+    .expect("valid");
+    (started, supervisor, pipeline)
 }
 
 fn scratch(tag: &str) -> std::path::PathBuf {

@@ -2,12 +2,10 @@
 //! started and stopped by `scripts/etcd-cluster`; `scripts/install-deps` installs it). These
 //! tests fail loudly when etcd is missing: they never skip.
 //!
-//! They run one at a time (each holds [`SERIAL`] with its cluster): clusters started side by side
-//! on a loaded 2-core machine churn raft elections, and a test must not depend on that. Requests
-//! whose availability is not the subject are retried while etcd answers `Unavailable`
-//! ([`settled!`]); every wait has a deadline.
+//! They run one at a time (see `support/etcd_cluster.rs`). Requests whose availability is not
+//! the subject are retried while etcd answers `Unavailable` ([`settled!`]); every wait has a
+//! deadline.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,18 +17,13 @@ use tenure_lead::etcd::EtcdBackend;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// One cluster at a time (see the module documentation).
-static SERIAL: Mutex<()> = Mutex::new(());
+#[path = "support/etcd_cluster.rs"]
+mod etcd_cluster;
+
+use etcd_cluster::Cluster;
 
 /// How long any wait in these tests may take before it fails the test.
 const WAIT_LIMIT: Duration = Duration::from_secs(30);
-
-/// A running 3-member cluster, stopped on drop (then the next test's cluster may start).
-struct Cluster {
-    dir: PathBuf,
-    endpoints: Vec<String>,
-    _serial: std::sync::MutexGuard<'static, ()>,
-}
 
 /// Retries a request while etcd answers `Unavailable` (a raft election under way, a member being
 /// killed), for up to [`WAIT_LIMIT`]; any other outcome is returned.
@@ -58,53 +51,6 @@ async fn wait_for(
         Ok(Ok(_)) => {}
         Ok(Err(_closed)) => panic!("{what}: the elector ended"),
         Err(_elapsed) => panic!("{what}: not within {WAIT_LIMIT:?}"),
-    }
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd-cluster")
-}
-
-impl Cluster {
-    fn start(tag: &str, base_port: u16) -> Self {
-        // A test that panicked poisons the lock; the next one may still run.
-        let serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let dir = std::env::temp_dir().join(format!("tenure-etcd-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = Command::new(script())
-            .args(["start", dir.to_str().expect("utf-8"), &base_port.to_string()])
-            .output()
-            .expect("run scripts/etcd-cluster (is bash there?)");
-        assert!(
-            out.status.success(),
-            "etcd cluster did not start (run scripts/install-deps): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let endpoints =
-            String::from_utf8(out.stdout).expect("utf-8").trim().split(',').map(str::to_owned).collect();
-        Self { dir, endpoints, _serial: serial }
-    }
-
-    fn leader_member(&self) -> String {
-        let out =
-            Command::new(script()).args(["leader", self.dir.to_str().expect("utf-8")]).output().expect("run");
-        assert!(out.status.success(), "no raft leader found");
-        String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
-    }
-
-    fn kill(&self, member: &str) {
-        let status = Command::new(script())
-            .args(["kill", self.dir.to_str().expect("utf-8"), member])
-            .status()
-            .expect("run");
-        assert!(status.success(), "kill {member}");
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).args(["stop", self.dir.to_str().expect("utf-8")]).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

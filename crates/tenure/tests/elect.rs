@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
+mod etcd_cluster;
+
+use etcd_cluster::Cluster;
+
 /// Failovers here are driven by a release (SIGTERM) or the kernel dropping a lock (SIGKILL), never
 /// by expiry: the lease outlasts any stall of a loaded machine, so a leader never loses it and
 /// takes it again (which would skip an epoch).
@@ -140,43 +145,23 @@ fn embedded_failover_after_sigkill_takes_the_next_epoch() {
 
 #[test]
 fn etcd_failover_after_sigterm_on_a_real_cluster() {
-    let dir = temp("etcd");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/etcd-cluster");
-    let out = Command::new(&script)
-        .args(["start", dir.to_str().expect("utf-8"), "24700"])
-        .output()
-        .expect("run scripts/etcd-cluster");
-    assert!(
-        out.status.success(),
-        "etcd did not start (scripts/install-deps): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let endpoints = String::from_utf8(out.stdout).expect("utf-8").trim().to_owned();
-    let stop = || {
-        let _ = Command::new(&script).args(["stop", dir.to_str().expect("utf-8")]).status();
+    let cluster = Cluster::start("elect", 24700);
+    let endpoints = cluster.endpoints.join(",");
+    let args = |name: &'static str| {
+        ["e", "--name", name, "--backend", "etcd", "--endpoints", &endpoints].map(str::to_owned)
     };
-    let run = std::panic::catch_unwind(|| {
-        let args = |name: &'static str| {
-            ["e", "--name", name, "--backend", "etcd", "--endpoints", &endpoints].map(str::to_owned)
-        };
-        let a_args = args("a");
-        let a = Contender::start(&a_args.iter().map(String::as_str).collect::<Vec<_>>());
-        let a_epoch = a.until(true, Duration::from_secs(10))["epoch"].as_u64().expect("epoch");
-        let b_args = args("b");
-        let b = Contender::start(&b_args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(b.next(Duration::from_secs(10)).expect("initial")["leader"], false);
-        a.signal("-TERM");
-        let (code, _) = a.wait();
-        assert_eq!(code, 0, "SIGTERM: step down, release, exit 0");
-        assert_eq!(b.until(true, Duration::from_secs(10))["epoch"].as_u64(), Some(a_epoch + 1));
-        b.signal("-TERM");
-        assert_eq!(b.wait().0, 0);
-    });
-    stop();
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Err(panic) = run {
-        std::panic::resume_unwind(panic);
-    }
+    let a_args = args("a");
+    let a = Contender::start(&a_args.iter().map(String::as_str).collect::<Vec<_>>());
+    let a_epoch = a.until(true, Duration::from_secs(10))["epoch"].as_u64().expect("epoch");
+    let b_args = args("b");
+    let b = Contender::start(&b_args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(b.next(Duration::from_secs(10)).expect("initial")["leader"], false);
+    a.signal("-TERM");
+    let (code, _) = a.wait();
+    assert_eq!(code, 0, "SIGTERM: step down, release, exit 0");
+    assert_eq!(b.until(true, Duration::from_secs(10))["epoch"].as_u64(), Some(a_epoch + 1));
+    b.signal("-TERM");
+    assert_eq!(b.wait().0, 0);
 }
 
 #[test]
