@@ -32,8 +32,8 @@ use tenure_core::model::{
 
 /// Nodes in every benchmark federation, all in one capture domain, equal priority.
 const NODES_COUNT: usize = 16;
-/// The most addresses one pool may hold (SPEC 10).
-const POOL_ADDRESSES_MAX: usize = 65_536;
+/// The most addresses one pool may hold (SPEC 10), as a count.
+const POOL_ADDRESSES_MAX: usize = tenure_core::input::POOL_ADDRESSES_MAX as usize;
 /// The small federation: arbitration, drain and fence.
 const ADDRESSES_SMALL_COUNT: usize = 100_000;
 /// The large federation: arbitration only.

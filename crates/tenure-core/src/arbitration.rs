@@ -18,13 +18,13 @@ use crate::eligibility::{is_admissible, is_eligible, may_keep};
 use crate::federation::{Federation, NodeId, NodeState, PoolConditions, PoolState};
 use crate::model::PoolSpec;
 
-/// The arbitration result: for each applied (not deleted) pool in name order, the owner of each
-/// active address in canonical order, and the pool's conditions.
+/// The arbitration result, as a difference from the current owners: the conditions of each
+/// applied (not deleted) pool in name order, and the addresses whose owner changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerMap {
-    /// Per pool: owners by address, and conditions.
-    pub pools: Vec<(Vec<Option<NodeId>>, PoolConditions)>,
-    /// The addresses whose owner differs from their current one: (pool index in `pools`,
+    /// Per pool, in name order: its conditions.
+    pub conditions: Vec<PoolConditions>,
+    /// The addresses whose owner differs from their current one: (pool index in `conditions`,
     /// address, new owner). Applying the map touches only these.
     pub changes: Vec<(usize, IpAddr, Option<NodeId>)>,
 }
@@ -142,10 +142,9 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
     }
 
     let mut score_input: Vec<u8> = Vec::with_capacity(128);
-    let mut result = OwnerMap { pools: Vec::with_capacity(views.len()), changes: Vec::new() };
+    let mut result = OwnerMap { conditions: Vec::with_capacity(views.len()), changes: Vec::new() };
     for (pool_index, ((view, active), decisions)) in views.iter().zip(&actives).zip(decided).enumerate() {
         let mut conditions = PoolConditions::default();
-        let mut owners = Vec::with_capacity(decisions.len());
         for ((address, current_owner), decision) in active.iter().zip(decisions) {
             let owner = match decision {
                 Some(owner) => owner,
@@ -162,9 +161,8 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
             if owner != *current_owner {
                 result.changes.push((pool_index, *address, owner));
             }
-            owners.push(owner);
         }
-        result.pools.push((owners, conditions));
+        result.conditions.push(conditions);
     }
     result
 }

@@ -510,7 +510,7 @@ impl Federation {
     fn apply_owners(&mut self, owners: &OwnerMap) {
         let now_ms = self.stream_time_ms;
         let mut live: Vec<&mut PoolState> = self.pools.values_mut().filter(|p| !p.deleted).collect();
-        for (pool, (_, conditions)) in live.iter_mut().zip(&owners.pools) {
+        for (pool, conditions) in live.iter_mut().zip(&owners.conditions) {
             pool.conditions = *conditions;
         }
         // Only changed owners are written: an unchanged owner keeps its epochs and its desired

@@ -231,7 +231,12 @@ impl HighWater {
 
 /// The fence rule. `high_water` is the node's durable memory of the highest tokens it saw.
 pub fn check(action: &StampedAction, head: &impl HeadTokens, high_water: &HighWater) -> FenceVerdict {
-    let current = head.view(&action.pool, action.address, &action.capture_domain);
+    check_view(action, &head.view(&action.pool, action.address, &action.capture_domain), high_water)
+}
+
+/// The fence rule against the head's tokens for the action, already read (a caller that needs
+/// them afterwards, to raise its high-water marks, reads the head once).
+pub fn check_view(action: &StampedAction, current: &HeadView<'_>, high_water: &HighWater) -> FenceVerdict {
     let marks = high_water.marks(&action.pool, action.address);
     let capture_seen = high_water.capture_seen(marks, &action.capture_domain);
     if action.capture_epoch != current.capture_epoch || action.capture_epoch < capture_seen {

@@ -56,11 +56,8 @@ impl InputError {
         Self { position, message: message.into() }
     }
 
-    /// The error serde-saphyr reported, reduced to one line without its snippet.
-    ///
-    /// Prefer [`InputError::from_yaml_in`], which can also name a better place.
-    #[must_use]
-    pub fn from_yaml(error: &serde_saphyr::Error) -> Self {
+    /// The error serde-saphyr reported, reduced to one line without its snippet, where it put it.
+    fn from_yaml(error: &serde_saphyr::Error) -> Self {
         let position = error.location().map(Position::of).unwrap_or_default();
         Self { position, message: yaml_message(error) }
     }
@@ -107,11 +104,10 @@ impl InputError {
     /// `file:line:column: message` (or `file: message` when no position is known), on one line.
     #[must_use]
     pub fn render(&self, file: &str) -> String {
-        let message = one_line(&self.message);
         if self.position.line == 0 {
-            format!("{file}: {message}")
+            format!("{file}: {}", one_line(&self.message))
         } else {
-            format!("{file}:{}:{}: {message}", self.position.line, self.position.column)
+            format!("{file}:{self}")
         }
     }
 }

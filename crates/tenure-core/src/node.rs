@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use crate::federation::{Federation, NodeId};
-use crate::fence::{self, FenceVerdict, HeadTokens};
+use crate::fence::{self, FenceVerdict, HeadTokens, HeadView};
 use crate::journal::{
     DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JournalChange, JournalEntry, JournalStore,
 };
@@ -239,13 +239,13 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(())
     }
 
+    /// Raises the marks of the action's key to the head's tokens (`current`, read for the gate).
     fn raise_high_water(
         &mut self,
         action: &StampedAction,
-        head: &impl HeadTokens,
+        current: &HeadView<'_>,
     ) -> Result<(), NodeError<S::Error>> {
-        let capture_epoch = head.capture_epoch(&action.pool, action.address, &action.capture_domain);
-        let ownership_epoch = head.ownership_epoch(&action.pool, action.address);
+        let (capture_epoch, ownership_epoch) = (current.capture_epoch, current.ownership_epoch);
         let hw = &self.state.high_water;
         let capture_seen = hw.capture(action);
         let ownership_seen = hw.ownership(action);
@@ -277,7 +277,9 @@ impl<S: JournalStore> NodeEngine<S> {
             if self.state.entries.len() >= JOURNAL_ENTRIES_MAX {
                 return Err(NodeError::JournalFull);
             }
-            let state = match fence::check(&planned.action, head, &self.state.high_water) {
+            let action = &planned.action;
+            let current = head.view(&action.pool, action.address, &action.capture_domain);
+            let state = match fence::check_view(action, &current, &self.state.high_water) {
                 FenceVerdict::Stale { reason } => EntryState::Skipped(reason),
                 FenceVerdict::Current
                     if planned.approval == Approval::Manual
@@ -287,7 +289,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 }
                 FenceVerdict::Current => EntryState::Approved,
             };
-            self.raise_high_water(&planned.action, head)?;
+            self.raise_high_water(&planned.action, &current)?;
             let key = planned.action.idempotency_key.clone();
             let index = self.state.entries.len();
             self.commit(JournalChange::Append(JournalEntry {
@@ -352,17 +354,16 @@ impl<S: JournalStore> NodeEngine<S> {
             self.open.iter().copied().filter(|i| !self.in_flight.contains(i)).collect();
         // One call per address at a time: a release must never overtake an acquire still in
         // flight (or the reverse), or the provider ends in the state of the older call.
-        let busy: BTreeSet<(String, IpAddr)> = self
-            .in_flight
-            .iter()
-            .map(|i| (self.state.entries[*i].action.pool.clone(), self.state.entries[*i].action.address))
-            .collect();
         for index in candidates {
             let entry = &self.state.entries[index];
             if only.is_some_and(|keys| !keys.contains(&entry.action.idempotency_key)) {
                 continue;
             }
-            if busy.contains(&(entry.action.pool.clone(), entry.action.address)) {
+            let busy = self.in_flight.iter().any(|&i| {
+                let other = &self.state.entries[i].action;
+                other.address == entry.action.address && other.pool == entry.action.pool
+            });
+            if busy {
                 continue;
             }
             if entry.state == EntryState::Pending {
@@ -372,10 +373,11 @@ impl<S: JournalStore> NodeEngine<S> {
                 self.set_state(index, EntryState::Approved, None)?;
             }
             let action = self.state.entries[index].action.clone();
-            match fence::check(&action, head, &self.state.high_water) {
+            let current = head.view(&action.pool, action.address, &action.capture_domain);
+            match fence::check_view(&action, &current, &self.state.high_water) {
                 FenceVerdict::Stale { reason } => self.set_state(index, EntryState::Skipped(reason), None)?,
                 FenceVerdict::Current => {
-                    self.raise_high_water(&action, head)?;
+                    self.raise_high_water(&action, &current)?;
                     self.store.sync().map_err(NodeError::Store)?;
                     self.in_flight.insert(index);
                     return Ok(Some(action));

@@ -276,7 +276,7 @@ proptest! {
     ) {
         if let Ok(addresses) = expand_addresses(&text) {
             prop_assert!(!addresses.is_empty());
-            prop_assert!(addresses.len() <= 65_536);
+            prop_assert!(addresses.len() as u64 <= tenure_core::input::POOL_ADDRESSES_MAX);
         }
     }
 }

@@ -61,11 +61,10 @@ impl Federation {
     /// Records a confirmed holding verb.
     pub(super) fn confirm(&mut self, node: &str, key: &str, at_ms: u64) {
         let Some(parsed) = crate::model::ParsedKey::parse(key) else { return };
-        let acquired = match parsed.verb {
-            crate::model::Verb::AssignSecondaryIp | crate::model::Verb::ProxyArpAdd => true,
-            crate::model::Verb::UnassignSecondaryIp | crate::model::Verb::ProxyArpDel => false,
-            _ => return,
-        };
+        if !parsed.verb.changes_holding() {
+            return;
+        }
+        let acquired = parsed.verb.is_acquire();
         let node_id = self.node_ids[node];
         if parsed.holder != node {
             return;
