@@ -39,8 +39,7 @@ impl Timeline {
         let addresses = topology
             .pools
             .iter()
-            .zip(&topology.address_ranges)
-            .flat_map(|(pool, range)| range.iter().map(|a| (pool.name.clone(), *a)))
+            .flat_map(|pool| pool.addresses.iter().map(|a| (pool.name.clone(), *a)))
             .take(PLOTTED_ADDRESSES_MAX)
             .collect();
         let nics = topology.nodes.iter().map(|n| n.nic.clone()).collect();

@@ -24,16 +24,8 @@ impl LossyJournalStore {
     }
 
     /// A crash of the machine: every change since the last sync is gone.
-    pub fn lose_unsynced(&mut self) -> usize {
-        let lost = self.unsynced.len();
+    pub fn lose_unsynced(&mut self) {
         self.unsynced.clear();
-        lost
-    }
-
-    /// What survives a crash right now.
-    #[must_use]
-    pub fn synced(&self) -> &DurableNodeState {
-        &self.synced
     }
 }
 

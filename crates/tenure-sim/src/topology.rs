@@ -20,10 +20,9 @@ pub struct Topology {
     pub nodes: Vec<NodeSpec>,
     /// The one provider.
     pub provider: ProviderSpec,
-    /// Pools as first applied.
+    /// Pools as first applied: each lists every address it may ever list (pool churn picks
+    /// subsets of these).
     pub pools: Vec<PoolSpec>,
-    /// Every address a pool may ever list, per pool (pool churn picks subsets of these).
-    pub address_ranges: Vec<Vec<IpAddr>>,
 }
 
 /// The address of index `i` of pool `pool`: `10.<pool>.<i / 256>.<i % 256>`.
@@ -48,11 +47,10 @@ pub fn generate(rng: &mut ChaCha8Rng, config: &SimConfig) -> Topology {
         })
         .collect();
     let pool_count = rng.random_range(1..=3).min(config.addresses);
-    let mut address_ranges = Vec::new();
     let mut pools = Vec::new();
     for p in 0..pool_count {
         let share = config.addresses / pool_count + usize::from(p < config.addresses % pool_count);
-        let range: Vec<IpAddr> = (0..share).map(|i| address(p, i)).collect();
+        let addresses: Vec<IpAddr> = (0..share).map(|i| address(p, i)).collect();
         let mut members: Vec<String> =
             nodes.iter().filter(|_| rng.random_bool(0.85)).map(|n| n.name.clone()).collect();
         if members.is_empty() {
@@ -62,7 +60,7 @@ pub fn generate(rng: &mut ChaCha8Rng, config: &SimConfig) -> Topology {
         let prefer_nodes = members.iter().take(prefer_count).cloned().collect();
         pools.push(PoolSpec {
             name: format!("pool{p}"),
-            addresses: range.clone(),
+            addresses,
             provider: PROVIDER.into(),
             placement_group: PLACEMENT_GROUP.into(),
             members,
@@ -76,7 +74,6 @@ pub fn generate(rng: &mut ChaCha8Rng, config: &SimConfig) -> Topology {
             preempt: rng.random_bool(0.3),
             auto_failover: rng.random_bool(0.85),
         });
-        address_ranges.push(range);
     }
-    Topology { nodes, provider: ProviderSpec { name: PROVIDER.into(), kind }, pools, address_ranges }
+    Topology { nodes, provider: ProviderSpec { name: PROVIDER.into(), kind }, pools }
 }

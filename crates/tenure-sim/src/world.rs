@@ -418,8 +418,8 @@ impl World {
     }
 
     fn random_address(&mut self) -> (usize, IpAddr) {
-        let pool = self.rng.random_range(0..self.topology.address_ranges.len());
-        let range = &self.topology.address_ranges[pool];
+        let pool = self.rng.random_range(0..self.topology.pools.len());
+        let range = &self.topology.pools[pool].addresses;
         (pool, range[self.rng.random_range(0..range.len())])
     }
 

@@ -51,7 +51,7 @@ impl World {
                 let (pool, _) = self.random_address();
                 let desired = self.rng.random_bool(0.5);
                 for _ in 0..self.rng.random_range(1..6) {
-                    let range = &self.topology.address_ranges[pool];
+                    let range = &self.topology.pools[pool].addresses;
                     let address = range[self.rng.random_range(0..range.len())];
                     let name = self.topology.pools[pool].name.clone();
                     let kind = if desired {
@@ -78,7 +78,7 @@ impl World {
             }
             _ => {
                 let mut spec = current.unwrap_or_else(|| self.topology.pools[pool].clone());
-                let range = &self.topology.address_ranges[pool];
+                let range = &self.topology.pools[pool].addresses;
                 let keep: Vec<IpAddr> = range.iter().copied().filter(|_| self.rng.random_bool(0.9)).collect();
                 spec.addresses = if keep.is_empty() { range.clone() } else { keep };
                 if roll >= 8 {

@@ -34,7 +34,8 @@ impl World {
                 self.reconcile(node);
                 self.execute(node, None);
             }
-            let addresses: Vec<IpAddr> = self.topology.address_ranges.iter().flatten().copied().collect();
+            let addresses: Vec<IpAddr> =
+                self.topology.pools.iter().flat_map(|p| p.addresses.iter().copied()).collect();
             for address in addresses {
                 self.observe_inventory(address, false);
             }
@@ -109,7 +110,7 @@ impl World {
                 self.delayed.len()
             ));
         }
-        for (pool_index, range) in self.topology.address_ranges.iter().enumerate() {
+        for (pool_index, range) in self.topology.pools.iter().map(|p| &p.addresses).enumerate() {
             let pool_name = &self.topology.pools[pool_index].name;
             for address in range {
                 let expected: Vec<String> = self

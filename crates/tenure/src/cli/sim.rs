@@ -79,16 +79,21 @@ pub fn run(args: &SimArgs) -> ExitCode {
         ProgressStyle::with_template("{bar:40} {pos}/{len} seeds  {per_sec}  eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut reports = run_all(&config, first, count, &progress);
-    progress.finish_and_clear();
+    // With --plot, the first seed runs once, recording its timeline; the others as usual.
+    let mut reports = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     if let Some(path) = &args.plot {
         let (report, svg) = run_seed_with_plot(first, &config);
-        reports[0] = report;
+        progress.inc(1);
+        reports.push(report);
         if let Err(e) = std::fs::write(path, svg) {
+            progress.finish_and_clear();
             eprintln!("tenure sim: cannot write {}: {e}", path.display());
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     }
+    let done = reports.len() as u64;
+    reports.extend(run_all(&config, first + done, count - done, &progress));
+    progress.finish_and_clear();
     print!("{}", render(&config, &reports, args.output == "json"));
     if reports.iter().any(SeedReport::failed) { ExitCode::from(1) } else { ExitCode::SUCCESS }
 }

@@ -2,10 +2,10 @@
 //! and replay scenarios. Exit 0 when valid, 2 with one `file:line:column: message` per error.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tenure_core::input::{InputError, utf8_text};
+use tenure_core::input::InputError;
 use tenure_core::scenario::parse_scenario;
 use tenure_core::spec::{check_pool_set, parse_pool_documents};
 
@@ -27,32 +27,13 @@ fn is_scenario(text: &str) -> bool {
     }
 }
 
-/// Reads a file as UTF-8 text, or prints a one-line error naming it (and the place of the first
-/// byte that is not UTF-8).
-fn read_text(path: &Path, file: &str) -> Option<String> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            eprintln!("{file}: cannot read: {e}");
-            return None;
-        }
-    };
-    match utf8_text(&bytes) {
-        Ok(text) => Some(text.to_owned()),
-        Err(e) => {
-            eprintln!("{}", e.render(file));
-            None
-        }
-    }
-}
-
 pub fn run(files: &[PathBuf]) -> ExitCode {
     let mut failed = false;
     let mut all_pools = Vec::new();
     let mut pool_files: Vec<(String, usize)> = Vec::new();
     for path in files {
         let file = path.display().to_string();
-        let Some(text) = read_text(path, &file) else {
+        let Ok(text) = super::read_input(path) else {
             failed = true;
             continue;
         };
