@@ -64,7 +64,7 @@ use tokio::time::Instant;
 use crate::record::{self, TERM_ANNOTATION};
 
 /// How long connecting and each request may take, for clients built by [`client_for_url`].
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+pub use tenure_lead::backend::REQUEST_TIMEOUT;
 
 const BACKEND: &str = "kubernetes";
 

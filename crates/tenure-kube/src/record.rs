@@ -47,12 +47,11 @@ pub fn renewal_passed(lease: &Lease, duration_s: i32, now: Timestamp) -> bool {
     expires_ms <= now.as_millisecond()
 }
 
-/// A lease duration in the whole seconds a Lease stores, rounded up (others then wait at least as
-/// long as asked), at least 1.
+/// A lease duration in the whole seconds a Lease stores (`leaseDurationSeconds`, an `int32`),
+/// rounded up as [`tenure_lead::backend::lease_whole_seconds`] does.
 #[must_use]
 pub fn whole_seconds(duration: Duration) -> i32 {
-    let seconds = duration.as_secs().saturating_add(u64::from(duration.subsec_nanos() > 0)).max(1);
-    i32::try_from(seconds).unwrap_or(i32::MAX)
+    i32::try_from(tenure_lead::backend::lease_whole_seconds(duration)).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]

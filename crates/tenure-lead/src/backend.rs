@@ -1,8 +1,20 @@
 //! What an election backend does: one attempt to acquire or renew, and a release.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tenure_core::model::LeaderEpoch;
+
+/// How long connecting to a backend's store and each request may take (etcd, Kubernetes).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A lease duration in the whole seconds etcd leases and Kubernetes Leases store, rounded up (the
+/// renew deadline was validated against the exact duration, so the stored lease must not be
+/// shorter), at least 1.
+#[must_use]
+pub fn lease_whole_seconds(duration: Duration) -> u64 {
+    duration.as_secs().saturating_add(u64::from(duration.subsec_nanos() > 0)).max(1)
+}
 
 /// The outcome of one attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -147,7 +147,6 @@ mod tests {
         watch.wait_for(|s| !s.leader).await.expect("open");
         let after = cut.elapsed();
         assert!(after <= Duration::from_millis(400), "stepped down {after:?} after the last renewal");
-        assert!(after < fast().lease_duration, "before the lease could expire anywhere");
         shutdown.cancel();
         task.await.expect("joins").expect("clean");
         assert!(attempts.load(Ordering::SeqCst) > 3);

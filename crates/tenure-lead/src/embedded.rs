@@ -3,13 +3,14 @@
 //! epoch line: read, incremented, written to a temporary file, fsync'd, renamed, and the
 //! directory fsync'd, before the new leader reports its term.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use tenure_core::model::LeaderEpoch;
 
 use crate::backend::{Attempt, BackendError, LeaseBackend};
+use crate::durable;
 
 /// Contenders for one election on one host.
 #[derive(Debug)]
@@ -52,42 +53,31 @@ impl EmbeddedBackend {
         }
     }
 
-    /// Writes the term durably: temporary file, fsync, rename, fsync of the directory.
+    /// Writes the term durably (see [`durable::replace`]), then reads it back as a restarted
+    /// contender would.
     fn write_term(&self, term: u64) -> Result<(), BackendError> {
         let tmp = self.dir.join(format!("{}.term.tmp", self.election));
-        let io = |e: std::io::Error| unavailable(format!("{}: {e}", tmp.display()));
-        let mut file = File::create(&tmp).map_err(io)?;
-        file.write_all(format!("{term}\n").as_bytes()).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, self.term_path()).map_err(io)?;
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io)?;
-        // Check after write: read back what a restarted contender would read.
+        durable::replace(&self.term_path(), &tmp, &self.dir, format!("{term}\n").as_bytes())
+            .map_err(|e| unavailable(e.to_string()))?;
         let back = self.read_term()?;
-        assert_eq!(back, term, "the term file holds what was just synced");
+        if back != term {
+            let path = self.term_path();
+            return Err(unavailable(format!("{}: wrote term {term}, read back {back}", path.display())));
+        }
         Ok(())
     }
 
     fn take(&mut self) -> Result<Attempt, BackendError> {
         let path = self.lock_path();
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+        let mut lock = match durable::try_lock(&path).map_err(|e| unavailable(e.to_string()))? {
+            durable::Lock::Held(lock) => lock,
+            durable::Lock::Busy(mut lock) => {
                 let mut holder = String::new();
                 let _ = lock.read_to_string(&mut holder);
                 let holder = holder.trim();
                 return Ok(Attempt::Follower { holder: (!holder.is_empty()).then(|| holder.to_owned()) });
             }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(unavailable(format!("{}: {e}", path.display())));
-            }
-        }
+        };
         let current = self.read_term()?;
         if current < self.highest_seen {
             return Err(BackendError::TermWentBack {

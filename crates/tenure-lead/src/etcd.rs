@@ -19,10 +19,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
 use tenure_core::model::LeaderEpoch;
 
-use crate::backend::{Attempt, BackendError, LeaseBackend};
-
-/// How long connecting and each request may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+use crate::backend::{Attempt, BackendError, LeaseBackend, REQUEST_TIMEOUT, lease_whole_seconds};
 
 /// One contender in an etcd election.
 pub struct EtcdBackend {
@@ -81,12 +78,7 @@ impl EtcdBackend {
             leader_key: format!("{base}/leader"),
             term_key: format!("{base}/term"),
             name: name.to_owned(),
-            // Rounded up: the lease in etcd must never be shorter than the lease duration the
-            // renew deadline was validated against.
-            lease_ttl_s: i64::try_from(
-                lease_duration.as_secs().saturating_add(u64::from(lease_duration.subsec_nanos() > 0)).max(1),
-            )
-            .unwrap_or(i64::MAX),
+            lease_ttl_s: i64::try_from(lease_whole_seconds(lease_duration)).unwrap_or(i64::MAX),
             held: None,
             highest_seen: 0,
             unsettled: None,
@@ -95,22 +87,7 @@ impl EtcdBackend {
 
     /// The current term stored in etcd (0 if never taken).
     pub async fn stored_term(&mut self) -> Result<u64, BackendError> {
-        Ok(self.read_term().await?.0)
-    }
-
-    async fn read_term(&mut self) -> Result<(u64, i64), BackendError> {
-        let response = self.client.get(self.term_key.as_str(), None).await.map_err(unavailable)?;
-        match response.kvs().first() {
-            None => Ok((0, 0)),
-            Some(kv) => {
-                let text = kv.value_str().map_err(unavailable)?;
-                let term = text
-                    .trim()
-                    .parse()
-                    .map_err(|_| unavailable(format!("{}: not a term: {text:?}", self.term_key)))?;
-                Ok((term, kv.mod_revision()))
-            }
-        }
+        Ok(self.read_election().await?.term.0)
     }
 
     async fn holder(&mut self) -> Result<Option<(String, i64)>, BackendError> {

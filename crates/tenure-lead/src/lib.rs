@@ -35,6 +35,7 @@
 pub mod backend;
 pub mod bridge;
 pub mod config;
+mod durable;
 pub mod elector;
 pub mod embedded;
 pub mod etcd;

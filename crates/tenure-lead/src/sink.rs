@@ -37,14 +37,16 @@
 //! A sibling `<path>.lock` file is locked exclusively while a sink is open, so two sinks never
 //! share one mark.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use hmac::Hmac;
 use sha2::{Digest, Sha256};
 
 use tenure_core::model::LeaderEpoch;
+
+use crate::durable;
 
 mod signing;
 
@@ -331,18 +333,7 @@ impl FencedSink {
     /// it back as a restarted sink would.
     fn persist(&mut self, epoch: LeaderEpoch) -> Result<(), SinkError> {
         assert!(epoch >= self.high_water, "the mark only rises: {epoch} < {}", self.high_water);
-        let tmp = &self.temporary_path;
-        let io = |operation| move |source| SinkError::Io { path: tmp.clone(), operation, source };
-        let mut file = File::create(tmp).map_err(io("create"))?;
-        file.write_all(encode_mark(epoch).as_bytes()).map_err(io("write"))?;
-        file.sync_all().map_err(io("fsync"))?;
-        drop(file);
-        std::fs::rename(tmp, &self.path).map_err(io("rename"))?;
-        File::open(&self.directory).and_then(|d| d.sync_all()).map_err(|source| SinkError::Io {
-            path: self.directory.clone(),
-            operation: "fsync directory",
-            source,
-        })?;
+        durable::replace(&self.path, &self.temporary_path, &self.directory, encode_mark(epoch).as_bytes())?;
         self.mark_writes_total += 1;
         let read = read_mark(&self.path)?.unwrap_or(LeaderEpoch::NEVER);
         if read != epoch {
@@ -363,18 +354,15 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 }
 
 fn lock_mark(lock_path: &Path) -> Result<File, SinkError> {
-    let io = |operation| move |source| SinkError::Io { path: lock_path.to_owned(), operation, source };
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(lock_path)
-        .map_err(io("open lock"))?;
-    match lock.try_lock() {
-        Ok(()) => Ok(lock),
-        Err(std::fs::TryLockError::WouldBlock) => Err(SinkError::InUse { path: lock_path.to_owned() }),
-        Err(std::fs::TryLockError::Error(source)) => Err(io("lock")(source)),
+    match durable::try_lock(lock_path)? {
+        durable::Lock::Held(lock) => Ok(lock),
+        durable::Lock::Busy(_) => Err(SinkError::InUse { path: lock_path.to_owned() }),
+    }
+}
+
+impl From<durable::FileError> for SinkError {
+    fn from(error: durable::FileError) -> Self {
+        Self::Io { path: error.path, operation: error.operation, source: error.source }
     }
 }
 

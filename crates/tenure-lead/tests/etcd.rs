@@ -292,7 +292,6 @@ async fn killing_the_etcd_leader_member_does_not_lower_any_term() {
         "the term continues above 3 after killing {victim}: {taken} after {attempts} attempts"
     );
     let after = settled!(observer.stored_term()).expect("read after the kill");
-    assert!(after >= before, "a term went down: {before} -> {after}");
     assert_eq!(after, taken);
     // Best effort: the request may go to the killed member (the lease expires anyway).
     let _ = a.release().await;

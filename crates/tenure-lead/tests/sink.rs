@@ -186,15 +186,7 @@ fn a_rise_that_cannot_be_persisted_is_rejected_and_the_mark_stays() {
 
 #[test]
 fn epoch_zero_is_never_admitted_even_by_a_fresh_sink() {
-    let dir = std::env::temp_dir().join(format!("tenure-sink-zero-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    let mut sink = tenure_lead::sink::FencedSink::open(dir.join("mark")).expect("open");
-    let id = b"m-1".to_vec();
-    let zero = tenure_lead::sink::Stamp::unsigned(tenure_lead::LeaderEpoch::NEVER, &id);
-    assert!(matches!(sink.admit(&zero), Err(tenure_lead::sink::Rejected::StaleEpoch { .. })));
-    let one = tenure_lead::sink::Stamp::unsigned(tenure_lead::LeaderEpoch::from_stored(1), &id);
-    assert!(sink.admit(&one).is_ok());
-    drop(sink);
-    let _ = std::fs::remove_dir_all(&dir);
+    let mut sink = FencedSink::open(scratch("zero").join("mark")).expect("open");
+    assert!(matches!(admit(&mut sink, 0, "m-1"), Err(Rejected::StaleEpoch { .. })));
+    assert!(admit(&mut sink, 1, "m-1").is_ok());
 }

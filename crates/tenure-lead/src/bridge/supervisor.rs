@@ -101,17 +101,14 @@ where
             if wanted != running.as_ref().map(BridgeHandle::epoch) {
                 if let Some(old) = running.take() {
                     let exit = old.stop().await;
-                    self.publish(|s| {
-                        s.bridge_epoch = None;
-                        s.last_exit = Some(exit);
-                    });
+                    self.retired(exit);
                 }
                 match wanted {
                     Some(epoch) if highest_started.is_some_and(|highest| epoch < highest) => {
                         self.publish(|s| s.refused_total += 1);
                     }
                     Some(epoch) => {
-                        running = self.start_bridge(epoch);
+                        running = Some(self.start_bridge(epoch));
                         highest_started = Some(epoch);
                     }
                     None => {}
@@ -127,27 +124,31 @@ where
             // Cancelled: abort at once. The election ended: it stepped down first, so this is
             // only reached with a bridge when the handle's publisher vanished; drain it.
             let exit = if self.cancel.is_cancelled() { old.abort().await } else { old.stop().await };
-            self.publish(|s| {
-                s.bridge_epoch = None;
-                s.last_exit = Some(exit);
-            });
+            self.retired(exit);
         }
         self.publisher.borrow().clone()
     }
 
-    fn start_bridge(&mut self, epoch: LeaderEpoch) -> Option<BridgeHandle> {
+    fn start_bridge(&mut self, epoch: LeaderEpoch) -> BridgeHandle {
         let producer = (self.start)(epoch);
         let pipeline = self.pipeline.clone();
         let stamper = self.stamper.clone();
-        let spawned =
-            spawn_stamping_bridge(producer, pipeline, epoch, self.options, stamper, self.cancel.clone());
-        // The options were validated when the supervisor was spawned, so this cannot fail.
-        let bridge = spawned.ok()?;
+        let bridge =
+            spawn_stamping_bridge(producer, pipeline, epoch, self.options, stamper, self.cancel.clone())
+                .expect("the options were validated when the supervisor was spawned");
         self.publish(|s| {
             s.bridge_epoch = Some(epoch);
             s.bridges_started += 1;
         });
-        Some(bridge)
+        bridge
+    }
+
+    /// Publishes how the running bridge ended: none runs now.
+    fn retired(&self, exit: BridgeExit) {
+        self.publish(|s| {
+            s.bridge_epoch = None;
+            s.last_exit = Some(exit);
+        });
     }
 
     fn publish(&self, change: impl FnOnce(&mut SupervisorState)) {
