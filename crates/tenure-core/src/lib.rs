@@ -21,9 +21,6 @@
 //! - [`fence`] — the one fence rule and the durable high-water marks (SPEC 6).
 //! - [`journal`] — the outbox state machine and the `JournalStore` persistence trait.
 //! - [`node`] — one node's engine: reconcile (plan, import, sweep) and gated execution.
-//! - [`sim_provider`] — the simulated `sim-cloud` and `sim-onprem` providers.
-//! - [`checker`] — invariants re-derived independently of the fence.
-//! - [`scenario`] and [`replay`] — the scenario format and the offline replay driver.
 //!
 //! # Driving a node (quinn-proto style)
 //!
@@ -33,7 +30,6 @@
 //! [`node::NodeEngine::handle_execution_result`].
 
 pub mod arbitration;
-pub mod checker;
 pub mod eligibility;
 pub mod federation;
 pub mod fence;
@@ -43,7 +39,4 @@ pub mod log;
 pub mod model;
 pub mod node;
 pub mod planner;
-pub mod replay;
-pub mod scenario;
-pub mod sim_provider;
 pub mod spec;

@@ -78,7 +78,7 @@ pub struct Violation {
     pub detail: String,
 }
 
-pub use tenure_core::checker::staleness;
+pub use crate::checker::staleness;
 
 /// A fingerprint of everything a node's map consists of: owners, desired flags and tokens.
 #[must_use]

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
+use crate::sim_provider::SimProvider;
 use tenure_core::federation::Federation;
-use tenure_core::sim_provider::SimProvider;
 
 use crate::topology::Topology;
 

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use crate::sim_provider::SimProvider;
 use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -12,7 +13,6 @@ use tenure_core::federation::Federation;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
-use tenure_core::sim_provider::SimProvider;
 
 use crate::checks::{self, Violation, ViolationKind};
 use crate::config::{Fault, Mode, SimConfig};

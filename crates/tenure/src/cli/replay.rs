@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use tenure_core::replay::{Replay, ReplayReport};
-use tenure_core::scenario::parse_scenario;
+use tenure_sim::replay::{Replay, ReplayReport};
+use tenure_sim::scenario::parse_scenario;
 
 use super::{EXIT_BAD_INPUT, Output, read_input};
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tenure_core::input::InputError;
-use tenure_core::scenario::parse_scenario;
 use tenure_core::spec::{check_pool_set, parse_pool_documents};
+use tenure_sim::scenario::parse_scenario;
 
 use super::EXIT_BAD_INPUT;
 

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::federation::Federation;
-use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, ProviderKind, StampedAction};
 use crate::sim_provider::SimProvider;
+use tenure_core::federation::Federation;
+use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, ProviderKind, StampedAction};
 
 /// Most violations recorded before the checker stops recording (it still counts).
 pub const VIOLATIONS_MAX: usize = 1_000;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::model::{ProviderKind, StampedAction, Verb};
+use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
 /// One simulated provider's holdings: per address, the NICs that hold it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl SimProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch};
+    use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch};
 
     fn act(verb: Verb, nic: &str) -> StampedAction {
         StampedAction::new(

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use crate::input::{InputError, Position, check_name, expand_addresses};
-use crate::log::{ActionOutcome, Event, EventKind};
-use crate::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
-use crate::spec::{PoolSource, RawPoolDocument, validate_pool, validate_pool_documents};
+use tenure_core::input::{InputError, Position, check_name, expand_addresses};
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
+use tenure_core::spec::{PoolSource, RawPoolDocument, validate_pool, validate_pool_documents};
 
 /// Most timeline entries one scenario may hold.
 pub const TIMELINE_ENTRIES_MAX: usize = 1_000_000;

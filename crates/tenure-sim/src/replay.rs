@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::checker::Checker;
-use crate::federation::{EventRejected, Federation};
-use crate::input::{InputError, canonical_address};
-use crate::journal::{EntryState, MemoryJournalStore};
-use crate::log::{ActionOutcome, Event, EventKind};
-use crate::node::NodeEngine;
 use crate::scenario::{LocalStep, Scenario, StepKind};
 use crate::sim_provider::SimProvider;
+use tenure_core::federation::{EventRejected, Federation};
+use tenure_core::input::{InputError, canonical_address};
+use tenure_core::journal::{EntryState, MemoryJournalStore};
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::node::NodeEngine;
 
 /// One row of the ownership map, as reported.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -195,7 +195,7 @@ impl Replay {
         self.checker.after_event(&self.head);
         if self.narrate {
             let mut line = format!("t={:<6} {}", event.at_ms, describe_event(&event));
-            if applied == crate::federation::Applied::NoSuchTarget {
+            if applied == tenure_core::federation::Applied::NoSuchTarget {
                 line.push_str("  (no such pool or address: only moves stream time)");
             }
             self.say(line);
