@@ -308,7 +308,7 @@ fn the_high_water_mark_survives_a_restart_and_fences_a_lagging_head() {
         verbs
     };
     assert!(ran.is_empty(), "ran {ran:?} against a lagging head");
-    assert!(a.entries().iter().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
+    assert!(a.entries().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
 }
 
 #[test]
@@ -322,16 +322,10 @@ fn importing_an_existing_key_changes_nothing_and_final_states_are_final() {
     let second = a.reconcile(&w.fed, &w.fed).expect("ok");
     assert!(second.imported.is_empty() && second.swept.is_empty());
     run_all(&mut a, &w.fed);
-    let states: BTreeSet<&str> = a.entries().iter().map(|e| e.state.as_str()).collect();
+    let states: BTreeSet<&str> = a.entries().map(|e| e.state.as_str()).collect();
     assert_eq!(states, BTreeSet::from(["executed"]));
-    assert!(
-        a.handle_execution_result(
-            &a.entries()[0].action.idempotency_key.clone(),
-            ActionOutcome::Failed,
-            None
-        )
-        .is_err()
-    );
+    let first_key = a.entries().next().expect("an entry").action.idempotency_key.clone();
+    assert!(a.handle_execution_result(&first_key, ActionOutcome::Failed, None).is_err());
 }
 
 #[test]
@@ -348,7 +342,7 @@ fn the_gate_checks_right_before_the_call_in_journal_order() {
     // Ownership moves between two provider calls: the next one is gated against the new head.
     w.apply(1, EventKind::Drain { node: "a".into() });
     assert_eq!(a.poll_execution(&w.fed, None).expect("ok"), None);
-    let skipped: Vec<_> = a.entries().iter().filter(|e| matches!(e.state, EntryState::Skipped(_))).collect();
+    let skipped: Vec<_> = a.entries().filter(|e| matches!(e.state, EntryState::Skipped(_))).collect();
     assert_eq!(skipped.len(), 3);
     assert!(matches!(
         tenure_core::fence::check(&skipped[0].action, &w.fed, &Default::default()),
@@ -385,12 +379,12 @@ fn manual_pending_entries_are_promoted_from_the_head_and_stale_ones_skipped_at_s
     w.hb(0, "b");
     let mut a = engine("a");
     a.reconcile(&w.fed, &w.fed).expect("ok");
-    assert!(a.entries().iter().all(|e| e.state == EntryState::Pending));
+    assert!(a.entries().all(|e| e.state == EntryState::Pending));
     assert_eq!(run_all(&mut a, &w.fed), vec![], "execute gates only approved entries");
     w.apply(1, EventKind::Drain { node: "a".into() });
     let report = a.reconcile(&w.fed, &w.fed).expect("ok");
     assert_eq!(report.swept.len(), 2);
-    assert!(a.entries().iter().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
+    assert!(a.entries().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
 }
 
 #[test]
@@ -404,7 +398,7 @@ fn a_failed_action_is_retried_while_current_and_never_once_stale() {
     let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
     a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, Some("throttled".into()))
         .expect("in flight");
-    assert_eq!(a.entries()[0].state, EntryState::Failed);
+    assert_eq!(a.entries().next().expect("an entry").state, EntryState::Failed);
     let report = a.reconcile(&w.fed, &w.fed).expect("ok");
     assert_eq!(report.retried, vec![first.idempotency_key.clone()]);
     assert_eq!(run_all(&mut a, &w.fed), vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
