@@ -2,6 +2,7 @@
 //! node's engine and journal — and the simulated providers, offline and deterministically.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use serde::Serialize;
 
@@ -9,7 +10,7 @@ use crate::checker::Checker;
 use crate::scenario::{LocalStep, Scenario, StepKind};
 use crate::sim_provider::SimProvider;
 use tenure_core::driver::{Blocked, DriverOptions, NodeDriver};
-use tenure_core::federation::{EventRejected, Federation};
+use tenure_core::federation::{EventRejected, Federation, PoolState};
 use tenure_core::input::{InputError, canonical_address};
 use tenure_core::journal::{EntryState, JournalEntry, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
@@ -340,6 +341,23 @@ impl Replay {
                 (name.clone(), held)
             })
             .collect();
+        let executed_acquires: BTreeSet<(&str, &str, IpAddr, u64)> = self
+            .nodes
+            .iter()
+            .flat_map(|(name, node)| {
+                node.engine()
+                    .entries()
+                    .filter(|e| e.state == EntryState::Executed && e.action.verb.is_acquire())
+                    .map(move |e| {
+                        (
+                            name.as_str(),
+                            e.action.pool.as_str(),
+                            e.action.address,
+                            e.action.capture_epoch.get(),
+                        )
+                    })
+            })
+            .collect();
         let mut conditions = Vec::new();
         for (name, pool) in self.head.pools().iter().filter(|(_, p)| !p.deleted) {
             if pool.conditions.capacity_exhausted > 0 {
@@ -356,6 +374,14 @@ impl Replay {
                     addresses: pool.conditions.no_eligible_member,
                 });
             }
+            let unheld = self.held_by_no_one(pool, &executed_acquires);
+            if unheld > 0 {
+                conditions.push(ConditionRow {
+                    pool: name.clone(),
+                    condition: "HeldByNoOne".to_owned(),
+                    addresses: unheld,
+                });
+            }
         }
         ReplayReport {
             stream_time: self.head.stream_time_ms(),
@@ -365,6 +391,39 @@ impl Replay {
             conditions,
             violations: self.checker.violations().to_vec(),
         }
+    }
+
+    /// Desired addresses of `pool` whose desired holder executed every acquire verb of the
+    /// current epoch — a settled, quiet state for that address — and yet no NIC of the provider
+    /// holds them: something undid the capture (SPEC 13: an address moved between pools and
+    /// released by the old one). A condition, not a safety violation.
+    fn held_by_no_one(
+        &self,
+        pool: &PoolState,
+        executed_acquires: &BTreeSet<(&str, &str, IpAddr, u64)>,
+    ) -> u64 {
+        let Some(provider) = self.providers.get(&pool.spec.provider) else { return 0 };
+        let mut count = 0;
+        for (address, state) in pool.addresses.iter().filter(|(_, a)| a.active) {
+            let Some(holder) = state.line.desired_holder else { continue };
+            let holder_name = self.head.node_name(holder);
+            let settled = executed_acquires.contains(&(
+                holder_name,
+                pool.spec.name.as_str(),
+                *address,
+                state.line.epoch.get(),
+            ));
+            if settled && provider.holdings().get(address).is_none_or(|nics| nics.is_empty()) {
+                count += 1;
+            }
+        }
+        count
+    }
+
+    /// A provider of the replay, for a test that does to it what another tool would (an address
+    /// unassigned by hand); the next report shows the result.
+    pub fn provider_mut(&mut self, name: &str) -> Option<&mut SimProvider> {
+        self.providers.get_mut(name)
     }
 
     /// The log head.
