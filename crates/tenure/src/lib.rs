@@ -6,6 +6,9 @@
 //!
 //! - [`cli`] — the command line of SPEC 10: parsing ([`cli::Cli`]) and dispatch ([`cli::run`]),
 //!   one file per subcommand, and the exit codes.
+//! - [`exec`] — the [`exec::Executor`] interface (a stamped action in, an
+//!   [`exec::ExecutionOutcome`] out, within a deadline), the deadline helper
+//!   [`exec::execute_within`], and [`exec::SimExecutor`] for the simulated providers.
 //!
 //! # Cargo features
 //!
@@ -20,3 +23,4 @@
 //! exits with [`cli::EXIT_NOT_BUILT`].
 
 pub mod cli;
+pub mod exec;
