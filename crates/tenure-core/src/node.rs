@@ -90,8 +90,9 @@ pub struct NodeEngine<S: JournalStore> {
     blocked: BTreeMap<u64, u64>,
     /// Entries handed to the driver by `poll_execution` and not yet reported back.
     in_flight: BTreeSet<u64>,
-    /// Addresses with a call in flight.
-    busy: BTreeSet<ProviderAddress>,
+    /// Addresses with a call in flight, with the providers of those calls (looked up without
+    /// building a key: the execute loop asks for every entry it considers).
+    busy: BTreeMap<IpAddr, Vec<String>>,
     /// Failed entries a sweep retries while they are current; dropped once stale by an epoch
     /// (tokens only grow, so such an entry is stale for ever).
     failed: BTreeSet<u64>,
@@ -101,6 +102,9 @@ pub struct NodeEngine<S: JournalStore> {
     /// are derived from, so compaction keeps them.
     last_executed: BTreeMap<ProviderAddress, u64>,
     last_holding: BTreeMap<ProviderAddress, u64>,
+    /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
+    /// in the journal), looked up once.
+    predecessors: HashMap<u64, Option<u64>>,
 }
 
 impl<S: JournalStore> NodeEngine<S> {
@@ -118,11 +122,12 @@ impl<S: JournalStore> NodeEngine<S> {
             ready: BTreeSet::new(),
             blocked: BTreeMap::new(),
             in_flight: BTreeSet::new(),
-            busy: BTreeSet::new(),
+            busy: BTreeMap::new(),
             failed: BTreeSet::new(),
             captured: BTreeMap::new(),
             last_executed: BTreeMap::new(),
             last_holding: BTreeMap::new(),
+            predecessors: HashMap::new(),
         };
         engine.rebuild(state);
         Ok(engine)
@@ -155,6 +160,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.captured.clear();
         self.last_executed.clear();
         self.last_holding.clear();
+        self.predecessors.clear();
         let mut executed: Vec<(u64, u64)> =
             self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x, e.seq))).collect();
         executed.sort_unstable();
@@ -282,11 +288,17 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(())
     }
 
-    /// The sequence number of the entry whose verb must execute before `seq`'s may run.
-    fn predecessor(&self, seq: u64) -> Option<Option<u64>> {
+    /// The sequence number of the entry whose verb must execute before `seq`'s may run:
+    /// `None` for a first verb, `Some(None)` when the predecessor is not in the journal.
+    fn predecessor(&mut self, seq: u64) -> Option<Option<u64>> {
+        if let Some(known) = self.predecessors.get(&seq) {
+            return Some(*known);
+        }
         let action = &self.state.entries[&seq].action;
         let verb = action.verb.predecessor()?;
-        Some(self.index.get(&action.with_verb(verb).idempotency_key).copied())
+        let before = self.index.get(&action.with_verb(verb).idempotency_key).copied();
+        self.predecessors.insert(seq, before);
+        Some(before)
     }
 
     /// Files an approved entry (not in flight) into `ready` or `blocked`.
@@ -296,12 +308,16 @@ impl<S: JournalStore> NodeEngine<S> {
             None => {
                 self.ready.insert(seq);
             }
-            Some(Some(before)) if self.state.entries[&before].state == EntryState::Executed => {
-                self.ready.insert(seq);
-            }
-            Some(Some(before)) => {
-                self.blocked.insert(before, seq);
-            }
+            Some(Some(before)) => match self.state.entries.get(&before).map(|e| e.state) {
+                Some(EntryState::Executed) => {
+                    self.ready.insert(seq);
+                }
+                Some(_) => {
+                    self.blocked.insert(before, seq);
+                }
+                // Compacted (it was finished and superseded): this verb never runs.
+                None => {}
+            },
             // The predecessor is not in the journal: this verb never runs (it stays open until
             // a sweep finds it stale).
             Some(None) => {}
@@ -507,6 +523,7 @@ impl<S: JournalStore> NodeEngine<S> {
         }
         for seq in &seqs {
             self.index.remove(&self.state.entries[seq].action.idempotency_key);
+            self.predecessors.remove(seq);
         }
         report.compacted = seqs.len() as u64;
         self.commit(JournalChange::Compact { seqs })
@@ -544,12 +561,8 @@ impl<S: JournalStore> NodeEngine<S> {
                     .iter()
                     .filter_map(|k| self.index.get(k).copied())
                     .filter(|seq| self.ready.contains(seq))
-                    .find(|seq| !self.busy.contains(&provider_address(&self.state.entries[seq].action))),
-                None => self
-                    .ready
-                    .iter()
-                    .copied()
-                    .find(|seq| !self.busy.contains(&provider_address(&self.state.entries[seq].action))),
+                    .find(|seq| !self.is_busy(*seq)),
+                None => self.ready.iter().copied().find(|seq| !self.is_busy(*seq)),
             };
             let Some(seq) = next else { return Ok(None) };
             let action = self.state.entries[&seq].action.clone();
@@ -574,11 +587,17 @@ impl<S: JournalStore> NodeEngine<S> {
                     self.store.sync().map_err(NodeError::Store)?;
                     self.withdraw(seq);
                     self.in_flight.insert(seq);
-                    self.busy.insert(provider_address(&action));
+                    self.busy.entry(action.address).or_default().push(action.provider.clone());
                     return Ok(Some(action));
                 }
             }
         }
+    }
+
+    /// Whether a call for the entry's (provider, address) is in flight.
+    fn is_busy(&self, seq: u64) -> bool {
+        let action = &self.state.entries[&seq].action;
+        self.busy.get(&action.address).is_some_and(|providers| providers.contains(&action.provider))
     }
 
     /// Records what the provider said about an action handed out by `poll_execution`.
@@ -599,7 +618,13 @@ impl<S: JournalStore> NodeEngine<S> {
             ActionOutcome::Failed => EntryState::Failed,
         };
         self.in_flight.remove(&seq);
-        self.busy.remove(&provider_address(&self.state.entries[&seq].action));
+        let action = &self.state.entries[&seq].action;
+        if let Some(providers) = self.busy.get_mut(&action.address) {
+            providers.retain(|p| *p != action.provider);
+            if providers.is_empty() {
+                self.busy.remove(&action.address);
+            }
+        }
         self.set_state(seq, state, detail)
     }
 }

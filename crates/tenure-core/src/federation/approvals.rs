@@ -31,7 +31,9 @@ struct Kept {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Approvals {
     keys: BTreeSet<String>,
-    by_address: BTreeMap<(String, IpAddr), Vec<Kept>>,
+    /// Per pool, per address (looked up with a borrowed pool name: this runs for every address
+    /// whose tokens move).
+    by_address: BTreeMap<String, BTreeMap<IpAddr, Vec<Kept>>>,
     /// Approvals not kept because they named nothing approvable.
     ignored: u64,
 }
@@ -54,8 +56,8 @@ impl Approvals {
         current: &CaptureDomain,
         epoch_locking: bool,
     ) {
-        let slot = (pool.to_owned(), address);
-        let Some(kept) = self.by_address.get_mut(&slot) else { return };
+        let Some(addresses) = self.by_address.get_mut(pool) else { return };
+        let Some(kept) = addresses.get_mut(&address) else { return };
         kept.retain(|k| {
             let line = state.line_of(&k.capture_domain, current).map_or(CaptureEpoch::NEVER, |l| l.epoch);
             let keep =
@@ -66,7 +68,10 @@ impl Approvals {
             keep
         });
         if kept.is_empty() {
-            self.by_address.remove(&slot);
+            addresses.remove(&address);
+            if addresses.is_empty() {
+                self.by_address.remove(pool);
+            }
         }
     }
 }
@@ -96,7 +101,13 @@ impl Federation {
             self.approvals.ignored += 1;
             return;
         }
-        let kept = self.approvals.by_address.entry((parsed.pool.clone(), parsed.address)).or_default();
+        let kept = self
+            .approvals
+            .by_address
+            .entry(parsed.pool.clone())
+            .or_default()
+            .entry(parsed.address)
+            .or_default();
         kept.push(Kept {
             capture_epoch: parsed.capture_epoch,
             ownership_epoch: parsed.ownership_epoch,
