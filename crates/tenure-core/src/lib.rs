@@ -14,6 +14,8 @@
 //! - [`input`] — located input errors; names, Go-style durations, address ranges.
 //! - [`spec`] — strict MobilityPool parsing and validation.
 //! - [`log`] — the federation log's events.
+//! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
+//!   high-water marks.
 //! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here.
 //! - [`eligibility`] — who may own an address at a stream time (SPEC 3).
 //! - [`arbitration`] — who owns each address (SPEC 4).
@@ -30,6 +32,7 @@
 //! [`node::NodeEngine::handle_execution_result`].
 
 pub mod arbitration;
+pub mod codec;
 pub mod eligibility;
 pub mod federation;
 pub mod fence;
