@@ -16,6 +16,7 @@
 //! - [`log`] — the federation log's events.
 //! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
 //!   high-water marks.
+//! - [`log_store`] — the `Log` interface (append, read from an index, head) and `MemoryLog`.
 //! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here.
 //! - [`eligibility`] — who may own an address at a stream time (SPEC 3).
 //! - [`arbitration`] — who owns each address (SPEC 4).
@@ -39,6 +40,7 @@ pub mod fence;
 pub mod input;
 pub mod journal;
 pub mod log;
+pub mod log_store;
 pub mod model;
 pub mod node;
 pub mod planner;
