@@ -319,6 +319,11 @@ pub(super) struct MarkWire<'a> {
 }
 
 impl MarkWire<'_> {
+    /// The canonical sort key of a row.
+    fn key(&self) -> (&str, IpAddr, &str) {
+        (&self.pool, self.address, &self.capture_domain)
+    }
+
     /// The row's values, checked: a valid pool name and capture domain.
     fn parts(
         &self,
@@ -481,13 +486,6 @@ impl<'a> HighWaterWire<'a> {
             previous = Some(row);
         }
         Ok(high_water)
-    }
-}
-
-impl MarkWire<'_> {
-    /// The canonical sort key of a row.
-    fn key(&self) -> (&str, IpAddr, &str) {
-        (&self.pool, self.address, &self.capture_domain)
     }
 }
 
