@@ -108,6 +108,7 @@ fn event_mix() -> Vec<Event> {
 
 fn journal_entry() -> JournalEntry {
     JournalEntry {
+        seq: 4_712,
         action: action(7),
         state: EntryState::Executed,
         detail: Some("assigned".into()),
@@ -221,6 +222,7 @@ enum BinState {
 
 #[derive(Serialize, Deserialize)]
 struct BinEntry<'a> {
+    seq: u64,
     action: BinAction<'a>,
     state: BinState,
     detail: Option<Cow<'a, str>>,
@@ -335,6 +337,7 @@ fn from_bin_event(event: BinEvent<'_>) -> Event {
 fn bin_entry(entry: &JournalEntry) -> BinEntry<'_> {
     let action = &entry.action;
     BinEntry {
+        seq: entry.seq,
         action: BinAction {
             pool: b(&action.pool),
             address: action.address,
@@ -379,6 +382,7 @@ fn from_bin_entry(entry: BinEntry<'_>) -> JournalEntry {
     );
     assert_eq!(action.idempotency_key, wire.key, "the key its fields give");
     JournalEntry {
+        seq: entry.seq,
         action,
         state: match entry.state {
             BinState::Pending => EntryState::Pending,

@@ -15,18 +15,20 @@ use std::ops::Range;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::eligibility::{is_admissible, is_eligible, may_keep};
-use crate::federation::{Federation, NodeId, NodeState, PoolConditions, PoolState};
+use std::collections::BTreeMap;
+
 use crate::model::PoolSpec;
+use crate::state::{NodeId, NodeState, PoolConditions, PoolState};
 
 /// The arbitration result, as a difference from the current owners: the conditions of each
-/// applied (not deleted) pool in name order, and the addresses whose owner changes.
+/// applied (not deleted) pool, and the addresses whose owner changes, both keyed by pool name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerMap {
-    /// Per pool, in name order: its conditions.
-    pub conditions: Vec<PoolConditions>,
-    /// The addresses whose owner differs from their current one: (pool index in `conditions`,
-    /// address, new owner). Applying the map touches only these.
-    pub changes: Vec<(usize, IpAddr, Option<NodeId>)>,
+    /// Per applied pool, in name order: (name, its conditions).
+    pub conditions: Vec<(String, PoolConditions)>,
+    /// The addresses whose owner differs from their current one: (pool name, address, new
+    /// owner), in canonical order. Applying the map touches only these.
+    pub changes: Vec<(String, IpAddr, Option<NodeId>)>,
 }
 
 /// Orders a pool's declared members by rank, without the per-address score:
@@ -48,11 +50,8 @@ fn rank_key<'a>(spec: &PoolSpec, node: &'a NodeState) -> (usize, Reverse<i64>, &
 /// What arbitration reads of the eligible sets: per applied pool, per ranked member,
 /// bit 0 = eligible, bit 1 = may keep. When this is unchanged and no pool changed, the map is too.
 #[must_use]
-pub fn eligibility(federation: &Federation) -> Vec<Vec<bool>> {
-    let now_ms = federation.stream_time_ms();
-    let nodes = federation.nodes();
-    federation
-        .pools()
+pub fn eligibility(nodes: &[NodeState], pools: &BTreeMap<String, PoolState>, now_ms: u64) -> Vec<Vec<bool>> {
+    pools
         .values()
         .filter(|p| !p.deleted)
         .map(|pool| {
@@ -109,14 +108,13 @@ impl<'a> PoolView<'a> {
     }
 }
 
-/// Recomputes the whole ownership map from the federation state. Pure and deterministic.
+/// Recomputes the whole ownership map from the nodes and pools at stream time `now_ms`. Pure
+/// and deterministic.
 #[must_use]
-pub fn compute_owners(federation: &Federation) -> OwnerMap {
-    let now_ms = federation.stream_time_ms();
-    let nodes = federation.nodes();
+pub fn compute_owners(nodes: &[NodeState], pools: &BTreeMap<String, PoolState>, now_ms: u64) -> OwnerMap {
     let mut remaining: Vec<u64> = nodes.iter().map(|n| n.spec.capacity.unwrap_or(u64::MAX)).collect();
     let views: Vec<PoolView<'_>> =
-        federation.pools().values().filter(|p| !p.deleted).map(|p| PoolView::new(p, nodes, now_ms)).collect();
+        pools.values().filter(|p| !p.deleted).map(|p| PoolView::new(p, nodes, now_ms)).collect();
     // Each pool's active addresses with their current owner, walked out of the map once.
     let actives: Vec<Vec<(IpAddr, Option<NodeId>)>> = views
         .iter()
@@ -143,7 +141,7 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
 
     let mut score_input: Vec<u8> = Vec::with_capacity(128);
     let mut result = OwnerMap { conditions: Vec::with_capacity(views.len()), changes: Vec::new() };
-    for (pool_index, ((view, active), decisions)) in views.iter().zip(&actives).zip(decided).enumerate() {
+    for ((view, active), decisions) in views.iter().zip(&actives).zip(decided) {
         let mut conditions = PoolConditions::default();
         for ((address, current_owner), decision) in active.iter().zip(decisions) {
             let owner = match decision {
@@ -159,10 +157,10 @@ pub fn compute_owners(federation: &Federation) -> OwnerMap {
                 }
             };
             if owner != *current_owner {
-                result.changes.push((pool_index, *address, owner));
+                result.changes.push((view.pool.spec.name.clone(), *address, owner));
             }
         }
-        result.conditions.push(conditions);
+        result.conditions.push((view.pool.spec.name.clone(), conditions));
     }
     result
 }

@@ -38,13 +38,15 @@
 //!   "provider":"sim1","nic":"eni-a","captureDomain":"provider:sim1:placement:g1",
 //!   "captureEpoch":1,"ownershipEpoch":1,"idempotencyKey":"edge/10.0.0.10/…/owner:1:epoch:1"}
 //! a journal entry (state: pending | approved | executed | failed | skipped):
-//! {"v":1,"action":{…as above, without "v"…},"state":"executed","detail":"ok","executedSeq":1}
-//! {"v":1,"action":{…},"state":"skipped","reason":"stale-epoch"}
+//! {"v":1,"seq":1,"action":{…as above, without "v"…},"state":"executed","detail":"ok",
+//!   "executedSeq":1}
+//! {"v":1,"seq":2,"action":{…},"state":"skipped","reason":"stale-epoch"}
 //! a journal change:
-//! {"v":1,"change":"append","action":{…},"state":"approved"}
-//! {"v":1,"change":"set-state","index":0,"state":"executed","detail":"ok","executedSeq":1}
+//! {"v":1,"change":"append","seq":1,"action":{…},"state":"approved"}
+//! {"v":1,"change":"set-state","seq":1,"state":"executed","detail":"ok","executedSeq":1}
 //! {"v":1,"change":"raise-high-water","pool":"edge","address":"10.0.0.10",
 //!   "captureDomain":"provider:sim1:placement:g1","captureEpoch":2,"ownershipEpoch":1}
+//! {"v":1,"change":"compact","seqs":[3,4]}
 //! the high-water marks, as plain rows sorted by pool, address, capture domain:
 //! {"v":1,"marks":[{"pool":"edge","address":"10.0.0.10",
 //!   "captureDomain":"provider:sim1:placement:g1","captureEpoch":2,"ownershipEpoch":1}]}
@@ -66,7 +68,7 @@
 //! - tokens are read through `from_stored`, which is all their rules allow for stored values;
 //! - a capture domain must read `provider:<name>:placement:<name>`; an action's idempotency key
 //!   must be the one its fields give; a journal state must agree with its reason and execution
-//!   order; high-water rows must be in canonical order, one ownershipEpoch per address. A record
+//!   order; sequence numbers are 1 or more, and a compaction's ascending; high-water rows must be in canonical order, one ownershipEpoch per address. A record
 //!   that breaks one of these is [`CodecError::Inconsistent`].
 //!
 //! The in-memory types are not serialized directly: the records go through private wire types
@@ -143,7 +145,8 @@ pub enum CodecError {
     /// The record decodes but contradicts itself or the rules of its types: an idempotency key
     /// that is not the one its fields give, a capture domain not of the form
     /// `provider:<name>:placement:<name>`, a `skipped` entry without a reason, an executed entry
-    /// without its execution order, high-water rows out of order or disagreeing.
+    /// without its execution order, a sequence number 0 or a compaction's out of order,
+    /// high-water rows out of order or disagreeing. Encoding refuses the same.
     #[error("a stored {record} is inconsistent: {reason}")]
     Inconsistent {
         /// The kind of record being read or written.
@@ -195,7 +198,7 @@ pub fn decode_stamped_action(bytes: &[u8]) -> Result<StampedAction, CodecError> 
 
 /// Encodes one journal entry.
 pub fn encode_journal_entry(entry: &JournalEntry) -> Result<Vec<u8>, CodecError> {
-    seal(RECORD_JOURNAL_ENTRY, &wire::EntryWire::of(entry))
+    seal(RECORD_JOURNAL_ENTRY, &wire::EntryWire::of(RECORD_JOURNAL_ENTRY, entry)?)
 }
 
 /// Decodes one journal entry, checking its action and that its state, reason and execution

@@ -1,7 +1,7 @@
 //! Eligibility and liveness (SPEC 3), relative to stream time only.
 
-use crate::federation::NodeState;
 use crate::model::{Authority, CaptureDomain, PoolSpec, VrrpState};
+use crate::state::NodeState;
 
 /// True when the node's last heartbeat still covers stream time `now_ms`:
 /// `lastHeartbeat + heartbeatTTL + promotionHold > now` (equality means expired).

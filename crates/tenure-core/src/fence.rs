@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::federation::Federation;
 use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction};
 
 /// Why an action is stale. When several hold, the first in this order is recorded.
@@ -63,51 +62,14 @@ pub enum FenceVerdict {
     },
 }
 
-/// The tokens of the log head the gate reads. The federation state implements it; a node that
-/// cannot read the head has no `HeadTokens` and therefore cannot act.
+/// The tokens of the log head the gate reads. The federation state implements it (beside
+/// [`crate::federation::Federation`]); a node that cannot read the head has no `HeadTokens` and
+/// therefore cannot act.
 pub trait HeadTokens {
-    /// Current captureEpoch of (pool, address, domain).
-    fn capture_epoch(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> CaptureEpoch;
-    /// Current ownershipEpoch of (pool, address).
-    fn ownership_epoch(&self, pool: &str, address: IpAddr) -> OwnershipEpoch;
-    /// Current desired holder on the line of `domain`.
-    fn desired_holder(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> Option<&str>;
-    /// Whether the pool fences on ownershipEpoch.
-    fn epoch_locking(&self, pool: &str) -> bool;
+    /// Every token the gate needs for one action, read at once.
+    fn view(&self, action: &StampedAction) -> HeadView<'_>;
     /// Whether an `approve` event named `key`.
     fn is_approved(&self, key: &str) -> bool;
-
-    /// Every token the gate needs for one action, read at once (implementations override it
-    /// with a single lookup).
-    fn view(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> HeadView<'_> {
-        HeadView {
-            capture_epoch: self.capture_epoch(pool, address, domain),
-            ownership_epoch: self.ownership_epoch(pool, address),
-            desired_holder: self.desired_holder(pool, address, domain),
-            epoch_locking: self.epoch_locking(pool),
-        }
-    }
-}
-
-impl HeadTokens for Federation {
-    fn capture_epoch(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> CaptureEpoch {
-        Federation::capture_epoch(self, pool, address, domain)
-    }
-    fn ownership_epoch(&self, pool: &str, address: IpAddr) -> OwnershipEpoch {
-        Federation::ownership_epoch(self, pool, address)
-    }
-    fn desired_holder(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> Option<&str> {
-        Federation::desired_holder(self, pool, address, domain)
-    }
-    fn epoch_locking(&self, pool: &str) -> bool {
-        Federation::epoch_locking(self, pool)
-    }
-    fn is_approved(&self, key: &str) -> bool {
-        Federation::is_approved(self, key)
-    }
-    fn view(&self, pool: &str, address: IpAddr, domain: &CaptureDomain) -> HeadView<'_> {
-        Federation::head_view(self, pool, address, domain)
-    }
 }
 
 /// The head's tokens for one action's keys, read in one go.
@@ -121,6 +83,10 @@ pub struct HeadView<'a> {
     pub desired_holder: Option<&'a str>,
     /// Whether the pool fences on ownershipEpoch.
     pub epoch_locking: bool,
+    /// For a release: whether its holder is now the desired holder of the address on the same
+    /// provider through any applied pool (SPEC 13: a NIC holds an address, not a pool's copy).
+    /// Always false for an acquire.
+    pub holder_desired_on_provider: bool,
 }
 
 /// The marks of one (pool, address): the highest ownershipEpoch, and the highest captureEpoch of
@@ -232,7 +198,7 @@ impl HighWater {
 
 /// The fence rule. `high_water` is the node's durable memory of the highest tokens it saw.
 pub fn check(action: &StampedAction, head: &impl HeadTokens, high_water: &HighWater) -> FenceVerdict {
-    check_view(action, &head.view(&action.pool, action.address, &action.capture_domain), high_water)
+    check_view(action, &head.view(action), high_water)
 }
 
 /// The fence rule against the head's tokens for the action, already read (a caller that needs
@@ -253,7 +219,7 @@ pub fn check_view(action: &StampedAction, current: &HeadView<'_>, high_water: &H
     if action.verb.is_acquire() && !is_current_holder {
         return FenceVerdict::Stale { reason: StaleReason::HolderMismatch };
     }
-    if !action.verb.is_acquire() && is_current_holder {
+    if !action.verb.is_acquire() && (is_current_holder || current.holder_desired_on_provider) {
         return FenceVerdict::Stale { reason: StaleReason::ReleaseOfCurrent };
     }
     FenceVerdict::Current
@@ -293,20 +259,18 @@ mod tests {
         ownership: u64,
         holder: Option<&'static str>,
         locking: bool,
+        elsewhere: bool,
     }
 
     impl HeadTokens for Head {
-        fn capture_epoch(&self, _: &str, _: IpAddr, _: &CaptureDomain) -> CaptureEpoch {
-            CaptureEpoch::from_stored(self.capture)
-        }
-        fn ownership_epoch(&self, _: &str, _: IpAddr) -> OwnershipEpoch {
-            OwnershipEpoch::from_stored(self.ownership)
-        }
-        fn desired_holder(&self, _: &str, _: IpAddr, _: &CaptureDomain) -> Option<&str> {
-            self.holder
-        }
-        fn epoch_locking(&self, _: &str) -> bool {
-            self.locking
+        fn view(&self, action: &StampedAction) -> HeadView<'_> {
+            HeadView {
+                capture_epoch: CaptureEpoch::from_stored(self.capture),
+                ownership_epoch: OwnershipEpoch::from_stored(self.ownership),
+                desired_holder: self.holder,
+                epoch_locking: self.locking,
+                holder_desired_on_provider: !action.verb.is_acquire() && self.elsewhere,
+            }
         }
         fn is_approved(&self, _: &str) -> bool {
             false
@@ -333,7 +297,7 @@ mod tests {
 
     #[test]
     fn each_rule_and_their_order() {
-        let head = Head { capture: 3, ownership: 2, holder: Some("a"), locking: true };
+        let head = Head { capture: 3, ownership: 2, holder: Some("a"), locking: true, elsewhere: false };
         let stale = |reason| FenceVerdict::Stale { reason };
         assert_eq!(verdict(&action(Verb::AssignSecondaryIp, "a", 3, 2), &head), FenceVerdict::Current);
         assert_eq!(
@@ -359,16 +323,24 @@ mod tests {
         assert_eq!(verdict(&action(Verb::ProxyArpDel, "b", 3, 2), &head), FenceVerdict::Current);
         let unlocked = Head { locking: false, ..head };
         assert_eq!(verdict(&action(Verb::Garp, "a", 3, 1), &unlocked), FenceVerdict::Current);
-        let nobody = Head { capture: 3, ownership: 2, holder: None, locking: true };
+        let nobody = Head { capture: 3, ownership: 2, holder: None, locking: true, elsewhere: false };
         assert_eq!(
             verdict(&action(Verb::ProxyArpAdd, "a", 3, 2), &nobody),
             stale(StaleReason::HolderMismatch)
         );
+        // SPEC 13: the leaving node is the desired holder of the address through another pool
+        // on the same provider; the NIC holds the address, so releasing it is refused.
+        let moved = Head { holder: Some("b"), elsewhere: true, ..head };
+        assert_eq!(
+            verdict(&action(Verb::UnassignSecondaryIp, "a", 3, 2), &moved),
+            stale(StaleReason::ReleaseOfCurrent)
+        );
+        assert_eq!(verdict(&action(Verb::AssignSecondaryIp, "b", 3, 2), &moved), FenceVerdict::Current);
     }
 
     #[test]
     fn the_high_water_mark_fences_a_lagging_head() {
-        let head = Head { capture: 3, ownership: 2, holder: Some("a"), locking: true };
+        let head = Head { capture: 3, ownership: 2, holder: Some("a"), locking: true, elsewhere: false };
         let a = action(Verb::AssignSecondaryIp, "a", 3, 2);
         let mut hw = HighWater::default();
         hw.raise("p", a.address, &a.capture_domain, CaptureEpoch::from_stored(4), OwnershipEpoch::NEVER);

@@ -13,13 +13,19 @@
 //! [`JournalChange`] before it changes its memory, and a restart rebuilds memory from
 //! [`JournalStore::load`]. [`MemoryJournalStore`] is the in-memory implementation.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 
 use crate::fence::{HighWater, StaleReason};
 use crate::model::{CaptureEpoch, OwnershipEpoch, StampedAction};
 
-/// Most entries one node journal holds before the node refuses to import more.
+/// Most entries one node journal holds: past it a reconcile defers importing what it planned
+/// (imported at a later reconcile, once execution and compaction made room); it never fails.
 pub const JOURNAL_ENTRIES_MAX: usize = 16 * 1024 * 1024;
+
+/// Entries a journal keeps before compaction starts (SPEC 13 "bounded journals"). Configurable
+/// per engine ([`crate::node::NodeEngine::with_retention`]).
+pub const JOURNAL_RETENTION_DEFAULT: usize = 10_000;
 
 /// The state of a journal entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +65,9 @@ impl EntryState {
 /// One journaled action.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JournalEntry {
+    /// Its sequence number: the journal's key, given in journal order (1-based, never reused;
+    /// compaction leaves gaps).
+    pub seq: u64,
     /// The stamped action.
     pub action: StampedAction,
     /// Where it is in its life.
@@ -72,8 +81,10 @@ pub struct JournalEntry {
 /// Everything a node keeps across a crash.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurableNodeState {
-    /// Entries in the order they were journaled.
-    pub entries: Vec<JournalEntry>,
+    /// Entries by sequence number (journal order).
+    pub entries: BTreeMap<u64, JournalEntry>,
+    /// The highest sequence number ever given (compacted entries included).
+    pub last_seq: u64,
     /// Highest tokens seen per key.
     pub high_water: HighWater,
     /// Number of executed entries so far.
@@ -83,12 +94,12 @@ pub struct DurableNodeState {
 /// One durable change, written before memory changes. A store applies changes in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JournalChange {
-    /// A new entry at the end of the journal.
+    /// A new entry at the end of the journal; its `seq` is above every earlier one.
     Append(JournalEntry),
-    /// Entry `index` moved to a new state.
+    /// Entry `seq` moved to a new state.
     SetState {
-        /// Index in journal order.
-        index: usize,
+        /// The entry's sequence number.
+        seq: u64,
         /// The new state.
         state: EntryState,
         /// Executor detail, if any.
@@ -109,30 +120,34 @@ pub enum JournalChange {
         /// Ownership epoch seen.
         ownership_epoch: OwnershipEpoch,
     },
+    /// Finished, superseded entries dropped by compaction (SPEC 13 "bounded journals").
+    Compact {
+        /// Their sequence numbers.
+        seqs: Vec<u64>,
+    },
 }
 
 impl DurableNodeState {
-    /// Applies one change. Asserts the journal's invariants on the way (an entry is appended once,
-    /// a final state is never left, high-water marks never go down).
+    /// Applies one change. Asserts the journal's invariants on the way (a key is journaled once
+    /// under a fresh sequence number, a final state is never left but for a retry, execution
+    /// order and high-water marks never go down, only finished entries are compacted).
     pub fn apply(&mut self, change: &JournalChange) {
         match change {
             JournalChange::Append(entry) => {
-                debug_assert!(
-                    self.entries.iter().all(|e| e.action.idempotency_key != entry.action.idempotency_key),
-                    "a key is journaled once"
-                );
-                self.entries.push(entry.clone());
+                assert!(entry.seq > self.last_seq, "sequence numbers only grow");
+                self.last_seq = entry.seq;
+                self.entries.insert(entry.seq, entry.clone());
             }
-            JournalChange::SetState { index, state, detail, executed_seq } => {
-                let entry = &mut self.entries[*index];
+            JournalChange::SetState { seq, state, detail, executed_seq } => {
+                let entry = self.entries.get_mut(seq).expect("the engine changes only entries it holds");
                 let retry = entry.state == EntryState::Failed && *state == EntryState::Approved;
                 assert!(entry.state.is_open() || retry, "a final state is never left: {:?}", entry.state);
                 entry.state = *state;
                 entry.detail.clone_from(detail);
                 entry.executed_seq = *executed_seq;
-                if let Some(seq) = executed_seq {
-                    assert!(*seq > self.executions, "execution order only grows");
-                    self.executions = *seq;
+                if let Some(executed) = executed_seq {
+                    assert!(*executed > self.executions, "execution order only grows");
+                    self.executions = *executed;
                 }
             }
             JournalChange::RaiseHighWater {
@@ -143,6 +158,15 @@ impl DurableNodeState {
                 ownership_epoch,
             } => {
                 self.high_water.raise(pool, *address, capture_domain, *capture_epoch, *ownership_epoch);
+            }
+            JournalChange::Compact { seqs } => {
+                for seq in seqs {
+                    let removed = self.entries.remove(seq);
+                    assert!(
+                        removed.is_some_and(|e| !e.state.is_open()),
+                        "only finished entries are compacted"
+                    );
+                }
             }
         }
     }

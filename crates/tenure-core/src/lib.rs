@@ -17,13 +17,16 @@
 //! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
 //!   high-water marks.
 //! - [`log_store`] — the `Log` interface (append, read from an index, head) and `MemoryLog`.
+//! - [`state`] — the state the log builds (nodes, pools, addresses, token lines), as plain data.
+//! - [`claims`] — the one overlap rule: an address in at most one applied pool of a domain.
 //! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here.
 //! - [`eligibility`] — who may own an address at a stream time (SPEC 3).
 //! - [`arbitration`] — who owns each address (SPEC 4).
 //! - [`planner`] — the level-triggered acquire and release sets (SPEC 5).
 //! - [`fence`] — the one fence rule and the durable high-water marks (SPEC 6).
 //! - [`journal`] — the outbox state machine and the `JournalStore` persistence trait.
-//! - [`node`] — one node's engine: reconcile (plan, import, sweep) and gated execution.
+//! - [`node`] — one node's engine: reconcile (plan, import, sweep, compact) and gated execution.
+//! - [`driver`] — the one sans-IO driver of a node (replay, the simulator and the agent use it).
 //!
 //! # Driving a node (quinn-proto style)
 //!
@@ -33,7 +36,9 @@
 //! [`node::NodeEngine::handle_execution_result`].
 
 pub mod arbitration;
+pub mod claims;
 pub mod codec;
+pub mod driver;
 pub mod eligibility;
 pub mod federation;
 pub mod fence;
@@ -45,3 +50,4 @@ pub mod model;
 pub mod node;
 pub mod planner;
 pub mod spec;
+pub mod state;

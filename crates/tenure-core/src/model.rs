@@ -196,6 +196,16 @@ impl Verb {
         )
     }
 
+    /// The verb that must have executed, in the same epoch, before this one may run (SPEC 5:
+    /// an address's verbs are a sequence), from the verb lists of [`VerbFamily`].
+    #[must_use]
+    pub fn predecessor(self) -> Option<Self> {
+        [VerbFamily::Cloud, VerbFamily::Onprem]
+            .into_iter()
+            .flat_map(|f| [f.acquire_verbs(), f.release_verbs()])
+            .find_map(|verbs| verbs.windows(2).find(|w| w[1] == self).map(|w| w[0]))
+    }
+
     /// The wire name.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -371,6 +381,23 @@ pub struct StampedAction {
 }
 
 impl StampedAction {
+    /// The same stamp with another verb (its key rebuilt): the predecessor of a verb in an
+    /// address's sequence has the same stamp.
+    #[must_use]
+    pub fn with_verb(&self, verb: Verb) -> Self {
+        Self::new(
+            &self.pool,
+            self.address,
+            verb,
+            &self.holder,
+            &self.provider,
+            &self.nic,
+            self.capture_domain.clone(),
+            self.capture_epoch,
+            self.ownership_epoch,
+        )
+    }
+
     /// Builds an action and its idempotency key.
     #[allow(clippy::too_many_arguments)]
     #[must_use]
@@ -505,5 +532,12 @@ mod tests {
         assert!(Verb::Garp.is_acquire());
         assert!(!Verb::UnassignSecondaryIp.is_acquire());
         assert_eq!(ProviderKind::SimOnprem.verb_family(), VerbFamily::Onprem);
+        assert_eq!(Verb::EnableForwarding.predecessor(), Some(Verb::AssignSecondaryIp));
+        assert_eq!(Verb::UnassignSecondaryIp.predecessor(), Some(Verb::DisableForwarding));
+        assert_eq!(Verb::Garp.predecessor(), Some(Verb::ProxyArpAdd));
+        for first in [Verb::AssignSecondaryIp, Verb::DisableForwarding, Verb::ProxyArpAdd, Verb::ProxyArpDel]
+        {
+            assert_eq!(first.predecessor(), None, "{first}");
+        }
     }
 }

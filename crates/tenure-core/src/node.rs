@@ -1,25 +1,35 @@
-//! One node's engine: planning, importing, sweeping and gating its journal.
+//! One node's engine: planning, importing, sweeping, gating and compacting its journal.
 //!
-//! The engine is sans-IO in the quinn-proto manner. The driver calls:
+//! The engine is sans-IO in the quinn-proto manner. The driver ([`crate::driver`]) calls:
 //! - [`NodeEngine::reconcile`] with the node's view of the log (after catching up) and the log
-//!   head: plan, import through the gate, sweep the journal through the gate;
-//! - [`NodeEngine::poll_execution`] with the head: the next approved entry that passes the gate,
+//!   head: plan, import through the gate, sweep the journal through the gate, compact;
+//! - [`NodeEngine::promote_approved`] once at the start of an execute pass: pending entries
+//!   that the head shows approved become approved (SPEC 13: only in reconcile or execute);
+//! - [`NodeEngine::poll_execution`] with the head: the next ready entry that passes the gate,
 //!   or `None` when nothing is left; stale entries met on the way become `skipped`;
 //! - [`NodeEngine::handle_execution_result`] with what the provider said.
 //!
 //! A node that cannot read the head has nothing to pass to these calls and so cannot act.
+//!
+//! # Cost
+//!
+//! An execute pass is linear in the entries it hands out or skips: approved entries sit in a
+//! `ready` index once their predecessor verb executed (SPEC 5: an address's verbs are a
+//! sequence) and in `blocked`, keyed by that predecessor, until then; nothing rescans the journal.
+//! A reconcile is linear in what it plans plus the open entries it sweeps.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use crate::federation::{Federation, NodeId};
-use crate::fence::{self, FenceVerdict, HeadTokens, HeadView};
+use crate::fence::{self, FenceVerdict, HeadTokens, HeadView, StaleReason};
 use crate::journal::{
-    DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JournalChange, JournalEntry, JournalStore,
+    DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT, JournalChange,
+    JournalEntry, JournalStore,
 };
 use crate::log::ActionOutcome;
 use crate::model::{Approval, StampedAction};
-use crate::planner::{self, CaptureRecord};
+use crate::planner::{self, CaptureRecord, Captured};
 
 /// What one reconcile did, for narration and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,6 +42,10 @@ pub struct ReconcileReport {
     pub promoted: Vec<String>,
     /// Failed entries still current, approved again for a retry.
     pub retried: Vec<String>,
+    /// Planned actions not imported because the journal is at `JOURNAL_ENTRIES_MAX`.
+    pub deferred: u64,
+    /// Finished, superseded entries compacted away.
+    pub compacted: u64,
 }
 
 /// Errors of the engine.
@@ -40,9 +54,6 @@ pub enum NodeError<E: std::error::Error + 'static> {
     /// The journal store failed; nothing was changed in memory.
     #[error("journal store: {0}")]
     Store(#[source] E),
-    /// The journal is full (`JOURNAL_ENTRIES_MAX`).
-    #[error("journal holds {JOURNAL_ENTRIES_MAX} entries; refusing to import more")]
-    JournalFull,
     /// The node is not in the federation's registry.
     #[error("node `{0}` is not in the registry")]
     UnknownNode(String),
@@ -51,20 +62,45 @@ pub enum NodeError<E: std::error::Error + 'static> {
     NotInFlight(String),
 }
 
+/// Where an address is on a provider: the unit of "one call in flight at a time" and of
+/// "captured" (SPEC 13: a NIC holds an address, not a pool's copy of it).
+type ProviderAddress = (String, IpAddr);
+
+fn provider_address(action: &StampedAction) -> ProviderAddress {
+    (action.provider.clone(), action.address)
+}
+
 /// One node's planning and gating engine over a durable journal.
 #[derive(Debug)]
 pub struct NodeEngine<S: JournalStore> {
     name: String,
     store: S,
     state: DurableNodeState,
-    index: BTreeMap<String, usize>,
-    /// Open entries (pending or approved), by index.
-    open: BTreeSet<usize>,
+    /// Entries kept before compaction starts.
+    retention: usize,
+    index: HashMap<String, u64>,
+    /// Entries waiting for an approval.
+    pending: BTreeSet<u64>,
+    /// Approved entries not in flight (ready or blocked or waiting for a predecessor that is
+    /// not in the journal).
+    approved: BTreeSet<u64>,
+    /// Approved entries whose predecessor verb executed (or that have none).
+    ready: BTreeSet<u64>,
+    /// Approved entries by the sequence number of their predecessor, until it executes.
+    blocked: BTreeMap<u64, u64>,
     /// Entries handed to the driver by `poll_execution` and not yet reported back.
-    in_flight: BTreeSet<usize>,
-    /// Failed entries, retried by a sweep while they are current.
-    failed: BTreeSet<usize>,
-    captured: BTreeMap<(String, IpAddr), CaptureRecord>,
+    in_flight: BTreeSet<u64>,
+    /// Addresses with a call in flight.
+    busy: BTreeSet<ProviderAddress>,
+    /// Failed entries a sweep retries while they are current; dropped once stale by an epoch
+    /// (tokens only grow, so such an entry is stale for ever).
+    failed: BTreeSet<u64>,
+    captured: Captured,
+    /// The last executed entry per (provider, address), and the last executed one that changed
+    /// holding (assign/unassign, proxy-ARP add/del): what "captured" and the outbox of results
+    /// are derived from, so compaction keeps them.
+    last_executed: BTreeMap<ProviderAddress, u64>,
+    last_holding: BTreeMap<ProviderAddress, u64>,
 }
 
 impl<S: JournalStore> NodeEngine<S> {
@@ -75,14 +111,28 @@ impl<S: JournalStore> NodeEngine<S> {
             name: name.to_owned(),
             store,
             state: DurableNodeState::default(),
-            index: BTreeMap::new(),
-            open: BTreeSet::new(),
+            retention: JOURNAL_RETENTION_DEFAULT,
+            index: HashMap::new(),
+            pending: BTreeSet::new(),
+            approved: BTreeSet::new(),
+            ready: BTreeSet::new(),
+            blocked: BTreeMap::new(),
             in_flight: BTreeSet::new(),
+            busy: BTreeSet::new(),
             failed: BTreeSet::new(),
             captured: BTreeMap::new(),
+            last_executed: BTreeMap::new(),
+            last_holding: BTreeMap::new(),
         };
         engine.rebuild(state);
         Ok(engine)
+    }
+
+    /// Sets how many entries the journal keeps before compaction starts (at least 1).
+    #[must_use]
+    pub fn with_retention(mut self, entries: usize) -> Self {
+        self.retention = entries.max(1);
+        self
     }
 
     /// A crash and restart: memory is lost and rebuilt from the store.
@@ -93,42 +143,57 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     fn rebuild(&mut self, state: DurableNodeState) {
-        self.index =
-            state.entries.iter().enumerate().map(|(i, e)| (e.action.idempotency_key.clone(), i)).collect();
-        self.open =
-            state.entries.iter().enumerate().filter(|(_, e)| e.state.is_open()).map(|(i, _)| i).collect();
-        self.failed = state
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.state == EntryState::Failed)
-            .map(|(i, _)| i)
-            .collect();
-        self.in_flight.clear();
-        let mut executed: Vec<&JournalEntry> =
-            state.entries.iter().filter(|e| e.executed_seq.is_some()).collect();
-        executed.sort_by_key(|e| e.executed_seq);
-        self.captured.clear();
-        for entry in executed {
-            Self::track_capture(&mut self.captured, &entry.action);
-        }
         self.state = state;
+        self.index = self.state.entries.values().map(|e| (e.action.idempotency_key.clone(), e.seq)).collect();
+        self.pending.clear();
+        self.approved.clear();
+        self.ready.clear();
+        self.blocked.clear();
+        self.in_flight.clear();
+        self.busy.clear();
+        self.failed.clear();
+        self.captured.clear();
+        self.last_executed.clear();
+        self.last_holding.clear();
+        let mut executed: Vec<(u64, u64)> =
+            self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x, e.seq))).collect();
+        executed.sort_unstable();
+        for (_, seq) in executed {
+            self.track_execution(seq);
+        }
+        let seqs: Vec<(u64, EntryState)> = self.state.entries.values().map(|e| (e.seq, e.state)).collect();
+        for (seq, state) in seqs {
+            match state {
+                EntryState::Pending => {
+                    self.pending.insert(seq);
+                }
+                EntryState::Approved => self.admit(seq),
+                EntryState::Failed => {
+                    self.failed.insert(seq);
+                }
+                EntryState::Executed | EntryState::Skipped(_) => {}
+            }
+        }
     }
 
-    fn track_capture(captured: &mut BTreeMap<(String, IpAddr), CaptureRecord>, action: &StampedAction) {
-        let key = (action.pool.clone(), action.address);
+    /// Records an executed entry in "captured" and the last-executed indexes.
+    fn track_execution(&mut self, seq: u64) {
+        let action = &self.state.entries[&seq].action;
+        let key = provider_address(action);
         if action.verb.is_acquire() {
-            captured.insert(
-                key,
-                CaptureRecord {
-                    provider: action.provider.clone(),
-                    nic: action.nic.clone(),
-                    capture_domain: action.capture_domain.clone(),
-                },
-            );
+            let record = CaptureRecord {
+                pool: action.pool.clone(),
+                nic: action.nic.clone(),
+                capture_domain: action.capture_domain.clone(),
+            };
+            self.captured.insert(key.clone(), record);
         } else {
-            captured.remove(&key);
+            self.captured.remove(&key);
         }
+        if action.verb.changes_holding() {
+            self.last_holding.insert(key.clone(), seq);
+        }
+        self.last_executed.insert(key, seq);
     }
 
     /// The node's name.
@@ -137,10 +202,15 @@ impl<S: JournalStore> NodeEngine<S> {
         &self.name
     }
 
-    /// Every journal entry, in the order journaled.
+    /// Every journal entry kept, in journal order.
+    pub fn entries(&self) -> impl DoubleEndedIterator<Item = &JournalEntry> + ExactSizeIterator + '_ {
+        self.state.entries.values()
+    }
+
+    /// The entry journaled under `key`, if it is kept.
     #[must_use]
-    pub fn entries(&self) -> &[JournalEntry] {
-        &self.state.entries
+    pub fn entry(&self, key: &str) -> Option<&JournalEntry> {
+        self.index.get(key).and_then(|seq| self.state.entries.get(seq))
     }
 
     /// The durable state as the engine holds it in memory.
@@ -161,33 +231,29 @@ impl<S: JournalStore> NodeEngine<S> {
         &mut self.store
     }
 
-    /// What this node has captured, per (pool, address).
+    /// What this node has captured, per (provider, address).
     #[must_use]
-    pub fn captured(&self) -> &BTreeMap<(String, IpAddr), CaptureRecord> {
+    pub fn captured(&self) -> &Captured {
         &self.captured
     }
 
-    /// Results the log has not confirmed yet: per (pool, address), this node's last executed
+    /// How many failed entries a sweep may still retry.
+    #[must_use]
+    pub fn retryable_failures(&self) -> usize {
+        self.failed.len()
+    }
+
+    /// Results the log has not confirmed yet: per (provider, address), this node's last executed
     /// holding verb (assign/unassign, proxy-arp add/del) whose `action-result` the view does not
     /// show. The agent re-reports them (the outbox of results), so that a result lost with a
     /// partition or a crash still reaches the log and drift repair can rely on confirmations.
     #[must_use]
     pub fn unconfirmed_results(&self, view: &Federation) -> Vec<String> {
         let Some(node) = view.node_id(&self.name) else { return Vec::new() };
-        let mut last: BTreeMap<(&str, IpAddr), (u64, &StampedAction)> = BTreeMap::new();
-        for entry in &self.state.entries {
-            let (Some(seq), true) = (entry.executed_seq, entry.action.verb.changes_holding()) else {
-                continue;
-            };
-            let slot = last
-                .entry((entry.action.pool.as_str(), entry.action.address))
-                .or_insert((seq, &entry.action));
-            if seq >= slot.0 {
-                *slot = (seq, &entry.action);
-            }
-        }
-        last.into_values()
-            .filter(|(_, action)| {
+        self.last_holding
+            .values()
+            .map(|seq| &self.state.entries[seq].action)
+            .filter(|action| {
                 let confirmed = view
                     .address(&action.pool, action.address)
                     .and_then(|state| state.confirmations.iter().find(|c| c.node == node));
@@ -195,17 +261,18 @@ impl<S: JournalStore> NodeEngine<S> {
                     c.capture_epoch != action.capture_epoch || c.acquired != action.verb.is_acquire()
                 })
             })
-            .map(|(_, action)| action.idempotency_key.clone())
+            .map(|action| action.idempotency_key.clone())
             .collect()
     }
 
-    /// Keys of entries that are `approved` now (for `resume`'s "approved before the pause").
+    /// Keys of entries that are `approved` now, in flight included (for `resume`'s "approved
+    /// before the pause").
     #[must_use]
     pub fn approved_keys(&self) -> BTreeSet<String> {
-        self.open
+        self.approved
             .iter()
-            .filter(|i| self.state.entries[**i].state == EntryState::Approved)
-            .map(|i| self.state.entries[*i].action.idempotency_key.clone())
+            .chain(&self.in_flight)
+            .map(|seq| self.state.entries[seq].action.idempotency_key.clone())
             .collect()
     }
 
@@ -215,26 +282,72 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(())
     }
 
+    /// The sequence number of the entry whose verb must execute before `seq`'s may run.
+    fn predecessor(&self, seq: u64) -> Option<Option<u64>> {
+        let action = &self.state.entries[&seq].action;
+        let verb = action.verb.predecessor()?;
+        Some(self.index.get(&action.with_verb(verb).idempotency_key).copied())
+    }
+
+    /// Files an approved entry (not in flight) into `ready` or `blocked`.
+    fn admit(&mut self, seq: u64) {
+        self.approved.insert(seq);
+        match self.predecessor(seq) {
+            None => {
+                self.ready.insert(seq);
+            }
+            Some(Some(before)) if self.state.entries[&before].state == EntryState::Executed => {
+                self.ready.insert(seq);
+            }
+            Some(Some(before)) => {
+                self.blocked.insert(before, seq);
+            }
+            // The predecessor is not in the journal: this verb never runs (it stays open until
+            // a sweep finds it stale).
+            Some(None) => {}
+        }
+    }
+
+    /// Takes an entry out of the approved indexes.
+    fn withdraw(&mut self, seq: u64) {
+        if self.approved.remove(&seq) {
+            self.ready.remove(&seq);
+            if let Some(Some(before)) = self.predecessor(seq)
+                && self.blocked.get(&before) == Some(&seq)
+            {
+                self.blocked.remove(&before);
+            }
+        }
+    }
+
     fn set_state(
         &mut self,
-        index: usize,
+        seq: u64,
         state: EntryState,
         detail: Option<String>,
     ) -> Result<(), NodeError<S::Error>> {
         let executed_seq = (state == EntryState::Executed).then(|| self.state.executions + 1);
-        self.commit(JournalChange::SetState { index, state, detail, executed_seq })?;
-        if state.is_open() {
-            self.open.insert(index);
-            self.failed.remove(&index);
-        } else {
-            self.open.remove(&index);
-        }
-        if state == EntryState::Failed {
-            self.failed.insert(index);
-        }
-        if state == EntryState::Executed {
-            let action = self.state.entries[index].action.clone();
-            Self::track_capture(&mut self.captured, &action);
+        self.commit(JournalChange::SetState { seq, state, detail, executed_seq })?;
+        self.pending.remove(&seq);
+        self.withdraw(seq);
+        match state {
+            EntryState::Pending => {
+                self.pending.insert(seq);
+            }
+            EntryState::Approved => {
+                self.failed.remove(&seq);
+                self.admit(seq);
+            }
+            EntryState::Failed => {
+                self.failed.insert(seq);
+            }
+            EntryState::Executed => {
+                self.track_execution(seq);
+                if let Some(next) = self.blocked.remove(&seq) {
+                    self.ready.insert(next);
+                }
+            }
+            EntryState::Skipped(_) => {}
         }
         Ok(())
     }
@@ -247,9 +360,7 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<(), NodeError<S::Error>> {
         let (capture_epoch, ownership_epoch) = (current.capture_epoch, current.ownership_epoch);
         let hw = &self.state.high_water;
-        let capture_seen = hw.capture(action);
-        let ownership_seen = hw.ownership(action);
-        if capture_epoch <= capture_seen && ownership_epoch <= ownership_seen {
+        if capture_epoch <= hw.capture(action) && ownership_epoch <= hw.ownership(action) {
             return Ok(());
         }
         self.commit(JournalChange::RaiseHighWater {
@@ -261,7 +372,7 @@ impl<S: JournalStore> NodeEngine<S> {
         })
     }
 
-    /// Plan from `view`, import through the gate against `head`, then sweep open entries.
+    /// Plan from `view`, import through the gate against `head`, sweep open entries, compact.
     pub fn reconcile(
         &mut self,
         view: &Federation,
@@ -275,116 +386,199 @@ impl<S: JournalStore> NodeEngine<S> {
                 continue;
             }
             if self.state.entries.len() >= JOURNAL_ENTRIES_MAX {
-                return Err(NodeError::JournalFull);
+                report.deferred += 1;
+                continue;
             }
-            let action = &planned.action;
-            let current = head.view(&action.pool, action.address, &action.capture_domain);
-            let state = match fence::check_view(action, &current, &self.state.high_water) {
+            let action = planned.action;
+            let current = head.view(&action);
+            let state = match fence::check_view(&action, &current, &self.state.high_water) {
                 FenceVerdict::Stale { reason } => EntryState::Skipped(reason),
                 FenceVerdict::Current
-                    if planned.approval == Approval::Manual
-                        && !head.is_approved(&planned.action.idempotency_key) =>
+                    if planned.approval == Approval::Manual && !head.is_approved(&action.idempotency_key) =>
                 {
                     EntryState::Pending
                 }
                 FenceVerdict::Current => EntryState::Approved,
             };
-            self.raise_high_water(&planned.action, &current)?;
-            let key = planned.action.idempotency_key.clone();
-            let index = self.state.entries.len();
+            self.raise_high_water(&action, &current)?;
+            let key = action.idempotency_key.clone();
+            let seq = self.state.last_seq + 1;
             self.commit(JournalChange::Append(JournalEntry {
-                action: planned.action,
+                seq,
+                action,
                 state,
                 detail: None,
                 executed_seq: None,
             }))?;
-            self.index.insert(key.clone(), index);
-            if state.is_open() {
-                self.open.insert(index);
+            self.index.insert(key.clone(), seq);
+            match state {
+                EntryState::Pending => {
+                    self.pending.insert(seq);
+                }
+                EntryState::Approved => self.admit(seq),
+                _ => {}
             }
             report.imported.push(key);
         }
         self.sweep(head, &mut report)?;
+        self.compact(head, &mut report)?;
         self.store.sync().map_err(NodeError::Store)?;
         Ok(report)
     }
 
-    /// The sweep: failed entries that are still current are approved again (a retry); then every
-    /// open entry goes through the gate, and pending entries approved at the head move on.
+    /// The sweep: failed entries that are still current are approved again (a retry), those
+    /// stale by an epoch leave the retry set; then every open entry goes through the gate, and
+    /// pending entries approved at the head move on.
     fn sweep(
         &mut self,
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
-        let failed: Vec<usize> = self.failed.iter().copied().collect();
-        for index in failed {
-            let action = &self.state.entries[index].action;
-            if fence::check(action, head, &self.state.high_water) == FenceVerdict::Current {
-                let key = action.idempotency_key.clone();
-                self.set_state(index, EntryState::Approved, None)?;
-                report.retried.push(key);
+        let failed: Vec<u64> = self.failed.iter().copied().collect();
+        for seq in failed {
+            let action = &self.state.entries[&seq].action;
+            match fence::check(action, head, &self.state.high_water) {
+                FenceVerdict::Current => {
+                    let key = action.idempotency_key.clone();
+                    self.set_state(seq, EntryState::Approved, None)?;
+                    report.retried.push(key);
+                }
+                FenceVerdict::Stale { reason: StaleReason::StaleEpoch | StaleReason::StaleOwnerEpoch } => {
+                    self.failed.remove(&seq);
+                }
+                FenceVerdict::Stale { .. } => {}
             }
         }
-        let open: Vec<usize> = self.open.iter().copied().filter(|i| !self.in_flight.contains(i)).collect();
-        for index in open {
-            let action = self.state.entries[index].action.clone();
-            if let FenceVerdict::Stale { reason } = fence::check(&action, head, &self.state.high_water) {
-                self.set_state(index, EntryState::Skipped(reason), None)?;
-                report.swept.push(action.idempotency_key);
-            } else if self.state.entries[index].state == EntryState::Pending
-                && head.is_approved(&action.idempotency_key)
+        let open: Vec<u64> = self.pending.iter().chain(&self.approved).copied().collect();
+        for seq in open {
+            let entry = &self.state.entries[&seq];
+            let key = &entry.action.idempotency_key;
+            if let FenceVerdict::Stale { reason } = fence::check(&entry.action, head, &self.state.high_water)
             {
-                self.set_state(index, EntryState::Approved, None)?;
-                report.promoted.push(action.idempotency_key);
+                let key = key.clone();
+                self.set_state(seq, EntryState::Skipped(reason), None)?;
+                report.swept.push(key);
+            } else if entry.state == EntryState::Pending && head.is_approved(key) {
+                let key = key.clone();
+                self.set_state(seq, EntryState::Approved, None)?;
+                report.promoted.push(key);
             }
         }
         Ok(())
     }
 
-    /// The next approved entry that passes the gate against `head`, handed to the driver for
-    /// the provider call; stale entries met on the way become `skipped`. With `only`, just the
-    /// entries whose keys it holds are considered. Pending entries approved at the head are
-    /// promoted first.
+    /// Compaction (SPEC 13 "bounded journals"): past the retention limit, the oldest entries
+    /// that are finished (executed, skipped, or failed and stale) and superseded (neither the
+    /// last executed verb of their (provider, address), nor its last executed holding verb, nor
+    /// stamped with the current captureEpoch of their line) are dropped until the journal is
+    /// back at the limit. Open entries are never dropped.
+    fn compact(
+        &mut self,
+        head: &impl HeadTokens,
+        report: &mut ReconcileReport,
+    ) -> Result<(), NodeError<S::Error>> {
+        let excess = self.state.entries.len().saturating_sub(self.retention);
+        if excess == 0 {
+            return Ok(());
+        }
+        let mut seqs = Vec::new();
+        for entry in self.state.entries.values() {
+            if seqs.len() == excess {
+                break;
+            }
+            let finished = match entry.state {
+                EntryState::Executed | EntryState::Skipped(_) => true,
+                EntryState::Failed => !self.failed.contains(&entry.seq),
+                EntryState::Pending | EntryState::Approved => false,
+            };
+            if !finished {
+                continue;
+            }
+            let key = provider_address(&entry.action);
+            let last = self.last_executed.get(&key) == Some(&entry.seq)
+                || self.last_holding.get(&key) == Some(&entry.seq);
+            if last || head.view(&entry.action).capture_epoch == entry.action.capture_epoch {
+                continue;
+            }
+            seqs.push(entry.seq);
+        }
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        for seq in &seqs {
+            self.index.remove(&self.state.entries[seq].action.idempotency_key);
+        }
+        report.compacted = seqs.len() as u64;
+        self.commit(JournalChange::Compact { seqs })
+    }
+
+    /// Promotes pending entries that the head shows approved (the start of an execute pass).
+    /// Returns their keys.
+    pub fn promote_approved(&mut self, head: &impl HeadTokens) -> Result<Vec<String>, NodeError<S::Error>> {
+        let approved: Vec<u64> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|seq| head.is_approved(&self.state.entries[seq].action.idempotency_key))
+            .collect();
+        let mut keys = Vec::with_capacity(approved.len());
+        for seq in approved {
+            self.set_state(seq, EntryState::Approved, None)?;
+            keys.push(self.state.entries[&seq].action.idempotency_key.clone());
+        }
+        Ok(keys)
+    }
+
+    /// The next ready entry that passes the gate against `head`, handed to the driver for the
+    /// provider call; stale entries met on the way become `skipped`. With `only`, just the
+    /// entries whose keys it holds are considered. One call per (provider, address) is in flight
+    /// at a time: a release must never overtake an acquire still in flight (or the reverse).
     pub fn poll_execution(
         &mut self,
         head: &impl HeadTokens,
         only: Option<&BTreeSet<String>>,
     ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
-        let candidates: Vec<usize> =
-            self.open.iter().copied().filter(|i| !self.in_flight.contains(i)).collect();
-        // One call per address at a time: a release must never overtake an acquire still in
-        // flight (or the reverse), or the provider ends in the state of the older call.
-        for index in candidates {
-            let entry = &self.state.entries[index];
-            if only.is_some_and(|keys| !keys.contains(&entry.action.idempotency_key)) {
-                continue;
-            }
-            let busy = self.in_flight.iter().any(|&i| {
-                let other = &self.state.entries[i].action;
-                other.address == entry.action.address && other.pool == entry.action.pool
-            });
-            if busy {
-                continue;
-            }
-            if entry.state == EntryState::Pending {
-                if !head.is_approved(&entry.action.idempotency_key) {
-                    continue;
-                }
-                self.set_state(index, EntryState::Approved, None)?;
-            }
-            let action = self.state.entries[index].action.clone();
-            let current = head.view(&action.pool, action.address, &action.capture_domain);
+        loop {
+            let next = match only {
+                Some(keys) => keys
+                    .iter()
+                    .filter_map(|k| self.index.get(k).copied())
+                    .filter(|seq| self.ready.contains(seq))
+                    .find(|seq| !self.busy.contains(&provider_address(&self.state.entries[seq].action))),
+                None => self
+                    .ready
+                    .iter()
+                    .copied()
+                    .find(|seq| !self.busy.contains(&provider_address(&self.state.entries[seq].action))),
+            };
+            let Some(seq) = next else { return Ok(None) };
+            let action = self.state.entries[&seq].action.clone();
+            let current = head.view(&action);
             match fence::check_view(&action, &current, &self.state.high_water) {
-                FenceVerdict::Stale { reason } => self.set_state(index, EntryState::Skipped(reason), None)?,
+                FenceVerdict::Stale { reason } => {
+                    let successor = self.blocked.get(&seq).copied();
+                    self.set_state(seq, EntryState::Skipped(reason), None)?;
+                    // Its successor can never run now: gate it too, so the pass leaves no stale
+                    // entry behind (it is never handed out from `blocked`).
+                    if let Some(next) = successor {
+                        let next_action = &self.state.entries[&next].action;
+                        if let FenceVerdict::Stale { reason } =
+                            fence::check(next_action, head, &self.state.high_water)
+                        {
+                            self.set_state(next, EntryState::Skipped(reason), None)?;
+                        }
+                    }
+                }
                 FenceVerdict::Current => {
                     self.raise_high_water(&action, &current)?;
                     self.store.sync().map_err(NodeError::Store)?;
-                    self.in_flight.insert(index);
+                    self.withdraw(seq);
+                    self.in_flight.insert(seq);
+                    self.busy.insert(provider_address(&action));
                     return Ok(Some(action));
                 }
             }
         }
-        Ok(None)
     }
 
     /// Records what the provider said about an action handed out by `poll_execution`.
@@ -394,18 +588,18 @@ impl<S: JournalStore> NodeEngine<S> {
         outcome: ActionOutcome,
         detail: Option<String>,
     ) -> Result<(), NodeError<S::Error>> {
-        let index = self
+        let seq = self
             .index
             .get(idempotency_key)
             .copied()
-            .filter(|i| self.in_flight.contains(i))
+            .filter(|seq| self.in_flight.contains(seq))
             .ok_or_else(|| NodeError::NotInFlight(idempotency_key.to_owned()))?;
         let state = match outcome {
             ActionOutcome::Executed => EntryState::Executed,
             ActionOutcome::Failed => EntryState::Failed,
         };
-        self.set_state(index, state, detail)?;
-        self.in_flight.remove(&index);
-        Ok(())
+        self.in_flight.remove(&seq);
+        self.busy.remove(&provider_address(&self.state.entries[&seq].action));
+        self.set_state(seq, state, detail)
     }
 }

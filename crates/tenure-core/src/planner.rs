@@ -9,12 +9,13 @@ use std::net::IpAddr;
 use crate::federation::{Federation, NodeId};
 use crate::model::{Approval, CaptureDomain, StampedAction, VerbFamily};
 
-/// What a node captured: its last executed acquire verb for (pool, address) came after its last
-/// executed release verb. Holds what the release needs (the spec that held the address).
+/// What a node captured, per (provider, address) — SPEC 13: a NIC holds an address, not a
+/// pool's copy of it. Its last executed verb for the address on that provider, in any pool, was
+/// an acquire verb. Holds what the release needs: the pool and line of the acquire it undoes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CaptureRecord {
-    /// Provider of the acquire.
-    pub provider: String,
+    /// Pool of the acquire.
+    pub pool: String,
     /// NIC of the acquire.
     pub nic: String,
     /// Epoch line of the acquire.
@@ -30,14 +31,14 @@ pub struct PlannedAction {
     pub approval: Approval,
 }
 
+/// What a node captured, keyed by (provider, address).
+pub type Captured = BTreeMap<(String, IpAddr), CaptureRecord>;
+
 /// Plans node `node`'s actions from `view` (its applied prefix of the log), in canonical order
-/// (pool, address), each address's verbs in execution order.
+/// (pool, address), each address's verbs in execution order. A captured address that the node is
+/// now the desired holder of on the same provider, through any applied pool, is not released.
 #[must_use]
-pub fn plan(
-    view: &Federation,
-    node: NodeId,
-    captured: &BTreeMap<(String, IpAddr), CaptureRecord>,
-) -> Vec<PlannedAction> {
+pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Vec<PlannedAction> {
     let node_state = &view.nodes()[node];
     let node_name = node_state.spec.name.as_str();
     let now_ms = view.stream_time_ms();
@@ -74,35 +75,33 @@ pub fn plan(
 
     // With drift repair on, what the provider last showed on this node's NIC counts as captured
     // too: a call that landed while the node crashed before recording it must still be released.
-    let mut observed_only: BTreeMap<(String, IpAddr), CaptureRecord> = BTreeMap::new();
+    let mut observed_only: Captured = BTreeMap::new();
     if view.drift_repair() {
-        for (pool_name, pool) in
-            view.pools().iter().filter(|(_, p)| p.spec.provider == node_state.spec.provider)
-        {
+        let provider = &node_state.spec.provider;
+        for (pool_name, pool) in view.pools().iter().filter(|(_, p)| p.spec.provider == *provider) {
             for address in pool.addresses.keys() {
-                let key = (pool_name.clone(), *address);
-                let observed = view.observed_holders(&pool.spec.provider, *address);
+                let key = (provider.clone(), *address);
+                let observed = view.observed_holders(provider, *address);
                 if observed.is_some_and(|holders| holders.contains(&node_state.spec.nic))
                     && !captured.contains_key(&key)
+                    && !observed_only.contains_key(&key)
                 {
-                    observed_only.insert(
-                        key,
-                        CaptureRecord {
-                            provider: pool.spec.provider.clone(),
-                            nic: node_state.spec.nic.clone(),
-                            capture_domain: pool.capture_domain.clone(),
-                        },
-                    );
+                    let record = CaptureRecord {
+                        pool: pool_name.clone(),
+                        nic: node_state.spec.nic.clone(),
+                        capture_domain: pool.capture_domain.clone(),
+                    };
+                    observed_only.insert(key, record);
                 }
             }
         }
     }
 
-    for ((pool_name, address), record) in captured.iter().chain(&observed_only) {
-        if view.desired_holder(pool_name, *address, &record.capture_domain) == Some(node_name) {
+    for ((provider, address), record) in captured.iter().chain(&observed_only) {
+        if view.desired_pool_of(node, provider, *address).is_some() {
             continue;
         }
-        let Some(pool) = view.pools().get(pool_name) else { continue };
+        let Some(pool) = view.pools().get(&record.pool) else { continue };
         let Some(state) = pool.addresses.get(address) else { continue };
         let hold_met = state
             .moved_away_from(node)
@@ -110,18 +109,18 @@ pub fn plan(
         if !hold_met {
             continue;
         }
-        let family = view.provider_kind(&record.provider).map_or(VerbFamily::Cloud, |k| k.verb_family());
-        let capture_epoch = view.capture_epoch(pool_name, *address, &record.capture_domain);
+        let family = view.provider_kind(provider).map_or(VerbFamily::Cloud, |k| k.verb_family());
+        let capture_epoch = view.capture_epoch(&record.pool, *address, &record.capture_domain);
         let actions = family
             .release_verbs()
             .iter()
             .map(|verb| PlannedAction {
                 action: StampedAction::new(
-                    pool_name,
+                    &record.pool,
                     *address,
                     *verb,
                     node_name,
-                    &record.provider,
+                    provider,
                     &record.nic,
                     record.capture_domain.clone(),
                     capture_epoch,
@@ -130,7 +129,7 @@ pub fn plan(
                 approval: pool.spec.approval,
             })
             .collect();
-        planned.push(((pool_name.clone(), *address), actions));
+        planned.push(((record.pool.clone(), *address), actions));
     }
 
     planned.sort_by(|a, b| a.0.cmp(&b.0));

@@ -10,10 +10,11 @@ use std::net::IpAddr;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use crate::claims::AddressClaims;
 use crate::input::{
     InputError, POOL_ADDRESSES_MAX, Position, check_name, expand_addresses, parse_duration_ms,
 };
-use crate::model::{Approval, Authority, CaptureDomain, PoolSpec};
+use crate::model::{Approval, Authority, PoolSpec};
 
 /// The only accepted `apiVersion`.
 pub const API_VERSION: &str = "tenure.dev/v1alpha1";
@@ -304,7 +305,7 @@ fn duration_with(
 pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputError)> {
     let mut errors = Vec::new();
     let mut names: BTreeMap<&str, Position> = BTreeMap::new();
-    let mut claimed: BTreeMap<(CaptureDomain, IpAddr), &str> = BTreeMap::new();
+    let mut claims = AddressClaims::new();
     for (index, (pool, source)) in pools.iter().enumerate() {
         if let Some(first) = names.get(pool.name.as_str()) {
             errors.push((
@@ -320,20 +321,11 @@ pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputErro
             continue;
         }
         names.insert(&pool.name, source.name);
-        let domain = pool.capture_domain();
-        for (address, position) in &source.addresses {
-            if let Some(other) = claimed.get(&(domain.clone(), *address)) {
-                errors.push((index, InputError::at(
-                    *position,
-                    format!(
-                        "address {address} of pool `{}` is also in pool `{other}` of capture domain {domain}",
-                        pool.name
-                    ),
-                )));
-            } else {
-                claimed.insert((domain.clone(), *address), &pool.name);
-            }
+        for overlap in claims.overlaps(pool) {
+            let position = source.addresses.get(&overlap.address).copied().unwrap_or(source.name);
+            errors.push((index, InputError::at(position, overlap.to_string())));
         }
+        claims.apply(pool);
     }
     errors
 }

@@ -308,7 +308,7 @@ fn the_high_water_mark_survives_a_restart_and_fences_a_lagging_head() {
         verbs
     };
     assert!(ran.is_empty(), "ran {ran:?} against a lagging head");
-    assert!(a.entries().iter().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
+    assert!(a.entries().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
 }
 
 #[test]
@@ -322,16 +322,10 @@ fn importing_an_existing_key_changes_nothing_and_final_states_are_final() {
     let second = a.reconcile(&w.fed, &w.fed).expect("ok");
     assert!(second.imported.is_empty() && second.swept.is_empty());
     run_all(&mut a, &w.fed);
-    let states: BTreeSet<&str> = a.entries().iter().map(|e| e.state.as_str()).collect();
+    let states: BTreeSet<&str> = a.entries().map(|e| e.state.as_str()).collect();
     assert_eq!(states, BTreeSet::from(["executed"]));
-    assert!(
-        a.handle_execution_result(
-            &a.entries()[0].action.idempotency_key.clone(),
-            ActionOutcome::Failed,
-            None
-        )
-        .is_err()
-    );
+    let first_key = a.entries().next().expect("an entry").action.idempotency_key.clone();
+    assert!(a.handle_execution_result(&first_key, ActionOutcome::Failed, None).is_err());
 }
 
 #[test]
@@ -348,7 +342,7 @@ fn the_gate_checks_right_before_the_call_in_journal_order() {
     // Ownership moves between two provider calls: the next one is gated against the new head.
     w.apply(1, EventKind::Drain { node: "a".into() });
     assert_eq!(a.poll_execution(&w.fed, None).expect("ok"), None);
-    let skipped: Vec<_> = a.entries().iter().filter(|e| matches!(e.state, EntryState::Skipped(_))).collect();
+    let skipped: Vec<_> = a.entries().filter(|e| matches!(e.state, EntryState::Skipped(_))).collect();
     assert_eq!(skipped.len(), 3);
     assert!(matches!(
         tenure_core::fence::check(&skipped[0].action, &w.fed, &Default::default()),
@@ -385,12 +379,12 @@ fn manual_pending_entries_are_promoted_from_the_head_and_stale_ones_skipped_at_s
     w.hb(0, "b");
     let mut a = engine("a");
     a.reconcile(&w.fed, &w.fed).expect("ok");
-    assert!(a.entries().iter().all(|e| e.state == EntryState::Pending));
+    assert!(a.entries().all(|e| e.state == EntryState::Pending));
     assert_eq!(run_all(&mut a, &w.fed), vec![], "execute gates only approved entries");
     w.apply(1, EventKind::Drain { node: "a".into() });
     let report = a.reconcile(&w.fed, &w.fed).expect("ok");
     assert_eq!(report.swept.len(), 2);
-    assert!(a.entries().iter().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
+    assert!(a.entries().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
 }
 
 #[test]
@@ -404,7 +398,7 @@ fn a_failed_action_is_retried_while_current_and_never_once_stale() {
     let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
     a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, Some("throttled".into()))
         .expect("in flight");
-    assert_eq!(a.entries()[0].state, EntryState::Failed);
+    assert_eq!(a.entries().next().expect("an entry").state, EntryState::Failed);
     let report = a.reconcile(&w.fed, &w.fed).expect("ok");
     assert_eq!(report.retried, vec![first.idempotency_key.clone()]);
     assert_eq!(run_all(&mut a, &w.fed), vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
@@ -498,4 +492,147 @@ fn drift_that_contradicts_a_confirmation_triggers_a_recapture() {
     inventory(&mut w, 4, &["eni-b"]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 4), "b holds it without a confirmed capture");
     assert_eq!(w.fed.recaptures(), 3);
+}
+
+// ---------------------------------------------------------------- SPEC 13: atomic events
+
+#[test]
+fn a_desire_met_by_an_owner_expiring_at_that_stream_time_bumps_nothing_for_that_owner() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    w.apply(1, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "owner a, desired holder gone");
+    // a's heartbeat covers stream time up to 0 + 3 s + 1 s (exclusive): at 4 s it has expired.
+    // Inside this one event a would be the desired holder for an instant; it must not count.
+    w.apply(4_000, EventKind::Desire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(w.owner("p", "10.0.0.1"), None);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (2, 2), "owner a → none once; holder none → none: no bump");
+}
+
+#[test]
+fn a_desire_met_by_a_failover_bumps_the_capture_line_once() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    w.hb(0, "a");
+    w.hb(0, "b");
+    w.apply(1, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    w.hb(3_999, "b");
+    w.apply(4_000, EventKind::Desire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"));
+    assert_eq!(w.epochs("p", "10.0.0.1"), (2, 3), "holder none → b: one bump, never through a");
+}
+
+#[test]
+fn a_pool_reapplied_on_a_new_capture_domain_gives_the_new_lines_first_holder_one() {
+    let mut b = node("b", 0, None);
+    b.placement_group = "g2".into();
+    let mut w = World::new(&[node("a", 0, None), b]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let (g1, g2) = (CaptureDomain::new("sim1", "g1"), CaptureDomain::new("sim1", "g2"));
+    assert_eq!(w.fed.capture_epoch("p", ip("10.0.0.1"), &g1).get(), 1);
+    let mut moved = pool("p", &["10.0.0.1"], &["a", "b"]);
+    moved.placement_group = "g2".into();
+    w.pool(1, moved);
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"));
+    assert_eq!(w.fed.capture_epoch("p", ip("10.0.0.1"), &g2).get(), 1, "the new line's first holder");
+    assert_eq!(w.fed.capture_epoch("p", ip("10.0.0.1"), &g1).get(), 2, "the old line: a → none");
+    assert_eq!(w.fed.ownership_epoch("p", ip("10.0.0.1")).get(), 2, "owner a → b, once");
+}
+
+// ---------------------------------------------------------------- SPEC 5: verbs in sequence
+
+#[test]
+fn a_failed_first_verb_stops_the_second_until_it_executes() {
+    let mut w = World::new(&[node("a", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+    w.hb(0, "a");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
+    assert_eq!(first.verb, Verb::AssignSecondaryIp);
+    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, Some("throttled".into()))
+        .expect("in flight");
+    assert_eq!(a.poll_execution(&w.fed, None).expect("ok"), None, "enable-forwarding waits for assign");
+    assert!(a.captured().is_empty(), "nothing marks the address captured");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(run_all(&mut a, &w.fed), vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
+    assert_eq!(a.captured().len(), 1);
+}
+
+// ---------------------------------------------------------------- SPEC 13: bounded state
+
+#[test]
+fn a_long_run_keeps_the_journal_within_its_retention_and_open_entries_whole() {
+    const RETENTION: usize = 40;
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    let mut flapping = pool("p", &["10.0.0.1", "10.0.0.2", "10.0.0.3"], &["a", "b"]);
+    flapping.preempt = true;
+    w.pool(0, flapping);
+    let mut a = engine("a").with_retention(RETENTION);
+    let mut b = engine("b").with_retention(RETENTION);
+    let mut at = 0;
+    let mut most = 0;
+    for round in 0..300u64 {
+        at += 2_000;
+        w.hb(at, "a");
+        w.hb(at, "b");
+        // Flap the addresses: every round moves every token and plans fresh actions.
+        let kind = if round % 2 == 0 {
+            EventKind::Drain { node: "a".into() }
+        } else {
+            EventKind::Undrain { node: "a".into() }
+        };
+        w.apply(at, kind);
+        for engine in [&mut a, &mut b] {
+            engine.reconcile(&w.fed, &w.fed).expect("ok");
+            run_all(engine, &w.fed);
+            most = most.max(engine.entries().len());
+        }
+        // An approval of junk and one of a key already stale leave nothing behind.
+        w.apply(at, EventKind::Approve { idempotency_key: format!("junk-{round}") });
+        w.apply(
+            at,
+            EventKind::Approve {
+                idempotency_key: format!("p/10.0.0.1/garp/a/sim1/eni-a/owner:0:epoch:{round}"),
+            },
+        );
+    }
+    assert!(
+        most <= RETENTION + 6,
+        "journal grew to {most} entries (retention {RETENTION}, one plan per round)"
+    );
+    assert_eq!(w.epochs("p", "10.0.0.1").0, 301, "ownership moved every round");
+    assert_eq!(w.fed.approvals_kept(), 0, "no approval kept");
+    assert_eq!(w.fed.approvals_ignored(), 600);
+    // What compaction kept still decides: a holds the addresses it was last given, b releases
+    // them once the hold has passed.
+    w.hb(at + 1_000, "a");
+    w.hb(at + 1_000, "b");
+    for engine in [&mut a, &mut b] {
+        engine.reconcile(&w.fed, &w.fed).expect("ok");
+        run_all(engine, &w.fed);
+    }
+    let captured = |e: &NodeEngine<MemoryJournalStore>| e.captured().len();
+    assert_eq!((captured(&a), captured(&b)), (3, 0));
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(report.imported.is_empty(), "compaction dropped nothing the planner needs again");
+}
+
+#[test]
+fn failed_entries_stale_by_an_epoch_leave_the_retry_set() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
+    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, None).expect("in flight");
+    assert_eq!(a.retryable_failures(), 1);
+    w.apply(1, EventKind::Drain { node: "a".into() });
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(a.retryable_failures(), 0, "stale by its epoch for ever: never swept again");
 }

@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! scripts/etcd-cluster start /tmp/tenure-demo 24600     # a 3-member etcd cluster on loopback
-//! cargo run -p tenure-lead --example competing_leaders -- \
+//! cargo run -p tenure-lead --features etcd --example competing_leaders -- \
 //!     http://127.0.0.1:24601,http://127.0.0.1:24602,http://127.0.0.1:24603
 //! scripts/etcd-cluster stop /tmp/tenure-demo
 //! ```

@@ -12,7 +12,8 @@
 //! - [`config`] — lease duration, renew deadline, retry period, jitter (Kubernetes defaults).
 //! - [`backend`] — the `LeaseBackend` trait every election backend implements.
 //! - [`elector`] — the campaign loop: acquire, renew, step down before the lease can expire.
-//! - [`noop`], [`embedded`], [`etcd`] — the backends (Kubernetes lives in `tenure-kube`).
+//! - [`noop`], [`embedded`], `etcd` — the backends (Kubernetes lives in `tenure-kube`). `etcd` is
+//!   built only with the cargo feature `etcd` (etcd-client needs protoc at build time).
 //! - [`bridge`] — the epoch bridge between a leader-only producer and the pipeline.
 //! - [`sink`] — the fenced sink, with optional HMAC-signed stamps.
 //!
@@ -38,6 +39,7 @@ pub mod config;
 mod durable;
 pub mod elector;
 pub mod embedded;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod handle;
 pub mod noop;

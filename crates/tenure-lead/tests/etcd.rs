@@ -1,6 +1,7 @@
 //! The etcd backend against a real 3-member etcd cluster on loopback (Debian's etcd-server,
 //! started and stopped by `scripts/etcd-cluster`; `scripts/install-deps` installs it). These
-//! tests fail loudly when etcd is missing: they never skip.
+//! tests fail loudly when etcd is missing: they never skip. They need the etcd backend built:
+//! `cargo test -p tenure-lead --features etcd` (`scripts/test` runs with `--all-features`).
 //!
 //! They run one at a time (see `support/etcd_cluster.rs`). Requests whose availability is not
 //! the subject are retried while etcd answers `Unavailable` ([`settled!`]); every wait has a

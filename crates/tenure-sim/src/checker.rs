@@ -122,5 +122,20 @@ pub fn staleness(action: &StampedAction, head: &Federation) -> Option<String> {
     if action.verb.is_acquire() != (holder == Some(action.holder.as_str())) {
         wrong.push(format!("holder {} but desired holder is {}", action.holder, holder.unwrap_or("none")));
     }
+    if !action.verb.is_acquire() {
+        // SPEC 13: a NIC holds an address, not a pool's copy of it. Re-derived by walking every
+        // applied pool of the provider, not through the federation's own lookup.
+        let elsewhere = head.pools().iter().find(|(name, pool)| {
+            **name != action.pool
+                && !pool.deleted
+                && pool.spec.provider == action.provider
+                && pool.addresses.get(&action.address).is_some_and(|a| {
+                    a.line.desired_holder.is_some_and(|id| head.node_name(id) == action.holder)
+                })
+        });
+        if let Some((name, _)) = elsewhere {
+            wrong.push(format!("release by {} who is the desired holder through pool {name}", action.holder));
+        }
+    }
     (!wrong.is_empty()).then(|| wrong.join("; "))
 }

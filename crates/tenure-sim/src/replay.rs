@@ -2,15 +2,17 @@
 //! node's engine and journal — and the simulated providers, offline and deterministically.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use serde::Serialize;
 
 use crate::checker::Checker;
 use crate::scenario::{LocalStep, Scenario, StepKind};
 use crate::sim_provider::SimProvider;
-use tenure_core::federation::{EventRejected, Federation};
+use tenure_core::driver::{Blocked, DriverOptions, NodeDriver};
+use tenure_core::federation::{EventRejected, Federation, PoolState};
 use tenure_core::input::{InputError, canonical_address};
-use tenure_core::journal::{EntryState, MemoryJournalStore};
+use tenure_core::journal::{EntryState, JournalEntry, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::node::NodeEngine;
 
@@ -104,22 +106,12 @@ pub struct ReplayError {
     pub error: InputError,
 }
 
-/// One node of the replay: its engine and what it holds in memory.
-struct ReplayNode {
-    engine: NodeEngine<MemoryJournalStore>,
-    view: Federation,
-    cursor: usize,
-    paused: bool,
-    approved_before_pause: BTreeSet<String>,
-    partitioned: bool,
-}
-
-/// A running replay.
+/// A running replay: the log and its head, one [`NodeDriver`] per node (the same driver the
+/// simulator and the agent use), the simulated providers and the checker.
 pub struct Replay {
-    registry: Federation,
     head: Federation,
     log: Vec<Event>,
-    nodes: BTreeMap<String, ReplayNode>,
+    nodes: BTreeMap<String, NodeDriver<MemoryJournalStore>>,
     providers: BTreeMap<String, SimProvider>,
     checker: Checker,
     narrate: bool,
@@ -127,32 +119,26 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Prepares a replay of `scenario`. With `narrate`, a human-readable trace is kept.
+    /// Prepares a replay of `scenario`. With `narrate`, a human-readable trace is kept (and only
+    /// then built).
     #[must_use]
     pub fn new(scenario: &Scenario, narrate: bool) -> Self {
         let registry = Federation::new(&scenario.nodes, &scenario.providers);
+        // SPEC 13: in replay, executing does not append `action-result` events.
+        let options = DriverOptions { report_results: false };
         let nodes = scenario
             .nodes
             .iter()
             .map(|n| {
                 let engine =
                     NodeEngine::open(&n.name, MemoryJournalStore::new()).expect("a memory store cannot fail");
-                let node = ReplayNode {
-                    engine,
-                    view: registry.clone(),
-                    cursor: 0,
-                    paused: false,
-                    approved_before_pause: BTreeSet::new(),
-                    partitioned: false,
-                };
-                (n.name.clone(), node)
+                (n.name.clone(), NodeDriver::new(engine, registry.clone(), options))
             })
             .collect();
         let providers =
             scenario.providers.iter().map(|p| (p.name.clone(), SimProvider::new(p.kind))).collect();
         Self {
-            head: registry.clone(),
-            registry,
+            head: registry,
             log: Vec::new(),
             nodes,
             providers,
@@ -182,9 +168,9 @@ impl Replay {
         Ok((replay.report(), replay.narration))
     }
 
-    fn say(&mut self, line: String) {
+    fn say(&mut self, line: impl FnOnce() -> String) {
         if self.narrate {
-            self.narration.push(line);
+            self.narration.push(line());
         }
     }
 
@@ -193,139 +179,107 @@ impl Replay {
         let before = self.narrate.then(|| ownership_rows(&self.head));
         let applied = self.head.apply(&event)?;
         self.checker.after_event(&self.head);
-        if self.narrate {
+        if let Some(before) = before {
             let mut line = format!("t={:<6} {}", event.at_ms, describe_event(&event));
             if applied == tenure_core::federation::Applied::NoSuchTarget {
                 line.push_str("  (no such pool or address: only moves stream time)");
             }
-            self.say(line);
+            self.narration.push(line);
             let after = ownership_rows(&self.head);
-            for change in ownership_changes(before.as_deref().unwrap_or_default(), &after) {
-                self.say(format!("           {change}"));
+            for change in ownership_changes(&before, &after) {
+                self.narration.push(format!("           {change}"));
             }
         }
         self.log.push(event);
         Ok(())
     }
 
-    fn catch_up(node: &mut ReplayNode, log: &[Event]) {
-        for event in &log[node.cursor..] {
-            // The head accepted every event of the log, so a node's view accepts it too.
-            node.view.apply(event).expect("the head accepted this event");
-        }
-        node.cursor = log.len();
-    }
-
     /// Runs one local step of one node.
     pub fn local(&mut self, at_ms: u64, name: &str, step: LocalStep) {
         let prefix = format!("t={at_ms:<6} {} {name}", step.as_str());
         let Some(node) = self.nodes.get_mut(name) else { return };
-        let blocked = match step {
-            LocalStep::Reconcile | LocalStep::Execute if node.partitioned => {
-                Some("partitioned: cannot read the log head, does nothing")
-            }
-            LocalStep::Reconcile | LocalStep::Execute if node.paused => Some("paused: ignored"),
-            LocalStep::Resume if !node.paused => Some("not paused: nothing to do"),
-            _ => None,
-        };
-        if let Some(why) = blocked {
-            self.say(format!("{prefix}: {why}"));
-            return;
-        }
         match step {
             LocalStep::Reconcile => {
-                Self::catch_up(node, &self.log);
-                let report =
-                    node.engine.reconcile(&node.view, &self.head).expect("a memory store cannot fail");
-                let line = format!(
-                    "{prefix}: journaled {}, swept {} to skipped, promoted {}",
-                    report.imported.len(),
-                    report.swept.len(),
-                    report.promoted.len()
-                );
-                self.say(line);
-                let details: Vec<String> = report
-                    .imported
-                    .iter()
-                    .map(|k| {
-                        format!(
-                            "           + {k} [{}]",
-                            state_text(node_state_of(&self.nodes[name].engine, k))
-                        )
-                    })
-                    .chain(report.swept.iter().map(|k| {
-                        format!(
-                            "           - {k} [{}]",
-                            state_text(node_state_of(&self.nodes[name].engine, k))
-                        )
-                    }))
-                    .collect();
-                for d in details {
-                    self.say(d);
+                let report = match node.reconcile(&self.log, &self.head).expect("a memory store cannot fail")
+                {
+                    Err(blocked) => return self.say(|| format!("{prefix}: {}", blocked.as_str())),
+                    Ok(report) => report,
+                };
+                if self.narrate {
+                    let node = &self.nodes[name];
+                    self.narration.push(format!(
+                        "{prefix}: journaled {}, swept {} to skipped, promoted {}",
+                        report.imported.len(),
+                        report.swept.len(),
+                        report.promoted.len()
+                    ));
+                    for k in &report.imported {
+                        self.narration
+                            .push(format!("           + {k} [{}]", state_text(node.engine().entry(k))));
+                    }
+                    for k in &report.swept {
+                        self.narration
+                            .push(format!("           - {k} [{}]", state_text(node.engine().entry(k))));
+                    }
                 }
             }
             LocalStep::Execute => {
-                self.say(prefix);
-                self.execute(name, None);
+                if let Err(blocked) = node.start_execution(&self.head).expect("a memory store cannot fail") {
+                    return self.say(|| format!("{prefix}: {}", blocked.as_str()));
+                }
+                self.say(|| prefix);
+                self.execute(name);
             }
             LocalStep::Pause => {
-                if !node.paused {
-                    node.paused = true;
-                    node.approved_before_pause = node.engine.approved_keys();
-                }
-                self.say(format!("{prefix}: stops reading the log, keeps what it planned"));
+                node.pause();
+                self.say(|| format!("{prefix}: stops reading the log, keeps what it planned"));
             }
-            LocalStep::Resume => {
-                node.paused = false;
-                if node.partitioned {
-                    self.say(format!("{prefix}: pause cleared (still partitioned)"));
-                    return;
+            LocalStep::Resume => match node.resume() {
+                Err(Blocked::Partitioned) => {
+                    self.say(|| format!("{prefix}: pause cleared (still partitioned)"))
                 }
-                let only = std::mem::take(&mut node.approved_before_pause);
-                self.say(format!(
-                    "{prefix}: tries {} action(s) approved before the pause (zombie)",
-                    only.len()
-                ));
-                self.execute(name, Some(&only));
-                let node = self.nodes.get_mut(name).expect("exists");
-                Self::catch_up(node, &self.log);
-            }
+                Err(blocked) => self.say(|| format!("{prefix}: {}", blocked.as_str())),
+                Ok(count) => {
+                    self.say(|| {
+                        format!("{prefix}: tries {count} action(s) approved before the pause (zombie)")
+                    });
+                    self.execute(name);
+                    let node = self.nodes.get_mut(name).expect("exists");
+                    node.finish_resume(&self.log);
+                }
+            },
             LocalStep::Restart => {
-                node.engine.restart().expect("a memory store cannot fail");
-                node.view = self.registry.clone();
-                node.cursor = 0;
-                node.paused = false;
-                node.approved_before_pause.clear();
-                self.say(format!("{prefix}: memory lost; journal and high-water marks kept"));
+                node.restart().expect("a memory store cannot fail");
+                self.say(|| format!("{prefix}: memory lost; journal and high-water marks kept"));
             }
             LocalStep::Partition => {
-                node.partitioned = true;
-                self.say(format!("{prefix}: cut off from the log head"));
+                node.partition();
+                self.say(|| format!("{prefix}: cut off from the log head"));
             }
             LocalStep::Heal => {
-                node.partitioned = false;
-                self.say(format!("{prefix}: reads the log head again"));
+                node.heal();
+                self.say(|| format!("{prefix}: reads the log head again"));
             }
         }
     }
 
-    fn execute(&mut self, name: &str, only: Option<&BTreeSet<String>>) {
+    /// Loops the node's gate and the providers until nothing is left.
+    fn execute(&mut self, name: &str) {
         loop {
             let node = self.nodes.get_mut(name).expect("exists");
             // Scanning the journal for what the gate skipped is for the narration only.
-            let skipped_before = self.narrate.then(|| skipped_keys(&node.engine));
-            let next = node.engine.poll_execution(&self.head, only).expect("a memory store cannot fail");
-            let newly_skipped: Vec<String> = skipped_before
-                .map(|before| skipped_keys(&node.engine).difference(&before).cloned().collect())
-                .unwrap_or_default();
-            for key in newly_skipped {
-                let reason = state_text(node_state_of(&self.nodes[name].engine, &key));
-                self.say(format!("           gate: {key} [{reason}]"));
+            let skipped_before = self.narrate.then(|| skipped_keys(node));
+            let next = node.poll_action(&self.head).expect("a memory store cannot fail");
+            if let Some(before) = skipped_before {
+                let node = &self.nodes[name];
+                for key in skipped_keys(node).difference(&before) {
+                    let reason = state_text(node.engine().entry(key));
+                    self.narration.push(format!("           gate: {key} [{reason}]"));
+                }
             }
             let Some(action) = next else { break };
             self.checker.before_provider_call(name, &action, &self.head);
-            let provider = self.providers.get_mut(&action.provider);
-            let (outcome, detail) = match provider {
+            let (outcome, detail) = match self.providers.get_mut(&action.provider) {
                 Some(p) => match p.execute(&action) {
                     Ok(detail) => (ActionOutcome::Executed, detail),
                     Err(e) => (ActionOutcome::Failed, e.to_string()),
@@ -336,14 +290,15 @@ impl Replay {
                 self.checker.after_provider_call(&action.provider, p, action.address);
             }
             let node = self.nodes.get_mut(name).expect("exists");
-            node.engine
-                .handle_execution_result(&action.idempotency_key, outcome, Some(detail.clone()))
+            node.handle_result(&action.idempotency_key, outcome, detail.clone())
                 .expect("the action is in flight");
             let verdict = if outcome == ActionOutcome::Executed { "executed" } else { "failed" };
-            self.say(format!(
-                "           {} {} on {} → {verdict} ({detail})",
-                action.verb, action.address, action.nic
-            ));
+            self.say(|| {
+                format!(
+                    "           {} {} on {} → {verdict} ({detail})",
+                    action.verb, action.address, action.nic
+                )
+            });
         }
     }
 
@@ -354,7 +309,7 @@ impl Replay {
             .nodes
             .iter()
             .flat_map(|(name, node)| {
-                node.engine.entries().iter().map(move |e| ActionRow {
+                node.engine().entries().map(move |e| ActionRow {
                     node: name.clone(),
                     idempotency_key: e.action.idempotency_key.clone(),
                     verb: e.action.verb.as_str().to_owned(),
@@ -386,6 +341,23 @@ impl Replay {
                 (name.clone(), held)
             })
             .collect();
+        let executed_acquires: BTreeSet<(&str, &str, IpAddr, u64)> = self
+            .nodes
+            .iter()
+            .flat_map(|(name, node)| {
+                node.engine()
+                    .entries()
+                    .filter(|e| e.state == EntryState::Executed && e.action.verb.is_acquire())
+                    .map(move |e| {
+                        (
+                            name.as_str(),
+                            e.action.pool.as_str(),
+                            e.action.address,
+                            e.action.capture_epoch.get(),
+                        )
+                    })
+            })
+            .collect();
         let mut conditions = Vec::new();
         for (name, pool) in self.head.pools().iter().filter(|(_, p)| !p.deleted) {
             if pool.conditions.capacity_exhausted > 0 {
@@ -402,6 +374,14 @@ impl Replay {
                     addresses: pool.conditions.no_eligible_member,
                 });
             }
+            let unheld = self.held_by_no_one(pool, &executed_acquires);
+            if unheld > 0 {
+                conditions.push(ConditionRow {
+                    pool: name.clone(),
+                    condition: "HeldByNoOne".to_owned(),
+                    addresses: unheld,
+                });
+            }
         }
         ReplayReport {
             stream_time: self.head.stream_time_ms(),
@@ -413,6 +393,39 @@ impl Replay {
         }
     }
 
+    /// Desired addresses of `pool` whose desired holder executed every acquire verb of the
+    /// current epoch — a settled, quiet state for that address — and yet no NIC of the provider
+    /// holds them: something undid the capture (SPEC 13: an address moved between pools and
+    /// released by the old one). A condition, not a safety violation.
+    fn held_by_no_one(
+        &self,
+        pool: &PoolState,
+        executed_acquires: &BTreeSet<(&str, &str, IpAddr, u64)>,
+    ) -> u64 {
+        let Some(provider) = self.providers.get(&pool.spec.provider) else { return 0 };
+        let mut count = 0;
+        for (address, state) in pool.addresses.iter().filter(|(_, a)| a.active) {
+            let Some(holder) = state.line.desired_holder else { continue };
+            let holder_name = self.head.node_name(holder);
+            let settled = executed_acquires.contains(&(
+                holder_name,
+                pool.spec.name.as_str(),
+                *address,
+                state.line.epoch.get(),
+            ));
+            if settled && provider.holdings().get(address).is_none_or(|nics| nics.is_empty()) {
+                count += 1;
+            }
+        }
+        count
+    }
+
+    /// A provider of the replay, for a test that does to it what another tool would (an address
+    /// unassigned by hand); the next report shows the result.
+    pub fn provider_mut(&mut self, name: &str) -> Option<&mut SimProvider> {
+        self.providers.get_mut(name)
+    }
+
     /// The log head.
     #[must_use]
     pub fn head(&self) -> &Federation {
@@ -420,21 +433,16 @@ impl Replay {
     }
 }
 
-fn skipped_keys(engine: &NodeEngine<MemoryJournalStore>) -> BTreeSet<String> {
-    engine
+fn skipped_keys(node: &NodeDriver<MemoryJournalStore>) -> BTreeSet<String> {
+    node.engine()
         .entries()
-        .iter()
         .filter(|e| matches!(e.state, EntryState::Skipped(_)))
         .map(|e| e.action.idempotency_key.clone())
         .collect()
 }
 
-fn node_state_of(engine: &NodeEngine<MemoryJournalStore>, key: &str) -> Option<EntryState> {
-    engine.entries().iter().find(|e| e.action.idempotency_key == key).map(|e| e.state)
-}
-
-fn state_text(state: Option<EntryState>) -> String {
-    match state {
+fn state_text(entry: Option<&JournalEntry>) -> String {
+    match entry.map(|e| e.state) {
         Some(EntryState::Skipped(reason)) => format!("skipped: {reason}"),
         Some(s) => s.as_str().to_owned(),
         None => "unknown".to_owned(),

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use tenure_core::claims::AddressClaims;
 use tenure_core::input::{InputError, Position, check_name, expand_addresses};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
@@ -255,11 +256,37 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
     }
 
     if errors.is_empty() {
+        errors.extend(check_timeline_overlaps(&pools, &timeline));
+    }
+    if errors.is_empty() {
         Ok(Scenario { nodes, providers, pools, timeline })
     } else {
         errors.sort_by_key(|e| e.position);
         Err(errors)
     }
+}
+
+/// SPEC 13: a `pool-applied` is checked against the pools applied at that moment of the
+/// timeline (the declared pools first), with the same rule the federation log applies.
+fn check_timeline_overlaps(pools: &[PoolSpec], timeline: &[Step]) -> Vec<InputError> {
+    let mut claims = AddressClaims::new();
+    for pool in pools {
+        claims.apply(pool);
+    }
+    let mut errors = Vec::new();
+    for step in timeline {
+        match &step.kind {
+            StepKind::Log(Event { kind: EventKind::PoolApplied { spec }, .. }) => {
+                if let Err(overlap) = claims.check(spec) {
+                    errors.push(InputError::at(step.position, format!("pool-applied: {overlap}")));
+                }
+                claims.apply(spec);
+            }
+            StepKind::Log(Event { kind: EventKind::PoolDeleted { pool }, .. }) => claims.delete(pool),
+            _ => {}
+        }
+    }
+    errors
 }
 
 /// Checks that a pool names declared nodes and providers; errors point at the name written.

@@ -333,6 +333,9 @@ impl World {
     }
 
     fn execute(&mut self, node: usize, only: Option<&BTreeSet<String>>) {
+        if only.is_none() && !self.nodes[node].partitioned {
+            self.nodes[node].engine.promote_approved(&self.head).expect("memory store");
+        }
         loop {
             if self.nodes[node].partitioned {
                 return;

@@ -284,6 +284,60 @@ proptest! {
     }
 }
 
+type Lines = BTreeMap<(String, IpAddr, String), (u64, Option<usize>)>;
+type Owners = BTreeMap<(String, IpAddr), (u64, Option<usize>)>;
+
+/// Every token of a federation with the value it guards: ownershipEpoch with the owner, and
+/// every capture line (current and retired) with its desired holder.
+fn tokens(federation: &Federation) -> (Owners, Lines) {
+    let mut owners = Owners::new();
+    let mut lines = Lines::new();
+    for (name, pool) in federation.pools() {
+        for (address, state) in &pool.addresses {
+            owners.insert((name.clone(), *address), (state.ownership_epoch.get(), state.owner));
+            let current = std::iter::once((&pool.capture_domain, &state.line));
+            for (domain, line) in current.chain(state.retired_lines.iter().map(|(d, l)| (d, l))) {
+                lines.insert(
+                    (name.clone(), *address, domain.to_string()),
+                    (line.epoch.get(), line.desired_holder),
+                );
+            }
+        }
+    }
+    (owners, lines)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
+
+    /// SPEC 13, events are atomic: applying one event moves a token only when the value it
+    /// guards differs after the whole event from before it (owner; desired holder on that line,
+    /// none on a line the address left or joined), and then by exactly 1.
+    #[test]
+    fn an_event_moves_a_token_once_and_only_when_its_value_changed(scenario in scenario_strategy()) {
+        let mut federation = Federation::new(&scenario.nodes, &scenario.providers);
+        let events = scenario.pools.iter().map(|p| Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(p.clone()) } })
+            .chain(scenario.timeline.iter().filter_map(|s| match &s.kind { StepKind::Log(e) => Some(e.clone()), StepKind::Local { .. } => None }));
+        for event in events {
+            let (owners_before, lines_before) = tokens(&federation);
+            federation.apply(&event).expect("known nodes");
+            let (owners_after, lines_after) = tokens(&federation);
+            for (key, (epoch, owner)) in &owners_after {
+                let (epoch_before, owner_before) = owners_before.get(key).copied().unwrap_or((0, None));
+                let moved = epoch - epoch_before;
+                prop_assert!(moved <= 1, "ownershipEpoch of {key:?} moved by {moved} in {event:?}");
+                prop_assert_eq!(moved == 1, *owner != owner_before, "ownershipEpoch of {:?} in {:?}", key, event);
+            }
+            for (key, (epoch, holder)) in &lines_after {
+                let (epoch_before, holder_before) = lines_before.get(key).copied().unwrap_or((0, None));
+                let moved = epoch - epoch_before;
+                prop_assert!(moved <= 1, "captureEpoch of {key:?} moved by {moved} in {event:?}");
+                prop_assert_eq!(moved == 1, *holder != holder_before, "captureEpoch of {:?} in {:?}", key, event);
+            }
+        }
+    }
+}
+
 fn equal_nodes(count: usize) -> Vec<NodeSpec> {
     (0..count)
         .map(|i| NodeSpec {

@@ -1,12 +1,10 @@
-//! The `tenure` binary: the command-line interface of SPEC 10.
-
-mod cli;
+//! The `tenure` binary: parses the command line and runs it; everything else lives in the
+//! library (`tenure::cli`).
 
 use std::process::ExitCode;
 
 use clap::Parser as _;
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
-    cli::run(args)
+    tenure::cli::run(tenure::cli::Cli::parse())
 }

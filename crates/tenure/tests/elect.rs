@@ -1,6 +1,8 @@
 //! `tenure elect` as an operator uses it: one JSON line per change, SIGTERM steps down and
 //! releases, SIGKILL leaves the lease to expire, and the next contender takes over with the next
-//! epoch — on the embedded backend and on a real 3-member etcd cluster.
+//! epoch — on the embedded backend, on a real 3-member etcd cluster (cargo feature `etcd`) and
+//! against the Lease API double (cargo feature `kubernetes`). A build without one of those
+//! features refuses its backend in one line, exit 3.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -10,9 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[cfg(feature = "etcd")]
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
 
+#[cfg(feature = "etcd")]
 use etcd_cluster::Cluster;
 
 /// Failovers here are driven by a release (SIGTERM) or the kernel dropping a lock (SIGKILL), never
@@ -143,6 +147,7 @@ fn embedded_failover_after_sigkill_takes_the_next_epoch() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn etcd_failover_after_sigterm_on_a_real_cluster() {
     let cluster = Cluster::start("elect", 24700);
@@ -164,6 +169,7 @@ fn etcd_failover_after_sigterm_on_a_real_cluster() {
     assert_eq!(b.wait().0, 0);
 }
 
+#[cfg(feature = "kubernetes")]
 #[test]
 fn kubernetes_failover_against_the_lease_api_double() {
     // No API server can run here: the Lease API double enforces resourceVersion like one.
@@ -187,4 +193,40 @@ fn kubernetes_failover_against_the_lease_api_double() {
     b.signal("-TERM");
     assert_eq!(b.wait().0, 0);
     drop(double);
+}
+
+/// Runs `tenure elect` on a backend this build left out: it must refuse at once, before
+/// connecting anywhere (the endpoint is a closed port), with one line naming the feature.
+#[cfg(any(not(feature = "etcd"), not(feature = "kubernetes")))]
+fn refused_backend(backend: &str) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["elect", "e", "--name", "a", "--backend", backend, "--endpoints", "http://127.0.0.1:1"])
+        .output()
+        .expect("run tenure elect");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn a_build_without_etcd_refuses_the_etcd_backend_in_one_line() {
+    let (code, stdout, stderr) = refused_backend("etcd");
+    assert_eq!(code, Some(3), "EXIT_NOT_BUILT; stderr: {stderr}");
+    assert_eq!(stdout, "", "no state line: it never campaigned");
+    assert_eq!(stderr, "tenure elect: this build has no etcd backend; rebuild with --features etcd\n");
+}
+
+#[cfg(not(feature = "kubernetes"))]
+#[test]
+fn a_build_without_kubernetes_refuses_the_kubernetes_backend_in_one_line() {
+    let (code, stdout, stderr) = refused_backend("kubernetes");
+    assert_eq!(code, Some(3), "EXIT_NOT_BUILT; stderr: {stderr}");
+    assert_eq!(stdout, "", "no state line: it never campaigned");
+    assert_eq!(
+        stderr,
+        "tenure elect: this build has no kubernetes backend; rebuild with --features kubernetes\n"
+    );
 }

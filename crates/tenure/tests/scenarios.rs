@@ -239,3 +239,69 @@ fn replay_output_is_byte_identical_across_processes() {
     sorted.sort();
     assert_eq!(keys, sorted, "keys are sorted");
 }
+
+#[test]
+fn an_address_moved_between_pools_on_its_holder_is_never_unassigned() {
+    let r = report("pool-move");
+    assert_eq!(r["provider"]["sim1"]["10.0.0.10"], serde_json::json!(["eni-a"]), "pb's capture kept");
+    assert_eq!(r["provider"]["sim1"]["10.0.0.12"], serde_json::json!(["eni-a"]), "p0's capture kept");
+    let released_12 =
+        actions(&r, "a").into_iter().filter(|x| x["pool"] == "pa" && x["address"] == "10.0.0.12").count();
+    assert_eq!(released_12, 2, "pa's copy of .12 was only ever acquired: no release planned");
+    assert_eq!(r["provider"]["sim1"].get("10.0.0.11"), None, "pa's own address was released");
+    let moved: Vec<&Value> = actions(&r, "a")
+        .into_iter()
+        .filter(|x| {
+            x["pool"] == "pa"
+                && x["address"] == "10.0.0.10"
+                && !x["verb"].as_str().is_some_and(|v| v.starts_with("assign") || v.starts_with("enable"))
+        })
+        .collect();
+    assert_eq!(moved.len(), 2, "pa's release of its copy was planned once");
+    assert!(moved.iter().all(|x| x["state"] == "skipped" && x["reason"] == "release-of-current"));
+    assert_eq!(row(&r, "pb", "10.0.0.10")["captureEpoch"], 1);
+    assert_eq!(r["conditions"], serde_json::json!([]), "no address held by no one");
+}
+
+#[test]
+fn a_settled_address_held_by_no_one_is_reported_as_a_condition() {
+    let text = std::fs::read_to_string(scenarios_dir().join("pool-move.yaml")).expect("read");
+    let scenario = parse_scenario(&text).expect("valid scenario");
+    let mut replay = Replay::new(&scenario, false);
+    for pool in &scenario.pools {
+        let spec = Box::new(pool.clone());
+        replay
+            .append(tenure_core::log::Event {
+                at_ms: 0,
+                kind: tenure_core::log::EventKind::PoolApplied { spec },
+            })
+            .expect("ok");
+    }
+    for step in &scenario.timeline {
+        match &step.kind {
+            tenure_sim::scenario::StepKind::Log(event) => replay.append(event.clone()).expect("ok"),
+            tenure_sim::scenario::StepKind::Local { at_ms, node, step } => replay.local(*at_ms, node, *step),
+        }
+    }
+    assert!(replay.report().conditions.is_empty());
+    // Another tool unassigns the address behind tenure's back: the quiet end state shows it.
+    let moved = tenure_core::model::StampedAction::new(
+        "pb",
+        "10.0.0.10".parse().expect("literal"),
+        tenure_core::model::Verb::UnassignSecondaryIp,
+        "a",
+        "sim1",
+        "eni-a",
+        tenure_core::model::CaptureDomain::new("sim1", "g1"),
+        tenure_core::model::CaptureEpoch::from_stored(1),
+        tenure_core::model::OwnershipEpoch::from_stored(1),
+    );
+    replay.provider_mut("sim1").expect("declared").execute(&moved).expect("unassigned");
+    let report = replay.report();
+    assert_eq!(report.conditions.len(), 1, "{:?}", report.conditions);
+    assert_eq!(
+        (report.conditions[0].pool.as_str(), report.conditions[0].condition.as_str()),
+        ("pb", "HeldByNoOne")
+    );
+    assert!(report.violations.is_empty(), "a condition, not a safety violation");
+}

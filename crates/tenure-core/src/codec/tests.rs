@@ -152,6 +152,7 @@ fn golden_records_have_their_documented_bytes() {
     assert_eq!(decode_stamped_action(&bytes), Ok(action.clone()));
 
     let executed = JournalEntry {
+        seq: 1,
         action: action.clone(),
         state: EntryState::Executed,
         detail: Some("ok".into()),
@@ -160,11 +161,14 @@ fn golden_records_have_their_documented_bytes() {
     let bytes = encode_journal_entry(&executed).expect("encodes");
     assert_eq!(
         text(&bytes),
-        format!(r#"{{"v":1,"action":{ACTION_JSON},"state":"executed","detail":"ok","executedSeq":1}}"#)
+        format!(
+            r#"{{"v":1,"seq":1,"action":{ACTION_JSON},"state":"executed","detail":"ok","executedSeq":1}}"#
+        )
     );
     assert_eq!(decode_journal_entry(&bytes), Ok(executed));
 
     let skipped = JournalEntry {
+        seq: 2,
         action: action.clone(),
         state: EntryState::Skipped(StaleReason::StaleEpoch),
         detail: None,
@@ -173,7 +177,7 @@ fn golden_records_have_their_documented_bytes() {
     let bytes = encode_journal_entry(&skipped).expect("encodes");
     assert_eq!(
         text(&bytes),
-        format!(r#"{{"v":1,"action":{ACTION_JSON},"state":"skipped","reason":"stale-epoch"}}"#)
+        format!(r#"{{"v":1,"seq":2,"action":{ACTION_JSON},"state":"skipped","reason":"stale-epoch"}}"#)
     );
     assert_eq!(decode_journal_entry(&bytes), Ok(skipped));
 
@@ -181,21 +185,22 @@ fn golden_records_have_their_documented_bytes() {
     let changes = [
         (
             JournalChange::Append(JournalEntry {
+                seq: 1,
                 action,
                 state: EntryState::Approved,
                 detail: None,
                 executed_seq: None,
             }),
-            format!(r#"{{"v":1,"change":"append","action":{ACTION_JSON},"state":"approved"}}"#),
+            format!(r#"{{"v":1,"change":"append","seq":1,"action":{ACTION_JSON},"state":"approved"}}"#),
         ),
         (
             JournalChange::SetState {
-                index: 0,
+                seq: 1,
                 state: EntryState::Executed,
                 detail: Some("ok".into()),
                 executed_seq: Some(1),
             },
-            r#"{"v":1,"change":"set-state","index":0,"state":"executed","detail":"ok","executedSeq":1}"#.into(),
+            r#"{"v":1,"change":"set-state","seq":1,"state":"executed","detail":"ok","executedSeq":1}"#.into(),
         ),
         (
             JournalChange::RaiseHighWater {
@@ -207,6 +212,7 @@ fn golden_records_have_their_documented_bytes() {
             },
             r#"{"v":1,"change":"raise-high-water","pool":"edge","address":"10.0.0.10","captureDomain":"provider:sim1:placement:g1","captureEpoch":2,"ownershipEpoch":1}"#.into(),
         ),
+        (JournalChange::Compact { seqs: vec![3, 4] }, r#"{"v":1,"change":"compact","seqs":[3,4]}"#.into()),
     ];
     for (change, json) in changes {
         let bytes = encode_journal_change(&change).expect("encodes");
@@ -361,7 +367,7 @@ fn an_invalid_pool_is_not_written() {
 #[test]
 fn records_that_contradict_themselves_are_inconsistent() {
     let action_with = |from: &str, to: &str| ACTION_JSON.replace(from, to);
-    let entry = |action: &str, tail: &str| format!(r#"{{"v":1,"action":{action},{tail}}}"#);
+    let entry = |action: &str, tail: &str| format!(r#"{{"v":1,"seq":1,"action":{action},{tail}}}"#);
     let cases = [
         (
             entry(&action_with(r#""captureEpoch":1"#, r#""captureEpoch":2"#), r#""state":"approved""#),
@@ -387,6 +393,10 @@ fn records_that_contradict_themselves_are_inconsistent() {
         (entry(ACTION_JSON, r#""state":"executed""#), "without its `executedSeq`"),
         (entry(ACTION_JSON, r#""state":"executed","executedSeq":0"#), "starts at 1"),
         (entry(ACTION_JSON, r#""state":"approved","executedSeq":3"#), "`executedSeq` on a `approved`"),
+        (
+            entry(ACTION_JSON, r#""state":"approved""#).replace(r#""seq":1"#, r#""seq":0"#),
+            "sequence number 0",
+        ),
     ];
     for (json, expected) in cases {
         match decode_journal_entry(json.as_bytes()) {
@@ -395,6 +405,26 @@ fn records_that_contradict_themselves_are_inconsistent() {
             }
             other => panic!("{json}: {other:?}"),
         }
+    }
+    let cases = [
+        (r#"{"v":1,"change":"compact","seqs":[4,3]}"#, "4 then 3 are not ascending"),
+        (r#"{"v":1,"change":"compact","seqs":[3,3]}"#, "3 then 3 are not ascending"),
+        (r#"{"v":1,"change":"compact","seqs":[0,3]}"#, "sequence number 0"),
+        (r#"{"v":1,"change":"set-state","seq":0,"state":"approved"}"#, "sequence number 0"),
+    ];
+    for (json, expected) in cases {
+        match decode_journal_change(json.as_bytes()) {
+            Err(CodecError::Inconsistent { record: "journal change", reason }) => {
+                assert!(reason.contains(expected), "{json}: {reason}");
+            }
+            other => panic!("{json}: {other:?}"),
+        }
+    }
+    for change in [JournalChange::Compact { seqs: vec![2, 1] }, JournalChange::Compact { seqs: vec![0] }] {
+        assert!(
+            matches!(encode_journal_change(&change), Err(CodecError::Inconsistent { .. })),
+            "refused before it is written: {change:?}"
+        );
     }
     let row = |pool: &str, address: &str, capture: u64, ownership: u64| {
         format!(
@@ -577,17 +607,23 @@ fn state_and_seq() -> impl Strategy<Value = (EntryState, Option<u64>)> {
 }
 
 fn journal_entry() -> impl Strategy<Value = JournalEntry> {
-    (stamped_action(), state_and_seq(), prop::option::of(free_text())).prop_map(
-        |(action, (state, executed_seq), detail)| JournalEntry { action, state, detail, executed_seq },
+    (1u64.., stamped_action(), state_and_seq(), prop::option::of(free_text())).prop_map(
+        |(seq, action, (state, executed_seq), detail)| JournalEntry {
+            seq,
+            action,
+            state,
+            detail,
+            executed_seq,
+        },
     )
 }
 
 fn journal_change() -> impl Strategy<Value = JournalChange> {
     prop_oneof![
         journal_entry().prop_map(JournalChange::Append),
-        (0usize..1_000_000, state_and_seq(), prop::option::of(free_text())).prop_map(
-            |(index, (state, executed_seq), detail)| JournalChange::SetState {
-                index,
+        (1u64.., state_and_seq(), prop::option::of(free_text())).prop_map(
+            |(seq, (state, executed_seq), detail)| JournalChange::SetState {
+                seq,
                 state,
                 detail,
                 executed_seq
@@ -602,6 +638,8 @@ fn journal_change() -> impl Strategy<Value = JournalChange> {
                 ownership_epoch: OwnershipEpoch::from_stored(ownership),
             }
         ),
+        prop::collection::btree_set(1u64.., 0..20)
+            .prop_map(|seqs| JournalChange::Compact { seqs: seqs.into_iter().collect() }),
     ]
 }
 

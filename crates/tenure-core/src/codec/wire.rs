@@ -259,10 +259,38 @@ fn state_from_wire(
     }
 }
 
-/// A journal entry: the action, nested, then the state and its details.
+/// A sequence number (the journal's key, SPEC 13 "bounded journals"): 1 or more.
+fn check_seq(record: &'static str, seq: u64) -> Result<u64, CodecError> {
+    if seq == 0 {
+        return Err(CodecError::Inconsistent {
+            record,
+            reason: "sequence number 0 (they start at 1)".into(),
+        });
+    }
+    Ok(seq)
+}
+
+/// The sequence numbers of a compaction, as the engine writes them: each 1 or more, ascending,
+/// none twice.
+fn check_seqs(record: &'static str, seqs: &[u64]) -> Result<(), CodecError> {
+    if let Some(&first) = seqs.first() {
+        check_seq(record, first)?;
+    }
+    match seqs.windows(2).find(|pair| pair[0] >= pair[1]) {
+        Some(pair) => Err(CodecError::Inconsistent {
+            record,
+            reason: format!("compacted sequence numbers {} then {} are not ascending", pair[0], pair[1]),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A journal entry: its sequence number, the action, nested, then the state and its details.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct EntryWire<'a> {
+    /// The sequence number: the journal's key.
+    seq: u64,
     /// The stamped action.
     action: ActionWire<'a>,
     /// The state's name.
@@ -279,21 +307,23 @@ pub(super) struct EntryWire<'a> {
 }
 
 impl<'a> EntryWire<'a> {
-    /// The wire form of `entry`.
-    pub(super) fn of(entry: &'a JournalEntry) -> Self {
+    /// The wire form of `entry` (its sequence number checked first).
+    pub(super) fn of(record: &'static str, entry: &'a JournalEntry) -> Result<Self, CodecError> {
         let (state, reason) = state_to_wire(entry.state);
-        Self {
+        Ok(Self {
+            seq: check_seq(record, entry.seq)?,
             action: ActionWire::of(&entry.action),
             state,
             reason,
             detail: entry.detail.as_deref().map(Cow::Borrowed),
             executed_seq: entry.executed_seq,
-        }
+        })
     }
 
-    /// The entry, with the checks of its action and state.
+    /// The entry, with the checks of its sequence number, action and state.
     pub(super) fn into_entry(self, record: &'static str) -> Result<JournalEntry, CodecError> {
         Ok(JournalEntry {
+            seq: check_seq(record, self.seq)?,
             state: state_from_wire(record, self.state, self.reason, self.executed_seq)?,
             action: self.action.into_action(record)?,
             detail: self.detail.map(Cow::into_owned),
@@ -348,8 +378,8 @@ pub(super) enum ChangeWire<'a> {
     Append(EntryWire<'a>),
     /// `set-state`.
     SetState {
-        /// Index in journal order.
-        index: u64,
+        /// The entry's sequence number.
+        seq: u64,
         /// The new state's name.
         state: StateName,
         /// Why, for `skipped`.
@@ -364,20 +394,22 @@ pub(super) enum ChangeWire<'a> {
     },
     /// `raise-high-water`: one row's fields beside the tag.
     RaiseHighWater(MarkWire<'a>),
+    /// `compact`: finished, superseded entries dropped.
+    Compact {
+        /// Their sequence numbers, ascending.
+        seqs: Cow<'a, [u64]>,
+    },
 }
 
 impl<'a> ChangeWire<'a> {
     /// The wire form of `change`.
     pub(super) fn of(change: &'a JournalChange) -> Result<Self, CodecError> {
         Ok(match change {
-            JournalChange::Append(entry) => Self::Append(EntryWire::of(entry)),
-            JournalChange::SetState { index, state, detail, executed_seq } => {
+            JournalChange::Append(entry) => Self::Append(EntryWire::of(RECORD_JOURNAL_CHANGE, entry)?),
+            JournalChange::SetState { seq, state, detail, executed_seq } => {
                 let (state, reason) = state_to_wire(*state);
                 Self::SetState {
-                    index: u64::try_from(*index).map_err(|_| CodecError::Inconsistent {
-                        record: RECORD_JOURNAL_CHANGE,
-                        reason: format!("journal index {index} does not fit 64 bits"),
-                    })?,
+                    seq: check_seq(RECORD_JOURNAL_CHANGE, *seq)?,
                     state,
                     reason,
                     detail: detail.as_deref().map(Cow::Borrowed),
@@ -397,6 +429,10 @@ impl<'a> ChangeWire<'a> {
                 capture_epoch: capture_epoch.get(),
                 ownership_epoch: ownership_epoch.get(),
             }),
+            JournalChange::Compact { seqs } => {
+                check_seqs(RECORD_JOURNAL_CHANGE, seqs)?;
+                Self::Compact { seqs: Cow::Borrowed(seqs) }
+            }
         })
     }
 
@@ -405,11 +441,8 @@ impl<'a> ChangeWire<'a> {
         let record = RECORD_JOURNAL_CHANGE;
         Ok(match self {
             Self::Append(entry) => JournalChange::Append(entry.into_entry(record)?),
-            Self::SetState { index, state, reason, detail, executed_seq } => JournalChange::SetState {
-                index: usize::try_from(index).map_err(|_| CodecError::Inconsistent {
-                    record,
-                    reason: format!("journal index {index} does not fit this machine's memory"),
-                })?,
+            Self::SetState { seq, state, reason, detail, executed_seq } => JournalChange::SetState {
+                seq: check_seq(record, seq)?,
                 state: state_from_wire(record, state, reason, executed_seq)?,
                 detail: detail.map(Cow::into_owned),
                 executed_seq,
@@ -423,6 +456,10 @@ impl<'a> ChangeWire<'a> {
                     capture_epoch,
                     ownership_epoch,
                 }
+            }
+            Self::Compact { seqs } => {
+                check_seqs(record, &seqs)?;
+                JournalChange::Compact { seqs: seqs.into_owned() }
             }
         })
     }

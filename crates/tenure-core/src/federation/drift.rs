@@ -5,22 +5,7 @@
 use std::net::IpAddr;
 
 use super::{Federation, NodeId};
-use crate::model::{CaptureDomain, CaptureEpoch};
-
-/// A node's last confirmed acquire or release of an address, from `action-result` events.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Confirmation {
-    /// The node that reported.
-    pub node: NodeId,
-    /// The line of the confirmed action.
-    pub capture_domain: CaptureDomain,
-    /// Its capture epoch.
-    pub capture_epoch: CaptureEpoch,
-    /// `true` for an acquire verb that takes the address, `false` for a release that drops it.
-    pub acquired: bool,
-    /// `at` of the `action-result` event.
-    pub at_ms: u64,
-}
+use crate::state::Confirmation;
 
 impl Federation {
     /// Turns drift repair on or off. With it on, an `inventory` event that contradicts what was
@@ -91,21 +76,48 @@ impl Federation {
         }
     }
 
-    /// Applies the drift rule to every applied pool of `provider` that lists `address`.
-    pub(super) fn repair_drift(&mut self, provider: &str, address: IpAddr, holders: &[String], at_ms: u64) {
+    /// Applies an `inventory` event: the drift rule, then the latest observation is kept if a
+    /// pool of the provider (applied or deleted) has ever listed the address — so what is kept is
+    /// bounded by the address states the federation keeps anyway for their tokens, and a junk
+    /// inventory of an unknown address leaves nothing behind.
+    pub(super) fn observe_inventory(
+        &mut self,
+        provider: &str,
+        address: IpAddr,
+        holders: &[String],
+        at_ms: u64,
+    ) {
+        self.repair_drift(provider, address, holders, at_ms);
+        let listed =
+            self.pools.values().any(|p| p.spec.provider == provider && p.addresses.contains_key(&address));
+        let key = (provider.to_owned(), address);
+        if listed && self.observed.get(&key).is_none_or(|(_, at)| *at <= at_ms) {
+            self.observed.insert(key, (holders.to_vec(), at_ms));
+        }
+    }
+
+    /// How many inventory observations are kept (bounded by the applied pools' addresses).
+    #[must_use]
+    pub fn observations_kept(&self) -> usize {
+        self.observed.len()
+    }
+
+    /// Applies the drift rule to every applied pool of `provider` that lists `address`. A
+    /// re-capture moves the line once, at the end of the event, like every token.
+    fn repair_drift(&mut self, provider: &str, address: IpAddr, holders: &[String], at_ms: u64) {
         let holder_nodes: Vec<Option<NodeId>> = holders
             .iter()
             .map(|nic| self.nodes.iter().position(|n| n.spec.provider == provider && n.spec.nic == *nic))
             .collect();
-        for pool in self.pools.values_mut().filter(|p| p.spec.provider == provider) {
-            let domain = pool.capture_domain.clone();
+        for (name, pool) in self.pools.iter_mut().filter(|(_, p)| p.spec.provider == provider) {
+            let domain = &pool.capture_domain;
             let Some(state) = pool.addresses.get_mut(&address) else { continue };
             let desired = state.line.desired_holder.filter(|_| state.active);
             let confirmation_of = |node: NodeId| state.confirmations.iter().find(|c| c.node == node);
             let lost = desired.and_then(confirmation_of).is_some_and(|c| {
                 c.acquired
                     && c.capture_epoch == state.line.epoch
-                    && c.capture_domain == domain
+                    && c.capture_domain == *domain
                     && at_ms >= c.at_ms
                     && !holder_nodes.contains(&desired)
             });
@@ -115,7 +127,7 @@ impl Federation {
                 Some(node) => confirmation_of(*node).is_none_or(|c| !c.acquired && at_ms >= c.at_ms),
             });
             if lost || foreign {
-                state.line.epoch = state.line.epoch.next();
+                self.touched.recapture(name, domain, address, state);
                 self.recaptures += 1;
             }
         }

@@ -75,7 +75,6 @@ impl World {
             let entries: Vec<String> = n
                 .engine
                 .entries()
-                .iter()
                 .filter(|e| e.action.pool == pool && e.action.address == address)
                 .map(|e| format!("{}@{}:{:?}", e.action.verb, e.action.capture_epoch, e.state))
                 .collect();
@@ -89,7 +88,7 @@ impl World {
     pub(super) fn approve_pending(&mut self) {
         let mut keys = BTreeSet::new();
         for n in &self.nodes {
-            for entry in n.engine.entries().iter().filter(|e| e.state == EntryState::Pending) {
+            for entry in n.engine.entries().filter(|e| e.state == EntryState::Pending) {
                 if !self.head.is_approved(&entry.action.idempotency_key) {
                     keys.insert(entry.action.idempotency_key.clone());
                 }
@@ -135,7 +134,7 @@ impl World {
             }
         }
         for n in &self.nodes {
-            for entry in n.engine.entries().iter().filter(|e| e.state.is_open()) {
+            for entry in n.engine.entries().filter(|e| e.state.is_open()) {
                 if checks::staleness(&entry.action, &self.head).is_some() {
                     return Err(format!(
                         "{}: stale open entry {}",

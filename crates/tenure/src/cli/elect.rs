@@ -16,6 +16,7 @@ use tenure_lead::backend::{BackendError, LeaseBackend};
 use tenure_lead::config::ElectionConfig;
 use tenure_lead::elector;
 use tenure_lead::embedded::EmbeddedBackend;
+#[cfg(feature = "etcd")]
 use tenure_lead::etcd::EtcdBackend;
 use tenure_lead::noop::NoopBackend;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,8 @@ pub struct ElectArgs {
     /// This contender's name (its identity in the lease).
     #[arg(long)]
     name: String,
-    /// noop | embedded | etcd | kubernetes.
+    /// noop | embedded | etcd | kubernetes (etcd and kubernetes only in a build with that cargo
+    /// feature).
     #[arg(long)]
     backend: String,
     /// etcd client URLs, or the Kubernetes API server URL (comma-separated).
@@ -64,11 +66,61 @@ struct Line<'a> {
     epoch: Option<u64>,
 }
 
+/// The backends of this build; etcd and Kubernetes only with their cargo features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Noop,
+    Embedded,
+    #[cfg(feature = "etcd")]
+    Etcd,
+    #[cfg(feature = "kubernetes")]
+    Kubernetes,
+}
+
+/// Why `elect` refuses to start.
+#[derive(Debug)]
+enum Refusal {
+    /// Bad arguments (exit 2).
+    BadInput(String),
+    /// A backend this build left out, and the cargo feature that builds it (exit 3). Only in a
+    /// build that leaves one out.
+    #[cfg(not(all(feature = "etcd", feature = "kubernetes")))]
+    NotBuilt { backend: &'static str, feature: &'static str },
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Self::BadInput(message)
+    }
+}
+
+/// The backend `--backend` names, if this build has it.
+fn backend(name: &str) -> Result<Backend, Refusal> {
+    match name {
+        "noop" => Ok(Backend::Noop),
+        "embedded" => Ok(Backend::Embedded),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(Backend::Etcd),
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => Err(Refusal::NotBuilt { backend: "etcd", feature: "etcd" }),
+        #[cfg(feature = "kubernetes")]
+        "kubernetes" => Ok(Backend::Kubernetes),
+        #[cfg(not(feature = "kubernetes"))]
+        "kubernetes" => Err(Refusal::NotBuilt { backend: "kubernetes", feature: "kubernetes" }),
+        other => Err(Refusal::BadInput(format!(
+            "--backend must be noop, embedded, etcd or kubernetes (got `{other}`)"
+        ))),
+    }
+}
+
 fn duration(flag: &str, text: &str) -> Result<Duration, String> {
     parse_duration_ms(text).map(Duration::from_millis).map_err(|e| format!("--{flag}: {e}"))
 }
 
-fn config(args: &ElectArgs) -> Result<ElectionConfig, String> {
+/// The backend and the election timing, or why not. A backend this build left out is refused
+/// before anything else: no other argument can make it available.
+fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
+    let backend = backend(&args.backend)?;
     check_name("election", &args.election)?;
     check_name("--name", &args.name)?;
     let config = ElectionConfig {
@@ -78,23 +130,25 @@ fn config(args: &ElectArgs) -> Result<ElectionConfig, String> {
         ..ElectionConfig::default()
     };
     config.validate().map_err(|e| e.to_string())?;
-    match args.backend.as_str() {
-        "noop" | "embedded" => {}
-        "etcd" | "kubernetes" if args.endpoints.is_empty() => {
-            return Err(format!("--backend {} needs --endpoints", args.backend));
-        }
-        "etcd" | "kubernetes" => {}
-        other => return Err(format!("--backend must be noop, embedded, etcd or kubernetes (got `{other}`)")),
+    let needs_endpoints = !matches!(backend, Backend::Noop | Backend::Embedded);
+    if needs_endpoints && args.endpoints.is_empty() {
+        return Err(Refusal::BadInput(format!("--backend {} needs --endpoints", args.backend)));
     }
-    Ok(config)
+    Ok((backend, config))
 }
 
+/// Runs `tenure elect` until SIGTERM or SIGINT.
 pub fn run(args: &ElectArgs) -> ExitCode {
-    let config = match config(args) {
-        Ok(c) => c,
-        Err(message) => {
+    let (backend, config) = match config(args) {
+        Ok(chosen) => chosen,
+        Err(Refusal::BadInput(message)) => {
             eprintln!("tenure elect: {message}");
             return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        #[cfg(not(all(feature = "etcd", feature = "kubernetes")))]
+        Err(Refusal::NotBuilt { backend, feature }) => {
+            eprintln!("tenure elect: this build has no {backend} backend; rebuild with --features {feature}");
+            return ExitCode::from(super::EXIT_NOT_BUILT);
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -105,12 +159,13 @@ pub fn run(args: &ElectArgs) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match args.backend.as_str() {
-            "noop" => campaign(args, NoopBackend, config).await,
-            "embedded" => {
+        match backend {
+            Backend::Noop => campaign(args, NoopBackend, config).await,
+            Backend::Embedded => {
                 campaign(args, EmbeddedBackend::new(&args.dir, &args.election, &args.name)?, config).await
             }
-            "etcd" => {
+            #[cfg(feature = "etcd")]
+            Backend::Etcd => {
                 let backend = EtcdBackend::connect(
                     &args.endpoints,
                     &args.prefix,
@@ -121,7 +176,8 @@ pub fn run(args: &ElectArgs) -> ExitCode {
                 .await?;
                 campaign(args, backend, config).await
             }
-            _ => {
+            #[cfg(feature = "kubernetes")]
+            Backend::Kubernetes => {
                 let backend = tenure_kube::KubernetesBackend::connect(
                     &args.endpoints[0],
                     &args.namespace,

@@ -11,7 +11,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// Exit code for bad input (SPEC 10, 11): a spec, scenario or argument was refused.
 pub const EXIT_BAD_INPUT: u8 = 2;
-/// Exit code for a command this build does not have yet.
+/// Exit code for a command this build does not have: not built yet, or left out of this build by
+/// its cargo features (the one-line message names the feature to rebuild with).
 pub const EXIT_NOT_BUILT: u8 = 3;
 
 /// tenure: fencing tokens for things that must have exactly one holder.

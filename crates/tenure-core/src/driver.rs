@@ -1,0 +1,299 @@
+//! The one sans-IO driver of a node, shared by `replay`, the simulator and the agent.
+//!
+//! A [`NodeDriver`] owns what one node keeps in memory around its [`NodeEngine`]: its view of
+//! the log (the prefix it applied), whether it is paused (a frozen process) or partitioned (it
+//! cannot read the log head), what it had approved when it froze, and the outbox of log appends
+//! it wants made (`action-result` events). It never calls out: the caller feeds it the log and
+//! the head, calls the provider with what [`NodeDriver::poll_action`] hands out, and appends
+//! what [`NodeDriver::poll_append`] drains. The walk is always the same:
+//!
+//! ```text
+//! log ─► catch_up ─► reconcile (plan, import, sweep, compact) ─► start_execution (promote)
+//!     ─► poll_action (the gate, right before the call) ─► provider ─► handle_result ─► poll_append ─► log
+//! ```
+//!
+//! The local-step rules of SPEC 13 live here: a partitioned node does nothing, not even a
+//! sweep; a paused node ignores reconcile and execute; `resume` gates only what was approved
+//! before the pause, then catches up without planning; `restart` loses memory (the view, the
+//! pause) but not the journal, nor a partition.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::federation::Federation;
+use crate::fence::HeadTokens;
+use crate::journal::JournalStore;
+use crate::log::{ActionOutcome, Event, EventKind};
+use crate::model::StampedAction;
+use crate::node::{NodeEngine, NodeError, ReconcileReport};
+
+/// How a driver reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverOptions {
+    /// Append an `action-result` event for every reported call, and re-report (the outbox of
+    /// results) what the log has not confirmed at every reconcile. The agent and the simulator
+    /// do; `replay` does not (SPEC 13).
+    pub report_results: bool,
+}
+
+/// Why a local step did nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// The node cannot read the log head: it must not act.
+    Partitioned,
+    /// The node is frozen: it ignores reconcile and execute.
+    Paused,
+    /// `resume` of a node that is not paused.
+    NotPaused,
+}
+
+impl Blocked {
+    /// Why, in words.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Partitioned => "partitioned: cannot read the log head, does nothing",
+            Self::Paused => "paused: ignored",
+            Self::NotPaused => "not paused: nothing to do",
+        }
+    }
+}
+
+/// One node's driver.
+#[derive(Debug)]
+pub struct NodeDriver<S: JournalStore> {
+    engine: NodeEngine<S>,
+    /// The projection of the empty log over the registry: where a restarted view starts.
+    registry: Federation,
+    view: Federation,
+    /// How many events of the log the view applied.
+    cursor: usize,
+    /// Events the view rejected (counted, never stopping the log).
+    rejected: u64,
+    paused: bool,
+    partitioned: bool,
+    approved_before_pause: BTreeSet<String>,
+    /// During a resume: the keys it may still gate (approved before the pause).
+    zombie: Option<BTreeSet<String>>,
+    options: DriverOptions,
+    outbox: VecDeque<EventKind>,
+}
+
+impl<S: JournalStore> NodeDriver<S> {
+    /// A driver of `engine` over the empty log `registry` (nodes and providers known).
+    #[must_use]
+    pub fn new(engine: NodeEngine<S>, registry: Federation, options: DriverOptions) -> Self {
+        Self {
+            engine,
+            view: registry.clone(),
+            registry,
+            cursor: 0,
+            rejected: 0,
+            paused: false,
+            partitioned: false,
+            approved_before_pause: BTreeSet::new(),
+            zombie: None,
+            options,
+            outbox: VecDeque::new(),
+        }
+    }
+
+    /// The node's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.engine.name()
+    }
+
+    /// The engine.
+    #[must_use]
+    pub fn engine(&self) -> &NodeEngine<S> {
+        &self.engine
+    }
+
+    /// The engine, for a caller that simulates its store's fate (see [`NodeEngine::store_mut`]).
+    pub fn engine_mut(&mut self) -> &mut NodeEngine<S> {
+        &mut self.engine
+    }
+
+    /// The node's view: the log prefix it applied.
+    #[must_use]
+    pub fn view(&self) -> &Federation {
+        &self.view
+    }
+
+    /// How many log events the view applied.
+    #[must_use]
+    pub fn applied(&self) -> usize {
+        self.cursor
+    }
+
+    /// How many log events the view rejected (a malformed event never stops the log).
+    #[must_use]
+    pub fn rejected(&self) -> u64 {
+        self.rejected
+    }
+
+    /// Whether the node is frozen.
+    #[must_use]
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether the node is cut off from the log head.
+    #[must_use]
+    pub fn is_partitioned(&self) -> bool {
+        self.partitioned
+    }
+
+    /// Applies the events of `log` (the whole log, from its first event) that the view has not
+    /// applied yet.
+    pub fn catch_up(&mut self, log: &[Event]) {
+        for event in log.iter().skip(self.cursor) {
+            if self.view.apply(event).is_err() {
+                self.rejected += 1;
+            }
+        }
+        self.cursor = self.cursor.max(log.len());
+    }
+
+    /// A local `reconcile`: catch up, plan, import, sweep, compact; then, when reporting results,
+    /// queue what the log has not confirmed (the outbox of results).
+    pub fn reconcile(
+        &mut self,
+        log: &[Event],
+        head: &impl HeadTokens,
+    ) -> Result<Result<ReconcileReport, Blocked>, NodeError<S::Error>> {
+        if let Some(blocked) = self.blocked() {
+            return Ok(Err(blocked));
+        }
+        self.catch_up(log);
+        let report = self.engine.reconcile(&self.view, head)?;
+        if self.options.report_results {
+            for key in self.engine.unconfirmed_results(&self.view) {
+                self.outbox.push_back(EventKind::ActionResult {
+                    node: self.name().to_owned(),
+                    idempotency_key: key,
+                    outcome: ActionOutcome::Executed,
+                    detail: "re-reported".to_owned(),
+                });
+            }
+        }
+        Ok(Ok(report))
+    }
+
+    fn blocked(&self) -> Option<Blocked> {
+        if self.partitioned {
+            Some(Blocked::Partitioned)
+        } else if self.paused {
+            Some(Blocked::Paused)
+        } else {
+            None
+        }
+    }
+
+    /// The start of a local `execute`: pending entries the head shows approved are promoted.
+    /// Then loop [`NodeDriver::poll_action`] until it returns `None`.
+    pub fn start_execution(
+        &mut self,
+        head: &impl HeadTokens,
+    ) -> Result<Result<Vec<String>, Blocked>, NodeError<S::Error>> {
+        if let Some(blocked) = self.blocked() {
+            return Ok(Err(blocked));
+        }
+        self.zombie = None;
+        Ok(Ok(self.engine.promote_approved(head)?))
+    }
+
+    /// The next action that passed the gate against `head` an instant ago, for the provider
+    /// call; `None` when nothing is left, or the node may not act (partitioned, or paused
+    /// outside a resume).
+    pub fn poll_action(
+        &mut self,
+        head: &impl HeadTokens,
+    ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
+        if self.partitioned || (self.paused && self.zombie.is_none()) {
+            return Ok(None);
+        }
+        self.engine.poll_execution(head, self.zombie.as_ref())
+    }
+
+    /// What the provider said about an action `poll_action` handed out.
+    pub fn handle_result(
+        &mut self,
+        idempotency_key: &str,
+        outcome: ActionOutcome,
+        detail: String,
+    ) -> Result<(), NodeError<S::Error>> {
+        self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
+        if self.options.report_results {
+            self.outbox.push_back(EventKind::ActionResult {
+                node: self.name().to_owned(),
+                idempotency_key: idempotency_key.to_owned(),
+                outcome,
+                detail,
+            });
+        }
+        Ok(())
+    }
+
+    /// The next log append this node wants made (the caller stamps `at` and appends it).
+    pub fn poll_append(&mut self) -> Option<EventKind> {
+        self.outbox.pop_front()
+    }
+
+    /// The process freezes: it stops reading the log but keeps what it planned.
+    pub fn pause(&mut self) {
+        if !self.paused {
+            self.paused = true;
+            self.approved_before_pause = self.engine.approved_keys();
+        }
+    }
+
+    /// The process wakes up. Unless blocked, the caller then loops [`NodeDriver::poll_action`]
+    /// (which gates only what was approved before the pause: the zombie) and calls
+    /// [`NodeDriver::finish_resume`]. A partitioned node only clears its pause.
+    pub fn resume(&mut self) -> Result<usize, Blocked> {
+        if !self.paused {
+            return Err(Blocked::NotPaused);
+        }
+        self.paused = false;
+        let only = std::mem::take(&mut self.approved_before_pause);
+        if self.partitioned {
+            return Err(Blocked::Partitioned);
+        }
+        let count = only.len();
+        self.paused = true;
+        self.zombie = Some(only);
+        Ok(count)
+    }
+
+    /// The end of a resume: the node catches up with the log, without planning.
+    pub fn finish_resume(&mut self, log: &[Event]) {
+        if self.zombie.take().is_some() {
+            self.paused = false;
+            self.catch_up(log);
+        }
+    }
+
+    /// A crash and restart: memory lost (the view, a pause), the durable journal and
+    /// high-water marks kept. A partition is the network's, not the process's: it stays.
+    pub fn restart(&mut self) -> Result<(), NodeError<S::Error>> {
+        self.engine.restart()?;
+        self.view = self.registry.clone();
+        self.cursor = 0;
+        self.paused = false;
+        self.zombie = None;
+        self.approved_before_pause.clear();
+        self.outbox.clear();
+        Ok(())
+    }
+
+    /// The node is cut off from the log head.
+    pub fn partition(&mut self) {
+        self.partitioned = true;
+    }
+
+    /// The node reads the log head again.
+    pub fn heal(&mut self) {
+        self.partitioned = false;
+    }
+}

@@ -1,0 +1,128 @@
+//! Approvals as log state (SPEC 13), bounded. What is kept, a pure function of the log:
+//! - an `approve` whose key does not parse as an idempotency key, or names no active address of
+//!   an applied pool, is counted and not kept (it could never approve a journaled action);
+//! - a kept approval is forgotten as soon as a token of its address moves past it (its
+//!   captureEpoch is below its line's, or, under `epochLocking`, its ownershipEpoch below the
+//!   address's): an action so stamped is stale and never runs, approved or not;
+//! - at most [`APPROVALS_PER_ADDRESS_MAX`] approvals per (pool, address); past it the one with
+//!   the lowest tokens goes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use super::Federation;
+use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, ParsedKey};
+use crate::state::AddressState;
+
+/// Most approvals kept per (pool, address): every verb of a release and an acquire in the
+/// current epoch, with room to spare.
+pub const APPROVALS_PER_ADDRESS_MAX: usize = 16;
+
+/// One kept approval.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Kept {
+    capture_epoch: CaptureEpoch,
+    ownership_epoch: OwnershipEpoch,
+    capture_domain: CaptureDomain,
+    key: String,
+}
+
+/// The approvals the log keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Approvals {
+    keys: BTreeSet<String>,
+    by_address: BTreeMap<(String, IpAddr), Vec<Kept>>,
+    /// Approvals not kept because they named nothing approvable.
+    ignored: u64,
+}
+
+impl Approvals {
+    pub(super) fn contains(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Forgets the approvals of (pool, address) that its tokens moved past.
+    pub(super) fn forget_stale(
+        &mut self,
+        pool: &str,
+        address: IpAddr,
+        state: &AddressState,
+        current: &CaptureDomain,
+        epoch_locking: bool,
+    ) {
+        let slot = (pool.to_owned(), address);
+        let Some(kept) = self.by_address.get_mut(&slot) else { return };
+        kept.retain(|k| {
+            let line = state.line_of(&k.capture_domain, current).map_or(CaptureEpoch::NEVER, |l| l.epoch);
+            let keep =
+                k.capture_epoch >= line && (!epoch_locking || k.ownership_epoch >= state.ownership_epoch);
+            if !keep {
+                self.keys.remove(&k.key);
+            }
+            keep
+        });
+        if kept.is_empty() {
+            self.by_address.remove(&slot);
+        }
+    }
+}
+
+impl Federation {
+    /// Applies `approve{key}` under the rules above.
+    pub(super) fn approve(&mut self, key: &str) {
+        let parsed = ParsedKey::parse(key);
+        let target = parsed.as_ref().and_then(|k| {
+            let pool = self.pools.get(&k.pool).filter(|p| !p.deleted)?;
+            let state = pool.addresses.get(&k.address).filter(|a| a.active)?;
+            Some((pool, state))
+        });
+        let (Some(parsed), Some((pool, state))) = (parsed.as_ref(), target) else {
+            self.approvals.ignored += 1;
+            return;
+        };
+        if self.approvals.keys.contains(key) {
+            return;
+        }
+        let capture_domain = crate::model::CaptureDomain::new(&parsed.provider, &self.placement_of(parsed));
+        let line =
+            state.line_of(&capture_domain, &pool.capture_domain).map_or(CaptureEpoch::NEVER, |l| l.epoch);
+        let locking = pool.spec.epoch_locking;
+        if parsed.capture_epoch < line || (locking && parsed.ownership_epoch < state.ownership_epoch) {
+            // Already stale: it could never approve anything that runs.
+            self.approvals.ignored += 1;
+            return;
+        }
+        let kept = self.approvals.by_address.entry((parsed.pool.clone(), parsed.address)).or_default();
+        kept.push(Kept {
+            capture_epoch: parsed.capture_epoch,
+            ownership_epoch: parsed.ownership_epoch,
+            capture_domain,
+            key: key.to_owned(),
+        });
+        self.approvals.keys.insert(key.to_owned());
+        if kept.len() > APPROVALS_PER_ADDRESS_MAX {
+            kept.sort();
+            let dropped = kept.remove(0);
+            self.approvals.keys.remove(&dropped.key);
+        }
+    }
+
+    /// The placement group of the key's holder (the line of an action is its holder's domain);
+    /// an unknown holder gets the pool's group, which names no line of another domain.
+    fn placement_of(&self, key: &ParsedKey) -> String {
+        match self.node_id(&key.holder) {
+            Some(id) => self.nodes[id].spec.placement_group.clone(),
+            None => self.pools.get(&key.pool).map(|p| p.spec.placement_group.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// How many `approve` events were not kept (junk keys, nothing to approve, already stale).
+    #[must_use]
+    pub fn approvals_ignored(&self) -> u64 {
+        self.approvals.ignored
+    }
+}

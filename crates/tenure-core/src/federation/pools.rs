@@ -1,0 +1,88 @@
+//! The pool lifecycle (SPEC 13): `pool-applied` creates or replaces a pool, `pool-deleted`
+//! retires every address of it. Both only change state and touch what they change; tokens move
+//! in [`super::settle`] at the end of the event.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::{Applied, Federation};
+use crate::arbitration;
+use crate::model::PoolSpec;
+use crate::state::{NodeId, PoolConditions, PoolState};
+
+impl Federation {
+    fn member_ids(&self, spec: &PoolSpec) -> Vec<NodeId> {
+        spec.members.iter().filter_map(|m| self.node_ids.get(m).copied()).collect()
+    }
+
+    /// Creates or replaces a pool. Surviving addresses keep their `desired` flag and owner; new
+    /// ones start desired; removed ones retire like a deletion; a changed capture domain moves
+    /// every address to the new domain's line (continuing it if the pool used it before).
+    pub(super) fn apply_pool(&mut self, spec: &PoolSpec) {
+        let domain = spec.capture_domain();
+        let member_ids = arbitration::rank_members(spec, &self.member_ids(spec), &self.nodes);
+        let listed: BTreeSet<IpAddr> = spec.addresses.iter().copied().collect();
+        self.claims.apply(spec);
+        let pool = self.pools.entry(spec.name.clone()).or_insert_with(|| PoolState {
+            spec: Arc::new(spec.clone()),
+            deleted: true,
+            capture_domain: domain.clone(),
+            member_ids: Vec::new(),
+            addresses: listed.iter().map(|a| (*a, Default::default())).collect(),
+            conditions: PoolConditions::default(),
+        });
+        let domain_before = pool.capture_domain.clone();
+        let domain_changed = domain_before != domain;
+        for (address, state) in &mut pool.addresses {
+            let survives = !pool.deleted && state.active && listed.contains(address);
+            let becomes_active = listed.contains(address) && !survives;
+            if domain_changed || becomes_active || (state.active && !survives) {
+                self.touched.touch(&spec.name, &domain_before, *address, state);
+            }
+            if state.active && !survives {
+                state.active = false;
+                state.owner = None;
+            }
+            if domain_changed {
+                let old_line = std::mem::take(&mut state.line);
+                state.retired_lines.push((domain_before.clone(), old_line));
+                if let Some(index) = state.retired_lines.iter().position(|(d, _)| *d == domain) {
+                    state.line = state.retired_lines.remove(index).1;
+                }
+            }
+            if becomes_active {
+                state.active = true;
+                state.desired = true;
+            }
+        }
+        for address in &listed {
+            if !pool.addresses.contains_key(address) {
+                let state = pool.addresses.entry(*address).or_default();
+                self.touched.touch(&spec.name, &domain_before, *address, state);
+                state.active = true;
+                state.desired = true;
+            }
+        }
+        pool.spec = Arc::new(spec.clone());
+        pool.deleted = false;
+        pool.capture_domain = domain;
+        pool.member_ids = member_ids;
+    }
+
+    /// Retires every address of a pool: owner and desired holder become none.
+    pub(super) fn delete_pool(&mut self, name: &str) -> Applied {
+        let Some(pool) = self.pools.get_mut(name).filter(|p| !p.deleted) else {
+            return Applied::NoSuchTarget;
+        };
+        self.claims.delete(name);
+        for (address, state) in pool.addresses.iter_mut().filter(|(_, s)| s.active) {
+            self.touched.touch(name, &pool.capture_domain, *address, state);
+            state.active = false;
+            state.owner = None;
+        }
+        pool.deleted = true;
+        pool.conditions = PoolConditions::default();
+        Applied::Applied
+    }
+}

@@ -1,0 +1,158 @@
+//! The state the federation log builds, as plain data: nodes, pools, addresses and their token
+//! lines. A leaf module: eligibility, arbitration, the planner and the fence read these types;
+//! only [`crate::federation`] changes them, and only it moves tokens (SPEC 13, atomic events).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::model::{CaptureDomain, CaptureEpoch, NodeSpec, OwnershipEpoch, PoolSpec, VrrpState};
+
+/// Index of a node in the registry (nodes sorted by name).
+pub type NodeId = usize;
+
+/// What the log says about one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeState {
+    /// The node as configured.
+    pub spec: NodeSpec,
+    /// Its capture domain.
+    pub capture_domain: CaptureDomain,
+    /// Largest `at` of its heartbeats; never moves backwards.
+    pub last_heartbeat_ms: Option<u64>,
+    /// Drained nodes are excluded at once.
+    pub drained: bool,
+    /// Latest `health` verdict; healthy until told otherwise.
+    pub healthy: bool,
+    /// Latest VRRP state; `None` until keepalived reported one.
+    pub vrrp: Option<VrrpState>,
+}
+
+impl NodeState {
+    /// A node the log has not mentioned yet.
+    #[must_use]
+    pub fn new(spec: NodeSpec) -> Self {
+        Self {
+            capture_domain: spec.capture_domain(),
+            spec,
+            last_heartbeat_ms: None,
+            drained: false,
+            healthy: true,
+            vrrp: None,
+        }
+    }
+}
+
+/// One capture-epoch line: (pool, address, captureDomain).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CaptureLine {
+    /// The line's token.
+    pub epoch: CaptureEpoch,
+    /// The owner if the address is desired, else none. Always none on a retired line.
+    pub desired_holder: Option<NodeId>,
+}
+
+/// A node's last confirmed acquire or release of an address, from `action-result` events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confirmation {
+    /// The node that reported.
+    pub node: NodeId,
+    /// The line of the confirmed action.
+    pub capture_domain: CaptureDomain,
+    /// Its capture epoch.
+    pub capture_epoch: CaptureEpoch,
+    /// `true` for an acquire verb that takes the address, `false` for a release that drops it.
+    pub acquired: bool,
+    /// `at` of the `action-result` event.
+    pub at_ms: u64,
+}
+
+/// The state of one address of one pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AddressState {
+    /// Listed in the pool's current spec (and the pool is not deleted).
+    pub active: bool,
+    /// Desired addresses have a desired holder (their owner).
+    pub desired: bool,
+    /// The arbitrated owner.
+    pub owner: Option<NodeId>,
+    /// Token of the owner line.
+    pub ownership_epoch: OwnershipEpoch,
+    /// The capture line of the pool's current capture domain.
+    pub line: CaptureLine,
+    /// Lines of capture domains the pool used before (kept for their tokens).
+    pub retired_lines: Vec<(CaptureDomain, CaptureLine)>,
+    /// Per node: stream time of the last event that moved the desired holder away from it.
+    pub moved_away_ms: Vec<(NodeId, u64)>,
+    /// Per node: its last confirmed (`action-result: executed`) holding verb for this address.
+    pub confirmations: Vec<Confirmation>,
+}
+
+impl AddressState {
+    /// When the desired holder last moved away from `node`, if it ever did.
+    #[must_use]
+    pub fn moved_away_from(&self, node: NodeId) -> Option<u64> {
+        self.moved_away_ms.iter().find(|(n, _)| *n == node).map(|(_, t)| *t)
+    }
+
+    pub(crate) fn record_moved_away(&mut self, node: NodeId, now_ms: u64) {
+        match self.moved_away_ms.iter_mut().find(|(n, _)| *n == node) {
+            Some(entry) => entry.1 = now_ms,
+            None => self.moved_away_ms.push((node, now_ms)),
+        }
+    }
+
+    /// The line of `domain`, current or retired.
+    #[must_use]
+    pub fn line_of(&self, domain: &CaptureDomain, current: &CaptureDomain) -> Option<&CaptureLine> {
+        if domain == current {
+            Some(&self.line)
+        } else {
+            self.retired_lines.iter().find(|(d, _)| d == domain).map(|(_, l)| l)
+        }
+    }
+
+    pub(crate) fn line_of_mut(
+        &mut self,
+        domain: &CaptureDomain,
+        current: &CaptureDomain,
+    ) -> Option<&mut CaptureLine> {
+        if domain == current {
+            Some(&mut self.line)
+        } else {
+            self.retired_lines.iter_mut().find(|(d, _)| d == domain).map(|(_, l)| l)
+        }
+    }
+
+    /// The desired holder the address's state implies: its owner while it is active and desired.
+    #[must_use]
+    pub fn implied_holder(&self) -> Option<NodeId> {
+        if self.active && self.desired { self.owner } else { None }
+    }
+}
+
+/// Conditions a pool reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolConditions {
+    /// Addresses without owner although some member was eligible: every eligible member is full.
+    pub capacity_exhausted: u64,
+    /// Addresses without owner because no member is eligible.
+    pub no_eligible_member: u64,
+}
+
+/// One pool as the log built it. Deleted pools stay, for their tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolState {
+    /// The latest applied spec (for a deleted pool, the last one that held its addresses).
+    pub spec: Arc<PoolSpec>,
+    /// Whether `pool-deleted` came after the latest `pool-applied`.
+    pub deleted: bool,
+    /// The capture domain of `spec`.
+    pub capture_domain: CaptureDomain,
+    /// Declared members, by node id, in rank-group order (see [`crate::arbitration`]).
+    pub member_ids: Vec<NodeId>,
+    /// Every address ever listed, in canonical order.
+    pub addresses: BTreeMap<IpAddr, AddressState>,
+    /// The conditions of the latest arbitration.
+    pub conditions: PoolConditions,
+}

@@ -1,0 +1,235 @@
+//! Executors (SPEC 7): the one interface every provider call goes through — a stamped action in,
+//! an [`ExecutionOutcome`] out, within a deadline.
+//!
+//! # Where the fence gate is
+//!
+//! Not here. The gate runs in the core's node driver (`tenure_core::node::NodeEngine::
+//! poll_execution`) immediately before the driver calls [`Executor::execute`]: an action that
+//! reaches an executor passed the gate an instant ago, against the log's head. An executor never
+//! re-checks tokens and never decides whether an action is stale; it only performs the call and
+//! says what became of it. Keeping the gate out of the executors keeps it in one place, in the
+//! pure core, where it is tested exhaustively and simulated.
+//!
+//! # Deadlines
+//!
+//! Every call has a deadline (a [`tokio::time::Instant`]). An executor should stop at it on its
+//! own (a command killed, a request timed out); [`execute_within`] enforces it around any
+//! executor: past the deadline the call's future is dropped and the outcome is
+//! [`ExecutionOutcome::Unknown`], because the call may or may not have reached the provider.
+//! The core's `tenure_core::log::ActionOutcome` knows only executed and failed: how a driver
+//! records an unknown outcome (for instance, leaving the entry in flight until inventory shows
+//! what happened) is decided with the agent that drives it.
+//!
+//! # Layout
+//!
+//! - this file — [`Executor`], [`ExecutionOutcome`], [`execute_within`].
+//! - [`sim`] — [`SimExecutor`]: the simulated providers `sim-cloud` and `sim-onprem` behind a
+//!   shared, lock-protected handle.
+
+pub mod sim;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tenure_core::model::StampedAction;
+use tokio::time::Instant;
+
+pub use sim::SimExecutor;
+
+/// What became of one provider call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecutionOutcome {
+    /// The provider confirmed the call.
+    Executed {
+        /// What the provider did, for the journal and the operator (e.g. `assigned to eni-a`).
+        detail: String,
+    },
+    /// The call did not take effect: the provider refused it, or it was never made.
+    Failed {
+        /// Why, in one line.
+        reason: String,
+    },
+    /// The call may or may not have taken effect: the deadline passed while it was under way, or
+    /// the answer was lost. Only inventory (drift detection) can tell what happened.
+    Unknown {
+        /// Why the outcome is unknown, in one line.
+        reason: String,
+    },
+}
+
+/// The future an [`Executor`] returns: boxed, so that `dyn Executor` works (an `async fn` in a
+/// trait is not object-safe), and `Send`, so that it can run on any tokio worker.
+pub type ExecuteFuture<'a> = Pin<Box<dyn Future<Output = ExecutionOutcome> + Send + 'a>>;
+
+/// Performs stamped provider actions. Object-safe: the agent holds its executors as
+/// `Arc<dyn Executor>`, one per configured provider.
+///
+/// The fence gate is not an executor's business: it runs in the core's driver right before
+/// [`Executor::execute`] is called (see the module documentation).
+pub trait Executor: Send + Sync {
+    /// Performs `action` and reports its outcome. Nothing happens until the returned future is
+    /// first polled. Implementations are idempotent (the same action twice leaves the provider
+    /// as once) and should give up at `deadline` with [`ExecutionOutcome::Unknown`] when the
+    /// call may have been made, or [`ExecutionOutcome::Failed`] when it surely was not; callers
+    /// go through [`execute_within`], which enforces the deadline either way.
+    fn execute<'a>(&'a self, action: &'a StampedAction, deadline: Instant) -> ExecuteFuture<'a>;
+}
+
+/// Runs `action` on `executor`, never past `deadline`.
+///
+/// - Deadline already passed: the executor is not called; [`ExecutionOutcome::Failed`] (the
+///   gate's verdict is old, and no call was made).
+/// - Deadline passes while the call is under way: its future is dropped (cancelling whatever the
+///   executor was awaiting); [`ExecutionOutcome::Unknown`].
+/// - Otherwise: the executor's own outcome.
+pub async fn execute_within<E>(executor: &E, action: &StampedAction, deadline: Instant) -> ExecutionOutcome
+where
+    E: Executor + ?Sized,
+{
+    if Instant::now() >= deadline {
+        return ExecutionOutcome::Failed {
+            reason: "deadline passed before the call started; not called".to_owned(),
+        };
+    }
+    match tokio::time::timeout_at(deadline, executor.execute(action, deadline)).await {
+        Ok(outcome) => outcome,
+        Err(_elapsed) => ExecutionOutcome::Unknown {
+            reason: "deadline passed during the call; it may or may not have taken effect".to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, ProviderKind, Verb};
+
+    use super::*;
+
+    pub(super) fn action(verb: Verb, nic: &str) -> StampedAction {
+        StampedAction::new(
+            "edge",
+            "10.0.0.10".parse().expect("literal"),
+            verb,
+            "a",
+            "sim1",
+            nic,
+            CaptureDomain::new("sim1", "g1"),
+            CaptureEpoch::from_stored(1),
+            OwnershipEpoch::from_stored(1),
+        )
+    }
+
+    /// Sets its flag when dropped: shows that a call's future was dropped.
+    struct DropFlag(Arc<AtomicBool>);
+
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// An executor whose call takes `delay` of tokio time, then succeeds.
+    struct SleepingExecutor {
+        delay: Duration,
+        calls: AtomicUsize,
+        completed: AtomicUsize,
+        dropped: Arc<AtomicBool>,
+    }
+
+    impl SleepingExecutor {
+        fn new(delay: Duration) -> Self {
+            Self {
+                delay,
+                calls: AtomicUsize::new(0),
+                completed: AtomicUsize::new(0),
+                dropped: Arc::new(AtomicBool::new(false)),
+            }
+        }
+    }
+
+    impl Executor for SleepingExecutor {
+        fn execute<'a>(&'a self, action: &'a StampedAction, _deadline: Instant) -> ExecuteFuture<'a> {
+            Box::pin(async move {
+                self.calls.fetch_add(1, Ordering::SeqCst);
+                let _flag = DropFlag(Arc::clone(&self.dropped));
+                tokio::time::sleep(self.delay).await;
+                self.completed.fetch_add(1, Ordering::SeqCst);
+                ExecutionOutcome::Executed { detail: format!("slept, then {}", action.verb) }
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_past_its_deadline_is_unknown_and_its_future_dropped() {
+        let executor = SleepingExecutor::new(Duration::from_secs(30));
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(10);
+        let outcome = execute_within(&executor, &action(Verb::AssignSecondaryIp, "eni-a"), deadline).await;
+        assert!(matches!(outcome, ExecutionOutcome::Unknown { .. }), "{outcome:?}");
+        assert_eq!(Instant::now(), deadline, "given up exactly at the deadline (paused clock)");
+        assert_eq!(executor.calls.load(Ordering::SeqCst), 1, "the call was started");
+        assert_eq!(executor.completed.load(Ordering::SeqCst), 0, "and never finished");
+        assert!(executor.dropped.load(Ordering::SeqCst), "its future was dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_within_its_deadline_gives_the_executors_outcome() {
+        let executor = SleepingExecutor::new(Duration::from_secs(3));
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(10);
+        let outcome = execute_within(&executor, &action(Verb::AssignSecondaryIp, "eni-a"), deadline).await;
+        assert_eq!(
+            outcome,
+            ExecutionOutcome::Executed { detail: "slept, then assign-secondary-ip".to_owned() }
+        );
+        assert_eq!(Instant::now(), started + Duration::from_secs(3), "not held to the deadline");
+        assert_eq!(executor.completed.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_already_passed_fails_without_calling() {
+        let executor = SleepingExecutor::new(Duration::ZERO);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let deadline = Instant::now() - Duration::from_millis(1);
+        let outcome = execute_within(&executor, &action(Verb::AssignSecondaryIp, "eni-a"), deadline).await;
+        assert!(matches!(outcome, ExecutionOutcome::Failed { .. }), "{outcome:?}");
+        assert_eq!(executor.calls.load(Ordering::SeqCst), 0, "the executor was never called");
+    }
+
+    /// `Executor` is `Send + Sync` and object-safe.
+    fn assert_shareable<T: Send + Sync + ?Sized>() {}
+
+    #[tokio::test(start_paused = true)]
+    async fn executors_are_usable_as_arc_dyn_executor_across_tasks() {
+        assert_shareable::<dyn Executor>();
+        let sim = SimExecutor::new(ProviderKind::SimCloud);
+        let executors: Vec<Arc<dyn Executor>> =
+            vec![Arc::new(sim.clone()), Arc::new(SleepingExecutor::new(Duration::from_secs(1)))];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut outcomes = Vec::new();
+        for executor in executors {
+            // Spawned: the call's future is Send and the executor outlives the caller's borrow.
+            let task = tokio::spawn(async move {
+                execute_within(executor.as_ref(), &action(Verb::AssignSecondaryIp, "eni-b"), deadline).await
+            });
+            outcomes.push(task.await.expect("the task does not panic"));
+        }
+        assert_eq!(
+            outcomes,
+            vec![
+                ExecutionOutcome::Executed { detail: "assigned to eni-b".to_owned() },
+                ExecutionOutcome::Executed { detail: "slept, then assign-secondary-ip".to_owned() },
+            ]
+        );
+        let held = sim.with_provider(|provider| provider.holdings().clone());
+        assert_eq!(
+            held.values().flatten().collect::<Vec<_>>(),
+            vec!["eni-b"],
+            "the shared handle saw the call"
+        );
+    }
+}
