@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction};
 
 /// Why an action is stale. When several hold, the first in this order is recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum StaleReason {
     /// Its captureEpoch is not the current captureEpoch of its key (or is below the node's
     /// durable high-water mark for that key).
@@ -222,6 +223,30 @@ pub fn check_view(action: &StampedAction, current: &HeadView<'_>, high_water: &H
         return FenceVerdict::Stale { reason: StaleReason::ReleaseOfCurrent };
     }
     FenceVerdict::Current
+}
+
+/// One high-water mark as a plain row: (pool, address, capture domain, captureEpoch,
+/// ownershipEpoch). The ownershipEpoch is per (pool, address), so every row of one address carries
+/// the same value.
+pub type HighWaterRow<'a> = (&'a str, IpAddr, &'a CaptureDomain, CaptureEpoch, OwnershipEpoch);
+
+impl HighWater {
+    /// Every mark as a plain row, by pool and address, each address's lines in the order they were
+    /// first seen. This is what the codec stores ([`crate::codec::encode_high_water`]): rows, not
+    /// the interned in-memory layout; [`HighWater::raise`] of every row rebuilds the same marks.
+    pub fn rows(&self) -> impl Iterator<Item = HighWaterRow<'_>> + '_ {
+        self.marks.iter().flat_map(move |(pool, addresses)| {
+            addresses.iter().flat_map(move |(address, marks)| {
+                std::iter::once(marks.first).chain(marks.others.iter().copied()).map(move |(ix, capture)| {
+                    let domain = usize::try_from(ix)
+                        .ok()
+                        .and_then(|ix| self.domains.get(ix))
+                        .expect("a mark's domain index comes from `raise` and points into `domains`");
+                    (pool.as_str(), *address, domain, capture, marks.ownership)
+                })
+            })
+        })
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,9 @@
 //! - [`input`] — located input errors; names, Go-style durations, address ranges.
 //! - [`spec`] — strict MobilityPool parsing and validation.
 //! - [`log`] — the federation log's events.
+//! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
+//!   high-water marks.
+//! - [`log_store`] — the `Log` interface (append, read from an index, head) and `MemoryLog`.
 //! - [`state`] — the state the log builds (nodes, pools, addresses, token lines), as plain data.
 //! - [`claims`] — the one overlap rule: an address in at most one applied pool of a domain.
 //! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here.
@@ -34,6 +37,7 @@
 
 pub mod arbitration;
 pub mod claims;
+pub mod codec;
 pub mod driver;
 pub mod eligibility;
 pub mod federation;
@@ -41,6 +45,7 @@ pub mod fence;
 pub mod input;
 pub mod journal;
 pub mod log;
+pub mod log_store;
 pub mod model;
 pub mod node;
 pub mod planner;

@@ -119,7 +119,8 @@ impl EventKind {
 }
 
 /// The outcome of an executed action.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ActionOutcome {
     /// The provider call succeeded.
     Executed,

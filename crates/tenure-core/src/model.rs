@@ -160,7 +160,7 @@ impl VerbFamily {
 }
 
 /// A provider verb (SPEC 5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verb {
     /// Cloud acquire: move the secondary IP to this NIC (with reassignment).
@@ -281,7 +281,7 @@ pub struct ProviderSpec {
 }
 
 /// Who may capture an address besides arbitration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Authority {
     /// Arbitration alone decides.
@@ -292,7 +292,7 @@ pub enum Authority {
 }
 
 /// Whether planned actions wait for an operator.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Approval {
     /// Actions are imported `approved`.
@@ -303,7 +303,7 @@ pub enum Approval {
 }
 
 /// A node's VRRP state as keepalived reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VrrpState {
     /// This node is the VRRP master.

@@ -1,0 +1,539 @@
+//! The wire types of the records other than pool specs (`pool.rs`): events, stamped actions,
+//! journal entries and changes, high-water rows. Each is built from its in-memory value by
+//! borrowing (`of`), and turned back with the checks of the in-memory types (`into_*`).
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::pool::PoolSpecWire;
+use super::{CodecError, RECORD_HIGH_WATER, RECORD_JOURNAL_CHANGE};
+use crate::fence::{HighWater, StaleReason};
+use crate::input::check_name;
+use crate::journal::{EntryState, JournalChange, JournalEntry};
+use crate::log::{ActionOutcome, Event, EventKind};
+use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb, VrrpState};
+
+/// A log event: the kind as the tag `event`, then `at`, then the kind's fields.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case", rename_all_fields = "camelCase", deny_unknown_fields)]
+pub(super) enum EventWire<'a> {
+    /// `heartbeat`.
+    Heartbeat { at: u64, node: Cow<'a, str> },
+    /// `drain`.
+    Drain { at: u64, node: Cow<'a, str> },
+    /// `undrain`.
+    Undrain { at: u64, node: Cow<'a, str> },
+    /// `health`.
+    Health { at: u64, node: Cow<'a, str>, healthy: bool },
+    /// `vrrp`.
+    Vrrp { at: u64, node: Cow<'a, str>, state: VrrpState },
+    /// `pool-applied`.
+    PoolApplied { at: u64, spec: PoolSpecWire<'a> },
+    /// `pool-deleted`.
+    PoolDeleted { at: u64, pool: Cow<'a, str> },
+    /// `desire`.
+    Desire { at: u64, pool: Cow<'a, str>, address: IpAddr },
+    /// `undesire`.
+    Undesire { at: u64, pool: Cow<'a, str>, address: IpAddr },
+    /// `approve`.
+    Approve { at: u64, idempotency_key: Cow<'a, str> },
+    /// `action-result`.
+    ActionResult {
+        at: u64,
+        node: Cow<'a, str>,
+        idempotency_key: Cow<'a, str>,
+        outcome: ActionOutcome,
+        detail: Cow<'a, str>,
+    },
+    /// `inventory`.
+    Inventory { at: u64, provider: Cow<'a, str>, address: IpAddr, holders: Cow<'a, [String]> },
+}
+
+impl<'a> EventWire<'a> {
+    /// The wire form of `event`; a `pool-applied` spec is checked first (check before write).
+    pub(super) fn of(event: &'a Event) -> Result<Self, CodecError> {
+        let at = event.at_ms;
+        let b = |text: &'a String| Cow::Borrowed(text.as_str());
+        Ok(match &event.kind {
+            EventKind::Heartbeat { node } => Self::Heartbeat { at, node: b(node) },
+            EventKind::Drain { node } => Self::Drain { at, node: b(node) },
+            EventKind::Undrain { node } => Self::Undrain { at, node: b(node) },
+            EventKind::Health { node, healthy } => Self::Health { at, node: b(node), healthy: *healthy },
+            EventKind::Vrrp { node, state } => Self::Vrrp { at, node: b(node), state: *state },
+            EventKind::PoolApplied { spec } => Self::PoolApplied { at, spec: PoolSpecWire::checked(spec)? },
+            EventKind::PoolDeleted { pool } => Self::PoolDeleted { at, pool: b(pool) },
+            EventKind::Desire { pool, address } => Self::Desire { at, pool: b(pool), address: *address },
+            EventKind::Undesire { pool, address } => Self::Undesire { at, pool: b(pool), address: *address },
+            EventKind::Approve { idempotency_key } => {
+                Self::Approve { at, idempotency_key: b(idempotency_key) }
+            }
+            EventKind::ActionResult { node, idempotency_key, outcome, detail } => Self::ActionResult {
+                at,
+                node: b(node),
+                idempotency_key: b(idempotency_key),
+                outcome: *outcome,
+                detail: b(detail),
+            },
+            EventKind::Inventory { provider, address, holders } => Self::Inventory {
+                at,
+                provider: b(provider),
+                address: *address,
+                holders: Cow::Borrowed(holders),
+            },
+        })
+    }
+
+    /// The event; a `pool-applied` spec is rebuilt through the pool parser.
+    pub(super) fn into_event(self) -> Result<Event, CodecError> {
+        let (at_ms, kind) = match self {
+            Self::Heartbeat { at, node } => (at, EventKind::Heartbeat { node: node.into_owned() }),
+            Self::Drain { at, node } => (at, EventKind::Drain { node: node.into_owned() }),
+            Self::Undrain { at, node } => (at, EventKind::Undrain { node: node.into_owned() }),
+            Self::Health { at, node, healthy } => {
+                (at, EventKind::Health { node: node.into_owned(), healthy })
+            }
+            Self::Vrrp { at, node, state } => (at, EventKind::Vrrp { node: node.into_owned(), state }),
+            Self::PoolApplied { at, spec } => {
+                (at, EventKind::PoolApplied { spec: Box::new(spec.into_spec()?) })
+            }
+            Self::PoolDeleted { at, pool } => (at, EventKind::PoolDeleted { pool: pool.into_owned() }),
+            Self::Desire { at, pool, address } => {
+                (at, EventKind::Desire { pool: pool.into_owned(), address })
+            }
+            Self::Undesire { at, pool, address } => {
+                (at, EventKind::Undesire { pool: pool.into_owned(), address })
+            }
+            Self::Approve { at, idempotency_key } => {
+                (at, EventKind::Approve { idempotency_key: idempotency_key.into_owned() })
+            }
+            Self::ActionResult { at, node, idempotency_key, outcome, detail } => (
+                at,
+                EventKind::ActionResult {
+                    node: node.into_owned(),
+                    idempotency_key: idempotency_key.into_owned(),
+                    outcome,
+                    detail: detail.into_owned(),
+                },
+            ),
+            Self::Inventory { at, provider, address, holders } => (
+                at,
+                EventKind::Inventory {
+                    provider: provider.into_owned(),
+                    address,
+                    holders: holders.into_owned(),
+                },
+            ),
+        };
+        Ok(Event { at_ms, kind })
+    }
+}
+
+/// A stamped action: every field of [`StampedAction`], tokens as integers.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct ActionWire<'a> {
+    /// Pool name.
+    pool: Cow<'a, str>,
+    /// Address.
+    address: IpAddr,
+    /// Verb.
+    verb: Verb,
+    /// Holder node.
+    holder: Cow<'a, str>,
+    /// Provider name.
+    provider: Cow<'a, str>,
+    /// NIC.
+    nic: Cow<'a, str>,
+    /// `provider:<provider>:placement:<placementGroup>`.
+    capture_domain: Cow<'a, str>,
+    /// Stamped captureEpoch.
+    capture_epoch: u64,
+    /// Stamped ownershipEpoch.
+    ownership_epoch: u64,
+    /// The key, which must be the one the fields above give.
+    idempotency_key: Cow<'a, str>,
+}
+
+impl<'a> ActionWire<'a> {
+    /// The wire form of `action`.
+    pub(super) fn of(action: &'a StampedAction) -> Self {
+        Self {
+            pool: Cow::Borrowed(&action.pool),
+            address: action.address,
+            verb: action.verb,
+            holder: Cow::Borrowed(&action.holder),
+            provider: Cow::Borrowed(&action.provider),
+            nic: Cow::Borrowed(&action.nic),
+            capture_domain: Cow::Borrowed(action.capture_domain.as_str()),
+            capture_epoch: action.capture_epoch.get(),
+            ownership_epoch: action.ownership_epoch.get(),
+            idempotency_key: Cow::Borrowed(&action.idempotency_key),
+        }
+    }
+
+    /// The action, rebuilt by [`StampedAction::new`]; its key must equal the stored one.
+    pub(super) fn into_action(self, record: &'static str) -> Result<StampedAction, CodecError> {
+        let capture_domain = parse_capture_domain(&self.capture_domain)
+            .map_err(|reason| CodecError::Inconsistent { record, reason })?;
+        let action = StampedAction::new(
+            &self.pool,
+            self.address,
+            self.verb,
+            &self.holder,
+            &self.provider,
+            &self.nic,
+            capture_domain,
+            CaptureEpoch::from_stored(self.capture_epoch),
+            OwnershipEpoch::from_stored(self.ownership_epoch),
+        );
+        if action.idempotency_key != self.idempotency_key {
+            return Err(CodecError::Inconsistent {
+                record,
+                reason: format!(
+                    "idempotency key `{}` is not the one its fields give, `{}`",
+                    self.idempotency_key, action.idempotency_key
+                ),
+            });
+        }
+        Ok(action)
+    }
+}
+
+/// The name of a journal state; `skipped` carries its reason in a field beside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum StateName {
+    /// `pending`.
+    Pending,
+    /// `approved`.
+    Approved,
+    /// `executed`.
+    Executed,
+    /// `failed`.
+    Failed,
+    /// `skipped`, with a `reason`.
+    Skipped,
+}
+
+/// The name and reason of a state.
+fn state_to_wire(state: EntryState) -> (StateName, Option<StaleReason>) {
+    match state {
+        EntryState::Pending => (StateName::Pending, None),
+        EntryState::Approved => (StateName::Approved, None),
+        EntryState::Executed => (StateName::Executed, None),
+        EntryState::Failed => (StateName::Failed, None),
+        EntryState::Skipped(reason) => (StateName::Skipped, Some(reason)),
+    }
+}
+
+/// The state of a name, reason and execution order, which must agree: a reason exactly for
+/// `skipped`, an execution order (1 or more) exactly for `executed` (as `NodeEngine` writes them).
+fn state_from_wire(
+    record: &'static str,
+    name: StateName,
+    reason: Option<StaleReason>,
+    executed_seq: Option<u64>,
+) -> Result<EntryState, CodecError> {
+    let inconsistent = |reason: String| CodecError::Inconsistent { record, reason };
+    let state = match (name, reason) {
+        (StateName::Skipped, Some(reason)) => EntryState::Skipped(reason),
+        (StateName::Skipped, None) => {
+            return Err(inconsistent("a `skipped` state without its `reason`".into()));
+        }
+        (name, Some(reason)) => {
+            return Err(inconsistent(format!("a `{name:?}` state with a skip reason `{reason}`")));
+        }
+        (StateName::Pending, None) => EntryState::Pending,
+        (StateName::Approved, None) => EntryState::Approved,
+        (StateName::Executed, None) => EntryState::Executed,
+        (StateName::Failed, None) => EntryState::Failed,
+    };
+    match (state == EntryState::Executed, executed_seq) {
+        (true, Some(seq)) if seq >= 1 => Ok(state),
+        (true, Some(_)) => Err(inconsistent("an execution order of 0 (it starts at 1)".into())),
+        (true, None) => Err(inconsistent("an `executed` state without its `executedSeq`".into())),
+        (false, Some(_)) => Err(inconsistent(format!("`executedSeq` on a `{}` state", state.as_str()))),
+        (false, None) => Ok(state),
+    }
+}
+
+/// A sequence number (the journal's key, SPEC 13 "bounded journals"): 1 or more.
+fn check_seq(record: &'static str, seq: u64) -> Result<u64, CodecError> {
+    if seq == 0 {
+        return Err(CodecError::Inconsistent {
+            record,
+            reason: "sequence number 0 (they start at 1)".into(),
+        });
+    }
+    Ok(seq)
+}
+
+/// The sequence numbers of a compaction, as the engine writes them: each 1 or more, ascending,
+/// none twice.
+fn check_seqs(record: &'static str, seqs: &[u64]) -> Result<(), CodecError> {
+    if let Some(&first) = seqs.first() {
+        check_seq(record, first)?;
+    }
+    match seqs.windows(2).find(|pair| pair[0] >= pair[1]) {
+        Some(pair) => Err(CodecError::Inconsistent {
+            record,
+            reason: format!("compacted sequence numbers {} then {} are not ascending", pair[0], pair[1]),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A journal entry: its sequence number, the action, nested, then the state and its details.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct EntryWire<'a> {
+    /// The sequence number: the journal's key.
+    seq: u64,
+    /// The stamped action.
+    action: ActionWire<'a>,
+    /// The state's name.
+    state: StateName,
+    /// Why a `skipped` entry was fenced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<StaleReason>,
+    /// The executor's detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    detail: Option<Cow<'a, str>>,
+    /// Execution order, for executed entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    executed_seq: Option<u64>,
+}
+
+impl<'a> EntryWire<'a> {
+    /// The wire form of `entry` (its sequence number checked first).
+    pub(super) fn of(record: &'static str, entry: &'a JournalEntry) -> Result<Self, CodecError> {
+        let (state, reason) = state_to_wire(entry.state);
+        Ok(Self {
+            seq: check_seq(record, entry.seq)?,
+            action: ActionWire::of(&entry.action),
+            state,
+            reason,
+            detail: entry.detail.as_deref().map(Cow::Borrowed),
+            executed_seq: entry.executed_seq,
+        })
+    }
+
+    /// The entry, with the checks of its sequence number, action and state.
+    pub(super) fn into_entry(self, record: &'static str) -> Result<JournalEntry, CodecError> {
+        Ok(JournalEntry {
+            seq: check_seq(record, self.seq)?,
+            state: state_from_wire(record, self.state, self.reason, self.executed_seq)?,
+            action: self.action.into_action(record)?,
+            detail: self.detail.map(Cow::into_owned),
+            executed_seq: self.executed_seq,
+        })
+    }
+}
+
+/// One high-water row: the marks of one (pool, address, capture domain).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct MarkWire<'a> {
+    /// Pool name.
+    pool: Cow<'a, str>,
+    /// Address.
+    address: IpAddr,
+    /// The line's capture domain.
+    capture_domain: Cow<'a, str>,
+    /// Highest captureEpoch seen on the line.
+    capture_epoch: u64,
+    /// Highest ownershipEpoch seen for (pool, address).
+    ownership_epoch: u64,
+}
+
+impl MarkWire<'_> {
+    /// The canonical sort key of a row.
+    fn key(&self) -> (&str, IpAddr, &str) {
+        (&self.pool, self.address, &self.capture_domain)
+    }
+
+    /// The row's values, checked: a valid pool name and capture domain.
+    fn parts(
+        &self,
+        record: &'static str,
+    ) -> Result<(CaptureDomain, CaptureEpoch, OwnershipEpoch), CodecError> {
+        let inconsistent = |reason: String| CodecError::Inconsistent { record, reason };
+        check_name("pool", &self.pool).map_err(inconsistent)?;
+        let domain = parse_capture_domain(&self.capture_domain).map_err(inconsistent)?;
+        Ok((
+            domain,
+            CaptureEpoch::from_stored(self.capture_epoch),
+            OwnershipEpoch::from_stored(self.ownership_epoch),
+        ))
+    }
+}
+
+/// A durable journal change: the change as the tag `change`, then its fields.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "kebab-case", rename_all_fields = "camelCase", deny_unknown_fields)]
+pub(super) enum ChangeWire<'a> {
+    /// `append`: the entry's fields beside the tag.
+    Append(EntryWire<'a>),
+    /// `set-state`.
+    SetState {
+        /// The entry's sequence number.
+        seq: u64,
+        /// The new state's name.
+        state: StateName,
+        /// Why, for `skipped`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<StaleReason>,
+        /// The executor's detail.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<Cow<'a, str>>,
+        /// Execution order, for `executed`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        executed_seq: Option<u64>,
+    },
+    /// `raise-high-water`: one row's fields beside the tag.
+    RaiseHighWater(MarkWire<'a>),
+    /// `compact`: finished, superseded entries dropped.
+    Compact {
+        /// Their sequence numbers, ascending.
+        seqs: Cow<'a, [u64]>,
+    },
+}
+
+impl<'a> ChangeWire<'a> {
+    /// The wire form of `change`.
+    pub(super) fn of(change: &'a JournalChange) -> Result<Self, CodecError> {
+        Ok(match change {
+            JournalChange::Append(entry) => Self::Append(EntryWire::of(RECORD_JOURNAL_CHANGE, entry)?),
+            JournalChange::SetState { seq, state, detail, executed_seq } => {
+                let (state, reason) = state_to_wire(*state);
+                Self::SetState {
+                    seq: check_seq(RECORD_JOURNAL_CHANGE, *seq)?,
+                    state,
+                    reason,
+                    detail: detail.as_deref().map(Cow::Borrowed),
+                    executed_seq: *executed_seq,
+                }
+            }
+            JournalChange::RaiseHighWater {
+                pool,
+                address,
+                capture_domain,
+                capture_epoch,
+                ownership_epoch,
+            } => Self::RaiseHighWater(MarkWire {
+                pool: Cow::Borrowed(pool),
+                address: *address,
+                capture_domain: Cow::Borrowed(capture_domain.as_str()),
+                capture_epoch: capture_epoch.get(),
+                ownership_epoch: ownership_epoch.get(),
+            }),
+            JournalChange::Compact { seqs } => {
+                check_seqs(RECORD_JOURNAL_CHANGE, seqs)?;
+                Self::Compact { seqs: Cow::Borrowed(seqs) }
+            }
+        })
+    }
+
+    /// The change, with the checks of its parts.
+    pub(super) fn into_change(self) -> Result<JournalChange, CodecError> {
+        let record = RECORD_JOURNAL_CHANGE;
+        Ok(match self {
+            Self::Append(entry) => JournalChange::Append(entry.into_entry(record)?),
+            Self::SetState { seq, state, reason, detail, executed_seq } => JournalChange::SetState {
+                seq: check_seq(record, seq)?,
+                state: state_from_wire(record, state, reason, executed_seq)?,
+                detail: detail.map(Cow::into_owned),
+                executed_seq,
+            },
+            Self::RaiseHighWater(row) => {
+                let (capture_domain, capture_epoch, ownership_epoch) = row.parts(record)?;
+                JournalChange::RaiseHighWater {
+                    pool: row.pool.into_owned(),
+                    address: row.address,
+                    capture_domain,
+                    capture_epoch,
+                    ownership_epoch,
+                }
+            }
+            Self::Compact { seqs } => {
+                check_seqs(record, &seqs)?;
+                JournalChange::Compact { seqs: seqs.into_owned() }
+            }
+        })
+    }
+}
+
+/// The high-water marks as rows, sorted by pool, address, capture domain.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HighWaterWire<'a> {
+    /// The rows.
+    marks: Vec<MarkWire<'a>>,
+}
+
+impl<'a> HighWaterWire<'a> {
+    /// The rows of `high_water`, in canonical order.
+    pub(super) fn of(high_water: &'a HighWater) -> Self {
+        let mut marks: Vec<MarkWire<'a>> = high_water
+            .rows()
+            .map(|(pool, address, domain, capture, ownership)| MarkWire {
+                pool: Cow::Borrowed(pool),
+                address,
+                capture_domain: Cow::Borrowed(domain.as_str()),
+                capture_epoch: capture.get(),
+                ownership_epoch: ownership.get(),
+            })
+            .collect();
+        // Rows come by pool and address already; only an address's lines are in first-seen order.
+        marks.sort_by(|a, b| a.key().cmp(&b.key()));
+        Self { marks }
+    }
+
+    /// The marks, rebuilt by [`HighWater::raise`] of each row after checking the rows.
+    pub(super) fn into_high_water(self) -> Result<HighWater, CodecError> {
+        let record = RECORD_HIGH_WATER;
+        let mut high_water = HighWater::default();
+        let mut previous: Option<&MarkWire<'_>> = None;
+        for row in &self.marks {
+            let (domain, capture, ownership) = row.parts(record)?;
+            if let Some(previous) = previous {
+                if previous.key() >= row.key() {
+                    return Err(CodecError::Inconsistent {
+                        record,
+                        reason: format!(
+                            "row ({}, {}, {}) is out of order or repeated (rows are sorted by pool, address, capture domain)",
+                            row.pool, row.address, row.capture_domain
+                        ),
+                    });
+                }
+                let same_address = previous.pool == row.pool && previous.address == row.address;
+                if same_address && previous.ownership_epoch != row.ownership_epoch {
+                    return Err(CodecError::Inconsistent {
+                        record,
+                        reason: format!(
+                            "({}, {}) has two ownershipEpochs, {} and {}",
+                            row.pool, row.address, previous.ownership_epoch, row.ownership_epoch
+                        ),
+                    });
+                }
+            }
+            high_water.raise(&row.pool, row.address, &domain, capture, ownership);
+            previous = Some(row);
+        }
+        Ok(high_water)
+    }
+}
+
+/// `provider:<provider>:placement:<placementGroup>`, both valid names, as [`CaptureDomain::new`]
+/// writes it.
+fn parse_capture_domain(text: &str) -> Result<CaptureDomain, String> {
+    let bad = || format!("capture domain `{text}` is not of the form `provider:<name>:placement:<name>`");
+    let (provider, placement_group) =
+        text.strip_prefix("provider:").and_then(|rest| rest.split_once(":placement:")).ok_or_else(bad)?;
+    check_name("the capture domain's provider", provider)?;
+    check_name("the capture domain's placement group", placement_group)?;
+    let domain = CaptureDomain::new(provider, placement_group);
+    if domain.as_str() == text { Ok(domain) } else { Err(bad()) }
+}
