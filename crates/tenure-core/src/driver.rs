@@ -23,6 +23,7 @@ use crate::federation::Federation;
 use crate::fence::HeadTokens;
 use crate::journal::JournalStore;
 use crate::log::{ActionOutcome, Event, EventKind};
+use crate::log_store::{Log, LogError, LogIndex};
 use crate::model::StampedAction;
 use crate::node::{NodeEngine, NodeError, ReconcileReport};
 
@@ -67,6 +68,9 @@ pub struct NodeDriver<S: JournalStore> {
     view: Federation,
     /// How many events of the log the view applied.
     cursor: usize,
+    /// The index of the last record applied from a [`Log`] (the agent's path; replay and the
+    /// simulator use positions in their own event vectors instead).
+    applied_index: Option<LogIndex>,
     /// Events the view rejected (counted, never stopping the log).
     rejected: u64,
     paused: bool,
@@ -87,6 +91,7 @@ impl<S: JournalStore> NodeDriver<S> {
             view: registry.clone(),
             registry,
             cursor: 0,
+            applied_index: None,
             rejected: 0,
             paused: false,
             partitioned: false,
@@ -153,6 +158,34 @@ impl<S: JournalStore> NodeDriver<S> {
             }
         }
         self.cursor = self.cursor.max(log.len());
+    }
+
+    /// Applies every record of `log` after the last one applied from it, `batch` records per
+    /// read. Returns how many were applied. A record that does not decode stops the catch-up
+    /// with the log's error (the view keeps what it applied before it): a node whose copy of the
+    /// log cannot be trusted must not go on as if the record were not there.
+    pub fn catch_up_from(&mut self, log: &impl Log, batch: usize) -> Result<usize, LogError> {
+        let mut applied = 0;
+        loop {
+            let from = self.applied_index.map_or(LogIndex::FIRST, LogIndex::next);
+            let records = log.read_from(from, batch)?;
+            if records.is_empty() {
+                return Ok(applied);
+            }
+            for record in records {
+                if self.view.apply(&record.event).is_err() {
+                    self.rejected += 1;
+                }
+                self.applied_index = Some(record.index);
+                applied += 1;
+            }
+        }
+    }
+
+    /// The index of the last record applied from a [`Log`], if any.
+    #[must_use]
+    pub fn applied_index(&self) -> Option<LogIndex> {
+        self.applied_index
     }
 
     /// A local `reconcile`: catch up, plan, import, sweep, compact; then, when reporting results,
@@ -280,6 +313,7 @@ impl<S: JournalStore> NodeDriver<S> {
         self.engine.restart()?;
         self.view = self.registry.clone();
         self.cursor = 0;
+        self.applied_index = None;
         self.paused = false;
         self.zombie = None;
         self.approved_before_pause.clear();
@@ -295,5 +329,43 @@ impl<S: JournalStore> NodeDriver<S> {
     /// The node reads the log head again.
     pub fn heal(&mut self) {
         self.partitioned = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::MemoryJournalStore;
+    use crate::log_store::MemoryLog;
+    use crate::model::{NodeSpec, ProviderKind, ProviderSpec};
+
+    fn registry() -> Federation {
+        let node = NodeSpec {
+            name: "a".into(),
+            provider: "sim1".into(),
+            placement_group: "g1".into(),
+            priority: 0,
+            nic: "eni-a".into(),
+            capacity: None,
+        };
+        Federation::new(&[node], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }])
+    }
+
+    #[test]
+    fn a_driver_follows_a_log_in_batches_and_starts_over_after_a_restart() {
+        let engine = NodeEngine::open("a", MemoryJournalStore::new()).expect("memory");
+        let mut driver = NodeDriver::new(engine, registry(), DriverOptions::default());
+        let mut log = MemoryLog::new();
+        for at_ms in 0..5 {
+            log.append(&Event { at_ms, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+        }
+        log.append(&Event { at_ms: 9, kind: EventKind::Drain { node: "nobody".into() } }).expect("append");
+        assert_eq!(driver.catch_up_from(&log, 2).expect("readable"), 6);
+        assert_eq!(driver.applied_index().map(LogIndex::get), Some(6));
+        assert_eq!(driver.rejected(), 1, "an unknown node is counted, the log goes on");
+        assert_eq!(driver.view().stream_time_ms(), 4, "a rejected event moves nothing");
+        assert_eq!(driver.catch_up_from(&log, 2).expect("readable"), 0, "nothing new");
+        driver.restart().expect("memory");
+        assert_eq!(driver.catch_up_from(&log, 100).expect("readable"), 6, "memory lost: from the start");
     }
 }
