@@ -273,10 +273,13 @@ impl<S: JournalStore> NodeDriver<S> {
         self.outbox.pop_front()
     }
 
-    /// The process freezes: it stops reading the log but keeps what it planned.
+    /// The process freezes: it stops reading the log but keeps what it planned. Freezing again
+    /// during a resume's zombie pass ends that pass: what is approved now is what the next
+    /// resume may gate.
     pub fn pause(&mut self) {
-        if !self.paused {
+        if !self.paused || self.zombie.is_some() {
             self.paused = true;
+            self.zombie = None;
             self.approved_before_pause = self.engine.approved_keys();
         }
     }

@@ -2,15 +2,16 @@
 //! the simulated provider with its in-flight calls, the message delays — and the driver that
 //! moves it step by step, every choice drawn from one seeded generator.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::sim_provider::SimProvider;
 use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
-use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::log::{Event, EventKind};
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
 
@@ -48,16 +49,12 @@ struct Chances {
     discrete: Vec<(Fault, u32)>,
 }
 
-/// One node of the simulation.
+/// One node of the simulation: the core's driver (the same one replay and the agent use), and
+/// what only the simulated world knows of the node.
 struct SimNode {
-    engine: NodeEngine<LossyJournalStore>,
-    view: Federation,
-    cursor: usize,
-    paused: bool,
-    approved_before_pause: BTreeSet<String>,
+    driver: NodeDriver<LossyJournalStore>,
     /// Calls that passed the gate just before the node froze (paused-call mode).
     stalled: Vec<StampedAction>,
-    partitioned: bool,
     /// Bumped at every crash: results of calls from an earlier life are not delivered.
     incarnation: u64,
     skew_ms: i64,
@@ -122,7 +119,6 @@ pub struct World {
     config: SimConfig,
     topology: Topology,
     chances: Chances,
-    registry: Federation,
     head: Federation,
     log: Vec<Event>,
     head_fingerprints: Vec<u64>,
@@ -157,13 +153,12 @@ impl World {
             .nodes
             .iter()
             .map(|spec| SimNode {
-                engine: NodeEngine::open(&spec.name, LossyJournalStore::new()).expect("memory store"),
-                view: registry.clone(),
-                cursor: 0,
-                paused: false,
-                approved_before_pause: BTreeSet::new(),
+                driver: NodeDriver::new(
+                    NodeEngine::open(&spec.name, LossyJournalStore::new()).expect("memory store"),
+                    registry.clone(),
+                    DriverOptions { report_results: true },
+                ),
                 stalled: Vec::new(),
-                partitioned: false,
                 incarnation: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
                 view_tokens: checks::TokenWatch::default(),
@@ -178,8 +173,7 @@ impl World {
             pools: topology.pools.iter().cloned().map(Some).collect(),
             topology,
             chances,
-            head: registry.clone(),
-            registry,
+            head: registry,
             log: Vec::new(),
             head_fingerprints: Vec::new(),
             head_tokens: checks::TokenWatch::default(),
@@ -291,12 +285,9 @@ impl World {
 
     fn catch_up(&mut self, node: usize) {
         let n = &mut self.nodes[node];
-        for event in &self.log[n.cursor..] {
-            n.view.apply(event).expect("the head accepted this event");
-        }
-        n.cursor = self.log.len();
-        let cursor = n.cursor;
-        let fingerprint = checks::fingerprint(&n.view);
+        n.driver.catch_up(&self.log);
+        let cursor = n.driver.applied();
+        let fingerprint = checks::fingerprint(n.driver.view());
         if fingerprint != self.head_fingerprints[cursor] {
             let detail = format!("{} at log prefix {cursor} differs from the head", self.name(node));
             self.violation(ViolationKind::DivergentMaps, detail);
@@ -304,43 +295,48 @@ impl World {
         let name = self.name(node);
         let n = &mut self.nodes[node];
         let went_down: Vec<String> =
-            n.view_tokens.update(&n.view).into_iter().map(|line| format!("{name}: {line}")).collect();
+            n.view_tokens.update(n.driver.view()).into_iter().map(|line| format!("{name}: {line}")).collect();
         for detail in went_down {
             self.violation(ViolationKind::TokenDecrease, detail);
         }
     }
 
-    fn reconcile(&mut self, node: usize) {
-        if self.nodes[node].partitioned || self.nodes[node].paused {
-            return;
-        }
-        self.catch_up(node);
-        let n = &mut self.nodes[node];
-        n.engine.reconcile(&n.view, &self.head).expect("memory store");
-        // The outbox of results: what the log has not confirmed is reported again.
-        for key in self.nodes[node].engine.unconfirmed_results(&self.nodes[node].view) {
-            let event = Event {
-                at_ms: self.stamp(node),
-                kind: EventKind::ActionResult {
-                    node: self.name(node),
-                    idempotency_key: key,
-                    outcome: ActionOutcome::Executed,
-                    detail: "re-reported".to_owned(),
-                },
-            };
+    /// Whether the node may take a local step (not cut off, not frozen).
+    fn acting(&self, node: usize) -> bool {
+        !self.nodes[node].driver.is_partitioned() && !self.nodes[node].driver.is_paused()
+    }
+
+    /// Appends what the node's driver wants appended (its outbox), at the node's time.
+    fn drain_outbox(&mut self, node: usize) {
+        while let Some(kind) = self.nodes[node].driver.poll_append() {
+            let event = Event { at_ms: self.stamp(node), kind };
             self.append(event);
         }
     }
 
-    fn execute(&mut self, node: usize, only: Option<&BTreeSet<String>>) {
-        if only.is_none() && !self.nodes[node].partitioned {
-            self.nodes[node].engine.promote_approved(&self.head).expect("memory store");
+    fn reconcile(&mut self, node: usize) {
+        if !self.acting(node) {
+            return;
         }
+        self.catch_up(node);
+        let n = &mut self.nodes[node];
+        let done = n.driver.reconcile(&self.log, &self.head).expect("memory store");
+        debug_assert!(done.is_ok(), "an acting node reconciles");
+        // The outbox of results: what the log has not confirmed is reported again.
+        self.drain_outbox(node);
+    }
+
+    fn execute(&mut self, node: usize) {
+        if self.nodes[node].driver.start_execution(&self.head).expect("memory store").is_err() {
+            return;
+        }
+        self.execute_polled(node);
+    }
+
+    /// Loops the driver's gate: a normal pass, or the zombie pass of a resume.
+    fn execute_polled(&mut self, node: usize) {
         loop {
-            if self.nodes[node].partitioned {
-                return;
-            }
-            let next = self.nodes[node].engine.poll_execution(&self.head, only).expect("memory store");
+            let next = self.nodes[node].driver.poll_action(&self.head).expect("memory store");
             let Some(action) = next else { return };
             if self.rng.random_bool(self.chances.stall_at_call) {
                 // Frozen between the gate check and the call: the call goes out on resume.
@@ -353,40 +349,34 @@ impl World {
     }
 
     fn pause(&mut self, node: usize) {
-        let n = &mut self.nodes[node];
-        if !n.paused {
-            n.paused = true;
-            n.approved_before_pause = n.engine.approved_keys();
-        }
+        self.nodes[node].driver.pause();
     }
 
     fn resume(&mut self, node: usize) {
-        if !self.nodes[node].paused {
+        if !self.nodes[node].driver.is_paused() {
             return;
         }
-        self.nodes[node].paused = false;
+        let woken = self.nodes[node].driver.resume();
         // A frozen process that wakes up finishes the call it was making, connected or not.
         for action in std::mem::take(&mut self.nodes[node].stalled) {
             self.call(node, action);
         }
-        if self.nodes[node].partitioned {
+        if woken.is_err() {
             return;
         }
-        let only = std::mem::take(&mut self.nodes[node].approved_before_pause);
-        self.execute(node, Some(&only));
-        self.catch_up(node);
+        self.execute_polled(node);
+        self.nodes[node].driver.finish_resume(&self.log);
+        if !self.nodes[node].driver.is_paused() {
+            self.catch_up(node);
+        }
     }
 
     fn crash(&mut self, node: usize, lossy: bool) {
         let n = &mut self.nodes[node];
         if lossy {
-            n.engine.store_mut().lose_unsynced();
+            n.driver.engine_mut().store_mut().lose_unsynced();
         }
-        n.engine.restart().expect("memory store");
-        n.view = self.registry.clone();
-        n.cursor = 0;
-        n.paused = false;
-        n.approved_before_pause.clear();
+        n.driver.restart().expect("memory store");
         n.stalled.clear();
         n.incarnation += 1;
         n.view_tokens = checks::TokenWatch::default();
@@ -400,7 +390,10 @@ impl World {
         self.now_ms += self.rng.random_range(1..150);
         for node in 0..self.nodes.len() {
             let n = &self.nodes[node];
-            if n.partitioned || n.paused || self.rng.random_bool(self.chances.heartbeat_loss) {
+            if n.driver.is_partitioned()
+                || n.driver.is_paused()
+                || self.rng.random_bool(self.chances.heartbeat_loss)
+            {
                 continue;
             }
             let event =
@@ -437,7 +430,7 @@ impl World {
             }
             52..74 => {
                 let node = self.random_node();
-                self.execute(node, None);
+                self.execute(node);
             }
             74..82 => {
                 let (_, address) = self.random_address();

@@ -19,11 +19,12 @@ impl World {
             }
             Fault::Pause => {
                 let node = self.random_node();
-                if self.nodes[node].paused { self.resume(node) } else { self.pause(node) }
+                if self.nodes[node].driver.is_paused() { self.resume(node) } else { self.pause(node) }
             }
             Fault::Partition => {
                 let node = self.random_node();
-                self.nodes[node].partitioned = !self.nodes[node].partitioned;
+                let driver = &mut self.nodes[node].driver;
+                if driver.is_partitioned() { driver.heal() } else { driver.partition() }
             }
             Fault::Drain => {
                 let node = self.random_node();

@@ -17,7 +17,7 @@ impl World {
     pub(super) fn liveness(&mut self) -> Option<u32> {
         self.chances = Chances::default();
         for node in 0..self.nodes.len() {
-            self.nodes[node].partitioned = false;
+            self.nodes[node].driver.heal();
             self.resume(node);
         }
         for round in 0..LIVENESS_ROUNDS_MAX {
@@ -32,7 +32,7 @@ impl World {
             self.approve_pending();
             for node in 0..self.nodes.len() {
                 self.reconcile(node);
-                self.execute(node, None);
+                self.execute(node);
             }
             let addresses: Vec<IpAddr> =
                 self.topology.pools.iter().flat_map(|p| p.addresses.iter().copied()).collect();
@@ -73,13 +73,14 @@ impl World {
         }
         for n in &self.nodes {
             let entries: Vec<String> = n
-                .engine
+                .driver
+                .engine()
                 .entries()
                 .filter(|e| e.action.pool == pool && e.action.address == address)
                 .map(|e| format!("{}@{}:{:?}", e.action.verb, e.action.capture_epoch, e.state))
                 .collect();
             if !entries.is_empty() {
-                out.push_str(&format!(" | {} [{}]", n.engine.name(), entries.join(" ")));
+                out.push_str(&format!(" | {} [{}]", n.driver.engine().name(), entries.join(" ")));
             }
         }
         out
@@ -88,7 +89,7 @@ impl World {
     pub(super) fn approve_pending(&mut self) {
         let mut keys = BTreeSet::new();
         for n in &self.nodes {
-            for entry in n.engine.entries().filter(|e| e.state == EntryState::Pending) {
+            for entry in n.driver.engine().entries().filter(|e| e.state == EntryState::Pending) {
                 if !self.head.is_approved(&entry.action.idempotency_key) {
                     keys.insert(entry.action.idempotency_key.clone());
                 }
@@ -134,11 +135,11 @@ impl World {
             }
         }
         for n in &self.nodes {
-            for entry in n.engine.entries().filter(|e| e.state.is_open()) {
+            for entry in n.driver.engine().entries().filter(|e| e.state.is_open()) {
                 if checks::staleness(&entry.action, &self.head).is_some() {
                     return Err(format!(
                         "{}: stale open entry {}",
-                        n.engine.name(),
+                        n.driver.engine().name(),
                         entry.action.idempotency_key
                     ));
                 }

@@ -15,7 +15,7 @@ use crate::topology::PROVIDER;
 impl World {
     pub(super) fn call(&mut self, node: usize, action: StampedAction) {
         self.provider_calls += 1;
-        if self.nodes[node].partitioned {
+        if self.nodes[node].driver.is_partitioned() {
             let detail = format!("{} called {} while cut off", self.name(node), action.idempotency_key);
             self.violation(ViolationKind::PartitionedExecution, detail);
         }
@@ -100,22 +100,25 @@ impl World {
             return;
         }
         let key = call.action.idempotency_key.clone();
-        // A result for an entry no longer in flight (a duplicate) is ignored by the engine.
-        let _ = self.nodes[node].engine.handle_execution_result(&key, outcome, Some(detail.clone()));
-        if self.nodes[node].partitioned {
+        let driver = &mut self.nodes[node].driver;
+        if driver.handle_result(&key, outcome, detail).is_err() {
+            // A result for an entry no longer in flight (a duplicate) is ignored by the engine.
             return;
         }
-        let event = Event {
-            at_ms: self.stamp(node),
-            kind: EventKind::ActionResult { node: self.name(node), idempotency_key: key, outcome, detail },
-        };
-        let copies = if self.rng.random_bool(self.chances.result_duplicate) { 2 } else { 1 };
-        for _ in 0..copies {
-            if self.rng.random_bool(self.chances.result_delay) {
-                let at = self.now_ms + self.rng.random_range(50..2_000);
-                self.delay(at, event.clone());
-            } else {
-                self.append(event.clone());
+        while let Some(kind) = self.nodes[node].driver.poll_append() {
+            if self.nodes[node].driver.is_partitioned() {
+                // Lost with the partition; the outbox of results reports it again later.
+                continue;
+            }
+            let event = Event { at_ms: self.stamp(node), kind };
+            let copies = if self.rng.random_bool(self.chances.result_duplicate) { 2 } else { 1 };
+            for _ in 0..copies {
+                if self.rng.random_bool(self.chances.result_delay) {
+                    let at = self.now_ms + self.rng.random_range(50..2_000);
+                    self.delay(at, event.clone());
+                } else {
+                    self.append(event.clone());
+                }
             }
         }
     }
