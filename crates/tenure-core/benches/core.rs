@@ -140,7 +140,13 @@ fn bench_arbitration(c: &mut Criterion) {
             assert!(owners(&federation).iter().all(Option::is_some), "every address has an owner");
             group.throughput(Throughput::Elements(addresses_count as u64));
             group.bench_function(BenchmarkId::new(name, label(addresses_count)), |b| {
-                b.iter(|| arbitration::compute_owners(black_box(&federation)));
+                b.iter(|| {
+                    arbitration::compute_owners(
+                        black_box(federation.nodes()),
+                        black_box(federation.pools()),
+                        federation.stream_time_ms(),
+                    )
+                });
             });
         }
     }
