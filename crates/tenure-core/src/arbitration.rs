@@ -192,21 +192,27 @@ fn choose(
         write!(score_input, "{address}").expect("writing to a Vec cannot fail");
         score_input.push(0);
         let prefix_len = score_input.len();
-        let mut score = |id: NodeId| {
-            score_input.truncate(prefix_len);
-            score_input.extend_from_slice(nodes[id].spec.name.as_bytes());
-            (xxh3_64(score_input), Reverse(nodes[id].spec.name.as_str()))
-        };
-        let mut best = (score(first), first);
+        // One straight loop, the score inlined: higher score first, then smaller name (SPEC 4).
+        let mut best = (score(score_input, prefix_len, &nodes[first].spec.name), first);
         for id in std::iter::once(second).chain(candidates) {
-            let s = score(id);
-            if s > best.0 {
+            let name = nodes[id].spec.name.as_str();
+            let s = score(score_input, prefix_len, name);
+            if s > best.0 || (s == best.0 && name < nodes[best.1].spec.name.as_str()) {
                 best = (s, id);
             }
         }
         return Some(best.1);
     }
     None
+}
+
+/// The rendezvous score of `node` for the address whose `"<pool>\0<address>\0"` prefix is the
+/// first `prefix_len` bytes of `score_input`.
+#[inline(always)]
+fn score(score_input: &mut Vec<u8>, prefix_len: usize, node: &str) -> u64 {
+    score_input.truncate(prefix_len);
+    score_input.extend_from_slice(node.as_bytes());
+    xxh3_64(score_input)
 }
 
 /// The rendezvous score of SPEC 4, for tests and tools: `xxh3_64("<pool>\0<address>\0<node>")`.
