@@ -9,7 +9,7 @@
 //! - `arbitration/score_baseline/{100k,1M}`: the baseline of `rehash`, in the same run: a bare
 //!   loop over the same addresses that computes the same 16 rendezvous scores per address
 //!   (`xxh3_64("<pool>\0<address>\0<node>")`, the address in canonical text form, written once
-//!   per address) and keeps each address's best. Nothing else: no eligibility, no capacity, no
+//!   per address with arbitration's own writer) and keeps each address's best. Nothing else: no eligibility, no capacity, no
 //!   result map. That it picks the owners `rehash` picks is checked outside the timing.
 //! - `drain/apply_drain/100k`: [`Federation::apply`] of one `drain` event over 100k addresses ×
 //!   16 nodes (eligibility, arbitration and the epoch rules included). How many addresses moved
