@@ -6,6 +6,11 @@
 //!   for (`preempt: false`) in its steady state: every owner keeps its address. `rehash` is the
 //!   same layout with `preempt: true`, so that every address goes through the rendezvous ranking
 //!   of all 16 nodes: the work of a cold placement, the worst case of a full recompute.
+//! - `arbitration/score_baseline/{100k,1M}`: the baseline of `rehash`, in the same run: a bare
+//!   loop over the same addresses that computes the same 16 rendezvous scores per address
+//!   (`xxh3_64("<pool>\0<address>\0<node>")`, the address in canonical text form, written once
+//!   per address with arbitration's own writer) and keeps each address's best. Nothing else: no eligibility, no capacity, no
+//!   result map. That it picks the owners `rehash` picks is checked outside the timing.
 //! - `drain/apply_drain/100k`: [`Federation::apply`] of one `drain` event over 100k addresses ×
 //!   16 nodes (eligibility, arbitration and the epoch rules included). How many addresses moved
 //!   is counted outside the timing and printed as a `tenure-bench drain:` line.
@@ -16,9 +21,10 @@
 //! Limits are named constants; every figure is criterion's mean of one iteration (one recompute,
 //! one drain, one pass over 100k actions).
 
+mod fixture;
+
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
@@ -26,106 +32,19 @@ use tenure_core::arbitration;
 use tenure_core::federation::{Federation, NodeId};
 use tenure_core::fence::{self, FenceVerdict, HighWater};
 use tenure_core::log::{Event, EventKind};
-use tenure_core::model::{
-    Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, Verb,
+use tenure_core::model::{StampedAction, Verb};
+
+use fixture::{
+    ADDRESSES_LARGE_COUNT, ADDRESSES_SMALL_COUNT, NODES_COUNT, STREAM_TIME_MS, federation, label, node_name,
+    owners, pool_addresses, score_baseline,
 };
 
-/// Nodes in every benchmark federation, all in one capture domain, equal priority.
-const NODES_COUNT: usize = 16;
-/// The most addresses one pool may hold (SPEC 10), as a count.
-const POOL_ADDRESSES_MAX: usize = tenure_core::input::POOL_ADDRESSES_MAX as usize;
-/// The small federation: arbitration, drain and fence.
-const ADDRESSES_SMALL_COUNT: usize = 100_000;
-/// The large federation: arbitration only.
-const ADDRESSES_LARGE_COUNT: usize = 1_000_000;
-/// Stream time of every event: heartbeats, pools and the drain happen at once.
-const STREAM_TIME_MS: u64 = 1_000;
-/// Provider and placement group shared by every node and pool.
-const PROVIDER_NAME: &str = "sim1";
-/// See [`PROVIDER_NAME`].
-const PLACEMENT_GROUP: &str = "g1";
 /// Criterion's smallest sample count; the large benchmarks take about a second per iteration.
 const SAMPLES_COUNT: usize = 10;
 /// Warm-up per benchmark.
 const WARM_UP_TIME: Duration = Duration::from_millis(500);
 /// Measurement per benchmark; criterion extends it when ten samples do not fit.
 const MEASUREMENT_TIME: Duration = Duration::from_secs(3);
-
-fn node_name(index: usize) -> String {
-    format!("n{index:02}")
-}
-
-fn node_specs() -> Vec<NodeSpec> {
-    (0..NODES_COUNT)
-        .map(|index| NodeSpec {
-            name: node_name(index),
-            provider: PROVIDER_NAME.to_owned(),
-            placement_group: PLACEMENT_GROUP.to_owned(),
-            priority: 0,
-            nic: format!("eni-{index:02}"),
-            capacity: None,
-        })
-        .collect()
-}
-
-/// Pool `index` of a federation: up to 65,536 addresses of `10.<index>.0.0/16`, in canonical order.
-fn pool_spec(index: usize, addresses_count: usize, preempt: bool) -> PoolSpec {
-    let base =
-        u32::from(Ipv4Addr::new(10, 0, 0, 0)) + u32::try_from(index << 16).expect("fewer than 256 pools");
-    let addresses_count = u32::try_from(addresses_count).expect("a pool holds at most 65,536 addresses");
-    PoolSpec {
-        name: format!("pool-{index:02}"),
-        addresses: (0..addresses_count).map(|offset| IpAddr::V4(Ipv4Addr::from(base + offset))).collect(),
-        provider: PROVIDER_NAME.to_owned(),
-        placement_group: PLACEMENT_GROUP.to_owned(),
-        members: (0..NODES_COUNT).map(node_name).collect(),
-        authority: Authority::None,
-        approval: Approval::Auto,
-        deprovision_hold_ms: 5_000,
-        heartbeat_ttl_ms: 3_000,
-        promotion_hold_ms: 1_000,
-        epoch_locking: true,
-        prefer_nodes: Vec::new(),
-        preempt,
-        auto_failover: true,
-    }
-}
-
-fn apply(federation: &mut Federation, kind: EventKind) {
-    federation.apply(&Event { at_ms: STREAM_TIME_MS, kind }).expect("benchmark events are well-formed");
-}
-
-/// A federation of `addresses_count` addresses in pools of at most 65,536, every node alive.
-/// Heartbeats come first, so that the pools are placed over all 16 nodes.
-fn federation(addresses_count: usize, preempt: bool) -> Federation {
-    let providers = [ProviderSpec { name: PROVIDER_NAME.to_owned(), kind: ProviderKind::SimCloud }];
-    let mut federation = Federation::new(&node_specs(), &providers);
-    for index in 0..NODES_COUNT {
-        apply(&mut federation, EventKind::Heartbeat { node: node_name(index) });
-    }
-    let mut left = addresses_count;
-    let mut index = 0;
-    while left > 0 {
-        let count = left.min(POOL_ADDRESSES_MAX);
-        apply(&mut federation, EventKind::PoolApplied { spec: Box::new(pool_spec(index, count, preempt)) });
-        left -= count;
-        index += 1;
-    }
-    federation
-}
-
-/// Every address's owner, pools in name order, addresses in canonical order.
-fn owners(federation: &Federation) -> Vec<Option<NodeId>> {
-    federation.pools().values().flat_map(|pool| pool.addresses.values().map(|a| a.owner)).collect()
-}
-
-fn label(addresses_count: usize) -> String {
-    if addresses_count >= 1_000_000 {
-        format!("{}M", addresses_count / 1_000_000)
-    } else {
-        format!("{}k", addresses_count / 1_000)
-    }
-}
 
 fn bench_arbitration(c: &mut Criterion) {
     let mut group = c.benchmark_group("arbitration");
@@ -143,9 +62,28 @@ fn bench_arbitration(c: &mut Criterion) {
                 b.iter(|| {
                     arbitration::compute_owners(
                         black_box(federation.nodes()),
-                        federation.pools(),
+                        black_box(federation.pools()),
                         federation.stream_time_ms(),
                     )
+                });
+            });
+            if !preempt {
+                continue;
+            }
+            // The baseline of `rehash`: the same scores, bare. Outside the timing, it must pick
+            // the owners cold placement picked (16 equal nodes, no capacity limit).
+            let pools = pool_addresses(&federation);
+            let node_names: Vec<String> = (0..NODES_COUNT).map(node_name).collect();
+            let mut best = Vec::with_capacity(addresses_count);
+            score_baseline(&pools, &node_names, &mut best);
+            let rehash_owners: Vec<Option<NodeId>> = owners(&federation);
+            let baseline_owners: Vec<Option<NodeId>> =
+                best.iter().map(|index| federation.node_id(&node_names[*index])).collect();
+            assert!(rehash_owners == baseline_owners, "the baseline picks the owners cold placement picks");
+            group.bench_function(BenchmarkId::new("score_baseline", label(addresses_count)), |b| {
+                b.iter(|| {
+                    score_baseline(black_box(&pools), black_box(&node_names), &mut best);
+                    best.len()
                 });
             });
         }

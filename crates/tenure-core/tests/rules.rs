@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use tenure_core::arbitration;
 use tenure_core::federation::{EventRejected, Federation};
 use tenure_core::fence::{FenceVerdict, StaleReason};
 use tenure_core::journal::{EntryState, JournalStore, MemoryJournalStore};
@@ -178,6 +179,61 @@ fn preempt_takes_back_sticky_does_not() {
         w.hb(1, "a");
         let expected = if preempt { "a" } else { "b" };
         assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some(expected), "preempt={preempt}");
+    }
+}
+
+#[test]
+fn cold_placement_picks_the_highest_rendezvous_score_of_the_canonical_text() {
+    // Octets of every digit count (0, 9, 10, 99, 100, 255) in every position, and IPv6 forms
+    // (compressed, IPv4-mapped, full): the score's input is the address's canonical text, however
+    // arbitration writes it, checked against the plain `format!` of `rendezvous_score`.
+    let names = ["a", "b", "c", "d", "e"];
+    let octets = [0_u8, 9, 10, 99, 100, 255];
+    let mut v4 = Vec::new();
+    for a in octets {
+        for b in octets {
+            for c in octets {
+                for d in octets {
+                    v4.push(IpAddr::from([a, b, c, d]));
+                }
+            }
+        }
+    }
+    let v6: Vec<IpAddr> = [
+        "::",
+        "::1",
+        "2001:db8::1",
+        "2001:db8:0:1::ff",
+        "fe80::1:2:3:4",
+        "::ffff:10.0.0.1",
+        "64:ff9b::a00:1",
+        "2001:db8:1:2:3:4:5:6",
+    ]
+    .into_iter()
+    .map(ip)
+    .collect();
+    let nodes: Vec<NodeSpec> = names.iter().map(|n| node(n, 0, None)).collect();
+    let mut w = World::new(&nodes);
+    for name in names {
+        w.hb(0, name);
+    }
+    for (pool_name, addresses) in [("p4", &v4), ("p6", &v6)] {
+        let mut spec = pool(pool_name, &[], &names);
+        spec.addresses = addresses.clone();
+        spec.addresses.sort();
+        spec.preempt = true;
+        w.pool(0, spec);
+        for address in addresses {
+            let expected = names
+                .iter()
+                .max_by_key(|n| {
+                    (arbitration::rendezvous_score(pool_name, *address, n), std::cmp::Reverse(**n))
+                })
+                .expect("five nodes");
+            let state = w.fed.address(pool_name, *address).expect("address");
+            let owner = state.owner.map(|id| w.fed.node_name(id));
+            assert_eq!(owner, Some(*expected), "{pool_name}/{address}");
+        }
     }
 }
 
