@@ -75,9 +75,9 @@ pub struct NodeDriver<S: JournalStore> {
     rejected: u64,
     paused: bool,
     partitioned: bool,
-    approved_before_pause: BTreeSet<String>,
+    approved_before_pause: BTreeSet<u64>,
     /// During a resume: the keys it may still gate (approved before the pause).
-    zombie: Option<BTreeSet<String>>,
+    zombie: Option<BTreeSet<u64>>,
     options: DriverOptions,
     outbox: VecDeque<EventKind>,
 }
@@ -280,7 +280,7 @@ impl<S: JournalStore> NodeDriver<S> {
         if !self.paused || self.zombie.is_some() {
             self.paused = true;
             self.zombie = None;
-            self.approved_before_pause = self.engine.approved_keys();
+            self.approved_before_pause = self.engine.approved_seqs();
         }
     }
 

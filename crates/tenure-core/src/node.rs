@@ -271,15 +271,11 @@ impl<S: JournalStore> NodeEngine<S> {
             .collect()
     }
 
-    /// Keys of entries that are `approved` now, in flight included (for `resume`'s "approved
-    /// before the pause").
+    /// Sequence numbers of the entries that are `approved` now, in flight included (for
+    /// `resume`'s "approved before the pause").
     #[must_use]
-    pub fn approved_keys(&self) -> BTreeSet<String> {
-        self.approved
-            .iter()
-            .chain(&self.in_flight)
-            .map(|seq| self.state.entries[seq].action.idempotency_key.clone())
-            .collect()
+    pub fn approved_seqs(&self) -> BTreeSet<u64> {
+        self.approved.iter().chain(&self.in_flight).copied().collect()
     }
 
     fn commit(&mut self, change: JournalChange) -> Result<(), NodeError<S::Error>> {
@@ -398,7 +394,9 @@ impl<S: JournalStore> NodeEngine<S> {
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
         let mut report = ReconcileReport::default();
         for planned in planner::plan(view, node, &self.captured) {
-            if self.index.contains_key(&planned.action.idempotency_key) {
+            if let Some(seq) = self.index.get(&planned.action.idempotency_key)
+                && !self.refused_release_replanned(*seq, head)
+            {
                 continue;
             }
             if self.state.entries.len() >= JOURNAL_ENTRIES_MAX {
@@ -440,6 +438,17 @@ impl<S: JournalStore> NodeEngine<S> {
         self.compact(head, &mut report)?;
         self.store.sync().map_err(NodeError::Store)?;
         Ok(report)
+    }
+
+    /// Whether an existing entry is a release that the gate refused as `release-of-current` and
+    /// that passes the gate now: the one stale reason that is not final (SPEC 13 made it depend
+    /// on other pools — the holder was desired through another pool, and is not any more). Such
+    /// a release is planned again under its key as a new entry, or the address would stay on
+    /// the NIC for ever (its old line's epoch may never move again).
+    fn refused_release_replanned(&self, seq: u64, head: &impl HeadTokens) -> bool {
+        let entry = &self.state.entries[&seq];
+        entry.state == EntryState::Skipped(StaleReason::ReleaseOfCurrent)
+            && fence::check(&entry.action, head, &self.state.high_water) == FenceVerdict::Current
     }
 
     /// The sweep: failed entries that are still current are approved again (a retry), those
@@ -522,7 +531,10 @@ impl<S: JournalStore> NodeEngine<S> {
             return Ok(());
         }
         for seq in &seqs {
-            self.index.remove(&self.state.entries[seq].action.idempotency_key);
+            let key = &self.state.entries[seq].action.idempotency_key;
+            if self.index.get(key) == Some(seq) {
+                self.index.remove(key);
+            }
             self.predecessors.remove(seq);
         }
         report.compacted = seqs.len() as u64;
@@ -548,22 +560,22 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// The next ready entry that passes the gate against `head`, handed to the driver for the
     /// provider call; stale entries met on the way become `skipped`. With `only`, just the
-    /// entries whose keys it holds are considered. One call per (provider, address) is in flight
-    /// at a time: a release must never overtake an acquire still in flight (or the reverse).
+    /// entries whose sequence numbers it holds are considered (a resume's zombie pass: nothing
+    /// is approved while a node is paused, so the ready entries are almost all in it, and the
+    /// walk stays linear). One call per (provider, address) is in flight at a time: a release
+    /// must never overtake an acquire still in flight (or the reverse).
     pub fn poll_execution(
         &mut self,
         head: &impl HeadTokens,
-        only: Option<&BTreeSet<String>>,
+        only: Option<&BTreeSet<u64>>,
     ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
         loop {
-            let next = match only {
-                Some(keys) => keys
-                    .iter()
-                    .filter_map(|k| self.index.get(k).copied())
-                    .filter(|seq| self.ready.contains(seq))
-                    .find(|seq| !self.is_busy(*seq)),
-                None => self.ready.iter().copied().find(|seq| !self.is_busy(*seq)),
-            };
+            let next = self
+                .ready
+                .iter()
+                .copied()
+                .filter(|seq| only.is_none_or(|seqs| seqs.contains(seq)))
+                .find(|seq| !self.is_busy(*seq));
             let Some(seq) = next else { return Ok(None) };
             let action = self.state.entries[&seq].action.clone();
             let current = head.view(&action);

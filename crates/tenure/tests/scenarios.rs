@@ -305,3 +305,24 @@ fn a_settled_address_held_by_no_one_is_reported_as_a_condition() {
     );
     assert!(report.violations.is_empty(), "a condition, not a safety violation");
 }
+
+#[test]
+fn a_release_refused_as_release_of_current_runs_once_its_holder_is_desired_nowhere() {
+    let r = report("refused-release-replanned");
+    assert_eq!(r["provider"]["sim1"]["10.0.0.10"], serde_json::json!(["eni-b"]), "only b answers");
+    let releases: Vec<&Value> = actions(&r, "a")
+        .into_iter()
+        .filter(|x| x["idempotencyKey"] == "pa/10.0.0.10/proxy-arp-del/a/sim1/eni-a/owner:2:epoch:2")
+        .collect();
+    let states: Vec<(&str, Option<&str>)> =
+        releases.iter().map(|x| (x["state"].as_str().unwrap_or(""), x["reason"].as_str())).collect();
+    assert_eq!(states, vec![("skipped", Some("release-of-current")), ("executed", None)]);
+}
+
+#[test]
+fn a_deleted_pools_manual_release_can_be_approved() {
+    let r = report("manual-release-after-delete");
+    assert_eq!(r["provider"]["sim1"], serde_json::json!({}), "released once approved");
+    let release = actions(&r, "a").into_iter().find(|x| x["verb"] == "proxy-arp-del").expect("a release");
+    assert_eq!(release["state"], "executed");
+}

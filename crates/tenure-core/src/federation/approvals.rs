@@ -1,11 +1,12 @@
 //! Approvals as log state (SPEC 13), bounded. What is kept, a pure function of the log:
-//! - an `approve` whose key does not parse as an idempotency key, or names no active address of
-//!   an applied pool, is counted and not kept (it could never approve a journaled action);
+//! - an `approve` whose key does not parse as an idempotency key, or names an address no pool
+//!   ever listed, is counted and not kept (it could never approve a journaled action);
 //! - a kept approval is forgotten as soon as a token of its address moves past it (its
 //!   captureEpoch is below its line's, or, under `epochLocking`, its ownershipEpoch below the
 //!   address's): an action so stamped is stale and never runs, approved or not;
 //! - at most [`APPROVALS_PER_ADDRESS_MAX`] approvals per (pool, address); past it the one with
-//!   the lowest tokens goes.
+//!   the highest tokens goes (the furthest ahead of the line: approvals of epochs to come cannot
+//!   push out one of the current epoch).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -80,9 +81,11 @@ impl Federation {
     /// Applies `approve{key}` under the rules above.
     pub(super) fn approve(&mut self, key: &str) {
         let parsed = ParsedKey::parse(key);
+        // Any address the federation keeps, retired ones and deleted pools' included: their
+        // holders still release them, stamped with the last spec (manual approval included).
         let target = parsed.as_ref().and_then(|k| {
-            let pool = self.pools.get(&k.pool).filter(|p| !p.deleted)?;
-            let state = pool.addresses.get(&k.address).filter(|a| a.active)?;
+            let pool = self.pools.get(&k.pool)?;
+            let state = pool.addresses.get(&k.address)?;
             Some((pool, state))
         });
         let (Some(parsed), Some((pool, state))) = (parsed.as_ref(), target) else {
@@ -117,7 +120,7 @@ impl Federation {
         self.approvals.keys.insert(key.to_owned());
         if kept.len() > APPROVALS_PER_ADDRESS_MAX {
             kept.sort();
-            let dropped = kept.remove(0);
+            let dropped = kept.pop().expect("more than the maximum: not empty");
             self.approvals.keys.remove(&dropped.key);
         }
     }
