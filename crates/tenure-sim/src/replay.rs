@@ -393,8 +393,8 @@ impl Replay {
         }
     }
 
-    /// Desired addresses of `pool` whose desired holder executed every acquire verb of the
-    /// current epoch — a settled, quiet state for that address — and yet no NIC of the provider
+    /// Desired addresses of `pool` whose desired holder executed an acquire verb of the current
+    /// epoch — a settled, quiet state for that address — and yet no NIC of the provider
     /// holds them: something undid the capture (SPEC 13: an address moved between pools and
     /// released by the old one). A condition, not a safety violation.
     fn held_by_no_one(

@@ -132,8 +132,13 @@ fn build_step(choice: &Choice, at_ms: u64, pools: &[PoolSpec]) -> StepKind {
         }
         Choice::DeletePool(p) => log(EventKind::PoolDeleted { pool: pools[*p].name.clone() }),
         Choice::ReapplyPool(p) => {
-            // Re-apply with the address list rotated by one: some addresses retire, some return.
+            // Re-apply with the address list rotated by one: some addresses retire, some return;
+            // pools with an even number of addresses move to the other placement group (a new
+            // capture domain: every address leaves its line and joins another).
             let mut spec = pools[*p].clone();
+            if spec.addresses.len() % 2 == 0 {
+                spec.placement_group = if spec.placement_group == "g1" { "g2".into() } else { "g1".into() };
+            }
             if spec.addresses.len() > 1 {
                 spec.addresses.pop();
             } else {

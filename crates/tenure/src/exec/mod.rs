@@ -16,9 +16,11 @@
 //! own (a command killed, a request timed out); [`execute_within`] enforces it around any
 //! executor: past the deadline the call's future is dropped and the outcome is
 //! [`ExecutionOutcome::Unknown`], because the call may or may not have reached the provider.
-//! The core's `tenure_core::log::ActionOutcome` knows only executed and failed: how a driver
-//! records an unknown outcome (for instance, leaving the entry in flight until inventory shows
-//! what happened) is decided with the agent that drives it.
+//! The core's `tenure_core::log::ActionOutcome` knows only executed and failed:
+//! [`ExecutionOutcome::for_journal`] records an unknown outcome as `failed` with its reason, so
+//! the sweep retries it while it is current (provider calls are idempotent), and if it did land,
+//! inventory shows it and drift repair counts the address as captured for the release
+//! (`docs/decisions.md`).
 //!
 //! # Layout
 //!
@@ -55,6 +57,21 @@ pub enum ExecutionOutcome {
         /// Why the outcome is unknown, in one line.
         reason: String,
     },
+}
+
+impl ExecutionOutcome {
+    /// The outcome and detail the journal and the `action-result` event record: executed stays
+    /// executed; failed and unknown are both `failed` (an unknown outcome is retried through the
+    /// gate, never assumed done), the detail saying which.
+    #[must_use]
+    pub fn for_journal(&self) -> (tenure_core::log::ActionOutcome, String) {
+        use tenure_core::log::ActionOutcome;
+        match self {
+            Self::Executed { detail } => (ActionOutcome::Executed, detail.clone()),
+            Self::Failed { reason } => (ActionOutcome::Failed, reason.clone()),
+            Self::Unknown { reason } => (ActionOutcome::Failed, format!("outcome unknown: {reason}")),
+        }
+    }
 }
 
 /// The future an [`Executor`] returns: boxed, so that `dyn Executor` works (an `async fn` in a
@@ -170,6 +187,13 @@ mod tests {
         let deadline = started + Duration::from_secs(10);
         let outcome = execute_within(&executor, &action(Verb::AssignSecondaryIp, "eni-a"), deadline).await;
         assert!(matches!(outcome, ExecutionOutcome::Unknown { .. }), "{outcome:?}");
+        let (journal, detail) = outcome.for_journal();
+        assert_eq!(
+            journal,
+            tenure_core::log::ActionOutcome::Failed,
+            "unknown is retried, never assumed done"
+        );
+        assert!(detail.starts_with("outcome unknown: "), "{detail}");
         assert_eq!(Instant::now(), deadline, "given up exactly at the deadline (paused clock)");
         assert_eq!(executor.calls.load(Ordering::SeqCst), 1, "the call was started");
         assert_eq!(executor.completed.load(Ordering::SeqCst), 0, "and never finished");
