@@ -34,6 +34,19 @@ pub enum ViolationKind {
 }
 
 impl ViolationKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [Self; 9] = [
+        Self::StaleExecution,
+        Self::BelowHighWater,
+        Self::PartitionedExecution,
+        Self::TokenDecrease,
+        Self::DivergentMaps,
+        Self::DoubleAssignment,
+        Self::CapacityExceeded,
+        Self::OnpremSplitAnswer,
+        Self::NoConvergence,
+    ];
+
     /// The kebab-case name.
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -59,6 +72,10 @@ impl ViolationKind {
             Mode::PausedCall => matches!(self, Self::StaleExecution | Self::PartitionedExecution),
         }
     }
+
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 impl fmt::Display for ViolationKind {
@@ -76,6 +93,62 @@ pub struct Violation {
     pub kind: ViolationKind,
     /// What exactly.
     pub detail: String,
+}
+
+/// Every violation counted per kind, and the first `kept_per_kind_max` of each kind kept, in
+/// the order seen.
+#[derive(Clone, Debug)]
+pub struct Violations {
+    counts: [u64; ViolationKind::ALL.len()],
+    kept: Vec<Violation>,
+    kept_per_kind_max: u64,
+}
+
+impl Violations {
+    /// No violation yet; keeps at most `kept_per_kind_max` of each kind.
+    #[must_use]
+    pub fn new(kept_per_kind_max: u64) -> Self {
+        Self { counts: [0; ViolationKind::ALL.len()], kept: Vec::new(), kept_per_kind_max }
+    }
+
+    /// Counts one violation, and keeps it if fewer than the bound of its kind are kept.
+    pub fn record(&mut self, step: u64, kind: ViolationKind, detail: String) {
+        let count = &mut self.counts[kind.index()];
+        *count += 1;
+        if *count <= self.kept_per_kind_max {
+            self.kept.push(Violation { step, kind, detail });
+        }
+    }
+
+    /// How many violations of `kind` were seen.
+    #[must_use]
+    pub fn count(&self, kind: ViolationKind) -> u64 {
+        self.counts[kind.index()]
+    }
+
+    /// How many violations were seen in all.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The kinds seen, each with its count.
+    #[must_use]
+    pub fn counts(&self) -> BTreeMap<ViolationKind, u64> {
+        ViolationKind::ALL.into_iter().map(|k| (k, self.count(k))).filter(|(_, n)| *n > 0).collect()
+    }
+
+    /// The violations kept, in the order seen.
+    #[must_use]
+    pub fn kept(&self) -> &[Violation] {
+        &self.kept
+    }
+
+    /// The violations kept, in the order seen.
+    #[must_use]
+    pub fn into_kept(self) -> Vec<Violation> {
+        self.kept
+    }
 }
 
 pub use crate::checker::staleness;

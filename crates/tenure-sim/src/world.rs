@@ -14,7 +14,7 @@ use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
 
-use crate::checks::{self, Violation, ViolationKind};
+use crate::checks::{self, Violation, ViolationKind, Violations};
 use crate::config::{Fault, Mode, SimConfig};
 use crate::plot::Timeline;
 use crate::store::LossyJournalStore;
@@ -26,8 +26,8 @@ mod provider;
 
 /// Most events waiting in the delay queue; beyond it, delays are dropped (lost).
 pub const DELAYED_EVENTS_MAX: usize = 100_000;
-/// Most violations kept per seed (all are counted).
-pub const VIOLATIONS_KEPT_MAX: usize = 64;
+/// Most violations of each kind kept per seed for display (all are counted and judged).
+pub const VIOLATIONS_KEPT_PER_KIND_MAX: u64 = 8;
 /// Stream-time length of one liveness round, in ms.
 pub const LIVENESS_ROUND_MS: u64 = 250;
 
@@ -84,10 +84,12 @@ pub struct SeedReport {
     pub seed: u64,
     /// The mode.
     pub mode: String,
-    /// Violations seen (at most `VIOLATIONS_KEPT_MAX` kept).
+    /// Violations seen: the first `VIOLATIONS_KEPT_PER_KIND_MAX` of each kind, for display.
     pub violations: Vec<Violation>,
     /// How many violations were seen in all.
     pub violations_total: u64,
+    /// How many violations of each kind were seen, kept or not: what the seed is judged on.
+    pub violation_counts: BTreeMap<ViolationKind, u64>,
     /// Liveness rounds until convergence, or none.
     pub converged_after_rounds: Option<u32>,
     /// Events appended to the log.
@@ -103,16 +105,51 @@ pub struct SeedReport {
 }
 
 impl SeedReport {
-    /// Violations the mode does not predict.
+    /// The report of a seed of `mode` that saw `violations`; the other figures are zero.
+    #[must_use]
+    pub fn new(mode: Mode, violations: Violations, converged_after_rounds: Option<u32>) -> Self {
+        Self {
+            seed: 0,
+            mode: mode.name().to_owned(),
+            violations_total: violations.total(),
+            violation_counts: violations.counts(),
+            violations: violations.into_kept(),
+            converged_after_rounds,
+            events: 0,
+            provider_calls: 0,
+            stale_calls: 0,
+            recaptures: 0,
+            faults: BTreeMap::new(),
+        }
+    }
+
+    fn parsed_mode(&self) -> Mode {
+        self.mode.parse().expect("the mode printed itself")
+    }
+
+    /// The kept violations the mode does not predict (for display; see `unexpected_count`).
     pub fn unexpected(&self) -> impl Iterator<Item = &Violation> {
-        let mode: Mode = self.mode.parse().expect("the mode printed itself");
+        let mode = self.parsed_mode();
         self.violations.iter().filter(move |v| !v.kind.predicted_in(mode))
     }
 
-    /// Whether the seed failed: an unexpected violation, or no convergence.
+    /// How many violations, kept or not, the mode does not predict.
+    #[must_use]
+    pub fn unexpected_count(&self) -> u64 {
+        let mode = self.parsed_mode();
+        self.violation_counts.iter().filter(|(k, _)| !k.predicted_in(mode)).map(|(_, n)| n).sum()
+    }
+
+    /// How many violations, kept or not, the mode predicts (its documented limit).
+    #[must_use]
+    pub fn predicted_count(&self) -> u64 {
+        self.violations_total - self.unexpected_count()
+    }
+
+    /// Whether the seed failed: any unexpected violation counted, or no convergence.
     #[must_use]
     pub fn failed(&self) -> bool {
-        self.unexpected().next().is_some() || self.converged_after_rounds.is_none()
+        self.unexpected_count() > 0 || self.converged_after_rounds.is_none()
     }
 }
 
@@ -136,8 +173,7 @@ pub struct World {
     vrrp_master: Option<usize>,
     now_ms: u64,
     step: u64,
-    violations: Vec<Violation>,
-    violations_total: u64,
+    violations: Violations,
     provider_calls: u64,
     stale_calls: u64,
     faults: BTreeMap<String, u64>,
@@ -190,8 +226,7 @@ impl World {
             vrrp_master: None,
             now_ms: 0,
             step: 0,
-            violations: Vec::new(),
-            violations_total: 0,
+            violations: Violations::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             provider_calls: 0,
             stale_calls: 0,
             faults: BTreeMap::new(),
@@ -221,10 +256,7 @@ impl World {
     }
 
     fn violation(&mut self, kind: ViolationKind, detail: String) {
-        self.violations_total += 1;
-        if self.violations.len() < VIOLATIONS_KEPT_MAX {
-            self.violations.push(Violation { step: self.step, kind, detail });
-        }
+        self.violations.record(self.step, kind, detail);
     }
 
     fn count_fault(&mut self, fault: Fault) {
@@ -478,16 +510,12 @@ impl World {
         }
         let converged_after_rounds = self.liveness();
         let report = SeedReport {
-            seed: 0,
-            mode: self.config.mode.name().to_owned(),
-            violations: self.violations,
-            violations_total: self.violations_total,
-            converged_after_rounds,
             events: self.log.len() as u64,
             provider_calls: self.provider_calls,
             stale_calls: self.stale_calls,
             recaptures: self.head.recaptures(),
             faults: self.faults,
+            ..SeedReport::new(self.config.mode, self.violations, converged_after_rounds)
         };
         (report, self.timeline)
     }
