@@ -6,6 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::checker::Checker;
+
+/// Most violations of each kind a replay reports (it counts them all).
+pub const VIOLATIONS_KEPT_PER_KIND_MAX: u64 = 1_000;
 use crate::scenario::{LocalStep, Scenario, StepKind};
 use crate::sim_provider::SimProvider;
 use tenure_core::federation::{EventRejected, Federation};
@@ -156,7 +159,7 @@ impl Replay {
             log: Vec::new(),
             nodes,
             providers,
-            checker: Checker::new(),
+            checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             narrate,
             narration: Vec::new(),
         }
@@ -235,6 +238,7 @@ impl Replay {
         match step {
             LocalStep::Reconcile => {
                 Self::catch_up(node, &self.log);
+                self.checker.after_catch_up(name, &node.view);
                 let report =
                     node.engine.reconcile(&node.view, &self.head).expect("a memory store cannot fail");
                 let line = format!(
@@ -289,6 +293,7 @@ impl Replay {
                 self.execute(name, Some(&only));
                 let node = self.nodes.get_mut(name).expect("exists");
                 Self::catch_up(node, &self.log);
+                self.checker.after_catch_up(name, &node.view);
             }
             LocalStep::Restart => {
                 node.engine.restart().expect("a memory store cannot fail");
@@ -296,6 +301,7 @@ impl Replay {
                 node.cursor = 0;
                 node.paused = false;
                 node.approved_before_pause.clear();
+                self.checker.after_restart(name);
                 self.say(format!("{prefix}: memory lost; journal and high-water marks kept"));
             }
             LocalStep::Partition => {
@@ -323,7 +329,8 @@ impl Replay {
                 self.say(format!("           gate: {key} [{reason}]"));
             }
             let Some(action) = next else { break };
-            self.checker.before_provider_call(name, &action, &self.head);
+            let cut_off = self.nodes[name].partitioned;
+            self.checker.before_provider_call(name, &action, &self.head, cut_off);
             let provider = self.providers.get_mut(&action.provider);
             let (outcome, detail) = match provider {
                 Some(p) => match p.execute(&action) {
@@ -409,7 +416,7 @@ impl Replay {
             actions,
             provider,
             conditions,
-            violations: self.checker.violations().to_vec(),
+            violations: self.checker.violations().kept().iter().map(|v| v.detail.clone()).collect(),
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::checks::ViolationKind;
+use crate::checker::ViolationKind;
 use crate::config::SimConfig;
 use crate::world::SeedReport;
 
@@ -91,7 +91,7 @@ fn per_kind(counts: &BTreeMap<ViolationKind, u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::Violations;
+    use crate::checker::Violations;
     use crate::config::Mode;
     use crate::world::VIOLATIONS_KEPT_PER_KIND_MAX;
 

@@ -14,7 +14,7 @@ use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
 
-use crate::checks::{self, Violation, ViolationKind, Violations};
+use crate::checker::{self, Checker, Violation, ViolationKind, Violations};
 use crate::config::{Fault, Mode, SimConfig};
 use crate::plot::Timeline;
 use crate::store::LossyJournalStore;
@@ -61,10 +61,6 @@ struct SimNode {
     /// Bumped at every crash: results of calls from an earlier life are not delivered.
     incarnation: u64,
     skew_ms: i64,
-    /// Tokens of the node's view in this incarnation (a restarted view starts from scratch).
-    view_tokens: checks::TokenWatch,
-    /// Highest capture epoch this node ever executed per line, across restarts.
-    executed_epochs: BTreeMap<(String, IpAddr), u64>,
 }
 
 /// A provider call on its way.
@@ -163,7 +159,7 @@ pub struct World {
     head: Federation,
     log: Vec<Event>,
     head_fingerprints: Vec<u64>,
-    head_tokens: checks::TokenWatch,
+    checker: Checker,
     nodes: Vec<SimNode>,
     provider: SimProvider,
     calls: Vec<PendingCall>,
@@ -173,7 +169,6 @@ pub struct World {
     vrrp_master: Option<usize>,
     now_ms: u64,
     step: u64,
-    violations: Violations,
     provider_calls: u64,
     stale_calls: u64,
     faults: BTreeMap<String, u64>,
@@ -202,8 +197,6 @@ impl World {
                 partitioned: false,
                 incarnation: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
-                view_tokens: checks::TokenWatch::default(),
-                executed_epochs: BTreeMap::new(),
             })
             .collect();
         let timeline = plot.then(|| Timeline::new(&topology));
@@ -218,7 +211,7 @@ impl World {
             registry,
             log: Vec::new(),
             head_fingerprints: Vec::new(),
-            head_tokens: checks::TokenWatch::default(),
+            checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             nodes,
             calls: Vec::new(),
             delayed: Vec::new(),
@@ -226,13 +219,12 @@ impl World {
             vrrp_master: None,
             now_ms: 0,
             step: 0,
-            violations: Violations::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             provider_calls: 0,
             stale_calls: 0,
             faults: BTreeMap::new(),
             timeline,
         };
-        world.head_fingerprints.push(checks::fingerprint(&world.head));
+        world.head_fingerprints.push(checker::fingerprint(&world.head));
         world.start();
         world
     }
@@ -256,7 +248,13 @@ impl World {
     }
 
     fn violation(&mut self, kind: ViolationKind, detail: String) {
-        self.violations.record(self.step, kind, detail);
+        self.checker.record(kind, detail);
+    }
+
+    /// The next step: violations seen from now on are stamped with it.
+    fn next_step(&mut self) {
+        self.step += 1;
+        self.checker.set_step(self.step);
     }
 
     fn count_fault(&mut self, fault: Fault) {
@@ -278,15 +276,8 @@ impl World {
             panic!("the head rejected a generated event: {rejected}");
         }
         self.log.push(event);
-        self.head_fingerprints.push(checks::fingerprint(&self.head));
-        let went_down: Vec<String> =
-            self.head_tokens.update(&self.head).into_iter().map(|line| format!("head: {line}")).collect();
-        for detail in went_down {
-            self.violation(ViolationKind::TokenDecrease, detail);
-        }
-        if let Some(detail) = checks::capacity_excess(&self.head) {
-            self.violation(ViolationKind::CapacityExceeded, detail);
-        }
+        self.head_fingerprints.push(checker::fingerprint(&self.head));
+        self.checker.after_event(&self.head);
     }
 
     fn delay(&mut self, deliver_at_ms: u64, event: Event) {
@@ -328,18 +319,12 @@ impl World {
         }
         n.cursor = self.log.len();
         let cursor = n.cursor;
-        let fingerprint = checks::fingerprint(&n.view);
-        if fingerprint != self.head_fingerprints[cursor] {
-            let detail = format!("{} at log prefix {cursor} differs from the head", self.name(node));
+        let name = self.name(node);
+        if checker::fingerprint(&self.nodes[node].view) != self.head_fingerprints[cursor] {
+            let detail = format!("{name} at log prefix {cursor} differs from the head");
             self.violation(ViolationKind::DivergentMaps, detail);
         }
-        let name = self.name(node);
-        let n = &mut self.nodes[node];
-        let went_down: Vec<String> =
-            n.view_tokens.update(&n.view).into_iter().map(|line| format!("{name}: {line}")).collect();
-        for detail in went_down {
-            self.violation(ViolationKind::TokenDecrease, detail);
-        }
+        self.checker.after_catch_up(&name, &self.nodes[node].view);
     }
 
     fn reconcile(&mut self, node: usize) {
@@ -418,7 +403,8 @@ impl World {
         n.approved_before_pause.clear();
         n.stalled.clear();
         n.incarnation += 1;
-        n.view_tokens = checks::TokenWatch::default();
+        let name = self.name(node);
+        self.checker.after_restart(&name);
     }
 
     // ---------------------------------------------------------------- the provider
@@ -456,7 +442,7 @@ impl World {
     }
 
     fn safety_step(&mut self) {
-        self.step += 1;
+        self.next_step();
         let roll = self.rng.random_range(0..100);
         match roll {
             0..30 => self.tick(),
@@ -515,7 +501,7 @@ impl World {
             stale_calls: self.stale_calls,
             recaptures: self.head.recaptures(),
             faults: self.faults,
-            ..SeedReport::new(self.config.mode, self.violations, converged_after_rounds)
+            ..SeedReport::new(self.config.mode, self.checker.into_violations(), converged_after_rounds)
         };
         (report, self.timeline)
     }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use tenure_sim::checks::ViolationKind;
+use tenure_sim::checker::ViolationKind;
 use tenure_sim::{FaultSet, Mode, SeedReport, SimConfig, run_seed};
 
 fn config(mode: Mode) -> SimConfig {

@@ -8,34 +8,18 @@ use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
 use super::{PendingCall, World};
-use crate::checks::{self, ViolationKind};
+use crate::checker::ViolationKind;
 use crate::config::Mode;
 use crate::topology::PROVIDER;
 
 impl World {
     pub(super) fn call(&mut self, node: usize, action: StampedAction) {
         self.provider_calls += 1;
-        if self.nodes[node].partitioned {
-            let detail = format!("{} called {} while cut off", self.name(node), action.idempotency_key);
-            self.violation(ViolationKind::PartitionedExecution, detail);
-        }
-        if let Some(why) = checks::staleness(&action, &self.head) {
+        let name = self.name(node);
+        let cut_off = self.nodes[node].partitioned;
+        if self.checker.before_provider_call(&name, &action, &self.head, cut_off) {
             self.stale_calls += 1;
-            let detail = format!("{}: {} ({why})", self.name(node), action.idempotency_key);
-            self.violation(ViolationKind::StaleExecution, detail);
         }
-        let line = (action.pool.clone(), action.address);
-        let executed_before = self.nodes[node].executed_epochs.get(&line).copied().unwrap_or(0);
-        if action.capture_epoch.get() < executed_before {
-            let detail = format!(
-                "{} executed {} below epoch {executed_before} it executed before",
-                self.name(node),
-                action.idempotency_key
-            );
-            self.violation(ViolationKind::BelowHighWater, detail);
-        }
-        let entry = self.nodes[node].executed_epochs.entry(line).or_default();
-        *entry = (*entry).max(action.capture_epoch.get());
 
         let fail = self.rng.random_bool(self.chances.provider_fail);
         let mut latency_ms = if self.rng.random_bool(self.chances.provider_slow) {
@@ -121,28 +105,23 @@ impl World {
     }
 
     pub(super) fn check_provider(&mut self, address: IpAddr) {
+        self.checker.after_provider_call(PROVIDER, &self.provider, address);
+        if self.topology.provider.kind != ProviderKind::SimOnprem {
+            return;
+        }
         let Some(nics) = self.provider.holdings().get(&address) else { return };
-        match self.topology.provider.kind {
-            ProviderKind::SimCloud if nics.len() > 1 => {
-                let detail = format!("{address} on {}", nics.iter().cloned().collect::<Vec<_>>().join(","));
-                self.violation(ViolationKind::DoubleAssignment, detail);
-            }
-            ProviderKind::SimOnprem => {
-                // keepalived is the data-plane authority: only the VRRP master's entry answers.
-                let answering: Vec<&String> = nics
-                    .iter()
-                    .filter(|nic| match self.config.mode {
-                        Mode::Onprem => self.vrrp_master.is_some_and(|m| self.topology.nodes[m].nic == **nic),
-                        _ => true,
-                    })
-                    .collect();
-                if answering.len() > 1 {
-                    let list: Vec<&str> = answering.iter().map(|s| s.as_str()).collect();
-                    let detail = format!("{address} answered by {}", list.join(","));
-                    self.violation(ViolationKind::OnpremSplitAnswer, detail);
-                }
-            }
-            _ => {}
+        // keepalived is the data-plane authority: only the VRRP master's entry answers.
+        let answering: Vec<&String> = nics
+            .iter()
+            .filter(|nic| match self.config.mode {
+                Mode::Onprem => self.vrrp_master.is_some_and(|m| self.topology.nodes[m].nic == **nic),
+                _ => true,
+            })
+            .collect();
+        if answering.len() > 1 {
+            let list: Vec<&str> = answering.iter().map(|s| s.as_str()).collect();
+            let detail = format!("{address} answered by {}", list.join(","));
+            self.violation(ViolationKind::OnpremSplitAnswer, detail);
         }
     }
 
