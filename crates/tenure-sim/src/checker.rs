@@ -39,15 +39,19 @@ pub enum ViolationKind {
     DoubleAssignment,
     /// A node owned more addresses than its capacity.
     CapacityExceeded,
-    /// Two hosts answered ARP for one on-prem address.
+    /// Two running hosts answered ARP for one on-prem address, or (with VRRP authority) a
+    /// running host that is not the VRRP master answered beside another host.
     OnpremSplitAnswer,
+    /// Two hosts answered ARP for one on-prem address because a frozen host could not withdraw
+    /// its entry: the limit of SPEC 9 (no provider-side single assignment, no STONITH).
+    OnpremZombieAnswer,
     /// With faults stopped, the fleet did not converge within the bound.
     NoConvergence,
 }
 
 impl ViolationKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::StaleExecution,
         Self::BelowHighWater,
         Self::PartitionedExecution,
@@ -56,6 +60,7 @@ impl ViolationKind {
         Self::DoubleAssignment,
         Self::CapacityExceeded,
         Self::OnpremSplitAnswer,
+        Self::OnpremZombieAnswer,
         Self::NoConvergence,
     ];
 
@@ -71,16 +76,22 @@ impl ViolationKind {
             Self::DoubleAssignment => "double-assignment",
             Self::CapacityExceeded => "capacity-exceeded",
             Self::OnpremSplitAnswer => "onprem-split-answer",
+            Self::OnpremZombieAnswer => "onprem-zombie-answer",
             Self::NoConvergence => "no-convergence",
         }
     }
 
     /// Whether `mode` predicts this violation (a documented limit, SPEC 9).
+    ///
+    /// A frozen on-prem host cannot withdraw its proxy entry, and without STONITH nothing else
+    /// can: with or without VRRP authority, its answer beside the new holder's is the limit.
+    /// Two *running* hosts answering is the limit only when authority is ignored.
     #[must_use]
     pub fn predicted_in(self, mode: Mode) -> bool {
         match mode {
-            Mode::Cloud | Mode::Onprem => false,
-            Mode::OnpremNoAuthority => self == Self::OnpremSplitAnswer,
+            Mode::Cloud => false,
+            Mode::Onprem => self == Self::OnpremZombieAnswer,
+            Mode::OnpremNoAuthority => matches!(self, Self::OnpremSplitAnswer | Self::OnpremZombieAnswer),
             Mode::PausedCall => matches!(self, Self::StaleExecution | Self::PartitionedExecution),
         }
     }
@@ -162,6 +173,32 @@ impl Violations {
     pub fn into_kept(self) -> Vec<Violation> {
         self.kept
     }
+}
+
+/// A host that answers ARP for an on-prem address (it has a proxy entry for it), as the
+/// simulator sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answerer<'a> {
+    /// The host's NIC.
+    pub nic: &'a str,
+    /// Frozen (paused): it cannot act, so it cannot withdraw its entry.
+    pub frozen: bool,
+    /// Its own keepalived says MASTER.
+    pub vrrp_master: bool,
+}
+
+/// Which violation, if any, these answering hosts of one address are. One host is none; two
+/// running hosts are a split answer; so is a running host that is not the VRRP master beside
+/// another (with `vrrp_authority` a running host withdraws its entries when it stops being
+/// master); otherwise the split exists only because frozen hosts could not withdraw.
+#[must_use]
+pub fn split_answer(answerers: &[Answerer<'_>], vrrp_authority: bool) -> Option<ViolationKind> {
+    if answerers.len() < 2 {
+        return None;
+    }
+    let running: Vec<&Answerer<'_>> = answerers.iter().filter(|a| !a.frozen).collect();
+    let split = running.len() >= 2 || (vrrp_authority && running.iter().any(|a| !a.vrrp_master));
+    Some(if split { ViolationKind::OnpremSplitAnswer } else { ViolationKind::OnpremZombieAnswer })
 }
 
 /// Collects broken invariants: what `replay` reports and what a simulated seed is judged on.
@@ -290,6 +327,22 @@ impl Checker {
             self.record(ViolationKind::DoubleAssignment, detail);
         }
     }
+
+    /// Called after the hosts answering ARP for on-prem `address` changed (see
+    /// [`split_answer`]). Which hosts answer and which are frozen is the caller's data-plane
+    /// model; `replay` has none.
+    pub fn after_onprem_answer(&mut self, address: IpAddr, answerers: &[Answerer<'_>], vrrp_authority: bool) {
+        let Some(kind) = split_answer(answerers, vrrp_authority) else { return };
+        let list: Vec<String> = answerers
+            .iter()
+            .map(|a| {
+                let role = if a.vrrp_master { "master" } else { "not master" };
+                let state = if a.frozen { ", frozen" } else { "" };
+                format!("{} ({role}{state})", a.nic)
+            })
+            .collect();
+        self.record(kind, format!("{address} answered by {}", list.join(", ")));
+    }
 }
 
 /// Why an action is stale at `head`, re-derived from the head without the fence module (so that
@@ -379,5 +432,28 @@ mod tests {
             ],
             "a kind seen after many of another is still kept"
         );
+    }
+
+    fn answerer(nic: &str, frozen: bool, vrrp_master: bool) -> Answerer<'_> {
+        Answerer { nic, frozen, vrrp_master }
+    }
+
+    #[test]
+    fn a_split_answer_is_the_zombie_limit_only_when_frozen_hosts_make_it() {
+        let master = answerer("eth-a", false, true);
+        let backup = answerer("eth-b", false, false);
+        let frozen_backup = answerer("eth-c", true, false);
+        let frozen_master = answerer("eth-d", true, true);
+        assert_eq!(split_answer(&[master], true), None);
+        assert_eq!(split_answer(&[master, backup], true), Some(ViolationKind::OnpremSplitAnswer));
+        assert_eq!(split_answer(&[master, backup], false), Some(ViolationKind::OnpremSplitAnswer));
+        assert_eq!(split_answer(&[master, frozen_backup], true), Some(ViolationKind::OnpremZombieAnswer));
+        assert_eq!(
+            split_answer(&[frozen_backup, frozen_master], true),
+            Some(ViolationKind::OnpremZombieAnswer)
+        );
+        // A running backup should have withdrawn: with VRRP authority that is a bug.
+        assert_eq!(split_answer(&[backup, frozen_master], true), Some(ViolationKind::OnpremSplitAnswer));
+        assert_eq!(split_answer(&[backup, frozen_master], false), Some(ViolationKind::OnpremZombieAnswer));
     }
 }

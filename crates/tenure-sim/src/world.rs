@@ -23,6 +23,7 @@ use crate::topology::{self, Topology};
 mod faults;
 mod liveness;
 mod provider;
+mod vrrp;
 
 /// Most events waiting in the delay queue; beyond it, delays are dropped (lost).
 pub const DELAYED_EVENTS_MAX: usize = 100_000;
@@ -61,6 +62,9 @@ struct SimNode {
     /// Bumped at every crash: results of calls from an earlier life are not delivered.
     incarnation: u64,
     skew_ms: i64,
+    /// The VRRP state this node's agent last appended to the log (on-prem fleets): the agent
+    /// reports its keepalived's transitions itself, so not while paused or cut off.
+    vrrp_reported: Option<VrrpState>,
 }
 
 /// A provider call on its way.
@@ -69,7 +73,8 @@ struct PendingCall {
     node: usize,
     incarnation: u64,
     action: StampedAction,
-    fail: bool,
+    /// Why the call fails instead of taking effect, if it does.
+    failure: Option<&'static str>,
 }
 
 /// What one seed produced.
@@ -166,6 +171,7 @@ pub struct World {
     delayed: Vec<(u64, u64, Event)>,
     delayed_seq: u64,
     pools: Vec<Option<PoolSpec>>,
+    /// The one host whose keepalived is MASTER (on-prem fleets; a LAN that is not partitioned).
     vrrp_master: Option<usize>,
     now_ms: u64,
     step: u64,
@@ -197,6 +203,7 @@ impl World {
                 partitioned: false,
                 incarnation: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
+                vrrp_reported: None,
             })
             .collect();
         let timeline = plot.then(|| Timeline::new(&topology));
@@ -301,15 +308,6 @@ impl World {
         }
     }
 
-    fn set_vrrp_master(&mut self, master: usize) {
-        self.vrrp_master = Some(master);
-        for node in 0..self.nodes.len() {
-            let state = if node == master { VrrpState::Master } else { VrrpState::Backup };
-            let at_ms = self.stamp(node);
-            self.append(Event { at_ms, kind: EventKind::Vrrp { node: self.name(node), state } });
-        }
-    }
-
     // ---------------------------------------------------------------- node steps
 
     fn catch_up(&mut self, node: usize) {
@@ -379,6 +377,8 @@ impl World {
             return;
         }
         self.nodes[node].paused = false;
+        // The agent handles the VRRP transition it slept through: not MASTER, no proxy entry.
+        self.fail_closed(node);
         // A frozen process that wakes up finishes the call it was making, connected or not.
         for action in std::mem::take(&mut self.nodes[node].stalled) {
             self.call(node, action);
@@ -405,6 +405,9 @@ impl World {
         n.incarnation += 1;
         let name = self.name(node);
         self.checker.after_restart(&name);
+        // The agent starts fail-closed: not MASTER here, no proxy entry (a host that crashed
+        // while frozen slept through its transition).
+        self.fail_closed(node);
     }
 
     // ---------------------------------------------------------------- the provider
@@ -415,7 +418,11 @@ impl World {
         self.now_ms += self.rng.random_range(1..150);
         for node in 0..self.nodes.len() {
             let n = &self.nodes[node];
-            if n.partitioned || n.paused || self.rng.random_bool(self.chances.heartbeat_loss) {
+            if n.partitioned || n.paused {
+                continue;
+            }
+            self.report_vrrp(node);
+            if self.rng.random_bool(self.chances.heartbeat_loss) {
                 continue;
             }
             let event =

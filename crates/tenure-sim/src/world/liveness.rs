@@ -26,6 +26,7 @@ impl World {
             self.deliver_due();
             self.land_due(false);
             for node in 0..self.nodes.len() {
+                self.report_vrrp(node);
                 let at_ms = self.stamp(node);
                 self.append(Event { at_ms, kind: EventKind::Heartbeat { node: self.name(node) } });
             }

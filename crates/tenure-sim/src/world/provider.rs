@@ -8,12 +8,26 @@ use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
 use super::{PendingCall, World};
-use crate::checker::ViolationKind;
+use crate::checker::Answerer;
 use crate::config::Mode;
 use crate::topology::PROVIDER;
 
+/// What a simulated provider error says.
+const PROVIDER_ERROR: &str = "provider error (simulated)";
+/// What the on-prem executor's local authority check says when it refuses a call.
+const NOT_MASTER: &str = "refused: keepalived is not MASTER on this host";
+
 impl World {
     pub(super) fn call(&mut self, node: usize, action: StampedAction) {
+        let incarnation = self.nodes[node].incarnation;
+        if self.refused_locally(node, &action) {
+            // The executor's local authority check, right before the call: nothing reaches the
+            // host's neighbour table.
+            let call =
+                PendingCall { land_at_ms: self.now_ms, node, incarnation, action, failure: Some(NOT_MASTER) };
+            self.land(call);
+            return;
+        }
         self.provider_calls += 1;
         let name = self.name(node);
         let cut_off = self.nodes[node].partitioned;
@@ -44,8 +58,8 @@ impl World {
                 latency_ms = latency_ms.max(self.rng.random_range(50..1_500));
             }
         }
-        let incarnation = self.nodes[node].incarnation;
-        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, fail };
+        let failure = fail.then_some(PROVIDER_ERROR);
+        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, failure };
         if latency_ms == 0 {
             self.land(call);
         } else {
@@ -70,16 +84,20 @@ impl World {
     /// The call completes: its effect (unless it failed), the result to the node, and the
     /// `action-result` event to the log.
     pub(super) fn land(&mut self, call: PendingCall) {
-        let (outcome, detail) = if call.fail {
-            (ActionOutcome::Failed, "provider error (simulated)".to_owned())
-        } else {
-            match self.provider.execute(&call.action) {
+        let (outcome, detail) = match call.failure {
+            Some(why) => (ActionOutcome::Failed, why.to_owned()),
+            None => match self.provider.execute(&call.action) {
                 Ok(detail) => (ActionOutcome::Executed, detail),
                 Err(e) => (ActionOutcome::Failed, e.to_string()),
-            }
+            },
         };
-        self.check_provider(call.action.address);
         let node = call.node;
+        if call.failure.is_none() && call.action.verb == Verb::ProxyArpAdd && !self.nodes[node].paused {
+            // If the host stopped being MASTER while the call was on its way, its agent handles
+            // the transition after the call returns and withdraws what the call added.
+            self.fail_closed(node);
+        }
+        self.check_provider(call.action.address);
         if self.nodes[node].incarnation != call.incarnation {
             return;
         }
@@ -109,20 +127,20 @@ impl World {
         if self.topology.provider.kind != ProviderKind::SimOnprem {
             return;
         }
+        // Every host with a proxy entry for the address answers ARP for it.
         let Some(nics) = self.provider.holdings().get(&address) else { return };
-        // keepalived is the data-plane authority: only the VRRP master's entry answers.
-        let answering: Vec<&String> = nics
+        let answerers: Vec<Answerer<'_>> = nics
             .iter()
-            .filter(|nic| match self.config.mode {
-                Mode::Onprem => self.vrrp_master.is_some_and(|m| self.topology.nodes[m].nic == **nic),
-                _ => true,
+            .map(|nic| {
+                let node = self.topology.nodes.iter().position(|n| n.nic == *nic);
+                Answerer {
+                    nic,
+                    frozen: node.is_some_and(|n| self.nodes[n].paused),
+                    vrrp_master: node.is_some_and(|n| self.vrrp_master == Some(n)),
+                }
             })
             .collect();
-        if answering.len() > 1 {
-            let list: Vec<&str> = answering.iter().map(|s| s.as_str()).collect();
-            let detail = format!("{address} answered by {}", list.join(","));
-            self.violation(ViolationKind::OnpremSplitAnswer, detail);
-        }
+        self.checker.after_onprem_answer(address, &answerers, self.config.mode == Mode::Onprem);
     }
 
     pub(super) fn observe_inventory(&mut self, address: IpAddr, delayed: bool) {
