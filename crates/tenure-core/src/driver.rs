@@ -143,6 +143,14 @@ impl<S: JournalStore> NodeDriver<S> {
         self.paused
     }
 
+    /// Whether a resume's zombie pass is under way (between [`NodeDriver::resume`] and
+    /// [`NodeDriver::finish_resume`]): the process is awake, gating what it approved before it
+    /// froze.
+    #[must_use]
+    pub fn is_resuming(&self) -> bool {
+        self.zombie.is_some()
+    }
+
     /// Whether the node is cut off from the log head.
     #[must_use]
     pub fn is_partitioned(&self) -> bool {

@@ -1,59 +1,319 @@
-//! The invariant checker used by `replay` (and the simulator). It re-derives each rule from the
-//! log head on its own instead of calling the fence, so that a bug in the fence shows up here.
+//! The one invariant checker, used by `replay` and by the simulator (after every event, every
+//! catch-up of a node's view and every provider call). It re-derives each rule from the log head
+//! on its own instead of calling the fence, so that a bug in the fence shows up here.
+//!
+//! Every violation is counted by kind, and a run is judged on the counts; only the first few of
+//! each kind are kept, for display, so that one noisy kind never hides another.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::IpAddr;
 
-use crate::sim_provider::SimProvider;
+use serde::Serialize;
 use tenure_core::federation::Federation;
-use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, ProviderKind, StampedAction};
+use tenure_core::model::{CaptureDomain, ProviderKind, StampedAction};
 
-/// Most violations recorded before the checker stops recording (it still counts).
-pub const VIOLATIONS_MAX: usize = 1_000;
+use crate::config::Mode;
+use crate::sim_provider::SimProvider;
 
-/// Collects broken invariants.
-#[derive(Clone, Debug, Default)]
+mod tokens;
+
+pub use tokens::TokenWatch;
+
+/// One broken invariant's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ViolationKind {
+    /// An action reached a provider while it was stale at the log head (SPEC 6 rule).
+    StaleExecution,
+    /// A node executed below an epoch it had executed before (its high-water mark was lost).
+    BelowHighWater,
+    /// A provider call came from a node cut off from the log head.
+    PartitionedExecution,
+    /// A token of some key went down on the head or on a node's view.
+    TokenDecrease,
+    /// A node's view differs from the head's state at the same log prefix.
+    DivergentMaps,
+    /// A cloud address was on two NICs.
+    DoubleAssignment,
+    /// A node owned more addresses than its capacity.
+    CapacityExceeded,
+    /// Two running hosts answered ARP for one on-prem address, or (with VRRP authority) a
+    /// running host that is not the VRRP master answered beside another host.
+    OnpremSplitAnswer,
+    /// Two hosts answered ARP for one on-prem address because a frozen host could not withdraw
+    /// its entry: the limit of SPEC 9 (no provider-side single assignment, no STONITH).
+    OnpremZombieAnswer,
+    /// With faults stopped, the fleet did not converge within the bound.
+    NoConvergence,
+}
+
+impl ViolationKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [Self; 10] = [
+        Self::StaleExecution,
+        Self::BelowHighWater,
+        Self::PartitionedExecution,
+        Self::TokenDecrease,
+        Self::DivergentMaps,
+        Self::DoubleAssignment,
+        Self::CapacityExceeded,
+        Self::OnpremSplitAnswer,
+        Self::OnpremZombieAnswer,
+        Self::NoConvergence,
+    ];
+
+    /// The kebab-case name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::StaleExecution => "stale-execution",
+            Self::BelowHighWater => "below-high-water",
+            Self::PartitionedExecution => "partitioned-execution",
+            Self::TokenDecrease => "token-decrease",
+            Self::DivergentMaps => "divergent-maps",
+            Self::DoubleAssignment => "double-assignment",
+            Self::CapacityExceeded => "capacity-exceeded",
+            Self::OnpremSplitAnswer => "onprem-split-answer",
+            Self::OnpremZombieAnswer => "onprem-zombie-answer",
+            Self::NoConvergence => "no-convergence",
+        }
+    }
+
+    /// Whether `mode` predicts this violation (a documented limit, SPEC 9).
+    ///
+    /// A frozen on-prem host cannot withdraw its proxy entry, and without STONITH nothing else
+    /// can: with or without VRRP authority, its answer beside the new holder's is the limit.
+    /// Two *running* hosts answering is the limit only when authority is ignored.
+    #[must_use]
+    pub fn predicted_in(self, mode: Mode) -> bool {
+        match mode {
+            Mode::Cloud => false,
+            Mode::Onprem => self == Self::OnpremZombieAnswer,
+            Mode::OnpremNoAuthority => matches!(self, Self::OnpremSplitAnswer | Self::OnpremZombieAnswer),
+            Mode::PausedCall => matches!(self, Self::StaleExecution | Self::PartitionedExecution),
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One broken invariant, where it was seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Simulator step (safety step, or liveness round after them) at which it was seen; 0 in
+    /// `replay`.
+    pub step: u64,
+    /// Its kind.
+    pub kind: ViolationKind,
+    /// What exactly.
+    pub detail: String,
+}
+
+/// Every violation counted per kind, and the first `kept_per_kind_max` of each kind kept, in
+/// the order seen.
+#[derive(Clone, Debug)]
+pub struct Violations {
+    counts: [u64; ViolationKind::ALL.len()],
+    kept: Vec<Violation>,
+    kept_per_kind_max: u64,
+}
+
+impl Violations {
+    /// No violation yet; keeps at most `kept_per_kind_max` of each kind.
+    #[must_use]
+    pub fn new(kept_per_kind_max: u64) -> Self {
+        Self { counts: [0; ViolationKind::ALL.len()], kept: Vec::new(), kept_per_kind_max }
+    }
+
+    /// Counts one violation, and keeps it if fewer than the bound of its kind are kept.
+    pub fn record(&mut self, step: u64, kind: ViolationKind, detail: String) {
+        let count = &mut self.counts[kind.index()];
+        *count += 1;
+        if *count <= self.kept_per_kind_max {
+            self.kept.push(Violation { step, kind, detail });
+        }
+    }
+
+    /// How many violations of `kind` were seen.
+    #[must_use]
+    pub fn count(&self, kind: ViolationKind) -> u64 {
+        self.counts[kind.index()]
+    }
+
+    /// How many violations were seen in all.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The kinds seen, each with its count.
+    #[must_use]
+    pub fn counts(&self) -> BTreeMap<ViolationKind, u64> {
+        ViolationKind::ALL.into_iter().map(|k| (k, self.count(k))).filter(|(_, n)| *n > 0).collect()
+    }
+
+    /// The violations kept, in the order seen.
+    #[must_use]
+    pub fn kept(&self) -> &[Violation] {
+        &self.kept
+    }
+
+    /// The violations kept, in the order seen.
+    #[must_use]
+    pub fn into_kept(self) -> Vec<Violation> {
+        self.kept
+    }
+}
+
+/// A host that answers ARP for an on-prem address (it has a proxy entry for it), as the
+/// simulator sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answerer<'a> {
+    /// The host's NIC.
+    pub nic: &'a str,
+    /// Frozen (paused): it cannot act, so it cannot withdraw its entry.
+    pub frozen: bool,
+    /// Its own keepalived says MASTER.
+    pub vrrp_master: bool,
+}
+
+/// Which violation, if any, these answering hosts of one address are. One host is none; two
+/// running hosts are a split answer; so is a running host that is not the VRRP master beside
+/// another (with `vrrp_authority` a running host withdraws its entries when it stops being
+/// master); otherwise the split exists only because frozen hosts could not withdraw.
+#[must_use]
+pub fn split_answer(answerers: &[Answerer<'_>], vrrp_authority: bool) -> Option<ViolationKind> {
+    if answerers.len() < 2 {
+        return None;
+    }
+    let running: Vec<&Answerer<'_>> = answerers.iter().filter(|a| !a.frozen).collect();
+    let split = running.len() >= 2 || (vrrp_authority && running.iter().any(|a| !a.vrrp_master));
+    Some(if split { ViolationKind::OnpremSplitAnswer } else { ViolationKind::OnpremZombieAnswer })
+}
+
+/// Collects broken invariants: what `replay` reports and what a simulated seed is judged on.
+#[derive(Clone, Debug)]
 pub struct Checker {
-    violations: Vec<String>,
-    violations_total: u64,
-    capture_seen: BTreeMap<(String, IpAddr, CaptureDomain), CaptureEpoch>,
-    ownership_seen: BTreeMap<(String, IpAddr), OwnershipEpoch>,
+    violations: Violations,
+    step: u64,
+    head_tokens: TokenWatch,
+    /// Per node: the tokens of its view in its current life (a restarted view starts afresh).
+    view_tokens: BTreeMap<String, TokenWatch>,
+    /// Per node, across restarts: the highest captureEpoch it executed per line.
+    executed_epochs: BTreeMap<String, BTreeMap<(String, IpAddr, CaptureDomain), u64>>,
 }
 
 impl Checker {
-    /// A checker that has seen nothing.
+    /// A checker that has seen nothing and keeps at most `kept_per_kind_max` violations of
+    /// each kind (it counts them all).
     #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn violation(&mut self, text: String) {
-        self.violations_total += 1;
-        if self.violations.len() < VIOLATIONS_MAX {
-            self.violations.push(text);
+    pub fn new(kept_per_kind_max: u64) -> Self {
+        Self {
+            violations: Violations::new(kept_per_kind_max),
+            step: 0,
+            head_tokens: TokenWatch::default(),
+            view_tokens: BTreeMap::new(),
+            executed_epochs: BTreeMap::new(),
         }
     }
 
-    /// Every violation recorded, in the order seen.
+    /// The step stamped on the violations seen from now on.
+    pub fn set_step(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    /// Records a violation seen by the caller (one only a simulator can observe).
+    pub fn record(&mut self, kind: ViolationKind, detail: String) {
+        self.violations.record(self.step, kind, detail);
+    }
+
+    /// What was seen so far.
     #[must_use]
-    pub fn violations(&self) -> &[String] {
+    pub fn violations(&self) -> &Violations {
         &self.violations
     }
 
-    /// How many violations were seen, recorded or not.
+    /// What was seen.
     #[must_use]
-    pub fn violations_total(&self) -> u64 {
-        self.violations_total
+    pub fn into_violations(self) -> Violations {
+        self.violations
     }
 
-    /// Called right before an action reaches a provider: was it current at the head?
-    pub fn before_provider_call(&mut self, node: &str, action: &StampedAction, head: &Federation) {
-        if let Some(why) = staleness(action, head) {
-            self.violation(format!("stale action executed by {node}: {} ({why})", action.idempotency_key));
+    /// Called after every event applied to the head: no token went down, no node owns more
+    /// than its capacity.
+    pub fn after_event(&mut self, head: &Federation) {
+        for line in self.head_tokens.update(head) {
+            self.record(ViolationKind::TokenDecrease, format!("head: {line}"));
+        }
+        if let Some(detail) = capacity_excess(head) {
+            self.record(ViolationKind::CapacityExceeded, detail);
         }
     }
 
-    /// Called after a provider call: single assignment on cloud providers.
+    /// Called after `node` caught its view up with the log: no token of the view went down.
+    pub fn after_catch_up(&mut self, node: &str, view: &Federation) {
+        let lines = match self.view_tokens.get_mut(node) {
+            Some(watch) => watch.update(view),
+            None => self.view_tokens.entry(node.to_owned()).or_default().update(view),
+        };
+        for line in lines {
+            self.record(ViolationKind::TokenDecrease, format!("{node}: {line}"));
+        }
+    }
+
+    /// `node` restarted: its view starts from the empty registry again.
+    pub fn after_restart(&mut self, node: &str) {
+        self.view_tokens.remove(node);
+    }
+
+    /// Called right before an action of `node` reaches a provider: it is current at the head,
+    /// the node can read the head (`cut_off` says it cannot), and it is not below an epoch the
+    /// node executed before. Returns whether the action was stale.
+    pub fn before_provider_call(
+        &mut self,
+        node: &str,
+        action: &StampedAction,
+        head: &Federation,
+        cut_off: bool,
+    ) -> bool {
+        if cut_off {
+            let detail = format!("{node} called {} while cut off from the head", action.idempotency_key);
+            self.record(ViolationKind::PartitionedExecution, detail);
+        }
+        let stale = staleness(action, head);
+        if let Some(why) = &stale {
+            let detail = format!("stale action executed by {node}: {} ({why})", action.idempotency_key);
+            self.record(ViolationKind::StaleExecution, detail);
+        }
+        let lines = match self.executed_epochs.get_mut(node) {
+            Some(lines) => lines,
+            None => self.executed_epochs.entry(node.to_owned()).or_default(),
+        };
+        let line = (action.pool.clone(), action.address, action.capture_domain.clone());
+        let highest = lines.entry(line).or_default();
+        let before = *highest;
+        *highest = before.max(action.capture_epoch.get());
+        if action.capture_epoch.get() < before {
+            let detail = format!(
+                "{node} executed {} below captureEpoch {before} it executed before",
+                action.idempotency_key
+            );
+            self.record(ViolationKind::BelowHighWater, detail);
+        }
+        stale.is_some()
+    }
+
+    /// Called after a provider call on `address`: single assignment on cloud providers.
     pub fn after_provider_call(&mut self, provider_name: &str, provider: &SimProvider, address: IpAddr) {
         if provider.kind() != ProviderKind::SimCloud {
             return;
@@ -62,46 +322,26 @@ impl Checker {
             && nics.len() > 1
         {
             let list: Vec<&str> = nics.iter().map(String::as_str).collect();
-            self.violation(format!(
-                "address {address} is on {} NICs of {provider_name}: {}",
-                nics.len(),
-                list.join(",")
-            ));
+            let detail =
+                format!("address {address} is on {} NICs of {provider_name}: {}", nics.len(), list.join(","));
+            self.record(ViolationKind::DoubleAssignment, detail);
         }
     }
 
-    /// Called after every applied event: no token of any key went down.
-    pub fn after_event(&mut self, head: &Federation) {
-        let mut went_down = Vec::new();
-        for (pool_name, pool) in head.pools() {
-            for (address, state) in &pool.addresses {
-                let key = (pool_name.clone(), *address);
-                let seen = self.ownership_seen.entry(key).or_default();
-                if state.ownership_epoch < *seen {
-                    went_down.push(format!(
-                        "ownershipEpoch of {pool_name}/{address} went from {seen} to {}",
-                        state.ownership_epoch
-                    ));
-                }
-                *seen = (*seen).max(state.ownership_epoch);
-                let lines = std::iter::once((&pool.capture_domain, &state.line))
-                    .chain(state.retired_lines.iter().map(|(d, l)| (d, l)));
-                for (domain, line) in lines {
-                    let key = (pool_name.clone(), *address, domain.clone());
-                    let seen = self.capture_seen.entry(key).or_default();
-                    if line.epoch < *seen {
-                        went_down.push(format!(
-                            "captureEpoch of {pool_name}/{address} on {domain} went from {seen} to {}",
-                            line.epoch
-                        ));
-                    }
-                    *seen = (*seen).max(line.epoch);
-                }
-            }
-        }
-        for text in went_down {
-            self.violation(text);
-        }
+    /// Called after the hosts answering ARP for on-prem `address` changed (see
+    /// [`split_answer`]). Which hosts answer and which are frozen is the caller's data-plane
+    /// model; `replay` has none.
+    pub fn after_onprem_answer(&mut self, address: IpAddr, answerers: &[Answerer<'_>], vrrp_authority: bool) {
+        let Some(kind) = split_answer(answerers, vrrp_authority) else { return };
+        let list: Vec<String> = answerers
+            .iter()
+            .map(|a| {
+                let role = if a.vrrp_master { "master" } else { "not master" };
+                let state = if a.frozen { ", frozen" } else { "" };
+                format!("{} ({role}{state})", a.nic)
+            })
+            .collect();
+        self.record(kind, format!("{address} answered by {}", list.join(", ")));
     }
 }
 
@@ -138,4 +378,97 @@ pub fn staleness(action: &StampedAction, head: &Federation) -> Option<String> {
         }
     }
     (!wrong.is_empty()).then(|| wrong.join("; "))
+}
+
+/// Owners per node at the head, against capacity: the first node over it, if any.
+#[must_use]
+pub fn capacity_excess(federation: &Federation) -> Option<String> {
+    let mut held = vec![0u64; federation.nodes().len()];
+    for pool in federation.pools().values().filter(|p| !p.deleted) {
+        for state in pool.addresses.values().filter(|a| a.active) {
+            if let Some(owner) = state.owner {
+                held[owner] += 1;
+            }
+        }
+    }
+    held.into_iter().enumerate().find_map(|(node, count)| {
+        let spec = &federation.nodes()[node].spec;
+        spec.capacity
+            .filter(|cap| count > *cap)
+            .map(|cap| format!("{} owns {count} addresses, capacity {cap}", spec.name))
+    })
+}
+
+/// A fingerprint of everything a node's map consists of: owners, desired flags and tokens
+/// (retired capture lines included).
+#[must_use]
+pub fn fingerprint(federation: &Federation) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    federation.stream_time_ms().hash(&mut hasher);
+    for (name, pool) in federation.pools() {
+        name.hash(&mut hasher);
+        (pool.deleted, &pool.capture_domain).hash(&mut hasher);
+        for (address, state) in &pool.addresses {
+            (address, state.active, state.desired, state.owner).hash(&mut hasher);
+            (state.ownership_epoch.get(), state.line.epoch.get(), state.line.desired_holder)
+                .hash(&mut hasher);
+            for (domain, line) in &state.retired_lines {
+                (domain, line.epoch.get()).hash(&mut hasher);
+            }
+        }
+    }
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_violation_is_counted_and_each_kind_keeps_its_first_few() {
+        let mut seen = Violations::new(2);
+        for i in 0..100 {
+            seen.record(i, ViolationKind::StaleExecution, format!("stale {i}"));
+        }
+        seen.record(100, ViolationKind::DoubleAssignment, "double".into());
+        assert_eq!(seen.count(ViolationKind::StaleExecution), 100);
+        assert_eq!(seen.total(), 101);
+        assert_eq!(
+            seen.counts(),
+            BTreeMap::from([(ViolationKind::StaleExecution, 100), (ViolationKind::DoubleAssignment, 1)])
+        );
+        let kept: Vec<(u64, ViolationKind)> = seen.kept().iter().map(|v| (v.step, v.kind)).collect();
+        assert_eq!(
+            kept,
+            vec![
+                (0, ViolationKind::StaleExecution),
+                (1, ViolationKind::StaleExecution),
+                (100, ViolationKind::DoubleAssignment)
+            ],
+            "a kind seen after many of another is still kept"
+        );
+    }
+
+    fn answerer(nic: &str, frozen: bool, vrrp_master: bool) -> Answerer<'_> {
+        Answerer { nic, frozen, vrrp_master }
+    }
+
+    #[test]
+    fn a_split_answer_is_the_zombie_limit_only_when_frozen_hosts_make_it() {
+        let master = answerer("eth-a", false, true);
+        let backup = answerer("eth-b", false, false);
+        let frozen_backup = answerer("eth-c", true, false);
+        let frozen_master = answerer("eth-d", true, true);
+        assert_eq!(split_answer(&[master], true), None);
+        assert_eq!(split_answer(&[master, backup], true), Some(ViolationKind::OnpremSplitAnswer));
+        assert_eq!(split_answer(&[master, backup], false), Some(ViolationKind::OnpremSplitAnswer));
+        assert_eq!(split_answer(&[master, frozen_backup], true), Some(ViolationKind::OnpremZombieAnswer));
+        assert_eq!(
+            split_answer(&[frozen_backup, frozen_master], true),
+            Some(ViolationKind::OnpremZombieAnswer)
+        );
+        // A running backup should have withdrawn: with VRRP authority that is a bug.
+        assert_eq!(split_answer(&[backup, frozen_master], true), Some(ViolationKind::OnpremSplitAnswer));
+        assert_eq!(split_answer(&[backup, frozen_master], false), Some(ViolationKind::OnpremZombieAnswer));
+    }
 }

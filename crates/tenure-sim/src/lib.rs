@@ -15,14 +15,13 @@
 //! - [`world`] — the world of a seed and its driver (both phases).
 //! - [`scenario`] and [`replay`] — the scenario format (SPEC 11) and the offline replay driver.
 //! - [`sim_provider`] — the simulated `sim-cloud` and `sim-onprem` providers.
-//! - [`checker`] — invariants re-derived independently of the fence.
-//! - [`checks`] — the invariants, each its own kind, and pure checking helpers.
+//! - [`checker`] — the one invariant checker (`replay` and the simulator): every invariant its
+//!   own kind, re-derived independently of the fence; every violation counted.
 //! - [`store`] — a journal store that loses unsynced writes on a crash.
 //! - [`plot`] — the SVG timeline of `--plot`.
 //! - [`report`] — what a run prints.
 
 pub mod checker;
-pub mod checks;
 pub mod config;
 pub mod plot;
 pub mod replay;

@@ -7,6 +7,9 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::checker::Checker;
+
+/// Most violations of each kind a replay reports (it counts them all).
+pub const VIOLATIONS_KEPT_PER_KIND_MAX: u64 = 1_000;
 use crate::scenario::{LocalStep, Scenario, StepKind};
 use crate::sim_provider::SimProvider;
 use tenure_core::driver::{Blocked, DriverOptions, NodeDriver};
@@ -142,7 +145,7 @@ impl Replay {
             log: Vec::new(),
             nodes,
             providers,
-            checker: Checker::new(),
+            checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             narrate,
             narration: Vec::new(),
         }
@@ -205,6 +208,7 @@ impl Replay {
                     Err(blocked) => return self.say(|| format!("{prefix}: {}", blocked.as_str())),
                     Ok(report) => report,
                 };
+                self.checker.after_catch_up(name, node.view());
                 if self.narrate {
                     let node = &self.nodes[name];
                     self.narration.push(format!(
@@ -246,10 +250,12 @@ impl Replay {
                     self.execute(name);
                     let node = self.nodes.get_mut(name).expect("exists");
                     node.finish_resume(&self.log);
+                    self.checker.after_catch_up(name, node.view());
                 }
             },
             LocalStep::Restart => {
                 node.restart().expect("a memory store cannot fail");
+                self.checker.after_restart(name);
                 self.say(|| format!("{prefix}: memory lost; journal and high-water marks kept"));
             }
             LocalStep::Partition => {
@@ -278,7 +284,8 @@ impl Replay {
                 }
             }
             let Some(action) = next else { break };
-            self.checker.before_provider_call(name, &action, &self.head);
+            let cut_off = self.nodes[name].is_partitioned();
+            self.checker.before_provider_call(name, &action, &self.head, cut_off);
             let (outcome, detail) = match self.providers.get_mut(&action.provider) {
                 Some(p) => match p.execute(&action) {
                     Ok(detail) => (ActionOutcome::Executed, detail),
@@ -389,7 +396,7 @@ impl Replay {
             actions,
             provider,
             conditions,
-            violations: self.checker.violations().to_vec(),
+            violations: self.checker.violations().kept().iter().map(|v| v.detail.clone()).collect(),
         }
     }
 

@@ -116,6 +116,17 @@ impl SimProvider {
         &self.holdings
     }
 
+    /// Removes `nic` from every address it holds (an on-prem host withdrawing all its proxy
+    /// entries); returns how many it held.
+    pub fn remove_nic(&mut self, nic: &str) -> usize {
+        let held: Vec<IpAddr> =
+            self.holdings.iter().filter(|(_, nics)| nics.contains(nic)).map(|(a, _)| *a).collect();
+        for address in &held {
+            self.remove(*address, nic);
+        }
+        held.len()
+    }
+
     /// Drops an address from a NIC behind tenure's back (drift, for tests and the simulator).
     pub fn inject_loss(&mut self, address: IpAddr, nic: &str) -> bool {
         self.remove(address, nic)

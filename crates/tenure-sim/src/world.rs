@@ -15,7 +15,7 @@ use tenure_core::log::{Event, EventKind};
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
 
-use crate::checks::{self, Violation, ViolationKind};
+use crate::checker::{self, Checker, Violation, ViolationKind, Violations};
 use crate::config::{Fault, Mode, SimConfig};
 use crate::plot::Timeline;
 use crate::store::LossyJournalStore;
@@ -24,11 +24,12 @@ use crate::topology::{self, Topology};
 mod faults;
 mod liveness;
 mod provider;
+mod vrrp;
 
 /// Most events waiting in the delay queue; beyond it, delays are dropped (lost).
 pub const DELAYED_EVENTS_MAX: usize = 100_000;
-/// Most violations kept per seed (all are counted).
-pub const VIOLATIONS_KEPT_MAX: usize = 64;
+/// Most violations of each kind kept per seed for display (all are counted and judged).
+pub const VIOLATIONS_KEPT_PER_KIND_MAX: u64 = 8;
 /// Stream-time length of one liveness round, in ms.
 pub const LIVENESS_ROUND_MS: u64 = 250;
 
@@ -58,10 +59,9 @@ struct SimNode {
     /// Bumped at every crash: results of calls from an earlier life are not delivered.
     incarnation: u64,
     skew_ms: i64,
-    /// Tokens of the node's view in this incarnation (a restarted view starts from scratch).
-    view_tokens: checks::TokenWatch,
-    /// Highest capture epoch this node ever executed per line, across restarts.
-    executed_epochs: BTreeMap<(String, IpAddr), u64>,
+    /// The VRRP state this node's agent last appended to the log (on-prem fleets): the agent
+    /// reports its keepalived's transitions itself, so not while paused or cut off.
+    vrrp_reported: Option<VrrpState>,
 }
 
 /// A provider call on its way.
@@ -70,7 +70,8 @@ struct PendingCall {
     node: usize,
     incarnation: u64,
     action: StampedAction,
-    fail: bool,
+    /// Why the call fails instead of taking effect, if it does.
+    failure: Option<&'static str>,
 }
 
 /// What one seed produced.
@@ -81,10 +82,12 @@ pub struct SeedReport {
     pub seed: u64,
     /// The mode.
     pub mode: String,
-    /// Violations seen (at most `VIOLATIONS_KEPT_MAX` kept).
+    /// Violations seen: the first `VIOLATIONS_KEPT_PER_KIND_MAX` of each kind, for display.
     pub violations: Vec<Violation>,
     /// How many violations were seen in all.
     pub violations_total: u64,
+    /// How many violations of each kind were seen, kept or not: what the seed is judged on.
+    pub violation_counts: BTreeMap<ViolationKind, u64>,
     /// Liveness rounds until convergence, or none.
     pub converged_after_rounds: Option<u32>,
     /// Events appended to the log.
@@ -100,16 +103,51 @@ pub struct SeedReport {
 }
 
 impl SeedReport {
-    /// Violations the mode does not predict.
+    /// The report of a seed of `mode` that saw `violations`; the other figures are zero.
+    #[must_use]
+    pub fn new(mode: Mode, violations: Violations, converged_after_rounds: Option<u32>) -> Self {
+        Self {
+            seed: 0,
+            mode: mode.name().to_owned(),
+            violations_total: violations.total(),
+            violation_counts: violations.counts(),
+            violations: violations.into_kept(),
+            converged_after_rounds,
+            events: 0,
+            provider_calls: 0,
+            stale_calls: 0,
+            recaptures: 0,
+            faults: BTreeMap::new(),
+        }
+    }
+
+    fn parsed_mode(&self) -> Mode {
+        self.mode.parse().expect("the mode printed itself")
+    }
+
+    /// The kept violations the mode does not predict (for display; see `unexpected_count`).
     pub fn unexpected(&self) -> impl Iterator<Item = &Violation> {
-        let mode: Mode = self.mode.parse().expect("the mode printed itself");
+        let mode = self.parsed_mode();
         self.violations.iter().filter(move |v| !v.kind.predicted_in(mode))
     }
 
-    /// Whether the seed failed: an unexpected violation, or no convergence.
+    /// How many violations, kept or not, the mode does not predict.
+    #[must_use]
+    pub fn unexpected_count(&self) -> u64 {
+        let mode = self.parsed_mode();
+        self.violation_counts.iter().filter(|(k, _)| !k.predicted_in(mode)).map(|(_, n)| n).sum()
+    }
+
+    /// How many violations, kept or not, the mode predicts (its documented limit).
+    #[must_use]
+    pub fn predicted_count(&self) -> u64 {
+        self.violations_total - self.unexpected_count()
+    }
+
+    /// Whether the seed failed: any unexpected violation counted, or no convergence.
     #[must_use]
     pub fn failed(&self) -> bool {
-        self.unexpected().next().is_some() || self.converged_after_rounds.is_none()
+        self.unexpected_count() > 0 || self.converged_after_rounds.is_none()
     }
 }
 
@@ -122,22 +160,33 @@ pub struct World {
     head: Federation,
     log: Vec<Event>,
     head_fingerprints: Vec<u64>,
-    head_tokens: checks::TokenWatch,
+    checker: Checker,
     nodes: Vec<SimNode>,
     provider: SimProvider,
     calls: Vec<PendingCall>,
     delayed: Vec<(u64, u64, Event)>,
     delayed_seq: u64,
     pools: Vec<Option<PoolSpec>>,
+    /// The one host whose keepalived is MASTER (on-prem fleets; a LAN that is not partitioned).
     vrrp_master: Option<usize>,
     now_ms: u64,
     step: u64,
-    violations: Vec<Violation>,
-    violations_total: u64,
     provider_calls: u64,
     stale_calls: u64,
     faults: BTreeMap<String, u64>,
     timeline: Option<Timeline>,
+}
+
+impl SimNode {
+    /// The process is frozen (paused and not in a resume's zombie pass).
+    fn frozen(&self) -> bool {
+        self.driver.is_paused() && !self.driver.is_resuming()
+    }
+
+    /// The node cannot read the log head.
+    fn cut_off(&self) -> bool {
+        self.driver.is_partitioned()
+    }
 }
 
 impl World {
@@ -161,8 +210,7 @@ impl World {
                 stalled: Vec::new(),
                 incarnation: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
-                view_tokens: checks::TokenWatch::default(),
-                executed_epochs: BTreeMap::new(),
+                vrrp_reported: None,
             })
             .collect();
         let timeline = plot.then(|| Timeline::new(&topology));
@@ -176,7 +224,7 @@ impl World {
             head: registry,
             log: Vec::new(),
             head_fingerprints: Vec::new(),
-            head_tokens: checks::TokenWatch::default(),
+            checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             nodes,
             calls: Vec::new(),
             delayed: Vec::new(),
@@ -184,14 +232,12 @@ impl World {
             vrrp_master: None,
             now_ms: 0,
             step: 0,
-            violations: Vec::new(),
-            violations_total: 0,
             provider_calls: 0,
             stale_calls: 0,
             faults: BTreeMap::new(),
             timeline,
         };
-        world.head_fingerprints.push(checks::fingerprint(&world.head));
+        world.head_fingerprints.push(checker::fingerprint(&world.head));
         world.start();
         world
     }
@@ -215,10 +261,13 @@ impl World {
     }
 
     fn violation(&mut self, kind: ViolationKind, detail: String) {
-        self.violations_total += 1;
-        if self.violations.len() < VIOLATIONS_KEPT_MAX {
-            self.violations.push(Violation { step: self.step, kind, detail });
-        }
+        self.checker.record(kind, detail);
+    }
+
+    /// The next step: violations seen from now on are stamped with it.
+    fn next_step(&mut self) {
+        self.step += 1;
+        self.checker.set_step(self.step);
     }
 
     fn count_fault(&mut self, fault: Fault) {
@@ -240,15 +289,8 @@ impl World {
             panic!("the head rejected a generated event: {rejected}");
         }
         self.log.push(event);
-        self.head_fingerprints.push(checks::fingerprint(&self.head));
-        let went_down: Vec<String> =
-            self.head_tokens.update(&self.head).into_iter().map(|line| format!("head: {line}")).collect();
-        for detail in went_down {
-            self.violation(ViolationKind::TokenDecrease, detail);
-        }
-        if let Some(detail) = checks::capacity_excess(&self.head) {
-            self.violation(ViolationKind::CapacityExceeded, detail);
-        }
+        self.head_fingerprints.push(checker::fingerprint(&self.head));
+        self.checker.after_event(&self.head);
     }
 
     fn delay(&mut self, deliver_at_ms: u64, event: Event) {
@@ -272,38 +314,17 @@ impl World {
         }
     }
 
-    fn set_vrrp_master(&mut self, master: usize) {
-        self.vrrp_master = Some(master);
-        for node in 0..self.nodes.len() {
-            let state = if node == master { VrrpState::Master } else { VrrpState::Backup };
-            let at_ms = self.stamp(node);
-            self.append(Event { at_ms, kind: EventKind::Vrrp { node: self.name(node), state } });
-        }
-    }
-
     // ---------------------------------------------------------------- node steps
 
     fn catch_up(&mut self, node: usize) {
-        let n = &mut self.nodes[node];
-        n.driver.catch_up(&self.log);
-        let cursor = n.driver.applied();
-        let fingerprint = checks::fingerprint(n.driver.view());
-        if fingerprint != self.head_fingerprints[cursor] {
-            let detail = format!("{} at log prefix {cursor} differs from the head", self.name(node));
+        self.nodes[node].driver.catch_up(&self.log);
+        let cursor = self.nodes[node].driver.applied();
+        let name = self.name(node);
+        if checker::fingerprint(self.nodes[node].driver.view()) != self.head_fingerprints[cursor] {
+            let detail = format!("{name} at log prefix {cursor} differs from the head");
             self.violation(ViolationKind::DivergentMaps, detail);
         }
-        let name = self.name(node);
-        let n = &mut self.nodes[node];
-        let went_down: Vec<String> =
-            n.view_tokens.update(n.driver.view()).into_iter().map(|line| format!("{name}: {line}")).collect();
-        for detail in went_down {
-            self.violation(ViolationKind::TokenDecrease, detail);
-        }
-    }
-
-    /// Whether the node may take a local step (not cut off, not frozen).
-    fn acting(&self, node: usize) -> bool {
-        !self.nodes[node].driver.is_partitioned() && !self.nodes[node].driver.is_paused()
+        self.checker.after_catch_up(&name, self.nodes[node].driver.view());
     }
 
     /// Appends what the node's driver wants appended (its outbox), at the node's time.
@@ -315,12 +336,11 @@ impl World {
     }
 
     fn reconcile(&mut self, node: usize) {
-        if !self.acting(node) {
+        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
             return;
         }
         self.catch_up(node);
-        let n = &mut self.nodes[node];
-        let done = n.driver.reconcile(&self.log, &self.head).expect("memory store");
+        let done = self.nodes[node].driver.reconcile(&self.log, &self.head).expect("memory store");
         debug_assert!(done.is_ok(), "an acting node reconciles");
         // The outbox of results: what the log has not confirmed is reported again.
         self.drain_outbox(node);
@@ -357,6 +377,8 @@ impl World {
             return;
         }
         let woken = self.nodes[node].driver.resume();
+        // The agent handles the VRRP transition it slept through: not MASTER, no proxy entry.
+        self.fail_closed(node);
         // A frozen process that wakes up finishes the call it was making, connected or not.
         for action in std::mem::take(&mut self.nodes[node].stalled) {
             self.call(node, action);
@@ -379,7 +401,11 @@ impl World {
         n.driver.restart().expect("memory store");
         n.stalled.clear();
         n.incarnation += 1;
-        n.view_tokens = checks::TokenWatch::default();
+        let name = self.name(node);
+        self.checker.after_restart(&name);
+        // The agent starts fail-closed: not MASTER here, no proxy entry (a host that crashed
+        // while frozen slept through its transition).
+        self.fail_closed(node);
     }
 
     // ---------------------------------------------------------------- the provider
@@ -390,10 +416,11 @@ impl World {
         self.now_ms += self.rng.random_range(1..150);
         for node in 0..self.nodes.len() {
             let n = &self.nodes[node];
-            if n.driver.is_partitioned()
-                || n.driver.is_paused()
-                || self.rng.random_bool(self.chances.heartbeat_loss)
-            {
+            if n.cut_off() || n.driver.is_paused() {
+                continue;
+            }
+            self.report_vrrp(node);
+            if self.rng.random_bool(self.chances.heartbeat_loss) {
                 continue;
             }
             let event =
@@ -420,7 +447,7 @@ impl World {
     }
 
     fn safety_step(&mut self) {
-        self.step += 1;
+        self.next_step();
         let roll = self.rng.random_range(0..100);
         match roll {
             0..30 => self.tick(),
@@ -474,16 +501,12 @@ impl World {
         }
         let converged_after_rounds = self.liveness();
         let report = SeedReport {
-            seed: 0,
-            mode: self.config.mode.name().to_owned(),
-            violations: self.violations,
-            violations_total: self.violations_total,
-            converged_after_rounds,
             events: self.log.len() as u64,
             provider_calls: self.provider_calls,
             stale_calls: self.stale_calls,
             recaptures: self.head.recaptures(),
             faults: self.faults,
+            ..SeedReport::new(self.config.mode, self.checker.into_violations(), converged_after_rounds)
         };
         (report, self.timeline)
     }

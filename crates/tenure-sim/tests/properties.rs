@@ -136,7 +136,7 @@ fn build_step(choice: &Choice, at_ms: u64, pools: &[PoolSpec]) -> StepKind {
             // pools with an even number of addresses move to the other placement group (a new
             // capture domain: every address leaves its line and joins another).
             let mut spec = pools[*p].clone();
-            if spec.addresses.len() % 2 == 0 {
+            if spec.addresses.len().is_multiple_of(2) {
                 spec.placement_group = if spec.placement_group == "g1" { "g2".into() } else { "g1".into() };
             }
             if spec.addresses.len() > 1 {

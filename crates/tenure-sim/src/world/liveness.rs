@@ -7,7 +7,7 @@ use tenure_core::journal::EntryState;
 use tenure_core::log::{Event, EventKind};
 
 use super::{Chances, LIVENESS_ROUND_MS, World};
-use crate::checks::{self, ViolationKind};
+use crate::checker::{self, ViolationKind};
 use crate::config::LIVENESS_ROUNDS_MAX;
 use crate::topology::PROVIDER;
 
@@ -21,11 +21,12 @@ impl World {
             self.resume(node);
         }
         for round in 0..LIVENESS_ROUNDS_MAX {
-            self.step += 1;
+            self.next_step();
             self.now_ms += LIVENESS_ROUND_MS;
             self.deliver_due();
             self.land_due(false);
             for node in 0..self.nodes.len() {
+                self.report_vrrp(node);
                 let at_ms = self.stamp(node);
                 self.append(Event { at_ms, kind: EventKind::Heartbeat { node: self.name(node) } });
             }
@@ -136,7 +137,7 @@ impl World {
         }
         for n in &self.nodes {
             for entry in n.driver.engine().entries().filter(|e| e.state.is_open()) {
-                if checks::staleness(&entry.action, &self.head).is_some() {
+                if checker::staleness(&entry.action, &self.head).is_some() {
                     return Err(format!(
                         "{}: stale open entry {}",
                         n.driver.engine().name(),

@@ -8,34 +8,32 @@ use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
 use super::{PendingCall, World};
-use crate::checks::{self, ViolationKind};
+use crate::checker::Answerer;
 use crate::config::Mode;
 use crate::topology::PROVIDER;
 
+/// What a simulated provider error says.
+const PROVIDER_ERROR: &str = "provider error (simulated)";
+/// What the on-prem executor's local authority check says when it refuses a call.
+const NOT_MASTER: &str = "refused: keepalived is not MASTER on this host";
+
 impl World {
     pub(super) fn call(&mut self, node: usize, action: StampedAction) {
+        let incarnation = self.nodes[node].incarnation;
+        if self.refused_locally(node, &action) {
+            // The executor's local authority check, right before the call: nothing reaches the
+            // host's neighbour table.
+            let call =
+                PendingCall { land_at_ms: self.now_ms, node, incarnation, action, failure: Some(NOT_MASTER) };
+            self.land(call);
+            return;
+        }
         self.provider_calls += 1;
-        if self.nodes[node].driver.is_partitioned() {
-            let detail = format!("{} called {} while cut off", self.name(node), action.idempotency_key);
-            self.violation(ViolationKind::PartitionedExecution, detail);
-        }
-        if let Some(why) = checks::staleness(&action, &self.head) {
+        let name = self.name(node);
+        let cut_off = self.nodes[node].cut_off();
+        if self.checker.before_provider_call(&name, &action, &self.head, cut_off) {
             self.stale_calls += 1;
-            let detail = format!("{}: {} ({why})", self.name(node), action.idempotency_key);
-            self.violation(ViolationKind::StaleExecution, detail);
         }
-        let line = (action.pool.clone(), action.address);
-        let executed_before = self.nodes[node].executed_epochs.get(&line).copied().unwrap_or(0);
-        if action.capture_epoch.get() < executed_before {
-            let detail = format!(
-                "{} executed {} below epoch {executed_before} it executed before",
-                self.name(node),
-                action.idempotency_key
-            );
-            self.violation(ViolationKind::BelowHighWater, detail);
-        }
-        let entry = self.nodes[node].executed_epochs.entry(line).or_default();
-        *entry = (*entry).max(action.capture_epoch.get());
 
         let fail = self.rng.random_bool(self.chances.provider_fail);
         let mut latency_ms = if self.rng.random_bool(self.chances.provider_slow) {
@@ -60,8 +58,8 @@ impl World {
                 latency_ms = latency_ms.max(self.rng.random_range(50..1_500));
             }
         }
-        let incarnation = self.nodes[node].incarnation;
-        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, fail };
+        let failure = fail.then_some(PROVIDER_ERROR);
+        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, failure };
         if latency_ms == 0 {
             self.land(call);
         } else {
@@ -86,27 +84,30 @@ impl World {
     /// The call completes: its effect (unless it failed), the result to the node, and the
     /// `action-result` event to the log.
     pub(super) fn land(&mut self, call: PendingCall) {
-        let (outcome, detail) = if call.fail {
-            (ActionOutcome::Failed, "provider error (simulated)".to_owned())
-        } else {
-            match self.provider.execute(&call.action) {
+        let (outcome, detail) = match call.failure {
+            Some(why) => (ActionOutcome::Failed, why.to_owned()),
+            None => match self.provider.execute(&call.action) {
                 Ok(detail) => (ActionOutcome::Executed, detail),
                 Err(e) => (ActionOutcome::Failed, e.to_string()),
-            }
+            },
         };
-        self.check_provider(call.action.address);
         let node = call.node;
+        if call.failure.is_none() && call.action.verb == Verb::ProxyArpAdd && !self.nodes[node].frozen() {
+            // If the host stopped being MASTER while the call was on its way, its agent handles
+            // the transition after the call returns and withdraws what the call added.
+            self.fail_closed(node);
+        }
+        self.check_provider(call.action.address);
         if self.nodes[node].incarnation != call.incarnation {
             return;
         }
         let key = call.action.idempotency_key.clone();
-        let driver = &mut self.nodes[node].driver;
-        if driver.handle_result(&key, outcome, detail).is_err() {
+        if self.nodes[node].driver.handle_result(&key, outcome, detail).is_err() {
             // A result for an entry no longer in flight (a duplicate) is ignored by the engine.
             return;
         }
         while let Some(kind) = self.nodes[node].driver.poll_append() {
-            if self.nodes[node].driver.is_partitioned() {
+            if self.nodes[node].cut_off() {
                 // Lost with the partition; the outbox of results reports it again later.
                 continue;
             }
@@ -124,29 +125,24 @@ impl World {
     }
 
     pub(super) fn check_provider(&mut self, address: IpAddr) {
-        let Some(nics) = self.provider.holdings().get(&address) else { return };
-        match self.topology.provider.kind {
-            ProviderKind::SimCloud if nics.len() > 1 => {
-                let detail = format!("{address} on {}", nics.iter().cloned().collect::<Vec<_>>().join(","));
-                self.violation(ViolationKind::DoubleAssignment, detail);
-            }
-            ProviderKind::SimOnprem => {
-                // keepalived is the data-plane authority: only the VRRP master's entry answers.
-                let answering: Vec<&String> = nics
-                    .iter()
-                    .filter(|nic| match self.config.mode {
-                        Mode::Onprem => self.vrrp_master.is_some_and(|m| self.topology.nodes[m].nic == **nic),
-                        _ => true,
-                    })
-                    .collect();
-                if answering.len() > 1 {
-                    let list: Vec<&str> = answering.iter().map(|s| s.as_str()).collect();
-                    let detail = format!("{address} answered by {}", list.join(","));
-                    self.violation(ViolationKind::OnpremSplitAnswer, detail);
-                }
-            }
-            _ => {}
+        self.checker.after_provider_call(PROVIDER, &self.provider, address);
+        if self.topology.provider.kind != ProviderKind::SimOnprem {
+            return;
         }
+        // Every host with a proxy entry for the address answers ARP for it.
+        let Some(nics) = self.provider.holdings().get(&address) else { return };
+        let answerers: Vec<Answerer<'_>> = nics
+            .iter()
+            .map(|nic| {
+                let node = self.topology.nodes.iter().position(|n| n.nic == *nic);
+                Answerer {
+                    nic,
+                    frozen: node.is_some_and(|n| self.nodes[n].frozen()),
+                    vrrp_master: node.is_some_and(|n| self.vrrp_master == Some(n)),
+                }
+            })
+            .collect();
+        self.checker.after_onprem_answer(address, &answerers, self.config.mode == Mode::Onprem);
     }
 
     pub(super) fn observe_inventory(&mut self, address: IpAddr, delayed: bool) {
