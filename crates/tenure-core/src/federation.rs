@@ -81,8 +81,9 @@ pub struct Federation {
     /// Re-captures triggered by drift so far.
     recaptures: u64,
     /// With drift repair on: the latest inventory per (provider, address) that a pool of that
-    /// provider ever listed: holders and `at`.
-    observed: BTreeMap<(String, IpAddr), (Vec<String>, u64)>,
+    /// provider ever listed: holders and `at`. Keyed provider → address, so that the planner
+    /// looks it up with a borrowed provider name on every reconcile.
+    observed: BTreeMap<String, BTreeMap<IpAddr, (Vec<String>, u64)>>,
     /// What the event being applied changed, with the values before it (empty between events).
     touched: Touched,
 }

@@ -80,12 +80,13 @@ pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Vec<Planned
         let provider = &node_state.spec.provider;
         for (pool_name, pool) in view.pools().iter().filter(|(_, p)| p.spec.provider == *provider) {
             for address in pool.addresses.keys() {
-                let key = (provider.clone(), *address);
                 let observed = view.observed_holders(provider, *address);
-                if observed.is_some_and(|holders| holders.contains(&node_state.spec.nic))
-                    && !captured.contains_key(&key)
-                    && !observed_only.contains_key(&key)
-                {
+                if !observed.is_some_and(|holders| holders.contains(&node_state.spec.nic)) {
+                    continue;
+                }
+                // Only an address seen on this NIC builds a key.
+                let key = (provider.clone(), *address);
+                if !captured.contains_key(&key) && !observed_only.contains_key(&key) {
                     let record = CaptureRecord {
                         pool: pool_name.clone(),
                         nic: node_state.spec.nic.clone(),

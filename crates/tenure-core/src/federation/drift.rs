@@ -2,6 +2,7 @@
 //! the re-capture rule. Off unless [`Federation::with_drift_repair`] turns it on (`replay` keeps
 //! it off, as SPEC 13 asks).
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::{Federation, NodeId};
@@ -28,7 +29,7 @@ impl Federation {
     /// With drift repair on, the NICs the latest inventory of `provider` showed holding `address`.
     #[must_use]
     pub fn observed_holders(&self, provider: &str, address: IpAddr) -> Option<&[String]> {
-        self.observed.get(&(provider.to_owned(), address)).map(|(holders, _)| holders.as_slice())
+        self.observed.get(provider)?.get(&address).map(|(holders, _)| holders.as_slice())
     }
 
     /// Whether inventory drives repair (and observed holdings count as captured for releases).
@@ -90,16 +91,19 @@ impl Federation {
         self.repair_drift(provider, address, holders, at_ms);
         let listed =
             self.pools.values().any(|p| p.spec.provider == provider && p.addresses.contains_key(&address));
-        let key = (provider.to_owned(), address);
-        if listed && self.observed.get(&key).is_none_or(|(_, at)| *at <= at_ms) {
-            self.observed.insert(key, (holders.to_vec(), at_ms));
+        if !listed {
+            return;
+        }
+        let kept = self.observed.entry(provider.to_owned()).or_default();
+        if kept.get(&address).is_none_or(|(_, at)| *at <= at_ms) {
+            kept.insert(address, (holders.to_vec(), at_ms));
         }
     }
 
     /// How many inventory observations are kept (bounded by the applied pools' addresses).
     #[must_use]
     pub fn observations_kept(&self) -> usize {
-        self.observed.len()
+        self.observed.values().map(BTreeMap::len).sum()
     }
 
     /// Applies the drift rule to every applied pool of `provider` that lists `address`. A
