@@ -22,5 +22,6 @@
 //! A command that asks for a part this build left out prints one line naming the feature and
 //! exits with [`cli::EXIT_NOT_BUILT`].
 
+pub mod agent;
 pub mod cli;
 pub mod exec;

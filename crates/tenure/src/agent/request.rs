@@ -1,0 +1,195 @@
+//! What the HTTP API (and anything else outside the agent loop) may ask of the agent loop, and
+//! what it answers. The loop owns the store, the drivers and the executors; everything else talks
+//! to it through an [`AgentHandle`]: a bounded channel of [`Request`]s, each with a one-shot reply.
+//! Reads are answered from the loop's current view; writes are appended to the log durably before
+//! the reply says so.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tenure_core::log::EventKind;
+use tenure_sim::replay::{ActionRow, OwnershipRow};
+use tokio::sync::{mpsc, oneshot};
+
+/// Most requests waiting for the agent loop; past it a caller waits (HTTP handlers time out).
+pub const REQUESTS_QUEUED_MAX: usize = 1024;
+
+/// How long a caller waits for the agent loop before it says the agent is not answering.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Filters of `GET /v1/actions` (`?node=`, `?state=`, `?pool=`); `None` matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActionFilter {
+    /// Only this node's journal.
+    pub node: Option<String>,
+    /// Only entries in this state (`pending`, `approved`, `executed`, `failed`, `skipped`).
+    pub state: Option<String>,
+    /// Only this pool's entries.
+    pub pool: Option<String>,
+}
+
+/// The agent's health (`GET /v1/health`): `ok` is false exactly when the agent cannot act.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    /// Following the log and able to read its head.
+    pub ok: bool,
+    /// Why not, when not ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The nodes this agent runs.
+    pub nodes: Vec<String>,
+    /// The index of the last log record applied (0: none yet).
+    pub log_index: u64,
+    /// The log's head index (0: empty).
+    pub log_head: u64,
+    /// Stream time of the agent's view (ms).
+    pub stream_time_ms: u64,
+}
+
+/// Counters and per-address state for `GET /metrics`, read from the loop at scrape time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    /// Every active address of every applied pool.
+    pub ownership: Vec<OwnershipRow>,
+    /// Journal entries now, by (verb, state).
+    pub actions: Vec<((String, String), u64)>,
+    /// Actions fenced (skipped) so far, by reason (`stale-epoch`, …), since the agent started.
+    pub fenced: Vec<(String, u64)>,
+    /// Log events rejected by the projection so far, by reason, since the agent started.
+    pub rejected_events: Vec<(String, u64)>,
+    /// Index of the last record applied (0: none).
+    pub log_index: u64,
+    /// Records between the head and the last one applied.
+    pub log_lag: u64,
+    /// Whether the agent can act (as in [`Health`]).
+    pub healthy: bool,
+}
+
+/// A change asked of the agent through the API: appended to the log as an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submit {
+    /// What to append (`drain`, `undrain`, `approve`, `desire`, `undesire`).
+    pub event: EventKind,
+}
+
+/// What became of a [`Submit`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Receipt {
+    /// The log index the event was appended at.
+    pub index: u64,
+}
+
+/// Why a [`Submit`] was refused; nothing was appended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The event names something the agent does not know (a node not in the registry, a pool
+    /// not applied, an address not in the pool). HTTP 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// The event is well formed but not allowed (HTTP 409), e.g. an approve of a key no pool
+    /// could have planned.
+    #[error("{0}")]
+    Refused(String),
+    /// The log could not take it (store error, full); HTTP 503.
+    #[error("the log is unavailable: {0}")]
+    Unavailable(String),
+    /// The agent is shutting down and takes no new work; HTTP 503.
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+}
+
+/// One request to the agent loop.
+#[derive(Debug)]
+pub enum Request {
+    /// The ownership map (`GET /v1/ownership`).
+    Ownership {
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<OwnershipRow>>,
+    },
+    /// Journal entries (`GET /v1/actions`).
+    Actions {
+        /// Which ones.
+        filter: ActionFilter,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Vec<ActionRow>>,
+    },
+    /// Health (`GET /v1/health`).
+    Health {
+        /// Where the answer goes.
+        reply: oneshot::Sender<Health>,
+    },
+    /// The metrics snapshot (`GET /metrics`).
+    Metrics {
+        /// Where the answer goes.
+        reply: oneshot::Sender<MetricsSnapshot>,
+    },
+    /// Append an event (the mutating `POST`s).
+    Submit {
+        /// What to append.
+        submit: Submit,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<Receipt, SubmitError>>,
+    },
+}
+
+/// Why a request got no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// The loop has stopped.
+    #[error("the agent loop has stopped")]
+    Stopped,
+    /// The loop did not answer within [`REQUEST_TIMEOUT`].
+    #[error("the agent loop did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// The API's side of the channel to the agent loop. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AgentHandle {
+    requests: mpsc::Sender<Request>,
+}
+
+impl AgentHandle {
+    /// A handle and the receiver the agent loop reads.
+    #[must_use]
+    pub fn channel() -> (Self, mpsc::Receiver<Request>) {
+        let (requests, receiver) = mpsc::channel(REQUESTS_QUEUED_MAX);
+        (Self { requests }, receiver)
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, HandleError> {
+        let (reply, answer) = oneshot::channel();
+        let exchange = async {
+            self.requests.send(make(reply)).await.map_err(|_| HandleError::Stopped)?;
+            answer.await.map_err(|_| HandleError::Stopped)
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange).await.map_err(|_| HandleError::Timeout(REQUEST_TIMEOUT))?
+    }
+
+    /// The ownership map.
+    pub async fn ownership(&self) -> Result<Vec<OwnershipRow>, HandleError> {
+        self.ask(|reply| Request::Ownership { reply }).await
+    }
+
+    /// Journal entries matching `filter`.
+    pub async fn actions(&self, filter: ActionFilter) -> Result<Vec<ActionRow>, HandleError> {
+        self.ask(|reply| Request::Actions { filter, reply }).await
+    }
+
+    /// Health.
+    pub async fn health(&self) -> Result<Health, HandleError> {
+        self.ask(|reply| Request::Health { reply }).await
+    }
+
+    /// The metrics snapshot.
+    pub async fn metrics(&self) -> Result<MetricsSnapshot, HandleError> {
+        self.ask(|reply| Request::Metrics { reply }).await
+    }
+
+    /// Appends an event through the loop.
+    pub async fn submit(&self, event: EventKind) -> Result<Result<Receipt, SubmitError>, HandleError> {
+        self.ask(|reply| Request::Submit { submit: Submit { event }, reply }).await
+    }
+}
