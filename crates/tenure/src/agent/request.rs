@@ -165,7 +165,9 @@ impl AgentHandle {
             self.requests.send(make(reply)).await.map_err(|_| HandleError::Stopped)?;
             answer.await.map_err(|_| HandleError::Stopped)
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, exchange).await.map_err(|_| HandleError::Timeout(REQUEST_TIMEOUT))?
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| HandleError::Timeout(REQUEST_TIMEOUT))?
     }
 
     /// The ownership map.
