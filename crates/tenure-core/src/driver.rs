@@ -23,7 +23,7 @@ use crate::federation::Federation;
 use crate::fence::HeadTokens;
 use crate::journal::JournalStore;
 use crate::log::{ActionOutcome, Event, EventKind};
-use crate::log_store::{Log, LogError, LogIndex};
+use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::StampedAction;
 use crate::node::{NodeEngine, NodeError, ReconcileReport};
 
@@ -208,6 +208,13 @@ impl<S: JournalStore> NodeDriver<S> {
         }
         self.catch_up(log);
         let report = self.engine.reconcile(&self.view, head)?;
+        self.queue_unconfirmed();
+        Ok(Ok(report))
+    }
+
+    /// When reporting results: queues an `action-result` for every executed entry the log has
+    /// not confirmed (the outbox of results).
+    fn queue_unconfirmed(&mut self) {
         if self.options.report_results {
             for key in self.engine.unconfirmed_results(&self.view) {
                 self.outbox.push_back(EventKind::ActionResult {
@@ -218,7 +225,6 @@ impl<S: JournalStore> NodeDriver<S> {
                 });
             }
         }
-        Ok(Ok(report))
     }
 
     fn blocked(&self) -> Option<Blocked> {
@@ -255,6 +261,44 @@ impl<S: JournalStore> NodeDriver<S> {
             return Ok(None);
         }
         self.engine.poll_execution(head, self.zombie.as_ref())
+    }
+
+    /// Follows `log` to its head: applies every record after the last one applied, in batches
+    /// of [`LOG_READ_BATCH_MAX`]. Returns how many were applied. After it, the view holds every
+    /// event appended before the call: for a log this process reads directly (the embedded
+    /// store) the view **is** the head the fence gate must read.
+    pub fn follow(&mut self, log: &impl Log) -> Result<usize, LogError> {
+        self.catch_up_from(log, LOG_READ_BATCH_MAX)
+    }
+
+    /// A local `reconcile` against the node's own view as the head: the agent's path, right
+    /// after [`NodeDriver::follow`] brought the view to the log's head.
+    pub fn reconcile_at_head(&mut self) -> Result<Result<ReconcileReport, Blocked>, NodeError<S::Error>> {
+        if let Some(blocked) = self.blocked() {
+            return Ok(Err(blocked));
+        }
+        let report = self.engine.reconcile(&self.view, &self.view)?;
+        self.queue_unconfirmed();
+        Ok(Ok(report))
+    }
+
+    /// [`NodeDriver::start_execution`] against the node's own view as the head.
+    pub fn start_execution_at_head(&mut self) -> Result<Result<Vec<String>, Blocked>, NodeError<S::Error>> {
+        if let Some(blocked) = self.blocked() {
+            return Ok(Err(blocked));
+        }
+        self.zombie = None;
+        Ok(Ok(self.engine.promote_approved(&self.view)?))
+    }
+
+    /// Up to `max` actions that passed the gate against the node's own view an instant ago
+    /// (call [`NodeDriver::follow`] right before, so the view is the head), with one durable
+    /// sync for the batch. Empty when nothing is left or the node may not act.
+    pub fn poll_actions_at_head(&mut self, max: usize) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
+        if self.partitioned || (self.paused && self.zombie.is_none()) {
+            return Ok(Vec::new());
+        }
+        self.engine.poll_executions(&self.view, self.zombie.as_ref(), max)
     }
 
     /// What the provider said about an action `poll_action` handed out.

@@ -202,6 +202,12 @@ impl<S: JournalStore> NodeEngine<S> {
         self.last_executed.insert(key, seq);
     }
 
+    /// How many actions are handed out and not reported back (calls in flight).
+    #[must_use]
+    pub fn in_flight_count(&self) -> usize {
+        self.in_flight.len()
+    }
+
     /// The node's name.
     #[must_use]
     pub fn name(&self) -> &str {
@@ -569,14 +575,28 @@ impl<S: JournalStore> NodeEngine<S> {
         head: &impl HeadTokens,
         only: Option<&BTreeSet<u64>>,
     ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
-        loop {
+        Ok(self.poll_executions(head, only, 1)?.pop())
+    }
+
+    /// Up to `max` entries that pass the gate against `head`, as [`NodeEngine::poll_execution`]
+    /// hands out one, with **one** sync for the batch: the high-water marks of every action
+    /// handed out are durable before any of them leaves (group commit). If the sync fails, no
+    /// action leaves and the entries stay approved.
+    pub fn poll_executions(
+        &mut self,
+        head: &impl HeadTokens,
+        only: Option<&BTreeSet<u64>>,
+        max: usize,
+    ) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
+        let mut batch: Vec<(u64, StampedAction)> = Vec::new();
+        while batch.len() < max {
             let next = self
                 .ready
                 .iter()
                 .copied()
                 .filter(|seq| only.is_none_or(|seqs| seqs.contains(seq)))
                 .find(|seq| !self.is_busy(*seq));
-            let Some(seq) = next else { return Ok(None) };
+            let Some(seq) = next else { break };
             let action = self.state.entries[&seq].action.clone();
             let current = head.view(&action);
             match fence::check_view(&action, &current, &self.state.high_water) {
@@ -596,12 +616,34 @@ impl<S: JournalStore> NodeEngine<S> {
                 }
                 FenceVerdict::Current => {
                     self.raise_high_water(&action, &current)?;
-                    self.store.sync().map_err(NodeError::Store)?;
                     self.withdraw(seq);
                     self.in_flight.insert(seq);
                     self.busy.entry(action.address).or_default().push(action.provider.clone());
-                    return Ok(Some(action));
+                    batch.push((seq, action));
                 }
+            }
+        }
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Err(error) = self.store.sync() {
+            for (seq, _) in &batch {
+                self.release_busy(*seq);
+                self.in_flight.remove(seq);
+                self.admit(*seq);
+            }
+            return Err(NodeError::Store(error));
+        }
+        Ok(batch.into_iter().map(|(_, action)| action).collect())
+    }
+
+    /// Frees the entry's (provider, address) for the next call.
+    fn release_busy(&mut self, seq: u64) {
+        let action = &self.state.entries[&seq].action;
+        if let Some(providers) = self.busy.get_mut(&action.address) {
+            providers.retain(|p| *p != action.provider);
+            if providers.is_empty() {
+                self.busy.remove(&action.address);
             }
         }
     }
@@ -630,13 +672,7 @@ impl<S: JournalStore> NodeEngine<S> {
             ActionOutcome::Failed => EntryState::Failed,
         };
         self.in_flight.remove(&seq);
-        let action = &self.state.entries[&seq].action;
-        if let Some(providers) = self.busy.get_mut(&action.address) {
-            providers.retain(|p| *p != action.provider);
-            if providers.is_empty() {
-                self.busy.remove(&action.address);
-            }
-        }
+        self.release_busy(seq);
         self.set_state(seq, state, detail)
     }
 }
