@@ -105,6 +105,9 @@ pub struct NodeEngine<S: JournalStore> {
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
     predecessors: HashMap<u64, Option<u64>>,
+    /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
+    /// for metrics (the journal keeps each entry's reason until compaction).
+    fenced: BTreeMap<StaleReason, u64>,
 }
 
 impl<S: JournalStore> NodeEngine<S> {
@@ -128,6 +131,7 @@ impl<S: JournalStore> NodeEngine<S> {
             last_executed: BTreeMap::new(),
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
+            fenced: BTreeMap::new(),
         };
         engine.rebuild(state);
         Ok(engine)
@@ -200,6 +204,12 @@ impl<S: JournalStore> NodeEngine<S> {
             self.last_holding.insert(key.clone(), seq);
         }
         self.last_executed.insert(key, seq);
+    }
+
+    /// Entries fenced since this engine was opened, by reason (monotonic while the process runs).
+    #[must_use]
+    pub fn fenced(&self) -> &BTreeMap<StaleReason, u64> {
+        &self.fenced
     }
 
     /// How many actions are handed out and not reported back (calls in flight).
@@ -365,7 +375,9 @@ impl<S: JournalStore> NodeEngine<S> {
                     self.ready.insert(next);
                 }
             }
-            EntryState::Skipped(_) => {}
+            EntryState::Skipped(reason) => {
+                *self.fenced.entry(reason).or_insert(0) += 1;
+            }
         }
         Ok(())
     }

@@ -315,26 +315,7 @@ impl Replay {
         let actions = self
             .nodes
             .iter()
-            .flat_map(|(name, node)| {
-                node.engine().entries().map(move |e| ActionRow {
-                    node: name.clone(),
-                    idempotency_key: e.action.idempotency_key.clone(),
-                    verb: e.action.verb.as_str().to_owned(),
-                    pool: e.action.pool.clone(),
-                    address: canonical_address(e.action.address),
-                    holder: e.action.holder.clone(),
-                    provider: e.action.provider.clone(),
-                    nic: e.action.nic.clone(),
-                    capture_domain: e.action.capture_domain.as_str().to_owned(),
-                    ownership_epoch: e.action.ownership_epoch.get(),
-                    capture_epoch: e.action.capture_epoch.get(),
-                    state: e.state.as_str().to_owned(),
-                    reason: match e.state {
-                        EntryState::Skipped(r) => Some(r.as_str().to_owned()),
-                        _ => None,
-                    },
-                })
-            })
+            .flat_map(|(name, node)| node.engine().entries().map(move |e| action_row(name, e)))
             .collect();
         let provider = self
             .providers
@@ -453,6 +434,29 @@ fn state_text(entry: Option<&JournalEntry>) -> String {
         Some(EntryState::Skipped(reason)) => format!("skipped: {reason}"),
         Some(s) => s.as_str().to_owned(),
         None => "unknown".to_owned(),
+    }
+}
+
+/// The report row of one journal entry of `node`.
+#[must_use]
+pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
+    ActionRow {
+        node: node.to_owned(),
+        idempotency_key: e.action.idempotency_key.clone(),
+        verb: e.action.verb.as_str().to_owned(),
+        pool: e.action.pool.clone(),
+        address: canonical_address(e.action.address),
+        holder: e.action.holder.clone(),
+        provider: e.action.provider.clone(),
+        nic: e.action.nic.clone(),
+        capture_domain: e.action.capture_domain.as_str().to_owned(),
+        ownership_epoch: e.action.ownership_epoch.get(),
+        capture_epoch: e.action.capture_epoch.get(),
+        state: e.state.as_str().to_owned(),
+        reason: match e.state {
+            EntryState::Skipped(r) => Some(r.as_str().to_owned()),
+            _ => None,
+        },
     }
 }
 
