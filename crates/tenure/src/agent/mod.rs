@@ -1,4 +1,121 @@
 //! The agent (`tenure agent --config FILE`): follows the log through the one node driver,
-//! reconciles, gates and executes, and answers the HTTP API through [`request::AgentHandle`].
+//! reconciles on every change and on a requeue interval, gates every action at import, at every
+//! sweep and right before the provider call, runs the executors with a deadline each, appends
+//! `action-result` events and its own heartbeats, and answers the HTTP API.
+//!
+//! # The loop
+//!
+//! One tokio task owns everything that decides: the store handle, every node's [`NodeDriver`]
+//! and the executors. Nothing else touches them; the HTTP API asks through
+//! [`request::AgentHandle`], executor calls run as spawned tasks and come back as results. Each
+//! turn of the loop waits for one thing (a request, a finished call, a heartbeat or requeue tick,
+//! a signal), then takes one **step**:
+//!
+//! ```text
+//! append what is queued (results, heartbeats) ─► follow the log to its head ─► reconcile each node
+//!   ─► promote approved ─► follow again ─► gate a batch (one sync) ─► spawn the calls
+//! ```
+//!
+//! The fence gate reads the node's own view right after it followed the log to its head: with
+//! the embedded store the log lives in this process's store, so the view is the head.
+//!
+//! # Layout
+//!
+//! - this file — [`AgentStore`] (what the loop needs of a store: the seam the etcd store will
+//!   implement too), [`Settings`], [`ProviderExecutor`].
+//! - [`runner`] — the loop: [`runner::run`].
+//! - [`answers`] — answering API requests from the loop's state.
+//! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
+//! - [`memory`] — [`memory::MemoryStore`], the in-memory test double of [`AgentStore`].
+//! - [`request`] — the channel between the API and the loop.
 
+pub mod answers;
+pub mod memory;
+pub mod pools;
 pub mod request;
+pub mod runner;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::journal::JournalStore;
+use tenure_core::log::Event;
+use tenure_core::log_store::{Log, LogError, LogIndex};
+use tenure_core::model::{NodeSpec, PoolSpec, ProviderSpec};
+
+use crate::exec::Executor;
+
+/// What the agent loop needs of a store: the log, each node's journal, and the identity record.
+/// The embedded store (redb) implements it; the etcd fleet store will too. One implementation
+/// per store kind, one agent.
+pub trait AgentStore: Clone + Send + Sync + 'static {
+    /// A node's durable journal.
+    type Journal: JournalStore + Send + 'static;
+    /// The log, for reading (and single appends).
+    type Log: Log + Send + 'static;
+
+    /// A handle on the log.
+    fn log(&self) -> Self::Log;
+
+    /// Node `node`'s journal. Called once per node when the agent starts.
+    fn journal(&self, node: &str) -> Self::Journal;
+
+    /// Appends `events` in order, durably, in one commit (with every journal change buffered so
+    /// far: group commit).
+    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError>;
+
+    /// The highest token the agent's view holds, for the store's identity record.
+    fn record_highest_token(&self, token: u64);
+
+    /// Writes the identity record now (called about once a second while things change, and at
+    /// shutdown).
+    fn flush_identity(&self) -> Result<(), String>;
+}
+
+/// One configured provider's executor and the deadline of its calls.
+#[derive(Clone)]
+pub struct ProviderExecutor {
+    /// The executor.
+    pub executor: Arc<dyn Executor>,
+    /// How long one call may take before its outcome is unknown.
+    pub call_timeout: Duration,
+}
+
+impl std::fmt::Debug for ProviderExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderExecutor").field("call_timeout", &self.call_timeout).finish_non_exhaustive()
+    }
+}
+
+/// Where the agent's pools come from: read again on SIGHUP. Errors are rendered one per line.
+pub type PoolSource = Box<dyn Fn() -> Result<Vec<PoolSpec>, Vec<String>> + Send>;
+
+/// What the loop runs with (built from the agent config, or by the demo and tests).
+pub struct Settings {
+    /// The nodes this process runs (one on a router; several in the demo and tests).
+    pub nodes: Vec<NodeSpec>,
+    /// Every provider of the registry.
+    pub providers: Vec<ProviderSpec>,
+    /// The executor of each provider, by provider name.
+    pub executors: BTreeMap<String, ProviderExecutor>,
+    /// How often each node appends its heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Reconcile at least this often, even when nothing changed (level-triggered).
+    pub requeue_interval: Duration,
+    /// Journal entries each node keeps before compaction.
+    pub journal_retention: usize,
+    /// The pool files (read at start and on reload).
+    pub pools: PoolSource,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("nodes", &self.nodes)
+            .field("providers", &self.providers)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("requeue_interval", &self.requeue_interval)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,113 @@
+//! Answers to API requests, computed from the loop's state: the view every node shares after
+//! following the log, and each node's journal. Pure functions of that state.
+
+use std::collections::BTreeMap;
+
+use tenure_core::driver::NodeDriver;
+use tenure_core::federation::Federation;
+use tenure_core::journal::{EntryState, JournalStore};
+use tenure_core::log::EventKind;
+use tenure_core::model::ParsedKey;
+use tenure_sim::replay::{ActionRow, action_row, ownership_rows};
+
+use super::request::{ActionFilter, MetricsSnapshot, SubmitError};
+
+/// The journal state names a filter may ask for.
+pub const ENTRY_STATES: [&str; 5] = ["pending", "approved", "executed", "failed", "skipped"];
+
+/// The journal entries of every node that match `filter`, by node name, then in journal order.
+#[must_use]
+pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter) -> Vec<ActionRow> {
+    let mut rows = Vec::new();
+    for driver in drivers.iter().filter(|d| filter.node.as_deref().is_none_or(|n| n == d.name())) {
+        for entry in driver.engine().entries() {
+            if filter.state.as_deref().is_some_and(|s| s != entry.state.as_str())
+                || filter.pool.as_deref().is_some_and(|p| p != entry.action.pool)
+            {
+                continue;
+            }
+            rows.push(action_row(driver.name(), entry));
+        }
+    }
+    rows
+}
+
+/// Checks an event a client asked to append against the view, before anything is appended: a
+/// node must be in the registry; a pool must be applied and list the address. An approval needs
+/// a well-formed key (it may be approved before it is journaled, SPEC 13).
+pub fn check_submit(view: &Federation, event: &EventKind) -> Result<(), SubmitError> {
+    match event {
+        EventKind::Drain { node } | EventKind::Undrain { node } => {
+            if view.node_id(node).is_none() {
+                return Err(SubmitError::NotFound(format!("node \"{node}\" is not in the registry")));
+            }
+        }
+        EventKind::Desire { pool, address } | EventKind::Undesire { pool, address } => {
+            let applied = view.pools().get(pool).filter(|p| !p.deleted);
+            let Some(state) = applied else {
+                return Err(SubmitError::NotFound(format!("pool \"{pool}\" is not applied")));
+            };
+            if !state.addresses.get(address).is_some_and(|a| a.active) {
+                return Err(SubmitError::NotFound(format!("pool \"{pool}\" does not list {address}")));
+            }
+        }
+        EventKind::Approve { idempotency_key } => {
+            if ParsedKey::parse(idempotency_key).is_none() {
+                return Err(SubmitError::Refused(format!(
+                    "\"{idempotency_key}\" is not an idempotency key tenure plans"
+                )));
+            }
+        }
+        other => {
+            return Err(SubmitError::Refused(format!("{} cannot be submitted through the API", other.wire_name())));
+        }
+    }
+    Ok(())
+}
+
+/// Counters the loop keeps since it started.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    /// Log events the projection rejected, by reason.
+    pub rejected_events: BTreeMap<String, u64>,
+}
+
+/// The metrics snapshot of the loop's state.
+#[must_use]
+pub fn metrics<S: JournalStore>(
+    drivers: &[NodeDriver<S>],
+    counters: &Counters,
+    log_head: u64,
+    healthy: bool,
+) -> MetricsSnapshot {
+    let Some(first) = drivers.first() else { return MetricsSnapshot::default() };
+    let mut actions: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut fenced: BTreeMap<String, u64> = BTreeMap::new();
+    for driver in drivers {
+        for entry in driver.engine().entries() {
+            let state = match entry.state {
+                EntryState::Skipped(_) => "skipped",
+                other => other.as_str(),
+            };
+            *actions.entry((entry.action.verb.as_str().to_owned(), state.to_owned())).or_insert(0) += 1;
+        }
+        for (reason, count) in driver.engine().fenced() {
+            *fenced.entry(reason.as_str().to_owned()).or_insert(0) += count;
+        }
+    }
+    let log_index = first.applied_index().map_or(0, |i| i.get());
+    let mut rejected_events = counters.rejected_events.clone();
+    let projection: u64 = drivers.iter().map(NodeDriver::rejected).max().unwrap_or(0);
+    if projection > 0 {
+        rejected_events.insert("projection".to_owned(), projection);
+    }
+    MetricsSnapshot {
+        ownership: ownership_rows(first.view()),
+        actions: actions.into_iter().collect(),
+        fenced: fenced.into_iter().collect(),
+        rejected_events: rejected_events.into_iter().collect(),
+        log_index,
+        log_lag: log_head.saturating_sub(log_index),
+        healthy,
+    }
+}

@@ -1,0 +1,161 @@
+//! Pool files to log events: what a (re)load appends so that the log's applied pools become the
+//! files' pools, in an order that lets an address go before it is taken (SPEC 13).
+//!
+//! The files are the truth for the pools of this agent's log: a pool applied in the log and in
+//! no file is deleted; a new or changed pool is applied. Every `pool-applied` is checked for
+//! overlap against the pools applied at that moment, so two changed pools that trade addresses
+//! cannot be applied one after the other as they are: whichever goes first still finds its new
+//! address in the other. The plan therefore has two phases:
+//!
+//! 1. **Let go.** Every removed pool is deleted; every changed pool that loses addresses is
+//!    re-applied with its *old* settings and only the addresses it keeps (or deleted when it
+//!    keeps none). After this phase no applied pool lists an address it will not list at the end.
+//! 2. **Take.** Every new or changed pool is applied with its new spec.
+//!
+//! If the new set is valid as a whole (the files were checked together first), every event of
+//! the plan passes the overlap check when it is applied: in phase 1 pools only shrink, and in
+//! phase 2 an address a pool takes is either free or listed by a pool whose new spec (already
+//! applied, or about to be) also lists it — which the set check refused. Planning is pure; the
+//! caller appends the events in order and reports rejects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use tenure_core::log::EventKind;
+use tenure_core::model::PoolSpec;
+
+/// The events that turn `applied` (the pools the log has applied now, by name) into `wanted`
+/// (the files' pools), in the order to append them. Unchanged pools produce nothing.
+#[must_use]
+pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpec]) -> Vec<EventKind> {
+    let wanted_by_name: BTreeMap<&str, &PoolSpec> = wanted.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut events = Vec::new();
+    // Phase 1: let go.
+    for (name, old) in applied {
+        match wanted_by_name.get(name.as_str()) {
+            None => events.push(EventKind::PoolDeleted { pool: name.clone() }),
+            Some(new) if *new != old => {
+                let kept_set: BTreeSet<IpAddr> = if same_domain(old, new) {
+                    new.addresses.iter().copied().collect()
+                } else {
+                    // A new capture domain retires every address of the old line: nothing of
+                    // the old domain is kept.
+                    BTreeSet::new()
+                };
+                let kept: Vec<IpAddr> = old.addresses.iter().copied().filter(|a| kept_set.contains(a)).collect();
+                if kept.is_empty() {
+                    events.push(EventKind::PoolDeleted { pool: name.clone() });
+                } else if kept.len() < old.addresses.len() {
+                    let mut shrunk = old.clone();
+                    shrunk.addresses = kept;
+                    events.push(EventKind::PoolApplied { spec: Box::new(shrunk) });
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    // Phase 2: take.
+    for new in wanted {
+        if applied.get(&new.name) != Some(new) {
+            events.push(EventKind::PoolApplied { spec: Box::new(new.clone()) });
+        }
+    }
+    events
+}
+
+fn same_domain(a: &PoolSpec, b: &PoolSpec) -> bool {
+    a.provider == b.provider && a.placement_group == b.placement_group
+}
+
+#[cfg(test)]
+mod tests {
+    use tenure_core::federation::Federation;
+    use tenure_core::log::Event;
+    use tenure_core::model::{Approval, Authority, NodeSpec, ProviderKind, ProviderSpec};
+
+    use super::*;
+
+    fn pool(name: &str, addresses: &[&str]) -> PoolSpec {
+        PoolSpec {
+            name: name.into(),
+            addresses: addresses.iter().map(|a| a.parse().expect("literal")).collect(),
+            provider: "sim1".into(),
+            placement_group: "g1".into(),
+            members: vec!["a".into()],
+            authority: Authority::None,
+            approval: Approval::Auto,
+            deprovision_hold_ms: 0,
+            heartbeat_ttl_ms: 3_000,
+            promotion_hold_ms: 0,
+            epoch_locking: true,
+            prefer_nodes: vec![],
+            preempt: false,
+            auto_failover: true,
+        }
+    }
+
+    fn federation() -> Federation {
+        let node = NodeSpec {
+            name: "a".into(),
+            provider: "sim1".into(),
+            placement_group: "g1".into(),
+            priority: 0,
+            nic: "eni-a".into(),
+            capacity: None,
+        };
+        Federation::new(&[node], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }])
+    }
+
+    /// Applies `events` in order; every one must pass the overlap check.
+    fn apply_all(federation: &mut Federation, events: Vec<EventKind>) {
+        for kind in events {
+            let described = format!("{kind:?}");
+            federation.apply(&Event { at_ms: 0, kind }).unwrap_or_else(|e| panic!("{described}: {e}"));
+        }
+    }
+
+    fn applied(federation: &Federation) -> BTreeMap<String, PoolSpec> {
+        federation
+            .pools()
+            .iter()
+            .filter(|(_, p)| !p.deleted)
+            .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
+            .collect()
+    }
+
+    #[test]
+    fn two_pools_trading_addresses_are_applied_without_an_overlap() {
+        let mut f = federation();
+        let before = vec![pool("x", &["10.0.0.1", "10.0.0.2"]), pool("y", &["10.0.0.3", "10.0.0.4"])];
+        apply_all(&mut f, plan_pool_changes(&applied(&f), &before));
+        let after = vec![pool("x", &["10.0.0.1", "10.0.0.3"]), pool("y", &["10.0.0.2", "10.0.0.4"])];
+        let plan = plan_pool_changes(&applied(&f), &after);
+        assert_eq!(plan.len(), 4, "two shrinks, then two applies: {plan:?}");
+        apply_all(&mut f, plan);
+        let now = applied(&f);
+        assert_eq!(now["x"], after[0]);
+        assert_eq!(now["y"], after[1]);
+        assert!(plan_pool_changes(&now, &after).is_empty(), "nothing left to do");
+    }
+
+    #[test]
+    fn a_removed_pool_is_deleted_before_its_address_is_taken_by_another() {
+        let mut f = federation();
+        apply_all(&mut f, plan_pool_changes(&applied(&f), &[pool("x", &["10.0.0.1"])]));
+        let after = vec![pool("z", &["10.0.0.1"])];
+        let plan = plan_pool_changes(&applied(&f), &after);
+        assert!(matches!(&plan[0], EventKind::PoolDeleted { pool } if pool == "x"), "{plan:?}");
+        apply_all(&mut f, plan);
+        assert_eq!(applied(&f).keys().collect::<Vec<_>>(), vec!["z"]);
+    }
+
+    #[test]
+    fn the_naive_order_would_be_refused() {
+        // The reason for phase 1: applying the new specs directly overlaps.
+        let mut f = federation();
+        let before = vec![pool("x", &["10.0.0.1"]), pool("y", &["10.0.0.2"])];
+        apply_all(&mut f, plan_pool_changes(&applied(&f), &before));
+        let naive = EventKind::PoolApplied { spec: Box::new(pool("x", &["10.0.0.2"])) };
+        assert!(f.apply(&Event { at_ms: 0, kind: naive }).is_err());
+    }
+}

@@ -1,0 +1,530 @@
+//! The agent loop: [`run`]. See the module documentation of [`super`] for the walk of one step.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tenure_core::driver::{DriverOptions, NodeDriver};
+use tenure_core::federation::Federation;
+use tenure_core::journal::JournalStore;
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::Log;
+use tenure_core::model::{PoolSpec, StampedAction};
+use tenure_core::node::{NodeEngine, NodeError};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{debug, error, info, warn};
+
+use super::answers::{self, Counters};
+use super::pools::plan_pool_changes;
+use super::request::{Health, Receipt, Request, SubmitError};
+use super::{AgentStore, ProviderExecutor, Settings};
+use crate::exec::{ExecutionOutcome, execute_within};
+
+/// Most provider calls in flight at once, across the agent's nodes.
+pub const CALLS_IN_FLIGHT_MAX: usize = 256;
+
+/// Most actions gated in one batch (one durable sync per batch).
+pub const GATE_BATCH_MAX: usize = 64;
+
+/// How often the identity record is written while things change.
+pub const IDENTITY_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the loop reports about itself to metrics. Every method has a no-op default.
+pub trait Observe: Send + Sync {
+    /// One reconcile pass of one node took `duration`.
+    fn reconcile(&self, _duration: Duration) {}
+    /// One provider call of `provider` took `duration`.
+    fn executor_call(&self, _provider: &str, _duration: Duration) {}
+}
+
+/// An observer that records nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoObserver;
+
+impl Observe for NoObserver {}
+
+/// Why the agent could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The pool files are bad at start (each line `file:line:column: message`).
+    #[error("pool files refused:\n{}", .0.join("\n"))]
+    Pools(Vec<String>),
+    /// A node's journal could not be opened or written.
+    #[error("node `{node}`: {reason}")]
+    Journal {
+        /// The node.
+        node: String,
+        /// What the store said.
+        reason: String,
+    },
+    /// The log could not be read or appended to at start.
+    #[error("log: {0}")]
+    Log(String),
+}
+
+/// What a run did, reported when it ends.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Provider calls made.
+    pub calls: u64,
+    /// Events appended by this run.
+    pub appended: u64,
+}
+
+/// A finished provider call.
+struct CallDone {
+    node: usize,
+    key: String,
+    provider: String,
+    outcome: ExecutionOutcome,
+    elapsed: Duration,
+}
+
+/// The loop's state.
+struct Agent<S: AgentStore> {
+    store: S,
+    log: S::Log,
+    drivers: Vec<NodeDriver<S::Journal>>,
+    executors: BTreeMap<String, ProviderExecutor>,
+    pools: super::PoolSource,
+    observer: Arc<dyn Observe>,
+    calls: JoinSet<CallDone>,
+    /// Events to append at the next step (heartbeats).
+    queued: Vec<EventKind>,
+    counters: Counters,
+    /// Why the agent cannot act now (health), if it cannot.
+    unhealthy: Option<String>,
+    shutting_down: bool,
+    /// The `at` of the last event this agent stamped.
+    last_stamp_ms: u64,
+    identity_dirty: bool,
+    summary: RunSummary,
+    heartbeat_interval: Duration,
+    requeue_interval: Duration,
+}
+
+/// Milliseconds since the Unix epoch by this host's clock.
+fn wall_clock_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Runs the agent until `shutdown` completes, then stops taking new work, lets the calls in
+/// flight finish or time out, records their results and returns. `reload` asks for the pool
+/// files to be read again (SIGHUP).
+pub async fn run<S: AgentStore>(
+    store: S,
+    settings: Settings,
+    mut requests: mpsc::Receiver<Request>,
+    mut reload: mpsc::Receiver<()>,
+    observer: Arc<dyn Observe>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunSummary, AgentError> {
+    let mut agent = Agent::start(store, settings, observer)?;
+    let wanted = (agent.pools)().map_err(AgentError::Pools)?;
+    agent.apply_pools(&wanted).map_err(AgentError::Pools)?;
+    for driver in &agent.drivers {
+        agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
+    }
+    agent.step();
+
+    let mut heartbeat = tokio::time::interval(agent.heartbeat_interval.max(Duration::from_millis(1)));
+    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
+    requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
+    identity.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    let mut reload_open = true;
+    loop {
+        let mut dirty = false;
+        tokio::select! {
+            () = &mut shutdown, if !agent.shutting_down => {
+                info!(in_flight = agent.calls.len(), "shutting down: no new work; waiting for calls in flight");
+                agent.shutting_down = true;
+            }
+            Some(done) = agent.calls.join_next(), if !agent.calls.is_empty() => {
+                agent.finish_call(done);
+                while let Some(done) = agent.calls.try_join_next() {
+                    agent.finish_call(done);
+                }
+                dirty = true;
+            }
+            request = requests.recv() => match request {
+                Some(request) => dirty = agent.answer(request),
+                None => {
+                    // The API is gone: the agent keeps running until shutdown.
+                    requests = mpsc::channel(1).1;
+                }
+            },
+            signal = reload.recv(), if reload_open => match signal {
+                Some(()) => {
+                    agent.reload();
+                    dirty = true;
+                }
+                None => reload_open = false,
+            },
+            _ = heartbeat.tick(), if !agent.shutting_down => {
+                for driver in &agent.drivers {
+                    agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
+                }
+                dirty = true;
+            }
+            _ = requeue.tick() => dirty = true,
+            _ = identity.tick() => agent.flush_identity(),
+        }
+        if dirty {
+            agent.step();
+        }
+        if agent.shutting_down && agent.calls.is_empty() {
+            break;
+        }
+    }
+    agent.finish();
+    Ok(agent.summary)
+}
+
+impl<S: AgentStore> Agent<S> {
+    fn start(store: S, settings: Settings, observer: Arc<dyn Observe>) -> Result<Self, AgentError> {
+        let registry = Federation::new(&settings.nodes, &settings.providers);
+        let mut drivers = Vec::with_capacity(settings.nodes.len());
+        for node in &settings.nodes {
+            let engine = NodeEngine::open(&node.name, store.journal(&node.name))
+                .map_err(|e| AgentError::Journal { node: node.name.clone(), reason: e.to_string() })?
+                .with_retention(settings.journal_retention);
+            drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
+        }
+        let mut agent = Self {
+            log: store.log(),
+            store,
+            drivers,
+            executors: settings.executors,
+            pools: settings.pools,
+            observer,
+            calls: JoinSet::new(),
+            queued: Vec::new(),
+            counters: Counters::default(),
+            unhealthy: None,
+            shutting_down: false,
+            last_stamp_ms: 0,
+            identity_dirty: true,
+            summary: RunSummary::default(),
+            heartbeat_interval: settings.heartbeat_interval,
+            requeue_interval: settings.requeue_interval,
+        };
+        agent.follow().map_err(AgentError::Log)?;
+        Ok(agent)
+    }
+
+    /// Follows the log to its head with every node's driver. A log that cannot be read makes the
+    /// agent unhealthy: it does not act until it can read the head again.
+    fn follow(&mut self) -> Result<(), String> {
+        for driver in &mut self.drivers {
+            if let Err(e) = driver.follow(&self.log) {
+                let reason = format!("cannot follow the log: {e}");
+                if self.unhealthy.as_deref() != Some(reason.as_str()) {
+                    error!(%reason, "not acting");
+                }
+                self.unhealthy = Some(reason.clone());
+                return Err(reason);
+            }
+        }
+        self.unhealthy = None;
+        Ok(())
+    }
+
+    /// The view all nodes share (they follow the same log).
+    fn view(&self) -> &Federation {
+        self.drivers.first().expect("the agent runs at least one node").view()
+    }
+
+    /// The `at` of a new event: this host's clock, never below the view's stream time nor the
+    /// last stamp (a clock stepped back must not make the node's own heartbeats look old).
+    fn stamp(&mut self) -> u64 {
+        let at_ms = wall_clock_ms().max(self.view().stream_time_ms()).max(self.last_stamp_ms);
+        self.last_stamp_ms = at_ms;
+        at_ms
+    }
+
+    /// Appends `kinds` in one durable commit. Returns the index of each, or why not.
+    fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
+        if kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let at_ms = self.stamp();
+        let events: Vec<Event> = kinds.into_iter().map(|kind| Event { at_ms, kind }).collect();
+        match self.store.append_batch(&events) {
+            Ok(indices) => {
+                self.summary.appended += events.len() as u64;
+                self.identity_dirty = true;
+                Ok(indices.into_iter().map(|i| i.get()).collect())
+            }
+            Err(e) => {
+                let reason = format!("cannot append to the log: {e}");
+                error!(%reason);
+                self.unhealthy = Some(reason.clone());
+                Err(reason)
+            }
+        }
+    }
+
+    /// Appends what is queued: heartbeats, and every node's outbox (action results).
+    fn flush_appends(&mut self) {
+        let mut kinds = std::mem::take(&mut self.queued);
+        for driver in &mut self.drivers {
+            while let Some(kind) = driver.poll_append() {
+                kinds.push(kind);
+            }
+        }
+        let _ = self.append(kinds);
+    }
+
+    /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]. A rejected one
+    /// is reported (the set was checked as a whole, so it should not happen).
+    fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<(), Vec<String>> {
+        let applied: BTreeMap<String, PoolSpec> = self
+            .view()
+            .pools()
+            .iter()
+            .filter(|(_, p)| !p.deleted)
+            .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
+            .collect();
+        let plan = plan_pool_changes(&applied, wanted);
+        if plan.is_empty() {
+            return Ok(());
+        }
+        info!(events = plan.len(), "applying pool changes");
+        self.append(plan).map(|_| ()).map_err(|e| vec![e])
+    }
+
+    /// SIGHUP: reads the pool files again; a bad file changes nothing and is reported.
+    fn reload(&mut self) {
+        match (self.pools)() {
+            Ok(wanted) => {
+                if let Err(lines) = self.apply_pools(&wanted) {
+                    error!(errors = %lines.join("; "), "pool reload not applied");
+                }
+            }
+            Err(lines) => {
+                *self.counters.rejected_events.entry("pool-reload".to_owned()).or_insert(0) += 1;
+                for line in &lines {
+                    error!(error = %line, "pool reload refused: nothing applied");
+                }
+            }
+        }
+    }
+
+    /// One step: append, follow, reconcile, gate, call.
+    fn step(&mut self) {
+        self.flush_appends();
+        if self.follow().is_err() {
+            return;
+        }
+        for index in 0..self.drivers.len() {
+            let started = Instant::now();
+            let driver = &mut self.drivers[index];
+            match driver.reconcile_at_head() {
+                Ok(Ok(report)) => {
+                    if !report.swept.is_empty() {
+                        info!(node = driver.name(), fenced = report.swept.len(), "sweep fenced stale entries");
+                    }
+                }
+                Ok(Err(blocked)) => debug!(node = driver.name(), "reconcile: {}", blocked.as_str()),
+                Err(e) => self.journal_failed(index, &e),
+            }
+            self.observer.reconcile(started.elapsed());
+            let driver = &mut self.drivers[index];
+            if let Err(e) = driver.start_execution_at_head() {
+                self.journal_failed(index, &e);
+            }
+        }
+        // The reconcile may have queued results the log has not confirmed yet.
+        self.flush_appends();
+        if self.follow().is_err() || self.shutting_down {
+            self.record_highest_token();
+            return;
+        }
+        for index in 0..self.drivers.len() {
+            self.start_calls(index);
+        }
+        self.record_highest_token();
+    }
+
+    fn journal_failed<E: std::error::Error>(&mut self, index: usize, error: &E) {
+        let reason = format!("node `{}`: journal: {error}", self.drivers[index].name());
+        error!(%reason, "not acting");
+        self.unhealthy = Some(reason);
+    }
+
+    /// Gates a batch of node `index`'s ready actions against the head and spawns their calls.
+    fn start_calls(&mut self, index: usize) {
+        loop {
+            let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len()).min(GATE_BATCH_MAX);
+            if room == 0 {
+                return;
+            }
+            let batch = match self.drivers[index].poll_actions_at_head(room) {
+                Ok(batch) => batch,
+                Err(e) => {
+                    self.journal_failed(index, &e);
+                    return;
+                }
+            };
+            if batch.is_empty() {
+                return;
+            }
+            for action in batch {
+                self.spawn_call(index, action);
+            }
+        }
+    }
+
+    fn spawn_call(&mut self, node: usize, action: StampedAction) {
+        let Some(provider) = self.executors.get(&action.provider).cloned() else {
+            let reason = format!("no executor for provider `{}` in this agent", action.provider);
+            warn!(key = %action.idempotency_key, %reason);
+            self.record_result(node, &action.idempotency_key, &ExecutionOutcome::Failed { reason });
+            return;
+        };
+        self.summary.calls += 1;
+        debug!(node = self.drivers[node].name(), key = %action.idempotency_key, "calling the provider");
+        let deadline = Instant::now() + provider.call_timeout;
+        self.calls.spawn(async move {
+            let started = Instant::now();
+            let outcome = execute_within(&*provider.executor, &action, deadline).await;
+            CallDone {
+                node,
+                key: action.idempotency_key,
+                provider: action.provider,
+                outcome,
+                elapsed: started.elapsed(),
+            }
+        });
+    }
+
+    fn finish_call(&mut self, done: Result<CallDone, tokio::task::JoinError>) {
+        match done {
+            Ok(done) => {
+                self.observer.executor_call(&done.provider, done.elapsed);
+                self.record_result(done.node, &done.key, &done.outcome);
+            }
+            // A call task panicked or was cancelled: its entry stays in flight in this process's
+            // memory; a restart rebuilds it as approved and the gate decides again.
+            Err(e) => error!(error = %e, "a provider call task failed"),
+        }
+    }
+
+    fn record_result(&mut self, node: usize, key: &str, outcome: &ExecutionOutcome) {
+        let (outcome_kind, detail) = outcome.for_journal();
+        match outcome {
+            ExecutionOutcome::Executed { .. } => info!(node = self.drivers[node].name(), key, "executed"),
+            ExecutionOutcome::Failed { reason } | ExecutionOutcome::Unknown { reason } => {
+                warn!(node = self.drivers[node].name(), key, %reason, "call failed");
+            }
+        }
+        if let Err(e) = self.drivers[node].handle_result(key, outcome_kind, detail) {
+            match e {
+                NodeError::NotInFlight(_) => warn!(key, "result of a call no longer in flight: ignored"),
+                other => self.journal_failed(node, &other),
+            }
+        }
+    }
+
+    fn record_highest_token(&mut self) {
+        self.store.record_highest_token(highest_token(self.view()));
+    }
+
+    fn flush_identity(&mut self) {
+        if !self.identity_dirty {
+            return;
+        }
+        match self.store.flush_identity() {
+            Ok(()) => self.identity_dirty = false,
+            Err(e) => error!(error = %e, "cannot write the identity file"),
+        }
+    }
+
+    fn health(&self) -> Health {
+        let head = self.log.head().ok().flatten().map_or(0, |i| i.get());
+        let reason = if self.shutting_down {
+            Some("shutting down: taking no new work".to_owned())
+        } else {
+            self.unhealthy.clone()
+        };
+        Health {
+            ok: reason.is_none(),
+            reason,
+            nodes: self.drivers.iter().map(|d| d.name().to_owned()).collect(),
+            log_index: self.drivers.first().and_then(NodeDriver::applied_index).map_or(0, |i| i.get()),
+            log_head: head,
+            stream_time_ms: self.view().stream_time_ms(),
+        }
+    }
+
+    /// Answers one request. Returns whether the state changed (a step is due).
+    fn answer(&mut self, request: Request) -> bool {
+        match request {
+            Request::Ownership { reply } => {
+                let _ = reply.send(tenure_sim::replay::ownership_rows(self.view()));
+                false
+            }
+            Request::Actions { filter, reply } => {
+                let _ = reply.send(answers::actions(&self.drivers, &filter));
+                false
+            }
+            Request::Health { reply } => {
+                let _ = reply.send(self.health());
+                false
+            }
+            Request::Metrics { reply } => {
+                let health = self.health();
+                let _ = reply.send(answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok));
+                false
+            }
+            Request::Submit { submit, reply } => {
+                let result = self.submit(submit.event);
+                let changed = result.is_ok();
+                let _ = reply.send(result);
+                changed
+            }
+        }
+    }
+
+    fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
+        if self.shutting_down {
+            return Err(SubmitError::ShuttingDown);
+        }
+        // Check against the head: follow first, so a pool applied an instant ago is known.
+        self.follow().map_err(SubmitError::Unavailable)?;
+        answers::check_submit(self.view(), &event)?;
+        info!(event = event.wire_name(), "appending a submitted event");
+        let indices = self.append(vec![event]).map_err(SubmitError::Unavailable)?;
+        let index = indices.first().copied().expect("one event appended, one index");
+        Ok(Receipt { index })
+    }
+
+    /// The end of a run: results recorded, journals synced, identity written.
+    fn finish(&mut self) {
+        self.flush_appends();
+        for index in 0..self.drivers.len() {
+            if let Err(e) = self.drivers[index].engine_mut().store_mut().sync() {
+                self.journal_failed(index, &e);
+            }
+        }
+        self.identity_dirty = true;
+        self.flush_identity();
+        info!(calls = self.summary.calls, appended = self.summary.appended, "stopped");
+    }
+}
+
+/// The highest token the view holds (until the projection keeps it itself).
+fn highest_token(view: &Federation) -> u64 {
+    view.pools()
+        .values()
+        .flat_map(|p| p.addresses.values())
+        .map(|a| a.ownership_epoch.get().max(a.line.epoch.get()))
+        .max()
+        .unwrap_or(0)
+}

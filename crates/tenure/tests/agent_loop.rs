@@ -1,0 +1,137 @@
+//! The agent loop in-process over the in-memory store double and the simulated cloud: it
+//! captures, fails over on drain, answers requests, refuses bad submits, and stops cleanly.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::agent::memory::MemoryStore;
+use tenure::agent::request::{ActionFilter, AgentHandle, SubmitError};
+use tenure::agent::runner::{NoObserver, RunSummary, run};
+use tenure::agent::{ProviderExecutor, Settings};
+use tenure::exec::SimExecutor;
+use tenure_core::log::EventKind;
+use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
+use tokio::sync::{mpsc, oneshot};
+
+/// Most time any condition below may take; the loop itself is much faster.
+const WAIT_MAX: Duration = Duration::from_secs(10);
+
+fn node(name: &str, priority: i64) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        priority,
+        nic: format!("eni-{name}"),
+        capacity: None,
+    }
+}
+
+fn pool(approval: Approval) -> PoolSpec {
+    PoolSpec {
+        name: "edge".into(),
+        addresses: vec!["10.0.0.10".parse().expect("literal"), "10.0.0.11".parse().expect("literal")],
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        members: vec!["a".into(), "b".into()],
+        authority: Authority::None,
+        approval,
+        deprovision_hold_ms: 0,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 0,
+        epoch_locking: true,
+        prefer_nodes: vec!["a".into()],
+        preempt: false,
+        auto_failover: true,
+    }
+}
+
+struct Running {
+    handle: AgentHandle,
+    cloud: SimExecutor,
+    stop: oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>,
+}
+
+fn start(approval: Approval) -> Running {
+    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor { executor: Arc::new(cloud.clone()), call_timeout: Duration::from_secs(5) },
+    );
+    let settings = Settings {
+        nodes: vec![node("a", 10), node("b", 0)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(200),
+        journal_retention: 10_000,
+        pools: Box::new(move || Ok(vec![pool(approval)])),
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+        let _ = stopped.await;
+    }));
+    Running { handle, cloud, stop, done }
+}
+
+async fn wait_for<F: Fn() -> bool>(what: &str, condition: F) {
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn holders(cloud: &SimExecutor) -> BTreeMap<String, Vec<String>> {
+    cloud.with_provider(|p| {
+        p.holdings().iter().map(|(a, nics)| (a.to_string(), nics.iter().cloned().collect())).collect()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
+    let agent = start(Approval::Auto);
+    let cloud = agent.cloud.clone();
+    wait_for("both addresses on a's NIC", || {
+        holders(&cloud).values().filter(|nics| **nics == vec!["eni-a".to_owned()]).count() == 2
+    })
+    .await;
+    let rows = agent.handle.ownership().await.expect("answers");
+    assert!(rows.iter().all(|r| r.owner.as_deref() == Some("a") && r.ownership_epoch == 1), "{rows:?}");
+    let health = agent.handle.health().await.expect("answers");
+    assert!(health.ok, "{health:?}");
+
+    let receipt = agent.handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
+    assert!(receipt.index > 0);
+    wait_for("both addresses moved to b's NIC alone", || {
+        holders(&cloud).values().filter(|nics| **nics == vec!["eni-b".to_owned()]).count() == 2
+    })
+    .await;
+    let rows = agent.handle.ownership().await.expect("answers");
+    assert!(rows.iter().all(|r| r.owner.as_deref() == Some("b") && r.ownership_epoch == 2), "{rows:?}");
+    let executed = agent
+        .handle
+        .actions(ActionFilter { state: Some("executed".into()), node: Some("b".into()), pool: None })
+        .await
+        .expect("answers");
+    assert_eq!(executed.len(), 4, "b assigned and enabled forwarding for both: {executed:?}");
+
+    // Bad submits change nothing.
+    let unknown = agent.handle.submit(EventKind::Drain { node: "zz".into() }).await.expect("answers");
+    assert!(matches!(unknown, Err(SubmitError::NotFound(_))), "{unknown:?}");
+    let not_listed = agent
+        .handle
+        .submit(EventKind::Undesire { pool: "edge".into(), address: "10.9.9.9".parse().expect("literal") })
+        .await
+        .expect("answers");
+    assert!(matches!(not_listed, Err(SubmitError::NotFound(_))), "{not_listed:?}");
+
+    agent.stop.send(()).expect("running");
+    let summary = tokio::time::timeout(WAIT_MAX, agent.done).await.expect("stops").expect("joins").expect("ran");
+    assert_eq!(summary.calls, 12, "a acquires (2 verbs × 2), b acquires (2 × 2), a releases (2 × 2): {summary:?}");
+}
