@@ -73,9 +73,10 @@ fn start(approval: Approval) -> Running {
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);
     let (stop, stopped) = oneshot::channel::<()>();
-    let done = tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
-        let _ = stopped.await;
-    }));
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
     Running { handle, cloud, stop, done }
 }
 
@@ -106,7 +107,8 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     let health = agent.handle.health().await.expect("answers");
     assert!(health.ok, "{health:?}");
 
-    let receipt = agent.handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
+    let receipt =
+        agent.handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
     assert!(receipt.index > 0);
     wait_for("both addresses moved to b's NIC alone", || {
         holders(&cloud).values().filter(|nics| **nics == vec!["eni-b".to_owned()]).count() == 2
@@ -132,6 +134,10 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     assert!(matches!(not_listed, Err(SubmitError::NotFound(_))), "{not_listed:?}");
 
     agent.stop.send(()).expect("running");
-    let summary = tokio::time::timeout(WAIT_MAX, agent.done).await.expect("stops").expect("joins").expect("ran");
-    assert_eq!(summary.calls, 12, "a acquires (2 verbs × 2), b acquires (2 × 2), a releases (2 × 2): {summary:?}");
+    let summary =
+        tokio::time::timeout(WAIT_MAX, agent.done).await.expect("stops").expect("joins").expect("ran");
+    assert_eq!(
+        summary.calls, 12,
+        "a acquires (2 verbs × 2), b acquires (2 × 2), a releases (2 × 2): {summary:?}"
+    );
 }

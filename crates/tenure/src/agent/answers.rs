@@ -59,7 +59,10 @@ pub fn check_submit(view: &Federation, event: &EventKind) -> Result<(), SubmitEr
             }
         }
         other => {
-            return Err(SubmitError::Refused(format!("{} cannot be submitted through the API", other.wire_name())));
+            return Err(SubmitError::Refused(format!(
+                "{} cannot be submitted through the API",
+                other.wire_name()
+            )));
         }
     }
     Ok(())

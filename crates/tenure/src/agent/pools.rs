@@ -42,7 +42,8 @@ pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpe
                     // the old domain is kept.
                     BTreeSet::new()
                 };
-                let kept: Vec<IpAddr> = old.addresses.iter().copied().filter(|a| kept_set.contains(a)).collect();
+                let kept: Vec<IpAddr> =
+                    old.addresses.iter().copied().filter(|a| kept_set.contains(a)).collect();
                 if kept.is_empty() {
                     events.push(EventKind::PoolDeleted { pool: name.clone() });
                 } else if kept.len() < old.addresses.len() {

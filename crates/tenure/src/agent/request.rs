@@ -100,6 +100,27 @@ pub enum SubmitError {
     ShuttingDown,
 }
 
+/// A control of the process's own nodes, for the demo and tests (not on the HTTP API): what a
+/// frozen process (a GC pause, a hung VM) does, shown on purpose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// `events` are appended (checked as API submits are), the node reconciles once more on
+    /// them (plans and approves), then freezes before it gates or calls anything: no
+    /// heartbeats, no reconcile, no calls, until resumed.
+    FreezeAfterReconcile {
+        /// The node.
+        node: String,
+        /// Events to append first, in one commit.
+        events: Vec<EventKind>,
+    },
+    /// The frozen node wakes up: what it had approved before it froze meets the gate (a
+    /// zombie), then it follows the log again.
+    Resume {
+        /// The node.
+        node: String,
+    },
+}
+
 /// One request to the agent loop.
 #[derive(Debug)]
 pub enum Request {
@@ -124,6 +145,13 @@ pub enum Request {
     Metrics {
         /// Where the answer goes.
         reply: oneshot::Sender<MetricsSnapshot>,
+    },
+    /// Freeze or wake one of the process's nodes (demo, tests).
+    Control {
+        /// What to do.
+        control: Control,
+        /// Where the answer goes: a one-line account, or why not.
+        reply: oneshot::Sender<Result<String, String>>,
     },
     /// Append an event (the mutating `POST`s).
     Submit {
@@ -188,6 +216,11 @@ impl AgentHandle {
     /// The metrics snapshot.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, HandleError> {
         self.ask(|reply| Request::Metrics { reply }).await
+    }
+
+    /// Freezes or wakes one of the process's nodes.
+    pub async fn control(&self, control: Control) -> Result<Result<String, String>, HandleError> {
+        self.ask(|reply| Request::Control { control, reply }).await
     }
 
     /// Appends an event through the loop.

@@ -1,6 +1,6 @@
 //! The agent loop: [`run`]. See the module documentation of [`super`] for the walk of one step.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,7 +19,7 @@ use tracing::{debug, error, info, warn};
 
 use super::answers::{self, Counters};
 use super::pools::plan_pool_changes;
-use super::request::{Health, Receipt, Request, SubmitError};
+use super::request::{Control, Health, Receipt, Request, SubmitError};
 use super::{AgentStore, ProviderExecutor, Settings};
 use crate::exec::{ExecutionOutcome, execute_within};
 
@@ -104,11 +104,15 @@ struct Agent<S: AgentStore> {
     summary: RunSummary,
     heartbeat_interval: Duration,
     requeue_interval: Duration,
+    /// Nodes to freeze right after their next reconcile ([`Control::FreezeAfterReconcile`]).
+    freeze_after_reconcile: BTreeSet<usize>,
 }
 
 /// Milliseconds since the Unix epoch by this host's clock.
 fn wall_clock_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Runs the agent until `shutdown` completes, then stops taking new work, lets the calls in
@@ -167,7 +171,7 @@ pub async fn run<S: AgentStore>(
                 None => reload_open = false,
             },
             _ = heartbeat.tick(), if !agent.shutting_down => {
-                for driver in &agent.drivers {
+                for driver in agent.drivers.iter().filter(|d| !d.is_paused()) {
                     agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
                 }
                 dirty = true;
@@ -211,6 +215,7 @@ impl<S: AgentStore> Agent<S> {
             last_stamp_ms: 0,
             identity_dirty: true,
             summary: RunSummary::default(),
+            freeze_after_reconcile: BTreeSet::new(),
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
@@ -328,7 +333,11 @@ impl<S: AgentStore> Agent<S> {
             match driver.reconcile_at_head() {
                 Ok(Ok(report)) => {
                     if !report.swept.is_empty() {
-                        info!(node = driver.name(), fenced = report.swept.len(), "sweep fenced stale entries");
+                        info!(
+                            node = driver.name(),
+                            fenced = report.swept.len(),
+                            "sweep fenced stale entries"
+                        );
                     }
                 }
                 Ok(Err(blocked)) => debug!(node = driver.name(), "reconcile: {}", blocked.as_str()),
@@ -339,6 +348,10 @@ impl<S: AgentStore> Agent<S> {
             if let Err(e) = driver.start_execution_at_head() {
                 self.journal_failed(index, &e);
             }
+        }
+        for index in std::mem::take(&mut self.freeze_after_reconcile) {
+            self.drivers[index].pause();
+            warn!(node = self.drivers[index].name(), "frozen: no heartbeats, no reconcile, no calls");
         }
         // The reconcile may have queued results the log has not confirmed yet.
         self.flush_appends();
@@ -480,14 +493,54 @@ impl<S: AgentStore> Agent<S> {
             }
             Request::Metrics { reply } => {
                 let health = self.health();
-                let _ = reply.send(answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok));
+                let _ =
+                    reply.send(answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok));
                 false
+            }
+            Request::Control { control, reply } => {
+                let _ = reply.send(self.control(control));
+                true
             }
             Request::Submit { submit, reply } => {
                 let result = self.submit(submit.event);
                 let changed = result.is_ok();
                 let _ = reply.send(result);
                 changed
+            }
+        }
+    }
+
+    fn control(&mut self, control: Control) -> Result<String, String> {
+        let name = match &control {
+            Control::FreezeAfterReconcile { node, .. } | Control::Resume { node } => node.clone(),
+        };
+        let index = self
+            .drivers
+            .iter()
+            .position(|d| d.name() == name)
+            .ok_or_else(|| format!("node \"{name}\" does not run in this agent"))?;
+        match control {
+            Control::FreezeAfterReconcile { events, .. } => {
+                self.follow()?;
+                for event in &events {
+                    answers::check_submit(self.view(), event).map_err(|e| e.to_string())?;
+                }
+                let count = events.len();
+                self.append(events)?;
+                self.freeze_after_reconcile.insert(index);
+                Ok(format!("{count} event(s) appended; {name} freezes after its next reconcile"))
+            }
+            Control::Resume { .. } => {
+                self.follow()?;
+                let approved = self.drivers[index].resume().map_err(|blocked| blocked.as_str().to_owned())?;
+                let before = self.drivers[index].engine().fenced().values().sum::<u64>();
+                self.start_calls(index);
+                self.drivers[index].finish_resume(&[]);
+                let fenced = self.drivers[index].engine().fenced().values().sum::<u64>() - before;
+                warn!(node = %name, approved, fenced, "woke up: what it approved before it froze met the gate");
+                Ok(format!(
+                    "{name} woke up: {approved} action(s) approved before it froze met the gate, {fenced} fenced"
+                ))
             }
         }
     }

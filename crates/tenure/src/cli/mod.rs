@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own file.
 
+mod demo;
 mod elect;
 mod replay;
 mod sim;
@@ -56,8 +57,8 @@ enum Command {
     },
     /// Seeded fault simulation with invariant checking; reproducible byte for byte.
     Sim(sim::SimArgs),
-    /// A narrated multi-node failover on the embedded default (not built yet).
-    Demo,
+    /// A narrated multi-node failover on the embedded default, in one process.
+    Demo(demo::DemoArgs),
     /// Campaign in an election like `etcdctl elect`; one JSON line per change of own state.
     Elect(elect::ElectArgs),
     /// Show a running agent's ownership map (not built yet).
@@ -83,10 +84,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate { files } => validate::run(&files),
         Command::Agent { .. } => not_built("agent", "the agent (durable store, HTTP API, metrics)"),
         Command::Sim(args) => sim::run(&args),
-        Command::Demo => not_built(
-            "demo",
-            "the narrated demo; `tenure replay examples/scenarios/failover.yaml` narrates a failover today",
-        ),
+        Command::Demo(args) => demo::run_cli(&args),
         Command::Elect(args) => elect::run(&args),
         Command::Ownership | Command::Actions | Command::Drain { .. } | Command::Approve { .. } => {
             not_built("ownership/actions/drain/approve", "the agent's HTTP API these commands talk to")
