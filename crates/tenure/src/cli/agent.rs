@@ -1,0 +1,240 @@
+//! `tenure agent --config FILE`: the daemon on the embedded store.
+//!
+//! Exit codes: 0 after a clean stop (SIGTERM or SIGINT: no new work, calls in flight finished or
+//! timed out, results recorded, store closed); 1 when the agent cannot start (the store refuses,
+//! the address is in use) or stops on an error; 2 for a bad config or pool file; 3 for a part
+//! this build does not have (the etcd store, a provider whose executor is a later issue).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::model::{ProviderKind, ProviderSpec};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use super::{EXIT_BAD_INPUT, EXIT_NOT_BUILT};
+use crate::agent::request::AgentHandle;
+use crate::agent::runner::{AgentError, run};
+use crate::agent::{ProviderExecutor, Settings};
+use crate::api::{self, ApiToken};
+use crate::config::{AgentConfig, ProviderSettings, StoreConfig, load_config, load_pools};
+use crate::exec::SimExecutor;
+use crate::exec::hook::ExecHook;
+use crate::metrics::Metrics;
+use crate::store::EmbeddedStore;
+
+/// Extra time an exec hook's call gets past the hook's own timeout, so that the hook's timeout
+/// (which kills its process group) fires first and names itself.
+const HOOK_DEADLINE_GRACE: Duration = Duration::from_secs(1);
+
+/// Log formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `tenure agent` arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct AgentArgs {
+    /// The agent configuration file (SPEC 10).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Sets up `tracing` on stderr. Safe to call once per process.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// The executors of the configured providers, or the one-line refusal of a kind this build has
+/// no executor for.
+fn executors(config: &AgentConfig) -> Result<BTreeMap<String, ProviderExecutor>, String> {
+    let action_timeout = Duration::from_millis(config.action_timeout_ms);
+    let mut executors = BTreeMap::new();
+    for provider in &config.providers {
+        let executor = match (&provider.kind, &provider.settings) {
+            (ProviderKind::SimCloud | ProviderKind::SimOnprem, _) => ProviderExecutor {
+                executor: Arc::new(SimExecutor::new(provider.kind)),
+                call_timeout: action_timeout,
+            },
+            (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
+                let timeout = Duration::from_millis(*timeout_ms);
+                ProviderExecutor {
+                    executor: Arc::new(ExecHook::new(command.clone(), timeout)),
+                    call_timeout: timeout + HOOK_DEADLINE_GRACE,
+                }
+            }
+            (kind, _) => {
+                return Err(format!(
+                    "provider `{}`: kind {} has no executor in this build yet (see README.md, Status); \
+                     use exec to drive it with your own command",
+                    provider.name,
+                    kind.as_str()
+                ));
+            }
+        };
+        executors.insert(provider.name.clone(), executor);
+    }
+    Ok(executors)
+}
+
+/// `tenure agent --config FILE`.
+pub fn run_cli(args: &AgentArgs) -> ExitCode {
+    init_logging(args.log_format);
+    let config = match load_config(&args.config) {
+        Ok(config) => config,
+        Err(lines) => {
+            for line in lines {
+                eprintln!("{line}");
+            }
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let StoreConfig::Embedded { path: store_path } = &config.store else {
+        eprintln!("tenure agent: store kind etcd is not built yet (fleet mode); use {{kind: embedded}}");
+        return ExitCode::from(EXIT_NOT_BUILT);
+    };
+    let executors = match executors(&config) {
+        Ok(executors) => executors,
+        Err(line) => {
+            eprintln!("tenure agent: {line}");
+            return ExitCode::from(EXIT_NOT_BUILT);
+        }
+    };
+    let token = match &config.api_token_file {
+        Some(path) => match ApiToken::from_file(path) {
+            Ok(token) => Some(token),
+            Err(e) => {
+                eprintln!("tenure agent: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        },
+        None => None,
+    };
+    // Pools are checked before the store is opened: a bad file changes nothing.
+    if let Err(lines) = load_pools(&config) {
+        for line in lines {
+            eprintln!("{line}");
+        }
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let store = match EmbeddedStore::open(store_path, &config.identity_file) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("tenure agent: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("tenure agent: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(serve(config, store.clone(), executors, token));
+    if let Err(e) = store.close() {
+        eprintln!("tenure agent: closing the store: {e}");
+        return ExitCode::FAILURE;
+    }
+    code
+}
+
+async fn serve(
+    config: AgentConfig,
+    store: EmbeddedStore,
+    executors: BTreeMap<String, ProviderExecutor>,
+    token: Option<ApiToken>,
+) -> ExitCode {
+    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("tenure agent: cannot listen on {}: {e}", config.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let stop = CancellationToken::new();
+    let (reload_tx, reload_rx) = mpsc::channel(4);
+    if let Err(e) = watch_signals(stop.clone(), reload_tx) {
+        eprintln!("tenure agent: cannot install signal handlers: {e}");
+        return ExitCode::FAILURE;
+    }
+    let metrics = Arc::new(Metrics::new());
+    let (handle, requests) = AgentHandle::channel();
+    let router = api::router(handle, Arc::clone(&metrics), token);
+    let api_stop = CancellationToken::new();
+    let api_stopped = api_stop.clone();
+    let api = tokio::spawn(api::serve(listener, router, async move { api_stopped.cancelled().await }));
+    info!(listen = %config.listen, nodes = config.nodes.len(), "agent started");
+
+    let settings = Settings {
+        nodes: config.nodes.clone(),
+        providers: config.providers.iter().map(|p| ProviderSpec { name: p.name.clone(), kind: p.kind }).collect(),
+        executors,
+        heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
+        requeue_interval: Duration::from_millis(config.requeue_interval_ms),
+        journal_retention: config.journal_retention,
+        pools: {
+            let config = config.clone();
+            Box::new(move || load_pools(&config))
+        },
+    };
+    let stopping = stop.clone();
+    let outcome = run(store, settings, requests, reload_rx, metrics, async move { stopping.cancelled().await }).await;
+    api_stop.cancel();
+    let _ = api.await;
+    match outcome {
+        Ok(summary) => {
+            info!(calls = summary.calls, appended = summary.appended, "agent stopped");
+            ExitCode::SUCCESS
+        }
+        Err(AgentError::Pools(lines)) => {
+            for line in lines {
+                eprintln!("{line}");
+            }
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(e) => {
+            error!(error = %e, "agent stopped");
+            eprintln!("tenure agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGTERM and SIGINT stop the agent; SIGHUP reloads the pool files.
+fn watch_signals(stop: CancellationToken, reload: mpsc::Sender<()>) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = terminate.recv() => { info!("SIGTERM: stopping"); stop.cancel(); }
+                _ = interrupt.recv() => { info!("SIGINT: stopping"); stop.cancel(); }
+                _ = hangup.recv() => {
+                    info!("SIGHUP: reloading the pool files");
+                    let _ = reload.try_send(());
+                }
+            }
+        }
+    });
+    Ok(())
+}
