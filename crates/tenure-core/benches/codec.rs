@@ -177,6 +177,10 @@ enum BinEvent<'a> {
         address: IpAddr,
         holders: Cow<'a, [String]>,
     },
+    TokensRaised {
+        at: u64,
+        by: u64,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -277,6 +281,7 @@ fn bin_event(event: &Event) -> BinEvent<'_> {
             address: *address,
             holders: Cow::Borrowed(holders),
         },
+        EventKind::TokensRaised { by } => BinEvent::TokensRaised { at, by: *by },
     }
 }
 
@@ -330,6 +335,7 @@ fn from_bin_event(event: BinEvent<'_>) -> Event {
             at,
             EventKind::Inventory { provider: provider.into_owned(), address, holders: holders.into_owned() },
         ),
+        BinEvent::TokensRaised { at, by } => (at, EventKind::TokensRaised { by }),
     };
     Event { at_ms, kind }
 }

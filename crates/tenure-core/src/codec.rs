@@ -32,6 +32,7 @@
 //!   "outcome":"executed","detail":"ok"}                              executed | failed
 //! {"v":1,"event":"inventory","at":1000,"provider":"sim1","address":"2001:db8::1",
 //!   "holders":["eni-a"]}
+//! {"v":1,"event":"tokens-raised","at":1000,"by":1000000}            appended by a restore
 //!
 //! a stamped action:
 //! {"v":1,"pool":"edge","address":"10.0.0.10","verb":"assign-secondary-ip","holder":"a",

@@ -2,10 +2,15 @@
 //!
 //! [`Federation::apply`] folds one event in as **one atomic step** (SPEC 13): it moves stream
 //! time, applies the payload, re-runs arbitration when its inputs changed, and only then moves
-//! tokens, in [`settle`] — the one place where tokens move. Each token is compared with its value
-//! before the event and moves at most once: `ownershipEpoch` when the owner differs,
-//! `captureEpoch` when the desired holder on that line differs (or drift repair asked for a
-//! re-capture).
+//! tokens, in [`settle`] — the one place where tokens move by the rules of SPEC 13. Each token is
+//! compared with its value before the event and moves at most once: `ownershipEpoch` when the
+//! owner differs, `captureEpoch` when the desired holder on that line differs (or drift repair
+//! asked for a re-capture).
+//!
+//! The one other place is [`raise`]: a restore's `tokens-raised{by}` event adds `by` to every
+//! token and to the floor where new lines start, so that a store restored from an older backup
+//! never hands out a token value again. [`Federation::highest_token`] is kept up to date at both
+//! places, never by a scan.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -13,6 +18,7 @@ use std::net::IpAddr;
 mod approvals;
 mod drift;
 mod pools;
+mod raise;
 mod settle;
 
 use crate::arbitration;
@@ -50,6 +56,14 @@ pub enum EventRejected {
     /// A pool shares an address with another applied pool of the same capture domain.
     #[error("pool-applied: {0}")]
     Overlap(#[from] Overlap),
+    /// A `tokens-raised` whose `by` would take the highest token past `u64::MAX`.
+    #[error("tokens-raised: raising by {by} would take the highest token, {highest}, past 2^64 - 1")]
+    TokensOverflow {
+        /// The raise asked for.
+        by: u64,
+        /// The highest token the federation holds.
+        highest: u64,
+    },
 }
 
 /// What applying a well-formed event did.
@@ -86,6 +100,12 @@ pub struct Federation {
     observed: BTreeMap<String, BTreeMap<IpAddr, (Vec<String>, u64)>>,
     /// What the event being applied changed, with the values before it (empty between events).
     touched: Touched,
+    /// Where a token line created now starts (its first holder gets one more): 0 until a
+    /// `tokens-raised` raises it.
+    token_floor: u64,
+    /// The largest token value the projection ever held (the floor if larger): kept where tokens
+    /// move (`settle`, `raise`), so that it bounds every token without a scan.
+    highest_token: u64,
 }
 
 impl Federation {
@@ -114,7 +134,24 @@ impl Federation {
             recaptures: 0,
             observed: BTreeMap::new(),
             touched: Touched::default(),
+            token_floor: 0,
+            highest_token: 0,
         }
+    }
+
+    /// The largest token value (ownershipEpoch or captureEpoch, of any address, line or pool,
+    /// deleted and retired ones included) this projection ever held, or the token floor if that
+    /// is larger. Tokens never go down, so this is also the largest token now held. The agent
+    /// tells its store (and the store its identity file) so that a restore can raise above it.
+    #[must_use]
+    pub fn highest_token(&self) -> u64 {
+        self.highest_token
+    }
+
+    /// Where a token line created now starts: 0, or the sum of the `tokens-raised` applied.
+    #[must_use]
+    pub fn token_floor(&self) -> u64 {
+        self.token_floor
     }
 
     /// The largest `at` applied so far.
@@ -228,6 +265,10 @@ impl Federation {
                 }
                 Applied::Applied
             }
+            EventKind::TokensRaised { by } => {
+                self.raise_tokens(*by);
+                Applied::Applied
+            }
         };
         self.arbitrate_if_needed(structure_changed);
         self.settle();
@@ -258,6 +299,9 @@ impl Federation {
                 });
             }
             self.claims.check(spec)?;
+        }
+        if let EventKind::TokensRaised { by } = kind {
+            self.check_raise(*by)?;
         }
         Ok(())
     }

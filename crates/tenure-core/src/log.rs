@@ -95,6 +95,13 @@ pub enum EventKind {
         /// NICs that hold it.
         holders: Vec<String>,
     },
+    /// `tokens-raised{by}`: every token line is raised by `by`, and lines created later start at
+    /// the raised floor. Appended by `tenure store restore` (an older backup must never re-issue a
+    /// token value already used after it, SPEC 1); never by an agent or an operator's request.
+    TokensRaised {
+        /// How much every token goes up.
+        by: u64,
+    },
 }
 
 impl EventKind {
@@ -114,6 +121,7 @@ impl EventKind {
             Self::Approve { .. } => "approve",
             Self::ActionResult { .. } => "action-result",
             Self::Inventory { .. } => "inventory",
+            Self::TokensRaised { .. } => "tokens-raised",
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The vocabulary of SPEC section 1: fencing tokens, nodes, providers, pools, verbs.
 //!
 //! Tokens are newtypes with no arithmetic beyond [`CaptureEpoch::next`] (and its siblings), so
-//! that a token can never be computed from anything but its predecessor.
+//! that a token can never be computed from anything but its predecessor — and
+//! [`CaptureEpoch::raised_by`], which only a restore's `tokens-raised` event uses.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -35,6 +36,17 @@ macro_rules! token {
             #[must_use]
             pub const fn get(self) -> u64 {
                 self.0
+            }
+
+            /// This token raised by `by`, or `None` when that would pass `u64::MAX`. The one
+            /// arithmetic besides [`Self::next`]: a restore's `tokens-raised` event lifts every
+            /// line above anything issued since the backup (`federation/raise.rs`).
+            #[must_use]
+            pub const fn raised_by(self, by: u64) -> Option<Self> {
+                match self.0.checked_add(by) {
+                    Some(value) => Some(Self(value)),
+                    None => None,
+                }
             }
         }
 

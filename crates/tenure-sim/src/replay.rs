@@ -521,5 +521,6 @@ fn describe_event(event: &Event) -> String {
             format!("action-result {node} {idempotency_key}")
         }
         EventKind::Inventory { provider, address, .. } => format!("inventory {provider} {address}"),
+        EventKind::TokensRaised { by } => format!("tokens-raised by {by}"),
     }
 }

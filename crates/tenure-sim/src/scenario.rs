@@ -148,6 +148,7 @@ struct RawStep {
     detail: Option<Spanned<String>>,
     provider: Option<Spanned<String>>,
     holders: Option<Spanned<Vec<String>>>,
+    by: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -327,6 +328,7 @@ fn allowed_fields(event: &str) -> Option<&'static [&'static str]> {
         "approve" => &["idempotencyKey"],
         "action-result" => &["node", "idempotencyKey", "outcome", "detail"],
         "inventory" => &["provider", "address", "holders"],
+        "tokens-raised" => &["by"],
         _ => return None,
     })
 }
@@ -342,7 +344,7 @@ fn validate_step(
         return Err(vec![InputError::at(event_position, format!("unknown event kind `{event}`"))]);
     };
     let mut errors = Vec::new();
-    let present: [(&str, Option<Position>); 11] = [
+    let present: [(&str, Option<Position>); 12] = [
         ("node", raw.node.as_ref().map(Position::of_spanned)),
         ("healthy", raw.healthy.as_ref().map(Position::of_spanned)),
         ("state", raw.state.as_ref().map(Position::of_spanned)),
@@ -354,6 +356,7 @@ fn validate_step(
         ("detail", raw.detail.as_ref().map(Position::of_spanned)),
         ("provider", raw.provider.as_ref().map(Position::of_spanned)),
         ("holders", raw.holders.as_ref().map(Position::of_spanned)),
+        ("by", raw.by.as_ref().map(Position::of_spanned)),
     ];
     for (field, position) in present {
         if let Some(position) = position
@@ -450,6 +453,7 @@ fn validate_step(
             address: address(),
             holders: raw.holders.map(|h| h.value).expect("checked present"),
         },
+        "tokens-raised" => EventKind::TokensRaised { by: raw.by.map(|b| b.value).expect("checked present") },
         _ => unreachable!("allowed_fields knows every kind"),
     };
     Ok(StepKind::Log(Event { at_ms, kind }))

@@ -9,6 +9,9 @@
 //! - [`exec`] — the [`exec::Executor`] interface (a stamped action in, an
 //!   [`exec::ExecutionOutcome`] out, within a deadline), the deadline helper
 //!   [`exec::execute_within`], and [`exec::SimExecutor`] for the simulated providers.
+//! - [`store`] — the durable embedded store on redb: [`store::EmbeddedStore`] (the log, every
+//!   node's journal with group commit, the identity file, one owning process), backup and
+//!   [`store::restore`].
 //!
 //! # Cargo features
 //!
@@ -25,3 +28,4 @@
 pub mod agent;
 pub mod cli;
 pub mod exec;
+pub mod store;

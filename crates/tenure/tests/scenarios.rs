@@ -326,3 +326,24 @@ fn a_deleted_pools_manual_release_can_be_approved() {
     let release = actions(&r, "a").into_iter().find(|x| x["verb"] == "proxy-arp-del").expect("a release");
     assert_eq!(release["state"], "executed");
 }
+
+#[test]
+fn a_restore_raise_fences_what_was_planned_before_it_and_new_lines_start_at_the_floor() {
+    let report = report("restore-raise");
+    let a = actions(&report, "a");
+    let stale: Vec<_> = a.iter().filter(|x| x["captureEpoch"] == 1).collect();
+    assert_eq!(stale.len(), 2);
+    assert!(stale.iter().all(|x| x["state"] == "skipped" && x["reason"] == "stale-epoch"), "{stale:?}");
+    assert!(a.iter().filter(|x| x["captureEpoch"] == 1001).all(|x| x["state"] == "executed"));
+    assert_eq!(
+        row(&report, "p", "10.0.0.10")["ownershipEpoch"],
+        1002,
+        "a failover bumps from the raised value"
+    );
+    assert_eq!(
+        row(&report, "q", "10.0.0.20")["captureEpoch"],
+        1001,
+        "a pool applied later starts at the floor"
+    );
+    assert_eq!(count_state(&report, "executed"), 4);
+}

@@ -123,6 +123,10 @@ fn golden_events() -> Vec<(Event, String)> {
             r#"{"v":1,"event":"inventory","at":1000,"provider":"sim1","address":"2001:db8::1","holders":["eni-a"]}"#
                 .into(),
         ),
+        (
+            event(1000, EventKind::TokensRaised { by: 1_000_000 }),
+            r#"{"v":1,"event":"tokens-raised","at":1000,"by":1000000}"#.into(),
+        ),
     ]
 }
 
@@ -135,7 +139,7 @@ fn golden_events_have_their_documented_bytes() {
     let golden = golden_events();
     let mut kinds: Vec<&str> = golden.iter().map(|(e, _)| e.kind.wire_name()).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 12, "one golden event of each of the 12 kinds of SPEC 2");
+    assert_eq!(kinds.len(), 13, "one golden event of each of the 12 kinds of SPEC 2, and tokens-raised");
     for (value, json) in golden {
         let bytes = encode_event(&value).expect("encodes");
         assert_eq!(text(&bytes), json, "{}", value.kind.wire_name());
@@ -272,7 +276,7 @@ fn truncated_bytes_are_malformed() {
 
 #[test]
 fn garbage_is_malformed_and_names_what_is_wrong() {
-    let cases: [(&[u8], &str); 8] = [
+    let cases: [(&[u8], &str); 10] = [
         (b"\xff\xfe\x00garbage", "expected value"),
         (b"[1,2,3]", "a record: a JSON object"),
         (b"{}", "its first key must be the format version"),
@@ -284,6 +288,8 @@ fn garbage_is_malformed_and_names_what_is_wrong() {
         (br#"{"v":1,"event":"heartbeat","at":1,"node":"a","extra":2}"#, "unknown field `extra`"),
         (br#"{"v":1,"event":"hearbeat","at":1,"node":"a"}"#, "unknown variant `hearbeat`"),
         (br#"{"v":1,"event":"heartbeat","at":1,"node":"a"} trailing"#, "trailing characters"),
+        (br#"{"v":1,"event":"tokens-raised","at":1,"by":-1}"#, "invalid value"),
+        (br#"{"v":1,"event":"tokens-raised","at":1}"#, "missing field `by`"),
     ];
     for (bytes, expected) in cases {
         match decode_event(bytes) {
@@ -574,6 +580,7 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         }),
         (text(), address(), prop::collection::vec(text(), 0..4))
             .prop_map(|(provider, address, holders)| EventKind::Inventory { provider, address, holders }),
+        any::<u64>().prop_map(|by| EventKind::TokensRaised { by }),
     ]
 }
 

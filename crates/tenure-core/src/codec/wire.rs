@@ -49,6 +49,8 @@ pub(super) enum EventWire<'a> {
     },
     /// `inventory`.
     Inventory { at: u64, provider: Cow<'a, str>, address: IpAddr, holders: Cow<'a, [String]> },
+    /// `tokens-raised` (a restore's raise).
+    TokensRaised { at: u64, by: u64 },
 }
 
 impl<'a> EventWire<'a> {
@@ -82,6 +84,7 @@ impl<'a> EventWire<'a> {
                 address: *address,
                 holders: Cow::Borrowed(holders),
             },
+            EventKind::TokensRaised { by } => Self::TokensRaised { at, by: *by },
         })
     }
 
@@ -125,6 +128,7 @@ impl<'a> EventWire<'a> {
                     holders: holders.into_owned(),
                 },
             ),
+            Self::TokensRaised { at, by } => (at, EventKind::TokensRaised { by }),
         };
         Ok(Event { at_ms, kind })
     }

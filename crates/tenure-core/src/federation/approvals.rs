@@ -13,7 +13,7 @@ use std::net::IpAddr;
 
 use super::Federation;
 use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, ParsedKey};
-use crate::state::AddressState;
+use crate::state::{AddressState, PoolState};
 
 /// Most approvals kept per (pool, address): every verb of a release and an acquire in the
 /// current epoch, with room to spare.
@@ -73,6 +73,23 @@ impl Approvals {
             if addresses.is_empty() {
                 self.by_address.remove(pool);
             }
+        }
+    }
+}
+
+impl Approvals {
+    /// Forgets every kept approval whose address's tokens moved past it (after a
+    /// `tokens-raised`, which moves every address at once). Walks the kept approvals only.
+    pub(super) fn forget_all_stale(&mut self, pools: &BTreeMap<String, PoolState>) {
+        let kept: Vec<(String, IpAddr)> = self
+            .by_address
+            .iter()
+            .flat_map(|(pool, addresses)| addresses.keys().map(move |address| (pool.clone(), *address)))
+            .collect();
+        for (name, address) in kept {
+            let Some(pool) = pools.get(&name) else { continue };
+            let Some(state) = pool.addresses.get(&address) else { continue };
+            self.forget_stale(&name, address, state, &pool.capture_domain, pool.spec.epoch_locking);
         }
     }
 }

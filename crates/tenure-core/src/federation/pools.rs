@@ -9,7 +9,23 @@ use std::sync::Arc;
 use super::{Applied, Federation};
 use crate::arbitration;
 use crate::model::PoolSpec;
-use crate::state::{NodeId, PoolConditions, PoolState};
+use crate::model::{CaptureEpoch, OwnershipEpoch};
+use crate::state::{AddressState, CaptureLine, NodeId, PoolConditions, PoolState};
+
+/// A capture line created now: at the token floor, no holder (its first holder gets floor + 1).
+fn fresh_line(token_floor: u64) -> CaptureLine {
+    CaptureLine { epoch: CaptureEpoch::from_stored(token_floor), desired_holder: None }
+}
+
+/// An address listed for the first time: inactive until the caller activates it, its tokens at
+/// the floor.
+fn fresh_address(token_floor: u64) -> AddressState {
+    AddressState {
+        ownership_epoch: OwnershipEpoch::from_stored(token_floor),
+        line: fresh_line(token_floor),
+        ..AddressState::default()
+    }
+}
 
 impl Federation {
     fn member_ids(&self, spec: &PoolSpec) -> Vec<NodeId> {
@@ -18,8 +34,10 @@ impl Federation {
 
     /// Creates or replaces a pool. Surviving addresses keep their `desired` flag and owner; new
     /// ones start desired; removed ones retire like a deletion; a changed capture domain moves
-    /// every address to the new domain's line (continuing it if the pool used it before).
+    /// every address to the new domain's line (continuing it if the pool used it before). A line
+    /// or address created here starts at the token floor (0 unless a restore raised it).
     pub(super) fn apply_pool(&mut self, spec: &PoolSpec) {
+        let floor = self.token_floor;
         let domain = spec.capture_domain();
         let member_ids = arbitration::rank_members(spec, &self.member_ids(spec), &self.nodes);
         let listed: BTreeSet<IpAddr> = spec.addresses.iter().copied().collect();
@@ -29,7 +47,7 @@ impl Federation {
             deleted: true,
             capture_domain: domain.clone(),
             member_ids: Vec::new(),
-            addresses: listed.iter().map(|a| (*a, Default::default())).collect(),
+            addresses: listed.iter().map(|a| (*a, fresh_address(floor))).collect(),
             conditions: PoolConditions::default(),
         });
         let domain_before = pool.capture_domain.clone();
@@ -45,7 +63,7 @@ impl Federation {
                 state.owner = None;
             }
             if domain_changed {
-                let old_line = std::mem::take(&mut state.line);
+                let old_line = std::mem::replace(&mut state.line, fresh_line(floor));
                 state.retired_lines.push((domain_before.clone(), old_line));
                 if let Some(index) = state.retired_lines.iter().position(|(d, _)| *d == domain) {
                     state.line = state.retired_lines.remove(index).1;
@@ -58,7 +76,7 @@ impl Federation {
         }
         for address in &listed {
             if !pool.addresses.contains_key(address) {
-                let state = pool.addresses.entry(*address).or_default();
+                let state = pool.addresses.entry(*address).or_insert_with(|| fresh_address(floor));
                 self.touched.touch(&spec.name, &domain_before, *address, state);
                 state.active = true;
                 state.desired = true;

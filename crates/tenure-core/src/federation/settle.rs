@@ -1,7 +1,9 @@
-//! The one place where tokens move (SPEC 1, 13). While an event is applied, every change to an
+//! Where tokens move by the rules (SPEC 1, 13). While an event is applied, every change to an
 //! address's owner, desired flag, activity or capture domain first [`Touched::touch`]es it,
 //! which keeps the value from before the event; [`Federation::settle`] then compares the state
-//! after the whole event with that value and moves each token at most once.
+//! after the whole event with that value and moves each token at most once. (The one other place
+//! tokens move is a restore's `tokens-raised`, in [`super::raise`].) Every move here is a `next()`,
+//! and keeps [`Federation::highest_token`] up to date.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -85,11 +87,19 @@ impl Federation {
                 let state = pool.addresses.get_mut(&address).expect("a touched address exists");
                 let moved = settle_address(state, before, &pool_touched.domain, &domain_after, now_ms);
                 if moved {
+                    self.highest_token = highest_of(state).max(self.highest_token);
                     self.approvals.forget_stale(&name, address, state, &domain_after, epoch_locking);
                 }
             }
         }
     }
+}
+
+/// The largest token of one address (its ownershipEpoch, current and retired lines). An address
+/// has a handful of lines at most.
+fn highest_of(state: &AddressState) -> u64 {
+    let retired = state.retired_lines.iter().map(|(_, line)| line.epoch.get());
+    retired.fold(state.ownership_epoch.get().max(state.line.epoch.get()), u64::max)
 }
 
 /// Settles one address; true when a token moved.

@@ -4,6 +4,7 @@ mod demo;
 mod elect;
 mod replay;
 mod sim;
+mod store;
 mod validate;
 
 use std::process::ExitCode;
@@ -75,6 +76,8 @@ enum Command {
         /// Idempotency key.
         key: String,
     },
+    /// Back up or restore the embedded store.
+    Store(store::StoreArgs),
 }
 
 /// Runs the parsed command line.
@@ -89,6 +92,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Ownership | Command::Actions | Command::Drain { .. } | Command::Approve { .. } => {
             not_built("ownership/actions/drain/approve", "the agent's HTTP API these commands talk to")
         }
+        Command::Store(args) => store::run(&args),
     }
 }
 

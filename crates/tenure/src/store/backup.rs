@@ -1,0 +1,522 @@
+//! Backups and restores (`tenure store backup FILE`, `tenure store restore FILE`).
+//!
+//! # The backup file, format version 1
+//!
+//! A consistent snapshot, taken in one redb read transaction (so it works while the agent
+//! writes), as JSON lines: a header, one line per stored row, an end line that counts them.
+//! Every record is the stored one, byte for byte (core codec records under `"record"`):
+//!
+//! ```text
+//! {"v":1,"format":"tenure-store-backup","clusterId":"9f…","highestIndex":1234,"highestToken":17,"createdAtMs":…,"restores":[]}
+//! {"log":{"index":1,"record":{"v":1,"event":"pool-applied",…}}}
+//! {"entry":{"node":"a","record":{"v":1,"seq":1,"action":{…},"state":"executed",…}}}
+//! {"mark":{"node":"a","record":{"v":1,"change":"raise-high-water",…}}}
+//! {"counters":{"node":"a","lastSeq":3,"executions":2}}
+//! {"end":{"records":1240}}
+//! ```
+//!
+//! It is written to a temporary file beside FILE, fsynced, and renamed over FILE. A file cut
+//! short has no end line (or a broken last line) and is refused with its line number.
+//!
+//! # Restore, like etcd's `snapshot restore --bump-revision`
+//!
+//! With the agent stopped (a locked store is refused, naming the holder): the backup is read and
+//! checked whole into a new store beside the old one, keeping the backup's cluster id (a backup
+//! of another cluster than the identity file's is refused, unless there is no identity file).
+//! Then it **raises**: the next log index is `max(identity's, backup's highest index) + margin`,
+//! and there it appends `tokens-raised{by}` with `by = max(identity's, backup's highest token) +
+//! margin`, so every token the restored log projects is above anything issued since the backup.
+//! The current store directory is moved aside to `<dir>.before-restore-<unix seconds>` (never
+//! deleted), the new one takes its place, and the identity file records the restore.
+
+use std::fs::File;
+use std::io::{BufRead as _, BufReader, BufWriter, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redb::{Durability, ReadableDatabase, ReadableTable};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tenure_core::codec;
+use tenure_core::journal::JournalChange;
+use tenure_core::log::{Event, EventKind};
+
+use super::embedded::{EmbeddedStore, create_store};
+use super::identity::{
+    AtomicFile, RestoreRecord, StoreIdentity, decode_record, encode_record, sync_parent_dir,
+};
+use super::journal_rows::{decode_counters, decode_entry, decode_mark};
+use super::lock::StoreLock;
+use super::tables::{COUNTERS, Counters, ENTRIES, LOG, MARKS, META, META_IDENTITY_KEY, mark_key};
+use super::{STORE_FILE_NAME, StoreError};
+
+/// The `format` of a backup's header.
+const BACKUP_FORMAT: &str = "tenure-store-backup";
+
+/// Longest backup line read, in bytes: a log record (1 MiB at most) with its framing.
+const BACKUP_LINE_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// The header line of a backup.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BackupHeader {
+    /// Always [`BACKUP_FORMAT`].
+    format: String,
+    /// The store's cluster id.
+    cluster_id: String,
+    /// The highest log index in the snapshot.
+    highest_index: u64,
+    /// The highest token the store had recorded at the snapshot.
+    highest_token: u64,
+    /// When the backup was taken, unix ms.
+    created_at_ms: u64,
+    /// The restores the store had applied.
+    restores: Vec<RestoreRecord>,
+}
+
+/// A line after the header.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
+enum BackupLine<'a> {
+    /// A log record.
+    Log {
+        /// Its index.
+        index: u64,
+        /// The codec event.
+        #[serde(borrow)]
+        record: &'a RawValue,
+    },
+    /// A journal entry.
+    Entry {
+        /// Its node.
+        node: String,
+        /// The codec journal entry.
+        #[serde(borrow)]
+        record: &'a RawValue,
+    },
+    /// A high-water row.
+    Mark {
+        /// Its node.
+        node: String,
+        /// The codec `raise-high-water` change.
+        #[serde(borrow)]
+        record: &'a RawValue,
+    },
+    /// A node's counters.
+    Counters {
+        /// The node.
+        node: String,
+        /// Its last sequence number.
+        last_seq: u64,
+        /// Its executions.
+        executions: u64,
+    },
+    /// The end: how many lines came between the header and this one.
+    End {
+        /// The count.
+        records: u64,
+    },
+}
+
+/// What a backup holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupSummary {
+    /// The backup file.
+    pub path: PathBuf,
+    /// The store's cluster id.
+    pub cluster_id: String,
+    /// The highest log index in it.
+    pub highest_index: u64,
+    /// The highest token the store had recorded.
+    pub highest_token: u64,
+    /// Log records.
+    pub log_records: u64,
+    /// Journal entries, every node together.
+    pub journal_entries: u64,
+    /// Nodes with a journal.
+    pub nodes: u64,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreSummary {
+    /// The restored cluster id.
+    pub cluster_id: String,
+    /// Log records restored from the backup.
+    pub log_records: u64,
+    /// Journal entries restored.
+    pub journal_entries: u64,
+    /// The backup's highest log index.
+    pub backup_highest_index: u64,
+    /// The backup's highest token.
+    pub backup_highest_token: u64,
+    /// The log index of the `tokens-raised` event: the log continues after it.
+    pub index_from: u64,
+    /// What every token was raised by.
+    pub by: u64,
+    /// Where the store that was there before now is (`None` if there was none).
+    pub moved_aside: Option<PathBuf>,
+}
+
+/// Now, unix milliseconds.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl EmbeddedStore {
+    /// Writes a consistent snapshot of the store to `file` (format in the module doc): one read
+    /// transaction, so it runs beside the agent's writes; written to a temporary file, fsynced,
+    /// renamed. A stored record that does not decode fails the backup, naming it.
+    pub fn backup_to(&self, file: &Path) -> Result<BackupSummary, StoreError> {
+        let path = self.db_path().to_owned();
+        let storage = |e: redb::Error| StoreError::storage(&path)(e);
+        let db = self.read_db()?;
+        let db = db.as_ref().ok_or_else(|| StoreError::Closed { dir: self.dir().to_owned() })?;
+        let txn = db.begin_read().map_err(|e| storage(e.into()))?;
+        let meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+        let identity: StoreIdentity = match meta.get(META_IDENTITY_KEY).map_err(|e| storage(e.into()))? {
+            Some(row) => decode_record(row.value()).map_err(|e| StoreError::RecordCorrupt {
+                path: path.clone(),
+                table: "meta",
+                key: META_IDENTITY_KEY.into(),
+                reason: e.to_string(),
+            })?,
+            None => return Err(StoreError::Corrupt { path, reason: "no identity record".into() }),
+        };
+        let mut out = AtomicFile::create(file)?;
+        let write_error = StoreError::io("write", file);
+        let mut summary = BackupSummary {
+            path: file.to_owned(),
+            cluster_id: identity.cluster_id.clone(),
+            highest_index: identity.highest_index,
+            highest_token: identity.highest_token,
+            log_records: 0,
+            journal_entries: 0,
+            nodes: 0,
+        };
+        let header = BackupHeader {
+            format: BACKUP_FORMAT.into(),
+            cluster_id: identity.cluster_id,
+            highest_index: identity.highest_index,
+            highest_token: identity.highest_token,
+            created_at_ms: now_ms(),
+            restores: identity.restores,
+        };
+        let mut lines: u64 = 0;
+        {
+            let mut w = BufWriter::new(out.file());
+            let mut line = |bytes: &[u8]| -> std::io::Result<()> {
+                w.write_all(bytes)?;
+                w.write_all(b"\n")
+            };
+            let result: Result<(), StoreError> = (|| {
+                line(&encode_record(&header)).map_err(StoreError::io("write", file))?;
+                let log = txn.open_table(LOG).map_err(|e| storage(e.into()))?;
+                for row in log.iter().map_err(|e| storage(e.into()))? {
+                    let (key, value) = row.map_err(|e| storage(e.into()))?;
+                    let index = key.value();
+                    codec::decode_event(value.value()).map_err(|e| StoreError::RecordCorrupt {
+                        path: path.clone(),
+                        table: "log",
+                        key: index.to_string(),
+                        reason: e.to_string(),
+                    })?;
+                    let mut text = format!("{{\"log\":{{\"index\":{index},\"record\":").into_bytes();
+                    text.extend_from_slice(value.value());
+                    text.extend_from_slice(b"}}");
+                    line(&text).map_err(StoreError::io("write", file))?;
+                    summary.log_records += 1;
+                    lines += 1;
+                }
+                let entries = txn.open_table(ENTRIES).map_err(|e| storage(e.into()))?;
+                for row in entries.iter().map_err(|e| storage(e.into()))? {
+                    let (key, value) = row.map_err(|e| storage(e.into()))?;
+                    let (node, seq) = key.value();
+                    decode_entry(&path, node, seq, value.value())?;
+                    line(&node_line("entry", node, value.value())).map_err(StoreError::io("write", file))?;
+                    summary.journal_entries += 1;
+                    lines += 1;
+                }
+                let marks = txn.open_table(MARKS).map_err(|e| storage(e.into()))?;
+                for row in marks.iter().map_err(|e| storage(e.into()))? {
+                    let (key, value) = row.map_err(|e| storage(e.into()))?;
+                    let (node, mark) = key.value();
+                    decode_mark(&path, node, mark, value.value())?;
+                    line(&node_line("mark", node, value.value())).map_err(StoreError::io("write", file))?;
+                    lines += 1;
+                }
+                let counters = txn.open_table(COUNTERS).map_err(|e| storage(e.into()))?;
+                for row in counters.iter().map_err(|e| storage(e.into()))? {
+                    let (key, value) = row.map_err(|e| storage(e.into()))?;
+                    let node = key.value();
+                    let counters = decode_counters(&path, node, value.value())?;
+                    let text = serde_json::json!({"counters": {
+                        "node": node, "lastSeq": counters.last_seq, "executions": counters.executions,
+                    }});
+                    line(text.to_string().as_bytes()).map_err(StoreError::io("write", file))?;
+                    summary.nodes += 1;
+                    lines += 1;
+                }
+                line(format!("{{\"end\":{{\"records\":{lines}}}}}").as_bytes())
+                    .map_err(StoreError::io("write", file))
+            })();
+            result?;
+            w.flush().map_err(write_error)?;
+        }
+        out.commit()?;
+        Ok(summary)
+    }
+}
+
+/// `{"<kind>":{"node":"<node>","record":<record>}}`.
+fn node_line(kind: &str, node: &str, record: &[u8]) -> Vec<u8> {
+    let node = serde_json::to_string(node).expect("a string always serializes");
+    let mut text = format!("{{\"{kind}\":{{\"node\":{node},\"record\":").into_bytes();
+    text.extend_from_slice(record);
+    text.extend_from_slice(b"}}");
+    text
+}
+
+/// Restores `backup` into the store directory `dir` and raises every token and the log index by
+/// `margin` above what the identity file and the backup know (module doc). The agent must be
+/// stopped: a locked store is refused naming its holder. The store that was there is moved aside
+/// to `<dir>.before-restore-<unix seconds>`, never deleted.
+pub fn restore(
+    backup: &Path,
+    dir: &Path,
+    identity_file: &Path,
+    margin: u64,
+) -> Result<RestoreSummary, StoreError> {
+    if margin == 0 {
+        return Err(StoreError::RaiseOverflow {
+            backup: backup.to_owned(),
+            margin,
+            what: "a margin of 0 would reuse the backup's last index; give 1 or more",
+        });
+    }
+    let identity = StoreIdentity::read_file(identity_file)?;
+    let old_lock = if dir.exists() { Some(StoreLock::acquire(dir)?) } else { None };
+    let seconds = now_ms() / 1_000;
+    let building = sibling(dir, &format!("restoring-{seconds}"))?;
+    std::fs::create_dir_all(&building).map_err(StoreError::io("create directory", &building))?;
+    let built = build(backup, &building, identity.as_ref(), identity_file, margin);
+    let (summary, restored) = match built {
+        Ok(done) => done,
+        Err(e) => {
+            // Nothing was moved yet: the half-built store goes, the old one stays.
+            let _ = std::fs::remove_dir_all(&building);
+            return Err(e);
+        }
+    };
+    let moved_aside = if dir.exists() {
+        let aside = unused_sibling(dir, &format!("before-restore-{seconds}"))?;
+        std::fs::rename(dir, &aside).map_err(StoreError::io("move aside", dir))?;
+        Some(aside)
+    } else {
+        None
+    };
+    drop(old_lock);
+    std::fs::rename(&building, dir).map_err(StoreError::io("rename", &building))?;
+    sync_parent_dir(dir)?;
+    restored.write_file(identity_file)?;
+    Ok(RestoreSummary { moved_aside, ..summary })
+}
+
+/// `<dir>.<suffix>`.
+fn sibling(dir: &Path, suffix: &str) -> Result<PathBuf, StoreError> {
+    let name = dir.file_name().ok_or_else(|| StoreError::Io {
+        what: "name",
+        path: dir.to_owned(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "a store directory needs a name"),
+    })?;
+    Ok(dir.with_file_name(format!("{}.{suffix}", name.to_string_lossy())))
+}
+
+/// `<dir>.<suffix>`, or `<dir>.<suffix>-<n>` for the first `n` not taken.
+fn unused_sibling(dir: &Path, suffix: &str) -> Result<PathBuf, StoreError> {
+    let first = sibling(dir, suffix)?;
+    if !first.exists() {
+        return Ok(first);
+    }
+    let mut n: u64 = 1;
+    loop {
+        let candidate = sibling(dir, &format!("{suffix}-{n}"))?;
+        if !candidate.exists() {
+            return Ok(candidate);
+        }
+        n += 1;
+    }
+}
+
+/// Builds the restored store in `building` from `backup`: one write transaction with every row,
+/// the raise, and the identity. Returns the summary and the identity written.
+fn build(
+    backup: &Path,
+    building: &Path,
+    identity: Option<&StoreIdentity>,
+    identity_file: &Path,
+    margin: u64,
+) -> Result<(RestoreSummary, StoreIdentity), StoreError> {
+    let file = File::open(backup).map_err(StoreError::io("open", backup))?;
+    let mut reader = BufReader::new(file);
+    let mut line_number: u64 = 0;
+    let bad = |line: u64, reason: String| StoreError::BadBackup { path: backup.to_owned(), line, reason };
+    let mut text = String::new();
+    let mut next_line = |text: &mut String, line_number: &mut u64| -> Result<bool, StoreError> {
+        text.clear();
+        *line_number += 1;
+        let read = (&mut reader)
+            .take(u64::try_from(BACKUP_LINE_BYTES_MAX).unwrap_or(u64::MAX) + 1)
+            .read_line(text)
+            .map_err(|e| bad(*line_number, e.to_string()))?;
+        if read > BACKUP_LINE_BYTES_MAX {
+            return Err(bad(*line_number, format!("a line longer than {BACKUP_LINE_BYTES_MAX} bytes")));
+        }
+        if read > 0 && !text.ends_with('\n') {
+            return Err(bad(
+                *line_number,
+                "the last line is cut short (no newline): the file is truncated".into(),
+            ));
+        }
+        Ok(read > 0)
+    };
+    if !next_line(&mut text, &mut line_number)? {
+        return Err(bad(1, "empty file: no header".into()));
+    }
+    let header: BackupHeader =
+        decode_record(text.trim_end().as_bytes()).map_err(|e| bad(1, format!("header: {e}")))?;
+    if header.format != BACKUP_FORMAT {
+        return Err(bad(1, format!("header: format `{}`, not `{BACKUP_FORMAT}`", header.format)));
+    }
+    let header_identity = StoreIdentity {
+        cluster_id: header.cluster_id.clone(),
+        highest_index: header.highest_index,
+        highest_token: header.highest_token,
+        restores: header.restores.clone(),
+    };
+    header_identity.check().map_err(|reason| bad(1, format!("header: {reason}")))?;
+    if let Some(recorded) = identity
+        && recorded.cluster_id != header.cluster_id
+    {
+        return Err(StoreError::BackupOfOtherCluster {
+            backup: backup.to_owned(),
+            backup_cluster: header.cluster_id,
+            identity: identity_file.to_owned(),
+            identity_cluster: recorded.cluster_id.clone(),
+        });
+    }
+    let overflow = |what| StoreError::RaiseOverflow { backup: backup.to_owned(), margin, what };
+    let known_index = identity.map_or(0, |i| i.highest_index).max(header.highest_index);
+    let known_token = identity.map_or(0, |i| i.highest_token).max(header.highest_token);
+    let index_from = known_index.checked_add(margin).ok_or(overflow("the log index"))?;
+    let by = known_token.checked_add(margin).ok_or(overflow("the token raise"))?;
+    let highest_token = by.checked_add(header.highest_token).ok_or(overflow("the highest token"))?;
+
+    let db_path = building.join(STORE_FILE_NAME);
+    let (db, _) = create_store(&db_path, header_identity.clone())?;
+    let storage = |e: redb::Error| StoreError::storage(&db_path)(e);
+    let mut txn = db.begin_write().map_err(|e| storage(e.into()))?;
+    txn.set_durability(Durability::Immediate).map_err(|e| storage(e.into()))?;
+    let mut summary = RestoreSummary {
+        cluster_id: header.cluster_id.clone(),
+        log_records: 0,
+        journal_entries: 0,
+        backup_highest_index: header.highest_index,
+        backup_highest_token: header.highest_token,
+        index_from,
+        by,
+        moved_aside: None,
+    };
+    let mut stream_time_ms: u64 = 0;
+    {
+        let mut log = txn.open_table(LOG).map_err(|e| storage(e.into()))?;
+        let mut entries = txn.open_table(ENTRIES).map_err(|e| storage(e.into()))?;
+        let mut marks = txn.open_table(MARKS).map_err(|e| storage(e.into()))?;
+        let mut counters = txn.open_table(COUNTERS).map_err(|e| storage(e.into()))?;
+        let mut last_index: u64 = 0;
+        let mut records: u64 = 0;
+        loop {
+            if !next_line(&mut text, &mut line_number)? {
+                return Err(bad(line_number, "the file ends without its end line: it is truncated".into()));
+            }
+            let here = line_number;
+            let parsed: BackupLine<'_> =
+                serde_json::from_str(text.trim_end()).map_err(|e| bad(here, e.to_string()))?;
+            let record_error = |e: String| bad(here, e);
+            match parsed {
+                BackupLine::Log { index, record } => {
+                    if index <= last_index {
+                        return Err(bad(here, format!("log index {index} does not follow {last_index}")));
+                    }
+                    let event: Event = codec::decode_event(record.get().as_bytes())
+                        .map_err(|e| record_error(e.to_string()))?;
+                    stream_time_ms = stream_time_ms.max(event.at_ms);
+                    log.insert(index, record.get().as_bytes()).map_err(|e| storage(e.into()))?;
+                    last_index = index;
+                    summary.log_records += 1;
+                }
+                BackupLine::Entry { node, record } => {
+                    let entry = codec::decode_journal_entry(record.get().as_bytes())
+                        .map_err(|e| record_error(e.to_string()))?;
+                    entries
+                        .insert((node.as_str(), entry.seq), record.get().as_bytes())
+                        .map_err(|e| storage(e.into()))?;
+                    summary.journal_entries += 1;
+                }
+                BackupLine::Mark { node, record } => {
+                    let change = codec::decode_journal_change(record.get().as_bytes())
+                        .map_err(|e| record_error(e.to_string()))?;
+                    let JournalChange::RaiseHighWater { pool, address, capture_domain, .. } = &change else {
+                        return Err(bad(here, "a mark that is not a raise-high-water change".into()));
+                    };
+                    let key = mark_key(pool, *address, capture_domain.as_str());
+                    marks
+                        .insert((node.as_str(), key.as_str()), record.get().as_bytes())
+                        .map_err(|e| storage(e.into()))?;
+                }
+                BackupLine::Counters { node, last_seq, executions } => {
+                    let row = encode_record(&Counters { last_seq, executions });
+                    counters.insert(node.as_str(), row.as_slice()).map_err(|e| storage(e.into()))?;
+                }
+                BackupLine::End { records: counted } => {
+                    if counted != records {
+                        return Err(bad(
+                            here,
+                            format!("the end line counts {counted} records, the file holds {records}"),
+                        ));
+                    }
+                    break;
+                }
+            }
+            records += 1;
+        }
+        if last_index != header.highest_index {
+            return Err(bad(
+                line_number,
+                format!(
+                    "the header says highest index {}, the last log record is at {last_index}",
+                    header.highest_index
+                ),
+            ));
+        }
+        if next_line(&mut text, &mut line_number)? {
+            return Err(bad(line_number, "lines after the end line".into()));
+        }
+        let raise = Event { at_ms: stream_time_ms, kind: EventKind::TokensRaised { by } };
+        let record = codec::encode_event(&raise).map_err(|e| bad(line_number, e.to_string()))?;
+        log.insert(index_from, record.as_slice()).map_err(|e| storage(e.into()))?;
+    }
+    let mut restored = header_identity;
+    restored.highest_index = index_from;
+    restored.highest_token = highest_token;
+    restored.restores.push(RestoreRecord { at: now_ms(), by, index_from });
+    {
+        let mut meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+        meta.insert(META_IDENTITY_KEY, encode_record(&restored).as_slice()).map_err(|e| storage(e.into()))?;
+    }
+    txn.commit().map_err(|e| storage(e.into()))?;
+    db.close().map_err(|e| storage(e.into()))?;
+    Ok((summary, restored))
+}

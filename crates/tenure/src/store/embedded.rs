@@ -1,0 +1,629 @@
+//! [`EmbeddedStore`]: opening (with the refusals of the module doc), group commit, and the
+//! [`EmbeddedLog`] and [`EmbeddedJournal`] handles the core drives.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use redb::{Database, DatabaseError, Durability, ReadTransaction, ReadableDatabase, ReadableTable};
+use tenure_core::codec;
+use tenure_core::journal::{DurableNodeState, JournalChange, JournalStore};
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::{LOG_READ_BATCH_MAX, LOG_RECORD_BYTES_MAX, Log, LogError, LogIndex, LogRecord};
+
+use super::identity::{StoreIdentity, decode_record, encode_record};
+use super::journal_rows::{self, JournalTables, change_token};
+use super::lock::StoreLock;
+use super::tables::{self, COUNTERS, ENTRIES, LOG, MARKS, META, META_IDENTITY_KEY};
+use super::{STORE_FILE_NAME, StoreError};
+
+/// The durable embedded store of one process: cheap to clone (an `Arc` inside), `Send + Sync`.
+/// See the module doc of `store` for the tables, group commit and the refusals.
+#[derive(Clone, Debug)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+}
+
+/// The shared state of a store and its handles.
+#[derive(Debug)]
+struct Inner {
+    /// The store directory.
+    dir: PathBuf,
+    /// The redb file.
+    db_path: PathBuf,
+    /// The identity file.
+    identity_path: PathBuf,
+    /// The cluster id (fixed for the store's life).
+    cluster_id: String,
+    /// The database; `None` once closed.
+    db: RwLock<Option<Database>>,
+    /// Journal changes committed by every node and not yet written.
+    pending: Mutex<Pending>,
+    /// Serialises write transactions; holds what was committed.
+    writer: Mutex<Writer>,
+    /// The highest token the agent said its view holds ([`EmbeddedStore::record_highest_token`]).
+    recorded_token: AtomicU64,
+    /// The committed head (0: empty log), for a lock-free `head`.
+    head: AtomicU64,
+    /// The first commit failure; the store refuses writes once set.
+    failed: Mutex<Option<String>>,
+    /// The held lock; dropped at close.
+    lock: Mutex<Option<StoreLock>>,
+    /// The identity last written to the identity file (serialises those writes).
+    identity_written: Mutex<Option<StoreIdentity>>,
+}
+
+/// Buffered journal changes, in commit order, each with its node.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The changes.
+    changes: Vec<(String, JournalChange)>,
+    /// The ticket the next buffered change gets; every change before it has a smaller one.
+    next_ticket: u64,
+}
+
+/// What the writer knows was committed.
+#[derive(Debug)]
+struct Writer {
+    /// Every change with a ticket below this is durable.
+    durable_ticket: u64,
+    /// The identity record as committed in `meta`.
+    identity: StoreIdentity,
+}
+
+/// Locks a mutex; a panic while it was held (a bug elsewhere) does not make the data behind it
+/// wrong here, since every writer below leaves it consistent before anything can panic.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if absent) the store in directory `dir` (holding the redb file and a
+    /// `LOCK` file), checking it against the identity file; refuses with a [`StoreError`] naming
+    /// the reason (module doc of `store`). A refusal writes nothing. A store with no identity
+    /// file (first start, or the file was lost) writes one from the store, with a warning.
+    pub fn open(dir: &Path, identity_file: &Path) -> Result<Self, StoreError> {
+        let identity = StoreIdentity::read_file(identity_file)?;
+        let db_path = dir.join(STORE_FILE_NAME);
+        let wiped = |recorded: &StoreIdentity| StoreError::Wiped {
+            dir: dir.to_owned(),
+            identity: identity_file.to_owned(),
+            cluster: recorded.cluster_id.clone(),
+            index: recorded.highest_index,
+        };
+        let present = || std::fs::metadata(&db_path).is_ok_and(|m| m.len() > 0);
+        // Before the lock, so that this refusal creates nothing (a store in use always has its file).
+        if let Some(recorded) = &identity
+            && !present()
+        {
+            return Err(wiped(recorded));
+        }
+        std::fs::create_dir_all(dir).map_err(StoreError::io("create directory", dir))?;
+        let mut store_lock = StoreLock::acquire(dir)?;
+        let present = present();
+        let (db, stored) = if present {
+            // Every check before the writable open, which writes to the file even when it
+            // repairs nothing: a refusal must leave the files as they were.
+            let inspected = inspect_read_only(&db_path)?;
+            if let (Some(stored), Some(recorded)) = (&inspected, &identity) {
+                check_against(dir, identity_file, stored, recorded)?;
+            }
+            let db = Database::open(&db_path).map_err(|e| corrupt(&db_path, e))?;
+            let stored = match inspected {
+                Some(stored) => stored,
+                // Not shut down cleanly: redb repaired it on the open above (the one case where
+                // a refused store was written to: by redb's recovery); check what it holds now.
+                None => {
+                    let txn = db.begin_read().map_err(|e| StoreError::storage(&db_path)(e.into()))?;
+                    let stored = verify_contents(&db_path, &txn)?;
+                    if let Some(recorded) = &identity {
+                        check_against(dir, identity_file, &stored, recorded)?;
+                    }
+                    stored
+                }
+            };
+            (db, stored)
+        } else if let Some(recorded) = &identity {
+            return Err(wiped(recorded));
+        } else {
+            create_store(&db_path, StoreIdentity::new_cluster())?
+        };
+        if identity.is_none() {
+            tracing::warn!(
+                store = %dir.display(),
+                identity_file = %identity_file.display(),
+                cluster = %stored.cluster_id,
+                "no identity file: writing it from the store (first start, or the file was lost)"
+            );
+        }
+        store_lock.write_holder()?;
+        let store = Self {
+            inner: Arc::new(Inner {
+                dir: dir.to_owned(),
+                db_path,
+                identity_path: identity_file.to_owned(),
+                cluster_id: stored.cluster_id.clone(),
+                db: RwLock::new(Some(db)),
+                pending: Mutex::new(Pending::default()),
+                recorded_token: AtomicU64::new(stored.highest_token),
+                head: AtomicU64::new(stored.highest_index),
+                writer: Mutex::new(Writer { durable_ticket: 0, identity: stored }),
+                failed: Mutex::new(None),
+                lock: Mutex::new(Some(store_lock)),
+                identity_written: Mutex::new(None),
+            }),
+        };
+        store.flush_identity()?;
+        Ok(store)
+    }
+
+    /// The cluster id (made at creation, kept by a restore).
+    #[must_use]
+    pub fn cluster_id(&self) -> &str {
+        &self.inner.cluster_id
+    }
+
+    /// The store directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The identity as committed: highest index, highest token, restores.
+    #[must_use]
+    pub fn identity(&self) -> StoreIdentity {
+        lock(&self.inner.writer).identity.clone()
+    }
+
+    /// A handle on the log (implements [`Log`]).
+    #[must_use]
+    pub fn log(&self) -> EmbeddedLog {
+        EmbeddedLog { store: self.clone() }
+    }
+
+    /// A handle on `node`'s journal (implements [`JournalStore`]).
+    #[must_use]
+    pub fn journal(&self, node: &str) -> EmbeddedJournal {
+        EmbeddedJournal { store: self.clone(), node: node.to_owned() }
+    }
+
+    /// Appends `events` at the end of the log, with every journal change buffered so far, in one
+    /// durable commit; returns their indices. Every event is encoded first: one that cannot be
+    /// stored refuses the whole batch ([`LogError::Rejected`], [`LogError::TooLarge`]) and
+    /// nothing is written. A storage failure is [`LogError::Unavailable`].
+    pub fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        let mut records = Vec::with_capacity(events.len());
+        let mut raised: u64 = 0;
+        for event in events {
+            let record = codec::encode_event(event).map_err(LogError::Rejected)?;
+            if record.len() > LOG_RECORD_BYTES_MAX {
+                return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
+            }
+            if let EventKind::TokensRaised { by } = event.kind {
+                raised = raised.saturating_add(by);
+            }
+            records.push(record);
+        }
+        let mut writer = lock(&self.inner.writer);
+        self.commit_locked(&mut writer, &records, raised).map_err(unavailable)
+    }
+
+    /// The index of the last committed record, `None` for an empty log.
+    pub fn head(&self) -> Result<Option<LogIndex>, LogError> {
+        if self.inner.db.read().map_or(true, |db| db.is_none()) {
+            return Err(unavailable(StoreError::Closed { dir: self.inner.dir.clone() }));
+        }
+        Ok(LogIndex::from_stored(self.inner.head.load(Ordering::Acquire)))
+    }
+
+    /// The agent tells the store the highest token its view holds
+    /// (`Federation::highest_token`); it is committed with the next commit and written to the
+    /// identity file at the next [`Self::flush_identity`].
+    pub fn record_highest_token(&self, token: u64) {
+        self.inner.recorded_token.fetch_max(token, Ordering::AcqRel);
+    }
+
+    /// Writes the identity file now, from what is committed (first committing a recorded token
+    /// the store has not written yet): atomically, temp + fsync + rename + directory fsync.
+    /// Skipped when nothing changed since the last write. The agent calls it about once a second
+    /// while things change; a plain copy of the store younger than the last write is not caught
+    /// (`docs/operations.md`).
+    pub fn flush_identity(&self) -> Result<(), StoreError> {
+        let identity = {
+            let mut writer = lock(&self.inner.writer);
+            if self.inner.recorded_token.load(Ordering::Acquire) > writer.identity.highest_token {
+                self.commit_locked(&mut writer, &[], 0)?;
+            }
+            writer.identity.clone()
+        };
+        let mut written = lock(&self.inner.identity_written);
+        if written.as_ref() == Some(&identity) {
+            return Ok(());
+        }
+        identity.write_file(&self.inner.identity_path)?;
+        *written = Some(identity);
+        Ok(())
+    }
+
+    /// Closes the store: commits what is buffered, writes the identity file a last time, closes
+    /// the database and releases the lock. Handles still around ([`EmbeddedLog`],
+    /// [`EmbeddedJournal`]) then fail with [`StoreError::Closed`]. Dropping the last handle
+    /// without `close` is a crash: what was not synced is lost, the lock is released.
+    pub fn close(self) -> Result<(), StoreError> {
+        self.sync()?;
+        self.flush_identity()?;
+        let _writer = lock(&self.inner.writer);
+        let db = self.inner.db.write().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(db) = db {
+            db.close().map_err(|e| StoreError::storage(&self.inner.db_path)(e.into()))?;
+        }
+        drop(lock(&self.inner.lock).take());
+        Ok(())
+    }
+
+    /// Makes every journal change buffered so far, by any node, durable (group commit): returns
+    /// at once when another commit already wrote them.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        let wanted = lock(&self.inner.pending).next_ticket;
+        let mut writer = lock(&self.inner.writer);
+        if writer.durable_ticket >= wanted {
+            return self.check_not_failed();
+        }
+        self.commit_locked(&mut writer, &[], 0).map(drop)
+    }
+
+    /// Buffers one change of `node` (checked by the codec first) until the next commit.
+    fn buffer(&self, node: &str, change: &JournalChange) -> Result<(), StoreError> {
+        codec::encode_journal_change(change)
+            .map_err(|source| StoreError::Rejected { node: node.to_owned(), source })?;
+        self.check_not_failed()?;
+        let mut pending = lock(&self.inner.pending);
+        pending.changes.push((node.to_owned(), change.clone()));
+        pending.next_ticket += 1;
+        Ok(())
+    }
+
+    /// `node`'s journal as committed, after committing what is buffered (so that a node
+    /// restarted inside this process sees every change it made).
+    fn load_node(&self, node: &str) -> Result<DurableNodeState, StoreError> {
+        self.sync()?;
+        let path = &self.inner.db_path;
+        let storage = |e: redb::Error| StoreError::storage(path)(e);
+        let db = self.read_db()?;
+        let db = db.as_ref().ok_or_else(|| StoreError::Closed { dir: self.inner.dir.clone() })?;
+        let txn = db.begin_read().map_err(|e| storage(e.into()))?;
+        let entries = txn.open_table(ENTRIES).map_err(|e| storage(e.into()))?;
+        let marks = txn.open_table(MARKS).map_err(|e| storage(e.into()))?;
+        let counters = txn.open_table(COUNTERS).map_err(|e| storage(e.into()))?;
+        journal_rows::load_node(path, node, &entries, &marks, &counters)
+    }
+
+    /// Reads log records (see [`Log::read_from`]).
+    fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
+        let db = self.read_db().map_err(unavailable)?;
+        let db =
+            db.as_ref().ok_or_else(|| unavailable(StoreError::Closed { dir: self.inner.dir.clone() }))?;
+        let txn = db.begin_read().map_err(|e| LogError::Unavailable { reason: e.to_string() })?;
+        let table = txn.open_table(LOG).map_err(|e| LogError::Unavailable { reason: e.to_string() })?;
+        tables::read_log(&table, from, max_records.clamp(1, LOG_READ_BATCH_MAX))
+    }
+
+    /// The database, for reading (`None` once closed).
+    pub(crate) fn read_db(&self) -> Result<RwLockReadGuard<'_, Option<Database>>, StoreError> {
+        Ok(self.inner.db.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// The redb file's path.
+    pub(crate) fn db_path(&self) -> &Path {
+        &self.inner.db_path
+    }
+
+    /// Refuses when an earlier commit failed.
+    fn check_not_failed(&self) -> Result<(), StoreError> {
+        match lock(&self.inner.failed).as_ref() {
+            Some(reason) => Err(StoreError::Failed { dir: self.inner.dir.clone(), reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// One write transaction (Immediate durability) with every buffered journal change, the
+    /// encoded `records` appended to the log, and the identity record; the writer lock is held.
+    /// `raised` is what `tokens-raised` events among the records add to every token. A failure
+    /// fails the store: the buffered changes it took are gone.
+    fn commit_locked(
+        &self,
+        writer: &mut Writer,
+        records: &[Vec<u8>],
+        raised: u64,
+    ) -> Result<Vec<LogIndex>, StoreError> {
+        self.check_not_failed()?;
+        let (changes, upto) = {
+            let mut pending = lock(&self.inner.pending);
+            (std::mem::take(&mut pending.changes), pending.next_ticket)
+        };
+        match self.write(writer, &changes, records, raised) {
+            Ok((identity, indices)) => {
+                self.inner.head.store(identity.highest_index, Ordering::Release);
+                writer.identity = identity;
+                writer.durable_ticket = upto;
+                Ok(indices)
+            }
+            Err(e) => {
+                let mut failed = lock(&self.inner.failed);
+                if failed.is_none() {
+                    *failed = Some(e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The write transaction of [`Self::commit_locked`]; returns the identity it committed.
+    fn write(
+        &self,
+        writer: &Writer,
+        changes: &[(String, JournalChange)],
+        records: &[Vec<u8>],
+        raised: u64,
+    ) -> Result<(StoreIdentity, Vec<LogIndex>), StoreError> {
+        let path = &self.inner.db_path;
+        let storage = |e: redb::Error| StoreError::storage(path)(e);
+        let db = self.read_db()?;
+        let db = db.as_ref().ok_or_else(|| StoreError::Closed { dir: self.inner.dir.clone() })?;
+        let mut identity = writer.identity.clone();
+        let mut txn = db.begin_write().map_err(|e| storage(e.into()))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage(e.into()))?;
+        let mut indices = Vec::with_capacity(records.len());
+        {
+            let mut log = txn.open_table(LOG).map_err(|e| storage(e.into()))?;
+            for record in records {
+                let index =
+                    identity.highest_index.checked_add(1).and_then(LogIndex::from_stored).ok_or_else(
+                        || StoreError::Storage {
+                            path: path.clone(),
+                            reason: "the log reached index 2^64 - 1".into(),
+                        },
+                    )?;
+                log.insert(index.get(), record.as_slice()).map_err(|e| storage(e.into()))?;
+                identity.highest_index = index.get();
+                indices.push(index);
+            }
+        }
+        let mut by_node: BTreeMap<&str, Vec<JournalChange>> = BTreeMap::new();
+        let mut token = self.inner.recorded_token.load(Ordering::Acquire);
+        for (node, change) in changes {
+            token = token.max(change_token(change));
+            by_node.entry(node.as_str()).or_default().push(change.clone());
+        }
+        if !by_node.is_empty() {
+            let mut tables = JournalTables::open(&txn, path)?;
+            for (node, node_changes) in &by_node {
+                tables.apply(path, node, node_changes)?;
+            }
+        }
+        identity.highest_token = identity.highest_token.max(token).saturating_add(raised);
+        {
+            let mut meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+            meta.insert(META_IDENTITY_KEY, encode_record(&identity).as_slice())
+                .map_err(|e| storage(e.into()))?;
+        }
+        txn.commit().map_err(|e| storage(e.into()))?;
+        Ok((identity, indices))
+    }
+}
+
+/// Maps a store failure on the log path to [`LogError::Unavailable`] (a corrupt record is
+/// [`LogError::Corrupt`], found where it is read).
+fn unavailable(e: StoreError) -> LogError {
+    LogError::Unavailable { reason: e.to_string() }
+}
+
+/// A redb open failure as a refusal: an unknown file format, or not a readable store.
+fn corrupt(path: &Path, e: DatabaseError) -> StoreError {
+    match e {
+        DatabaseError::UpgradeRequired(version) => {
+            StoreError::UnknownFormat { path: path.to_owned(), version: u64::from(version) }
+        }
+        DatabaseError::DatabaseAlreadyOpen => StoreError::Locked {
+            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+            holder: "another process that opened the redb file directly".into(),
+        },
+        other => StoreError::Corrupt { path: path.to_owned(), reason: other.to_string() },
+    }
+}
+
+/// Checks an existing store without writing to it: opened read-only, its identity and every
+/// journal row decoded, its log's last record decoded and at the recorded highest index. `None`
+/// when the file was not shut down cleanly (redb repairs it on a writable open, after which the
+/// caller checks it the same way).
+fn inspect_read_only(path: &Path) -> Result<Option<StoreIdentity>, StoreError> {
+    let opened = std::panic::catch_unwind(|| redb::Builder::new().open_read_only(path));
+    let db = match opened {
+        Ok(Ok(db)) => db,
+        Ok(Err(DatabaseError::RepairAborted)) => return Ok(None),
+        Ok(Err(e)) => return Err(corrupt(path, e)),
+        Err(_) => {
+            return Err(StoreError::Corrupt {
+                path: path.to_owned(),
+                reason: "redb could not read its header".into(),
+            });
+        }
+    };
+    let txn =
+        db.begin_read().map_err(|e| StoreError::Corrupt { path: path.to_owned(), reason: e.to_string() })?;
+    verify_contents(path, &txn).map(Some)
+}
+
+/// The checks of [`inspect_read_only`] on an open read transaction; returns the identity.
+fn verify_contents(path: &Path, txn: &ReadTransaction) -> Result<StoreIdentity, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt { path: path.to_owned(), reason };
+    let meta =
+        txn.open_table(META).map_err(|e| corrupt(format!("no `meta` table ({e}): not a tenure store")))?;
+    let row = meta
+        .get(META_IDENTITY_KEY)
+        .map_err(|e| corrupt(e.to_string()))?
+        .ok_or_else(|| corrupt("the `meta` table has no identity record: not a tenure store".into()))?;
+    let identity: StoreIdentity = decode_record(row.value()).map_err(|e| match e {
+        super::identity::RecordError::UnknownVersion(version) => {
+            StoreError::UnknownFormat { path: path.to_owned(), version }
+        }
+        other => StoreError::RecordCorrupt {
+            path: path.to_owned(),
+            table: "meta",
+            key: META_IDENTITY_KEY.into(),
+            reason: other.to_string(),
+        },
+    })?;
+    identity.check().map_err(|reason| StoreError::RecordCorrupt {
+        path: path.to_owned(),
+        table: "meta",
+        key: META_IDENTITY_KEY.into(),
+        reason,
+    })?;
+    let log = txn.open_table(LOG).map_err(|e| corrupt(e.to_string()))?;
+    let last = log.last().map_err(|e| corrupt(e.to_string()))?;
+    let last_index = last.as_ref().map_or(0, |(key, _)| key.value());
+    if last_index != identity.highest_index {
+        return Err(corrupt(format!(
+            "the log's last record is at index {last_index}, but the store records highest index {}",
+            identity.highest_index
+        )));
+    }
+    if let Some((key, value)) = last {
+        codec::decode_event(value.value()).map_err(|e| StoreError::RecordCorrupt {
+            path: path.to_owned(),
+            table: "log",
+            key: key.value().to_string(),
+            reason: e.to_string(),
+        })?;
+    }
+    verify_journals(path, txn)?;
+    Ok(identity)
+}
+
+/// Decodes every journal row of every node.
+fn verify_journals(path: &Path, txn: &ReadTransaction) -> Result<(), StoreError> {
+    let corrupt = |e: redb::Error| StoreError::Corrupt { path: path.to_owned(), reason: e.to_string() };
+    let entries = txn.open_table(ENTRIES).map_err(|e| corrupt(e.into()))?;
+    for row in entries.iter().map_err(|e| corrupt(e.into()))? {
+        let (key, value) = row.map_err(|e| corrupt(e.into()))?;
+        let (node, seq) = key.value();
+        journal_rows::decode_entry(path, node, seq, value.value())?;
+    }
+    let marks = txn.open_table(MARKS).map_err(|e| corrupt(e.into()))?;
+    for row in marks.iter().map_err(|e| corrupt(e.into()))? {
+        let (key, value) = row.map_err(|e| corrupt(e.into()))?;
+        let (node, mark) = key.value();
+        journal_rows::decode_mark(path, node, mark, value.value())?;
+    }
+    let counters = txn.open_table(COUNTERS).map_err(|e| corrupt(e.into()))?;
+    for row in counters.iter().map_err(|e| corrupt(e.into()))? {
+        let (key, value) = row.map_err(|e| corrupt(e.into()))?;
+        journal_rows::decode_counters(path, key.value(), value.value())?;
+    }
+    Ok(())
+}
+
+/// Refuses a store of another cluster than the identity file's, or behind it.
+fn check_against(
+    dir: &Path,
+    identity_file: &Path,
+    stored: &StoreIdentity,
+    recorded: &StoreIdentity,
+) -> Result<(), StoreError> {
+    if stored.cluster_id != recorded.cluster_id {
+        return Err(StoreError::OtherCluster {
+            dir: dir.to_owned(),
+            store_cluster: stored.cluster_id.clone(),
+            identity: identity_file.to_owned(),
+            identity_cluster: recorded.cluster_id.clone(),
+        });
+    }
+    if stored.highest_index < recorded.highest_index || stored.highest_token < recorded.highest_token {
+        return Err(StoreError::Behind {
+            dir: dir.to_owned(),
+            identity: identity_file.to_owned(),
+            store_index: stored.highest_index,
+            identity_index: recorded.highest_index,
+            store_token: stored.highest_token,
+            identity_token: recorded.highest_token,
+        });
+    }
+    Ok(())
+}
+
+/// Creates a new store file holding every table and `identity`, committed durably.
+pub(crate) fn create_store(
+    path: &Path,
+    identity: StoreIdentity,
+) -> Result<(Database, StoreIdentity), StoreError> {
+    let storage = |e: redb::Error| StoreError::storage(path)(e);
+    let db = Database::create(path).map_err(|e| corrupt(path, e))?;
+    let mut txn = db.begin_write().map_err(|e| storage(e.into()))?;
+    txn.set_durability(Durability::Immediate).map_err(|e| storage(e.into()))?;
+    {
+        let mut meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+        meta.insert(META_IDENTITY_KEY, encode_record(&identity).as_slice()).map_err(|e| storage(e.into()))?;
+        txn.open_table(LOG).map_err(|e| storage(e.into()))?;
+        txn.open_table(ENTRIES).map_err(|e| storage(e.into()))?;
+        txn.open_table(MARKS).map_err(|e| storage(e.into()))?;
+        txn.open_table(COUNTERS).map_err(|e| storage(e.into()))?;
+    }
+    txn.commit().map_err(|e| storage(e.into()))?;
+    Ok((db, identity))
+}
+
+/// The log of an [`EmbeddedStore`]: a cheap handle; appends are durable commits (group commit:
+/// each also writes the journal changes buffered so far).
+#[derive(Clone, Debug)]
+pub struct EmbeddedLog {
+    store: EmbeddedStore,
+}
+
+impl EmbeddedLog {
+    /// The store this log lives in.
+    #[must_use]
+    pub fn store(&self) -> &EmbeddedStore {
+        &self.store
+    }
+}
+
+impl Log for EmbeddedLog {
+    fn append(&mut self, event: &Event) -> Result<LogIndex, LogError> {
+        let indices = self.store.append_batch(std::slice::from_ref(event))?;
+        Ok(*indices.first().expect("one event appended, one index"))
+    }
+
+    fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
+        self.store.read_from(from, max_records)
+    }
+
+    fn head(&self) -> Result<Option<LogIndex>, LogError> {
+        self.store.head()
+    }
+}
+
+/// One node's journal in an [`EmbeddedStore`]: `commit` buffers, `sync` writes every node's
+/// buffered changes in one durable commit, `load` reads back what is committed.
+#[derive(Clone, Debug)]
+pub struct EmbeddedJournal {
+    store: EmbeddedStore,
+    node: String,
+}
+
+impl JournalStore for EmbeddedJournal {
+    type Error = StoreError;
+
+    fn load(&self) -> Result<DurableNodeState, StoreError> {
+        self.store.load_node(&self.node)
+    }
+
+    fn commit(&mut self, change: &JournalChange) -> Result<(), StoreError> {
+        self.store.buffer(&self.node, change)
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        self.store.sync()
+    }
+}

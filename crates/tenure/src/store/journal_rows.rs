@@ -1,0 +1,284 @@
+//! A node's journal as rows (the `journal_*` tables): applying buffered [`JournalChange`]s inside
+//! one write transaction, and loading a node's [`DurableNodeState`] back.
+//!
+//! Rows, not a change log: an entry is one row rewritten when its state changes and removed when
+//! compacted, a high-water mark one row per (pool, address, capture domain) raised in place, so
+//! the store stays as large as the journal, not as its history. The checks of
+//! [`DurableNodeState::apply`] are made on the rows (a sequence number that grows, no final state
+//! left but for a retry, execution order that grows, only finished entries compacted), returning
+//! [`StoreError::Inconsistent`] where the in-memory state would assert.
+//!
+//! Loading rebuilds the marks row by row with [`HighWater::raise`], which takes maxima, so the
+//! marks loaded are the ones written whatever the order (their codec form is equal; the
+//! in-memory layout of [`HighWater`] may list capture domains in another order).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use redb::{ReadableTable, Table, WriteTransaction};
+use tenure_core::codec;
+use tenure_core::fence::HighWater;
+use tenure_core::journal::{DurableNodeState, EntryState, JournalChange, JournalEntry};
+
+use super::StoreError;
+use super::identity::encode_record;
+use super::tables::{COUNTERS, Counters, ENTRIES, MARKS, mark_key};
+
+/// The tables one commit writes journal rows into.
+pub(crate) struct JournalTables<'txn> {
+    /// `journal_entries`.
+    entries: Table<'txn, (&'static str, u64), &'static [u8]>,
+    /// `journal_marks`.
+    marks: Table<'txn, (&'static str, &'static str), &'static [u8]>,
+    /// `journal_counters`.
+    counters: Table<'txn, &'static str, &'static [u8]>,
+}
+
+impl<'txn> JournalTables<'txn> {
+    /// Opens the journal tables of `txn` (creating them in a new store).
+    pub(crate) fn open(txn: &'txn WriteTransaction, path: &Path) -> Result<Self, StoreError> {
+        let storage = |e: redb::TableError| StoreError::storage(path)(e.into());
+        Ok(Self {
+            entries: txn.open_table(ENTRIES).map_err(storage)?,
+            marks: txn.open_table(MARKS).map_err(storage)?,
+            counters: txn.open_table(COUNTERS).map_err(storage)?,
+        })
+    }
+
+    /// Applies one node's changes, in order, to its rows.
+    pub(crate) fn apply(
+        &mut self,
+        path: &Path,
+        node: &str,
+        changes: &[JournalChange],
+    ) -> Result<(), StoreError> {
+        let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
+        let mut counters = match self.counters.get(node).map_err(storage)? {
+            Some(row) => decode_counters(path, node, row.value())?,
+            None => Counters::default(),
+        };
+        let before = counters;
+        for change in changes {
+            self.apply_one(path, node, change, &mut counters)?;
+        }
+        if counters != before {
+            self.counters.insert(node, encode_record(&counters).as_slice()).map_err(storage)?;
+        }
+        Ok(())
+    }
+
+    fn apply_one(
+        &mut self,
+        path: &Path,
+        node: &str,
+        change: &JournalChange,
+        counters: &mut Counters,
+    ) -> Result<(), StoreError> {
+        let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
+        let inconsistent = |reason: String| StoreError::Inconsistent { node: node.to_owned(), reason };
+        let rejected = |source| StoreError::Rejected { node: node.to_owned(), source };
+        match change {
+            JournalChange::Append(entry) => {
+                if entry.seq <= counters.last_seq {
+                    return Err(inconsistent(format!(
+                        "appended entry {} does not follow the last sequence number {}",
+                        entry.seq, counters.last_seq
+                    )));
+                }
+                let bytes = codec::encode_journal_entry(entry).map_err(rejected)?;
+                self.entries.insert((node, entry.seq), bytes.as_slice()).map_err(storage)?;
+                counters.last_seq = entry.seq;
+            }
+            JournalChange::SetState { seq, state, detail, executed_seq } => {
+                let mut entry = self.entry(path, node, *seq)?.ok_or_else(|| {
+                    inconsistent(format!("set-state of entry {seq}, which the journal does not hold"))
+                })?;
+                let retry = entry.state == EntryState::Failed && *state == EntryState::Approved;
+                if !entry.state.is_open() && !retry {
+                    return Err(inconsistent(format!(
+                        "entry {seq} would leave its final state `{}` for `{}`",
+                        entry.state.as_str(),
+                        state.as_str()
+                    )));
+                }
+                if let Some(executed) = executed_seq {
+                    if *executed <= counters.executions {
+                        return Err(inconsistent(format!(
+                            "entry {seq}'s execution order {executed} does not follow {}",
+                            counters.executions
+                        )));
+                    }
+                    counters.executions = *executed;
+                }
+                entry.state = *state;
+                entry.detail.clone_from(detail);
+                entry.executed_seq = *executed_seq;
+                let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
+                self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
+            }
+            JournalChange::RaiseHighWater {
+                pool,
+                address,
+                capture_domain,
+                capture_epoch,
+                ownership_epoch,
+            } => {
+                let key = mark_key(pool, *address, capture_domain.as_str());
+                let (mut capture, mut ownership) = (*capture_epoch, *ownership_epoch);
+                if let Some(row) = self.marks.get((node, key.as_str())).map_err(storage)?
+                    && let JournalChange::RaiseHighWater { capture_epoch, ownership_epoch, .. } =
+                        decode_mark(path, node, &key, row.value())?
+                {
+                    capture = capture.max(capture_epoch);
+                    ownership = ownership.max(ownership_epoch);
+                }
+                let raised = JournalChange::RaiseHighWater {
+                    pool: pool.clone(),
+                    address: *address,
+                    capture_domain: capture_domain.clone(),
+                    capture_epoch: capture,
+                    ownership_epoch: ownership,
+                };
+                let bytes = codec::encode_journal_change(&raised).map_err(rejected)?;
+                self.marks.insert((node, key.as_str()), bytes.as_slice()).map_err(storage)?;
+            }
+            JournalChange::Compact { seqs } => {
+                for seq in seqs {
+                    match self.entry(path, node, *seq)? {
+                        Some(entry) if !entry.state.is_open() => {
+                            self.entries.remove((node, *seq)).map_err(storage)?;
+                        }
+                        Some(entry) => {
+                            return Err(inconsistent(format!(
+                                "compaction of entry {seq}, which is still `{}`",
+                                entry.state.as_str()
+                            )));
+                        }
+                        None => {
+                            return Err(inconsistent(format!(
+                                "compaction of entry {seq}, which it does not hold"
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry `seq` of `node`, decoded.
+    fn entry(&self, path: &Path, node: &str, seq: u64) -> Result<Option<JournalEntry>, StoreError> {
+        let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
+        match self.entries.get((node, seq)).map_err(storage)? {
+            Some(row) => decode_entry(path, node, seq, row.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Reads `node`'s journal back from the three journal tables.
+pub(crate) fn load_node(
+    path: &Path,
+    node: &str,
+    entries: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    marks: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    counters: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<DurableNodeState, StoreError> {
+    let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
+    let mut state = DurableNodeState::default();
+    if let Some(row) = counters.get(node).map_err(storage)? {
+        let counters = decode_counters(path, node, row.value())?;
+        state.last_seq = counters.last_seq;
+        state.executions = counters.executions;
+    }
+    let mut rows: BTreeMap<u64, JournalEntry> = BTreeMap::new();
+    for row in entries.range((node, 0)..=(node, u64::MAX)).map_err(storage)? {
+        let (key, value) = row.map_err(storage)?;
+        let seq = key.value().1;
+        rows.insert(seq, decode_entry(path, node, seq, value.value())?);
+    }
+    state.entries = rows;
+    let mut high_water = HighWater::default();
+    for row in marks.range((node, "")..).map_err(storage)? {
+        let (key, value) = row.map_err(storage)?;
+        let (row_node, mark) = key.value();
+        if row_node != node {
+            break;
+        }
+        if let JournalChange::RaiseHighWater {
+            pool,
+            address,
+            capture_domain,
+            capture_epoch,
+            ownership_epoch,
+        } = decode_mark(path, node, mark, value.value())?
+        {
+            high_water.raise(&pool, address, &capture_domain, capture_epoch, ownership_epoch);
+        }
+    }
+    state.high_water = high_water;
+    Ok(state)
+}
+
+/// Decodes an entry row; its seq must be its key's.
+pub(crate) fn decode_entry(
+    path: &Path,
+    node: &str,
+    seq: u64,
+    bytes: &[u8],
+) -> Result<JournalEntry, StoreError> {
+    let corrupt = |reason: String| StoreError::RecordCorrupt {
+        path: path.to_owned(),
+        table: "journal_entries",
+        key: format!("({node}, {seq})"),
+        reason,
+    };
+    let entry = codec::decode_journal_entry(bytes).map_err(|e| corrupt(e.to_string()))?;
+    if entry.seq != seq {
+        return Err(corrupt(format!("the entry says sequence number {}", entry.seq)));
+    }
+    Ok(entry)
+}
+
+/// Decodes a high-water row: a `raise-high-water` change.
+pub(crate) fn decode_mark(
+    path: &Path,
+    node: &str,
+    key: &str,
+    bytes: &[u8],
+) -> Result<JournalChange, StoreError> {
+    let corrupt = |reason: String| StoreError::RecordCorrupt {
+        path: path.to_owned(),
+        table: "journal_marks",
+        key: format!("({node}, {key})"),
+        reason,
+    };
+    match codec::decode_journal_change(bytes) {
+        Ok(change @ JournalChange::RaiseHighWater { .. }) => Ok(change),
+        Ok(other) => Err(corrupt(format!("a `{other:?}` change where a raise-high-water belongs"))),
+        Err(e) => Err(corrupt(e.to_string())),
+    }
+}
+
+/// Decodes a counters row.
+pub(crate) fn decode_counters(path: &Path, node: &str, bytes: &[u8]) -> Result<Counters, StoreError> {
+    Counters::decode(bytes).map_err(|e| StoreError::RecordCorrupt {
+        path: path.to_owned(),
+        table: "journal_counters",
+        key: node.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// The largest token a change carries (an appended action's or a raised mark's), 0 for others.
+pub(crate) fn change_token(change: &JournalChange) -> u64 {
+    match change {
+        JournalChange::Append(entry) => {
+            entry.action.capture_epoch.get().max(entry.action.ownership_epoch.get())
+        }
+        JournalChange::RaiseHighWater { capture_epoch, ownership_epoch, .. } => {
+            capture_epoch.get().max(ownership_epoch.get())
+        }
+        JournalChange::SetState { .. } | JournalChange::Compact { .. } => 0,
+    }
+}
