@@ -446,7 +446,7 @@ impl<S: AgentStore> Agent<S> {
     }
 
     fn record_highest_token(&mut self) {
-        self.store.record_highest_token(highest_token(self.view()));
+        self.store.record_highest_token(self.view().highest_token());
     }
 
     fn flush_identity(&mut self) {
@@ -570,14 +570,4 @@ impl<S: AgentStore> Agent<S> {
         self.flush_identity();
         info!(calls = self.summary.calls, appended = self.summary.appended, "stopped");
     }
-}
-
-/// The highest token the view holds (until the projection keeps it itself).
-fn highest_token(view: &Federation) -> u64 {
-    view.pools()
-        .values()
-        .flat_map(|p| p.addresses.values())
-        .map(|a| a.ownership_epoch.get().max(a.line.epoch.get()))
-        .max()
-        .unwrap_or(0)
 }

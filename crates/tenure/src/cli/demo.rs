@@ -26,6 +26,7 @@ use crate::agent::request::{ActionFilter, AgentHandle, Control};
 use crate::agent::runner::{NoObserver, run};
 use crate::agent::{AgentStore, ProviderExecutor, Settings};
 use crate::exec::SimExecutor;
+use crate::store::EmbeddedStore;
 
 /// Most time one stage of the demo may take before the demo says it failed.
 const STAGE_WAIT_MAX: Duration = Duration::from_secs(30);
@@ -33,7 +34,8 @@ const STAGE_WAIT_MAX: Duration = Duration::from_secs(30);
 /// The demo's arguments.
 #[derive(Clone, Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Keep the store in this directory instead of a temporary one (removed at the end).
+    /// Keep the store in this directory (a new or empty one; kept afterwards for inspection)
+    /// instead of a temporary one, removed at the end.
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }
@@ -179,7 +181,11 @@ async fn stages(say: &Narrator, handle: &AgentHandle, cloud: &SimExecutor) -> Re
         "three routers a (priority 10), b (5), c (0) on the simulated cloud sim1; pool edge: 10.0.0.10-12",
     );
     say.say("heartbeatTTL 3s, promotionHold 1s, deprovisionHoldDuration 2s; heartbeats every 250 ms");
-    wait_until("a holds every address", async || all_on(cloud, "eni-a")).await?;
+    wait_until("a holds every address, every call done", async || {
+        all_on(cloud, "eni-a")
+            && actions(handle, "a", "executed").await.is_ok_and(|rows| rows.len() == 2 * ADDRESSES.len())
+    })
+    .await?;
     say.say("a captured every address (assign-secondary-ip + enable-forwarding, each through the gate):");
     print_map(&ownership(handle).await?, cloud);
 
@@ -262,12 +268,38 @@ pub fn run_cli(args: &DemoArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let _ = &args.dir;
-    let store = crate::agent::memory::MemoryStore::new();
-    match runtime.block_on(narrate(store)) {
-        Ok(()) => ExitCode::SUCCESS,
+    let (dir, temporary) = match &args.dir {
+        Some(dir) => (dir.clone(), false),
+        None => (std::env::temp_dir().join(format!("tenure-demo-{}", std::process::id())), true),
+    };
+    if !temporary && (dir.join("store").exists() || dir.join("demo.identity").exists()) {
+        eprintln!(
+            "tenure demo: {} already holds a demo store; give an empty or new directory",
+            dir.display()
+        );
+        return ExitCode::from(super::EXIT_BAD_INPUT);
+    }
+    let store = match EmbeddedStore::open(&dir.join("store"), &dir.join("demo.identity")) {
+        Ok(store) => store,
         Err(e) => {
             eprintln!("tenure demo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("store: {} (embedded, redb){}", dir.display(), if temporary { ", temporary" } else { "" });
+    let outcome = runtime.block_on(narrate(store.clone()));
+    let closed = store.close();
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    match (outcome, closed) {
+        (Ok(()), Ok(())) => ExitCode::SUCCESS,
+        (Err(e), _) => {
+            eprintln!("tenure demo: {e}");
+            ExitCode::FAILURE
+        }
+        (Ok(()), Err(e)) => {
+            eprintln!("tenure demo: closing the store: {e}");
             ExitCode::FAILURE
         }
     }

@@ -627,3 +627,28 @@ impl JournalStore for EmbeddedJournal {
         self.store.sync()
     }
 }
+
+impl crate::agent::AgentStore for EmbeddedStore {
+    type Journal = EmbeddedJournal;
+    type Log = EmbeddedLog;
+
+    fn log(&self) -> EmbeddedLog {
+        EmbeddedStore::log(self)
+    }
+
+    fn journal(&self, node: &str) -> EmbeddedJournal {
+        EmbeddedStore::journal(self, node)
+    }
+
+    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        EmbeddedStore::append_batch(self, events)
+    }
+
+    fn record_highest_token(&self, token: u64) {
+        EmbeddedStore::record_highest_token(self, token);
+    }
+
+    fn flush_identity(&self) -> Result<(), String> {
+        EmbeddedStore::flush_identity(self).map_err(|e| e.to_string())
+    }
+}

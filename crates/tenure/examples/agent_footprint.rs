@@ -1,0 +1,177 @@
+//! The agent's resident memory per address and `GET /v1/ownership`'s latency, measured on the
+//! real loop over the real embedded store (in a temporary directory), for `scripts/bench`.
+//!
+//! `cargo run --release -p tenure --example agent_footprint -- ADDRESSES [--latency-samples N]`
+//!
+//! One node (`a`) is the only member of every pool, so it holds every address: its journal has
+//! an acquire and an enable-forwarding entry per address — the worst case for one agent. The
+//! resident set is read from `/proc/self/statm` before the agent starts and once it has executed
+//! every action; the difference divided by the address count is printed, with the part the
+//! ownership map alone takes (a [`Federation`] built from the same pools, measured the same way
+//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… ownership_get_ms_p50=… p99=…`.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure::agent::request::{ActionFilter, AgentHandle};
+use tenure::agent::runner::{NoObserver, run};
+use tenure::agent::{ProviderExecutor, Settings};
+use tenure::exec::SimExecutor;
+use tenure::store::EmbeddedStore;
+use tenure_core::federation::Federation;
+use tenure_core::input::POOL_ADDRESSES_MAX;
+use tenure_core::log::{Event, EventKind};
+use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
+use tokio::sync::{mpsc, oneshot};
+
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+fn pools(addresses: u64) -> Vec<PoolSpec> {
+    let per_pool = u64::try_from(POOL_ADDRESSES_MAX).unwrap_or(65_536);
+    let mut pools = Vec::new();
+    let mut next: u32 = u32::from(Ipv4Addr::new(10, 0, 0, 0));
+    let mut left = addresses;
+    while left > 0 {
+        let count = left.min(per_pool);
+        let list: Vec<IpAddr> = (0..count)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(next + u32::try_from(i).expect("under 2^32"))))
+            .collect();
+        next += u32::try_from(count).expect("under 2^32");
+        left -= count;
+        pools.push(PoolSpec {
+            name: format!("p{}", pools.len()),
+            addresses: list,
+            provider: "sim1".into(),
+            placement_group: "g1".into(),
+            members: vec!["a".into()],
+            authority: Authority::None,
+            approval: Approval::Auto,
+            deprovision_hold_ms: 0,
+            heartbeat_ttl_ms: 60_000,
+            promotion_hold_ms: 0,
+            epoch_locking: true,
+            prefer_nodes: vec![],
+            preempt: false,
+            auto_failover: true,
+        });
+    }
+    pools
+}
+
+fn node() -> NodeSpec {
+    NodeSpec {
+        name: "a".into(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        priority: 0,
+        nic: "eni-a".into(),
+        capacity: None,
+    }
+}
+
+fn providers() -> Vec<ProviderSpec> {
+    vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }]
+}
+
+/// The map alone: a federation over the same pools, with the node alive.
+fn map_bytes(pools: &[PoolSpec]) -> u64 {
+    let before = resident_bytes();
+    let mut federation = Federation::new(&[node()], &providers());
+    for spec in pools {
+        let _ = federation
+            .apply(&Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec.clone()) } });
+    }
+    let _ = federation.apply(&Event { at_ms: 1, kind: EventKind::Heartbeat { node: "a".into() } });
+    let after = resident_bytes();
+    drop(federation);
+    after.saturating_sub(before)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let addresses: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let samples: usize = match (args.next().as_deref(), args.next()) {
+        (Some("--latency-samples"), Some(n)) => n.parse().unwrap_or(20),
+        _ => 20,
+    };
+    let specs = pools(addresses);
+    let map = map_bytes(&specs);
+
+    let dir = std::env::temp_dir().join(format!("tenure-footprint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let store = EmbeddedStore::open(&dir.join("store"), &dir.join("identity")).expect("store opens");
+    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor { executor: Arc::new(cloud.clone()), call_timeout: Duration::from_secs(30) },
+    );
+    let before = resident_bytes();
+    let settings = Settings {
+        nodes: vec![node()],
+        providers: providers(),
+        executors,
+        heartbeat_interval: Duration::from_secs(1),
+        requeue_interval: Duration::from_secs(5),
+        journal_retention: tenure_core::journal::JOURNAL_RETENTION_DEFAULT,
+        pools: Box::new(move || Ok(specs.clone())),
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload, reloads) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let started = Instant::now();
+    let agent =
+        tokio::spawn(run(store.clone(), settings, requests, reloads, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    wait_all_executed(&handle, addresses).await;
+    let built = started.elapsed();
+    let rss = resident_bytes().saturating_sub(before);
+    let mut latencies = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        let rows = handle.ownership().await.expect("answers");
+        latencies.push(t.elapsed());
+        assert_eq!(rows.len() as u64, addresses);
+    }
+    latencies.sort();
+    let _ = stop.send(());
+    let _ = agent.await;
+    let _ = store.close();
+    let _ = std::fs::remove_dir_all(&dir);
+    let per = |bytes: u64| bytes / addresses.max(1);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} ownership_rows_ms_p50={:.1} p99={:.1}",
+        per(rss),
+        per(map),
+        built.as_secs_f64(),
+        ms(latencies[latencies.len() / 2]),
+        ms(latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]),
+    );
+}
+
+async fn wait_all_executed(handle: &AgentHandle, addresses: u64) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let open = handle
+            .actions(ActionFilter { node: None, state: Some("approved".into()), pool: None })
+            .await
+            .map_or(u64::MAX, |rows| rows.len() as u64);
+        let executed = handle
+            .actions(ActionFilter { node: None, state: Some("executed".into()), pool: None })
+            .await
+            .map_or(0, |rows| rows.len() as u64);
+        if open == 0 && executed >= 2 * addresses {
+            return;
+        }
+    }
+}
