@@ -465,7 +465,7 @@ fn validate_identity_file(
         }
     };
     let store_path = store.path();
-    if !store_path.as_os_str().is_empty() && lexical(&identity).starts_with(lexical(store_path)) {
+    if is_inside(&identity, store_path) {
         let what = if raw.identity_file.is_some() {
             format!("identityFile `{}`", identity.display())
         } else {
@@ -481,6 +481,25 @@ fn validate_identity_file(
         ));
     }
     identity
+}
+
+/// Whether `inner` is `outer` or inside it, compared lexically ([`lexical`]). When one is absolute
+/// and the other relative, both are made absolute against the current folder first (the only
+/// thing [`parse_config`] asks of its environment).
+fn is_inside(inner: &Path, outer: &Path) -> bool {
+    let (inner, outer) = if inner.is_absolute() == outer.is_absolute() {
+        (inner.to_path_buf(), outer.to_path_buf())
+    } else {
+        match (std::path::absolute(inner), std::path::absolute(outer)) {
+            (Ok(inner), Ok(outer)) => (inner, outer),
+            _ => return false,
+        }
+    };
+    let (inner, outer) = (lexical(&inner), lexical(&outer));
+    let mut rest = inner.components();
+    // After `lexical`, `..` only leads a path: a rest that climbs out of `outer` is not inside it.
+    outer.components().all(|c| rest.next() == Some(c))
+        && rest.next().is_none_or(|c| c != Component::ParentDir)
 }
 
 /// `path` with `.` removed and `..` applied to the component before it, without asking the file
@@ -511,10 +530,16 @@ fn path_field(errors: &mut Vec<InputError>, field: &str, value: &Spanned<String>
     resolve(base, &value.value)
 }
 
-/// `text` as a path: absolute as written, relative against `base`.
+/// `text` as a path: absolute as written, relative against `base`; `.` components, which change
+/// nothing, are left out (`./data` beside `etc/agent.yaml` is `etc/data`).
 fn resolve(base: &Path, text: &str) -> PathBuf {
     let path = Path::new(text);
-    if path.is_absolute() { path.to_path_buf() } else { base.join(path) }
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    let mut resolved = base.to_path_buf();
+    resolved.extend(path.components().filter(|c| *c != Component::CurDir));
+    if resolved.as_os_str().is_empty() { PathBuf::from(".") } else { resolved }
 }
 
 /// A duration value (Go style), or `default_ms` when absent; `positive` refuses 0.
@@ -551,8 +576,8 @@ fn check_url(text: &str) -> Result<(), String> {
 }
 
 /// A duration in the config's own notation: `10s`, `1500ms`.
-fn format_ms(ms: u64) -> String {
-    if ms % 1_000 == 0 { format!("{}s", ms / 1_000) } else { format!("{ms}ms") }
+pub(crate) fn format_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1_000) { format!("{}s", ms / 1_000) } else { format!("{ms}ms") }
 }
 
 /// Where the first key of a text is (its first line that is not blank, a comment or a document
@@ -578,3 +603,27 @@ fn first_content(text: &str) -> Position {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn inside_is_decided_component_by_component() {
+        let inside = |inner: &str, outer: &str| is_inside(Path::new(inner), Path::new(outer));
+        assert!(inside("data/a/identity", "data/a"));
+        assert!(inside("data/a", "data/a"), "the store's folder itself");
+        assert!(inside("data/b/../a/x", "./data/a"));
+        assert!(!inside("data/ab", "data/a"), "a sibling whose name starts alike");
+        assert!(!inside("data/a.identity", "data/a"));
+        assert!(inside("x.identity", ""), "the current folder holds a relative path");
+        assert!(inside("x.identity", "."));
+        assert!(!inside("../x.identity", "."), "but not one that climbs out");
+        assert!(!inside("../../x", ".."));
+        assert!(inside("/var/lib/tenure/id", "/var/lib/tenure"));
+        assert!(!inside("/var/lib/tenure.identity", "/var/lib/tenure"));
+        let here = std::env::current_dir().expect("a current folder");
+        assert!(inside(&here.join("data/id").display().to_string(), "data"), "absolute against relative");
+        assert!(!inside("/elsewhere/id", "data"));
+    }
+}

@@ -68,7 +68,8 @@ pub fn load_pools(config: &AgentConfig) -> Result<Vec<PoolSpec>, Vec<String>> {
 /// The checks of one pool against the config (see the module documentation).
 fn check_against_config(pool: &PoolSpec, source: &PoolSource, config: &AgentConfig) -> Vec<InputError> {
     let mut errors = Vec::new();
-    if config.provider(&pool.provider).is_none() {
+    let provider_declared = config.provider(&pool.provider).is_some();
+    if !provider_declared {
         let declared: Vec<String> = config.providers.iter().map(|p| format!("`{}`", p.name)).collect();
         errors.push(InputError::at(
             source.provider,
@@ -85,7 +86,8 @@ fn check_against_config(pool: &PoolSpec, source: &PoolSource, config: &AgentConf
         let Some(node) = config.node(member) else { continue };
         runs_a_member = true;
         let position = source.members.get(index).copied().unwrap_or(source.name);
-        if node.provider != pool.provider {
+        // Under an undeclared provider every local member would differ: one error says it.
+        if provider_declared && node.provider != pool.provider {
             errors.push(InputError::at(
                 position,
                 format!(

@@ -44,7 +44,7 @@ fn a_good_config_gets_its_defaults_and_resolved_paths() {
     assert_eq!(config.nodes.len(), 1);
     let node = &config.nodes[0];
     assert_eq!((node.name.as_str(), node.priority, node.capacity), ("a", 5, Some(50)));
-    assert_eq!(config.store, StoreConfig::Embedded { path: PathBuf::from("/etc/tenure/./data/a") });
+    assert_eq!(config.store, StoreConfig::Embedded { path: PathBuf::from("/etc/tenure/data/a") });
     assert_eq!(config.identity_file, PathBuf::from("/etc/tenure/agent.identity"));
     assert_eq!(config.pool_files, vec![PathBuf::from("/etc/tenure/pools/edge.yaml")]);
     assert_eq!(config.listen.to_string(), "127.0.0.1:9464");
@@ -133,7 +133,13 @@ journalRetention: 20
 fn the_default_identity_file_takes_the_config_files_stem() {
     let config = parse_config(GOOD, Path::new("single.yaml")).expect("valid");
     assert_eq!(config.identity_file, PathBuf::from("single.identity"));
-    assert_eq!(config.store.path(), Path::new("./data/a"));
+    assert_eq!(config.store.path(), Path::new("data/a"));
+    let here = GOOD.replace("path: ./data/a", "path: .");
+    let here = parse_config(
+        &here.replace("pools: [pools/edge.yaml]", "identityFile: ../x.identity"),
+        Path::new("agent.yaml"),
+    );
+    assert_eq!(here.expect("valid").store.path(), Path::new("."), "never an empty path");
 }
 
 #[test]
