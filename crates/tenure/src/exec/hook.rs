@@ -333,8 +333,7 @@ fn signal_name(raw: i32) -> String {
 
 /// `10s`, `300ms`, `1500ms`: the config's notation.
 fn format_duration(duration: Duration) -> String {
-    let ms = duration.as_millis();
-    if ms % 1_000 == 0 { format!("{}s", ms / 1_000) } else { format!("{ms}ms") }
+    crate::config::format_ms(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The command's process group (its id is the leader's pid, `process_group(0)`), killed with
