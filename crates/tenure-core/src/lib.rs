@@ -13,6 +13,7 @@
 //!   providers, pools, verbs, stamped actions and their idempotency keys.
 //! - [`input`] — located input errors; names, Go-style durations, address ranges.
 //! - [`spec`] — strict MobilityPool parsing and validation.
+//! - [`fleet_spec`] — strict node declarations and provider names (scenarios and agent configs).
 //! - [`log`] — the federation log's events.
 //! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
 //!   high-water marks.
@@ -42,6 +43,7 @@ pub mod driver;
 pub mod eligibility;
 pub mod federation;
 pub mod fence;
+pub mod fleet_spec;
 pub mod input;
 pub mod journal;
 pub mod log;

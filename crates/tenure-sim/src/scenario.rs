@@ -1,14 +1,14 @@
 //! The replay scenario format (SPEC 11, 13): nodes, providers, pools and a timeline of log
 //! events and local steps. Parsing is strict; every error names `line:column`.
 
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use tenure_core::claims::AddressClaims;
-use tenure_core::input::{InputError, Position, check_name, expand_addresses};
+use tenure_core::fleet_spec::{RawNode, check_provider_name, validate_nodes};
+use tenure_core::input::{InputError, Position, expand_addresses};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
 use tenure_core::spec::{PoolSource, RawPoolDocument, validate_pool, validate_pool_documents};
@@ -114,18 +114,6 @@ struct RawScenario {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawNode {
-    name: Spanned<String>,
-    provider: Spanned<String>,
-    placement_group: Spanned<String>,
-    #[serde(default)]
-    priority: i64,
-    nic: Spanned<String>,
-    capacity: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawProvider {
     name: Spanned<String>,
@@ -167,13 +155,9 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
     let mut providers: Vec<ProviderSpec> = Vec::new();
     for raw_provider in &raw.providers {
         let p = &raw_provider.value;
-        if let Err(m) = check_name("provider name", &p.name.value) {
-            errors.push(InputError::at(Position::of_spanned(&p.name), m));
-        } else if providers.iter().any(|q| q.name == p.name.value) {
-            errors.push(InputError::at(
-                Position::of_spanned(&p.name),
-                format!("provider `{}` is declared twice", p.name.value),
-            ));
+        let earlier: Vec<&str> = providers.iter().map(|q| q.name.as_str()).collect();
+        if let Err(e) = check_provider_name(&p.name, &earlier) {
+            errors.push(e);
         }
         if !matches!(p.kind.value, ProviderKind::SimCloud | ProviderKind::SimOnprem) {
             errors.push(InputError::at(
@@ -187,48 +171,11 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
         providers.push(ProviderSpec { name: p.name.value.clone(), kind: p.kind.value });
     }
 
-    let mut nodes: Vec<NodeSpec> = Vec::new();
-    let mut nics: BTreeSet<(String, String)> = BTreeSet::new();
-    for raw_node in &raw.nodes {
-        let n = &raw_node.value;
-        for (what, field) in [("node name", &n.name), ("placementGroup", &n.placement_group)] {
-            if let Err(m) = check_name(what, &field.value) {
-                errors.push(InputError::at(Position::of_spanned(field), m));
-            }
-        }
-        if n.nic.value.is_empty() || n.nic.value.contains('/') {
-            errors.push(InputError::at(
-                Position::of_spanned(&n.nic),
-                "nic must be non-empty and contain no `/`".to_owned(),
-            ));
-        }
-        if nodes.iter().any(|m| m.name == n.name.value) {
-            errors.push(InputError::at(
-                Position::of_spanned(&n.name),
-                format!("node `{}` is declared twice", n.name.value),
-            ));
-        }
-        if !providers.iter().any(|p| p.name == n.provider.value) {
-            errors.push(InputError::at(
-                Position::of_spanned(&n.provider),
-                format!("node `{}` names undeclared provider `{}`", n.name.value, n.provider.value),
-            ));
-        }
-        if !nics.insert((n.provider.value.clone(), n.nic.value.clone())) {
-            errors.push(InputError::at(
-                Position::of_spanned(&n.nic),
-                format!("nic `{}` of provider `{}` belongs to two nodes", n.nic.value, n.provider.value),
-            ));
-        }
-        nodes.push(NodeSpec {
-            name: n.name.value.clone(),
-            provider: n.provider.value.clone(),
-            placement_group: n.placement_group.value.clone(),
-            priority: n.priority,
-            nic: n.nic.value.clone(),
-            capacity: n.capacity,
-        });
-    }
+    let provider_names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+    let (validated_nodes, mut node_errors) =
+        validate_nodes(raw.nodes.iter().map(|n| &n.value), &provider_names);
+    errors.append(&mut node_errors);
+    let nodes: Vec<NodeSpec> = validated_nodes.into_iter().map(|(node, _)| node).collect();
 
     let mut pools = Vec::new();
     match validate_pool_documents(raw.pools) {

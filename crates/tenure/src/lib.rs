@@ -6,6 +6,8 @@
 //!
 //! - [`cli`] — the command line of SPEC 10: parsing ([`cli::Cli`]) and dispatch ([`cli::run`]),
 //!   one file per subcommand, and the exit codes.
+//! - [`config`] — the agent configuration (SPEC 10): [`config::load_config`],
+//!   [`config::parse_config`], and [`config::load_pools`] for the pool files it names.
 //! - [`exec`] — the [`exec::Executor`] interface (a stamped action in, an
 //!   [`exec::ExecutionOutcome`] out, within a deadline), the deadline helper
 //!   [`exec::execute_within`], and [`exec::SimExecutor`] for the simulated providers.
@@ -27,5 +29,6 @@
 
 pub mod agent;
 pub mod cli;
+pub mod config;
 pub mod exec;
 pub mod store;

@@ -1,8 +1,8 @@
 //! The bad-input corpus (`tests/bad-input/` at the workspace root) through the real binary.
 //!
-//! Every corpus file starts with `# expect: LINE: SUBSTRING`: the line of the first error and a
-//! piece of its message. `tenure validate FILE` (and, for `*.scenario.yaml`, `tenure replay FILE
-//! -o json`) must exit 2, print nothing on stdout for `replay`, print `FILE:LINE:…SUBSTRING…` as
+//! Every corpus file (`*.pool.yaml`, `*.scenario.yaml`, `*.config.yaml` for agent configs) starts
+//! with `# expect: LINE: SUBSTRING`: the line of the first error and a piece of its message.
+//! `tenure validate FILE` (and, for `*.scenario.yaml`, `tenure replay FILE -o json`) must exit 2, print nothing on stdout for `replay`, print `FILE:LINE:…SUBSTRING…` as
 //! the first line of stderr, one `FILE:…` line per error, and never panic (SPEC 12, 13).
 
 use std::fs;
@@ -58,8 +58,8 @@ fn corpus() -> Vec<Case> {
     names.sort();
     for name in &names {
         assert!(
-            name.ends_with(".pool.yaml") || name.ends_with(".scenario.yaml"),
-            "tests/bad-input/{name}: corpus files are *.pool.yaml or *.scenario.yaml"
+            [".pool.yaml", ".scenario.yaml", ".config.yaml"].iter().any(|suffix| name.ends_with(suffix)),
+            "tests/bad-input/{name}: corpus files are *.pool.yaml, *.scenario.yaml or *.config.yaml"
         );
     }
     names.iter().map(|name| expectation(&format!("tests/bad-input/{name}"))).collect()
@@ -102,7 +102,11 @@ fn every_corpus_file_is_refused_at_the_expected_place() {
         cases.len()
     );
     let scenarios = cases.iter().filter(|c| c.path.ends_with(".scenario.yaml")).count();
-    assert!(scenarios > 0 && scenarios < cases.len(), "the corpus holds both pool specs and scenarios");
+    let configs = cases.iter().filter(|c| c.path.ends_with(".config.yaml")).count();
+    assert!(
+        scenarios > 0 && configs > 0 && scenarios + configs < cases.len(),
+        "the corpus holds pool specs, scenarios and agent configs"
+    );
 
     let mut failures = Vec::new();
     for case in &cases {
@@ -122,6 +126,80 @@ fn the_example_pool_is_valid() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "stderr: {stderr}");
     assert!(stderr.is_empty(), "stderr: {stderr}");
+}
+
+#[test]
+fn the_example_agent_configs_and_their_pools_are_valid() {
+    let configs: Vec<String> =
+        ["examples/agent/single.yaml", "examples/agent/exec.yaml"].into_iter().map(str::to_owned).collect();
+    let mut args = vec!["validate"];
+    args.extend(configs.iter().map(String::as_str));
+    let output = tenure(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "stderr: {stderr}");
+    assert!(stderr.is_empty(), "stderr: {stderr}");
+    // Every config of the examples folder is one of them.
+    let mut found: Vec<String> = fs::read_dir(workspace_root().join("examples/agent"))
+        .expect("examples/agent")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml"))
+        .map(|name| format!("examples/agent/{name}"))
+        .collect();
+    found.sort();
+    let mut expected = configs;
+    expected.sort();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn a_configs_pool_files_are_checked_with_it_and_named_in_errors() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bad_input_config_pools");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("pools")).expect("temp dir");
+    let config = dir.join("agent.yaml");
+    fs::write(
+        &config,
+        "node: {name: a, provider: sim1, placementGroup: g1, nic: eni-a}\n\
+         store: {path: ./data}\n\
+         providers: [{name: sim1, kind: sim-cloud}]\n\
+         pools: [pools/edge.yaml]\n",
+    )
+    .expect("write config");
+    let example =
+        fs::read_to_string(workspace_root().join("examples/agent/pools/edge.yaml")).expect("example");
+    let pool = dir.join("pools/edge.yaml");
+    fs::write(&pool, &example).expect("write pool");
+    let config_arg = config.display().to_string();
+    let output = tenure(&["validate", &config_arg]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    // Validating the config and its pool file on one command line does not check the pool against
+    // itself.
+    let pool_arg = pool.display().to_string();
+    let output = tenure(&["validate", &config_arg, &pool_arg]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+
+    // A provider the config does not declare, named in the pool file, at the pool's `provider`.
+    fs::write(&pool, example.replace("provider: sim1", "provider: sim9")).expect("write pool");
+    let output = tenure(&["validate", &config_arg]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "{}/pools/edge.yaml:9:13: pool `edge-vips` names provider `sim9`",
+            dir.display()
+        )),
+        "stderr: {stderr}"
+    );
+
+    // A typo inside the pool file, named in the pool file.
+    fs::write(&pool, example.replace("members:", "membres:")).expect("write pool");
+    let output = tenure(&["validate", &config_arg]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.starts_with(&format!("{}/pools/edge.yaml:11:", dir.display())), "stderr: {stderr}");
+    assert!(stderr.contains("membres"), "stderr: {stderr}");
+    let _ = fs::remove_dir_all(dir);
 }
 
 #[test]

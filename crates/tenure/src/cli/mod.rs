@@ -44,7 +44,8 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: Output,
     },
-    /// Check pool specs and scenarios; print `file:line:column: message` per error.
+    /// Check pool specs, scenarios and agent configs (with their pool files); print
+    /// `file:line:column: message` per error.
     Validate {
         /// Files to check together.
         #[arg(required = true)]

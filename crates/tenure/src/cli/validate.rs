@@ -1,32 +1,126 @@
-//! `tenure validate FILE…`: pool specs (several documents per file, all files checked together)
-//! and replay scenarios. Exit 0 when valid, 2 with one `file:line:column: message` per error.
+//! `tenure validate FILE…`: pool specs (several documents per file, all files checked together),
+//! replay scenarios, and agent configs (with the pool files they name). Exit 0 when valid, 2 with
+//! one `file:line:column: message` per error.
+//!
+//! # Which kind of file
+//!
+//! Told apart by the top-level keys of the file's first document, in this order:
+//! 1. `timeline` → a scenario (only scenarios have one);
+//! 2. a key only agent configs have (`node`, `store`, `identityFile`, `vrrp`, `listen`, …, see
+//!    [`CONFIG_KEYS`]) → an agent config; every valid config has one, since `store` is required;
+//! 3. `pools` listing file names (strings) → an agent config (a scenario's `pools` are documents),
+//!    so that a config missing its `store` is still reported as a config;
+//! 4. `nodes` or `providers` → a scenario;
+//! 5. anything else → pool documents.
+//!
+//! A file that is not valid YAML is told apart by its unindented `key:` lines with rules 1, 2 and
+//! 4, so that its syntax error is reported by the right parser, at the right place.
+//!
+//! An agent config's pool files are checked with that config (against its providers and nodes),
+//! not with the pool files named on the command line: `tenure validate agent.yaml pools/edge.yaml`
+//! checks `pools/edge.yaml` once as part of the config, once on its own, never against itself.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use tenure_core::input::InputError;
 use tenure_core::spec::{check_pool_set, parse_pool_documents};
 use tenure_sim::scenario::parse_scenario;
 
 use super::EXIT_BAD_INPUT;
+use crate::config::{load_config, load_pools};
 
-/// Keys only a scenario has at its top level; pool documents have none of them.
-const SCENARIO_KEYS: [&str; 3] = ["nodes", "providers", "timeline"];
+/// Keys only a scenario has at its top level.
+const SCENARIO_ONLY_KEYS: [&str; 1] = ["timeline"];
+/// Keys a scenario has at its top level (agent configs may have `nodes` and `providers` too).
+const SCENARIO_KEYS: [&str; 2] = ["nodes", "providers"];
+/// Keys only an agent config has at its top level.
+const CONFIG_KEYS: [&str; 10] = [
+    "node",
+    "store",
+    "identityFile",
+    "vrrp",
+    "listen",
+    "heartbeatInterval",
+    "requeueInterval",
+    "actionTimeout",
+    "apiTokenFile",
+    "journalRetention",
+];
 
-/// Whether a file is a scenario (it has `nodes`, `providers` or `timeline` at the top), else pool
-/// documents. A file that is not valid YAML is still told apart by its top-level lines, so that
-/// its syntax error is reported by the right parser, at the right place.
-fn is_scenario(text: &str) -> bool {
-    let keys: Result<Vec<BTreeMap<String, serde::de::IgnoredAny>>, _> = serde_saphyr::from_multiple(text);
-    match keys {
-        Ok(docs) => docs.first().is_some_and(|d| SCENARIO_KEYS.iter().any(|k| d.contains_key(*k))),
-        Err(_) => text.lines().any(|line| {
-            SCENARIO_KEYS.iter().any(|k| line.strip_prefix(k).is_some_and(|rest| rest.starts_with(':')))
-        }),
+/// What a file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileKind {
+    /// MobilityPool documents.
+    Pools,
+    /// A replay scenario.
+    Scenario,
+    /// An agent config.
+    Config,
+}
+
+/// A top-level value, as far as telling files apart needs: a list of strings, or anything else.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TopValue {
+    Strings(Vec<String>),
+    #[allow(dead_code)]
+    Other(IgnoredAny),
+}
+
+/// Tells a file's kind by its top-level keys (see the module documentation).
+fn file_kind(text: &str) -> FileKind {
+    let has = |keys: &[&str], present: &dyn Fn(&str) -> bool| keys.iter().any(|k| present(k));
+    let parsed: Result<Vec<BTreeMap<String, TopValue>>, _> = serde_saphyr::from_multiple(text);
+    match parsed {
+        Ok(documents) => {
+            let Some(first) = documents.first() else { return FileKind::Pools };
+            let present = |key: &str| first.contains_key(key);
+            let pool_file_names =
+                matches!(first.get("pools"), Some(TopValue::Strings(files)) if !files.is_empty());
+            if has(&SCENARIO_ONLY_KEYS, &present) {
+                FileKind::Scenario
+            } else if has(&CONFIG_KEYS, &present) || pool_file_names {
+                FileKind::Config
+            } else if has(&SCENARIO_KEYS, &present) {
+                FileKind::Scenario
+            } else {
+                FileKind::Pools
+            }
+        }
+        Err(_) => {
+            let present = |key: &str| {
+                text.lines().any(|line| line.strip_prefix(key).is_some_and(|rest| rest.starts_with(':')))
+            };
+            if has(&SCENARIO_ONLY_KEYS, &present) {
+                FileKind::Scenario
+            } else if has(&CONFIG_KEYS, &present) {
+                FileKind::Config
+            } else if has(&SCENARIO_KEYS, &present) {
+                FileKind::Scenario
+            } else {
+                FileKind::Pools
+            }
+        }
     }
 }
 
+/// Validates an agent config and the pool files it names; prints every error.
+fn validate_config(path: &std::path::Path) -> bool {
+    let errors = match load_config(path) {
+        Ok(config) => load_pools(&config).err().unwrap_or_default(),
+        Err(errors) => errors,
+    };
+    for line in &errors {
+        eprintln!("{line}");
+    }
+    errors.is_empty()
+}
+
+/// Validates every file; see the module documentation.
 pub fn run(files: &[PathBuf]) -> ExitCode {
     let mut failed = false;
     let mut all_pools = Vec::new();
@@ -37,17 +131,20 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
             failed = true;
             continue;
         };
-        let errors: Vec<InputError> = if is_scenario(&text) {
-            parse_scenario(&text).err().unwrap_or_default()
-        } else {
-            match parse_pool_documents(&text) {
+        let errors: Vec<InputError> = match file_kind(&text) {
+            FileKind::Scenario => parse_scenario(&text).err().unwrap_or_default(),
+            FileKind::Config => {
+                failed |= !validate_config(path);
+                continue;
+            }
+            FileKind::Pools => match parse_pool_documents(&text) {
                 Ok(pools) => {
                     pool_files.push((file.clone(), pools.len()));
                     all_pools.extend(pools);
                     Vec::new()
                 }
                 Err(errors) => errors,
-            }
+            },
         };
         for e in &errors {
             eprintln!("{}", e.render(&file));
@@ -72,5 +169,29 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
     } else {
         println!("{} file(s) valid", files.len());
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_told_apart_by_their_top_level_keys() {
+        let pool = "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {name: p}\n";
+        assert_eq!(file_kind(pool), FileKind::Pools);
+        assert_eq!(file_kind(""), FileKind::Pools);
+        let scenario = "nodes: []\nproviders: []\npools:\n  - {apiVersion: x}\ntimeline: []\n";
+        assert_eq!(file_kind(scenario), FileKind::Scenario);
+        assert_eq!(file_kind("nodes: []\nproviders: []\ntimelines: []\n"), FileKind::Scenario, "a typo");
+        let config = "node: {name: a}\nstore: {path: d}\nproviders: []\n";
+        assert_eq!(file_kind(config), FileKind::Config);
+        assert_eq!(file_kind("nodes: []\nproviders: []\nlisten: 127.0.0.1:1\n"), FileKind::Config);
+        // A config without its config-only keys is still one when its pools are file names.
+        assert_eq!(file_kind("nodes: []\nproviders: []\npools: [pools/edge.yaml]\n"), FileKind::Config);
+        // Not valid YAML: told apart by its unindented keys.
+        assert_eq!(file_kind("store: {path: [\nnode: x\n"), FileKind::Config);
+        assert_eq!(file_kind("nodes: [\ntimeline: []\n"), FileKind::Scenario);
+        assert_eq!(file_kind("spec: {addresses: [\n"), FileKind::Pools);
     }
 }

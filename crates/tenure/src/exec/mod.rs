@@ -25,9 +25,13 @@
 //! # Layout
 //!
 //! - this file — [`Executor`], [`ExecutionOutcome`], [`execute_within`].
+//! - [`hook`] — [`ExecHook`]: the `exec` provider, the operator's command fed the stamped action
+//!   (SPEC 7's exec contract), killed with its process group past its timeout.
 //! - [`sim`] — [`SimExecutor`]: the simulated providers `sim-cloud` and `sim-onprem` behind a
 //!   shared, lock-protected handle.
 
+#[cfg(unix)]
+pub mod hook;
 pub mod sim;
 
 use std::future::Future;
@@ -36,6 +40,8 @@ use std::pin::Pin;
 use tenure_core::model::StampedAction;
 use tokio::time::Instant;
 
+#[cfg(unix)]
+pub use hook::ExecHook;
 pub use sim::SimExecutor;
 
 /// What became of one provider call.

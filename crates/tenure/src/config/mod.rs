@@ -1,0 +1,629 @@
+//! The agent configuration (`tenure agent --config FILE`, SPEC 10): strict parsing with located
+//! errors, defaults, and paths resolved against the config file's folder.
+//!
+//! Parsing is separated from I/O: [`parse_config`] turns text into an [`AgentConfig`] without
+//! touching the file system; [`load_config`] reads the file first, and [`load_pools`] reads and
+//! checks the pool files the config names. Every error is one `file:line:column: message` line
+//! (SPEC 12): unknown keys (typos), wrong types, bad durations and addresses, names declared
+//! twice, references to undeclared providers, settings of the wrong provider kind.
+//!
+//! Decisions where SPEC is silent (also in `docs/operations.md`, "Configuration reference"):
+//! - `store` is required (the operator says where the durable state lives); `kind` defaults to
+//!   `embedded`.
+//! - `identityFile` defaults to `<config file stem>.identity` beside the config file, and must not
+//!   be inside `store.path` (compared lexically, after resolving `.` and `..`; symbolic links are
+//!   not followed), so that a plain copy of an old store cannot carry its identity with it.
+//! - Provider kinds `oci` and `azure` are refused: they have no executor in this version (an
+//!   `exec` provider can drive them). `aws` and `onprem` are parsed and checked; whether this
+//!   build can run them is the agent's business.
+//! - An exec provider's `timeout` may not exceed `actionTimeout` (which bounds every provider
+//!   call); when omitted it is 10 s, or `actionTimeout` when that is shorter.
+//!
+//! # Layout
+//!
+//! - this file — [`AgentConfig`] and its parts, the defaults, [`parse_config`], [`load_config`].
+//! - [`raw`] — the config as written (every value spanned), for serde.
+//! - [`providers`] — `providers:` entries and the settings of each kind.
+//! - [`pools`] — [`load_pools`]: the pool files, checked together and against the config.
+
+mod pools;
+mod providers;
+mod raw;
+
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::path::{Component, Path, PathBuf};
+
+use serde_saphyr::Spanned;
+use tenure_core::fleet_spec::validate_nodes;
+use tenure_core::input::{InputError, Position, parse_duration_ms, utf8_text};
+use tenure_core::journal::{JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT};
+use tenure_core::model::{NodeSpec, ProviderKind};
+
+pub use pools::{POOL_FILE_BYTES_MAX, load_pools};
+pub use providers::{INTERFACE_NAME_BYTES_MAX, check_interface_name};
+
+use raw::{RawConfig, RawStoreKind};
+
+/// Largest config file read, in bytes: a config is a few hundred bytes; anything this large is
+/// the wrong file.
+pub const CONFIG_FILE_BYTES_MAX: u64 = 1024 * 1024;
+/// Default `listen`: loopback only (SPEC 10).
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:9464";
+/// Default `heartbeatInterval`.
+pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 500;
+/// Default `requeueInterval`: the agent reconciles at least this often, even when nothing changes.
+pub const REQUEUE_INTERVAL_DEFAULT_MS: u64 = 5_000;
+/// Default `actionTimeout`: the deadline of one provider call.
+pub const ACTION_TIMEOUT_DEFAULT_MS: u64 = 10_000;
+/// Default `timeout` of an exec provider (SPEC 7), unless `actionTimeout` is shorter.
+pub const EXEC_TIMEOUT_DEFAULT_MS: u64 = 10_000;
+/// Default `garpCount` of an onprem provider.
+pub const GARP_COUNT_DEFAULT: u32 = 3;
+/// Most gratuitous ARPs an onprem provider may send per acquire.
+pub const GARP_COUNT_MAX: u32 = 100;
+/// Default `garpInterval` of an onprem provider.
+pub const GARP_INTERVAL_DEFAULT_MS: u64 = 100;
+/// Default `store.prefix` of an etcd store.
+pub const ETCD_PREFIX_DEFAULT: &str = "/tenure";
+/// Extension of the default identity file, beside the config file.
+pub const IDENTITY_FILE_EXTENSION: &str = "identity";
+
+/// A validated agent configuration. Every path is resolved against the config file's folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// The config file, as given.
+    pub path: PathBuf,
+    /// The nodes this process runs: one from `node:` (a host), or several from `nodes:` (several
+    /// nodes over one embedded log in one process: demos and tests).
+    pub nodes: Vec<NodeSpec>,
+    /// Where the durable state lives.
+    pub store: StoreConfig,
+    /// The store's identity kept outside the store (`identityFile`), to catch a plain copy of an
+    /// old store. Default: `<config file stem>.identity` beside the config file.
+    pub identity_file: PathBuf,
+    /// The configured providers, in the order written; names are unique.
+    pub providers: Vec<ProviderConfig>,
+    /// keepalived's notify FIFO, for pools with `authority: vrrp`.
+    pub vrrp: Option<VrrpConfig>,
+    /// The pool files (`pools`), resolved; read them with [`load_pools`].
+    pub pool_files: Vec<PathBuf>,
+    /// The HTTP API's address (`listen`). Default [`LISTEN_DEFAULT`].
+    pub listen: SocketAddr,
+    /// How often each node appends its heartbeat (`heartbeatInterval`), > 0.
+    pub heartbeat_interval_ms: u64,
+    /// The agent reconciles at least this often (`requeueInterval`), > 0.
+    pub requeue_interval_ms: u64,
+    /// The deadline of one provider call (`actionTimeout`), > 0.
+    pub action_timeout_ms: u64,
+    /// The bearer token file for mutating HTTP calls (`apiTokenFile`), if any.
+    pub api_token_file: Option<PathBuf>,
+    /// Entries a node's journal keeps before compaction (`journalRetention`), ≥ 1.
+    pub journal_retention: usize,
+    /// Where parts of the config were written, for errors found later ([`load_pools`]).
+    pub source: ConfigSource,
+}
+
+impl AgentConfig {
+    /// The configured provider named `name`.
+    #[must_use]
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+
+    /// The node of this process named `name`.
+    #[must_use]
+    pub fn node(&self, name: &str) -> Option<&NodeSpec> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
+
+/// Where parts of a config were written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigSource {
+    /// Position of each `pools` entry, in the order of [`AgentConfig::pool_files`].
+    pub pools: Vec<Position>,
+}
+
+/// Where the federation log and this node's durable state live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// The embedded default: the log and all durable state in one local store, owned by this
+    /// process.
+    Embedded {
+        /// The store's folder.
+        path: PathBuf,
+    },
+    /// The log in etcd; this node's journal and marks in a local store.
+    Etcd {
+        /// etcd client URLs (`http://…` or `https://…`), at least one.
+        endpoints: Vec<String>,
+        /// The key prefix of the log (default [`ETCD_PREFIX_DEFAULT`]).
+        prefix: String,
+        /// The local store's folder.
+        path: PathBuf,
+    },
+}
+
+impl StoreConfig {
+    /// The local store's folder.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Embedded { path } | Self::Etcd { path, .. } => path,
+        }
+    }
+}
+
+/// One configured provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// Its name, referenced by nodes and pools.
+    pub name: String,
+    /// Its kind.
+    pub kind: ProviderKind,
+    /// The settings of its kind.
+    pub settings: ProviderSettings,
+}
+
+/// The settings of a provider, by kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProviderSettings {
+    /// `sim-cloud`, `sim-onprem`: no settings.
+    Sim,
+    /// `exec` (SPEC 7): the operator's command, fed the stamped action.
+    Exec {
+        /// The program and its arguments (no shell). A relative program path with a `/` in it
+        /// is resolved against the config file's folder; a bare name is looked up in `PATH`.
+        command: Vec<String>,
+        /// How long one run may take before its process group is killed.
+        timeout_ms: u64,
+    },
+    /// `onprem`: proxy-ARP and gratuitous ARP on a Linux interface.
+    Onprem {
+        /// The Linux interface.
+        interface: String,
+        /// Gratuitous ARPs per acquire (default [`GARP_COUNT_DEFAULT`]).
+        garp_count: u32,
+        /// Time between them (default [`GARP_INTERVAL_DEFAULT_MS`]).
+        garp_interval_ms: u64,
+    },
+    /// `aws`: EC2 secondary private IPs.
+    Aws {
+        /// The AWS region.
+        region: String,
+        /// Another EC2 endpoint (a test double such as moto), if any.
+        endpoint_url: Option<String>,
+    },
+}
+
+/// keepalived's side of pools with `authority: vrrp`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VrrpConfig {
+    /// The FIFO keepalived's `notify_fifo` writes to.
+    pub notify_fifo: PathBuf,
+    /// The VRRP instance whose state this node follows.
+    pub instance: String,
+}
+
+/// Reads and validates the config file at `path`. Every error is one rendered
+/// `file:line:column: message` line (or `file: message` when it has no place), in file order.
+pub fn load_config(path: &Path) -> Result<AgentConfig, Vec<String>> {
+    let file = path.display().to_string();
+    let bytes = read_bounded(path, CONFIG_FILE_BYTES_MAX).map_err(|m| vec![format!("{file}: {m}")])?;
+    let text = utf8_text(&bytes).map_err(|e| vec![e.render(&file)])?;
+    parse_config(text, path).map_err(|errors| errors.iter().map(|e| e.render(&file)).collect())
+}
+
+/// Reads at most `limit` bytes of a file; a longer file is an error.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes; is this the right file?"));
+    }
+    Ok(bytes)
+}
+
+/// Parses and validates a config's text. No I/O: `path` is only the base of relative paths (its
+/// folder) and of the default identity file (its stem). Returns every error found, in file order.
+pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputError>> {
+    let raw: RawConfig =
+        serde_saphyr::from_str(text).map_err(|e| vec![InputError::from_yaml_in(text, &e)])?;
+    let base = path.parent().unwrap_or_else(|| Path::new(""));
+    let mut errors = Vec::new();
+
+    let action_timeout_ms = duration_field(
+        &mut errors,
+        "actionTimeout",
+        raw.action_timeout.as_ref(),
+        ACTION_TIMEOUT_DEFAULT_MS,
+        true,
+    );
+    let providers = providers::validate_providers(&raw.providers.value, base, action_timeout_ms, &mut errors);
+    let nodes = validate_node_keys(&raw, text, &providers, &mut errors);
+    let store = validate_store(&raw.store, base, &mut errors);
+    let identity_file = validate_identity_file(&raw, path, base, &store, &mut errors);
+    let vrrp = raw.vrrp.as_ref().map(|v| VrrpConfig {
+        notify_fifo: path_field(&mut errors, "vrrp.notifyFifo", &v.value.notify_fifo, base),
+        instance: {
+            let instance = &v.value.instance;
+            if instance.value.is_empty()
+                || instance.value.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                errors.push(InputError::at(
+                    Position::of_spanned(instance),
+                    format!("vrrp.instance `{}` must be a non-empty name without spaces", instance.value),
+                ));
+            }
+            instance.value.clone()
+        },
+    });
+
+    let mut pool_files: Vec<PathBuf> = Vec::new();
+    let mut source = ConfigSource::default();
+    for entry in &raw.pools {
+        let file = path_field(&mut errors, "pools entry", entry, base);
+        if pool_files.contains(&file) {
+            errors.push(InputError::at(
+                Position::of_spanned(entry),
+                format!("pool file `{}` is listed twice", entry.value),
+            ));
+            continue;
+        }
+        pool_files.push(file);
+        source.pools.push(Position::of_spanned(entry));
+    }
+
+    let listen = match &raw.listen {
+        None => LISTEN_DEFAULT.parse().expect("LISTEN_DEFAULT is an address and port"),
+        Some(text) => text.value.trim().parse().unwrap_or_else(|_| {
+            errors.push(InputError::at(
+                Position::of_spanned(text),
+                format!(
+                    "listen: `{}` is not an IP address and port like `127.0.0.1:9464` or `[::1]:9464`",
+                    text.value
+                ),
+            ));
+            LISTEN_DEFAULT.parse().expect("LISTEN_DEFAULT is an address and port")
+        }),
+    };
+    let heartbeat_interval_ms = duration_field(
+        &mut errors,
+        "heartbeatInterval",
+        raw.heartbeat_interval.as_ref(),
+        HEARTBEAT_INTERVAL_DEFAULT_MS,
+        true,
+    );
+    let requeue_interval_ms = duration_field(
+        &mut errors,
+        "requeueInterval",
+        raw.requeue_interval.as_ref(),
+        REQUEUE_INTERVAL_DEFAULT_MS,
+        true,
+    );
+    let api_token_file =
+        raw.api_token_file.as_ref().map(|f| path_field(&mut errors, "apiTokenFile", f, base));
+    let journal_retention = match &raw.journal_retention {
+        None => JOURNAL_RETENTION_DEFAULT,
+        Some(n) => match usize::try_from(n.value) {
+            Ok(entries) if (1..=JOURNAL_ENTRIES_MAX).contains(&entries) => entries,
+            _ => {
+                errors.push(InputError::at(
+                    Position::of_spanned(n),
+                    format!(
+                        "journalRetention must be from 1 to {JOURNAL_ENTRIES_MAX} entries, not {}",
+                        n.value
+                    ),
+                ));
+                JOURNAL_RETENTION_DEFAULT
+            }
+        },
+    };
+
+    if !errors.is_empty() {
+        errors.sort_by_key(|e| e.position);
+        return Err(errors);
+    }
+    Ok(AgentConfig {
+        path: path.to_path_buf(),
+        nodes,
+        store,
+        identity_file,
+        providers,
+        vrrp,
+        pool_files,
+        listen,
+        heartbeat_interval_ms,
+        requeue_interval_ms,
+        action_timeout_ms,
+        api_token_file,
+        journal_retention,
+        source,
+    })
+}
+
+/// `node:` or `nodes:`, exactly one of them, validated against the providers.
+fn validate_node_keys(
+    raw: &RawConfig,
+    text: &str,
+    providers: &[ProviderConfig],
+    errors: &mut Vec<InputError>,
+) -> Vec<NodeSpec> {
+    let raws: Vec<&Spanned<tenure_core::fleet_spec::RawNode>> = match (&raw.node, &raw.nodes) {
+        (Some(_), Some(nodes)) => {
+            errors.push(InputError::at(
+                Position::of_spanned(nodes),
+                "give `node` (this host's node) or `nodes` (several nodes in one process, for demos \
+                 and tests), not both"
+                    .to_owned(),
+            ));
+            return Vec::new();
+        }
+        (None, None) => {
+            errors.push(InputError::at(
+                first_content(text),
+                "missing `node`: the node this agent runs, like `node: {name: a, provider: sim1, \
+                 placementGroup: g1, nic: eni-a}` (or `nodes:` for several in one process)"
+                    .to_owned(),
+            ));
+            return Vec::new();
+        }
+        (Some(node), None) => vec![node],
+        (None, Some(nodes)) => {
+            if nodes.value.is_empty() {
+                errors.push(InputError::at(
+                    Position::of_spanned(nodes),
+                    "nodes must list at least one node".to_owned(),
+                ));
+            }
+            nodes.value.iter().collect()
+        }
+    };
+    let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+    let (nodes, mut node_errors) = validate_nodes(raws.iter().map(|n| &n.value), &names);
+    errors.append(&mut node_errors);
+    nodes.into_iter().map(|(node, _)| node).collect()
+}
+
+fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<InputError>) -> StoreConfig {
+    let s = &store.value;
+    let path = path_field(errors, "store.path", &s.path, base);
+    let kind = s.kind.as_ref().map_or(RawStoreKind::Embedded, |k| k.value);
+    match kind {
+        RawStoreKind::Embedded => {
+            for (field, position) in [
+                ("endpoints", s.endpoints.as_ref().map(Position::of_spanned)),
+                ("prefix", s.prefix.as_ref().map(Position::of_spanned)),
+            ] {
+                if let Some(position) = position {
+                    errors.push(InputError::at(
+                        position,
+                        format!("store kind `embedded` does not take `{field}` (only `kind: etcd` does)"),
+                    ));
+                }
+            }
+            StoreConfig::Embedded { path }
+        }
+        RawStoreKind::Etcd => {
+            let mut endpoints = Vec::new();
+            match &s.endpoints {
+                None => errors.push(InputError::at(
+                    Position::of_spanned(store),
+                    "an etcd store needs `endpoints`, like `[http://127.0.0.1:2379]`".to_owned(),
+                )),
+                Some(list) if list.value.is_empty() => errors.push(InputError::at(
+                    Position::of_spanned(list),
+                    "store.endpoints must list at least one etcd URL".to_owned(),
+                )),
+                Some(list) => {
+                    for url in &list.value {
+                        if let Err(m) = check_url(&url.value) {
+                            errors.push(InputError::at(
+                                Position::of_spanned(url),
+                                format!("store.endpoints: {m}"),
+                            ));
+                        }
+                        endpoints.push(url.value.clone());
+                    }
+                }
+            }
+            let prefix = match &s.prefix {
+                None => ETCD_PREFIX_DEFAULT.to_owned(),
+                Some(prefix) => {
+                    if !prefix.value.starts_with('/') {
+                        errors.push(InputError::at(
+                            Position::of_spanned(prefix),
+                            format!("store.prefix `{}` must start with `/`", prefix.value),
+                        ));
+                    }
+                    prefix.value.clone()
+                }
+            };
+            StoreConfig::Etcd { endpoints, prefix, path }
+        }
+    }
+}
+
+/// `identityFile`, or its default beside the config file; never inside the store's folder.
+fn validate_identity_file(
+    raw: &RawConfig,
+    path: &Path,
+    base: &Path,
+    store: &StoreConfig,
+    errors: &mut Vec<InputError>,
+) -> PathBuf {
+    let (identity, position) = match &raw.identity_file {
+        Some(file) => (path_field(errors, "identityFile", file, base), Position::of_spanned(file)),
+        None => {
+            let stem = path.file_stem().map_or_else(|| "tenure".into(), |s| s.to_string_lossy());
+            (
+                base.join(format!("{stem}.{IDENTITY_FILE_EXTENSION}")),
+                Position::of_spanned(&raw.store.value.path),
+            )
+        }
+    };
+    let store_path = store.path();
+    if is_inside(&identity, store_path) {
+        let what = if raw.identity_file.is_some() {
+            format!("identityFile `{}`", identity.display())
+        } else {
+            format!("the default identityFile `{}` (beside this config file)", identity.display())
+        };
+        errors.push(InputError::at(
+            position,
+            format!(
+                "{what} is inside store.path `{}`: a copy of an old store would carry it along; keep it \
+                 outside",
+                store_path.display()
+            ),
+        ));
+    }
+    identity
+}
+
+/// Whether `inner` is `outer` or inside it, compared lexically ([`lexical`]). When one is absolute
+/// and the other relative, both are made absolute against the current folder first (the only
+/// thing [`parse_config`] asks of its environment).
+fn is_inside(inner: &Path, outer: &Path) -> bool {
+    let (inner, outer) = if inner.is_absolute() == outer.is_absolute() {
+        (inner.to_path_buf(), outer.to_path_buf())
+    } else {
+        match (std::path::absolute(inner), std::path::absolute(outer)) {
+            (Ok(inner), Ok(outer)) => (inner, outer),
+            _ => return false,
+        }
+    };
+    let (inner, outer) = (lexical(&inner), lexical(&outer));
+    let mut rest = inner.components();
+    // After `lexical`, `..` only leads a path: a rest that climbs out of `outer` is not inside it.
+    outer.components().all(|c| rest.next() == Some(c))
+        && rest.next().is_none_or(|c| c != Component::ParentDir)
+}
+
+/// `path` with `.` removed and `..` applied to the component before it, without asking the file
+/// system (symbolic links are not followed).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) {
+                    out.pop();
+                } else {
+                    out.push("..");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A path value: non-empty, resolved against `base`.
+fn path_field(errors: &mut Vec<InputError>, field: &str, value: &Spanned<String>, base: &Path) -> PathBuf {
+    if value.value.trim().is_empty() {
+        errors.push(InputError::at(Position::of_spanned(value), format!("{field} must not be empty")));
+    }
+    resolve(base, &value.value)
+}
+
+/// `text` as a path: absolute as written, relative against `base`; `.` components, which change
+/// nothing, are left out (`./data` beside `etc/agent.yaml` is `etc/data`).
+fn resolve(base: &Path, text: &str) -> PathBuf {
+    let path = Path::new(text);
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    let mut resolved = base.to_path_buf();
+    resolved.extend(path.components().filter(|c| *c != Component::CurDir));
+    if resolved.as_os_str().is_empty() { PathBuf::from(".") } else { resolved }
+}
+
+/// A duration value (Go style), or `default_ms` when absent; `positive` refuses 0.
+fn duration_field(
+    errors: &mut Vec<InputError>,
+    field: &str,
+    value: Option<&Spanned<String>>,
+    default_ms: u64,
+    positive: bool,
+) -> u64 {
+    let Some(text) = value else { return default_ms };
+    match parse_duration_ms(text.value.trim()) {
+        Err(m) => {
+            errors.push(InputError::at(Position::of_spanned(text), format!("{field}: {m}")));
+            default_ms
+        }
+        Ok(0) if positive => {
+            errors.push(InputError::at(Position::of_spanned(text), format!("{field} must be longer than 0")));
+            default_ms
+        }
+        Ok(ms) => ms,
+    }
+}
+
+/// An `http://` or `https://` URL with a host.
+fn check_url(text: &str) -> Result<(), String> {
+    let rest = text.strip_prefix("http://").or_else(|| text.strip_prefix("https://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') && !rest.contains(char::is_whitespace) => {
+            Ok(())
+        }
+        _ => Err(format!("`{text}` is not a URL like `http://127.0.0.1:2379`")),
+    }
+}
+
+/// A duration in the config's own notation: `10s`, `1500ms`.
+pub(crate) fn format_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1_000) { format!("{}s", ms / 1_000) } else { format!("{ms}ms") }
+}
+
+/// Where the first key of a text is (its first line that is not blank, a comment or a document
+/// marker), for errors about something missing from the whole file.
+fn first_content(text: &str) -> Position {
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty()
+            || trimmed.starts_with('#')
+            || trimmed.starts_with("---")
+            || trimmed.starts_with('%')
+        {
+            continue;
+        }
+        let column = line.chars().count() - trimmed.chars().count() + 1;
+        return Position {
+            line: u64::try_from(index + 1).unwrap_or(u64::MAX),
+            column: u64::try_from(column).unwrap_or(u64::MAX),
+        };
+    }
+    Position { line: 1, column: 1 }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn inside_is_decided_component_by_component() {
+        let inside = |inner: &str, outer: &str| is_inside(Path::new(inner), Path::new(outer));
+        assert!(inside("data/a/identity", "data/a"));
+        assert!(inside("data/a", "data/a"), "the store's folder itself");
+        assert!(inside("data/b/../a/x", "./data/a"));
+        assert!(!inside("data/ab", "data/a"), "a sibling whose name starts alike");
+        assert!(!inside("data/a.identity", "data/a"));
+        assert!(inside("x.identity", ""), "the current folder holds a relative path");
+        assert!(inside("x.identity", "."));
+        assert!(!inside("../x.identity", "."), "but not one that climbs out");
+        assert!(!inside("../../x", ".."));
+        assert!(inside("/var/lib/tenure/id", "/var/lib/tenure"));
+        assert!(!inside("/var/lib/tenure.identity", "/var/lib/tenure"));
+        let here = std::env::current_dir().expect("a current folder");
+        assert!(inside(&here.join("data/id").display().to_string(), "data"), "absolute against relative");
+        assert!(!inside("/elsewhere/id", "data"));
+    }
+}

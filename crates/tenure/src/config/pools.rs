@@ -1,0 +1,145 @@
+//! [`load_pools`]: the pool files an agent config names, read, checked together (as
+//! `tenure validate` checks several files: names unique, no address in two pools of one capture
+//! domain) and checked against the config.
+//!
+//! Against the config: a pool's provider must be a configured provider. Its members may be nodes
+//! this config does not run — they are other hosts' agents (several hosts share pool files) — but
+//! a member that this config does run must be on the pool's provider and placement group, must
+//! heartbeat more often than the pool's `heartbeatTTL`, and, under `authority: vrrp`, needs the
+//! config's `vrrp` section.
+
+use tenure_core::input::{InputError, Position, utf8_text};
+use tenure_core::model::{Authority, PoolSpec};
+use tenure_core::spec::{PoolSource, check_pool_set, parse_pool_documents};
+
+use super::{AgentConfig, format_ms, read_bounded};
+
+/// Largest pool file read, in bytes. A pool holds at most 65,536 addresses and ranges keep files
+/// short; a file this large is the wrong file.
+pub const POOL_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// Reads every pool file of `config`, checks the pools together and against the config, and
+/// returns them in file order, then document order. Every error is one rendered line naming the
+/// pool file (`file:line:column: message`), or the config file's `pools` entry when a pool file
+/// cannot be read. Called at start and on every reload (SIGHUP): a bad set changes nothing.
+pub fn load_pools(config: &AgentConfig) -> Result<Vec<PoolSpec>, Vec<String>> {
+    let config_file = config.path.display().to_string();
+    let files: Vec<String> = config.pool_files.iter().map(|f| f.display().to_string()).collect();
+    let mut errors: Vec<String> = Vec::new();
+    let mut pools: Vec<(PoolSpec, PoolSource)> = Vec::new();
+    let mut file_of_pool: Vec<usize> = Vec::new();
+    for (index, path) in config.pool_files.iter().enumerate() {
+        let shown = &files[index];
+        let entry = config.source.pools.get(index).copied().unwrap_or_default();
+        let bytes = match read_bounded(path, POOL_FILE_BYTES_MAX) {
+            Ok(bytes) => bytes,
+            Err(m) => {
+                errors.push(InputError::at(entry, format!("pool file `{shown}`: {m}")).render(&config_file));
+                continue;
+            }
+        };
+        let text = match utf8_text(&bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                errors.push(e.render(shown));
+                continue;
+            }
+        };
+        match parse_pool_documents(text) {
+            Ok(parsed) => {
+                file_of_pool.extend(std::iter::repeat_n(index, parsed.len()));
+                pools.extend(parsed);
+            }
+            Err(file_errors) => errors.extend(file_errors.iter().map(|e| e.render(shown))),
+        }
+    }
+    // The pools of all files are applied together, so they are checked together; an error points
+    // at the later of two places, in the file that pool came from.
+    for (index, e) in check_pool_set(&pools) {
+        errors.push(e.render(&files[file_of_pool[index]]));
+    }
+    for (index, (pool, source)) in pools.iter().enumerate() {
+        let file = &files[file_of_pool[index]];
+        errors.extend(check_against_config(pool, source, config).iter().map(|e| e.render(file)));
+    }
+    if errors.is_empty() { Ok(pools.into_iter().map(|(pool, _)| pool).collect()) } else { Err(errors) }
+}
+
+/// The checks of one pool against the config (see the module documentation).
+fn check_against_config(pool: &PoolSpec, source: &PoolSource, config: &AgentConfig) -> Vec<InputError> {
+    let mut errors = Vec::new();
+    let provider_declared = config.provider(&pool.provider).is_some();
+    if !provider_declared {
+        let declared: Vec<String> = config.providers.iter().map(|p| format!("`{}`", p.name)).collect();
+        errors.push(InputError::at(
+            source.provider,
+            format!(
+                "pool `{}` names provider `{}`, which the agent config does not declare (it declares {})",
+                pool.name,
+                pool.provider,
+                if declared.is_empty() { "none".to_owned() } else { declared.join(", ") }
+            ),
+        ));
+    }
+    let mut runs_a_member = false;
+    for (index, member) in pool.members.iter().enumerate() {
+        let Some(node) = config.node(member) else { continue };
+        runs_a_member = true;
+        let position = source.members.get(index).copied().unwrap_or(source.name);
+        // Under an undeclared provider every local member would differ: one error says it.
+        if provider_declared && node.provider != pool.provider {
+            errors.push(InputError::at(
+                position,
+                format!(
+                    "member `{member}` is on provider `{}` in the agent config, not on this pool's provider `{}`",
+                    node.provider, pool.provider
+                ),
+            ));
+        }
+        if node.placement_group != pool.placement_group {
+            errors.push(InputError::at(
+                position,
+                format!(
+                    "member `{member}` is in placement group `{}` in the agent config, not in this pool's `{}`",
+                    node.placement_group, pool.placement_group
+                ),
+            ));
+        }
+    }
+    if runs_a_member {
+        check_timing_and_authority(pool, source.name, config, &mut errors);
+    }
+    errors
+}
+
+/// A pool with a member this agent runs: its heartbeats must come faster than its TTL, and VRRP
+/// authority needs keepalived's FIFO.
+fn check_timing_and_authority(
+    pool: &PoolSpec,
+    at: Position,
+    config: &AgentConfig,
+    errors: &mut Vec<InputError>,
+) {
+    if pool.heartbeat_ttl_ms <= config.heartbeat_interval_ms {
+        errors.push(InputError::at(
+            at,
+            format!(
+                "pool `{}` has heartbeatTTL {}, not longer than the agent's heartbeatInterval {}: its \
+                 members would expire between heartbeats",
+                pool.name,
+                format_ms(pool.heartbeat_ttl_ms),
+                format_ms(config.heartbeat_interval_ms)
+            ),
+        ));
+    }
+    if pool.authority == Authority::Vrrp && config.vrrp.is_none() {
+        errors.push(InputError::at(
+            at,
+            format!(
+                "pool `{}` has `authority: vrrp`, but the agent config has no `vrrp` section (notifyFifo, \
+                 instance)",
+                pool.name
+            ),
+        ));
+    }
+}

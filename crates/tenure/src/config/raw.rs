@@ -1,0 +1,72 @@
+//! The agent config as written (SPEC 10), before validation: every value [`Spanned`], so that a
+//! check made after parsing can still name its `line:column`; unknown keys are errors.
+//!
+//! Fields that only some provider kinds take are all optional here; which kind takes which is
+//! checked in [`super::providers`], so that `command` under a `sim-cloud` provider is refused by
+//! name instead of by a generic "unknown field".
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use tenure_core::fleet_spec::RawNode;
+use tenure_core::model::ProviderKind;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawConfig {
+    pub(super) node: Option<Spanned<RawNode>>,
+    pub(super) nodes: Option<Spanned<Vec<Spanned<RawNode>>>>,
+    pub(super) store: Spanned<RawStore>,
+    pub(super) identity_file: Option<Spanned<String>>,
+    pub(super) providers: Spanned<Vec<Spanned<RawProvider>>>,
+    pub(super) vrrp: Option<Spanned<RawVrrp>>,
+    #[serde(default)]
+    pub(super) pools: Vec<Spanned<String>>,
+    pub(super) listen: Option<Spanned<String>>,
+    pub(super) heartbeat_interval: Option<Spanned<String>>,
+    pub(super) requeue_interval: Option<Spanned<String>>,
+    pub(super) action_timeout: Option<Spanned<String>>,
+    pub(super) api_token_file: Option<Spanned<String>>,
+    pub(super) journal_retention: Option<Spanned<u64>>,
+}
+
+/// `store:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub(super) kind: Option<Spanned<RawStoreKind>>,
+    pub(super) path: Spanned<String>,
+    pub(super) endpoints: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) prefix: Option<Spanned<String>>,
+}
+
+/// `store.kind`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawStoreKind {
+    Embedded,
+    Etcd,
+}
+
+/// One `providers:` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawProvider {
+    pub(super) name: Spanned<String>,
+    pub(super) kind: Spanned<ProviderKind>,
+    pub(super) command: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) timeout: Option<Spanned<String>>,
+    pub(super) interface: Option<Spanned<String>>,
+    pub(super) garp_count: Option<Spanned<u32>>,
+    pub(super) garp_interval: Option<Spanned<String>>,
+    pub(super) region: Option<Spanned<String>>,
+    pub(super) endpoint_url: Option<Spanned<String>>,
+}
+
+/// `vrrp:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RawVrrp {
+    pub(super) notify_fifo: Spanned<String>,
+    pub(super) instance: Spanned<String>,
+}

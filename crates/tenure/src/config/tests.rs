@@ -1,0 +1,451 @@
+//! Unit tests of the agent config: defaults, every located mistake, and the pool files.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tenure_core::input::InputError;
+
+use super::*;
+
+const GOOD: &str = "\
+# one node on the simulated cloud
+node: {name: a, provider: sim1, placementGroup: g1, nic: eni-a, priority: 5, capacity: 50}
+store: {kind: embedded, path: ./data/a}
+providers:
+  - {name: sim1, kind: sim-cloud}
+  - {name: hook, kind: exec, command: [hooks/run.sh, --verbose], timeout: 2s}
+pools: [pools/edge.yaml]
+";
+
+fn parse(text: &str) -> Result<AgentConfig, Vec<InputError>> {
+    parse_config(text, Path::new("/etc/tenure/agent.yaml"))
+}
+
+/// Every error as `(line, column, message)`.
+fn errors(text: &str) -> Vec<(u64, u64, String)> {
+    parse(text)
+        .expect_err("must be refused")
+        .into_iter()
+        .map(|e| (e.position.line, e.position.column, e.message))
+        .collect()
+}
+
+/// The first error's line, and whether its message contains `needle`.
+fn first(text: &str, needle: &str) -> u64 {
+    let all = errors(text);
+    let (line, _, message) = &all[0];
+    assert!(message.contains(needle), "`{message}` does not contain `{needle}` (all: {all:?})");
+    *line
+}
+
+#[test]
+fn a_good_config_gets_its_defaults_and_resolved_paths() {
+    let config = parse(GOOD).expect("valid");
+    assert_eq!(config.nodes.len(), 1);
+    let node = &config.nodes[0];
+    assert_eq!((node.name.as_str(), node.priority, node.capacity), ("a", 5, Some(50)));
+    assert_eq!(config.store, StoreConfig::Embedded { path: PathBuf::from("/etc/tenure/data/a") });
+    assert_eq!(config.identity_file, PathBuf::from("/etc/tenure/agent.identity"));
+    assert_eq!(config.pool_files, vec![PathBuf::from("/etc/tenure/pools/edge.yaml")]);
+    assert_eq!(config.listen.to_string(), "127.0.0.1:9464");
+    assert_eq!(config.heartbeat_interval_ms, 500);
+    assert_eq!(config.requeue_interval_ms, 5_000);
+    assert_eq!(config.action_timeout_ms, 10_000);
+    assert_eq!(config.journal_retention, tenure_core::journal::JOURNAL_RETENTION_DEFAULT);
+    assert_eq!(config.api_token_file, None);
+    assert_eq!(config.vrrp, None);
+    assert_eq!(config.provider("sim1").map(|p| &p.settings), Some(&ProviderSettings::Sim));
+    assert_eq!(
+        config.provider("hook").map(|p| &p.settings),
+        Some(&ProviderSettings::Exec {
+            command: vec!["/etc/tenure/hooks/run.sh".to_owned(), "--verbose".to_owned()],
+            timeout_ms: 2_000,
+        })
+    );
+}
+
+#[test]
+fn every_key_is_read() {
+    let text = "\
+nodes:
+  - {name: a, provider: lan, placementGroup: g1, nic: eth0}
+  - {name: b, provider: lan, placementGroup: g1, nic: eth1}
+store: {kind: etcd, endpoints: ['http://10.0.0.1:2379', 'https://etcd:2379'], path: /var/lib/tenure}
+identityFile: /var/lib/tenure.identity
+providers:
+  - {name: lan, kind: onprem, interface: eth0, garpCount: 5, garpInterval: 50ms}
+  - {name: cloud, kind: aws, region: us-east-1, endpointUrl: 'http://127.0.0.1:5000'}
+  - {name: logger, kind: exec, command: [logger, -t, tenure]}
+vrrp: {notifyFifo: /run/tenure/keepalived.fifo, instance: VI_1}
+pools: []
+listen: '[::1]:9000'
+heartbeatInterval: 250ms
+requeueInterval: 1m
+actionTimeout: 3s
+apiTokenFile: token
+journalRetention: 20
+";
+    let config = parse_config(text, Path::new("agent.yaml")).expect("valid");
+    assert_eq!(config.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
+    assert_eq!(
+        config.store,
+        StoreConfig::Etcd {
+            endpoints: vec!["http://10.0.0.1:2379".to_owned(), "https://etcd:2379".to_owned()],
+            prefix: ETCD_PREFIX_DEFAULT.to_owned(),
+            path: PathBuf::from("/var/lib/tenure"),
+        }
+    );
+    assert_eq!(config.identity_file, PathBuf::from("/var/lib/tenure.identity"), "beside, not inside");
+    assert_eq!(
+        config.providers.iter().map(|p| p.settings.clone()).collect::<Vec<_>>(),
+        vec![
+            ProviderSettings::Onprem { interface: "eth0".to_owned(), garp_count: 5, garp_interval_ms: 50 },
+            ProviderSettings::Aws {
+                region: "us-east-1".to_owned(),
+                endpoint_url: Some("http://127.0.0.1:5000".to_owned())
+            },
+            // A bare program name stays for PATH; the default timeout is bounded by actionTimeout.
+            ProviderSettings::Exec {
+                command: vec!["logger".to_owned(), "-t".to_owned(), "tenure".to_owned()],
+                timeout_ms: 3_000
+            },
+        ]
+    );
+    assert_eq!(
+        config.vrrp,
+        Some(VrrpConfig {
+            notify_fifo: PathBuf::from("/run/tenure/keepalived.fifo"),
+            instance: "VI_1".to_owned()
+        })
+    );
+    assert!(config.pool_files.is_empty(), "an agent without pools just heartbeats");
+    assert_eq!(config.listen.to_string(), "[::1]:9000");
+    assert_eq!(
+        (config.heartbeat_interval_ms, config.requeue_interval_ms, config.action_timeout_ms),
+        (250, 60_000, 3_000)
+    );
+    assert_eq!(config.api_token_file, Some(PathBuf::from("token")), "relative to the config's folder");
+    assert_eq!(config.journal_retention, 20);
+    assert_eq!(config.identity_file, PathBuf::from("/var/lib/tenure.identity"));
+}
+
+#[test]
+fn the_default_identity_file_takes_the_config_files_stem() {
+    let config = parse_config(GOOD, Path::new("single.yaml")).expect("valid");
+    assert_eq!(config.identity_file, PathBuf::from("single.identity"));
+    assert_eq!(config.store.path(), Path::new("data/a"));
+    let here = GOOD.replace("path: ./data/a", "path: .");
+    let here = parse_config(
+        &here.replace("pools: [pools/edge.yaml]", "identityFile: ../x.identity"),
+        Path::new("agent.yaml"),
+    );
+    assert_eq!(here.expect("valid").store.path(), Path::new("."), "never an empty path");
+}
+
+#[test]
+fn a_typo_is_refused_where_it_is_written() {
+    assert_eq!(first(&format!("{GOOD}heartbeatIntreval: 1s\n"), "heartbeatIntreval"), 8);
+    let nested = GOOD.replace("priority: 5", "priorty: 5");
+    assert_eq!(first(&nested, "priorty"), 2);
+    let store = GOOD.replace("path: ./data/a", "paht: ./data/a");
+    assert_eq!(first(&store, "paht"), 3);
+}
+
+#[test]
+fn node_and_nodes_exactly_one() {
+    let both = format!("{GOOD}nodes: [{{name: b, provider: sim1, placementGroup: g1, nic: eni-b}}]\n");
+    assert_eq!(first(&both, "not both"), 8);
+    let neither = GOOD.replace(
+        "node: {name: a, provider: sim1, placementGroup: g1, nic: eni-a, priority: 5, capacity: 50}\n",
+        "",
+    );
+    let (line, column, message) = errors(&neither).remove(0);
+    assert_eq!((line, column), (2, 1), "the first key of the file, after the comment");
+    assert!(message.starts_with("missing `node`"), "{message}");
+    let empty = GOOD.replace(
+        "node: {name: a, provider: sim1, placementGroup: g1, nic: eni-a, priority: 5, capacity: 50}",
+        "nodes: []",
+    );
+    assert_eq!(first(&empty, "at least one node"), 2);
+}
+
+#[test]
+fn nodes_follow_the_shared_node_rule() {
+    let text = GOOD.replace(
+        "node: {name: a, provider: sim1, placementGroup: g1, nic: eni-a, priority: 5, capacity: 50}",
+        "nodes:\n  - {name: a, provider: sim1, placementGroup: g1, nic: eni-a}\n  - {name: a, provider: sim9, placementGroup: g1, nic: eni-b}",
+    );
+    let all = errors(&text);
+    let messages: Vec<&str> = all.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert_eq!(
+        messages,
+        vec!["node `a` is declared twice", "node `a` names undeclared provider `sim9`"],
+        "{all:?}"
+    );
+    assert!(all.iter().all(|(line, _, _)| *line == 4), "{all:?}");
+}
+
+#[test]
+fn providers_are_checked_by_kind() {
+    let twice = GOOD.replace("{name: hook, kind: exec", "{name: sim1, kind: exec");
+    assert_eq!(first(&twice, "provider `sim1` is declared twice"), 6);
+    let unknown = GOOD.replace("kind: sim-cloud", "kind: sim-cluod");
+    assert_eq!(first(&unknown, "unknown variant `sim-cluod`"), 5);
+    let no_command = GOOD.replace(", command: [hooks/run.sh, --verbose]", "");
+    let (line, column, message) = errors(&no_command).remove(0);
+    assert_eq!((line, column), (6, 5), "at the provider entry");
+    assert!(message.contains("exec provider `hook` needs `command`"), "{message}");
+    let empty_command = GOOD.replace("[hooks/run.sh, --verbose]", "[]");
+    assert_eq!(first(&empty_command, "must name at least the program"), 6);
+    let empty_program = GOOD.replace("[hooks/run.sh, --verbose]", "['', --verbose]");
+    assert_eq!(first(&empty_program, "the program must not be empty"), 6);
+    let foreign = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: sim-cloud, timeout: 1s}");
+    assert_eq!(
+        first(&foreign, "provider kind `sim-cloud` does not take `timeout` (it takes no settings)"),
+        5
+    );
+    let oci = GOOD.replace("kind: sim-cloud", "kind: oci");
+    assert_eq!(first(&oci, "no executor in this version"), 5);
+    let onprem = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: onprem}");
+    assert_eq!(first(&onprem, "needs `interface`"), 5);
+    let bad_interface = GOOD.replace(
+        "{name: sim1, kind: sim-cloud}",
+        "{name: sim1, kind: onprem, interface: a-very-long-interface}",
+    );
+    assert_eq!(first(&bad_interface, "1 to 15 bytes"), 5);
+    let garp = GOOD.replace(
+        "{name: sim1, kind: sim-cloud}",
+        "{name: sim1, kind: onprem, interface: eth0, garpCount: 1000}",
+    );
+    assert_eq!(first(&garp, "garpCount 1000 is more than 100"), 5);
+    let region = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: aws, region: US East}");
+    assert_eq!(first(&region, "not an AWS region"), 5);
+    let no_region = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: aws}");
+    assert_eq!(first(&no_region, "needs `region`"), 5);
+}
+
+#[test]
+fn an_exec_timeout_is_bounded_by_the_action_timeout() {
+    let longer = format!("{GOOD}actionTimeout: 1s\n");
+    let (line, _, message) = errors(&longer).remove(0);
+    assert_eq!(line, 6);
+    assert!(message.contains("timeout 2s is longer than actionTimeout 1s"), "{message}");
+    let zero = GOOD.replace("timeout: 2s", "timeout: 0s");
+    assert_eq!(first(&zero, "timeout must be longer than 0"), 6);
+}
+
+#[test]
+fn durations_and_numbers_are_checked_where_written() {
+    assert_eq!(first(&format!("{GOOD}heartbeatInterval: 5 seconds\n"), "heartbeatInterval: `5 seconds`"), 8);
+    assert_eq!(
+        first(&format!("{GOOD}heartbeatInterval: 0s\n"), "heartbeatInterval must be longer than 0"),
+        8
+    );
+    assert_eq!(first(&format!("{GOOD}requeueInterval: soon\n"), "requeueInterval: `soon`"), 8);
+    assert_eq!(first(&format!("{GOOD}actionTimeout: 0\n"), "actionTimeout must be longer than 0"), 8);
+    assert_eq!(first(&format!("{GOOD}journalRetention: 0\n"), "journalRetention must be from 1"), 8);
+    assert_eq!(first(&format!("{GOOD}journalRetention: -3\n"), "0 or more"), 8);
+}
+
+#[test]
+fn a_bad_listen_address_is_refused() {
+    for bad in ["localhost:9464", "127.0.0.1", "127.0.0.1:99999", "::1:9464"] {
+        let (line, column, message) = errors(&format!("{GOOD}listen: '{bad}'\n")).remove(0);
+        assert_eq!((line, column), (8, 9), "{bad}");
+        assert!(message.starts_with(&format!("listen: `{bad}` is not an IP address and port")), "{message}");
+    }
+}
+
+#[test]
+fn stores_are_checked_by_kind() {
+    let unknown = GOOD.replace("kind: embedded", "kind: etdc");
+    assert_eq!(first(&unknown, "unknown variant `etdc`"), 3);
+    let no_endpoints = GOOD.replace("kind: embedded", "kind: etcd");
+    assert_eq!(first(&no_endpoints, "an etcd store needs `endpoints`"), 3);
+    let empty = GOOD.replace("kind: embedded", "kind: etcd, endpoints: []");
+    assert_eq!(first(&empty, "at least one etcd URL"), 3);
+    let bad_url = GOOD.replace("kind: embedded", "kind: etcd, endpoints: [127.0.0.1:2379]");
+    assert_eq!(first(&bad_url, "is not a URL"), 3);
+    let prefix = GOOD.replace("kind: embedded", "kind: etcd, endpoints: ['http://e:2379'], prefix: tenure");
+    assert_eq!(first(&prefix, "must start with `/`"), 3);
+    let embedded_endpoints = GOOD.replace("kind: embedded", "kind: embedded, endpoints: ['http://e:2379']");
+    assert_eq!(first(&embedded_endpoints, "store kind `embedded` does not take `endpoints`"), 3);
+    let missing_path = GOOD.replace(", path: ./data/a", "");
+    assert_eq!(first(&missing_path, "missing field `path`"), 3);
+    let empty_path = GOOD.replace("path: ./data/a", "path: ''");
+    assert_eq!(first(&empty_path, "store.path must not be empty"), 3);
+}
+
+#[test]
+fn the_identity_file_must_be_outside_the_store() {
+    let inside = format!("{GOOD}identityFile: data/a/../a/tenure.identity\n");
+    let (line, column, message) = errors(&inside).remove(0);
+    assert_eq!((line, column), (8, 15));
+    assert!(message.contains("is inside store.path"), "{message}");
+    let beside = format!("{GOOD}identityFile: data/a.identity\n");
+    assert!(parse(&beside).is_ok(), "a sibling of the store's folder is outside it");
+    // The default identity file sits beside the config file: a store in the config's own folder
+    // would hold it.
+    let store_here = GOOD.replace("path: ./data/a", "path: .");
+    let (line, _, message) = errors(&store_here).remove(0);
+    assert_eq!(line, 3);
+    assert!(message.contains("the default identityFile `/etc/tenure/agent.identity`"), "{message}");
+}
+
+#[test]
+fn pool_entries_and_paths_are_checked() {
+    let twice = GOOD.replace(
+        "pools: [pools/edge.yaml]",
+        "pools: [pools/edge.yaml, ./pools/../pools/edge.yaml, pools/edge.yaml]",
+    );
+    assert_eq!(first(&twice, "pool file `pools/edge.yaml` is listed twice"), 7);
+    let empty = format!("{GOOD}apiTokenFile: ''\n");
+    assert_eq!(first(&empty, "apiTokenFile must not be empty"), 8);
+    let vrrp = format!("{GOOD}vrrp: {{notifyFifo: /run/f, instance: 'VI 1'}}\n");
+    assert_eq!(first(&vrrp, "vrrp.instance `VI 1`"), 8);
+}
+
+#[test]
+fn errors_come_in_file_order_and_all_at_once() {
+    let text = GOOD
+        .replace("kind: sim-cloud}", "kind: sim-cloud, command: [x]}")
+        .replace("priority: 5", "priority: 5, nic: eni-b")
+        + "listen: nowhere\n";
+    // A duplicate key is a YAML error and stops parsing: fix it to see the rest.
+    assert!(first(&text, "duplicate") == 2);
+    let text = GOOD.replace("kind: sim-cloud}", "kind: sim-cloud, command: [x]}") + "listen: nowhere\n";
+    let lines: Vec<u64> = errors(&text).iter().map(|(line, _, _)| *line).collect();
+    assert_eq!(lines, vec![5, 8]);
+}
+
+/// A fresh folder for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tenure-config-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("pools")).expect("scratch folder");
+    dir
+}
+
+const POOL: &str = "\
+apiVersion: tenure.dev/v1alpha1
+kind: MobilityPool
+metadata: {name: edge}
+spec:
+  addresses: [10.0.0.10, 10.0.0.16/30]
+  provider: sim1
+  placementGroup: g1
+  members: [a, b]
+";
+
+/// Writes the config and pool files into a scratch folder and loads them.
+fn load(
+    name: &str,
+    config: &str,
+    pools: &[(&str, &str)],
+) -> (PathBuf, Result<Vec<tenure_core::model::PoolSpec>, Vec<String>>) {
+    let dir = scratch(name);
+    let path = dir.join("agent.yaml");
+    fs::write(&path, config).expect("write config");
+    for (file, text) in pools {
+        fs::write(dir.join(file), text).expect("write pool");
+    }
+    let config = load_config(&path).expect("the config is valid");
+    let result = load_pools(&config);
+    (dir, result)
+}
+
+#[test]
+fn pool_files_load_and_other_hosts_members_are_allowed() {
+    let (dir, pools) = load("good", GOOD, &[("pools/edge.yaml", POOL)]);
+    let pools = pools.expect("valid pools");
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0].members, vec!["a".to_owned(), "b".to_owned()], "b runs on another host");
+    assert_eq!(pools[0].addresses.len(), 5);
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_missing_pool_file_is_reported_at_its_config_entry() {
+    let (dir, result) = load("missing", GOOD, &[]);
+    let errors = result.expect_err("missing file");
+    let config = dir.join("agent.yaml").display().to_string();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with(&format!("{config}:7:9: pool file `")), "{errors:?}");
+    assert!(errors[0].contains("cannot read"), "{errors:?}");
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn pools_are_checked_together_and_against_the_config() {
+    let config = GOOD.replace("[pools/edge.yaml]", "[pools/edge.yaml, pools/more.yaml]");
+    let more = POOL
+        .replace("name: edge", "name: more")
+        .replace("[10.0.0.10, 10.0.0.16/30]", "[10.0.0.99, 10.0.0.17]");
+    let (dir, result) = load("overlap", &config, &[("pools/edge.yaml", POOL), ("pools/more.yaml", &more)]);
+    let errors = result.expect_err("overlap across files");
+    let more_file = dir.join("pools/more.yaml").display().to_string();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with(&format!("{more_file}:5:")), "{errors:?}");
+    assert!(errors[0].contains("10.0.0.17") && errors[0].contains("also in pool `edge`"), "{errors:?}");
+    let _ = fs::remove_dir_all(dir);
+
+    let unknown_provider = POOL.replace("provider: sim1", "provider: sim9");
+    let (dir, result) = load("provider", GOOD, &[("pools/edge.yaml", &unknown_provider)]);
+    let errors = result.expect_err("undeclared provider");
+    let edge = dir.join("pools/edge.yaml").display().to_string();
+    assert!(errors[0].starts_with(&format!("{edge}:6:13: pool `edge` names provider `sim9`")), "{errors:?}");
+    assert!(errors[0].contains("it declares `sim1`, `hook`"), "{errors:?}");
+    let _ = fs::remove_dir_all(dir);
+
+    let other_group = POOL.replace("placementGroup: g1", "placementGroup: g2");
+    let (dir, result) = load("group", GOOD, &[("pools/edge.yaml", &other_group)]);
+    let errors = result.expect_err("local member in another placement group");
+    assert_eq!(errors.len(), 1, "only the member this config runs: {errors:?}");
+    assert!(errors[0].contains(":8:13: member `a` is in placement group `g1`"), "{errors:?}");
+    let _ = fs::remove_dir_all(dir);
+
+    let short_ttl = format!("{POOL}  heartbeatTTL: 400ms\n");
+    let (dir, result) = load("ttl", GOOD, &[("pools/edge.yaml", &short_ttl)]);
+    let errors = result.expect_err("TTL shorter than the heartbeat interval");
+    assert!(errors[0].contains(":3:18: pool `edge` has heartbeatTTL 400ms"), "{errors:?}");
+    let _ = fs::remove_dir_all(dir);
+
+    let vrrp = format!("{POOL}  authority: vrrp\n");
+    let (dir, result) = load("vrrp", GOOD, &[("pools/edge.yaml", &vrrp)]);
+    let errors = result.expect_err("vrrp authority without the vrrp section");
+    assert!(
+        errors[0].contains("has `authority: vrrp`, but the agent config has no `vrrp` section"),
+        "{errors:?}"
+    );
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_pool_without_a_local_member_is_not_held_to_this_hosts_timing() {
+    let others = format!("{}  heartbeatTTL: 400ms\n  authority: vrrp\n", POOL.replace("[a, b]", "[b, c]"));
+    let (dir, result) = load("others", GOOD, &[("pools/edge.yaml", &others)]);
+    assert!(result.is_ok(), "{result:?}");
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_config_file_is_read_with_its_name_in_every_error() {
+    let dir = scratch("render");
+    let path = dir.join("agent.yaml");
+    fs::write(&path, format!("{GOOD}listen: nowhere\nbogus: 1\n")).expect("write");
+    let errors = load_config(&path).expect_err("unknown key");
+    let file = path.display().to_string();
+    assert_eq!(
+        errors,
+        vec![format!(
+            "{file}:9:1: unknown field `bogus`, expected one of node, nodes, store, identityFile, providers, vrrp, pools, listen, heartbeatInterval, requeueInterval, actionTimeout, apiTokenFile, journalRetention"
+        )]
+    );
+    let missing = load_config(&dir.join("nope.yaml")).expect_err("missing file");
+    assert_eq!(missing.len(), 1);
+    assert!(
+        missing[0].starts_with(&format!("{}: cannot read: ", dir.join("nope.yaml").display())),
+        "{missing:?}"
+    );
+    let _ = fs::remove_dir_all(dir);
+}
