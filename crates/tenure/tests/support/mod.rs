@@ -1,0 +1,245 @@
+//! A **test-double agent loop** and the real API router in front of it, on 127.0.0.1:0.
+//!
+//! The double answers [`Request`]s from a small in-memory state: a [`MemoryLog`] that every
+//! accepted event is appended to (its length is what the tests watch: a refused request must not
+//! change it), and a [`Replay`] (the real core: federation, node drivers, journals) that applies
+//! the same events and reconciles every node after each, so ownership and actions move as the
+//! agent's would. It runs on its own thread and reads requests with `blocking_recv`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tenure::agent::request::{
+    ActionFilter, AgentHandle, Health, MetricsSnapshot, Receipt, Request, SubmitError,
+};
+use tenure::api::{ApiToken, router, serve};
+use tenure::metrics::Metrics;
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::{Log as _, MemoryLog};
+use tenure_sim::replay::{ActionRow, Replay};
+use tenure_sim::scenario::{LocalStep, Scenario, parse_scenario};
+use tokio::sync::{mpsc, oneshot};
+
+/// Two nodes on one simulated cloud; `edge` is automatic, `gated` needs approvals.
+pub const SCENARIO: &str = r#"
+nodes:
+  - {name: a, provider: sim1, placementGroup: g1, priority: 10, nic: eni-a}
+  - {name: b, provider: sim1, placementGroup: g1, nic: eni-b}
+providers:
+  - {name: sim1, kind: sim-cloud}
+pools:
+  - apiVersion: tenure.dev/v1alpha1
+    kind: MobilityPool
+    metadata: {name: edge}
+    spec: {addresses: [10.0.0.10, 10.0.0.11], provider: sim1, placementGroup: g1, members: [a, b]}
+  - apiVersion: tenure.dev/v1alpha1
+    kind: MobilityPool
+    metadata: {name: gated}
+    spec: {addresses: [10.0.0.20], provider: sim1, placementGroup: g1, members: [a, b], approval: manual}
+"#;
+
+/// The token the tests' server is given.
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// How the double behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Answers every request.
+    Answering,
+    /// Keeps the channel open and never reads it (a loop that hangs).
+    Silent,
+    /// Drops the channel at once (a loop that stopped).
+    Stopped,
+}
+
+/// What the tests can see and change of the double.
+#[derive(Clone, Debug, Default)]
+pub struct DoubleState {
+    /// Records in the double's log.
+    pub log_len: Arc<AtomicU64>,
+    /// What `health` says; `false` makes it "cannot act".
+    pub healthy: Arc<AtomicBool>,
+}
+
+impl DoubleState {
+    /// Records in the double's log now.
+    pub fn log_len(&self) -> u64 {
+        self.log_len.load(Ordering::SeqCst)
+    }
+}
+
+/// The test double's log and core.
+struct TestDoubleAgentLoop {
+    scenario: Scenario,
+    replay: Replay,
+    log: MemoryLog,
+    at_ms: u64,
+    state: DoubleState,
+}
+
+impl TestDoubleAgentLoop {
+    fn new(state: DoubleState) -> Self {
+        let scenario = parse_scenario(SCENARIO).expect("the test scenario is valid");
+        let replay = Replay::new(&scenario, false);
+        let mut double = Self { scenario, replay, log: MemoryLog::new(), at_ms: 0, state };
+        for pool in double.scenario.pools.clone() {
+            double.append(EventKind::PoolApplied { spec: Box::new(pool) });
+        }
+        for node in ["a", "b"] {
+            double.append(EventKind::Heartbeat { node: node.to_owned() });
+        }
+        double
+    }
+
+    /// Appends an event to the log and the core, then reconciles every node; returns its index.
+    fn append(&mut self, kind: EventKind) -> u64 {
+        let event = Event { at_ms: self.at_ms, kind };
+        let index = self.log.append(&event).expect("the memory log takes the event").get();
+        // An event the core rejects stays in the log, as it would in the agent's (counted there).
+        let _ = self.replay.append(event);
+        for node in ["a", "b"] {
+            self.replay.local(self.at_ms, node, LocalStep::Reconcile);
+        }
+        self.at_ms += 1;
+        self.state.log_len.store(index, Ordering::SeqCst);
+        index
+    }
+
+    fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
+        let known_node = |node: &str| self.scenario.nodes.iter().any(|n| n.name == node);
+        match &event {
+            EventKind::Drain { node } | EventKind::Undrain { node } if !known_node(node) => {
+                return Err(SubmitError::NotFound(format!("node \"{node}\" not found")));
+            }
+            EventKind::Desire { pool, address } | EventKind::Undesire { pool, address } => {
+                let Some(spec) = self.scenario.pools.iter().find(|p| &p.name == pool) else {
+                    return Err(SubmitError::NotFound(format!("pool \"{pool}\" not found")));
+                };
+                if !spec.addresses.contains(address) {
+                    return Err(SubmitError::NotFound(format!("address {address} is not in pool \"{pool}\"")));
+                }
+            }
+            EventKind::Drain { .. } | EventKind::Undrain { .. } | EventKind::Approve { .. } => {}
+            other => return Err(SubmitError::Refused(format!("the API does not append {other:?}"))),
+        }
+        Ok(Receipt { index: self.append(event) })
+    }
+
+    fn actions(&self, filter: &ActionFilter) -> Vec<ActionRow> {
+        let matches = |wanted: &Option<String>, value: &str| wanted.as_deref().is_none_or(|w| w == value);
+        self.replay
+            .report()
+            .actions
+            .into_iter()
+            .filter(|a| {
+                matches(&filter.node, &a.node) && matches(&filter.state, &a.state) && matches(&filter.pool, &a.pool)
+            })
+            .collect()
+    }
+
+    fn health(&self) -> Health {
+        let ok = self.state.healthy.load(Ordering::SeqCst);
+        let index = self.state.log_len();
+        Health {
+            ok,
+            reason: (!ok).then(|| "cannot read the log head (test double)".to_owned()),
+            nodes: vec!["a".to_owned(), "b".to_owned()],
+            log_index: index,
+            log_head: index,
+            stream_time_ms: self.at_ms.saturating_sub(1),
+        }
+    }
+
+    fn metrics(&self) -> MetricsSnapshot {
+        let report = self.replay.report();
+        let mut actions: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut fenced: BTreeMap<String, u64> = BTreeMap::new();
+        for a in &report.actions {
+            *actions.entry((a.verb.clone(), a.state.clone())).or_default() += 1;
+            if let Some(reason) = &a.reason {
+                *fenced.entry(reason.clone()).or_default() += 1;
+            }
+        }
+        MetricsSnapshot {
+            ownership: report.ownership,
+            actions: actions.into_iter().collect(),
+            fenced: fenced.into_iter().collect(),
+            rejected_events: Vec::new(),
+            log_index: self.state.log_len(),
+            log_lag: 0,
+            healthy: self.state.healthy.load(Ordering::SeqCst),
+        }
+    }
+
+    fn answer(&mut self, request: Request) {
+        // A caller that gave up is no error of the double's.
+        match request {
+            Request::Ownership { reply } => drop(reply.send(self.replay.report().ownership)),
+            Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
+            Request::Health { reply } => drop(reply.send(self.health())),
+            Request::Metrics { reply } => drop(reply.send(self.metrics())),
+            Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
+        }
+    }
+}
+
+/// The real router in front of a test double, served on 127.0.0.1:0.
+pub struct Server {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The listening address.
+    pub address: SocketAddr,
+    /// The double's observable state.
+    pub state: DoubleState,
+    /// Kept so a [`Mode::Silent`] channel stays open.
+    _silent: Option<mpsc::Receiver<Request>>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// Starts a double in `mode` and the API in front of it (with `token`, and a handle that waits
+/// `timeout` for each answer), on the current tokio runtime.
+pub async fn start(mode: Mode, token: Option<&str>, timeout: Duration) -> Server {
+    let (handle, receiver) = AgentHandle::channel();
+    let handle = handle.with_timeout(timeout);
+    let state = DoubleState::default();
+    state.healthy.store(true, Ordering::SeqCst);
+    let mut silent = None;
+    match mode {
+        Mode::Answering => {
+            let double_state = state.clone();
+            let (ready, built) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut double = TestDoubleAgentLoop::new(double_state);
+                ready.send(()).expect("the starter waits");
+                let mut receiver = receiver;
+                while let Some(request) = receiver.blocking_recv() {
+                    double.answer(request);
+                }
+            });
+            built.recv().expect("the double starts");
+        }
+        Mode::Silent => silent = Some(receiver),
+        Mode::Stopped => drop(receiver),
+    }
+    let token = token.map(|t| ApiToken::new(t.to_owned()).expect("a valid test token"));
+    let app = router(handle, Arc::new(Metrics::new()), token);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let address = listener.local_addr().expect("bound");
+    let (shutdown, stop) = oneshot::channel::<()>();
+    tokio::spawn(serve(listener, app, async move {
+        let _ = stop.await;
+    }));
+    Server { base: format!("http://{address}"), address, state, _silent: silent, shutdown: Some(shutdown) }
+}
