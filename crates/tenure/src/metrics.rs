@@ -163,7 +163,7 @@ impl Collector for SnapshotCollector {
         };
         let mut family = encoder.encode_descriptor(
             "tenure_ownership_epoch",
-            "Current ownershipEpoch per address (0: never owned)",
+            "Current ownershipEpoch per address (0: never owned).",
             None,
             MetricType::Gauge,
         )?;
@@ -173,7 +173,7 @@ impl Collector for SnapshotCollector {
         }
         let mut family = encoder.encode_descriptor(
             "tenure_capture_epoch",
-            "Current captureEpoch per address, on its pool's capture domain (0: never held)",
+            "Current captureEpoch per address, on its pool's capture domain (0: never held).",
             None,
             MetricType::Gauge,
         )?;
@@ -183,7 +183,7 @@ impl Collector for SnapshotCollector {
         }
         let mut family = encoder.encode_descriptor(
             "tenure_address_owner",
-            "1 for the current owner of each address (owner=\"\" when it has none)",
+            "1 for the current owner of each address (owner=\"\" when it has none).",
             None,
             MetricType::Gauge,
         )?;
@@ -197,7 +197,7 @@ impl Collector for SnapshotCollector {
         }
         let mut family = encoder.encode_descriptor(
             "tenure_address_desired",
-            "1 when the address is desired (should be held), 0 after undesire",
+            "1 when the address is desired (should be held), 0 after undesire.",
             None,
             MetricType::Gauge,
         )?;
@@ -207,7 +207,7 @@ impl Collector for SnapshotCollector {
         }
         let mut family = encoder.encode_descriptor(
             "tenure_actions",
-            "Journal entries now, by verb and state",
+            "Journal entries now, by verb and state.",
             None,
             MetricType::Gauge,
         )?;
@@ -218,22 +218,32 @@ impl Collector for SnapshotCollector {
         reason_counters(
             &mut encoder,
             "tenure_actions_fenced",
-            "Actions the fence gate skipped since the agent started, by reason",
+            "Actions the fence gate skipped since the agent started, by reason.",
             &s.fenced,
         )?;
         reason_counters(
             &mut encoder,
             "tenure_events_rejected",
-            "Log events the projection rejected since the agent started, by reason",
+            "Log events the projection rejected since the agent started, by reason.",
             &s.rejected_events,
         )?;
-        gauge(&mut encoder, "tenure_log_index", "Index of the last log record applied (0: none)", s.log_index)?;
-        gauge(&mut encoder, "tenure_log_lag", "Log records between the head and the last one applied", s.log_lag)?;
+        gauge(
+            &mut encoder,
+            "tenure_log_index",
+            "Index of the last log record applied (0: none).",
+            s.log_index,
+        )?;
+        gauge(
+            &mut encoder,
+            "tenure_log_lag",
+            "Log records between the head and the last one applied.",
+            s.log_lag,
+        )?;
         gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, u64::from(s.healthy))
     }
 }
 
-const HEALTHY_HELP: &str = "1 when the agent follows the log and can read its head (it can act), else 0";
+const HEALTHY_HELP: &str = "1 when the agent follows the log and can read its head (it can act), else 0.";
 
 /// One unlabelled gauge family.
 fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
@@ -357,7 +367,13 @@ mod tests {
         (samples, types)
     }
 
-    fn row(pool: &str, address: &str, owner: Option<&str>, epochs: (u64, u64), desired: bool) -> OwnershipRow {
+    fn row(
+        pool: &str,
+        address: &str,
+        owner: Option<&str>,
+        epochs: (u64, u64),
+        desired: bool,
+    ) -> OwnershipRow {
         OwnershipRow {
             pool: pool.to_owned(),
             address: address.to_owned(),

@@ -107,7 +107,8 @@ async fn reads_have_the_replay_report_shapes() {
     let ownership = reply.json();
     let rows = ownership["ownership"].as_array().expect("`ownership` is a list");
     assert_eq!(rows.len(), 3, "two edge addresses and one gated");
-    let keys: Vec<&str> = rows[0].as_object().expect("a row is an object").keys().map(String::as_str).collect();
+    let keys: Vec<&str> =
+        rows[0].as_object().expect("a row is an object").keys().map(String::as_str).collect();
     assert_eq!(keys, ["address", "captureEpoch", "desired", "owner", "ownershipEpoch", "pool"]);
     assert_eq!(owner_of(&ownership, "edge", "10.0.0.10"), (json!("a"), 1, true));
 
@@ -116,7 +117,17 @@ async fn reads_have_the_replay_report_shapes() {
     let actions = actions.json();
     let rows = actions["actions"].as_array().expect("`actions` is a list");
     assert!(!rows.is_empty(), "the double's nodes planned their acquires");
-    for field in ["node", "idempotencyKey", "verb", "pool", "address", "holder", "ownershipEpoch", "captureEpoch", "state"] {
+    for field in [
+        "node",
+        "idempotencyKey",
+        "verb",
+        "pool",
+        "address",
+        "holder",
+        "ownershipEpoch",
+        "captureEpoch",
+        "state",
+    ] {
         assert!(rows[0].get(field).is_some(), "an action row has `{field}`: {}", rows[0]);
     }
     assert!(rows.iter().any(|r| r["idempotencyKey"] == GATED_KEY && r["state"] == "pending"));
@@ -178,7 +189,9 @@ async fn a_loop_that_does_not_answer_is_503_within_the_timeout() {
         for path in ["/v1/ownership", "/v1/actions"] {
             let reply = get(&server, path).await;
             assert_eq!(reply.status, 503, "{mode:?} {path}");
-            assert!(reply.json()["error"].as_str().expect("a message").starts_with("agent loop not answering"));
+            assert!(
+                reply.json()["error"].as_str().expect("a message").starts_with("agent loop not answering")
+            );
         }
         let reply = post(&server, "/v1/drain/a", "").await;
         assert_eq!(reply.status, 503, "{mode:?}: {}", reply.body);
@@ -223,7 +236,11 @@ async fn mutating_calls_need_the_right_bearer_token() {
     for (path, body) in mutating_routes() {
         let reply = post(&closed, &path, &body).await;
         assert_eq!(reply.status, 403, "{path} on an agent without a token");
-        assert!(reply.json()["error"].as_str().expect("a message").contains("apiTokenFile"), "{}", reply.body);
+        assert!(
+            reply.json()["error"].as_str().expect("a message").contains("apiTokenFile"),
+            "{}",
+            reply.body
+        );
     }
     assert_eq!(closed.state.log_len(), before);
 }
@@ -242,8 +259,16 @@ async fn bad_inputs_are_400_naming_the_field_and_change_nothing() {
         ("/v1/desire".into(), r#"{"pool": "edge", "address": " 10.0.0.11"}"#.into(), Some("address")),
         ("/v1/desire".into(), r#"{"pool": "edge", "address": ["10.0.0.11"]}"#.into(), Some("address")),
         ("/v1/desire".into(), r#"{"pool": "edge"}"#.into(), Some("address")),
-        ("/v1/desire".into(), r#"{"pool": "edge", "address": "10.0.0.11", "force": true}"#.into(), Some("force")),
-        ("/v1/desire".into(), r#"{"pool": "edge", "pool": "gated", "address": "10.0.0.11"}"#.into(), Some("pool")),
+        (
+            "/v1/desire".into(),
+            r#"{"pool": "edge", "address": "10.0.0.11", "force": true}"#.into(),
+            Some("force"),
+        ),
+        (
+            "/v1/desire".into(),
+            r#"{"pool": "edge", "pool": "gated", "address": "10.0.0.11"}"#.into(),
+            Some("pool"),
+        ),
         ("/v1/desire".into(), r#"{"pool": "edge", "address": "10.0.0.11""#.into(), None),
         ("/v1/desire".into(), r#"["edge", "10.0.0.11"]"#.into(), None),
         ("/v1/desire".into(), String::new(), Some("pool")),
@@ -259,8 +284,16 @@ async fn bad_inputs_are_400_naming_the_field_and_change_nothing() {
         ("/v1/undrain/a".into(), r#"{"force": true}"#.into(), Some("force")),
         // approve: the key in the path
         ("/v1/approve/not-a-key".into(), String::new(), Some("key")),
-        ("/v1/approve/gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:01:epoch:1".into(), String::new(), Some("key")),
-        ("/v1/approve/gated/10.0.0.20/no-such-verb/a/sim1/eni-a/owner:1:epoch:1".into(), String::new(), Some("key")),
+        (
+            "/v1/approve/gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:01:epoch:1".into(),
+            String::new(),
+            Some("key"),
+        ),
+        (
+            "/v1/approve/gated/10.0.0.20/no-such-verb/a/sim1/eni-a/owner:1:epoch:1".into(),
+            String::new(),
+            Some("key"),
+        ),
         (format!("/v1/approve/{GATED_KEY}"), r#"{"key": "x"}"#.into(), Some("key")),
     ];
     for (path, body, field) in cases {
@@ -300,8 +333,12 @@ async fn oversized_bodies_are_413_and_change_nothing() {
         assert_eq!(server.state.log_len(), before, "{path} appended nothing");
     }
     // Just under the limit is read (and then judged on its content).
-    let body = format!(r#"{{"pool": "edge", "address": "10.0.0.11"}}{}"#, " ".repeat(API_BODY_BYTES_MAX - 64));
-    assert_eq!(call(&server, Method::POST, "/v1/undesire", &[BEARER, JSON], body.as_bytes()).await.status, 200);
+    let body =
+        format!(r#"{{"pool": "edge", "address": "10.0.0.11"}}{}"#, " ".repeat(API_BODY_BYTES_MAX - 64));
+    assert_eq!(
+        call(&server, Method::POST, "/v1/undesire", &[BEARER, JSON], body.as_bytes()).await.status,
+        200
+    );
 }
 
 #[tokio::test]
@@ -311,8 +348,14 @@ async fn wrong_content_types_are_415_and_change_nothing() {
     for (path, _) in mutating_routes() {
         let body = good_body();
         for content_type in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
-            let reply =
-                call(&server, Method::POST, &path, &[BEARER, ("content-type", content_type)], body.as_bytes()).await;
+            let reply = call(
+                &server,
+                Method::POST,
+                &path,
+                &[BEARER, ("content-type", content_type)],
+                body.as_bytes(),
+            )
+            .await;
             assert_eq!(reply.status, 415, "{path} as {content_type}: {}", reply.body);
             assert!(reply.json()["error"].as_str().expect("a message").contains("application/json"));
         }
@@ -408,7 +451,11 @@ async fn metrics_are_openmetrics_text_with_the_families() {
     }
     assert!(reply.body.contains(r#"tenure_address_owner{pool="edge",address="10.0.0.10",owner="a"} 1"#));
     assert!(reply.body.contains(&format!("\ntenure_log_index {}\n", server.state.log_len())));
-    assert!(reply.body.contains(r#"tenure_requests_rejected_total{reason="unauthenticated"} 1"#), "{}", reply.body);
+    assert!(
+        reply.body.contains(r#"tenure_requests_rejected_total{reason="unauthenticated"} 1"#),
+        "{}",
+        reply.body
+    );
     assert!(reply.body.ends_with("# EOF\n"));
 }
 

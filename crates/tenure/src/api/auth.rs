@@ -37,9 +37,7 @@ pub enum ApiError {
     },
     /// The token holds a character that cannot travel in an `Authorization` header (anything but
     /// printable ASCII without spaces).
-    #[error(
-        "{where_}the API token holds a character other than printable ASCII (no spaces) at byte {at}"
-    )]
+    #[error("{where_}the API token holds a character other than printable ASCII (no spaces) at byte {at}")]
     TokenCharacter {
         /// `"FILE: "` when it came from a file, else empty.
         where_: String,

@@ -42,9 +42,10 @@ pub async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiFailure> 
     if declared_length.is_some_and(|n| n > API_BODY_BYTES_MAX as u64) {
         return Err(too_large());
     }
-    let collected = tokio::time::timeout(API_BODY_READ_TIMEOUT, Limited::new(body, API_BODY_BYTES_MAX).collect())
-        .await
-        .map_err(|_| {
+    let collected =
+        tokio::time::timeout(API_BODY_READ_TIMEOUT, Limited::new(body, API_BODY_BYTES_MAX).collect())
+            .await
+            .map_err(|_| {
             ApiFailure::new(
                 StatusCode::REQUEST_TIMEOUT,
                 reason::BODY_TIMEOUT,
@@ -95,8 +96,11 @@ pub fn string_fields(bytes: &[u8], expected: &[&'static str]) -> Result<Vec<Stri
     let wanted = || expected.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ");
     for (index, (name, _)) in fields.iter().enumerate() {
         if !expected.contains(&name.as_str()) {
-            let expected_text =
-                if expected.is_empty() { "this route takes no fields".to_owned() } else { format!("expected {}", wanted()) };
+            let expected_text = if expected.is_empty() {
+                "this route takes no fields".to_owned()
+            } else {
+                format!("expected {}", wanted())
+            };
             return Err(ApiFailure::bad_field(name, format!("unknown field; {expected_text}")));
         }
         if fields[..index].iter().any(|(earlier, _)| earlier == name) {

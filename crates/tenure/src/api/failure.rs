@@ -111,5 +111,7 @@ fn one_line(text: &str) -> String {
     if !text.chars().any(char::is_control) {
         return text.to_owned();
     }
-    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }

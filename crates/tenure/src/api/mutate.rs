@@ -38,9 +38,11 @@ fn authorize(state: &ApiState, headers: &HeaderMap) -> Result<(), ApiFailure> {
             "this call needs `Authorization: Bearer <token>` (the agent's apiTokenFile)",
         )),
         Presented::Bearer(given) if token.matches(given) => Ok(()),
-        Presented::Bearer(_) => {
-            Err(ApiFailure::new(StatusCode::FORBIDDEN, reason::FORBIDDEN, "the bearer token is not this agent's"))
-        }
+        Presented::Bearer(_) => Err(ApiFailure::new(
+            StatusCode::FORBIDDEN,
+            reason::FORBIDDEN,
+            "the bearer token is not this agent's",
+        )),
     }
 }
 
@@ -56,7 +58,8 @@ fn path_name(what: &str, path: Result<Path<String>, PathRejection>) -> Result<St
 /// (canonical address, no leading zeros), since any other spelling could never name an action.
 pub fn check_key(key: &str) -> Result<(), String> {
     const FORMAT: &str = "<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<N>:epoch:<N>";
-    let parsed = ParsedKey::parse(key).ok_or_else(|| format!("`{key}` is not an idempotency key ({FORMAT})"))?;
+    let parsed =
+        ParsedKey::parse(key).ok_or_else(|| format!("`{key}` is not an idempotency key ({FORMAT})"))?;
     for (what, name) in [("pool", &parsed.pool), ("holder", &parsed.holder), ("provider", &parsed.provider)] {
         check_name(what, name).map_err(|e| format!("`{key}`: {e}"))?;
     }
@@ -144,10 +147,7 @@ pub async fn approve(
 }
 
 /// The `{"pool": …, "address": …}` body of desire and undesire, checked.
-async fn pool_address(
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(String, std::net::IpAddr), ApiFailure> {
+async fn pool_address(headers: &HeaderMap, body: Body) -> Result<(String, std::net::IpAddr), ApiFailure> {
     let bytes = read(headers, body).await?;
     let [pool, address]: [String; 2] = string_fields(&bytes, POOL_ADDRESS_FIELDS)?
         .try_into()

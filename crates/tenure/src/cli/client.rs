@@ -92,12 +92,18 @@ impl Client {
 
     /// Sends one request to `path` (which starts with `/` and is already percent-encoded), with a
     /// JSON body when one is given, and reads the whole answer.
-    pub async fn call(&self, method: Method, path: &str, json: Option<Vec<u8>>) -> Result<Answer, ClientError> {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        json: Option<Vec<u8>>,
+    ) -> Result<Answer, ClientError> {
         let uri: Uri = format!("{}{path}", self.endpoint).parse().map_err(|e| ClientError::BadEndpoint {
             endpoint: self.endpoint.clone(),
             reason: format!("cannot form a URL with `{path}`: {e}"),
         })?;
-        let mut request = Request::builder().method(method).uri(uri).header(header::ACCEPT, "application/json");
+        let mut request =
+            Request::builder().method(method).uri(uri).header(header::ACCEPT, "application/json");
         if let Some(token) = &self.token {
             request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
@@ -115,13 +121,17 @@ impl Client {
         let exchange = async {
             let response = self.inner.request(request).await.map_err(|e| self.no_answer(&e))?;
             let status = response.status();
-            let body = Limited::new(response.into_body(), RESPONSE_BYTES_MAX).collect().await.map_err(|e| {
-                if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                    ClientError::TooLarge { endpoint: self.endpoint.clone() }
-                } else {
-                    ClientError::NoAnswer { endpoint: self.endpoint.clone(), cause: innermost(e.as_ref()) }
-                }
-            })?;
+            let body =
+                Limited::new(response.into_body(), RESPONSE_BYTES_MAX).collect().await.map_err(|e| {
+                    if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                        ClientError::TooLarge { endpoint: self.endpoint.clone() }
+                    } else {
+                        ClientError::NoAnswer {
+                            endpoint: self.endpoint.clone(),
+                            cause: innermost(e.as_ref()),
+                        }
+                    }
+                })?;
             Ok(Answer { status, body: body.to_bytes() })
         };
         tokio::time::timeout(CLIENT_TIMEOUT, exchange)
@@ -154,12 +164,15 @@ fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// `http://host:port` from what the user gave, or why not.
 fn checked_endpoint(given: &str) -> Result<String, ClientError> {
-    let bad = |reason: &str| ClientError::BadEndpoint { endpoint: given.to_owned(), reason: reason.to_owned() };
+    let bad =
+        |reason: &str| ClientError::BadEndpoint { endpoint: given.to_owned(), reason: reason.to_owned() };
     let uri: Uri = given.parse().map_err(|_| bad("not a URL; write it like http://127.0.0.1:9464"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
-            return Err(bad("https is not supported; the agent serves plain http on loopback (put a TLS proxy in front to reach it remotely)"));
+            return Err(bad(
+                "https is not supported; the agent serves plain http on loopback (put a TLS proxy in front to reach it remotely)",
+            ));
         }
         _ => return Err(bad("must start with http://, like http://127.0.0.1:9464")),
     }
@@ -195,7 +208,15 @@ mod tests {
         assert_eq!(checked_endpoint("http://127.0.0.1:9464").expect("valid"), "http://127.0.0.1:9464");
         assert_eq!(checked_endpoint("http://localhost:1/").expect("valid"), "http://localhost:1");
         assert_eq!(checked_endpoint("http://[::1]:9464").expect("valid"), "http://[::1]:9464");
-        for bad in ["", "127.0.0.1:9464", "https://h:1", "http://h:1/v1", "http://h:1?x=1", "http://u:p@h:1", "ftp://h"] {
+        for bad in [
+            "",
+            "127.0.0.1:9464",
+            "https://h:1",
+            "http://h:1/v1",
+            "http://h:1?x=1",
+            "http://u:p@h:1",
+            "ftp://h",
+        ] {
             assert!(checked_endpoint(bad).is_err(), "{bad:?} must be refused");
         }
     }

@@ -132,7 +132,9 @@ impl Verb {
             Self::Drain { node } => (Method::POST, format!("/v1/drain/{}", path_segment(node)), None),
             Self::Undrain { node } => (Method::POST, format!("/v1/undrain/{}", path_segment(node)), None),
             Self::Approve { key } => (Method::POST, format!("/v1/approve/{}", path_segment(key)), None),
-            Self::Desire { pool, address } => (Method::POST, "/v1/desire".to_owned(), pool_address(pool, address)),
+            Self::Desire { pool, address } => {
+                (Method::POST, "/v1/desire".to_owned(), pool_address(pool, address))
+            }
             Self::Undesire { pool, address } => {
                 (Method::POST, "/v1/undesire".to_owned(), pool_address(pool, address))
             }
@@ -199,7 +201,9 @@ pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
     }
     let value: Value = match serde_json::from_slice(&answer.body) {
         Ok(value) => value,
-        Err(e) => return fail(EXIT_REFUSED, &format!("the agent at {} answered no JSON: {e}", client.endpoint())),
+        Err(e) => {
+            return fail(EXIT_REFUSED, &format!("the agent at {} answered no JSON: {e}", client.endpoint()));
+        }
     };
     match render(verb, args.output, &value) {
         Ok(Rendered::Out(text)) => print!("{text}"),
@@ -223,7 +227,8 @@ fn exit_code_of(status: StatusCode) -> u8 {
 /// `reason`), else its first line, else the status's reason phrase.
 fn error_line(answer: &Answer) -> String {
     let json: Option<Value> = serde_json::from_slice(&answer.body).ok();
-    let from_json = json.as_ref().and_then(|v| v.get("error").or_else(|| v.get("reason"))).and_then(Value::as_str);
+    let from_json =
+        json.as_ref().and_then(|v| v.get("error").or_else(|| v.get("reason"))).and_then(Value::as_str);
     let text = String::from_utf8_lossy(&answer.body);
     let message = from_json
         .map(str::to_owned)
@@ -254,7 +259,8 @@ fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, 
             Verb::Ownership => ownership_table(value),
             Verb::Actions { .. } => actions_table(value),
             _ => {
-                let index = value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
+                let index =
+                    value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
                 Ok(Rendered::Out(format!("{} (log index {index})\n", verb.done())))
             }
         },
@@ -399,7 +405,10 @@ mod tests {
             status: StatusCode::from_u16(status).expect("valid"),
             body: bytes::Bytes::from(body.to_owned()),
         };
-        assert_eq!(error_line(&answer(404, r#"{"error": "node \"x\" not found"}"#)), "node \"x\" not found (404)");
+        assert_eq!(
+            error_line(&answer(404, r#"{"error": "node \"x\" not found"}"#)),
+            "node \"x\" not found (404)"
+        );
         assert_eq!(error_line(&answer(503, r#"{"ok": false, "reason": "no head"}"#)), "no head (503)");
         assert_eq!(error_line(&answer(502, "bad gateway\nmore")), "bad gateway (502)");
         assert_eq!(error_line(&answer(500, "")), "Internal Server Error (500)");

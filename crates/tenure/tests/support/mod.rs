@@ -120,7 +120,9 @@ impl TestDoubleAgentLoop {
                     return Err(SubmitError::NotFound(format!("pool \"{pool}\" not found")));
                 };
                 if !spec.addresses.contains(address) {
-                    return Err(SubmitError::NotFound(format!("address {address} is not in pool \"{pool}\"")));
+                    return Err(SubmitError::NotFound(format!(
+                        "address {address} is not in pool \"{pool}\""
+                    )));
                 }
             }
             EventKind::Drain { .. } | EventKind::Undrain { .. } | EventKind::Approve { .. } => {}
@@ -136,7 +138,9 @@ impl TestDoubleAgentLoop {
             .actions
             .into_iter()
             .filter(|a| {
-                matches(&filter.node, &a.node) && matches(&filter.state, &a.state) && matches(&filter.pool, &a.pool)
+                matches(&filter.node, &a.node)
+                    && matches(&filter.state, &a.state)
+                    && matches(&filter.pool, &a.pool)
             })
             .collect()
     }
