@@ -4,6 +4,9 @@
 //!
 //! # Layout
 //!
+//! - [`api`] — the HTTP API (axum): [`api::router`] over an [`agent::request::AgentHandle`],
+//!   [`api::serve`], the bearer [`api::ApiToken`], strict bodies and JSON errors.
+//! - [`metrics`] — [`metrics::Metrics`]: the Prometheus families, observed and read from the loop.
 //! - [`cli`] — the command line of SPEC 10: parsing ([`cli::Cli`]) and dispatch ([`cli::run`]),
 //!   one file per subcommand, and the exit codes.
 //! - [`config`] — the agent configuration (SPEC 10): [`config::load_config`],
@@ -28,7 +31,9 @@
 //! exits with [`cli::EXIT_NOT_BUILT`].
 
 pub mod agent;
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod exec;
+pub mod metrics;
 pub mod store;

@@ -128,7 +128,8 @@ mod tests {
     fn two_pools_trading_addresses_are_applied_without_an_overlap() {
         let mut f = federation();
         let before = vec![pool("x", &["10.0.0.1", "10.0.0.2"]), pool("y", &["10.0.0.3", "10.0.0.4"])];
-        apply_all(&mut f, plan_pool_changes(&applied(&f), &before));
+        let plan = plan_pool_changes(&applied(&f), &before);
+        apply_all(&mut f, plan);
         let after = vec![pool("x", &["10.0.0.1", "10.0.0.3"]), pool("y", &["10.0.0.2", "10.0.0.4"])];
         let plan = plan_pool_changes(&applied(&f), &after);
         assert_eq!(plan.len(), 4, "two shrinks, then two applies: {plan:?}");
@@ -142,7 +143,8 @@ mod tests {
     #[test]
     fn a_removed_pool_is_deleted_before_its_address_is_taken_by_another() {
         let mut f = federation();
-        apply_all(&mut f, plan_pool_changes(&applied(&f), &[pool("x", &["10.0.0.1"])]));
+        let plan = plan_pool_changes(&applied(&f), &[pool("x", &["10.0.0.1"])]);
+        apply_all(&mut f, plan);
         let after = vec![pool("z", &["10.0.0.1"])];
         let plan = plan_pool_changes(&applied(&f), &after);
         assert!(matches!(&plan[0], EventKind::PoolDeleted { pool } if pool == "x"), "{plan:?}");
@@ -155,7 +157,8 @@ mod tests {
         // The reason for phase 1: applying the new specs directly overlaps.
         let mut f = federation();
         let before = vec![pool("x", &["10.0.0.1"]), pool("y", &["10.0.0.2"])];
-        apply_all(&mut f, plan_pool_changes(&applied(&f), &before));
+        let plan = plan_pool_changes(&applied(&f), &before);
+        apply_all(&mut f, plan);
         let naive = EventKind::PoolApplied { spec: Box::new(pool("x", &["10.0.0.2"])) };
         assert!(f.apply(&Event { at_ms: 0, kind: naive }).is_err());
     }

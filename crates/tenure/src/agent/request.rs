@@ -14,7 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 /// Most requests waiting for the agent loop; past it a caller waits (HTTP handlers time out).
 pub const REQUESTS_QUEUED_MAX: usize = 1024;
 
-/// How long a caller waits for the agent loop before it says the agent is not answering.
+/// How long a caller waits for the agent loop before it says the agent is not answering (the
+/// default of [`AgentHandle::with_timeout`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Filters of `GET /v1/actions` (`?node=`, `?state=`, `?pool=`); `None` matches everything.
@@ -168,7 +169,8 @@ pub enum HandleError {
     /// The loop has stopped.
     #[error("the agent loop has stopped")]
     Stopped,
-    /// The loop did not answer within [`REQUEST_TIMEOUT`].
+    /// The loop did not answer within the handle's timeout ([`REQUEST_TIMEOUT`] unless set with
+    /// [`AgentHandle::with_timeout`]).
     #[error("the agent loop did not answer within {0:?}")]
     Timeout(Duration),
 }
@@ -177,6 +179,8 @@ pub enum HandleError {
 #[derive(Clone, Debug)]
 pub struct AgentHandle {
     requests: mpsc::Sender<Request>,
+    /// How long one request may wait for its answer, queueing included.
+    timeout: Duration,
 }
 
 impl AgentHandle {
@@ -184,7 +188,14 @@ impl AgentHandle {
     #[must_use]
     pub fn channel() -> (Self, mpsc::Receiver<Request>) {
         let (requests, receiver) = mpsc::channel(REQUESTS_QUEUED_MAX);
-        (Self { requests }, receiver)
+        (Self { requests, timeout: REQUEST_TIMEOUT }, receiver)
+    }
+
+    /// The same channel with another bound on how long each request waits for its answer
+    /// (tests use a short one so that a loop that never answers fails them quickly).
+    #[must_use]
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self { timeout, ..self }
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Request) -> Result<T, HandleError> {
@@ -193,9 +204,7 @@ impl AgentHandle {
             self.requests.send(make(reply)).await.map_err(|_| HandleError::Stopped)?;
             answer.await.map_err(|_| HandleError::Stopped)
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-            .await
-            .map_err(|_| HandleError::Timeout(REQUEST_TIMEOUT))?
+        tokio::time::timeout(self.timeout, exchange).await.map_err(|_| HandleError::Timeout(self.timeout))?
     }
 
     /// The ownership map.

@@ -1,7 +1,10 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own file.
 
+mod agent;
+mod client;
 mod demo;
 mod elect;
+mod remote;
 mod replay;
 mod sim;
 mod store;
@@ -11,7 +14,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// Exit code for bad input (SPEC 10, 11): a spec, scenario or argument was refused.
+/// Exit code for bad input (SPEC 10, 11): a spec, scenario or argument was refused (for the
+/// verbs that talk to an agent, also an answer of 400, 413 or 415).
 pub const EXIT_BAD_INPUT: u8 = 2;
 /// Exit code for a command this build does not have: not built yet, or left out of this build by
 /// its cargo features (the one-line message names the feature to rebuild with).
@@ -25,7 +29,10 @@ pub struct Cli {
     command: Command,
 }
 
-/// Output formats.
+pub use remote::{EXIT_REFUSED, RemoteOutput};
+
+/// Output formats of `replay` (`table|json`; `yaml` is refused there: the verbs that talk to an
+/// agent take [`RemoteOutput`], which adds it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     /// A narrated trace and final tables, for people.
@@ -51,31 +58,71 @@ enum Command {
         #[arg(required = true)]
         files: Vec<std::path::PathBuf>,
     },
-    /// The daemon (not built yet).
-    Agent {
-        /// Agent configuration file.
-        #[arg(long)]
-        config: Option<std::path::PathBuf>,
-    },
+    /// The daemon: follows the log, reconciles, gates and executes; serves the HTTP API.
+    Agent(agent::AgentArgs),
     /// Seeded fault simulation with invariant checking; reproducible byte for byte.
     Sim(sim::SimArgs),
     /// A narrated multi-node failover on the embedded default, in one process.
     Demo(demo::DemoArgs),
     /// Campaign in an election like `etcdctl elect`; one JSON line per change of own state.
     Elect(elect::ElectArgs),
-    /// Show a running agent's ownership map (not built yet).
-    Ownership,
-    /// Show a running agent's actions (not built yet).
-    Actions,
-    /// Drain a node through a running agent (not built yet).
+    /// Show a running agent's ownership map.
+    Ownership {
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Show a running agent's journal entries (actions).
+    Actions {
+        /// Only this node's entries.
+        #[arg(long)]
+        node: Option<String>,
+        /// Only entries in this state: pending, approved, executed, failed or skipped.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this pool's entries.
+        #[arg(long)]
+        pool: Option<String>,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Drain a node (it gives up its addresses) through a running agent.
     Drain {
         /// Node name.
         node: String,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
     },
-    /// Approve an action through a running agent (not built yet).
+    /// End a node's drain through a running agent.
+    Undrain {
+        /// Node name.
+        node: String,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Approve an action of a manual pool through a running agent.
     Approve {
-        /// Idempotency key.
+        /// Idempotency key (as `tenure actions` shows it).
         key: String,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Mark an address desired (it should be held) through a running agent.
+    Desire {
+        /// Pool name.
+        pool: String,
+        /// One address of the pool.
+        address: String,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Mark an address undesired (held by no one) through a running agent.
+    Undesire {
+        /// Pool name.
+        pool: String,
+        /// One address of the pool.
+        address: String,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
     },
     /// Back up or restore the embedded store.
     Store(store::StoreArgs),
@@ -86,20 +133,25 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Replay { scenario, output } => replay::run(&scenario, output),
         Command::Validate { files } => validate::run(&files),
-        Command::Agent { .. } => not_built("agent", "the agent (durable store, HTTP API, metrics)"),
+        Command::Agent(args) => agent::run_cli(&args),
         Command::Sim(args) => sim::run(&args),
         Command::Demo(args) => demo::run_cli(&args),
         Command::Elect(args) => elect::run(&args),
-        Command::Ownership | Command::Actions | Command::Drain { .. } | Command::Approve { .. } => {
-            not_built("ownership/actions/drain/approve", "the agent's HTTP API these commands talk to")
+        Command::Ownership { remote } => remote::run(&remote::Verb::Ownership, &remote),
+        Command::Actions { node, state, pool, remote } => {
+            remote::run(&remote::Verb::Actions { node, state, pool }, &remote)
+        }
+        Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote),
+        Command::Undrain { node, remote } => remote::run(&remote::Verb::Undrain { node }, &remote),
+        Command::Approve { key, remote } => remote::run(&remote::Verb::Approve { key }, &remote),
+        Command::Desire { pool, address, remote } => {
+            remote::run(&remote::Verb::Desire { pool, address }, &remote)
+        }
+        Command::Undesire { pool, address, remote } => {
+            remote::run(&remote::Verb::Undesire { pool, address }, &remote)
         }
         Command::Store(args) => store::run(&args),
     }
-}
-
-fn not_built(command: &str, what: &str) -> ExitCode {
-    eprintln!("tenure {command}: not built yet ({what}); see README.md, section Status");
-    ExitCode::from(EXIT_NOT_BUILT)
 }
 
 /// Reads a file, or prints a one-line error naming it.

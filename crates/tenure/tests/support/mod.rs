@@ -1,221 +1,249 @@
-//! Shared support of the tests that run `tenure agent` as a real process: a temporary directory
-//! with a config, a running agent, a tiny HTTP/1.1 client on loopback, bounded waits.
+//! A **test-double agent loop** and the real API router in front of it, on 127.0.0.1:0.
+//!
+//! The double answers [`Request`]s from a small in-memory state: a [`MemoryLog`] that every
+//! accepted event is appended to (its length is what the tests watch: a refused request must not
+//! change it), and a [`Replay`] (the real core: federation, node drivers, journals) that applies
+//! the same events and reconciles every node after each, so ownership and actions move as the
+//! agent's would. It runs on its own thread and reads requests with `blocking_recv`.
+#![allow(dead_code)]
 
-#![allow(dead_code, missing_docs)]
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use tenure::agent::request::{
+    ActionFilter, AgentHandle, Health, MetricsSnapshot, Receipt, Request, SubmitError,
+};
+use tenure::api::{ApiToken, router, serve};
+use tenure::metrics::Metrics;
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::{Log as _, MemoryLog};
+use tenure_sim::replay::{ActionRow, Replay};
+use tenure_sim::scenario::{LocalStep, Scenario, parse_scenario};
+use tokio::sync::{mpsc, oneshot};
 
-/// Most time an agent may take to answer health after it starts, or any condition below.
-pub const WAIT_MAX: Duration = Duration::from_secs(30);
+/// Two nodes on one simulated cloud; `edge` is automatic, `gated` needs approvals.
+pub const SCENARIO: &str = r#"
+nodes:
+  - {name: a, provider: sim1, placementGroup: g1, priority: 10, nic: eni-a}
+  - {name: b, provider: sim1, placementGroup: g1, nic: eni-b}
+providers:
+  - {name: sim1, kind: sim-cloud}
+pools:
+  - apiVersion: tenure.dev/v1alpha1
+    kind: MobilityPool
+    metadata: {name: edge}
+    spec: {addresses: [10.0.0.10, 10.0.0.11], provider: sim1, placementGroup: g1, members: [a, b]}
+  - apiVersion: tenure.dev/v1alpha1
+    kind: MobilityPool
+    metadata: {name: gated}
+    spec: {addresses: [10.0.0.20], provider: sim1, placementGroup: g1, members: [a, b], approval: manual}
+"#;
 
-/// The API token the tests configure.
+/// The token the tests' server is given.
 pub const TOKEN: &str = "test-token-0123456789";
 
-/// A unique temporary directory, removed on drop.
-pub struct TempDir(pub PathBuf);
+/// How the double behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Answers every request.
+    Answering,
+    /// Keeps the channel open and never reads it (a loop that hangs).
+    Silent,
+    /// Drops the channel at once (a loop that stopped).
+    Stopped,
+}
 
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("tenure-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("temp dir");
-        Self(path)
-    }
+/// What the tests can see and change of the double.
+#[derive(Clone, Debug, Default)]
+pub struct DoubleState {
+    /// Records in the double's log.
+    pub log_len: Arc<AtomicU64>,
+    /// What `health` says; `false` makes it "cannot act".
+    pub healthy: Arc<AtomicBool>,
+}
 
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    pub fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).expect("write");
-        path
+impl DoubleState {
+    /// Records in the double's log now.
+    pub fn log_len(&self) -> u64 {
+        self.log_len.load(Ordering::SeqCst)
     }
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The test double's log and core.
+struct TestDoubleAgentLoop {
+    scenario: Scenario,
+    replay: Replay,
+    log: MemoryLog,
+    at_ms: u64,
+    state: DoubleState,
 }
 
-/// A free loopback port (bound, then released for the agent to bind).
-pub fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr")
-}
-
-/// A pool file with `addresses` for `members` on provider `provider`.
-pub fn pool_yaml(name: &str, addresses: &[&str], members: &[&str], provider: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: {name}}}\nspec:\n  addresses: [{}]\n  provider: {provider}\n  placementGroup: g1\n  members: [{}]\n  heartbeatTTL: 60s\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n{extra}",
-        addresses.join(", "),
-        members.join(", "),
-    )
-}
-
-/// A running `tenure agent`.
-pub struct Agent {
-    pub child: Child,
-    pub listen: SocketAddr,
-    pub stderr: PathBuf,
-}
-
-impl Agent {
-    /// Starts the agent on `config` (whose `listen` is `listen`) and waits for a 200 health.
-    pub fn start(dir: &TempDir, config: &Path, listen: SocketAddr) -> Self {
-        let agent = Self::spawn(dir, config, listen);
-        agent.wait_healthy();
-        agent
+impl TestDoubleAgentLoop {
+    fn new(state: DoubleState) -> Self {
+        let scenario = parse_scenario(SCENARIO).expect("the test scenario is valid");
+        let replay = Replay::new(&scenario, false);
+        let mut double = Self { scenario, replay, log: MemoryLog::new(), at_ms: 0, state };
+        for pool in double.scenario.pools.clone() {
+            double.append(EventKind::PoolApplied { spec: Box::new(pool) });
+        }
+        for node in ["a", "b"] {
+            double.append(EventKind::Heartbeat { node: node.to_owned() });
+        }
+        double
     }
 
-    /// Starts the agent without waiting.
-    pub fn spawn(dir: &TempDir, config: &Path, listen: SocketAddr) -> Self {
-        let stderr = dir.path().join(format!("agent-{}.log", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())));
-        let log = std::fs::File::create(&stderr).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_tenure"))
-            .arg("agent")
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("tenure agent starts");
-        Self { child, listen, stderr }
+    /// Appends an event to the log and the core, then reconciles every node; returns its index.
+    fn append(&mut self, kind: EventKind) -> u64 {
+        let event = Event { at_ms: self.at_ms, kind };
+        let index = self.log.append(&event).expect("the memory log takes the event").get();
+        // An event the core rejects stays in the log, as it would in the agent's (counted there).
+        let _ = self.replay.append(event);
+        for node in ["a", "b"] {
+            self.replay.local(self.at_ms, node, LocalStep::Reconcile);
+        }
+        self.at_ms += 1;
+        self.state.log_len.store(index, Ordering::SeqCst);
+        index
     }
 
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    pub fn wait_healthy(&self) {
-        let deadline = Instant::now() + WAIT_MAX;
-        loop {
-            if let Ok((200, _)) = http(self.listen, "GET", "/v1/health", None, None) {
-                return;
+    fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
+        let known_node = |node: &str| self.scenario.nodes.iter().any(|n| n.name == node);
+        match &event {
+            EventKind::Drain { node } | EventKind::Undrain { node } if !known_node(node) => {
+                return Err(SubmitError::NotFound(format!("node \"{node}\" not found")));
             }
-            assert!(Instant::now() < deadline, "agent not healthy within {WAIT_MAX:?}; log:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
+            EventKind::Desire { pool, address } | EventKind::Undesire { pool, address } => {
+                let Some(spec) = self.scenario.pools.iter().find(|p| &p.name == pool) else {
+                    return Err(SubmitError::NotFound(format!("pool \"{pool}\" not found")));
+                };
+                if !spec.addresses.contains(address) {
+                    return Err(SubmitError::NotFound(format!(
+                        "address {address} is not in pool \"{pool}\""
+                    )));
+                }
+            }
+            EventKind::Drain { .. } | EventKind::Undrain { .. } | EventKind::Approve { .. } => {}
+            other => return Err(SubmitError::Refused(format!("the API does not append {other:?}"))),
+        }
+        Ok(Receipt { index: self.append(event) })
+    }
+
+    fn actions(&self, filter: &ActionFilter) -> Vec<ActionRow> {
+        let matches = |wanted: &Option<String>, value: &str| wanted.as_deref().is_none_or(|w| w == value);
+        self.replay
+            .report()
+            .actions
+            .into_iter()
+            .filter(|a| {
+                matches(&filter.node, &a.node)
+                    && matches(&filter.state, &a.state)
+                    && matches(&filter.pool, &a.pool)
+            })
+            .collect()
+    }
+
+    fn health(&self) -> Health {
+        let ok = self.state.healthy.load(Ordering::SeqCst);
+        let index = self.state.log_len();
+        Health {
+            ok,
+            reason: (!ok).then(|| "cannot read the log head (test double)".to_owned()),
+            nodes: vec!["a".to_owned(), "b".to_owned()],
+            log_index: index,
+            log_head: index,
+            stream_time_ms: self.at_ms.saturating_sub(1),
         }
     }
 
-    pub fn get(&self, path: &str) -> serde_json::Value {
-        let (status, body) = http(self.listen, "GET", path, None, None).expect("agent answers");
-        assert_eq!(status, 200, "GET {path}: {body}");
-        serde_json::from_str(&body).expect("JSON")
+    fn metrics(&self) -> MetricsSnapshot {
+        let report = self.replay.report();
+        let mut actions: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut fenced: BTreeMap<String, u64> = BTreeMap::new();
+        for a in &report.actions {
+            *actions.entry((a.verb.clone(), a.state.clone())).or_default() += 1;
+            if let Some(reason) = &a.reason {
+                *fenced.entry(reason.clone()).or_default() += 1;
+            }
+        }
+        MetricsSnapshot {
+            ownership: report.ownership,
+            actions: actions.into_iter().collect(),
+            fenced: fenced.into_iter().collect(),
+            rejected_events: Vec::new(),
+            log_index: self.state.log_len(),
+            log_lag: 0,
+            healthy: self.state.healthy.load(Ordering::SeqCst),
+        }
     }
 
-    pub fn post(&self, path: &str, body: Option<&str>) -> (u16, String) {
-        http(self.listen, "POST", path, Some(TOKEN), body).expect("agent answers")
-    }
-
-    /// SIGTERM, then the exit status within a bounded wait.
-    pub fn terminate(mut self) -> ExitStatus {
-        signal(&self.child, "TERM");
-        wait_exit(&mut self.child)
-    }
-
-    /// SIGKILL (no chance to clean up).
-    pub fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub fn hangup(&self) {
-        signal(&self.child, "HUP");
+    fn answer(&mut self, request: Request) {
+        // A caller that gave up is no error of the double's.
+        match request {
+            Request::Ownership { reply } => drop(reply.send(self.replay.report().ownership)),
+            Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
+            Request::Health { reply } => drop(reply.send(self.health())),
+            Request::Metrics { reply } => drop(reply.send(self.metrics())),
+            Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
+        }
     }
 }
 
-impl Drop for Agent {
+/// The real router in front of a test double, served on 127.0.0.1:0.
+pub struct Server {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The listening address.
+    pub address: SocketAddr,
+    /// The double's observable state.
+    pub state: DoubleState,
+    /// Kept so a [`Mode::Silent`] channel stays open.
+    _silent: Option<mpsc::Receiver<Request>>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status().expect("kill");
-    assert!(status.success());
-}
-
-pub fn wait_exit(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + WAIT_MAX;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
         }
-        assert!(Instant::now() < deadline, "agent did not exit within {WAIT_MAX:?}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// Runs `tenure ARGS…` to completion: (exit code, stdout, stderr).
-pub fn tenure(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tenure")).args(args).output().expect("tenure runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Waits until `condition` holds, at most [`WAIT_MAX`].
-pub fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT_MAX;
-    while !condition() {
-        assert!(Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// One HTTP/1.1 exchange on loopback: (status, body).
-pub fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&str>,
-) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    if method == "POST" {
-        request.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes())?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
-    Ok((status, body))
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
-        if size == 0 || rest.len() < size {
-            break;
+/// Starts a double in `mode` and the API in front of it (with `token`, and a handle that waits
+/// `timeout` for each answer), on the current tokio runtime.
+pub async fn start(mode: Mode, token: Option<&str>, timeout: Duration) -> Server {
+    let (handle, receiver) = AgentHandle::channel();
+    let handle = handle.with_timeout(timeout);
+    let state = DoubleState::default();
+    state.healthy.store(true, Ordering::SeqCst);
+    let mut silent = None;
+    match mode {
+        Mode::Answering => {
+            let double_state = state.clone();
+            let (ready, built) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut double = TestDoubleAgentLoop::new(double_state);
+                ready.send(()).expect("the starter waits");
+                let mut receiver = receiver;
+                while let Some(request) = receiver.blocking_recv() {
+                    double.answer(request);
+                }
+            });
+            built.recv().expect("the double starts");
         }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
+        Mode::Silent => silent = Some(receiver),
+        Mode::Stopped => drop(receiver),
     }
-    out
+    let token = token.map(|t| ApiToken::new(t.to_owned()).expect("a valid test token"));
+    let app = router(handle, Arc::new(Metrics::new()), token);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let address = listener.local_addr().expect("bound");
+    let (shutdown, stop) = oneshot::channel::<()>();
+    tokio::spawn(serve(listener, app, async move {
+        let _ = stop.await;
+    }));
+    Server { base: format!("http://{address}"), address, state, _silent: silent, shutdown: Some(shutdown) }
 }

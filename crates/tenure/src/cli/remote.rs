@@ -1,0 +1,416 @@
+//! The verbs that talk to a running agent's HTTP API, in kubectl's manner: `tenure ownership`,
+//! `actions`, `drain`, `undrain`, `approve`, `desire`, `undesire`, each with `-o table|json|yaml`,
+//! `--endpoint` and `--token-file`.
+//!
+//! Exit codes: 0 done; 1 refused (the agent answered 401, 403, 404, 409, another 4xx but 400, 413
+//! and 415, or a 5xx; or no agent answers); 2 bad input (a bad argument, an answer of 400, 413 or
+//! 415, a token file that cannot be read, a mutating verb without a token file). Errors are one
+//! line on stderr: `tenure drain: node "x" not found (404)`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use http::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::EXIT_BAD_INPUT;
+use super::client::{Answer, Client, DEFAULT_ENDPOINT, path_segment};
+use crate::api::ApiToken;
+
+/// Exit code when the agent refused, failed, or did not answer.
+pub const EXIT_REFUSED: u8 = 1;
+
+/// Output formats of the verbs that talk to an agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RemoteOutput {
+    /// Aligned columns, for people.
+    Table,
+    /// The API's JSON, pretty-printed.
+    Json,
+    /// The API's JSON as YAML.
+    Yaml,
+}
+
+/// Flags every verb that talks to an agent takes.
+#[derive(Debug, Args)]
+pub struct RemoteArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    output: RemoteOutput,
+    /// The agent's API [default: $TENURE_ENDPOINT, else http://127.0.0.1:9464].
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// The file holding the agent's API token (its apiTokenFile) [default: $TENURE_TOKEN_FILE].
+    /// Needed by the verbs that change something.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+/// What to ask of the agent.
+#[derive(Debug)]
+pub enum Verb {
+    /// `GET /v1/ownership`.
+    Ownership,
+    /// `GET /v1/actions` with filters.
+    Actions {
+        /// `?node=`.
+        node: Option<String>,
+        /// `?state=`.
+        state: Option<String>,
+        /// `?pool=`.
+        pool: Option<String>,
+    },
+    /// `POST /v1/drain/{node}`.
+    Drain {
+        /// The node.
+        node: String,
+    },
+    /// `POST /v1/undrain/{node}`.
+    Undrain {
+        /// The node.
+        node: String,
+    },
+    /// `POST /v1/approve/{key}`.
+    Approve {
+        /// The idempotency key.
+        key: String,
+    },
+    /// `POST /v1/desire`.
+    Desire {
+        /// The pool.
+        pool: String,
+        /// The address.
+        address: String,
+    },
+    /// `POST /v1/undesire`.
+    Undesire {
+        /// The pool.
+        pool: String,
+        /// The address.
+        address: String,
+    },
+}
+
+impl Verb {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Ownership => "ownership",
+            Self::Actions { .. } => "actions",
+            Self::Drain { .. } => "drain",
+            Self::Undrain { .. } => "undrain",
+            Self::Approve { .. } => "approve",
+            Self::Desire { .. } => "desire",
+            Self::Undesire { .. } => "undesire",
+        }
+    }
+
+    fn mutates(&self) -> bool {
+        !matches!(self, Self::Ownership | Self::Actions { .. })
+    }
+
+    /// The method, the path (percent-encoded) and the JSON body of the request.
+    fn request(&self) -> (Method, String, Option<Vec<u8>>) {
+        let pool_address = |pool: &str, address: &str| {
+            Some(serde_json::json!({"pool": pool, "address": address}).to_string().into_bytes())
+        };
+        match self {
+            Self::Ownership => (Method::GET, "/v1/ownership".to_owned(), None),
+            Self::Actions { node, state, pool } => {
+                let query: Vec<String> = [("node", node), ("state", state), ("pool", pool)]
+                    .into_iter()
+                    .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", path_segment(v))))
+                    .collect();
+                let path = if query.is_empty() {
+                    "/v1/actions".to_owned()
+                } else {
+                    format!("/v1/actions?{}", query.join("&"))
+                };
+                (Method::GET, path, None)
+            }
+            Self::Drain { node } => (Method::POST, format!("/v1/drain/{}", path_segment(node)), None),
+            Self::Undrain { node } => (Method::POST, format!("/v1/undrain/{}", path_segment(node)), None),
+            Self::Approve { key } => (Method::POST, format!("/v1/approve/{}", path_segment(key)), None),
+            Self::Desire { pool, address } => {
+                (Method::POST, "/v1/desire".to_owned(), pool_address(pool, address))
+            }
+            Self::Undesire { pool, address } => {
+                (Method::POST, "/v1/undesire".to_owned(), pool_address(pool, address))
+            }
+        }
+    }
+
+    /// What a successful change says in a table: `node/a drained`.
+    fn done(&self) -> String {
+        match self {
+            Self::Ownership | Self::Actions { .. } => String::new(),
+            Self::Drain { node } => format!("node/{node} drained"),
+            Self::Undrain { node } => format!("node/{node} undrained"),
+            Self::Approve { key } => format!("action/{key} approved"),
+            Self::Desire { pool, address } => format!("address/{pool}/{address} desired"),
+            Self::Undesire { pool, address } => format!("address/{pool}/{address} undesired"),
+        }
+    }
+}
+
+/// Runs `verb` against the agent `args` name; prints the answer or a one-line error.
+pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
+    let command = verb.name();
+    let fail = |code: u8, message: &str| {
+        eprintln!("tenure {command}: {message}");
+        ExitCode::from(code)
+    };
+    let endpoint = args
+        .endpoint
+        .clone()
+        .or_else(|| std::env::var("TENURE_ENDPOINT").ok().filter(|e| !e.is_empty()))
+        .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+    let token_file = args
+        .token_file
+        .clone()
+        .or_else(|| std::env::var_os("TENURE_TOKEN_FILE").filter(|f| !f.is_empty()).map(PathBuf::from));
+    let token = match (&token_file, verb.mutates()) {
+        (Some(path), _) => match ApiToken::from_file(path) {
+            Ok(token) => Some(token.secret().to_owned()),
+            Err(e) => return fail(EXIT_BAD_INPUT, &e.to_string()),
+        },
+        (None, true) => {
+            return fail(
+                EXIT_BAD_INPUT,
+                "needs the agent's API token: --token-file FILE or TENURE_TOKEN_FILE (the agent's apiTokenFile)",
+            );
+        }
+        (None, false) => None,
+    };
+    let client = match Client::new(&endpoint, token) {
+        Ok(client) => client,
+        Err(e) => return fail(EXIT_BAD_INPUT, &e.to_string()),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(EXIT_REFUSED, &format!("cannot start the async runtime: {e}")),
+    };
+    let (method, path, body) = verb.request();
+    let answer = match runtime.block_on(client.call(method, &path, body)) {
+        Ok(answer) => answer,
+        Err(e) => return fail(EXIT_REFUSED, &e.to_string()),
+    };
+    if !answer.status.is_success() {
+        return fail(exit_code_of(answer.status), &error_line(&answer));
+    }
+    let value: Value = match serde_json::from_slice(&answer.body) {
+        Ok(value) => value,
+        Err(e) => {
+            return fail(EXIT_REFUSED, &format!("the agent at {} answered no JSON: {e}", client.endpoint()));
+        }
+    };
+    match render(verb, args.output, &value) {
+        Ok(Rendered::Out(text)) => print!("{text}"),
+        Ok(Rendered::Empty) => eprintln!("No resources found."),
+        Err(message) => return fail(EXIT_REFUSED, &message),
+    }
+    ExitCode::SUCCESS
+}
+
+/// 2 for the answers that say the input was bad (400, 413, 415), else 1.
+fn exit_code_of(status: StatusCode) -> u8 {
+    match status {
+        StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            EXIT_BAD_INPUT
+        }
+        _ => EXIT_REFUSED,
+    }
+}
+
+/// `MESSAGE (STATUS)` from an error answer: its JSON `error` (or, for health-shaped bodies,
+/// `reason`), else its first line, else the status's reason phrase.
+fn error_line(answer: &Answer) -> String {
+    let json: Option<Value> = serde_json::from_slice(&answer.body).ok();
+    let from_json =
+        json.as_ref().and_then(|v| v.get("error").or_else(|| v.get("reason"))).and_then(Value::as_str);
+    let text = String::from_utf8_lossy(&answer.body);
+    let message = from_json
+        .map(str::to_owned)
+        .or_else(|| text.lines().next().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned))
+        .unwrap_or_else(|| answer.status.canonical_reason().unwrap_or("error").to_owned());
+    format!("{} ({})", message.replace(char::is_control, " "), answer.status.as_u16())
+}
+
+/// What to print.
+#[derive(Debug, PartialEq, Eq)]
+enum Rendered {
+    /// This text on stdout.
+    Out(String),
+    /// Nothing on stdout; `No resources found.` on stderr (as kubectl does).
+    Empty,
+}
+
+/// The answer in the asked format.
+fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, String> {
+    match output {
+        RemoteOutput::Json => {
+            let mut text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+            text.push('\n');
+            Ok(Rendered::Out(text))
+        }
+        RemoteOutput::Yaml => serde_saphyr::to_string(value).map(Rendered::Out).map_err(|e| e.to_string()),
+        RemoteOutput::Table => match verb {
+            Verb::Ownership => ownership_table(value),
+            Verb::Actions { .. } => actions_table(value),
+            _ => {
+                let index =
+                    value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
+                Ok(Rendered::Out(format!("{} (log index {index})\n", verb.done())))
+            }
+        },
+    }
+}
+
+/// A row of `GET /v1/ownership` (fields the table does not show are ignored).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OwnershipLine {
+    pool: String,
+    address: String,
+    owner: Option<String>,
+    desired: bool,
+    ownership_epoch: u64,
+    capture_epoch: u64,
+}
+
+/// A row of `GET /v1/actions` (fields the table does not show are ignored).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ActionLine {
+    node: String,
+    state: String,
+    reason: Option<String>,
+    verb: String,
+    pool: String,
+    address: String,
+    holder: String,
+    ownership_epoch: u64,
+    capture_epoch: u64,
+    idempotency_key: String,
+}
+
+/// The list under `key` in the answer, as `T`s.
+fn rows<T: for<'de> Deserialize<'de>>(value: &Value, key: &str) -> Result<Vec<T>, String> {
+    let list = value.get(key).cloned().ok_or_else(|| format!("the agent's answer has no `{key}`"))?;
+    serde_json::from_value(list).map_err(|e| format!("the agent's `{key}` is not as expected: {e}"))
+}
+
+fn ownership_table(value: &Value) -> Result<Rendered, String> {
+    let lines: Vec<OwnershipLine> = rows(value, "ownership")?;
+    let body = lines
+        .into_iter()
+        .map(|l| {
+            vec![
+                l.pool,
+                l.address,
+                l.owner.unwrap_or_else(|| "<none>".to_owned()),
+                l.desired.to_string(),
+                l.ownership_epoch.to_string(),
+                l.capture_epoch.to_string(),
+            ]
+        })
+        .collect();
+    Ok(table(&["POOL", "ADDRESS", "OWNER", "DESIRED", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH"], body))
+}
+
+fn actions_table(value: &Value) -> Result<Rendered, String> {
+    let lines: Vec<ActionLine> = rows(value, "actions")?;
+    let body = lines
+        .into_iter()
+        .map(|l| {
+            let state = match l.reason {
+                Some(reason) => format!("{} ({reason})", l.state),
+                None => l.state,
+            };
+            vec![
+                l.node,
+                state,
+                l.verb,
+                l.pool,
+                l.address,
+                l.holder,
+                l.ownership_epoch.to_string(),
+                l.capture_epoch.to_string(),
+                l.idempotency_key,
+            ]
+        })
+        .collect();
+    Ok(table(
+        &["NODE", "STATE", "VERB", "POOL", "ADDRESS", "HOLDER", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH", "KEY"],
+        body,
+    ))
+}
+
+/// Columns as wide as their widest cell, three spaces apart, no trailing spaces (as kubectl
+/// prints); [`Rendered::Empty`] without rows.
+fn table(headers: &[&str], rows: Vec<Vec<String>>) -> Rendered {
+    if rows.is_empty() {
+        return Rendered::Empty;
+    }
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header_row: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header_row).chain(&rows) {
+        let mut line = String::new();
+        for (cell, width) in row.iter().zip(&widths) {
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(' ', width - cell.chars().count() + 3));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    Rendered::Out(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_to_their_widest_cell() {
+        let Rendered::Out(text) = table(
+            &["A", "LONG-HEADER", "C"],
+            vec![vec!["xxxx".into(), "y".into(), "z".into()], vec!["x".into(), "yy".into(), "".into()]],
+        ) else {
+            panic!("rows were given");
+        };
+        assert_eq!(text, "A      LONG-HEADER   C\nxxxx   y             z\nx      yy\n");
+        assert_eq!(table(&["A"], Vec::new()), Rendered::Empty);
+    }
+
+    #[test]
+    fn bad_input_answers_exit_2_and_refusals_exit_1() {
+        for status in [400, 413, 415] {
+            assert_eq!(exit_code_of(StatusCode::from_u16(status).expect("valid")), EXIT_BAD_INPUT);
+        }
+        for status in [401, 403, 404, 405, 408, 409, 500, 503] {
+            assert_eq!(exit_code_of(StatusCode::from_u16(status).expect("valid")), EXIT_REFUSED);
+        }
+    }
+
+    #[test]
+    fn error_lines_carry_the_message_and_status() {
+        let answer = |status: u16, body: &str| Answer {
+            status: StatusCode::from_u16(status).expect("valid"),
+            body: bytes::Bytes::from(body.to_owned()),
+        };
+        assert_eq!(
+            error_line(&answer(404, r#"{"error": "node \"x\" not found"}"#)),
+            "node \"x\" not found (404)"
+        );
+        assert_eq!(error_line(&answer(503, r#"{"ok": false, "reason": "no head"}"#)), "no head (503)");
+        assert_eq!(error_line(&answer(502, "bad gateway\nmore")), "bad gateway (502)");
+        assert_eq!(error_line(&answer(500, "")), "Internal Server Error (500)");
+    }
+}

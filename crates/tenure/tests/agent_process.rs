@@ -1,0 +1,231 @@
+//! `tenure agent` as a real process on a temporary embedded store, on loopback: ownership over
+//! HTTP and the CLI, changes compared with `replay` of the same events, the exec hook with a
+//! stale action that never reaches it, SIGHUP, SIGTERM with a call in flight, refusals.
+
+mod process;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use process::{Agent, TOKEN, TempDir, free_port, pool_yaml, tenure, wait_for};
+
+const NODES: &str = "nodes:\n  - {name: a, provider: PROVIDER, placementGroup: g1, nic: eni-a, priority: 10}\n  - {name: b, provider: PROVIDER, placementGroup: g1, nic: eni-b}\n";
+
+/// Writes a config for nodes a (priority 10) and b on `provider` with `providers` and pool files.
+fn config(dir: &TempDir, listen: std::net::SocketAddr, provider: &str, providers: &str, pools: &[&str]) -> std::path::PathBuf {
+    dir.write("token", &format!("{TOKEN}\n"));
+    let text = format!(
+        "{}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\napiTokenFile: ./token\n",
+        NODES.replace("PROVIDER", provider),
+        pools.join(", "),
+    );
+    dir.write("agent.yaml", &text)
+}
+
+/// (owner, ownershipEpoch, captureEpoch, desired) per "pool/address".
+fn map(rows: &Value) -> BTreeMap<String, (Value, u64, u64, bool)> {
+    rows.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                format!("{}/{}", r["pool"].as_str().expect("pool"), r["address"].as_str().expect("address")),
+                (
+                    r["owner"].clone(),
+                    r["ownershipEpoch"].as_u64().expect("epoch"),
+                    r["captureEpoch"].as_u64().expect("epoch"),
+                    r["desired"].as_bool().expect("desired"),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The ownership `replay` computes for the same pool and the same operator events.
+fn replayed(dir: &TempDir, pool: &str, events: &[String]) -> BTreeMap<String, (Value, u64, u64, bool)> {
+    let indented: String = pool.lines().map(|l| format!("    {l}\n")).collect();
+    let mut text = format!(
+        "{}providers:\n  - {{name: sim1, kind: sim-cloud}}\npools:\n  -\n{indented}timeline:\n  - {{at: 0, event: heartbeat, node: a}}\n  - {{at: 0, event: heartbeat, node: b}}\n",
+        NODES.replace("PROVIDER", "sim1")
+    );
+    for (i, event) in events.iter().enumerate() {
+        text.push_str(&format!("  - {{at: {}, {event}}}\n", 10 + i));
+    }
+    let path = dir.write("replayed.yaml", &text);
+    let (code, stdout, stderr) = tenure(&["replay", path.to_str().expect("utf-8"), "-o", "json"]);
+    assert_eq!(code, 0, "replay: {stderr}\n{text}");
+    let report: Value = serde_json::from_str(&stdout).expect("JSON");
+    map(&report["ownership"])
+}
+
+#[test]
+fn ownership_and_operator_changes_match_replay_over_http_and_the_cli() {
+    let dir = TempDir::new("agent-ownership");
+    let listen = free_port();
+    let pool = pool_yaml("edge", &["10.0.0.10", "10.0.0.11"], &["a", "b"], "sim1", "");
+    dir.write("pools.yaml", &pool);
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("a owns both", || {
+        map(&agent.get("/v1/ownership")["ownership"]).values().all(|(owner, ..)| owner == "a")
+    });
+    let endpoint = format!("http://{listen}");
+    let token_file = dir.path().join("token");
+    let token_file = token_file.to_str().expect("utf-8");
+
+    let (code, stdout, stderr) = tenure(&["ownership", "-o", "json", "--endpoint", &endpoint]);
+    assert_eq!(code, 0, "{stderr}");
+    let cli: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(map(&cli["ownership"]), map(&agent.get("/v1/ownership")["ownership"]), "CLI and API agree");
+    let (code, table, _) = tenure(&["ownership", "--endpoint", &endpoint]);
+    assert_eq!(code, 0);
+    assert!(table.lines().next().is_some_and(|h| h.contains("POOL") && h.contains("OWNER")), "{table}");
+
+    let mut events = Vec::new();
+    let steps: [(&str, Box<dyn Fn() -> (i32, String)>); 4] = [
+        ("event: drain, node: a", Box::new(|| {
+            let (code, _, stderr) = tenure(&["drain", "a", "--endpoint", &endpoint, "--token-file", token_file]);
+            (code, stderr)
+        })),
+        ("event: undesire, pool: edge, address: 10.0.0.11", Box::new(|| {
+            let (status, body) = agent.post("/v1/undesire", Some(r#"{"pool": "edge", "address": "10.0.0.11"}"#));
+            (i32::from(status != 200), body)
+        })),
+        ("event: undrain, node: a", Box::new(|| {
+            let (code, _, stderr) = tenure(&["undrain", "a", "--endpoint", &endpoint, "--token-file", token_file]);
+            (code, stderr)
+        })),
+        ("event: desire, pool: edge, address: 10.0.0.11", Box::new(|| {
+            let (code, _, stderr) =
+                tenure(&["desire", "edge", "10.0.0.11", "--endpoint", &endpoint, "--token-file", token_file]);
+            (code, stderr)
+        })),
+    ];
+    for (event, act) in &steps {
+        let (code, said) = act();
+        assert_eq!(code, 0, "{event}: {said}");
+        events.push((*event).to_owned());
+        let expected = replayed(&dir, &pool, &events);
+        assert_eq!(map(&agent.get("/v1/ownership")["ownership"]), expected, "after {event}");
+    }
+    drop(steps);
+    let status = agent.terminate();
+    assert!(status.success(), "SIGTERM: clean exit 0, got {status:?}");
+}
+
+#[test]
+fn a_stale_action_never_reaches_the_exec_hook_and_a_current_one_does() {
+    let dir = TempDir::new("agent-exec");
+    let listen = free_port();
+    let calls = dir.path().join("calls.log");
+    dir.write(
+        "hook.sh",
+        &format!("#!/bin/sh\nprintf '%s %s\\n' \"$TENURE_IDEMPOTENCY_KEY\" \"$TENURE_VERB\" >> {}\n", calls.display()),
+    );
+    std::process::Command::new("chmod").arg("+x").arg(dir.path().join("hook.sh")).status().expect("chmod");
+    let pool = pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "hook", "  approval: manual\n");
+    dir.write("pools.yaml", &pool);
+    let providers = "[{name: hook, kind: exec, command: [./hook.sh], timeout: 5s}]";
+    let config = config(&dir, listen, "hook", providers, &["pools.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    let pending = |node: &str| -> Vec<String> {
+        agent.get(&format!("/v1/actions?node={node}&state=pending"))["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["idempotencyKey"].as_str().expect("key").to_owned())
+            .collect()
+    };
+    wait_for("a's acquire is pending approval", || pending("a").len() == 2);
+    let stale = pending("a");
+    let (status, body) = agent.post("/v1/drain/a", None);
+    assert_eq!(status, 200, "{body}");
+    wait_for("b's acquire is pending approval", || pending("b").len() == 2);
+    // Approving a's old plan now: the head says a is not the holder; the gate skips it.
+    for key in &stale {
+        let (status, body) = agent.post(&format!("/v1/approve/{key}"), None);
+        assert_eq!(status, 200, "{body}");
+    }
+    for key in pending("b") {
+        let (status, body) = agent.post(&format!("/v1/approve/{key}"), None);
+        assert_eq!(status, 200, "{body}");
+    }
+    wait_for("b's actions executed by the hook", || {
+        agent.get("/v1/actions?node=b&state=executed")["actions"].as_array().is_some_and(|a| a.len() == 2)
+    });
+    let skipped = agent.get("/v1/actions?node=a&state=skipped")["actions"].clone();
+    assert_eq!(skipped.as_array().map(Vec::len), Some(2), "a's stale plan is skipped: {skipped}");
+    let log = std::fs::read_to_string(&calls).expect("the hook ran");
+    for key in &stale {
+        assert!(!log.contains(key.as_str()), "a stale action reached the hook: {key}\n{log}");
+    }
+    assert_eq!(log.lines().count(), 2, "b's two verbs, once each:\n{log}");
+    assert!(log.lines().all(|l| l.ends_with(" acquire")), "{log}");
+    assert!(agent.terminate().success());
+}
+
+#[test]
+fn sighup_applies_a_good_change_refuses_a_bad_file_and_moves_an_address_between_files() {
+    let dir = TempDir::new("agent-sighup");
+    let listen = free_port();
+    dir.write("x.yaml", &pool_yaml("x", &["10.0.0.1", "10.0.0.2"], &["a", "b"], "sim1", ""));
+    dir.write("y.yaml", &pool_yaml("y", &["10.0.0.3"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["x.yaml", "y.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    let addresses = |pool: &str| -> Vec<String> {
+        map(&agent.get("/v1/ownership")["ownership"])
+            .keys()
+            .filter_map(|k| k.strip_prefix(&format!("{pool}/")).map(str::to_owned))
+            .collect()
+    };
+    wait_for("both pools applied", || addresses("x").len() == 2 && addresses("y").len() == 1);
+
+    // A good change: y gains an address.
+    dir.write("y.yaml", &pool_yaml("y", &["10.0.0.3", "10.0.0.4"], &["a", "b"], "sim1", ""));
+    agent.hangup();
+    wait_for("y gained 10.0.0.4", || addresses("y") == ["10.0.0.3", "10.0.0.4"]);
+
+    // A bad file: nothing applied, the agent keeps running and says why.
+    dir.write("y.yaml", "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {name: y}\nspec:\n  membres: [a]\n");
+    let before = agent.get("/v1/ownership");
+    agent.hangup();
+    wait_for("the refusal is logged", || agent.log().contains("nothing applied"));
+    assert_eq!(agent.get("/v1/ownership"), before, "a bad file changes nothing");
+    assert_eq!(process::http(listen, "GET", "/v1/health", None, None).expect("answers").0, 200);
+
+    // An address moved from x to y (same capture domain), both files changed at once.
+    dir.write("x.yaml", &pool_yaml("x", &["10.0.0.1"], &["a", "b"], "sim1", ""));
+    dir.write("y.yaml", &pool_yaml("y", &["10.0.0.2", "10.0.0.3", "10.0.0.4"], &["a", "b"], "sim1", ""));
+    agent.hangup();
+    wait_for("10.0.0.2 moved to y", || addresses("x") == ["10.0.0.1"] && addresses("y").len() == 3);
+    assert!(!agent.log().contains("pool reload not applied"), "{}", agent.log());
+    assert!(agent.terminate().success());
+}
+
+#[test]
+fn sigterm_lets_a_call_in_flight_finish_and_exits_zero_with_its_result_recorded() {
+    let dir = TempDir::new("agent-sigterm");
+    let listen = free_port();
+    let calls = dir.path().join("calls.log");
+    dir.write(
+        "hook.sh",
+        &format!("#!/bin/sh\necho \"$TENURE_IDEMPOTENCY_KEY\" >> {}\nsleep 1\n", calls.display()),
+    );
+    std::process::Command::new("chmod").arg("+x").arg(dir.path().join("hook.sh")).status().expect("chmod");
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "hook", ""));
+    let config = config(&dir, listen, "hook", "[{name: hook, kind: exec, command: [./hook.sh], timeout: 5s}]", &["pools.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("the hook is running", || calls.exists());
+    let status = agent.terminate();
+    assert!(status.success(), "clean exit 0 after the call finished: {status:?}");
+    // Restart: the call's result survived, so its verb is not run again.
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("both verbs executed", || {
+        agent.get("/v1/actions?node=a&state=executed")["actions"].as_array().is_some_and(|a| a.len() == 2)
+    });
+    let log = std::fs::read_to_string(&calls).expect("calls");
+    let mut seen = std::collections::BTreeSet::new();
+    assert!(log.lines().all(|key| seen.insert(key)), "a key ran twice:\n{log}");
+    assert_eq!(seen.len(), 2, "{log}");
+    assert!(agent.terminate().success());
+}

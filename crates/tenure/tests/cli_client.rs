@@ -1,0 +1,227 @@
+//! The real `tenure` binary's verbs against the API in front of a test-double agent loop
+//! (`support`): table, json and yaml output, exit codes 0 (done), 1 (refused, no agent) and 2
+//! (bad input), and the one-line messages.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Mode, Server, TOKEN, start};
+
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+const GATED_KEY: &str = "gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1";
+
+/// A running double and API, on a runtime of their own (the test thread runs the binary).
+struct Agent {
+    server: Server,
+    runtime: tokio::runtime::Runtime,
+    dir: PathBuf,
+}
+
+impl Agent {
+    fn start(name: &str) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let server = runtime.block_on(start(Mode::Answering, Some(TOKEN), ANSWER_TIMEOUT));
+        let dir = std::env::temp_dir().join(format!("tenure-cli-client-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        std::fs::write(dir.join("token"), format!("{TOKEN}\n")).expect("writes the token file");
+        std::fs::write(dir.join("wrong-token"), "not-the-token").expect("writes a wrong token file");
+        std::fs::write(dir.join("empty-token"), " \n").expect("writes an empty token file");
+        Self { server, runtime, dir }
+    }
+
+    fn token_file(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// `tenure ARGS… --endpoint THIS`, with no TENURE_* variables inherited.
+    fn tenure(&self, args: &[&str]) -> Output {
+        tenure_with_env(args, &[("TENURE_ENDPOINT", &self.server.base)])
+    }
+
+    fn log_len(&self) -> u64 {
+        self.server.state.log_len()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = &self.runtime;
+    }
+}
+
+fn tenure_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command.args(args).env_remove("TENURE_ENDPOINT").env_remove("TENURE_TOKEN_FILE");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("the tenure binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("UTF-8 stdout")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).expect("UTF-8 stderr")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+#[test]
+fn ownership_prints_an_aligned_table_json_and_yaml() {
+    let agent = Agent::start("ownership");
+    let table = agent.tenure(&["ownership"]);
+    assert_eq!(code(&table), 0, "{}", stderr(&table));
+    let text = stdout(&table);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "a header and three addresses:\n{text}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["POOL", "ADDRESS", "OWNER", "DESIRED", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH"]);
+    // Aligned: each column starts at the same offset on every line.
+    let column = |line: &str, n: usize| {
+        let mut starts = Vec::new();
+        let mut previous_space = true;
+        for (i, c) in line.char_indices() {
+            if c != ' ' && previous_space {
+                starts.push(i);
+            }
+            previous_space = c == ' ';
+        }
+        starts[n]
+    };
+    for n in 0..6 {
+        let at = column(lines[0], n);
+        assert!(lines.iter().all(|l| column(l, n) == at), "column {n} is aligned:\n{text}");
+    }
+    assert!(lines.iter().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["edge", "10.0.0.10", "a", "true", "1", "1"]));
+    assert!(lines.iter().all(|l| !l.ends_with(' ')), "no trailing spaces");
+
+    let json = agent.tenure(&["ownership", "-o", "json"]);
+    assert_eq!(code(&json), 0);
+    let value: Value = serde_json::from_str(&stdout(&json)).expect("JSON on stdout");
+    assert_eq!(value["ownership"].as_array().expect("a list").len(), 3);
+    assert!(stdout(&json).contains("\n  \"ownership\": ["), "pretty-printed");
+
+    let yaml = agent.tenure(&["ownership", "-o", "yaml"]);
+    assert_eq!(code(&yaml), 0, "{}", stderr(&yaml));
+    let from_yaml: Value = serde_saphyr::from_str(&stdout(&yaml)).expect("YAML on stdout");
+    assert_eq!(from_yaml, value, "the YAML holds the same document as the JSON");
+}
+
+#[test]
+fn actions_filters_and_the_empty_answer() {
+    let agent = Agent::start("actions");
+    let pending = agent.tenure(&["actions", "--state", "pending", "--pool", "gated"]);
+    assert_eq!(code(&pending), 0, "{}", stderr(&pending));
+    let text = stdout(&pending);
+    let header: Vec<&str> = text.lines().next().expect("a header").split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NODE", "STATE", "VERB", "POOL", "ADDRESS", "HOLDER", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH", "KEY"]
+    );
+    assert!(text.lines().skip(1).all(|l| l.contains(" pending ") && l.contains(" gated ")), "{text}");
+    assert!(text.contains(GATED_KEY), "the key is shown, for approve:\n{text}");
+
+    let none = agent.tenure(&["actions", "--node", "b"]);
+    assert_eq!(code(&none), 0);
+    assert_eq!(stdout(&none), "", "nothing on stdout");
+    assert_eq!(stderr(&none), "No resources found.\n");
+
+    let bad = agent.tenure(&["actions", "--state", "bogus"]);
+    assert_eq!(code(&bad), 2, "a 400 is bad input");
+    assert!(
+        stderr(&bad).starts_with("tenure actions: field `state`: unknown state `bogus`"),
+        "{}",
+        stderr(&bad)
+    );
+    assert!(stderr(&bad).trim_end().ends_with("(400)"));
+    assert_eq!(stderr(&bad).lines().count(), 1, "one line");
+}
+
+#[test]
+fn changes_need_a_token_file_and_say_what_they_did() {
+    let agent = Agent::start("changes");
+    let token = agent.token_file("token");
+    let before = agent.log_len();
+
+    let without = agent.tenure(&["drain", "a"]);
+    assert_eq!(code(&without), 2);
+    assert!(stderr(&without).contains("--token-file"), "{}", stderr(&without));
+    let missing = agent.tenure(&["drain", "a", "--token-file", &agent.token_file("absent")]);
+    assert_eq!(code(&missing), 2);
+    assert!(stderr(&missing).starts_with("tenure drain: "), "{}", stderr(&missing));
+    let empty = agent.tenure(&["drain", "a", "--token-file", &agent.token_file("empty-token")]);
+    assert_eq!(code(&empty), 2);
+    assert!(stderr(&empty).contains("empty"), "{}", stderr(&empty));
+    let wrong = agent.tenure(&["drain", "a", "--token-file", &agent.token_file("wrong-token")]);
+    assert_eq!(code(&wrong), 1, "a 403 is a refusal");
+    assert!(stderr(&wrong).trim_end().ends_with("(403)"), "{}", stderr(&wrong));
+    assert_eq!(agent.log_len(), before, "nothing refused was appended");
+
+    let unknown = agent.tenure(&["drain", "zzz", "--token-file", &token]);
+    assert_eq!(code(&unknown), 1);
+    assert_eq!(stderr(&unknown), "tenure drain: node \"zzz\" not found (404)\n");
+    let range = agent.tenure(&["desire", "edge", "10.0.0.16/29", "--token-file", &token]);
+    assert_eq!(code(&range), 2, "a 400 is bad input: {}", stderr(&range));
+    assert!(stderr(&range).contains("field `address`"), "{}", stderr(&range));
+    assert_eq!(agent.log_len(), before);
+
+    let drain = agent.tenure(&["drain", "a", "--token-file", &token]);
+    assert_eq!(code(&drain), 0, "{}", stderr(&drain));
+    assert_eq!(stdout(&drain), format!("node/a drained (log index {})\n", before + 1));
+    let owners = stdout(&agent.tenure(&["ownership", "-o", "json"]));
+    let owners: Value = serde_json::from_str(&owners).expect("JSON");
+    assert!(owners["ownership"].as_array().expect("a list").iter().all(|r| r["owner"] == "b"), "{owners}");
+
+    // The token file may come from the environment; the answer as JSON and YAML.
+    let env = [("TENURE_ENDPOINT", agent.server.base.as_str()), ("TENURE_TOKEN_FILE", token.as_str())];
+    let undrain = tenure_with_env(&["undrain", "a", "-o", "json"], &env);
+    assert_eq!(code(&undrain), 0, "{}", stderr(&undrain));
+    let receipt: Value = serde_json::from_str(&stdout(&undrain)).expect("JSON");
+    assert_eq!(receipt["index"], before + 2);
+    let undesire = tenure_with_env(&["undesire", "edge", "10.0.0.11", "-o", "yaml"], &env);
+    assert_eq!(code(&undesire), 0, "{}", stderr(&undesire));
+    assert_eq!(stdout(&undesire).trim(), format!("index: {}", before + 3));
+    let desire = tenure_with_env(&["desire", "edge", "10.0.0.11"], &env);
+    assert_eq!(stdout(&desire), format!("address/edge/10.0.0.11 desired (log index {})\n", before + 4));
+    let approve = tenure_with_env(&["approve", GATED_KEY], &env);
+    assert_eq!(code(&approve), 0, "{}", stderr(&approve));
+    assert_eq!(stdout(&approve), format!("action/{GATED_KEY} approved (log index {})\n", before + 5));
+}
+
+#[test]
+fn no_agent_answers_on_a_closed_port() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        listener.local_addr().expect("bound").port()
+    };
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let output = tenure_with_env(&["ownership", "--endpoint", &endpoint], &[]);
+    assert_eq!(code(&output), 1);
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "tenure ownership: no agent answers at {endpoint} (connection refused); is tenure agent running?\n"
+        )
+    );
+    let bad = tenure_with_env(&["ownership", "--endpoint", "https://127.0.0.1:1"], &[]);
+    assert_eq!(code(&bad), 2, "a bad endpoint is bad input");
+    let bad = tenure_with_env(&["ownership", "-o", "xml"], &[]);
+    assert_eq!(code(&bad), 2, "a bad flag is bad input");
+    // replay keeps its own formats.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios/failover.yaml");
+    let replay = tenure_with_env(&["replay", &root.display().to_string(), "-o", "yaml"], &[]);
+    assert_eq!(code(&replay), 2, "replay has no yaml output");
+}
