@@ -187,6 +187,8 @@ impl TestDoubleAgentLoop {
             Request::Health { reply } => drop(reply.send(self.health())),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
+            // Not on the HTTP API: the double never receives one.
+            Request::Control { reply, .. } => drop(reply.send(Err("not in the test double".to_owned()))),
         }
     }
 }
