@@ -17,12 +17,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::Value;
 use process::{Agent, TOKEN, TempDir, free_port, http, pool_yaml, wait_for};
+use serde_json::Value;
 
-const ADDRESSES: [&str; 8] = [
-    "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8",
-];
+const ADDRESSES: [&str; 8] =
+    ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"];
 
 fn runs() -> u64 {
     std::env::var("TENURE_CRASH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5)
@@ -45,7 +44,12 @@ fn snapshot(agent: &Agent) -> Option<Snapshot> {
     let states = actions["actions"]
         .as_array()?
         .iter()
-        .map(|a| (a["idempotencyKey"].as_str().unwrap_or("").to_owned(), a["state"].as_str().unwrap_or("").to_owned()))
+        .map(|a| {
+            (
+                a["idempotencyKey"].as_str().unwrap_or("").to_owned(),
+                a["state"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     let tokens = ownership["ownership"]
         .as_array()?
@@ -62,9 +66,12 @@ fn snapshot(agent: &Agent) -> Option<Snapshot> {
 
 #[test]
 fn kill_minus_nine_during_traffic_loses_nothing_lowers_no_token_and_runs_nothing_twice() {
-    let seed: u64 = std::env::var("TENURE_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-    });
+    let seed: u64 =
+        std::env::var("TENURE_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
     eprintln!("TENURE_CRASH_SEED={seed}");
     // xorshift64*: enough to spread kill points; seeded so a failure reruns.
     let mut state = seed | 1;
@@ -77,7 +84,10 @@ fn kill_minus_nine_during_traffic_loses_nothing_lowers_no_token_and_runs_nothing
     let dir = TempDir::new("agent-crash");
     let listen = free_port();
     let calls = dir.path().join("calls.log");
-    dir.write("hook.sh", &format!("#!/bin/sh\necho \"$TENURE_IDEMPOTENCY_KEY $PPID\" >> {}\n", calls.display()));
+    dir.write(
+        "hook.sh",
+        &format!("#!/bin/sh\necho \"$TENURE_IDEMPOTENCY_KEY $PPID\" >> {}\n", calls.display()),
+    );
     std::process::Command::new("chmod").arg("+x").arg(dir.path().join("hook.sh")).status().expect("chmod");
     dir.write("token", &format!("{TOKEN}\n"));
     dir.write("pools.yaml", &pool_yaml("edge", &ADDRESSES, &["a"], "hook", ""));
@@ -127,7 +137,10 @@ fn kill_minus_nine_during_traffic_loses_nothing_lowers_no_token_and_runs_nothing
             }
             for (address, (ownership, capture)) in &before.tokens {
                 let (o, c) = after.tokens.get(address).copied().unwrap_or((0, 0));
-                assert!(o >= *ownership && c >= *capture, "run {run}: {address} tokens went down: ({ownership}, {capture}) → ({o}, {c})");
+                assert!(
+                    o >= *ownership && c >= *capture,
+                    "run {run}: {address} tokens went down: ({ownership}, {capture}) → ({o}, {c})"
+                );
             }
         }
         std::thread::sleep(Duration::from_millis(next_ms(50, 600)));
@@ -155,22 +168,32 @@ fn kill_minus_nine_during_traffic_loses_nothing_lowers_no_token_and_runs_nothing
     assert!(agent.terminate().success());
 
     let log = std::fs::read_to_string(&calls).unwrap_or_default();
-    let mut invocations: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for line in log.lines() {
+    // A hook whose agent was killed between spawning it and the shell's start sees its parent
+    // gone ($PPID is then init's or a subreaper's): such an invocation belongs to a killed agent.
+    // Each gets a name of its own, so two of them never look like one process running a key twice.
+    let mut invocations: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (n, line) in log.lines().enumerate() {
         let (key, pid) = line.rsplit_once(' ').expect("key pid");
+        let pid = if run_of.contains_key(pid) {
+            pid.to_owned()
+        } else {
+            let orphan = format!("orphan-{n}");
+            killed_pids.insert(orphan.clone());
+            orphan
+        };
         invocations.entry(key).or_default().push(pid);
     }
     assert!(!invocations.is_empty(), "the traffic made the hook run");
     let mut in_doubt = 0;
     for (key, pids) in &invocations {
-        let distinct: BTreeSet<&&str> = pids.iter().collect();
+        let distinct: BTreeSet<&String> = pids.iter().collect();
         assert_eq!(distinct.len(), pids.len(), "{key} ran twice in one agent process: {pids:?}");
         for pid in &pids[..pids.len() - 1] {
-            assert!(killed_pids.contains(*pid), "{key} ran again after process {pid}, which was not killed");
+            assert!(killed_pids.contains(pid), "{key} ran again after process {pid}, which was not killed");
             in_doubt += 1;
         }
         if let Some(shown_in) = executed_shown.get(*key) {
-            let later = pids.iter().filter(|p| run_of.get(**p).is_some_and(|run| run > shown_in)).count();
+            let later = pids.iter().filter(|p| run_of.get(*p).is_some_and(|run| run > shown_in)).count();
             assert_eq!(later, 0, "{key} ran again after run {shown_in} had shown it executed: {pids:?}");
         }
     }

@@ -6,13 +6,19 @@ mod process;
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
 use process::{Agent, TOKEN, TempDir, free_port, pool_yaml, tenure, wait_for};
+use serde_json::Value;
 
 const NODES: &str = "nodes:\n  - {name: a, provider: PROVIDER, placementGroup: g1, nic: eni-a, priority: 10}\n  - {name: b, provider: PROVIDER, placementGroup: g1, nic: eni-b}\n";
 
 /// Writes a config for nodes a (priority 10) and b on `provider` with `providers` and pool files.
-fn config(dir: &TempDir, listen: std::net::SocketAddr, provider: &str, providers: &str, pools: &[&str]) -> std::path::PathBuf {
+fn config(
+    dir: &TempDir,
+    listen: std::net::SocketAddr,
+    provider: &str,
+    providers: &str,
+    pools: &[&str],
+) -> std::path::PathBuf {
     dir.write("token", &format!("{TOKEN}\n"));
     let text = format!(
         "{}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\napiTokenFile: ./token\n",
@@ -83,23 +89,45 @@ fn ownership_and_operator_changes_match_replay_over_http_and_the_cli() {
 
     let mut events = Vec::new();
     let steps: [(&str, Box<dyn Fn() -> (i32, String)>); 4] = [
-        ("event: drain, node: a", Box::new(|| {
-            let (code, _, stderr) = tenure(&["drain", "a", "--endpoint", &endpoint, "--token-file", token_file]);
-            (code, stderr)
-        })),
-        ("event: undesire, pool: edge, address: 10.0.0.11", Box::new(|| {
-            let (status, body) = agent.post("/v1/undesire", Some(r#"{"pool": "edge", "address": "10.0.0.11"}"#));
-            (i32::from(status != 200), body)
-        })),
-        ("event: undrain, node: a", Box::new(|| {
-            let (code, _, stderr) = tenure(&["undrain", "a", "--endpoint", &endpoint, "--token-file", token_file]);
-            (code, stderr)
-        })),
-        ("event: desire, pool: edge, address: 10.0.0.11", Box::new(|| {
-            let (code, _, stderr) =
-                tenure(&["desire", "edge", "10.0.0.11", "--endpoint", &endpoint, "--token-file", token_file]);
-            (code, stderr)
-        })),
+        (
+            "event: drain, node: a",
+            Box::new(|| {
+                let (code, _, stderr) =
+                    tenure(&["drain", "a", "--endpoint", &endpoint, "--token-file", token_file]);
+                (code, stderr)
+            }),
+        ),
+        (
+            "event: undesire, pool: edge, address: 10.0.0.11",
+            Box::new(|| {
+                let (status, body) =
+                    agent.post("/v1/undesire", Some(r#"{"pool": "edge", "address": "10.0.0.11"}"#));
+                (i32::from(status != 200), body)
+            }),
+        ),
+        (
+            "event: undrain, node: a",
+            Box::new(|| {
+                let (code, _, stderr) =
+                    tenure(&["undrain", "a", "--endpoint", &endpoint, "--token-file", token_file]);
+                (code, stderr)
+            }),
+        ),
+        (
+            "event: desire, pool: edge, address: 10.0.0.11",
+            Box::new(|| {
+                let (code, _, stderr) = tenure(&[
+                    "desire",
+                    "edge",
+                    "10.0.0.11",
+                    "--endpoint",
+                    &endpoint,
+                    "--token-file",
+                    token_file,
+                ]);
+                (code, stderr)
+            }),
+        ),
     ];
     for (event, act) in &steps {
         let (code, said) = act();
@@ -120,7 +148,10 @@ fn a_stale_action_never_reaches_the_exec_hook_and_a_current_one_does() {
     let calls = dir.path().join("calls.log");
     dir.write(
         "hook.sh",
-        &format!("#!/bin/sh\nprintf '%s %s\\n' \"$TENURE_IDEMPOTENCY_KEY\" \"$TENURE_VERB\" >> {}\n", calls.display()),
+        &format!(
+            "#!/bin/sh\nprintf '%s %s\\n' \"$TENURE_IDEMPOTENCY_KEY\" \"$TENURE_VERB\" >> {}\n",
+            calls.display()
+        ),
     );
     std::process::Command::new("chmod").arg("+x").arg(dir.path().join("hook.sh")).status().expect("chmod");
     let pool = pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "hook", "  approval: manual\n");
@@ -186,7 +217,10 @@ fn sighup_applies_a_good_change_refuses_a_bad_file_and_moves_an_address_between_
     wait_for("y gained 10.0.0.4", || addresses("y") == ["10.0.0.3", "10.0.0.4"]);
 
     // A bad file: nothing applied, the agent keeps running and says why.
-    dir.write("y.yaml", "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {name: y}\nspec:\n  membres: [a]\n");
+    dir.write(
+        "y.yaml",
+        "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {name: y}\nspec:\n  membres: [a]\n",
+    );
     let before = agent.get("/v1/ownership");
     agent.hangup();
     wait_for("the refusal is logged", || agent.log().contains("nothing applied"));
@@ -213,7 +247,13 @@ fn sigterm_lets_a_call_in_flight_finish_and_exits_zero_with_its_result_recorded(
     );
     std::process::Command::new("chmod").arg("+x").arg(dir.path().join("hook.sh")).status().expect("chmod");
     dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "hook", ""));
-    let config = config(&dir, listen, "hook", "[{name: hook, kind: exec, command: [./hook.sh], timeout: 5s}]", &["pools.yaml"]);
+    let config = config(
+        &dir,
+        listen,
+        "hook",
+        "[{name: hook, kind: exec, command: [./hook.sh], timeout: 5s}]",
+        &["pools.yaml"],
+    );
     let agent = Agent::start(&dir, &config, listen);
     wait_for("the hook is running", || calls.exists());
     let status = agent.terminate();

@@ -185,7 +185,11 @@ async fn serve(
 
     let settings = Settings {
         nodes: config.nodes.clone(),
-        providers: config.providers.iter().map(|p| ProviderSpec { name: p.name.clone(), kind: p.kind }).collect(),
+        providers: config
+            .providers
+            .iter()
+            .map(|p| ProviderSpec { name: p.name.clone(), kind: p.kind })
+            .collect(),
         executors,
         heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
         requeue_interval: Duration::from_millis(config.requeue_interval_ms),
@@ -196,7 +200,8 @@ async fn serve(
         },
     };
     let stopping = stop.clone();
-    let outcome = run(store, settings, requests, reload_rx, metrics, async move { stopping.cancelled().await }).await;
+    let outcome =
+        run(store, settings, requests, reload_rx, metrics, async move { stopping.cancelled().await }).await;
     api_stop.cancel();
     let _ = api.await;
     match outcome {

@@ -78,7 +78,10 @@ impl Agent {
 
     /// Starts the agent without waiting.
     pub fn spawn(dir: &TempDir, config: &Path, listen: SocketAddr) -> Self {
-        let stderr = dir.path().join(format!("agent-{}.log", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())));
+        let stderr = dir.path().join(format!(
+            "agent-{}.log",
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+        ));
         let log = std::fs::File::create(&stderr).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_tenure"))
             .arg("agent")
@@ -143,7 +146,8 @@ impl Drop for Agent {
 }
 
 pub fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status().expect("kill");
+    let status =
+        Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status().expect("kill");
     assert!(status.success());
 }
 
@@ -203,7 +207,11 @@ pub fn http(
     let text = String::from_utf8_lossy(&response).into_owned();
     let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
     Ok((status, body))
 }
 
