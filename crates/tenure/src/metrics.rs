@@ -265,6 +265,16 @@ fn reason_counters(
     Ok(())
 }
 
+impl crate::agent::runner::Observe for Metrics {
+    fn reconcile(&self, duration: Duration) {
+        self.observe_reconcile(duration);
+    }
+
+    fn executor_call(&self, provider: &str, duration: Duration) {
+        self.observe_executor_call(provider, duration);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
@@ -486,15 +496,5 @@ mod tests {
         assert_eq!(values(&samples, "tenure_healthy")[0].value, "0");
         assert!(!types.contains_key("tenure_ownership_epoch"));
         assert!(!types.contains_key("tenure_log_index"));
-    }
-}
-
-impl crate::agent::runner::Observe for Metrics {
-    fn reconcile(&self, duration: Duration) {
-        self.observe_reconcile(duration);
-    }
-
-    fn executor_call(&self, provider: &str, duration: Duration) {
-        self.observe_executor_call(provider, duration);
     }
 }

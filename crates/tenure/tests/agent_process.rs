@@ -269,3 +269,59 @@ fn sigterm_lets_a_call_in_flight_finish_and_exits_zero_with_its_result_recorded(
     assert_eq!(seen.len(), 2, "{log}");
     assert!(agent.terminate().success());
 }
+
+#[test]
+fn a_running_agent_is_backed_up_an_old_copy_refuses_to_start_and_a_restore_raises_every_token() {
+    let dir = TempDir::new("agent-backup");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let config_arg = config.to_str().expect("utf-8");
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("a owns", || map(&agent.get("/v1/ownership")["ownership"]).values().all(|(o, ..)| o == "a"));
+    let backup = dir.path().join("backup.tenure");
+    let (code, stdout, stderr) =
+        tenure(&["store", "backup", backup.to_str().expect("utf-8"), "--config", config_arg]);
+    assert_eq!(code, 0, "backup of a running agent through its API: {stderr}");
+    assert!(stdout.contains("through http://"), "{stdout}");
+    assert!(agent.terminate().success());
+
+    // A plain copy of the store, taken now, is put back after more has happened: refused.
+    let copy = |from: &str, to: &str| {
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(dir.path().join(from))
+            .arg(dir.path().join(to))
+            .status()
+            .expect("cp");
+        assert!(status.success());
+    };
+    copy("store", "store.old");
+    let agent = Agent::start(&dir, &config, listen);
+    assert_eq!(agent.post("/v1/drain/a", None).0, 200);
+    wait_for("b owns", || map(&agent.get("/v1/ownership")["ownership"]).values().all(|(o, ..)| o == "b"));
+    let highest_before =
+        map(&agent.get("/v1/ownership")["ownership"]).values().map(|(_, o, c, _)| *o.max(c)).max();
+    assert!(agent.terminate().success());
+    std::fs::remove_dir_all(dir.path().join("store")).expect("rm");
+    copy("store.old", "store");
+    let mut refused = Agent::spawn(&dir, &config, listen);
+    let status = process::wait_exit(&mut refused.child);
+    assert_eq!(status.code(), Some(1), "an old copy must not start");
+    let log = refused.log();
+    assert!(log.contains("behind") || log.contains("older"), "one line naming why: {log}");
+
+    // A restore on purpose raises every token above anything issued since.
+    let (code, stdout, stderr) =
+        tenure(&["store", "restore", backup.to_str().expect("utf-8"), "--config", config_arg]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("raised"), "{stdout}");
+    let agent = Agent::start(&dir, &config, listen);
+    let rows = map(&agent.get("/v1/ownership")["ownership"]);
+    let highest_before = highest_before.expect("one address");
+    assert!(
+        rows.values().all(|(_, o, c, _)| *o > highest_before && *c > highest_before),
+        "every token above {highest_before} after the restore: {rows:?}"
+    );
+    assert!(agent.terminate().success());
+}

@@ -92,6 +92,10 @@ impl AgentStore for MemoryStore {
 
     fn record_highest_token(&self, _token: u64) {}
 
+    fn backup(&self) -> Result<Vec<u8>, String> {
+        Err("the in-memory store (a test double) has no backups".to_owned())
+    }
+
     fn flush_identity(&self) -> Result<(), String> {
         Ok(())
     }

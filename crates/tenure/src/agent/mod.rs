@@ -68,6 +68,10 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// The highest token the agent's view holds, for the store's identity record.
     fn record_highest_token(&self, token: u64);
 
+    /// A consistent backup of the whole store, as the bytes of a backup file (taken while the
+    /// agent runs; a read transaction, so writers go on).
+    fn backup(&self) -> Result<Vec<u8>, String>;
+
     /// Writes the identity record now (called about once a second while things change, and at
     /// shutdown).
     fn flush_identity(&self) -> Result<(), String>;

@@ -18,6 +18,9 @@ pub const REQUESTS_QUEUED_MAX: usize = 1024;
 /// default of [`AgentHandle::with_timeout`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a caller waits for a backup of the running agent's store.
+pub const BACKUP_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Filters of `GET /v1/actions` (`?node=`, `?state=`, `?pool=`); `None` matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ActionFilter {
@@ -154,6 +157,11 @@ pub enum Request {
         /// Where the answer goes: a one-line account, or why not.
         reply: oneshot::Sender<Result<String, String>>,
     },
+    /// A consistent backup of the store, as the bytes of a backup file (`POST /v1/store/backup`).
+    Backup {
+        /// Where the answer goes: the backup, or why not.
+        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+    },
     /// Append an event (the mutating `POST`s).
     Submit {
         /// What to append.
@@ -225,6 +233,11 @@ impl AgentHandle {
     /// The metrics snapshot.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, HandleError> {
         self.ask(|reply| Request::Metrics { reply }).await
+    }
+
+    /// A consistent backup of the running agent's store (waits up to [`BACKUP_TIMEOUT`]).
+    pub async fn backup(&self) -> Result<Result<Vec<u8>, String>, HandleError> {
+        self.clone().with_timeout(BACKUP_TIMEOUT).ask(|reply| Request::Backup { reply }).await
     }
 
     /// Freezes or wakes one of the process's nodes.

@@ -497,6 +497,14 @@ impl<S: AgentStore> Agent<S> {
                     reply.send(answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok));
                 false
             }
+            Request::Backup { reply } => {
+                // A read transaction: the loop goes on while the backup is written.
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _ = reply.send(store.backup());
+                });
+                false
+            }
             Request::Control { control, reply } => {
                 let _ = reply.send(self.control(control));
                 true

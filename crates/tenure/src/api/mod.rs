@@ -9,6 +9,7 @@
 //! | `GET /metrics` | 200, OpenMetrics text ([`Metrics::encode`]) |
 //! | `POST /v1/drain/{node}`, `/v1/undrain/{node}`, `/v1/approve/{key}` | 200 `{"index": N}` |
 //! | `POST /v1/desire`, `/v1/undesire` with `{"pool": …, "address": …}` | 200 `{"index": N}` |
+//! | `POST /v1/store/backup` | 200, the bytes of a consistent backup file (`tenure store backup`) |
 //!
 //! The `POST`s need `Authorization: Bearer <token>` ([`ApiToken`]): 401 without, 403 with a wrong
 //! one or when the agent has no token (fail closed). Their inputs are checked strictly before
@@ -79,6 +80,7 @@ pub fn router(handle: AgentHandle, metrics: Arc<Metrics>, token: Option<ApiToken
         .route("/v1/approve/{*key}", post(mutate::approve))
         .route("/v1/desire", post(mutate::desire))
         .route("/v1/undesire", post(mutate::undesire))
+        .route("/v1/store/backup", post(mutate::backup))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), observe))

@@ -6,6 +6,7 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use tenure_core::input::check_name;
 use tenure_core::log::EventKind;
@@ -180,6 +181,20 @@ pub async fn undesire(
     authorize(&state, &headers)?;
     let (pool, address) = pool_address(&headers, body).await?;
     submit(&state, EventKind::Undesire { pool, address }).await
+}
+
+/// `POST /v1/store/backup`: a consistent backup of the running agent's store, as the bytes of a
+/// backup file (what `tenure store backup` writes). Needs the token: a backup holds everything.
+pub async fn backup(State(state): State<ApiState>, headers: HeaderMap) -> Result<Response, ApiFailure> {
+    authorize(&state, &headers)?;
+    let bytes = state.handle.backup().await.map_err(|e| super::not_answering(&e))?.map_err(|reason| {
+        ApiFailure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            reason::UNAVAILABLE,
+            format!("backup failed: {reason}"),
+        )
+    })?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
 #[cfg(test)]

@@ -98,6 +98,17 @@ impl Client {
         path: &str,
         json: Option<Vec<u8>>,
     ) -> Result<Answer, ClientError> {
+        self.call_within(method, path, json, CLIENT_TIMEOUT).await
+    }
+
+    /// [`Client::call`] with its own overall timeout (a backup takes longer than a read).
+    pub async fn call_within(
+        &self,
+        method: Method,
+        path: &str,
+        json: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Answer, ClientError> {
         let uri: Uri = format!("{}{path}", self.endpoint).parse().map_err(|e| ClientError::BadEndpoint {
             endpoint: self.endpoint.clone(),
             reason: format!("cannot form a URL with `{path}`: {e}"),
@@ -134,9 +145,9 @@ impl Client {
                 })?;
             Ok(Answer { status, body: body.to_bytes() })
         };
-        tokio::time::timeout(CLIENT_TIMEOUT, exchange)
+        tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| ClientError::Timeout { endpoint: self.endpoint.clone(), timeout: CLIENT_TIMEOUT })?
+            .map_err(|_| ClientError::Timeout { endpoint: self.endpoint.clone(), timeout })?
     }
 
     fn no_answer(&self, error: &hyper_util::client::legacy::Error) -> ClientError {

@@ -115,8 +115,8 @@ where
 fn print_map(rows: &[OwnershipRow], cloud: &SimExecutor) {
     let held = holdings(cloud);
     println!(
-        "         {:<8} {:<11} {:<6} {:<16} {:<14} {}",
-        "POOL", "ADDRESS", "OWNER", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH", "NIC(S)"
+        "         {:<8} {:<11} {:<6} {:<16} {:<14} NIC(S)",
+        "POOL", "ADDRESS", "OWNER", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH"
     );
     for row in rows {
         let nics = held.get(&row.address).map_or_else(|| "-".to_owned(), |n| n.join(","));

@@ -1,8 +1,11 @@
 //! `tenure store backup FILE` and `tenure store restore FILE` (the embedded store's backups).
 //!
-//! Until the agent's config is wired here, the store is named by `--store-dir DIR
-//! --identity-file FILE`. Exit 0 with a one-line summary; 1 when the store refuses (locked,
-//! behind, another cluster, …); 2 on bad arguments or a bad backup file.
+//! The store is named by the agent's config (`--config FILE`: `store.path` and `identityFile`),
+//! or directly by `--store-dir DIR --identity-file FILE`. A backup of a store that a running agent
+//! holds goes through that agent's API (`POST /v1/store/backup` at the config's `listen`, with its
+//! `apiTokenFile`): a consistent snapshot taken while the agent works. Exit 0 with a one-line
+//! summary; 1 when the store refuses (locked, behind, another cluster, …) or the agent does not
+//! answer; 2 on bad arguments, a bad config or a bad backup file.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,12 +28,56 @@ pub struct StoreArgs {
 /// Where the store is.
 #[derive(Debug, Args)]
 struct StoreLocation {
+    /// The agent config naming the store (`store.path`, `identityFile`, and for a running agent
+    /// `listen` and `apiTokenFile`).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["store_dir", "identity_file"],
+          required_unless_present_all = ["store_dir", "identity_file"])]
+    config: Option<PathBuf>,
     /// The store directory (`store.path` of the agent config).
-    #[arg(long, value_name = "DIR")]
-    store_dir: PathBuf,
+    #[arg(long, value_name = "DIR", requires = "identity_file")]
+    store_dir: Option<PathBuf>,
     /// The identity file (`identityFile` of the agent config).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "store_dir")]
+    identity_file: Option<PathBuf>,
+}
+
+/// The store's paths, and the config they came from, if any.
+struct Located {
+    store_dir: PathBuf,
     identity_file: PathBuf,
+    config: Option<crate::config::AgentConfig>,
+}
+
+fn locate(location: &StoreLocation) -> Result<Located, ExitCode> {
+    if let Some(path) = &location.config {
+        let config = crate::config::load_config(path).map_err(|lines| {
+            for line in lines {
+                eprintln!("{line}");
+            }
+            ExitCode::from(EXIT_BAD_INPUT)
+        })?;
+        let crate::config::StoreConfig::Embedded { path: store_dir } = &config.store else {
+            eprintln!(
+                "tenure store: {}: the store is not embedded; etcd has its own backups",
+                path.display()
+            );
+            return Err(ExitCode::from(EXIT_BAD_INPUT));
+        };
+        return Ok(Located {
+            store_dir: store_dir.clone(),
+            identity_file: config.identity_file.clone(),
+            config: Some(config),
+        });
+    }
+    match (&location.store_dir, &location.identity_file) {
+        (Some(store_dir), Some(identity_file)) => {
+            Ok(Located { store_dir: store_dir.clone(), identity_file: identity_file.clone(), config: None })
+        }
+        _ => {
+            eprintln!("tenure store: give --config FILE, or --store-dir DIR and --identity-file FILE");
+            Err(ExitCode::from(EXIT_BAD_INPUT))
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,20 +107,29 @@ enum StoreCommand {
 /// Runs `tenure store …`.
 pub fn run(args: &StoreArgs) -> ExitCode {
     match &args.command {
-        StoreCommand::Backup { file, location } => backup(file, location),
-        StoreCommand::Restore { file, location, margin } => restore(file, location, *margin),
+        StoreCommand::Backup { file, location } => match locate(location) {
+            Ok(located) => backup(file, &located),
+            Err(code) => code,
+        },
+        StoreCommand::Restore { file, location, margin } => match locate(location) {
+            Ok(located) => restore(file, &located, *margin),
+            Err(code) => code,
+        },
     }
 }
 
-fn backup(file: &std::path::Path, location: &StoreLocation) -> ExitCode {
+fn backup(file: &std::path::Path, location: &Located) -> ExitCode {
     let store = match EmbeddedStore::open(&location.store_dir, &location.identity_file) {
         Ok(store) => store,
         Err(StoreError::Locked { dir, holder }) => {
-            eprintln!(
-                "tenure store backup: store {} is held by {holder}; a running agent is backed up through its API",
-                dir.display()
-            );
-            return ExitCode::from(EXIT_REFUSED);
+            let Some(config) = &location.config else {
+                eprintln!(
+                    "tenure store backup: store {} is held by {holder}; back a running agent up with --config (through its API)",
+                    dir.display()
+                );
+                return ExitCode::from(EXIT_REFUSED);
+            };
+            return backup_through_api(file, config);
         }
         Err(e) => return refused("backup", &e),
     };
@@ -97,7 +153,87 @@ fn backup(file: &std::path::Path, location: &StoreLocation) -> ExitCode {
     }
 }
 
-fn restore(file: &std::path::Path, location: &StoreLocation, margin: u64) -> ExitCode {
+/// Asks the running agent of `config` for a backup and writes it to `file` atomically.
+fn backup_through_api(file: &std::path::Path, config: &crate::config::AgentConfig) -> ExitCode {
+    let token = match &config.api_token_file {
+        Some(path) => match crate::api::ApiToken::from_file(path) {
+            Ok(_) => std::fs::read_to_string(path).map(|t| t.trim().to_owned()).ok(),
+            Err(e) => {
+                eprintln!("tenure store backup: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        },
+        None => {
+            eprintln!(
+                "tenure store backup: the agent holds the store and its config has no apiTokenFile to ask it with"
+            );
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
+    let endpoint = format!("http://{}", config.listen);
+    let answer = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let client = super::client::Client::new(&endpoint, token).map_err(|e| e.to_string())?;
+                client
+                    .call_within(
+                        http::Method::POST,
+                        "/v1/store/backup",
+                        None,
+                        crate::agent::request::BACKUP_TIMEOUT,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        });
+    let answer = match answer {
+        Ok(answer) if answer.status.is_success() => answer,
+        Ok(answer) => {
+            eprintln!(
+                "tenure store backup: the agent at {endpoint} refused ({}): {}",
+                answer.status.as_u16(),
+                String::from_utf8_lossy(&answer.body).trim()
+            );
+            return ExitCode::from(EXIT_REFUSED);
+        }
+        Err(e) => {
+            eprintln!("tenure store backup: {e}");
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
+    match write_atomically(file, &answer.body) {
+        Ok(()) => {
+            println!(
+                "backed up the running agent's store through {endpoint}: {} bytes to {}",
+                answer.body.len(),
+                file.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tenure store backup: {}: {e}", file.display());
+            ExitCode::from(EXIT_REFUSED)
+        }
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `file`, syncs it and renames it over `file`.
+fn write_atomically(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut temporary = file.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    let mut out = std::fs::File::create(&temporary)?;
+    out.write_all(bytes)?;
+    out.sync_all()?;
+    drop(out);
+    std::fs::rename(&temporary, file)
+}
+
+fn restore(file: &std::path::Path, location: &Located, margin: u64) -> ExitCode {
     match store::restore(file, &location.store_dir, &location.identity_file, margin) {
         Ok(summary) => {
             let aside = summary.moved_aside.map_or_else(

@@ -648,6 +648,18 @@ impl crate::agent::AgentStore for EmbeddedStore {
         EmbeddedStore::record_highest_token(self, token);
     }
 
+    fn backup(&self) -> Result<Vec<u8>, String> {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let file = self.dir().join(format!("api-backup-{}-{nanos}.tmp", std::process::id()));
+        let result = self
+            .backup_to(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|_| std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display())));
+        let _ = std::fs::remove_file(&file);
+        result
+    }
+
     fn flush_identity(&self) -> Result<(), String> {
         EmbeddedStore::flush_identity(self).map_err(|e| e.to_string())
     }

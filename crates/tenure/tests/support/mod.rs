@@ -189,6 +189,7 @@ impl TestDoubleAgentLoop {
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
             // Not on the HTTP API: the double never receives one.
             Request::Control { reply, .. } => drop(reply.send(Err("not in the test double".to_owned()))),
+            Request::Backup { reply } => drop(reply.send(Ok(b"backup of the test double".to_vec()))),
         }
     }
 }
