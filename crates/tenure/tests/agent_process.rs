@@ -28,6 +28,9 @@ fn config(
     dir.write("agent.yaml", &text)
 }
 
+/// An operator step: runs it, answers (exit code, what it said).
+type Step<'a> = Box<dyn Fn() -> (i32, String) + 'a>;
+
 /// (owner, ownershipEpoch, captureEpoch, desired) per "pool/address".
 fn map(rows: &Value) -> BTreeMap<String, (Value, u64, u64, bool)> {
     rows.as_array()
@@ -88,7 +91,7 @@ fn ownership_and_operator_changes_match_replay_over_http_and_the_cli() {
     assert!(table.lines().next().is_some_and(|h| h.contains("POOL") && h.contains("OWNER")), "{table}");
 
     let mut events = Vec::new();
-    let steps: [(&str, Box<dyn Fn() -> (i32, String)>); 4] = [
+    let steps: [(&str, Step); 4] = [
         (
             "event: drain, node: a",
             Box::new(|| {
