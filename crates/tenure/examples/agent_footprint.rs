@@ -33,7 +33,7 @@ fn resident_bytes() -> u64 {
 }
 
 fn pools(addresses: u64) -> Vec<PoolSpec> {
-    let per_pool = u64::try_from(POOL_ADDRESSES_MAX).unwrap_or(65_536);
+    let per_pool = POOL_ADDRESSES_MAX;
     let mut pools = Vec::new();
     let mut next: u32 = u32::from(Ipv4Addr::new(10, 0, 0, 0));
     let mut left = addresses;
