@@ -7,8 +7,8 @@
 //!
 //! # Layout
 //!
-//! - `embedded.rs` — [`EmbeddedStore`]: open (the refusals below), group commit, the log and the
-//!   journals' handles, backup.
+//! - `embedded.rs` — [`EmbeddedStore`]: open, group commit, the log and the journals' handles.
+//! - `checks.rs` — what open checks before it writes anything (the refusals below).
 //! - `tables.rs` — the redb tables and the stored form of each row.
 //! - `journal_rows.rs` — a node's journal as rows: applying changes, loading them back.
 //! - `identity.rs` — the store's identity record (also the identity file's form), written atomically.
@@ -51,6 +51,7 @@
 //! ([`StoreError::IdentityUnreadable`]). A refusal writes nothing: the files are as they were.
 
 mod backup;
+mod checks;
 mod embedded;
 mod identity;
 mod journal_rows;
