@@ -154,7 +154,10 @@ pub async fn run<S: AgentStore>(
                 while let Some(done) = agent.calls.try_join_next() {
                     agent.finish_call(done);
                 }
-                dirty = true;
+                // A result changes no plan: it unblocks the next verb of its address (the
+                // engine's own index) and is appended; a failure is retried at the next sweep.
+                // So results only append and call on; the next tick reconciles.
+                agent.execute_only();
             }
             request = requests.recv() => match request {
                 Some(request) => dirty = agent.answer(request),
@@ -318,6 +321,20 @@ impl<S: AgentStore> Agent<S> {
                     error!(error = %line, "pool reload refused: nothing applied");
                 }
             }
+        }
+    }
+
+    /// After call results: append them, follow, gate and call what became ready — without a
+    /// reconcile (planning is level-triggered on every tick, submit and reload; a node's own
+    /// results change no plan, and re-planning 100k addresses per result would make throughput
+    /// quadratic).
+    fn execute_only(&mut self) {
+        self.flush_appends();
+        if self.follow().is_err() || self.shutting_down {
+            return;
+        }
+        for index in 0..self.drivers.len() {
+            self.start_calls(index);
         }
     }
 
