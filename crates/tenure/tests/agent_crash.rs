@@ -106,7 +106,8 @@ fn kill_minus_nine_during_traffic_loses_nothing_lowers_no_token_and_runs_nothing
             let mut i = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let address = ADDRESSES[i % ADDRESSES.len()];
-                let path = if (i / ADDRESSES.len()).is_multiple_of(2) { "/v1/undesire" } else { "/v1/desire" };
+                let path =
+                    if (i / ADDRESSES.len()).is_multiple_of(2) { "/v1/undesire" } else { "/v1/desire" };
                 let body = format!(r#"{{"pool": "edge", "address": "{address}"}}"#);
                 if http(listen, "POST", path, Some(TOKEN), Some(&body)).is_err() {
                     std::thread::sleep(Duration::from_millis(5));
