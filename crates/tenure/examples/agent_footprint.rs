@@ -135,14 +135,32 @@ async fn main() {
     wait_all_executed(&handle, addresses).await;
     let built = started.elapsed();
     let rss = resident_bytes().saturating_sub(before);
+    // GET /v1/ownership over loopback HTTP, against the baseline of serialising the same rows.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let router = tenure::api::router(handle.clone(), Arc::new(tenure::metrics::Metrics::new()), None);
+    let (api_stop, api_stopped) = oneshot::channel::<()>();
+    let api = tokio::spawn(tenure::api::serve(listener, router, async move {
+        let _ = api_stopped.await;
+    }));
     let mut latencies = Vec::with_capacity(samples);
+    let mut baselines = Vec::with_capacity(samples);
     for _ in 0..samples {
         let t = Instant::now();
-        let rows = handle.ownership().await.expect("answers");
+        let body =
+            tokio::task::spawn_blocking(move || http_get(address, "/v1/ownership")).await.expect("joins");
         latencies.push(t.elapsed());
-        assert_eq!(rows.len() as u64, addresses);
+        assert!(body.len() as u64 > addresses * 50, "a row per address");
+        let rows = handle.ownership().await.expect("answers");
+        let t = Instant::now();
+        let bytes = serde_json::to_vec(&serde_json::json!({ "ownership": rows })).expect("serialises");
+        baselines.push(t.elapsed());
+        assert!(!bytes.is_empty());
     }
     latencies.sort();
+    baselines.sort();
+    let _ = api_stop.send(());
+    let _ = api.await;
     let _ = stop.send(());
     let _ = agent.await;
     let _ = store.close();
@@ -150,12 +168,13 @@ async fn main() {
     let per = |bytes: u64| bytes / addresses.max(1);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} ownership_rows_ms_p50={:.1} p99={:.1}",
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} get_ownership_ms_p50={:.1} p99={:.1} serialise_only_ms_p50={:.1}",
         per(rss),
         per(map),
         built.as_secs_f64(),
         ms(latencies[latencies.len() / 2]),
         ms(latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]),
+        ms(baselines[baselines.len() / 2]),
     );
 }
 
@@ -174,4 +193,14 @@ async fn wait_all_executed(handle: &AgentHandle, addresses: u64) {
             return;
         }
     }
+}
+
+/// One plain HTTP/1.1 GET on loopback; the body.
+fn http_get(address: std::net::SocketAddr, path: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).expect("connects");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").expect("writes");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("reads");
+    response
 }
