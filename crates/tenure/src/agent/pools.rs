@@ -38,9 +38,16 @@ pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpe
                 let kept_set: BTreeSet<IpAddr> = if same_domain(old, new) {
                     new.addresses.iter().copied().collect()
                 } else {
-                    // A new capture domain retires every address of the old line: nothing of
-                    // the old domain is kept.
-                    BTreeSet::new()
+                    // A pool moving to another capture domain lets go, in its old domain, only
+                    // what another pool of that domain takes; deleting it would reset the
+                    // desired flags of the addresses it keeps (SPEC 13: a re-applied pool keeps
+                    // them), so it is shrunk like any other.
+                    let taken: BTreeSet<IpAddr> = wanted
+                        .iter()
+                        .filter(|p| p.name != old.name && same_domain(p, old))
+                        .flat_map(|p| p.addresses.iter().copied())
+                        .collect();
+                    old.addresses.iter().copied().filter(|a| !taken.contains(a)).collect()
                 };
                 let kept: Vec<IpAddr> =
                     old.addresses.iter().copied().filter(|a| kept_set.contains(a)).collect();
@@ -55,8 +62,11 @@ pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpe
             Some(_) => {}
         }
     }
-    // Phase 2: take.
-    for new in wanted {
+    // Phase 2: take. Pools leaving their capture domain go first: applying them retires their
+    // old line, which frees what they still listed there for the pools applied after.
+    let moving = |new: &&PoolSpec| applied.get(&new.name).is_some_and(|old| !same_domain(old, new));
+    let (first, rest): (Vec<&PoolSpec>, Vec<&PoolSpec>) = wanted.iter().partition(moving);
+    for new in first.into_iter().chain(rest) {
         if applied.get(&new.name) != Some(new) {
             events.push(EventKind::PoolApplied { spec: Box::new(new.clone()) });
         }
@@ -150,6 +160,23 @@ mod tests {
         assert!(matches!(&plan[0], EventKind::PoolDeleted { pool } if pool == "x"), "{plan:?}");
         apply_all(&mut f, plan);
         assert_eq!(applied(&f).keys().collect::<Vec<_>>(), vec!["z"]);
+    }
+
+    #[test]
+    fn a_pool_moving_to_another_domain_keeps_its_desired_flags() {
+        let mut f = federation();
+        let plan = plan_pool_changes(&applied(&f), &[pool("x", &["10.0.0.1", "10.0.0.2"])]);
+        apply_all(&mut f, plan);
+        let undesire =
+            EventKind::Undesire { pool: "x".into(), address: "10.0.0.1".parse().expect("literal") };
+        f.apply(&Event { at_ms: 0, kind: undesire }).expect("applies");
+        let mut moved = pool("x", &["10.0.0.1", "10.0.0.2"]);
+        moved.placement_group = "g2".into();
+        let plan = plan_pool_changes(&applied(&f), std::slice::from_ref(&moved));
+        assert_eq!(plan.len(), 1, "no delete, one apply: {plan:?}");
+        apply_all(&mut f, plan);
+        let state = f.address("x", "10.0.0.1".parse().expect("literal")).expect("kept");
+        assert!(!state.desired, "the undesired address stays undesired");
     }
 
     #[test]

@@ -97,6 +97,10 @@ struct Agent<S: AgentStore> {
     counters: Counters,
     /// Why the agent cannot act now (health), if it cannot.
     unhealthy: Option<String>,
+    /// Why the store cannot be written any more (a failed commit poisons it): sticky, unlike a
+    /// log that could not be read a moment ago. The agent does not act and says so until it is
+    /// restarted.
+    store_failed: Option<String>,
     shutting_down: bool,
     /// The `at` of the last event this agent stamped.
     last_stamp_ms: u64,
@@ -142,6 +146,7 @@ pub async fn run<S: AgentStore>(
     identity.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     let mut reload_open = true;
+    let mut requests_open = true;
     loop {
         let mut dirty = false;
         tokio::select! {
@@ -159,12 +164,10 @@ pub async fn run<S: AgentStore>(
                 // So results only append and call on; the next tick reconciles.
                 agent.execute_only();
             }
-            request = requests.recv() => match request {
+            request = requests.recv(), if requests_open => match request {
                 Some(request) => dirty = agent.answer(request),
-                None => {
-                    // The API is gone: the agent keeps running until shutdown.
-                    requests = mpsc::channel(1).1;
-                }
+                // The API is gone: the agent keeps running until shutdown.
+                None => requests_open = false,
             },
             signal = reload.recv(), if reload_open => match signal {
                 Some(()) => {
@@ -214,6 +217,7 @@ impl<S: AgentStore> Agent<S> {
             queued: Vec::new(),
             counters: Counters::default(),
             unhealthy: None,
+            store_failed: None,
             shutting_down: false,
             last_stamp_ms: 0,
             identity_dirty: true,
@@ -272,7 +276,7 @@ impl<S: AgentStore> Agent<S> {
             Err(e) => {
                 let reason = format!("cannot append to the log: {e}");
                 error!(%reason);
-                self.unhealthy = Some(reason.clone());
+                self.store_failed.get_or_insert_with(|| reason.clone());
                 Err(reason)
             }
         }
@@ -385,11 +389,14 @@ impl<S: AgentStore> Agent<S> {
     fn journal_failed<E: std::error::Error>(&mut self, index: usize, error: &E) {
         let reason = format!("node `{}`: journal: {error}", self.drivers[index].name());
         error!(%reason, "not acting");
-        self.unhealthy = Some(reason);
+        self.store_failed.get_or_insert(reason);
     }
 
     /// Gates a batch of node `index`'s ready actions against the head and spawns their calls.
     fn start_calls(&mut self, index: usize) {
+        if self.store_failed.is_some() {
+            return;
+        }
         loop {
             let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len()).min(GATE_BATCH_MAX);
             if room == 0 {
@@ -481,7 +488,7 @@ impl<S: AgentStore> Agent<S> {
         let reason = if self.shutting_down {
             Some("shutting down: taking no new work".to_owned())
         } else {
-            self.unhealthy.clone()
+            self.store_failed.clone().or_else(|| self.unhealthy.clone())
         };
         Health {
             ok: reason.is_none(),

@@ -119,6 +119,11 @@ pub fn run(args: &StoreArgs) -> ExitCode {
 }
 
 fn backup(file: &std::path::Path, location: &Located) -> ExitCode {
+    // Only an existing store is backed up: a mistyped path must not create a new cluster.
+    if !location.store_dir.join(store::STORE_FILE_NAME).exists() {
+        eprintln!("tenure store backup: {}: no store there", location.store_dir.display());
+        return ExitCode::from(EXIT_REFUSED);
+    }
     let store = match EmbeddedStore::open(&location.store_dir, &location.identity_file) {
         Ok(store) => store,
         Err(StoreError::Locked { dir, holder }) => {
