@@ -141,3 +141,77 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
         "a acquires (2 verbs × 2), b acquires (2 × 2), a releases (2 × 2): {summary:?}"
     );
 }
+
+/// A **test double** of a store whose writes start failing on demand (a full disk).
+#[derive(Clone, Debug, Default)]
+struct FailingStore {
+    inner: MemoryStore,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tenure::agent::AgentStore for FailingStore {
+    type Journal = <MemoryStore as tenure::agent::AgentStore>::Journal;
+    type Log = <MemoryStore as tenure::agent::AgentStore>::Log;
+    fn log(&self) -> Self::Log {
+        self.inner.log()
+    }
+    fn journal(&self, node: &str) -> Self::Journal {
+        self.inner.journal(node)
+    }
+    fn append_batch(
+        &self,
+        events: &[tenure_core::log::Event],
+    ) -> Result<Vec<tenure_core::log_store::LogIndex>, tenure_core::log_store::LogError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(tenure_core::log_store::LogError::Unavailable { reason: "disk full".into() });
+        }
+        self.inner.append_batch(events)
+    }
+    fn backup(&self) -> Result<Vec<u8>, String> {
+        self.inner.backup()
+    }
+    fn record_highest_token(&self, token: u64) {
+        self.inner.record_highest_token(token);
+    }
+    fn flush_identity(&self) -> Result<(), String> {
+        self.inner.flush_identity()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_fails_makes_health_503_and_keeps_it() {
+    let store = FailingStore::default();
+    let failing = Arc::clone(&store.failing);
+    let settings = Settings {
+        nodes: vec![node("a", 10)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors: BTreeMap::new(),
+        heartbeat_interval: Duration::from_millis(20),
+        requeue_interval: Duration::from_millis(50),
+        journal_retention: 10_000,
+        pools: Box::new(|| Ok(vec![])),
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
+        let _ = stopped.await;
+    }));
+    assert!(handle.health().await.expect("answers").ok);
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    // The next heartbeat cannot be appended; the log is still readable, health stays 503.
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    loop {
+        let health = handle.health().await.expect("answers");
+        if !health.ok {
+            assert!(health.reason.as_deref().is_some_and(|r| r.contains("disk full")), "{health:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "health never went 503");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!handle.health().await.expect("answers").ok, "sticky: a readable log does not clear it");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(WAIT_MAX, done).await.expect("stops");
+}
