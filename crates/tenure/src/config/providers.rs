@@ -9,10 +9,11 @@ use tenure_core::fleet_spec::check_provider_name;
 use tenure_core::input::{InputError, Position};
 use tenure_core::model::ProviderKind;
 
+use super::paths::resolve;
 use super::raw::RawProvider;
 use super::{
     EXEC_TIMEOUT_DEFAULT_MS, GARP_COUNT_DEFAULT, GARP_COUNT_MAX, GARP_INTERVAL_DEFAULT_MS, ProviderConfig,
-    ProviderSettings, check_url, duration_field, resolve,
+    ProviderSettings, check_url, duration_field,
 };
 
 /// Longest Linux interface name (`IFNAMSIZ` less its terminating NUL), in bytes.

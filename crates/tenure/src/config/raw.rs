@@ -2,7 +2,7 @@
 //! check made after parsing can still name its `line:column`; unknown keys are errors.
 //!
 //! Fields that only some provider kinds take are all optional here; which kind takes which is
-//! checked in [`super::providers`], so that `command` under a `sim-cloud` provider is refused by
+//! checked in `providers.rs`, so that `command` under a `sim-cloud` provider is refused by
 //! name instead of by a generic "unknown field".
 
 use serde::Deserialize;
