@@ -12,9 +12,6 @@ use tenure_sim::replay::{ActionRow, action_row, ownership_rows};
 
 use super::request::{ActionFilter, MetricsSnapshot, SubmitError};
 
-/// The journal state names a filter may ask for.
-pub const ENTRY_STATES: [&str; 5] = ["pending", "approved", "executed", "failed", "skipped"];
-
 /// The journal entries of every node that match `filter`, by node name, then in journal order.
 #[must_use]
 pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter) -> Vec<ActionRow> {

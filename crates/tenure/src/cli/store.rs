@@ -162,7 +162,7 @@ fn backup(file: &std::path::Path, location: &Located) -> ExitCode {
 fn backup_through_api(file: &std::path::Path, config: &crate::config::AgentConfig) -> ExitCode {
     let token = match &config.api_token_file {
         Some(path) => match crate::api::ApiToken::from_file(path) {
-            Ok(_) => std::fs::read_to_string(path).map(|t| t.trim().to_owned()).ok(),
+            Ok(token) => Some(token.secret().to_owned()),
             Err(e) => {
                 eprintln!("tenure store backup: {e}");
                 return ExitCode::from(EXIT_BAD_INPUT);
@@ -209,7 +209,7 @@ fn backup_through_api(file: &std::path::Path, config: &crate::config::AgentConfi
             return ExitCode::from(EXIT_REFUSED);
         }
     };
-    match write_atomically(file, &answer.body) {
+    match store::write_file_atomically(file, &answer.body) {
         Ok(()) => {
             println!(
                 "backed up the running agent's store through {endpoint}: {} bytes to {}",
@@ -219,23 +219,10 @@ fn backup_through_api(file: &std::path::Path, config: &crate::config::AgentConfi
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("tenure store backup: {}: {e}", file.display());
+            eprintln!("tenure store backup: {e}");
             ExitCode::from(EXIT_REFUSED)
         }
     }
-}
-
-/// Writes `bytes` to a temporary file beside `file`, syncs it and renames it over `file`.
-fn write_atomically(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut temporary = file.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    let mut out = std::fs::File::create(&temporary)?;
-    out.write_all(bytes)?;
-    out.sync_all()?;
-    drop(out);
-    std::fs::rename(&temporary, file)
 }
 
 fn restore(file: &std::path::Path, location: &Located, margin: u64) -> ExitCode {

@@ -203,8 +203,9 @@ impl Drop for AtomicFile {
     }
 }
 
-/// Writes `bytes` to `path` atomically (see [`AtomicFile`]).
-pub(crate) fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+/// Writes `bytes` to `path` atomically: a temporary file beside it, fsynced, renamed over it, the
+/// directory fsynced. A crash leaves the old file or the new one, never half of one.
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let mut file = AtomicFile::create(path)?;
     let tmp = file.tmp.clone();
     file.file().write_all(bytes).map_err(StoreError::io("write", tmp))?;

@@ -64,7 +64,7 @@ use tenure_core::codec::CodecError;
 
 pub use backup::{BackupSummary, RestoreSummary, restore};
 pub use embedded::{EmbeddedJournal, EmbeddedLog, EmbeddedStore};
-pub use identity::{RestoreRecord, StoreIdentity};
+pub use identity::{RestoreRecord, StoreIdentity, write_file_atomically};
 
 /// The store's own format version: of the `meta`, counters and identity records, the backup
 /// file, and the table layout above. A store of another version is refused.
