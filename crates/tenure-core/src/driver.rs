@@ -80,6 +80,15 @@ pub struct NodeDriver<S: JournalStore> {
     zombie: Option<BTreeSet<u64>>,
     options: DriverOptions,
     outbox: VecDeque<EventKind>,
+    /// What the last completed reconcile planned from: see [`NodeDriver::reconcile_due`].
+    planned_at: Option<PlannedAt>,
+}
+
+/// The view's plan generation and the plan's wake time at the last completed reconcile.
+#[derive(Clone, Copy, Debug)]
+struct PlannedAt {
+    generation: u64,
+    wake_at_ms: Option<u64>,
 }
 
 impl<S: JournalStore> NodeDriver<S> {
@@ -99,7 +108,27 @@ impl<S: JournalStore> NodeDriver<S> {
             zombie: None,
             options,
             outbox: VecDeque::new(),
+            planned_at: None,
         }
+    }
+
+    /// Whether planning again could change anything the last reconcile did: never reconciled
+    /// (or restarted, or resumed) since, the view's [`Federation::plan_generation`] moved, or
+    /// stream time reached a held-back release. A node that reconciles only when this says so
+    /// (plus on a requeue interval, for failures to retry) plans as a node that reconciles after
+    /// every event; heartbeats and its own results alone do not make it plan 100k addresses
+    /// again.
+    #[must_use]
+    pub fn reconcile_due(&self) -> bool {
+        self.planned_at.is_none_or(|at| {
+            at.generation != self.view.plan_generation()
+                || at.wake_at_ms.is_some_and(|wake| self.view.stream_time_ms() >= wake)
+        })
+    }
+
+    fn planned(&mut self, report: &ReconcileReport) {
+        self.planned_at =
+            Some(PlannedAt { generation: self.view.plan_generation(), wake_at_ms: report.wake_at_ms });
     }
 
     /// The node's name.
@@ -208,6 +237,7 @@ impl<S: JournalStore> NodeDriver<S> {
         }
         self.catch_up(log);
         let report = self.engine.reconcile(&self.view, head)?;
+        self.planned(&report);
         self.queue_unconfirmed();
         Ok(Ok(report))
     }
@@ -278,6 +308,7 @@ impl<S: JournalStore> NodeDriver<S> {
             return Ok(Err(blocked));
         }
         let report = self.engine.reconcile(&self.view, &self.view)?;
+        self.planned(&report);
         self.queue_unconfirmed();
         Ok(Ok(report))
     }
@@ -358,6 +389,7 @@ impl<S: JournalStore> NodeDriver<S> {
     pub fn finish_resume(&mut self, log: &[Event]) {
         if self.zombie.take().is_some() {
             self.paused = false;
+            self.planned_at = None;
             self.catch_up(log);
         }
     }
@@ -373,6 +405,7 @@ impl<S: JournalStore> NodeDriver<S> {
         self.zombie = None;
         self.approved_before_pause.clear();
         self.outbox.clear();
+        self.planned_at = None;
         Ok(())
     }
 

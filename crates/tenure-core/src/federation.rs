@@ -87,6 +87,9 @@ pub struct Federation {
     approvals: Approvals,
     stream_time_ms: u64,
     events_applied: u64,
+    /// Bumped by every applied event that can change what a node plans: every kind but a
+    /// heartbeat or an action result, and those too when they changed the arbitration's inputs.
+    plan_generation: u64,
     /// Per pool (in name order), the eligible flags of the last arbitration, to skip arbitration
     /// when an event changed nothing that it reads.
     last_eligibility: Vec<Vec<bool>>,
@@ -129,6 +132,7 @@ impl Federation {
             approvals: Approvals::default(),
             stream_time_ms: 0,
             events_applied: 0,
+            plan_generation: 0,
             last_eligibility: Vec::new(),
             drift_repair: false,
             recaptures: 0,
@@ -164,6 +168,16 @@ impl Federation {
     #[must_use]
     pub fn events_applied(&self) -> u64 {
         self.events_applied
+    }
+
+    /// A counter that moves whenever an applied event may change a node's plan: any event but a
+    /// heartbeat or an action result, and those when they changed who is eligible (a node came
+    /// alive or expired). While it stays, planning again gives the same plan — except where a
+    /// deprovision hold ends with stream time ([`crate::planner::Plan::wake_at_ms`]) and for a
+    /// node's own journal (failures to retry), which the agent's requeue interval covers.
+    #[must_use]
+    pub fn plan_generation(&self) -> u64 {
+        self.plan_generation
     }
 
     /// All nodes, by id.
@@ -270,8 +284,13 @@ impl Federation {
                 Applied::Applied
             }
         };
-        self.arbitrate_if_needed(structure_changed);
+        let rearbitrated = self.arbitrate_if_needed(structure_changed);
         self.settle();
+        let liveness_only =
+            matches!(event.kind, EventKind::Heartbeat { .. } | EventKind::ActionResult { .. });
+        if rearbitrated || !liveness_only {
+            self.plan_generation += 1;
+        }
         Ok(applied)
     }
 
@@ -325,11 +344,13 @@ impl Federation {
         Applied::Applied
     }
 
-    fn arbitrate_if_needed(&mut self, structure_changed: bool) {
+    /// Arbitrates again when the structure or anyone's eligibility changed. Returns whether it
+    /// did.
+    fn arbitrate_if_needed(&mut self, structure_changed: bool) -> bool {
         let now_ms = self.stream_time_ms;
         let eligibility = arbitration::eligibility(&self.nodes, &self.pools, now_ms);
         if !structure_changed && eligibility == self.last_eligibility {
-            return;
+            return false;
         }
         let owners = arbitration::compute_owners(&self.nodes, &self.pools, now_ms);
         for (name, conditions) in owners.conditions {
@@ -345,6 +366,7 @@ impl Federation {
             state.owner = owner;
         }
         self.last_eligibility = eligibility;
+        true
     }
 
     /// The current capture epoch of (pool, address, domain); `NEVER` if unknown.

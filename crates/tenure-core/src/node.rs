@@ -46,6 +46,8 @@ pub struct ReconcileReport {
     pub deferred: u64,
     /// Finished, superseded entries compacted away.
     pub compacted: u64,
+    /// The plan's [`planner::Plan::wake_at_ms`]: when a held-back release becomes due.
+    pub wake_at_ms: Option<u64>,
 }
 
 /// Errors of the engine.
@@ -410,8 +412,9 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<ReconcileReport, NodeError<S::Error>> {
         let node: NodeId =
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
-        let mut report = ReconcileReport::default();
-        for planned in planner::plan(view, node, &self.captured) {
+        let plan = planner::plan(view, node, &self.captured);
+        let mut report = ReconcileReport { wake_at_ms: plan.wake_at_ms, ..ReconcileReport::default() };
+        for planned in plan.actions {
             if let Some(seq) = self.index.get(&planned.action.idempotency_key)
                 && !self.refused_release_replanned(*seq, head)
             {

@@ -34,11 +34,21 @@ pub struct PlannedAction {
 /// What a node captured, keyed by (provider, address).
 pub type Captured = BTreeMap<(String, IpAddr), CaptureRecord>;
 
+/// A node's plan.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// The actions, in canonical order (pool, address), each address's verbs in execution order.
+    pub actions: Vec<PlannedAction>,
+    /// The earliest stream time at which a release held back by its pool's deprovision hold
+    /// becomes due: planning again before it (with nothing else changed) gives the same plan.
+    pub wake_at_ms: Option<u64>,
+}
+
 /// Plans node `node`'s actions from `view` (its applied prefix of the log), in canonical order
 /// (pool, address), each address's verbs in execution order. A captured address that the node is
 /// now the desired holder of on the same provider, through any applied pool, is not released.
 #[must_use]
-pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Vec<PlannedAction> {
+pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Plan {
     let node_state = &view.nodes()[node];
     let node_name = node_state.spec.name.as_str();
     let now_ms = view.stream_time_ms();
@@ -98,17 +108,19 @@ pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Vec<Planned
         }
     }
 
+    let mut wake_at_ms: Option<u64> = None;
     for ((provider, address), record) in captured.iter().chain(&observed_only) {
         if view.desired_pool_of(node, provider, *address).is_some() {
             continue;
         }
         let Some(pool) = view.pools().get(&record.pool) else { continue };
         let Some(state) = pool.addresses.get(address) else { continue };
-        let hold_met = state
-            .moved_away_from(node)
-            .is_none_or(|moved_ms| now_ms.saturating_sub(moved_ms) >= pool.spec.deprovision_hold_ms);
-        if !hold_met {
-            continue;
+        if let Some(moved_ms) = state.moved_away_from(node) {
+            let due_ms = moved_ms.saturating_add(pool.spec.deprovision_hold_ms);
+            if now_ms < due_ms {
+                wake_at_ms = Some(wake_at_ms.map_or(due_ms, |w| w.min(due_ms)));
+                continue;
+            }
         }
         let family = view.provider_kind(provider).map_or(VerbFamily::Cloud, |k| k.verb_family());
         let capture_epoch = view.capture_epoch(&record.pool, *address, &record.capture_domain);
@@ -134,5 +146,5 @@ pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Vec<Planned
     }
 
     planned.sort_by(|a, b| a.0.cmp(&b.0));
-    planned.into_iter().flat_map(|(_, actions)| actions).collect()
+    Plan { actions: planned.into_iter().flat_map(|(_, actions)| actions).collect(), wake_at_ms }
 }

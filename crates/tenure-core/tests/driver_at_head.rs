@@ -132,3 +132,96 @@ fn an_action_that_went_stale_at_the_head_is_skipped_not_handed_out() {
     let skipped = driver.engine().entries().filter(|e| matches!(e.state, EntryState::Skipped(_))).count();
     assert_eq!(skipped, 8, "both verbs of every address are gated out");
 }
+
+/// A node that reconciles only when [`NodeDriver::reconcile_due`] says so journals exactly what a
+/// node that reconciles after every event journals, event by event: through another node's
+/// heartbeats, its expiry (a failover to `a`), a drain with a deprovision hold (the releases come
+/// due with stream time alone), an undrain and a desire flip.
+#[test]
+fn reconciling_only_when_due_journals_what_reconciling_always_does() {
+    let two = |name: &str| NodeSpec { name: name.into(), ..node() };
+    let registry = Federation::new(
+        &[two("a"), two("b")],
+        &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+    );
+    let new_driver = || {
+        let engine = NodeEngine::open("a", CountingStore::default()).expect("memory");
+        NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true })
+    };
+    let (mut eager, mut lazy) = (new_driver(), new_driver());
+    let (mut eager_log, mut lazy_log) = (MemoryLog::new(), MemoryLog::new());
+    let spec = PoolSpec {
+        members: vec!["a".into(), "b".into()],
+        deprovision_hold_ms: 450,
+        ..pool(&["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"])
+    };
+    let heartbeat = |node: &str| EventKind::Heartbeat { node: node.into() };
+    let mut script: Vec<(u64, EventKind)> = vec![(0, EventKind::PoolApplied { spec: Box::new(spec) })];
+    // Both alive; then `b` stops at 1,000 and expires at 4,000 (ttl 3,000): `a` takes its half.
+    for t in (10..6_000).step_by(100) {
+        script.push((t, heartbeat("a")));
+        if t < 1_000 {
+            script.push((t, heartbeat("b")));
+        }
+    }
+    script.push((6_000, EventKind::Drain { node: "a".into() }));
+    // The releases wait 450 ms of stream time: heartbeats alone bring them due.
+    for t in (6_010..7_000).step_by(100) {
+        script.push((t, heartbeat("a")));
+    }
+    script.push((7_000, EventKind::Undrain { node: "a".into() }));
+    script
+        .push((7_010, EventKind::Undesire { pool: "edge".into(), address: "10.0.0.1".parse().expect("ip") }));
+    for t in (7_020..7_700).step_by(100) {
+        script.push((t, heartbeat("a")));
+    }
+
+    let mut lazy_reconciles = 0;
+    for (step, (at_ms, kind)) in script.into_iter().enumerate() {
+        for (driver, log, always) in [(&mut eager, &mut eager_log, true), (&mut lazy, &mut lazy_log, false)] {
+            log.append(&Event { at_ms, kind: kind.clone() }).expect("append");
+            driver.follow(&*log).expect("readable");
+            if always || driver.reconcile_due() {
+                driver.reconcile_at_head().expect("memory").expect("not blocked");
+                driver.start_execution_at_head().expect("memory").expect("not blocked");
+                lazy_reconciles += usize::from(!always);
+            }
+            // Every ready action is called and succeeds; its result goes to the node's own log.
+            loop {
+                let batch = driver.poll_actions_at_head(64).expect("memory");
+                if batch.is_empty() {
+                    break;
+                }
+                for action in batch {
+                    driver
+                        .handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+                        .expect("in flight");
+                }
+            }
+            while let Some(result) = driver.poll_append() {
+                log.append(&Event { at_ms, kind: result }).expect("append");
+            }
+            driver.follow(&*log).expect("readable");
+        }
+        let journal = |d: &NodeDriver<CountingStore>| {
+            d.engine().entries().map(|e| (e.action.idempotency_key.clone(), e.state)).collect::<Vec<_>>()
+        };
+        assert_eq!(journal(&lazy), journal(&eager), "journals differ after step {step} (at {at_ms} ms)");
+    }
+    let executed = lazy.engine().entries().filter(|e| e.state == EntryState::Executed).count();
+    let releases = lazy.engine().entries().filter(|e| !e.action.verb.is_acquire()).count();
+    assert!(
+        executed >= 12 && releases >= 6,
+        "the script moved addresses: {executed} executed, {releases} releases"
+    );
+    assert!(lazy_reconciles < 20, "the lazy node planned {lazy_reconciles} times, for ~100 events");
+    let undesired: std::net::IpAddr = "10.0.0.1".parse().expect("ip");
+    let released = lazy
+        .engine()
+        .entries()
+        .filter(|e| {
+            e.action.address == undesired && !e.action.verb.is_acquire() && e.state == EntryState::Executed
+        })
+        .count();
+    assert_eq!(released, 4, "released (two verbs) at the drain and again after the undesire's hold");
+}

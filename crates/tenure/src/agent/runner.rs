@@ -136,7 +136,7 @@ pub async fn run<S: AgentStore>(
     for driver in &agent.drivers {
         agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
     }
-    agent.step();
+    agent.step(true);
 
     let mut heartbeat = tokio::time::interval(agent.heartbeat_interval.max(Duration::from_millis(1)));
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -149,6 +149,7 @@ pub async fn run<S: AgentStore>(
     let mut requests_open = true;
     loop {
         let mut dirty = false;
+        let mut requeue_due = false;
         tokio::select! {
             () = &mut shutdown, if !agent.shutting_down => {
                 info!(in_flight = agent.calls.len(), "shutting down: no new work; waiting for calls in flight");
@@ -182,11 +183,14 @@ pub async fn run<S: AgentStore>(
                 }
                 dirty = true;
             }
-            _ = requeue.tick() => dirty = true,
+            _ = requeue.tick() => {
+                dirty = true;
+                requeue_due = true;
+            }
             _ = identity.tick() => agent.flush_identity(),
         }
         if dirty {
-            agent.step();
+            agent.step(requeue_due);
         }
         if agent.shutting_down && agent.calls.is_empty() {
             break;
@@ -342,13 +346,22 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// One step: append, follow, reconcile, gate, call.
-    fn step(&mut self) {
+    /// One step: append, follow, reconcile, gate, call. A node reconciles when `requeue` says
+    /// so (the requeue interval: failures to retry, a journal over its bound) or when its view
+    /// changed what it plans from ([`NodeDriver::reconcile_due`]); a heartbeat alone does not
+    /// re-plan 100k addresses.
+    fn step(&mut self, requeue: bool) {
         self.flush_appends();
         if self.follow().is_err() {
             return;
         }
         for index in 0..self.drivers.len() {
+            if !requeue
+                && !self.drivers[index].reconcile_due()
+                && !self.freeze_after_reconcile.contains(&index)
+            {
+                continue;
+            }
             let started = Instant::now();
             let driver = &mut self.drivers[index];
             match driver.reconcile_at_head() {
