@@ -81,7 +81,7 @@ pub fn metrics<S: JournalStore>(
     healthy: bool,
 ) -> MetricsSnapshot {
     let Some(first) = drivers.first() else { return MetricsSnapshot::default() };
-    let mut actions: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut actions: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
     let mut fenced: BTreeMap<String, u64> = BTreeMap::new();
     for driver in drivers {
         for entry in driver.engine().entries() {
@@ -89,7 +89,7 @@ pub fn metrics<S: JournalStore>(
                 EntryState::Skipped(_) => "skipped",
                 other => other.as_str(),
             };
-            *actions.entry((entry.action.verb.as_str().to_owned(), state.to_owned())).or_insert(0) += 1;
+            *actions.entry((entry.action.verb.as_str(), state)).or_insert(0) += 1;
         }
         for (reason, count) in driver.engine().fenced() {
             *fenced.entry(reason.as_str().to_owned()).or_insert(0) += count;
@@ -103,7 +103,10 @@ pub fn metrics<S: JournalStore>(
     }
     MetricsSnapshot {
         ownership: ownership_rows(first.view()),
-        actions: actions.into_iter().collect(),
+        actions: actions
+            .into_iter()
+            .map(|((verb, state), n)| ((verb.to_owned(), state.to_owned()), n))
+            .collect(),
         fenced: fenced.into_iter().collect(),
         rejected_events: rejected_events.into_iter().collect(),
         log_index,

@@ -110,7 +110,7 @@ impl EmbeddedStore {
             if let (Some(stored), Some(recorded)) = (&inspected, &identity) {
                 check_against(dir, identity_file, stored, recorded)?;
             }
-            let db = Database::open(&db_path).map_err(|e| corrupt(&db_path, e))?;
+            let db = builder().open(&db_path).map_err(|e| corrupt(&db_path, e))?;
             let stored = match inspected {
                 Some(stored) => stored,
                 // Not shut down cleanly: redb repaired it on the open above (the one case where
@@ -420,13 +420,25 @@ fn unavailable(e: StoreError) -> LogError {
     LogError::Unavailable { reason: e.to_string() }
 }
 
+/// How much memory redb may keep as its page cache. Its default (1 GiB) caches every page
+/// written, which at 100k addresses was most of the agent's resident memory (about 2 KB per
+/// address). The agent reads the store in full only at start; after that it writes, and reads
+/// the log's tail it just wrote.
+pub const STORE_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+fn builder() -> redb::Builder {
+    let mut builder = redb::Builder::new();
+    builder.set_cache_size(STORE_CACHE_BYTES);
+    builder
+}
+
 /// Creates a new store file holding every table and `identity`, committed durably.
 pub(crate) fn create_store(
     path: &Path,
     identity: StoreIdentity,
 ) -> Result<(Database, StoreIdentity), StoreError> {
     let storage = |e: redb::Error| StoreError::storage(path)(e);
-    let db = Database::create(path).map_err(|e| corrupt(path, e))?;
+    let db = builder().create(path).map_err(|e| corrupt(path, e))?;
     let mut txn = db.begin_write().map_err(|e| storage(e.into()))?;
     txn.set_durability(Durability::Immediate).map_err(|e| storage(e.into()))?;
     {
