@@ -1,4 +1,5 @@
-//! The agent loop in-process over the in-memory store double and the simulated cloud: it
+//! The agent loop in-process over the in-memory store double (and the simulated cloud, or a real
+//! exec hook script for the gate right before the call): it
 //! captures, fails over on drain, answers requests, refuses bad submits, and stops cleanly.
 
 use std::collections::BTreeMap;
@@ -214,4 +215,96 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
     assert!(!handle.health().await.expect("answers").ok, "sticky: a readable log does not clear it");
     let _ = stop.send(());
     let _ = tokio::time::timeout(WAIT_MAX, done).await.expect("stops");
+}
+
+/// The gate right before the call, with a real exec hook: `a` plans and approves a fresh acquire,
+/// freezes before calling it (a GC pause), `b` seizes the address, and `a` wakes up and tries
+/// what it approved. The gate against the head fences it: the script never sees its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_approved_before_a_freeze_is_fenced_at_the_call_and_never_reaches_the_hook() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use tenure::agent::request::Control;
+
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("agent_loop-call-gate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let calls = dir.join("calls.log");
+    let hook = dir.join("hook.sh");
+    std::fs::write(&hook, format!("#!/bin/sh\necho \"$TENURE_IDEMPOTENCY_KEY\" >> '{}'\n", calls.display()))
+        .expect("script");
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let exec = tenure::exec::ExecHook::new(vec![hook.display().to_string()], Duration::from_secs(5));
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor { executor: Arc::new(exec), call_timeout: Duration::from_secs(5) },
+    );
+    let mut spec = pool(Approval::Auto);
+    spec.addresses.truncate(1);
+    let settings = Settings {
+        nodes: vec![node("a", 10), node("b", 0)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::Exec }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(200),
+        journal_retention: 10_000,
+        pools: Box::new(move || Ok(vec![spec.clone()])),
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    let rows = |node: &'static str, state: &'static str| {
+        let handle = handle.clone();
+        async move {
+            let filter = ActionFilter { node: Some(node.into()), state: Some(state.into()), pool: None };
+            handle.actions(filter).await.expect("answers")
+        }
+    };
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    // Two verbs per address (this exec provider takes the cloud's: assign, enable forwarding).
+    while rows("a", "executed").await.len() != 2 {
+        if tokio::time::Instant::now() >= deadline {
+            let all = handle.actions(ActionFilter { node: None, state: None, pool: None }).await;
+            panic!("a's acquire did not run: {all:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let address = "10.0.0.10".parse().expect("literal");
+    let events = vec![
+        EventKind::Undesire { pool: "edge".into(), address },
+        EventKind::Desire { pool: "edge".into(), address },
+    ];
+    let frozen = handle
+        .control(Control::FreezeAfterReconcile { node: "a".into(), events })
+        .await
+        .expect("answers")
+        .expect("frozen");
+    let approved: Vec<String> = rows("a", "approved").await.into_iter().map(|r| r.idempotency_key).collect();
+    assert_eq!(approved.len(), 2, "a approved a fresh acquire and froze before calling it ({frozen})");
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    while rows("b", "executed").await.len() != 2 {
+        assert!(tokio::time::Instant::now() < deadline, "b did not seize the address while a was frozen");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let woke = handle.control(Control::Resume { node: "a".into() }).await.expect("answers").expect("woke");
+    let skipped: Vec<String> = rows("a", "skipped").await.into_iter().map(|r| r.idempotency_key).collect();
+    let log = std::fs::read_to_string(&calls).expect("the hook ran");
+    for key in &approved {
+        assert!(!log.contains(key.as_str()), "a zombie's action reached the hook: {key}\n{log}");
+        assert!(skipped.contains(key), "the zombie's {key} is fenced ({woke}): {skipped:?}");
+    }
+    let lines: Vec<&str> = log.lines().collect();
+    let unique: std::collections::BTreeSet<&str> = lines.iter().copied().collect();
+    assert_eq!(unique.len(), lines.len(), "every key reached the hook once at most:\n{log}");
+    assert_eq!(lines.iter().filter(|l| l.contains("/b/sim1/eni-b/")).count(), 2, "b's acquire:\n{log}");
+    // After waking, a may release what it holds (its current release passes the gate).
+    assert!(lines.iter().filter(|l| l.contains("/a/sim1/eni-a/owner:1:")).count() == 2, "{log}");
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+    let _ = std::fs::remove_dir_all(&dir);
 }
