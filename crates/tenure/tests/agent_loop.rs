@@ -308,3 +308,69 @@ async fn an_action_approved_before_a_freeze_is_fenced_at_the_call_and_never_reac
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A **test double** of an executor with a bug: its first call panics, later ones succeed.
+struct PanicsOnce {
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl tenure::exec::Executor for PanicsOnce {
+    fn execute<'a>(
+        &'a self,
+        _action: &'a tenure_core::model::StampedAction,
+        _deadline: tokio::time::Instant,
+    ) -> tenure::exec::ExecuteFuture<'a> {
+        Box::pin(async move {
+            let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            assert!(call > 0, "an executor's bug: the first call panics");
+            tenure::exec::ExecutionOutcome::Executed { detail: "ok".into() }
+        })
+    }
+}
+
+/// A call whose task panicked leaves flight as `unknown` (journaled failed, retried through the
+/// gate at the next requeue), so its address is not stuck busy until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_task_that_panics_is_recorded_and_its_address_retried() {
+    let mut executors = BTreeMap::new();
+    let executor = Arc::new(PanicsOnce { calls: std::sync::atomic::AtomicU64::new(0) });
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor { executor: executor.clone(), call_timeout: Duration::from_secs(5) },
+    );
+    let mut spec = pool(Approval::Auto);
+    spec.addresses.truncate(1);
+    spec.members = vec!["a".into()];
+    let settings = Settings {
+        nodes: vec![node("a", 10)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(100),
+        journal_retention: 10_000,
+        pools: Box::new(move || Ok(vec![spec.clone()])),
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    loop {
+        let filter = ActionFilter { node: Some("a".into()), state: Some("executed".into()), pool: None };
+        if handle.actions(filter).await.expect("answers").len() == 2 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the address stayed stuck after the panic");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        executor.calls.load(std::sync::atomic::Ordering::SeqCst) >= 3,
+        "the panicked verb was called again"
+    );
+    assert!(handle.health().await.expect("answers").ok);
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+}

@@ -1,6 +1,6 @@
 //! The agent loop: [`run`]. See the module documentation of [`super`] for the walk of one step.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -92,6 +92,9 @@ struct Agent<S: AgentStore> {
     pools: super::PoolSource,
     observer: Arc<dyn Observe>,
     calls: JoinSet<CallDone>,
+    /// Which call each task makes (node, key, provider), so that a task that panicked still
+    /// ends its call: as `unknown` (the provider may have acted), never left in flight.
+    call_tasks: HashMap<tokio::task::Id, (usize, String, String)>,
     /// Events to append at the next step (heartbeats).
     queued: Vec<EventKind>,
     counters: Counters,
@@ -155,9 +158,9 @@ pub async fn run<S: AgentStore>(
                 info!(in_flight = agent.calls.len(), "shutting down: no new work; waiting for calls in flight");
                 agent.shutting_down = true;
             }
-            Some(done) = agent.calls.join_next(), if !agent.calls.is_empty() => {
+            Some(done) = agent.calls.join_next_with_id(), if !agent.calls.is_empty() => {
                 agent.finish_call(done);
-                while let Some(done) = agent.calls.try_join_next() {
+                while let Some(done) = agent.calls.try_join_next_with_id() {
                     agent.finish_call(done);
                 }
                 // A result changes no plan: it unblocks the next verb of its address (the
@@ -218,6 +221,7 @@ impl<S: AgentStore> Agent<S> {
             pools: settings.pools,
             observer,
             calls: JoinSet::new(),
+            call_tasks: HashMap::new(),
             queued: Vec::new(),
             counters: Counters::default(),
             unhealthy: None,
@@ -441,7 +445,8 @@ impl<S: AgentStore> Agent<S> {
         self.summary.calls += 1;
         debug!(node = self.drivers[node].name(), key = %action.idempotency_key, "calling the provider");
         let deadline = Instant::now() + provider.call_timeout;
-        self.calls.spawn(async move {
+        let task = (node, action.idempotency_key.clone(), action.provider.clone());
+        let handle = self.calls.spawn(async move {
             let started = Instant::now();
             let outcome = execute_within(&*provider.executor, &action, deadline).await;
             CallDone {
@@ -452,17 +457,28 @@ impl<S: AgentStore> Agent<S> {
                 elapsed: started.elapsed(),
             }
         });
+        self.call_tasks.insert(handle.id(), task);
     }
 
-    fn finish_call(&mut self, done: Result<CallDone, tokio::task::JoinError>) {
+    fn finish_call(&mut self, done: Result<(tokio::task::Id, CallDone), tokio::task::JoinError>) {
         match done {
-            Ok(done) => {
+            Ok((id, done)) => {
+                self.call_tasks.remove(&id);
                 self.observer.executor_call(&done.provider, done.elapsed);
                 self.record_result(done.node, &done.key, &done.outcome);
             }
-            // A call task panicked or was cancelled: its entry stays in flight in this process's
-            // memory; a restart rebuilds it as approved and the gate decides again.
-            Err(e) => error!(error = %e, "a provider call task failed"),
+            // A call task panicked (an executor's bug) or was cancelled: the provider may have
+            // acted. Recorded as `unknown`, as a call past its deadline is: the entry leaves
+            // flight and the address is free for the gate's next decision.
+            Err(e) => {
+                let Some((node, key, provider)) = self.call_tasks.remove(&e.id()) else {
+                    error!(error = %e, "a provider call task failed; its call is unknown to the loop");
+                    return;
+                };
+                error!(error = %e, %key, %provider, "a provider call task failed; recorded as unknown");
+                let reason = format!("the call's task failed: {e}");
+                self.record_result(node, &key, &ExecutionOutcome::Unknown { reason });
+            }
         }
     }
 
