@@ -259,3 +259,21 @@ fn a_restore_refuses_another_clusters_backup_and_a_truncated_one() {
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     assert!(stdout.contains("every token is raised by"), "{stdout}");
 }
+
+/// The identity file is written about once a second: a crash can leave it behind what the store
+/// committed. A restore then counts what the replaced store holds too, so no token or index it
+/// issued is reused.
+#[test]
+fn a_restore_counts_what_the_replaced_store_committed_past_a_lagging_identity_file() {
+    let (dir, backup, issued, _) = history();
+    let current = read_identity(&dir);
+    // The identity file as it was at the backup: before the four failovers.
+    let mut lagging: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.identity()).expect("read")).expect("JSON");
+    lagging["highestIndex"] = 3.into();
+    lagging["highestToken"] = 1.into();
+    std::fs::write(dir.identity(), lagging.to_string()).expect("writes");
+    let summary = store::restore(&backup, &dir.store(), &dir.identity(), 1_000).expect("restores");
+    assert_eq!(summary.index_from, current.highest_index + 1_000, "above the replaced store's index");
+    assert_eq!(summary.by, issued + 1_000, "above the replaced store's highest token");
+}

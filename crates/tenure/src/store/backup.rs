@@ -296,8 +296,16 @@ pub fn restore(
             what: "a margin of 0 would reuse the backup's last index; give 1 or more",
         });
     }
-    let identity = StoreIdentity::read_file(identity_file)?;
+    let recorded = StoreIdentity::read_file(identity_file)?;
     let old_lock = if dir.exists() { Some(StoreLock::acquire(dir)?) } else { None };
+    // The store being replaced may be ahead of the identity file (written about once a second):
+    // what it committed counts too, when it still opens (a corrupt store is the usual reason
+    // to restore; then the identity file is all there is).
+    let current = match super::checks::inspect_read_only(&dir.join(STORE_FILE_NAME)) {
+        Ok(current) if dir.join(STORE_FILE_NAME).exists() => current,
+        _ => None,
+    };
+    let identity = highest_known(recorded, current);
     let seconds = now_ms() / 1_000;
     let building = sibling(dir, &format!("restoring-{seconds}"))?;
     std::fs::create_dir_all(&building).map_err(StoreError::io("create directory", &building))?;
@@ -322,6 +330,20 @@ pub fn restore(
     sync_parent_dir(dir)?;
     restored.write_file(identity_file)?;
     Ok(RestoreSummary { moved_aside, ..summary })
+}
+
+/// What the identity file records, raised to what the replaced store committed when both are of
+/// one cluster (a store of another cluster is not this node's history: the file decides).
+fn highest_known(recorded: Option<StoreIdentity>, current: Option<StoreIdentity>) -> Option<StoreIdentity> {
+    match (recorded, current) {
+        (Some(mut recorded), Some(current)) if recorded.cluster_id == current.cluster_id => {
+            recorded.highest_index = recorded.highest_index.max(current.highest_index);
+            recorded.highest_token = recorded.highest_token.max(current.highest_token);
+            Some(recorded)
+        }
+        (None, current) => current,
+        (recorded, _) => recorded,
+    }
 }
 
 /// `<dir>.<suffix>`.
