@@ -1,6 +1,7 @@
-//! The agent loop in-process over the in-memory store double (and the simulated cloud, or a real
-//! exec hook script for the gate right before the call): it
-//! captures, fails over on drain, answers requests, refuses bad submits, and stops cleanly.
+//! The agent loop in-process over the in-memory store double and the simulated cloud: it
+//! captures, fails over on drain, answers requests, refuses bad submits, and stops cleanly; a real
+//! exec hook script never sees an action the gate fenced right before the call; a call task that
+//! panics does not leave its address stuck.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

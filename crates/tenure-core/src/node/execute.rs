@@ -1,0 +1,142 @@
+//! The execute half of a node's engine: approved entries promoted, gated against the head in
+//! batches right before the provider call (one durable sync per batch), one call per
+//! (provider, address) at a time, and the provider's answers recorded.
+
+use std::collections::BTreeSet;
+
+use super::{NodeEngine, NodeError};
+use crate::fence::{self, FenceVerdict, HeadTokens};
+use crate::journal::{EntryState, JournalStore};
+use crate::log::ActionOutcome;
+use crate::model::StampedAction;
+
+impl<S: JournalStore> NodeEngine<S> {
+    /// Promotes pending entries that the head shows approved (the start of an execute pass).
+    /// Returns their keys.
+    pub fn promote_approved(&mut self, head: &impl HeadTokens) -> Result<Vec<String>, NodeError<S::Error>> {
+        let approved: Vec<u64> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|seq| head.is_approved(&self.state.entries[seq].action.idempotency_key))
+            .collect();
+        let mut keys = Vec::with_capacity(approved.len());
+        for seq in approved {
+            self.set_state(seq, EntryState::Approved, None)?;
+            keys.push(self.state.entries[&seq].action.idempotency_key.clone());
+        }
+        Ok(keys)
+    }
+
+    /// The next ready entry that passes the gate against `head`, handed to the driver for the
+    /// provider call; stale entries met on the way become `skipped`. With `only`, just the
+    /// entries whose sequence numbers it holds are considered (a resume's zombie pass: nothing
+    /// is approved while a node is paused, so the ready entries are almost all in it, and the
+    /// walk stays linear). One call per (provider, address) is in flight at a time: a release
+    /// must never overtake an acquire still in flight (or the reverse).
+    pub fn poll_execution(
+        &mut self,
+        head: &impl HeadTokens,
+        only: Option<&BTreeSet<u64>>,
+    ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
+        Ok(self.poll_executions(head, only, 1)?.pop())
+    }
+
+    /// Up to `max` entries that pass the gate against `head`, as [`NodeEngine::poll_execution`]
+    /// hands out one, with **one** sync for the batch: the high-water marks of every action
+    /// handed out are durable before any of them leaves (group commit). If the sync fails, no
+    /// action leaves and the entries stay approved.
+    pub fn poll_executions(
+        &mut self,
+        head: &impl HeadTokens,
+        only: Option<&BTreeSet<u64>>,
+        max: usize,
+    ) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
+        let mut batch: Vec<(u64, StampedAction)> = Vec::new();
+        while batch.len() < max {
+            let next = self
+                .ready
+                .iter()
+                .copied()
+                .filter(|seq| only.is_none_or(|seqs| seqs.contains(seq)))
+                .find(|seq| !self.is_busy(*seq));
+            let Some(seq) = next else { break };
+            let action = self.state.entries[&seq].action.clone();
+            let current = head.view(&action);
+            match fence::check_view(&action, &current, &self.state.high_water) {
+                FenceVerdict::Stale { reason } => {
+                    let successor = self.blocked.get(&seq).copied();
+                    self.set_state(seq, EntryState::Skipped(reason), None)?;
+                    // Its successor can never run now: gate it too, so the pass leaves no stale
+                    // entry behind (it is never handed out from `blocked`).
+                    if let Some(next) = successor {
+                        let next_action = &self.state.entries[&next].action;
+                        if let FenceVerdict::Stale { reason } =
+                            fence::check(next_action, head, &self.state.high_water)
+                        {
+                            self.set_state(next, EntryState::Skipped(reason), None)?;
+                        }
+                    }
+                }
+                FenceVerdict::Current => {
+                    self.raise_high_water(&action, &current)?;
+                    self.withdraw(seq);
+                    self.in_flight.insert(seq);
+                    self.busy.entry(action.address).or_default().push(action.provider.clone());
+                    batch.push((seq, action));
+                }
+            }
+        }
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Err(error) = self.store.sync() {
+            for (seq, _) in &batch {
+                self.release_busy(*seq);
+                self.in_flight.remove(seq);
+                self.admit(*seq);
+            }
+            return Err(NodeError::Store(error));
+        }
+        Ok(batch.into_iter().map(|(_, action)| action).collect())
+    }
+
+    /// Frees the entry's (provider, address) for the next call.
+    fn release_busy(&mut self, seq: u64) {
+        let action = &self.state.entries[&seq].action;
+        if let Some(providers) = self.busy.get_mut(&action.address) {
+            providers.retain(|p| *p != action.provider);
+            if providers.is_empty() {
+                self.busy.remove(&action.address);
+            }
+        }
+    }
+
+    /// Whether a call for the entry's (provider, address) is in flight.
+    fn is_busy(&self, seq: u64) -> bool {
+        let action = &self.state.entries[&seq].action;
+        self.busy.get(&action.address).is_some_and(|providers| providers.contains(&action.provider))
+    }
+
+    /// Records what the provider said about an action handed out by `poll_execution`.
+    pub fn handle_execution_result(
+        &mut self,
+        idempotency_key: &str,
+        outcome: ActionOutcome,
+        detail: Option<String>,
+    ) -> Result<(), NodeError<S::Error>> {
+        let seq = self
+            .index
+            .get(idempotency_key)
+            .copied()
+            .filter(|seq| self.in_flight.contains(seq))
+            .ok_or_else(|| NodeError::NotInFlight(idempotency_key.to_owned()))?;
+        let state = match outcome {
+            ActionOutcome::Executed => EntryState::Executed,
+            ActionOutcome::Failed => EntryState::Failed,
+        };
+        self.in_flight.remove(&seq);
+        self.release_busy(seq);
+        self.set_state(seq, state, detail)
+    }
+}

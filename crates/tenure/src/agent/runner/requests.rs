@@ -1,0 +1,121 @@
+//! The loop's answers to requests (the API's and the CLI's): reads of its state, operator events
+//! checked against the head and appended, and the test-only controls (freeze, resume).
+
+use tenure_core::driver::NodeDriver;
+use tenure_core::log::EventKind;
+use tenure_core::log_store::Log as _;
+use tracing::{info, warn};
+
+use super::super::AgentStore;
+use super::super::answers;
+use super::super::request::{Control, Health, Receipt, Request, SubmitError};
+use super::Agent;
+
+impl<S: AgentStore> Agent<S> {
+    pub(super) fn health(&self) -> Health {
+        let head = self.log.head().ok().flatten().map_or(0, |i| i.get());
+        let reason = if self.shutting_down {
+            Some("shutting down: taking no new work".to_owned())
+        } else {
+            self.store_failed.clone().or_else(|| self.unhealthy.clone())
+        };
+        Health {
+            ok: reason.is_none(),
+            reason,
+            nodes: self.drivers.iter().map(|d| d.name().to_owned()).collect(),
+            log_index: self.drivers.first().and_then(NodeDriver::applied_index).map_or(0, |i| i.get()),
+            log_head: head,
+            stream_time_ms: self.view().stream_time_ms(),
+        }
+    }
+
+    /// Answers one request. Returns whether the state changed (a step is due).
+    pub(super) fn answer(&mut self, request: Request) -> bool {
+        match request {
+            Request::Ownership { reply } => {
+                let _ = reply.send(tenure_sim::replay::ownership_rows(self.view()));
+                false
+            }
+            Request::Actions { filter, reply } => {
+                let _ = reply.send(answers::actions(&self.drivers, &filter));
+                false
+            }
+            Request::Health { reply } => {
+                let _ = reply.send(self.health());
+                false
+            }
+            Request::Metrics { reply } => {
+                let health = self.health();
+                let _ =
+                    reply.send(answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok));
+                false
+            }
+            Request::Backup { reply } => {
+                // A read transaction: the loop goes on while the backup is written.
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _ = reply.send(store.backup());
+                });
+                false
+            }
+            Request::Control { control, reply } => {
+                let _ = reply.send(self.control(control));
+                true
+            }
+            Request::Submit { submit, reply } => {
+                let result = self.submit(submit.event);
+                let changed = result.is_ok();
+                let _ = reply.send(result);
+                changed
+            }
+        }
+    }
+
+    fn control(&mut self, control: Control) -> Result<String, String> {
+        let name = match &control {
+            Control::FreezeAfterReconcile { node, .. } | Control::Resume { node } => node.clone(),
+        };
+        let index = self
+            .drivers
+            .iter()
+            .position(|d| d.name() == name)
+            .ok_or_else(|| format!("node \"{name}\" does not run in this agent"))?;
+        match control {
+            Control::FreezeAfterReconcile { events, .. } => {
+                self.follow()?;
+                for event in &events {
+                    answers::check_submit(self.view(), event).map_err(|e| e.to_string())?;
+                }
+                let count = events.len();
+                self.append(events)?;
+                self.freeze_after_reconcile.insert(index);
+                Ok(format!("{count} event(s) appended; {name} freezes after its next reconcile"))
+            }
+            Control::Resume { .. } => {
+                self.follow()?;
+                let approved = self.drivers[index].resume().map_err(|blocked| blocked.as_str().to_owned())?;
+                let before = self.drivers[index].engine().fenced().values().sum::<u64>();
+                self.start_calls(index);
+                self.drivers[index].finish_resume(&[]);
+                let fenced = self.drivers[index].engine().fenced().values().sum::<u64>() - before;
+                warn!(node = %name, approved, fenced, "woke up: what it approved before it froze met the gate");
+                Ok(format!(
+                    "{name} woke up: {approved} action(s) approved before it froze met the gate, {fenced} fenced"
+                ))
+            }
+        }
+    }
+
+    fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
+        if self.shutting_down {
+            return Err(SubmitError::ShuttingDown);
+        }
+        // Check against the head: follow first, so a pool applied an instant ago is known.
+        self.follow().map_err(SubmitError::Unavailable)?;
+        answers::check_submit(self.view(), &event)?;
+        info!(event = event.wire_name(), "appending a submitted event");
+        let indices = self.append(vec![event]).map_err(SubmitError::Unavailable)?;
+        let index = indices.first().copied().expect("one event appended, one index");
+        Ok(Receipt { index })
+    }
+}
