@@ -424,9 +424,18 @@ impl StampedAction {
         capture_epoch: CaptureEpoch,
         ownership_epoch: OwnershipEpoch,
     ) -> Self {
-        let idempotency_key = format!(
-            "{pool}/{address}/{verb}/{holder}/{provider}/{nic}/owner:{ownership_epoch}:epoch:{capture_epoch}"
-        );
+        let stamp = ActionStamp {
+            pool,
+            address,
+            verb,
+            holder,
+            provider,
+            nic,
+            capture_domain: &capture_domain,
+            capture_epoch,
+            ownership_epoch,
+        };
+        let idempotency_key = stamp.key();
         Self {
             pool: pool.to_owned(),
             address,
@@ -438,6 +447,70 @@ impl StampedAction {
             capture_epoch,
             ownership_epoch,
             idempotency_key,
+        }
+    }
+}
+
+/// A [`StampedAction`]'s fields borrowed from where they were planned: what a reconcile compares
+/// with the journal (by key, written into a reused buffer) before it allocates anything. Most
+/// planned actions are journaled already; only a new one becomes a [`StampedAction`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActionStamp<'a> {
+    /// Pool name.
+    pub pool: &'a str,
+    /// The address acted on.
+    pub address: IpAddr,
+    /// The provider verb.
+    pub verb: Verb,
+    /// Acquire: the desired holder; release: the leaving node.
+    pub holder: &'a str,
+    /// Provider name.
+    pub provider: &'a str,
+    /// The holder's NIC.
+    pub nic: &'a str,
+    /// The epoch line.
+    pub capture_domain: &'a CaptureDomain,
+    /// The capture epoch at planning time.
+    pub capture_epoch: CaptureEpoch,
+    /// The ownership epoch at planning time.
+    pub ownership_epoch: OwnershipEpoch,
+}
+
+impl ActionStamp<'_> {
+    /// Writes the idempotency key (the one place its format is made):
+    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
+    pub fn write_key(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let Self { pool, address, verb, holder, provider, nic, capture_epoch, ownership_epoch, .. } = self;
+        // Writing into a String cannot fail.
+        let _ = write!(
+            out,
+            "{pool}/{address}/{verb}/{holder}/{provider}/{nic}/owner:{ownership_epoch}:epoch:{capture_epoch}"
+        );
+    }
+
+    /// The idempotency key.
+    #[must_use]
+    pub fn key(&self) -> String {
+        let mut key = String::with_capacity(96);
+        self.write_key(&mut key);
+        key
+    }
+
+    /// The owned action.
+    #[must_use]
+    pub fn to_action(&self) -> StampedAction {
+        StampedAction {
+            pool: self.pool.to_owned(),
+            address: self.address,
+            verb: self.verb,
+            holder: self.holder.to_owned(),
+            provider: self.provider.to_owned(),
+            nic: self.nic.to_owned(),
+            capture_domain: self.capture_domain.clone(),
+            capture_epoch: self.capture_epoch,
+            ownership_epoch: self.ownership_epoch,
+            idempotency_key: self.key(),
         }
     }
 }

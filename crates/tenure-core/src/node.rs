@@ -413,10 +413,35 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<ReconcileReport, NodeError<S::Error>> {
         let node: NodeId =
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
-        let plan = planner::plan(view, node, &self.captured);
+        // The plan borrows the captured set while the import below commits: it is taken out for
+        // the import (nothing there executes, so nothing there changes it) and always put back.
+        let captured = std::mem::take(&mut self.captured);
+        let plan = planner::plan(view, node, &captured);
         let mut report = ReconcileReport { wake_at_ms: plan.wake_at_ms, ..ReconcileReport::default() };
-        for planned in plan.actions {
-            if let Some(seq) = self.index.get(&planned.action.idempotency_key)
+        let imported = self.import(&plan.actions, head, &mut report);
+        drop(plan);
+        self.captured = captured;
+        imported?;
+        self.sweep(head, &mut report)?;
+        self.compact(head, &mut report)?;
+        self.store.sync().map_err(NodeError::Store)?;
+        Ok(report)
+    }
+
+    /// Journals what `planned` holds that the journal does not (by key), each through the gate
+    /// against `head`. A planned action already journaled costs a key written into one reused
+    /// buffer and a lookup: no allocation.
+    fn import(
+        &mut self,
+        planned: &[planner::PlannedAction<'_>],
+        head: &impl HeadTokens,
+        report: &mut ReconcileReport,
+    ) -> Result<(), NodeError<S::Error>> {
+        let mut key = String::with_capacity(128);
+        for planned in planned {
+            key.clear();
+            planned.stamp.write_key(&mut key);
+            if let Some(seq) = self.index.get(key.as_str())
                 && !self.refused_release_replanned(*seq, head)
             {
                 continue;
@@ -425,7 +450,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 report.deferred += 1;
                 continue;
             }
-            let action = planned.action;
+            let action = planned.stamp.to_action();
             let current = head.view(&action);
             let state = match fence::check_view(&action, &current, &self.state.high_water) {
                 FenceVerdict::Stale { reason } => EntryState::Skipped(reason),
@@ -456,10 +481,7 @@ impl<S: JournalStore> NodeEngine<S> {
             }
             report.imported.push(key);
         }
-        self.sweep(head, &mut report)?;
-        self.compact(head, &mut report)?;
-        self.store.sync().map_err(NodeError::Store)?;
-        Ok(report)
+        Ok(())
     }
 
     /// Whether an existing entry is a release that the gate refused as `release-of-current` and

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::federation::{Federation, NodeId};
-use crate::model::{Approval, CaptureDomain, StampedAction, VerbFamily};
+use crate::model::{ActionStamp, Approval, CaptureDomain, VerbFamily};
 
 /// What a node captured, per (provider, address) — SPEC 13: a NIC holds an address, not a
 /// pool's copy of it. Its last executed verb for the address on that provider, in any pool, was
@@ -22,11 +22,12 @@ pub struct CaptureRecord {
     pub capture_domain: CaptureDomain,
 }
 
-/// A planned action and how it is to be imported.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedAction {
-    /// The stamped action.
-    pub action: StampedAction,
+/// A planned action and how it is to be imported. Borrowed from the view (and the node's
+/// captured set): see [`ActionStamp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedAction<'a> {
+    /// The stamp.
+    pub stamp: ActionStamp<'a>,
     /// The pool's approval mode.
     pub approval: Approval,
 }
@@ -36,23 +37,31 @@ pub type Captured = BTreeMap<(String, IpAddr), CaptureRecord>;
 
 /// A node's plan.
 #[derive(Clone, Debug, Default)]
-pub struct Plan {
+pub struct Plan<'a> {
     /// The actions, in canonical order (pool, address), each address's verbs in execution order.
-    pub actions: Vec<PlannedAction>,
+    pub actions: Vec<PlannedAction<'a>>,
     /// The earliest stream time at which a release held back by its pool's deprovision hold
     /// becomes due: planning again before it (with nothing else changed) gives the same plan.
     pub wake_at_ms: Option<u64>,
+}
+
+/// A capture record's fields, borrowed from the captured set or from the view.
+#[derive(Clone, Copy)]
+struct RecordRef<'a> {
+    pool: &'a str,
+    nic: &'a str,
+    capture_domain: &'a CaptureDomain,
 }
 
 /// Plans node `node`'s actions from `view` (its applied prefix of the log), in canonical order
 /// (pool, address), each address's verbs in execution order. A captured address that the node is
 /// now the desired holder of on the same provider, through any applied pool, is not released.
 #[must_use]
-pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Plan {
+pub fn plan<'a>(view: &'a Federation, node: NodeId, captured: &'a Captured) -> Plan<'a> {
     let node_state = &view.nodes()[node];
     let node_name = node_state.spec.name.as_str();
     let now_ms = view.stream_time_ms();
-    let mut planned: Vec<((String, IpAddr), Vec<PlannedAction>)> = Vec::new();
+    let mut planned: Vec<((&'a str, IpAddr), Vec<PlannedAction<'a>>)> = Vec::new();
 
     for (pool_name, pool) in view.pools().iter().filter(|(_, p)| !p.deleted) {
         let Some(kind) = view.provider_kind(&pool.spec.provider) else { continue };
@@ -65,27 +74,27 @@ pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Plan {
                 .acquire_verbs()
                 .iter()
                 .map(|verb| PlannedAction {
-                    action: StampedAction::new(
-                        pool_name,
-                        *address,
-                        *verb,
-                        node_name,
-                        &pool.spec.provider,
-                        &node_state.spec.nic,
-                        pool.capture_domain.clone(),
-                        state.line.epoch,
-                        state.ownership_epoch,
-                    ),
+                    stamp: ActionStamp {
+                        pool: pool_name,
+                        address: *address,
+                        verb: *verb,
+                        holder: node_name,
+                        provider: &pool.spec.provider,
+                        nic: &node_state.spec.nic,
+                        capture_domain: &pool.capture_domain,
+                        capture_epoch: state.line.epoch,
+                        ownership_epoch: state.ownership_epoch,
+                    },
                     approval: pool.spec.approval,
                 })
                 .collect();
-            planned.push(((pool_name.clone(), *address), actions));
+            planned.push(((pool_name.as_str(), *address), actions));
         }
     }
 
     // With drift repair on, what the provider last showed on this node's NIC counts as captured
     // too: a call that landed while the node crashed before recording it must still be released.
-    let mut observed_only: Captured = BTreeMap::new();
+    let mut observed_only: BTreeMap<(&'a str, IpAddr), RecordRef<'a>> = BTreeMap::new();
     if view.drift_repair() {
         let provider = &node_state.spec.provider;
         for (pool_name, pool) in view.pools().iter().filter(|(_, p)| p.spec.provider == *provider) {
@@ -95,12 +104,13 @@ pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Plan {
                     continue;
                 }
                 // Only an address seen on this NIC builds a key.
-                let key = (provider.clone(), *address);
-                if !captured.contains_key(&key) && !observed_only.contains_key(&key) {
-                    let record = CaptureRecord {
-                        pool: pool_name.clone(),
-                        nic: node_state.spec.nic.clone(),
-                        capture_domain: pool.capture_domain.clone(),
+                let key = (provider.as_str(), *address);
+                if !captured.contains_key(&(provider.clone(), *address)) && !observed_only.contains_key(&key)
+                {
+                    let record = RecordRef {
+                        pool: pool_name,
+                        nic: &node_state.spec.nic,
+                        capture_domain: &pool.capture_domain,
                     };
                     observed_only.insert(key, record);
                 }
@@ -109,12 +119,17 @@ pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Plan {
     }
 
     let mut wake_at_ms: Option<u64> = None;
-    for ((provider, address), record) in captured.iter().chain(&observed_only) {
-        if view.desired_pool_of(node, provider, *address).is_some() {
+    let captured_refs = captured.iter().map(|((provider, address), record)| {
+        let record =
+            RecordRef { pool: &record.pool, nic: &record.nic, capture_domain: &record.capture_domain };
+        ((provider.as_str(), *address), record)
+    });
+    for ((provider, address), record) in captured_refs.chain(observed_only) {
+        if view.desired_pool_of(node, provider, address).is_some() {
             continue;
         }
-        let Some(pool) = view.pools().get(&record.pool) else { continue };
-        let Some(state) = pool.addresses.get(address) else { continue };
+        let Some((pool_name, pool)) = view.pools().get_key_value(record.pool) else { continue };
+        let Some(state) = pool.addresses.get(&address) else { continue };
         if let Some(moved_ms) = state.moved_away_from(node) {
             let due_ms = moved_ms.saturating_add(pool.spec.deprovision_hold_ms);
             if now_ms < due_ms {
@@ -123,26 +138,26 @@ pub fn plan(view: &Federation, node: NodeId, captured: &Captured) -> Plan {
             }
         }
         let family = view.provider_kind(provider).map_or(VerbFamily::Cloud, |k| k.verb_family());
-        let capture_epoch = view.capture_epoch(&record.pool, *address, &record.capture_domain);
+        let capture_epoch = view.capture_epoch(record.pool, address, record.capture_domain);
         let actions = family
             .release_verbs()
             .iter()
             .map(|verb| PlannedAction {
-                action: StampedAction::new(
-                    &record.pool,
-                    *address,
-                    *verb,
-                    node_name,
+                stamp: ActionStamp {
+                    pool: record.pool,
+                    address,
+                    verb: *verb,
+                    holder: node_name,
                     provider,
-                    &record.nic,
-                    record.capture_domain.clone(),
+                    nic: record.nic,
+                    capture_domain: record.capture_domain,
                     capture_epoch,
-                    state.ownership_epoch,
-                ),
+                    ownership_epoch: state.ownership_epoch,
+                },
                 approval: pool.spec.approval,
             })
             .collect();
-        planned.push(((record.pool.clone(), *address), actions));
+        planned.push(((pool_name.as_str(), address), actions));
     }
 
     planned.sort_by(|a, b| a.0.cmp(&b.0));
