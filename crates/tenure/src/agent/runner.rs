@@ -195,6 +195,12 @@ pub async fn run<S: AgentStore>(
         }
         if dirty {
             agent.step(requeue_due);
+            if requeue_due {
+                // The interval runs from the end of a full pass: a pass longer than the interval
+                // (a million addresses) must not be followed at once by another, or the loop
+                // would do nothing else.
+                requeue.reset();
+            }
         }
         if agent.shutting_down && agent.calls.is_empty() {
             break;
