@@ -113,8 +113,9 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     /// Whether planning again could change anything the last reconcile did: never reconciled
-    /// (or restarted, or resumed) since, the view's [`Federation::plan_generation`] moved, or
-    /// stream time reached a held-back release. A node that reconciles only when this says so
+    /// (or restarted, or resumed) since, the view's [`Federation::plan_generation`] moved,
+    /// stream time reached a held-back release, or a call result left the node holding what its
+    /// view no longer wants (or the reverse: the view moved while the call was in flight). A node that reconciles only when this says so
     /// (plus on a requeue interval, for failures to retry) plans as a node that reconciles after
     /// every event; heartbeats and its own results alone do not make it plan 100k addresses
     /// again.
@@ -340,6 +341,9 @@ impl<S: JournalStore> NodeDriver<S> {
         detail: String,
     ) -> Result<(), NodeError<S::Error>> {
         self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
+        if outcome == ActionOutcome::Executed && self.result_contradicts_view(idempotency_key) {
+            self.planned_at = None;
+        }
         if self.options.report_results {
             self.outbox.push_back(EventKind::ActionResult {
                 node: self.name().to_owned(),
@@ -349,6 +353,26 @@ impl<S: JournalStore> NodeDriver<S> {
             });
         }
         Ok(())
+    }
+
+    /// Whether an executed holding verb left the node holding what its view no longer wants it
+    /// to hold (an acquire of an address not desired for it any more, in any pool), or not
+    /// holding what it wants (a release of an address desired for it again): the view moved
+    /// while the call was in flight, and what it captured now differs from what the last
+    /// reconcile planned from. The next step must plan again ([`NodeDriver::reconcile_due`]).
+    /// Other results change no plan: their successor verb is in the journal already.
+    fn result_contradicts_view(&self, idempotency_key: &str) -> bool {
+        let Some(entry) = self.engine.entry(idempotency_key) else { return false };
+        let action = &entry.action;
+        if !action.verb.changes_holding() {
+            return false;
+        }
+        let desired = self
+            .view
+            .node_id(self.name())
+            .and_then(|node| self.view.desired_pool_of(node, &action.provider, action.address))
+            .is_some();
+        action.verb.is_acquire() != desired
     }
 
     /// The next log append this node wants made (the caller stamps `at` and appends it).

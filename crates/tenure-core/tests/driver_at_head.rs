@@ -225,3 +225,77 @@ fn reconciling_only_when_due_journals_what_reconciling_always_does() {
         .count();
     assert_eq!(released, 4, "released (two verbs) at the drain and again after the undesire's hold");
 }
+
+/// The same comparison with calls in flight across events: each step's calls answer only at the
+/// next step, after its event. An address undesired while its acquire is in flight is captured
+/// only when the result arrives — after the reconcile that followed the undesire — and the node
+/// must plan its release then, not at some later requeue.
+#[test]
+fn reconciling_only_when_due_keeps_up_with_results_that_land_after_the_view_moved() {
+    let registry =
+        Federation::new(&[node()], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }]);
+    let new_driver = || {
+        let engine = NodeEngine::open("a", CountingStore::default()).expect("memory");
+        NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true })
+    };
+    let (mut eager, mut lazy) = (new_driver(), new_driver());
+    let (mut eager_log, mut lazy_log) = (MemoryLog::new(), MemoryLog::new());
+    let spec = PoolSpec { deprovision_hold_ms: 250, ..pool(&["10.0.0.1", "10.0.0.2"]) };
+    let address: std::net::IpAddr = "10.0.0.1".parse().expect("ip");
+    let mut script: Vec<(u64, EventKind)> = vec![
+        (0, EventKind::PoolApplied { spec: Box::new(spec) }),
+        (10, EventKind::Heartbeat { node: "a".into() }),
+        // The assign of 10.0.0.1 is in flight now: undesired before its result lands.
+        (20, EventKind::Undesire { pool: "edge".into(), address }),
+    ];
+    for t in (30..1_000).step_by(50) {
+        script.push((t, EventKind::Heartbeat { node: "a".into() }));
+    }
+    script.push((1_000, EventKind::Desire { pool: "edge".into(), address }));
+    for t in (1_010..1_500).step_by(50) {
+        script.push((t, EventKind::Heartbeat { node: "a".into() }));
+    }
+    let mut in_flight: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+    for (step, (at_ms, kind)) in script.into_iter().enumerate() {
+        for (side, (driver, log)) in
+            [(&mut eager, &mut eager_log), (&mut lazy, &mut lazy_log)].into_iter().enumerate()
+        {
+            let always = side == 0;
+            log.append(&Event { at_ms, kind: kind.clone() }).expect("append");
+            driver.follow(&*log).expect("readable");
+            let mut plan = |driver: &mut NodeDriver<CountingStore>| {
+                if always || driver.reconcile_due() {
+                    driver.reconcile_at_head().expect("memory").expect("not blocked");
+                    driver.start_execution_at_head().expect("memory").expect("not blocked");
+                }
+            };
+            plan(driver);
+            // Last step's calls answer now, after this step's event.
+            for key in std::mem::take(&mut in_flight[side]) {
+                driver.handle_result(&key, ActionOutcome::Executed, "ok".into()).expect("in flight");
+            }
+            while let Some(result) = driver.poll_append() {
+                log.append(&Event { at_ms, kind: result }).expect("append");
+            }
+            driver.follow(&*log).expect("readable");
+            plan(driver);
+            in_flight[side] = driver
+                .poll_actions_at_head(64)
+                .expect("memory")
+                .into_iter()
+                .map(|a| a.idempotency_key)
+                .collect();
+        }
+        let journal = |d: &NodeDriver<CountingStore>| {
+            d.engine().entries().map(|e| (e.action.idempotency_key.clone(), e.state)).collect::<Vec<_>>()
+        };
+        assert_eq!(journal(&lazy), journal(&eager), "journals differ after step {step} (at {at_ms} ms)");
+    }
+    let released = lazy
+        .engine()
+        .entries()
+        .filter(|e| e.action.address == address && e.action.verb == Verb::UnassignSecondaryIp)
+        .filter(|e| e.state == EntryState::Executed)
+        .count();
+    assert_eq!(released, 1, "the address undesired in flight was released after its hold");
+}

@@ -164,10 +164,11 @@ pub async fn run<S: AgentStore>(
                 while let Some(done) = agent.calls.try_join_next_with_id() {
                     agent.finish_call(done);
                 }
-                // A result changes no plan: it unblocks the next verb of its address (the
+                // A result rarely changes a plan: it unblocks the next verb of its address (the
                 // engine's own index) and is appended; a failure is retried at the next sweep.
-                // So results only append and call on; the next tick reconciles.
-                agent.execute_only();
+                // So a step after results reconciles only a node whose plan it changed (the view
+                // moved while the call was in flight: `NodeDriver::reconcile_due`).
+                agent.step(false);
             }
             request = requests.recv(), if requests_open => match request {
                 Some(request) => dirty = agent.answer(request),
@@ -340,20 +341,6 @@ impl<S: AgentStore> Agent<S> {
                     error!(error = %line, "pool reload refused: nothing applied");
                 }
             }
-        }
-    }
-
-    /// After call results: append them, follow, gate and call what became ready — without a
-    /// reconcile (planning is level-triggered on every tick, submit and reload; a node's own
-    /// results change no plan, and re-planning 100k addresses per result would make throughput
-    /// quadratic).
-    fn execute_only(&mut self) {
-        self.flush_appends();
-        if self.follow().is_err() || self.shutting_down {
-            return;
-        }
-        for index in 0..self.drivers.len() {
-            self.start_calls(index);
         }
     }
 
