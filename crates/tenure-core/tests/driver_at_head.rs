@@ -263,7 +263,7 @@ fn reconciling_only_when_due_keeps_up_with_results_that_land_after_the_view_move
             let always = side == 0;
             log.append(&Event { at_ms, kind: kind.clone() }).expect("append");
             driver.follow(&*log).expect("readable");
-            let mut plan = |driver: &mut NodeDriver<CountingStore>| {
+            let plan = |driver: &mut NodeDriver<CountingStore>| {
                 if always || driver.reconcile_due() {
                     driver.reconcile_at_head().expect("memory").expect("not blocked");
                     driver.start_execution_at_head().expect("memory").expect("not blocked");
