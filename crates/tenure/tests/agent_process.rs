@@ -328,3 +328,38 @@ fn a_running_agent_is_backed_up_an_old_copy_refuses_to_start_and_a_restore_raise
     );
     assert!(agent.terminate().success());
 }
+
+/// Whether process `pid` still runs (a zombie waiting for its reaper does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rfind(')').map(|i| stat[i + 1..].trim_start().starts_with(['Z', 'X'])))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// `kill -9` of an agent cannot kill the hook it was running (a child of the hook's shell
+/// included); the next agent on the same store kills what is left before it gates anything.
+#[test]
+fn hooks_left_running_by_a_killed_agent_are_killed_by_the_next_one() {
+    let dir = TempDir::new("agent-orphans");
+    let listen = free_port();
+    let pids = dir.path().join("pids");
+    // The hook records its shell's pid and a child's, then waits far past the test.
+    dir.write("hook.sh", &format!("#!/bin/sh\nsleep 600 &\necho $$ $! >> {}\nwait\n", pids.display()));
+    std::process::Command::new("chmod").arg("+x").arg(dir.path().join("hook.sh")).status().expect("chmod");
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "hook", ""));
+    let providers = "[{name: hook, kind: exec, command: [./hook.sh], timeout: 10s}]";
+    let config = config(&dir, listen, "hook", providers, &["pools.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("the hook runs", || std::fs::read_to_string(&pids).is_ok_and(|t| t.lines().count() == 1));
+    agent.kill9();
+    let text = std::fs::read_to_string(&pids).expect("pids");
+    let hook: Vec<u32> = text.split_whitespace().map(|p| p.parse().expect("pid")).collect();
+    assert!(hook.iter().all(|pid| running(*pid)), "the hook outlives the killed agent: {text}");
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("the next agent killed the hook and its child", || hook.iter().all(|pid| !running(*pid)));
+    // The second agent's own hook (the call in doubt, run again) goes the same way.
+    agent.kill9();
+    let owner = dir.path().join("store").display().to_string();
+    tenure::exec::hook::kill_orphans(&owner).expect("cleaned up");
+}

@@ -62,9 +62,14 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
+/// The mark of this agent's hook processes: its store folder, made absolute.
+fn hook_owner(store_path: &std::path::Path) -> String {
+    std::path::absolute(store_path).unwrap_or_else(|_| store_path.to_owned()).display().to_string()
+}
+
 /// The executors of the configured providers, or the one-line refusal of a kind this build has
 /// no executor for.
-fn executors(config: &AgentConfig) -> Result<BTreeMap<String, ProviderExecutor>, String> {
+fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, ProviderExecutor>, String> {
     let action_timeout = Duration::from_millis(config.action_timeout_ms);
     let mut executors = BTreeMap::new();
     for provider in &config.providers {
@@ -76,7 +81,7 @@ fn executors(config: &AgentConfig) -> Result<BTreeMap<String, ProviderExecutor>,
             (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
                 let timeout = Duration::from_millis(*timeout_ms);
                 ProviderExecutor {
-                    executor: Arc::new(ExecHook::new(command.clone(), timeout)),
+                    executor: Arc::new(ExecHook::new(command.clone(), timeout).owned_by(owner)),
                     call_timeout: timeout + HOOK_DEADLINE_GRACE,
                 }
             }
@@ -110,7 +115,8 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         eprintln!("tenure agent: store kind etcd is not built yet (fleet mode); use {{kind: embedded}}");
         return ExitCode::from(EXIT_NOT_BUILT);
     };
-    let executors = match executors(&config) {
+    let owner = hook_owner(store_path);
+    let executors = match executors(&config, &owner) {
         Ok(executors) => executors,
         Err(line) => {
             eprintln!("tenure agent: {line}");
@@ -141,6 +147,21 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // This process owns the store now: hooks a killed agent on it left running go before
+    // anything is gated (docs/operations.md, "Exec hooks").
+    if config.providers.iter().any(|p| p.kind == ProviderKind::Exec) {
+        match crate::exec::hook::kill_orphans(&owner) {
+            Ok(0) => {}
+            Ok(n) => eprintln!(
+                "tenure agent: killed {n} hook process(es) a previous agent on this store left running"
+            ),
+            Err(e) => {
+                eprintln!("tenure agent: {e}");
+                let _ = store.close();
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {

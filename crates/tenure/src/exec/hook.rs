@@ -32,6 +32,11 @@
 //! - When the command exits, its background processes are left alone (as keepalived does); their
 //!   output is read for at most [`HOOK_OUTPUT_GRACE_MS`] more. If the call's future is dropped
 //!   while the command runs (the agent's deadline, a shutdown), the process group is killed.
+//! - Every process a hook starts carries `TENURE_HOOK_OWNER` (the agent's store folder) in its
+//!   environment. An agent killed with `kill -9` cannot kill its hooks; the next agent on that
+//!   store kills every process still carrying its mark ([`kill_orphans`]) before it gates
+//!   anything, so a call of the dead agent never runs beside its successor's. A hook must not
+//!   leave a process that should outlive an agent restart (run such a daemon under systemd).
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{ExitStatus, Stdio};
@@ -57,6 +62,75 @@ pub const HOOK_OUTPUT_GRACE_MS: u64 = 100;
 /// How long to wait for a killed command to be reaped before giving up on it, in milliseconds
 /// (tokio reaps it later in any case).
 pub const HOOK_REAP_WAIT_MS: u64 = 1_000;
+/// The environment variable that marks a hook's processes with their agent's store folder.
+pub const HOOK_OWNER_VARIABLE: &str = "TENURE_HOOK_OWNER";
+/// How long [`kill_orphans`] waits for the processes it killed to be gone.
+pub const ORPHAN_KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Kills (SIGKILL, each process and its process group) every process on this host whose
+/// environment carries `TENURE_HOOK_OWNER=<owner>`: the hooks of an agent on the same store that
+/// died without killing them. Waits at most [`ORPHAN_KILL_WAIT`] until none is left running.
+/// Returns how many were found, or an error naming what is still running.
+pub fn kill_orphans(owner: &str) -> Result<usize, String> {
+    let marked = || -> Vec<(i32, i32)> { marked_processes(owner) };
+    let found = marked();
+    for (pid, group) in &found {
+        if let Some(group) = Pid::from_raw(*group) {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+        if let Some(pid) = Pid::from_raw(*pid) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+    }
+    let deadline = std::time::Instant::now() + ORPHAN_KILL_WAIT;
+    loop {
+        let left = marked();
+        if left.is_empty() {
+            return Ok(found.len());
+        }
+        if std::time::Instant::now() >= deadline {
+            let pids: Vec<String> = left.iter().map(|(pid, _)| pid.to_string()).collect();
+            return Err(format!(
+                "hook processes of a previous agent on this store still run after SIGKILL: pid {}",
+                pids.join(", ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// (pid, process group) of every live process (not a zombie) marked with `owner`, this one
+/// excepted. A process whose files cannot be read (gone, another user's) is not counted.
+fn marked_processes(owner: &str) -> Vec<(i32, i32)> {
+    let mark = format!("{HOOK_OWNER_VARIABLE}={owner}");
+    let own = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if u32::try_from(pid).is_ok_and(|p| p == own) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if !environ.split(|b| *b == 0).any(|var| var == mark.as_bytes()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        if let (Some(state), Some(group)) = (state, group)
+            && state != "Z"
+            && state != "X"
+        {
+            found.push((pid, group));
+        }
+    }
+    found
+}
+
 /// Size of one read from the command's stdout or stderr, in bytes.
 const HOOK_READ_CHUNK_BYTES: usize = 1024;
 
@@ -65,6 +139,8 @@ const HOOK_READ_CHUNK_BYTES: usize = 1024;
 pub struct ExecHook {
     command: Vec<String>,
     timeout: Duration,
+    /// `TENURE_HOOK_OWNER` for every process the hook starts (empty: not set).
+    owner: String,
 }
 
 impl ExecHook {
@@ -72,7 +148,15 @@ impl ExecHook {
     /// action. An empty `command` fails every action (the config refuses one).
     #[must_use]
     pub fn new(command: Vec<String>, timeout: Duration) -> Self {
-        Self { command, timeout }
+        Self { command, timeout, owner: String::new() }
+    }
+
+    /// The same hook, its processes marked as `owner`'s (the agent's store folder), so that a
+    /// later agent on the same store finds them with [`kill_orphans`].
+    #[must_use]
+    pub fn owned_by(mut self, owner: &str) -> Self {
+        owner.clone_into(&mut self.owner);
+        self
     }
 
     /// The program and its arguments.
@@ -102,6 +186,7 @@ impl ExecHook {
         command
             .args(arguments)
             .envs(hook_environment(action))
+            .envs((!self.owner.is_empty()).then_some((HOOK_OWNER_VARIABLE, self.owner.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
