@@ -1,0 +1,197 @@
+//! The stamped action (SPEC 5), its borrowed form for planning, and its idempotency key: made in
+//! one place ([`ActionStamp::write_key`]) and parsed back ([`ParsedKey`]).
+
+use std::net::IpAddr;
+
+use super::{CaptureDomain, CaptureEpoch, OwnershipEpoch, Verb};
+
+/// The stamped form of a planned provider action (SPEC 5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StampedAction {
+    /// Pool name.
+    pub pool: String,
+    /// The address acted on.
+    pub address: IpAddr,
+    /// The provider verb.
+    pub verb: Verb,
+    /// Acquire: the desired holder; release: the leaving node.
+    pub holder: String,
+    /// Provider name.
+    pub provider: String,
+    /// The holder's NIC.
+    pub nic: String,
+    /// The epoch line this action belongs to.
+    pub capture_domain: CaptureDomain,
+    /// The capture epoch at planning time.
+    pub capture_epoch: CaptureEpoch,
+    /// The ownership epoch at planning time.
+    pub ownership_epoch: OwnershipEpoch,
+    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
+    pub idempotency_key: String,
+}
+
+impl StampedAction {
+    /// The same stamp with another verb (its key rebuilt): the predecessor of a verb in an
+    /// address's sequence has the same stamp.
+    #[must_use]
+    pub fn with_verb(&self, verb: Verb) -> Self {
+        Self::new(
+            &self.pool,
+            self.address,
+            verb,
+            &self.holder,
+            &self.provider,
+            &self.nic,
+            self.capture_domain.clone(),
+            self.capture_epoch,
+            self.ownership_epoch,
+        )
+    }
+
+    /// Builds an action and its idempotency key.
+    #[allow(clippy::too_many_arguments)]
+    #[must_use]
+    pub fn new(
+        pool: &str,
+        address: IpAddr,
+        verb: Verb,
+        holder: &str,
+        provider: &str,
+        nic: &str,
+        capture_domain: CaptureDomain,
+        capture_epoch: CaptureEpoch,
+        ownership_epoch: OwnershipEpoch,
+    ) -> Self {
+        let stamp = ActionStamp {
+            pool,
+            address,
+            verb,
+            holder,
+            provider,
+            nic,
+            capture_domain: &capture_domain,
+            capture_epoch,
+            ownership_epoch,
+        };
+        let idempotency_key = stamp.key();
+        Self {
+            pool: pool.to_owned(),
+            address,
+            verb,
+            holder: holder.to_owned(),
+            provider: provider.to_owned(),
+            nic: nic.to_owned(),
+            capture_domain,
+            capture_epoch,
+            ownership_epoch,
+            idempotency_key,
+        }
+    }
+}
+
+/// A [`StampedAction`]'s fields borrowed from where they were planned: what a reconcile compares
+/// with the journal (by key, written into a reused buffer) before it allocates anything. Most
+/// planned actions are journaled already; only a new one becomes a [`StampedAction`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActionStamp<'a> {
+    /// Pool name.
+    pub pool: &'a str,
+    /// The address acted on.
+    pub address: IpAddr,
+    /// The provider verb.
+    pub verb: Verb,
+    /// Acquire: the desired holder; release: the leaving node.
+    pub holder: &'a str,
+    /// Provider name.
+    pub provider: &'a str,
+    /// The holder's NIC.
+    pub nic: &'a str,
+    /// The epoch line.
+    pub capture_domain: &'a CaptureDomain,
+    /// The capture epoch at planning time.
+    pub capture_epoch: CaptureEpoch,
+    /// The ownership epoch at planning time.
+    pub ownership_epoch: OwnershipEpoch,
+}
+
+impl ActionStamp<'_> {
+    /// Writes the idempotency key (the one place its format is made):
+    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
+    pub fn write_key(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let Self { pool, address, verb, holder, provider, nic, capture_epoch, ownership_epoch, .. } = self;
+        // Writing into a String cannot fail.
+        let _ = write!(
+            out,
+            "{pool}/{address}/{verb}/{holder}/{provider}/{nic}/owner:{ownership_epoch}:epoch:{capture_epoch}"
+        );
+    }
+
+    /// The idempotency key.
+    #[must_use]
+    pub fn key(&self) -> String {
+        let mut key = String::with_capacity(96);
+        self.write_key(&mut key);
+        key
+    }
+
+    /// The owned action.
+    #[must_use]
+    pub fn to_action(&self) -> StampedAction {
+        StampedAction {
+            pool: self.pool.to_owned(),
+            address: self.address,
+            verb: self.verb,
+            holder: self.holder.to_owned(),
+            provider: self.provider.to_owned(),
+            nic: self.nic.to_owned(),
+            capture_domain: self.capture_domain.clone(),
+            capture_epoch: self.capture_epoch,
+            ownership_epoch: self.ownership_epoch,
+            idempotency_key: self.key(),
+        }
+    }
+}
+
+/// The parts of an idempotency key, parsed back (for `action-result` events, which carry only
+/// the key). Names and NICs never contain `/`, so the key splits unambiguously.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedKey {
+    /// Pool name.
+    pub pool: String,
+    /// Address.
+    pub address: IpAddr,
+    /// Verb.
+    pub verb: Verb,
+    /// Holder node.
+    pub holder: String,
+    /// Provider name.
+    pub provider: String,
+    /// NIC.
+    pub nic: String,
+    /// Stamped ownershipEpoch.
+    pub ownership_epoch: OwnershipEpoch,
+    /// Stamped captureEpoch.
+    pub capture_epoch: CaptureEpoch,
+}
+
+impl ParsedKey {
+    /// Parses `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<o>:epoch:<c>`.
+    #[must_use]
+    pub fn parse(key: &str) -> Option<Self> {
+        let parts: Vec<&str> = key.split('/').collect();
+        let [pool, address, verb, holder, provider, nic, tail] = parts.as_slice() else { return None };
+        let tail = tail.strip_prefix("owner:")?;
+        let (ownership, capture) = tail.split_once(":epoch:")?;
+        Some(Self {
+            pool: (*pool).to_owned(),
+            address: address.parse().ok()?,
+            verb: verb.parse().ok()?,
+            holder: (*holder).to_owned(),
+            provider: (*provider).to_owned(),
+            nic: (*nic).to_owned(),
+            ownership_epoch: OwnershipEpoch(ownership.parse().ok()?),
+            capture_epoch: CaptureEpoch(capture.parse().ok()?),
+        })
+    }
+}
