@@ -212,8 +212,20 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
         assert!(tokio::time::Instant::now() < deadline, "health never went 503");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!handle.health().await.expect("answers").ok, "sticky: a readable log does not clear it");
+    // The disk recovers: appends work again (the log moves on), health stays 503 — a store that
+    // failed once is not trusted again without a restart.
+    let at_failure = handle.health().await.expect("answers").log_head;
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    loop {
+        let health = handle.health().await.expect("answers");
+        if health.log_head > at_failure + 2 {
+            assert!(!health.ok, "sticky: appends that work again do not clear it: {health:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the loop stopped appending: {health:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let _ = stop.send(());
     let _ = tokio::time::timeout(WAIT_MAX, done).await.expect("stops");
 }
