@@ -90,6 +90,39 @@ async fn wait_for<F: Fn() -> bool>(what: &str, condition: F) {
     }
 }
 
+type Done = tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>;
+
+/// An agent of `members` (a, priority 10, then b) over one address of `edge`, its provider
+/// `sim1` of `kind` run by `executor`; the handle, the stop switch and the run.
+fn start_one_address(
+    members: &[&str],
+    kind: ProviderKind,
+    executor: Arc<dyn tenure::exec::Executor>,
+) -> (AgentHandle, oneshot::Sender<()>, Done) {
+    let mut executors = BTreeMap::new();
+    executors.insert("sim1".to_owned(), ProviderExecutor { executor, call_timeout: Duration::from_secs(5) });
+    let mut spec = pool(Approval::Auto);
+    spec.addresses.truncate(1);
+    spec.members = members.iter().map(|m| (*m).to_owned()).collect();
+    let settings = Settings {
+        nodes: members.iter().zip([10, 0]).map(|(name, priority)| node(name, priority)).collect(),
+        providers: vec![ProviderSpec { name: "sim1".into(), kind }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(100),
+        journal_retention: 10_000,
+        pools: Box::new(move || Ok(vec![spec.clone()])),
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    (handle, stop, done)
+}
+
 fn holders(cloud: &SimExecutor) -> BTreeMap<String, Vec<String>> {
     cloud.with_provider(|p| {
         p.holdings().iter().map(|(a, nics)| (a.to_string(), nics.iter().cloned().collect())).collect()
@@ -248,29 +281,7 @@ async fn an_action_approved_before_a_freeze_is_fenced_at_the_call_and_never_reac
         .expect("script");
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let exec = tenure::exec::ExecHook::new(vec![hook.display().to_string()], Duration::from_secs(5));
-    let mut executors = BTreeMap::new();
-    executors.insert(
-        "sim1".to_owned(),
-        ProviderExecutor { executor: Arc::new(exec), call_timeout: Duration::from_secs(5) },
-    );
-    let mut spec = pool(Approval::Auto);
-    spec.addresses.truncate(1);
-    let settings = Settings {
-        nodes: vec![node("a", 10), node("b", 0)],
-        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::Exec }],
-        executors,
-        heartbeat_interval: Duration::from_millis(50),
-        requeue_interval: Duration::from_millis(200),
-        journal_retention: 10_000,
-        pools: Box::new(move || Ok(vec![spec.clone()])),
-    };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let (handle, stop, done) = start_one_address(&["a", "b"], ProviderKind::Exec, Arc::new(exec));
     let rows = |node: &'static str, state: &'static str| {
         let handle = handle.clone();
         async move {
@@ -345,31 +356,8 @@ impl tenure::exec::Executor for PanicsOnce {
 /// gate at the next requeue), so its address is not stuck busy until a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_task_that_panics_is_recorded_and_its_address_retried() {
-    let mut executors = BTreeMap::new();
     let executor = Arc::new(PanicsOnce { calls: std::sync::atomic::AtomicU64::new(0) });
-    executors.insert(
-        "sim1".to_owned(),
-        ProviderExecutor { executor: executor.clone(), call_timeout: Duration::from_secs(5) },
-    );
-    let mut spec = pool(Approval::Auto);
-    spec.addresses.truncate(1);
-    spec.members = vec!["a".into()];
-    let settings = Settings {
-        nodes: vec![node("a", 10)],
-        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
-        executors,
-        heartbeat_interval: Duration::from_millis(50),
-        requeue_interval: Duration::from_millis(100),
-        journal_retention: 10_000,
-        pools: Box::new(move || Ok(vec![spec.clone()])),
-    };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let (handle, stop, done) = start_one_address(&["a"], ProviderKind::SimCloud, executor.clone());
     let deadline = tokio::time::Instant::now() + WAIT_MAX;
     loop {
         let filter = ActionFilter { node: Some("a".into()), state: Some("executed".into()), pool: None };
