@@ -312,7 +312,7 @@ fn a_running_agent_is_backed_up_an_old_copy_refuses_to_start_and_a_restore_raise
     let status = process::wait_exit(&mut refused.child);
     assert_eq!(status.code(), Some(1), "an old copy must not start");
     let log = refused.log();
-    assert!(log.contains("behind") || log.contains("older"), "one line naming why: {log}");
+    assert!(log.contains("is behind its identity file"), "one line naming why: {log}");
 
     // A restore on purpose raises every token above anything issued since.
     let (code, stdout, stderr) =
@@ -362,4 +362,45 @@ fn hooks_left_running_by_a_killed_agent_are_killed_by_the_next_one() {
     agent.kill9();
     let owner = dir.path().join("store").display().to_string();
     tenure::exec::hook::kill_orphans(&owner).expect("cleaned up");
+}
+
+/// The agent process refuses a store of another cluster and a truncated store file, each with
+/// its own one-line message and exit 1, and leaves the files as they were.
+#[test]
+fn the_agent_refuses_a_store_of_another_cluster_and_a_truncated_one() {
+    let dir = TempDir::new("agent-refusals");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("a owns", || map(&agent.get("/v1/ownership")["ownership"]).values().all(|(o, ..)| o == "a"));
+    assert!(agent.terminate().success());
+    let refusal = |what: &str| -> String {
+        let mut refused = Agent::spawn(&dir, &config, listen);
+        let status = process::wait_exit(&mut refused.child);
+        assert_eq!(status.code(), Some(1), "{what} must not start: {}", refused.log());
+        let log = refused.log();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
+        assert_eq!(lines.len(), 1, "one line naming why ({what}): {log}");
+        lines[0].to_owned()
+    };
+
+    // Another cluster: the identity file names one, the store holds another.
+    let identity_path = dir.path().join("agent.identity");
+    let original = std::fs::read_to_string(&identity_path).expect("identity");
+    let mut other: Value = serde_json::from_str(&original).expect("JSON");
+    other["clusterId"] = "0123456789abcdef0123456789abcdef".into();
+    std::fs::write(&identity_path, other.to_string()).expect("write");
+    let store_file = dir.path().join("store").join(tenure::store::STORE_FILE_NAME);
+    let store_bytes = std::fs::read(&store_file).expect("store");
+    let line = refusal("another cluster's store");
+    assert!(line.contains("belongs to cluster") && line.contains("0123456789abcdef"), "{line}");
+    assert_eq!(std::fs::read(&store_file).expect("store"), store_bytes, "the refusal changed the store");
+
+    // A truncated store file, with its own identity file back.
+    std::fs::write(&identity_path, &original).expect("write");
+    std::fs::write(&store_file, &store_bytes[..store_bytes.len() / 2]).expect("truncate");
+    let line = refusal("a truncated store");
+    assert!(line.contains("is not a readable store"), "{line}");
+    assert_eq!(std::fs::read(&store_file).expect("store").len(), store_bytes.len() / 2, "left as it was");
 }
