@@ -125,7 +125,8 @@ impl ProviderKind {
     #[must_use]
     pub fn verb_family(self) -> VerbFamily {
         match self {
-            Self::Aws | Self::Oci | Self::Azure | Self::SimCloud | Self::Exec => VerbFamily::Cloud,
+            Self::Aws | Self::Oci | Self::Azure | Self::SimCloud => VerbFamily::Cloud,
+            Self::Exec => VerbFamily::Exec,
             Self::Onprem | Self::SimOnprem => VerbFamily::Onprem,
         }
     }
@@ -152,6 +153,8 @@ pub enum VerbFamily {
     Cloud,
     /// `proxy-arp-add`, `garp` / `proxy-arp-del`.
     Onprem,
+    /// `acquire` / `release`: one call each, the operator's command does the rest (SPEC 7).
+    Exec,
 }
 
 impl VerbFamily {
@@ -161,6 +164,7 @@ impl VerbFamily {
         match self {
             Self::Cloud => &[Verb::AssignSecondaryIp, Verb::EnableForwarding],
             Self::Onprem => &[Verb::ProxyArpAdd, Verb::Garp],
+            Self::Exec => &[Verb::Acquire],
         }
     }
 
@@ -170,6 +174,7 @@ impl VerbFamily {
         match self {
             Self::Cloud => &[Verb::DisableForwarding, Verb::UnassignSecondaryIp],
             Self::Onprem => &[Verb::ProxyArpDel],
+            Self::Exec => &[Verb::Release],
         }
     }
 }
@@ -192,13 +197,20 @@ pub enum Verb {
     UnassignSecondaryIp,
     /// On-prem release: remove the proxy neighbour entry.
     ProxyArpDel,
+    /// Exec acquire: the operator's command, once (SPEC 7).
+    Acquire,
+    /// Exec release: the operator's command, once.
+    Release,
 }
 
 impl Verb {
     /// True for verbs of the acquire set.
     #[must_use]
     pub fn is_acquire(self) -> bool {
-        matches!(self, Self::AssignSecondaryIp | Self::EnableForwarding | Self::ProxyArpAdd | Self::Garp)
+        matches!(
+            self,
+            Self::AssignSecondaryIp | Self::EnableForwarding | Self::ProxyArpAdd | Self::Garp | Self::Acquire
+        )
     }
 
     /// True for the verbs that put the address on or take it off a NIC (the ones inventory
@@ -207,7 +219,12 @@ impl Verb {
     pub fn changes_holding(self) -> bool {
         matches!(
             self,
-            Self::AssignSecondaryIp | Self::UnassignSecondaryIp | Self::ProxyArpAdd | Self::ProxyArpDel
+            Self::AssignSecondaryIp
+                | Self::UnassignSecondaryIp
+                | Self::ProxyArpAdd
+                | Self::ProxyArpDel
+                | Self::Acquire
+                | Self::Release
         )
     }
 
@@ -215,7 +232,7 @@ impl Verb {
     /// an address's verbs are a sequence), from the verb lists of [`VerbFamily`].
     #[must_use]
     pub fn predecessor(self) -> Option<Self> {
-        [VerbFamily::Cloud, VerbFamily::Onprem]
+        [VerbFamily::Cloud, VerbFamily::Onprem, VerbFamily::Exec]
             .into_iter()
             .flat_map(|f| [f.acquire_verbs(), f.release_verbs()])
             .find_map(|verbs| verbs.windows(2).find(|w| w[1] == self).map(|w| w[0]))
@@ -232,6 +249,8 @@ impl Verb {
             Self::DisableForwarding => "disable-forwarding",
             Self::UnassignSecondaryIp => "unassign-secondary-ip",
             Self::ProxyArpDel => "proxy-arp-del",
+            Self::Acquire => "acquire",
+            Self::Release => "release",
         }
     }
 }
@@ -248,6 +267,8 @@ impl std::str::FromStr for Verb {
             Self::DisableForwarding,
             Self::UnassignSecondaryIp,
             Self::ProxyArpDel,
+            Self::Acquire,
+            Self::Release,
         ]
         .into_iter()
         .find(|v| v.as_str() == text)

@@ -290,8 +290,8 @@ async fn an_action_approved_before_a_freeze_is_fenced_at_the_call_and_never_reac
         }
     };
     let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    // Two verbs per address (this exec provider takes the cloud's: assign, enable forwarding).
-    while rows("a", "executed").await.len() != 2 {
+    // One call per acquire (SPEC 7's exec verbs: acquire, release).
+    while rows("a", "executed").await.len() != 1 {
         if tokio::time::Instant::now() >= deadline {
             let all = handle.actions(ActionFilter { node: None, state: None, pool: None }).await;
             panic!("a's acquire did not run: {all:?}");
@@ -309,9 +309,9 @@ async fn an_action_approved_before_a_freeze_is_fenced_at_the_call_and_never_reac
         .expect("answers")
         .expect("frozen");
     let approved: Vec<String> = rows("a", "approved").await.into_iter().map(|r| r.idempotency_key).collect();
-    assert_eq!(approved.len(), 2, "a approved a fresh acquire and froze before calling it ({frozen})");
+    assert_eq!(approved.len(), 1, "a approved a fresh acquire and froze before calling it ({frozen})");
     let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    while rows("b", "executed").await.len() != 2 {
+    while rows("b", "executed").await.len() != 1 {
         assert!(tokio::time::Instant::now() < deadline, "b did not seize the address while a was frozen");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -325,9 +325,9 @@ async fn an_action_approved_before_a_freeze_is_fenced_at_the_call_and_never_reac
     let lines: Vec<&str> = log.lines().collect();
     let unique: std::collections::BTreeSet<&str> = lines.iter().copied().collect();
     assert_eq!(unique.len(), lines.len(), "every key reached the hook once at most:\n{log}");
-    assert_eq!(lines.iter().filter(|l| l.contains("/b/sim1/eni-b/")).count(), 2, "b's acquire:\n{log}");
+    assert_eq!(lines.iter().filter(|l| l.contains("/b/sim1/eni-b/")).count(), 1, "b's acquire:\n{log}");
     // After waking, a may release what it holds (its current release passes the gate).
-    assert!(lines.iter().filter(|l| l.contains("/a/sim1/eni-a/owner:1:")).count() == 2, "{log}");
+    assert!(lines.iter().filter(|l| l.contains("/a/sim1/eni-a/owner:1:")).count() == 1, "{log}");
     stop.send(()).expect("running");
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
     let _ = std::fs::remove_dir_all(&dir);

@@ -114,7 +114,7 @@ echo "assigned $TENURE_ADDRESS to $TENURE_NIC"
 echo"#,
     );
     let hook = ExecHook::new(vec![hook], Duration::from_secs(10));
-    let acquire = action(Verb::AssignSecondaryIp);
+    let acquire = action(Verb::Acquire);
     let outcome = run(&hook, &acquire).await;
     assert_eq!(outcome, ExecutionOutcome::Executed { detail: "assigned 10.0.0.10 to eni-a".to_owned() });
 
@@ -124,7 +124,6 @@ echo"#,
     let expected = serde_json::json!({
         "idempotencyKey": acquire.idempotency_key,
         "verb": "acquire",
-        "step": "assign-secondary-ip",
         "pool": "edge",
         "address": "10.0.0.10",
         "holder": "router-a",
@@ -139,7 +138,6 @@ echo"#,
     let expected_env: BTreeMap<String, String> = [
         ("TENURE_IDEMPOTENCY_KEY", acquire.idempotency_key.as_str()),
         ("TENURE_VERB", "acquire"),
-        ("TENURE_STEP", "assign-secondary-ip"),
         ("TENURE_POOL", "edge"),
         ("TENURE_ADDRESS", "10.0.0.10"),
         ("TENURE_HOLDER", "router-a"),
@@ -163,16 +161,14 @@ echo"#,
         .collect();
     assert_eq!(env, expected_env);
 
-    // A release step says `release`.
-    let release = action(Verb::UnassignSecondaryIp);
+    // A release says `release`; stdin holds SPEC 7's fields and nothing else.
+    let release = action(Verb::Release);
     let outcome = run(&hook, &release).await;
     assert!(matches!(outcome, ExecutionOutcome::Executed { .. }), "{outcome:?}");
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.join("stdin.json")).expect("saved")).expect("JSON");
-    assert_eq!(
-        (json["verb"].as_str(), json["step"].as_str()),
-        (Some("release"), Some("unassign-secondary-ip"))
-    );
+    assert_eq!(json["verb"].as_str(), Some("release"));
+    assert_eq!(json.as_object().map(serde_json::Map::len), Some(10), "{json}");
     let _ = fs::remove_dir_all(dir);
 }
 
@@ -182,7 +178,7 @@ async fn a_silent_success_says_exit_0_and_arguments_are_passed_without_a_shell()
     let hook = script(&dir, "hook.sh", r#"printf '%s|' "$@" > "$DIR/args.txt""#);
     let hook =
         ExecHook::new(vec![hook, "two words".to_owned(), "$HOME;*".to_owned()], Duration::from_secs(10));
-    let outcome = run(&hook, &action(Verb::EnableForwarding)).await;
+    let outcome = run(&hook, &action(Verb::Acquire)).await;
     assert_eq!(outcome, ExecutionOutcome::Executed { detail: "exit 0".to_owned() });
     assert_eq!(fs::read_to_string(dir.join("args.txt")).expect("saved"), "two words|$HOME;*|");
     let _ = fs::remove_dir_all(dir);
@@ -200,8 +196,7 @@ echo "AssignPrivateIpAddresses: UnauthorizedOperation" >&2
 echo "   " >&2
 exit 3"#,
     );
-    let outcome =
-        run(&ExecHook::new(vec![hook], Duration::from_secs(10)), &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&ExecHook::new(vec![hook], Duration::from_secs(10)), &action(Verb::Acquire)).await;
     assert_eq!(
         outcome,
         ExecutionOutcome::Failed { reason: "AssignPrivateIpAddresses: UnauthorizedOperation".to_owned() }
@@ -211,13 +206,11 @@ exit 3"#,
     assert_eq!(detail, "AssignPrivateIpAddresses: UnauthorizedOperation");
 
     let silent = script(&dir, "silent.sh", "exit 42");
-    let outcome =
-        run(&ExecHook::new(vec![silent], Duration::from_secs(10)), &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&ExecHook::new(vec![silent], Duration::from_secs(10)), &action(Verb::Acquire)).await;
     assert_eq!(outcome, ExecutionOutcome::Failed { reason: "exit status 42".to_owned() });
 
     let signalled = script(&dir, "signalled.sh", "echo dying >&2\nkill -TERM $$\nsleep 5");
-    let outcome =
-        run(&ExecHook::new(vec![signalled], Duration::from_secs(10)), &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&ExecHook::new(vec![signalled], Duration::from_secs(10)), &action(Verb::Acquire)).await;
     assert_eq!(outcome, ExecutionOutcome::Failed { reason: "killed by SIGTERM".to_owned() });
     let _ = fs::remove_dir_all(dir);
 }
@@ -227,7 +220,7 @@ async fn a_command_past_its_timeout_is_killed_and_its_outcome_unknown() {
     let dir = scratch("timeout");
     let hook = script(&dir, "hook.sh", "echo $$ > \"$DIR/pid\"\nsleep 60");
     let hook = ExecHook::new(vec![hook], Duration::from_millis(300));
-    let outcome = run(&hook, &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&hook, &action(Verb::Acquire)).await;
     assert_eq!(
         outcome,
         ExecutionOutcome::Unknown {
@@ -247,10 +240,9 @@ async fn the_calls_deadline_bounds_the_command_too() {
     let hook = script(&dir, "hook.sh", "sleep 60");
     let hook = ExecHook::new(vec![hook], Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_millis(300);
-    let outcome =
-        tokio::time::timeout(HOOK_STOP_WAIT_MAX, hook.execute(&action(Verb::AssignSecondaryIp), deadline))
-            .await
-            .expect("returned within the bound");
+    let outcome = tokio::time::timeout(HOOK_STOP_WAIT_MAX, hook.execute(&action(Verb::Acquire), deadline))
+        .await
+        .expect("returned within the bound");
     assert!(
         matches!(&outcome, ExecutionOutcome::Unknown { reason } if reason.starts_with("timed out after ")),
         "{outcome:?}"
@@ -270,7 +262,7 @@ echo $$ > "$DIR/pid"
 wait"#,
     );
     let hook = ExecHook::new(vec![hook], Duration::from_millis(300));
-    let outcome = run(&hook, &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&hook, &action(Verb::Acquire)).await;
     assert!(matches!(outcome, ExecutionOutcome::Unknown { .. }), "{outcome:?}");
     let leader = read_pid(&dir.join("pid")).await;
     let child = read_pid(&dir.join("child.pid")).await;
@@ -291,7 +283,7 @@ echo $$ > "$DIR/pid"
 wait"#,
     );
     let hook = ExecHook::new(vec![hook], Duration::from_secs(60));
-    let acquire = action(Verb::AssignSecondaryIp);
+    let acquire = action(Verb::Acquire);
     let abandoned =
         tokio::time::timeout(Duration::from_millis(500), hook.execute(&acquire, far_deadline())).await;
     assert!(abandoned.is_err(), "the call was still running when it was dropped");
@@ -314,7 +306,7 @@ echo "started the helper"
 exit 0"#,
     );
     let hook = ExecHook::new(vec![hook], Duration::from_secs(30));
-    let outcome = run(&hook, &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&hook, &action(Verb::Acquire)).await;
     assert_eq!(outcome, ExecutionOutcome::Executed { detail: "started the helper".to_owned() });
     let child = read_pid(&dir.join("child.pid")).await;
     assert!(running(child), "a command's background process is left alone when the command exits");
@@ -366,15 +358,13 @@ echo "the end"
 echo "the reason" >&2
 exit 1"#,
     );
-    let outcome =
-        run(&ExecHook::new(vec![hook], Duration::from_secs(15)), &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&ExecHook::new(vec![hook], Duration::from_secs(15)), &action(Verb::Acquire)).await;
     assert_eq!(outcome, ExecutionOutcome::Failed { reason: "the reason".to_owned() });
 
     // A command that never stops writing, and never reads its stdin, is stopped at its timeout.
     let endless = script(&dir, "endless.sh", "exec yes");
     let outcome =
-        run(&ExecHook::new(vec![endless], Duration::from_millis(500)), &action(Verb::AssignSecondaryIp))
-            .await;
+        run(&ExecHook::new(vec![endless], Duration::from_millis(500)), &action(Verb::Acquire)).await;
     assert!(matches!(outcome, ExecutionOutcome::Unknown { .. }), "{outcome:?}");
     let _ = fs::remove_dir_all(dir);
 }
@@ -383,8 +373,7 @@ exit 1"#,
 async fn a_command_that_ignores_its_stdin_still_succeeds() {
     let dir = scratch("ignores-stdin");
     let hook = script(&dir, "hook.sh", "exec 0<&-\necho ok");
-    let outcome =
-        run(&ExecHook::new(vec![hook], Duration::from_secs(10)), &action(Verb::AssignSecondaryIp)).await;
+    let outcome = run(&ExecHook::new(vec![hook], Duration::from_secs(10)), &action(Verb::Acquire)).await;
     assert_eq!(outcome, ExecutionOutcome::Executed { detail: "ok".to_owned() });
     let _ = fs::remove_dir_all(dir);
 }

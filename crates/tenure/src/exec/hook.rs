@@ -8,14 +8,12 @@
 //!   environment and working folder.
 //! - stdin is one JSON object and a newline: `idempotencyKey`, `verb` (`acquire` | `release`),
 //!   `pool`, `address`, `holder`, `provider`, `nic`, `captureDomain`, `ownershipEpoch`,
-//!   `captureEpoch` (numbers), and one extra field, `step`: the fine-grained provider verb of the
-//!   stamped action (`assign-secondary-ip`, `enable-forwarding` for an acquire;
-//!   `disable-forwarding`, `unassign-secondary-ip` for a release). The command runs **once per
-//!   step**, each with its own idempotency key, so it must be idempotent and may act on one step
-//!   and exit 0 on the other.
+//!   `captureEpoch` (numbers) — SPEC 7's fields, nothing else. An exec provider's actions have
+//!   just these two verbs: the command runs once per acquire and once per release, each with its
+//!   own idempotency key.
 //! - The same values are in the environment as `TENURE_IDEMPOTENCY_KEY`, `TENURE_VERB`,
 //!   `TENURE_POOL`, `TENURE_ADDRESS`, `TENURE_HOLDER`, `TENURE_PROVIDER`, `TENURE_NIC`,
-//!   `TENURE_CAPTURE_DOMAIN`, `TENURE_OWNERSHIP_EPOCH`, `TENURE_CAPTURE_EPOCH` and `TENURE_STEP`.
+//!   `TENURE_CAPTURE_DOMAIN`, `TENURE_OWNERSHIP_EPOCH` and `TENURE_CAPTURE_EPOCH`.
 //! - Exit 0: [`ExecutionOutcome::Executed`], the detail its last non-empty stdout line (or
 //!   `exit 0`). Another exit status: [`ExecutionOutcome::Failed`], the reason its last non-empty
 //!   stderr line (or `exit status N`). Killed by a signal: `Failed`, `killed by SIGTERM`.
@@ -260,7 +258,6 @@ impl Executor for ExecHook {
 struct HookInput<'a> {
     idempotency_key: &'a str,
     verb: &'static str,
-    step: &'static str,
     pool: &'a str,
     address: String,
     holder: &'a str,
@@ -271,7 +268,8 @@ struct HookInput<'a> {
     capture_epoch: u64,
 }
 
-/// `acquire` or `release`: the verb of SPEC 7's exec contract.
+/// `acquire` or `release`: the verb of SPEC 7's exec contract (an exec provider's actions have
+/// just these two verbs, one call each).
 fn contract_verb(action: &StampedAction) -> &'static str {
     if action.verb.is_acquire() { "acquire" } else { "release" }
 }
@@ -281,7 +279,6 @@ fn hook_input(action: &StampedAction) -> String {
     let input = HookInput {
         idempotency_key: &action.idempotency_key,
         verb: contract_verb(action),
-        step: action.verb.as_str(),
         pool: &action.pool,
         address: action.address.to_string(),
         holder: &action.holder,
@@ -297,11 +294,10 @@ fn hook_input(action: &StampedAction) -> String {
 }
 
 /// The same values as `TENURE_*` environment variables.
-fn hook_environment(action: &StampedAction) -> [(&'static str, String); 11] {
+fn hook_environment(action: &StampedAction) -> [(&'static str, String); 10] {
     [
         ("TENURE_IDEMPOTENCY_KEY", action.idempotency_key.clone()),
         ("TENURE_VERB", contract_verb(action).to_owned()),
-        ("TENURE_STEP", action.verb.as_str().to_owned()),
         ("TENURE_POOL", action.pool.clone()),
         ("TENURE_ADDRESS", action.address.to_string()),
         ("TENURE_HOLDER", action.holder.clone()),
