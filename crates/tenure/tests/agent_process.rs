@@ -404,3 +404,35 @@ fn the_agent_refuses_a_store_of_another_cluster_and_a_truncated_one() {
     assert!(line.contains("is not a readable store"), "{line}");
     assert_eq!(std::fs::read(&store_file).expect("store").len(), store_bytes.len() / 2, "left as it was");
 }
+
+/// The running agent's API refuses a mutating call without the token (401), with a wrong one
+/// (403), with a bad body (400, naming the field) and with a body over the limit (413); after
+/// each, the map (owners, tokens, desired flags) is as it was.
+#[test]
+fn the_agent_api_refuses_401_403_400_413_and_changes_nothing() {
+    let dir = TempDir::new("agent-api-refusals");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("a owns", || map(&agent.get("/v1/ownership")["ownership"]).values().all(|(o, ..)| o == "a"));
+    let before = map(&agent.get("/v1/ownership")["ownership"]);
+    let big = format!(
+        r#"{{"pool": "edge", "address": "10.0.0.10", "pad": "{}"}}"#,
+        "x".repeat(usize::try_from(tenure::api::API_BODY_BYTES_MAX).unwrap_or(usize::MAX))
+    );
+    let cases: [(&str, Option<&str>, Option<&str>, u16, &str); 5] = [
+        ("/v1/drain/a", None, None, 401, ""),
+        ("/v1/drain/a", Some("wrong-token-0123456789"), None, 403, ""),
+        ("/v1/undesire", Some(TOKEN), Some(r#"{"pool": "edge", "address": "not-an-ip"}"#), 400, "address"),
+        ("/v1/undesire", Some(TOKEN), Some(r#"{"pool": "edge"}"#), 400, "address"),
+        ("/v1/undesire", Some(TOKEN), Some(big.as_str()), 413, ""),
+    ];
+    for (path, token, body, status, field) in cases {
+        let (got, text) = process::http(listen, "POST", path, token, body).expect("answers");
+        assert_eq!(got, status, "{path} with {token:?}: {text}");
+        assert!(text.contains(field), "the error names `{field}`: {text}");
+        assert_eq!(map(&agent.get("/v1/ownership")["ownership"]), before, "{path} {status} changed the map");
+    }
+    assert!(agent.terminate().success());
+}
