@@ -405,6 +405,9 @@ fn the_agent_refuses_a_store_of_another_cluster_and_a_truncated_one() {
     assert_eq!(std::fs::read(&store_file).expect("store").len(), store_bytes.len() / 2, "left as it was");
 }
 
+/// One refused call: (path, token, body, status, a word the error must hold).
+type Refusal<'a> = (&'a str, Option<&'a str>, Option<&'a str>, u16, &'a str);
+
 /// The running agent's API refuses a mutating call without the token (401), with a wrong one
 /// (403), with a bad body (400, naming the field) and with a body over the limit (413); after
 /// each, the map (owners, tokens, desired flags) is as it was.
@@ -419,9 +422,9 @@ fn the_agent_api_refuses_401_403_400_413_and_changes_nothing() {
     let before = map(&agent.get("/v1/ownership")["ownership"]);
     let big = format!(
         r#"{{"pool": "edge", "address": "10.0.0.10", "pad": "{}"}}"#,
-        "x".repeat(usize::try_from(tenure::api::API_BODY_BYTES_MAX).unwrap_or(usize::MAX))
+        "x".repeat(tenure::api::API_BODY_BYTES_MAX)
     );
-    let cases: [(&str, Option<&str>, Option<&str>, u16, &str); 5] = [
+    let cases: [Refusal<'_>; 5] = [
         ("/v1/drain/a", None, None, 401, ""),
         ("/v1/drain/a", Some("wrong-token-0123456789"), None, 403, ""),
         ("/v1/undesire", Some(TOKEN), Some(r#"{"pool": "edge", "address": "not-an-ip"}"#), 400, "address"),
