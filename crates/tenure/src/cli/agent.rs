@@ -62,9 +62,13 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
-/// The mark of this agent's hook processes: its store folder, made absolute.
-fn hook_owner(store_path: &std::path::Path) -> String {
-    std::path::absolute(store_path).unwrap_or_else(|_| store_path.to_owned()).display().to_string()
+/// The mark of this agent's hook processes: the store's cluster id (random at creation) and its
+/// folder's canonical path — no other agent's, however the path was spelled.
+fn hook_owner(store_path: &std::path::Path, cluster_id: &str) -> String {
+    let path = std::fs::canonicalize(store_path)
+        .or_else(|_| std::path::absolute(store_path))
+        .unwrap_or_else(|_| store_path.to_owned());
+    format!("{cluster_id}@{}", path.display())
 }
 
 /// The executors of the configured providers, or the one-line refusal of a kind this build has
@@ -115,14 +119,12 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         eprintln!("tenure agent: store kind etcd is not built yet (fleet mode); use {{kind: embedded}}");
         return ExitCode::from(EXIT_NOT_BUILT);
     };
-    let owner = hook_owner(store_path);
-    let executors = match executors(&config, &owner) {
-        Ok(executors) => executors,
-        Err(line) => {
-            eprintln!("tenure agent: {line}");
-            return ExitCode::from(EXIT_NOT_BUILT);
-        }
-    };
+    // Checked before the store is opened (a kind this build cannot run changes nothing); built
+    // again below with the store's mark for the hooks' processes.
+    if let Err(line) = executors(&config, "") {
+        eprintln!("tenure agent: {line}");
+        return ExitCode::from(EXIT_NOT_BUILT);
+    }
     let token = match &config.api_token_file {
         Some(path) => match ApiToken::from_file(path) {
             Ok(token) => Some(token),
@@ -148,18 +150,25 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
     };
     // This process owns the store now: hooks a killed agent on it left running go before
-    // anything is gated (docs/operations.md, "Exec hooks").
-    if config.providers.iter().any(|p| p.kind == ProviderKind::Exec) {
-        match crate::exec::hook::kill_orphans(&owner) {
-            Ok(0) => {}
-            Ok(n) => eprintln!(
-                "tenure agent: killed {n} hook process(es) a previous agent on this store left running"
-            ),
-            Err(e) => {
-                eprintln!("tenure agent: {e}");
-                let _ = store.close();
-                return ExitCode::FAILURE;
-            }
+    // anything is gated (docs/operations.md, "Exec hooks"), whatever providers this config has.
+    let owner = hook_owner(store_path, store.cluster_id());
+    let executors = match executors(&config, &owner) {
+        Ok(executors) => executors,
+        Err(line) => {
+            eprintln!("tenure agent: {line}");
+            let _ = store.close();
+            return ExitCode::from(EXIT_NOT_BUILT);
+        }
+    };
+    match crate::exec::hook::kill_orphans(&owner) {
+        Ok(0) => {}
+        Ok(n) => {
+            eprintln!("tenure agent: killed {n} hook process(es) a previous agent on this store left running")
+        }
+        Err(e) => {
+            eprintln!("tenure agent: {e}");
+            let _ = store.close();
+            return ExitCode::FAILURE;
         }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

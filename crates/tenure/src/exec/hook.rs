@@ -30,8 +30,8 @@
 //! - When the command exits, its background processes are left alone (as keepalived does); their
 //!   output is read for at most [`HOOK_OUTPUT_GRACE_MS`] more. If the call's future is dropped
 //!   while the command runs (the agent's deadline, a shutdown), the process group is killed.
-//! - Every process a hook starts carries `TENURE_HOOK_OWNER` (the agent's store folder) in its
-//!   environment. An agent killed with `kill -9` cannot kill its hooks; the next agent on that
+//! - Every process a hook starts carries `TENURE_HOOK_OWNER` (the store's cluster id and canonical
+//!   path) in its environment. An agent killed with `kill -9` cannot kill its hooks; the next agent on that
 //!   store kills every process still carrying its mark ([`kill_orphans`]) before it gates
 //!   anything, so a call of the dead agent never runs beside its successor's. A hook must not
 //!   leave a process that should outlive an agent restart (run such a daemon under systemd).
@@ -65,26 +65,28 @@ pub const HOOK_OWNER_VARIABLE: &str = "TENURE_HOOK_OWNER";
 /// How long [`kill_orphans`] waits for the processes it killed to be gone.
 pub const ORPHAN_KILL_WAIT: Duration = Duration::from_secs(5);
 
-/// Kills (SIGKILL, each process and its process group) every process on this host whose
-/// environment carries `TENURE_HOOK_OWNER=<owner>`: the hooks of an agent on the same store that
-/// died without killing them. Waits at most [`ORPHAN_KILL_WAIT`] until none is left running.
-/// Returns how many were found, or an error naming what is still running.
+/// Kills (SIGKILL, each process and its process group) every process on this host, in this
+/// agent's mount namespace, whose environment carries `TENURE_HOOK_OWNER=<owner>` (the store's
+/// cluster id and its canonical path: no other agent's), this process's own group excepted (an
+/// agent started from a hook must not kill itself): the hooks of an agent on the same store that died without killing them. Kills what
+/// it finds again on every rescan, for at most [`ORPHAN_KILL_WAIT`]. Returns how many it found,
+/// or an error when `/proc` cannot be read or a marked process still runs at the end.
 pub fn kill_orphans(owner: &str) -> Result<usize, String> {
-    let marked = || -> Vec<(i32, i32)> { marked_processes(owner) };
-    let found = marked();
-    for (pid, group) in &found {
-        if let Some(group) = Pid::from_raw(*group) {
-            let _ = kill_process_group(group, Signal::KILL);
-        }
-        if let Some(pid) = Pid::from_raw(*pid) {
-            let _ = rustix::process::kill_process(pid, Signal::KILL);
-        }
-    }
+    let mut found = std::collections::BTreeSet::new();
     let deadline = std::time::Instant::now() + ORPHAN_KILL_WAIT;
     loop {
-        let left = marked();
+        let left = marked_processes(owner)?;
         if left.is_empty() {
             return Ok(found.len());
+        }
+        for (pid, group) in &left {
+            found.insert(*pid);
+            if let Some(group) = Pid::from_raw(*group) {
+                let _ = kill_process_group(group, Signal::KILL);
+            }
+            if let Some(pid) = Pid::from_raw(*pid) {
+                let _ = rustix::process::kill_process(pid, Signal::KILL);
+            }
         }
         if std::time::Instant::now() >= deadline {
             let pids: Vec<String> = left.iter().map(|(pid, _)| pid.to_string()).collect();
@@ -97,36 +99,44 @@ pub fn kill_orphans(owner: &str) -> Result<usize, String> {
     }
 }
 
-/// (pid, process group) of every live process (not a zombie) marked with `owner`, this one
-/// excepted. A process whose files cannot be read (gone, another user's) is not counted.
-fn marked_processes(owner: &str) -> Vec<(i32, i32)> {
+/// `state` and `pgrp` from `/proc/<pid>/stat`: `pid (comm) state ppid pgrp …`, where comm may
+/// hold spaces and parentheses.
+fn stat_fields(stat: &str) -> Option<(String, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_owned();
+    let group = fields.nth(1)?.parse().ok()?;
+    Some((state, group))
+}
+
+/// (pid, process group) of every live process (not a zombie) marked with `owner` in this mount
+/// namespace, outside this process's own group. A process whose files cannot be
+/// read (gone, another user's) is not counted; `/proc` itself unreadable is an error.
+fn marked_processes(owner: &str) -> Result<Vec<(i32, i32)>, String> {
     let mark = format!("{HOOK_OWNER_VARIABLE}={owner}");
-    let own = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let unreadable = |e: std::io::Error| format!("cannot look for hooks a previous agent left: /proc: {e}");
+    let own_namespace = std::fs::read_link("/proc/self/ns/mnt").map_err(unreadable)?;
+    let own_stat = std::fs::read_to_string("/proc/self/stat").map_err(unreadable)?;
+    let (_, own_group) = stat_fields(&own_stat).ok_or_else(|| "cannot parse /proc/self/stat".to_owned())?;
+    let entries = std::fs::read_dir("/proc").map_err(unreadable)?;
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        if u32::try_from(pid).is_ok_and(|p| p == own) {
-            continue;
-        }
         let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
         if !environ.split(|b| *b == 0).any(|var| var == mark.as_bytes()) {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
-        if let (Some(state), Some(group)) = (state, group)
-            && state != "Z"
-            && state != "X"
-        {
-            found.push((pid, group));
+        if std::fs::read_link(entry.path().join("ns/mnt")).ok().as_ref() != Some(&own_namespace) {
+            continue;
         }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Some((state, group)) = stat_fields(&stat) else { continue };
+        if group == own_group || state == "Z" || state == "X" {
+            continue;
+        }
+        found.push((pid, group));
     }
-    found
+    Ok(found)
 }
 
 /// Size of one read from the command's stdout or stderr, in bytes.
@@ -252,7 +262,7 @@ impl Executor for ExecHook {
     }
 }
 
-/// The stamped action as the command's stdin: SPEC 7's fields, plus `step`.
+/// The stamped action as the command's stdin: SPEC 7's fields.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct HookInput<'a> {
