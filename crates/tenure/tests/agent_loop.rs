@@ -151,12 +151,24 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     .await;
     let rows = agent.handle.ownership().await.expect("answers");
     assert!(rows.iter().all(|r| r.owner.as_deref() == Some("b") && r.ownership_epoch == 2), "{rows:?}");
-    let executed = agent
-        .handle
-        .actions(ActionFilter { state: Some("executed".into()), node: Some("b".into()), pool: None })
-        .await
-        .expect("answers");
-    assert_eq!(executed.len(), 4, "b assigned and enabled forwarding for both: {executed:?}");
+    // The moves are done when b's acquires and a's releases have all answered.
+    let executed = |node: &'static str| {
+        let handle = agent.handle.clone();
+        async move {
+            let filter = ActionFilter { state: Some("executed".into()), node: Some(node.into()), pool: None };
+            handle.actions(filter).await.expect("answers")
+        }
+    };
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    while executed("b").await.len() != 4 || executed("a").await.len() != 8 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "b: {:?}\na: {:?}",
+            executed("b").await,
+            executed("a").await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     // Bad submits change nothing.
     let unknown = agent.handle.submit(EventKind::Drain { node: "zz".into() }).await.expect("answers");
