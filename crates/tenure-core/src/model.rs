@@ -453,9 +453,23 @@ mod tests {
         assert_eq!(Verb::EnableForwarding.predecessor(), Some(Verb::AssignSecondaryIp));
         assert_eq!(Verb::UnassignSecondaryIp.predecessor(), Some(Verb::DisableForwarding));
         assert_eq!(Verb::Garp.predecessor(), Some(Verb::ProxyArpAdd));
-        for first in [Verb::AssignSecondaryIp, Verb::DisableForwarding, Verb::ProxyArpAdd, Verb::ProxyArpDel]
-        {
+        for first in [
+            Verb::AssignSecondaryIp,
+            Verb::DisableForwarding,
+            Verb::ProxyArpAdd,
+            Verb::ProxyArpDel,
+            Verb::Acquire,
+            Verb::Release,
+        ] {
             assert_eq!(first.predecessor(), None, "{first}");
         }
+        // SPEC 7: an exec provider's actions are `acquire` and `release`, one call each.
+        assert_eq!(ProviderKind::Exec.verb_family(), VerbFamily::Exec);
+        assert_eq!(VerbFamily::Exec.acquire_verbs(), &[Verb::Acquire]);
+        assert_eq!(VerbFamily::Exec.release_verbs(), &[Verb::Release]);
+        assert!(Verb::Acquire.is_acquire() && Verb::Acquire.changes_holding());
+        assert!(!Verb::Release.is_acquire() && Verb::Release.changes_holding());
+        assert_eq!("acquire".parse::<Verb>(), Ok(Verb::Acquire));
+        assert_eq!("release".parse::<Verb>(), Ok(Verb::Release));
     }
 }

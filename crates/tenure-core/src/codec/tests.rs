@@ -505,6 +505,8 @@ fn verb() -> impl Strategy<Value = Verb> {
         Verb::DisableForwarding,
         Verb::UnassignSecondaryIp,
         Verb::ProxyArpDel,
+        Verb::Acquire,
+        Verb::Release,
     ])
 }
 
