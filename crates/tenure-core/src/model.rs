@@ -35,6 +35,13 @@ macro_rules! token {
                 Self(self.0.checked_add(1).expect("a token line never reaches u64::MAX"))
             }
 
+            /// The next value, or `None` at `u64::MAX`: for a counter an outside store holds
+            /// (a leader term), where the maximum is a refusal to report, not a bug.
+            #[must_use]
+            pub fn checked_next(self) -> Option<Self> {
+                self.0.checked_add(1).map(Self)
+            }
+
             /// The raw value, for printing and storage.
             #[must_use]
             pub const fn get(self) -> u64 {

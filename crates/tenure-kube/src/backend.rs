@@ -261,7 +261,9 @@ impl KubernetesBackend {
     }
 
     async fn create(&mut self) -> Result<Attempt, BackendError> {
-        let term = LeaderEpoch::from_stored(self.highest_seen).next();
+        let term = LeaderEpoch::from_stored(self.highest_seen)
+            .checked_next()
+            .ok_or(BackendError::TermOverflow { backend: "kubernetes", term: self.highest_seen })?;
         let now = MicroTime(Timestamp::now());
         let lease = Lease {
             metadata: ObjectMeta {
@@ -293,7 +295,10 @@ impl KubernetesBackend {
         {
             return Ok(Attempt::Follower { holder: Some(holder.to_owned()) });
         }
-        let term = LeaderEpoch::from_stored(self.highest_seen.max(found)).next();
+        let highest = self.highest_seen.max(found);
+        let term = LeaderEpoch::from_stored(highest)
+            .checked_next()
+            .ok_or(BackendError::TermOverflow { backend: "kubernetes", term: highest })?;
         let now = MicroTime(Timestamp::now());
         lease
             .metadata

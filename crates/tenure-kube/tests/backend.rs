@@ -272,3 +272,30 @@ async fn bad_setups_are_refused() {
         KubernetesBackend::connect("not a url", NAMESPACE, LEASE, "a", second).expect_err("bad url");
     assert!(matches!(url_error, SetupError::Url { .. }), "{url_error}");
 }
+
+#[tokio::test]
+async fn a_term_at_u64_max_is_refused_never_wrapped_or_panicking() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let at_max = Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE.into()),
+            annotations: Some(BTreeMap::from([(TERM_ANNOTATION.to_owned(), u64::MAX.to_string())])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("ghost".into()),
+            renew_time: Some(MicroTime(Timestamp::now() - std::time::Duration::from_secs(3600))),
+            lease_duration_seconds: Some(1),
+            ..LeaseSpec::default()
+        }),
+    };
+    admin(&double).create(&PostParams::default(), &at_max).await.expect("created");
+    let mut b = contender(&double, "b", Duration::from_secs(1));
+    assert_eq!(attempt(&mut b).await, follower(Some("ghost")), "not yet watched unchanged for 1s");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let refused = b.try_acquire_or_renew().await.expect_err("no term after u64::MAX");
+    assert!(
+        matches!(refused, tenure_lead::backend::BackendError::TermOverflow { term: u64::MAX, .. }),
+        "{refused}"
+    );
+}

@@ -52,6 +52,21 @@ pub enum BackendError {
         /// The lower term found.
         found: u64,
     },
+    /// The term is at `u64::MAX`: there is no next one, and wrapping to 0 would reuse every term.
+    #[error(
+        "{backend}: term {term} has no successor (u64::MAX); refusing to lead; reset the election's store"
+    )]
+    TermOverflow {
+        /// Backend name.
+        backend: &'static str,
+        /// The term found.
+        term: u64,
+    },
+}
+
+/// The term after `term`, or [`BackendError::TermOverflow`]: never a wrap to 0.
+pub fn next_term(backend: &'static str, term: u64) -> Result<u64, BackendError> {
+    term.checked_add(1).ok_or(BackendError::TermOverflow { backend, term })
 }
 
 /// One election backend: a lease bound to this process's identity, and a term counter.

@@ -60,7 +60,9 @@ async fn campaign<B: LeaseBackend>(
                 last_renewal = None;
                 publisher.publish(LeaderState::following());
             }
-            Ok(Err(fatal @ BackendError::TermWentBack { .. })) => break Err(fatal),
+            Ok(Err(fatal @ (BackendError::TermWentBack { .. } | BackendError::TermOverflow { .. }))) => {
+                break Err(fatal);
+            }
             // An error or a timeout is a renewal that did not happen; the deadline decides.
             Ok(Err(BackendError::Unavailable { .. })) | Err(_) => {}
         }

@@ -86,7 +86,7 @@ impl EmbeddedBackend {
                 found: current,
             });
         }
-        let term = current + 1;
+        let term = crate::backend::next_term("embedded", current)?;
         self.write_term(term)?;
         self.highest_seen = term;
         lock.set_len(0)
@@ -176,6 +176,19 @@ mod tests {
         std::fs::write(d.join("e.term"), "1\n").expect("write");
         let err = a.try_acquire_or_renew().await.expect_err("refused");
         assert!(matches!(err, BackendError::TermWentBack { seen: 2, found: 1, .. }), "{err}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_term_at_u64_max_is_refused_never_wrapped_to_zero() {
+        let d = dir("overflow");
+        let mut a = EmbeddedBackend::new(&d, "e", "a").expect("dir");
+        std::fs::write(d.join("e.term"), format!("{}\n", u64::MAX)).expect("write");
+        let err = a.try_acquire_or_renew().await.expect_err("refused");
+        assert!(matches!(err, BackendError::TermOverflow { term: u64::MAX, .. }), "{err}");
+        assert!(err.to_string().contains("no successor"), "{err}");
+        let text = std::fs::read_to_string(d.join("e.term")).expect("read");
+        assert_eq!(text.trim(), u64::MAX.to_string(), "the term file is left as it was");
         let _ = std::fs::remove_dir_all(&d);
     }
 }

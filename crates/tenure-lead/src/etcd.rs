@@ -198,7 +198,7 @@ impl EtcdBackend {
         } else {
             Compare::mod_revision(self.term_key.as_str(), CompareOp::Equal, revision)
         };
-        let next = term + 1;
+        let next = crate::backend::next_term("etcd", term)?;
         let mut reusing = self.unsettled.is_some();
         loop {
             // An unsettled lease is reused: if that earlier takeover is still in flight, exactly

@@ -160,6 +160,14 @@ async fn terms_on_a_real_cluster() {
     }
     let expected: Vec<u64> = (1..=12).collect();
     assert_eq!(terms, expected, "each takeover adds exactly one, no term is held twice");
+
+    // A term at u64::MAX has no successor: refused, never wrapped to 0.
+    client.put("/tenure-test/elections/t4/term", u64::MAX.to_string(), None).await.expect("put");
+    let mut d = contender(&cluster, "t4", "d", 5).await;
+    let refused = settled!(d.try_acquire_or_renew()).expect_err("no term after u64::MAX");
+    assert!(matches!(refused, BackendError::TermOverflow { term: u64::MAX, .. }), "{refused}");
+    let stored = client.get("/tenure-test/elections/t4/term", None).await.expect("read");
+    assert_eq!(stored.kvs()[0].value_str().expect("utf-8"), u64::MAX.to_string(), "left as it was");
 }
 
 /// All racers attempt at once.
