@@ -92,6 +92,14 @@ impl LeadershipPublisher {
     }
 }
 
+/// A publisher that goes away — its elector finished, panicked or was aborted — leaves every
+/// handle reading not-leader: nothing renews the lease any more, so nothing may act on it.
+impl Drop for LeadershipPublisher {
+    fn drop(&mut self) {
+        self.state.send_replace(LeaderState::following());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +118,30 @@ mod tests {
         assert_eq!(handle.leader_epoch().map(LeaderEpoch::get), Some(3));
         watch.mark_unchanged();
         assert!(!watch.has_changed().expect("open"));
+    }
+
+    #[tokio::test]
+    async fn a_handle_reads_not_leader_once_its_elector_panicked_or_was_aborted() {
+        let (publisher, handle) = LeadershipHandle::new();
+        let task = tokio::spawn(async move {
+            publisher.publish(LeaderState::leading(LeaderEpoch::from_stored(7)));
+            panic!("an elector's bug");
+        });
+        assert!(task.await.is_err(), "the task panicked");
+        assert!(!handle.is_leader(), "a panicked elector leaves no leader behind");
+
+        let (publisher, handle) = LeadershipHandle::new();
+        let (led, leading) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            publisher.publish(LeaderState::leading(LeaderEpoch::from_stored(8)));
+            let _ = led.send(());
+            std::future::pending::<()>().await;
+            drop(publisher);
+        });
+        leading.await.expect("led");
+        assert!(handle.is_leader());
+        task.abort();
+        assert!(task.await.is_err_and(|e| e.is_cancelled()));
+        assert!(!handle.is_leader(), "an aborted elector leaves no leader behind");
     }
 }
