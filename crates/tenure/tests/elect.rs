@@ -147,6 +147,55 @@ fn embedded_failover_after_sigkill_takes_the_next_epoch() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn sighup_and_sigquit_step_down_and_release_like_sigterm() {
+    for signal in ["-HUP", "-QUIT"] {
+        let c = Contender::start(&["e", "--name", "solo", "--backend", "noop"]);
+        assert_eq!(c.until(true, Duration::from_secs(5))["epoch"], 1);
+        c.signal(signal);
+        let (code, rest) = c.wait();
+        assert_eq!(code, 0, "{signal}: step down, release, exit 0");
+        assert_eq!(rest.last().map(|l| l["leader"].clone()), Some(Value::Bool(false)), "{signal}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_the_campaign_cleanly() {
+    let dir = temp("closed-stdout");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["elect", "e", "--name", "a", "--backend", "embedded", "--dir"])
+        .arg(&dir)
+        .args(FAST)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tenure elect");
+    // The reader goes away after the first line: the next one (leading) meets a closed pipe.
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).expect("the initial line");
+    drop(stdout);
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "tenure elect kept running with its stdout closed");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr).expect("stderr");
+    assert_eq!(status.code(), Some(0), "a clean exit: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // It released: another contender takes the lease at once, not after it expires.
+    let b_dir = dir.to_str().expect("utf-8").to_owned();
+    let b = Contender::start(&["e", "--name", "b", "--backend", "embedded", "--dir", &b_dir]);
+    assert_eq!(b.until(true, Duration::from_secs(2))["epoch"], 2);
+    b.signal("-TERM");
+    assert_eq!(b.wait().0, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_failover_after_sigterm_on_a_real_cluster() {

@@ -1,8 +1,9 @@
 //! `tenure elect ELECTION --name NAME --backend noop|embedded|etcd|kubernetes`: campaigns like
 //! `etcdctl elect`, printing one JSON line per change of its own state —
 //! `{"election": …, "name": …, "leader": true|false, "epoch": N}` (epoch null when not leader) —
-//! starting with its initial state, until SIGTERM or SIGINT (steps down, releases, prints the
-//! final line, exits 0) or SIGKILL.
+//! starting with its initial state, until SIGTERM, SIGINT, SIGHUP or SIGQUIT (steps down,
+//! releases, prints the final line, exits 0), a closed stdout (the same, without the line) or
+//! SIGKILL.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -137,7 +138,7 @@ fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
     Ok((backend, config))
 }
 
-/// Runs `tenure elect` until SIGTERM or SIGINT.
+/// Runs `tenure elect` until SIGTERM, SIGINT, SIGHUP or SIGQUIT, or until its stdout is closed.
 pub fn run(args: &ElectArgs) -> ExitCode {
     let (backend, config) = match config(args) {
         Ok(chosen) => chosen,
@@ -199,9 +200,14 @@ pub fn run(args: &ElectArgs) -> ExitCode {
     }
 }
 
-fn print(args: &ElectArgs, leader: bool, epoch: Option<u64>) {
+/// Prints one state line. Returns whether stdout took it: a reader that went away (a closed
+/// pipe) ends the campaign as a signal does — step down, release, exit 0 — never a panic.
+fn print(args: &ElectArgs, leader: bool, epoch: Option<u64>) -> bool {
+    use std::io::Write as _;
     let line = Line { election: &args.election, name: &args.name, leader, epoch };
-    println!("{}", serde_json::to_string(&line).expect("a line is plain data"));
+    let text = serde_json::to_string(&line).expect("a line is plain data");
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}").and_then(|()| stdout.flush()).is_ok()
 }
 
 async fn campaign<B: LeaseBackend>(
@@ -216,15 +222,18 @@ async fn campaign<B: LeaseBackend>(
     };
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // A closed terminal (SIGHUP) or a quit key (SIGQUIT) releases as SIGTERM does.
+    let mut hangup = signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut quit = signal(tokio::signal::unix::SignalKind::quit())?;
     // The initial state, before the elector can change it.
     let mut printed = LeaderState::following();
-    print(args, printed.leader, printed.epoch.map(|e| e.get()));
+    let mut stdout_open = print(args, printed.leader, printed.epoch.map(|e| e.get()));
     let shutdown = CancellationToken::new();
     let (handle, task) = elector::spawn(backend, config, shutdown.clone());
     let mut changes = handle.watch();
     // Marked changed: a change published before this watch existed is reported too.
     changes.mark_changed();
-    loop {
+    while stdout_open {
         tokio::select! {
             changed = changes.changed() => {
                 if changed.is_err() {
@@ -233,11 +242,13 @@ async fn campaign<B: LeaseBackend>(
                 let now = *changes.borrow_and_update();
                 if now != printed {
                     printed = now;
-                    print(args, printed.leader, printed.epoch.map(|e| e.get()));
+                    stdout_open = print(args, printed.leader, printed.epoch.map(|e| e.get()));
                 }
             }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
+            _ = hangup.recv() => break,
+            _ = quit.recv() => break,
         }
     }
     shutdown.cancel();
@@ -245,8 +256,8 @@ async fn campaign<B: LeaseBackend>(
         task.await.map_err(|e| BackendError::Unavailable { backend: "elector", message: e.to_string() })?;
     // The elector publishes its step-down before it releases: print it if not printed yet.
     let last = *changes.borrow();
-    if last != printed {
-        print(args, last.leader, last.epoch.map(|e| e.get()));
+    if last != printed && stdout_open {
+        let _ = print(args, last.leader, last.epoch.map(|e| e.get()));
     }
     outcome
 }
