@@ -53,7 +53,7 @@ struct Running {
     handle: AgentHandle,
     cloud: SimExecutor,
     stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>,
+    done: Done,
 }
 
 fn start(approval: Approval) -> Running {
@@ -72,13 +72,7 @@ fn start(approval: Approval) -> Running {
         journal_retention: 10_000,
         pools: Box::new(move || Ok(vec![pool(approval)])),
     };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let (handle, stop, done) = spawn_agent(settings);
     Running { handle, cloud, stop, done }
 }
 
@@ -91,6 +85,18 @@ async fn wait_for<F: Fn() -> bool>(what: &str, condition: F) {
 }
 
 type Done = tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>;
+
+/// Runs the loop over a fresh in-memory store: its handle, its stop switch and the run.
+fn spawn_agent(settings: Settings) -> (AgentHandle, oneshot::Sender<()>, Done) {
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    (handle, stop, done)
+}
 
 /// An agent of `members` (a, priority 10, then b) over one address of `edge`, its provider
 /// `sim1` of `kind` run by `executor`; the handle, the stop switch and the run.
@@ -113,14 +119,7 @@ fn start_one_address(
         journal_retention: 10_000,
         pools: Box::new(move || Ok(vec![spec.clone()])),
     };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
-    (handle, stop, done)
+    spawn_agent(settings)
 }
 
 fn holders(cloud: &SimExecutor) -> BTreeMap<String, Vec<String>> {
