@@ -116,15 +116,13 @@ async fn an_expired_lease_is_taken_over_with_the_next_term() {
     assert_eq!(attempt(&mut b).await, leader(2));
 }
 
-#[tokio::test]
-async fn a_fresh_contender_waits_a_lease_duration_before_taking_an_expired_looking_lease() {
-    let double = LeaseApiDouble::start().await.expect("listens");
-    // Written by a holder whose renewTime is an hour old by this clock (a dead holder, or a clock
-    // far behind): expired by the wall clock alone.
-    let stale = Lease {
+/// A Lease at `term` held by "ghost", renewed an hour ago by this clock (a dead holder, or a
+/// clock far behind): expired by the wall clock alone.
+fn ghost_lease(term: u64) -> Lease {
+    Lease {
         metadata: ObjectMeta {
             name: Some(LEASE.into()),
-            annotations: Some(BTreeMap::from([(TERM_ANNOTATION.to_owned(), "41".to_owned())])),
+            annotations: Some(BTreeMap::from([(TERM_ANNOTATION.to_owned(), term.to_string())])),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
@@ -133,7 +131,13 @@ async fn a_fresh_contender_waits_a_lease_duration_before_taking_an_expired_looki
             lease_duration_seconds: Some(1),
             ..LeaseSpec::default()
         }),
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_contender_waits_a_lease_duration_before_taking_an_expired_looking_lease() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let stale = ghost_lease(41);
     admin(&double).create(&PostParams::default(), &stale).await.expect("created");
     let mut b = contender(&double, "b", Duration::from_secs(1));
     assert_eq!(attempt(&mut b).await, follower(Some("ghost")), "not yet watched unchanged for 1s");
@@ -276,19 +280,7 @@ async fn bad_setups_are_refused() {
 #[tokio::test]
 async fn a_term_at_u64_max_is_refused_never_wrapped_or_panicking() {
     let double = LeaseApiDouble::start().await.expect("listens");
-    let at_max = Lease {
-        metadata: ObjectMeta {
-            name: Some(LEASE.into()),
-            annotations: Some(BTreeMap::from([(TERM_ANNOTATION.to_owned(), u64::MAX.to_string())])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some("ghost".into()),
-            renew_time: Some(MicroTime(Timestamp::now() - std::time::Duration::from_secs(3600))),
-            lease_duration_seconds: Some(1),
-            ..LeaseSpec::default()
-        }),
-    };
+    let at_max = ghost_lease(u64::MAX);
     admin(&double).create(&PostParams::default(), &at_max).await.expect("created");
     let mut b = contender(&double, "b", Duration::from_secs(1));
     assert_eq!(attempt(&mut b).await, follower(Some("ghost")), "not yet watched unchanged for 1s");
