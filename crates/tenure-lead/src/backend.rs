@@ -83,4 +83,20 @@ pub trait LeaseBackend: Send + 'static {
 
     /// A short name for logs and errors.
     fn name(&self) -> &'static str;
+
+    /// The highest term this contender has seen, held or found in the store (0 before any).
+    /// [`crate::memory::Remembering`] keeps it durably. The default reports nothing beyond the
+    /// terms it leads under, which `Remembering` records anyway.
+    fn highest_seen(&self) -> u64 {
+        0
+    }
+
+    /// Raises the highest term seen to at least `term` — the floor a restarted node loads from
+    /// its state directory — so that a lower term found in the store from now on is
+    /// [`BackendError::TermWentBack`], refused *before* anything is written. A backend that keeps
+    /// the default (nothing) is still caught after the fact: `Remembering` refuses a lead under a
+    /// term below the floor before it is published.
+    fn remember_at_least(&mut self, term: u64) {
+        let _ = term;
+    }
 }

@@ -75,6 +75,9 @@ impl EmbeddedBackend {
                 let mut holder = String::new();
                 let _ = lock.read_to_string(&mut holder);
                 let holder = holder.trim();
+                if let Ok(current) = self.read_term() {
+                    self.highest_seen = self.highest_seen.max(current);
+                }
                 return Ok(Attempt::Follower { holder: (!holder.is_empty()).then(|| holder.to_owned()) });
             }
         };
@@ -103,13 +106,40 @@ fn unavailable(message: String) -> BackendError {
     BackendError::Unavailable { backend: "embedded", message }
 }
 
+impl EmbeddedBackend {
+    /// Whether the lease is still this contender's: the OS lock stays ours while the file is
+    /// open, but the lock file can be deleted or replaced under it (an operator's `rm`, a cleanup
+    /// job), after which another contender locks a new file and takes the next term. So renewal
+    /// checks that the path still names the locked file and that the term file still holds our
+    /// term.
+    fn still_held(&self, lock: &File, term: LeaderEpoch) -> Result<bool, BackendError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let path = self.lock_path();
+        let ours = lock.metadata().map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        let named = match std::fs::metadata(&path) {
+            Ok(named) => named,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(unavailable(format!("{}: {e}", path.display()))),
+        };
+        if (named.dev(), named.ino()) != (ours.dev(), ours.ino()) {
+            return Ok(false);
+        }
+        Ok(self.read_term()? == term.get())
+    }
+}
+
 impl LeaseBackend for EmbeddedBackend {
     async fn try_acquire_or_renew(&mut self) -> Result<Attempt, BackendError> {
-        match &self.held {
-            // The OS lock stays ours while the file is open: renewal keeps the term.
-            Some((_, term)) => Ok(Attempt::Leader { term: *term }),
-            None => self.take(),
+        let Some((lock, term)) = &self.held else { return self.take() };
+        if self.still_held(lock, *term)? {
+            return Ok(Attempt::Leader { term: *term });
         }
+        // Lost: another contender may lead under a new term already. Let the old lock go.
+        if let Ok(current) = self.read_term() {
+            self.highest_seen = self.highest_seen.max(current);
+        }
+        self.held = None;
+        Ok(Attempt::Follower { holder: None })
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
@@ -122,6 +152,14 @@ impl LeaseBackend for EmbeddedBackend {
 
     fn name(&self) -> &'static str {
         "embedded"
+    }
+
+    fn highest_seen(&self) -> u64 {
+        self.highest_seen
+    }
+
+    fn remember_at_least(&mut self, term: u64) {
+        self.highest_seen = self.highest_seen.max(term);
     }
 }
 
@@ -176,6 +214,55 @@ mod tests {
         std::fs::write(d.join("e.term"), "1\n").expect("write");
         let err = a.try_acquire_or_renew().await.expect_err("refused");
         assert!(matches!(err, BackendError::TermWentBack { seen: 2, found: 1, .. }), "{err}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_deleted_lock_file_makes_the_holder_step_down_before_a_second_leader_renews() {
+        let d = dir("deleted-lock");
+        let mut a = EmbeddedBackend::new(&d, "e", "a").expect("dir");
+        let mut b = EmbeddedBackend::new(&d, "e", "b").expect("dir");
+        assert!(matches!(a.try_acquire_or_renew().await.expect("ok"), Attempt::Leader { .. }));
+        std::fs::remove_file(d.join("e.lock")).expect("rm");
+        // b locks a new file under the same name and takes the next term …
+        assert_eq!(
+            b.try_acquire_or_renew().await.expect("ok"),
+            Attempt::Leader { term: LeaderEpoch::from_stored(2) }
+        );
+        // … and a's next renewal sees its lock file gone: it steps down instead of renewing.
+        assert_eq!(a.try_acquire_or_renew().await.expect("ok"), Attempt::Follower { holder: None });
+        assert_eq!(
+            a.try_acquire_or_renew().await.expect("ok"),
+            Attempt::Follower { holder: Some("b".into()) }
+        );
+        assert_eq!(a.highest_seen(), 2);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_lock_file_deleted_with_nobody_taking_over_still_ends_the_lead() {
+        let d = dir("deleted-lock-alone");
+        let mut a = EmbeddedBackend::new(&d, "e", "a").expect("dir");
+        assert!(matches!(a.try_acquire_or_renew().await.expect("ok"), Attempt::Leader { .. }));
+        std::fs::remove_file(d.join("e.lock")).expect("rm");
+        assert_eq!(a.try_acquire_or_renew().await.expect("ok"), Attempt::Follower { holder: None });
+        assert_eq!(
+            a.try_acquire_or_renew().await.expect("ok"),
+            Attempt::Leader { term: LeaderEpoch::from_stored(2) },
+            "it takes the new file under a new term"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_floor_from_the_state_directory_refuses_a_lower_term_before_writing() {
+        let d = dir("floor");
+        let mut a = EmbeddedBackend::new(&d, "e", "a").expect("dir");
+        a.remember_at_least(7);
+        std::fs::write(d.join("e.term"), "3\n").expect("write");
+        let err = a.try_acquire_or_renew().await.expect_err("refused");
+        assert!(matches!(err, BackendError::TermWentBack { seen: 7, found: 3, .. }), "{err}");
+        assert_eq!(std::fs::read_to_string(d.join("e.term")).expect("read"), "3\n", "nothing written");
         let _ = std::fs::remove_dir_all(&d);
     }
 

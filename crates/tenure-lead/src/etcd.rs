@@ -187,11 +187,14 @@ impl EtcdBackend {
     async fn take(&mut self) -> Result<Attempt, BackendError> {
         let election = self.read_election().await?;
         let (term, revision) = election.term;
-        if let Some(attempt) = self.settle(election).await? {
-            return Ok(attempt);
-        }
+        // A term below one seen before (in this process, or recorded in the state directory) is
+        // refused whoever holds the key: the prefix was wiped or restored.
         if term < self.highest_seen {
             return Err(BackendError::TermWentBack { backend: "etcd", seen: self.highest_seen, found: term });
+        }
+        self.highest_seen = term;
+        if let Some(attempt) = self.settle(election).await? {
+            return Ok(attempt);
         }
         let term_guard = if revision == 0 {
             Compare::version(self.term_key.as_str(), CompareOp::Equal, 0)
@@ -278,5 +281,13 @@ impl LeaseBackend for EtcdBackend {
 
     fn name(&self) -> &'static str {
         "etcd"
+    }
+
+    fn highest_seen(&self) -> u64 {
+        self.highest_seen
+    }
+
+    fn remember_at_least(&mut self, term: u64) {
+        self.highest_seen = self.highest_seen.max(term);
     }
 }

@@ -14,6 +14,8 @@
 //! - [`elector`] — the campaign loop: acquire, renew, step down before the lease can expire.
 //! - [`noop`], [`embedded`], `etcd` — the backends (Kubernetes lives in `tenure-kube`). `etcd` is
 //!   built only with the cargo feature `etcd` (etcd-client needs protoc at build time).
+//! - [`memory`] — the highest term seen per election, kept in the state directory across
+//!   restarts; `Remembering` wraps a backend with it.
 //! - [`bridge`] — the epoch bridge between a leader-only producer and the pipeline.
 //! - [`sink`] — the fenced sink, with optional HMAC-signed stamps.
 //!
@@ -42,6 +44,7 @@ pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod handle;
+pub mod memory;
 pub mod noop;
 pub mod sink;
 
