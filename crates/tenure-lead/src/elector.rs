@@ -40,8 +40,10 @@ async fn campaign<B: LeaseBackend>(
     shutdown: CancellationToken,
 ) -> Result<(), BackendError> {
     let mut last_renewal: Option<Instant> = None;
+    let backend_name = backend.name();
     let result = loop {
         let started = Instant::now();
+        let started_unix_ms = unix_ms_now();
         // While leading, an attempt may not outlast the renew deadline.
         let budget = match (publisher.current().leader, last_renewal) {
             (true, Some(at)) => (at + config.renew_deadline).saturating_duration_since(started),
@@ -54,21 +56,43 @@ async fn campaign<B: LeaseBackend>(
         match attempt {
             Ok(Ok(Attempt::Leader { term })) => {
                 last_renewal = Some(started);
-                publisher.publish(LeaderState::leading(term));
+                publisher.record_renewal(started_unix_ms);
+                if publisher.publish(LeaderState::leading(term)) {
+                    tracing::info!(backend = backend_name, term = term.get(), "leading");
+                }
             }
-            Ok(Ok(Attempt::Follower { .. })) => {
+            Ok(Ok(Attempt::Follower { holder })) => {
                 last_renewal = None;
-                publisher.publish(LeaderState::following());
+                if publisher.publish(LeaderState::following()) {
+                    tracing::info!(backend = backend_name, holder = holder.as_deref(), "following");
+                }
             }
             Ok(Err(fatal @ (BackendError::TermWentBack { .. } | BackendError::TermOverflow { .. }))) => {
+                tracing::error!(error = %fatal, "election stopped");
                 break Err(fatal);
             }
             // An error or a timeout is a renewal that did not happen; the deadline decides.
-            Ok(Err(BackendError::Unavailable { .. })) | Err(_) => {}
+            Ok(Err(error @ BackendError::Unavailable { .. })) => {
+                publisher.record_failed_attempt();
+                tracing::warn!(error = %error, "acquire or renew failed");
+            }
+            Err(_) => {
+                publisher.record_failed_attempt();
+                tracing::warn!(
+                    backend = backend_name,
+                    budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+                    "acquire or renew got no answer in time"
+                );
+            }
         }
         let leading = publisher.current().leader;
         let deadline = last_renewal.map(|at| at + config.renew_deadline);
         if leading && deadline.is_none_or(|d| Instant::now() >= d) {
+            tracing::warn!(
+                backend = backend_name,
+                renew_deadline_ms = u64::try_from(config.renew_deadline.as_millis()).unwrap_or(u64::MAX),
+                "no renewal within the renew deadline: stepping down"
+            );
             publisher.publish(LeaderState::following());
             last_renewal = None;
         }
@@ -84,6 +108,12 @@ async fn campaign<B: LeaseBackend>(
     publisher.publish(LeaderState::following());
     let _ = tokio::time::timeout(RELEASE_TIMEOUT, backend.release()).await;
     result
+}
+
+fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn jittered(period: Duration, jitter: f64) -> Duration {
@@ -146,9 +176,17 @@ mod tests {
         assert_eq!(handle.leader_epoch(), Some(LeaderEpoch::from_stored(7)));
         let cut = Instant::now();
         renewing.store(false, Ordering::SeqCst);
+        let led = handle.stats();
+        assert_eq!(led.transitions, 1, "became leader once");
+        assert_eq!(led.failed_attempts, 0);
+        assert!(led.last_renewal_unix_ms > 0, "a renewal is timestamped");
         watch.wait_for(|s| !s.leader).await.expect("open");
         let after = cut.elapsed();
         assert!(after <= Duration::from_millis(400), "stepped down {after:?} after the last renewal");
+        let lost = handle.stats();
+        assert_eq!(lost.transitions, 2, "and stepped down once");
+        assert!(lost.failed_attempts >= 1, "the failed renewals are counted: {lost:?}");
+        assert!(lost.last_renewal_unix_ms >= led.last_renewal_unix_ms);
         shutdown.cancel();
         task.await.expect("joins").expect("clean");
         assert!(attempts.load(Ordering::SeqCst) > 3);

@@ -1,5 +1,8 @@
 //! The leadership handle: what a leader-only component asks before it acts.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use tokio::sync::watch;
 
 use tenure_core::model::LeaderEpoch;
@@ -31,12 +34,34 @@ impl LeaderState {
 #[derive(Clone, Debug)]
 pub struct LeadershipHandle {
     state: watch::Receiver<LeaderState>,
+    counters: Arc<Counters>,
 }
 
 /// The writing side, held by the elector.
 #[derive(Debug)]
 pub struct LeadershipPublisher {
     state: watch::Sender<LeaderState>,
+    counters: Arc<Counters>,
+}
+
+/// What an operator graphs about an election (see [`LeadershipHandle::stats`]).
+#[derive(Debug, Default)]
+struct Counters {
+    transitions: AtomicU64,
+    failed_attempts: AtomicU64,
+    last_renewal_unix_ms: AtomicU64,
+}
+
+/// A snapshot of an election's counters, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ElectionStats {
+    /// Changes of this process's state published (became leader, stepped down, new term).
+    pub transitions: u64,
+    /// Attempts to acquire or renew that failed (an error, or no answer within the budget).
+    pub failed_attempts: u64,
+    /// Wall-clock time (ms since the Unix epoch) of the start of the last attempt that led; 0
+    /// when it never led.
+    pub last_renewal_unix_ms: u64,
 }
 
 impl LeadershipHandle {
@@ -44,7 +69,18 @@ impl LeadershipHandle {
     #[must_use]
     pub fn new() -> (LeadershipPublisher, Self) {
         let (state, receiver) = watch::channel(LeaderState::following());
-        (LeadershipPublisher { state }, Self { state: receiver })
+        let counters = Arc::new(Counters::default());
+        (LeadershipPublisher { state, counters: counters.clone() }, Self { state: receiver, counters })
+    }
+
+    /// The election's counters now.
+    #[must_use]
+    pub fn stats(&self) -> ElectionStats {
+        ElectionStats {
+            transitions: self.counters.transitions.load(Ordering::Relaxed),
+            failed_attempts: self.counters.failed_attempts.load(Ordering::Relaxed),
+            last_renewal_unix_ms: self.counters.last_renewal_unix_ms.load(Ordering::Relaxed),
+        }
     }
 
     /// Whether this process leads now.
@@ -75,14 +111,28 @@ impl LeadershipHandle {
 impl LeadershipPublisher {
     /// Publishes `state` if it differs from the current one; returns whether it did.
     pub fn publish(&self, state: LeaderState) -> bool {
-        self.state.send_if_modified(|current| {
+        let changed = self.state.send_if_modified(|current| {
             if *current == state {
                 false
             } else {
                 *current = state;
                 true
             }
-        })
+        });
+        if changed {
+            self.counters.transitions.fetch_add(1, Ordering::Relaxed);
+        }
+        changed
+    }
+
+    /// Counts an attempt that failed (an error, or no answer in time).
+    pub fn record_failed_attempt(&self) {
+        self.counters.failed_attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a successful lead or renewal whose attempt started at `unix_ms`.
+    pub fn record_renewal(&self, unix_ms: u64) {
+        self.counters.last_renewal_unix_ms.fetch_max(unix_ms, Ordering::Relaxed);
     }
 
     /// The state last published.

@@ -48,5 +48,5 @@ pub mod memory;
 pub mod noop;
 pub mod sink;
 
-pub use handle::{LeaderState, LeadershipHandle};
+pub use handle::{ElectionStats, LeaderState, LeadershipHandle};
 pub use tenure_core::model::LeaderEpoch;

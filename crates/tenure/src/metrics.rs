@@ -145,6 +145,54 @@ impl Metrics {
     }
 }
 
+/// The leader-election families of `tenure elect --metrics-listen` for one scrape, labelled
+/// `{election, backend}`, then `# EOF`: `tenure_leader_is_leader`, `tenure_leader_term` (the term
+/// led under, 0 when following), `tenure_leader_transitions_total`,
+/// `tenure_leader_failed_attempts_total` (acquire or renew attempts that failed or got no answer)
+/// and `tenure_leader_last_renewal_timestamp_seconds` (0 when it never led).
+#[must_use]
+pub fn encode_election(
+    election: &str,
+    backend: &str,
+    state: tenure_lead::LeaderState,
+    stats: tenure_lead::ElectionStats,
+) -> String {
+    let labels = [("election", election.to_owned()), ("backend", backend.to_owned())];
+    let mut registry = Registry::with_labels(labels.into_iter().map(|(k, v)| (k.into(), v.into())));
+    registry.register(
+        "tenure_leader_is_leader",
+        "1 while this process leads the election, else 0.",
+        ConstGauge::new(i64::from(state.leader)),
+    );
+    registry.register(
+        "tenure_leader_term",
+        "The term (leaderEpoch) this process leads under; 0 when it does not lead.",
+        ConstGauge::new(i64::try_from(state.epoch.map_or(0, |e| e.get())).unwrap_or(i64::MAX)),
+    );
+    registry.register(
+        "tenure_leader_transitions",
+        "Changes of this process's leadership state (became leader, stepped down, new term).",
+        ConstCounter::new(stats.transitions),
+    );
+    registry.register(
+        "tenure_leader_failed_attempts",
+        "Acquire or renew attempts that failed or got no answer in time.",
+        ConstCounter::new(stats.failed_attempts),
+    );
+    #[allow(clippy::cast_precision_loss, reason = "milliseconds since 1970 fit f64 exactly until 2255")]
+    let last = stats.last_renewal_unix_ms as f64 / 1000.0;
+    registry.register(
+        "tenure_leader_last_renewal_timestamp_seconds",
+        "Unix time of the start of the last attempt that led (0: never led).",
+        ConstGauge::new(last),
+    );
+    let mut text = String::new();
+    encode_registry(&mut text, &registry)
+        .and_then(|()| encode_eof(&mut text))
+        .expect("writing to a String cannot fail");
+    text
+}
+
 /// Room reserved for the families that do not grow with the address count, in bytes.
 const SCRAPE_BYTES_FIXED: usize = 16 * 1024;
 /// Room reserved per address (four samples with pool and address labels), in bytes.

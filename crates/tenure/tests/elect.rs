@@ -5,8 +5,9 @@
 //! features refuses its backend in one line, exit 3.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -31,12 +32,26 @@ struct Contender {
     lines: Receiver<Value>,
 }
 
+/// A state directory of its own for each contender that does not name one: no test reads or
+/// raises the term floor of another (nor the runner's `~/.local/state`).
+fn fresh_state() -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    temp(&format!("state-{}", NEXT.fetch_add(1, Ordering::SeqCst)))
+}
+
 impl Contender {
     fn start(args: &[&str]) -> Self {
+        Self::start_in(&fresh_state(), args)
+    }
+
+    /// Starts a contender whose `XDG_STATE_HOME` is `state` (so its state directory is
+    /// `state/tenure`).
+    fn start_in(state: &Path, args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
             .arg("elect")
             .args(args)
             .args(FAST)
+            .env("XDG_STATE_HOME", state)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -166,6 +181,7 @@ fn a_closed_stdout_ends_the_campaign_cleanly() {
         .args(["elect", "e", "--name", "a", "--backend", "embedded", "--dir"])
         .arg(&dir)
         .args(FAST)
+        .env("XDG_STATE_HOME", fresh_state())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -196,6 +212,228 @@ fn a_closed_stdout_ends_the_campaign_cleanly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `tenure elect` with `env` until it exits on its own (bounded): exit code, stdout,
+/// stderr.
+fn run_to_exit(env: &[(&str, &Path)], args: &[&str]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command.arg("elect").args(args).args(FAST).env_remove("XDG_STATE_HOME").env_remove("HOME");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run tenure elect");
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("tenure elect {args:?} did not exit within {EXIT_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Leads once in `state` and steps down on SIGTERM; returns the epoch.
+fn lead_once(state: &Path, args: &[&str]) -> u64 {
+    let c = Contender::start_in(state, args);
+    let epoch = c.until(true, Duration::from_secs(10))["epoch"].as_u64().expect("epoch");
+    c.signal("-TERM");
+    assert_eq!(c.wait().0, 0);
+    epoch
+}
+
+#[test]
+fn a_restarted_contender_refuses_a_term_file_restored_from_a_backup() {
+    let state = temp("restored-state");
+    let dir = temp("restored-dir");
+    let d = dir.to_str().expect("utf-8");
+    let args = ["e", "--name", "a", "--backend", "embedded", "--dir", d];
+    assert_eq!(lead_once(&state, &args), 1);
+    assert_eq!(lead_once(&state, &args), 2);
+    // The election's folder is restored from a backup taken at term 1.
+    std::fs::write(dir.join("e.term"), "1\n").expect("restore");
+    let (code, stdout, stderr) = run_to_exit(&[("XDG_STATE_HOME", &state)], &args);
+    assert_eq!(code, Some(1), "refused: {stderr}");
+    assert!(!stdout.contains("\"leader\":true"), "it never led: {stdout}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("tenure elect: embedded: term went back from 2 to 1;"), "{stderr}");
+    assert!(last.contains("restore the store's term to at least 2"), "{last}");
+    assert!(last.contains(&state.join("tenure/terms").display().to_string()), "names the folder: {last}");
+    assert_eq!(std::fs::read_to_string(dir.join("e.term")).expect("read"), "1\n", "nothing written");
+    let _ = std::fs::remove_dir_all(&state);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_default_state_and_election_folders_are_under_home_whatever_the_working_directory() {
+    let home = temp("home");
+    let args = ["e", "--name", "a", "--backend", "embedded"];
+    let start = |cwd: &Path| {
+        std::fs::create_dir_all(cwd).expect("mkdir");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .arg("elect")
+            .args(args)
+            .args(FAST)
+            .env_remove("XDG_STATE_HOME")
+            .env("HOME", &home)
+            .current_dir(cwd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("run");
+        let stdout = child.stdout.take().expect("piped");
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let value: Value = serde_json::from_str(&line).expect("every line is JSON");
+                if send.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        Contender { child, lines }
+    };
+    // Two contenders started from two folders contend for one lease (a relative default would
+    // have given each its own, and both would lead at term 1).
+    let a = start(&home.join("one"));
+    assert_eq!(a.until(true, Duration::from_secs(10))["epoch"], 1);
+    let b = start(&home.join("two"));
+    assert_eq!(b.next(Duration::from_secs(10)).expect("initial")["leader"], false);
+    a.signal("-TERM");
+    assert_eq!(a.wait().0, 0);
+    assert_eq!(b.until(true, Duration::from_secs(10))["epoch"], 2);
+    b.signal("-TERM");
+    assert_eq!(b.wait().0, 0);
+    let state = home.join(".local/state/tenure");
+    assert!(state.join("elections/e.term").is_file(), "the election folder is STATE/elections");
+    let terms: Vec<_> = std::fs::read_dir(state.join("terms"))
+        .expect("the term memory folder")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".term"))
+        .collect();
+    assert_eq!(terms.len(), 1, "one floor for the one election: {terms:?}");
+    assert!(terms[0].starts_with("embedded-e-"), "{terms:?}");
+    let floor = std::fs::read_to_string(state.join("terms").join(&terms[0])).expect("read");
+    assert!(floor.starts_with("2\n"), "{floor}");
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn bad_state_and_backend_arguments_are_refused_in_one_line() {
+    let (code, stdout, stderr) = run_to_exit(&[], &["e", "--name", "a", "--backend", "embedded"]);
+    assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+    assert_eq!(
+        stderr,
+        "tenure elect: no state directory: give --state-dir (neither XDG_STATE_HOME nor HOME is an absolute path)\n"
+    );
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--backend", "embedded", "--endpoints", "http://127.0.0.1:2379"],
+            "tenure elect: --endpoints is for the etcd and kubernetes backends; --backend embedded takes none\n",
+        ),
+        (
+            &["--backend", "noop", "--endpoints", "http://127.0.0.1:2379"],
+            "tenure elect: --endpoints is for the etcd and kubernetes backends; --backend noop takes none\n",
+        ),
+        (
+            &["--backend", "noop", "--dir", "/tmp/x"],
+            "tenure elect: --dir is for the embedded backend; --backend noop takes none\n",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["e", "--name", "a"];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run_to_exit(&[], &args);
+        assert_eq!((code, stdout.as_str(), stderr.as_str()), (Some(2), "", want), "{extra:?}");
+    }
+}
+
+#[test]
+fn every_backend_error_is_logged_at_warn_with_its_cause() {
+    let state = temp("warn-state");
+    let dir = temp("warn-dir");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("e.term"), "garbage\n").expect("corrupt");
+    let d = dir.to_str().expect("utf-8");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["elect", "e", "--name", "a", "--backend", "embedded", "--dir", d])
+        .args(FAST)
+        .env("XDG_STATE_HOME", &state)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let stderr = child.stderr.take().expect("piped");
+    let (send, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut warned = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while warned.len() < 2 {
+        let line =
+            lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("warn lines");
+        if line.contains("WARN") {
+            warned.push(line);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    for line in &warned {
+        assert!(line.contains("acquire or renew failed"), "{line}");
+        assert!(line.contains("e.term: not a term counter"), "the cause: {line}");
+        assert!(!line.contains('\u{1b}'), "no colour codes off a terminal: {line:?}");
+    }
+    let _ = std::fs::remove_dir_all(&state);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_election_metrics_follow_the_leadership() {
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+    let listen = format!("127.0.0.1:{port}");
+    let c = Contender::start(&["e", "--name", "solo", "--backend", "noop", "--metrics-listen", &listen]);
+    assert_eq!(c.until(true, Duration::from_secs(5))["epoch"], 1);
+    let scrape = || {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(&listen).expect("the metrics listener");
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("response");
+        text
+    };
+    let text = scrape();
+    let labels = "{election=\"e\",backend=\"noop\"}";
+    for line in [
+        format!("tenure_leader_is_leader{labels} 1"),
+        format!("tenure_leader_term{labels} 1"),
+        format!("tenure_leader_transitions_total{labels} 1"),
+        format!("tenure_leader_failed_attempts_total{labels} 0"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
+    }
+    let renewed = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("tenure_leader_last_renewal_timestamp_seconds{labels} ")))
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("the last renewal");
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64();
+    assert!((now - renewed).abs() < 60.0, "a recent renewal: {renewed} vs {now}");
+    c.signal("-TERM");
+    assert_eq!(c.wait().0, 0);
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_failover_after_sigterm_on_a_real_cluster() {
@@ -216,6 +454,32 @@ fn etcd_failover_after_sigterm_on_a_real_cluster() {
     assert_eq!(b.until(true, Duration::from_secs(10))["epoch"].as_u64(), Some(a_epoch + 1));
     b.signal("-TERM");
     assert_eq!(b.wait().0, 0);
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn a_restarted_contender_refuses_a_wiped_etcd_prefix_naming_both_terms() {
+    let cluster = Cluster::start("wiped", 24800);
+    let endpoints = cluster.endpoints.join(",");
+    let state = temp("wiped-state");
+    let args = ["e", "--name", "a", "--backend", "etcd", "--endpoints", &endpoints];
+    assert_eq!(lead_once(&state, &args), 1);
+    assert_eq!(lead_once(&state, &args), 2);
+    // The prefix is wiped (an etcd restored from an old snapshot, or a careless `del --prefix`).
+    let wiped = Command::new("etcdctl")
+        .args(["--endpoints", &endpoints, "del", "--prefix", "/tenure/"])
+        .env("ETCDCTL_API", "3")
+        .output()
+        .expect("run etcdctl (scripts/install-deps installs it)");
+    assert!(wiped.status.success(), "{}", String::from_utf8_lossy(&wiped.stderr));
+    let (code, stdout, stderr) = run_to_exit(&[("XDG_STATE_HOME", &state)], &args);
+    assert_eq!(code, Some(1), "refused: {stderr}");
+    assert!(!stdout.contains("\"leader\":true"), "it never led: {stdout}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("tenure elect: etcd: term went back from 2 to 0;"), "{stderr}");
+    // Another node, which never saw the old terms, may take term 1: that is what the floor of
+    // each node is for, and why the docs tell operators to restore the term, not to wipe.
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[cfg(feature = "kubernetes")]

@@ -19,6 +19,7 @@ use tenure_lead::elector;
 use tenure_lead::embedded::EmbeddedBackend;
 #[cfg(feature = "etcd")]
 use tenure_lead::etcd::EtcdBackend;
+use tenure_lead::memory::{Remembering, TermMemory};
 use tenure_lead::noop::NoopBackend;
 use tokio_util::sync::CancellationToken;
 
@@ -48,9 +49,18 @@ pub struct ElectArgs {
     /// Time between attempts.
     #[arg(long, default_value = "2s")]
     retry_period: String,
-    /// embedded: the folder of the lock and term files.
-    #[arg(long, default_value = "./data/elections")]
-    dir: PathBuf,
+    /// embedded: the folder of the lock and term files (default: `STATE_DIR/elections`). Every
+    /// contender of one election on this host must name the same folder.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Where this node keeps the highest term it has seen per election (default:
+    /// `$XDG_STATE_HOME/tenure`, else `$HOME/.local/state/tenure`).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Serve the election's Prometheus metrics on `GET http://ADDR/metrics` (e.g.
+    /// 127.0.0.1:9465); off by default.
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// etcd: the key prefix.
     #[arg(long, default_value = "/tenure")]
     prefix: String,
@@ -135,7 +145,44 @@ fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
     if needs_endpoints && args.endpoints.is_empty() {
         return Err(Refusal::BadInput(format!("--backend {} needs --endpoints", args.backend)));
     }
+    if !needs_endpoints && !args.endpoints.is_empty() {
+        return Err(Refusal::BadInput(format!(
+            "--endpoints is for the etcd and kubernetes backends; --backend {} takes none",
+            args.backend
+        )));
+    }
+    if backend != Backend::Embedded && args.dir.is_some() {
+        return Err(Refusal::BadInput(format!(
+            "--dir is for the embedded backend; --backend {} takes none",
+            args.backend
+        )));
+    }
     Ok((backend, config))
+}
+
+/// The state directory: `--state-dir`, else `$XDG_STATE_HOME/tenure`, else
+/// `$HOME/.local/state/tenure` (the XDG base directory rules: a relative `XDG_STATE_HOME` is
+/// ignored), made absolute against the working directory so that the path is the same however
+/// the process was started.
+fn state_dir(flag: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    let absolute =
+        |p: &std::path::Path| std::path::absolute(p).map_err(|e| format!("--state-dir {}: {e}", p.display()));
+    if let Some(dir) = flag {
+        return absolute(dir);
+    }
+    let env = |name| std::env::var_os(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    if let Some(xdg) = env("XDG_STATE_HOME") {
+        return Ok(xdg.join("tenure"));
+    }
+    if let Some(home) = env("HOME") {
+        return Ok(home.join(".local/state/tenure"));
+    }
+    Err("no state directory: give --state-dir (neither XDG_STATE_HOME nor HOME is an absolute path)".into())
+}
+
+/// The durable floor of this election's term, where the backend keeps the election (`scope`).
+fn memory(args: &ElectArgs, state: &std::path::Path, scope: &str) -> Result<TermMemory, BackendError> {
+    TermMemory::open(state, &args.backend, scope, &args.election)
 }
 
 /// Runs `tenure elect` until SIGTERM, SIGINT, SIGHUP or SIGQUIT, or until its stdout is closed.
@@ -159,14 +206,40 @@ pub fn run(args: &ElectArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The noop backend keeps no state: one node, always term 1.
+    let state = if backend == Backend::Noop {
+        None
+    } else {
+        match state_dir(args.state_dir.as_deref()) {
+            Ok(dir) => Some(dir),
+            Err(message) => {
+                eprintln!("tenure elect: {message}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    };
+    let state = state.as_deref().unwrap_or(std::path::Path::new(""));
+    super::agent::init_logging(super::agent::LogFormat::Text);
     let result = runtime.block_on(async {
         match backend {
             Backend::Noop => campaign(args, NoopBackend, config).await,
             Backend::Embedded => {
-                campaign(args, EmbeddedBackend::new(&args.dir, &args.election, &args.name)?, config).await
+                let dir = match &args.dir {
+                    Some(dir) => std::path::absolute(dir).map_err(|e| BackendError::Unavailable {
+                        backend: "embedded",
+                        message: format!("--dir {}: {e}", dir.display()),
+                    })?,
+                    None => state.join("elections"),
+                };
+                let backend = EmbeddedBackend::new(&dir, &args.election, &args.name)?;
+                // The folder exists now: its canonical path names the election's place.
+                let scope = std::fs::canonicalize(&dir).unwrap_or(dir);
+                let memory = memory(args, state, &scope.display().to_string())?;
+                campaign(args, Remembering::new(backend, memory), config).await
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd => {
+                let memory = memory(args, state, args.prefix.trim_end_matches('/'))?;
                 let backend = EtcdBackend::connect(
                     &args.endpoints,
                     &args.prefix,
@@ -175,7 +248,7 @@ pub fn run(args: &ElectArgs) -> ExitCode {
                     config.lease_duration,
                 )
                 .await?;
-                campaign(args, backend, config).await
+                campaign(args, Remembering::new(backend, memory), config).await
             }
             #[cfg(feature = "kubernetes")]
             Backend::Kubernetes => {
@@ -187,12 +260,20 @@ pub fn run(args: &ElectArgs) -> ExitCode {
                     config.lease_duration,
                 )
                 .map_err(|e| BackendError::Unavailable { backend: "kubernetes", message: e.to_string() })?;
-                campaign(args, backend, config).await
+                let memory = memory(args, state, &args.namespace)?;
+                campaign(args, Remembering::new(backend, memory), config).await
             }
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ BackendError::TermWentBack { seen, .. }) => {
+            eprintln!(
+                "tenure elect: {e}; restore the store's term to at least {seen}, or, if the reset is intended and every fenced sink's mark is reset too, remove this election's file under {}",
+                state.join("terms").display()
+            );
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("tenure elect: {e}");
             ExitCode::FAILURE
@@ -225,11 +306,27 @@ async fn campaign<B: LeaseBackend>(
     // A closed terminal (SIGHUP) or a quit key (SIGQUIT) releases as SIGTERM does.
     let mut hangup = signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut quit = signal(tokio::signal::unix::SignalKind::quit())?;
+    let listener = match args.metrics_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            BackendError::Unavailable { backend: "metrics", message: format!("--metrics-listen {addr}: {e}") }
+        })?),
+        None => None,
+    };
     // The initial state, before the elector can change it.
     let mut printed = LeaderState::following();
     let mut stdout_open = print(args, printed.leader, printed.epoch.map(|e| e.get()));
     let shutdown = CancellationToken::new();
+    let backend_name = backend.name();
     let (handle, task) = elector::spawn(backend, config, shutdown.clone());
+    if let Some(listener) = listener {
+        tokio::spawn(serve_metrics(
+            listener,
+            args.election.clone(),
+            backend_name,
+            handle.clone(),
+            shutdown.clone(),
+        ));
+    }
     let mut changes = handle.watch();
     // Marked changed: a change published before this watch existed is reported too.
     changes.mark_changed();
@@ -260,4 +357,24 @@ async fn campaign<B: LeaseBackend>(
         let _ = print(args, last.leader, last.epoch.map(|e| e.get()));
     }
     outcome
+}
+
+/// `GET /metrics`: the election's families (see [`crate::metrics::encode_election`]), until
+/// `shutdown`.
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    election: String,
+    backend: &'static str,
+    handle: tenure_lead::LeadershipHandle,
+    shutdown: CancellationToken,
+) {
+    let scrape = move || {
+        let text = crate::metrics::encode_election(&election, backend, handle.state(), handle.stats());
+        std::future::ready(([(http::header::CONTENT_TYPE, crate::metrics::METRICS_CONTENT_TYPE)], text))
+    };
+    let router = axum::Router::new().route("/metrics", axum::routing::get(scrape));
+    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+    if let Err(error) = served {
+        tracing::warn!(%error, "the metrics listener stopped");
+    }
 }
