@@ -8,7 +8,7 @@
 //! Kubernetes namespace) and `<hash>` is the first 16 hex digits of its SHA-256: two elections of
 //! one name in two places never share a floor. The file holds the term on its first line and, for
 //! the operator, the backend, scope and election on a comment line. It is replaced atomically and
-//! fsync'd ([`crate::durable::replace`]) under an exclusive lock on a sidecar `.lock` file, and
+//! fsync'd (`durable::replace`) under an exclusive lock on a sidecar `.lock` file, and
 //! only ever raised: contenders on one host may share a state directory.
 //!
 //! [`Remembering`] wraps any backend: it seeds the backend with the floor before the first

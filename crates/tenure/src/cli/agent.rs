@@ -92,6 +92,17 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
                     call_timeout: timeout + HOOK_DEADLINE_GRACE,
                 }
             }
+            #[cfg(all(target_os = "linux", feature = "onprem"))]
+            (ProviderKind::Onprem, ProviderSettings::Onprem { interface, garp_count, garp_interval_ms }) => {
+                ProviderExecutor {
+                    executor: Arc::new(crate::exec::onprem::OnpremExecutor::new(
+                        interface,
+                        *garp_count,
+                        Duration::from_millis(*garp_interval_ms),
+                    )),
+                    call_timeout: action_timeout,
+                }
+            }
             (kind, _) => {
                 return Err(format!(
                     "provider `{}`: kind {} has no executor in this build yet (see README.md, Status); \

@@ -27,11 +27,15 @@
 //! - this file — [`Executor`], [`ExecutionOutcome`], [`execute_within`].
 //! - [`hook`] — [`ExecHook`]: the `exec` provider, the operator's command fed the stamped action
 //!   (SPEC 7's exec contract), killed with its process group past its timeout.
+//! - `onprem` — `OnpremExecutor`: proxy neighbour entries and gratuitous ARP / unsolicited NA
+//!   (Linux, cargo feature `onprem`).
 //! - [`sim`] — [`SimExecutor`]: the simulated providers `sim-cloud` and `sim-onprem` behind a
 //!   shared, lock-protected handle.
 
 #[cfg(unix)]
 pub mod hook;
+#[cfg(all(target_os = "linux", feature = "onprem"))]
+pub mod onprem;
 pub mod sim;
 
 use std::future::Future;
