@@ -29,8 +29,11 @@
 //! # Stamps
 //!
 //! The pipeline receives [`Stamped<T>`]: the header name (default [`EPOCH_HEADER_DEFAULT`]), the
-//! epoch, an optional signature ([`Stamper`]: [`Unsigned`] or a [`StampSigner`]), and the message.
-//! An adapter that speaks headers writes `header` → [`Stamped::header_value`].
+//! epoch, an optional signature ([`Stamper`]: [`Unsigned`] or a [`StampSigner`], which binds the
+//! election name and its key id into the signature), and the message. An adapter that speaks
+//! headers writes `header` → [`Stamped::header_value`] and, when signed,
+//! [`SIGNATURE_HEADER_DEFAULT`](crate::sink::SIGNATURE_HEADER_DEFAULT) →
+//! [`Stamped::signature_header_value`] (the format is in [`crate::sink`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -318,7 +321,7 @@ impl<T: Send + 'static> Pipeline<T> for mpsc::Sender<Stamped<T>> {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// # let dir = std::env::temp_dir().join(format!("tenure-handler-doc-{}", std::process::id()));
 /// # std::fs::create_dir_all(&dir).unwrap();
-/// let sink = Arc::new(Mutex::new(FencedSink::open(dir.join("mark")).unwrap()));
+/// let sink = Arc::new(Mutex::new(FencedSink::create(dir.join("mark")).unwrap()));
 /// let admitted = Arc::new(Mutex::new(Vec::new()));
 /// let pipeline = {
 ///     let (sink, admitted) = (sink.clone(), admitted.clone());
@@ -377,7 +380,8 @@ pub struct Stamped<T> {
     pub header: &'static str,
     /// The epoch snapshot of the bridge that forwarded the message.
     pub epoch: LeaderEpoch,
-    /// HMAC over (epoch, message id), when the bridge signs (see [`crate::sink`]).
+    /// HMAC over (election, key id, epoch, message id) and the key's id, when the bridge signs
+    /// (see [`crate::sink`]).
     pub signature: Option<StampSignature>,
     /// The message.
     pub message: T,
@@ -390,6 +394,13 @@ impl<T> Stamped<T> {
         self.epoch.get().to_string()
     }
 
+    /// The signature header value, `<key id>:<64 hex digits>` (sent under
+    /// [`SIGNATURE_HEADER_DEFAULT`](crate::sink::SIGNATURE_HEADER_DEFAULT)), if signed.
+    #[must_use]
+    pub fn signature_header_value(&self) -> Option<String> {
+        self.signature.as_ref().map(StampSignature::to_header_value)
+    }
+
     /// The stamp a [`FencedSink`](crate::sink::FencedSink) judges.
     #[must_use]
     pub fn stamp(&self) -> Stamp<'_>
@@ -399,7 +410,7 @@ impl<T> Stamped<T> {
         Stamp {
             epoch: self.epoch,
             message_id: self.message.message_id(),
-            signature: self.signature.as_ref().map(|s| &s.as_bytes()[..]),
+            signature: self.signature.as_ref().map(StampSignature::received),
         }
     }
 }

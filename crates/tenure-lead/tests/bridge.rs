@@ -12,7 +12,7 @@ use tenure_lead::bridge::{
     spawn_stamping_bridge,
 };
 use tenure_lead::config::ElectionConfig;
-use tenure_lead::sink::{FencedSink, Rejected, StampSigner};
+use tenure_lead::sink::{FencedSink, Rejected, StampKey, StampSigner, StampVerifier};
 use tenure_lead::{LeaderEpoch, LeaderState, LeadershipHandle, elector};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -158,7 +158,7 @@ async fn a_stale_bridge_carries_its_old_epoch_and_the_sink_rejects_it() {
     assert_eq!((first.epoch, second.epoch), (epoch(4), epoch(3)), "the old bridge still stamps its term");
 
     let dir = scratch("stale-bridge");
-    let mut sink = FencedSink::open(dir.join("mark")).expect("opens");
+    let mut sink = FencedSink::create(dir.join("mark")).expect("opens");
     assert!(sink.admit(&first.stamp()).expect("newest term").raised);
     let refused = sink.admit(&second.stamp()).expect_err("a deposed leader's message");
     assert!(
@@ -341,7 +341,7 @@ async fn a_handler_that_refuses_ends_the_bridge_and_counts_the_rest_dropped() {
 #[tokio::test(start_paused = true)]
 async fn handler_bridges_of_two_terms_into_one_sink_reject_the_deposed_term() {
     let dir = scratch("handler-sink");
-    let sink = Arc::new(Mutex::new(FencedSink::open(dir.join("mark")).expect("opens")));
+    let sink = Arc::new(Mutex::new(FencedSink::create(dir.join("mark")).expect("opens")));
     let verdicts = Arc::new(Mutex::new(Vec::new()));
     let admit = {
         let (sink, verdicts) = (sink.clone(), verdicts.clone());
@@ -386,7 +386,8 @@ async fn handler_bridges_of_two_terms_into_one_sink_reject_the_deposed_term() {
 
 #[tokio::test(start_paused = true)]
 async fn a_signing_bridge_is_admitted_by_a_sink_with_the_key_after_a_restart() {
-    let signer = StampSigner::new(b"a shared key of at least 32 bytes!").expect("long enough");
+    let key = StampKey::new("k1", b"a shared key of at least 32 bytes!").expect("long enough");
+    let signer = StampSigner::new("orders", key).expect("a good election name");
     let (tx, rx) = mpsc::channel(8);
     let (pipe_tx, mut pipeline) = mpsc::channel(8);
     let bridge = spawn_stamping_bridge(
@@ -403,10 +404,14 @@ async fn a_signing_bridge_is_admitted_by_a_sink_with_the_key_after_a_restart() {
     let got = collect(&mut pipeline, 2).await;
     let path = scratch("signed-bridge").join("mark");
     {
-        let mut sink = FencedSink::open(&path).expect("opens").requiring_signatures(signer.clone());
+        let verifier = StampVerifier::of(&signer);
+        let mut sink = FencedSink::create(&path).expect("opens").requiring_signatures(verifier);
         assert!(sink.admit(&got[0].stamp()).expect("signed by the key").raised);
     }
-    let mut sink = FencedSink::open_existing(&path).expect("reopens").requiring_signatures(signer);
+    let header = got[1].signature_header_value().expect("signed");
+    assert!(header.starts_with("k1:") && header.len() == 3 + 64, "<key id>:<hex MAC>: {header}");
+    let verifier = StampVerifier::of(&signer);
+    let mut sink = FencedSink::open_existing(&path).expect("reopens").requiring_signatures(verifier);
     assert!(!sink.admit(&got[1].stamp()).expect("same term, signed").raised);
     let mut altered = got[1].clone();
     altered.message = "order-3".into();
