@@ -18,6 +18,10 @@
 //!   [`BridgeOptions::drain_timeout`] for that, then aborts it, [`BridgeExit::TimedOut`].
 //! - **Cancel** (the token given at spawn, or [`BridgeHandle::abort`]): it exits at once, dropping
 //!   what it holds, [`BridgeExit::Aborted`]. Dropping the handle also aborts the bridge.
+//! - **The producer's own stop**: under a [`BridgeSupervisor`], the producer factory receives a
+//!   per-term [`CancellationToken`], cancelled the moment the term ends (leadership lost, the
+//!   supervisor shut down, or the term's bridge exited), so a producer blocked awaiting its input
+//!   stops at once instead of at its next send.
 //!
 //! # Pipelines
 //!
@@ -575,6 +579,20 @@ pub fn spawn_stamping_bridge<P: Producer, S: Stamper<P::Message>>(
     stamper: S,
     cancel: CancellationToken,
 ) -> Result<BridgeHandle, BridgeConfigError> {
+    spawn_bridge(producer, pipeline, epoch, options, stamper, cancel, None)
+}
+
+/// Spawns a bridge; `term_ended`, if given, is cancelled when the bridge's task ends, however it
+/// ends (drained, pipeline closed, aborted, dropped).
+fn spawn_bridge<P: Producer, S: Stamper<P::Message>>(
+    producer: P,
+    pipeline: impl Pipeline<P::Message>,
+    epoch: LeaderEpoch,
+    options: BridgeOptions,
+    stamper: S,
+    cancel: CancellationToken,
+    term_ended: Option<CancellationToken>,
+) -> Result<BridgeHandle, BridgeConfigError> {
     options.validate()?;
     let stop = CancellationToken::new();
     let abort = cancel.child_token();
@@ -591,7 +609,11 @@ pub fn spawn_stamping_bridge<P: Producer, S: Stamper<P::Message>>(
         taken: 0,
         forwarded: 0,
     };
-    let task = tokio::spawn(bridge.run(stop.clone(), abort.clone()));
+    let run = bridge.run(stop.clone(), abort.clone());
+    let task = tokio::spawn(async move {
+        let _term_ends_with_the_bridge = term_ended.map(CancellationToken::drop_guard);
+        run.await
+    });
     Ok(BridgeHandle {
         epoch,
         drain_timeout: options.drain_timeout,
