@@ -27,7 +27,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput};
 use tenure_lead::LeaderEpoch;
 use tenure_lead::bridge::{BRIDGE_CAPACITY_DEFAULT, BridgeOptions, Handler, Stamped, spawn_epoch_bridge};
-use tenure_lead::sink::{FencedSink, Stamp, StampSignature, StampSigner};
+use tenure_lead::sink::{FencedSink, Stamp, StampKey, StampSignature, StampSigner, StampVerifier};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -162,7 +162,8 @@ fn sink(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("tenure-bench-sink-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch directory");
-    let signer = StampSigner::new(KEY).expect("a long enough key");
+    let key = StampKey::new("bench", KEY).expect("a long enough key");
+    let signer = StampSigner::new("bench-election", key).expect("a good election name");
     let ids: Vec<String> = (0..MESSAGES_COUNT).map(|n| format!("message-{n}")).collect();
     let signatures: Vec<StampSignature> = ids.iter().map(|id| signer.sign(EPOCH, id.as_bytes())).collect();
 
@@ -170,7 +171,7 @@ fn sink(c: &mut Criterion) {
     group.sample_size(SAMPLES_COUNT).warm_up_time(WARM_UP_TIME).measurement_time(MEASUREMENT_TIME);
     group.throughput(Throughput::Elements(MESSAGES_COUNT));
 
-    let mut unsigned = FencedSink::open(dir.join("unsigned")).expect("opens");
+    let mut unsigned = FencedSink::create(dir.join("unsigned")).expect("opens");
     unsigned.admit(&Stamp::unsigned(EPOCH, b"first")).expect("raises the mark once");
     group.bench_function("sink_admit_unsigned/100k", |b| {
         b.iter(|| {
@@ -180,14 +181,15 @@ fn sink(c: &mut Criterion) {
         })
     });
 
-    let mut signed =
-        FencedSink::open(dir.join("signed")).expect("opens").requiring_signatures(signer.clone());
+    let mut signed = FencedSink::create(dir.join("signed"))
+        .expect("opens")
+        .requiring_signatures(StampVerifier::of(&signer));
     let first = signer.sign(EPOCH, b"first");
-    signed.admit(&Stamp::signed(EPOCH, b"first", first.as_bytes())).expect("raises the mark once");
+    signed.admit(&Stamp::signed(EPOCH, b"first", first.received())).expect("raises the mark once");
     group.bench_function("sink_admit_signed/100k", |b| {
         b.iter(|| {
             for (id, signature) in ids.iter().zip(&signatures) {
-                let stamp = Stamp::signed(EPOCH, id.as_bytes(), signature.as_bytes());
+                let stamp = Stamp::signed(EPOCH, id.as_bytes(), signature.received());
                 black_box(signed.admit(&stamp).is_ok());
             }
         })

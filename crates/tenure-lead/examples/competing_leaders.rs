@@ -116,7 +116,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(str::to_owned)
         .collect();
     let mark = std::env::temp_dir().join(format!("tenure-demo-sink-{}", std::process::id()));
-    let mut sink = FencedSink::open(&mark)?;
+    // A new sink's mark is made once; a restarted sink would reopen it with
+    // `FencedSink::open_existing`, which refuses a missing mark rather than start at epoch 0.
+    let mut sink = FencedSink::create(&mark)?;
 
     println!("1. A campaigns first.");
     let (a, _a_stop, a_task) = lead(&endpoints, "leader-a").await?;

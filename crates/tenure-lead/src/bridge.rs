@@ -18,6 +18,10 @@
 //!   [`BridgeOptions::drain_timeout`] for that, then aborts it, [`BridgeExit::TimedOut`].
 //! - **Cancel** (the token given at spawn, or [`BridgeHandle::abort`]): it exits at once, dropping
 //!   what it holds, [`BridgeExit::Aborted`]. Dropping the handle also aborts the bridge.
+//! - **The producer's own stop**: under a [`BridgeSupervisor`], the producer factory receives a
+//!   per-term [`CancellationToken`], cancelled the moment the term ends (leadership lost, the
+//!   supervisor shut down, or the term's bridge exited), so a producer blocked awaiting its input
+//!   stops at once instead of at its next send.
 //!
 //! # Pipelines
 //!
@@ -29,8 +33,11 @@
 //! # Stamps
 //!
 //! The pipeline receives [`Stamped<T>`]: the header name (default [`EPOCH_HEADER_DEFAULT`]), the
-//! epoch, an optional signature ([`Stamper`]: [`Unsigned`] or a [`StampSigner`]), and the message.
-//! An adapter that speaks headers writes `header` → [`Stamped::header_value`].
+//! epoch, an optional signature ([`Stamper`]: [`Unsigned`] or a [`StampSigner`], which binds the
+//! election name and its key id into the signature), and the message. An adapter that speaks
+//! headers writes `header` → [`Stamped::header_value`] and, when signed,
+//! [`SIGNATURE_HEADER_DEFAULT`](crate::sink::SIGNATURE_HEADER_DEFAULT) →
+//! [`Stamped::signature_header_value`] (the format is in [`crate::sink`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -318,7 +325,7 @@ impl<T: Send + 'static> Pipeline<T> for mpsc::Sender<Stamped<T>> {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// # let dir = std::env::temp_dir().join(format!("tenure-handler-doc-{}", std::process::id()));
 /// # std::fs::create_dir_all(&dir).unwrap();
-/// let sink = Arc::new(Mutex::new(FencedSink::open(dir.join("mark")).unwrap()));
+/// let sink = Arc::new(Mutex::new(FencedSink::create(dir.join("mark")).unwrap()));
 /// let admitted = Arc::new(Mutex::new(Vec::new()));
 /// let pipeline = {
 ///     let (sink, admitted) = (sink.clone(), admitted.clone());
@@ -377,7 +384,8 @@ pub struct Stamped<T> {
     pub header: &'static str,
     /// The epoch snapshot of the bridge that forwarded the message.
     pub epoch: LeaderEpoch,
-    /// HMAC over (epoch, message id), when the bridge signs (see [`crate::sink`]).
+    /// HMAC over (election, key id, epoch, message id) and the key's id, when the bridge signs
+    /// (see [`crate::sink`]).
     pub signature: Option<StampSignature>,
     /// The message.
     pub message: T,
@@ -390,6 +398,13 @@ impl<T> Stamped<T> {
         self.epoch.get().to_string()
     }
 
+    /// The signature header value, `<key id>:<64 hex digits>` (sent under
+    /// [`SIGNATURE_HEADER_DEFAULT`](crate::sink::SIGNATURE_HEADER_DEFAULT)), if signed.
+    #[must_use]
+    pub fn signature_header_value(&self) -> Option<String> {
+        self.signature.as_ref().map(StampSignature::to_header_value)
+    }
+
     /// The stamp a [`FencedSink`](crate::sink::FencedSink) judges.
     #[must_use]
     pub fn stamp(&self) -> Stamp<'_>
@@ -399,7 +414,7 @@ impl<T> Stamped<T> {
         Stamp {
             epoch: self.epoch,
             message_id: self.message.message_id(),
-            signature: self.signature.as_ref().map(|s| &s.as_bytes()[..]),
+            signature: self.signature.as_ref().map(StampSignature::received),
         }
     }
 }
@@ -564,6 +579,20 @@ pub fn spawn_stamping_bridge<P: Producer, S: Stamper<P::Message>>(
     stamper: S,
     cancel: CancellationToken,
 ) -> Result<BridgeHandle, BridgeConfigError> {
+    spawn_bridge(producer, pipeline, epoch, options, stamper, cancel, None)
+}
+
+/// Spawns a bridge; `term_ended`, if given, is cancelled when the bridge's task ends, however it
+/// ends (drained, pipeline closed, aborted, dropped).
+fn spawn_bridge<P: Producer, S: Stamper<P::Message>>(
+    producer: P,
+    pipeline: impl Pipeline<P::Message>,
+    epoch: LeaderEpoch,
+    options: BridgeOptions,
+    stamper: S,
+    cancel: CancellationToken,
+    term_ended: Option<CancellationToken>,
+) -> Result<BridgeHandle, BridgeConfigError> {
     options.validate()?;
     let stop = CancellationToken::new();
     let abort = cancel.child_token();
@@ -580,7 +609,11 @@ pub fn spawn_stamping_bridge<P: Producer, S: Stamper<P::Message>>(
         taken: 0,
         forwarded: 0,
     };
-    let task = tokio::spawn(bridge.run(stop.clone(), abort.clone()));
+    let run = bridge.run(stop.clone(), abort.clone());
+    let task = tokio::spawn(async move {
+        let _term_ends_with_the_bridge = term_ended.map(CancellationToken::drop_guard);
+        run.await
+    });
     Ok(BridgeHandle {
         epoch,
         drain_timeout: options.drain_timeout,

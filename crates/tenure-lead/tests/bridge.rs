@@ -12,7 +12,7 @@ use tenure_lead::bridge::{
     spawn_stamping_bridge,
 };
 use tenure_lead::config::ElectionConfig;
-use tenure_lead::sink::{FencedSink, Rejected, StampSigner};
+use tenure_lead::sink::{FencedSink, Rejected, StampKey, StampSigner, StampVerifier};
 use tenure_lead::{LeaderEpoch, LeaderState, LeadershipHandle, elector};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -158,7 +158,7 @@ async fn a_stale_bridge_carries_its_old_epoch_and_the_sink_rejects_it() {
     assert_eq!((first.epoch, second.epoch), (epoch(4), epoch(3)), "the old bridge still stamps its term");
 
     let dir = scratch("stale-bridge");
-    let mut sink = FencedSink::open(dir.join("mark")).expect("opens");
+    let mut sink = FencedSink::create(dir.join("mark")).expect("opens");
     assert!(sink.admit(&first.stamp()).expect("newest term").raised);
     let refused = sink.admit(&second.stamp()).expect_err("a deposed leader's message");
     assert!(
@@ -341,7 +341,7 @@ async fn a_handler_that_refuses_ends_the_bridge_and_counts_the_rest_dropped() {
 #[tokio::test(start_paused = true)]
 async fn handler_bridges_of_two_terms_into_one_sink_reject_the_deposed_term() {
     let dir = scratch("handler-sink");
-    let sink = Arc::new(Mutex::new(FencedSink::open(dir.join("mark")).expect("opens")));
+    let sink = Arc::new(Mutex::new(FencedSink::create(dir.join("mark")).expect("opens")));
     let verdicts = Arc::new(Mutex::new(Vec::new()));
     let admit = {
         let (sink, verdicts) = (sink.clone(), verdicts.clone());
@@ -386,7 +386,8 @@ async fn handler_bridges_of_two_terms_into_one_sink_reject_the_deposed_term() {
 
 #[tokio::test(start_paused = true)]
 async fn a_signing_bridge_is_admitted_by_a_sink_with_the_key_after_a_restart() {
-    let signer = StampSigner::new(b"a shared key of at least 32 bytes!").expect("long enough");
+    let key = StampKey::new("k1", b"a shared key of at least 32 bytes!").expect("long enough");
+    let signer = StampSigner::new("orders", key).expect("a good election name");
     let (tx, rx) = mpsc::channel(8);
     let (pipe_tx, mut pipeline) = mpsc::channel(8);
     let bridge = spawn_stamping_bridge(
@@ -403,10 +404,14 @@ async fn a_signing_bridge_is_admitted_by_a_sink_with_the_key_after_a_restart() {
     let got = collect(&mut pipeline, 2).await;
     let path = scratch("signed-bridge").join("mark");
     {
-        let mut sink = FencedSink::open(&path).expect("opens").requiring_signatures(signer.clone());
+        let verifier = StampVerifier::of(&signer);
+        let mut sink = FencedSink::create(&path).expect("opens").requiring_signatures(verifier);
         assert!(sink.admit(&got[0].stamp()).expect("signed by the key").raised);
     }
-    let mut sink = FencedSink::open_existing(&path).expect("reopens").requiring_signatures(signer);
+    let header = got[1].signature_header_value().expect("signed");
+    assert!(header.starts_with("k1:") && header.len() == 3 + 64, "<key id>:<hex MAC>: {header}");
+    let verifier = StampVerifier::of(&signer);
+    let mut sink = FencedSink::open_existing(&path).expect("reopens").requiring_signatures(verifier);
     assert!(!sink.admit(&got[1].stamp()).expect("same term, signed").raised);
     let mut altered = got[1].clone();
     altered.message = "order-3".into();
@@ -423,9 +428,9 @@ type StartedProducer = (LeaderEpoch, mpsc::Sender<u64>);
 struct Started(Arc<Mutex<Vec<StartedProducer>>>);
 
 impl Started {
-    fn factory(&self) -> impl FnMut(LeaderEpoch) -> mpsc::Receiver<u64> + Send + 'static {
+    fn factory(&self) -> impl FnMut(LeaderEpoch, CancellationToken) -> mpsc::Receiver<u64> + Send + 'static {
         let started = self.clone();
-        move |term| {
+        move |term, _term_ended| {
             let (tx, rx) = mpsc::channel(8);
             started.0.lock().expect("not poisoned").push((term, tx));
             rx
@@ -539,6 +544,124 @@ async fn losing_leadership_stops_the_bridge_and_a_lower_term_is_refused() {
     let last = supervisor.shutdown().await;
     assert!(matches!(last.last_exit, Some(BridgeExit::Aborted { .. })), "shutdown aborts: {last:?}");
     assert!(started.sender(1).is_closed());
+}
+
+/// Producers that stand for one blocked awaiting its input: each sends `preload` messages, then
+/// only awaits its term's token, and reports its term on `ended` when it stops.
+struct IdleProducers {
+    tokens: Arc<Mutex<Vec<(LeaderEpoch, CancellationToken)>>>,
+    ended: mpsc::UnboundedReceiver<LeaderEpoch>,
+}
+
+impl IdleProducers {
+    fn factory(
+        preload: u64,
+    ) -> (Self, impl FnMut(LeaderEpoch, CancellationToken) -> mpsc::Receiver<u64> + Send) {
+        let tokens = Arc::new(Mutex::new(Vec::new()));
+        let (ended_tx, ended) = mpsc::unbounded_channel();
+        let recorded = tokens.clone();
+        let factory = move |term: LeaderEpoch, term_ended: CancellationToken| {
+            recorded.lock().expect("not poisoned").push((term, term_ended.clone()));
+            let (tx, rx) = mpsc::channel(8);
+            let ended_tx = ended_tx.clone();
+            tokio::spawn(async move {
+                for n in 0..preload {
+                    if tx.send(n).await.is_err() {
+                        break;
+                    }
+                }
+                term_ended.cancelled().await;
+                drop(tx);
+                let _ = ended_tx.send(term);
+            });
+            rx
+        };
+        (Self { tokens, ended }, factory)
+    }
+
+    fn token(&self, index: usize) -> (LeaderEpoch, CancellationToken) {
+        self.tokens.lock().expect("not poisoned")[index].clone()
+    }
+
+    /// The term of the next producer to stop, waiting at most `bound` (paused time).
+    async fn next_ended(&mut self, bound: Duration) -> Option<LeaderEpoch> {
+        tokio::time::timeout(bound, self.ended.recv()).await.ok().flatten()
+    }
+}
+
+/// An idle producer (it only awaits its token) stops the moment its term ends — not at its next
+/// send, and not after the old bridge's drain, which here takes the whole drain timeout because
+/// the pipeline is full — and every term gets a token of its own.
+#[tokio::test(start_paused = true)]
+async fn an_idle_producer_stops_the_moment_its_term_ends_and_each_term_has_its_own_token() {
+    let (publisher, leadership) = LeadershipHandle::new();
+    let (mut producers, factory) = IdleProducers::factory(20);
+    let (pipe_tx, mut pipeline) = mpsc::channel(1);
+    let options = BridgeOptions::default();
+    let supervisor =
+        BridgeSupervisor::spawn(leadership, pipe_tx, options, Unsigned, factory, CancellationToken::new())
+            .expect("valid");
+    let mut state = supervisor.watch();
+    publisher.publish(LeaderState::leading(epoch(5)));
+    state.wait_for(|s| s.bridge_epoch == Some(epoch(5))).await.expect("open");
+    let (term, token_5) = producers.token(0);
+    assert_eq!(term, epoch(5));
+    assert!(!token_5.is_cancelled(), "the term is running");
+    assert_eq!(
+        producers.next_ended(Duration::from_secs(1)).await,
+        None,
+        "an idle producer waits while leading"
+    );
+
+    publisher.publish(LeaderState::following());
+    let lost_at = Instant::now();
+    let bound = Duration::from_millis(100);
+    assert_eq!(
+        producers.next_ended(bound).await,
+        Some(epoch(5)),
+        "stopped within {bound:?} of losing the term"
+    );
+    assert!(lost_at.elapsed() < options.drain_timeout, "before the drain timeout");
+    assert!(token_5.is_cancelled());
+
+    // The old bridge cannot drain (the pipeline holds one message and nobody reads it): the next
+    // term starts once it has been aborted past the drain timeout.
+    publisher.publish(LeaderState::leading(epoch(6)));
+    state.wait_for(|s| s.bridge_epoch == Some(epoch(6))).await.expect("open");
+    let (term, token_6) = producers.token(1);
+    assert_eq!(term, epoch(6));
+    assert!(!token_6.is_cancelled(), "term 6 has its own token, not term 5's cancelled one");
+    assert!(token_5.is_cancelled());
+    assert_eq!(pipeline.recv().await.map(|s| s.epoch), Some(epoch(5)));
+
+    let last = supervisor.shutdown().await;
+    assert_eq!(last.bridges_started, 2);
+    assert!(token_6.is_cancelled(), "shutting down ends the term");
+    assert_eq!(producers.next_ended(bound).await, Some(epoch(6)));
+}
+
+/// A term's bridge that ends on its own (here its pipeline closed) ends its producer's term too,
+/// though this process still leads.
+#[tokio::test(start_paused = true)]
+async fn a_bridge_that_exits_on_its_own_cancels_its_terms_token() {
+    let (publisher, leadership) = LeadershipHandle::new();
+    let (mut producers, factory) = IdleProducers::factory(1);
+    let (pipe_tx, pipeline) = mpsc::channel(1);
+    drop(pipeline);
+    let supervisor = BridgeSupervisor::spawn(
+        leadership.clone(),
+        pipe_tx,
+        BridgeOptions::default(),
+        Unsigned,
+        factory,
+        CancellationToken::new(),
+    )
+    .expect("valid");
+    publisher.publish(LeaderState::leading(epoch(2)));
+    assert_eq!(producers.next_ended(Duration::from_secs(1)).await, Some(epoch(2)));
+    assert!(producers.token(0).1.is_cancelled());
+    assert!(leadership.is_leader(), "still leading: the bridge's exit ended the term's producer");
+    supervisor.shutdown().await;
 }
 
 /// A supervisor over `leadership`, unsigned, default options, recording every producer it starts,

@@ -16,10 +16,18 @@ pub struct SupervisorState {
 }
 
 /// Runs one bridge per leadership term: when this process starts leading under a new epoch it
-/// calls `start(epoch)` for that term's producer and bridges it, stamping that epoch; when it
-/// stops leading or the epoch changes, it stops the old bridge (drain within the drain timeout)
-/// before starting the next. A renewal (same state) does nothing and publishes nothing. A term
-/// lower than one already bridged is refused. On cancel, the running bridge is aborted at once.
+/// calls `start(epoch, term_ended)` for that term's producer and bridges it, stamping that
+/// epoch; when it stops leading or the epoch changes, it stops the old bridge (drain within the
+/// drain timeout) before starting the next. A renewal (same state) does nothing and publishes
+/// nothing. A term lower than one already bridged is refused. On cancel, the running bridge is
+/// aborted at once.
+///
+/// `term_ended` is a [`CancellationToken`] of that term alone (a new one each term), cancelled
+/// the moment the term ends: leadership lost or the epoch changed (before the old bridge's drain
+/// begins), the supervisor shut down or cancelled, or the term's bridge exited on its own (its
+/// pipeline closed, its producer idle past the timeout). A producer that waits for input rather
+/// than sending selects on `term_ended.cancelled()` to stop at once; without it, it would learn
+/// only at its next send, which fails once the bridge has closed it.
 #[derive(Debug)]
 pub struct BridgeSupervisor {
     cancel: CancellationToken,
@@ -41,7 +49,7 @@ impl BridgeSupervisor {
         P: Producer,
         Pi: Pipeline<P::Message> + Clone,
         S: Stamper<P::Message>,
-        F: FnMut(LeaderEpoch) -> P + Send + 'static,
+        F: FnMut(LeaderEpoch, CancellationToken) -> P + Send + 'static,
     {
         options.validate()?;
         let cancel = cancel.child_token();
@@ -75,6 +83,12 @@ impl BridgeSupervisor {
     }
 }
 
+/// The running term: its bridge, and the token its producer was given.
+struct Term {
+    bridge: BridgeHandle,
+    ended: CancellationToken,
+}
+
 struct Supervision<Pi, S, F> {
     pipeline: Pi,
     options: BridgeOptions,
@@ -89,18 +103,20 @@ where
     P: Producer,
     Pi: Pipeline<P::Message> + Clone,
     S: Stamper<P::Message>,
-    F: FnMut(LeaderEpoch) -> P + Send + 'static,
+    F: FnMut(LeaderEpoch, CancellationToken) -> P + Send + 'static,
 {
     async fn run(mut self, leadership: LeadershipHandle) -> SupervisorState {
         let mut changes = leadership.watch();
-        let mut running: Option<BridgeHandle> = None;
+        let mut running: Option<Term> = None;
         let mut highest_started: Option<LeaderEpoch> = None;
         loop {
             let state = *changes.borrow_and_update();
             let wanted = if state.leader { state.epoch } else { None };
-            if wanted != running.as_ref().map(BridgeHandle::epoch) {
+            if wanted != running.as_ref().map(|term| term.bridge.epoch()) {
                 if let Some(old) = running.take() {
-                    let exit = old.stop().await;
+                    // The term is over: its producer stops now, not after the drain.
+                    old.ended.cancel();
+                    let exit = old.bridge.stop().await;
                     self.retired(exit);
                 }
                 match wanted {
@@ -121,26 +137,37 @@ where
             }
         }
         if let Some(old) = running.take() {
+            old.ended.cancel();
             // Cancelled: abort at once. The election ended: it stepped down first, so this is
             // only reached with a bridge when the handle's publisher vanished; drain it.
-            let exit = if self.cancel.is_cancelled() { old.abort().await } else { old.stop().await };
+            let exit =
+                if self.cancel.is_cancelled() { old.bridge.abort().await } else { old.bridge.stop().await };
             self.retired(exit);
         }
         self.publisher.borrow().clone()
     }
 
-    fn start_bridge(&mut self, epoch: LeaderEpoch) -> BridgeHandle {
-        let producer = (self.start)(epoch);
+    fn start_bridge(&mut self, epoch: LeaderEpoch) -> Term {
+        // A child of the supervisor's token: a shutdown ends the term too.
+        let ended = self.cancel.child_token();
+        let producer = (self.start)(epoch, ended.clone());
         let pipeline = self.pipeline.clone();
         let stamper = self.stamper.clone();
-        let bridge =
-            spawn_stamping_bridge(producer, pipeline, epoch, self.options, stamper, self.cancel.clone())
-                .expect("the options were validated when the supervisor was spawned");
+        let bridge = spawn_bridge(
+            producer,
+            pipeline,
+            epoch,
+            self.options,
+            stamper,
+            self.cancel.clone(),
+            Some(ended.clone()),
+        )
+        .expect("the options were validated when the supervisor was spawned");
         self.publish(|s| {
             s.bridge_epoch = Some(epoch);
             s.bridges_started += 1;
         });
-        bridge
+        Term { bridge, ended }
     }
 
     /// Publishes how the running bridge ended: none runs now.

@@ -7,6 +7,7 @@ mod elect;
 mod remote;
 mod replay;
 mod sim;
+mod sink_mark;
 mod store;
 mod validate;
 
@@ -126,6 +127,8 @@ enum Command {
     },
     /// Back up or restore the embedded store.
     Store(store::StoreArgs),
+    /// Show or reset a fenced sink's durable high-water mark (recovery; see docs/leadership.md).
+    SinkMark(sink_mark::SinkMarkArgs),
 }
 
 /// Runs the parsed command line.
@@ -151,6 +154,7 @@ pub fn run(cli: Cli) -> ExitCode {
             remote::run(&remote::Verb::Undesire { pool, address }, &remote)
         }
         Command::Store(args) => store::run(&args),
+        Command::SinkMark(args) => sink_mark::run(&args),
     }
 }
 
