@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt as _;
 use netlink_packet_route::AddressFamily;
+use netlink_packet_route::link::LinkAttribute;
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage,
 };
@@ -39,6 +40,7 @@ use super::{ExecuteFuture, ExecutionOutcome, Executor};
 /// `errno` values rtnetlink reports (negated in the netlink error message).
 const ENOENT: i32 = 2;
 const EPERM: i32 = 1;
+const ENODEV: i32 = 19;
 
 /// The `onprem` provider on one interface.
 #[derive(Clone, Debug)]
@@ -92,8 +94,11 @@ impl OnpremExecutor {
 
     /// Sends the announcements, the first at once; stops early rather than pass `deadline`.
     async fn announce(&self, address: IpAddr, deadline: Instant) -> Result<String, String> {
-        let mac = self.mac()?;
-        let mut sender = Announcer::open(&self.interface, address)?;
+        let (handle, connection) = netlink()?;
+        let link = link(&handle, &self.interface).await;
+        connection.abort();
+        let (index, mac) = link?;
+        let mut sender = Announcer::open(&self.interface, index, address)?;
         let mut sent = 0;
         loop {
             sender.send(mac, address).map_err(|e| {
@@ -112,14 +117,6 @@ impl OnpremExecutor {
         }
         let what = if address.is_ipv4() { "gratuitous ARP" } else { "unsolicited NA" };
         Ok(format!("{sent} {what} for {address} on {}", self.interface))
-    }
-
-    fn mac(&self) -> Result<frames::Mac, String> {
-        let path = format!("/sys/class/net/{}/address", self.interface);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("interface {}: {path}: {e}", self.interface))?;
-        parse_mac(text.trim())
-            .ok_or_else(|| format!("interface {}: {path}: not a MAC: {text:?}", self.interface))
     }
 
     fn sysctls(&self, address: IpAddr) -> Result<(), String> {
@@ -178,14 +175,30 @@ fn netlink() -> Result<(rtnetlink::Handle, tokio::task::JoinHandle<()>), String>
     Ok((handle, tokio::spawn(connection)))
 }
 
+/// The index of the interface `name`, in the calling thread's network namespace.
 async fn interface_index(handle: &rtnetlink::Handle, name: &str) -> Result<u32, String> {
+    link(handle, name).await.map(|(index, _)| index)
+}
+
+/// The index and MAC address of the interface `name`, from netlink (not sysfs, which shows the
+/// namespace it was mounted in rather than the calling thread's).
+async fn link(handle: &rtnetlink::Handle, name: &str) -> Result<(u32, frames::Mac), String> {
     let found = handle.link().get().match_name(name.to_owned()).execute().try_next().await;
-    match found {
-        Ok(Some(link)) => Ok(link.header.index),
-        Ok(None) => Err(format!("interface {name} not found")),
-        Err(e) if errno(&e) == Some(19) => Err(format!("interface {name} not found")),
-        Err(e) => Err(format!("interface {name}: {e}")),
-    }
+    let link = match found {
+        Ok(Some(link)) => link,
+        Ok(None) => return Err(format!("interface {name} not found")),
+        Err(e) if errno(&e) == Some(ENODEV) => return Err(format!("interface {name} not found")),
+        Err(e) => return Err(format!("interface {name}: {e}")),
+    };
+    let mac = link
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            LinkAttribute::Address(bytes) => <frames::Mac>::try_from(bytes.as_slice()).ok(),
+            _ => None,
+        })
+        .ok_or_else(|| format!("interface {name} has no Ethernet address"))?;
+    Ok((link.header.index, mac))
 }
 
 /// The positive `errno` of a netlink error, if it is one.
@@ -239,15 +252,6 @@ pub async fn proxy_entries(interface: &str) -> Result<Vec<IpAddr>, String> {
     result
 }
 
-fn parse_mac(text: &str) -> Option<frames::Mac> {
-    let mut mac = [0u8; 6];
-    let mut parts = text.split(':');
-    for byte in &mut mac {
-        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
-}
-
 /// Where announcements go out: a packet socket for gratuitous ARP, a raw ICMPv6 socket for
 /// neighbour advertisements (the kernel adds the IPv6 and Ethernet headers and the checksum).
 enum Announcer {
@@ -256,7 +260,7 @@ enum Announcer {
 }
 
 impl Announcer {
-    fn open(interface: &str, address: IpAddr) -> Result<Self, String> {
+    fn open(interface: &str, index: u32, address: IpAddr) -> Result<Self, String> {
         let raw = |e: std::io::Error| {
             let need =
                 if e.kind() == std::io::ErrorKind::PermissionDenied { " (needs CAP_NET_RAW)" } else { "" };
@@ -275,10 +279,6 @@ impl Announcer {
             }
         } else {
             use socket2::{Domain, Protocol, Socket, Type};
-            let index = std::fs::read_to_string(format!("/sys/class/net/{interface}/ifindex"))
-                .ok()
-                .and_then(|t| t.trim().parse::<u32>().ok())
-                .ok_or_else(|| format!("interface {interface} not found"))?;
             let socket = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6)).map_err(raw)?;
             // Neighbour discovery is only accepted with a hop limit of 255 (RFC 4861 §7.1.2).
             socket.set_multicast_hops_v6(255).map_err(raw)?;
@@ -305,18 +305,5 @@ impl Announcer {
             }
             _ => Err(std::io::Error::other("address family changed between open and send")),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_mac_is_six_hex_bytes() {
-        assert_eq!(parse_mac("02:00:5e:10:20:3f"), Some([2, 0, 0x5e, 0x10, 0x20, 0x3f]));
-        assert_eq!(parse_mac("02:00:5e:10:20"), None);
-        assert_eq!(parse_mac("02:00:5e:10:20:30:40"), None);
-        assert_eq!(parse_mac("zz:00:5e:10:20:30"), None);
     }
 }
