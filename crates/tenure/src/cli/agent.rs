@@ -103,6 +103,13 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
                     call_timeout: action_timeout,
                 }
             }
+            #[cfg(not(all(target_os = "linux", feature = "onprem")))]
+            (ProviderKind::Onprem, _) => {
+                return Err(format!(
+                    "provider `{}`: this build has no onprem executor; rebuild with --features onprem (Linux)",
+                    provider.name
+                ));
+            }
             (kind, _) => {
                 return Err(format!(
                     "provider `{}`: kind {} has no executor in this build yet (see README.md, Status); \
