@@ -478,3 +478,26 @@ fn the_agent_api_refuses_401_403_400_413_and_changes_nothing() {
     assert_eq!(map(&agent.get("/v1/ownership")["ownership"]), before, "413 changed the map");
     assert!(agent.terminate().success());
 }
+
+/// A provider kind this build has no executor for stops the agent before it opens its store:
+/// exit 3 (a part this build does not have), one line naming the provider and what to do.
+#[test]
+fn a_provider_kind_without_an_executor_exits_3_in_one_line_before_touching_the_store() {
+    let dir = TempDir::new("agent-no-executor");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "cloud", ""));
+    let config =
+        config(&dir, listen, "cloud", "[{name: cloud, kind: aws, region: us-east-1}]", &["pools.yaml"]);
+    let mut agent = Agent::spawn(&dir, &config, listen);
+    let status = process::wait_exit(&mut agent.child);
+    let log = agent.log();
+    assert_eq!(status.code(), Some(3), "{log}");
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains("provider `cloud`: kind aws has no executor in this build yet"),
+        "{}",
+        lines[0]
+    );
+    assert!(!dir.path().join("store").exists(), "no store was created");
+}
