@@ -20,9 +20,11 @@
 //!
 //! # Layout
 //!
-//! - [`backend`] — `KubernetesBackend`: takeover, renewal, release; the expiry rule; why the epoch
-//!   never goes back when a Lease is deleted and recreated.
-//! - [`record`] — reading a Lease as an election record: term annotation, holder, expiry (pure).
+//! - [`backend`] — `KubernetesBackend`: takeover, renewal, release; the expiry rule; adopting a
+//!   takeover whose answer was lost; refusing a term that went back.
+//! - [`record`] — reading a Lease as an election record: term and nonce annotations, holder,
+//!   expiry (pure).
+//! - [`names`] — the API server's rules for Lease names and namespaces (pure).
 //! - [`double`] — `LeaseApiDouble`, the Lease API test double.
 //!
 //! # Example
@@ -42,11 +44,12 @@
 
 pub mod backend;
 pub mod double;
+pub mod names;
 pub mod record;
 
-pub use backend::{KubernetesBackend, SetupError, client_for_url};
+pub use backend::{KubernetesBackend, SetupError, client_for_url, client_inferred};
 pub use double::LeaseApiDouble;
 /// The kube client this crate is built against (`kube::Config::infer()`, `kube::Client`), so that
 /// callers build clients without depending on kube themselves.
 pub use kube;
-pub use record::TERM_ANNOTATION;
+pub use record::{NONCE_ANNOTATION, TERM_ANNOTATION};
