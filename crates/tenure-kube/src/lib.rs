@@ -8,13 +8,15 @@
 //! renewal. Give it to [`tenure_lead::elector::spawn`] like any other backend.
 //!
 //! kube is a heavy dependency, so it lives in this crate, built as a plain-HTTP client
-//! (`kube` without default features, `k8s-openapi` at its earliest API version). The `rustls-tls`
-//! feature adds TLS for talking to an API server directly; without it, point the backend at
-//! `kubectl proxy` or any plain-HTTP endpoint.
+//! (`kube` without default features). The `rustls-tls` feature (on in the `tenure` binary's
+//! `kubernetes` feature) adds TLS, rustls on ring, for talking to an API server directly, from a
+//! kubeconfig or in-cluster ([`client_inferred`]); without it, point the backend at
+//! `kubectl proxy` or any plain-HTTP endpoint ([`client_for_url`]).
 //!
 //! [`LeaseApiDouble`] is a **test double**: a small HTTP server on 127.0.0.1 that answers the
-//! Lease requests kube's `Api<Lease>` makes (get, create, replace, delete) the way the API server
-//! does, `409 Conflict` on a stale `resourceVersion` included. No Kubernetes API server runs on
+//! Lease requests kube's `Api<Lease>` makes (get, create, replace, delete) in the API server's
+//! shapes, for what leader election relies on (`409 Conflict` on a stale `resourceVersion`
+//! above all), and can lose the answer to a write it applied. No Kubernetes API server runs on
 //! the machines this project is tested on; the double lets the backend's real code, HTTP client
 //! included, be tested here. It is not a cluster and never stands in for one outside tests.
 //!
