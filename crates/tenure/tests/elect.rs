@@ -292,12 +292,21 @@ fn kubernetes_without_endpoints_finds_the_cluster_in_the_kubeconfig() {
 #[cfg(feature = "kubernetes")]
 #[test]
 fn kubernetes_refuses_more_than_one_endpoint_in_one_line() {
-    let output = Command::new(env!("CARGO_BIN_EXE_tenure"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["elect", "e", "--name", "a", "--backend", "kubernetes"])
         .args(["--endpoints", "http://127.0.0.1:1,http://127.0.0.1:2"])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run tenure elect");
-    assert_eq!(output.status.code(), Some(2), "bad input");
+    // Bounded: a build that accepted the URLs would campaign forever.
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    while child.try_wait().expect("waitable").is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("its output");
+    assert_eq!(output.status.code(), Some(2), "bad input, refused at once");
     assert!(output.stdout.is_empty());
     assert_eq!(
         String::from_utf8_lossy(&output.stderr),
