@@ -3,17 +3,18 @@
 //!
 //! One attempt reads the Lease, then writes at most once:
 //!
-//! - **Takeover** — the Lease is missing, has no holder, or has expired: the new term is
-//!   `max(highest term this process has seen, term on the Lease) + 1`. A missing Lease is created
-//!   (`POST`; `409 AlreadyExists` means another contender created it first: `Follower`); an
-//!   existing one is replaced (`PUT`) carrying the `resourceVersion` and `uid` that were read, so
-//!   the API server accepts exactly one of several racing takeovers and answers the others
-//!   `409 Conflict`: `Follower`.
-//! - **Renewal** — this process holds the Lease (holder, term and `uid` all as it wrote them): the
-//!   same guarded `PUT` moves `renewTime` and keeps the term. A `409` here is a renewal that did not
-//!   happen (`Unavailable`); the elector's renew deadline decides, and the next attempt re-reads.
-//!   Anything else on the Lease (another holder, another term, another `uid`, no Lease) means the
-//!   lease was lost: `Follower`.
+//! - **Takeover** — the Lease is missing, has no holder, or has expired: the new term is the
+//!   highest this process has seen, plus one. A missing Lease is created (`POST`;
+//!   `409 AlreadyExists` means another contender created it first: `Follower`); an existing one is
+//!   replaced (`PUT`) carrying the `resourceVersion` and `uid` that were read, so the API server
+//!   accepts exactly one of several racing takeovers and answers the others `409 Conflict`:
+//!   `Follower`. Every takeover also writes this process's nonce ([`NONCE_ANNOTATION`], random per
+//!   backend) beside the holder.
+//! - **Renewal** — this process holds the Lease (holder, nonce, term and `uid` all as it wrote
+//!   them): the same guarded `PUT` moves `renewTime` and keeps the term. A `409` here is a renewal
+//!   that did not happen (`Unavailable`); the elector's renew deadline decides, and the next
+//!   attempt re-reads. Another holder, nonce, term or `uid` on the Lease means the lease was lost:
+//!   `Follower`.
 //! - **Release** — clears the holder (same guarded `PUT`), keeps the term, so the next contender
 //!   takes over at once.
 //!
@@ -25,29 +26,46 @@
 //! second condition makes a contender whose clock runs ahead unable to cut a healthy leader's lease
 //! short; its price is that a freshly started contender waits one lease duration before taking
 //! over a Lease it has not watched expire. A Lease naming this process's identity that this process
-//! did not take in its lifetime (a restarted process, or two processes given one identity) is
+//! did not write (a restarted process, or two processes given one identity: the nonce differs) is
 //! treated like anyone else's: waited out, then taken over under a new term, so that two processes
 //! never hold the same term.
 //!
-//! # A Lease deleted and recreated
+//! # A takeover whose answer was lost
 //!
-//! The backend remembers the highest term it has seen on the Lease, as holder or as follower. When
-//! it creates a missing Lease, or takes over one whose annotation is below that (recreated by
-//! someone else, edited, or restored), its term is `max(seen, found) + 1`: the epoch this process
-//! has seen never goes back, and a term jumps by more than one instead. The backend never returns
-//! [`BackendError::TermWentBack`]: the store's counter going back is an expected event here (a
-//! namespace or Lease deleted and recreated), and carrying on above it is both safe for fencing
-//! and live, whereas refusing would stop the election for good (the elector treats `TermWentBack`
-//! as fatal) until someone repaired the annotation. A term annotation that is not a number is
-//! refused (`Unavailable`, naming the annotation) and nothing is written: that is corruption, not
-//! history, and guessing could lower the epoch.
+//! A takeover `POST` or `PUT` may commit while its answer is lost (a cut connection, a timeout,
+//! the elector dropping an attempt that outlasted its budget). Until its outcome is known, the
+//! backend remembers it as *unsettled*: the term it wrote, and when (its `renewTime`, and the
+//! monotonic instant just before it was sent). The next read that finds the Lease naming this
+//! identity, carrying this process's nonce and that term adopts it: the process leads under that
+//! very term, with no term skipped and no lease duration waited. Identity alone would not do: a
+//! second process given the same identity has another nonce, and its unsettled takeover is never
+//! adopted by this one, nor this one's by it. The adoption leads without another write when the
+//! Lease, counted from the instant the adopted write was sent, outlasts the renew deadline from the
+//! start of this attempt (set with [`KubernetesBackend::with_renew_deadline`]); otherwise it renews
+//! first, and that renewal is remembered as unsettled too. So a takeover that always takes longer
+//! than the elector's retry budget still ends in leadership: the write commits after the attempt
+//! was given up, and the next attempt, a read, adopts it.
+//!
+//! # A term that went back
+//!
+//! The backend remembers the highest term it has seen on the Lease, as holder or as follower, and
+//! [`tenure_lead::memory::Remembering`] seeds it with the floor this node keeps in its state
+//! directory ([`LeaseBackend::remember_at_least`]). A Lease whose annotation is below that floor (a
+//! Lease deleted and recreated, an edited or restored annotation), or no Lease at all once a term
+//! has been seen, is refused with [`BackendError::TermWentBack`] (`found` 0 for a missing Lease)
+//! before anything is written: the elector steps down and stops. A fenced sink refuses only epochs
+//! *below* its high-water mark, so leading again from a lower term could hand out an epoch that
+//! was already used. To recover, set the annotation on the Lease at or above the term named in the
+//! error (`kubectl annotate lease NAME tenure.dev/leader-term=N --overwrite`, creating the Lease
+//! first if it is gone), then restart the contenders. A term annotation that is not a number is
+//! refused too (`Unavailable`, naming the annotation) and nothing is written: that is corruption,
+//! and guessing could lower the epoch.
 //!
 //! What no contender can do: a deletion loses the cluster's record of the term. A process that
-//! never read the last term before the Lease vanished (a newcomer, or a follower that had not
-//! polled yet) starts from what it has seen, so a term can be held a second time, and a fenced
-//! sink (which refuses only epochs *below* its high-water mark) cannot tell the two holders apart.
-//! Do not delete the Lease of a running election; to recreate one, set the annotation at or above
-//! the last term in use (the fenced sinks' high-water mark is a safe value).
+//! never saw a term (a newcomer with an empty state directory) creates the Lease again at term 1;
+//! the contenders that had seen more refuse it, but the newcomer leads, and a term can be held a
+//! second time. Do not delete the Lease of a running election; to recreate one, set the annotation
+//! at or above the last term in use (the fenced sinks' high-water mark is a safe value).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -57,16 +75,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::core::Status;
+use rand::Rng;
 use tenure_core::model::LeaderEpoch;
 use tenure_lead::backend::{Attempt, BackendError, LeaseBackend};
 use tokio::time::Instant;
 
-use crate::record::{self, TERM_ANNOTATION};
+use crate::names;
+use crate::record::{self, NONCE_ANNOTATION, TERM_ANNOTATION};
 
 /// How long connecting and each request may take, for clients built by [`client_for_url`].
 pub use tenure_lead::backend::REQUEST_TIMEOUT;
 
 const BACKEND: &str = "kubernetes";
+
+/// How many takeover writes under one term are remembered while their outcome is unknown (one
+/// per lost answer; the oldest is forgotten first, and a forgotten one is adopted by a renewal).
+const UNSETTLED_WRITES_MAX: usize = 4;
 
 /// A backend that could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +100,16 @@ pub enum SetupError {
     Empty {
         /// Which argument.
         field: &'static str,
+    },
+    /// A namespace or Lease name the API server would refuse (`422 Invalid`).
+    #[error("{field} {value:?} {rule}")]
+    BadName {
+        /// Which argument.
+        field: &'static str,
+        /// The name given.
+        value: String,
+        /// The rule it breaks.
+        rule: &'static str,
     },
     /// The lease duration was below one second (a Lease stores whole seconds).
     #[error("lease duration must be at least 1s (a Lease counts whole seconds), got {0:?}")]
@@ -88,15 +122,20 @@ pub enum SetupError {
         /// Why it was refused.
         message: String,
     },
+    /// No cluster configuration was found: neither a kubeconfig (`KUBECONFIG`, `~/.kube/config`)
+    /// nor an in-cluster service account.
+    #[error("no Kubernetes configuration found (KUBECONFIG, ~/.kube/config, in-cluster): {0}")]
+    Infer(#[source] kube::config::InferConfigError),
     /// kube could not build a client from the configuration.
     #[error("cannot build a Kubernetes client: {0}")]
     Client(#[source] kube::Error),
 }
 
 /// A kube client for the API server at `url` (plain `http://` unless the crate's `rustls-tls`
-/// feature is on), with [`REQUEST_TIMEOUT`] on connect, read and write, and without kube's
-/// automatic retries, so that one attempt makes one request per step. Call it inside a Tokio
-/// runtime: the client spawns its request buffer there.
+/// feature is on; a path in the URL is kept as the prefix of every request), with
+/// [`REQUEST_TIMEOUT`] on connect, read and write, and without kube's automatic retries, so that
+/// one attempt makes one request per step. Call it inside a Tokio runtime: the client spawns its
+/// request buffer there.
 pub fn client_for_url(url: &str) -> Result<kube::Client, SetupError> {
     let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| SetupError::Url {
         url: url.to_owned(),
@@ -105,7 +144,19 @@ pub fn client_for_url(url: &str) -> Result<kube::Client, SetupError> {
     if uri.scheme().is_none() || uri.authority().is_none() {
         return Err(SetupError::Url { url: url.to_owned(), message: "expected scheme://host:port".into() });
     }
-    let mut config = kube::Config::new(uri);
+    client_for_config(kube::Config::new(uri))
+}
+
+/// A kube client configured as kube-rs and kubectl find a cluster ([`kube::Config::infer`]): the
+/// kubeconfig named by `KUBECONFIG`, else `~/.kube/config` (its current context), else the
+/// in-cluster service account. Timeouts and retries as [`client_for_url`]. TLS (every real
+/// cluster) needs the crate's `rustls-tls` feature.
+pub async fn client_inferred() -> Result<kube::Client, SetupError> {
+    let config = kube::Config::infer().await.map_err(SetupError::Infer)?;
+    client_for_config(config)
+}
+
+fn client_for_config(mut config: kube::Config) -> Result<kube::Client, SetupError> {
     config.connect_timeout = Some(REQUEST_TIMEOUT);
     config.read_timeout = Some(REQUEST_TIMEOUT);
     config.write_timeout = Some(REQUEST_TIMEOUT);
@@ -119,10 +170,16 @@ pub struct KubernetesBackend {
     namespace: String,
     lease_name: String,
     identity: String,
+    /// Random per backend: tells this process's writes from those of another process given the
+    /// same identity.
+    nonce: String,
     lease_duration_s: i32,
+    /// How long the elector leads after the start of an attempt that returned `Leader`.
+    renew_deadline: Duration,
     held: Option<Held>,
     highest_seen: u64,
     observed: Option<Observed>,
+    unsettled: Option<Unsettled>,
 }
 
 /// The lease as this process took it.
@@ -140,13 +197,25 @@ struct Observed {
     since: Instant,
 }
 
+/// Takeover writes whose answer never came: they may have committed.
+#[derive(Debug)]
+struct Unsettled {
+    /// The term they wrote.
+    term: LeaderEpoch,
+    /// Each write's `renewTime` (microseconds, as the API stores it) and the instant just before
+    /// it was stamped; at most [`UNSETTLED_WRITES_MAX`], oldest first.
+    writes: Vec<(i64, Instant)>,
+}
+
 impl std::fmt::Debug for KubernetesBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubernetesBackend")
             .field("lease", &format_args!("{}/{}", self.namespace, self.lease_name))
             .field("identity", &self.identity)
+            .field("nonce", &self.nonce)
             .field("held", &self.held)
             .field("highest_seen", &self.highest_seen)
+            .field("unsettled", &self.unsettled)
             .finish_non_exhaustive()
     }
 }
@@ -154,7 +223,8 @@ impl std::fmt::Debug for KubernetesBackend {
 impl KubernetesBackend {
     /// Campaigns for the Lease `namespace/lease_name` as `identity` through `client`, writing
     /// `lease_duration` (rounded up to whole seconds) as the Lease's `leaseDurationSeconds`. Pass
-    /// the election's `ElectionConfig::lease_duration`.
+    /// the election's `ElectionConfig::lease_duration`. The namespace must be a DNS-1123 label and
+    /// the Lease name a DNS-1123 subdomain, as the API server requires.
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -167,6 +237,14 @@ impl KubernetesBackend {
                 return Err(SetupError::Empty { field });
             }
         }
+        if !names::is_dns1123_label(namespace) {
+            let value = namespace.to_owned();
+            return Err(SetupError::BadName { field: "namespace", value, rule: names::LABEL_RULE });
+        }
+        if !names::is_dns1123_subdomain(lease_name) {
+            let value = lease_name.to_owned();
+            return Err(SetupError::BadName { field: "lease name", value, rule: names::SUBDOMAIN_RULE });
+        }
         if lease_duration < Duration::from_secs(1) {
             return Err(SetupError::LeaseTooShort(lease_duration));
         }
@@ -175,10 +253,15 @@ impl KubernetesBackend {
             namespace: namespace.to_owned(),
             lease_name: lease_name.to_owned(),
             identity: identity.to_owned(),
+            nonce: format!("{:032x}", rand::rng().random::<u128>()),
             lease_duration_s: record::whole_seconds(lease_duration),
+            // Unknown until told: assume the elector may lead for a whole lease, so that an
+            // adopted takeover is always renewed before it is led under.
+            renew_deadline: lease_duration,
             held: None,
             highest_seen: 0,
             observed: None,
+            unsettled: None,
         })
     }
 
@@ -195,10 +278,19 @@ impl KubernetesBackend {
         Self::new(client_for_url(url)?, namespace, lease_name, identity, lease_duration)
     }
 
-    /// The highest term this process has seen on the Lease or held (0 before the first read).
+    /// Tells the backend the elector's renew deadline (pass `ElectionConfig::renew_deadline`), so
+    /// that a takeover whose answer was lost is adopted without another write while its Lease
+    /// outlasts that deadline. Without it, an adoption always renews first.
     #[must_use]
-    pub fn highest_term_seen(&self) -> u64 {
-        self.highest_seen
+    pub fn with_renew_deadline(mut self, renew_deadline: Duration) -> Self {
+        self.renew_deadline = renew_deadline;
+        self
+    }
+
+    /// The nonce this backend writes beside its identity ([`NONCE_ANNOTATION`]).
+    #[must_use]
+    pub fn nonce(&self) -> &str {
+        &self.nonce
     }
 
     fn unavailable(&self, error: impl std::fmt::Display) -> BackendError {
@@ -208,17 +300,28 @@ impl KubernetesBackend {
         }
     }
 
-    /// Reads the Lease and its term; records the term as seen and the version as observed.
-    async fn read(&mut self) -> Result<Option<(Lease, u64)>, BackendError> {
+    /// Reads the Lease and its term, and records the version as observed.
+    async fn fetch(&mut self) -> Result<Option<(Lease, u64)>, BackendError> {
         let found = self.api.get_opt(&self.lease_name).await.map_err(|e| self.unavailable(e))?;
         let Some(lease) = found else {
             self.observed = None;
             return Ok(None);
         };
         let term = record::term_of(&lease).map_err(|e| self.unavailable(e))?;
-        self.highest_seen = self.highest_seen.max(term);
         self.observe(&lease);
         Ok(Some((lease, term)))
+    }
+
+    /// [`Self::fetch`], refusing a term below the highest seen (a missing Lease is term 0), and
+    /// recording the term as seen.
+    async fn read(&mut self) -> Result<Option<(Lease, u64)>, BackendError> {
+        let current = self.fetch().await?;
+        let found = current.as_ref().map_or(0, |(_, term)| *term);
+        if found < self.highest_seen {
+            return Err(BackendError::TermWentBack { backend: BACKEND, seen: self.highest_seen, found });
+        }
+        self.highest_seen = found;
+        Ok(current)
     }
 
     fn observe(&mut self, lease: &Lease) {
@@ -236,15 +339,16 @@ impl KubernetesBackend {
 
     /// Both expiry conditions of the module documentation.
     fn expired(&self, lease: &Lease) -> bool {
-        let duration_s = record::duration_s_of(lease, self.lease_duration_s);
-        let duration = Duration::from_secs(u64::from(duration_s.unsigned_abs()));
+        let duration = declared_duration(lease, self.lease_duration_s);
         let watched_expire = self.observed.as_ref().is_some_and(|o| o.since.elapsed() >= duration);
+        let duration_s = record::duration_s_of(lease, self.lease_duration_s);
         watched_expire && record::renewal_passed(lease, duration_s, Timestamp::now())
     }
 
     fn won(&mut self, term: LeaderEpoch, written: &Lease) -> Attempt {
         self.highest_seen = self.highest_seen.max(term.get());
         self.held = Some(Held { term, uid: written.metadata.uid.clone() });
+        self.unsettled = None;
         self.observe(written);
         Attempt::Leader { term }
     }
@@ -254,22 +358,100 @@ impl KubernetesBackend {
         Attempt::Follower { holder }
     }
 
-    fn holds(&self, held: &Held, lease: &Lease, term: u64) -> bool {
+    /// Whether this process wrote the holder of `lease`: its identity *and* its nonce.
+    fn written_here(&self, lease: &Lease) -> bool {
         record::holder_of(lease) == Some(self.identity.as_str())
-            && term == held.term.get()
-            && lease.metadata.uid == held.uid
+            && record::nonce_of(lease) == Some(self.nonce.as_str())
+    }
+
+    fn holds(&self, held: &Held, lease: &Lease, term: u64) -> bool {
+        self.written_here(lease) && term == held.term.get() && lease.metadata.uid == held.uid
+    }
+
+    /// Whether `lease` (at `term`) is this process's unsettled takeover, committed.
+    fn is_unsettled_takeover(&self, lease: &Lease, term: u64) -> bool {
+        self.unsettled.as_ref().is_some_and(|u| u.term.get() == term) && self.written_here(lease)
+    }
+
+    /// Records a takeover (or the renewal adopting one) under `term` about to be sent and returns
+    /// its `renewTime`: from here until its outcome is known, a lost answer may hide a committed
+    /// takeover.
+    fn stamp_unsettled(&mut self, term: LeaderEpoch) -> MicroTime {
+        let sent = Instant::now();
+        // The API keeps microseconds: stamp in microseconds, to know the write when read back.
+        let micros = Timestamp::now().as_microsecond();
+        let unsettled = match self.unsettled.take() {
+            Some(same) if same.term == term => same,
+            _ => Unsettled { term, writes: Vec::new() },
+        };
+        let mut writes = unsettled.writes;
+        if writes.len() >= UNSETTLED_WRITES_MAX {
+            writes.remove(0);
+        }
+        writes.push((micros, sent));
+        self.unsettled = Some(Unsettled { term, writes });
+        MicroTime(Timestamp::from_microsecond(micros).expect("a time read from the clock is in range"))
+    }
+
+    /// Whether this process's unsettled write, found committed as `lease`, may be led under
+    /// without another write: the Lease, counted from the instant that write was sent, lasts
+    /// beyond `started` plus the renew deadline (the elector leads until then).
+    fn outlasts_renew_deadline(&self, lease: &Lease, started: Instant) -> bool {
+        let renewed = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0.as_microsecond());
+        let sent = self.unsettled.as_ref().and_then(|u| {
+            u.writes.iter().find(|(micros, _)| Some(*micros) == renewed).map(|(_, sent)| *sent)
+        });
+        let duration = declared_duration(lease, self.lease_duration_s);
+        sent.is_some_and(|sent| {
+            let left = duration.saturating_sub(started.saturating_duration_since(sent));
+            left > self.renew_deadline
+        })
+    }
+
+    /// Adopts this process's unsettled takeover, found committed as `lease` at `term`: leads at
+    /// once if it [outlasts the renew deadline](Self::outlasts_renew_deadline), otherwise renews
+    /// it first — a write recorded as unsettled too, so that if its answer is lost as well, the
+    /// next read adopts the renewal.
+    async fn adopt(
+        &mut self,
+        mut lease: Lease,
+        term: u64,
+        started: Instant,
+    ) -> Result<Attempt, BackendError> {
+        let term = LeaderEpoch::from_stored(term);
+        if self.outlasts_renew_deadline(&lease, started) {
+            return Ok(self.won(term, &lease));
+        }
+        let now = self.stamp_unsettled(term);
+        let spec = lease.spec.get_or_insert_default();
+        spec.renew_time = Some(now);
+        spec.lease_duration_seconds = Some(self.lease_duration_s);
+        match self.api.replace(&self.lease_name, &PostParams::default(), &lease).await {
+            Ok(written) => Ok(self.won(term, &written)),
+            Err(e) if is_api(&e, Status::is_conflict) => Err(self.unavailable(
+                "adopting a takeover raced another write to the Lease; it is re-read on the next attempt",
+            )),
+            Err(e) => Err(self.unavailable(e)),
+        }
+    }
+
+    fn next_term(&self) -> Result<LeaderEpoch, BackendError> {
+        LeaderEpoch::from_stored(self.highest_seen)
+            .checked_next()
+            .ok_or(BackendError::TermOverflow { backend: BACKEND, term: self.highest_seen })
     }
 
     async fn create(&mut self) -> Result<Attempt, BackendError> {
-        let term = LeaderEpoch::from_stored(self.highest_seen)
-            .checked_next()
-            .ok_or(BackendError::TermOverflow { backend: "kubernetes", term: self.highest_seen })?;
-        let now = MicroTime(Timestamp::now());
+        let term = self.next_term()?;
+        let now = self.stamp_unsettled(term);
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.lease_name.clone()),
                 namespace: Some(self.namespace.clone()),
-                annotations: Some(BTreeMap::from([(TERM_ANNOTATION.to_owned(), term.get().to_string())])),
+                annotations: Some(BTreeMap::from([
+                    (TERM_ANNOTATION.to_owned(), term.get().to_string()),
+                    (NONCE_ANNOTATION.to_owned(), self.nonce.clone()),
+                ])),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -289,22 +471,18 @@ impl KubernetesBackend {
     }
 
     async fn take(&mut self, current: Option<(Lease, u64)>) -> Result<Attempt, BackendError> {
-        let Some((mut lease, found)) = current else { return self.create().await };
+        let Some((mut lease, _)) = current else { return self.create().await };
         if let Some(holder) = record::holder_of(&lease)
             && !self.expired(&lease)
         {
             return Ok(Attempt::Follower { holder: Some(holder.to_owned()) });
         }
-        let highest = self.highest_seen.max(found);
-        let term = LeaderEpoch::from_stored(highest)
-            .checked_next()
-            .ok_or(BackendError::TermOverflow { backend: "kubernetes", term: highest })?;
-        let now = MicroTime(Timestamp::now());
-        lease
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(TERM_ANNOTATION.to_owned(), term.get().to_string());
+        // `read` made the highest seen at least the term found.
+        let term = self.next_term()?;
+        let now = self.stamp_unsettled(term);
+        let annotations = lease.metadata.annotations.get_or_insert_default();
+        annotations.insert(TERM_ANNOTATION.to_owned(), term.get().to_string());
+        annotations.insert(NONCE_ANNOTATION.to_owned(), self.nonce.clone());
         let spec = lease.spec.get_or_insert_default();
         spec.holder_identity = Some(self.identity.clone());
         spec.acquire_time = Some(now.clone());
@@ -314,6 +492,8 @@ impl KubernetesBackend {
         // Carries the resourceVersion and uid just read: exactly one racing takeover is accepted.
         match self.api.replace(&self.lease_name, &PostParams::default(), &lease).await {
             Ok(written) => Ok(self.won(term, &written)),
+            // Lost the race (perhaps to an earlier takeover of this process whose answer was
+            // lost: the unsettled record stays, and the next read adopts it).
             Err(e) if is_api(&e, |s| s.is_conflict() || s.is_not_found()) => {
                 Ok(Attempt::Follower { holder: None })
             }
@@ -342,13 +522,24 @@ impl KubernetesBackend {
     }
 }
 
+/// The lease duration `lease` declares (or `fallback_s`), as a duration.
+fn declared_duration(lease: &Lease, fallback_s: i32) -> Duration {
+    Duration::from_secs(u64::from(record::duration_s_of(lease, fallback_s).unsigned_abs()))
+}
+
 fn is_api(error: &kube::Error, test: impl Fn(&Status) -> bool) -> bool {
     matches!(error, kube::Error::Api(status) if test(status))
 }
 
 impl LeaseBackend for KubernetesBackend {
     async fn try_acquire_or_renew(&mut self) -> Result<Attempt, BackendError> {
+        let started = Instant::now();
         let current = self.read().await?;
+        let adoptable = self.held.is_none()
+            && current.as_ref().is_some_and(|(lease, term)| self.is_unsettled_takeover(lease, *term));
+        if adoptable && let Some((lease, term)) = current {
+            return self.adopt(lease, term, started).await;
+        }
         match self.held.clone() {
             Some(held) => self.renew(held, current).await,
             None => self.take(current).await,
@@ -356,13 +547,29 @@ impl LeaseBackend for KubernetesBackend {
     }
 
     async fn release(&mut self) -> Result<(), BackendError> {
-        let Some(held) = self.held.take() else { return Ok(()) };
-        let Some((mut lease, found)) = self.read().await? else { return Ok(()) };
-        if !self.holds(&held, &lease, found) {
+        let held = self.held.take();
+        if held.is_none() && self.unsettled.is_none() {
+            return Ok(());
+        }
+        let current = self.fetch().await;
+        let Some((mut lease, found)) = current? else {
+            self.unsettled = None;
+            return Ok(());
+        };
+        // A takeover that committed unbeknown to this process is released too.
+        let ours = match &held {
+            Some(held) => self.holds(held, &lease, found),
+            None => self.is_unsettled_takeover(&lease, found),
+        };
+        self.unsettled = None;
+        if !ours {
             return Ok(());
         }
         // Keep the term annotation: the next holder counts on from it.
         lease.spec.get_or_insert_default().holder_identity = None;
+        if let Some(annotations) = lease.metadata.annotations.as_mut() {
+            annotations.remove(NONCE_ANNOTATION);
+        }
         match self.api.replace(&self.lease_name, &PostParams::default(), &lease).await {
             Ok(written) => {
                 self.observe(&written);
@@ -374,5 +581,13 @@ impl LeaseBackend for KubernetesBackend {
 
     fn name(&self) -> &'static str {
         BACKEND
+    }
+
+    fn highest_seen(&self) -> u64 {
+        self.highest_seen
+    }
+
+    fn remember_at_least(&mut self, term: u64) {
+        self.highest_seen = self.highest_seen.max(term);
     }
 }

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `GET …/namespaces/{ns}/leases/{name}` | `200` and the Lease, or `404 NotFound` |
 //! | `POST …/namespaces/{ns}/leases` | `201` and the stored Lease (new `uid`, `creationTimestamp`, `resourceVersion`); `409 AlreadyExists` if present; `500` if the body sets `resourceVersion` ("should not be set on objects to be created") |
+//! | `POST`/`PUT` naming a Lease that is not a DNS-1123 subdomain, or a namespace that is not a DNS-1123 label | `422 Invalid` ("metadata.name: Invalid value", "metadata.namespace: Invalid value") |
 //! | `PUT …/namespaces/{ns}/leases/{name}` | `200` and the stored Lease when `metadata.resourceVersion` equals the stored one; `409 Conflict` ("the object has been modified") when it differs; `422 Invalid` when it is empty (Leases forbid unconditional updates); `409 Conflict` ("Precondition failed: UID …") when the body's `uid` is not the stored object's; `201` (create on update, allowed for Leases) when absent and the body has no `uid` |
 //! | `DELETE …/namespaces/{ns}/leases/{name}` | `200` and a `Success` `Status`, or `404 NotFound` |
 //!
@@ -19,14 +20,17 @@
 //! all Leases (like etcd's revision) and moves on every write, deletion included. The server keeps
 //! `uid` and `creationTimestamp` on update, whatever the body says, as the API server does.
 //!
-//! Two hooks exist for tests only: [`LeaseApiDouble::rendezvous_next_gets`] makes contenders read
-//! the same version so that their writes really race, and [`LeaseApiDouble::stats`] counts the
-//! rejections served.
+//! Hooks exist for tests only: [`LeaseApiDouble::rendezvous_next_gets`] makes contenders read the
+//! same version so that their writes really race; [`LeaseApiDouble::cut_next_write_answers`] and
+//! [`LeaseApiDouble::delay_write_answers`] lose the answer to a write that was applied (a cut
+//! connection, an answer slower than the caller's patience); [`LeaseApiDouble::stats`] counts the
+//! rejections and lost answers served.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -39,6 +43,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
+
+use crate::names;
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 use tokio::task::{JoinHandle, JoinSet};
@@ -47,7 +53,7 @@ use tokio::task::{JoinHandle, JoinSet};
 pub const REQUEST_BODY_BYTES_MAX: usize = 1024 * 1024;
 
 /// How long the accept loop pauses after a failed accept (e.g. out of file descriptors).
-const ACCEPT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(10);
 
 /// The API group and version the double serves.
 const GROUP: &str = "coordination.k8s.io";
@@ -73,6 +79,9 @@ pub struct DoubleStats {
     pub already_exists: u64,
     /// Accepted writes (create, update, delete).
     pub writes: u64,
+    /// Answers to `POST` and `PUT` lost on purpose ([`LeaseApiDouble::cut_next_write_answers`],
+    /// [`LeaseApiDouble::delay_write_answers`]).
+    pub answers_lost: u64,
 }
 
 /// A test double of the Kubernetes API server's Lease endpoints, listening on 127.0.0.1.
@@ -89,7 +98,29 @@ pub struct LeaseApiDouble {
 struct DoubleState {
     store: Mutex<Store>,
     rendezvous: Mutex<Option<Rendezvous>>,
+    faults: Mutex<AnswerFaults>,
 }
+
+/// How answers to writes are lost (test hooks). The write itself is always applied first.
+#[derive(Debug, Default)]
+struct AnswerFaults {
+    /// How many of the next `POST`/`PUT` answers are cut (the connection closed unanswered).
+    cut_next: usize,
+    /// How long every other `POST`/`PUT` answer is held back after the write is applied.
+    delay: Duration,
+}
+
+/// What is done with one write's answer.
+enum AnswerFate {
+    Sent,
+    Cut,
+    Delayed(Duration),
+}
+
+/// The service's error: hyper closes the connection without an answer.
+#[derive(Debug, thiserror::Error)]
+#[error("Lease API double: the answer to this write was cut on purpose (a test fault)")]
+struct AnswerCut;
 
 #[derive(Debug, Default)]
 struct Store {
@@ -147,6 +178,20 @@ impl LeaseApiDouble {
         lock(&self.state.store).stats
     }
 
+    /// Test hook (fault): the next `count` `POST`s and `PUT`s are applied (or refused) as usual,
+    /// then their connection is closed without an answer, as when a network cuts a connection
+    /// after the API server committed. The client sees a connection error, not the outcome.
+    pub fn cut_next_write_answers(&self, count: usize) {
+        lock(&self.state.faults).cut_next = count;
+    }
+
+    /// Test hook (fault): from now on, every `POST` and `PUT` is applied (or refused) at once, and
+    /// its answer is sent only `delay` later — longer than a caller's patience, the caller gives
+    /// up on a write that did commit. `Duration::ZERO` turns it off.
+    pub fn delay_write_answers(&self, delay: Duration) {
+        lock(&self.state.faults).delay = delay;
+    }
+
     /// Test hook: the next `count` `GET`s each take their snapshot of the store on arrival but are
     /// answered only once all `count` have arrived, so `count` contenders read the same
     /// `resourceVersion` and their writes race for real. A `GET` waits until the others come.
@@ -175,7 +220,7 @@ async fn serve(listener: TcpListener, state: Arc<DoubleState>) {
                 };
                 let state = state.clone();
                 connections.spawn(async move {
-                    let service = service_fn(move |request| respond(state.clone(), request));
+                    let service = service_fn(move |request| answer(state.clone(), request));
                     // A connection error only ends that connection.
                     let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
                 });
@@ -203,6 +248,41 @@ fn parse_path(path: &str) -> Option<Target> {
         Some(name) => Some(name.to_owned()),
     };
     parts.next().is_none().then_some(Target { namespace, name })
+}
+
+/// [`respond`], then the write-answer faults: the request has been served in full before its
+/// answer is cut or held back.
+async fn answer(
+    state: Arc<DoubleState>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, AnswerCut> {
+    let is_write = matches!(*request.method(), Method::POST | Method::PUT);
+    let Ok(response) = respond(state.clone(), request).await;
+    if !is_write {
+        return Ok(response);
+    }
+    let fate = {
+        let mut faults = lock(&state.faults);
+        if faults.cut_next > 0 {
+            faults.cut_next -= 1;
+            AnswerFate::Cut
+        } else if faults.delay.is_zero() {
+            AnswerFate::Sent
+        } else {
+            AnswerFate::Delayed(faults.delay)
+        }
+    };
+    if !matches!(fate, AnswerFate::Sent) {
+        lock(&state.store).stats.answers_lost += 1;
+    }
+    match fate {
+        AnswerFate::Sent => Ok(response),
+        AnswerFate::Cut => Err(AnswerCut),
+        AnswerFate::Delayed(delay) => {
+            tokio::time::sleep(delay).await;
+            Ok(response)
+        }
+    }
 }
 
 async fn respond(
@@ -284,7 +364,7 @@ fn create(state: &DoubleState, namespace: &str, mut lease: Lease) -> Response<Fu
             None,
         );
     };
-    if let Some(refusal) = namespace_mismatch(&lease, namespace) {
+    if let Some(refusal) = namespace_mismatch(&lease, namespace).or_else(|| invalid_names(namespace, &name)) {
         return refusal;
     }
     if lease.metadata.resource_version.as_deref().is_some_and(|rv| !rv.is_empty()) {
@@ -321,7 +401,7 @@ fn replace(state: &DoubleState, namespace: &str, name: &str, mut lease: Lease) -
             None,
         );
     }
-    if let Some(refusal) = namespace_mismatch(&lease, namespace) {
+    if let Some(refusal) = namespace_mismatch(&lease, namespace).or_else(|| invalid_names(namespace, name)) {
         return refusal;
     }
     let mut store = lock(&state.store);
@@ -412,6 +492,26 @@ fn namespace_mismatch(lease: &Lease, namespace: &str) -> Option<Response<Full<By
             None,
         )
     })
+}
+
+/// `422 Invalid` for a Lease name that is not a DNS-1123 subdomain or a namespace that is not a
+/// DNS-1123 label, as the API server's object-meta validation answers a write.
+fn invalid_names(namespace: &str, name: &str) -> Option<Response<Full<Bytes>>> {
+    let field = if !names::is_dns1123_subdomain(name) {
+        format!(
+            "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', must start and end with an alphanumeric character, and must be no more than {} characters",
+            names::SUBDOMAIN_CHARS_MAX
+        )
+    } else if !names::is_dns1123_label(namespace) {
+        format!(
+            "metadata.namespace: Invalid value: {namespace:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', must start and end with an alphanumeric character, and must be no more than {} characters",
+            names::LABEL_CHARS_MAX
+        )
+    } else {
+        return None;
+    };
+    let message = format!("Lease.{GROUP} {name:?} is invalid: {field}");
+    Some(failure(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &message, Some(name)))
 }
 
 fn not_found(name: &str) -> Response<Full<Bytes>> {

@@ -8,21 +8,25 @@
 //! renewal. Give it to [`tenure_lead::elector::spawn`] like any other backend.
 //!
 //! kube is a heavy dependency, so it lives in this crate, built as a plain-HTTP client
-//! (`kube` without default features, `k8s-openapi` at its earliest API version). The `rustls-tls`
-//! feature adds TLS for talking to an API server directly; without it, point the backend at
-//! `kubectl proxy` or any plain-HTTP endpoint.
+//! (`kube` without default features). The `rustls-tls` feature (on in the `tenure` binary's
+//! `kubernetes` feature) adds TLS, rustls on ring, for talking to an API server directly, from a
+//! kubeconfig or in-cluster ([`client_inferred`]); without it, point the backend at
+//! `kubectl proxy` or any plain-HTTP endpoint ([`client_for_url`]).
 //!
 //! [`LeaseApiDouble`] is a **test double**: a small HTTP server on 127.0.0.1 that answers the
-//! Lease requests kube's `Api<Lease>` makes (get, create, replace, delete) the way the API server
-//! does, `409 Conflict` on a stale `resourceVersion` included. No Kubernetes API server runs on
+//! Lease requests kube's `Api<Lease>` makes (get, create, replace, delete) in the API server's
+//! shapes, for what leader election relies on (`409 Conflict` on a stale `resourceVersion`
+//! above all), and can lose the answer to a write it applied. No Kubernetes API server runs on
 //! the machines this project is tested on; the double lets the backend's real code, HTTP client
 //! included, be tested here. It is not a cluster and never stands in for one outside tests.
 //!
 //! # Layout
 //!
-//! - [`backend`] — `KubernetesBackend`: takeover, renewal, release; the expiry rule; why the epoch
-//!   never goes back when a Lease is deleted and recreated.
-//! - [`record`] — reading a Lease as an election record: term annotation, holder, expiry (pure).
+//! - [`backend`] — `KubernetesBackend`: takeover, renewal, release; the expiry rule; adopting a
+//!   takeover whose answer was lost; refusing a term that went back.
+//! - [`record`] — reading a Lease as an election record: term and nonce annotations, holder,
+//!   expiry (pure).
+//! - [`names`] — the API server's rules for Lease names and namespaces (pure).
 //! - [`double`] — `LeaseApiDouble`, the Lease API test double.
 //!
 //! # Example
@@ -42,11 +46,12 @@
 
 pub mod backend;
 pub mod double;
+pub mod names;
 pub mod record;
 
-pub use backend::{KubernetesBackend, SetupError, client_for_url};
+pub use backend::{KubernetesBackend, SetupError, client_for_url, client_inferred};
 pub use double::LeaseApiDouble;
 /// The kube client this crate is built against (`kube::Config::infer()`, `kube::Client`), so that
 /// callers build clients without depending on kube themselves.
 pub use kube;
-pub use record::TERM_ANNOTATION;
+pub use record::{NONCE_ANNOTATION, TERM_ANNOTATION};

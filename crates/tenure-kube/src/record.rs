@@ -10,6 +10,11 @@ use k8s_openapi::jiff::Timestamp;
 /// takeover, unchanged on renewal. Missing means 0 (a Lease no contender has written yet).
 pub const TERM_ANNOTATION: &str = "tenure.dev/leader-term";
 
+/// The annotation that carries the holder's nonce: random per backend instance, written with
+/// every takeover, so that a process can tell its own takeover from one by another process given
+/// the same identity (see the backend's "takeover whose answer was lost").
+pub const NONCE_ANNOTATION: &str = "tenure.dev/leader-nonce";
+
 /// The annotation holds something that is not a term.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("annotation {TERM_ANNOTATION} is not a term: {found:?}")]
@@ -24,6 +29,12 @@ pub fn term_of(lease: &Lease) -> Result<u64, BadTerm> {
         None => Ok(0),
         Some(text) => text.trim().parse().map_err(|_| BadTerm { found: text.clone() }),
     }
+}
+
+/// The nonce written with the holder on `lease`, if any.
+#[must_use]
+pub fn nonce_of(lease: &Lease) -> Option<&str> {
+    lease.metadata.annotations.as_ref().and_then(|a| a.get(NONCE_ANNOTATION)).map(String::as_str)
 }
 
 /// The holder named on `lease`; an empty name counts as none (that is how a release looks).

@@ -1,5 +1,6 @@
 //! `KubernetesBackend` against the Lease API double (a test double of the API server, over real
-//! HTTP): takeover, renewal, expiry, release, racing contenders, and a Lease deleted and recreated.
+//! HTTP): takeover, renewal, expiry, release, racing contenders, a term that went back (a Lease
+//! deleted and recreated, an edited annotation, a floor from the state directory), and bad names.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,7 +9,9 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
-use tenure_kube::{KubernetesBackend, LeaseApiDouble, SetupError, TERM_ANNOTATION, client_for_url};
+use tenure_kube::{
+    KubernetesBackend, LeaseApiDouble, NONCE_ANNOTATION, SetupError, TERM_ANNOTATION, client_for_url,
+};
 use tenure_lead::LeaderEpoch;
 use tenure_lead::backend::{Attempt, BackendError, LeaseBackend};
 
@@ -176,8 +179,24 @@ async fn a_restarted_process_with_the_same_identity_never_shares_the_term() {
     assert_eq!(attempt(&mut first).await, leader(1));
 }
 
+fn went_back(error: &BackendError) -> Option<(u64, u64)> {
+    match error {
+        BackendError::TermWentBack { backend: "kubernetes", seen, found } => Some((*seen, *found)),
+        _ => None,
+    }
+}
+
+/// An attempt that must be refused with `TermWentBack`: its (seen, found).
+async fn refused(backend: &mut KubernetesBackend) -> (u64, u64) {
+    let error = tokio::time::timeout(STEP_TIMEOUT, backend.try_acquire_or_renew())
+        .await
+        .expect("an attempt does not hang")
+        .expect_err("a term below the highest seen is refused");
+    went_back(&error).unwrap_or_else(|| panic!("expected TermWentBack, got {error}"))
+}
+
 #[tokio::test]
-async fn a_deleted_and_recreated_lease_never_lowers_the_epoch() {
+async fn a_deleted_and_recreated_lease_is_refused_until_its_term_is_restored() {
     let double = LeaseApiDouble::start().await.expect("listens");
     let mut a = contender(&double, "a", Duration::from_secs(15));
     let mut b = contender(&double, "b", Duration::from_secs(15));
@@ -188,33 +207,78 @@ async fn a_deleted_and_recreated_lease_never_lowers_the_epoch() {
     assert_eq!(attempt(&mut a).await, leader(3));
     assert_eq!(attempt(&mut b).await, follower(Some("a")), "b has now seen term 3");
 
-    // An administrator deletes the Lease under the leader.
+    // An administrator deletes the Lease under the leader: a missing Lease is term 0.
     admin(&double).delete(LEASE, &DeleteParams::default()).await.expect("deleted");
-    assert_eq!(attempt(&mut a).await, follower(None), "the leader notices it lost the lease");
-    assert_eq!(attempt(&mut a).await, leader(4), "recreated above everything a has seen");
-    assert_eq!(stored(&double), (Some("a".into()), Some("4".into())));
+    let version = double.resource_version();
+    assert_eq!(refused(&mut a).await, (3, 0), "the leader refuses");
+    assert_eq!(refused(&mut b).await, (3, 0), "so does the follower");
+    assert!(double.lease(NAMESPACE, LEASE).is_none(), "neither recreated it");
+    assert_eq!(double.resource_version(), version, "nothing written");
 
-    assert_eq!(attempt(&mut b).await, follower(Some("a")), "b has now seen term 4");
-
-    // Deleted again, and recreated by a newcomer that has seen nothing: its term restarts at 1.
-    admin(&double).delete(LEASE, &DeleteParams::default()).await.expect("deleted");
+    // A newcomer that has seen nothing recreates it at 1 (no contender can prevent that); those
+    // that saw term 3 refuse it, and write nothing.
     let mut newcomer = contender(&double, "c", Duration::from_secs(15));
     assert_eq!(attempt(&mut newcomer).await, leader(1));
-    assert_eq!(attempt(&mut b).await, follower(Some("c")));
     newcomer.release().await.expect("released");
-    assert_eq!(b.highest_term_seen(), 4, "the recreated Lease's 1 did not lower what b has seen");
-    assert_eq!(attempt(&mut b).await, leader(5), "max(seen 4, found 1) + 1");
-    assert_eq!(attempt(&mut a).await, follower(Some("b")), "a's term-4 Lease is gone");
-    assert_eq!(a.highest_term_seen(), 5);
+    let version = double.resource_version();
+    assert_eq!(refused(&mut b).await, (3, 1), "free, but below what b has seen");
+    assert_eq!(double.resource_version(), version, "b wrote nothing");
+    assert_eq!(b.highest_seen(), 3, "the recreated Lease's 1 did not lower what b has seen");
 
-    // Recreated by hand without the annotation (found 0) and without a holder.
-    admin(&double).delete(LEASE, &DeleteParams::default()).await.expect("deleted");
-    let bare =
-        Lease { metadata: ObjectMeta { name: Some(LEASE.into()), ..ObjectMeta::default() }, spec: None };
-    admin(&double).create(&PostParams::default(), &bare).await.expect("created");
-    assert_eq!(attempt(&mut a).await, leader(6), "max(seen 5, found 0) + 1");
-    assert_eq!(attempt(&mut b).await, follower(Some("a")), "b lost its Lease with the deletion");
-    assert_eq!(stored(&double), (Some("a".into()), Some("6".into())));
+    // Recovery, as documented: the annotation set at the term named in the error.
+    let api = admin(&double);
+    let mut restored = api.get(LEASE).await.expect("get");
+    restored.metadata.annotations.get_or_insert_default().insert(TERM_ANNOTATION.into(), "3".into());
+    api.replace(LEASE, &PostParams::default(), &restored).await.expect("annotated");
+    assert_eq!(attempt(&mut b).await, leader(4), "counts on from the restored term");
+    assert_eq!(stored(&double), (Some("b".into()), Some("4".into())));
+}
+
+#[tokio::test]
+async fn a_lower_annotation_under_a_leader_is_refused_and_nothing_is_written() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    let mut b = contender(&double, "b", Duration::from_secs(15));
+    assert_eq!(attempt(&mut a).await, leader(1));
+    a.release().await.expect("released");
+    assert_eq!(attempt(&mut b).await, leader(2));
+    assert_eq!(attempt(&mut a).await, follower(Some("b")), "a has now seen term 2");
+    let api = admin(&double);
+    let mut edited = api.get(LEASE).await.expect("get");
+    edited.metadata.annotations.get_or_insert_default().insert(TERM_ANNOTATION.into(), "1".into());
+    api.replace(LEASE, &PostParams::default(), &edited).await.expect("edited");
+    let version = double.resource_version();
+    assert_eq!(refused(&mut b).await, (2, 1), "the holder's renewal refuses");
+    assert_eq!(refused(&mut a).await, (2, 1), "a follower that saw 2 refuses");
+    assert_eq!(double.resource_version(), version, "nothing written");
+}
+
+#[tokio::test]
+async fn a_floor_from_the_state_directory_is_refused_before_anything_is_written() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    // A restarted node whose state directory says it saw term 7; the cluster has no Lease.
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    a.remember_at_least(7);
+    assert_eq!(a.highest_seen(), 7);
+    assert_eq!(refused(&mut a).await, (7, 0), "a missing Lease after term 7");
+    assert!(double.lease(NAMESPACE, LEASE).is_none(), "not created at term 1 (nor 8)");
+
+    // The Lease is recreated below the floor: still refused, and not taken.
+    let mut c = contender(&double, "c", Duration::from_secs(15));
+    assert_eq!(attempt(&mut c).await, leader(1));
+    c.release().await.expect("released");
+    let version = double.resource_version();
+    assert_eq!(refused(&mut a).await, (7, 1));
+    assert_eq!(double.resource_version(), version, "nothing written");
+    a.remember_at_least(3);
+    assert_eq!(a.highest_seen(), 7, "a floor is only ever raised");
+
+    // At or above the floor, it goes on: a Lease at 7 is taken at 8.
+    let api = admin(&double);
+    let mut restored = api.get(LEASE).await.expect("get");
+    restored.metadata.annotations.get_or_insert_default().insert(TERM_ANNOTATION.into(), "7".into());
+    api.replace(LEASE, &PostParams::default(), &restored).await.expect("annotated");
+    assert_eq!(attempt(&mut a).await, leader(8));
 }
 
 #[tokio::test]
@@ -227,7 +291,7 @@ async fn a_renewal_that_finds_another_term_is_a_lost_lease() {
     edited.metadata.annotations.get_or_insert_default().insert(TERM_ANNOTATION.into(), "9".into());
     api.replace(LEASE, &PostParams::default(), &edited).await.expect("edited");
     assert_eq!(attempt(&mut a).await, follower(Some("a")), "not the term a took: a does not lead");
-    assert_eq!(a.highest_term_seen(), 9);
+    assert_eq!(a.highest_seen(), 9);
 }
 
 #[tokio::test]
@@ -278,6 +342,27 @@ async fn bad_setups_are_refused() {
 }
 
 #[tokio::test]
+async fn names_the_api_server_would_refuse_are_refused_at_setup_naming_the_field() {
+    let url = "http://127.0.0.1:1";
+    let second = Duration::from_secs(1);
+    let too_long = format!("{}.{}.{}", "a".repeat(100), "b".repeat(100), "c".repeat(52));
+    for name in ["Election", "my_election", "-e", "e-", "a..b", too_long.as_str()] {
+        let error = KubernetesBackend::connect(url, NAMESPACE, name, "a", second).expect_err("bad name");
+        assert!(matches!(error, SetupError::BadName { field: "lease name", .. }), "{name}: {error}");
+        let text = error.to_string();
+        assert!(text.starts_with("lease name ") && text.contains("DNS-1123 subdomain"), "{text}");
+    }
+    for namespace in ["Ops", "ops.prod", "ops_prod", &"n".repeat(64)] {
+        let error =
+            KubernetesBackend::connect(url, namespace, LEASE, "a", second).expect_err("bad namespace");
+        assert!(matches!(error, SetupError::BadName { field: "namespace", .. }), "{namespace}: {error}");
+        assert!(error.to_string().contains("DNS-1123 label"), "{error}");
+    }
+    let dotted = KubernetesBackend::connect(url, &"n".repeat(63), "tenure.dev.vip-1", "A_b", second);
+    assert!(dotted.is_ok(), "a 63-character namespace and a dotted name are valid; identities are free");
+}
+
+#[tokio::test]
 async fn a_term_at_u64_max_is_refused_never_wrapped_or_panicking() {
     let double = LeaseApiDouble::start().await.expect("listens");
     let at_max = ghost_lease(u64::MAX);
@@ -290,4 +375,68 @@ async fn a_term_at_u64_max_is_refused_never_wrapped_or_panicking() {
         matches!(refused, tenure_lead::backend::BackendError::TermOverflow { term: u64::MAX, .. }),
         "{refused}"
     );
+}
+
+/// The nonce annotation as stored.
+fn stored_nonce(double: &LeaseApiDouble) -> Option<String> {
+    let lease = double.lease(NAMESPACE, LEASE).expect("the Lease exists");
+    lease.metadata.annotations.and_then(|a| a.get(NONCE_ANNOTATION).cloned())
+}
+
+#[tokio::test]
+async fn a_takeover_whose_answer_was_lost_is_adopted_at_the_same_term() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    // A 15s lease: an adoption that waited the lease out would not fit in STEP_TIMEOUT.
+    let mut a = contender(&double, "a", Duration::from_secs(15));
+    double.cut_next_write_answers(1);
+    let lost = a.try_acquire_or_renew().await.expect_err("the answer to the creation was cut");
+    assert!(matches!(lost, BackendError::Unavailable { .. }), "{lost}");
+    assert_eq!(stored(&double), (Some("a".into()), Some("1".into())), "the creation committed");
+    assert_eq!(stored_nonce(&double).as_deref(), Some(a.nonce()));
+    let version = double.resource_version();
+    assert_eq!(attempt(&mut a).await, leader(1), "adopted: no term skipped, no lease waited out");
+    // Not told the renew deadline: the adoption renews before it leads.
+    assert_eq!(double.resource_version(), version + 1, "one renewing write");
+    assert_eq!(attempt(&mut a).await, leader(1), "then renews as usual");
+    a.release().await.expect("released");
+
+    // A takeover by replace (PUT), by a backend that knows the renew deadline: adopted at once.
+    let mut b = contender(&double, "b", Duration::from_secs(15)).with_renew_deadline(Duration::from_secs(10));
+    double.cut_next_write_answers(1);
+    b.try_acquire_or_renew().await.expect_err("the answer to the takeover was cut");
+    assert_eq!(stored(&double), (Some("b".into()), Some("2".into())), "the takeover committed");
+    let version = double.resource_version();
+    assert_eq!(attempt(&mut b).await, leader(2), "adopted under the term it wrote");
+    assert_eq!(double.resource_version(), version, "adopted without another write");
+    assert_eq!(attempt(&mut b).await, leader(2));
+    assert_eq!(attempt(&mut a).await, follower(Some("b")));
+    assert_eq!(double.stats().answers_lost, 2);
+}
+
+#[tokio::test]
+async fn a_lost_takeover_is_adopted_only_by_the_process_that_wrote_it_not_by_one_of_the_same_identity() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let mut first = contender(&double, "a", Duration::from_secs(15));
+    let mut second = contender(&double, "a", Duration::from_secs(15));
+    assert_ne!(first.nonce(), second.nonce(), "one nonce per process");
+    // Both read no Lease, both create it under term 1: one creation commits, the other is
+    // refused, and neither learns which.
+    double.rendezvous_next_gets(2);
+    double.cut_next_write_answers(2);
+    let (one, two) = tokio::join!(
+        tokio::time::timeout(STEP_TIMEOUT, first.try_acquire_or_renew()),
+        tokio::time::timeout(STEP_TIMEOUT, second.try_acquire_or_renew()),
+    );
+    assert!(one.expect("in time").is_err() && two.expect("in time").is_err(), "both answers lost");
+    assert_eq!(double.stats().already_exists, 1, "one creation committed");
+    assert_eq!(stored(&double), (Some("a".into()), Some("1".into())));
+    let from_first = attempt(&mut first).await;
+    let from_second = attempt(&mut second).await;
+    let (winner, loser) = if stored_nonce(&double).as_deref() == Some(first.nonce()) {
+        (from_first, from_second)
+    } else {
+        (from_second, from_first)
+    };
+    assert_eq!(winner, leader(1), "the writer adopts its takeover");
+    assert_eq!(loser, follower(Some("a")), "same identity, same term, other nonce: not adopted");
 }

@@ -2,6 +2,8 @@
 //! the behaviours the backend relies on (optimistic concurrency above all), through the real kube
 //! client over HTTP.
 
+use std::time::Duration;
+
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -68,7 +70,7 @@ async fn replace_with_a_stale_resource_version_is_a_conflict() {
     );
     assert_eq!(
         double.stats(),
-        tenure_kube::double::DoubleStats { conflicts: 1, already_exists: 0, writes: 2 }
+        tenure_kube::double::DoubleStats { conflicts: 1, already_exists: 0, writes: 2, answers_lost: 0 }
     );
 }
 
@@ -113,4 +115,57 @@ async fn namespaces_are_separate() {
         double.lease("ns", "l").and_then(|l| l.spec).and_then(|s| s.holder_identity).as_deref(),
         Some("a")
     );
+}
+
+#[tokio::test]
+async fn names_the_api_server_refuses_are_422_invalid() {
+    let (double, api) = start().await;
+    let (code, reason, message) = api_status(api.create(&PostParams::default(), &lease("Vip_1", "a")).await);
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert!(message.contains("metadata.name: Invalid value: \"Vip_1\""), "{message}");
+    let (code, _, message) =
+        api_status(api.replace("Vip_1", &PostParams::default(), &lease("Vip_1", "a")).await);
+    assert_eq!(code, 422, "create on update is validated too: {message}");
+    let bad_namespace: Api<Lease> = Api::namespaced(client_for_url(&double.url()).expect("client"), "Ops");
+    let (code, reason, message) =
+        api_status(bad_namespace.create(&PostParams::default(), &lease("vip", "a")).await);
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert!(message.contains("metadata.namespace: Invalid value: \"Ops\""), "{message}");
+    assert_eq!(double.resource_version(), 0, "nothing stored");
+    api.create(&PostParams::default(), &lease("tenure.dev.vip-1", "a"))
+        .await
+        .expect("a dotted name is valid");
+}
+
+#[tokio::test]
+async fn a_cut_answer_hides_a_committed_write() {
+    let (double, api) = start().await;
+    double.cut_next_write_answers(1);
+    let cut = api.create(&PostParams::default(), &lease("l", "a")).await;
+    assert!(matches!(cut, Err(ref e) if !matches!(e, kube::Error::Api(_))), "a connection error: {cut:?}");
+    assert!(double.lease("ns", "l").is_some(), "the write was applied");
+    assert_eq!(double.stats().answers_lost, 1);
+    let mut next = api.get("l").await.expect("the next request is answered");
+    next.spec.get_or_insert_default().holder_identity = Some("b".into());
+    api.replace("l", &PostParams::default(), &next).await.expect("answered: the fault was for one write");
+}
+
+#[tokio::test]
+async fn a_delayed_answer_comes_after_the_write_was_applied() {
+    let (double, api) = start().await;
+    double.delay_write_answers(Duration::from_secs(30));
+    let creating = api.clone();
+    let pending =
+        tokio::spawn(async move { creating.create(&PostParams::default(), &lease("l", "a")).await });
+    let held_back = async {
+        while double.stats().answers_lost == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), held_back).await.expect("the write arrives");
+    assert!(double.lease("ns", "l").is_some(), "the write was applied before its answer was held back");
+    assert!(!pending.is_finished(), "the caller is still waiting for the answer");
+    pending.abort();
+    double.delay_write_answers(Duration::ZERO);
+    api.create(&PostParams::default(), &lease("m", "a")).await.expect("answered at once again");
 }

@@ -172,3 +172,41 @@ async fn after_a_crash_the_follower_takes_over_only_once_the_lease_has_expired()
     let lease = double.lease(NAMESPACE, LEASE).expect("the Lease exists");
     assert_eq!(lease.spec.and_then(|s| s.holder_identity), None, "b released on shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_always_slower_than_the_retry_budget_still_leads_under_the_term_it_wrote() {
+    let double = LeaseApiDouble::start().await.expect("listens");
+    let config = ElectionConfig {
+        lease_duration: Duration::from_secs(5),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+        jitter: 0.2,
+    };
+    config.validate().expect("a safe timing");
+    // Every write is answered 600ms after it is applied: longer than the 200ms a follower's attempt
+    // may take, shorter than the 2s a leader's renewal may take. Each takeover is given up by the
+    // elector after it committed.
+    double.delay_write_answers(Duration::from_millis(600));
+    let backend = KubernetesBackend::connect(&double.url(), NAMESPACE, LEASE, "a", config.lease_duration)
+        .expect("valid setup")
+        .with_renew_deadline(config.renew_deadline);
+    let shutdown = CancellationToken::new();
+    let (handle, task) = elector::spawn(backend, config, shutdown.clone());
+    let led = wait_for(&mut handle.watch(), |s| s.leader).await;
+    assert_eq!(led.epoch.map(|e| e.get()), Some(1), "the first takeover, adopted: no term skipped");
+    let lease = double.lease(NAMESPACE, LEASE).expect("the Lease exists");
+    assert_eq!(
+        lease.metadata.annotations.and_then(|a| a.get(TERM_ANNOTATION).cloned()).as_deref(),
+        Some("1")
+    );
+    // It keeps leading: renewals fit in the renew deadline.
+    let renewed = async {
+        while double.resource_version() < 3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    within("two renewals", renewed).await;
+    assert_eq!(handle.state(), led, "still leading under term 1");
+    shutdown.cancel();
+    within("a stops", task).await.expect("joins").expect("a clean stop");
+}

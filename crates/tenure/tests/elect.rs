@@ -508,6 +508,76 @@ fn kubernetes_failover_against_the_lease_api_double() {
     drop(double);
 }
 
+#[cfg(feature = "kubernetes")]
+#[test]
+fn kubernetes_without_endpoints_finds_the_cluster_in_the_kubeconfig() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let double = runtime.block_on(tenure_kube::double::LeaseApiDouble::start()).expect("double starts");
+    let dir = temp("kubeconfig");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("config");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster: {{server: \"{}\"}}\n\
+         users:\n- name: nobody\n  user: {{}}\ncontexts:\n- name: here\n  context: {{cluster: double, user: nobody}}\n\
+         current-context: here\n",
+        double.url()
+    );
+    std::fs::write(&kubeconfig, text).expect("kubeconfig written");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["elect", "e", "--name", "a", "--backend", "kubernetes", "--namespace", "ops"])
+        .args(FAST)
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run tenure elect");
+    let stdout = child.stdout.take().expect("piped");
+    let (send, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let led =
+        std::iter::from_fn(|| lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok())
+            .map(|line| serde_json::from_str::<Value>(&line).expect("every line is JSON"))
+            .find(|line| line["leader"] == true);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(led.expect("leads through the kubeconfig's server")["epoch"].as_u64(), Some(1));
+    let lease = double.lease("ops", "e").expect("the Lease was created in the namespace given");
+    assert_eq!(lease.spec.and_then(|s| s.holder_identity).as_deref(), Some("a"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "kubernetes")]
+#[test]
+fn kubernetes_refuses_more_than_one_endpoint_in_one_line() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["elect", "e", "--name", "a", "--backend", "kubernetes"])
+        .args(["--endpoints", "http://127.0.0.1:1,http://127.0.0.1:2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tenure elect");
+    // Bounded: a build that accepted the URLs would campaign forever.
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    while child.try_wait().expect("waitable").is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("its output");
+    assert_eq!(output.status.code(), Some(2), "bad input, refused at once");
+    assert!(output.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "tenure elect: --backend kubernetes takes one --endpoints URL (the API server), got 2\n"
+    );
+}
+
 /// Runs `tenure elect` on a backend this build left out: it must refuse at once, before
 /// connecting anywhere (the endpoint is a closed port), with one line naming the feature.
 #[cfg(any(not(feature = "etcd"), not(feature = "kubernetes")))]

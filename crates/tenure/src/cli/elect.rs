@@ -37,7 +37,8 @@ pub struct ElectArgs {
     /// feature).
     #[arg(long)]
     backend: String,
-    /// etcd client URLs, or the Kubernetes API server URL (comma-separated).
+    /// etcd client URLs (comma-separated), or the one Kubernetes API server URL (default for
+    /// kubernetes: the kubeconfig from KUBECONFIG or ~/.kube/config, else in-cluster).
     #[arg(long, value_delimiter = ',')]
     endpoints: Vec<String>,
     /// How long a lease lasts after its last renewal.
@@ -141,11 +142,19 @@ fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
         ..ElectionConfig::default()
     };
     config.validate().map_err(|e| e.to_string())?;
-    let needs_endpoints = !matches!(backend, Backend::Noop | Backend::Embedded);
-    if needs_endpoints && args.endpoints.is_empty() {
+    // Kubernetes finds its API server as kubectl does when no URL is given, and takes one at most.
+    let kubernetes = args.backend == "kubernetes";
+    if kubernetes && args.endpoints.len() > 1 {
+        return Err(Refusal::BadInput(format!(
+            "--backend kubernetes takes one --endpoints URL (the API server), got {}",
+            args.endpoints.len()
+        )));
+    }
+    let takes_endpoints = !matches!(backend, Backend::Noop | Backend::Embedded);
+    if takes_endpoints && !kubernetes && args.endpoints.is_empty() {
         return Err(Refusal::BadInput(format!("--backend {} needs --endpoints", args.backend)));
     }
-    if !needs_endpoints && !args.endpoints.is_empty() {
+    if !takes_endpoints && !args.endpoints.is_empty() {
         return Err(Refusal::BadInput(format!(
             "--endpoints is for the etcd and kubernetes backends; --backend {} takes none",
             args.backend
@@ -252,14 +261,25 @@ pub fn run(args: &ElectArgs) -> ExitCode {
             }
             #[cfg(feature = "kubernetes")]
             Backend::Kubernetes => {
-                let backend = tenure_kube::KubernetesBackend::connect(
-                    &args.endpoints[0],
+                let setup = |e: tenure_kube::SetupError| BackendError::Unavailable {
+                    backend: "kubernetes",
+                    message: e.to_string(),
+                };
+                // A URL (its path kept), else the kubeconfig or in-cluster account, as kubectl.
+                let client = match args.endpoints.first() {
+                    Some(url) => tenure_kube::client_for_url(url),
+                    None => tenure_kube::client_inferred().await,
+                }
+                .map_err(setup)?;
+                let backend = tenure_kube::KubernetesBackend::new(
+                    client,
                     &args.namespace,
                     &args.election,
                     &args.name,
                     config.lease_duration,
                 )
-                .map_err(|e| BackendError::Unavailable { backend: "kubernetes", message: e.to_string() })?;
+                .map_err(setup)?
+                .with_renew_deadline(config.renew_deadline);
                 let memory = memory(args, state, &args.namespace)?;
                 campaign(args, Remembering::new(backend, memory), config).await
             }
