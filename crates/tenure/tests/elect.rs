@@ -484,6 +484,39 @@ fn a_restarted_contender_refuses_a_wiped_etcd_prefix_naming_both_terms() {
 
 #[cfg(feature = "kubernetes")]
 #[test]
+fn kubernetes_names_the_api_server_would_refuse_exit_2_before_connecting() {
+    let state = temp("kube-names");
+    let endpoint = "http://127.0.0.1:1";
+    let base = |election: &'static str, namespace: &'static str| {
+        [
+            election,
+            "--name",
+            "a",
+            "--backend",
+            "kubernetes",
+            "--endpoints",
+            endpoint,
+            "--namespace",
+            namespace,
+        ]
+    };
+    for (args, want) in [
+        (
+            base("Bad_Name", "ops"),
+            "tenure elect: election `Bad_Name` is the Lease's name and must be a DNS-1123 subdomain",
+        ),
+        (base("vip", "Ops"), "tenure elect: --namespace `Ops` must be a DNS-1123 label"),
+    ] {
+        let (code, stdout, stderr) = run_to_exit(&[("XDG_STATE_HOME", &state)], &args);
+        assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with(want), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[cfg(feature = "kubernetes")]
+#[test]
 fn kubernetes_failover_against_the_lease_api_double() {
     // No API server can run here: the Lease API double enforces resourceVersion like one.
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -527,6 +560,7 @@ fn kubernetes_without_endpoints_finds_the_cluster_in_the_kubeconfig() {
         .args(["elect", "e", "--name", "a", "--backend", "kubernetes", "--namespace", "ops"])
         .args(FAST)
         .env("KUBECONFIG", &kubeconfig)
+        .env("XDG_STATE_HOME", fresh_state())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -559,6 +593,7 @@ fn kubernetes_refuses_more_than_one_endpoint_in_one_line() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["elect", "e", "--name", "a", "--backend", "kubernetes"])
         .args(["--endpoints", "http://127.0.0.1:1,http://127.0.0.1:2"])
+        .env("XDG_STATE_HOME", fresh_state())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

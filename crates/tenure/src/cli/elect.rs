@@ -150,6 +150,21 @@ fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
             args.endpoints.len()
         )));
     }
+    #[cfg(feature = "kubernetes")]
+    if backend == Backend::Kubernetes {
+        // The API server would answer 422 for each attempt: refuse before starting (exit 2).
+        use tenure_kube::names;
+        if !names::is_dns1123_subdomain(&args.election) {
+            return Err(Refusal::BadInput(format!(
+                "election `{}` is the Lease's name and {}",
+                args.election,
+                names::SUBDOMAIN_RULE
+            )));
+        }
+        if !names::is_dns1123_label(&args.namespace) {
+            return Err(Refusal::BadInput(format!("--namespace `{}` {}", args.namespace, names::LABEL_RULE)));
+        }
+    }
     let takes_endpoints = !matches!(backend, Backend::Noop | Backend::Embedded);
     if takes_endpoints && !kubernetes && args.endpoints.is_empty() {
         return Err(Refusal::BadInput(format!("--backend {} needs --endpoints", args.backend)));
