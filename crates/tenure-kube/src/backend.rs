@@ -293,6 +293,11 @@ impl KubernetesBackend {
         &self.nonce
     }
 
+    /// A kube error, with its causes (the "connection refused" under "client error (Connect)").
+    fn failed(&self, error: &kube::Error) -> BackendError {
+        self.unavailable(tenure_lead::backend::with_causes(error))
+    }
+
     fn unavailable(&self, error: impl std::fmt::Display) -> BackendError {
         BackendError::Unavailable {
             backend: BACKEND,
@@ -302,7 +307,7 @@ impl KubernetesBackend {
 
     /// Reads the Lease and its term, and records the version as observed.
     async fn fetch(&mut self) -> Result<Option<(Lease, u64)>, BackendError> {
-        let found = self.api.get_opt(&self.lease_name).await.map_err(|e| self.unavailable(e))?;
+        let found = self.api.get_opt(&self.lease_name).await.map_err(|e| self.failed(&e))?;
         let Some(lease) = found else {
             self.observed = None;
             return Ok(None);
@@ -431,7 +436,7 @@ impl KubernetesBackend {
             Err(e) if is_api(&e, Status::is_conflict) => Err(self.unavailable(
                 "adopting a takeover raced another write to the Lease; it is re-read on the next attempt",
             )),
-            Err(e) => Err(self.unavailable(e)),
+            Err(e) => Err(self.failed(&e)),
         }
     }
 
@@ -466,7 +471,7 @@ impl KubernetesBackend {
         match self.api.create(&PostParams::default(), &lease).await {
             Ok(written) => Ok(self.won(term, &written)),
             Err(e) if is_api(&e, Status::is_already_exists) => Ok(Attempt::Follower { holder: None }),
-            Err(e) => Err(self.unavailable(e)),
+            Err(e) => Err(self.failed(&e)),
         }
     }
 
@@ -497,7 +502,7 @@ impl KubernetesBackend {
             Err(e) if is_api(&e, |s| s.is_conflict() || s.is_not_found()) => {
                 Ok(Attempt::Follower { holder: None })
             }
-            Err(e) => Err(self.unavailable(e)),
+            Err(e) => Err(self.failed(&e)),
         }
     }
 
@@ -517,7 +522,7 @@ impl KubernetesBackend {
             }
             Err(e) if is_api(&e, Status::is_conflict) => Err(self
                 .unavailable("renewal raced another write to the Lease; it is re-read on the next attempt")),
-            Err(e) => Err(self.unavailable(e)),
+            Err(e) => Err(self.failed(&e)),
         }
     }
 }
@@ -575,7 +580,10 @@ impl LeaseBackend for KubernetesBackend {
                 self.observe(&written);
                 Ok(())
             }
-            Err(e) => Err(self.unavailable(format!("release (the lease will expire instead): {e}"))),
+            Err(e) => Err(self.unavailable(format!(
+                "release (the lease will expire instead): {}",
+                tenure_lead::backend::with_causes(&e)
+            ))),
         }
     }
 

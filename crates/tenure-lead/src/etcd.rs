@@ -59,6 +59,11 @@ fn unavailable(e: impl std::fmt::Display) -> BackendError {
     BackendError::Unavailable { backend: "etcd", message: e.to_string() }
 }
 
+/// An etcd client error, with its causes (see [`crate::backend::with_causes`]).
+fn failed(e: etcd_client::Error) -> BackendError {
+    unavailable(crate::backend::with_causes(&e))
+}
+
 impl EtcdBackend {
     /// Connects to `endpoints` and campaigns in `election` as `name` with a lease of
     /// `lease_duration` (whole seconds, at least 1).
@@ -71,7 +76,7 @@ impl EtcdBackend {
     ) -> Result<Self, BackendError> {
         let options =
             ConnectOptions::new().with_connect_timeout(REQUEST_TIMEOUT).with_timeout(REQUEST_TIMEOUT);
-        let client = Client::connect(endpoints, Some(options)).await.map_err(unavailable)?;
+        let client = Client::connect(endpoints, Some(options)).await.map_err(failed)?;
         let base = format!("{}/elections/{election}", prefix.trim_end_matches('/'));
         Ok(Self {
             client,
@@ -91,7 +96,7 @@ impl EtcdBackend {
     }
 
     async fn holder(&mut self) -> Result<Option<(String, i64)>, BackendError> {
-        let response = self.client.get(self.leader_key.as_str(), None).await.map_err(unavailable)?;
+        let response = self.client.get(self.leader_key.as_str(), None).await.map_err(failed)?;
         Ok(response.kvs().first().map(|kv| (kv.value_str().unwrap_or_default().to_owned(), kv.lease())))
     }
 
@@ -106,7 +111,7 @@ impl EtcdBackend {
                 self.held = None;
                 return Ok(Attempt::Follower { holder: None });
             }
-            Err(error) => return Err(unavailable(error)),
+            Err(error) => return Err(failed(error)),
         }
         let ours = self.holder().await?.is_some_and(|(name, bound)| name == self.name && bound == lease);
         if ours {
@@ -121,15 +126,15 @@ impl EtcdBackend {
     async fn read_election(&mut self) -> Result<Election, BackendError> {
         let prefix = format!("{}/", self.leader_key.rsplit_once('/').map_or("", |(base, _)| base));
         let options = etcd_client::GetOptions::new().with_prefix();
-        let response = self.client.get(prefix, Some(options)).await.map_err(unavailable)?;
+        let response = self.client.get(prefix, Some(options)).await.map_err(failed)?;
         let mut election = Election::default();
         for kv in response.kvs() {
-            let key = kv.key_str().map_err(unavailable)?;
+            let key = kv.key_str().map_err(failed)?;
             if key == self.leader_key {
                 let holder = kv.value_str().unwrap_or_default().to_owned();
                 election.leader = Some((holder, kv.lease(), kv.mod_revision()));
             } else if key == self.term_key {
-                let text = kv.value_str().map_err(unavailable)?;
+                let text = kv.value_str().map_err(failed)?;
                 let term = text
                     .trim()
                     .parse()
@@ -180,7 +185,7 @@ impl EtcdBackend {
                 self.unsettled = None;
                 Ok(Attempt::Follower { holder: None })
             }
-            Err(error) => Err(unavailable(error)),
+            Err(error) => Err(failed(error)),
         }
     }
 
@@ -209,8 +214,7 @@ impl EtcdBackend {
             let lease = match self.unsettled {
                 Some(lease) => lease,
                 None => {
-                    let lease =
-                        self.client.lease_grant(self.lease_ttl_s, None).await.map_err(unavailable)?.id();
+                    let lease = self.client.lease_grant(self.lease_ttl_s, None).await.map_err(failed)?.id();
                     // From here until the outcome is known, a lost answer may hide a committed
                     // takeover.
                     self.unsettled = Some(lease);
@@ -241,9 +245,9 @@ impl EtcdBackend {
                         // The reused lease had expired: try once more with a fresh one.
                         continue;
                     }
-                    Err(unavailable(error))
+                    Err(failed(error))
                 }
-                Err(error) => Err(unavailable(error)),
+                Err(error) => Err(failed(error)),
             };
         }
     }
@@ -272,7 +276,7 @@ impl LeaseBackend for EtcdBackend {
             .and_then([TxnOp::delete(self.leader_key.as_str(), None)]);
         let _ = self.client.txn(txn).await;
         match self.client.lease_revoke(lease).await {
-            Err(error) if !lease_not_found(&error) => return Err(unavailable(error)),
+            Err(error) if !lease_not_found(&error) => return Err(failed(error)),
             // Revoked, or expired already.
             _ => self.held = None,
         }

@@ -151,8 +151,15 @@ impl<B: LeaseBackend> LeaseBackend for Remembering<B> {
             });
         }
         let seen = self.inner.highest_seen().max(led);
-        if seen > floor {
-            self.memory.raise(seen)?;
+        if seen > floor
+            && let Err(error) = self.memory.raise(seen)
+        {
+            if led > 0 {
+                // Not durable, so not led under; and a lease kept while every later attempt
+                // fails the same way would stop the whole election: give it up.
+                let _ = self.inner.release().await;
+            }
+            return Err(error);
         }
         attempt
     }
@@ -212,6 +219,50 @@ mod tests {
         b.raise(4).expect("durable");
         assert_eq!(b.term(), 9, "b re-read 9 under the lock");
         assert_eq!(TermMemory::open(&d, "embedded", "/x", "e").expect("opens").term(), 9);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A backend that leads under `term` (ignoring any floor) and counts its releases.
+    struct Fixed {
+        term: u64,
+        releases: u32,
+    }
+
+    impl LeaseBackend for Fixed {
+        async fn try_acquire_or_renew(&mut self) -> Result<Attempt, BackendError> {
+            Ok(Attempt::Leader { term: tenure_core::model::LeaderEpoch::from_stored(self.term) })
+        }
+        async fn release(&mut self) -> Result<(), BackendError> {
+            self.releases += 1;
+            Ok(())
+        }
+        fn name(&self) -> &'static str {
+            "fixed"
+        }
+    }
+
+    #[tokio::test]
+    async fn a_term_that_cannot_be_made_durable_is_not_led_under_and_the_lease_is_given_up() {
+        let d = dir("not-durable");
+        let memory = TermMemory::open(&d, "fixed", "/x", "e").expect("opens");
+        // The temporary file's path is a directory: the replace fails, even for root.
+        std::fs::create_dir_all(&memory.temporary).expect("mkdir");
+        let mut backend = Remembering::new(Fixed { term: 4, releases: 0 }, memory);
+        let err = backend.try_acquire_or_renew().await.expect_err("not durable");
+        assert!(matches!(err, BackendError::Unavailable { .. }), "{err}");
+        assert_eq!(backend.inner.releases, 1, "the lease is released, not held while failing");
+        assert_eq!(backend.memory().term(), 0);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_ignores_the_floor_is_refused_before_its_term_is_published() {
+        let d = dir("backstop");
+        let mut memory = TermMemory::open(&d, "fixed", "/x", "e").expect("opens");
+        memory.raise(9).expect("durable");
+        let mut backend = Remembering::new(Fixed { term: 3, releases: 0 }, memory);
+        let err = backend.try_acquire_or_renew().await.expect_err("refused");
+        assert!(matches!(err, BackendError::TermWentBack { seen: 9, found: 3, .. }), "{err}");
         let _ = std::fs::remove_dir_all(&d);
     }
 

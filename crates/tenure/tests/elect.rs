@@ -352,17 +352,14 @@ fn bad_state_and_backend_arguments_are_refused_in_one_line() {
     }
 }
 
-#[test]
-fn every_backend_error_is_logged_at_warn_with_its_cause() {
-    let state = temp("warn-state");
-    let dir = temp("warn-dir");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(dir.join("e.term"), "garbage\n").expect("corrupt");
-    let d = dir.to_str().expect("utf-8");
+/// Starts `tenure elect ARGS` with `XDG_STATE_HOME=state` and returns its first `count` warn
+/// lines on stderr (bounded wait), then kills it.
+fn warn_lines(state: &Path, args: &[&str], count: usize) -> Vec<String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args(["elect", "e", "--name", "a", "--backend", "embedded", "--dir", d])
+        .arg("elect")
+        .args(args)
         .args(FAST)
-        .env("XDG_STATE_HOME", &state)
+        .env("XDG_STATE_HOME", state)
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -378,16 +375,29 @@ fn every_backend_error_is_logged_at_warn_with_its_cause() {
         }
     });
     let mut warned = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while warned.len() < 2 {
-        let line =
-            lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("warn lines");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while warned.len() < count {
+        let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            let _ = child.kill();
+            panic!("fewer than {count} warn lines within 15 s: {warned:#?}");
+        };
         if line.contains("WARN") {
             warned.push(line);
         }
     }
     let _ = child.kill();
     let _ = child.wait();
+    warned
+}
+
+#[test]
+fn every_backend_error_is_logged_at_warn_with_its_cause() {
+    let state = temp("warn-state");
+    let dir = temp("warn-dir");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("e.term"), "garbage\n").expect("corrupt");
+    let d = dir.to_str().expect("utf-8");
+    let warned = warn_lines(&state, &["e", "--name", "a", "--backend", "embedded", "--dir", d], 2);
     for line in &warned {
         assert!(line.contains("acquire or renew failed"), "{line}");
         assert!(line.contains("e.term: not a term counter"), "the cause: {line}");
@@ -395,6 +405,26 @@ fn every_backend_error_is_logged_at_warn_with_its_cause() {
     }
     let _ = std::fs::remove_dir_all(&state);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An unreachable API server is logged with the reason under kube's "client error (Connect)";
+/// and `https://` gets as far as connecting: the build has a TLS stack.
+#[cfg(feature = "kubernetes")]
+#[test]
+fn an_unreachable_api_server_is_logged_with_its_cause_over_http_and_https() {
+    let state = temp("kube-unreachable");
+    let closed =
+        std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("addr").port();
+    for scheme in ["http", "https"] {
+        let url = format!("{scheme}://127.0.0.1:{closed}");
+        let warned =
+            warn_lines(&state, &["e", "--name", "a", "--backend", "kubernetes", "--endpoints", &url], 1);
+        let line = &warned[0];
+        assert!(line.contains("acquire or renew failed"), "{line}");
+        assert!(line.contains("Connection refused"), "the cause ({scheme}): {line}");
+        assert!(!line.contains("TLS required"), "a TLS stack is built in: {line}");
+    }
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]

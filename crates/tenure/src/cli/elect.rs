@@ -278,7 +278,7 @@ pub fn run(args: &ElectArgs) -> ExitCode {
             Backend::Kubernetes => {
                 let setup = |e: tenure_kube::SetupError| BackendError::Unavailable {
                     backend: "kubernetes",
-                    message: e.to_string(),
+                    message: tenure_lead::backend::with_causes(&e),
                 };
                 // A URL (its path kept), else the kubeconfig or in-cluster account, as kubectl.
                 let client = match args.endpoints.first() {
