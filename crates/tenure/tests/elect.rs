@@ -464,6 +464,45 @@ fn the_election_metrics_follow_the_leadership() {
     assert_eq!(c.wait().0, 0);
 }
 
+/// A leader whose reader dies while nothing changes steps down and releases at once (not at its
+/// next line, which may never come): the next contender takes over well before the lease expires.
+#[test]
+fn a_leader_whose_reader_goes_away_releases_at_once() {
+    let dir = temp("reader-gone");
+    let d = dir.to_str().expect("utf-8").to_owned();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["elect", "e", "--name", "a", "--backend", "embedded", "--dir", &d])
+        .args(FAST)
+        .env("XDG_STATE_HOME", fresh_state())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run tenure elect");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    while !line.contains("\"leader\":true") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).expect("a line") > 0, "output ended");
+    }
+    let b = Contender::start(&["e", "--name", "b", "--backend", "embedded", "--dir", &d]);
+    assert_eq!(b.next(Duration::from_secs(5)).expect("initial")["leader"], false);
+    // The consumer dies; a leads on, printing nothing new.
+    drop(stdout);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "a kept leading for 3 s with nobody reading");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(b.until(true, Duration::from_secs(2))["epoch"], 2, "released, not left to expire");
+    b.signal("-TERM");
+    assert_eq!(b.wait().0, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_failover_after_sigterm_on_a_real_cluster() {

@@ -2,8 +2,8 @@
 //! `etcdctl elect`, printing one JSON line per change of its own state —
 //! `{"election": …, "name": …, "leader": true|false, "epoch": N}` (epoch null when not leader) —
 //! starting with its initial state, until SIGTERM, SIGINT, SIGHUP or SIGQUIT (steps down,
-//! releases, prints the final line, exits 0), a closed stdout (the same, without the line) or
-//! SIGKILL.
+//! releases, prints the final line, exits 0), its stdout's reader going away (the same, without
+//! the line, noticed at once) or SIGKILL.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -365,8 +365,11 @@ async fn campaign<B: LeaseBackend>(
     let mut changes = handle.watch();
     // Marked changed: a change published before this watch existed is reported too.
     changes.mark_changed();
+    let reader_gone = stdout_reader_gone();
+    tokio::pin!(reader_gone);
     while stdout_open {
         tokio::select! {
+            () = &mut reader_gone => stdout_open = false,
             changed = changes.changed() => {
                 if changed.is_err() {
                     break;
@@ -392,6 +395,26 @@ async fn campaign<B: LeaseBackend>(
         let _ = print(args, last.leader, last.epoch.map(|e| e.get()));
     }
     outcome
+}
+
+/// Resolves when the reader of stdout has gone away — the read end of a pipe closed, which the
+/// kernel reports on the write end as an error — so that a leader whose consumer died steps down
+/// and releases at once instead of at its next printed line (which may never come). Pending
+/// forever when stdout cannot be watched (a regular file) or cannot lose its reader (a terminal).
+async fn stdout_reader_gone() {
+    use std::os::fd::AsFd as _;
+    use tokio::io::Interest;
+    let watched = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| tokio::io::unix::AsyncFd::with_interest(fd, Interest::ERROR).ok());
+    match watched {
+        Some(fd) => {
+            let _ = fd.ready(Interest::ERROR).await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// `GET /metrics`: the election's families (see [`crate::metrics::encode_election`]), until
