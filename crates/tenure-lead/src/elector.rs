@@ -68,7 +68,8 @@ async fn campaign<B: LeaseBackend>(
                 }
             }
             Ok(Err(fatal @ (BackendError::TermWentBack { .. } | BackendError::TermOverflow { .. }))) => {
-                tracing::error!(error = %fatal, "election stopped");
+                // Returned to the caller, which reports it (tenure elect prints it as its last line).
+                tracing::debug!(error = %fatal, "election stopped");
                 break Err(fatal);
             }
             // An error or a timeout is a renewal that did not happen; the deadline decides.

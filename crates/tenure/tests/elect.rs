@@ -259,10 +259,17 @@ fn a_restarted_contender_refuses_a_term_file_restored_from_a_backup() {
     let (code, stdout, stderr) = run_to_exit(&[("XDG_STATE_HOME", &state)], &args);
     assert_eq!(code, Some(1), "refused: {stderr}");
     assert!(!stdout.contains("\"leader\":true"), "it never led: {stdout}");
-    let last = stderr.lines().last().unwrap_or_default();
+    let refusals: Vec<&str> = stderr.lines().filter(|l| !l.contains(" INFO ")).collect();
+    assert_eq!(refusals.len(), 1, "one line: {stderr}");
+    let last = refusals[0];
     assert!(last.starts_with("tenure elect: embedded: term went back from 2 to 1;"), "{stderr}");
-    assert!(last.contains("restore the store's term to at least 2"), "{last}");
-    assert!(last.contains(&state.join("tenure/terms").display().to_string()), "names the folder: {last}");
+    let term_file = dir.canonicalize().expect("canonical").join("e.term");
+    assert!(last.contains(&format!("restore the term file {} to at least 2", term_file.display())), "{last}");
+    let floor = state.join("tenure/terms");
+    assert!(
+        last.contains(&format!("remove {}/embedded-e-", floor.display())),
+        "names the floor file: {last}"
+    );
     assert_eq!(std::fs::read_to_string(dir.join("e.term")).expect("read"), "1\n", "nothing written");
     let _ = std::fs::remove_dir_all(&state);
     let _ = std::fs::remove_dir_all(&dir);
@@ -544,8 +551,10 @@ fn a_restarted_contender_refuses_a_wiped_etcd_prefix_naming_both_terms() {
     let (code, stdout, stderr) = run_to_exit(&[("XDG_STATE_HOME", &state)], &args);
     assert_eq!(code, Some(1), "refused: {stderr}");
     assert!(!stdout.contains("\"leader\":true"), "it never led: {stdout}");
-    let last = stderr.lines().last().unwrap_or_default();
-    assert!(last.starts_with("tenure elect: etcd: term went back from 2 to 0;"), "{stderr}");
+    let refusals: Vec<&str> = stderr.lines().filter(|l| !l.contains(" INFO ")).collect();
+    assert_eq!(refusals.len(), 1, "one line: {stderr}");
+    assert!(refusals[0].starts_with("tenure elect: etcd: term went back from 2 to 0;"), "{stderr}");
+    assert!(refusals[0].contains("restore the etcd key /tenure/elections/e/term to at least 2"), "{stderr}");
     // Another node, which never saw the old terms, may take term 1: that is what the floor of
     // each node is for, and why the docs tell operators to restore the term, not to wipe.
     let _ = std::fs::remove_dir_all(&state);

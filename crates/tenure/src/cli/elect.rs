@@ -244,6 +244,9 @@ pub fn run(args: &ElectArgs) -> ExitCode {
     };
     let state = state.as_deref().unwrap_or(std::path::Path::new(""));
     super::agent::init_logging(super::agent::LogFormat::Text);
+    // Where the term lives and where this node's floor is, for a `TermWentBack` refusal.
+    let mut term_place = String::new();
+    let mut floor_file = PathBuf::new();
     let result = runtime.block_on(async {
         match backend {
             Backend::Noop => campaign(args, NoopBackend, config).await,
@@ -259,11 +262,17 @@ pub fn run(args: &ElectArgs) -> ExitCode {
                 // The folder exists now: its canonical path names the election's place.
                 let scope = std::fs::canonicalize(&dir).unwrap_or(dir);
                 let memory = memory(args, state, &scope.display().to_string())?;
+                term_place =
+                    format!("the term file {}", scope.join(format!("{}.term", args.election)).display());
+                floor_file = memory.path().to_owned();
                 campaign(args, Remembering::new(backend, memory), config).await
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd => {
-                let memory = memory(args, state, args.prefix.trim_end_matches('/'))?;
+                let prefix = args.prefix.trim_end_matches('/');
+                let memory = memory(args, state, prefix)?;
+                term_place = format!("the etcd key {prefix}/elections/{}/term", args.election);
+                floor_file = memory.path().to_owned();
                 let backend = EtcdBackend::connect(
                     &args.endpoints,
                     &args.prefix,
@@ -296,6 +305,13 @@ pub fn run(args: &ElectArgs) -> ExitCode {
                 .map_err(setup)?
                 .with_renew_deadline(config.renew_deadline);
                 let memory = memory(args, state, &args.namespace)?;
+                term_place = format!(
+                    "the annotation {} of Lease {}/{}",
+                    tenure_kube::TERM_ANNOTATION,
+                    args.namespace,
+                    args.election
+                );
+                floor_file = memory.path().to_owned();
                 campaign(args, Remembering::new(backend, memory), config).await
             }
         }
@@ -304,8 +320,8 @@ pub fn run(args: &ElectArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ BackendError::TermWentBack { seen, .. }) => {
             eprintln!(
-                "tenure elect: {e}; restore the store's term to at least {seen}, or, if the reset is intended and every fenced sink's mark is reset too, remove this election's file under {}",
-                state.join("terms").display()
+                "tenure elect: {e}; restore {term_place} to at least {seen}, or, if the reset is intended and every fenced sink's mark is reset too, remove {}",
+                floor_file.display()
             );
             ExitCode::FAILURE
         }
