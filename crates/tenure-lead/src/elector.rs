@@ -53,8 +53,10 @@ async fn campaign<B: LeaseBackend>(
             () = shutdown.cancelled() => break Ok(()),
             attempt = tokio::time::timeout(budget, backend.try_acquire_or_renew()) => attempt,
         };
+        publisher.record_term_seen(backend.highest_seen());
         match attempt {
             Ok(Ok(Attempt::Leader { term })) => {
+                publisher.record_term_seen(term.get());
                 last_renewal = Some(started);
                 publisher.record_renewal(started_unix_ms);
                 if publisher.publish(LeaderState::leading(term)) {

@@ -50,6 +50,7 @@ struct Counters {
     transitions: AtomicU64,
     failed_attempts: AtomicU64,
     last_renewal_unix_ms: AtomicU64,
+    highest_term_seen: AtomicU64,
 }
 
 /// A snapshot of an election's counters, for metrics.
@@ -62,6 +63,8 @@ pub struct ElectionStats {
     /// Wall-clock time (ms since the Unix epoch) of the start of the last attempt that led; 0
     /// when it never led.
     pub last_renewal_unix_ms: u64,
+    /// The highest term this process has seen in the election's store, led or not (0: none yet).
+    pub highest_term_seen: u64,
 }
 
 impl LeadershipHandle {
@@ -80,6 +83,7 @@ impl LeadershipHandle {
             transitions: self.counters.transitions.load(Ordering::Relaxed),
             failed_attempts: self.counters.failed_attempts.load(Ordering::Relaxed),
             last_renewal_unix_ms: self.counters.last_renewal_unix_ms.load(Ordering::Relaxed),
+            highest_term_seen: self.counters.highest_term_seen.load(Ordering::Relaxed),
         }
     }
 
@@ -128,6 +132,11 @@ impl LeadershipPublisher {
     /// Counts an attempt that failed (an error, or no answer in time).
     pub fn record_failed_attempt(&self) {
         self.counters.failed_attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a term seen in the election's store (the backend's highest, after an attempt).
+    pub fn record_term_seen(&self, term: u64) {
+        self.counters.highest_term_seen.fetch_max(term, Ordering::Relaxed);
     }
 
     /// Records a successful lead or renewal whose attempt started at `unix_ms`.

@@ -148,8 +148,9 @@ impl Metrics {
 /// The leader-election families of `tenure elect --metrics-listen` for one scrape, labelled
 /// `{election, backend}`, then `# EOF`: `tenure_leader_is_leader`, `tenure_leader_term` (the term
 /// led under, 0 when following), `tenure_leader_transitions_total`,
-/// `tenure_leader_failed_attempts_total` (acquire or renew attempts that failed or got no answer)
-/// and `tenure_leader_last_renewal_timestamp_seconds` (0 when it never led).
+/// `tenure_leader_failed_attempts_total` (acquire or renew attempts that failed or got no answer),
+/// `tenure_leader_highest_term_seen` and `tenure_leader_last_renewal_timestamp_seconds` (0 when it
+/// never led).
 #[must_use]
 pub fn encode_election(
     election: &str,
@@ -178,6 +179,11 @@ pub fn encode_election(
         "tenure_leader_failed_attempts",
         "Acquire or renew attempts that failed or got no answer in time.",
         ConstCounter::new(stats.failed_attempts),
+    );
+    registry.register(
+        "tenure_leader_highest_term_seen",
+        "The highest term this process has seen in the election's store, led or not.",
+        ConstGauge::new(i64::try_from(stats.highest_term_seen).unwrap_or(i64::MAX)),
     );
     #[allow(clippy::cast_precision_loss, reason = "milliseconds since 1970 fit f64 exactly until 2255")]
     let last = stats.last_renewal_unix_ms as f64 / 1000.0;

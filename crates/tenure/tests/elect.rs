@@ -456,6 +456,7 @@ fn the_election_metrics_follow_the_leadership() {
         format!("tenure_leader_term{labels} 1"),
         format!("tenure_leader_transitions_total{labels} 1"),
         format!("tenure_leader_failed_attempts_total{labels} 0"),
+        format!("tenure_leader_highest_term_seen{labels} 1"),
     ] {
         assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
     }

@@ -73,6 +73,12 @@ fn show_refuses_a_missing_or_damaged_mark_in_one_line() {
     assert_eq!(out.status.code(), Some(2));
     assert_one_line_naming(&out, &missing);
     assert!(!missing.exists(), "show created nothing");
+    let path = missing.to_str().expect("UTF-8 path");
+    let out = tenure(&["sink-mark", "reset", path, "--to", "3", "--yes-i-know-this-reopens-fencing"]);
+    assert_eq!(out.status.code(), Some(2), "a reset of a missing mark is refused");
+    assert_one_line_naming(&out, &missing);
+    assert!(!missing.exists(), "reset created no mark");
+    assert!(std::fs::read_dir(&dir).expect("the folder").next().is_none(), "nor a lock file");
 
     let damaged = dir.join("damaged.mark");
     std::fs::write(&damaged, b"high-water-epoch 3\n").expect("write");

@@ -43,10 +43,12 @@ impl EpochCeiling {
         Self { source: Arc::new(source) }
     }
 
-    /// The highest epoch `leadership` has reported when the sink asked, raised by `slack_terms`
-    /// (takeovers elsewhere that this handle has not seen: 0 for a sink that only admits what
-    /// this process's own bridge sends); `None` until the handle has reported an epoch. The
-    /// highest is remembered, so losing leadership does not lower the bound.
+    /// The highest term `leadership`'s election has seen in its store — as leader or follower
+    /// (every attempt reads it; [`LeadershipHandle::stats`]) — when the sink asked, raised by
+    /// `slack_terms` (takeovers elsewhere since this process last read the store: about one per
+    /// retry period at most); `None` until the election has seen a term. The highest is
+    /// remembered, so losing leadership does not lower the bound. A stamp refused by it is
+    /// refused for now, not for good: the bound rises as the election sees later terms.
     #[must_use]
     pub fn following(leadership: LeadershipHandle, slack_terms: u64) -> Self {
         let highest_seen = AtomicU64::new(0);
@@ -54,6 +56,7 @@ impl EpochCeiling {
             if let Some(epoch) = leadership.leader_epoch() {
                 highest_seen.fetch_max(epoch.get(), Ordering::SeqCst);
             }
+            highest_seen.fetch_max(leadership.stats().highest_term_seen, Ordering::SeqCst);
             let seen = LeaderEpoch::from_stored(highest_seen.load(Ordering::SeqCst));
             if seen == LeaderEpoch::NEVER {
                 return None;
@@ -66,5 +69,21 @@ impl EpochCeiling {
     #[must_use]
     pub fn highest(&self) -> Option<LeaderEpoch> {
         (self.source)()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follower_bounds_by_the_term_its_election_has_seen_not_by_what_it_led() {
+        let (publisher, handle) = LeadershipHandle::new();
+        let ceiling = EpochCeiling::following(handle, 2);
+        assert_eq!(ceiling.highest(), None, "nothing seen yet: no bound");
+        publisher.record_term_seen(5);
+        assert_eq!(ceiling.highest(), Some(LeaderEpoch::from_stored(7)), "seen as a follower, plus slack");
+        publisher.record_term_seen(9);
+        assert_eq!(ceiling.highest(), Some(LeaderEpoch::from_stored(11)), "it rises with the store");
     }
 }

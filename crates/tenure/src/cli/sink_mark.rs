@@ -85,6 +85,10 @@ fn reset(path: &Path, to: LeaderEpoch, confirmed: bool) -> ExitCode {
         );
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    // A path that names no mark is a typo, not a mark to create: the real one would stay as it is.
+    if !path.exists() {
+        return refused(&SinkError::Missing { path: path.to_owned() });
+    }
     match reset_mark(path, to) {
         Ok(previous) => {
             let was = match previous {
