@@ -416,20 +416,34 @@ async fn campaign<B: LeaseBackend>(
 /// Resolves when the reader of stdout has gone away — the read end of a pipe closed, which the
 /// kernel reports on the write end as an error — so that a leader whose consumer died steps down
 /// and releases at once instead of at its next printed line (which may never come). Pending
-/// forever when stdout cannot be watched (a regular file) or cannot lose its reader (a terminal).
-async fn stdout_reader_gone() {
-    use std::os::fd::AsFd as _;
-    use tokio::io::Interest;
-    let watched = std::io::stdout()
-        .as_fd()
-        .try_clone_to_owned()
-        .ok()
-        .and_then(|fd| tokio::io::unix::AsyncFd::with_interest(fd, Interest::ERROR).ok());
-    match watched {
-        Some(fd) => {
-            let _ = fd.ready(Interest::ERROR).await;
+/// forever when stdout cannot lose its reader (a regular file, a terminal until it hangs up).
+///
+/// A thread blocks in `poll(2)` on fd 1 asking for no event: only an error or hang-up wakes it.
+/// (tokio's `AsyncFd` would do it without a thread, but its safe constructors are deprecated as
+/// unsound and the others need `unsafe`.) The thread is detached: it ends with the process.
+fn stdout_reader_gone() -> impl std::future::Future<Output = ()> {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let (gone, watched) = tokio::sync::oneshot::channel::<()>();
+    let watcher = std::thread::Builder::new().name("stdout-watch".into()).spawn(move || {
+        let stdout = std::io::stdout();
+        let mut fds = [PollFd::new(&stdout, PollFlags::empty())];
+        loop {
+            match poll(&mut fds, None) {
+                Ok(_) if fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) => {
+                    let _ = gone.send(());
+                    return;
+                }
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                // Cannot watch: never report the reader gone (a failed print still ends it).
+                Err(_) => return,
+            }
         }
-        None => std::future::pending().await,
+    });
+    async move {
+        if watcher.is_ok() && watched.await.is_ok() {
+            return;
+        }
+        std::future::pending::<()>().await;
     }
 }
 
