@@ -337,7 +337,19 @@ fn bad_state_and_backend_arguments_are_refused_in_one_line() {
         stderr,
         "tenure elect: no state directory: give --state-dir (neither XDG_STATE_HOME nor HOME is an absolute path)\n"
     );
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--backend", "noop", "--prefix", "/x"],
+            "tenure elect: --prefix is for the etcd backend; --backend noop takes none\n",
+        ),
+        (
+            &["--backend", "embedded", "--namespace", "ops"],
+            "tenure elect: --namespace is for the kubernetes backend; --backend embedded takes none\n",
+        ),
+        (
+            &["--backend", "noop", "--state-dir", "/tmp/x"],
+            "tenure elect: --state-dir: the noop backend keeps no state (always term 1)\n",
+        ),
         (
             &["--backend", "embedded", "--endpoints", "http://127.0.0.1:2379"],
             "tenure elect: --endpoints is for the etcd and kubernetes backends; --backend embedded takes none\n",

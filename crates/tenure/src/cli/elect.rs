@@ -62,12 +62,24 @@ pub struct ElectArgs {
     /// 127.0.0.1:9465); off by default.
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
-    /// etcd: the key prefix.
-    #[arg(long, default_value = "/tenure")]
-    prefix: String,
-    /// kubernetes: the namespace of the Lease.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    /// etcd only: the key prefix [default: /tenure].
+    #[arg(long = "prefix")]
+    prefix_flag: Option<String>,
+    /// kubernetes only: the namespace of the Lease [default: default].
+    #[arg(long = "namespace")]
+    namespace_flag: Option<String>,
+}
+
+impl ElectArgs {
+    /// `--prefix`, or its default.
+    fn prefix(&self) -> &str {
+        self.prefix_flag.as_deref().unwrap_or("/tenure")
+    }
+
+    /// `--namespace`, or its default.
+    fn namespace(&self) -> &str {
+        self.namespace_flag.as_deref().unwrap_or("default")
+    }
 }
 
 #[derive(Serialize)]
@@ -161,8 +173,12 @@ fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
                 names::SUBDOMAIN_RULE
             )));
         }
-        if !names::is_dns1123_label(&args.namespace) {
-            return Err(Refusal::BadInput(format!("--namespace `{}` {}", args.namespace, names::LABEL_RULE)));
+        if !names::is_dns1123_label(args.namespace()) {
+            return Err(Refusal::BadInput(format!(
+                "--namespace `{}` {}",
+                args.namespace(),
+                names::LABEL_RULE
+            )));
         }
     }
     let takes_endpoints = !matches!(backend, Backend::Noop | Backend::Embedded);
@@ -174,6 +190,20 @@ fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
             "--endpoints is for the etcd and kubernetes backends; --backend {} takes none",
             args.backend
         )));
+    }
+    for (flag, given, only) in [
+        ("--prefix", args.prefix_flag.is_some(), "etcd"),
+        ("--namespace", args.namespace_flag.is_some(), "kubernetes"),
+    ] {
+        if given && args.backend != only {
+            return Err(Refusal::BadInput(format!(
+                "{flag} is for the {only} backend; --backend {} takes none",
+                args.backend
+            )));
+        }
+    }
+    if backend == Backend::Noop && args.state_dir.is_some() {
+        return Err(Refusal::BadInput("--state-dir: the noop backend keeps no state (always term 1)".into()));
     }
     if backend != Backend::Embedded && args.dir.is_some() {
         return Err(Refusal::BadInput(format!(
@@ -269,13 +299,13 @@ pub fn run(args: &ElectArgs) -> ExitCode {
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd => {
-                let prefix = args.prefix.trim_end_matches('/');
+                let prefix = args.prefix().trim_end_matches('/');
                 let memory = memory(args, state, prefix)?;
                 term_place = format!("the etcd key {prefix}/elections/{}/term", args.election);
                 floor_file = memory.path().to_owned();
                 let backend = EtcdBackend::connect(
                     &args.endpoints,
-                    &args.prefix,
+                    args.prefix(),
                     &args.election,
                     &args.name,
                     config.lease_duration,
@@ -297,18 +327,18 @@ pub fn run(args: &ElectArgs) -> ExitCode {
                 .map_err(setup)?;
                 let backend = tenure_kube::KubernetesBackend::new(
                     client,
-                    &args.namespace,
+                    args.namespace(),
                     &args.election,
                     &args.name,
                     config.lease_duration,
                 )
                 .map_err(setup)?
                 .with_renew_deadline(config.renew_deadline);
-                let memory = memory(args, state, &args.namespace)?;
+                let memory = memory(args, state, args.namespace())?;
                 term_place = format!(
                     "the annotation {} of Lease {}/{}",
                     tenure_kube::TERM_ANNOTATION,
-                    args.namespace,
+                    args.namespace(),
                     args.election
                 );
                 floor_file = memory.path().to_owned();
