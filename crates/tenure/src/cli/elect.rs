@@ -72,11 +72,13 @@ pub struct ElectArgs {
 
 impl ElectArgs {
     /// `--prefix`, or its default.
+    #[cfg(feature = "etcd")]
     fn prefix(&self) -> &str {
         self.prefix_flag.as_deref().unwrap_or("/tenure")
     }
 
     /// `--namespace`, or its default.
+    #[cfg(feature = "kubernetes")]
     fn namespace(&self) -> &str {
         self.namespace_flag.as_deref().unwrap_or("default")
     }
