@@ -24,6 +24,7 @@
 //! - [`eligibility`] — who may own an address at a stream time (SPEC 3).
 //! - [`arbitration`] — who owns each address (SPEC 4).
 //! - [`planner`] — the level-triggered acquire and release sets (SPEC 5).
+//! - [`report`] — how an error reads to an operator: one line with its causes.
 //! - [`fence`] — the one fence rule and the durable high-water marks (SPEC 6).
 //! - [`journal`] — the outbox state machine and the `JournalStore` persistence trait.
 //! - [`node`] — one node's engine: reconcile (plan, import, sweep, compact) and gated execution.
@@ -51,5 +52,6 @@ pub mod log_store;
 pub mod model;
 pub mod node;
 pub mod planner;
+pub mod report;
 pub mod spec;
 pub mod state;

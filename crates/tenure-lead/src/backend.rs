@@ -64,23 +64,8 @@ pub enum BackendError {
     },
 }
 
-/// `error` and each of its causes, joined by `": "`, leaving out a cause whose text the message
-/// already holds: a backend error logged without its causes says "client error (Connect)" and
-/// hides the "connection refused" an operator needs.
-#[must_use]
-pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        let line = inner.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        cause = inner.source();
-    }
-    text
-}
+/// `error` and each of its causes on one line (the rule lives in `tenure_core::report`).
+pub use tenure_core::report::with_causes;
 
 /// The term after `term`, or [`BackendError::TermOverflow`]: never a wrap to 0.
 pub fn next_term(backend: &'static str, term: u64) -> Result<u64, BackendError> {

@@ -481,6 +481,7 @@ fn the_agent_api_refuses_401_403_400_413_and_changes_nothing() {
 
 /// A provider kind this build has no executor for stops the agent before it opens its store:
 /// exit 3 (a part this build does not have), one line naming the provider and what to do.
+#[cfg(not(feature = "aws"))]
 #[test]
 fn a_provider_kind_without_an_executor_exits_3_in_one_line_before_touching_the_store() {
     let dir = TempDir::new("agent-no-executor");

@@ -47,15 +47,15 @@ impl Contender {
     /// Starts a contender whose `XDG_STATE_HOME` is `state` (so its state directory is
     /// `state/tenure`).
     fn start_in(state: &Path, args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
-            .arg("elect")
-            .args(args)
-            .args(FAST)
-            .env("XDG_STATE_HOME", state)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("run tenure elect");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+        command.arg("elect").args(args).args(FAST).env("XDG_STATE_HOME", state);
+        Self::spawn(command)
+    }
+
+    /// Runs `command` (a `tenure elect` with its arguments and environment), reading its lines.
+    fn spawn(mut command: Command) -> Self {
+        let mut child =
+            command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("run tenure elect");
         let stdout = child.stdout.take().expect("piped");
         let (send, lines) = channel();
         std::thread::spawn(move || {
@@ -281,28 +281,15 @@ fn the_default_state_and_election_folders_are_under_home_whatever_the_working_di
     let args = ["e", "--name", "a", "--backend", "embedded"];
     let start = |cwd: &Path| {
         std::fs::create_dir_all(cwd).expect("mkdir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+        command
             .arg("elect")
             .args(args)
             .args(FAST)
             .env_remove("XDG_STATE_HOME")
             .env("HOME", &home)
-            .current_dir(cwd)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("run");
-        let stdout = child.stdout.take().expect("piped");
-        let (send, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let value: Value = serde_json::from_str(&line).expect("every line is JSON");
-                if send.send(value).is_err() {
-                    break;
-                }
-            }
-        });
-        Contender { child, lines }
+            .current_dir(cwd);
+        Contender::spawn(command)
     };
     // Two contenders started from two folders contend for one lease (a relative default would
     // have given each its own, and both would lead at term 1).

@@ -155,10 +155,13 @@ impl Lab {
             .success()
     }
 
-    /// Runs `verb` for the address on router `ns`'s executor, in that namespace.
-    fn call(&self, ns: &str, verb: Verb) -> ExecutionOutcome {
+    /// Runs `work` on a thread moved into namespace `ns`, on a runtime of its own there.
+    fn inside<T: Send + 'static, F: std::future::Future<Output = T>>(
+        &self,
+        ns: &str,
+        work: impl FnOnce() -> F + Send + 'static,
+    ) -> T {
         let path = format!("/var/run/netns/{}", self.ns(ns));
-        let action = action(self.address(), verb, ns);
         std::thread::spawn(move || {
             let file = std::fs::File::open(&path).expect("the namespace");
             rustix::thread::move_into_link_name_space(
@@ -168,32 +171,25 @@ impl Lab {
             .expect("setns");
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async {
-                let executor = OnpremExecutor::new("lan", 3, Duration::from_millis(50));
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-                execute_within(&executor, &action, deadline).await
-            })
+            runtime.block_on(work())
         })
         .join()
-        .expect("the executor thread")
+        .expect("the namespace thread")
+    }
+
+    /// Runs `verb` for the address on router `ns`'s executor, in that namespace.
+    fn call(&self, ns: &str, verb: Verb) -> ExecutionOutcome {
+        let action = action(self.address(), verb, ns);
+        self.inside(ns, move || async move {
+            let executor = OnpremExecutor::new("lan", 3, Duration::from_millis(50));
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            execute_within(&executor, &action, deadline).await
+        })
     }
 
     /// The proxy entries on router `ns`'s `lan`, read in that namespace.
     fn entries(&self, ns: &str) -> Vec<IpAddr> {
-        let path = format!("/var/run/netns/{}", self.ns(ns));
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).expect("the namespace");
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&file),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .expect("setns");
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(proxy_entries("lan")).expect("listed")
-        })
-        .join()
-        .expect("the inventory thread")
+        self.inside(ns, || async { proxy_entries("lan").await.expect("listed") })
     }
 
     fn cleanup(&self) {

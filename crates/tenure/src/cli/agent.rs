@@ -103,6 +103,18 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
                     call_timeout: action_timeout,
                 }
             }
+            #[cfg(feature = "aws")]
+            (ProviderKind::Aws, ProviderSettings::Aws { region, endpoint_url }) => ProviderExecutor {
+                executor: Arc::new(crate::exec::aws::AwsExecutor::new(region, endpoint_url.as_deref())),
+                call_timeout: action_timeout,
+            },
+            #[cfg(not(feature = "aws"))]
+            (ProviderKind::Aws, _) => {
+                return Err(format!(
+                    "provider `{}`: this build has no aws executor; rebuild with --features aws",
+                    provider.name
+                ));
+            }
             #[cfg(not(all(target_os = "linux", feature = "onprem")))]
             (ProviderKind::Onprem, _) => {
                 return Err(format!(

@@ -25,6 +25,7 @@
 //! # Layout
 //!
 //! - this file — [`Executor`], [`ExecutionOutcome`], [`execute_within`].
+//! - `aws` — `AwsExecutor`: EC2 secondary private IPs (cargo feature `aws`).
 //! - [`hook`] — [`ExecHook`]: the `exec` provider, the operator's command fed the stamped action
 //!   (SPEC 7's exec contract), killed with its process group past its timeout.
 //! - `onprem` — `OnpremExecutor`: proxy neighbour entries and gratuitous ARP / unsolicited NA
@@ -32,6 +33,8 @@
 //! - [`sim`] — [`SimExecutor`]: the simulated providers `sim-cloud` and `sim-onprem` behind a
 //!   shared, lock-protected handle.
 
+#[cfg(feature = "aws")]
+pub mod aws;
 #[cfg(unix)]
 pub mod hook;
 #[cfg(all(target_os = "linux", feature = "onprem"))]
