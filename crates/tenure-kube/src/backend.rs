@@ -131,12 +131,21 @@ pub enum SetupError {
     Client(#[source] kube::Error),
 }
 
+/// With TLS built in, makes ring the process's default rustls crypto provider unless one is set
+/// already: rustls picks a default by itself only when exactly one provider is compiled in, and a
+/// binary that also links aws-lc-rs (tenure with the `aws` feature) has two.
+fn crypto_provider() {
+    #[cfg(feature = "rustls-tls")]
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A kube client for the API server at `url` (plain `http://` unless the crate's `rustls-tls`
 /// feature is on; a path in the URL is kept as the prefix of every request), with
 /// [`REQUEST_TIMEOUT`] on connect, read and write, and without kube's automatic retries, so that
 /// one attempt makes one request per step. Call it inside a Tokio runtime: the client spawns its
 /// request buffer there.
 pub fn client_for_url(url: &str) -> Result<kube::Client, SetupError> {
+    crypto_provider();
     let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| SetupError::Url {
         url: url.to_owned(),
         message: e.to_string(),
@@ -152,6 +161,7 @@ pub fn client_for_url(url: &str) -> Result<kube::Client, SetupError> {
 /// in-cluster service account. Timeouts and retries as [`client_for_url`]. TLS (every real
 /// cluster) needs the crate's `rustls-tls` feature.
 pub async fn client_inferred() -> Result<kube::Client, SetupError> {
+    crypto_provider();
     let config = kube::Config::infer().await.map_err(SetupError::Infer)?;
     client_for_config(config)
 }
