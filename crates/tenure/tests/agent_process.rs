@@ -496,7 +496,7 @@ fn a_provider_kind_without_an_executor_exits_3_in_one_line_before_touching_the_s
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
     assert_eq!(lines.len(), 1, "{log}");
     assert!(
-        lines[0].contains("provider `cloud`: kind aws has no executor in this build yet"),
+        lines[0].contains("provider `cloud`: this build has no aws executor; rebuild with --features aws"),
         "{}",
         lines[0]
     );
