@@ -451,9 +451,7 @@ impl KubernetesBackend {
     }
 
     fn next_term(&self) -> Result<LeaderEpoch, BackendError> {
-        LeaderEpoch::from_stored(self.highest_seen)
-            .checked_next()
-            .ok_or(BackendError::TermOverflow { backend: BACKEND, term: self.highest_seen })
+        tenure_lead::backend::next_term(BACKEND, self.highest_seen).map(LeaderEpoch::from_stored)
     }
 
     async fn create(&mut self) -> Result<Attempt, BackendError> {

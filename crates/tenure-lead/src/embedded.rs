@@ -67,6 +67,14 @@ impl EmbeddedBackend {
         Ok(())
     }
 
+    /// Counts the term file's current term as seen (best effort: a follower does not fail on a
+    /// term file it cannot read; the takeover that needs it will).
+    fn note_current_term(&mut self) {
+        if let Ok(current) = self.read_term() {
+            self.highest_seen = self.highest_seen.max(current);
+        }
+    }
+
     fn take(&mut self) -> Result<Attempt, BackendError> {
         let path = self.lock_path();
         let mut lock = match durable::try_lock(&path).map_err(|e| unavailable(e.to_string()))? {
@@ -75,9 +83,7 @@ impl EmbeddedBackend {
                 let mut holder = String::new();
                 let _ = lock.read_to_string(&mut holder);
                 let holder = holder.trim();
-                if let Ok(current) = self.read_term() {
-                    self.highest_seen = self.highest_seen.max(current);
-                }
+                self.note_current_term();
                 return Ok(Attempt::Follower { holder: (!holder.is_empty()).then(|| holder.to_owned()) });
             }
         };
@@ -135,9 +141,7 @@ impl LeaseBackend for EmbeddedBackend {
             return Ok(Attempt::Leader { term: *term });
         }
         // Lost: another contender may lead under a new term already. Let the old lock go.
-        if let Ok(current) = self.read_term() {
-            self.highest_seen = self.highest_seen.max(current);
-        }
+        self.note_current_term();
         self.held = None;
         Ok(Attempt::Follower { holder: None })
     }
