@@ -542,12 +542,41 @@ fn drift_that_contradicts_a_confirmation_triggers_a_recapture() {
     inventory(&mut w, 2, &[]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "captureEpoch moves, the owner does not");
     assert_eq!(w.fed.desired_holder("p", ip("10.0.0.1"), &CaptureDomain::new("sim1", "g1")), Some("a"));
-    // A NIC nobody confirmed holds it.
-    inventory(&mut w, 3, &["eni-unknown"]);
+    // The repair ran (a confirmed its acquire in epoch 2); then a NIC nobody confirmed holds it.
+    result(&mut w, 3, "a", Verb::AssignSecondaryIp, 2, 1);
+    inventory(&mut w, 4, &["eni-a", "eni-unknown"]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 3));
-    inventory(&mut w, 4, &["eni-b"]);
+    result(&mut w, 5, "a", Verb::AssignSecondaryIp, 3, 1);
+    inventory(&mut w, 6, &["eni-a", "eni-b"]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 4), "b holds it without a confirmed capture");
     assert_eq!(w.fed.recaptures(), 3);
+}
+
+#[test]
+fn a_repair_epoch_is_not_recaptured_again_before_its_actions_ran() {
+    let mut w = drift_world();
+    result(&mut w, 1, "a", Verb::AssignSecondaryIp, 1, 1);
+    // A foreign NIC holds it: one re-capture.
+    inventory(&mut w, 2, &["eni-a", "eni-zz"]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2));
+    // Inventory faster than reconcile: the same holding, again and again, before a's acquire of
+    // epoch 2 ran. Re-capturing each time would fence that acquire out forever.
+    for at in 3..10 {
+        inventory(&mut w, at, &["eni-a", "eni-zz"]);
+    }
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "no second re-capture before the repair ran");
+    // A confirmation observed after the inventory does not count for it.
+    result(&mut w, 12, "a", Verb::AssignSecondaryIp, 2, 1);
+    inventory(&mut w, 11, &["eni-a", "eni-zz"]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "observed before the repair ran");
+    // The repair ran and the foreign holding is still there: one more re-capture.
+    inventory(&mut w, 13, &["eni-a", "eni-zz"]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 3));
+    assert_eq!(w.fed.recaptures(), 2);
+    // A lost address still re-captures at once after a confirmation in the new epoch.
+    result(&mut w, 14, "a", Verb::AssignSecondaryIp, 3, 1);
+    inventory(&mut w, 15, &[]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 4));
 }
 
 // ---------------------------------------------------------------- SPEC 13: atomic events

@@ -126,7 +126,8 @@ impl Replay {
     /// then built).
     #[must_use]
     pub fn new(scenario: &Scenario, narrate: bool) -> Self {
-        let registry = Federation::new(&scenario.nodes, &scenario.providers);
+        let registry =
+            Federation::new(&scenario.nodes, &scenario.providers).with_drift_repair(scenario.drift_repair);
         // SPEC 13: in replay, executing does not append `action-result` events.
         let options = DriverOptions { report_results: false };
         let nodes = scenario

@@ -100,6 +100,10 @@ pub struct Scenario {
     pub pools: Vec<PoolSpec>,
     /// The timeline, in order.
     pub timeline: Vec<Step>,
+    /// `driftRepair: true`: `inventory` events drive drift repair (SPEC 7's re-capture) instead
+    /// of only moving stream time. Executing still appends no `action-result`: the scenario
+    /// states the confirmations it means, as `action-result` events, when it means them.
+    pub drift_repair: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,6 +115,8 @@ struct RawScenario {
     pools: Vec<RawPoolDocument>,
     #[serde(default)]
     timeline: Vec<Spanned<RawStep>>,
+    #[serde(default, rename = "driftRepair")]
+    drift_repair: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,7 +213,7 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
         errors.extend(check_timeline_overlaps(&pools, &timeline));
     }
     if errors.is_empty() {
-        Ok(Scenario { nodes, providers, pools, timeline })
+        Ok(Scenario { nodes, providers, pools, timeline, drift_repair: raw.drift_repair })
     } else {
         errors.sort_by_key(|e| e.position);
         Err(errors)

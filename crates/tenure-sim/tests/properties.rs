@@ -189,7 +189,13 @@ fn scenario_strategy() -> impl Strategy<Value = Scenario> {
                 })
                 .collect();
             let kind = if onprem { ProviderKind::SimOnprem } else { ProviderKind::SimCloud };
-            Scenario { nodes, providers: vec![ProviderSpec { name: PROVIDER.into(), kind }], pools, timeline }
+            Scenario {
+                nodes,
+                providers: vec![ProviderSpec { name: PROVIDER.into(), kind }],
+                pools,
+                timeline,
+                drift_repair: false,
+            }
         })
 }
 

@@ -347,3 +347,66 @@ fn a_restore_raise_fences_what_was_planned_before_it_and_new_lines_start_at_the_
     );
     assert_eq!(count_state(&report, "executed"), 4);
 }
+
+/// Every action of `node` in capture epoch `epoch`, as (verb, state).
+fn in_epoch(report: &Value, node: &str, epoch: u64) -> Vec<(String, String)> {
+    actions(report, node)
+        .into_iter()
+        .filter(|x| x["captureEpoch"] == epoch)
+        .map(|x| (x["verb"].as_str().expect("verb").to_owned(), x["state"].as_str().expect("state").to_owned()))
+        .collect()
+}
+
+fn executed(verbs: &[&str]) -> Vec<(String, String)> {
+    verbs.iter().map(|v| ((*v).to_owned(), "executed".to_owned())).collect()
+}
+
+#[test]
+fn an_address_stolen_back_by_a_stale_call_is_recaptured_once() {
+    let r = report("drift-stolen-back");
+    let edge = row(&r, "edge", "10.0.0.10");
+    assert_eq!(edge["owner"], "b");
+    assert_eq!(edge["ownershipEpoch"], 2, "the owner never moved for the repair");
+    assert_eq!(edge["captureEpoch"], 3, "one re-capture (2 -> 3), not one per inventory");
+    assert_eq!(in_epoch(&r, "b", 3), executed(&["assign-secondary-ip", "enable-forwarding"]));
+    assert_eq!(in_epoch(&r, "a", 3), executed(&["disable-forwarding", "unassign-secondary-ip"]));
+    assert_eq!(count_state(&r, "skipped"), 0);
+    assert_eq!(r["provider"]["sim1"]["10.0.0.10"], serde_json::json!(["eni-b"]));
+}
+
+#[test]
+fn an_address_lost_from_its_confirmed_holder_is_recaptured_once_by_the_same_owner() {
+    let r = report("drift-lost");
+    let edge = row(&r, "edge", "10.0.0.10");
+    assert_eq!((edge["owner"].as_str(), edge["ownershipEpoch"].as_u64()), (Some("a"), Some(1)));
+    assert_eq!(edge["captureEpoch"], 2, "the late old observation and the unrepaired one fire nothing");
+    assert_eq!(in_epoch(&r, "a", 2), executed(&["assign-secondary-ip", "enable-forwarding"]));
+    assert!(actions(&r, "b").is_empty(), "nothing for b: the owner did not change");
+}
+
+#[test]
+fn a_hand_over_with_a_slow_confirmation_never_recaptures() {
+    let r = report("drift-slow-confirmation");
+    let edge = row(&r, "edge", "10.0.0.10");
+    assert_eq!((edge["owner"].as_str(), edge["captureEpoch"].as_u64()), (Some("b"), Some(2)));
+    assert_eq!(count_state(&r, "executed"), 6);
+    assert_eq!(count_state(&r, "skipped"), 0);
+    assert_eq!(r["provider"]["sim1"]["10.0.0.10"], serde_json::json!(["eni-b"]));
+}
+
+#[test]
+fn inventory_faster_than_reconcile_never_fences_a_repairs_release_out() {
+    let r = report("drift-inventory-faster");
+    assert_eq!(row(&r, "edge", "10.0.0.10")["captureEpoch"], 2, "six identical observations, one re-capture");
+    assert_eq!(in_epoch(&r, "c", 2), executed(&["proxy-arp-del"]));
+    assert_eq!(in_epoch(&r, "a", 2), executed(&["proxy-arp-add", "garp"]));
+    assert_eq!(r["provider"]["lan"]["10.0.0.10"], serde_json::json!(["eth-a"]));
+}
+
+#[test]
+fn inventory_only_moves_stream_time_without_drift_repair() {
+    let text = std::fs::read_to_string(scenarios_dir().join("drift-stolen-back.yaml")).expect("read");
+    let scenario = parse_scenario(&text.replace("driftRepair: true", "driftRepair: false")).expect("valid");
+    let report = serde_json::to_value(Replay::run(&scenario, false).expect("runs").0).expect("json");
+    assert_eq!(row(&report, "edge", "10.0.0.10")["captureEpoch"], 2, "SPEC 13: replay's default is inert");
+}

@@ -16,10 +16,13 @@ impl Federation {
     ///   the holders (it lost the address), or
     /// - a NIC holds the address whose node is not the desired holder and has no confirmed capture
     ///   (or is not a known node at all) — also when nobody is the desired holder, so that the
-    ///   fresh epoch yields a fresh release for the node the inventory shows holding it.
+    ///   fresh epoch yields a fresh release for the node the inventory shows holding it; but in an
+    ///   epoch a re-capture opened, only once a confirmation in that epoch was observed at or
+    ///   before the inventory (the repair's own actions ran first).
     ///
     /// An inventory observed (`at`) before the confirmation it would contradict is ignored, so
-    /// ordinary hand-overs never churn epochs.
+    /// ordinary hand-overs never churn epochs. The rule in full, with its scenarios:
+    /// `docs/architecture.md`, "Drift repair's trigger".
     #[must_use]
     pub fn with_drift_repair(mut self, on: bool) -> Self {
         self.drift_repair = on;
@@ -125,11 +128,19 @@ impl Federation {
                     && at_ms >= c.at_ms
                     && !holder_nodes.contains(&desired)
             });
-            let foreign = holder_nodes.iter().any(|holder| match holder {
-                None => true,
-                Some(node) if Some(*node) == desired => false,
-                Some(node) => confirmation_of(*node).is_none_or(|c| !c.acquired && at_ms >= c.at_ms),
-            });
+            // A re-capture's own actions get their chance: in an epoch drift repair opened, a
+            // foreign holding fires again only once a confirmation in that epoch was observed
+            // at or before this inventory (the repair ran, and the holding is still there).
+            let repair_ran = !state.line.opened_by_repair
+                || state.confirmations.iter().any(|c| {
+                    c.capture_epoch == state.line.epoch && c.capture_domain == *domain && c.at_ms <= at_ms
+                });
+            let foreign = repair_ran
+                && holder_nodes.iter().any(|holder| match holder {
+                    None => true,
+                    Some(node) if Some(*node) == desired => false,
+                    Some(node) => confirmation_of(*node).is_none_or(|c| !c.acquired && at_ms >= c.at_ms),
+                });
             if lost || foreign {
                 self.touched.recapture(name, domain, address, state);
                 self.recaptures += 1;
