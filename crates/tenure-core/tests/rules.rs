@@ -553,6 +553,22 @@ fn drift_that_contradicts_a_confirmation_triggers_a_recapture() {
 }
 
 #[test]
+fn an_observation_counts_only_strictly_after_the_confirmation_and_only_news_is_appended() {
+    let mut w = drift_world();
+    let address = ip("10.0.0.1");
+    assert!(w.fed.inventory_is_news("sim1", address, &[]), "nothing observed yet");
+    result(&mut w, 5, "a", Verb::AssignSecondaryIp, 1, 1);
+    // Read at the same millisecond: it may have been taken before the call landed.
+    inventory(&mut w, 5, &[]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1));
+    assert!(w.fed.inventory_is_news("sim1", address, &[]), "not after the confirmation: worth appending again");
+    inventory(&mut w, 6, &[]);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "lost, observed after the confirmation");
+    assert!(!w.fed.inventory_is_news("sim1", address, &[]), "the same holders, after every confirmation");
+    assert!(w.fed.inventory_is_news("sim1", address, &["eni-a".to_owned()]), "changed holders");
+}
+
+#[test]
 fn a_repair_epoch_is_not_recaptured_again_before_its_actions_ran() {
     let mut w = drift_world();
     result(&mut w, 1, "a", Verb::AssignSecondaryIp, 1, 1);

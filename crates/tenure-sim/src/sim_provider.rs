@@ -131,6 +131,17 @@ impl SimProvider {
     pub fn inject_loss(&mut self, address: IpAddr, nic: &str) -> bool {
         self.remove(address, nic)
     }
+
+    /// Puts an address on a NIC behind tenure's back (drift, for tests): on `sim-cloud` as a
+    /// reassignment by another tool does (taken off every other NIC), on `sim-onprem` beside
+    /// whoever answers for it already (a hand-added proxy entry).
+    pub fn inject_holding(&mut self, address: IpAddr, nic: &str) {
+        let holders = self.holdings.entry(address).or_default();
+        if self.kind == ProviderKind::SimCloud {
+            holders.clear();
+        }
+        holders.insert(nic.to_owned());
+    }
 }
 
 #[cfg(test)]

@@ -17,11 +17,12 @@ impl Federation {
     /// - a NIC holds the address whose node is not the desired holder and has no confirmed capture
     ///   (or is not a known node at all) — also when nobody is the desired holder, so that the
     ///   fresh epoch yields a fresh release for the node the inventory shows holding it; but in an
-    ///   epoch a re-capture opened, only once a confirmation in that epoch was observed at or
-    ///   before the inventory (the repair's own actions ran first).
+    ///   epoch a re-capture opened, only once a confirmation in that epoch came strictly before
+    ///   the inventory (the repair's own actions ran first).
     ///
-    /// An inventory observed (`at`) before the confirmation it would contradict is ignored, so
-    /// ordinary hand-overs never churn epochs. The rule in full, with its scenarios:
+    /// An inventory counts against a confirmation only when observed strictly after it (a
+    /// greater `at`), so an observation that may have been taken before the call landed, and
+    /// ordinary hand-overs, never churn epochs. The rule in full, with its scenarios:
     /// `docs/architecture.md`, "Drift repair's trigger".
     #[must_use]
     pub fn with_drift_repair(mut self, on: bool) -> Self {
@@ -103,6 +104,30 @@ impl Federation {
         }
     }
 
+    /// Whether an inventory read that found `holders` for `address` on `provider` tells the log
+    /// anything new: nothing was observed of it yet, the holders differ (as a set) from the latest
+    /// observation, or that observation does not come strictly after the newest confirmation of
+    /// the address (the drift rule reads only observations strictly after the confirmation they
+    /// would contradict). The agent appends only such reads: one event per change, not per read.
+    #[must_use]
+    pub fn inventory_is_news(&self, provider: &str, address: IpAddr, holders: &[String]) -> bool {
+        let Some((kept, kept_at)) = self.observed.get(provider).and_then(|kept| kept.get(&address)) else {
+            return true;
+        };
+        fn as_set(nics: &[String]) -> std::collections::BTreeSet<&str> {
+            nics.iter().map(String::as_str).collect()
+        }
+        if as_set(kept) != as_set(holders) {
+            return true;
+        }
+        self.pools
+            .values()
+            .filter(|pool| pool.spec.provider == provider)
+            .filter_map(|pool| pool.addresses.get(&address))
+            .flat_map(|state| &state.confirmations)
+            .any(|c| c.at_ms >= *kept_at)
+    }
+
     /// How many inventory observations are kept (bounded by the applied pools' addresses).
     #[must_use]
     pub fn observations_kept(&self) -> usize {
@@ -125,21 +150,21 @@ impl Federation {
                 c.acquired
                     && c.capture_epoch == state.line.epoch
                     && c.capture_domain == *domain
-                    && at_ms >= c.at_ms
+                    && at_ms > c.at_ms
                     && !holder_nodes.contains(&desired)
             });
             // A re-capture's own actions get their chance: in an epoch drift repair opened, a
-            // foreign holding fires again only once a confirmation in that epoch was observed
-            // at or before this inventory (the repair ran, and the holding is still there).
+            // foreign holding fires again only once a confirmation in that epoch came strictly
+            // before this inventory (the repair ran, and the holding is still there).
             let repair_ran = !state.line.opened_by_repair
                 || state.confirmations.iter().any(|c| {
-                    c.capture_epoch == state.line.epoch && c.capture_domain == *domain && c.at_ms <= at_ms
+                    c.capture_epoch == state.line.epoch && c.capture_domain == *domain && c.at_ms < at_ms
                 });
             let foreign = repair_ran
                 && holder_nodes.iter().any(|holder| match holder {
                     None => true,
                     Some(node) if Some(*node) == desired => false,
-                    Some(node) => confirmation_of(*node).is_none_or(|c| !c.acquired && at_ms >= c.at_ms),
+                    Some(node) => confirmation_of(*node).is_none_or(|c| !c.acquired && at_ms > c.at_ms),
                 });
             if lost || foreign {
                 self.touched.recapture(name, domain, address, state);

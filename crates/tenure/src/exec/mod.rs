@@ -24,7 +24,7 @@
 //!
 //! # Layout
 //!
-//! - this file — [`Executor`], [`ExecutionOutcome`], [`execute_within`].
+//! - this file — [`Executor`], [`ExecutionOutcome`], [`execute_within`], [`InventoryRequest`].
 //! - `aws` — `AwsExecutor`: EC2 secondary private IPs (cargo feature `aws`).
 //! - [`hook`] — [`ExecHook`]: the `exec` provider, the operator's command fed the stamped action
 //!   (SPEC 7's exec contract), killed with its process group past its timeout.
@@ -42,6 +42,7 @@ pub mod onprem;
 pub mod sim;
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 
 use tenure_core::model::StampedAction;
@@ -91,6 +92,24 @@ impl ExecutionOutcome {
 /// trait is not object-safe), and `Send`, so that it can run on any tokio worker.
 pub type ExecuteFuture<'a> = Pin<Box<dyn Future<Output = ExecutionOutcome> + Send + 'a>>;
 
+/// What an inventory read asks of a provider: where each of `addresses` is held, among the
+/// NICs the provider can see from `nics` (the NICs of every node of that provider: for `aws`,
+/// their VPCs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InventoryRequest {
+    /// The addresses of the provider's applied pools.
+    pub addresses: Vec<IpAddr>,
+    /// The NICs of the provider's nodes.
+    pub nics: Vec<String>,
+}
+
+/// An inventory read's answer: for every address asked, the NICs holding it, sorted (empty:
+/// held nowhere the provider can see). Or why the read failed, in one line.
+pub type Inventory = Result<Vec<(IpAddr, Vec<String>)>, String>;
+
+/// The future of an inventory read.
+pub type InventoryFuture<'a> = Pin<Box<dyn Future<Output = Inventory> + Send + 'a>>;
+
 /// Performs stamped provider actions. Object-safe: the agent holds its executors as
 /// `Arc<dyn Executor>`, one per configured provider.
 ///
@@ -103,6 +122,16 @@ pub trait Executor: Send + Sync {
     /// call may have been made, or [`ExecutionOutcome::Failed`] when it surely was not; callers
     /// go through [`execute_within`], which enforces the deadline either way.
     fn execute<'a>(&'a self, action: &'a StampedAction, deadline: Instant) -> ExecuteFuture<'a>;
+
+    /// Reads where the provider holds `request`'s addresses (SPEC 7's inventory), for drift
+    /// repair. The answer must be the provider's whole view of those addresses, not one host's:
+    /// an address missing from a NIC is read as "not held there". `None` when this executor
+    /// cannot take such an inventory (the default): the agent then appends no `inventory`
+    /// events for the provider and drift repair never fires for it.
+    fn inventory<'a>(&'a self, request: &'a InventoryRequest) -> Option<InventoryFuture<'a>> {
+        let _ = request;
+        None
+    }
 }
 
 /// Runs `action` on `executor`, never past `deadline`.

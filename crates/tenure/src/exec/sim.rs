@@ -8,7 +8,7 @@ use tenure_core::model::{ProviderKind, StampedAction};
 use tenure_sim::sim_provider::SimProvider;
 use tokio::time::Instant;
 
-use super::{ExecuteFuture, ExecutionOutcome, Executor};
+use super::{ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest};
 
 /// A simulated provider behind a shared, lock-protected handle: clones share one provider, as the
 /// nodes of a fleet share one cloud. The lock is held only for the in-memory call, never across
@@ -60,6 +60,21 @@ impl Executor for SimExecutor {
                 Err(refused) => ExecutionOutcome::Failed { reason: refused.to_string() },
             }
         })
+    }
+
+    /// The simulated provider's holdings of the asked addresses: it sees every NIC.
+    fn inventory<'a>(&'a self, request: &'a InventoryRequest) -> Option<InventoryFuture<'a>> {
+        Some(Box::pin(async move {
+            let provider = self.lock();
+            Ok(request
+                .addresses
+                .iter()
+                .map(|address| {
+                    let holders = provider.holdings().get(address).map(|nics| nics.iter().cloned().collect());
+                    (*address, holders.unwrap_or_default())
+                })
+                .collect())
+        }))
     }
 }
 
