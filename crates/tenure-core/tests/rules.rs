@@ -561,7 +561,10 @@ fn an_observation_counts_only_strictly_after_the_confirmation_and_only_news_is_a
     // Read at the same millisecond: it may have been taken before the call landed.
     inventory(&mut w, 5, &[]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1));
-    assert!(w.fed.inventory_is_news("sim1", address, &[]), "not after the confirmation: worth appending again");
+    assert!(
+        w.fed.inventory_is_news("sim1", address, &[]),
+        "not after the confirmation: worth appending again"
+    );
     inventory(&mut w, 6, &[]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "lost, observed after the confirmation");
     assert!(!w.fed.inventory_is_news("sim1", address, &[]), "the same holders, after every confirmation");

@@ -156,7 +156,11 @@ async fn main() {
     let mut executors = BTreeMap::new();
     executors.insert(
         "sim1".to_owned(),
-        ProviderExecutor { executor: Arc::new(RemoteProvider), call_timeout: Duration::from_secs(30) },
+        ProviderExecutor {
+            executor: Arc::new(RemoteProvider),
+            call_timeout: Duration::from_secs(30),
+            inventory_interval: None,
+        },
     );
     let before = resident_bytes();
     let settings = Settings {

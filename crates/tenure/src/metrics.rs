@@ -293,6 +293,23 @@ impl Collector for SnapshotCollector {
             "Log records between the head and the last one applied.",
             s.log_lag,
         )?;
+        ConstCounter::new(s.drift_recaptures).encode(encoder.encode_descriptor(
+            "tenure_drift_recaptures",
+            "Re-captures drift repair made (inventory contradicted a confirmed execution), as the \
+             log's projection counts them.",
+            None,
+            MetricType::Counter,
+        )?)?;
+        let mut family = encoder.encode_descriptor(
+            "tenure_inventory_reads",
+            "Inventory reads of each provider since the agent started, by outcome (ok, failed).",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((provider, outcome), count) in &s.inventory_reads {
+            let labels = [("provider", provider.as_str()), ("outcome", outcome.as_str())];
+            ConstCounter::new(*count).encode(family.encode_family(&labels)?)?;
+        }
         gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, u64::from(s.healthy))
     }
 }
@@ -465,6 +482,8 @@ mod tests {
             log_index: 42,
             log_lag: 3,
             healthy: true,
+            drift_recaptures: 2,
+            inventory_reads: vec![(("aws1".to_owned(), "ok".to_owned()), 7)],
         }
     }
 
@@ -497,6 +516,8 @@ mod tests {
             ("tenure_log_index", "gauge"),
             ("tenure_log_lag", "gauge"),
             ("tenure_healthy", "gauge"),
+            ("tenure_drift_recaptures", "counter"),
+            ("tenure_inventory_reads", "counter"),
         ] {
             assert_eq!(types.get(family).map(String::as_str), Some(kind), "{family}");
         }
@@ -527,6 +548,13 @@ mod tests {
         assert_eq!(values(&samples, "tenure_log_index")[0].value, "42");
         assert_eq!(values(&samples, "tenure_log_lag")[0].value, "3");
         assert_eq!(values(&samples, "tenure_healthy")[0].value, "1");
+        assert_eq!(values(&samples, "tenure_drift_recaptures_total")[0].value, "2");
+        let reads = values(&samples, "tenure_inventory_reads_total");
+        assert_eq!(
+            reads[0].labels,
+            [("provider".to_owned(), "aws1".to_owned()), ("outcome".to_owned(), "ok".to_owned())]
+        );
+        assert_eq!(reads[0].value, "7");
 
         let rejected = values(&samples, "tenure_requests_rejected_total");
         let count = |reason: &str| {

@@ -61,7 +61,11 @@ fn start(approval: Approval) -> Running {
     let mut executors = BTreeMap::new();
     executors.insert(
         "sim1".to_owned(),
-        ProviderExecutor { executor: Arc::new(cloud.clone()), call_timeout: Duration::from_secs(5) },
+        ProviderExecutor {
+            executor: Arc::new(cloud.clone()),
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+        },
     );
     let settings = Settings {
         nodes: vec![node("a", 10), node("b", 0)],
@@ -106,7 +110,10 @@ fn start_one_address(
     executor: Arc<dyn tenure::exec::Executor>,
 ) -> (AgentHandle, oneshot::Sender<()>, Done) {
     let mut executors = BTreeMap::new();
-    executors.insert("sim1".to_owned(), ProviderExecutor { executor, call_timeout: Duration::from_secs(5) });
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor { executor, call_timeout: Duration::from_secs(5), inventory_interval: None },
+    );
     let mut spec = pool(Approval::Auto);
     spec.addresses.truncate(1);
     spec.members = members.iter().map(|m| (*m).to_owned()).collect();

@@ -353,7 +353,9 @@ fn in_epoch(report: &Value, node: &str, epoch: u64) -> Vec<(String, String)> {
     actions(report, node)
         .into_iter()
         .filter(|x| x["captureEpoch"] == epoch)
-        .map(|x| (x["verb"].as_str().expect("verb").to_owned(), x["state"].as_str().expect("state").to_owned()))
+        .map(|x| {
+            (x["verb"].as_str().expect("verb").to_owned(), x["state"].as_str().expect("state").to_owned())
+        })
         .collect()
 }
 

@@ -70,6 +70,8 @@ pub fn check_submit(view: &Federation, event: &EventKind) -> Result<(), SubmitEr
 pub struct Counters {
     /// Log events the projection rejected, by reason.
     pub rejected_events: BTreeMap<String, u64>,
+    /// Inventory reads, by (provider, `ok` | `failed`).
+    pub inventory_reads: BTreeMap<(String, &'static str), u64>,
 }
 
 /// The metrics snapshot of the loop's state.
@@ -112,5 +114,11 @@ pub fn metrics<S: JournalStore>(
         log_index,
         log_lag: log_head.saturating_sub(log_index),
         healthy,
+        drift_recaptures: first.view().recaptures(),
+        inventory_reads: counters
+            .inventory_reads
+            .iter()
+            .map(|((provider, outcome), n)| ((provider.clone(), (*outcome).to_owned()), *n))
+            .collect(),
     }
 }

@@ -82,13 +82,18 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
 pub struct ProviderExecutor {
     /// The executor.
     pub executor: Arc<dyn Executor>,
-    /// How long one call may take before its outcome is unknown.
+    /// How long one call may take before its outcome is unknown (an inventory read too).
     pub call_timeout: Duration,
+    /// How often the provider's inventory is read for drift repair; `None`: never.
+    pub inventory_interval: Option<Duration>,
 }
 
 impl std::fmt::Debug for ProviderExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderExecutor").field("call_timeout", &self.call_timeout).finish_non_exhaustive()
+        f.debug_struct("ProviderExecutor")
+            .field("call_timeout", &self.call_timeout)
+            .field("inventory_interval", &self.inventory_interval)
+            .finish_non_exhaustive()
     }
 }
 

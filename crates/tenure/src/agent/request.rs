@@ -68,6 +68,10 @@ pub struct MetricsSnapshot {
     pub log_lag: u64,
     /// Whether the agent can act (as in [`Health`]).
     pub healthy: bool,
+    /// Re-captures drift repair made, as the projection counts them (from the log).
+    pub drift_recaptures: u64,
+    /// Inventory reads since the agent started, by (provider, `ok` | `failed`).
+    pub inventory_reads: Vec<((String, String), u64)>,
 }
 
 /// A change asked of the agent through the API: appended to the log as an event.

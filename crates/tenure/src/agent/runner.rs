@@ -20,7 +20,7 @@ use super::answers::Counters;
 use super::pools::plan_pool_changes;
 use super::request::Request;
 use super::{AgentStore, ProviderExecutor, Settings};
-use crate::exec::{ExecutionOutcome, execute_within};
+use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within};
 
 mod requests;
 
@@ -84,6 +84,33 @@ struct CallDone {
     elapsed: Duration,
 }
 
+/// A finished inventory read of one provider.
+struct InventoryDone {
+    provider: String,
+    /// The stamp taken when the read started: the `at` of the events it yields, so that a call
+    /// confirmed while the read was under way is never contradicted by it.
+    started_at_ms: u64,
+    /// `None`: the executor takes no inventory.
+    inventory: Option<Inventory>,
+}
+
+/// When each provider's inventory is read next, and which reads are under way.
+#[derive(Default)]
+struct InventorySchedule {
+    /// Provider → (interval, next read).
+    due: BTreeMap<String, (Duration, Instant)>,
+    in_flight: BTreeSet<String>,
+    /// The last failure logged at warn per provider (a repeat is logged at debug).
+    last_failure: BTreeMap<String, String>,
+}
+
+impl InventorySchedule {
+    /// The next read that is not under way, if any.
+    fn next(&self) -> Option<Instant> {
+        self.due.iter().filter(|(p, _)| !self.in_flight.contains(*p)).map(|(_, (_, at))| *at).min()
+    }
+}
+
 /// The loop's state.
 struct Agent<S: AgentStore> {
     store: S,
@@ -98,6 +125,12 @@ struct Agent<S: AgentStore> {
     call_tasks: HashMap<tokio::task::Id, (usize, String, String)>,
     /// Events to append at the next step (heartbeats).
     queued: Vec<EventKind>,
+    /// Events stamped already, appended at the next step before `queued` (inventory).
+    queued_stamped: Vec<Event>,
+    inventories: JoinSet<InventoryDone>,
+    inventory: InventorySchedule,
+    /// Re-captures the view had applied at the last step (to log new ones).
+    recaptures_seen: u64,
     counters: Counters,
     /// Why the agent cannot act now (health), if it cannot.
     unhealthy: Option<String>,
@@ -114,6 +147,14 @@ struct Agent<S: AgentStore> {
     requeue_interval: Duration,
     /// Nodes to freeze right after their next reconcile ([`Control::FreezeAfterReconcile`]).
     freeze_after_reconcile: BTreeSet<usize>,
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_or_never(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Milliseconds since the Unix epoch by this host's clock.
@@ -192,6 +233,10 @@ pub async fn run<S: AgentStore>(
                 dirty = true;
                 requeue_due = true;
             }
+            () = sleep_until_or_never(agent.inventory.next()), if !agent.shutting_down => agent.start_inventories(),
+            Some(done) = agent.inventories.join_next(), if !agent.inventories.is_empty() => {
+                dirty = agent.finish_inventory(done);
+            }
             _ = identity.tick() => agent.flush_identity(),
         }
         if dirty {
@@ -213,7 +258,7 @@ pub async fn run<S: AgentStore>(
 
 impl<S: AgentStore> Agent<S> {
     fn start(store: S, settings: Settings, observer: Arc<dyn Observe>) -> Result<Self, AgentError> {
-        let registry = Federation::new(&settings.nodes, &settings.providers);
+        let registry = Federation::new(&settings.nodes, &settings.providers).with_drift_repair(true);
         let mut drivers = Vec::with_capacity(settings.nodes.len());
         for node in &settings.nodes {
             let engine = NodeEngine::open(&node.name, store.journal(&node.name))
@@ -231,6 +276,10 @@ impl<S: AgentStore> Agent<S> {
             calls: JoinSet::new(),
             call_tasks: HashMap::new(),
             queued: Vec::new(),
+            queued_stamped: Vec::new(),
+            inventories: JoinSet::new(),
+            inventory: InventorySchedule::default(),
+            recaptures_seen: 0,
             counters: Counters::default(),
             unhealthy: None,
             store_failed: None,
@@ -243,6 +292,13 @@ impl<S: AgentStore> Agent<S> {
             requeue_interval: settings.requeue_interval,
         };
         agent.follow().map_err(AgentError::Log)?;
+        agent.recaptures_seen = agent.view().recaptures();
+        let now = Instant::now();
+        for (provider, executor) in &agent.executors {
+            if let Some(interval) = executor.inventory_interval {
+                agent.inventory.due.insert(provider.clone(), (interval, now));
+            }
+        }
         Ok(agent)
     }
 
@@ -278,11 +334,18 @@ impl<S: AgentStore> Agent<S> {
 
     /// Appends `kinds` in one durable commit. Returns the index of each, or why not.
     fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
-        if kinds.is_empty() {
+        self.append_with(Vec::new(), kinds)
+    }
+
+    /// Appends `stamped` (as they are) and then `kinds` (stamped now) in one durable commit.
+    fn append_with(&mut self, mut events: Vec<Event>, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
+        if events.is_empty() && kinds.is_empty() {
             return Ok(Vec::new());
         }
-        let at_ms = self.stamp();
-        let events: Vec<Event> = kinds.into_iter().map(|kind| Event { at_ms, kind }).collect();
+        if !kinds.is_empty() {
+            let at_ms = self.stamp();
+            events.extend(kinds.into_iter().map(|kind| Event { at_ms, kind }));
+        }
         match self.store.append_batch(&events) {
             Ok(indices) => {
                 self.summary.appended += events.len() as u64;
@@ -306,7 +369,8 @@ impl<S: AgentStore> Agent<S> {
                 kinds.push(kind);
             }
         }
-        let _ = self.append(kinds);
+        let stamped = std::mem::take(&mut self.queued_stamped);
+        let _ = self.append_with(stamped, kinds);
     }
 
     /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]. A rejected one
@@ -395,6 +459,119 @@ impl<S: AgentStore> Agent<S> {
             self.start_calls(index);
         }
         self.record_highest_token();
+        let recaptures = self.view().recaptures();
+        if recaptures > self.recaptures_seen {
+            warn!(
+                recaptures = recaptures - self.recaptures_seen,
+                "drift: inventory contradicted a confirmed execution; re-captured (fresh epochs, fresh actions)"
+            );
+            self.recaptures_seen = recaptures;
+        }
+    }
+
+    /// Starts the inventory reads that are due, one per provider at a time, each bounded by the
+    /// provider's call timeout. Not while the agent cannot append what they would find.
+    fn start_inventories(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .inventory
+            .due
+            .iter()
+            .filter(|(p, (_, at))| *at <= now && !self.inventory.in_flight.contains(*p))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for provider in due {
+            let (interval, _) = self.inventory.due[&provider];
+            if self.unhealthy.is_some() || self.store_failed.is_some() {
+                self.inventory.due.insert(provider, (interval, now + interval));
+                continue;
+            }
+            let Some(executor) = self.executors.get(&provider).cloned() else { continue };
+            let view = self.view();
+            let addresses: Vec<std::net::IpAddr> = view
+                .pools()
+                .values()
+                .filter(|pool| !pool.deleted && pool.spec.provider == provider)
+                .flat_map(|pool| pool.addresses.iter().filter(|(_, state)| state.active).map(|(a, _)| *a))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let nics: Vec<String> = view
+                .nodes()
+                .iter()
+                .filter(|node| node.spec.provider == provider)
+                .map(|node| node.spec.nic.clone())
+                .collect();
+            let started_at_ms = self.stamp();
+            self.inventory.in_flight.insert(provider.clone());
+            let deadline = now + executor.call_timeout;
+            self.inventories.spawn(async move {
+                let request = InventoryRequest { addresses, nics };
+                let inventory = match executor.executor.inventory(&request) {
+                    None => None,
+                    Some(read) => Some(match tokio::time::timeout_at(deadline, read).await {
+                        Ok(answer) => answer,
+                        Err(_elapsed) => Err("no answer before the call timeout".to_owned()),
+                    }),
+                };
+                InventoryDone { provider, started_at_ms, inventory }
+            });
+        }
+    }
+
+    /// Queues what a read found that the log does not know yet ([`Federation::inventory_is_news`]:
+    /// one event per change). Returns whether anything was queued.
+    fn finish_inventory(&mut self, done: Result<InventoryDone, tokio::task::JoinError>) -> bool {
+        let done = match done {
+            Ok(done) => done,
+            Err(e) => {
+                error!(error = %e, "an inventory read's task failed; the read is retried at its interval");
+                // Which provider it was is lost with the task: retry every read not under way.
+                self.inventory.in_flight.clear();
+                return false;
+            }
+        };
+        let provider = done.provider;
+        self.inventory.in_flight.remove(&provider);
+        let Some(inventory) = done.inventory else {
+            info!(%provider, "this provider's executor takes no inventory: drift repair is off for it");
+            self.inventory.due.remove(&provider);
+            return false;
+        };
+        if let Some((interval, next)) = self.inventory.due.get_mut(&provider) {
+            *next = Instant::now() + *interval;
+        }
+        match inventory {
+            Ok(found) => {
+                *self.counters.inventory_reads.entry((provider.clone(), "ok")).or_insert(0) += 1;
+                self.inventory.last_failure.remove(&provider);
+                let view = self.view();
+                let news: Vec<Event> = found
+                    .into_iter()
+                    .filter(|(address, holders)| view.inventory_is_news(&provider, *address, holders))
+                    .map(|(address, holders)| Event {
+                        at_ms: done.started_at_ms,
+                        kind: EventKind::Inventory { provider: provider.clone(), address, holders },
+                    })
+                    .collect();
+                if news.is_empty() {
+                    return false;
+                }
+                debug!(%provider, changes = news.len(), "inventory: appending what changed");
+                self.queued_stamped.extend(news);
+                true
+            }
+            Err(reason) => {
+                *self.counters.inventory_reads.entry((provider.clone(), "failed")).or_insert(0) += 1;
+                if self.inventory.last_failure.get(&provider) == Some(&reason) {
+                    debug!(%provider, %reason, "inventory read failed (as before)");
+                } else {
+                    warn!(%provider, %reason, "inventory read failed; drift repair waits for the next read");
+                    self.inventory.last_failure.insert(provider, reason);
+                }
+                false
+            }
+        }
     }
 
     fn journal_failed<E: std::error::Error>(&mut self, index: usize, error: &E) {

@@ -80,16 +80,18 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
     let action_timeout = Duration::from_millis(config.action_timeout_ms);
     let mut executors = BTreeMap::new();
     for provider in &config.providers {
-        let executor = match (&provider.kind, &provider.settings) {
+        let mut executor = match (&provider.kind, &provider.settings) {
             (ProviderKind::SimCloud | ProviderKind::SimOnprem, _) => ProviderExecutor {
                 executor: Arc::new(SimExecutor::new(provider.kind)),
                 call_timeout: action_timeout,
+                inventory_interval: None,
             },
             (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
                 let timeout = Duration::from_millis(*timeout_ms);
                 ProviderExecutor {
                     executor: Arc::new(ExecHook::new(command.clone(), timeout).owned_by(owner)),
                     call_timeout: timeout + HOOK_DEADLINE_GRACE,
+                    inventory_interval: None,
                 }
             }
             #[cfg(all(target_os = "linux", feature = "onprem"))]
@@ -101,12 +103,14 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
                         Duration::from_millis(*garp_interval_ms),
                     )),
                     call_timeout: action_timeout,
+                    inventory_interval: None,
                 }
             }
             #[cfg(feature = "aws")]
             (ProviderKind::Aws, ProviderSettings::Aws { region, endpoint_url }) => ProviderExecutor {
                 executor: Arc::new(crate::exec::aws::AwsExecutor::new(region, endpoint_url.as_deref())),
                 call_timeout: action_timeout,
+                inventory_interval: None,
             },
             #[cfg(not(feature = "aws"))]
             (ProviderKind::Aws, _) => {
@@ -131,6 +135,7 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
                 ));
             }
         };
+        executor.inventory_interval = provider.inventory_interval_ms.map(Duration::from_millis);
         executors.insert(provider.name.clone(), executor);
     }
     Ok(executors)

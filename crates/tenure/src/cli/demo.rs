@@ -136,7 +136,11 @@ fn settings(cloud: &SimExecutor) -> Settings {
     let mut executors = BTreeMap::new();
     executors.insert(
         "sim1".to_owned(),
-        ProviderExecutor { executor: Arc::new(cloud.clone()), call_timeout: Duration::from_secs(5) },
+        ProviderExecutor {
+            executor: Arc::new(cloud.clone()),
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+        },
     );
     Settings {
         nodes: vec![node("a", 10), node("b", 5), node("c", 0)],

@@ -67,6 +67,8 @@ pub const GARP_COUNT_DEFAULT: u32 = 3;
 pub const GARP_COUNT_MAX: u32 = 100;
 /// Default `garpInterval` of an onprem provider.
 pub const GARP_INTERVAL_DEFAULT_MS: u64 = 100;
+/// Default time between two inventory reads of an `aws` provider (drift repair's input).
+pub const AWS_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 30_000;
 /// Default `store.prefix` of an etcd store.
 pub const ETCD_PREFIX_DEFAULT: &str = "/tenure";
 /// Extension of the default identity file, beside the config file.
@@ -167,6 +169,9 @@ pub struct ProviderConfig {
     pub kind: ProviderKind,
     /// The settings of its kind.
     pub settings: ProviderSettings,
+    /// How often its inventory is read for drift repair (`inventoryInterval`); `None`: never
+    /// (`0s`, or a kind whose inventory is not read by default: the simulated ones).
+    pub inventory_interval_ms: Option<u64>,
 }
 
 /// The settings of a provider, by kind.

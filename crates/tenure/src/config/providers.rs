@@ -12,8 +12,8 @@ use tenure_core::model::ProviderKind;
 use super::paths::resolve;
 use super::raw::RawProvider;
 use super::{
-    EXEC_TIMEOUT_DEFAULT_MS, GARP_COUNT_DEFAULT, GARP_COUNT_MAX, GARP_INTERVAL_DEFAULT_MS, ProviderConfig,
-    ProviderSettings, check_url, duration_field,
+    AWS_INVENTORY_INTERVAL_DEFAULT_MS, EXEC_TIMEOUT_DEFAULT_MS, GARP_COUNT_DEFAULT, GARP_COUNT_MAX,
+    GARP_INTERVAL_DEFAULT_MS, ProviderConfig, ProviderSettings, check_url, duration_field,
 };
 
 /// Longest Linux interface name (`IFNAMSIZ` less its terminating NUL), in bytes.
@@ -22,10 +22,11 @@ pub const INTERFACE_NAME_BYTES_MAX: usize = 15;
 /// The settings each kind takes; every other one is an error.
 fn allowed_settings(kind: ProviderKind) -> &'static [&'static str] {
     match kind {
-        ProviderKind::SimCloud | ProviderKind::SimOnprem | ProviderKind::Oci | ProviderKind::Azure => &[],
+        ProviderKind::SimCloud | ProviderKind::SimOnprem => &["inventoryInterval"],
+        ProviderKind::Oci | ProviderKind::Azure => &[],
         ProviderKind::Exec => &["command", "timeout"],
         ProviderKind::Onprem => &["interface", "garpCount", "garpInterval"],
-        ProviderKind::Aws => &["region", "endpointUrl"],
+        ProviderKind::Aws => &["region", "endpointUrl", "inventoryInterval"],
     }
 }
 
@@ -64,14 +65,28 @@ pub(super) fn validate_providers(
                 ProviderSettings::Sim
             }
         };
-        providers.push(ProviderConfig { name: p.name.value.clone(), kind, settings });
+        let inventory_interval_ms = inventory_interval(p, errors);
+        providers.push(ProviderConfig { name: p.name.value.clone(), kind, settings, inventory_interval_ms });
     }
     providers
 }
 
+/// `inventoryInterval`: `0s` turns the reads off; `aws` reads every
+/// [`AWS_INVENTORY_INTERVAL_DEFAULT_MS`] by default, the simulated kinds only when asked (a
+/// setting of another kind is refused by [`check_settings_of_kind`]).
+fn inventory_interval(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u64> {
+    let default_ms = match p.kind.value {
+        ProviderKind::Aws => AWS_INVENTORY_INTERVAL_DEFAULT_MS,
+        ProviderKind::SimCloud | ProviderKind::SimOnprem if p.inventory_interval.is_some() => 0,
+        _ => return None,
+    };
+    let ms = duration_field(errors, "inventoryInterval", p.inventory_interval.as_ref(), default_ms, false);
+    (ms > 0).then_some(ms)
+}
+
 /// Refuses every setting the provider's kind does not take, at the setting.
 fn check_settings_of_kind(p: &RawProvider, errors: &mut Vec<InputError>) {
-    let present: [(&str, Option<Position>); 7] = [
+    let present: [(&str, Option<Position>); 8] = [
         ("command", p.command.as_ref().map(Position::of_spanned)),
         ("timeout", p.timeout.as_ref().map(Position::of_spanned)),
         ("interface", p.interface.as_ref().map(Position::of_spanned)),
@@ -79,6 +94,7 @@ fn check_settings_of_kind(p: &RawProvider, errors: &mut Vec<InputError>) {
         ("garpInterval", p.garp_interval.as_ref().map(Position::of_spanned)),
         ("region", p.region.as_ref().map(Position::of_spanned)),
         ("endpointUrl", p.endpoint_url.as_ref().map(Position::of_spanned)),
+        ("inventoryInterval", p.inventory_interval.as_ref().map(Position::of_spanned)),
     ];
     let kind = p.kind.value;
     let allowed = allowed_settings(kind);

@@ -61,6 +61,7 @@ pub(super) struct RawProvider {
     pub(super) garp_interval: Option<Spanned<String>>,
     pub(super) region: Option<Spanned<String>>,
     pub(super) endpoint_url: Option<Spanned<String>>,
+    pub(super) inventory_interval: Option<Spanned<String>>,
 }
 
 /// `vrrp:`.

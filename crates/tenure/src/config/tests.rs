@@ -201,7 +201,7 @@ fn providers_are_checked_by_kind() {
     assert_eq!(first(&empty_program, "the program must not be empty"), 6);
     let foreign = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: sim-cloud, timeout: 1s}");
     assert_eq!(
-        first(&foreign, "provider kind `sim-cloud` does not take `timeout` (it takes no settings)"),
+        first(&foreign, "provider kind `sim-cloud` does not take `timeout` (it takes `inventoryInterval`)"),
         5
     );
     let oci = GOOD.replace("kind: sim-cloud", "kind: oci");
@@ -222,6 +222,32 @@ fn providers_are_checked_by_kind() {
     assert_eq!(first(&region, "not an AWS region"), 5);
     let no_region = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: aws}");
     assert_eq!(first(&no_region, "needs `region`"), 5);
+}
+
+#[test]
+fn inventory_intervals_default_by_kind_and_zero_turns_them_off() {
+    let interval = |text: &str, name: &str| {
+        parse(text)
+            .expect("valid")
+            .providers
+            .into_iter()
+            .find(|p| p.name == name)
+            .expect("a provider")
+            .inventory_interval_ms
+    };
+    assert_eq!(interval(GOOD, "sim1"), None, "simulated providers are read only when asked");
+    assert_eq!(interval(GOOD, "hook"), None);
+    let asked = GOOD
+        .replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: sim-cloud, inventoryInterval: 250ms}");
+    assert_eq!(interval(&asked, "sim1"), Some(250));
+    let aws = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: aws, region: us-east-1}");
+    assert_eq!(interval(&aws, "sim1"), Some(AWS_INVENTORY_INTERVAL_DEFAULT_MS));
+    let off = aws.replace("region: us-east-1", "region: us-east-1, inventoryInterval: 0s");
+    assert_eq!(interval(&off, "sim1"), None, "0s: no reads, no drift repair");
+    let bad = aws.replace("region: us-east-1", "region: us-east-1, inventoryInterval: often");
+    assert_eq!(first(&bad, "inventoryInterval: `often`"), 5);
+    let exec = GOOD.replace("timeout: 2s", "timeout: 2s, inventoryInterval: 1s");
+    assert_eq!(first(&exec, "provider kind `exec` does not take `inventoryInterval`"), 6);
 }
 
 #[test]

@@ -176,6 +176,8 @@ impl TestDoubleAgentLoop {
             log_index: self.state.log_len(),
             log_lag: 0,
             healthy: self.state.healthy.load(Ordering::SeqCst),
+            drift_recaptures: 0,
+            inventory_reads: Vec::new(),
         }
     }
 
