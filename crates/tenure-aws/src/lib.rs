@@ -8,6 +8,7 @@
 //! | [`Ec2::addresses`] | `DescribeNetworkInterfaces` for one ENI | a read |
 //! | [`Ec2::unassign`] | `UnassignPrivateIpAddresses` on the node's own ENI | an address not there is success (refused by EC2 with `InvalidParameterValue`, checked with one describe) |
 //! | [`Ec2::set_source_dest_check`] | `ModifyNetworkInterfaceAttribute` | setting a value twice |
+//! | [`Ec2::holders`] | `DescribeNetworkInterfaces` filtered by the nodes' ENIs, then by their VPCs and the addresses | reads |
 //!
 //! Throttling (`RequestLimitExceeded`, HTTP 429/503) and server errors (5xx) are retried by the
 //! SDK's standard retry strategy — exponential backoff with full jitter — up to
@@ -15,7 +16,10 @@
 //! Credential and permission errors are never retried: they come back as
 //! [`Ec2Error::Permission`] at once.
 
-use std::net::IpAddr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+
+use aws_sdk_ec2::types::Filter;
 
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::error::ProvideErrorMetadata as _;
@@ -25,6 +29,10 @@ pub use aws_sdk_ec2 as sdk;
 
 /// Most attempts of one call (the first and its retries) on throttling and server errors.
 pub const ATTEMPTS_MAX: u32 = 5;
+
+/// Most values one `DescribeNetworkInterfaces` filter carries (EC2 takes up to 200 per filter);
+/// an inventory of more addresses is read in chunks of this many.
+pub const FILTER_VALUES_MAX: usize = 200;
 
 /// Error codes that mean the caller may not do this: reported once, never retried.
 const PERMISSION_CODES: &[&str] = &[
@@ -227,6 +235,70 @@ impl Ec2 {
             }
             Err(e) => Err(Ec2Error::of(operation, &e)),
         }
+    }
+
+    /// Where each of `addresses` is held among the ENIs of the VPCs `enis` are in: for every
+    /// address asked, the ids of the ENIs holding it (primary or secondary), sorted; an address
+    /// held nowhere there maps to an empty list. The same private address in another VPC is
+    /// another address and is not reported. An ENI of `enis` that does not exist is skipped
+    /// (filters, not ids: one wrong ENI id in a config does not blind the whole inventory).
+    /// One call for the VPCs, then one per [`FILTER_VALUES_MAX`] addresses (and per page).
+    pub async fn holders(
+        &self,
+        enis: &[String],
+        addresses: &[Ipv4Addr],
+    ) -> Result<BTreeMap<Ipv4Addr, Vec<String>>, Ec2Error> {
+        let operation = "DescribeNetworkInterfaces";
+        let mut found: BTreeMap<Ipv4Addr, BTreeSet<String>> =
+            addresses.iter().map(|a| (*a, BTreeSet::new())).collect();
+        if enis.is_empty() || addresses.is_empty() {
+            return Ok(found.into_iter().map(|(a, _)| (a, Vec::new())).collect());
+        }
+        let filter =
+            |name: &str, values: Vec<String>| Filter::builder().name(name).set_values(Some(values)).build();
+        let mut vpcs = BTreeSet::new();
+        for chunk in enis.chunks(FILTER_VALUES_MAX) {
+            let mut pages = self
+                .client
+                .describe_network_interfaces()
+                .filters(filter("network-interface-id", chunk.to_vec()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| Ec2Error::of(operation, &e))?;
+                vpcs.extend(page.network_interfaces().iter().filter_map(|n| n.vpc_id().map(str::to_owned)));
+            }
+        }
+        if vpcs.is_empty() {
+            return Ok(found.into_iter().map(|(a, _)| (a, Vec::new())).collect());
+        }
+        let vpcs: Vec<String> = vpcs.into_iter().collect();
+        for chunk in addresses.chunks(FILTER_VALUES_MAX) {
+            let mut pages = self
+                .client
+                .describe_network_interfaces()
+                .filters(filter("vpc-id", vpcs.clone()))
+                .filters(filter(
+                    "addresses.private-ip-address",
+                    chunk.iter().map(ToString::to_string).collect(),
+                ))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| Ec2Error::of(operation, &e))?;
+                for eni in page.network_interfaces() {
+                    let Some(id) = eni.network_interface_id() else { continue };
+                    for held in eni.private_ip_addresses().iter().filter_map(|a| a.private_ip_address()) {
+                        if let Ok(address) = held.parse::<Ipv4Addr>()
+                            && let Some(holders) = found.get_mut(&address)
+                        {
+                            holders.insert(id.to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(found.into_iter().map(|(a, holders)| (a, holders.into_iter().collect())).collect())
     }
 
     /// Turns the ENI's source/destination check on or off (off lets it forward for addresses

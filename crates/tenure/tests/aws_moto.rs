@@ -7,117 +7,16 @@
 
 #![cfg(feature = "aws")]
 
-use std::io::{BufRead, BufReader, Read as _, Write as _};
+#[path = "support/moto.rs"]
+mod moto;
+
 use std::net::IpAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use serde_json::Value;
-use tenure::exec::aws::{AwsExecutor, Ec2};
+use moto::{Moto, two_enis};
+use tenure::exec::aws::AwsExecutor;
 use tenure::exec::{ExecutionOutcome, execute_within};
 use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
-
-/// The server's start-up bound: about 2 s idle, much more while cargo builds beside it.
-const START_MAX: Duration = Duration::from_secs(90);
-
-/// A moto EC2 server on a free loopback port, killed on drop.
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Moto {
-    fn start(plain: bool) -> Self {
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("addr").port();
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/moto-server");
-        let mut command = Command::new(script);
-        command.args(["start", &port.to_string()]);
-        if plain {
-            command.arg("--plain");
-        }
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("scripts/moto-server (scripts/install-deps installs moto)");
-        let stdout = child.stdout.take().expect("piped");
-        let (send, ready) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("moto listening on") {
-                    let _ = send.send(());
-                }
-            }
-        });
-        if ready.recv_timeout(START_MAX).is_err() {
-            let _ = child.kill();
-            panic!("moto did not start within {START_MAX:?} (see its stderr above)");
-        }
-        Self { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// One plain HTTP request to the server (its `/_tenure` endpoints); the body of the answer.
-    fn http(&self, method: &str, path: &str, body: &str) -> String {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("moto answers");
-        let request = format!(
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).expect("request");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("answer");
-        assert!(answer.starts_with("HTTP/1.") && answer.contains(" 200 "), "{method} {path}: {answer}");
-        answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
-    }
-
-    fn calls(&self) -> Value {
-        serde_json::from_str(&self.http("GET", "/_tenure/calls", "")).expect("JSON")
-    }
-
-    fn fault(&self, fault: &Value) {
-        self.http("POST", "/_tenure/faults", &fault.to_string());
-    }
-
-    async fn ec2(&self) -> Ec2 {
-        Ec2::connect_with_credentials("us-east-1", &self.url(), "testing", "testing").await
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A VPC, a subnet and two ENIs in it: (eni-a, eni-b).
-async fn two_enis(ec2: &Ec2) -> (String, String) {
-    let client = ec2.client();
-    let vpc = client.create_vpc().cidr_block("10.0.0.0/16").send().await.expect("vpc");
-    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).expect("vpc id");
-    let subnet =
-        client.create_subnet().vpc_id(vpc_id).cidr_block("10.0.0.0/24").send().await.expect("subnet");
-    let subnet_id = subnet.subnet().and_then(|s| s.subnet_id()).expect("subnet id").to_owned();
-    let mut enis = Vec::new();
-    for primary in ["10.0.0.4", "10.0.0.5"] {
-        let eni = client
-            .create_network_interface()
-            .subnet_id(&subnet_id)
-            .private_ip_address(primary)
-            .send()
-            .await
-            .expect("eni");
-        enis.push(eni.network_interface().and_then(|n| n.network_interface_id()).expect("eni id").to_owned());
-    }
-    (enis[0].clone(), enis[1].clone())
-}
 
 fn action(verb: Verb, holder: &str, eni: &str, epoch: u64) -> StampedAction {
     StampedAction::new(
@@ -218,4 +117,42 @@ async fn stock_moto_keeps_a_reassigned_address_on_both_enis() {
     detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 2)).await);
     assert!(ec2.addresses(&a).await.expect("a").contains(&address()), "stock moto: still on a");
     assert!(ec2.addresses(&b).await.expect("b").contains(&address()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_reports_every_eni_of_the_nodes_vpcs_and_nothing_beyond() {
+    use tenure::exec::{Executor as _, InventoryRequest};
+
+    let moto = Moto::start(false);
+    let ec2 = moto.ec2().await;
+    let ours = moto::enis(&ec2, 3).await;
+    let (a, b, unmanaged) = (ours[0].clone(), ours[1].clone(), ours[2].clone());
+    // Another VPC reusing the same private range: its 10.0.0.10 is another address.
+    let elsewhere = moto::enis(&ec2, 1).await;
+    let eleven: IpAddr = "10.0.0.11".parse().expect("literal");
+    ec2.assign(&elsewhere[0], address()).await.expect("assign elsewhere");
+    ec2.assign(&a, address()).await.expect("assign a");
+    ec2.assign(&unmanaged, eleven).await.expect("assign to an ENI no node has");
+
+    let executor = AwsExecutor::with_client(ec2.clone());
+    let request = InventoryRequest {
+        addresses: vec![
+            address(),
+            eleven,
+            "10.0.0.12".parse().expect("literal"),
+            "2001:db8::1".parse().expect("v6"),
+        ],
+        // The nodes' ENIs, one of them mistyped: it is skipped, not fatal.
+        nics: vec![a.clone(), b, "eni-0000000000mistyped".to_owned()],
+    };
+    let found = executor.inventory(&request).expect("aws takes inventory").await.expect("read");
+    assert_eq!(
+        found,
+        vec![
+            (address(), vec![a]),
+            (eleven, vec![unmanaged]),
+            ("10.0.0.12".parse().expect("literal"), vec![]),
+        ],
+        "every ENI of the nodes' VPC, none of the other VPC; IPv6 is not this provider's"
+    );
 }

@@ -8,6 +8,10 @@
 //! | `disable-forwarding` | none: the check is per interface and other addresses may need it off | always (it says so) |
 //! | `unassign-secondary-ip` | `UnassignPrivateIpAddresses` on the leaving node's own ENI (and one describe if EC2 refuses it) | accepted, or refused because the address is not there (taken by a seize, or released already) |
 //!
+//! Inventory ([`Executor::inventory`]): [`Ec2::holders`] — every ENI, in the VPCs of the
+//! provider's nodes, that holds one of the pools' IPv4 addresses (IPv6 addresses are not
+//! reported: this provider does not move them).
+//!
 //! The fence gate ran immediately before [`Executor::execute`] is called; this executor never
 //! judges staleness. Throttling and server errors are retried inside the SDK (jittered backoff);
 //! the whole call is bounded by the action's deadline ([`super::execute_within`]). A credential
@@ -24,7 +28,7 @@ pub use tenure_aws::{self, Ec2, Ec2Error, Unassigned};
 use tenure_core::model::{StampedAction, Verb};
 use tokio::time::Instant;
 
-use super::{ExecuteFuture, ExecutionOutcome, Executor};
+use super::{ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest};
 
 /// Time between confirmation reads after an assign.
 pub const CONFIRM_INTERVAL: Duration = Duration::from_millis(200);
@@ -153,5 +157,30 @@ impl Executor for AwsExecutor {
                 },
             }
         })
+    }
+
+    fn inventory<'a>(&'a self, request: &'a InventoryRequest) -> Option<InventoryFuture<'a>> {
+        Some(Box::pin(async move {
+            let addresses: Vec<std::net::Ipv4Addr> = request
+                .addresses
+                .iter()
+                .filter_map(|a| match a {
+                    std::net::IpAddr::V4(v4) => Some(*v4),
+                    std::net::IpAddr::V6(_) => None,
+                })
+                .collect();
+            match self.ec2().await.holders(&request.nics, &addresses).await {
+                Ok(found) => {
+                    Ok(found.into_iter().map(|(a, holders)| (std::net::IpAddr::V4(a), holders)).collect())
+                }
+                Err(e) => {
+                    if matches!(e, Ec2Error::Permission { .. }) {
+                        // Logged like a call's: once at error, then at debug.
+                        let _ = self.outcome_of(e.clone());
+                    }
+                    Err(e.to_string())
+                }
+            }
+        }))
     }
 }

@@ -1,0 +1,120 @@
+//! moto's EC2 server for the aws tests (`aws_moto.rs`, `aws_agent.rs`): started on a free
+//! loopback port by `scripts/moto-server` (installed by scripts/install-deps), with the project's
+//! patch module (docs/moto.md), killed on drop; and EC2 fixtures made with the SDK. A start that
+//! fails panics: the tests fail, never skip.
+
+use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use serde_json::Value;
+use tenure::exec::aws::Ec2;
+
+/// The server's start-up bound: about 2 s idle, much more while cargo builds beside it.
+const START_MAX: Duration = Duration::from_secs(90);
+
+/// A moto EC2 server on a free loopback port, killed on drop.
+pub struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    pub fn start(plain: bool) -> Self {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("addr").port();
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/moto-server");
+        let mut command = Command::new(script);
+        command.args(["start", &port.to_string()]);
+        if plain {
+            command.arg("--plain");
+        }
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("scripts/moto-server (scripts/install-deps installs moto)");
+        let stdout = child.stdout.take().expect("piped");
+        let (send, ready) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("moto listening on") {
+                    let _ = send.send(());
+                }
+            }
+        });
+        if ready.recv_timeout(START_MAX).is_err() {
+            let _ = child.kill();
+            panic!("moto did not start within {START_MAX:?} (see its stderr above)");
+        }
+        Self { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// One plain HTTP request to the server (its `/_tenure` endpoints); the body of the answer.
+    pub fn http(&self, method: &str, path: &str, body: &str) -> String {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("moto answers");
+        let request = format!(
+            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).expect("request");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("answer");
+        assert!(answer.starts_with("HTTP/1.") && answer.contains(" 200 "), "{method} {path}: {answer}");
+        answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+    }
+
+    pub fn calls(&self) -> Value {
+        serde_json::from_str(&self.http("GET", "/_tenure/calls", "")).expect("JSON")
+    }
+
+    pub fn fault(&self, fault: &Value) {
+        self.http("POST", "/_tenure/faults", &fault.to_string());
+    }
+
+    pub async fn ec2(&self) -> Ec2 {
+        Ec2::connect_with_credentials("us-east-1", &self.url(), "testing", "testing").await
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A VPC, a subnet and two ENIs in it: (eni-a, eni-b).
+pub async fn two_enis(ec2: &Ec2) -> (String, String) {
+    let enis = enis(ec2, 2).await;
+    (enis[0].clone(), enis[1].clone())
+}
+
+/// A VPC (10.0.0.0/16), a subnet (10.0.0.0/24) and `count` ENIs in it, their primary addresses
+/// 10.0.0.4, 10.0.0.5, …
+pub async fn enis(ec2: &Ec2, count: u8) -> Vec<String> {
+    let client = ec2.client();
+    let vpc = client.create_vpc().cidr_block("10.0.0.0/16").send().await.expect("vpc");
+    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).expect("vpc id");
+    let subnet =
+        client.create_subnet().vpc_id(vpc_id).cidr_block("10.0.0.0/24").send().await.expect("subnet");
+    let subnet_id = subnet.subnet().and_then(|s| s.subnet_id()).expect("subnet id").to_owned();
+    let mut enis = Vec::new();
+    for index in 0..count {
+        let eni = client
+            .create_network_interface()
+            .subnet_id(&subnet_id)
+            .private_ip_address(format!("10.0.0.{}", 4 + index))
+            .send()
+            .await
+            .expect("eni");
+        enis.push(eni.network_interface().and_then(|n| n.network_interface_id()).expect("eni id").to_owned());
+    }
+    enis
+}
