@@ -249,11 +249,12 @@ impl Ec2 {
         addresses: &[Ipv4Addr],
     ) -> Result<BTreeMap<Ipv4Addr, Vec<String>>, Ec2Error> {
         let operation = "DescribeNetworkInterfaces";
+        let nowhere = || addresses.iter().map(|a| (*a, Vec::new())).collect();
+        if enis.is_empty() || addresses.is_empty() {
+            return Ok(nowhere());
+        }
         let mut found: BTreeMap<Ipv4Addr, BTreeSet<String>> =
             addresses.iter().map(|a| (*a, BTreeSet::new())).collect();
-        if enis.is_empty() || addresses.is_empty() {
-            return Ok(found.into_iter().map(|(a, _)| (a, Vec::new())).collect());
-        }
         let filter =
             |name: &str, values: Vec<String>| Filter::builder().name(name).set_values(Some(values)).build();
         let mut vpcs = BTreeSet::new();
@@ -270,7 +271,7 @@ impl Ec2 {
             }
         }
         if vpcs.is_empty() {
-            return Ok(found.into_iter().map(|(a, _)| (a, Vec::new())).collect());
+            return Ok(nowhere());
         }
         let vpcs: Vec<String> = vpcs.into_iter().collect();
         for chunk in addresses.chunks(FILTER_VALUES_MAX) {
