@@ -1,0 +1,122 @@
+//! The `aws` executor's acquire against moto's EC2 server, with the same calls made straight
+//! through the SDK as the baseline, in the same run against the same server. `scripts/bench`
+//! runs it (it installs moto first) and writes its rows to `docs/benchmarks.md`.
+//!
+//! - `aws/sdk_assign_describe_baseline`: `AssignPrivateIpAddresses` (with reassignment) and one
+//!   `DescribeNetworkInterfaces` of the ENI, raw SDK calls: the least an acquire that confirms
+//!   can cost.
+//! - `aws/acquire`: `AwsExecutor` running a stamped `assign-secondary-ip` to `executed`: the call
+//!   and its confirmation (call to confirmed).
+//!
+//! Each iteration moves the address to the other of two ENIs (a seize every time). After the
+//! timing, one failover is run through the executor with the server's call counters reset, and a
+//! line `tenure-bench aws-calls: assign=N describe=N unassign=N` reports the calls of the new
+//! holder's acquire and of the old holder's release (target: 1, 1, 1).
+
+#[path = "../tests/support/moto.rs"]
+#[allow(dead_code, reason = "the bench uses part of the test harness")]
+mod moto;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use criterion::Criterion;
+use tenure::exec::aws::AwsExecutor;
+use tenure::exec::{ExecutionOutcome, execute_within};
+use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
+
+/// Samples per benchmark.
+const SAMPLES_COUNT: usize = 20;
+/// Measurement per benchmark.
+const MEASUREMENT_TIME: Duration = Duration::from_secs(5);
+
+fn address() -> IpAddr {
+    "10.0.0.10".parse().expect("literal")
+}
+
+fn action(verb: Verb, holder: &str, eni: &str, epoch: u64) -> StampedAction {
+    StampedAction::new(
+        "edge",
+        address(),
+        verb,
+        holder,
+        "cloud",
+        eni,
+        CaptureDomain::new("cloud", "vpc"),
+        CaptureEpoch::from_stored(epoch),
+        OwnershipEpoch::from_stored(epoch),
+    )
+}
+
+fn executed(outcome: ExecutionOutcome) {
+    assert!(matches!(outcome, ExecutionOutcome::Executed { .. }), "{outcome:?}");
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let moto = moto::Moto::start(false);
+    let ec2 = runtime.block_on(moto.ec2());
+    let (a, b) = runtime.block_on(moto::two_enis(&ec2));
+    let executor = AwsExecutor::with_client(ec2.clone());
+    let enis = [a.clone(), b.clone()];
+    let mut criterion = Criterion::default()
+        .sample_size(SAMPLES_COUNT)
+        .measurement_time(MEASUREMENT_TIME)
+        .configure_from_args();
+    let mut group = criterion.benchmark_group("aws");
+    let mut turn = 0_usize;
+    group.bench_function("sdk_assign_describe_baseline", |bench| {
+        bench.iter(|| {
+            turn += 1;
+            let eni = &enis[turn % 2];
+            runtime.block_on(async {
+                ec2.assign(eni, address()).await.expect("assign");
+                assert!(ec2.addresses(eni).await.expect("describe").contains(&address()));
+            });
+        });
+    });
+    let mut epoch = 0_u64;
+    group.bench_function("acquire", |bench| {
+        bench.iter(|| {
+            epoch += 1;
+            let eni = &enis[usize::try_from(epoch % 2).expect("0 or 1")];
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            let assign = action(Verb::AssignSecondaryIp, "n", eni, epoch);
+            executed(runtime.block_on(execute_within(&executor, &assign, deadline)));
+        });
+    });
+    group.finish();
+
+    // One failover's calls: a holds, b seizes (assign + confirm), a releases on its own ENI.
+    let deadline = || tokio::time::Instant::now() + Duration::from_secs(20);
+    executed(runtime.block_on(execute_within(
+        &executor,
+        &action(Verb::AssignSecondaryIp, "a", &a, 1),
+        deadline(),
+    )));
+    moto.http("DELETE", "/_tenure/calls", "");
+    executed(runtime.block_on(execute_within(
+        &executor,
+        &action(Verb::AssignSecondaryIp, "b", &b, 2),
+        deadline(),
+    )));
+    executed(runtime.block_on(execute_within(
+        &executor,
+        &action(Verb::UnassignSecondaryIp, "a", &a, 2),
+        deadline(),
+    )));
+    let calls = moto.calls();
+    let count = |name: &str| calls.get(name).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    println!(
+        "tenure-bench aws-calls: assign={} describe={} unassign={} other={}",
+        count("AssignPrivateIpAddresses"),
+        count("DescribeNetworkInterfaces"),
+        count("UnassignPrivateIpAddresses"),
+        calls.as_object().map_or(0, |all| all.len()) as u64
+            - ["AssignPrivateIpAddresses", "DescribeNetworkInterfaces", "UnassignPrivateIpAddresses"]
+                .iter()
+                .filter(|name| calls.get(**name).is_some())
+                .count() as u64
+    );
+    criterion.final_summary();
+}
