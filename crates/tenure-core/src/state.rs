@@ -50,10 +50,6 @@ pub struct CaptureLine {
     pub epoch: CaptureEpoch,
     /// The owner if the address is desired, else none. Always none on a retired line.
     pub desired_holder: Option<NodeId>,
-    /// Drift repair opened this epoch (a re-capture, SPEC 7). Until a confirmation in it is
-    /// observed, a foreign holding does not re-capture again: the repair's own actions must get
-    /// a chance to run, or an inventory faster than reconcile would fence them out forever.
-    pub opened_by_repair: bool,
 }
 
 /// A node's last confirmed acquire or release of an address, from `action-result` events.

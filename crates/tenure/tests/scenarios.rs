@@ -397,12 +397,23 @@ fn a_hand_over_with_a_slow_confirmation_never_recaptures() {
 }
 
 #[test]
-fn inventory_faster_than_reconcile_never_fences_a_repairs_release_out() {
+fn inventory_faster_than_reconcile_never_fences_a_release_out() {
     let r = report("drift-inventory-faster");
-    assert_eq!(row(&r, "edge", "10.0.0.10")["captureEpoch"], 2, "six identical observations, one re-capture");
-    assert_eq!(in_epoch(&r, "c", 2), executed(&["proxy-arp-del"]));
-    assert_eq!(in_epoch(&r, "a", 2), executed(&["proxy-arp-add", "garp"]));
+    assert_eq!(row(&r, "edge", "10.0.0.10")["captureEpoch"], 1, "seven observations, no re-capture");
+    assert_eq!(in_epoch(&r, "c", 1), executed(&["proxy-arp-del"]), "c released what it never captured");
+    assert_eq!(in_epoch(&r, "a", 1), executed(&["proxy-arp-add", "garp"]));
+    assert_eq!(count_state(&r, "skipped"), 0);
     assert_eq!(r["provider"]["lan"]["10.0.0.10"], serde_json::json!(["eth-a"]));
+}
+
+#[test]
+fn a_hand_over_whose_old_holder_confirmed_nothing_never_recaptures() {
+    let r = report("drift-slow-old-holder");
+    let edge = row(&r, "edge", "10.0.0.10");
+    assert_eq!((edge["owner"].as_str(), edge["captureEpoch"].as_u64()), (Some("b"), Some(2)));
+    assert_eq!(count_state(&r, "skipped"), 0);
+    assert_eq!(in_epoch(&r, "a", 2), executed(&["disable-forwarding", "unassign-secondary-ip"]));
+    assert_eq!(r["provider"]["sim1"]["10.0.0.10"], serde_json::json!(["eni-b"]));
 }
 
 #[test]

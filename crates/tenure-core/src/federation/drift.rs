@@ -1,6 +1,6 @@
 //! Drift repair (SPEC 7): confirmations from `action-result` events, the latest inventory, and
-//! the re-capture rule. Off unless [`Federation::with_drift_repair`] turns it on (`replay` keeps
-//! it off, as SPEC 13 asks).
+//! the re-capture rule. Off unless [`Federation::with_drift_repair`] turns it on (the agent and
+//! the simulator do; `replay` only for a scenario with `driftRepair: true`, SPEC 13).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -10,20 +10,19 @@ use crate::state::Confirmation;
 
 impl Federation {
     /// Turns drift repair on or off. With it on, an `inventory` event that contradicts what was
-    /// confirmed executed bumps the address's captureEpoch (a re-capture), which yields fresh
-    /// acquire and release actions through the same planner and gate:
+    /// confirmed executed in the current epoch bumps the address's captureEpoch (a re-capture),
+    /// which yields fresh acquire and release actions through the same planner and gate:
     /// - the desired holder confirmed its acquire in the current epoch, and its NIC is not among
     ///   the holders (it lost the address), or
-    /// - a NIC holds the address whose node is not the desired holder and has no confirmed capture
-    ///   (or is not a known node at all) — also when nobody is the desired holder, so that the
-    ///   fresh epoch yields a fresh release for the node the inventory shows holding it; but in an
-    ///   epoch a re-capture opened, only once a confirmation in that epoch came strictly before
-    ///   the inventory (the repair's own actions ran first).
+    /// - a node other than the desired holder confirmed its release in the current epoch, and
+    ///   its NIC is among the holders (it still holds what it released).
     ///
     /// An inventory counts against a confirmation only when observed strictly after it (a
-    /// greater `at`), so an observation that may have been taken before the call landed, and
-    /// ordinary hand-overs, never churn epochs. The rule in full, with its scenarios:
-    /// `docs/architecture.md`, "Drift repair's trigger".
+    /// greater `at`). Nothing else re-captures: a node that holds the address without having
+    /// released it in this epoch gets its release planned in this epoch from the observation,
+    /// and an unknown NIC is reported, never released. So an ordinary hand-over never churns
+    /// epochs, and a re-capture cannot repeat before the actions of its own epoch confirmed.
+    /// The rule in full, with its scenarios: `docs/architecture.md`, "Drift repair's trigger".
     #[must_use]
     pub fn with_drift_repair(mut self, on: bool) -> Self {
         self.drift_repair = on;
@@ -153,19 +152,21 @@ impl Federation {
                     && at_ms > c.at_ms
                     && !holder_nodes.contains(&desired)
             });
-            // A re-capture's own actions get their chance: in an epoch drift repair opened, a
-            // foreign holding fires again only once a confirmation in that epoch came strictly
-            // before this inventory (the repair ran, and the holding is still there).
-            let repair_ran = !state.line.opened_by_repair
-                || state.confirmations.iter().any(|c| {
-                    c.capture_epoch == state.line.epoch && c.capture_domain == *domain && c.at_ms < at_ms
-                });
-            let foreign = repair_ran
-                && holder_nodes.iter().any(|holder| match holder {
-                    None => true,
-                    Some(node) if Some(*node) == desired => false,
-                    Some(node) => confirmation_of(*node).is_none_or(|c| !c.acquired && at_ms > c.at_ms),
-                });
+            // A node's NIC that holds the address although that node ran its release in the
+            // current epoch: only a new epoch can release it again. Any other holding by a
+            // node that is not the desired holder needs no new epoch (its release is planned in
+            // this one from the observation, `planner`), and an unknown NIC is no node's to
+            // release (reported, and on a single-assignment provider the desired holder's loss
+            // is `lost`).
+            let foreign = holder_nodes.iter().flatten().any(|node| {
+                Some(*node) != desired
+                    && confirmation_of(*node).is_some_and(|c| {
+                        !c.acquired
+                            && c.capture_epoch == state.line.epoch
+                            && c.capture_domain == *domain
+                            && at_ms > c.at_ms
+                    })
+            });
             if lost || foreign {
                 self.touched.recapture(name, domain, address, state);
                 self.recaptures += 1;

@@ -14,11 +14,7 @@ use crate::state::{AddressState, CaptureLine, NodeId, PoolConditions, PoolState}
 
 /// A capture line created now: at the token floor, no holder (its first holder gets floor + 1).
 fn fresh_line(token_floor: u64) -> CaptureLine {
-    CaptureLine {
-        epoch: CaptureEpoch::from_stored(token_floor),
-        desired_holder: None,
-        opened_by_repair: false,
-    }
+    CaptureLine { epoch: CaptureEpoch::from_stored(token_floor), desired_holder: None }
 }
 
 /// An address listed for the first time: inactive until the caller activates it, its tokens at

@@ -122,7 +122,6 @@ fn settle_address(
             && let Some(previous) = left.desired_holder.take()
         {
             left.epoch = left.epoch.next();
-            left.opened_by_repair = false;
             state.record_moved_away(previous, now_ms);
             moved = true;
         }
@@ -133,7 +132,6 @@ fn settle_address(
     if holder_before != holder_after || before.recapture {
         state.line.epoch = state.line.epoch.next();
         state.line.desired_holder = holder_after;
-        state.line.opened_by_repair = before.recapture;
         moved = true;
         if let Some(previous) = holder_before.filter(|p| Some(*p) != holder_after) {
             state.record_moved_away(previous, now_ms);
