@@ -241,7 +241,9 @@ impl Ec2 {
     /// address asked, the ids of the ENIs holding it (primary or secondary), sorted; an address
     /// held nowhere there maps to an empty list. The same private address in another VPC is
     /// another address and is not reported. An ENI of `enis` that does not exist is skipped
-    /// (filters, not ids: one wrong ENI id in a config does not blind the whole inventory).
+    /// (filters, not ids: one wrong ENI id in a config does not blind the whole inventory); when
+    /// none exists the read fails (`Refused`, code `NoNodeEniFound`) rather than report every
+    /// address held nowhere.
     /// One call for the VPCs, then one per [`FILTER_VALUES_MAX`] addresses (and per page).
     pub async fn holders(
         &self,
@@ -258,6 +260,7 @@ impl Ec2 {
         let filter =
             |name: &str, values: Vec<String>| Filter::builder().name(name).set_values(Some(values)).build();
         let mut vpcs = BTreeSet::new();
+        let mut resolved = 0_usize;
         for chunk in enis.chunks(FILTER_VALUES_MAX) {
             let mut pages = self
                 .client
@@ -267,11 +270,22 @@ impl Ec2 {
                 .send();
             while let Some(page) = pages.next().await {
                 let page = page.map_err(|e| Ec2Error::of(operation, &e))?;
+                resolved += page.network_interfaces().len();
                 vpcs.extend(page.network_interfaces().iter().filter_map(|n| n.vpc_id().map(str::to_owned)));
             }
         }
         if vpcs.is_empty() {
-            return Ok(nowhere());
+            // Not "held nowhere": nothing was looked at. Read as an empty inventory it would
+            // contradict every confirmed acquire at once.
+            return Err(Ec2Error::Refused {
+                operation,
+                code: "NoNodeEniFound".into(),
+                message: format!(
+                    "none of the {} ENIs of the nodes exists in this region ({} found): check the nodes' nic and the provider's region",
+                    enis.len(),
+                    resolved
+                ),
+            });
         }
         let vpcs: Vec<String> = vpcs.into_iter().collect();
         for chunk in addresses.chunks(FILTER_VALUES_MAX) {

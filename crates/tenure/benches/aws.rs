@@ -9,9 +9,10 @@
 //!   and its confirmation (call to confirmed).
 //!
 //! Each iteration moves the address to the other of two ENIs (a seize every time). After the
-//! timing, one failover is run through the executor with the server's call counters reset, and a
-//! line `tenure-bench aws-calls: assign=N describe=N unassign=N` reports the calls of the new
-//! holder's acquire and of the old holder's release (target: 1, 1, 1).
+//! timing, one failover is run through the executor (every verb of the new holder's acquire and
+//! the old holder's release) with the server's call counters reset, and a line
+//! `tenure-bench aws-calls: assign=N describe=N modify=N unassign=N other=N` reports its calls
+//! (target: 1, 1, 1, 1, 0).
 
 #[path = "../tests/support/moto.rs"]
 #[allow(dead_code, reason = "the bench uses part of the test harness")]
@@ -87,36 +88,31 @@ fn main() {
     });
     group.finish();
 
-    // One failover's calls: a holds, b seizes (assign + confirm), a releases on its own ENI.
+    // One failover's calls, every verb: a holds; b seizes (assign + confirm) and turns its
+    // source/dest check off; a, back, disables forwarding (no call) and unassigns on its own ENI.
     let deadline = || tokio::time::Instant::now() + Duration::from_secs(20);
-    executed(runtime.block_on(execute_within(
-        &executor,
-        &action(Verb::AssignSecondaryIp, "a", &a, 1),
-        deadline(),
-    )));
+    let run = |verb: Verb, holder: &str, eni: &str, epoch: u64| {
+        executed(runtime.block_on(execute_within(&executor, &action(verb, holder, eni, epoch), deadline())));
+    };
+    run(Verb::AssignSecondaryIp, "a", &a, 1);
+    run(Verb::EnableForwarding, "a", &a, 1);
     moto.http("DELETE", "/_tenure/calls", "");
-    executed(runtime.block_on(execute_within(
-        &executor,
-        &action(Verb::AssignSecondaryIp, "b", &b, 2),
-        deadline(),
-    )));
-    executed(runtime.block_on(execute_within(
-        &executor,
-        &action(Verb::UnassignSecondaryIp, "a", &a, 2),
-        deadline(),
-    )));
+    run(Verb::AssignSecondaryIp, "b", &b, 2);
+    run(Verb::EnableForwarding, "b", &b, 2);
+    run(Verb::DisableForwarding, "a", &a, 2);
+    run(Verb::UnassignSecondaryIp, "a", &a, 2);
     let calls = moto.calls();
     let count = |name: &str| calls.get(name).and_then(serde_json::Value::as_u64).unwrap_or(0);
-    println!(
-        "tenure-bench aws-calls: assign={} describe={} unassign={} other={}",
+    let all: u64 = calls.as_object().map_or(0, |all| all.values().filter_map(serde_json::Value::as_u64).sum());
+    let (assign, describe, modify, unassign) = (
         count("AssignPrivateIpAddresses"),
         count("DescribeNetworkInterfaces"),
+        count("ModifyNetworkInterfaceAttribute"),
         count("UnassignPrivateIpAddresses"),
-        calls.as_object().map_or(0, |all| all.len()) as u64
-            - ["AssignPrivateIpAddresses", "DescribeNetworkInterfaces", "UnassignPrivateIpAddresses"]
-                .iter()
-                .filter(|name| calls.get(**name).is_some())
-                .count() as u64
+    );
+    println!(
+        "tenure-bench aws-calls: assign={assign} describe={describe} modify={modify} unassign={unassign} other={}",
+        all - assign - describe - modify - unassign
     );
     criterion.final_summary();
 }

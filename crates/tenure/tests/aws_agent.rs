@@ -38,6 +38,7 @@ fn address() -> IpAddr {
 }
 
 struct Rig {
+    store: EmbeddedStore,
     moto: Moto,
     ec2: Ec2,
     /// The ENIs of a, b, c, and one no node has.
@@ -107,10 +108,11 @@ async fn start(test: &str, inventory: Option<Duration>) -> Rig {
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);
     let (stop, stopped) = oneshot::channel::<()>();
-    let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
-        let _ = stopped.await;
-    }));
-    Rig { moto, ec2, enis, handle, stop, done }
+    let done =
+        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    Rig { store, moto, ec2, enis, handle, stop, done }
 }
 
 async fn wait_until<F, Fut>(what: &str, mut check: F)
@@ -176,6 +178,25 @@ impl Rig {
         (row.owner, row.ownership_epoch, row.capture_epoch)
     }
 
+    /// The holders of every `inventory` event in the log, in log order.
+    fn inventory_holders(&self) -> Vec<Vec<String>> {
+        use tenure::agent::AgentStore as _;
+        use tenure_core::log_store::{Log as _, LogIndex};
+        let log = self.store.log();
+        let mut holders = Vec::new();
+        let mut from = LogIndex::FIRST;
+        loop {
+            let records = log.read_from(from, usize::MAX).expect("the store's log reads");
+            let Some(last) = records.last() else { break };
+            from = last.index.next();
+            holders.extend(records.into_iter().filter_map(|record| match record.event.kind {
+                EventKind::Inventory { holders, .. } => Some(holders),
+                _ => None,
+            }));
+        }
+        holders
+    }
+
     async fn recaptures(&self) -> u64 {
         self.handle.metrics().await.expect("answers").drift_recaptures
     }
@@ -224,7 +245,8 @@ async fn a_killed_holder_fails_over_with_one_call_of_each_kind_and_the_address_e
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombies_stale_assign_is_fenced_before_the_call_and_never_reaches_ec2() {
-    let rig = start("zombie", None).await;
+    // Inventory on: the hand-over below must not look like drift.
+    let rig = start("zombie", Some(Duration::from_millis(100))).await;
     rig.wait_settled_on(0, None).await;
     let (_, _, epoch) = rig.owner().await;
     rig.moto.http("DELETE", "/_tenure/calls", "");
@@ -259,6 +281,7 @@ async fn a_zombies_stale_assign_is_fenced_before_the_call_and_never_reaches_ec2(
     rig.wait_settled_on(1, None).await;
     assert_eq!(rig.moto.calls()["AssignPrivateIpAddresses"], 1, "the zombie's assign never reached EC2");
     assert_eq!(rig.owner().await.0.as_deref(), Some("b"));
+    assert_eq!(rig.recaptures().await, 0, "a hand-over, with inventory read all along, is no drift");
     rig.stop().await;
 }
 
@@ -291,5 +314,23 @@ async fn drift_on_ec2_is_recaptured_once_and_repaired() {
     })
     .await;
     assert_eq!(rig.recaptures().await, 2);
+    assert!(
+        rig.inventory_holders().contains(&vec![rig.enis[3].clone()]),
+        "the ENI no node has is reported in the log"
+    );
+
+    // Reads refused (a policy without DescribeNetworkInterfaces): counted as failed, nothing
+    // appended, nothing re-captured.
+    let events = rig.inventory_holders().len();
+    let failed = |m: &tenure::agent::request::MetricsSnapshot| {
+        m.inventory_reads.iter().filter(|((_, o), _)| o == "failed").map(|(_, n)| *n).sum::<u64>()
+    };
+    rig.moto.fault(&json!({"action": "DescribeNetworkInterfaces", "unauthorized": true}));
+    wait_until("two failed reads", || async { failed(&rig.handle.metrics().await.expect("answers")) >= 2 })
+        .await;
+    assert_eq!(rig.inventory_holders().len(), events, "a failed read appends nothing");
+    assert_eq!(rig.recaptures().await, 2);
+    assert!(rig.handle.health().await.expect("answers").ok, "a blind inventory does not stop the agent");
+    rig.moto.http("DELETE", "/_tenure/faults", "");
     rig.stop().await;
 }

@@ -100,6 +100,8 @@ struct InventorySchedule {
     /// Provider → (interval, next read).
     due: BTreeMap<String, (Duration, Instant)>,
     in_flight: BTreeSet<String>,
+    /// Which provider each read task reads, so that a task that panicked is rescheduled.
+    tasks: HashMap<tokio::task::Id, String>,
     /// The last failure logged at warn per provider (a repeat is logged at debug).
     last_failure: BTreeMap<String, String>,
 }
@@ -234,7 +236,7 @@ pub async fn run<S: AgentStore>(
                 requeue_due = true;
             }
             () = sleep_until_or_never(agent.inventory.next()), if !agent.shutting_down => agent.start_inventories(),
-            Some(done) = agent.inventories.join_next(), if !agent.inventories.is_empty() => {
+            Some(done) = agent.inventories.join_next_with_id(), if !agent.inventories.is_empty() => {
                 dirty = agent.finish_inventory(done);
             }
             _ = identity.tick() => agent.flush_identity(),
@@ -324,10 +326,13 @@ impl<S: AgentStore> Agent<S> {
         self.drivers.first().expect("the agent runs at least one node").view()
     }
 
-    /// The `at` of a new event: this host's clock, never below the view's stream time nor the
-    /// last stamp (a clock stepped back must not make the node's own heartbeats look old).
+    /// The `at` of a new event: this host's clock, never below the view's stream time, and above
+    /// the last stamp (a clock stepped back must not make the node's own heartbeats look old, and
+    /// an inventory read stamped at its start must come strictly before every confirmation this
+    /// agent appends after it).
     fn stamp(&mut self) -> u64 {
-        let at_ms = wall_clock_ms().max(self.view().stream_time_ms()).max(self.last_stamp_ms);
+        let at_ms =
+            wall_clock_ms().max(self.view().stream_time_ms()).max(self.last_stamp_ms.saturating_add(1));
         self.last_stamp_ms = at_ms;
         at_ms
     }
@@ -491,8 +496,10 @@ impl<S: AgentStore> Agent<S> {
             let addresses: Vec<std::net::IpAddr> = view
                 .pools()
                 .values()
-                .filter(|pool| !pool.deleted && pool.spec.provider == provider)
-                .flat_map(|pool| pool.addresses.iter().filter(|(_, state)| state.active).map(|(a, _)| *a))
+                // Every address a pool of the provider lists or listed (deleted pools and
+                // addresses included): what the federation keeps observations of.
+                .filter(|pool| pool.spec.provider == provider)
+                .flat_map(|pool| pool.addresses.keys().copied())
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
@@ -504,8 +511,12 @@ impl<S: AgentStore> Agent<S> {
                 .collect();
             let started_at_ms = self.stamp();
             self.inventory.in_flight.insert(provider.clone());
-            let deadline = now + executor.call_timeout;
-            self.inventories.spawn(async move {
+            // A read of many addresses is several paginated calls: it may take up to its
+            // interval, and never less than one call's timeout.
+            let deadline = now + executor.call_timeout.max(interval);
+            let task_provider = provider.clone();
+            let handle = self.inventories.spawn(async move {
+                let provider = task_provider;
                 let request = InventoryRequest { addresses, nics };
                 let inventory = match executor.executor.inventory(&request) {
                     None => None,
@@ -516,18 +527,32 @@ impl<S: AgentStore> Agent<S> {
                 };
                 InventoryDone { provider, started_at_ms, inventory }
             });
+            self.inventory.tasks.insert(handle.id(), provider);
         }
     }
 
     /// Queues what a read found that the log does not know yet ([`Federation::inventory_is_news`]:
     /// one event per change). Returns whether anything was queued.
-    fn finish_inventory(&mut self, done: Result<InventoryDone, tokio::task::JoinError>) -> bool {
+    fn finish_inventory(
+        &mut self,
+        done: Result<(tokio::task::Id, InventoryDone), tokio::task::JoinError>,
+    ) -> bool {
         let done = match done {
-            Ok(done) => done,
+            Ok((id, done)) => {
+                self.inventory.tasks.remove(&id);
+                done
+            }
             Err(e) => {
-                error!(error = %e, "an inventory read's task failed; the read is retried at its interval");
-                // Which provider it was is lost with the task: retry every read not under way.
-                self.inventory.in_flight.clear();
+                let Some(provider) = self.inventory.tasks.remove(&e.id()) else {
+                    error!(error = %e, "an inventory read's task failed");
+                    return false;
+                };
+                error!(error = %e, %provider, "an inventory read's task failed; read again at its interval");
+                self.inventory.in_flight.remove(&provider);
+                *self.counters.inventory_reads.entry((provider.clone(), "failed")).or_insert(0) += 1;
+                if let Some((interval, next)) = self.inventory.due.get_mut(&provider) {
+                    *next = Instant::now() + *interval;
+                }
                 return false;
             }
         };
