@@ -103,7 +103,8 @@ fn main() {
     run(Verb::UnassignSecondaryIp, "a", &a, 2);
     let calls = moto.calls();
     let count = |name: &str| calls.get(name).and_then(serde_json::Value::as_u64).unwrap_or(0);
-    let all: u64 = calls.as_object().map_or(0, |all| all.values().filter_map(serde_json::Value::as_u64).sum());
+    let all: u64 =
+        calls.as_object().map_or(0, |all| all.values().filter_map(serde_json::Value::as_u64).sum());
     let (assign, describe, modify, unassign) = (
         count("AssignPrivateIpAddresses"),
         count("DescribeNetworkInterfaces"),
