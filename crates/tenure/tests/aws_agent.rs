@@ -180,7 +180,6 @@ impl Rig {
 
     /// The holders of every `inventory` event in the log, in log order.
     fn inventory_holders(&self) -> Vec<Vec<String>> {
-        use tenure::agent::AgentStore as _;
         use tenure_core::log_store::{Log as _, LogIndex};
         let log = self.store.log();
         let mut holders = Vec::new();
