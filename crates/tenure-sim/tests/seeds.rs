@@ -172,3 +172,25 @@ fn pinned_seeds_stay_green() {
         assert!(!r.failed(), "pinned {mode} seed {seed} ({why}) failed again: {:?}", r.unexpected().next());
     }
 }
+
+/// Ordinary hand-overs only (drains and health flaps, desire bursts, late, duplicated or lost
+/// results, late inventory) are never drift: drift repair must not re-capture once. Seed 28 with
+/// drain and result-delay re-captured under issue 7's rule (an old holder whose acquire result
+/// had not arrived counted as a foreign holding); issue 11's rule does not.
+#[test]
+fn hand_overs_alone_never_recapture() {
+    let faults: FaultSet = "drain,health,desire-burst,result-delay,result-duplicate,inventory-delay"
+        .parse()
+        .expect("fault names");
+    let config = SimConfig { mode: Mode::Cloud, faults, ..SimConfig::default() };
+    for r in sweep(&config, 0..40) {
+        assert_eq!(r.violations_total, 0, "seed {}: {:?}", r.seed, r.violations);
+        assert_eq!(r.recaptures, 0, "seed {}: a hand-over re-captured", r.seed);
+    }
+    let pinned = SimConfig {
+        mode: Mode::Cloud,
+        faults: "drain,result-delay".parse().expect("fault names"),
+        ..SimConfig::default()
+    };
+    assert_eq!(run_seed(28, &pinned).recaptures, 0, "seed 28, drain and result-delay");
+}
