@@ -18,36 +18,18 @@
 #[allow(dead_code, reason = "the bench uses part of the test harness")]
 mod moto;
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use criterion::Criterion;
+use moto::{action, address};
 use tenure::exec::aws::AwsExecutor;
 use tenure::exec::{ExecutionOutcome, execute_within};
-use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
+use tenure_core::model::Verb;
 
 /// Samples per benchmark.
 const SAMPLES_COUNT: usize = 20;
 /// Measurement per benchmark.
 const MEASUREMENT_TIME: Duration = Duration::from_secs(5);
-
-fn address() -> IpAddr {
-    "10.0.0.10".parse().expect("literal")
-}
-
-fn action(verb: Verb, holder: &str, eni: &str, epoch: u64) -> StampedAction {
-    StampedAction::new(
-        "edge",
-        address(),
-        verb,
-        holder,
-        "cloud",
-        eni,
-        CaptureDomain::new("cloud", "vpc"),
-        CaptureEpoch::from_stored(epoch),
-        OwnershipEpoch::from_stored(epoch),
-    )
-}
 
 fn executed(outcome: ExecutionOutcome) {
     assert!(matches!(outcome, ExecutionOutcome::Executed { .. }), "{outcome:?}");

@@ -13,28 +13,10 @@ mod moto;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use moto::{Moto, two_enis};
+use moto::{Moto, action, address, two_enis};
 use tenure::exec::aws::AwsExecutor;
 use tenure::exec::{ExecutionOutcome, execute_within};
-use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
-
-fn action(verb: Verb, holder: &str, eni: &str, epoch: u64) -> StampedAction {
-    StampedAction::new(
-        "edge",
-        address(),
-        verb,
-        holder,
-        "cloud",
-        eni,
-        CaptureDomain::new("cloud", "vpc"),
-        CaptureEpoch::from_stored(epoch),
-        OwnershipEpoch::from_stored(epoch),
-    )
-}
-
-fn address() -> IpAddr {
-    "10.0.0.10".parse().expect("literal")
-}
+use tenure_core::model::{StampedAction, Verb};
 
 async fn run(executor: &AwsExecutor, action: &StampedAction) -> ExecutionOutcome {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tenure::exec::aws::Ec2;
+use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
 
 /// The server's start-up bound: about 2 s idle, much more while cargo builds beside it.
 const START_MAX: Duration = Duration::from_secs(90);
@@ -117,4 +118,24 @@ pub async fn enis(ec2: &Ec2, count: u8) -> Vec<String> {
         enis.push(eni.network_interface().and_then(|n| n.network_interface_id()).expect("eni id").to_owned());
     }
     enis
+}
+
+/// The floating address the aws tests and the bench move: 10.0.0.10.
+pub fn address() -> std::net::IpAddr {
+    "10.0.0.10".parse().expect("literal")
+}
+
+/// A stamped action of pool `edge` on provider `cloud` for [`address`], both epochs `epoch`.
+pub fn action(verb: Verb, holder: &str, eni: &str, epoch: u64) -> StampedAction {
+    StampedAction::new(
+        "edge",
+        address(),
+        verb,
+        holder,
+        "cloud",
+        eni,
+        CaptureDomain::new("cloud", "vpc"),
+        CaptureEpoch::from_stored(epoch),
+        OwnershipEpoch::from_stored(epoch),
+    )
 }
