@@ -4,6 +4,9 @@
 //! execution re-captures the address once; the fresh actions put things right. The same loop
 //! against moto's EC2 server is in `aws_agent.rs`.
 
+#[path = "support/inventory_log.rs"]
+mod inventory_log;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -14,8 +17,6 @@ use tenure::agent::request::{ActionFilter, AgentHandle};
 use tenure::agent::runner::{NoObserver, RunSummary, run};
 use tenure::agent::{AgentStore, ProviderExecutor, Settings};
 use tenure::exec::SimExecutor;
-use tenure_core::log::EventKind;
-use tenure_core::log_store::{Log, LogIndex};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
 use tokio::sync::{mpsc, oneshot};
 
@@ -106,19 +107,7 @@ impl Rig {
 
     /// The holders of every `inventory` event in the log, in log order.
     fn inventory_events(&self) -> Vec<Vec<String>> {
-        let log = self.store.log();
-        let mut holders = Vec::new();
-        let mut from = LogIndex::FIRST;
-        loop {
-            let records = log.read_from(from, usize::MAX).expect("the memory log reads");
-            let Some(last) = records.last() else { break };
-            from = last.index.next();
-            holders.extend(records.into_iter().filter_map(|record| match record.event.kind {
-                EventKind::Inventory { holders, .. } => Some(holders),
-                _ => None,
-            }));
-        }
-        holders
+        inventory_log::inventory_holders(&self.store.log())
     }
 
     /// (owner, ownershipEpoch, captureEpoch) of the address.

@@ -7,6 +7,8 @@
 
 #![cfg(feature = "aws")]
 
+#[path = "support/inventory_log.rs"]
+mod inventory_log;
 #[path = "support/moto.rs"]
 #[allow(dead_code, reason = "each test file uses part of the harness")]
 mod moto;
@@ -180,20 +182,7 @@ impl Rig {
 
     /// The holders of every `inventory` event in the log, in log order.
     fn inventory_holders(&self) -> Vec<Vec<String>> {
-        use tenure_core::log_store::{Log as _, LogIndex};
-        let log = self.store.log();
-        let mut holders = Vec::new();
-        let mut from = LogIndex::FIRST;
-        loop {
-            let records = log.read_from(from, usize::MAX).expect("the store's log reads");
-            let Some(last) = records.last() else { break };
-            from = last.index.next();
-            holders.extend(records.into_iter().filter_map(|record| match record.event.kind {
-                EventKind::Inventory { holders, .. } => Some(holders),
-                _ => None,
-            }));
-        }
-        holders
+        inventory_log::inventory_holders(&self.store.log())
     }
 
     async fn recaptures(&self) -> u64 {

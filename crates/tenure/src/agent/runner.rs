@@ -84,9 +84,8 @@ struct CallDone {
     elapsed: Duration,
 }
 
-/// A finished inventory read of one provider.
+/// A finished inventory read (its provider is [`InventorySchedule::tasks`]' entry for the task).
 struct InventoryDone {
-    provider: String,
     /// The stamp taken when the read started: the `at` of the events it yields, so that a call
     /// confirmed while the read was under way is never contradicted by it.
     started_at_ms: u64,
@@ -99,17 +98,29 @@ struct InventoryDone {
 struct InventorySchedule {
     /// Provider → (interval, next read).
     due: BTreeMap<String, (Duration, Instant)>,
-    in_flight: BTreeSet<String>,
-    /// Which provider each read task reads, so that a task that panicked is rescheduled.
+    /// The reads under way: which provider each task reads (a task that panicked is
+    /// rescheduled too).
     tasks: HashMap<tokio::task::Id, String>,
     /// The last failure logged at warn per provider (a repeat is logged at debug).
     last_failure: BTreeMap<String, String>,
 }
 
 impl InventorySchedule {
+    /// Whether a read of `provider` is under way.
+    fn reading(&self, provider: &str) -> bool {
+        self.tasks.values().any(|p| p == provider)
+    }
+
     /// The next read that is not under way, if any.
     fn next(&self) -> Option<Instant> {
-        self.due.iter().filter(|(p, _)| !self.in_flight.contains(*p)).map(|(_, (_, at))| *at).min()
+        self.due.iter().filter(|(p, _)| !self.reading(p)).map(|(_, (_, at))| *at).min()
+    }
+
+    /// The next read of `provider` one interval from now.
+    fn reschedule(&mut self, provider: &str) {
+        if let Some((interval, next)) = self.due.get_mut(provider) {
+            *next = Instant::now() + *interval;
+        }
     }
 }
 
@@ -482,7 +493,7 @@ impl<S: AgentStore> Agent<S> {
             .inventory
             .due
             .iter()
-            .filter(|(p, (_, at))| *at <= now && !self.inventory.in_flight.contains(*p))
+            .filter(|(p, (_, at))| *at <= now && !self.inventory.reading(p))
             .map(|(p, _)| p.clone())
             .collect();
         for provider in due {
@@ -510,22 +521,19 @@ impl<S: AgentStore> Agent<S> {
                 .map(|node| node.spec.nic.clone())
                 .collect();
             let started_at_ms = self.stamp();
-            self.inventory.in_flight.insert(provider.clone());
             // A read of many addresses is several paginated calls: it may take up to its
             // interval, and never less than one call's timeout.
             let deadline = now + executor.call_timeout.max(interval);
-            let task_provider = provider.clone();
             let handle = self.inventories.spawn(async move {
-                let provider = task_provider;
                 let request = InventoryRequest { addresses, nics };
                 let inventory = match executor.executor.inventory(&request) {
                     None => None,
                     Some(read) => Some(match tokio::time::timeout_at(deadline, read).await {
                         Ok(answer) => answer,
-                        Err(_elapsed) => Err("no answer before the call timeout".to_owned()),
+                        Err(_elapsed) => Err("no answer before the read's deadline".to_owned()),
                     }),
                 };
-                InventoryDone { provider, started_at_ms, inventory }
+                InventoryDone { started_at_ms, inventory }
             });
             self.inventory.tasks.insert(handle.id(), provider);
         }
@@ -537,35 +545,25 @@ impl<S: AgentStore> Agent<S> {
         &mut self,
         done: Result<(tokio::task::Id, InventoryDone), tokio::task::JoinError>,
     ) -> bool {
+        let (id, done) = match done {
+            Ok((id, done)) => (id, Ok(done)),
+            Err(e) => (e.id(), Err(e)),
+        };
+        let Some(provider) = self.inventory.tasks.remove(&id) else { return false };
+        self.inventory.reschedule(&provider);
         let done = match done {
-            Ok((id, done)) => {
-                self.inventory.tasks.remove(&id);
-                done
-            }
+            Ok(done) => done,
             Err(e) => {
-                let Some(provider) = self.inventory.tasks.remove(&e.id()) else {
-                    error!(error = %e, "an inventory read's task failed");
-                    return false;
-                };
                 error!(error = %e, %provider, "an inventory read's task failed; read again at its interval");
-                self.inventory.in_flight.remove(&provider);
-                *self.counters.inventory_reads.entry((provider.clone(), "failed")).or_insert(0) += 1;
-                if let Some((interval, next)) = self.inventory.due.get_mut(&provider) {
-                    *next = Instant::now() + *interval;
-                }
+                *self.counters.inventory_reads.entry((provider, "failed")).or_insert(0) += 1;
                 return false;
             }
         };
-        let provider = done.provider;
-        self.inventory.in_flight.remove(&provider);
         let Some(inventory) = done.inventory else {
             info!(%provider, "this provider's executor takes no inventory: drift repair is off for it");
             self.inventory.due.remove(&provider);
             return false;
         };
-        if let Some((interval, next)) = self.inventory.due.get_mut(&provider) {
-            *next = Instant::now() + *interval;
-        }
         match inventory {
             Ok(found) => {
                 *self.counters.inventory_reads.entry((provider.clone(), "ok")).or_insert(0) += 1;

@@ -117,16 +117,21 @@ impl AwsExecutor {
         }
     }
 
+    /// Logs a permission error at error the first time it is seen, at debug after that.
+    fn report_permission(&self, reason: &str) {
+        let first = self.reported.lock().map(|mut seen| seen.insert(reason.to_owned())).unwrap_or(true);
+        if first {
+            tracing::error!(%reason, "aws: not permitted; fix the credentials or the IAM policy");
+        } else {
+            tracing::debug!(%reason, "aws: not permitted (reported before)");
+        }
+    }
+
     fn outcome_of(&self, error: Ec2Error) -> ExecutionOutcome {
         let reason = error.to_string();
         match error {
             Ec2Error::Permission { .. } => {
-                let first = self.reported.lock().map(|mut seen| seen.insert(reason.clone())).unwrap_or(true);
-                if first {
-                    tracing::error!(%reason, "aws: not permitted; fix the credentials or the IAM policy");
-                } else {
-                    tracing::debug!(%reason, "aws: not permitted (reported before)");
-                }
+                self.report_permission(&reason);
                 ExecutionOutcome::Failed { reason }
             }
             Ec2Error::Refused { .. } => ExecutionOutcome::Failed { reason },
@@ -174,11 +179,11 @@ impl Executor for AwsExecutor {
                     Ok(found.into_iter().map(|(a, holders)| (std::net::IpAddr::V4(a), holders)).collect())
                 }
                 Err(e) => {
+                    let reason = e.to_string();
                     if matches!(e, Ec2Error::Permission { .. }) {
-                        // Logged like a call's: once at error, then at debug.
-                        let _ = self.outcome_of(e.clone());
+                        self.report_permission(&reason);
                     }
-                    Err(e.to_string())
+                    Err(reason)
                 }
             }
         }))
