@@ -333,6 +333,13 @@ impl<S: JournalStore> NodeDriver<S> {
         self.engine.poll_executions(&self.view, self.zombie.as_ref(), max)
     }
 
+    /// Whether [`NodeDriver::poll_actions_at_head`] would have something to gate: an entry ready
+    /// for its call, on a node that may act.
+    #[must_use]
+    pub fn has_ready_actions(&self) -> bool {
+        !(self.partitioned || (self.paused && self.zombie.is_none())) && self.engine.has_ready()
+    }
+
     /// What the provider said about an action `poll_action` handed out.
     pub fn handle_result(
         &mut self,

@@ -231,9 +231,12 @@ impl Federation {
         let mut structure_changed = false;
         let applied = match &event.kind {
             EventKind::Heartbeat { node } => {
+                // Counted as of the stream time the log took it (SPEC 3; "Time in a fleet").
+                let taken_ms = self.stream_time_ms;
                 let state = self.node_mut(node);
-                state.last_heartbeat_ms =
-                    Some(state.last_heartbeat_ms.map_or(event.at_ms, |t| t.max(event.at_ms)));
+                state.last_heartbeat_ms = Some(state.last_heartbeat_ms.map_or(taken_ms, |t| t.max(taken_ms)));
+                state.heartbeat_stamp_ms =
+                    Some(state.heartbeat_stamp_ms.map_or(event.at_ms, |t| t.max(event.at_ms)));
                 Applied::Applied
             }
             EventKind::Drain { node } => {

@@ -18,8 +18,13 @@ pub struct NodeState {
     pub spec: NodeSpec,
     /// Its capture domain.
     pub capture_domain: CaptureDomain,
-    /// Largest `at` of its heartbeats; never moves backwards.
+    /// The stream time at which the log took its latest heartbeat (SPEC 3 as amended for fleets:
+    /// `max(stream time, at)` when applied, so a heartbeat stamped by a clock behind the stream
+    /// is not old news: the node was alive when the log took it). Never moves backwards.
     pub last_heartbeat_ms: Option<u64>,
+    /// Largest `at` its heartbeats carried: the appending host's own clock reading, which the
+    /// agents' clock-lead rule reads (`docs/architecture.md`, "Time in a fleet").
+    pub heartbeat_stamp_ms: Option<u64>,
     /// Drained nodes are excluded at once.
     pub drained: bool,
     /// Latest `health` verdict; healthy until told otherwise.
@@ -36,6 +41,7 @@ impl NodeState {
             capture_domain: spec.capture_domain(),
             spec,
             last_heartbeat_ms: None,
+            heartbeat_stamp_ms: None,
             drained: false,
             healthy: true,
             vrrp: None,

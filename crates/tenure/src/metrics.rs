@@ -310,6 +310,20 @@ impl Collector for SnapshotCollector {
             let labels = [("provider", provider.as_str()), ("outcome", outcome.as_str())];
             ConstCounter::new(*count).encode(family.encode_family(&labels)?)?;
         }
+        ConstCounter::new(s.stamps_capped).encode(encoder.encode_descriptor(
+            "tenure_stamps_capped",
+            "Event stamps held back because this host's clock ran ahead of the other agents' median \
+             (the clock-lead rule).",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstCounter::new(s.head_unconfirmed).encode(encoder.encode_descriptor(
+            "tenure_head_unconfirmed",
+            "Times the agent could not confirm the log head in time before calls, and so did not act \
+             (fail-closed).",
+            None,
+            MetricType::Counter,
+        )?)?;
         gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, u64::from(s.healthy))
     }
 }
@@ -484,6 +498,8 @@ mod tests {
             healthy: true,
             drift_recaptures: 2,
             inventory_reads: vec![(("aws1".to_owned(), "ok".to_owned()), 7)],
+            stamps_capped: 4,
+            head_unconfirmed: 6,
         }
     }
 
@@ -518,6 +534,8 @@ mod tests {
             ("tenure_healthy", "gauge"),
             ("tenure_drift_recaptures", "counter"),
             ("tenure_inventory_reads", "counter"),
+            ("tenure_stamps_capped", "counter"),
+            ("tenure_head_unconfirmed", "counter"),
         ] {
             assert_eq!(types.get(family).map(String::as_str), Some(kind), "{family}");
         }
@@ -549,6 +567,8 @@ mod tests {
         assert_eq!(values(&samples, "tenure_log_lag")[0].value, "3");
         assert_eq!(values(&samples, "tenure_healthy")[0].value, "1");
         assert_eq!(values(&samples, "tenure_drift_recaptures_total")[0].value, "2");
+        assert_eq!(values(&samples, "tenure_stamps_capped_total")[0].value, "4");
+        assert_eq!(values(&samples, "tenure_head_unconfirmed_total")[0].value, "6");
         let reads = values(&samples, "tenure_inventory_reads_total");
         assert_eq!(
             reads[0].labels,

@@ -112,6 +112,13 @@ impl<S: JournalStore> NodeEngine<S> {
         }
     }
 
+    /// Whether an entry waits for its provider call (ready and not behind a call in flight for
+    /// its address): the runtime confirms its head before it polls them.
+    #[must_use]
+    pub fn has_ready(&self) -> bool {
+        self.ready.iter().any(|seq| !self.is_busy(*seq))
+    }
+
     /// Whether a call for the entry's (provider, address) is in flight.
     fn is_busy(&self, seq: u64) -> bool {
         let action = &self.state.entries[&seq].action;

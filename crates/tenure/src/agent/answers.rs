@@ -72,6 +72,10 @@ pub struct Counters {
     pub rejected_events: BTreeMap<String, u64>,
     /// Inventory reads, by (provider, `ok` | `failed`).
     pub inventory_reads: BTreeMap<(String, &'static str), u64>,
+    /// Stamps the clock-lead rule held back (this host's clock ran ahead of the others').
+    pub stamps_capped: u64,
+    /// Head confirmations that failed: the agent did not act (fail-closed).
+    pub head_unconfirmed: u64,
 }
 
 /// The metrics snapshot of the loop's state.
@@ -120,5 +124,7 @@ pub fn metrics<S: JournalStore>(
             .iter()
             .map(|((provider, outcome), n)| ((provider.clone(), (*outcome).to_owned()), *n))
             .collect(),
+        stamps_capped: counters.stamps_capped,
+        head_unconfirmed: counters.head_unconfirmed,
     }
 }

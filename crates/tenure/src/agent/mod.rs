@@ -75,6 +75,40 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// Writes the identity record now (called about once a second while things change, and at
     /// shutdown).
     fn flush_identity(&self) -> Result<(), String>;
+
+    /// Wakes the loop when the log grew by appends of other processes (a fleet store). `None`
+    /// (the embedded store): this process is the only writer, so its own steps see everything.
+    fn log_changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+
+    /// Confirms, within `bound`, that the log this process follows holds every event appended
+    /// anywhere before the call (a linearizable read of the head, then waiting for the
+    /// follower): the fence gate's head is current (SPEC 6). The embedded store's log is written
+    /// only by this process, so it is always current.
+    fn confirm_head(&self, _bound: Duration) -> Result<(), HeadUnconfirmed> {
+        Ok(())
+    }
+
+    /// Every node of this agent applied the log up to `upto`: a store may drop what it kept
+    /// for them.
+    fn followed(&self, _upto: LogIndex) {}
+
+    /// Whether an append that failed as [`LogError::Unavailable`] may be retried (the same
+    /// batch, exactly once in the log): a remote log after a lost answer. The embedded store's
+    /// failed commit poisons it instead.
+    fn retries_appends(&self) -> bool {
+        false
+    }
+}
+
+/// Why the head could not be confirmed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeadUnconfirmed {
+    /// Not now (etcd unreachable, the follower behind): the agent does not act until it can.
+    Behind(String),
+    /// Never (another cluster, a log gone back): the agent does not act until restarted.
+    Refused(String),
 }
 
 /// One configured provider's executor and the deadline of its calls.

@@ -72,6 +72,10 @@ pub struct MetricsSnapshot {
     pub drift_recaptures: u64,
     /// Inventory reads since the agent started, by (provider, `ok` | `failed`).
     pub inventory_reads: Vec<((String, String), u64)>,
+    /// Stamps the clock-lead rule held back since the agent started.
+    pub stamps_capped: u64,
+    /// Head confirmations that failed since the agent started (it did not act then).
+    pub head_unconfirmed: u64,
 }
 
 /// A change asked of the agent through the API: appended to the log as an event.

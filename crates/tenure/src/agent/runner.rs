@@ -9,6 +9,7 @@ use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::journal::JournalStore;
 use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::LogError;
 use tenure_core::model::{PoolSpec, StampedAction};
 use tenure_core::node::{NodeEngine, NodeError};
 use tokio::sync::mpsc;
@@ -19,9 +20,10 @@ use tracing::{debug, error, info, warn};
 use super::answers::Counters;
 use super::pools::plan_pool_changes;
 use super::request::Request;
-use super::{AgentStore, ProviderExecutor, Settings};
+use super::{AgentStore, HeadUnconfirmed, ProviderExecutor, Settings};
 use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within};
 
+mod clock;
 mod requests;
 
 /// Most provider calls in flight at once, across the agent's nodes.
@@ -29,6 +31,12 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 
 /// Most actions gated in one batch (one durable sync per batch).
 pub const GATE_BATCH_MAX: usize = 64;
+
+/// When no pool names a heartbeat TTL, how long the agent waits to confirm the log head.
+pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);
+
+/// How long another node's last heartbeat stamp still votes in the clock-lead rule.
+pub const CLOCK_VOTE_WINDOW: Duration = Duration::from_secs(60);
 
 /// How often the identity record is written while things change.
 pub const IDENTITY_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -147,6 +155,17 @@ struct Agent<S: AgentStore> {
     counters: Counters,
     /// Why the agent cannot act now (health), if it cannot.
     unhealthy: Option<String>,
+    /// Why the last append failed, when the store retries appends (etcd): cleared by the next
+    /// append that lands.
+    append_failure: Option<String>,
+    /// A batch whose append failed and is retried, alone and as it was, before anything else.
+    unappended: Option<Vec<Event>>,
+    /// Why the last head confirmation failed (fail-closed): cleared by the next that succeeds.
+    head_failure: Option<String>,
+    /// Other nodes' clocks, for the clock-lead rule.
+    peers: clock::PeerClocks,
+    /// The names of this agent's nodes.
+    own_nodes: BTreeSet<String>,
     /// Why the store cannot be written any more (a failed commit poisons it): sticky, unlike a
     /// log that could not be read a moment ago. The agent does not act and says so until it is
     /// restarted.
@@ -166,6 +185,14 @@ struct Agent<S: AgentStore> {
 async fn sleep_until_or_never(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for `notify`, or forever when there is none.
+async fn notified_or_never(notify: Option<&tokio::sync::Notify>) {
+    match notify {
+        Some(notify) => notify.notified().await,
         None => std::future::pending().await,
     }
 }
@@ -203,6 +230,7 @@ pub async fn run<S: AgentStore>(
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
     identity.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
+    let log_changed = agent.store.log_changed();
     let mut reload_open = true;
     let mut requests_open = true;
     loop {
@@ -238,7 +266,11 @@ pub async fn run<S: AgentStore>(
             },
             _ = heartbeat.tick(), if !agent.shutting_down => {
                 for driver in agent.drivers.iter().filter(|d| !d.is_paused()) {
-                    agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
+                    let heartbeat = EventKind::Heartbeat { node: driver.name().to_owned() };
+                    // Appends that fail (etcd unreachable) must not pile up heartbeats.
+                    if !agent.queued.contains(&heartbeat) {
+                        agent.queued.push(heartbeat);
+                    }
                 }
                 dirty = true;
             }
@@ -251,6 +283,7 @@ pub async fn run<S: AgentStore>(
                 dirty = agent.finish_inventory(done);
             }
             _ = identity.tick() => agent.flush_identity(),
+            () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {
             agent.step(requeue_due);
@@ -295,6 +328,11 @@ impl<S: AgentStore> Agent<S> {
             recaptures_seen: 0,
             counters: Counters::default(),
             unhealthy: None,
+            append_failure: None,
+            unappended: None,
+            head_failure: None,
+            peers: clock::PeerClocks::new(settings.heartbeat_interval / 2, CLOCK_VOTE_WINDOW),
+            own_nodes: settings.nodes.iter().map(|n| n.name.clone()).collect(),
             store_failed: None,
             shutting_down: false,
             last_stamp_ms: 0,
@@ -329,6 +367,10 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         self.unhealthy = None;
+        self.peers.observe(self.drivers.first().expect("the agent runs at least one node").view(), &self.own_nodes, Instant::now());
+        if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
+            self.store.followed(upto);
+        }
         Ok(())
     }
 
@@ -337,13 +379,28 @@ impl<S: AgentStore> Agent<S> {
         self.drivers.first().expect("the agent runs at least one node").view()
     }
 
-    /// The `at` of a new event: this host's clock, never below the view's stream time, and above
-    /// the last stamp (a clock stepped back must not make the node's own heartbeats look old, and
-    /// an inventory read stamped at its start must come strictly before every confirmation this
-    /// agent appends after it).
+    /// The `at` of a new event: this host's clock, held to the clock-lead rule (`clock.rs`), and
+    /// above the last stamp (an inventory read stamped at its start must come strictly before
+    /// every confirmation this agent appends after it). Not raised to the stream time: a
+    /// heartbeat counts as of the stream time the log took it (SPEC 3), so a clock behind makes
+    /// no node look old, and echoing a stream time that one fast clock pushed would let it drag
+    /// every stamp along.
     fn stamp(&mut self) -> u64 {
-        let at_ms =
-            wall_clock_ms().max(self.view().stream_time_ms()).max(self.last_stamp_ms.saturating_add(1));
+        let wall = wall_clock_ms();
+        let at_ms = match self.peers.cap(wall, Instant::now()) {
+            Some(cap) if cap < wall => {
+                self.counters.stamps_capped += 1;
+                if self.counters.stamps_capped == 1 || self.counters.stamps_capped.is_power_of_two() {
+                    warn!(
+                        ahead_ms = wall - cap,
+                        "this host's clock runs ahead of the other agents' median: stamping at the cap"
+                    );
+                }
+                cap
+            }
+            _ => wall,
+        }
+        .max(self.last_stamp_ms.saturating_add(1));
         self.last_stamp_ms = at_ms;
         at_ms
     }
@@ -366,7 +423,17 @@ impl<S: AgentStore> Agent<S> {
             Ok(indices) => {
                 self.summary.appended += events.len() as u64;
                 self.identity_dirty = true;
+                self.append_failure = None;
                 Ok(indices.into_iter().map(|i| i.get()).collect())
+            }
+            Err(e @ LogError::Unavailable { .. }) if self.store.retries_appends() => {
+                let reason = format!("cannot append to the log: {e}");
+                if self.append_failure.as_deref() != Some(reason.as_str()) {
+                    error!(%reason, "keeping the batch to append again");
+                }
+                self.append_failure = Some(reason.clone());
+                self.unappended = Some(events);
+                Err(reason)
             }
             Err(e) => {
                 let reason = format!("cannot append to the log: {e}");
@@ -377,13 +444,21 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// Appends what is queued: heartbeats, and every node's outbox (action results).
+    /// Appends what is queued: heartbeats, and every node's outbox (action results). A batch
+    /// whose append failed goes first, alone and unchanged (so it lands once); while it does not
+    /// land, nothing else is appended.
     fn flush_appends(&mut self) {
         let mut kinds = std::mem::take(&mut self.queued);
         for driver in &mut self.drivers {
             while let Some(kind) = driver.poll_append() {
                 kinds.push(kind);
             }
+        }
+        if let Some(unappended) = self.unappended.take()
+            && self.append_with(unappended, Vec::new()).is_err()
+        {
+            self.queued = kinds;
+            return;
         }
         let stamped = std::mem::take(&mut self.queued_stamped);
         let _ = self.append_with(stamped, kinds);
@@ -471,6 +546,10 @@ impl<S: AgentStore> Agent<S> {
             self.record_highest_token();
             return;
         }
+        if self.drivers.iter().any(NodeDriver::has_ready_actions) && !self.confirm_head() {
+            self.record_highest_token();
+            return;
+        }
         for index in 0..self.drivers.len() {
             self.start_calls(index);
         }
@@ -482,6 +561,47 @@ impl<S: AgentStore> Agent<S> {
                 "drift: inventory contradicted a confirmed execution; re-captured (fresh epochs, fresh actions)"
             );
             self.recaptures_seen = recaptures;
+        }
+    }
+
+    /// Before a batch of provider calls: confirms the log head is current (the store's
+    /// linearizable read; at once for the embedded store) within half the smallest heartbeat TTL
+    /// of the applied pools, then follows to it. `false`: the agent does not act now and says why.
+    fn confirm_head(&mut self) -> bool {
+        let bound = self
+            .view()
+            .pools()
+            .values()
+            .filter(|p| !p.deleted)
+            .map(|p| p.spec.heartbeat_ttl_ms / 2)
+            .min()
+            .map_or(HEAD_CONFIRM_BOUND_DEFAULT, Duration::from_millis)
+            .max(Duration::from_millis(1));
+        match self.store.confirm_head(bound) {
+            Ok(()) => {
+                if self.head_failure.take().is_some() {
+                    info!("the log head is confirmed again: acting");
+                }
+                self.follow().is_ok()
+            }
+            Err(HeadUnconfirmed::Behind(reason)) => {
+                self.counters.head_unconfirmed += 1;
+                let reason = format!(
+                    "fail-closed: cannot confirm the log head within {} ms: {reason}",
+                    bound.as_millis()
+                );
+                if self.head_failure.as_deref() != Some(reason.as_str()) {
+                    warn!(%reason, "not acting");
+                }
+                self.head_failure = Some(reason);
+                false
+            }
+            Err(HeadUnconfirmed::Refused(reason)) => {
+                self.counters.head_unconfirmed += 1;
+                error!(%reason, "not acting until restarted");
+                self.store_failed.get_or_insert(reason);
+                false
+            }
         }
     }
 

@@ -153,10 +153,12 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let StoreConfig::Embedded { path: store_path } = &config.store else {
-        eprintln!("tenure agent: store kind etcd is not built yet (fleet mode); use {{kind: embedded}}");
+    #[cfg(not(feature = "etcd"))]
+    if matches!(config.store, StoreConfig::Etcd { .. }) {
+        eprintln!("tenure agent: this build has no etcd store (fleet mode); rebuild with --features etcd");
         return ExitCode::from(EXIT_NOT_BUILT);
-    };
+    }
+    let store_path = config.store.path().to_owned();
     // Checked before the store is opened (a kind this build cannot run changes nothing); built
     // again below with the store's mark for the hooks' processes.
     if let Err(line) = executors(&config, "") {
@@ -180,7 +182,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
         return ExitCode::from(EXIT_BAD_INPUT);
     }
-    let store = match EmbeddedStore::open(store_path, &config.identity_file) {
+    let store = match Opened::open(&config) {
         Ok(store) => store,
         Err(e) => {
             eprintln!("tenure agent: {e}");
@@ -189,7 +191,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
     };
     // This process owns the store now: hooks a killed agent on it left running go before
     // anything is gated (docs/operations.md, "Exec hooks"), whatever providers this config has.
-    let owner = hook_owner(store_path, store.cluster_id());
+    let owner = hook_owner(&store_path, store.cluster_id());
     let executors = match executors(&config, &owner) {
         Ok(executors) => executors,
         Err(line) => {
@@ -216,7 +218,11 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(serve(config, store.clone(), executors, token));
+    let code = match &store {
+        Opened::Embedded(store) => runtime.block_on(serve(config, store.clone(), executors, token)),
+        #[cfg(feature = "etcd")]
+        Opened::Etcd(store) => runtime.block_on(serve(config, store.clone(), executors, token)),
+    };
     if let Err(e) = store.close() {
         eprintln!("tenure agent: closing the store: {e}");
         return ExitCode::FAILURE;
@@ -224,9 +230,56 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
     code
 }
 
-async fn serve(
+/// The store an agent runs on, by the config's `store.kind`.
+enum Opened {
+    Embedded(EmbeddedStore),
+    #[cfg(feature = "etcd")]
+    Etcd(crate::store::fleet::EtcdStore),
+}
+
+impl Opened {
+    fn open(config: &AgentConfig) -> Result<Self, String> {
+        match &config.store {
+            StoreConfig::Embedded { path } => {
+                EmbeddedStore::open(path, &config.identity_file).map(Self::Embedded).map_err(|e| e.to_string())
+            }
+            #[cfg(feature = "etcd")]
+            StoreConfig::Etcd { endpoints, prefix, path } => {
+                let options = crate::store::fleet::EtcdOptions {
+                    endpoints: endpoints.clone(),
+                    prefix: prefix.clone(),
+                    request_timeout: crate::store::fleet::REQUEST_TIMEOUT_DEFAULT,
+                    user: None,
+                };
+                crate::store::fleet::EtcdStore::open(path, &config.identity_file, &options)
+                    .map(Self::Etcd)
+                    .map_err(|e| e.to_string())
+            }
+            #[cfg(not(feature = "etcd"))]
+            StoreConfig::Etcd { .. } => Err("this build has no etcd store; rebuild with --features etcd".into()),
+        }
+    }
+
+    fn cluster_id(&self) -> &str {
+        match self {
+            Self::Embedded(store) => store.cluster_id(),
+            #[cfg(feature = "etcd")]
+            Self::Etcd(store) => store.local().cluster_id(),
+        }
+    }
+
+    fn close(self) -> Result<(), crate::store::StoreError> {
+        match self {
+            Self::Embedded(store) => store.close(),
+            #[cfg(feature = "etcd")]
+            Self::Etcd(store) => store.close(),
+        }
+    }
+}
+
+async fn serve<S: crate::agent::AgentStore>(
     config: AgentConfig,
-    store: EmbeddedStore,
+    store: S,
     executors: BTreeMap<String, ProviderExecutor>,
     token: Option<ApiToken>,
 ) -> ExitCode {

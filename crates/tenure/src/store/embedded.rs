@@ -263,6 +263,39 @@ impl EmbeddedStore {
         Ok(())
     }
 
+    /// A record of the `meta` table other than the identity (a fleet agent's etcd binding), as
+    /// committed; `None` when absent.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn meta_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = &self.inner.db_path;
+        let storage = |e: redb::Error| StoreError::storage(path)(e);
+        let db = self.read_db()?;
+        let db = db.as_ref().ok_or_else(|| StoreError::Closed { dir: self.inner.dir.clone() })?;
+        let txn = db.begin_read().map_err(|e| storage(e.into()))?;
+        let meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+        let row = meta.get(key).map_err(|e| storage(e.into()))?;
+        Ok(row.map(|v| v.value().to_vec()))
+    }
+
+    /// Writes a `meta` record (not the identity) in its own durable commit.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn put_meta_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        assert_ne!(key, META_IDENTITY_KEY, "the identity is written by commits only");
+        let _writer = lock(&self.inner.writer);
+        self.check_not_failed()?;
+        let path = &self.inner.db_path;
+        let storage = |e: redb::Error| StoreError::storage(path)(e);
+        let db = self.read_db()?;
+        let db = db.as_ref().ok_or_else(|| StoreError::Closed { dir: self.inner.dir.clone() })?;
+        let mut txn = db.begin_write().map_err(|e| storage(e.into()))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage(e.into()))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| storage(e.into()))?;
+            meta.insert(key, value).map_err(|e| storage(e.into()))?;
+        }
+        txn.commit().map_err(|e| storage(e.into()))
+    }
+
     /// Makes every journal change buffered so far, by any node, durable (group commit): returns
     /// at once when another commit already wrote them.
     pub fn sync(&self) -> Result<(), StoreError> {

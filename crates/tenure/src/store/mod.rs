@@ -53,6 +53,8 @@
 mod backup;
 mod checks;
 mod embedded;
+#[cfg(feature = "etcd")]
+pub mod fleet;
 mod identity;
 mod journal_rows;
 mod lock;

@@ -17,7 +17,11 @@ impl<S: AgentStore> Agent<S> {
         let reason = if self.shutting_down {
             Some("shutting down: taking no new work".to_owned())
         } else {
-            self.store_failed.clone().or_else(|| self.unhealthy.clone())
+            self.store_failed
+                .clone()
+                .or_else(|| self.unhealthy.clone())
+                .or_else(|| self.head_failure.clone())
+                .or_else(|| self.append_failure.clone())
         };
         Health {
             ok: reason.is_none(),

@@ -1,0 +1,107 @@
+//! The clock-lead rule (`docs/architecture.md`, "Time in a fleet"): an agent never stamps an
+//! event more than `lead_max` ahead of the lower median of the clocks it can see — its own and
+//! each other node's, projected to now from that node's newest heartbeat stamp by this host's
+//! monotonic clock. One agent whose clock runs ahead cannot drag stream time (and so everyone's
+//! liveness) with it while most clocks are right; a clock behind is harmless, since a heartbeat
+//! counts as of the stream time the log took it (SPEC 3).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use tenure_core::federation::Federation;
+use tokio::time::Instant;
+
+/// Other nodes' clocks, as their heartbeats showed them.
+#[derive(Debug)]
+pub(super) struct PeerClocks {
+    /// Node → (its newest heartbeat stamp, when this agent first saw that stamp).
+    seen: HashMap<String, (u64, Instant)>,
+    /// How far ahead of the median an agent may stamp.
+    lead_max_ms: u64,
+    /// A node not heard from for this long no longer votes.
+    window: Duration,
+}
+
+impl PeerClocks {
+    pub(super) fn new(lead_max: Duration, window: Duration) -> Self {
+        Self { seen: HashMap::new(), lead_max_ms: u64::try_from(lead_max.as_millis()).unwrap_or(u64::MAX), window }
+    }
+
+    /// Takes note of the newest heartbeat stamps of the nodes this agent does not run.
+    pub(super) fn observe(&mut self, view: &Federation, own: &BTreeSet<String>, now: Instant) {
+        for node in view.nodes() {
+            let name = &node.spec.name;
+            if own.contains(name) {
+                continue;
+            }
+            let Some(stamp) = node.heartbeat_stamp_ms else { continue };
+            match self.seen.get_mut(name) {
+                Some((seen, _)) if *seen >= stamp => {}
+                Some(entry) => *entry = (stamp, now),
+                None => {
+                    self.seen.insert(name.clone(), (stamp, now));
+                }
+            }
+        }
+    }
+
+    /// The latest stamp the rule allows now, given this host's clock `own_ms`; `None` when no
+    /// other node votes (an agent alone has nobody to drag along).
+    pub(super) fn cap(&self, own_ms: u64, now: Instant) -> Option<u64> {
+        let mut clocks: Vec<u64> = self
+            .seen
+            .values()
+            .filter(|(_, at)| now.saturating_duration_since(*at) <= self.window)
+            .map(|(stamp, at)| {
+                let elapsed = u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX);
+                stamp.saturating_add(elapsed)
+            })
+            .collect();
+        if clocks.is_empty() {
+            return None;
+        }
+        clocks.push(own_ms);
+        clocks.sort_unstable();
+        let lower_median = clocks[(clocks.len() - 1) / 2];
+        Some(lower_median.saturating_add(self.lead_max_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clocks(peers: &[(&str, u64)], now: Instant) -> PeerClocks {
+        let mut c = PeerClocks::new(Duration::from_millis(50), Duration::from_secs(60));
+        for (name, stamp) in peers {
+            c.seen.insert((*name).to_owned(), (*stamp, now));
+        }
+        c
+    }
+
+    #[test]
+    fn one_clock_ahead_is_held_to_the_others() {
+        let now = Instant::now();
+        // This agent runs 10 s ahead; two others agree on 1_000.
+        let c = clocks(&[("b", 1_000), ("c", 1_010)], now);
+        assert_eq!(c.cap(11_000, now), Some(1_060), "the lower median (1_010) + 50");
+        // An honest agent beside one that runs ahead: the outlier does not move it.
+        let c = clocks(&[("b", 11_000), ("c", 1_000)], now);
+        assert_eq!(c.cap(1_005, now), Some(1_055));
+    }
+
+    #[test]
+    fn projections_move_with_this_hosts_monotonic_clock_and_old_voices_drop_out() {
+        let then = Instant::now();
+        let c = clocks(&[("b", 1_000)], then);
+        let later = then + Duration::from_millis(400);
+        assert_eq!(c.cap(1_400, later), Some(1_450), "b is projected to 1_400");
+        assert_eq!(c.cap(1_400, then + Duration::from_secs(61)), None, "b fell silent: no vote");
+    }
+
+    #[test]
+    fn alone_there_is_no_cap() {
+        let c = PeerClocks::new(Duration::from_millis(50), Duration::from_secs(60));
+        assert_eq!(c.cap(5, Instant::now()), None);
+    }
+}

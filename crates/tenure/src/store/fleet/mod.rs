@@ -1,0 +1,515 @@
+//! The fleet store (`store: {kind: etcd}`): the federation log in etcd, shared by every agent;
+//! each agent's journals, high-water marks and identity in its own embedded store at
+//! `store.path` (SPEC 10). See `docs/architecture.md`, "Fleet mode on etcd", for the key layout,
+//! the ordering and the refusals; this module is that text as code.
+//!
+//! - this file — [`EtcdStore`] (an [`AgentStore`]), the replica every node of this agent reads
+//!   the log from ([`EtcdLog`]), the head confirmation, and the binding to one etcd cluster.
+//! - `io.rs` — the etcd client's own thread: appends, head reads, the initial load, the watch.
+//! - `batch.rs` — one log key's value (a batch of codec events) and the indices of its events.
+
+pub mod batch;
+mod io;
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tenure_core::codec::{self, CodecError};
+use tenure_core::log::Event;
+use tenure_core::log_store::{LOG_READ_BATCH_MAX, LOG_RECORD_BYTES_MAX, Log, LogError, LogIndex, LogRecord};
+use tracing::{error, info, warn};
+
+use self::io::{ConnectSettings, HeadRead, Io, Keys};
+use super::{EmbeddedJournal, EmbeddedStore, StoreError};
+use crate::agent::{AgentStore, HeadUnconfirmed};
+
+/// The `meta` record (in the local store) binding this agent to one etcd cluster and prefix.
+const BINDING_KEY: &str = "etcd";
+
+/// Default time one etcd request may take (connect, append, head read).
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
+
+/// What the agent was bound to: the etcd cluster, the prefix, and the highest log revision it
+/// applied. Stored as `{"v":1,"clusterId":…,"prefix":…,"revision":…}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Binding {
+    v: u64,
+    cluster_id: u64,
+    prefix: String,
+    revision: i64,
+}
+
+/// Why a fleet agent refuses its etcd at start: the binding against what etcd says.
+fn check_binding(binding: &Binding, prefix: &str, head: &HeadRead) -> Result<(), String> {
+    if binding.prefix != prefix {
+        return Err(format!(
+            "this agent's store was bound to etcd prefix `{}`, not `{prefix}`: use the prefix it ran with, or a new store.path",
+            binding.prefix
+        ));
+    }
+    if binding.cluster_id != head.cluster_id {
+        return Err(format!(
+            "etcd cluster {:x} is not the cluster {:x} this agent applied the log of (wiped, replaced or restored \
+             from a backup?); refusing to act rather than restart tokens",
+            head.cluster_id, binding.cluster_id
+        ));
+    }
+    if head.head_revision < binding.revision {
+        return Err(format!(
+            "the log in etcd ends at revision {} but this agent applied it up to {} (etcd restored from an older \
+             backup, or the prefix deleted?); refusing to act rather than restart tokens",
+            head.head_revision, binding.revision
+        ));
+    }
+    Ok(())
+}
+
+/// How to reach etcd (from the agent config's `store`).
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    /// Client URLs.
+    pub endpoints: Vec<String>,
+    /// The key prefix (`/tenure`).
+    pub prefix: String,
+    /// Per request.
+    pub request_timeout: Duration,
+    /// `user`, `password` when etcd has authentication on.
+    pub user: Option<(String, String)>,
+}
+
+/// Runs `f`, which blocks the thread, from any context: inside a multi-thread tokio runtime it
+/// tells the runtime first (other tasks move to other workers).
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// The log as this agent holds it: every batch the watch delivered, decoded, in revision order.
+#[derive(Debug, Default)]
+struct Replica {
+    /// Events after what every node already applied, each with its index (a record that does
+    /// not decode is kept as its error: the reader stops there).
+    records: VecDeque<(LogIndex, Result<Event, CodecError>)>,
+    /// Every log key with a revision up to this one is in `records` (or was trimmed).
+    seen_revision: i64,
+    /// Records up to this index were dropped once every node had applied them.
+    trimmed_upto: Option<LogIndex>,
+    /// Why the log cannot be followed now (the watch is broken): cleared when it is back.
+    down: Option<String>,
+    /// Why this agent refuses the log for good (another cluster, a log gone back, a compaction
+    /// it missed): sticky until restarted.
+    refused: Option<String>,
+}
+
+/// What the store and its I/O thread share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    replica: Mutex<Replica>,
+    /// Signalled whenever the replica grew (waiters for an append or a head confirmation).
+    grown: Condvar,
+    /// Wakes the agent loop when someone appended.
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Self { replica: Mutex::new(Replica::default()), grown: Condvar::new(), changed: Arc::new(tokio::sync::Notify::new()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Replica> {
+        self.replica.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds the batch stored under `key` at `revision` (ignored when it is not newer than what
+    /// was seen: a watch re-created from a revision already read).
+    fn push_batch(&self, key: &[u8], revision: i64, value: &[u8]) {
+        let mut replica = self.lock();
+        if revision <= replica.seen_revision {
+            return;
+        }
+        replica.seen_revision = revision;
+        match batch::decode(value) {
+            Ok(records) => {
+                for (position, record) in records.into_iter().enumerate() {
+                    let index = batch::index_of(revision, position).expect("a decoded batch fits the index");
+                    replica.records.push_back((index, codec::decode_event(record)));
+                }
+            }
+            Err(reason) => {
+                let key = String::from_utf8_lossy(key);
+                error!(%key, revision, %reason, "a log batch in etcd does not decode");
+                replica.refused.get_or_insert(format!("log batch {key} at revision {revision} does not decode: {reason}"));
+            }
+        }
+    }
+
+    /// The initial load read everything up to `revision`.
+    fn loaded(&self, revision: i64) {
+        let mut replica = self.lock();
+        replica.seen_revision = replica.seen_revision.max(revision);
+    }
+
+    fn seen_revision(&self) -> i64 {
+        self.lock().seen_revision
+    }
+
+    fn grew(&self) {
+        self.grown.notify_all();
+        self.changed.notify_one();
+    }
+
+    fn set_down(&self, reason: Option<String>) {
+        self.lock().down = reason;
+        self.grew();
+    }
+
+    fn break_replica(&self, reason: String) {
+        error!(%reason, "not following the log any more");
+        self.lock().refused.get_or_insert(reason);
+        self.grew();
+    }
+
+    /// Drops the records up to `upto`, which every node applied (never a corrupt one: the
+    /// readers stop there).
+    fn trim(&self, upto: LogIndex) {
+        let mut replica = self.lock();
+        while replica.records.front().is_some_and(|(index, event)| *index <= upto && event.is_ok()) {
+            let (index, _) = replica.records.pop_front().expect("checked just above");
+            replica.trimmed_upto = Some(index);
+        }
+    }
+
+    /// Waits until the replica holds every batch up to `revision`, at most until `deadline`.
+    fn wait_for(&self, revision: i64, deadline: Instant) -> Result<(), String> {
+        let mut replica = self.lock();
+        loop {
+            if let Some(reason) = &replica.refused {
+                return Err(reason.clone());
+            }
+            if replica.seen_revision >= revision {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "this agent has the log up to revision {} but etcd's head is at {revision}",
+                    replica.seen_revision
+                ));
+            }
+            replica = self.grown.wait_timeout(replica, deadline - now).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+        }
+    }
+}
+
+/// The fleet store: the log in etcd (through a local replica), everything else in the embedded
+/// store at `store.path`. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct EtcdStore {
+    local: EmbeddedStore,
+    shared: Arc<Shared>,
+    io: Arc<Io>,
+    prefix: String,
+    /// Names this process's batch keys: `<prefix>/log/<instance>-<hash of the batch>`.
+    instance: String,
+    request_timeout: Duration,
+    /// The cluster this agent is bound to.
+    cluster_id: u64,
+}
+
+/// Why the fleet store did not open.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdStoreError {
+    /// The local store refused (see [`StoreError`]).
+    #[error(transparent)]
+    Local(#[from] StoreError),
+    /// etcd could not be reached or read.
+    #[error("etcd at {endpoints}: {reason}")]
+    Etcd {
+        /// The endpoints tried.
+        endpoints: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl EtcdStore {
+    /// Opens the local store at `dir` (checked against `identity_file` as the embedded store
+    /// is), connects to etcd and loads the log. A log this agent must not follow (another
+    /// cluster, a log behind what it applied) opens in the **refused** state: nothing is read or
+    /// appended, the agent reports why and never acts (never restarts tokens).
+    pub fn open(dir: &Path, identity_file: &Path, options: &EtcdOptions) -> Result<Self, EtcdStoreError> {
+        let local = EmbeddedStore::open(dir, identity_file)?;
+        let binding = match local.meta_record(BINDING_KEY)? {
+            Some(bytes) => Some(serde_json::from_slice::<Binding>(&bytes).map_err(|e| StoreError::Storage {
+                path: local.db_path().to_owned(),
+                reason: format!("the etcd binding record does not decode: {e}"),
+            })?),
+            None => None,
+        };
+        let shared = Arc::new(Shared::new());
+        let settings = ConnectSettings {
+            endpoints: options.endpoints.clone(),
+            request_timeout: options.request_timeout,
+            user: options.user.clone(),
+        };
+        let endpoints = options.endpoints.join(",");
+        let (io, head) = Io::start(settings, Keys::new(&options.prefix), Arc::clone(&shared))
+            .map_err(|reason| EtcdStoreError::Etcd { endpoints: endpoints.clone(), reason })?;
+        let instance = format!("{:016x}", rand::random::<u64>());
+        let store = Self {
+            local,
+            shared,
+            io: Arc::new(io),
+            prefix: options.prefix.clone(),
+            instance,
+            request_timeout: options.request_timeout,
+            cluster_id: binding.as_ref().map_or(head.cluster_id, |b| b.cluster_id),
+        };
+        match &binding {
+            Some(binding) => {
+                if let Err(reason) = check_binding(binding, &options.prefix, &head) {
+                    error!(%reason, "refusing the log");
+                    let mut replica = store.shared.lock();
+                    replica.refused = Some(reason);
+                    replica.records.clear();
+                }
+            }
+            None => {
+                info!(cluster = %format!("{:x}", head.cluster_id), prefix = %options.prefix, "bound to this etcd cluster");
+                store.write_binding(0)?;
+            }
+        }
+        Ok(store)
+    }
+
+    /// The local store (journals, marks, identity).
+    #[must_use]
+    pub fn local(&self) -> &EmbeddedStore {
+        &self.local
+    }
+
+    /// Why this agent refuses its etcd, if it does.
+    #[must_use]
+    pub fn refused(&self) -> Option<String> {
+        self.shared.lock().refused.clone()
+    }
+
+    fn write_binding(&self, revision: i64) -> Result<(), StoreError> {
+        let binding = Binding { v: 1, cluster_id: self.cluster_id, prefix: self.prefix.clone(), revision };
+        let bytes = serde_json::to_vec(&binding).expect("a binding serializes");
+        self.local.put_meta_record(BINDING_KEY, &bytes)
+    }
+
+    /// Closes the local store (the etcd thread ends with the last handle).
+    pub fn close(self) -> Result<(), StoreError> {
+        let _ = self.flush_binding();
+        let Self { local, .. } = self;
+        local.close()
+    }
+
+    /// Records the highest revision applied, unless refused (a refused agent keeps what it had).
+    fn flush_binding(&self) -> Result<(), StoreError> {
+        let seen = {
+            let replica = self.shared.lock();
+            if replica.refused.is_some() {
+                return Ok(());
+            }
+            replica.seen_revision
+        };
+        self.write_binding(seen)
+    }
+
+    /// Appends one batch of encoded records; returns its revision.
+    fn append_chunk(&self, records: &[Vec<u8>]) -> Result<i64, LogError> {
+        let value = batch::encode(records);
+        // The same batch retried gets the same key: the transaction then finds it and answers
+        // its revision instead of appending it twice.
+        let hash = xxhash_rust::xxh3::xxh3_128(&value);
+        let key = format!("{}{}-{hash:032x}", Keys::new(&self.prefix).log, self.instance);
+        self.io.append(key, value).map_err(|reason| LogError::Unavailable { reason })
+    }
+}
+
+/// The log of an [`EtcdStore`], as its replica holds it.
+#[derive(Clone, Debug)]
+pub struct EtcdLog {
+    shared: Arc<Shared>,
+}
+
+impl Log for EtcdLog {
+    fn append(&mut self, _event: &Event) -> Result<LogIndex, LogError> {
+        Err(LogError::Unavailable { reason: "append through the store (EtcdStore::append_batch)".into() })
+    }
+
+    fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
+        let replica = self.shared.lock();
+        if let Some(reason) = replica.refused.as_ref().or(replica.down.as_ref()) {
+            return Err(LogError::Unavailable { reason: reason.clone() });
+        }
+        if let Some(trimmed) = replica.trimmed_upto
+            && from <= trimmed
+        {
+            let oldest = replica.records.front().map_or(trimmed.next(), |(i, _)| *i);
+            return Err(LogError::Compacted { requested: from, oldest });
+        }
+        let start = replica.records.partition_point(|(index, _)| *index < from);
+        replica
+            .records
+            .iter()
+            .skip(start)
+            .take(max_records.clamp(1, LOG_READ_BATCH_MAX))
+            .map(|(index, event)| match event {
+                Ok(event) => Ok(LogRecord { index: *index, event: event.clone() }),
+                Err(source) => Err(LogError::Corrupt { index: *index, source: source.clone() }),
+            })
+            .collect()
+    }
+
+    fn head(&self) -> Result<Option<LogIndex>, LogError> {
+        let replica = self.shared.lock();
+        if let Some(reason) = &replica.refused {
+            return Err(LogError::Unavailable { reason: reason.clone() });
+        }
+        Ok(replica.records.back().map(|(i, _)| *i).or(replica.trimmed_upto))
+    }
+}
+
+impl AgentStore for EtcdStore {
+    type Journal = EmbeddedJournal;
+    type Log = EtcdLog;
+
+    fn log(&self) -> EtcdLog {
+        EtcdLog { shared: Arc::clone(&self.shared) }
+    }
+
+    fn journal(&self, node: &str) -> EmbeddedJournal {
+        self.local.journal(node)
+    }
+
+    /// Makes the journal changes buffered so far durable locally first (a result is in the
+    /// journal before the log says so), then appends one batch per [`batch::chunks`] range and
+    /// waits (up to the request timeout) until the watch delivered it, so that following the
+    /// log right after sees it.
+    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        if let Some(reason) = self.refused() {
+            return Err(LogError::Unavailable { reason });
+        }
+        let mut records = Vec::with_capacity(events.len());
+        for event in events {
+            let record = codec::encode_event(event).map_err(LogError::Rejected)?;
+            if record.len() > LOG_RECORD_BYTES_MAX {
+                return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
+            }
+            records.push(record);
+        }
+        self.local.sync().map_err(|e| LogError::Unavailable { reason: e.to_string() })?;
+        let mut indices = Vec::with_capacity(records.len());
+        let mut last_revision = 0;
+        for range in batch::chunks(&records) {
+            let revision = self.append_chunk(&records[range.clone()])?;
+            indices.extend((0..range.len()).map(|p| batch::index_of(revision, p).expect("a batch fits the index")));
+            last_revision = revision;
+        }
+        let deadline = Instant::now() + self.request_timeout;
+        if let Err(reason) = blocking(|| self.shared.wait_for(last_revision, deadline)) {
+            warn!(%reason, "appended, but the watch has not delivered it yet");
+        }
+        Ok(indices)
+    }
+
+    fn record_highest_token(&self, token: u64) {
+        self.local.record_highest_token(token);
+    }
+
+    fn backup(&self) -> Result<Vec<u8>, String> {
+        Err("a fleet agent's log is in etcd: back up etcd (etcdctl snapshot save); this agent's local store \
+             holds only its journal"
+            .into())
+    }
+
+    fn flush_identity(&self) -> Result<(), String> {
+        self.local.flush_identity().map_err(|e| e.to_string())?;
+        self.flush_binding().map_err(|e| e.to_string())
+    }
+
+    fn log_changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(Arc::clone(&self.shared.changed))
+    }
+
+    fn confirm_head(&self, bound: Duration) -> Result<(), HeadUnconfirmed> {
+        let deadline = Instant::now() + bound;
+        if let Some(reason) = self.refused() {
+            return Err(HeadUnconfirmed::Refused(reason));
+        }
+        let head = self.io.head().map_err(HeadUnconfirmed::Behind)?;
+        if head.cluster_id != self.cluster_id {
+            let reason = format!(
+                "etcd cluster {:x} answered, not {:x} this agent follows (replaced underneath?); refusing to act",
+                head.cluster_id, self.cluster_id
+            );
+            self.shared.break_replica(reason.clone());
+            return Err(HeadUnconfirmed::Refused(reason));
+        }
+        blocking(|| self.shared.wait_for(head.head_revision, deadline)).map_err(HeadUnconfirmed::Behind)
+    }
+
+    fn followed(&self, upto: LogIndex) {
+        self.shared.trim(upto);
+    }
+
+    fn retries_appends(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(cluster_id: u64, head_revision: i64) -> HeadRead {
+        HeadRead { cluster_id, revision: head_revision + 5, head_revision }
+    }
+
+    #[test]
+    fn the_binding_refuses_another_cluster_a_log_gone_back_and_another_prefix() {
+        let binding = Binding { v: 1, cluster_id: 7, prefix: "/tenure".into(), revision: 100 };
+        assert_eq!(check_binding(&binding, "/tenure", &head(7, 100)), Ok(()));
+        assert_eq!(check_binding(&binding, "/tenure", &head(7, 250)), Ok(()));
+        let other = check_binding(&binding, "/tenure", &head(8, 250)).unwrap_err();
+        assert!(other.contains("etcd cluster 8 is not the cluster 7"), "{other}");
+        let back = check_binding(&binding, "/tenure", &head(7, 99)).unwrap_err();
+        assert!(back.contains("ends at revision 99 but this agent applied it up to 100"), "{back}");
+        let prefix = check_binding(&binding, "/other", &head(7, 100)).unwrap_err();
+        assert!(prefix.contains("prefix `/tenure`, not `/other`"), "{prefix}");
+    }
+
+    #[test]
+    fn the_replica_reads_in_order_stops_at_a_corrupt_record_and_refuses_below_a_trim() {
+        let shared = Arc::new(Shared::new());
+        let event = |at_ms| Event { at_ms, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
+        let encoded = |at| codec::encode_event(&event(at)).unwrap();
+        shared.push_batch(b"k1", 3, &batch::encode(&[encoded(1), encoded(2)]));
+        shared.push_batch(b"k0", 3, &batch::encode(&[encoded(9)]));
+        shared.push_batch(b"k2", 9, &batch::encode(&[encoded(3)]));
+        let log = EtcdLog { shared: Arc::clone(&shared) };
+        let all = log.read_from(LogIndex::FIRST, 100).unwrap();
+        assert_eq!(all.iter().map(|r| r.event.at_ms).collect::<Vec<_>>(), vec![1, 2, 3], "a revision seen is not applied twice");
+        assert_eq!(log.read_from(all[1].index.next(), 100).unwrap().len(), 1);
+        assert_eq!(log.head().unwrap(), Some(all[2].index));
+        shared.push_batch(b"k3", 10, &batch::encode(&[b"{\"v\":1,\"bad\":true}".to_vec()]));
+        assert!(matches!(log.read_from(all[2].index.next(), 10), Err(LogError::Corrupt { .. })));
+        shared.trim(all[1].index);
+        assert!(matches!(log.read_from(LogIndex::FIRST, 10), Err(LogError::Compacted { .. })));
+        assert_eq!(log.read_from(all[1].index.next(), 1).unwrap()[0].event.at_ms, 3);
+        shared.break_replica("gone".into());
+        assert!(matches!(log.read_from(all[2].index, 10), Err(LogError::Unavailable { .. })));
+    }
+}
