@@ -164,6 +164,7 @@ async fn main() {
     );
     let before = resident_bytes();
     let settings = Settings {
+        peers: Vec::new(),
         nodes: vec![node()],
         providers: providers(),
         executors,

@@ -79,6 +79,7 @@ fn start(kind: ProviderKind) -> Rig {
         auto_failover: true,
     };
     let settings = Settings {
+        peers: Vec::new(),
         nodes: vec![node("a", 10), node("b", 0)],
         providers: vec![ProviderSpec { name: "sim1".into(), kind }],
         executors,

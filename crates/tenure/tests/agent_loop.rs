@@ -68,6 +68,7 @@ fn start(approval: Approval) -> Running {
         },
     );
     let settings = Settings {
+        peers: Vec::new(),
         nodes: vec![node("a", 10), node("b", 0)],
         providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
         executors,
@@ -118,6 +119,7 @@ fn start_one_address(
     spec.addresses.truncate(1);
     spec.members = members.iter().map(|m| (*m).to_owned()).collect();
     let settings = Settings {
+        peers: Vec::new(),
         nodes: members.iter().zip([10, 0]).map(|(name, priority)| node(name, priority)).collect(),
         providers: vec![ProviderSpec { name: "sim1".into(), kind }],
         executors,
@@ -236,6 +238,7 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
     let store = FailingStore::default();
     let failing = Arc::clone(&store.failing);
     let settings = Settings {
+        peers: Vec::new(),
         nodes: vec![node("a", 10)],
         providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
         executors: BTreeMap::new(),

@@ -99,6 +99,7 @@ async fn start(test: &str, inventory: Option<Duration>) -> Rig {
         },
     );
     let settings = Settings {
+        peers: Vec::new(),
         nodes,
         providers: vec![ProviderSpec { name: "cloud".into(), kind: ProviderKind::Aws }],
         executors,

@@ -138,6 +138,9 @@ pub type PoolSource = Box<dyn Fn() -> Result<Vec<PoolSpec>, Vec<String>> + Send>
 pub struct Settings {
     /// The nodes this process runs (one on a router; several in the demo and tests).
     pub nodes: Vec<NodeSpec>,
+    /// The fleet's other nodes, run by other agents on the same log (fleet mode): known, so
+    /// that the map is the same everywhere, but never run here.
+    pub peers: Vec<NodeSpec>,
     /// Every provider of the registry.
     pub providers: Vec<ProviderSpec>,
     /// The executor of each provider, by provider name.

@@ -304,7 +304,8 @@ pub async fn run<S: AgentStore>(
 
 impl<S: AgentStore> Agent<S> {
     fn start(store: S, settings: Settings, observer: Arc<dyn Observe>) -> Result<Self, AgentError> {
-        let registry = Federation::new(&settings.nodes, &settings.providers).with_drift_repair(true);
+        let fleet: Vec<_> = settings.nodes.iter().chain(&settings.peers).cloned().collect();
+        let registry = Federation::new(&fleet, &settings.providers).with_drift_repair(true);
         let mut drivers = Vec::with_capacity(settings.nodes.len());
         for node in &settings.nodes {
             let engine = NodeEngine::open(&node.name, store.journal(&node.name))
@@ -367,7 +368,11 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         self.unhealthy = None;
-        self.peers.observe(self.drivers.first().expect("the agent runs at least one node").view(), &self.own_nodes, Instant::now());
+        self.peers.observe(
+            self.drivers.first().expect("the agent runs at least one node").view(),
+            &self.own_nodes,
+            Instant::now(),
+        );
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }

@@ -240,9 +240,9 @@ enum Opened {
 impl Opened {
     fn open(config: &AgentConfig) -> Result<Self, String> {
         match &config.store {
-            StoreConfig::Embedded { path } => {
-                EmbeddedStore::open(path, &config.identity_file).map(Self::Embedded).map_err(|e| e.to_string())
-            }
+            StoreConfig::Embedded { path } => EmbeddedStore::open(path, &config.identity_file)
+                .map(Self::Embedded)
+                .map_err(|e| e.to_string()),
             #[cfg(feature = "etcd")]
             StoreConfig::Etcd { endpoints, prefix, path } => {
                 let options = crate::store::fleet::EtcdOptions {
@@ -250,13 +250,23 @@ impl Opened {
                     prefix: prefix.clone(),
                     request_timeout: crate::store::fleet::REQUEST_TIMEOUT_DEFAULT,
                     user: None,
+                    fleet: crate::store::fleet::fleet_text(
+                        &config.nodes.iter().chain(&config.peers).cloned().collect::<Vec<_>>(),
+                        &config
+                            .providers
+                            .iter()
+                            .map(|p| ProviderSpec { name: p.name.clone(), kind: p.kind })
+                            .collect::<Vec<_>>(),
+                    ),
                 };
                 crate::store::fleet::EtcdStore::open(path, &config.identity_file, &options)
                     .map(Self::Etcd)
                     .map_err(|e| e.to_string())
             }
             #[cfg(not(feature = "etcd"))]
-            StoreConfig::Etcd { .. } => Err("this build has no etcd store; rebuild with --features etcd".into()),
+            StoreConfig::Etcd { .. } => {
+                Err("this build has no etcd store; rebuild with --features etcd".into())
+            }
         }
     }
 
@@ -306,6 +316,7 @@ async fn serve<S: crate::agent::AgentStore>(
 
     let settings = Settings {
         nodes: config.nodes.clone(),
+        peers: config.peers.clone(),
         providers: config
             .providers
             .iter()

@@ -143,6 +143,7 @@ fn settings(cloud: &SimExecutor) -> Settings {
         },
     );
     Settings {
+        peers: Vec::new(),
         nodes: vec![node("a", 10), node("b", 5), node("c", 0)],
         providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
         executors,

@@ -82,6 +82,10 @@ pub struct AgentConfig {
     /// The nodes this process runs: one from `node:` (a host), or several from `nodes:` (several
     /// nodes over one embedded log in one process: demos and tests).
     pub nodes: Vec<NodeSpec>,
+    /// The fleet's other nodes (`peers:`, only with an etcd store): run by other agents, known
+    /// here so that every agent computes the same map. Every agent of a fleet lists the same
+    /// set of nodes (its own and its peers); the etcd store refuses a fleet whose agents differ.
+    pub peers: Vec<NodeSpec>,
     /// Where the durable state lives.
     pub store: StoreConfig,
     /// The store's identity kept outside the store (`identityFile`), to catch a plain copy of an
@@ -250,7 +254,7 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
         true,
     );
     let providers = providers::validate_providers(&raw.providers.value, base, action_timeout_ms, &mut errors);
-    let nodes = validate_node_keys(&raw, text, &providers, &mut errors);
+    let (nodes, peers) = validate_node_keys(&raw, text, &providers, &mut errors);
     let store = validate_store(&raw.store, base, &mut errors);
     let identity_file = validate_identity_file(&raw, path, base, &store, &mut errors);
     let vrrp = raw.vrrp.as_ref().map(|v| VrrpConfig {
@@ -337,6 +341,7 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
     Ok(AgentConfig {
         path: path.to_path_buf(),
         nodes,
+        peers,
         store,
         identity_file,
         providers,
@@ -352,13 +357,14 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
     })
 }
 
-/// `node:` or `nodes:`, exactly one of them, validated against the providers.
+/// `node:` or `nodes:`, exactly one of them, and `peers:` (with an etcd store only), validated
+/// against the providers and each other (names and NICs unique across all of them).
 fn validate_node_keys(
     raw: &RawConfig,
     text: &str,
     providers: &[ProviderConfig],
     errors: &mut Vec<InputError>,
-) -> Vec<NodeSpec> {
+) -> (Vec<NodeSpec>, Vec<NodeSpec>) {
     let raws: Vec<&Spanned<tenure_core::fleet_spec::RawNode>> = match (&raw.node, &raw.nodes) {
         (Some(_), Some(nodes)) => {
             errors.push(InputError::at(
@@ -367,7 +373,7 @@ fn validate_node_keys(
                  and tests), not both"
                     .to_owned(),
             ));
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
         (None, None) => {
             errors.push(InputError::at(
@@ -376,7 +382,7 @@ fn validate_node_keys(
                  placementGroup: g1, nic: eni-a}` (or `nodes:` for several in one process)"
                     .to_owned(),
             ));
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
         (Some(node), None) => vec![node],
         (None, Some(nodes)) => {
@@ -389,10 +395,24 @@ fn validate_node_keys(
             nodes.value.iter().collect()
         }
     };
+    let own = raws.len();
+    let mut raws = raws;
+    if let Some(peers) = &raw.peers {
+        if raw.store.value.kind.as_ref().map(|k| k.value) != Some(raw::RawStoreKind::Etcd) {
+            errors.push(InputError::at(
+                Position::of_spanned(peers),
+                "peers are the other nodes of a fleet sharing one log: they need `store: {kind: etcd, …}`"
+                    .to_owned(),
+            ));
+        }
+        raws.extend(peers.value.iter());
+    }
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
     let (nodes, mut node_errors) = validate_nodes(raws.iter().map(|n| &n.value), &names);
     errors.append(&mut node_errors);
-    nodes.into_iter().map(|(node, _)| node).collect()
+    let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(|(node, _)| node).collect();
+    let peers = nodes.split_off(own.min(nodes.len()));
+    (nodes, peers)
 }
 
 fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<InputError>) -> StoreConfig {

@@ -16,6 +16,7 @@ use tenure_core::model::ProviderKind;
 pub(super) struct RawConfig {
     pub(super) node: Option<Spanned<RawNode>>,
     pub(super) nodes: Option<Spanned<Vec<Spanned<RawNode>>>>,
+    pub(super) peers: Option<Spanned<Vec<Spanned<RawNode>>>>,
     pub(super) store: Spanned<RawStore>,
     pub(super) identity_file: Option<Spanned<String>>,
     pub(super) providers: Spanned<Vec<Spanned<RawProvider>>>,

@@ -24,7 +24,11 @@ pub(super) struct PeerClocks {
 
 impl PeerClocks {
     pub(super) fn new(lead_max: Duration, window: Duration) -> Self {
-        Self { seen: HashMap::new(), lead_max_ms: u64::try_from(lead_max.as_millis()).unwrap_or(u64::MAX), window }
+        Self {
+            seen: HashMap::new(),
+            lead_max_ms: u64::try_from(lead_max.as_millis()).unwrap_or(u64::MAX),
+            window,
+        }
     }
 
     /// Takes note of the newest heartbeat stamps of the nodes this agent does not run.
@@ -53,7 +57,8 @@ impl PeerClocks {
             .values()
             .filter(|(_, at)| now.saturating_duration_since(*at) <= self.window)
             .map(|(stamp, at)| {
-                let elapsed = u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX);
+                let elapsed =
+                    u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX);
                 stamp.saturating_add(elapsed)
             })
             .collect();

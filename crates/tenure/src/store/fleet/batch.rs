@@ -64,7 +64,10 @@ pub fn decode(value: &[u8]) -> Result<Vec<&[u8]>, String> {
     let header: Header =
         serde_json::from_slice(header).map_err(|e| format!("not a tenure log batch (header: {e})"))?;
     if header.v != BATCH_VERSION {
-        return Err(format!("log batch format version {} is not {BATCH_VERSION} (written by a newer tenure?)", header.v));
+        return Err(format!(
+            "log batch format version {} is not {BATCH_VERSION} (written by a newer tenure?)",
+            header.v
+        ));
     }
     let records: Vec<&[u8]> = lines.collect();
     if records.len() != header.events {

@@ -24,12 +24,18 @@ pub(crate) struct Keys {
     pub(crate) log: String,
     /// `<prefix>/head`: rewritten by every append, so its mod revision is the last batch's.
     pub(crate) head: String,
+    /// `<prefix>/fleet`: the fleet's nodes, as the first agent wrote them.
+    pub(crate) fleet: String,
 }
 
 impl Keys {
     pub(crate) fn new(prefix: &str) -> Self {
         let prefix = prefix.trim_end_matches('/');
-        Self { log: format!("{prefix}/log/"), head: format!("{prefix}/head") }
+        Self {
+            log: format!("{prefix}/log/"),
+            head: format!("{prefix}/head"),
+            fleet: format!("{prefix}/fleet"),
+        }
     }
 }
 
@@ -61,6 +67,8 @@ pub(crate) struct ConnectSettings {
     pub(crate) request_timeout: Duration,
     /// `user`, `password`, when etcd has authentication on.
     pub(crate) user: Option<(String, String)>,
+    /// This agent's fleet ([`super::fleet_text`]), which must be the one in etcd.
+    pub(crate) fleet: String,
 }
 
 /// The handle on the I/O thread: dropping every handle ends the thread.
@@ -73,7 +81,11 @@ pub(crate) struct Io {
 impl Io {
     /// Starts the thread: connects, loads the log from `start` (the snapshot revision: 0 for the
     /// whole log) into the replica, then watches. Returns once the initial load is done or failed.
-    pub(crate) fn start(settings: ConnectSettings, keys: Keys, shared: Arc<Shared>) -> Result<(Self, HeadRead), String> {
+    pub(crate) fn start(
+        settings: ConnectSettings,
+        keys: Keys,
+        shared: Arc<Shared>,
+    ) -> Result<(Self, HeadRead), String> {
         let (commands, mut receiver) = mpsc::unbounded_channel::<Command>();
         let (ready, started) = std_mpsc::sync_channel::<Result<HeadRead, String>>(1);
         let request_timeout = settings.request_timeout;
@@ -111,7 +123,10 @@ impl Io {
 
     /// Sends `command` built around a reply channel and waits for the answer, at most the request
     /// timeout and a margin (the client's own timeout answers first).
-    fn call<T>(&self, build: impl FnOnce(std_mpsc::SyncSender<Result<T, String>>) -> Command) -> Result<T, String> {
+    fn call<T>(
+        &self,
+        build: impl FnOnce(std_mpsc::SyncSender<Result<T, String>>) -> Command,
+    ) -> Result<T, String> {
         let (reply, answer) = std_mpsc::sync_channel(1);
         self.commands.send(build(reply)).map_err(|_| "the etcd client's thread stopped".to_owned())?;
         let wait = self.request_timeout + Duration::from_millis(500);
@@ -159,8 +174,13 @@ async fn read_head(client: &mut Client, keys: &Keys) -> Result<HeadRead, String>
 
 /// Connects, reads the head, and loads every batch up to the head read's revision into the
 /// replica (in revision order, a page at a time, all at that one revision).
-async fn connect_and_load(settings: &ConnectSettings, keys: &Keys, shared: &Shared) -> Result<(Client, HeadRead), String> {
+async fn connect_and_load(
+    settings: &ConnectSettings,
+    keys: &Keys,
+    shared: &Shared,
+) -> Result<(Client, HeadRead), String> {
     let mut client = connect(settings).await?;
+    check_fleet(&mut client, keys, &settings.fleet).await?;
     let head = read_head(&mut client, keys).await?;
     const PAGE: i64 = 512;
     let mut from = 1;
@@ -185,23 +205,53 @@ async fn connect_and_load(settings: &ConnectSettings, keys: &Keys, shared: &Shar
     Ok((client, head))
 }
 
+/// Writes this agent's fleet under the fleet key unless one is there; one that is there must be
+/// the same (every agent computes the map from the same nodes).
+async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<(), String> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(keys.fleet.as_bytes(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(keys.fleet.as_bytes(), fleet.as_bytes(), None)])
+        .or_else([TxnOp::get(keys.fleet.as_bytes(), None)]);
+    let response = client.txn(txn).await.map_err(failed("fleet check"))?;
+    if response.succeeded() {
+        return Ok(());
+    }
+    let stored = response
+        .op_responses()
+        .into_iter()
+        .find_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    super::compare_fleets(&String::from_utf8_lossy(&stored), fleet, &keys.fleet)
+}
+
 async fn answer(mut client: Client, keys: Keys, command: Command) {
     match command {
         Command::Append { key, value, reply } => {
             let txn = Txn::new()
                 .when([Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key.as_bytes(), value, None), TxnOp::put(keys.head.as_bytes(), key.as_bytes(), None)])
+                .and_then([
+                    TxnOp::put(key.as_bytes(), value, None),
+                    TxnOp::put(keys.head.as_bytes(), key.as_bytes(), None),
+                ])
                 .or_else([TxnOp::get(key.as_bytes(), None)]);
             let result = client.txn(txn).await.map_err(failed("append")).and_then(|response| {
                 if response.succeeded() {
-                    response.header().map(etcd_client::ResponseHeader::revision).ok_or_else(|| "etcd append: no header".to_owned())
+                    response
+                        .header()
+                        .map(etcd_client::ResponseHeader::revision)
+                        .ok_or_else(|| "etcd append: no header".to_owned())
                 } else {
                     // The key is there: an earlier try of this very batch was committed.
                     response
                         .op_responses()
                         .into_iter()
                         .find_map(|op| match op {
-                            etcd_client::TxnOpResponse::Get(get) => get.kvs().first().map(etcd_client::KeyValue::mod_revision),
+                            etcd_client::TxnOpResponse::Get(get) => {
+                                get.kvs().first().map(etcd_client::KeyValue::mod_revision)
+                            }
                             _ => None,
                         })
                         .ok_or_else(|| "etcd append: the batch key vanished".to_owned())

@@ -79,6 +79,50 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
     /// `user`, `password` when etcd has authentication on.
     pub user: Option<(String, String)>,
+    /// This agent's fleet: [`fleet_text`] of its nodes and peers.
+    pub fleet: String,
+}
+
+/// The fleet as every agent of it must see it: one line per node, sorted by name, with what
+/// arbitration reads of it, then one line per provider the nodes name, with its kind.
+#[must_use]
+pub fn fleet_text(
+    nodes: &[tenure_core::model::NodeSpec],
+    providers: &[tenure_core::model::ProviderSpec],
+) -> String {
+    let mut nodes: Vec<_> = nodes.iter().collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut lines: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            let capacity = n.capacity.map_or_else(|| "none".to_owned(), |c| c.to_string());
+            format!(
+                "node {} provider={} placementGroup={} nic={} priority={} capacity={capacity}",
+                n.name, n.provider, n.placement_group, n.nic, n.priority
+            )
+        })
+        .collect();
+    let mut named: Vec<_> = providers.iter().filter(|p| nodes.iter().any(|n| n.provider == p.name)).collect();
+    named.sort_by(|a, b| a.name.cmp(&b.name));
+    lines.extend(named.iter().map(|p| format!("provider {} kind={}", p.name, p.kind.as_str())));
+    lines.join("\n")
+}
+
+/// `Ok` when the fleet in etcd is this agent's; else one line naming the first difference.
+pub(crate) fn compare_fleets(stored: &str, mine: &str, key: &str) -> Result<(), String> {
+    if stored == mine {
+        return Ok(());
+    }
+    let theirs: Vec<&str> = stored.lines().collect();
+    let ours: Vec<&str> = mine.lines().collect();
+    let only_theirs = theirs.iter().find(|l| !ours.contains(l));
+    let only_ours = ours.iter().find(|l| !theirs.contains(l));
+    Err(format!(
+        "this agent's nodes and peers differ from the fleet in etcd ({key}): etcd has `{}`, this config `{}`; \
+         every agent of a fleet lists the same nodes (node + peers)",
+        only_theirs.unwrap_or(&"-"),
+        only_ours.unwrap_or(&"-")
+    ))
 }
 
 /// Runs `f`, which blocks the thread, from any context: inside a multi-thread tokio runtime it
@@ -121,7 +165,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn new() -> Self {
-        Self { replica: Mutex::new(Replica::default()), grown: Condvar::new(), changed: Arc::new(tokio::sync::Notify::new()) }
+        Self {
+            replica: Mutex::new(Replica::default()),
+            grown: Condvar::new(),
+            changed: Arc::new(tokio::sync::Notify::new()),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Replica> {
@@ -146,7 +194,9 @@ impl Shared {
             Err(reason) => {
                 let key = String::from_utf8_lossy(key);
                 error!(%key, revision, %reason, "a log batch in etcd does not decode");
-                replica.refused.get_or_insert(format!("log batch {key} at revision {revision} does not decode: {reason}"));
+                replica.refused.get_or_insert(format!(
+                    "log batch {key} at revision {revision} does not decode: {reason}"
+                ));
             }
         }
     }
@@ -204,7 +254,11 @@ impl Shared {
                     replica.seen_revision
                 ));
             }
-            replica = self.grown.wait_timeout(replica, deadline - now).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+            replica = self
+                .grown
+                .wait_timeout(replica, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
         }
     }
 }
@@ -248,10 +302,12 @@ impl EtcdStore {
     pub fn open(dir: &Path, identity_file: &Path, options: &EtcdOptions) -> Result<Self, EtcdStoreError> {
         let local = EmbeddedStore::open(dir, identity_file)?;
         let binding = match local.meta_record(BINDING_KEY)? {
-            Some(bytes) => Some(serde_json::from_slice::<Binding>(&bytes).map_err(|e| StoreError::Storage {
-                path: local.db_path().to_owned(),
-                reason: format!("the etcd binding record does not decode: {e}"),
-            })?),
+            Some(bytes) => {
+                Some(serde_json::from_slice::<Binding>(&bytes).map_err(|e| StoreError::Storage {
+                    path: local.db_path().to_owned(),
+                    reason: format!("the etcd binding record does not decode: {e}"),
+                })?)
+            }
             None => None,
         };
         let shared = Arc::new(Shared::new());
@@ -259,6 +315,7 @@ impl EtcdStore {
             endpoints: options.endpoints.clone(),
             request_timeout: options.request_timeout,
             user: options.user.clone(),
+            fleet: options.fleet.clone(),
         };
         let endpoints = options.endpoints.join(",");
         let (io, head) = Io::start(settings, Keys::new(&options.prefix), Arc::clone(&shared))
@@ -415,7 +472,9 @@ impl AgentStore for EtcdStore {
         let mut last_revision = 0;
         for range in batch::chunks(&records) {
             let revision = self.append_chunk(&records[range.clone()])?;
-            indices.extend((0..range.len()).map(|p| batch::index_of(revision, p).expect("a batch fits the index")));
+            indices.extend(
+                (0..range.len()).map(|p| batch::index_of(revision, p).expect("a batch fits the index")),
+            );
             last_revision = revision;
         }
         let deadline = Instant::now() + self.request_timeout;
@@ -479,6 +538,43 @@ mod tests {
     }
 
     #[test]
+    fn fleets_compare_by_what_arbitration_reads() {
+        use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
+        let node = |name: &str, priority| NodeSpec {
+            name: name.into(),
+            provider: "sim1".into(),
+            placement_group: "g1".into(),
+            priority,
+            nic: format!("eni-{name}"),
+            capacity: None,
+        };
+        let providers = [
+            ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud },
+            ProviderSpec { name: "unused".into(), kind: ProviderKind::Exec },
+        ];
+        let a = fleet_text(&[node("b", 0), node("a", 10)], &providers);
+        assert_eq!(
+            a,
+            "node a provider=sim1 placementGroup=g1 nic=eni-a priority=10 capacity=none\n\
+             node b provider=sim1 placementGroup=g1 nic=eni-b priority=0 capacity=none\n\
+             provider sim1 kind=sim-cloud"
+        );
+        assert_eq!(
+            a,
+            fleet_text(&[node("a", 10), node("b", 0)], &providers[..1]),
+            "order and unused providers do not count"
+        );
+        let b = fleet_text(&[node("a", 10), node("b", 5)], &providers);
+        let e = compare_fleets(&a, &b, "/tenure/fleet").unwrap_err();
+        assert!(e.contains("etcd has `node b provider=sim1 placementGroup=g1 nic=eni-b priority=0"), "{e}");
+        assert!(
+            e.contains("this config `node b provider=sim1 placementGroup=g1 nic=eni-b priority=5"),
+            "{e}"
+        );
+        assert_eq!(compare_fleets(&a, &a, "k"), Ok(()));
+    }
+
+    #[test]
     fn the_binding_refuses_another_cluster_a_log_gone_back_and_another_prefix() {
         let binding = Binding { v: 1, cluster_id: 7, prefix: "/tenure".into(), revision: 100 };
         assert_eq!(check_binding(&binding, "/tenure", &head(7, 100)), Ok(()));
@@ -494,14 +590,19 @@ mod tests {
     #[test]
     fn the_replica_reads_in_order_stops_at_a_corrupt_record_and_refuses_below_a_trim() {
         let shared = Arc::new(Shared::new());
-        let event = |at_ms| Event { at_ms, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
+        let event =
+            |at_ms| Event { at_ms, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
         let encoded = |at| codec::encode_event(&event(at)).unwrap();
         shared.push_batch(b"k1", 3, &batch::encode(&[encoded(1), encoded(2)]));
         shared.push_batch(b"k0", 3, &batch::encode(&[encoded(9)]));
         shared.push_batch(b"k2", 9, &batch::encode(&[encoded(3)]));
         let log = EtcdLog { shared: Arc::clone(&shared) };
         let all = log.read_from(LogIndex::FIRST, 100).unwrap();
-        assert_eq!(all.iter().map(|r| r.event.at_ms).collect::<Vec<_>>(), vec![1, 2, 3], "a revision seen is not applied twice");
+        assert_eq!(
+            all.iter().map(|r| r.event.at_ms).collect::<Vec<_>>(),
+            vec![1, 2, 3],
+            "a revision seen is not applied twice"
+        );
         assert_eq!(log.read_from(all[1].index.next(), 100).unwrap().len(), 1);
         assert_eq!(log.head().unwrap(), Some(all[2].index));
         shared.push_batch(b"k3", 10, &batch::encode(&[b"{\"v\":1,\"bad\":true}".to_vec()]));
