@@ -90,6 +90,13 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
         Ok(())
     }
 
+    /// Why this store must not be used at all (a fleet agent bound to another etcd cluster, or
+    /// to a log that went back): the agent then starts, appends nothing, never acts, and
+    /// reports the reason in health until restarted with a store it may use.
+    fn refusal(&self) -> Option<String> {
+        None
+    }
+
     /// Every node of this agent applied the log up to `upto`: a store may drop what it kept
     /// for them.
     fn followed(&self, _upto: LogIndex) {}

@@ -217,9 +217,14 @@ pub async fn run<S: AgentStore>(
 ) -> Result<RunSummary, AgentError> {
     let mut agent = Agent::start(store, settings, observer)?;
     let wanted = (agent.pools)().map_err(AgentError::Pools)?;
-    agent.apply_pools(&wanted).map_err(AgentError::Pools)?;
-    for driver in &agent.drivers {
-        agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
+    if let Some(reason) = agent.store.refusal() {
+        error!(%reason, "refusing the store: appending nothing, never acting");
+        agent.store_failed = Some(reason);
+    } else {
+        agent.apply_pools(&wanted).map_err(AgentError::Pools)?;
+        for driver in &agent.drivers {
+            agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
+        }
     }
     agent.step(true);
 
@@ -357,6 +362,12 @@ impl<S: AgentStore> Agent<S> {
     /// Follows the log to its head with every node's driver. A log that cannot be read makes the
     /// agent unhealthy: it does not act until it can read the head again.
     fn follow(&mut self) -> Result<(), String> {
+        if self.store_failed.is_none()
+            && let Some(reason) = self.store.refusal()
+        {
+            error!(%reason, "refusing the store from now on: never acting until restarted");
+            self.store_failed = Some(reason);
+        }
         for driver in &mut self.drivers {
             if let Err(e) = driver.follow(&self.log) {
                 let reason = format!("cannot follow the log: {e}");
@@ -453,6 +464,11 @@ impl<S: AgentStore> Agent<S> {
     /// whose append failed goes first, alone and unchanged (so it lands once); while it does not
     /// land, nothing else is appended.
     fn flush_appends(&mut self) {
+        if self.store_failed.is_some() {
+            // A failed or refused store takes nothing more.
+            self.queued.clear();
+            return;
+        }
         let mut kinds = std::mem::take(&mut self.queued);
         for driver in &mut self.drivers {
             while let Some(kind) = driver.poll_append() {

@@ -78,12 +78,33 @@ impl Agent {
 
     /// Starts the agent without waiting.
     pub fn spawn(dir: &TempDir, config: &Path, listen: SocketAddr) -> Self {
+        Self::spawn_wrapped(dir, config, listen, &[], &[])
+    }
+
+    /// Starts the agent under `wrapper` (a program and its arguments, like `faketime -f +10s`),
+    /// with `env` added, without waiting.
+    pub fn spawn_wrapped(
+        dir: &TempDir,
+        config: &Path,
+        listen: SocketAddr,
+        wrapper: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let stderr = dir.path().join(format!(
             "agent-{}.log",
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         ));
         let log = std::fs::File::create(&stderr).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_tenure"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_tenure")),
+        };
+        let child = command
+            .envs(env.iter().copied())
             .arg("agent")
             .arg("--config")
             .arg(config)

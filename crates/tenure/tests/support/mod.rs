@@ -178,6 +178,8 @@ impl TestDoubleAgentLoop {
             healthy: self.state.healthy.load(Ordering::SeqCst),
             drift_recaptures: 0,
             inventory_reads: Vec::new(),
+            stamps_capped: 0,
+            head_unconfirmed: 0,
         }
     }
 

@@ -50,6 +50,9 @@ pub(crate) struct HeadRead {
     pub(crate) head_revision: i64,
 }
 
+/// Sees the first head read; a reason refuses the log (the binding does not match).
+pub(crate) type Refuse = Box<dyn FnOnce(&HeadRead) -> Option<String> + Send>;
+
 /// A request to the I/O thread; each answers on its own channel.
 pub(crate) enum Command {
     /// Put one batch under `key` unless it is there already (a retried append whose first
@@ -81,10 +84,13 @@ pub(crate) struct Io {
 impl Io {
     /// Starts the thread: connects, loads the log from `start` (the snapshot revision: 0 for the
     /// whole log) into the replica, then watches. Returns once the initial load is done or failed.
+    /// `refuse` sees the first head read: a reason makes the store refused before it writes or
+    /// reads anything more (no fleet check, no load, no watch).
     pub(crate) fn start(
         settings: ConnectSettings,
         keys: Keys,
         shared: Arc<Shared>,
+        refuse: Refuse,
     ) -> Result<(Self, HeadRead), String> {
         let (commands, mut receiver) = mpsc::unbounded_channel::<Command>();
         let (ready, started) = std_mpsc::sync_channel::<Result<HeadRead, String>>(1);
@@ -100,7 +106,7 @@ impl Io {
                     }
                 };
                 runtime.block_on(async move {
-                    let (client, head) = match connect_and_load(&settings, &keys, &shared).await {
+                    let (client, head) = match connect_and_load(&settings, &keys, &shared, refuse).await {
                         Ok(loaded) => loaded,
                         Err(e) => {
                             let _ = ready.send(Err(e));
@@ -108,7 +114,9 @@ impl Io {
                         }
                     };
                     let _ = ready.send(Ok(head));
-                    tokio::spawn(watch(client.clone(), keys.clone(), Arc::clone(&shared)));
+                    if shared.lock().refused.is_none() {
+                        tokio::spawn(watch(client.clone(), keys.clone(), Arc::clone(&shared)));
+                    }
                     while let Some(command) = receiver.recv().await {
                         tokio::spawn(answer(client.clone(), keys.clone(), command));
                     }
@@ -178,8 +186,14 @@ async fn connect_and_load(
     settings: &ConnectSettings,
     keys: &Keys,
     shared: &Shared,
+    refuse: Refuse,
 ) -> Result<(Client, HeadRead), String> {
     let mut client = connect(settings).await?;
+    let first = read_head(&mut client, keys).await?;
+    if let Some(reason) = refuse(&first) {
+        shared.lock().refused = Some(reason);
+        return Ok((client, first));
+    }
     check_fleet(&mut client, keys, &settings.fleet).await?;
     let head = read_head(&mut client, keys).await?;
     const PAGE: i64 = 512;

@@ -318,7 +318,12 @@ impl EtcdStore {
             fleet: options.fleet.clone(),
         };
         let endpoints = options.endpoints.join(",");
-        let (io, head) = Io::start(settings, Keys::new(&options.prefix), Arc::clone(&shared))
+        let refuse: io::Refuse = {
+            let binding = binding.clone();
+            let prefix = options.prefix.clone();
+            Box::new(move |head| binding.and_then(|b| check_binding(&b, &prefix, head).err()))
+        };
+        let (io, head) = Io::start(settings, Keys::new(&options.prefix), Arc::clone(&shared), refuse)
             .map_err(|reason| EtcdStoreError::Etcd { endpoints: endpoints.clone(), reason })?;
         let instance = format!("{:016x}", rand::random::<u64>());
         let store = Self {
@@ -331,12 +336,9 @@ impl EtcdStore {
             cluster_id: binding.as_ref().map_or(head.cluster_id, |b| b.cluster_id),
         };
         match &binding {
-            Some(binding) => {
-                if let Err(reason) = check_binding(binding, &options.prefix, &head) {
+            Some(_) => {
+                if let Some(reason) = store.refused() {
                     error!(%reason, "refusing the log");
-                    let mut replica = store.shared.lock();
-                    replica.refused = Some(reason);
-                    replica.records.clear();
                 }
             }
             None => {
@@ -408,7 +410,11 @@ impl Log for EtcdLog {
 
     fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
         let replica = self.shared.lock();
-        if let Some(reason) = replica.refused.as_ref().or(replica.down.as_ref()) {
+        if replica.refused.is_some() {
+            // A refused log holds nothing this agent may apply; the agent reports why.
+            return Ok(Vec::new());
+        }
+        if let Some(reason) = &replica.down {
             return Err(LogError::Unavailable { reason: reason.clone() });
         }
         if let Some(trimmed) = replica.trimmed_upto
@@ -432,9 +438,6 @@ impl Log for EtcdLog {
 
     fn head(&self) -> Result<Option<LogIndex>, LogError> {
         let replica = self.shared.lock();
-        if let Some(reason) = &replica.refused {
-            return Err(LogError::Unavailable { reason: reason.clone() });
-        }
         Ok(replica.records.back().map(|(i, _)| *i).or(replica.trimmed_upto))
     }
 }
@@ -518,6 +521,10 @@ impl AgentStore for EtcdStore {
             return Err(HeadUnconfirmed::Refused(reason));
         }
         blocking(|| self.shared.wait_for(head.head_revision, deadline)).map_err(HeadUnconfirmed::Behind)
+    }
+
+    fn refusal(&self) -> Option<String> {
+        self.refused()
     }
 
     fn followed(&self, upto: LogIndex) {
@@ -611,6 +618,8 @@ mod tests {
         assert!(matches!(log.read_from(LogIndex::FIRST, 10), Err(LogError::Compacted { .. })));
         assert_eq!(log.read_from(all[1].index.next(), 1).unwrap()[0].event.at_ms, 3);
         shared.break_replica("gone".into());
+        assert_eq!(log.read_from(all[2].index, 10), Ok(Vec::new()), "a refused log gives nothing to apply");
+        shared.set_down(Some("watch broke".into()));
         assert!(matches!(log.read_from(all[2].index, 10), Err(LogError::Unavailable { .. })));
     }
 }

@@ -1,0 +1,325 @@
+//! Fleet mode on a real etcd: a 3-member cluster (`scripts/etcd-cluster`, Debian's etcd-server)
+//! and three `tenure agent` processes, one node each, sharing one log. The provider is an `exec`
+//! hook that keeps a file-backed "cloud" (one holder per address, reassigned by an acquire) and
+//! logs every call it receives, so executions are counted where they happen, across processes.
+//! Nothing here skips: a cluster or agent that cannot start fails the test.
+
+mod process;
+
+#[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
+mod etcd_cluster;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use etcd_cluster::Cluster;
+use process::{Agent, TOKEN, TempDir, free_port, http, wait_for};
+
+const NODES: [&str; 3] = ["a", "b", "c"];
+const ADDRESS: &str = "10.0.0.10";
+
+/// The hook: the "cloud" is `cloud/<address>` holding its holder; every call is one line of
+/// `calls.log`: `<holder> <verb> <address> <ownershipEpoch> <captureEpoch>`.
+const HOOK: &str = r#"#!/bin/sh
+set -eu
+dir=$(dirname "$0")
+mkdir -p "$dir/cloud"
+(
+  flock 9
+  echo "$TENURE_HOLDER $TENURE_VERB $TENURE_ADDRESS $TENURE_OWNERSHIP_EPOCH $TENURE_CAPTURE_EPOCH" >> "$dir/calls.log"
+  case "$TENURE_VERB" in
+    acquire) echo "$TENURE_HOLDER" > "$dir/cloud/$TENURE_ADDRESS" ;;
+    release) if [ "$(cat "$dir/cloud/$TENURE_ADDRESS" 2>/dev/null)" = "$TENURE_HOLDER" ]; then rm -f "$dir/cloud/$TENURE_ADDRESS"; fi ;;
+  esac
+) 9>"$dir/cloud.lock"
+echo ok
+"#;
+
+struct Fleet {
+    dir: TempDir,
+    cluster: Option<Cluster>,
+    listen: Vec<SocketAddr>,
+}
+
+impl Fleet {
+    fn new(tag: &str, base_port: u16, ttl: &str) -> Self {
+        let cluster = Cluster::start(tag, base_port);
+        let dir = TempDir::new(tag);
+        let hook = dir.write("hook.sh", HOOK);
+        make_executable(&hook);
+        dir.write("token", TOKEN);
+        dir.write(
+            "pools.yaml",
+            &format!(
+                "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  addresses: [{ADDRESS}]\n  \
+                 provider: hook\n  placementGroup: g1\n  members: [a, b, c]\n  heartbeatTTL: {ttl}\n  promotionHold: 0s\n  \
+                 deprovisionHoldDuration: 0s\n"
+            ),
+        );
+        let listen: Vec<SocketAddr> = NODES.iter().map(|_| free_port()).collect();
+        let endpoints = cluster.endpoints.join(", ");
+        for (i, name) in NODES.iter().enumerate() {
+            let spec = |n: &str| {
+                let priority = if n == "a" { 10 } else { 0 };
+                format!(
+                    "{{name: {n}, provider: hook, placementGroup: g1, nic: eni-{n}, priority: {priority}}}"
+                )
+            };
+            let peers: Vec<String> =
+                NODES.iter().filter(|n| *n != name).map(|n| format!("  - {}", spec(n))).collect();
+            dir.write(
+                &format!("{name}.yaml"),
+                &format!(
+                    "node: {}\npeers:\n{}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /fleet-test, path: ./data-{name}}}\n\
+                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 5s}}\npools: [pools.yaml]\n\
+                     listen: {}\nheartbeatInterval: 100ms\nrequeueInterval: 500ms\napiTokenFile: token\n",
+                    spec(name),
+                    peers.join("\n"),
+                    hook.display(),
+                    listen[i],
+                ),
+            );
+        }
+        Self { dir, cluster: Some(cluster), listen }
+    }
+
+    fn config(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("{}.yaml", NODES[i]))
+    }
+
+    fn start(&self, i: usize) -> Agent {
+        Agent::start(&self.dir, &self.config(i), self.listen[i])
+    }
+
+    /// Starts agent `i` under `faketime` with its wall clock shifted by `offset` ("+10s").
+    fn start_shifted(&self, i: usize, offset: &str) -> Agent {
+        let agent = Agent::spawn_wrapped(
+            &self.dir,
+            &self.config(i),
+            self.listen[i],
+            &["faketime", "-f", offset],
+            &[("FAKETIME_DONT_FAKE_MONOTONIC", "1")],
+        );
+        agent.wait_healthy();
+        agent
+    }
+
+    /// The holder in the hook's cloud.
+    fn cloud_holder(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.path().join("cloud").join(ADDRESS)).ok().map(|s| s.trim().to_owned())
+    }
+
+    /// The hook's calls so far: (holder, verb, ownershipEpoch, captureEpoch).
+    fn calls(&self) -> Vec<(String, String, u64, u64)> {
+        std::fs::read_to_string(self.dir.path().join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[0].to_owned(), f[1].to_owned(), f[3].parse().unwrap(), f[4].parse().unwrap())
+            })
+            .collect()
+    }
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// `GET /v1/ownership`, raw (to compare agents byte for byte).
+fn ownership(listen: SocketAddr) -> Option<String> {
+    match http(listen, "GET", "/v1/ownership", None, None) {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    }
+}
+
+/// The owner in an ownership body.
+fn owner(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    v["ownership"][0]["owner"].as_str().map(str::to_owned)
+}
+
+/// The ownership and capture epochs in an ownership body.
+fn epochs(body: &str) -> (u64, u64) {
+    let v: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    let row = &v["ownership"][0];
+    (row["ownershipEpoch"].as_u64().unwrap_or(0), row["captureEpoch"].as_u64().unwrap_or(0))
+}
+
+/// Waits until every listed agent answers the same ownership, byte for byte, owned by `who`;
+/// returns the body.
+fn converged(listen: &[SocketAddr], who: &str) -> String {
+    let mut last = String::new();
+    wait_for(&format!("every agent shows the same map with owner {who}"), || {
+        let bodies: Vec<Option<String>> = listen.iter().map(|l| ownership(*l)).collect();
+        let Some(Some(first)) = bodies.first().cloned() else { return false };
+        last = first.clone();
+        bodies.iter().all(|b| b.as_deref() == Some(first.as_str())) && owner(&first).as_deref() == Some(who)
+    });
+    last
+}
+
+#[test]
+fn three_agents_share_one_map_and_fail_over_after_a_kill() {
+    let fleet = Fleet::new("fleet-kill", 23400, "1s");
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    let body = converged(&fleet.listen, "a");
+    wait_for("a holds the address in the cloud", || fleet.cloud_holder().as_deref() == Some("a"));
+    let before = epochs(&body);
+
+    // kill -9 the holder: b or c takes over within TTL (1 s) + hold (0) + one reconcile.
+    let killed = Instant::now();
+    agents[0].take().expect("a runs").kill9();
+    let survivors = &fleet.listen[1..];
+    let mut new_owner = String::new();
+    wait_for("a survivor holds the address in the cloud", || match fleet.cloud_holder() {
+        Some(h) if h != "a" => {
+            new_owner = h;
+            true
+        }
+        _ => false,
+    });
+    let failover = killed.elapsed();
+    eprintln!("failover: kill -9 to the new holder's executed acquire in {failover:?}");
+    assert!(failover < Duration::from_secs(5), "failover took {failover:?} with a 1 s TTL");
+    let body = converged(survivors, &new_owner);
+    let after = epochs(&body);
+    assert!(after.0 > before.0 && after.1 > before.1, "tokens moved forward: {before:?} -> {after:?}");
+
+    // The old holder restarted re-executes nothing stale: no acquire of the epoch it lost.
+    let calls_before_restart = fleet.calls().len();
+    agents[0] = Some(fleet.start(0));
+    converged(&fleet.listen, &new_owner);
+    // a (preempt false) stays out; it may release in the current epoch, never acquire.
+    std::thread::sleep(Duration::from_secs(1));
+    let late: Vec<_> = fleet.calls()[calls_before_restart..].to_vec();
+    assert!(
+        late.iter().all(|(holder, verb, ..)| !(holder == "a" && verb == "acquire")),
+        "the restarted old holder acquired again: {late:?}"
+    );
+    assert!(
+        late.iter().filter(|(holder, ..)| holder == "a").all(|(_, _, o, c)| (*o, *c) == after),
+        "the restarted old holder called outside the current epochs {after:?}: {late:?}"
+    );
+    assert_eq!(fleet.cloud_holder().as_deref(), Some(new_owner.as_str()), "one holder, the owner");
+}
+
+#[test]
+fn a_frozen_holder_resumed_executes_nothing_stale() {
+    let fleet = Fleet::new("fleet-zombie", 23500, "1s");
+    let agents: Vec<Agent> = (0..3).map(|i| fleet.start(i)).collect();
+    converged(&fleet.listen, "a");
+    wait_for("a holds the address", || fleet.cloud_holder().as_deref() == Some("a"));
+    process::signal(&agents[0].child, "STOP");
+    let mut new_owner = String::new();
+    wait_for("ownership moves away from the frozen holder", || match fleet.cloud_holder() {
+        Some(h) if h != "a" => {
+            new_owner = h;
+            true
+        }
+        _ => false,
+    });
+    let body = converged(&fleet.listen[1..], &new_owner);
+    let current = epochs(&body);
+    let calls_before = fleet.calls().len();
+    process::signal(&agents[0].child, "CONT");
+    converged(&fleet.listen, &new_owner);
+    std::thread::sleep(Duration::from_secs(1));
+    let late: Vec<_> = fleet.calls()[calls_before..].to_vec();
+    assert!(
+        late.iter().all(|(holder, verb, o, c)| holder != "a" || (verb == "release" && (*o, *c) == current)),
+        "the resumed zombie executed something stale (current epochs {current:?}): {late:?}"
+    );
+    assert_eq!(fleet.cloud_holder().as_deref(), Some(new_owner.as_str()));
+}
+
+#[test]
+fn clocks_ahead_or_behind_do_not_move_ownership_from_live_holders() {
+    let fleet = Fleet::new("fleet-clock", 23600, "1s");
+    let _a = fleet.start(0);
+    let _b = fleet.start(1);
+    let body = converged(&fleet.listen[..2], "a");
+    let before = epochs(&body);
+    // c runs 10 s ahead: without the clock-lead rule its stamps would make a and b look dead
+    // (10 s > TTL) and take the address.
+    let c = fleet.start_shifted(2, "+10s");
+    converged(&fleet.listen, "a");
+    std::thread::sleep(Duration::from_secs(3));
+    let body = converged(&fleet.listen, "a");
+    assert_eq!(epochs(&body), before, "no token moved while every holder stayed alive");
+    let capped = metric(fleet.listen[2], "tenure_stamps_capped_total");
+    assert!(capped > 0, "the fast agent's stamps were held back: {capped}");
+    c.kill9();
+    // c again, 10 s behind: its heartbeats count as of the stream time the log took them.
+    let _c = fleet.start_shifted(2, "-10s");
+    wait_for("the slow agent's node is alive in the map", || {
+        ownership(fleet.listen[0]).is_some_and(|b| owner(&b).as_deref() == Some("a"))
+            && health_ok(fleet.listen[2])
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let body = converged(&fleet.listen, "a");
+    assert_eq!(epochs(&body), before, "a slow clock moved nothing either");
+    assert!(fleet.calls().iter().all(|(holder, ..)| holder == "a"), "only a ever acted: {:?}", fleet.calls());
+}
+
+#[test]
+fn an_agent_refuses_an_etcd_that_is_not_the_one_it_followed() {
+    let mut fleet = Fleet::new("fleet-wiped", 23700, "1s");
+    let a = fleet.start(0);
+    converged(&fleet.listen[..1], "a");
+    assert_eq!(a.terminate().code(), Some(0));
+    // The same ports, a new cluster: what a wiped or replaced etcd looks like to the agent.
+    let base = 23700;
+    let config = fleet.config(0);
+    drop(fleet.cluster.take());
+    let cluster = Cluster::start("fleet-wiped-2", base);
+    let a = Agent::spawn(&fleet.dir, &config, fleet.listen[0]);
+    let deadline = Instant::now() + process::WAIT_MAX;
+    while !http(fleet.listen[0], "GET", "/v1/health", None, None)
+        .is_ok_and(|(status, body)| status == 503 && body.contains("rather than restart tokens"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not report why it does not act; its log:\n{}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric(fleet.listen[0], "tenure_healthy"), 0);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(fleet.calls().iter().filter(|(h, ..)| h == "a").count() <= 1, "nothing more was executed");
+    let keys = Command::new("etcdctl")
+        .args([
+            "--endpoints",
+            &cluster.endpoints.join(","),
+            "get",
+            "--prefix",
+            "/fleet-test/log/",
+            "--keys-only",
+        ])
+        .env("ETCDCTL_API", "3")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("etcdctl");
+    assert!(
+        String::from_utf8_lossy(&keys.stdout).trim().is_empty(),
+        "nothing was appended to the new cluster"
+    );
+    drop(a);
+}
+
+fn health_ok(listen: SocketAddr) -> bool {
+    matches!(http(listen, "GET", "/v1/health", None, None), Ok((200, _)))
+}
+
+/// One unlabelled sample of `/metrics`.
+fn metric(listen: SocketAddr, name: &str) -> u64 {
+    let (_, body) = http(listen, "GET", "/metrics", None, None).expect("metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
+}
