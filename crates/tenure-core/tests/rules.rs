@@ -122,6 +122,28 @@ fn stream_time_and_heartbeats_never_go_backwards() {
 }
 
 #[test]
+fn a_heartbeat_stamped_behind_the_stream_counts_as_of_the_stream_time_the_log_took_it() {
+    // Fleet mode: the appending host's clock is 10 s behind the others'. Its heartbeat is not
+    // old news: the node was alive when the log took it (SPEC 3, "Time in a fleet").
+    let mut pool = pool("p", &["10.0.0.1"], &["a", "b"]);
+    pool.heartbeat_ttl_ms = 1_000;
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool);
+    w.hb(19_500, "a");
+    w.hb(19_500, "b");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"));
+    w.hb(20_000, "b");
+    w.hb(10_000, "a");
+    assert_eq!(w.fed.nodes()[0].last_heartbeat_ms, Some(20_000), "counted at the stream time");
+    assert_eq!(w.fed.nodes()[0].heartbeat_stamp_ms, Some(19_500), "the newest stamp is kept");
+    // TTL 1 s + promotion hold 1 s from 20_000 (by its stamps alone a expired at 21_500).
+    w.hb(21_900, "b");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"), "a is alive: it keeps the address");
+    w.hb(22_000, "b");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"), "and expires counting from when the log took it");
+}
+
+#[test]
 fn a_rejected_event_changes_nothing() {
     let mut w = World::new(&[node("a", 0, None)]);
     w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
