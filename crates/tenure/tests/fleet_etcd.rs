@@ -153,14 +153,24 @@ fn epochs(body: &str) -> (u64, u64) {
 /// Waits until every listed agent answers the same ownership, byte for byte, owned by `who`;
 /// returns the body.
 fn converged(listen: &[SocketAddr], who: &str) -> String {
-    let mut last = String::new();
-    wait_for(&format!("every agent shows the same map with owner {who}"), || {
+    let deadline = Instant::now() + process::WAIT_MAX;
+    loop {
         let bodies: Vec<Option<String>> = listen.iter().map(|l| ownership(*l)).collect();
-        let Some(Some(first)) = bodies.first().cloned() else { return false };
-        last = first.clone();
-        bodies.iter().all(|b| b.as_deref() == Some(first.as_str())) && owner(&first).as_deref() == Some(who)
-    });
-    last
+        if let Some(Some(first)) = bodies.first()
+            && bodies.iter().all(|b| b.as_deref() == Some(first.as_str()))
+            && owner(first).as_deref() == Some(who)
+        {
+            return first.clone();
+        }
+        if Instant::now() > deadline {
+            let health: Vec<String> = listen
+                .iter()
+                .map(|l| http(*l, "GET", "/v1/health", None, None).map_or_else(|e| e.to_string(), |(s, b)| format!("{s} {b}")))
+                .collect();
+            panic!("not within {:?}: every agent shows the same map with owner {who}\nmaps: {bodies:#?}\nhealth: {health:#?}", process::WAIT_MAX);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -206,6 +216,72 @@ fn three_agents_share_one_map_and_fail_over_after_a_kill() {
         "the restarted old holder called outside the current epochs {after:?}: {late:?}"
     );
     assert_eq!(fleet.cloud_holder().as_deref(), Some(new_owner.as_str()), "one holder, the owner");
+}
+
+#[test]
+fn losing_an_etcd_member_then_the_leader_moves_nothing_back() {
+    let fleet = Fleet::new("fleet-members", 23800, "2s");
+    let _agents: Vec<Agent> = (0..3).map(|i| fleet.start(i)).collect();
+    let cluster = fleet.cluster.as_ref().expect("running");
+    let body = converged(&fleet.listen, "a");
+    let mut last = epochs(&body);
+    // A follower member dies: drain still moves ownership, every agent agrees, tokens go up.
+    let leader = cluster.leader_member();
+    let follower = ["m1", "m2", "m3"].into_iter().find(|m| *m != leader).expect("a follower");
+    cluster.kill(follower);
+    post_until_accepted(fleet.listen[1], "/v1/drain/a");
+    let moved = wait_owner_not(&fleet.listen, "a");
+    let now = epochs(&moved);
+    assert!(now.0 > last.0 && now.1 > last.1, "tokens moved forward: {last:?} -> {now:?}");
+    last = now;
+    cluster.revive(follower);
+    // Now the raft leader dies: a new one is elected; the agents go on (appends and head reads
+    // fail during the election; a node whose heartbeats could not land may expire meanwhile).
+    let leader = cluster.leader_member();
+    cluster.kill(&leader);
+    let holder = owner(&moved).expect("an owner");
+    post_until_accepted(fleet.listen[1], &format!("/v1/drain/{holder}"));
+    let body = wait_owner_not(&fleet.listen, &holder);
+    let now = epochs(&body);
+    assert!(now.0 > last.0 && now.1 > last.1, "tokens moved forward again: {last:?} -> {now:?}");
+    let new_owner = owner(&body).expect("an owner");
+    wait_for("the new owner holds the address in the cloud", || {
+        fleet.cloud_holder().as_deref() == Some(new_owner.as_str())
+    });
+}
+
+/// POSTs `path` until the agent takes it (a 503 while its watch reconnects to another member is
+/// the agent refusing to act on an unconfirmed log, as it should); returns how long it took.
+fn post_until_accepted(listen: SocketAddr, path: &str) -> Duration {
+    let started = Instant::now();
+    let mut last = String::new();
+    wait_for(&format!("POST {path} is accepted"), || match process::http(listen, "POST", path, Some(TOKEN), None) {
+        Ok((200, _)) => true,
+        Ok((status, body)) => {
+            last = format!("{status} {body}");
+            false
+        }
+        Err(e) => {
+            last = e.to_string();
+            false
+        }
+    });
+    let took = started.elapsed();
+    eprintln!("POST {path} accepted after {took:?} (last refusal: {last})");
+    took
+}
+
+/// Waits until every agent shows the same map with an owner other than `who`; returns it.
+fn wait_owner_not(listen: &[SocketAddr], who: &str) -> String {
+    let mut last = String::new();
+    wait_for(&format!("every agent shows the same map with an owner other than {who}"), || {
+        let bodies: Vec<Option<String>> = listen.iter().map(|l| ownership(*l)).collect();
+        let Some(Some(first)) = bodies.first().cloned() else { return false };
+        last = first.clone();
+        bodies.iter().all(|b| b.as_deref() == Some(first.as_str()))
+            && owner(&first).is_some_and(|o| o != who)
+    });
+    last
 }
 
 #[test]

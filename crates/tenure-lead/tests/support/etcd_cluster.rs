@@ -66,6 +66,15 @@ impl Cluster {
             .expect("run");
         assert!(status.success(), "kill {member}");
     }
+
+    /// Starts a killed member again on its data; returns once it answers health.
+    pub fn revive(&self, member: &str) {
+        let status = Command::new(script())
+            .args(["revive", self.dir.to_str().expect("utf-8"), member])
+            .status()
+            .expect("run");
+        assert!(status.success(), "revive {member}");
+    }
 }
 
 impl Drop for Cluster {

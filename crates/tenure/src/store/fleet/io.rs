@@ -171,7 +171,13 @@ async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
 }
 
 async fn read_head(client: &mut Client, keys: &Keys) -> Result<HeadRead, String> {
-    let response = client.get(keys.head.as_bytes(), None).await.map_err(failed("head read"))?;
+    let response = retry_quick_failures(|| {
+        let mut client = client.clone();
+        let key = keys.head.clone();
+        async move { client.get(key, None).await }
+    })
+    .await
+    .map_err(failed("head read"))?;
     let header = response.header().ok_or("etcd head read: an answer without a header")?;
     Ok(HeadRead {
         cluster_id: header.cluster_id(),
@@ -251,7 +257,14 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
                     TxnOp::put(keys.head.as_bytes(), key.as_bytes(), None),
                 ])
                 .or_else([TxnOp::get(key.as_bytes(), None)]);
-            let result = client.txn(txn).await.map_err(failed("append")).and_then(|response| {
+            let result = retry_quick_failures(|| {
+                let mut client = client.clone();
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            })
+            .await
+            .map_err(failed("append"))
+            .and_then(|response| {
                 if response.succeeded() {
                     response
                         .header()
@@ -278,6 +291,29 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
         }
     }
 }
+
+/// Retries of a request whose failure came back at once.
+const QUICK_RETRIES: usize = 2;
+
+/// Runs `request`; a failure that came back within [`QUICK_FAILURE`] (a refused connection to a
+/// member that is down: the client balances over every endpoint) is tried again at once, at most
+/// [`QUICK_RETRIES`] times, so that one dead member does not fail a share of the requests. Only
+/// for requests that are safe to repeat (an append keyed by its batch, a read).
+async fn retry_quick_failures<T, F: std::future::Future<Output = Result<T, etcd_client::Error>>>(
+    mut request: impl FnMut() -> F,
+) -> Result<T, etcd_client::Error> {
+    let mut tries = 0;
+    loop {
+        let started = tokio::time::Instant::now();
+        match request().await {
+            Err(_) if tries < QUICK_RETRIES && started.elapsed() < QUICK_FAILURE => tries += 1,
+            result => return result,
+        }
+    }
+}
+
+/// A failure faster than this was not a timeout: worth one more try on another member.
+const QUICK_FAILURE: Duration = Duration::from_millis(200);
 
 /// Follows the log from the replica's revision on; a broken stream is watched again from the
 /// next revision not seen, so nothing is skipped or applied twice.
