@@ -140,7 +140,11 @@ fn a_heartbeat_stamped_behind_the_stream_counts_as_of_the_stream_time_the_log_to
     w.hb(21_900, "b");
     assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("a"), "a is alive: it keeps the address");
     w.hb(22_000, "b");
-    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"), "and expires counting from when the log took it");
+    assert_eq!(
+        w.owner("p", "10.0.0.1").as_deref(),
+        Some("b"),
+        "and expires counting from when the log took it"
+    );
 }
 
 #[test]

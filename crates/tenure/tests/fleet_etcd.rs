@@ -41,11 +41,21 @@ struct Fleet {
     dir: TempDir,
     cluster: Option<Cluster>,
     listen: Vec<SocketAddr>,
+    /// Per agent, what its command runs under (`ip netns exec NS` in the partition test).
+    wrap: Vec<Vec<String>>,
 }
 
 impl Fleet {
     fn new(tag: &str, base_port: u16, ttl: &str) -> Self {
-        let cluster = Cluster::start(tag, base_port);
+        Self::build(tag, base_port, ttl, None)
+    }
+
+    /// A fleet whose agents run in `lab`'s namespaces, etcd in its switch namespace.
+    fn build(tag: &str, base_port: u16, ttl: &str, lab: Option<&NetLab>) -> Self {
+        let cluster = match lab {
+            Some(lab) => Cluster::start_at(tag, base_port, NetLab::ETCD_HOST, Some(&lab.ns("sw"))),
+            None => Cluster::start(tag, base_port),
+        };
         let dir = TempDir::new(tag);
         let hook = dir.write("hook.sh", HOOK);
         make_executable(&hook);
@@ -58,7 +68,16 @@ impl Fleet {
                  deprovisionHoldDuration: 0s\n"
             ),
         );
-        let listen: Vec<SocketAddr> = NODES.iter().map(|_| free_port()).collect();
+        let listen: Vec<SocketAddr> = match lab {
+            Some(_) => (1..=3).map(|i| format!("10.213.{i}.2:9464").parse().expect("literal")).collect(),
+            None => NODES.iter().map(|_| free_port()).collect(),
+        };
+        let wrap: Vec<Vec<String>> = NODES
+            .iter()
+            .map(|n| {
+                lab.map_or_else(Vec::new, |lab| vec!["ip".into(), "netns".into(), "exec".into(), lab.ns(n)])
+            })
+            .collect();
         let endpoints = cluster.endpoints.join(", ");
         for (i, name) in NODES.iter().enumerate() {
             let spec = |n: &str| {
@@ -82,7 +101,7 @@ impl Fleet {
                 ),
             );
         }
-        Self { dir, cluster: Some(cluster), listen }
+        Self { dir, cluster: Some(cluster), listen, wrap }
     }
 
     fn config(&self, i: usize) -> PathBuf {
@@ -90,7 +109,10 @@ impl Fleet {
     }
 
     fn start(&self, i: usize) -> Agent {
-        Agent::start(&self.dir, &self.config(i), self.listen[i])
+        let wrap: Vec<&str> = self.wrap[i].iter().map(String::as_str).collect();
+        let agent = Agent::spawn_wrapped(&self.dir, &self.config(i), self.listen[i], &wrap, &[]);
+        agent.wait_healthy();
+        agent
     }
 
     /// Starts agent `i` under `faketime` with its wall clock shifted by `offset` ("+10s").
@@ -165,9 +187,15 @@ fn converged(listen: &[SocketAddr], who: &str) -> String {
         if Instant::now() > deadline {
             let health: Vec<String> = listen
                 .iter()
-                .map(|l| http(*l, "GET", "/v1/health", None, None).map_or_else(|e| e.to_string(), |(s, b)| format!("{s} {b}")))
+                .map(|l| {
+                    http(*l, "GET", "/v1/health", None, None)
+                        .map_or_else(|e| e.to_string(), |(s, b)| format!("{s} {b}"))
+                })
                 .collect();
-            panic!("not within {:?}: every agent shows the same map with owner {who}\nmaps: {bodies:#?}\nhealth: {health:#?}", process::WAIT_MAX);
+            panic!(
+                "not within {:?}: every agent shows the same map with owner {who}\nmaps: {bodies:#?}\nhealth: {health:#?}",
+                process::WAIT_MAX
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -255,15 +283,17 @@ fn losing_an_etcd_member_then_the_leader_moves_nothing_back() {
 fn post_until_accepted(listen: SocketAddr, path: &str) -> Duration {
     let started = Instant::now();
     let mut last = String::new();
-    wait_for(&format!("POST {path} is accepted"), || match process::http(listen, "POST", path, Some(TOKEN), None) {
-        Ok((200, _)) => true,
-        Ok((status, body)) => {
-            last = format!("{status} {body}");
-            false
-        }
-        Err(e) => {
-            last = e.to_string();
-            false
+    wait_for(&format!("POST {path} is accepted"), || {
+        match process::http(listen, "POST", path, Some(TOKEN), None) {
+            Ok((200, _)) => true,
+            Ok((status, body)) => {
+                last = format!("{status} {body}");
+                false
+            }
+            Err(e) => {
+                last = e.to_string();
+                false
+            }
         }
     });
     let took = started.elapsed();
@@ -278,8 +308,7 @@ fn wait_owner_not(listen: &[SocketAddr], who: &str) -> String {
         let bodies: Vec<Option<String>> = listen.iter().map(|l| ownership(*l)).collect();
         let Some(Some(first)) = bodies.first().cloned() else { return false };
         last = first.clone();
-        bodies.iter().all(|b| b.as_deref() == Some(first.as_str()))
-            && owner(&first).is_some_and(|o| o != who)
+        bodies.iter().all(|b| b.as_deref() == Some(first.as_str())) && owner(&first).is_some_and(|o| o != who)
     });
     last
 }
@@ -386,6 +415,170 @@ fn an_agent_refuses_an_etcd_that_is_not_the_one_it_followed() {
         "nothing was appended to the new cluster"
     );
     drop(a);
+}
+
+/// Network namespaces for the partition test: `<tag>-sw` holds a bridge (10.213.0.1/24, where
+/// etcd listens); each agent's namespace `<tag>-a|b|c` has an `uplink` veth on that bridge
+/// (10.213.0.1x) and a `mgmt` veth to the test's namespace (10.213.i.2/30), on which its API
+/// listens — so cutting `uplink` cuts the agent off from etcd, not from the test. Root only;
+/// removed (with every process in them) on drop.
+struct NetLab {
+    tag: String,
+}
+
+impl NetLab {
+    const ETCD_HOST: &str = "10.213.0.1";
+
+    fn new() -> Self {
+        let uid = Command::new("id").arg("-u").output().expect("id");
+        assert_eq!(
+            String::from_utf8_lossy(&uid.stdout).trim(),
+            "0",
+            "the fleet's partition test needs root for network namespaces (CI runs as root)"
+        );
+        let lab = Self { tag: format!("tf{}", std::process::id() % 100_000) };
+        lab.cleanup();
+        run(&["ip", "netns", "add", &lab.ns("sw")]);
+        lab.exec("sw", &["ip", "link", "set", "lo", "up"]);
+        lab.exec("sw", &["ip", "link", "add", "br0", "type", "bridge"]);
+        lab.exec("sw", &["ip", "addr", "add", "10.213.0.1/24", "dev", "br0"]);
+        lab.exec("sw", &["ip", "link", "set", "br0", "up"]);
+        for (i, n) in NODES.iter().enumerate() {
+            let i = i + 1;
+            let ns = lab.ns(n);
+            run(&["ip", "netns", "add", &ns]);
+            lab.exec(n, &["ip", "link", "set", "lo", "up"]);
+            let port = format!("p{n}");
+            run(&[
+                "ip",
+                "link",
+                "add",
+                "uplink",
+                "netns",
+                &ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &port,
+                "netns",
+                &lab.ns("sw"),
+            ]);
+            lab.exec("sw", &["ip", "link", "set", &port, "master", "br0", "up"]);
+            lab.exec(n, &["ip", "addr", "add", &format!("10.213.0.1{i}/24"), "dev", "uplink"]);
+            lab.exec(n, &["ip", "link", "set", "uplink", "up"]);
+            let root_side = format!("{}m{i}", lab.tag);
+            run(&["ip", "link", "add", &root_side, "type", "veth", "peer", "name", "mgmt", "netns", &ns]);
+            run(&["ip", "addr", "add", &format!("10.213.{i}.1/30"), "dev", &root_side]);
+            run(&["ip", "link", "set", &root_side, "up"]);
+            lab.exec(n, &["ip", "addr", "add", &format!("10.213.{i}.2/30"), "dev", "mgmt"]);
+            lab.exec(n, &["ip", "link", "set", "mgmt", "up"]);
+        }
+        lab
+    }
+
+    fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.tag)
+    }
+
+    fn exec(&self, ns: &str, args: &[&str]) -> String {
+        let name = self.ns(ns);
+        let mut full = vec!["ip", "netns", "exec", name.as_str()];
+        full.extend_from_slice(args);
+        run(&full)
+    }
+
+    /// Takes node `n`'s uplink down (`false`) or up again (`true`).
+    fn link(&self, n: &str, up: bool) {
+        self.exec(n, &["ip", "link", "set", "uplink", if up { "up" } else { "down" }]);
+    }
+
+    fn cleanup(&self) {
+        for n in ["a", "b", "c", "sw"] {
+            let name = self.ns(n);
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", &name]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", &name]).stderr(Stdio::null()).status();
+        }
+        for i in 1..=3 {
+            let _ = Command::new("ip")
+                .args(["link", "del", &format!("{}m{i}", self.tag)])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for NetLab {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// Runs `args`, panicking with its stderr when it fails.
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/install-deps installs it)", args[0]));
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
+    let lab = NetLab::new();
+    let fleet = Fleet::build("fleet-cut", 23900, "1s", Some(&lab));
+    let agents: Vec<Agent> = (0..3).map(|i| fleet.start(i)).collect();
+    converged(&fleet.listen, "a");
+    wait_for("a holds the address", || fleet.cloud_holder().as_deref() == Some("a"));
+
+    // Cut the holder's link to etcd.
+    let calls_before = fleet.calls().len();
+    let cut = Instant::now();
+    lab.link("a", false);
+    let mut reason = String::new();
+    wait_for("the cut-off agent reports it does not act", || {
+        match http(fleet.listen[0], "GET", "/v1/health", None, None) {
+            Ok((503, body)) => {
+                reason = body;
+                true
+            }
+            _ => false,
+        }
+    });
+    let noticed = cut.elapsed();
+    eprintln!("cut off: health 503 after {noticed:?}: {reason}");
+    assert_eq!(metric(fleet.listen[0], "tenure_healthy"), 0);
+    // The others take over once a's heartbeats stop landing.
+    let body = wait_owner_not(&fleet.listen[1..], "a");
+    let new_owner = owner(&body).expect("an owner");
+    let current = epochs(&body);
+    wait_for("the new owner holds the address", || {
+        fleet.cloud_holder().as_deref() == Some(new_owner.as_str())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let during: Vec<_> = fleet.calls()[calls_before..].iter().filter(|(h, ..)| h == "a").cloned().collect();
+    assert!(during.is_empty(), "the cut-off agent executed something: {during:?}");
+    assert_eq!(http(fleet.listen[0], "GET", "/v1/health", None, None).map(|(s, _)| s).ok(), Some(503));
+
+    // Heal: a follows again, agrees byte for byte, and executes nothing stale.
+    lab.link("a", true);
+    let healed = Instant::now();
+    wait_for("the agent is healthy again", || health_ok(fleet.listen[0]));
+    eprintln!("healed: health 200 after {:?}", healed.elapsed());
+    converged(&fleet.listen, &new_owner);
+    std::thread::sleep(Duration::from_secs(1));
+    let late: Vec<_> = fleet.calls()[calls_before..].iter().filter(|(h, ..)| h == "a").cloned().collect();
+    assert!(
+        late.iter().all(|(_, verb, o, c)| verb == "release" && (*o, *c) == current),
+        "after rejoining, a only releases in the current epochs {current:?}: {late:?}"
+    );
+    assert_eq!(fleet.cloud_holder().as_deref(), Some(new_owner.as_str()), "one holder, the owner");
+    drop(agents);
 }
 
 fn health_ok(listen: SocketAddr) -> bool {

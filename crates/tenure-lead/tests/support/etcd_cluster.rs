@@ -32,12 +32,19 @@ fn script() -> PathBuf {
 impl Cluster {
     /// Starts members with client ports `base_port + 1..=3` and peer ports `base_port + 11..=13`.
     pub fn start(tag: &str, base_port: u16) -> Self {
+        Self::start_at(tag, base_port, "127.0.0.1", None)
+    }
+
+    /// [`Cluster::start`] on address `host`, inside network namespace `netns` when given.
+    pub fn start_at(tag: &str, base_port: u16, host: &str, netns: Option<&str>) -> Self {
         // A test that panicked poisons the lock; the next one may still run.
         let serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = std::env::temp_dir().join(format!("tenure-etcd-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let out = Command::new(script())
             .args(["start", dir.to_str().expect("utf-8"), &base_port.to_string()])
+            .env("ETCD_HOST", host)
+            .env("ETCD_NETNS", netns.unwrap_or(""))
             .output()
             .expect("run scripts/etcd-cluster (is bash there?)");
         assert!(

@@ -129,27 +129,32 @@ impl Io {
         Ok((Self { commands, request_timeout }, head))
     }
 
-    /// Sends `command` built around a reply channel and waits for the answer, at most the request
-    /// timeout and a margin (the client's own timeout answers first).
+    /// Sends `command` built around a reply channel and waits for the answer, at most `wait`.
     fn call<T>(
         &self,
+        wait: Duration,
         build: impl FnOnce(std_mpsc::SyncSender<Result<T, String>>) -> Command,
     ) -> Result<T, String> {
         let (reply, answer) = std_mpsc::sync_channel(1);
         self.commands.send(build(reply)).map_err(|_| "the etcd client's thread stopped".to_owned())?;
-        let wait = self.request_timeout + Duration::from_millis(500);
         super::blocking(|| answer.recv_timeout(wait))
             .map_err(|_| format!("etcd did not answer within {} ms", wait.as_millis()))?
     }
 
-    /// Puts one batch (see [`Command::Append`]).
+    /// Puts one batch (see [`Command::Append`]), waiting at most the request timeout and a
+    /// margin (the client's own timeout answers first).
     pub(crate) fn append(&self, key: String, value: Vec<u8>) -> Result<i64, String> {
-        self.call(|reply| Command::Append { key, value, reply })
+        self.call(self.request_timeout + Duration::from_millis(500), |reply| Command::Append {
+            key,
+            value,
+            reply,
+        })
     }
 
-    /// A linearizable read of the head key.
-    pub(crate) fn head(&self) -> Result<HeadRead, String> {
-        self.call(|reply| Command::Head { reply })
+    /// A linearizable read of the head key, waited for at most `wait` (a read still under way
+    /// then finishes in the background, unheard).
+    pub(crate) fn head(&self, wait: Duration) -> Result<HeadRead, String> {
+        self.call(wait, |reply| Command::Head { reply })
     }
 }
 

@@ -511,7 +511,7 @@ impl AgentStore for EtcdStore {
         if let Some(reason) = self.refused() {
             return Err(HeadUnconfirmed::Refused(reason));
         }
-        let head = self.io.head().map_err(HeadUnconfirmed::Behind)?;
+        let head = self.io.head(bound).map_err(HeadUnconfirmed::Behind)?;
         if head.cluster_id != self.cluster_id {
             let reason = format!(
                 "etcd cluster {:x} answered, not {:x} this agent follows (replaced underneath?); refusing to act",
