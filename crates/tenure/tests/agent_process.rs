@@ -502,3 +502,29 @@ fn a_provider_kind_without_an_executor_exits_3_in_one_line_before_touching_the_s
     );
     assert!(!dir.path().join("store").exists(), "no store was created");
 }
+
+/// An etcd store in a build without the `etcd` feature: exit 3 in one line, no store created.
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn a_build_without_etcd_refuses_an_etcd_store_in_one_line() {
+    let dir = TempDir::new("agent-no-etcd");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "cloud", ""));
+    let config = config(&dir, listen, "cloud", "[{name: cloud, kind: sim-cloud}]", &["pools.yaml"]);
+    let text = std::fs::read_to_string(&config).expect("config").replace(
+        "{kind: embedded, path: ./store}",
+        "{kind: etcd, endpoints: [http://127.0.0.1:2379], path: ./store}",
+    );
+    std::fs::write(&config, text).expect("write");
+    let mut agent = Agent::spawn(&dir, &config, listen);
+    let status = process::wait_exit(&mut agent.child);
+    let log = agent.log();
+    assert_eq!(status.code(), Some(3), "{log}");
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
+    assert_eq!(
+        lines,
+        ["tenure agent: this build has no etcd store (fleet mode); rebuild with --features etcd"],
+        "{log}"
+    );
+    assert!(!dir.path().join("store").exists(), "no store was created");
+}

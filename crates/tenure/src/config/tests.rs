@@ -186,6 +186,31 @@ fn nodes_follow_the_shared_node_rule() {
 }
 
 #[test]
+fn peers_are_the_fleets_other_nodes_and_need_an_etcd_store() {
+    let fleet = "node: {name: a, provider: sim1, placementGroup: g1, nic: eni-a}\n\
+                 peers:\n  - {name: b, provider: sim1, placementGroup: g1, nic: eni-b, priority: 3}\n\
+                 store: {kind: etcd, endpoints: [http://127.0.0.1:2379], path: ./data}\n\
+                 providers: [{name: sim1, kind: sim-cloud}]\n";
+    let config = parse(fleet).expect("a fleet config");
+    assert_eq!(config.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert_eq!(config.peers.iter().map(|n| (n.name.as_str(), n.priority)).collect::<Vec<_>>(), [("b", 3)]);
+    let embedded =
+        fleet.replace("{kind: etcd, endpoints: [http://127.0.0.1:2379], path: ./data}", "{path: ./data}");
+    assert_eq!(first(&embedded, "peers are the other nodes of a fleet"), 3);
+    let twice = fleet.replace(
+        "{name: b, provider: sim1, placementGroup: g1, nic: eni-b",
+        "{name: a, provider: sim1, placementGroup: g1, nic: eni-b",
+    );
+    assert_eq!(first(&twice, "node `a` is declared twice"), 3);
+    let same_nic = fleet.replace("nic: eni-b", "nic: eni-a");
+    assert!(
+        errors(&same_nic).iter().any(|(line, _, m)| *line == 3 && m.contains("eni-a")),
+        "{:?}",
+        errors(&same_nic)
+    );
+}
+
+#[test]
 fn providers_are_checked_by_kind() {
     let twice = GOOD.replace("{name: hook, kind: exec", "{name: sim1, kind: exec");
     assert_eq!(first(&twice, "provider `sim1` is declared twice"), 6);
