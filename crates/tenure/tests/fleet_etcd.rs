@@ -140,7 +140,12 @@ impl Fleet {
             .lines()
             .map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                (f[0].to_owned(), f[1].to_owned(), f[3].parse().unwrap(), f[4].parse().unwrap())
+                (
+                    f[0].to_owned(),
+                    f[1].to_owned(),
+                    f[3].parse().expect("must hold"),
+                    f[4].parse().expect("must hold"),
+                )
             })
             .collect()
     }

@@ -108,8 +108,8 @@ mod tests {
 
     #[test]
     fn indices_follow_revision_then_position() {
-        let a = index_of(7, 65_535).unwrap();
-        let b = index_of(8, 0).unwrap();
+        let a = index_of(7, 65_535).expect("must hold");
+        let b = index_of(8, 0).expect("must hold");
         assert!(a < b);
         assert_eq!(revision_of(a), 7);
         assert_eq!(revision_of(b), 8);
@@ -122,15 +122,15 @@ mod tests {
     fn a_batch_reads_back_and_a_damaged_one_is_named() {
         let records = vec![br#"{"a":1}"#.to_vec(), br#"{"b":"x\ny"}"#.to_vec()];
         let value = encode(&records);
-        let back = decode(&value).unwrap();
+        let back = decode(&value).expect("must hold");
         assert_eq!(back, vec![&records[0][..], &records[1][..]]);
-        assert_eq!(decode(&encode(&[])).unwrap(), Vec::<&[u8]>::new());
+        assert_eq!(decode(&encode(&[])).expect("must hold"), Vec::<&[u8]>::new());
         let short = &value[..value.len() - 9];
         let mut cut = short.to_vec();
-        cut.truncate(short.iter().rposition(|b| *b == b'\n').unwrap());
-        assert!(decode(&cut).unwrap_err().contains("says 2 events but holds 1"));
-        assert!(decode(b"{\"v\":2,\"events\":0}").unwrap_err().contains("version 2"));
-        assert!(decode(b"hello").unwrap_err().contains("not a tenure log batch"));
+        cut.truncate(short.iter().rposition(|b| *b == b'\n').expect("must hold"));
+        assert!(decode(&cut).expect_err("must fail").contains("says 2 events but holds 1"));
+        assert!(decode(b"{\"v\":2,\"events\":0}").expect_err("must fail").contains("version 2"));
+        assert!(decode(b"hello").expect_err("must fail").contains("not a tenure log batch"));
     }
 
     #[test]

@@ -572,7 +572,7 @@ mod tests {
             "order and unused providers do not count"
         );
         let b = fleet_text(&[node("a", 10), node("b", 5)], &providers);
-        let e = compare_fleets(&a, &b, "/tenure/fleet").unwrap_err();
+        let e = compare_fleets(&a, &b, "/tenure/fleet").expect_err("must fail");
         assert!(e.contains("etcd has `node b provider=sim1 placementGroup=g1 nic=eni-b priority=0"), "{e}");
         assert!(
             e.contains("this config `node b provider=sim1 placementGroup=g1 nic=eni-b priority=5"),
@@ -586,11 +586,11 @@ mod tests {
         let binding = Binding { v: 1, cluster_id: 7, prefix: "/tenure".into(), revision: 100 };
         assert_eq!(check_binding(&binding, "/tenure", &head(7, 100)), Ok(()));
         assert_eq!(check_binding(&binding, "/tenure", &head(7, 250)), Ok(()));
-        let other = check_binding(&binding, "/tenure", &head(8, 250)).unwrap_err();
+        let other = check_binding(&binding, "/tenure", &head(8, 250)).expect_err("must fail");
         assert!(other.contains("etcd cluster 8 is not the cluster 7"), "{other}");
-        let back = check_binding(&binding, "/tenure", &head(7, 99)).unwrap_err();
+        let back = check_binding(&binding, "/tenure", &head(7, 99)).expect_err("must fail");
         assert!(back.contains("ends at revision 99 but this agent applied it up to 100"), "{back}");
-        let prefix = check_binding(&binding, "/other", &head(7, 100)).unwrap_err();
+        let prefix = check_binding(&binding, "/other", &head(7, 100)).expect_err("must fail");
         assert!(prefix.contains("prefix `/tenure`, not `/other`"), "{prefix}");
     }
 
@@ -599,24 +599,24 @@ mod tests {
         let shared = Arc::new(Shared::new());
         let event =
             |at_ms| Event { at_ms, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
-        let encoded = |at| codec::encode_event(&event(at)).unwrap();
+        let encoded = |at| codec::encode_event(&event(at)).expect("must hold");
         shared.push_batch(b"k1", 3, &batch::encode(&[encoded(1), encoded(2)]));
         shared.push_batch(b"k0", 3, &batch::encode(&[encoded(9)]));
         shared.push_batch(b"k2", 9, &batch::encode(&[encoded(3)]));
         let log = EtcdLog { shared: Arc::clone(&shared) };
-        let all = log.read_from(LogIndex::FIRST, 100).unwrap();
+        let all = log.read_from(LogIndex::FIRST, 100).expect("must hold");
         assert_eq!(
             all.iter().map(|r| r.event.at_ms).collect::<Vec<_>>(),
             vec![1, 2, 3],
             "a revision seen is not applied twice"
         );
-        assert_eq!(log.read_from(all[1].index.next(), 100).unwrap().len(), 1);
-        assert_eq!(log.head().unwrap(), Some(all[2].index));
+        assert_eq!(log.read_from(all[1].index.next(), 100).expect("must hold").len(), 1);
+        assert_eq!(log.head().expect("must hold"), Some(all[2].index));
         shared.push_batch(b"k3", 10, &batch::encode(&[b"{\"v\":1,\"bad\":true}".to_vec()]));
         assert!(matches!(log.read_from(all[2].index.next(), 10), Err(LogError::Corrupt { .. })));
         shared.trim(all[1].index);
         assert!(matches!(log.read_from(LogIndex::FIRST, 10), Err(LogError::Compacted { .. })));
-        assert_eq!(log.read_from(all[1].index.next(), 1).unwrap()[0].event.at_ms, 3);
+        assert_eq!(log.read_from(all[1].index.next(), 1).expect("must hold")[0].event.at_ms, 3);
         shared.break_replica("gone".into());
         assert_eq!(log.read_from(all[2].index, 10), Ok(Vec::new()), "a refused log gives nothing to apply");
         shared.set_down(Some("watch broke".into()));
