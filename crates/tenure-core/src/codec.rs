@@ -96,6 +96,7 @@ use crate::log::Event;
 use crate::model::{PoolSpec, StampedAction};
 
 pub use pool::check_pool_spec;
+pub(crate) use wire::parse_capture_domain;
 
 /// The format version this build writes, and the only one it reads.
 pub const FORMAT_VERSION: u64 = 1;

@@ -20,6 +20,9 @@ mod drift;
 mod pools;
 mod raise;
 mod settle;
+mod snapshot;
+
+pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 
 use crate::arbitration;
 use crate::claims::{AddressClaims, Overlap};

@@ -178,6 +178,12 @@ impl Replay {
         }
     }
 
+    /// The log appended so far.
+    #[must_use]
+    pub fn log(&self) -> &[Event] {
+        &self.log
+    }
+
     /// Appends a log event and applies it to the head.
     pub fn append(&mut self, event: Event) -> Result<(), EventRejected> {
         let before = self.narrate.then(|| ownership_rows(&self.head));

@@ -494,6 +494,19 @@ impl World {
 
     // ---------------------------------------------------------------- the liveness phase
 
+    /// Runs both phases; returns the log and the registry it was applied over (for tests of
+    /// what reads logs, like snapshots).
+    #[must_use]
+    pub fn run_log(mut self) -> (Federation, Vec<Event>) {
+        for _ in 0..self.config.safety_steps {
+            self.safety_step();
+        }
+        let _ = self.liveness();
+        let registry = Federation::new(&self.topology.nodes, std::slice::from_ref(&self.topology.provider))
+            .with_drift_repair(true);
+        (registry, self.log)
+    }
+
     /// Runs both phases and reports.
     pub fn run(mut self) -> (SeedReport, Option<Timeline>) {
         for _ in 0..self.config.safety_steps {

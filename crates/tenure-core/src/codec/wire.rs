@@ -532,7 +532,7 @@ impl<'a> HighWaterWire<'a> {
 
 /// `provider:<provider>:placement:<placementGroup>`, both valid names, as [`CaptureDomain::new`]
 /// writes it.
-fn parse_capture_domain(text: &str) -> Result<CaptureDomain, String> {
+pub(crate) fn parse_capture_domain(text: &str) -> Result<CaptureDomain, String> {
     let bad = || format!("capture domain `{text}` is not of the form `provider:<name>:placement:<name>`");
     let (provider, placement_group) =
         text.strip_prefix("provider:").and_then(|rest| rest.split_once(":placement:")).ok_or_else(bad)?;

@@ -21,11 +21,11 @@ pub const APPROVALS_PER_ADDRESS_MAX: usize = 16;
 
 /// One kept approval.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Kept {
-    capture_epoch: CaptureEpoch,
-    ownership_epoch: OwnershipEpoch,
-    capture_domain: CaptureDomain,
-    key: String,
+pub(super) struct Kept {
+    pub(super) capture_epoch: CaptureEpoch,
+    pub(super) ownership_epoch: OwnershipEpoch,
+    pub(super) capture_domain: CaptureDomain,
+    pub(super) key: String,
 }
 
 /// The approvals the log keeps.
@@ -36,10 +36,25 @@ pub(super) struct Approvals {
     /// whose tokens move).
     by_address: BTreeMap<String, BTreeMap<IpAddr, Vec<Kept>>>,
     /// Approvals not kept because they named nothing approvable.
-    ignored: u64,
+    pub(super) ignored: u64,
 }
 
 impl Approvals {
+    /// Every kept approval with its pool and address, in order (for a snapshot).
+    pub(super) fn kept(&self) -> impl Iterator<Item = (&str, IpAddr, &Kept)> + '_ {
+        self.by_address.iter().flat_map(|(pool, addresses)| {
+            addresses
+                .iter()
+                .flat_map(move |(address, kept)| kept.iter().map(move |k| (pool.as_str(), *address, k)))
+        })
+    }
+
+    /// Keeps an approval read back from a snapshot, as it was kept.
+    pub(super) fn keep_restored(&mut self, pool: &str, address: IpAddr, kept: Kept) {
+        self.keys.insert(kept.key.clone());
+        self.by_address.entry(pool.to_owned()).or_default().entry(address).or_default().push(kept);
+    }
+
     pub(super) fn contains(&self, key: &str) -> bool {
         self.keys.contains(key)
     }

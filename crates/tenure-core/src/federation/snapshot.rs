@@ -1,0 +1,360 @@
+//! The projection as a stored snapshot: everything [`Federation::apply`] reads and writes, so
+//! that a federation restored from the snapshot taken after event N, then given events N+1…,
+//! is the federation that applied every event (`tests/snapshot.rs` checks it on every prefix of
+//! the example scenarios and simulated runs). The fleet store writes one under its prefix and
+//! compacts the log below it, so a new agent does not replay history.
+//!
+//! The form is versioned JSON like the codec's records (`{"v":1,…}`, camelCase, unknown fields
+//! refused): nodes by name (the registry itself comes from the agent's config, which the fleet
+//! store checks is the same on every agent), pools with their spec in the codec's pool form and
+//! every address's lines, approvals, observations, counters and tokens. What is derived from
+//! those is rebuilt, not stored: the overlap claims, the capture domains, the node ids.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::approvals::{Approvals, Kept};
+use super::{Federation, Touched};
+use crate::codec;
+use crate::model::{CaptureEpoch, OwnershipEpoch, VrrpState};
+use crate::state::{AddressState, CaptureLine, Confirmation, NodeId, PoolConditions, PoolState};
+
+/// The snapshot format this build writes and reads.
+pub const SNAPSHOT_VERSION: u64 = 1;
+
+/// Why a snapshot could not be read (one line).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("snapshot: {0}")]
+pub struct SnapshotError(pub String);
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Wire {
+    v: u64,
+    stream_time_ms: u64,
+    events_applied: u64,
+    plan_generation: u64,
+    last_eligibility: Vec<Vec<bool>>,
+    recaptures: u64,
+    token_floor: u64,
+    highest_token: u64,
+    nodes: Vec<NodeWire>,
+    pools: Vec<PoolWire>,
+    approvals: Vec<KeptWire>,
+    approvals_ignored: u64,
+    observed: Vec<ObservedWire>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NodeWire {
+    name: String,
+    last_heartbeat_ms: Option<u64>,
+    heartbeat_stamp_ms: Option<u64>,
+    drained: bool,
+    healthy: bool,
+    vrrp: Option<VrrpState>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PoolWire {
+    /// The codec's pool spec record, as its text (the codec reads its own key order).
+    spec: String,
+    deleted: bool,
+    members: Vec<String>,
+    addresses: Vec<AddressWire>,
+    capacity_exhausted: u64,
+    no_eligible_member: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LineWire {
+    capture_epoch: u64,
+    desired_holder: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AddressWire {
+    address: IpAddr,
+    active: bool,
+    desired: bool,
+    owner: Option<String>,
+    ownership_epoch: u64,
+    line: LineWire,
+    retired_lines: Vec<(String, LineWire)>,
+    moved_away_ms: Vec<(String, u64)>,
+    confirmations: Vec<ConfirmationWire>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ConfirmationWire {
+    node: String,
+    capture_domain: String,
+    capture_epoch: u64,
+    acquired: bool,
+    at_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct KeptWire {
+    pool: String,
+    address: IpAddr,
+    capture_epoch: u64,
+    ownership_epoch: u64,
+    capture_domain: String,
+    key: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ObservedWire {
+    provider: String,
+    address: IpAddr,
+    holders: Vec<String>,
+    at_ms: u64,
+}
+
+fn bad(what: impl std::fmt::Display) -> SnapshotError {
+    SnapshotError(what.to_string())
+}
+
+impl Federation {
+    /// The snapshot of this projection (between two events).
+    #[must_use]
+    pub fn snapshot(&self) -> Vec<u8> {
+        let name = |id: NodeId| self.nodes[id].spec.name.clone();
+        let line = |l: &CaptureLine| LineWire {
+            capture_epoch: l.epoch.get(),
+            desired_holder: l.desired_holder.map(name),
+        };
+        let wire = Wire {
+            v: SNAPSHOT_VERSION,
+            stream_time_ms: self.stream_time_ms,
+            events_applied: self.events_applied,
+            plan_generation: self.plan_generation,
+            last_eligibility: self.last_eligibility.clone(),
+            recaptures: self.recaptures,
+            token_floor: self.token_floor,
+            highest_token: self.highest_token,
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeWire {
+                    name: n.spec.name.clone(),
+                    last_heartbeat_ms: n.last_heartbeat_ms,
+                    heartbeat_stamp_ms: n.heartbeat_stamp_ms,
+                    drained: n.drained,
+                    healthy: n.healthy,
+                    vrrp: n.vrrp,
+                })
+                .collect(),
+            pools: self
+                .pools
+                .values()
+                .map(|p| PoolWire {
+                    spec: String::from_utf8(
+                        codec::encode_pool_spec(&p.spec).expect("an applied pool encodes"),
+                    )
+                    .expect("a codec record is UTF-8"),
+                    deleted: p.deleted,
+                    members: p.member_ids.iter().map(|id| name(*id)).collect(),
+                    addresses: p
+                        .addresses
+                        .iter()
+                        .map(|(address, a)| AddressWire {
+                            address: *address,
+                            active: a.active,
+                            desired: a.desired,
+                            owner: a.owner.map(name),
+                            ownership_epoch: a.ownership_epoch.get(),
+                            line: line(&a.line),
+                            retired_lines: a
+                                .retired_lines
+                                .iter()
+                                .map(|(d, l)| (d.as_str().to_owned(), line(l)))
+                                .collect(),
+                            moved_away_ms: a.moved_away_ms.iter().map(|(id, t)| (name(*id), *t)).collect(),
+                            confirmations: a
+                                .confirmations
+                                .iter()
+                                .map(|c| ConfirmationWire {
+                                    node: name(c.node),
+                                    capture_domain: c.capture_domain.as_str().to_owned(),
+                                    capture_epoch: c.capture_epoch.get(),
+                                    acquired: c.acquired,
+                                    at_ms: c.at_ms,
+                                })
+                                .collect(),
+                        })
+                        .collect(),
+                    capacity_exhausted: p.conditions.capacity_exhausted,
+                    no_eligible_member: p.conditions.no_eligible_member,
+                })
+                .collect(),
+            approvals: self
+                .approvals
+                .kept()
+                .map(|(pool, address, k)| KeptWire {
+                    pool: pool.to_owned(),
+                    address,
+                    capture_epoch: k.capture_epoch.get(),
+                    ownership_epoch: k.ownership_epoch.get(),
+                    capture_domain: k.capture_domain.as_str().to_owned(),
+                    key: k.key.clone(),
+                })
+                .collect(),
+            approvals_ignored: self.approvals.ignored,
+            observed: self
+                .observed
+                .iter()
+                .flat_map(|(provider, addresses)| {
+                    addresses.iter().map(move |(address, (holders, at_ms))| ObservedWire {
+                        provider: provider.clone(),
+                        address: *address,
+                        holders: holders.clone(),
+                        at_ms: *at_ms,
+                    })
+                })
+                .collect(),
+        };
+        serde_json::to_vec(&wire).expect("a snapshot serializes")
+    }
+
+    /// The projection a snapshot holds, over this federation's registry (nodes and providers)
+    /// and settings (drift repair): `self` is a fresh [`Federation::new`] of the same registry
+    /// the snapshot was taken with.
+    /// A snapshot of another version, or naming a node or provider the registry lacks, is an
+    /// error; nothing is half restored.
+    pub fn restore(&self, bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let version: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
+        if version.get("v").and_then(serde_json::Value::as_u64) != Some(SNAPSHOT_VERSION) {
+            return Err(bad(format!(
+                "format version {} is not {SNAPSHOT_VERSION}",
+                version.get("v").map_or_else(|| "none".to_owned(), ToString::to_string)
+            )));
+        }
+        let wire: Wire = serde_json::from_value(version).map_err(|e| bad(e))?;
+        let mut fed = self.clone();
+        let id = |name: &str| {
+            fed.node_ids
+                .get(name)
+                .copied()
+                .ok_or_else(|| bad(format!("node `{name}` is not in this registry")))
+        };
+        let domain = |text: &str| codec::parse_capture_domain(text).map_err(bad);
+        let line = |l: &LineWire| -> Result<CaptureLine, SnapshotError> {
+            Ok(CaptureLine {
+                epoch: CaptureEpoch::from_stored(l.capture_epoch),
+                desired_holder: l.desired_holder.as_deref().map(id).transpose()?,
+            })
+        };
+        let mut nodes = fed.nodes.clone();
+        for n in &wire.nodes {
+            let state = &mut nodes[id(&n.name)?];
+            state.last_heartbeat_ms = n.last_heartbeat_ms;
+            state.heartbeat_stamp_ms = n.heartbeat_stamp_ms;
+            state.drained = n.drained;
+            state.healthy = n.healthy;
+            state.vrrp = n.vrrp;
+        }
+        let mut pools = BTreeMap::new();
+        for p in &wire.pools {
+            let spec = codec::decode_pool_spec(p.spec.as_bytes()).map_err(|e| bad(e))?;
+            if !fed.providers.contains_key(&spec.provider) {
+                return Err(bad(format!(
+                    "pool `{}` names provider `{}`, not in this registry",
+                    spec.name, spec.provider
+                )));
+            }
+            let mut addresses = BTreeMap::new();
+            for a in &p.addresses {
+                let state = AddressState {
+                    active: a.active,
+                    desired: a.desired,
+                    owner: a.owner.as_deref().map(id).transpose()?,
+                    ownership_epoch: OwnershipEpoch::from_stored(a.ownership_epoch),
+                    line: line(&a.line)?,
+                    retired_lines: a
+                        .retired_lines
+                        .iter()
+                        .map(|(d, l)| Ok((domain(d)?, line(l)?)))
+                        .collect::<Result<_, SnapshotError>>()?,
+                    moved_away_ms: a.moved_away_ms.iter().map(|(n, t)| Ok((id(n)?, *t))).collect::<Result<
+                        _,
+                        SnapshotError,
+                    >>(
+                    )?,
+                    confirmations: a
+                        .confirmations
+                        .iter()
+                        .map(|c| {
+                            Ok(Confirmation {
+                                node: id(&c.node)?,
+                                capture_domain: domain(&c.capture_domain)?,
+                                capture_epoch: CaptureEpoch::from_stored(c.capture_epoch),
+                                acquired: c.acquired,
+                                at_ms: c.at_ms,
+                            })
+                        })
+                        .collect::<Result<_, SnapshotError>>()?,
+                };
+                addresses.insert(a.address, state);
+            }
+            let state = PoolState {
+                capture_domain: spec.capture_domain(),
+                member_ids: p.members.iter().map(|m| id(m)).collect::<Result<_, _>>()?,
+                spec: Arc::new(spec),
+                deleted: p.deleted,
+                addresses,
+                conditions: PoolConditions {
+                    capacity_exhausted: p.capacity_exhausted,
+                    no_eligible_member: p.no_eligible_member,
+                },
+            };
+            pools.insert(state.spec.name.clone(), state);
+        }
+        let mut approvals = Approvals::default();
+        for k in &wire.approvals {
+            approvals.keep_restored(
+                &k.pool,
+                k.address,
+                Kept {
+                    capture_epoch: CaptureEpoch::from_stored(k.capture_epoch),
+                    ownership_epoch: OwnershipEpoch::from_stored(k.ownership_epoch),
+                    capture_domain: domain(&k.capture_domain)?,
+                    key: k.key.clone(),
+                },
+            );
+        }
+        approvals.ignored = wire.approvals_ignored;
+        let mut observed: BTreeMap<String, BTreeMap<IpAddr, (Vec<String>, u64)>> = BTreeMap::new();
+        for o in &wire.observed {
+            observed.entry(o.provider.clone()).or_default().insert(o.address, (o.holders.clone(), o.at_ms));
+        }
+        for pool in pools.values().filter(|p| !p.deleted) {
+            fed.claims.apply(&pool.spec);
+        }
+        fed.nodes = nodes;
+        fed.pools = pools;
+        fed.approvals = approvals;
+        fed.observed = observed;
+        fed.stream_time_ms = wire.stream_time_ms;
+        fed.events_applied = wire.events_applied;
+        fed.plan_generation = wire.plan_generation;
+        fed.last_eligibility = wire.last_eligibility;
+        fed.recaptures = wire.recaptures;
+        fed.token_floor = wire.token_floor;
+        fed.highest_token = wire.highest_token;
+        fed.touched = Touched::default();
+        Ok(fed)
+    }
+}
