@@ -242,7 +242,7 @@ impl Federation {
                 version.get("v").map_or_else(|| "none".to_owned(), ToString::to_string)
             )));
         }
-        let wire: Wire = serde_json::from_value(version).map_err(|e| bad(e))?;
+        let wire: Wire = serde_json::from_value(version).map_err(bad)?;
         let mut fed = self.clone();
         let id = |name: &str| {
             fed.node_ids
@@ -268,7 +268,7 @@ impl Federation {
         }
         let mut pools = BTreeMap::new();
         for p in &wire.pools {
-            let spec = codec::decode_pool_spec(p.spec.as_bytes()).map_err(|e| bad(e))?;
+            let spec = codec::decode_pool_spec(p.spec.as_bytes()).map_err(bad)?;
             if !fed.providers.contains_key(&spec.provider) {
                 return Err(bad(format!(
                     "pool `{}` names provider `{}`, not in this registry",
