@@ -220,6 +220,28 @@ impl<S: JournalStore> NodeDriver<S> {
         }
     }
 
+    /// Starts the view over again from `snapshot` ([`Federation::snapshot`] of a projection
+    /// that applied every record of the log up to `applied`; the records before it were
+    /// compacted away), restored over this driver's registry. The journal is untouched; the next
+    /// reconcile plans afresh. A snapshot that does not restore changes nothing.
+    pub fn restore_snapshot(
+        &mut self,
+        snapshot: &[u8],
+        applied: LogIndex,
+    ) -> Result<(), crate::federation::SnapshotError> {
+        self.view = self.registry.restore(snapshot)?;
+        self.applied_index = Some(applied);
+        self.planned_at = None;
+        Ok(())
+    }
+
+    /// Reads (without applying) the next record this driver would follow: `Err` tells why the
+    /// log cannot give it (compacted away, unavailable, corrupt).
+    pub fn follow_probe(&self, log: &impl Log) -> Result<(), LogError> {
+        let from = self.applied_index.map_or(LogIndex::FIRST, LogIndex::next);
+        log.read_from(from, 1).map(drop)
+    }
+
     /// The index of the last record applied from a [`Log`], if any.
     #[must_use]
     pub fn applied_index(&self) -> Option<LogIndex> {

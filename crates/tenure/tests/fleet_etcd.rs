@@ -47,11 +47,12 @@ struct Fleet {
 
 impl Fleet {
     fn new(tag: &str, base_port: u16, ttl: &str) -> Self {
-        Self::build(tag, base_port, ttl, None)
+        Self::build(tag, base_port, ttl, None, "")
     }
 
     /// A fleet whose agents run in `lab`'s namespaces, etcd in its switch namespace.
-    fn build(tag: &str, base_port: u16, ttl: &str, lab: Option<&NetLab>) -> Self {
+    /// `store_extra`: more keys of `store:` (`, snapshotEvery: 2000`).
+    fn build(tag: &str, base_port: u16, ttl: &str, lab: Option<&NetLab>, store_extra: &str) -> Self {
         let cluster = match lab {
             Some(lab) => Cluster::start_at(tag, base_port, NetLab::ETCD_HOST, Some(&lab.ns("sw"))),
             None => Cluster::start(tag, base_port),
@@ -91,7 +92,7 @@ impl Fleet {
             dir.write(
                 &format!("{name}.yaml"),
                 &format!(
-                    "node: {}\npeers:\n{}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /fleet-test, path: ./data-{name}}}\n\
+                    "node: {}\npeers:\n{}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /fleet-test, path: ./data-{name}{store_extra}}}\n\
                      providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 5s}}\npools: [pools.yaml]\n\
                      listen: {}\nheartbeatInterval: 100ms\nrequeueInterval: 500ms\napiTokenFile: token\n",
                     spec(name),
@@ -536,7 +537,7 @@ fn run(args: &[&str]) -> String {
 #[test]
 fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
     let lab = NetLab::new();
-    let fleet = Fleet::build("fleet-cut", 23900, "1s", Some(&lab));
+    let fleet = Fleet::build("fleet-cut", 23900, "1s", Some(&lab), "");
     let agents: Vec<Agent> = (0..3).map(|i| fleet.start(i)).collect();
     converged(&fleet.listen, "a");
     wait_for("a holds the address", || fleet.cloud_holder().as_deref() == Some("a"));
@@ -584,6 +585,69 @@ fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
     );
     assert_eq!(fleet.cloud_holder().as_deref(), Some(new_owner.as_str()), "one holder, the owner");
     drop(agents);
+}
+
+#[test]
+fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_snapshot() {
+    use tenure::store::fleet::{EtcdOptions, EtcdStore, fleet_text};
+    use tenure_core::log::{Event, EventKind};
+    use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
+
+    let fleet = Fleet::build("fleet-snapshot", 24000, "2s", None, ", snapshotEvery: 2000");
+    let _a = fleet.start(0);
+    let _b = fleet.start(1);
+    let before = converged(&fleet.listen[..2], "a");
+    // 10,000 events from a writer beside the agents (b's heartbeats: b is alive anyway), in
+    // batches of 500, through the same store code.
+    let nodes: Vec<NodeSpec> = NODES
+        .iter()
+        .map(|n| NodeSpec {
+            name: (*n).to_owned(),
+            provider: "hook".into(),
+            placement_group: "g1".into(),
+            priority: if *n == "a" { 10 } else { 0 },
+            nic: format!("eni-{n}"),
+            capacity: None,
+        })
+        .collect();
+    let options = EtcdOptions {
+        endpoints: fleet.cluster.as_ref().expect("running").endpoints.clone(),
+        prefix: "/fleet-test".into(),
+        request_timeout: Duration::from_secs(5),
+        user: None,
+        snapshot_every: 2000,
+        fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+    };
+    let writer_dir = fleet.dir.path().join("writer");
+    let writer = EtcdStore::open(&writer_dir, &fleet.dir.path().join("writer.identity"), &options).expect("writer store");
+    for _ in 0..20 {
+        let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
+        let events: Vec<Event> =
+            (0..500).map(|i| Event { at_ms: at_ms + i / 100, kind: EventKind::Heartbeat { node: "b".into() } }).collect();
+        tenure::agent::AgentStore::append_batch(&writer, &events).expect("appended");
+    }
+    let endpoints = options.endpoints.join(",");
+    let etcdctl = |args: &[&str]| {
+        let out = Command::new("etcdctl").arg("--endpoints").arg(&endpoints).args(args).env("ETCDCTL_API", "3").output().expect("etcdctl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_for("an agent wrote a snapshot and compacted the log below it", || {
+        let manifest = etcdctl(&["get", "/fleet-test/snapshot", "--print-value-only"]);
+        let keys = etcdctl(&["get", "--prefix", "/fleet-test/log/", "--keys-only"]);
+        !manifest.trim().is_empty() && keys.lines().filter(|l| !l.is_empty()).count() < 10
+    });
+    let manifest = etcdctl(&["get", "/fleet-test/snapshot", "--print-value-only"]);
+    eprintln!("snapshot manifest: {manifest}");
+    // c starts on an empty store: it cannot replay history (most of it is gone) and must reach
+    // the same map from the snapshot and what followed it.
+    let c = fleet.start(2);
+    let body = converged(&fleet.listen, "a");
+    assert_eq!(epochs(&body), epochs(&before), "10,000 heartbeats moved no token");
+    assert!(c.log().contains("started from the log's snapshot"), "c did not start from the snapshot:\n{}", c.log());
+    // The fleet goes on after it: a drain moves ownership on all three alike.
+    post_until_accepted(fleet.listen[2], "/v1/drain/a");
+    wait_owner_not(&fleet.listen, "a");
+    drop(writer);
 }
 
 fn health_ok(listen: SocketAddr) -> bool {

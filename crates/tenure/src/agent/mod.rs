@@ -97,6 +97,25 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
         None
     }
 
+    /// The newest snapshot of the log this store holds: the index of the last record it
+    /// covers, and its bytes ([`tenure_core::federation::Federation::snapshot`]). A node whose
+    /// next record was compacted away starts again from it. `None`: no snapshot (the embedded
+    /// store keeps its whole log).
+    fn snapshot(&self) -> Option<(LogIndex, Arc<Vec<u8>>)> {
+        None
+    }
+
+    /// How many applied events between two snapshots the agent writes; `None`: it writes none.
+    fn snapshot_every(&self) -> Option<u64> {
+        None
+    }
+
+    /// Stores `bytes` as the snapshot of the log up to `applied` (`events` applied in all) and
+    /// compacts the log below it. `Ok(false)`: one as new or newer is there already.
+    fn write_snapshot(&self, _applied: LogIndex, _events: u64, _bytes: Vec<u8>) -> Result<bool, String> {
+        Ok(false)
+    }
+
     /// Every node of this agent applied the log up to `upto`: a store may drop what it kept
     /// for them.
     fn followed(&self, _upto: LogIndex) {}

@@ -162,6 +162,8 @@ struct Agent<S: AgentStore> {
     unappended: Option<Vec<Event>>,
     /// Why the last head confirmation failed (fail-closed): cleared by the next that succeeds.
     head_failure: Option<String>,
+    /// The view's applied events at the last snapshot this agent wrote (or at start).
+    snapshot_events: u64,
     /// Other nodes' clocks, for the clock-lead rule.
     peers: clock::PeerClocks,
     /// The names of this agent's nodes.
@@ -337,6 +339,7 @@ impl<S: AgentStore> Agent<S> {
             append_failure: None,
             unappended: None,
             head_failure: None,
+            snapshot_events: 0,
             peers: clock::PeerClocks::new(settings.heartbeat_interval / 2, CLOCK_VOTE_WINDOW),
             own_nodes: settings.nodes.iter().map(|n| n.name.clone()).collect(),
             store_failed: None,
@@ -348,7 +351,9 @@ impl<S: AgentStore> Agent<S> {
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
+        agent.restore_snapshot().map_err(AgentError::Log)?;
         agent.follow().map_err(AgentError::Log)?;
+        agent.snapshot_events = agent.view().events_applied();
         agent.recaptures_seen = agent.view().recaptures();
         let now = Instant::now();
         for (provider, executor) in &agent.executors {
@@ -367,6 +372,11 @@ impl<S: AgentStore> Agent<S> {
         {
             error!(%reason, "refusing the store from now on: never acting until restarted");
             self.store_failed = Some(reason);
+        }
+        // A node whose next record was compacted away (the watch fell behind an etcd
+        // compaction) starts again from the store's newest snapshot.
+        if self.drivers.iter().any(|d| matches!(d.follow_probe(&self.log), Err(LogError::Compacted { .. }))) {
+            self.restore_snapshot()?;
         }
         for driver in &mut self.drivers {
             if let Err(e) = driver.follow(&self.log) {
@@ -388,6 +398,48 @@ impl<S: AgentStore> Agent<S> {
             self.store.followed(upto);
         }
         Ok(())
+    }
+
+    /// Starts every node's view from the store's newest snapshot when it has one and a node has
+    /// not applied that far (at start, or after a compaction it fell behind).
+    fn restore_snapshot(&mut self) -> Result<(), String> {
+        let Some((index, bytes)) = self.store.snapshot() else { return Ok(()) };
+        for driver in &mut self.drivers {
+            if driver.applied_index().is_some_and(|applied| applied >= index) {
+                continue;
+            }
+            driver
+                .restore_snapshot(&bytes, index)
+                .map_err(|e| format!("cannot start from the log's snapshot at index {index}: {e}"))?;
+            info!(node = driver.name(), index = index.get(), "started from the log's snapshot");
+        }
+        Ok(())
+    }
+
+    /// Writes a snapshot of the view when `snapshotEvery` events were applied since the last
+    /// one this agent wrote or saw (every agent may; the store keeps the newest).
+    fn maybe_snapshot(&mut self) {
+        let Some(every) = self.store.snapshot_every() else { return };
+        let events = self.view().events_applied();
+        if events < self.snapshot_events.saturating_add(every) || self.store_failed.is_some() {
+            return;
+        }
+        let Some(applied) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() else { return };
+        let driver = self.drivers.iter().find(|d| d.applied_index() == Some(applied)).expect("the min is one of them");
+        let bytes = driver.view().snapshot();
+        let size = bytes.len();
+        self.snapshot_events = events;
+        let started = Instant::now();
+        match self.store.write_snapshot(applied, driver.view().events_applied(), bytes) {
+            Ok(written) => info!(
+                events,
+                bytes = size,
+                written,
+                took_ms = started.elapsed().as_millis() as u64,
+                "log snapshot (the log below it is compacted)"
+            ),
+            Err(e) => warn!(error = %e, "cannot write the log's snapshot; trying again later"),
+        }
     }
 
     /// The view all nodes share (they follow the same log).
@@ -575,6 +627,7 @@ impl<S: AgentStore> Agent<S> {
             self.start_calls(index);
         }
         self.record_highest_token();
+        self.maybe_snapshot();
         let recaptures = self.view().recaptures();
         if recaptures > self.recaptures_seen {
             warn!(

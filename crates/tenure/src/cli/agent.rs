@@ -244,12 +244,13 @@ impl Opened {
                 .map(Self::Embedded)
                 .map_err(|e| e.to_string()),
             #[cfg(feature = "etcd")]
-            StoreConfig::Etcd { endpoints, prefix, path } => {
+            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every } => {
                 let options = crate::store::fleet::EtcdOptions {
                     endpoints: endpoints.clone(),
                     prefix: prefix.clone(),
                     request_timeout: crate::store::fleet::REQUEST_TIMEOUT_DEFAULT,
                     user: None,
+                    snapshot_every: *snapshot_every,
                     fleet: crate::store::fleet::fleet_text(
                         &config.nodes.iter().chain(&config.peers).cloned().collect::<Vec<_>>(),
                         &config

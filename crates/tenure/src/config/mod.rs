@@ -69,6 +69,8 @@ pub const GARP_COUNT_MAX: u32 = 100;
 pub const GARP_INTERVAL_DEFAULT_MS: u64 = 100;
 /// Default time between two inventory reads of an `aws` provider (drift repair's input).
 pub const AWS_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 30_000;
+/// Default `store.snapshotEvery` of an etcd store.
+pub const SNAPSHOT_EVERY_DEFAULT: u64 = 10_000;
 /// Default `store.prefix` of an etcd store.
 pub const ETCD_PREFIX_DEFAULT: &str = "/tenure";
 /// Extension of the default identity file, beside the config file.
@@ -151,6 +153,9 @@ pub enum StoreConfig {
         prefix: String,
         /// The local store's folder.
         path: PathBuf,
+        /// Events between two snapshots of the log (`snapshotEvery`); the log below a snapshot
+        /// is compacted.
+        snapshot_every: u64,
     },
 }
 
@@ -424,6 +429,7 @@ fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<
             for (field, position) in [
                 ("endpoints", s.endpoints.as_ref().map(Position::of_spanned)),
                 ("prefix", s.prefix.as_ref().map(Position::of_spanned)),
+                ("snapshotEvery", s.snapshot_every.as_ref().map(Position::of_spanned)),
             ] {
                 if let Some(position) = position {
                     errors.push(InputError::at(
@@ -469,7 +475,18 @@ fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<
                     prefix.value.clone()
                 }
             };
-            StoreConfig::Etcd { endpoints, prefix, path }
+            let snapshot_every = match &s.snapshot_every {
+                None => SNAPSHOT_EVERY_DEFAULT,
+                Some(n) if n.value == 0 => {
+                    errors.push(InputError::at(
+                        Position::of_spanned(n),
+                        "store.snapshotEvery must be at least 1 (events between two snapshots)".to_owned(),
+                    ));
+                    SNAPSHOT_EVERY_DEFAULT
+                }
+                Some(n) => n.value,
+            };
+            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every }
         }
     }
 }

@@ -33,12 +33,13 @@ pub(super) struct RawConfig {
 
 /// `store:`.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct RawStore {
     pub(super) kind: Option<Spanned<RawStoreKind>>,
     pub(super) path: Spanned<String>,
     pub(super) endpoints: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) prefix: Option<Spanned<String>>,
+    pub(super) snapshot_every: Option<Spanned<u64>>,
 }
 
 /// `store.kind`.

@@ -70,7 +70,7 @@ fn every_key_is_read() {
 nodes:
   - {name: a, provider: lan, placementGroup: g1, nic: eth0}
   - {name: b, provider: lan, placementGroup: g1, nic: eth1}
-store: {kind: etcd, endpoints: ['http://10.0.0.1:2379', 'https://etcd:2379'], path: /var/lib/tenure}
+store: {kind: etcd, endpoints: ['http://10.0.0.1:2379', 'https://etcd:2379'], path: /var/lib/tenure, snapshotEvery: 500}
 identityFile: /var/lib/tenure.identity
 providers:
   - {name: lan, kind: onprem, interface: eth0, garpCount: 5, garpInterval: 50ms}
@@ -93,6 +93,7 @@ journalRetention: 20
             endpoints: vec!["http://10.0.0.1:2379".to_owned(), "https://etcd:2379".to_owned()],
             prefix: ETCD_PREFIX_DEFAULT.to_owned(),
             path: PathBuf::from("/var/lib/tenure"),
+            snapshot_every: 500,
         }
     );
     assert_eq!(config.identity_file, PathBuf::from("/var/lib/tenure.identity"), "beside, not inside");

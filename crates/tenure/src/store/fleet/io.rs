@@ -26,6 +26,10 @@ pub(crate) struct Keys {
     pub(crate) head: String,
     /// `<prefix>/fleet`: the fleet's nodes, as the first agent wrote them.
     pub(crate) fleet: String,
+    /// `<prefix>/snapshot`: the newest snapshot's manifest.
+    pub(crate) snapshot: String,
+    /// `<prefix>/snapshots/`: snapshot chunks, `<revision>/<chunk>`.
+    pub(crate) snapshots: String,
 }
 
 impl Keys {
@@ -35,7 +39,15 @@ impl Keys {
             log: format!("{prefix}/log/"),
             head: format!("{prefix}/head"),
             fleet: format!("{prefix}/fleet"),
+            snapshot: format!("{prefix}/snapshot"),
+            snapshots: format!("{prefix}/snapshots/"),
         }
+    }
+
+    /// The key prefix of the chunks of the snapshot at `revision` (zero-padded: keys sort as
+    /// numbers).
+    fn chunks_of(&self, revision: i64) -> String {
+        format!("{}{revision:020}/", self.snapshots)
     }
 }
 
@@ -60,7 +72,30 @@ pub(crate) enum Command {
     Append { key: String, value: Vec<u8>, reply: std_mpsc::SyncSender<Result<i64, String>> },
     /// A linearizable read of the head key.
     Head { reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
+    /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]);
+    /// answers whether this call wrote the manifest.
+    WriteSnapshot { revision: i64, events: u64, bytes: Arc<Vec<u8>>, reply: std_mpsc::SyncSender<Result<bool, String>> },
 }
+
+/// The snapshot manifest under `<prefix>/snapshot`: `{"v":1,"revision":R,…}`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Manifest {
+    v: u64,
+    /// The snapshot holds every batch with a revision up to this one.
+    pub(crate) revision: i64,
+    /// The projection's applied events (its `eventsApplied`).
+    events: u64,
+    /// Chunk keys `<revision>/<0..chunks>`.
+    chunks: usize,
+    /// Total bytes.
+    bytes: usize,
+    /// xxh3-64 of the bytes, hex.
+    xxh3: String,
+}
+
+/// Bytes per snapshot chunk (one etcd value).
+const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// How the thread connects.
 #[derive(Clone, Debug)]
@@ -151,6 +186,11 @@ impl Io {
         })
     }
 
+    /// Writes a snapshot (see [`Command::WriteSnapshot`]); waits up to a minute.
+    pub(crate) fn write_snapshot(&self, revision: i64, events: u64, bytes: Arc<Vec<u8>>) -> Result<bool, String> {
+        self.call(Duration::from_secs(60), |reply| Command::WriteSnapshot { revision, events, bytes, reply })
+    }
+
     /// A linearizable read of the head key, waited for at most `wait` (a read still under way
     /// then finishes in the background, unheard).
     pub(crate) fn head(&self, wait: Duration) -> Result<HeadRead, String> {
@@ -206,9 +246,18 @@ async fn connect_and_load(
         return Ok((client, first));
     }
     check_fleet(&mut client, keys, &settings.fleet).await?;
-    let head = read_head(&mut client, keys).await?;
+    let head = load(&mut client, keys, shared).await?;
+    Ok((client, head))
+}
+
+/// Reads the head, the newest snapshot and every batch after it, all at the head read's
+/// revision, and makes them the replica (replacing what it held).
+async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadRead, String> {
+    let head = read_head(client, keys).await?;
+    let snapshot = read_snapshot(client, keys, head.revision).await?;
+    let mut batches = Vec::new();
     const PAGE: i64 = 512;
-    let mut from = 1;
+    let mut from = snapshot.as_ref().map_or(1, |(m, _)| m.revision + 1);
     loop {
         let options = GetOptions::new()
             .with_prefix()
@@ -216,18 +265,134 @@ async fn connect_and_load(
             .with_min_mod_revision(from)
             .with_sort(SortTarget::Mod, SortOrder::Ascend)
             .with_limit(PAGE);
-        let response = client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log read"))?;
-        let kvs = response.kvs();
-        for kv in kvs {
-            shared.push_batch(kv.key(), kv.mod_revision(), kv.value());
+        let mut response = client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log read"))?;
+        let kvs = response.take_kvs();
+        let full = i64::try_from(kvs.len()).unwrap_or(PAGE) >= PAGE;
+        if let Some(last) = kvs.last() {
+            from = last.mod_revision() + 1;
         }
-        match kvs.last() {
-            Some(last) if i64::try_from(kvs.len()).unwrap_or(PAGE) >= PAGE => from = last.mod_revision() + 1,
-            _ => break,
+        batches.extend(kvs.into_iter().map(|kv| (kv.mod_revision(), kv.into_key_value())));
+        if !full {
+            break;
         }
     }
-    shared.loaded(head.revision);
-    Ok((client, head))
+    shared.reset(snapshot.map(|(m, bytes)| (m.revision, bytes)), batches, head.revision);
+    Ok(head)
+}
+
+/// The manifest under the snapshot key, with its mod revision.
+async fn read_manifest(client: &mut Client, keys: &Keys, at: Option<i64>) -> Result<Option<(Manifest, i64)>, String> {
+    let options = at.map(|at| GetOptions::new().with_revision(at));
+    let response = client.get(keys.snapshot.as_bytes(), options).await.map_err(failed("snapshot read"))?;
+    let Some(kv) = response.kvs().first() else { return Ok(None) };
+    let manifest: Manifest = serde_json::from_slice(kv.value())
+        .map_err(|e| format!("the snapshot manifest {} does not decode: {e}", keys.snapshot))?;
+    if manifest.v != 1 {
+        return Err(format!("the snapshot manifest {} has format version {}, not 1", keys.snapshot, manifest.v));
+    }
+    Ok(Some((manifest, kv.mod_revision())))
+}
+
+/// The newest snapshot at revision `at`, checked whole against its manifest.
+async fn read_snapshot(client: &mut Client, keys: &Keys, at: i64) -> Result<Option<(Manifest, Vec<u8>)>, String> {
+    let Some((manifest, _)) = read_manifest(client, keys, Some(at)).await? else { return Ok(None) };
+    let mut bytes = Vec::with_capacity(manifest.bytes);
+    for chunk in 0..manifest.chunks {
+        let key = format!("{}{chunk:05}", keys.chunks_of(manifest.revision));
+        let response = client
+            .get(key.as_bytes(), Some(GetOptions::new().with_revision(at)))
+            .await
+            .map_err(failed("snapshot chunk read"))?;
+        let kv = response.kvs().first().ok_or_else(|| format!("snapshot chunk {key} is missing"))?;
+        bytes.extend_from_slice(kv.value());
+    }
+    let hash = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes));
+    if bytes.len() != manifest.bytes || hash != manifest.xxh3 {
+        return Err(format!(
+            "the snapshot at revision {} is damaged: {} bytes with xxh3 {hash}, its manifest says {} bytes with {}",
+            manifest.revision,
+            bytes.len(),
+            manifest.bytes,
+            manifest.xxh3
+        ));
+    }
+    Ok(Some((manifest, bytes)))
+}
+
+/// Writes the snapshot of the log up to `revision`: its chunks, then the manifest with a compare
+/// on the manifest read first (the highest revision wins; equal snapshots are equal bytes, as
+/// every agent projects the same log). Then deletes the older snapshot's chunks and every log
+/// batch the new one holds. `Ok(false)`: a snapshot as new or newer was there already.
+async fn write_snapshot(
+    client: &mut Client,
+    keys: &Keys,
+    revision: i64,
+    events: u64,
+    bytes: &[u8],
+) -> Result<bool, String> {
+    let manifest = Manifest {
+        v: 1,
+        revision,
+        events,
+        chunks: bytes.len().div_ceil(SNAPSHOT_CHUNK_BYTES),
+        bytes: bytes.len(),
+        xxh3: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes)),
+    };
+    let mut written = false;
+    for _ in 0..3 {
+        let current = read_manifest(client, keys, None).await?;
+        if current.as_ref().is_some_and(|(m, _)| m.revision >= revision) {
+            break;
+        }
+        if !written {
+            for (i, chunk) in bytes.chunks(SNAPSHOT_CHUNK_BYTES).enumerate() {
+                let key = format!("{}{i:05}", keys.chunks_of(revision));
+                client.put(key, chunk, None).await.map_err(failed("snapshot chunk write"))?;
+            }
+            written = true;
+        }
+        let compare = match &current {
+            Some((_, mod_revision)) => Compare::mod_revision(keys.snapshot.as_bytes(), CompareOp::Equal, *mod_revision),
+            None => Compare::create_revision(keys.snapshot.as_bytes(), CompareOp::Equal, 0),
+        };
+        let value = serde_json::to_vec(&manifest).expect("a manifest serializes");
+        let txn = Txn::new().when([compare]).and_then([TxnOp::put(keys.snapshot.as_bytes(), value, None)]);
+        if client.txn(txn).await.map_err(failed("snapshot manifest write"))?.succeeded() {
+            if let Some((old, _)) = current {
+                delete_prefix(client, &keys.chunks_of(old.revision)).await?;
+            }
+            delete_log_up_to(client, keys, revision).await?;
+            return Ok(true);
+        }
+    }
+    // A newer snapshot won: ours is not needed (unless it is the very one that won: equal bytes
+    // under the same keys).
+    if written && read_manifest(client, keys, None).await?.is_some_and(|(m, _)| m.revision != revision) {
+        delete_prefix(client, &keys.chunks_of(revision)).await?;
+    }
+    Ok(false)
+}
+
+async fn delete_prefix(client: &mut Client, prefix: &str) -> Result<(), String> {
+    client
+        .delete(prefix.as_bytes(), Some(etcd_client::DeleteOptions::new().with_prefix()))
+        .await
+        .map_err(failed("delete"))
+        .map(drop)
+}
+
+/// Deletes the log batches at revision `revision` or before, a page at a time.
+async fn delete_log_up_to(client: &mut Client, keys: &Keys, revision: i64) -> Result<(), String> {
+    loop {
+        let options =
+            GetOptions::new().with_prefix().with_keys_only().with_max_mod_revision(revision).with_limit(64);
+        let response = client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log compaction read"))?;
+        if response.kvs().is_empty() {
+            return Ok(());
+        }
+        let deletes: Vec<TxnOp> = response.kvs().iter().map(|kv| TxnOp::delete(kv.key(), None)).collect();
+        client.txn(Txn::new().and_then(deletes)).await.map_err(failed("log compaction"))?;
+    }
 }
 
 /// Writes this agent's fleet under the fleet key unless one is there; one that is there must be
@@ -294,6 +459,9 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
         Command::Head { reply } => {
             let _ = reply.send(read_head(&mut client, &keys).await);
         }
+        Command::WriteSnapshot { revision, events, bytes, reply } => {
+            let _ = reply.send(write_snapshot(&mut client, &keys, revision, events, &bytes).await);
+        }
     }
 }
 
@@ -335,15 +503,21 @@ async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
                         Ok(Some(response)) => {
                             backoff = Duration::from_millis(50);
                             if response.canceled() {
-                                let reason = if response.compact_revision() > 0 {
-                                    format!(
-                                        "the log was compacted past revision {} before this agent read it; restart the agent",
-                                        response.compact_revision()
-                                    )
-                                } else {
-                                    format!("etcd cancelled the log's watch: {}", response.cancel_reason())
-                                };
-                                shared.break_replica(reason);
+                                if response.compact_revision() > 0 {
+                                    // etcd compacted its history past what this agent saw: start
+                                    // again from the newest snapshot and the batches after it.
+                                    warn!(
+                                        compacted = response.compact_revision(),
+                                        "the log's watch fell behind a compaction; reloading from the snapshot"
+                                    );
+                                    shared.set_down(Some("reloading the log from the snapshot".into()));
+                                    match load(&mut client, &keys, &shared).await {
+                                        Ok(_) => shared.set_down(None),
+                                        Err(e) => shared.set_down(Some(format!("cannot reload the log: {e}"))),
+                                    }
+                                    break;
+                                }
+                                shared.break_replica(format!("etcd cancelled the log's watch: {}", response.cancel_reason()));
                                 return;
                             }
                             for event in response.events() {

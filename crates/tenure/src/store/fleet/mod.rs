@@ -79,6 +79,8 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
     /// `user`, `password` when etcd has authentication on.
     pub user: Option<(String, String)>,
+    /// Write a snapshot (and compact the log below it) every this many events.
+    pub snapshot_every: u64,
     /// This agent's fleet: [`fleet_text`] of its nodes and peers.
     pub fleet: String,
 }
@@ -148,9 +150,12 @@ struct Replica {
     trimmed_upto: Option<LogIndex>,
     /// Why the log cannot be followed now (the watch is broken): cleared when it is back.
     down: Option<String>,
-    /// Why this agent refuses the log for good (another cluster, a log gone back, a compaction
-    /// it missed): sticky until restarted.
+    /// Why this agent refuses the log for good (another cluster, a log gone back, a batch that
+    /// does not decode): sticky until restarted.
     refused: Option<String>,
+    /// The newest snapshot loaded (at start, or when a compaction made the watch reload): the
+    /// index of the last record it holds, and its bytes.
+    snapshot: Option<(LogIndex, Arc<Vec<u8>>)>,
 }
 
 /// What the store and its I/O thread share.
@@ -201,10 +206,29 @@ impl Shared {
         }
     }
 
-    /// The initial load read everything up to `revision`.
-    fn loaded(&self, revision: i64) {
+    /// Makes the replica what a load read at revision `at`: the snapshot (its revision and
+    /// bytes) and the batches after it, in revision order. Whatever the replica held goes.
+    fn reset(&self, snapshot: Option<(i64, Vec<u8>)>, batches: Vec<(i64, (Vec<u8>, Vec<u8>))>, at: i64) {
+        {
+            let mut replica = self.lock();
+            replica.records.clear();
+            replica.seen_revision = 0;
+            replica.trimmed_upto = None;
+            replica.snapshot = None;
+            if let Some((revision, bytes)) = snapshot {
+                let index = batch::index_of(revision, batch::BATCH_EVENTS_MAX - 1).expect("a stored revision fits");
+                replica.snapshot = Some((index, Arc::new(bytes)));
+                replica.trimmed_upto = Some(index);
+                replica.seen_revision = revision;
+            }
+        }
+        for (revision, (key, value)) in batches {
+            self.push_batch(&key, revision, &value);
+        }
         let mut replica = self.lock();
-        replica.seen_revision = replica.seen_revision.max(revision);
+        replica.seen_revision = replica.seen_revision.max(at);
+        drop(replica);
+        self.grew();
     }
 
     fn seen_revision(&self) -> i64 {
@@ -274,6 +298,7 @@ pub struct EtcdStore {
     /// Names this process's batch keys: `<prefix>/log/<instance>-<hash of the batch>`.
     instance: String,
     request_timeout: Duration,
+    snapshot_every: u64,
     /// The cluster this agent is bound to.
     cluster_id: u64,
 }
@@ -333,6 +358,7 @@ impl EtcdStore {
             prefix: options.prefix.clone(),
             instance,
             request_timeout: options.request_timeout,
+            snapshot_every: options.snapshot_every.max(1),
             cluster_id: binding.as_ref().map_or(head.cluster_id, |b| b.cluster_id),
         };
         match &binding {
@@ -529,6 +555,21 @@ impl AgentStore for EtcdStore {
 
     fn followed(&self, upto: LogIndex) {
         self.shared.trim(upto);
+    }
+
+    fn snapshot(&self) -> Option<(LogIndex, Arc<Vec<u8>>)> {
+        self.shared.lock().snapshot.clone()
+    }
+
+    fn snapshot_every(&self) -> Option<u64> {
+        Some(self.snapshot_every)
+    }
+
+    fn write_snapshot(&self, applied: LogIndex, events: u64, bytes: Vec<u8>) -> Result<bool, String> {
+        if let Some(reason) = self.refused() {
+            return Err(reason);
+        }
+        self.io.write_snapshot(batch::revision_of(applied), events, Arc::new(bytes))
     }
 
     fn retries_appends(&self) -> bool {
