@@ -307,6 +307,13 @@ fn post_until_accepted(listen: SocketAddr, path: &str) -> Duration {
     took
 }
 
+/// [`post_until_accepted`] without the report.
+fn post_until_accepted_quietly(listen: SocketAddr, path: &str) {
+    wait_for(&format!("POST {path} is accepted"), || {
+        matches!(process::http(listen, "POST", path, Some(TOKEN), None), Ok((200, _)))
+    });
+}
+
 /// Waits until every agent shows the same map with an owner other than `who`; returns it.
 fn wait_owner_not(listen: &[SocketAddr], who: &str) -> String {
     let mut last = String::new();
@@ -537,7 +544,7 @@ fn run(args: &[&str]) -> String {
 #[test]
 fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
     let lab = NetLab::new();
-    let fleet = Fleet::build("fleet-cut", 23900, "1s", Some(&lab), "");
+    let fleet = Fleet::build("fleet-cut", 23900, "1s", Some(&lab), ", snapshotEvery: 300");
     let agents: Vec<Agent> = (0..3).map(|i| fleet.start(i)).collect();
     converged(&fleet.listen, "a");
     wait_for("a holds the address", || fleet.cloud_holder().as_deref() == Some("a"));
@@ -571,11 +578,38 @@ fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
     assert!(during.is_empty(), "the cut-off agent executed something: {during:?}");
     assert_eq!(http(fleet.listen[0], "GET", "/v1/health", None, None).map(|(s, _)| s).ok(), Some(503));
 
-    // Heal: a follows again, agrees byte for byte, and executes nothing stale.
+    // Meanwhile the others go on: enough events for a snapshot, the log below it deleted, and
+    // etcd's history compacted, so that a's watch cannot resume where it broke.
+    for _ in 0..160 {
+        post_until_accepted_quietly(fleet.listen[1], "/v1/undrain/c");
+        post_until_accepted_quietly(fleet.listen[2], "/v1/undrain/b");
+    }
+    let etcdctl = |args: &[&str]| {
+        let sw = lab.ns("sw");
+        let mut full =
+            vec!["ip", "netns", "exec", sw.as_str(), "etcdctl", "--endpoints", "http://10.213.0.1:23901"];
+        full.extend_from_slice(args);
+        run(&full)
+    };
+    wait_for("a snapshot was written while a was cut off", || {
+        !etcdctl(&["get", "/fleet-test/snapshot", "--print-value-only"]).trim().is_empty()
+    });
+    let status: serde_json::Value =
+        serde_json::from_str(&etcdctl(&["get", "/fleet-test/head", "-w", "json"])).expect("etcdctl JSON");
+    let revision = status["header"]["revision"].as_u64().expect("a revision");
+    etcdctl(&["compact", &revision.to_string()]);
+
+    // Heal: a follows again (from the snapshot), agrees byte for byte, executes nothing stale.
     lab.link("a", true);
     let healed = Instant::now();
     wait_for("the agent is healthy again", || health_ok(fleet.listen[0]));
     eprintln!("healed: health 200 after {:?}", healed.elapsed());
+    let log = agents[0].log();
+    assert!(log.contains("reloading from the snapshot"), "a's watch did not hit the compaction:\n{log}");
+    assert!(
+        log.contains("started from the log's snapshot"),
+        "a did not start again from the snapshot:\n{log}"
+    );
     converged(&fleet.listen, &new_owner);
     std::thread::sleep(Duration::from_secs(1));
     let late: Vec<_> = fleet.calls()[calls_before..].iter().filter(|(h, ..)| h == "a").cloned().collect();
@@ -619,16 +653,26 @@ fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_s
         fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
     };
     let writer_dir = fleet.dir.path().join("writer");
-    let writer = EtcdStore::open(&writer_dir, &fleet.dir.path().join("writer.identity"), &options).expect("writer store");
+    let writer = EtcdStore::open(&writer_dir, &fleet.dir.path().join("writer.identity"), &options)
+        .expect("writer store");
     for _ in 0..20 {
-        let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
-        let events: Vec<Event> =
-            (0..500).map(|i| Event { at_ms: at_ms + i / 100, kind: EventKind::Heartbeat { node: "b".into() } }).collect();
+        let at_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis()
+                as u64;
+        let events: Vec<Event> = (0..500)
+            .map(|i| Event { at_ms: at_ms + i / 100, kind: EventKind::Heartbeat { node: "b".into() } })
+            .collect();
         tenure::agent::AgentStore::append_batch(&writer, &events).expect("appended");
     }
     let endpoints = options.endpoints.join(",");
     let etcdctl = |args: &[&str]| {
-        let out = Command::new("etcdctl").arg("--endpoints").arg(&endpoints).args(args).env("ETCDCTL_API", "3").output().expect("etcdctl");
+        let out = Command::new("etcdctl")
+            .arg("--endpoints")
+            .arg(&endpoints)
+            .args(args)
+            .env("ETCDCTL_API", "3")
+            .output()
+            .expect("etcdctl");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     wait_for("an agent wrote a snapshot and compacted the log below it", || {
@@ -643,7 +687,11 @@ fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_s
     let c = fleet.start(2);
     let body = converged(&fleet.listen, "a");
     assert_eq!(epochs(&body), epochs(&before), "10,000 heartbeats moved no token");
-    assert!(c.log().contains("started from the log's snapshot"), "c did not start from the snapshot:\n{}", c.log());
+    assert!(
+        c.log().contains("started from the log's snapshot"),
+        "c did not start from the snapshot:\n{}",
+        c.log()
+    );
     // The fleet goes on after it: a drain moves ownership on all three alike.
     post_until_accepted(fleet.listen[2], "/v1/drain/a");
     wait_owner_not(&fleet.listen, "a");

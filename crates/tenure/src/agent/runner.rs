@@ -424,8 +424,11 @@ impl<S: AgentStore> Agent<S> {
         if events < self.snapshot_events.saturating_add(every) || self.store_failed.is_some() {
             return;
         }
-        let Some(applied) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() else { return };
-        let driver = self.drivers.iter().find(|d| d.applied_index() == Some(applied)).expect("the min is one of them");
+        let Some(applied) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() else {
+            return;
+        };
+        let driver =
+            self.drivers.iter().find(|d| d.applied_index() == Some(applied)).expect("the min is one of them");
         let bytes = driver.view().snapshot();
         let size = bytes.len();
         self.snapshot_events = events;

@@ -74,7 +74,12 @@ pub(crate) enum Command {
     Head { reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
     /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]);
     /// answers whether this call wrote the manifest.
-    WriteSnapshot { revision: i64, events: u64, bytes: Arc<Vec<u8>>, reply: std_mpsc::SyncSender<Result<bool, String>> },
+    WriteSnapshot {
+        revision: i64,
+        events: u64,
+        bytes: Arc<Vec<u8>>,
+        reply: std_mpsc::SyncSender<Result<bool, String>>,
+    },
 }
 
 /// The snapshot manifest under `<prefix>/snapshot`: `{"v":1,"revision":R,…}`.
@@ -187,7 +192,12 @@ impl Io {
     }
 
     /// Writes a snapshot (see [`Command::WriteSnapshot`]); waits up to a minute.
-    pub(crate) fn write_snapshot(&self, revision: i64, events: u64, bytes: Arc<Vec<u8>>) -> Result<bool, String> {
+    pub(crate) fn write_snapshot(
+        &self,
+        revision: i64,
+        events: u64,
+        bytes: Arc<Vec<u8>>,
+    ) -> Result<bool, String> {
         self.call(Duration::from_secs(60), |reply| Command::WriteSnapshot { revision, events, bytes, reply })
     }
 
@@ -265,7 +275,8 @@ async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadR
             .with_min_mod_revision(from)
             .with_sort(SortTarget::Mod, SortOrder::Ascend)
             .with_limit(PAGE);
-        let mut response = client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log read"))?;
+        let mut response =
+            client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log read"))?;
         let kvs = response.take_kvs();
         let full = i64::try_from(kvs.len()).unwrap_or(PAGE) >= PAGE;
         if let Some(last) = kvs.last() {
@@ -281,20 +292,31 @@ async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadR
 }
 
 /// The manifest under the snapshot key, with its mod revision.
-async fn read_manifest(client: &mut Client, keys: &Keys, at: Option<i64>) -> Result<Option<(Manifest, i64)>, String> {
+async fn read_manifest(
+    client: &mut Client,
+    keys: &Keys,
+    at: Option<i64>,
+) -> Result<Option<(Manifest, i64)>, String> {
     let options = at.map(|at| GetOptions::new().with_revision(at));
     let response = client.get(keys.snapshot.as_bytes(), options).await.map_err(failed("snapshot read"))?;
     let Some(kv) = response.kvs().first() else { return Ok(None) };
     let manifest: Manifest = serde_json::from_slice(kv.value())
         .map_err(|e| format!("the snapshot manifest {} does not decode: {e}", keys.snapshot))?;
     if manifest.v != 1 {
-        return Err(format!("the snapshot manifest {} has format version {}, not 1", keys.snapshot, manifest.v));
+        return Err(format!(
+            "the snapshot manifest {} has format version {}, not 1",
+            keys.snapshot, manifest.v
+        ));
     }
     Ok(Some((manifest, kv.mod_revision())))
 }
 
 /// The newest snapshot at revision `at`, checked whole against its manifest.
-async fn read_snapshot(client: &mut Client, keys: &Keys, at: i64) -> Result<Option<(Manifest, Vec<u8>)>, String> {
+async fn read_snapshot(
+    client: &mut Client,
+    keys: &Keys,
+    at: i64,
+) -> Result<Option<(Manifest, Vec<u8>)>, String> {
     let Some((manifest, _)) = read_manifest(client, keys, Some(at)).await? else { return Ok(None) };
     let mut bytes = Vec::with_capacity(manifest.bytes);
     for chunk in 0..manifest.chunks {
@@ -352,7 +374,9 @@ async fn write_snapshot(
             written = true;
         }
         let compare = match &current {
-            Some((_, mod_revision)) => Compare::mod_revision(keys.snapshot.as_bytes(), CompareOp::Equal, *mod_revision),
+            Some((_, mod_revision)) => {
+                Compare::mod_revision(keys.snapshot.as_bytes(), CompareOp::Equal, *mod_revision)
+            }
             None => Compare::create_revision(keys.snapshot.as_bytes(), CompareOp::Equal, 0),
         };
         let value = serde_json::to_vec(&manifest).expect("a manifest serializes");
@@ -386,7 +410,8 @@ async fn delete_log_up_to(client: &mut Client, keys: &Keys, revision: i64) -> Re
     loop {
         let options =
             GetOptions::new().with_prefix().with_keys_only().with_max_mod_revision(revision).with_limit(64);
-        let response = client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log compaction read"))?;
+        let response =
+            client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log compaction read"))?;
         if response.kvs().is_empty() {
             return Ok(());
         }
@@ -513,11 +538,16 @@ async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
                                     shared.set_down(Some("reloading the log from the snapshot".into()));
                                     match load(&mut client, &keys, &shared).await {
                                         Ok(_) => shared.set_down(None),
-                                        Err(e) => shared.set_down(Some(format!("cannot reload the log: {e}"))),
+                                        Err(e) => {
+                                            shared.set_down(Some(format!("cannot reload the log: {e}")))
+                                        }
                                     }
                                     break;
                                 }
-                                shared.break_replica(format!("etcd cancelled the log's watch: {}", response.cancel_reason()));
+                                shared.break_replica(format!(
+                                    "etcd cancelled the log's watch: {}",
+                                    response.cancel_reason()
+                                ));
                                 return;
                             }
                             for event in response.events() {

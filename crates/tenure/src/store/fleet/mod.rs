@@ -216,7 +216,8 @@ impl Shared {
             replica.trimmed_upto = None;
             replica.snapshot = None;
             if let Some((revision, bytes)) = snapshot {
-                let index = batch::index_of(revision, batch::BATCH_EVENTS_MAX - 1).expect("a stored revision fits");
+                let index =
+                    batch::index_of(revision, batch::BATCH_EVENTS_MAX - 1).expect("a stored revision fits");
                 replica.snapshot = Some((index, Arc::new(bytes)));
                 replica.trimmed_upto = Some(index);
                 replica.seen_revision = revision;
