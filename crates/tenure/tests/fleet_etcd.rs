@@ -116,14 +116,22 @@ impl Fleet {
         agent
     }
 
-    /// Starts agent `i` under `faketime` with its wall clock shifted by `offset` ("+10s").
+    /// Starts agent `i` with its wall clock shifted by `offset` ("+10s"): libfaketime preloaded
+    /// into the agent itself (the `faketime` wrapper would fork, and a kill would miss the
+    /// agent), the monotonic clock left alone.
     fn start_shifted(&self, i: usize, offset: &str) -> Agent {
+        let library = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"]
+            .iter()
+            .map(|dir| Path::new(dir).join("faketime/libfaketimeMT.so.1"))
+            .find(|path| path.exists())
+            .expect("libfaketime is not installed (scripts/install-deps installs faketime)");
+        let library = library.to_str().expect("utf-8");
         let agent = Agent::spawn_wrapped(
             &self.dir,
             &self.config(i),
             self.listen[i],
-            &["faketime", "-f", offset],
-            &[("FAKETIME_DONT_FAKE_MONOTONIC", "1")],
+            &[],
+            &[("LD_PRELOAD", library), ("FAKETIME", offset), ("FAKETIME_DONT_FAKE_MONOTONIC", "1")],
         );
         agent.wait_healthy();
         agent

@@ -158,6 +158,9 @@ struct Replica {
     snapshot: Option<(LogIndex, Arc<Vec<u8>>)>,
 }
 
+/// One log key as read: its revision, key and value.
+pub(crate) type StoredBatch = (i64, (Vec<u8>, Vec<u8>));
+
 /// What the store and its I/O thread share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -208,7 +211,7 @@ impl Shared {
 
     /// Makes the replica what a load read at revision `at`: the snapshot (its revision and
     /// bytes) and the batches after it, in revision order. Whatever the replica held goes.
-    fn reset(&self, snapshot: Option<(i64, Vec<u8>)>, batches: Vec<(i64, (Vec<u8>, Vec<u8>))>, at: i64) {
+    fn reset(&self, snapshot: Option<(i64, Vec<u8>)>, batches: Vec<StoredBatch>, at: i64) {
         {
             let mut replica = self.lock();
             replica.records.clear();
