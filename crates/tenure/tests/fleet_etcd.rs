@@ -657,6 +657,7 @@ fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_s
         prefix: "/fleet-test".into(),
         request_timeout: Duration::from_secs(5),
         user: None,
+        tls: None,
         snapshot_every: 2000,
         fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
     };
@@ -716,4 +717,200 @@ fn metric(listen: SocketAddr, name: &str) -> u64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
         .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
+}
+
+/// One etcd member with TLS (client certificates required) and authentication on, killed on
+/// drop.
+struct SecureEtcd {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl Drop for SecureEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() {
+    let dir = TempDir::new("fleet-tls");
+    let d = dir.path();
+    let ssl = |args: &[&str]| run(&[&["openssl"], args].concat());
+    let p = |name: &str| d.join(name).to_str().expect("utf-8").to_owned();
+    ssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=tenure-test-ca",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+    ]);
+    for (name, cn, ext) in [
+        ("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1"),
+        ("client", "tenure", "extendedKeyUsage=clientAuth"),
+    ] {
+        ssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &p(&format!("{name}.key")),
+            "-out",
+            &p(&format!("{name}.csr")),
+        ]);
+        std::fs::write(d.join(format!("{name}.ext")), format!("{ext}\n")).expect("ext");
+        ssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &p(&format!("{name}.csr")),
+            "-CA",
+            &p("ca.pem"),
+            "-CAkey",
+            &p("ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &p(&format!("{name}.ext")),
+            "-out",
+            &p(&format!("{name}.pem")),
+        ]);
+    }
+    let port = free_port().port();
+    let peer = free_port().port();
+    let endpoint = format!("https://127.0.0.1:{port}");
+    let log = std::fs::File::create(d.join("etcd.log")).expect("log");
+    let child = Command::new("etcd")
+        .args(["--name", "s1", "--data-dir", &p("etcd.data")])
+        .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-cluster", &format!("s1=http://127.0.0.1:{peer}")])
+        .args([
+            "--cert-file",
+            &p("server.pem"),
+            "--key-file",
+            &p("server.key"),
+            "--trusted-ca-file",
+            &p("ca.pem"),
+        ])
+        .arg("--client-cert-auth")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("etcd starts (scripts/install-deps)");
+    let etcd = SecureEtcd { child, endpoint };
+    let etcdctl = |args: &[&str]| -> (bool, String) {
+        let out = Command::new("etcdctl")
+            .args([
+                "--endpoints",
+                &etcd.endpoint,
+                "--cacert",
+                &p("ca.pem"),
+                "--cert",
+                &p("client.pem"),
+                "--key",
+                &p("client.key"),
+            ])
+            .args(args)
+            .env("ETCDCTL_API", "3")
+            .output()
+            .expect("etcdctl");
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    wait_for("the TLS etcd answers", || etcdctl(&["endpoint", "health"]).0);
+    const PASSWORD: &str = "s3cret-Pa55word-do-not-show";
+    for args in [
+        vec!["user", "add", "root", "--new-user-password=rootpw"],
+        vec!["user", "grant-role", "root", "root"],
+        vec!["user", "add", "tenure-agent", &format!("--new-user-password={PASSWORD}")],
+        vec!["role", "add", "fleet"],
+        vec!["role", "grant-permission", "fleet", "--prefix=true", "readwrite", "/fleet-test"],
+        vec!["user", "grant-role", "tenure-agent", "fleet"],
+        vec!["auth", "enable"],
+    ] {
+        let (ok, out) = etcdctl(&args);
+        assert!(ok, "etcdctl {args:?}: {out}");
+    }
+    let hook = dir.write("hook.sh", HOOK);
+    make_executable(&hook);
+    dir.write("token", TOKEN);
+    dir.write(
+        "pools.yaml",
+        &format!(
+            "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  addresses: [{ADDRESS}]\n  \
+             provider: hook\n  placementGroup: g1\n  members: [a, b]\n  heartbeatTTL: 2s\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n"
+        ),
+    );
+    let config = |name: &str, password_file: &str| {
+        let listen = free_port();
+        let path = dir.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "node: {{name: a, provider: hook, placementGroup: g1, nic: eni-a}}\npeers:\n  - {{name: b, provider: hook, placementGroup: g1, nic: eni-b}}\n\
+                 store: {{kind: etcd, endpoints: [{}], prefix: /fleet-test, path: ./data-{name}, \
+                 tls: {{ca: ca.pem, cert: client.pem, key: client.key}}, user: tenure-agent, passwordFile: {password_file}}}\n\
+                 providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 5s}}\npools: [pools.yaml]\n\
+                 listen: {listen}\nheartbeatInterval: 100ms\napiTokenFile: token\n",
+                etcd.endpoint,
+                hook.display(),
+            ),
+        );
+        (path, listen)
+    };
+    dir.write("password", &format!("{PASSWORD}\n"));
+    dir.write("wrong-password", "not-it\n");
+    // A wrong password: the agent stops at start in one line, naming etcd's refusal, not the secret.
+    let (wrong, wrong_listen) = config("wrong", "wrong-password");
+    let mut refused = Agent::spawn(&dir, &wrong, wrong_listen);
+    let status = process::wait_exit(&mut refused.child);
+    let refused_log = refused.log();
+    assert_eq!(status.code(), Some(1), "{refused_log}");
+    let lines: Vec<&str> = refused_log.lines().filter(|l| l.contains("tenure agent:")).collect();
+    assert_eq!(lines.len(), 1, "{refused_log}");
+    assert!(lines[0].contains("authentication failed") || lines[0].contains("invalid"), "{}", lines[0]);
+    assert!(!refused_log.contains("not-it"), "the wrong password was shown: {refused_log}");
+    // The right one: the agent runs on the secured etcd, and no secret is shown anywhere.
+    let (good, listen) = config("good", "password");
+    let agent = Agent::start(&dir, &good, listen);
+    converged(&[listen], "a");
+    wait_for("a holds the address", || {
+        std::fs::read_to_string(d.join("cloud").join(ADDRESS)).is_ok_and(|h| h.trim() == "a")
+    });
+    let (_, health) = http(listen, "GET", "/v1/health", None, None).expect("health");
+    let (_, metrics) = http(listen, "GET", "/metrics", None, None).expect("metrics");
+    let key = std::fs::read_to_string(d.join("client.key")).expect("key");
+    let key_line = key.lines().nth(1).expect("a key line");
+    for (what, text) in
+        [("health", health.as_str()), ("metrics", metrics.as_str()), ("log", agent.log().as_str())]
+    {
+        assert!(!text.contains(PASSWORD), "the password is in the {what}");
+        assert!(!text.contains(key_line), "the private key is in the {what}");
+    }
+    let (ok, keys) = etcdctl(&[
+        "--user",
+        &format!("tenure-agent:{PASSWORD}"),
+        "get",
+        "--prefix",
+        "/fleet-test/log/",
+        "--keys-only",
+    ]);
+    assert!(ok && !keys.trim().is_empty(), "the agent's appends are in etcd: {keys}");
+    drop(agent);
 }

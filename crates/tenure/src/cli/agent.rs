@@ -244,12 +244,45 @@ impl Opened {
                 .map(Self::Embedded)
                 .map_err(|e| e.to_string()),
             #[cfg(feature = "etcd")]
-            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every } => {
+            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every, tls, user } => {
+                let read = |path: &std::path::Path, what: &str| {
+                    std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+                };
+                let user = match user {
+                    Some((name, file)) => {
+                        let text = String::from_utf8(read(file, "store.passwordFile")?)
+                            .map_err(|_| format!("store.passwordFile {}: not UTF-8", file.display()))?;
+                        let password = text.trim_end_matches(['\n', '\r']).to_owned();
+                        if password.is_empty() {
+                            return Err(format!("store.passwordFile {}: empty", file.display()));
+                        }
+                        Some((name.clone(), crate::store::fleet::Secret(password)))
+                    }
+                    None => None,
+                };
+                let tls = match tls {
+                    Some(tls) => Some(crate::store::fleet::EtcdTlsPem {
+                        ca: read(&tls.ca, "store.tls.ca")?,
+                        identity: match (&tls.cert, &tls.key) {
+                            (Some(cert), Some(key)) => Some((
+                                read(cert, "store.tls.cert")?,
+                                crate::store::fleet::Secret(
+                                    String::from_utf8(read(key, "store.tls.key")?).map_err(|_| {
+                                        format!("store.tls.key {}: not PEM text", key.display())
+                                    })?,
+                                ),
+                            )),
+                            _ => None,
+                        },
+                    }),
+                    None => None,
+                };
                 let options = crate::store::fleet::EtcdOptions {
                     endpoints: endpoints.clone(),
                     prefix: prefix.clone(),
                     request_timeout: crate::store::fleet::REQUEST_TIMEOUT_DEFAULT,
-                    user: None,
+                    user,
+                    tls,
                     snapshot_every: *snapshot_every,
                     fleet: crate::store::fleet::fleet_text(
                         &config.nodes.iter().chain(&config.peers).cloned().collect::<Vec<_>>(),

@@ -156,7 +156,23 @@ pub enum StoreConfig {
         /// Events between two snapshots of the log (`snapshotEvery`); the log below a snapshot
         /// is compacted.
         snapshot_every: u64,
+        /// TLS to etcd (`tls: {ca, cert, key}`), with https endpoints.
+        tls: Option<EtcdTls>,
+        /// etcd authentication: the user and the file holding its password (`user`,
+        /// `passwordFile`), read when the agent starts.
+        user: Option<(String, PathBuf)>,
     },
+}
+
+/// `store.tls`: files read when the agent starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// The CA certificate (PEM) that signed etcd's server certificates.
+    pub ca: PathBuf,
+    /// This agent's client certificate (PEM), when etcd asks for one.
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<PathBuf>,
 }
 
 impl StoreConfig {
@@ -430,6 +446,9 @@ fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<
                 ("endpoints", s.endpoints.as_ref().map(Position::of_spanned)),
                 ("prefix", s.prefix.as_ref().map(Position::of_spanned)),
                 ("snapshotEvery", s.snapshot_every.as_ref().map(Position::of_spanned)),
+                ("tls", s.tls.as_ref().map(Position::of_spanned)),
+                ("user", s.user.as_ref().map(Position::of_spanned)),
+                ("passwordFile", s.password_file.as_ref().map(Position::of_spanned)),
             ] {
                 if let Some(position) = position {
                     errors.push(InputError::at(
@@ -486,7 +505,57 @@ fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<
                 }
                 Some(n) => n.value,
             };
-            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every }
+            let tls = s.tls.as_ref().map(|tls| {
+                let t = &tls.value;
+                if t.cert.is_some() != t.key.is_some() {
+                    errors.push(InputError::at(
+                        Position::of_spanned(tls),
+                        "store.tls: give both `cert` and `key` (a client certificate), or neither".to_owned(),
+                    ));
+                }
+                EtcdTls {
+                    ca: path_field(errors, "store.tls.ca", &t.ca, base),
+                    cert: t.cert.as_ref().map(|c| path_field(errors, "store.tls.cert", c, base)),
+                    key: t.key.as_ref().map(|k| path_field(errors, "store.tls.key", k, base)),
+                }
+            });
+            for url in &endpoints {
+                if url.starts_with("https://") && tls.is_none() {
+                    errors.push(InputError::at(
+                        Position::of_spanned(store),
+                        format!("store.endpoints: `{url}` is https: give `tls: {{ca: FILE}}` (the CA that signed etcd's certificate)"),
+                    ));
+                    break;
+                }
+                if url.starts_with("http://") && tls.is_some() {
+                    errors.push(InputError::at(
+                        Position::of_spanned(store),
+                        format!("store.endpoints: `{url}` is plain http, but `tls` is set: use https URLs"),
+                    ));
+                    break;
+                }
+            }
+            let user = match (&s.user, &s.password_file) {
+                (Some(user), Some(file)) => {
+                    Some((user.value.clone(), path_field(errors, "store.passwordFile", file, base)))
+                }
+                (None, None) => None,
+                (Some(user), None) => {
+                    errors.push(InputError::at(
+                        Position::of_spanned(user),
+                        "store.user needs `passwordFile` (the file holding its etcd password)".to_owned(),
+                    ));
+                    None
+                }
+                (None, Some(file)) => {
+                    errors.push(InputError::at(
+                        Position::of_spanned(file),
+                        "store.passwordFile needs `user` (the etcd user it is the password of)".to_owned(),
+                    ));
+                    None
+                }
+            };
+            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every, tls, user }
         }
     }
 }

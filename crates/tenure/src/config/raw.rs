@@ -40,6 +40,18 @@ pub(super) struct RawStore {
     pub(super) endpoints: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) prefix: Option<Spanned<String>>,
     pub(super) snapshot_every: Option<Spanned<u64>>,
+    pub(super) tls: Option<Spanned<RawTls>>,
+    pub(super) user: Option<Spanned<String>>,
+    pub(super) password_file: Option<Spanned<String>>,
+}
+
+/// `store.tls`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) ca: Spanned<String>,
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
 }
 
 /// `store.kind`.

@@ -70,7 +70,7 @@ fn every_key_is_read() {
 nodes:
   - {name: a, provider: lan, placementGroup: g1, nic: eth0}
   - {name: b, provider: lan, placementGroup: g1, nic: eth1}
-store: {kind: etcd, endpoints: ['http://10.0.0.1:2379', 'https://etcd:2379'], path: /var/lib/tenure, snapshotEvery: 500}
+store: {kind: etcd, endpoints: ['http://10.0.0.1:2379', 'http://etcd:2379'], path: /var/lib/tenure, snapshotEvery: 500}
 identityFile: /var/lib/tenure.identity
 providers:
   - {name: lan, kind: onprem, interface: eth0, garpCount: 5, garpInterval: 50ms}
@@ -90,10 +90,12 @@ journalRetention: 20
     assert_eq!(
         config.store,
         StoreConfig::Etcd {
-            endpoints: vec!["http://10.0.0.1:2379".to_owned(), "https://etcd:2379".to_owned()],
+            endpoints: vec!["http://10.0.0.1:2379".to_owned(), "http://etcd:2379".to_owned()],
             prefix: ETCD_PREFIX_DEFAULT.to_owned(),
             path: PathBuf::from("/var/lib/tenure"),
             snapshot_every: 500,
+            tls: None,
+            user: None,
         }
     );
     assert_eq!(config.identity_file, PathBuf::from("/var/lib/tenure.identity"), "beside, not inside");
@@ -209,6 +211,47 @@ fn peers_are_the_fleets_other_nodes_and_need_an_etcd_store() {
         "{:?}",
         errors(&same_nic)
     );
+}
+
+#[test]
+fn etcd_tls_and_passwords_come_in_pairs() {
+    let base = "node: {name: a, provider: sim1, placementGroup: g1, nic: eni-a}\n\
+                providers: [{name: sim1, kind: sim-cloud}]\n";
+    let store = |s: &str| format!("{base}store: {s}\n");
+    let good = parse(&store(
+        "{kind: etcd, endpoints: [https://e1:2379], path: ./d, tls: {ca: ca.pem, cert: c.pem, key: c.key}, user: u, passwordFile: pw}",
+    ))
+    .expect("valid");
+    let StoreConfig::Etcd { tls: Some(tls), user: Some((user, file)), .. } = good.store else {
+        panic!("{:?}", good.store)
+    };
+    assert_eq!(tls.ca, PathBuf::from("/etc/tenure/ca.pem"));
+    assert_eq!(
+        (tls.cert, tls.key),
+        (Some(PathBuf::from("/etc/tenure/c.pem")), Some(PathBuf::from("/etc/tenure/c.key")))
+    );
+    assert_eq!((user.as_str(), file), ("u", PathBuf::from("/etc/tenure/pw")));
+    first(
+        &store("{kind: etcd, endpoints: [https://e1:2379], path: ./d}"),
+        "is https: give `tls: {ca: FILE}`",
+    );
+    first(
+        &store("{kind: etcd, endpoints: [http://e1:2379], path: ./d, tls: {ca: ca.pem}}"),
+        "is plain http, but `tls` is set",
+    );
+    first(
+        &store("{kind: etcd, endpoints: [https://e1:2379], path: ./d, tls: {ca: ca.pem, cert: c.pem}}"),
+        "both `cert` and `key`",
+    );
+    first(
+        &store("{kind: etcd, endpoints: [http://e1:2379], path: ./d, user: u}"),
+        "store.user needs `passwordFile`",
+    );
+    first(
+        &store("{kind: etcd, endpoints: [http://e1:2379], path: ./d, passwordFile: pw}"),
+        "store.passwordFile needs `user`",
+    );
+    first(&store("{path: ./d, user: u}"), "store kind `embedded` does not take `user`");
 }
 
 #[test]
@@ -490,7 +533,7 @@ fn a_config_file_is_read_with_its_name_in_every_error() {
     assert_eq!(
         errors,
         vec![format!(
-            "{file}:9:1: unknown field `bogus`, expected one of node, nodes, store, identityFile, providers, vrrp, pools, listen, heartbeatInterval, requeueInterval, actionTimeout, apiTokenFile, journalRetention"
+            "{file}:9:1: unknown field `bogus`, expected one of node, nodes, peers, store, identityFile, providers, vrrp, pools, listen, heartbeatInterval, requeueInterval, actionTimeout, apiTokenFile, journalRetention"
         )]
     );
     let missing = load_config(&dir.join("nope.yaml")).expect_err("missing file");

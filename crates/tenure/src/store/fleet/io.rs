@@ -109,7 +109,9 @@ pub(crate) struct ConnectSettings {
     /// Per request (connect, append, read).
     pub(crate) request_timeout: Duration,
     /// `user`, `password`, when etcd has authentication on.
-    pub(crate) user: Option<(String, String)>,
+    pub(crate) user: Option<(String, super::Secret)>,
+    /// TLS material, with https endpoints.
+    pub(crate) tls: Option<super::EtcdTlsPem>,
     /// This agent's fleet ([`super::fleet_text`]), which must be the one in etcd.
     pub(crate) fleet: String,
 }
@@ -220,7 +222,15 @@ async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
         .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
         .with_keep_alive_while_idle(true);
     if let Some((user, password)) = &settings.user {
-        options = options.with_user(user.clone(), password.clone());
+        options = options.with_user(user.clone(), password.0.clone());
+    }
+    if let Some(tls) = &settings.tls {
+        let mut config =
+            etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(&tls.ca));
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(etcd_client::Identity::from_pem(cert, key.0.as_bytes()));
+        }
+        options = options.with_tls(config);
     }
     Client::connect(&settings.endpoints, Some(options)).await.map_err(failed("connect"))
 }

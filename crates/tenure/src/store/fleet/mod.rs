@@ -78,11 +78,40 @@ pub struct EtcdOptions {
     /// Per request.
     pub request_timeout: Duration,
     /// `user`, `password` when etcd has authentication on.
-    pub user: Option<(String, String)>,
+    pub user: Option<(String, Secret)>,
+    /// TLS to etcd: the CA (PEM), and this agent's certificate and key (PEM) when etcd asks.
+    pub tls: Option<EtcdTlsPem>,
     /// Write a snapshot (and compact the log below it) every this many events.
     pub snapshot_every: u64,
     /// This agent's fleet: [`fleet_text`] of its nodes and peers.
     pub fleet: String,
+}
+
+/// A password: never printed (its `Debug` says `<secret>`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<secret>")
+    }
+}
+
+/// TLS material for etcd, read from the files of `store.tls`.
+#[derive(Clone)]
+pub struct EtcdTlsPem {
+    /// The CA certificate that signed etcd's.
+    pub ca: Vec<u8>,
+    /// This agent's certificate and private key, when etcd asks for a client certificate.
+    pub identity: Option<(Vec<u8>, Secret)>,
+}
+
+impl std::fmt::Debug for EtcdTlsPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTlsPem")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The fleet as every agent of it must see it: one line per node, sorted by name, with what
@@ -344,6 +373,7 @@ impl EtcdStore {
             endpoints: options.endpoints.clone(),
             request_timeout: options.request_timeout,
             user: options.user.clone(),
+            tls: options.tls.clone(),
             fleet: options.fleet.clone(),
         };
         let endpoints = options.endpoints.join(",");
