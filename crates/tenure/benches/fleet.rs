@@ -53,13 +53,16 @@ fn main() {
     };
     let store = EtcdStore::open(&dir.join("store"), &dir.join("store.identity"), &options).expect("store");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let mut client =
-        runtime.block_on(etcd_client::Client::connect(&cluster.endpoints, None)).expect("etcd-client connects");
+    let mut client = runtime
+        .block_on(etcd_client::Client::connect(&cluster.endpoints, None))
+        .expect("etcd-client connects");
     let heartbeat = |at_ms| Event { at_ms, kind: EventKind::Heartbeat { node: "a".into() } };
     let value = codec::encode_event(&heartbeat(1_000)).expect("encodes");
 
-    let mut criterion =
-        Criterion::default().sample_size(SAMPLES_COUNT).measurement_time(MEASUREMENT_TIME).configure_from_args();
+    let mut criterion = Criterion::default()
+        .sample_size(SAMPLES_COUNT)
+        .measurement_time(MEASUREMENT_TIME)
+        .configure_from_args();
     let mut group = criterion.benchmark_group("fleet");
     let mut n = 0_u64;
     group.bench_function("raw_put_baseline", |bench| {

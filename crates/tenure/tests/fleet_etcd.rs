@@ -813,7 +813,56 @@ fn soak_of_kills_freezes_and_cuts() {
         fleet.calls().len(),
         epochs(&body)
     );
-    drop(agents);
+    // Every journal, read once the agents stopped: each node executed its acquires in epoch
+    // order, and every call the provider got is an entry its node's gate let through.
+    for agent in agents.into_iter().flatten() {
+        assert_eq!(agent.terminate().code(), Some(0), "an agent did not stop cleanly");
+    }
+    let calls = fleet.calls();
+    for node in NODES {
+        let store = tenure::store::EmbeddedStore::open(
+            &fleet.dir.path().join(format!("data-{node}")),
+            &fleet.dir.path().join(format!("{node}.identity")),
+        )
+        .unwrap_or_else(|e| panic!("node {node}'s store: {e}"));
+        let journal = tenure_core::journal::JournalStore::load(&store.journal(node)).expect("journal");
+        let mut executed: Vec<&tenure_core::journal::JournalEntry> =
+            journal.entries.values().filter(|e| e.executed_seq.is_some()).collect();
+        executed.sort_by_key(|e| e.executed_seq);
+        let mut newest = 0;
+        for entry in &executed {
+            if entry.action.verb == tenure_core::model::Verb::Acquire {
+                let epoch = entry.action.capture_epoch.get();
+                assert!(
+                    epoch >= newest,
+                    "node {node} executed an acquire of epoch {epoch} after one of {newest}"
+                );
+                newest = epoch;
+            }
+        }
+        for (holder, verb, ownership, capture) in calls.iter().filter(|(h, ..)| h == node) {
+            let known = journal.entries.values().any(|e| {
+                e.action.verb.as_str() == verb
+                    && e.action.ownership_epoch.get() == *ownership
+                    && e.action.capture_epoch.get() == *capture
+                    && !matches!(
+                        e.state,
+                        tenure_core::journal::EntryState::Skipped(_)
+                            | tenure_core::journal::EntryState::Pending
+                    )
+            });
+            assert!(
+                known,
+                "{holder} {verb} {ownership}/{capture} reached the provider without a gated journal entry"
+            );
+        }
+        eprintln!(
+            "fleet soak: node {node}'s journal: {} entries, {} executed",
+            journal.entries.len(),
+            executed.len()
+        );
+        store.close().expect("close");
+    }
 }
 
 fn health_ok(listen: SocketAddr) -> bool {
