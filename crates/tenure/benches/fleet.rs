@@ -13,7 +13,6 @@
 //! `tenure-bench fleet-head: p50_us=N p99_us=N`.
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
-#[allow(dead_code, reason = "the bench uses part of the test harness")]
 mod etcd_cluster;
 
 use std::time::{Duration, Instant};

@@ -741,29 +741,24 @@ fn soak_of_kills_freezes_and_cuts() {
     let mut seen: Vec<(u64, u64)> = vec![(0, 0); 3];
     let mut faults = [0u32; 3];
     let deadline = Instant::now() + Duration::from_secs(secs);
-    let mut poll = |agents: &Vec<Option<Agent>>, seen: &mut Vec<(u64, u64)>| {
-        for (i, agent) in agents.iter().enumerate() {
-            if agent.is_none() {
-                continue;
-            }
-            if let Ok((200, body)) = http(fleet.listen[i], "GET", "/v1/ownership", None, None) {
-                let now = epochs(&body);
-                assert!(
-                    now.0 >= seen[i].0 && now.1 >= seen[i].1,
-                    "agent {i}'s tokens went back: {:?} -> {now:?}",
-                    seen[i]
-                );
-                seen[i] = now;
-            }
-        }
-    };
-    let pause = |ms: u64,
-                 agents: &Vec<Option<Agent>>,
-                 seen: &mut Vec<(u64, u64)>,
-                 poll: &mut dyn FnMut(&Vec<Option<Agent>>, &mut Vec<(u64, u64)>)| {
+    // Watches every running agent's tokens for `ms`: none may ever show a lower one.
+    let pause = |ms: u64, agents: &[Option<Agent>], seen: &mut [(u64, u64)]| {
         let until = Instant::now() + Duration::from_millis(ms);
         while Instant::now() < until {
-            poll(agents, seen);
+            for (i, agent) in agents.iter().enumerate() {
+                if agent.is_none() {
+                    continue;
+                }
+                if let Ok((200, body)) = http(fleet.listen[i], "GET", "/v1/ownership", None, None) {
+                    let now = epochs(&body);
+                    assert!(
+                        now.0 >= seen[i].0 && now.1 >= seen[i].1,
+                        "agent {i}'s tokens went back: {:?} -> {now:?}",
+                        seen[i]
+                    );
+                    seen[i] = now;
+                }
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     };
@@ -775,22 +770,22 @@ fn soak_of_kills_freezes_and_cuts() {
             0 => {
                 agents[i].take().expect("running").kill9();
                 seen[i] = (0, 0); // a new process answers from its own view
-                pause(500 + random(2000), &agents, &mut seen, &mut poll);
+                pause(500 + random(2000), &agents, &mut seen);
                 agents[i] = Some(fleet.start(i));
             }
             1 => {
                 let agent = agents[i].as_ref().expect("running");
                 process::signal(&agent.child, "STOP");
-                pause(300 + random(2700), &agents, &mut seen, &mut poll);
+                pause(300 + random(2700), &agents, &mut seen);
                 process::signal(&agents[i].as_ref().expect("running").child, "CONT");
             }
             _ => {
                 lab.link(NODES[i], false);
-                pause(1000 + random(3000), &agents, &mut seen, &mut poll);
+                pause(1000 + random(3000), &agents, &mut seen);
                 lab.link(NODES[i], true);
             }
         }
-        pause(200 + random(1500), &agents, &mut seen, &mut poll);
+        pause(200 + random(1500), &agents, &mut seen);
     }
     eprintln!("fleet soak: {} kills, {} freezes, {} cuts", faults[0], faults[1], faults[2]);
     // A quiet point: everything up; one map, one holder, the owner.

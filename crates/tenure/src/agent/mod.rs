@@ -110,10 +110,11 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
         None
     }
 
-    /// Stores `bytes` as the snapshot of the log up to `applied` (`events` applied in all) and
-    /// compacts the log below it. `Ok(false)`: one as new or newer is there already.
-    fn write_snapshot(&self, _applied: LogIndex, _events: u64, _bytes: Vec<u8>) -> Result<bool, String> {
-        Ok(false)
+    /// Starts storing `bytes` as the snapshot of the log up to `applied` (`events` applied in
+    /// all) and compacting the log below it, in the background (the outcome is logged); one as
+    /// new or newer already there wins.
+    fn write_snapshot(&self, _applied: LogIndex, _events: u64, _bytes: Vec<u8>) -> Result<(), String> {
+        Ok(())
     }
 
     /// Every node of this agent applied the log up to `upto`: a store may drop what it kept

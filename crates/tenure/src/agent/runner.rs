@@ -354,6 +354,13 @@ impl<S: AgentStore> Agent<S> {
         agent.restore_snapshot().map_err(AgentError::Log)?;
         agent.follow().map_err(AgentError::Log)?;
         agent.snapshot_events = agent.view().events_applied();
+        let own = agent.own_nodes.clone();
+        let until = Instant::now() + agent.heartbeat_interval * 3;
+        agent.peers.baseline(
+            agent.drivers.first().expect("the agent runs at least one node").view(),
+            &own,
+            until,
+        );
         agent.recaptures_seen = agent.view().recaptures();
         let now = Instant::now();
         for (provider, executor) in &agent.executors {
@@ -416,8 +423,9 @@ impl<S: AgentStore> Agent<S> {
         Ok(())
     }
 
-    /// Writes a snapshot of the view when `snapshotEvery` events were applied since the last
-    /// one this agent wrote or saw (every agent may; the store keeps the newest).
+    /// Hands the store a snapshot of the view when `snapshotEvery` events were applied since the
+    /// last one this agent took (every agent does; the store keeps the newest, and agents that
+    /// project the same log write the same bytes). The store writes it in the background.
     fn maybe_snapshot(&mut self) {
         let Some(every) = self.store.snapshot_every() else { return };
         let events = self.view().events_applied();
@@ -432,15 +440,8 @@ impl<S: AgentStore> Agent<S> {
         let bytes = driver.view().snapshot();
         let size = bytes.len();
         self.snapshot_events = events;
-        let started = Instant::now();
         match self.store.write_snapshot(applied, driver.view().events_applied(), bytes) {
-            Ok(written) => info!(
-                events,
-                bytes = size,
-                written,
-                took_ms = started.elapsed().as_millis() as u64,
-                "log snapshot (the log below it is compacted)"
-            ),
+            Ok(()) => debug!(events, bytes = size, "log snapshot handed to the store"),
             Err(e) => warn!(error = %e, "cannot write the log's snapshot; trying again later"),
         }
     }
@@ -477,12 +478,32 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// Appends `kinds` in one durable commit. Returns the index of each, or why not.
+    /// An operator's or the pool files' events: appended after any batch kept for a retry, and
+    /// never kept for a retry themselves (a caller told "unavailable" must not see them land
+    /// later).
     fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
-        self.append_with(Vec::new(), kinds)
+        self.retry_unappended()?;
+        self.append_with(Vec::new(), kinds, false)
+    }
+
+    /// Appends the batch kept from a failed append, alone and as it was; `Err` while it does not
+    /// land (it stays kept).
+    fn retry_unappended(&mut self) -> Result<(), String> {
+        match self.unappended.take() {
+            Some(events) => self.commit(events, true).map(drop),
+            None => Ok(()),
+        }
     }
 
     /// Appends `stamped` (as they are) and then `kinds` (stamped now) in one durable commit.
-    fn append_with(&mut self, mut events: Vec<Event>, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
+    /// With `keep`, a batch that could not be appended to a store that retries is kept and
+    /// appended again, alone and unchanged, before anything else.
+    fn append_with(
+        &mut self,
+        mut events: Vec<Event>,
+        kinds: Vec<EventKind>,
+        keep: bool,
+    ) -> Result<Vec<u64>, String> {
         if events.is_empty() && kinds.is_empty() {
             return Ok(Vec::new());
         }
@@ -490,6 +511,10 @@ impl<S: AgentStore> Agent<S> {
             let at_ms = self.stamp();
             events.extend(kinds.into_iter().map(|kind| Event { at_ms, kind }));
         }
+        self.commit(events, keep)
+    }
+
+    fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
         match self.store.append_batch(&events) {
             Ok(indices) => {
                 self.summary.appended += events.len() as u64;
@@ -500,10 +525,12 @@ impl<S: AgentStore> Agent<S> {
             Err(e @ LogError::Unavailable { .. }) if self.store.retries_appends() => {
                 let reason = format!("cannot append to the log: {e}");
                 if self.append_failure.as_deref() != Some(reason.as_str()) {
-                    error!(%reason, "keeping the batch to append again");
+                    error!(%reason, keep, "append failed");
                 }
                 self.append_failure = Some(reason.clone());
-                self.unappended = Some(events);
+                if keep {
+                    self.unappended = Some(events);
+                }
                 Err(reason)
             }
             Err(e) => {
@@ -530,14 +557,12 @@ impl<S: AgentStore> Agent<S> {
                 kinds.push(kind);
             }
         }
-        if let Some(unappended) = self.unappended.take()
-            && self.append_with(unappended, Vec::new()).is_err()
-        {
+        if self.retry_unappended().is_err() {
             self.queued = kinds;
             return;
         }
         let stamped = std::mem::take(&mut self.queued_stamped);
-        let _ = self.append_with(stamped, kinds);
+        let _ = self.append_with(stamped, kinds, true);
     }
 
     /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]. A rejected one

@@ -14,12 +14,18 @@ use tokio::time::Instant;
 /// Other nodes' clocks, as their heartbeats showed them.
 #[derive(Debug)]
 pub(super) struct PeerClocks {
-    /// Node → (its newest heartbeat stamp, when this agent first saw that stamp).
-    seen: HashMap<String, (u64, Instant)>,
+    /// Node → (its newest heartbeat stamp, when this agent first saw that stamp; `None` for a
+    /// stamp already in the log when the agent started: it says nothing about that clock now).
+    seen: HashMap<String, (u64, Option<Instant>)>,
     /// How far ahead of the median an agent may stamp.
     lead_max_ms: u64,
     /// A node not heard from for this long no longer votes.
     window: Duration,
+    /// Until then, the stamps found in the log at start vote as they are (not projected): an
+    /// agent whose clock runs ahead must not stamp its first events before it heard a peer.
+    /// After it they vote only once they move (after a fleet-wide restart they are as old as
+    /// the downtime, and projecting them would hold every agent back).
+    baseline_until: Option<Instant>,
 }
 
 impl PeerClocks {
@@ -28,6 +34,18 @@ impl PeerClocks {
             seen: HashMap::new(),
             lead_max_ms: u64::try_from(lead_max.as_millis()).unwrap_or(u64::MAX),
             window,
+            baseline_until: None,
+        }
+    }
+
+    /// Takes note of the stamps in the log when the agent starts: they vote, unprojected, until
+    /// `until` (a few heartbeat intervals: time to hear the live peers), then only once they move.
+    pub(super) fn baseline(&mut self, view: &Federation, own: &BTreeSet<String>, until: Instant) {
+        self.baseline_until = Some(until);
+        for node in view.nodes().iter().filter(|n| !own.contains(&n.spec.name)) {
+            if let Some(stamp) = node.heartbeat_stamp_ms {
+                self.seen.insert(node.spec.name.clone(), (stamp, None));
+            }
         }
     }
 
@@ -41,9 +59,9 @@ impl PeerClocks {
             let Some(stamp) = node.heartbeat_stamp_ms else { continue };
             match self.seen.get_mut(name) {
                 Some((seen, _)) if *seen >= stamp => {}
-                Some(entry) => *entry = (stamp, now),
+                Some(entry) => *entry = (stamp, Some(now)),
                 None => {
-                    self.seen.insert(name.clone(), (stamp, now));
+                    self.seen.insert(name.clone(), (stamp, Some(now)));
                 }
             }
         }
@@ -55,10 +73,14 @@ impl PeerClocks {
         let mut clocks: Vec<u64> = self
             .seen
             .values()
+            .filter_map(|(stamp, at)| match at {
+                Some(at) => Some((*stamp, *at)),
+                None => self.baseline_until.filter(|until| now < *until).map(|_| (*stamp, now)),
+            })
             .filter(|(_, at)| now.saturating_duration_since(*at) <= self.window)
             .map(|(stamp, at)| {
                 let elapsed =
-                    u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX);
+                    u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX);
                 stamp.saturating_add(elapsed)
             })
             .collect();
@@ -79,7 +101,7 @@ mod tests {
     fn clocks(peers: &[(&str, u64)], now: Instant) -> PeerClocks {
         let mut c = PeerClocks::new(Duration::from_millis(50), Duration::from_secs(60));
         for (name, stamp) in peers {
-            c.seen.insert((*name).to_owned(), (*stamp, now));
+            c.seen.insert((*name).to_owned(), (*stamp, Some(now)));
         }
         c
     }
@@ -102,6 +124,23 @@ mod tests {
         let later = then + Duration::from_millis(400);
         assert_eq!(c.cap(1_400, later), Some(1_450), "b is projected to 1_400");
         assert_eq!(c.cap(1_400, then + Duration::from_secs(61)), None, "b fell silent: no vote");
+    }
+
+    #[test]
+    fn stamps_already_in_the_log_at_start_do_not_vote_until_they_move() {
+        let now = Instant::now();
+        let mut c = PeerClocks::new(Duration::from_millis(50), Duration::from_secs(60));
+        c.baseline_until = Some(now + Duration::from_millis(300));
+        c.seen.insert("b".into(), (1_000, None));
+        assert_eq!(
+            c.cap(900_000, now),
+            Some(1_050),
+            "right after start, the stamps in the log hold a fast clock back"
+        );
+        let later = now + Duration::from_millis(300);
+        assert_eq!(c.cap(900_000, later), None, "then an old stamp from before the start holds nobody back");
+        c.seen.insert("b".into(), (899_990, Some(later)));
+        assert_eq!(c.cap(900_000, later), Some(900_040));
     }
 
     #[test]

@@ -30,10 +30,12 @@ pub(crate) struct Keys {
     pub(crate) snapshot: String,
     /// `<prefix>/snapshots/`: snapshot chunks, `<revision>/<chunk>`.
     pub(crate) snapshots: String,
+    /// This process's writer key (`<prefix>/writers/<instance>`), created empty at start.
+    pub(crate) writer: String,
 }
 
 impl Keys {
-    pub(crate) fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str, instance: &str) -> Self {
         let prefix = prefix.trim_end_matches('/');
         Self {
             log: format!("{prefix}/log/"),
@@ -41,6 +43,7 @@ impl Keys {
             fleet: format!("{prefix}/fleet"),
             snapshot: format!("{prefix}/snapshot"),
             snapshots: format!("{prefix}/snapshots/"),
+            writer: format!("{prefix}/writers/{instance}"),
         }
     }
 
@@ -69,17 +72,14 @@ pub(crate) type Refuse = Box<dyn FnOnce(&HeadRead) -> Option<String> + Send>;
 pub(crate) enum Command {
     /// Put one batch under `key` unless it is there already (a retried append whose first
     /// answer was lost); answers the batch's revision.
-    Append { key: String, value: Vec<u8>, reply: std_mpsc::SyncSender<Result<i64, String>> },
+    /// Also put when this process's writer key names it already (a snapshot deleted it since);
+    /// answers whether this call committed it.
+    Append { key: String, value: Vec<u8>, reply: std_mpsc::SyncSender<Result<(i64, bool), String>> },
     /// A linearizable read of the head key.
     Head { reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
-    /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]);
-    /// answers whether this call wrote the manifest.
-    WriteSnapshot {
-        revision: i64,
-        events: u64,
-        bytes: Arc<Vec<u8>>,
-        reply: std_mpsc::SyncSender<Result<bool, String>>,
-    },
+    /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]), in
+    /// the background: the outcome is logged.
+    WriteSnapshot { revision: i64, events: u64, bytes: Arc<Vec<u8>> },
 }
 
 /// The snapshot manifest under `<prefix>/snapshot`: `{"v":1,"revision":R,…}`.
@@ -185,7 +185,7 @@ impl Io {
 
     /// Puts one batch (see [`Command::Append`]), waiting at most the request timeout and a
     /// margin (the client's own timeout answers first).
-    pub(crate) fn append(&self, key: String, value: Vec<u8>) -> Result<i64, String> {
+    pub(crate) fn append(&self, key: String, value: Vec<u8>) -> Result<(i64, bool), String> {
         self.call(self.request_timeout + Duration::from_millis(500), |reply| Command::Append {
             key,
             value,
@@ -193,14 +193,17 @@ impl Io {
         })
     }
 
-    /// Writes a snapshot (see [`Command::WriteSnapshot`]); waits up to a minute.
+    /// Starts writing a snapshot (see [`Command::WriteSnapshot`]) and returns at once: a slow
+    /// write or compaction must not hold up the agent's heartbeats.
     pub(crate) fn write_snapshot(
         &self,
         revision: i64,
         events: u64,
         bytes: Arc<Vec<u8>>,
-    ) -> Result<bool, String> {
-        self.call(Duration::from_secs(60), |reply| Command::WriteSnapshot { revision, events, bytes, reply })
+    ) -> Result<(), String> {
+        self.commands
+            .send(Command::WriteSnapshot { revision, events, bytes })
+            .map_err(|_| "the etcd client's thread stopped".to_owned())
     }
 
     /// A linearizable read of the head key, waited for at most `wait` (a read still under way
@@ -266,6 +269,7 @@ async fn connect_and_load(
         return Ok((client, first));
     }
     check_fleet(&mut client, keys, &settings.fleet).await?;
+    client.put(keys.writer.as_bytes(), "", None).await.map_err(failed("writer key"))?;
     let head = load(&mut client, keys, shared).await?;
     Ok((client, head))
 }
@@ -455,13 +459,18 @@ async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<()
 async fn answer(mut client: Client, keys: Keys, command: Command) {
     match command {
         Command::Append { key, value, reply } => {
+            let writer = keys.writer.clone();
             let txn = Txn::new()
-                .when([Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0)])
+                .when([
+                    Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+                    Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
+                ])
                 .and_then([
                     TxnOp::put(key.as_bytes(), value, None),
                     TxnOp::put(keys.head.as_bytes(), key.as_bytes(), None),
+                    TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
                 ])
-                .or_else([TxnOp::get(key.as_bytes(), None)]);
+                .or_else([TxnOp::get(key.as_bytes(), None), TxnOp::get(writer.as_bytes(), None)]);
             let result = retry_quick_failures(|| {
                 let mut client = client.clone();
                 let txn = txn.clone();
@@ -471,31 +480,47 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
             .map_err(failed("append"))
             .and_then(|response| {
                 if response.succeeded() {
-                    response
+                    return response
                         .header()
-                        .map(etcd_client::ResponseHeader::revision)
-                        .ok_or_else(|| "etcd append: no header".to_owned())
-                } else {
-                    // The key is there: an earlier try of this very batch was committed.
-                    response
-                        .op_responses()
-                        .into_iter()
-                        .find_map(|op| match op {
-                            etcd_client::TxnOpResponse::Get(get) => {
-                                get.kvs().first().map(etcd_client::KeyValue::mod_revision)
-                            }
-                            _ => None,
-                        })
-                        .ok_or_else(|| "etcd append: the batch key vanished".to_owned())
+                        .map(|h| (h.revision(), true))
+                        .ok_or_else(|| "etcd append: no header".to_owned());
                 }
+                // An earlier try of this very batch was committed: the batch key is there, or
+                // (a snapshot deleted it since) this process's writer key names it — written in
+                // the same transaction, so at the batch's revision.
+                response
+                    .op_responses()
+                    .into_iter()
+                    .find_map(|op| match op {
+                        etcd_client::TxnOpResponse::Get(get) => get
+                            .kvs()
+                            .first()
+                            .filter(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
+                            .map(|kv| (kv.mod_revision(), false)),
+                        _ => None,
+                    })
+                    .ok_or_else(|| format!("etcd append: {key} is neither there nor named by {writer} (the writer key is gone?)"))
             });
             let _ = reply.send(result);
         }
         Command::Head { reply } => {
             let _ = reply.send(read_head(&mut client, &keys).await);
         }
-        Command::WriteSnapshot { revision, events, bytes, reply } => {
-            let _ = reply.send(write_snapshot(&mut client, &keys, revision, events, &bytes).await);
+        Command::WriteSnapshot { revision, events, bytes } => {
+            let started = tokio::time::Instant::now();
+            match write_snapshot(&mut client, &keys, revision, events, &bytes).await {
+                Ok(written) => tracing::info!(
+                    revision,
+                    events,
+                    bytes = bytes.len(),
+                    written,
+                    took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "log snapshot (the log below it deleted)"
+                ),
+                Err(e) => {
+                    warn!(error = %e, revision, "cannot write the log's snapshot; the next one will try again")
+                }
+            }
         }
     }
 }

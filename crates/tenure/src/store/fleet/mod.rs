@@ -175,6 +175,9 @@ struct Replica {
     records: VecDeque<(LogIndex, Result<Event, CodecError>)>,
     /// Every log key with a revision up to this one is in `records` (or was trimmed).
     seen_revision: i64,
+    /// The revision of the newest batch (or snapshot) this replica holds: what the binding
+    /// records, and what the log in etcd must never fall below.
+    last_batch: i64,
     /// Records up to this index were dropped once every node had applied them.
     trimmed_upto: Option<LogIndex>,
     /// Why the log cannot be followed now (the watch is broken): cleared when it is back.
@@ -221,6 +224,7 @@ impl Shared {
             return;
         }
         replica.seen_revision = revision;
+        replica.last_batch = replica.last_batch.max(revision);
         match batch::decode(value) {
             Ok(records) => {
                 for (position, record) in records.into_iter().enumerate() {
@@ -241,6 +245,7 @@ impl Shared {
     /// Makes the replica what a load read at revision `at`: the snapshot (its revision and
     /// bytes) and the batches after it, in revision order. Whatever the replica held goes.
     fn reset(&self, snapshot: Option<(i64, Vec<u8>)>, batches: Vec<StoredBatch>, at: i64) {
+        let before = self.lock().last_batch;
         {
             let mut replica = self.lock();
             replica.records.clear();
@@ -253,6 +258,7 @@ impl Shared {
                 replica.snapshot = Some((index, Arc::new(bytes)));
                 replica.trimmed_upto = Some(index);
                 replica.seen_revision = revision;
+                replica.last_batch = revision;
             }
         }
         for (revision, (key, value)) in batches {
@@ -260,12 +266,25 @@ impl Shared {
         }
         let mut replica = self.lock();
         replica.seen_revision = replica.seen_revision.max(at);
+        if replica.last_batch < before {
+            let reason = format!(
+                "the log in etcd went back: its newest batch is at revision {}, this agent applied up to {before} \
+                 (etcd restored from an older backup?); refusing to act rather than restart tokens",
+                replica.last_batch
+            );
+            error!(%reason, "refusing the log");
+            replica.refused.get_or_insert(reason);
+        }
         drop(replica);
         self.grew();
     }
 
     fn seen_revision(&self) -> i64 {
         self.lock().seen_revision
+    }
+
+    fn last_batch(&self) -> i64 {
+        self.lock().last_batch
     }
 
     fn grew(&self) {
@@ -382,9 +401,10 @@ impl EtcdStore {
             let prefix = options.prefix.clone();
             Box::new(move |head| binding.and_then(|b| check_binding(&b, &prefix, head).err()))
         };
-        let (io, head) = Io::start(settings, Keys::new(&options.prefix), Arc::clone(&shared), refuse)
-            .map_err(|reason| EtcdStoreError::Etcd { endpoints: endpoints.clone(), reason })?;
         let instance = format!("{:016x}", rand::random::<u64>());
+        let (io, head) =
+            Io::start(settings, Keys::new(&options.prefix, &instance), Arc::clone(&shared), refuse)
+                .map_err(|reason| EtcdStoreError::Etcd { endpoints: endpoints.clone(), reason })?;
         let store = Self {
             local,
             shared,
@@ -434,26 +454,41 @@ impl EtcdStore {
         local.close()
     }
 
-    /// Records the highest revision applied, unless refused (a refused agent keeps what it had).
+    /// Records the revision of the newest batch applied, unless refused (a refused agent keeps
+    /// what it had). Not the revision the replica is complete to: other writes (the fleet key,
+    /// snapshots, other users of the cluster) move etcd's revision without a batch, and the
+    /// check at the next start compares with the newest batch.
     fn flush_binding(&self) -> Result<(), StoreError> {
-        let seen = {
+        let last_batch = {
             let replica = self.shared.lock();
             if replica.refused.is_some() {
                 return Ok(());
             }
-            replica.seen_revision
+            replica.last_batch
         };
-        self.write_binding(seen)
+        self.write_binding(last_batch)
     }
 
     /// Appends one batch of encoded records; returns its revision.
     fn append_chunk(&self, records: &[Vec<u8>]) -> Result<i64, LogError> {
         let value = batch::encode(records);
-        // The same batch retried gets the same key: the transaction then finds it and answers
-        // its revision instead of appending it twice.
+        // The same batch retried gets the same key: the transaction then finds it (or this
+        // process's writer key naming it, once a snapshot deleted it) and answers its revision
+        // instead of appending it twice.
         let hash = xxhash_rust::xxh3::xxh3_128(&value);
-        let key = format!("{}{}-{hash:032x}", Keys::new(&self.prefix).log, self.instance);
-        self.io.append(key, value).map_err(|reason| LogError::Unavailable { reason })
+        let key = format!("{}{}-{hash:032x}", Keys::new(&self.prefix, &self.instance).log, self.instance);
+        let before = self.shared.last_batch();
+        let (revision, fresh) =
+            self.io.append(key, value).map_err(|reason| LogError::Unavailable { reason })?;
+        if fresh && revision <= before {
+            let reason = format!(
+                "etcd committed a batch at revision {revision}, but this agent applied batches up to {before}: \
+                 etcd's revisions went back (restored from an older backup?); refusing to act"
+            );
+            self.shared.break_replica(reason.clone());
+            return Err(LogError::Unavailable { reason });
+        }
+        Ok(revision)
     }
 }
 
@@ -572,6 +607,16 @@ impl AgentStore for EtcdStore {
             return Err(HeadUnconfirmed::Refused(reason));
         }
         let head = self.io.head(bound).map_err(HeadUnconfirmed::Behind)?;
+        let last_batch = self.shared.last_batch();
+        if head.head_revision < last_batch {
+            let reason = format!(
+                "the log in etcd ends at revision {} but this agent applied it up to {last_batch} (etcd restored \
+                 from an older backup?); refusing to act rather than restart tokens",
+                head.head_revision
+            );
+            self.shared.break_replica(reason.clone());
+            return Err(HeadUnconfirmed::Refused(reason));
+        }
         if head.cluster_id != self.cluster_id {
             let reason = format!(
                 "etcd cluster {:x} answered, not {:x} this agent follows (replaced underneath?); refusing to act",
@@ -599,7 +644,7 @@ impl AgentStore for EtcdStore {
         Some(self.snapshot_every)
     }
 
-    fn write_snapshot(&self, applied: LogIndex, events: u64, bytes: Vec<u8>) -> Result<bool, String> {
+    fn write_snapshot(&self, applied: LogIndex, events: u64, bytes: Vec<u8>) -> Result<(), String> {
         if let Some(reason) = self.refused() {
             return Err(reason);
         }
@@ -692,9 +737,10 @@ mod tests {
         shared.trim(all[1].index);
         assert!(matches!(log.read_from(LogIndex::FIRST, 10), Err(LogError::Compacted { .. })));
         assert_eq!(log.read_from(all[1].index.next(), 1).expect("must hold")[0].event.at_ms, 3);
-        shared.break_replica("gone".into());
-        assert_eq!(log.read_from(all[2].index, 10), Ok(Vec::new()), "a refused log gives nothing to apply");
         shared.set_down(Some("watch broke".into()));
         assert!(matches!(log.read_from(all[2].index, 10), Err(LogError::Unavailable { .. })));
+        shared.set_down(None);
+        shared.break_replica("gone".into());
+        assert_eq!(log.read_from(all[2].index, 10), Ok(Vec::new()), "a refused log gives nothing to apply");
     }
 }
