@@ -58,17 +58,7 @@ impl Fleet {
             None => Cluster::start(tag, base_port),
         };
         let dir = TempDir::new(tag);
-        let hook = dir.write("hook.sh", HOOK);
-        make_executable(&hook);
-        dir.write("token", TOKEN);
-        dir.write(
-            "pools.yaml",
-            &format!(
-                "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  addresses: [{ADDRESS}]\n  \
-                 provider: hook\n  placementGroup: g1\n  members: [a, b, c]\n  heartbeatTTL: {ttl}\n  promotionHold: 0s\n  \
-                 deprovisionHoldDuration: 0s\n"
-            ),
-        );
+        let hook = hook_pool_and_token(&dir, "a, b, c", ttl);
         let listen: Vec<SocketAddr> = match lab {
             Some(_) => (1..=3).map(|i| format!("10.213.{i}.2:9464").parse().expect("literal")).collect(),
             None => NODES.iter().map(|_| free_port()).collect(),
@@ -158,6 +148,23 @@ impl Fleet {
             })
             .collect()
     }
+}
+
+/// Writes the hook, the API token and `pools.yaml` (one pool `edge` of [`ADDRESS`] on the hook,
+/// `members`, `ttl`, no holds) into `dir`; returns the hook's path.
+fn hook_pool_and_token(dir: &TempDir, members: &str, ttl: &str) -> PathBuf {
+    let hook = dir.write("hook.sh", HOOK);
+    make_executable(&hook);
+    dir.write("token", TOKEN);
+    dir.write(
+        "pools.yaml",
+        &format!(
+            "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  addresses: [{ADDRESS}]\n  \
+             provider: hook\n  placementGroup: g1\n  members: [{members}]\n  heartbeatTTL: {ttl}\n  promotionHold: 0s\n  \
+             deprovisionHoldDuration: 0s\n"
+        ),
+    );
+    hook
 }
 
 fn make_executable(path: &Path) {
@@ -1001,16 +1008,7 @@ fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() 
         let (ok, out) = etcdctl(&args);
         assert!(ok, "etcdctl {args:?}: {out}");
     }
-    let hook = dir.write("hook.sh", HOOK);
-    make_executable(&hook);
-    dir.write("token", TOKEN);
-    dir.write(
-        "pools.yaml",
-        &format!(
-            "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  addresses: [{ADDRESS}]\n  \
-             provider: hook\n  placementGroup: g1\n  members: [a, b]\n  heartbeatTTL: 2s\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n"
-        ),
-    );
+    let hook = hook_pool_and_token(&dir, "a, b", "2s");
     let config = |name: &str, password_file: &str| {
         let listen = free_port();
         let path = dir.write(
