@@ -235,13 +235,6 @@ impl<S: JournalStore> NodeDriver<S> {
         Ok(())
     }
 
-    /// Reads (without applying) the next record this driver would follow: `Err` tells why the
-    /// log cannot give it (compacted away, unavailable, corrupt).
-    pub fn follow_probe(&self, log: &impl Log) -> Result<(), LogError> {
-        let from = self.applied_index.map_or(LogIndex::FIRST, LogIndex::next);
-        log.read_from(from, 1).map(drop)
-    }
-
     /// The index of the last record applied from a [`Log`], if any.
     #[must_use]
     pub fn applied_index(&self) -> Option<LogIndex> {

@@ -13,6 +13,8 @@
 
 #![cfg(all(target_os = "linux", feature = "onprem"))]
 
+mod process;
+
 use std::io::{BufRead, BufReader};
 use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
@@ -23,15 +25,7 @@ use tenure::exec::onprem::{OnpremExecutor, proxy_entries};
 use tenure::exec::{ExecutionOutcome, execute_within};
 use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
 
-/// Runs `command`, panicking with its stderr when it fails.
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e} (scripts/install-deps installs it)", args[0]));
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use process::run;
 
 /// The lab: namespaces `<tag>-sw` (the bridge), `<tag>-cl` (the client), `<tag>-r1`/`-r2`
 /// (routers) and `<tag>-b1`/`-b2` (their backends). Deleted on drop, with every process in them.

@@ -380,13 +380,15 @@ impl<S: AgentStore> Agent<S> {
             error!(%reason, "refusing the store from now on: never acting until restarted");
             self.store_failed = Some(reason);
         }
-        // A node whose next record was compacted away (the watch fell behind an etcd
-        // compaction) starts again from the store's newest snapshot.
-        if self.drivers.iter().any(|d| matches!(d.follow_probe(&self.log), Err(LogError::Compacted { .. }))) {
-            self.restore_snapshot()?;
-        }
-        for driver in &mut self.drivers {
-            if let Err(e) = driver.follow(&self.log) {
+        for index in 0..self.drivers.len() {
+            let mut followed = self.drivers[index].follow(&self.log);
+            // A node whose next record was compacted away (the watch fell behind an etcd
+            // compaction) starts again from the store's newest snapshot.
+            if matches!(followed, Err(LogError::Compacted { .. })) {
+                self.restore_snapshot()?;
+                followed = self.drivers[index].follow(&self.log);
+            }
+            if let Err(e) = followed {
                 let reason = format!("cannot follow the log: {e}");
                 if self.unhealthy.as_deref() != Some(reason.as_str()) {
                     error!(%reason, "not acting");

@@ -248,3 +248,13 @@ fn dechunk(mut body: &str) -> String {
     }
     out
 }
+
+/// Runs `args`, panicking with its stderr when it fails; its stdout.
+pub fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/install-deps installs it)", args[0]));
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
