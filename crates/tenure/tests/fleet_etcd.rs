@@ -15,13 +15,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_cluster::Cluster;
-use process::{Agent, TOKEN, TempDir, free_port, http, run, wait_for};
+use process::{Agent, TOKEN, TempDir, free_port, http, run, wait_for, wait_for_within};
 
 const NODES: [&str; 3] = ["a", "b", "c"];
 const ADDRESS: &str = "10.0.0.10";
 
 /// The hook: the "cloud" is `cloud/<address>` holding its holder; every call is one line of
-/// `calls.log`: `<holder> <verb> <address> <ownershipEpoch> <captureEpoch>`.
+/// `calls.log`: `<holder> <verb> <address> <ownershipEpoch> <captureEpoch>`. While a file
+/// `fail-<holder>` exists, that holder's calls fail (logged, changing nothing).
 const HOOK: &str = r#"#!/bin/sh
 set -eu
 dir=$(dirname "$0")
@@ -29,6 +30,7 @@ mkdir -p "$dir/cloud"
 (
   flock 9
   echo "$TENURE_HOLDER $TENURE_VERB $TENURE_ADDRESS $TENURE_OWNERSHIP_EPOCH $TENURE_CAPTURE_EPOCH" >> "$dir/calls.log"
+  if [ -e "$dir/fail-$TENURE_HOLDER" ]; then echo "refused: fail-$TENURE_HOLDER" >&2; exit 1; fi
   case "$TENURE_VERB" in
     acquire) echo "$TENURE_HOLDER" > "$dir/cloud/$TENURE_ADDRESS" ;;
     release) if [ "$(cat "$dir/cloud/$TENURE_ADDRESS" 2>/dev/null)" = "$TENURE_HOLDER" ]; then rm -f "$dir/cloud/$TENURE_ADDRESS"; fi ;;
@@ -248,8 +250,17 @@ fn three_agents_share_one_map_and_fail_over_after_a_kill() {
     let after = epochs(&body);
     assert!(after.0 > before.0 && after.1 > before.1, "tokens moved forward: {before:?} -> {after:?}");
 
-    // The old holder restarted re-executes nothing stale: no acquire of the epoch it lost.
+    // The old holder restarted re-executes nothing stale: no acquire of the epoch it lost. It
+    // restarts with an old pool file (only a is a member): a start seeds, it does not revert the
+    // fleet's pool (else a would own the address again).
     let calls_before_restart = fleet.calls().len();
+    let stale = std::fs::read_to_string(fleet.dir.path().join("pools.yaml"))
+        .expect("pools.yaml")
+        .replace("members: [a, b, c]", "members: [a]");
+    assert!(stale.contains("members: [a]\n"), "the stale file differs: {stale}");
+    fleet.dir.write("pools-old.yaml", &stale);
+    let config = std::fs::read_to_string(fleet.config(0)).expect("a.yaml");
+    fleet.dir.write("a.yaml", &config.replace("pools: [pools.yaml]", "pools: [pools-old.yaml]"));
     agents[0] = Some(fleet.start(0));
     converged(&fleet.listen, &new_owner);
     // a (preempt false) stays out; it may release in the current epoch, never acquire.
@@ -264,6 +275,58 @@ fn three_agents_share_one_map_and_fail_over_after_a_kill() {
         "the restarted old holder called outside the current epochs {after:?}: {late:?}"
     );
     assert_eq!(fleet.cloud_holder().as_deref(), Some(new_owner.as_str()), "one holder, the owner");
+}
+
+#[test]
+fn an_agent_whose_etcd_member_lost_quorum_does_not_act_on_its_quiet_watch() {
+    // a talks to member 3 only. When members 1 and 2 die, member 3 keeps a's watch open (it
+    // answers the pings) but delivers nothing: a's replica looks fine and stale. Only the
+    // linearizable head read before a call tells: it cannot be answered without a quorum.
+    let fleet = Fleet::new("fleet-quorum", 25000, "2s");
+    let cluster = fleet.cluster.as_ref().expect("running");
+    let config = std::fs::read_to_string(fleet.config(0)).expect("a.yaml");
+    let all = format!("endpoints: [{}]", cluster.endpoints.join(", "));
+    assert!(config.contains(&all), "a.yaml lists every member: {config}");
+    fleet.dir.write("a.yaml", &config.replace(&all, &format!("endpoints: [{}]", cluster.endpoints[2])));
+    // a's calls fail for now, so that it has a call to retry when the quorum is gone.
+    fleet.dir.write("fail-a", "");
+    let _agents: Vec<Agent> = (0..3).map(|i| fleet.start(i)).collect();
+    converged(&fleet.listen, "a");
+    let calls_by_a = || fleet.calls().iter().filter(|(h, ..)| h == "a").count();
+    wait_for("a retries its failing acquire", || calls_by_a() >= 2);
+
+    cluster.kill("m1");
+    cluster.kill("m2");
+    // Its loop waits on etcd for seconds at a time (each append times out), and checks the head
+    // when a sweep has retried the failed call: that takes a few of those steps (about 15 s
+    // here). Health answers from what the loop last posted.
+    let mut health = (0, String::new());
+    wait_for_within(Duration::from_secs(90), "a's health says it fails closed", || {
+        let now = http(fleet.listen[0], "GET", "/v1/health", None, None).unwrap_or_default();
+        if now != health {
+            eprintln!("a's health: {now:?}");
+            health = now;
+        }
+        health.0 == 503 && health.1.contains("fail-closed")
+    });
+    // Now a's retry would succeed: it must not be made at all.
+    let before = calls_by_a();
+    std::fs::remove_file(fleet.dir.path().join("fail-a")).expect("rm fail-a");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(calls_by_a(), before, "a called its provider on an unconfirmed head: {:?}", fleet.calls());
+    assert_ne!(fleet.cloud_holder().as_deref(), Some("a"));
+    // The quorum back, the fleet goes on: one map, and its owner holds the address (a, or — the
+    // outage moved stream time past a's TTL before a's first heartbeat landed, and the hold is
+    // 0 — another node); a counted its refusals.
+    cluster.revive("m1");
+    cluster.revive("m2");
+    wait_for("one map again, and its owner holds the address", || {
+        let bodies: Vec<Option<String>> = fleet.listen.iter().map(|l| ownership(*l)).collect();
+        let Some(Some(first)) = bodies.first() else { return false };
+        bodies.iter().all(|b| b.as_deref() == Some(first.as_str()))
+            && owner(first).is_some_and(|o| fleet.cloud_holder().as_deref() == Some(o.as_str()))
+    });
+    assert!(metric(fleet.listen[0], "tenure_head_unconfirmed_total") > 0);
 }
 
 #[test]
@@ -372,7 +435,7 @@ fn a_frozen_holder_resumed_executes_nothing_stale() {
 #[test]
 fn clocks_ahead_or_behind_do_not_move_ownership_from_live_holders() {
     let fleet = Fleet::new("fleet-clock", 23600, "1s");
-    let _a = fleet.start(0);
+    let a = fleet.start(0);
     let _b = fleet.start(1);
     let body = converged(&fleet.listen[..2], "a");
     let before = epochs(&body);
@@ -396,6 +459,12 @@ fn clocks_ahead_or_behind_do_not_move_ownership_from_live_holders() {
     let body = converged(&fleet.listen, "a");
     assert_eq!(epochs(&body), before, "a slow clock moved nothing either");
     assert!(fleet.calls().iter().all(|(holder, ..)| holder == "a"), "only a ever acted: {:?}", fleet.calls());
+    // And the slow node is alive, not merely harmless: with b drained and a killed, c takes the
+    // address (its heartbeats, stamped 10 s back, would look 10 TTLs old without the rule).
+    post_until_accepted_quietly(fleet.listen[1], "/v1/drain/b");
+    a.kill9();
+    converged(&fleet.listen[1..], "c");
+    wait_for("c holds the address in the cloud", || fleet.cloud_holder().as_deref() == Some("c"));
 }
 
 #[test]
@@ -404,6 +473,8 @@ fn an_agent_refuses_an_etcd_that_is_not_the_one_it_followed() {
     let a = fleet.start(0);
     converged(&fleet.listen[..1], "a");
     assert_eq!(a.terminate().code(), Some(0));
+    let endpoints = fleet.cluster.as_ref().expect("a cluster").endpoints.join(",");
+    assert_eq!(etcd_keys(&endpoints, "/fleet-test/writers/"), "", "a clean stop deletes its writer key");
     // The same ports, a new cluster: what a wiped or replaced etcd looks like to the agent.
     let base = 23700;
     let config = fleet.config(0);
@@ -424,24 +495,24 @@ fn an_agent_refuses_an_etcd_that_is_not_the_one_it_followed() {
     assert_eq!(metric(fleet.listen[0], "tenure_healthy"), 0);
     std::thread::sleep(Duration::from_millis(500));
     assert!(fleet.calls().iter().filter(|(h, ..)| h == "a").count() <= 1, "nothing more was executed");
+    assert_eq!(
+        etcd_keys(&cluster.endpoints.join(","), "/fleet-test/log/"),
+        "",
+        "nothing was appended to the new cluster"
+    );
+    drop(a);
+}
+
+/// The keys under `prefix` (`etcdctl get --prefix --keys-only`), trimmed.
+fn etcd_keys(endpoints: &str, prefix: &str) -> String {
     let keys = Command::new("etcdctl")
-        .args([
-            "--endpoints",
-            &cluster.endpoints.join(","),
-            "get",
-            "--prefix",
-            "/fleet-test/log/",
-            "--keys-only",
-        ])
+        .args(["--endpoints", endpoints, "get", "--prefix", prefix, "--keys-only"])
         .env("ETCDCTL_API", "3")
         .stderr(Stdio::inherit())
         .output()
         .expect("etcdctl");
-    assert!(
-        String::from_utf8_lossy(&keys.stdout).trim().is_empty(),
-        "nothing was appended to the new cluster"
-    );
-    drop(a);
+    assert!(keys.status.success(), "etcdctl get --prefix {prefix} failed");
+    String::from_utf8_lossy(&keys.stdout).trim().to_owned()
 }
 
 /// Network namespaces for the partition test: `<tag>-sw` holds a bridge (10.213.0.1/24, where
@@ -574,6 +645,10 @@ fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
     });
     let noticed = cut.elapsed();
     eprintln!("cut off: health 503 after {noticed:?}: {reason}");
+    // The client's keepalive (1 s ping, 1 s timeout) breaks the watch of a dead link in about
+    // 2 s; 5 s leaves room for a loaded machine, and still fails an agent that never notices
+    // (it would wait for TCP's own timeouts, minutes).
+    assert!(noticed < Duration::from_secs(5), "the cut-off agent took {noticed:?} to say it does not act");
     assert_eq!(metric(fleet.listen[0], "tenure_healthy"), 0);
     // The others take over once a's heartbeats stop landing.
     let body = wait_owner_not(&fleet.listen[1..], "a");

@@ -127,6 +127,14 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     fn retries_appends(&self) -> bool {
         false
     }
+
+    /// Whether other agents share this log (a fleet): then a starting agent's pool files only
+    /// seed the pools the log lacks ([`pools::seed_pools`]); the log's version of
+    /// a pool is the fleet's, changed on purpose by a reload (SIGHUP), never reverted by a
+    /// router that restarts with an old file.
+    fn shared_log(&self) -> bool {
+        false
+    }
 }
 
 /// Why the head could not be confirmed.

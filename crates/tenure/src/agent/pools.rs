@@ -74,6 +74,27 @@ pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpe
     events
 }
 
+/// What a starting agent of a fleet (a shared log) wants: the log's pools as they are, plus the
+/// files' pools the log does not have yet. A fleet's routers restart at any time, some with a
+/// pool file older than the one last applied; a start must not revert the fleet's pool (a reload,
+/// SIGHUP, is the operator's deliberate "apply these files"). Also answers the names of the
+/// pools whose file differs from the log (to warn about), sorted.
+#[must_use]
+pub fn seed_pools(applied: &BTreeMap<String, PoolSpec>, files: &[PoolSpec]) -> (Vec<PoolSpec>, Vec<String>) {
+    let mut wanted: Vec<PoolSpec> = applied.values().cloned().collect();
+    let mut differing = Vec::new();
+    for file in files {
+        match applied.get(&file.name) {
+            None => wanted.push(file.clone()),
+            Some(spec) if spec != file => differing.push(file.name.clone()),
+            Some(_) => {}
+        }
+    }
+    differing.extend(applied.keys().filter(|name| !files.iter().any(|f| &f.name == *name)).cloned());
+    differing.sort();
+    (wanted, differing)
+}
+
 fn same_domain(a: &PoolSpec, b: &PoolSpec) -> bool {
     a.provider == b.provider && a.placement_group == b.placement_group
 }
@@ -177,6 +198,31 @@ mod tests {
         apply_all(&mut f, plan);
         let state = f.address("x", "10.0.0.1".parse().expect("literal")).expect("kept");
         assert!(!state.desired, "the undesired address stays undesired");
+    }
+
+    #[test]
+    fn a_fleet_start_seeds_new_pools_and_reverts_nothing() {
+        let mut federation = federation();
+        apply_all(&mut federation, plan_pool_changes(&BTreeMap::new(), &[pool("edge", &["10.0.0.1"])]));
+        let applied = applied(&federation);
+        // The log has edge and core; this router starts with an old edge file, a new pool and
+        // no file for core.
+        let mut other = federation.clone();
+        apply_all(
+            &mut other,
+            plan_pool_changes(&applied, &[pool("edge", &["10.0.0.1"]), pool("core", &["10.0.0.9"])]),
+        );
+        let applied = self::applied(&other);
+        let (wanted, differing) =
+            seed_pools(&applied, &[pool("edge", &["10.0.0.2"]), pool("dmz", &["10.0.0.5"])]);
+        assert_eq!(differing, vec!["core".to_owned(), "edge".to_owned()]);
+        let plan = plan_pool_changes(&applied, &wanted);
+        assert_eq!(plan.len(), 1, "only the new pool is applied: {plan:?}");
+        assert!(matches!(&plan[0], EventKind::PoolApplied { spec } if spec.name == "dmz"));
+        // The plain plan would have reverted edge and deleted core.
+        assert!(
+            plan_pool_changes(&applied, &[pool("edge", &["10.0.0.2"]), pool("dmz", &["10.0.0.5"])]).len() > 2
+        );
     }
 
     #[test]

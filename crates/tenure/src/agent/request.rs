@@ -4,7 +4,8 @@
 //! Reads are answered from the loop's current view; writes are appended to the log durably before
 //! the reply says so.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tenure_core::log::EventKind;
@@ -17,6 +18,10 @@ pub const REQUESTS_QUEUED_MAX: usize = 1024;
 /// How long a caller waits for the agent loop before it says the agent is not answering (the
 /// default of [`AgentHandle::with_timeout`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long `GET /v1/health` waits for the loop before it answers from the health the loop last
+/// posted (the loop may be waiting on an unreachable log for seconds: health must still say why).
+pub const HEALTH_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long a caller waits for a backup of the running agent's store.
 pub const BACKUP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -191,20 +196,63 @@ pub enum HandleError {
     Timeout(Duration),
 }
 
+/// The health the loop posted last, and when: what `GET /v1/health` answers while the loop is
+/// busy. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct HealthBoard(Arc<Mutex<Option<(Health, Instant)>>>);
+
+impl HealthBoard {
+    /// Posts `health` as of now.
+    pub fn post(&self, health: Health) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((health, Instant::now()));
+    }
+
+    fn last(&self) -> Option<(Health, Instant)> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// The agent loop's side of the channel: the requests, and the board it posts its health on.
+#[derive(Debug)]
+pub struct Requests {
+    receiver: mpsc::Receiver<Request>,
+    board: HealthBoard,
+}
+
+impl Requests {
+    /// The next request (`None`: every handle is gone).
+    pub async fn recv(&mut self) -> Option<Request> {
+        self.receiver.recv().await
+    }
+
+    /// [`Requests::recv`] outside a runtime.
+    pub fn blocking_recv(&mut self) -> Option<Request> {
+        self.receiver.blocking_recv()
+    }
+
+    /// Where the loop posts its health.
+    #[must_use]
+    pub fn board(&self) -> HealthBoard {
+        self.board.clone()
+    }
+}
+
 /// The API's side of the channel to the agent loop. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct AgentHandle {
     requests: mpsc::Sender<Request>,
     /// How long one request may wait for its answer, queueing included.
     timeout: Duration,
+    board: HealthBoard,
 }
 
 impl AgentHandle {
-    /// A handle and the receiver the agent loop reads.
+    /// A handle and the receiving end the agent loop reads.
     #[must_use]
-    pub fn channel() -> (Self, mpsc::Receiver<Request>) {
+    pub fn channel() -> (Self, Requests) {
         let (requests, receiver) = mpsc::channel(REQUESTS_QUEUED_MAX);
-        (Self { requests, timeout: REQUEST_TIMEOUT }, receiver)
+        let board = HealthBoard::default();
+        (Self { requests, timeout: REQUEST_TIMEOUT, board: board.clone() }, Requests { receiver, board })
     }
 
     /// The same channel with another bound on how long each request waits for its answer
@@ -233,9 +281,27 @@ impl AgentHandle {
         self.ask(|reply| Request::Actions { filter, reply }).await
     }
 
-    /// Health.
+    /// Health. A loop that does not answer within [`HEALTH_ASK_TIMEOUT`] (waiting on its log,
+    /// say) is reported unhealthy with the health it posted last and how old that is; one that
+    /// never posted is not answering.
     pub async fn health(&self) -> Result<Health, HandleError> {
-        self.ask(|reply| Request::Health { reply }).await
+        let quick = Self { timeout: self.timeout.min(HEALTH_ASK_TIMEOUT), ..self.clone() };
+        match quick.ask(|reply| Request::Health { reply }).await {
+            Err(HandleError::Timeout(waited)) => {
+                let Some((mut health, at)) = self.board.last() else {
+                    return Err(HandleError::Timeout(waited));
+                };
+                let last = health.reason.take().unwrap_or_else(|| "ok".to_owned());
+                health.ok = false;
+                health.reason = Some(format!(
+                    "the agent loop is busy (no answer within {} ms); {} ms ago it said: {last}",
+                    waited.as_millis(),
+                    at.elapsed().as_millis()
+                ));
+                Ok(health)
+            }
+            answer => answer,
+        }
     }
 
     /// The metrics snapshot.
@@ -256,5 +322,44 @@ impl AgentHandle {
     /// Appends an event through the loop.
     pub async fn submit(&self, event: EventKind) -> Result<Result<Receipt, SubmitError>, HandleError> {
         self.ask(|reply| Request::Submit { submit: Submit { event }, reply }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(reason: Option<&str>) -> Health {
+        Health {
+            ok: reason.is_none(),
+            reason: reason.map(str::to_owned),
+            nodes: vec!["a".into()],
+            log_index: 7,
+            log_head: 9,
+            stream_time_ms: 1_000,
+        }
+    }
+
+    // Paused time: the one-second waits pass at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_loop_is_reported_with_what_it_posted_last() {
+        let (handle, requests) = AgentHandle::channel();
+        // Never posted, never answering: not answering (the API's 503 "agent loop not answering").
+        assert!(matches!(handle.health().await, Err(HandleError::Timeout(_))));
+        requests.board().post(health(Some("fail-closed: cannot confirm the log head")));
+        let busy = handle.health().await.expect("answered from the board");
+        assert!(!busy.ok);
+        let reason = busy.reason.expect("a reason");
+        assert!(
+            reason.starts_with("the agent loop is busy (no answer within 1000 ms);")
+                && reason.ends_with("it said: fail-closed: cannot confirm the log head"),
+            "{reason}"
+        );
+        assert_eq!((busy.log_index, busy.log_head), (7, 9));
+        // A busy loop is never healthy, whatever it posted.
+        requests.board().post(health(None));
+        let busy = handle.health().await.expect("answered from the board");
+        assert!(!busy.ok && busy.reason.is_some_and(|r| r.ends_with("it said: ok")));
+        drop(requests);
     }
 }

@@ -18,8 +18,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, error, info, warn};
 
 use super::answers::Counters;
-use super::pools::plan_pool_changes;
-use super::request::Request;
+use super::pools::{plan_pool_changes, seed_pools};
+use super::request::Requests;
 use super::{AgentStore, HeadUnconfirmed, ProviderExecutor, Settings};
 use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within};
 
@@ -212,7 +212,7 @@ fn wall_clock_ms() -> u64 {
 pub async fn run<S: AgentStore>(
     store: S,
     settings: Settings,
-    mut requests: mpsc::Receiver<Request>,
+    mut requests: Requests,
     mut reload: mpsc::Receiver<()>,
     observer: Arc<dyn Observe>,
     shutdown: impl Future<Output = ()>,
@@ -223,6 +223,19 @@ pub async fn run<S: AgentStore>(
         error!(%reason, "refusing the store: appending nothing, never acting");
         agent.store_failed = Some(reason);
     } else {
+        let wanted = if agent.store.shared_log() {
+            let (seed, differing) = seed_pools(&agent.applied_pools(), &wanted);
+            if !differing.is_empty() {
+                warn!(
+                    pools = %differing.join(", "),
+                    "these pools differ between this router's pool files and the fleet's log: the log's \
+                     version is in force (a reload, SIGHUP, applies this router's files to the whole fleet)"
+                );
+            }
+            seed
+        } else {
+            wanted
+        };
         agent.apply_pools(&wanted).map_err(AgentError::Pools)?;
         for driver in &agent.drivers {
             agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
@@ -238,6 +251,8 @@ pub async fn run<S: AgentStore>(
     identity.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     let log_changed = agent.store.log_changed();
+    let board = requests.board();
+    board.post(agent.health());
     let mut reload_open = true;
     let mut requests_open = true;
     loop {
@@ -258,6 +273,7 @@ pub async fn run<S: AgentStore>(
                 // So a step after results reconciles only a node whose plan it changed (the view
                 // moved while the call was in flight: `NodeDriver::reconcile_due`).
                 agent.step(false);
+                board.post(agent.health());
             }
             request = requests.recv(), if requests_open => match request {
                 Some(request) => dirty = agent.answer(request),
@@ -294,6 +310,7 @@ pub async fn run<S: AgentStore>(
         }
         if dirty {
             agent.step(requeue_due);
+            board.post(agent.health());
             if requeue_due {
                 // The interval runs from the end of a full pass: a pass longer than the interval
                 // (a million addresses) must not be followed at once by another, or the loop
@@ -570,19 +587,23 @@ impl<S: AgentStore> Agent<S> {
     /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]. A rejected one
     /// is reported (the set was checked as a whole, so it should not happen).
     fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<(), Vec<String>> {
-        let applied: BTreeMap<String, PoolSpec> = self
-            .view()
-            .pools()
-            .iter()
-            .filter(|(_, p)| !p.deleted)
-            .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
-            .collect();
+        let applied = self.applied_pools();
         let plan = plan_pool_changes(&applied, wanted);
         if plan.is_empty() {
             return Ok(());
         }
         info!(events = plan.len(), "applying pool changes");
         self.append(plan).map(|_| ()).map_err(|e| vec![e])
+    }
+
+    /// The pools the log has applied now (not deleted), by name.
+    fn applied_pools(&self) -> BTreeMap<String, PoolSpec> {
+        self.view()
+            .pools()
+            .iter()
+            .filter(|(_, p)| !p.deleted)
+            .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
+            .collect()
     }
 
     /// SIGHUP: reads the pool files again; a bad file changes nothing and is reported.

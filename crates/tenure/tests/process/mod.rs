@@ -194,10 +194,15 @@ pub fn tenure(args: &[&str]) -> (i32, String, String) {
 }
 
 /// Waits until `condition` holds, at most [`WAIT_MAX`].
-pub fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT_MAX;
+pub fn wait_for(what: &str, condition: impl FnMut() -> bool) {
+    wait_for_within(WAIT_MAX, what, condition);
+}
+
+/// [`wait_for`] with another bound.
+pub fn wait_for_within(bound: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
     while !condition() {
-        assert!(Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
+        assert!(Instant::now() < deadline, "not within {bound:?}: {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

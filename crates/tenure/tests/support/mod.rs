@@ -22,7 +22,7 @@ use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{Log as _, MemoryLog};
 use tenure_sim::replay::{ActionRow, Replay};
 use tenure_sim::scenario::{LocalStep, Scenario, parse_scenario};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Two nodes on one simulated cloud; `edge` is automatic, `gated` needs approvals.
 pub const SCENARIO: &str = r#"
@@ -207,7 +207,7 @@ pub struct Server {
     /// The double's observable state.
     pub state: DoubleState,
     /// Kept so a [`Mode::Silent`] channel stays open.
-    _silent: Option<mpsc::Receiver<Request>>,
+    _silent: Option<tenure::agent::request::Requests>,
     shutdown: Option<oneshot::Sender<()>>,
 }
 

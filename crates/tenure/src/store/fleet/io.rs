@@ -75,6 +75,8 @@ pub(crate) enum Command {
     /// Also put when this process's writer key names it already (a snapshot deleted it since);
     /// answers whether this call committed it.
     Append { key: String, value: Vec<u8>, reply: std_mpsc::SyncSender<Result<(i64, bool), String>> },
+    /// Deletes this process's writer key (a clean stop).
+    ForgetWriter { reply: std_mpsc::SyncSender<Result<(), String>> },
     /// A linearizable read of the head key.
     Head { reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
     /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]), in
@@ -98,6 +100,13 @@ pub(crate) struct Manifest {
     /// xxh3-64 of the bytes, hex.
     xxh3: String,
 }
+
+/// How often the client pings etcd on a connection (see [`connect`]).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(6);
+
+/// The largest answer the client decodes (tonic's default is 4 MiB): a page of the log's
+/// batches, a watch answer (fragmented by etcd at its request limit, 1.5 MiB by default).
+const DECODE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Bytes per snapshot chunk (one etcd value).
 const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
@@ -206,6 +215,11 @@ impl Io {
             .map_err(|_| "the etcd client's thread stopped".to_owned())
     }
 
+    /// Deletes this process's writer key, waiting at most the request timeout.
+    pub(crate) fn forget_writer(&self) -> Result<(), String> {
+        self.call(self.request_timeout, |reply| Command::ForgetWriter { reply })
+    }
+
     /// A linearizable read of the head key, waited for at most `wait` (a read still under way
     /// then finishes in the background, unheard).
     pub(crate) fn head(&self, wait: Duration) -> Result<HeadRead, String> {
@@ -221,8 +235,12 @@ async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(settings.request_timeout)
         .with_timeout(settings.request_timeout)
-        // A link that died quietly (a partition) shows within about two seconds, also on the watch.
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+        // A link that died quietly (a partition) shows within seconds, also on the watch (where
+        // nothing else would time out). Not more often: etcd drops a connection that pings more
+        // often than its --grpc-keepalive-min-time (5 s by default) while no data flows
+        // ("too_many_pings"), and a quiet watch would break over and over. Appends and head reads
+        // have their own deadlines, so a cut link fails them (and the agent closes) sooner.
+        .with_keep_alive(KEEPALIVE_INTERVAL, Duration::from_secs(2))
         .with_keep_alive_while_idle(true);
     if let Some((user, password)) = &settings.user {
         options = options.with_user(user.clone(), password.0.clone());
@@ -280,7 +298,9 @@ async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadR
     let head = read_head(client, keys).await?;
     let snapshot = read_snapshot(client, keys, head.revision).await?;
     let mut batches = Vec::new();
-    const PAGE: i64 = 512;
+    // A page of batches of up to 1 MiB each stays under the decode limit.
+    const PAGE: i64 = 32;
+    let mut kv = client.kv_client().max_decoding_message_size(DECODE_BYTES_MAX);
     let mut from = snapshot.as_ref().map_or(1, |(m, _)| m.revision + 1);
     loop {
         let options = GetOptions::new()
@@ -289,8 +309,7 @@ async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadR
             .with_min_mod_revision(from)
             .with_sort(SortTarget::Mod, SortOrder::Ascend)
             .with_limit(PAGE);
-        let mut response =
-            client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log read"))?;
+        let mut response = kv.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log read"))?;
         let kvs = response.take_kvs();
         let full = i64::try_from(kvs.len()).unwrap_or(PAGE) >= PAGE;
         if let Some(last) = kvs.last() {
@@ -503,6 +522,14 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
             });
             let _ = reply.send(result);
         }
+        Command::ForgetWriter { reply } => {
+            let deleted = client
+                .delete(keys.writer.as_bytes(), None)
+                .await
+                .map(drop)
+                .map_err(failed("writer key delete"));
+            let _ = reply.send(deleted);
+        }
         Command::Head { reply } => {
             let _ = reply.send(read_head(&mut client, &keys).await);
         }
@@ -554,8 +581,11 @@ async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(50);
     loop {
         let from = shared.seen_revision() + 1;
-        let options = WatchOptions::new().with_prefix().with_start_revision(from);
-        match client.watch(keys.log.as_bytes(), Some(options)).await {
+        // Fragmented: catching up over many large batches, etcd splits its answer at its request
+        // limit (each event whole) instead of sending one over the decode limit.
+        let options = WatchOptions::new().with_prefix().with_start_revision(from).with_fragment();
+        let mut watcher = client.watch_client().max_decoding_message_size(DECODE_BYTES_MAX);
+        match watcher.watch(keys.log.as_bytes(), Some(options)).await {
             Ok(mut stream) => {
                 shared.set_down(None);
                 loop {

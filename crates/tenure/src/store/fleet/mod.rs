@@ -448,8 +448,15 @@ impl EtcdStore {
     }
 
     /// Closes the local store (the etcd thread ends with the last handle).
+    /// Its writer key goes too: this process appends nothing more, so no retry of its batches
+    /// needs it (an agent killed leaves its key behind, a few bytes).
     pub fn close(self) -> Result<(), StoreError> {
         let _ = self.flush_binding();
+        if self.refused().is_none()
+            && let Err(e) = self.io.forget_writer()
+        {
+            warn!(error = %e, "cannot delete this agent's writer key (a few bytes left behind)");
+        }
         let Self { local, .. } = self;
         local.close()
     }
@@ -606,8 +613,10 @@ impl AgentStore for EtcdStore {
         if let Some(reason) = self.refused() {
             return Err(HeadUnconfirmed::Refused(reason));
         }
-        let head = self.io.head(bound).map_err(HeadUnconfirmed::Behind)?;
+        // Read before the head read is sent: the read is linearized after every batch this
+        // agent has seen so far, not after one the watch brings while the read is under way.
         let last_batch = self.shared.last_batch();
+        let head = self.io.head(bound).map_err(HeadUnconfirmed::Behind)?;
         if head.head_revision < last_batch {
             let reason = format!(
                 "the log in etcd ends at revision {} but this agent applied it up to {last_batch} (etcd restored \
@@ -649,6 +658,10 @@ impl AgentStore for EtcdStore {
             return Err(reason);
         }
         self.io.write_snapshot(batch::revision_of(applied), events, Arc::new(bytes))
+    }
+
+    fn shared_log(&self) -> bool {
+        true
     }
 
     fn retries_appends(&self) -> bool {
