@@ -11,6 +11,11 @@
 //!
 //! The head confirmation's p50 and p99 over 1,000 reads are printed as a line
 //! `tenure-bench fleet-head: p50_us=N p99_us=N`.
+//!
+//! Then the log's throughput with [`WRITERS`] writers at once, as a fleet appends: that many
+//! stores (agents) each appending one-heartbeat batches in a loop, against as many threads each
+//! putting raw values through one etcd-client; three rounds of each, alternating, the median
+//! rounds printed as `tenure-bench fleet-throughput: writers=N raw_per_s=X append_per_s=Y`.
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
@@ -95,5 +100,59 @@ fn main() {
         reads[reads.len() * 99 / 100].as_micros()
     );
     drop(store);
+
+    let stores: Vec<EtcdStore> = (0..WRITERS)
+        .map(|i| {
+            let path = dir.join(format!("writer-{i}"));
+            EtcdStore::open(&path.join("store"), &path.join("store.identity"), &options).expect("store")
+        })
+        .collect();
+    let mut raw_rates = Vec::new();
+    let mut append_rates = Vec::new();
+    for round in 0..3_u64 {
+        raw_rates.push(rate(|writer| {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let mut client = client.clone();
+            for op in 0..OPS_PER_WRITER {
+                let key = format!("/bench-raw/{round}/{writer}/{op}");
+                runtime.block_on(client.put(key, value.clone(), None)).expect("put");
+            }
+        }));
+        append_rates.push(rate(|writer| {
+            let store = &stores[writer];
+            for op in 0..OPS_PER_WRITER {
+                let at_ms = 10_000_000 * (round + 1) + u64::try_from(op).expect("small");
+                store.append_batch(&[heartbeat(at_ms)]).expect("append");
+            }
+        }));
+    }
+    raw_rates.sort_by(f64::total_cmp);
+    append_rates.sort_by(f64::total_cmp);
+    println!(
+        "tenure-bench fleet-throughput: writers={WRITERS} raw_per_s={:.0} append_per_s={:.0}",
+        raw_rates[1], append_rates[1]
+    );
+    drop(stores);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writers at once in the throughput measurement.
+const WRITERS: usize = 8;
+/// Appends (or puts) per writer per round.
+const OPS_PER_WRITER: usize = 150;
+
+/// Operations per second of [`WRITERS`] threads each running `work(writer)` (which does
+/// [`OPS_PER_WRITER`] operations), from the first start to the last end.
+fn rate(work: impl Fn(usize) + Sync) -> f64 {
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for writer in 0..WRITERS {
+            let work = &work;
+            scope.spawn(move || work(writer));
+        }
+    });
+    #[allow(clippy::cast_precision_loss)]
+    let ops = (WRITERS * OPS_PER_WRITER) as f64;
+    ops / started.elapsed().as_secs_f64()
 }

@@ -978,6 +978,8 @@ fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() 
         "-out",
         &p("ca.pem"),
     ]);
+    ssl(&["genrsa", "-out", &p("jwt.key"), "2048"]);
+    ssl(&["rsa", "-in", &p("jwt.key"), "-pubout", "-out", &p("jwt.pub")]);
     for (name, cn, ext) in [
         ("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1"),
         ("client", "tenure", "extendedKeyUsage=clientAuth"),
@@ -1032,6 +1034,12 @@ fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() 
             &p("ca.pem"),
         ])
         .arg("--client-cert-auth")
+        // JWT auth tokens (etcd's production choice) that expire 3 s after they are issued,
+        // however busy the client: the agent must renew its own.
+        .args([
+            "--auth-token",
+            &format!("jwt,pub-key={},priv-key={},sign-method=RS256,ttl=3s", p("jwt.pub"), p("jwt.key")),
+        ])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -1127,5 +1135,9 @@ fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() 
         "--keys-only",
     ]);
     assert!(ok && !keys.trim().is_empty(), "the agent's appends are in etcd: {keys}");
+    // Past the token's TTL the agent still appends (it renews its token) and stays healthy.
+    std::thread::sleep(Duration::from_secs(5));
+    post_until_accepted_quietly(listen, "/v1/drain/b");
+    assert!(health_ok(listen), "healthy after its first auth token expired: {}", agent.log());
     drop(agent);
 }

@@ -243,7 +243,9 @@ async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
         .with_keep_alive(KEEPALIVE_INTERVAL, Duration::from_secs(2))
         .with_keep_alive_while_idle(true);
     if let Some((user, password)) = &settings.user {
-        options = options.with_user(user.clone(), password.0.clone());
+        // An auth token expires (a JWT a fixed time after it was issued, 5 min by default): the
+        // client authenticates again when etcd says so, rather than fail every request after.
+        options = options.with_user(user.clone(), password.0.clone()).with_auto_token_refresh(true);
     }
     if let Some(tls) = &settings.tls {
         let mut config =
