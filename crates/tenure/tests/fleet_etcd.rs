@@ -309,10 +309,25 @@ fn an_agent_whose_etcd_member_lost_quorum_does_not_act_on_its_quiet_watch() {
         }
         health.0 == 503 && health.1.contains("fail-closed")
     });
-    // Now a's retry would succeed: it must not be made at all.
+    // Now a's retry would succeed: it must not be made at all, through two more refusals (each
+    // one a step that would have called).
     let before = calls_by_a();
     std::fs::remove_file(fleet.dir.path().join("fail-a")).expect("rm fail-a");
-    std::thread::sleep(Duration::from_secs(3));
+    let refusals = || {
+        http(fleet.listen[0], "GET", "/metrics", None, None).ok().and_then(|(_, body)| {
+            body.lines()
+                .find_map(|l| l.strip_prefix("tenure_head_unconfirmed_total ")?.trim().parse::<u64>().ok())
+        })
+    };
+    let mut first = None;
+    wait_for_within(Duration::from_secs(90), "a refuses to call twice more", || match (first, refusals()) {
+        (None, Some(n)) => {
+            first = Some(n);
+            false
+        }
+        (Some(f), Some(n)) => n >= f + 2,
+        _ => false,
+    });
     assert_eq!(calls_by_a(), before, "a called its provider on an unconfirmed head: {:?}", fleet.calls());
     assert_ne!(fleet.cloud_holder().as_deref(), Some("a"));
     // The quorum back, the fleet goes on: one map, and its owner holds the address (a, or — the
@@ -326,7 +341,7 @@ fn an_agent_whose_etcd_member_lost_quorum_does_not_act_on_its_quiet_watch() {
         bodies.iter().all(|b| b.as_deref() == Some(first.as_str()))
             && owner(first).is_some_and(|o| fleet.cloud_holder().as_deref() == Some(o.as_str()))
     });
-    assert!(metric(fleet.listen[0], "tenure_head_unconfirmed_total") > 0);
+    wait_for("a is healthy again", || health_ok(fleet.listen[0]));
 }
 
 #[test]
@@ -472,8 +487,12 @@ fn an_agent_refuses_an_etcd_that_is_not_the_one_it_followed() {
     let mut fleet = Fleet::new("fleet-wiped", 23700, "1s");
     let a = fleet.start(0);
     converged(&fleet.listen[..1], "a");
-    assert_eq!(a.terminate().code(), Some(0));
     let endpoints = fleet.cluster.as_ref().expect("a cluster").endpoints.join(",");
+    // Its writer key deleted by hand: the agent creates it again and goes on appending.
+    assert_ne!(etcd_keys(&endpoints, "/fleet-test/writers/"), "");
+    run(&["etcdctl", "--endpoints", &endpoints, "del", "--prefix", "/fleet-test/writers/"]);
+    post_until_accepted_quietly(fleet.listen[0], "/v1/drain/b");
+    assert_eq!(a.terminate().code(), Some(0));
     assert_eq!(etcd_keys(&endpoints, "/fleet-test/writers/"), "", "a clean stop deletes its writer key");
     // The same ports, a new cluster: what a wiped or replaced etcd looks like to the agent.
     let base = 23700;
@@ -645,10 +664,14 @@ fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
     });
     let noticed = cut.elapsed();
     eprintln!("cut off: health 503 after {noticed:?}: {reason}");
-    // The client's keepalive (1 s ping, 1 s timeout) breaks the watch of a dead link in about
-    // 2 s; 5 s leaves room for a loaded machine, and still fails an agent that never notices
-    // (it would wait for TCP's own timeouts, minutes).
+    // Its next append times out (2 s request timeout) and health says so at once; 5 s leaves
+    // room for a loaded machine, and still fails an agent that never notices (it would wait for
+    // TCP's own timeouts, minutes).
     assert!(noticed < Duration::from_secs(5), "the cut-off agent took {noticed:?} to say it does not act");
+    assert!(
+        ["cannot append", "fail-closed", "cannot follow"].iter().any(|why| reason.contains(why)),
+        "health names the log as the reason: {reason}"
+    );
     assert_eq!(metric(fleet.listen[0], "tenure_healthy"), 0);
     // The others take over once a's heartbeats stop landing.
     let body = wait_owner_not(&fleet.listen[1..], "a");

@@ -75,16 +75,22 @@ pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpe
 }
 
 /// What a starting agent of a fleet (a shared log) wants: the log's pools as they are, plus the
-/// files' pools the log does not have yet. A fleet's routers restart at any time, some with a
-/// pool file older than the one last applied; a start must not revert the fleet's pool (a reload,
-/// SIGHUP, is the operator's deliberate "apply these files"). Also answers the names of the
-/// pools whose file differs from the log (to warn about), sorted.
+/// files' pools the log has never had. A fleet's routers restart at any time, some with a pool
+/// file older than the one last applied; a start must not revert the fleet's pool, nor bring back
+/// one the fleet deleted (`deleted`: the names of pools the log has deleted) — a reload, SIGHUP,
+/// is the operator's deliberate "apply these files". Also answers the names of the pools whose
+/// file differs from the log (to warn about), sorted.
 #[must_use]
-pub fn seed_pools(applied: &BTreeMap<String, PoolSpec>, files: &[PoolSpec]) -> (Vec<PoolSpec>, Vec<String>) {
+pub fn seed_pools(
+    applied: &BTreeMap<String, PoolSpec>,
+    deleted: &BTreeSet<String>,
+    files: &[PoolSpec],
+) -> (Vec<PoolSpec>, Vec<String>) {
     let mut wanted: Vec<PoolSpec> = applied.values().cloned().collect();
     let mut differing = Vec::new();
     for file in files {
         match applied.get(&file.name) {
+            None if deleted.contains(&file.name) => differing.push(file.name.clone()),
             None => wanted.push(file.clone()),
             Some(spec) if spec != file => differing.push(file.name.clone()),
             Some(_) => {}
@@ -213,9 +219,11 @@ mod tests {
             plan_pool_changes(&applied, &[pool("edge", &["10.0.0.1"]), pool("core", &["10.0.0.9"])]),
         );
         let applied = self::applied(&other);
-        let (wanted, differing) =
-            seed_pools(&applied, &[pool("edge", &["10.0.0.2"]), pool("dmz", &["10.0.0.5"])]);
-        assert_eq!(differing, vec!["core".to_owned(), "edge".to_owned()]);
+        // And a pool the fleet deleted, which this router's old files still have.
+        let deleted: BTreeSet<String> = ["old".to_owned()].into();
+        let files = [pool("edge", &["10.0.0.2"]), pool("dmz", &["10.0.0.5"]), pool("old", &["10.0.0.7"])];
+        let (wanted, differing) = seed_pools(&applied, &deleted, &files);
+        assert_eq!(differing, vec!["core".to_owned(), "edge".to_owned(), "old".to_owned()]);
         let plan = plan_pool_changes(&applied, &wanted);
         assert_eq!(plan.len(), 1, "only the new pool is applied: {plan:?}");
         assert!(matches!(&plan[0], EventKind::PoolApplied { spec } if spec.name == "dmz"));

@@ -224,7 +224,14 @@ pub async fn run<S: AgentStore>(
         agent.store_failed = Some(reason);
     } else {
         let wanted = if agent.store.shared_log() {
-            let (seed, differing) = seed_pools(&agent.applied_pools(), &wanted);
+            let deleted: BTreeSet<String> = agent
+                .view()
+                .pools()
+                .iter()
+                .filter(|(_, p)| p.deleted)
+                .map(|(name, _)| name.clone())
+                .collect();
+            let (seed, differing) = seed_pools(&agent.applied_pools(), &deleted, &wanted);
             if !differing.is_empty() {
                 warn!(
                     pools = %differing.join(", "),
@@ -670,9 +677,15 @@ impl<S: AgentStore> Agent<S> {
             self.record_highest_token();
             return;
         }
-        if self.drivers.iter().any(NodeDriver::has_ready_actions) && !self.confirm_head() {
-            self.record_highest_token();
-            return;
+        if self.drivers.iter().any(NodeDriver::has_ready_actions) {
+            if !self.confirm_head() {
+                self.record_highest_token();
+                return;
+            }
+        } else if self.head_failure.is_some() {
+            // Nothing to call, but health still says fail-closed: confirm again so that it clears
+            // once etcd answers (only while failed: a quiet agent reads nothing).
+            self.confirm_head();
         }
         for index in 0..self.drivers.len() {
             self.start_calls(index);

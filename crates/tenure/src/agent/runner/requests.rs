@@ -62,6 +62,16 @@ impl<S: AgentStore> Agent<S> {
                 });
                 false
             }
+            // A caller that gave up (its wait timed out while the loop was busy) was told the
+            // request failed: it must not land later.
+            Request::Control { ref reply, .. } if reply.is_closed() => {
+                warn!("a control request whose caller stopped waiting was dropped, not run");
+                false
+            }
+            Request::Submit { ref reply, .. } if reply.is_closed() => {
+                warn!("a submitted event whose caller stopped waiting was dropped, not appended");
+                false
+            }
             Request::Control { control, reply } => {
                 let _ = reply.send(self.control(control));
                 true

@@ -81,7 +81,9 @@ pub(crate) enum Command {
     Head { reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
     /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]), in
     /// the background: the outcome is logged.
-    WriteSnapshot { revision: i64, events: u64, bytes: Arc<Vec<u8>> },
+    /// Skipped when the newest snapshot is fewer than `every` events older: every agent offers
+    /// one, the first to get there writes it.
+    WriteSnapshot { revision: i64, events: u64, every: u64, bytes: Arc<Vec<u8>> },
 }
 
 /// The snapshot manifest under `<prefix>/snapshot`: `{"v":1,"revision":R,…}`.
@@ -208,10 +210,11 @@ impl Io {
         &self,
         revision: i64,
         events: u64,
+        every: u64,
         bytes: Arc<Vec<u8>>,
     ) -> Result<(), String> {
         self.commands
-            .send(Command::WriteSnapshot { revision, events, bytes })
+            .send(Command::WriteSnapshot { revision, events, every, bytes })
             .map_err(|_| "the etcd client's thread stopped".to_owned())
     }
 
@@ -385,6 +388,7 @@ async fn write_snapshot(
     keys: &Keys,
     revision: i64,
     events: u64,
+    every: u64,
     bytes: &[u8],
 ) -> Result<bool, String> {
     let manifest = Manifest {
@@ -398,7 +402,11 @@ async fn write_snapshot(
     let mut written = false;
     for _ in 0..3 {
         let current = read_manifest(client, keys, None).await?;
-        if current.as_ref().is_some_and(|(m, _)| m.revision >= revision) {
+        if current
+            .as_ref()
+            .is_some_and(|(m, _)| m.revision >= revision || m.events.saturating_add(every) > events)
+        {
+            // As new, or new enough: another agent got there first.
             break;
         }
         if !written {
@@ -480,49 +488,7 @@ async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<()
 async fn answer(mut client: Client, keys: Keys, command: Command) {
     match command {
         Command::Append { key, value, reply } => {
-            let writer = keys.writer.clone();
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
-                    Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
-                ])
-                .and_then([
-                    TxnOp::put(key.as_bytes(), value, None),
-                    TxnOp::put(keys.head.as_bytes(), key.as_bytes(), None),
-                    TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
-                ])
-                .or_else([TxnOp::get(key.as_bytes(), None), TxnOp::get(writer.as_bytes(), None)]);
-            let result = retry_quick_failures(|| {
-                let mut client = client.clone();
-                let txn = txn.clone();
-                async move { client.txn(txn).await }
-            })
-            .await
-            .map_err(failed("append"))
-            .and_then(|response| {
-                if response.succeeded() {
-                    return response
-                        .header()
-                        .map(|h| (h.revision(), true))
-                        .ok_or_else(|| "etcd append: no header".to_owned());
-                }
-                // An earlier try of this very batch was committed: the batch key is there, or
-                // (a snapshot deleted it since) this process's writer key names it — written in
-                // the same transaction, so at the batch's revision.
-                response
-                    .op_responses()
-                    .into_iter()
-                    .find_map(|op| match op {
-                        etcd_client::TxnOpResponse::Get(get) => get
-                            .kvs()
-                            .first()
-                            .filter(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
-                            .map(|kv| (kv.mod_revision(), false)),
-                        _ => None,
-                    })
-                    .ok_or_else(|| format!("etcd append: {key} is neither there nor named by {writer} (the writer key is gone?)"))
-            });
-            let _ = reply.send(result);
+            let _ = reply.send(append(&mut client, &keys, &key, value).await);
         }
         Command::ForgetWriter { reply } => {
             let deleted = client
@@ -535,9 +501,9 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
         Command::Head { reply } => {
             let _ = reply.send(read_head(&mut client, &keys).await);
         }
-        Command::WriteSnapshot { revision, events, bytes } => {
+        Command::WriteSnapshot { revision, events, every, bytes } => {
             let started = tokio::time::Instant::now();
-            match write_snapshot(&mut client, &keys, revision, events, &bytes).await {
+            match write_snapshot(&mut client, &keys, revision, events, every, &bytes).await {
                 Ok(written) => tracing::info!(
                     revision,
                     events,
@@ -551,6 +517,66 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
                 }
             }
         }
+    }
+}
+
+/// Puts one batch under `key` unless it is there already or this process's writer key names it
+/// (see [`Command::Append`]). A writer key that is gone (deleted by hand: the compare on its
+/// value then fails whatever it holds) is created again, empty, and the append tried once more.
+async fn append(client: &mut Client, keys: &Keys, key: &str, value: Vec<u8>) -> Result<(i64, bool), String> {
+    let writer = keys.writer.as_str();
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+            Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
+        ])
+        .and_then([
+            TxnOp::put(key.as_bytes(), value, None),
+            TxnOp::put(keys.head.as_bytes(), key.as_bytes(), None),
+            TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
+        ])
+        .or_else([TxnOp::get(key.as_bytes(), None), TxnOp::get(writer.as_bytes(), None)]);
+    let mut recreated = false;
+    loop {
+        let response = retry_quick_failures(|| {
+            let mut client = client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+        .map_err(failed("append"))?;
+        if response.succeeded() {
+            return response
+                .header()
+                .map(|h| (h.revision(), true))
+                .ok_or_else(|| "etcd append: no header".to_owned());
+        }
+        // An earlier try of this very batch was committed: the batch key is there, or (a
+        // snapshot deleted it since) this process's writer key names it — written in the same
+        // transaction, so at the batch's revision.
+        let gets: Vec<Option<etcd_client::KeyValue>> = response
+            .op_responses()
+            .into_iter()
+            .map(|op| match op {
+                etcd_client::TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+                _ => None,
+            })
+            .collect();
+        if let Some(kv) =
+            gets.iter().flatten().find(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
+        {
+            return Ok((kv.mod_revision(), false));
+        }
+        let writer_there = gets.get(1).is_some_and(Option::is_some);
+        if writer_there || recreated {
+            return Err(format!("etcd append: {key} is neither there nor named by {writer}"));
+        }
+        warn!(%writer, "this agent's writer key is gone (deleted by hand?); creating it again");
+        let create = Txn::new()
+            .when([Compare::create_revision(writer.as_bytes(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(writer.as_bytes(), "", None)]);
+        client.txn(create).await.map_err(failed("writer key"))?;
+        recreated = true;
     }
 }
 

@@ -45,7 +45,8 @@ struct Binding {
 
 /// Why a fleet agent refuses its etcd at start: the binding against what etcd says.
 fn check_binding(binding: &Binding, prefix: &str, head: &HeadRead) -> Result<(), String> {
-    if binding.prefix != prefix {
+    // `/tenure` and `/tenure/` name the same keys ([`Keys::new`]).
+    if binding.prefix.trim_end_matches('/') != prefix.trim_end_matches('/') {
         return Err(format!(
             "this agent's store was bound to etcd prefix `{}`, not `{prefix}`: use the prefix it ran with, or a new store.path",
             binding.prefix
@@ -657,7 +658,7 @@ impl AgentStore for EtcdStore {
         if let Some(reason) = self.refused() {
             return Err(reason);
         }
-        self.io.write_snapshot(batch::revision_of(applied), events, Arc::new(bytes))
+        self.io.write_snapshot(batch::revision_of(applied), events, self.snapshot_every, Arc::new(bytes))
     }
 
     fn shared_log(&self) -> bool {
@@ -719,6 +720,7 @@ mod tests {
         let binding = Binding { v: 1, cluster_id: 7, prefix: "/tenure".into(), revision: 100 };
         assert_eq!(check_binding(&binding, "/tenure", &head(7, 100)), Ok(()));
         assert_eq!(check_binding(&binding, "/tenure", &head(7, 250)), Ok(()));
+        assert_eq!(check_binding(&binding, "/tenure/", &head(7, 100)), Ok(()), "the same keys");
         let other = check_binding(&binding, "/tenure", &head(8, 250)).expect_err("must fail");
         assert!(other.contains("etcd cluster 8 is not the cluster 7"), "{other}");
         let back = check_binding(&binding, "/tenure", &head(7, 99)).expect_err("must fail");
