@@ -111,9 +111,12 @@ fn main() {
     let mut append_rates = Vec::new();
     for round in 0..3_u64 {
         raw_rates.push(rate(|writer| {
+            // A client of its own, on this thread's runtime (a client's connection is driven by
+            // the runtime it was made on).
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            let mut client = client.clone();
+            let mut client =
+                runtime.block_on(etcd_client::Client::connect(&cluster.endpoints, None)).expect("connects");
             for op in 0..OPS_PER_WRITER {
                 let key = format!("/bench-raw/{round}/{writer}/{op}");
                 runtime.block_on(client.put(key, value.clone(), None)).expect("put");
