@@ -2,7 +2,9 @@
 //! files' pools, in an order that lets an address go before it is taken (SPEC 13).
 //!
 //! The files are the truth for the pools of this agent's log: a pool applied in the log and in
-//! no file is deleted; a new or changed pool is applied. Every `pool-applied` is checked for
+//! no file is deleted; a new or changed pool is applied. (Except when a fleet agent starts: its
+//! files then only seed the pools the shared log never had — [`seed_pools`]; its reloads apply
+//! them whole.) Every `pool-applied` is checked for
 //! overlap against the pools applied at that moment, so two changed pools that trade addresses
 //! cannot be applied one after the other as they are: whichever goes first still finds its new
 //! address in the other. The plan therefore has two phases:

@@ -218,6 +218,8 @@ pub async fn run<S: AgentStore>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunSummary, AgentError> {
     let mut agent = Agent::start(store, settings, observer)?;
+    // Health probes during a long start are answered from here.
+    requests.board().post(agent.health());
     let wanted = (agent.pools)().map_err(AgentError::Pools)?;
     if let Some(reason) = agent.store.refusal() {
         error!(%reason, "refusing the store: appending nothing, never acting");
@@ -249,6 +251,7 @@ pub async fn run<S: AgentStore>(
         }
     }
     agent.step(true);
+    requests.board().post(agent.health());
 
     let mut heartbeat = tokio::time::interval(agent.heartbeat_interval.max(Duration::from_millis(1)));
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -259,7 +262,6 @@ pub async fn run<S: AgentStore>(
     tokio::pin!(shutdown);
     let log_changed = agent.store.log_changed();
     let board = requests.board();
-    board.post(agent.health());
     let mut reload_open = true;
     let mut requests_open = true;
     loop {
@@ -678,14 +680,14 @@ impl<S: AgentStore> Agent<S> {
             return;
         }
         if self.drivers.iter().any(NodeDriver::has_ready_actions) {
-            if !self.confirm_head() {
+            if !self.confirm_head(true) {
                 self.record_highest_token();
                 return;
             }
-        } else if self.head_failure.is_some() {
+        } else if self.head_failure.is_some() && self.store_failed.is_none() {
             // Nothing to call, but health still says fail-closed: confirm again so that it clears
             // once etcd answers (only while failed: a quiet agent reads nothing).
-            self.confirm_head();
+            self.confirm_head(false);
         }
         for index in 0..self.drivers.len() {
             self.start_calls(index);
@@ -705,7 +707,9 @@ impl<S: AgentStore> Agent<S> {
     /// Before a batch of provider calls: confirms the log head is current (the store's
     /// linearizable read; at once for the embedded store) within half the smallest heartbeat TTL
     /// of the applied pools, then follows to it. `false`: the agent does not act now and says why.
-    fn confirm_head(&mut self) -> bool {
+    /// `before_calls`: a batch of calls waits on it (only those refusals are counted in
+    /// `tenure_head_unconfirmed_total`; a check that only clears health is not).
+    fn confirm_head(&mut self, before_calls: bool) -> bool {
         let bound = self
             .view()
             .pools()
@@ -723,7 +727,7 @@ impl<S: AgentStore> Agent<S> {
                 self.follow().is_ok()
             }
             Err(HeadUnconfirmed::Behind(reason)) => {
-                self.counters.head_unconfirmed += 1;
+                self.counters.head_unconfirmed += u64::from(before_calls);
                 let reason = format!(
                     "fail-closed: cannot confirm the log head within {} ms: {reason}",
                     bound.as_millis()
@@ -735,8 +739,9 @@ impl<S: AgentStore> Agent<S> {
                 false
             }
             Err(HeadUnconfirmed::Refused(reason)) => {
-                self.counters.head_unconfirmed += 1;
+                self.counters.head_unconfirmed += u64::from(before_calls);
                 error!(%reason, "not acting until restarted");
+                self.head_failure = None;
                 self.store_failed.get_or_insert(reason);
                 false
             }

@@ -607,7 +607,18 @@ const QUICK_FAILURE: Duration = Duration::from_millis(200);
 /// next revision not seen, so nothing is skipped or applied twice.
 async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(50);
+    let mut first = true;
     loop {
+        if !std::mem::take(&mut first) {
+            // An ordinary read first: it renews an expired auth token (a watch is opened whatever
+            // the token and cancelled after), and tells a member that does not answer.
+            if let Err(e) = client.get(keys.head.as_bytes(), None).await {
+                shared.set_down(Some(format!("cannot read the log's head before watching again: {e}")));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        }
         let from = shared.seen_revision() + 1;
         // Fragmented: catching up over many large batches, etcd splits its answer at its request
         // limit (each event whole) instead of sending one over the decode limit.
@@ -637,11 +648,15 @@ async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
                                     }
                                     break;
                                 }
-                                shared.break_replica(format!(
-                                    "etcd cancelled the log's watch: {}",
-                                    response.cancel_reason()
-                                ));
-                                return;
+                                // Anything else (an expired auth token — the watch is opened
+                                // whatever the token, then cancelled "permission denied"; a
+                                // member going away): down, not refused; watched again after
+                                // a read that renews the token.
+                                let reason =
+                                    format!("etcd cancelled the log's watch: {}", response.cancel_reason());
+                                warn!(%reason, "watching the log again");
+                                shared.set_down(Some(reason));
+                                break;
                             }
                             for event in response.events() {
                                 if event.event_type() != EventType::Put {
