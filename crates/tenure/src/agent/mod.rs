@@ -30,6 +30,7 @@
 //! - [`request`] — the channel between the API and the loop.
 
 pub mod answers;
+pub mod keepalived;
 pub mod memory;
 pub mod pools;
 pub mod request;
