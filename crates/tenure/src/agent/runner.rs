@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -844,6 +845,19 @@ impl<S: AgentStore> Agent<S> {
                     return false;
                 }
                 debug!(%provider, changes = news.len(), "inventory: appending what changed");
+                // A newer read supersedes what an earlier one queued for the same addresses (while
+                // appends fail, reads would otherwise pile up the same news).
+                let addresses: BTreeSet<IpAddr> = news
+                    .iter()
+                    .filter_map(|e| match &e.kind {
+                        EventKind::Inventory { address, .. } => Some(*address),
+                        _ => None,
+                    })
+                    .collect();
+                self.queued_stamped.retain(|e| {
+                    !matches!(&e.kind, EventKind::Inventory { provider: p, address, .. }
+                        if *p == provider && addresses.contains(address))
+                });
                 self.queued_stamped.extend(news);
                 true
             }
