@@ -313,12 +313,7 @@ fn an_agent_whose_etcd_member_lost_quorum_does_not_act_on_its_quiet_watch() {
     // point is a step whose ready call (that retry) met the head check and was held back.
     let before = calls_by_a();
     std::fs::remove_file(fleet.dir.path().join("fail-a")).expect("rm fail-a");
-    let refusals = || {
-        http(fleet.listen[0], "GET", "/metrics", None, None).ok().and_then(|(_, body)| {
-            body.lines()
-                .find_map(|l| l.strip_prefix("tenure_head_unconfirmed_total ")?.trim().parse::<u64>().ok())
-        })
-    };
+    let refusals = || metric_if_answered(fleet.listen[0], "tenure_head_unconfirmed_total");
     let mut seen = (None, None);
     // Scrapes are answered by the loop between its (slow) steps: some time out.
     wait_for_within(Duration::from_secs(120), "a refuses the retried call after fail-a is gone", || {
@@ -962,10 +957,14 @@ fn health_ok(listen: SocketAddr) -> bool {
 
 /// One unlabelled sample of `/metrics`.
 fn metric(listen: SocketAddr, name: &str) -> u64 {
-    let (_, body) = http(listen, "GET", "/metrics", None, None).expect("metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
+    metric_if_answered(listen, name).unwrap_or_else(|| panic!("no {name} in {listen}'s /metrics"))
+}
+
+/// [`metric`], `None` when the scrape is not answered (a busy loop answers only the families it
+/// does not feed).
+fn metric_if_answered(listen: SocketAddr, name: &str) -> Option<u64> {
+    let (_, body) = http(listen, "GET", "/metrics", None, None).ok()?;
+    body.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
 }
 
 /// One etcd member with TLS (client certificates required) and authentication on, killed on

@@ -252,7 +252,6 @@ pub async fn run<S: AgentStore>(
         }
     }
     agent.step(true);
-    requests.board().post(agent.health());
 
     let mut heartbeat = tokio::time::interval(agent.heartbeat_interval.max(Duration::from_millis(1)));
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -266,6 +265,8 @@ pub async fn run<S: AgentStore>(
     let mut reload_open = true;
     let mut requests_open = true;
     loop {
+        // What `GET /v1/health` answers while the loop is busy (in a step, waiting on its log).
+        board.post(agent.health());
         let mut dirty = false;
         let mut requeue_due = false;
         tokio::select! {
@@ -283,7 +284,6 @@ pub async fn run<S: AgentStore>(
                 // So a step after results reconciles only a node whose plan it changed (the view
                 // moved while the call was in flight: `NodeDriver::reconcile_due`).
                 agent.step(false);
-                board.post(agent.health());
             }
             request = requests.recv(), if requests_open => match request {
                 Some(request) => dirty = agent.answer(request),
@@ -320,7 +320,6 @@ pub async fn run<S: AgentStore>(
         }
         if dirty {
             agent.step(requeue_due);
-            board.post(agent.health());
             if requeue_due {
                 // The interval runs from the end of a full pass: a pass longer than the interval
                 // (a million addresses) must not be followed at once by another, or the loop

@@ -350,6 +350,8 @@ pub struct EtcdStore {
     prefix: String,
     /// Names this process's batch keys: `<prefix>/log/<instance>-<hash of the batch>`.
     instance: String,
+    /// `<prefix>/log/` ([`Keys::log`]), the start of every batch key.
+    log_keys: String,
     request_timeout: Duration,
     snapshot_every: u64,
     /// The cluster this agent is bound to.
@@ -403,15 +405,17 @@ impl EtcdStore {
             Box::new(move |head| binding.and_then(|b| check_binding(&b, &prefix, head).err()))
         };
         let instance = format!("{:016x}", rand::random::<u64>());
-        let (io, head) =
-            Io::start(settings, Keys::new(&options.prefix, &instance), Arc::clone(&shared), refuse)
-                .map_err(|reason| EtcdStoreError::Etcd { endpoints: endpoints.clone(), reason })?;
+        let keys = Keys::new(&options.prefix, &instance);
+        let log_keys = keys.log.clone();
+        let (io, head) = Io::start(settings, keys, Arc::clone(&shared), refuse)
+            .map_err(|reason| EtcdStoreError::Etcd { endpoints: endpoints.clone(), reason })?;
         let store = Self {
             local,
             shared,
             io: Arc::new(io),
             prefix: options.prefix.clone(),
             instance,
+            log_keys,
             request_timeout: options.request_timeout,
             snapshot_every: options.snapshot_every.max(1),
             cluster_id: binding.as_ref().map_or(head.cluster_id, |b| b.cluster_id),
@@ -484,7 +488,7 @@ impl EtcdStore {
         // process's writer key naming it, once a snapshot deleted it) and answers its revision
         // instead of appending it twice.
         let hash = xxhash_rust::xxh3::xxh3_128(&value);
-        let key = format!("{}{}-{hash:032x}", Keys::new(&self.prefix, &self.instance).log, self.instance);
+        let key = format!("{}{}-{hash:032x}", self.log_keys, self.instance);
         let before = self.shared.last_batch();
         let (revision, fresh) =
             self.io.append(key, value).map_err(|reason| LogError::Unavailable { reason })?;
