@@ -172,6 +172,7 @@ async fn main() {
         requeue_interval: Duration::from_secs(5),
         journal_retention: tenure_core::journal::JOURNAL_RETENTION_DEFAULT,
         pools: Box::new(move || Ok(specs.clone())),
+        vrrp: None,
     };
     let (handle, requests) = AgentHandle::channel();
     let (_reload, reloads) = mpsc::channel(1);

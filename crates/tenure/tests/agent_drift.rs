@@ -87,6 +87,7 @@ fn start(kind: ProviderKind) -> Rig {
         requeue_interval: Duration::from_millis(100),
         journal_retention: 10_000,
         pools: Box::new(move || Ok(vec![pool.clone()])),
+        vrrp: None,
     };
     let store = MemoryStore::new();
     let (handle, requests) = AgentHandle::channel();

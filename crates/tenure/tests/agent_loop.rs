@@ -76,6 +76,7 @@ fn start(approval: Approval) -> Running {
         requeue_interval: Duration::from_millis(200),
         journal_retention: 10_000,
         pools: Box::new(move || Ok(vec![pool(approval)])),
+        vrrp: None,
     };
     let (handle, stop, done) = spawn_agent(settings);
     Running { handle, cloud, stop, done }
@@ -127,6 +128,7 @@ fn start_one_address(
         requeue_interval: Duration::from_millis(100),
         journal_retention: 10_000,
         pools: Box::new(move || Ok(vec![spec.clone()])),
+        vrrp: None,
     };
     spawn_agent(settings)
 }
@@ -246,6 +248,7 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
         requeue_interval: Duration::from_millis(50),
         journal_retention: 10_000,
         pools: Box::new(|| Ok(vec![])),
+        vrrp: None,
     };
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);

@@ -107,6 +107,7 @@ async fn start(test: &str, inventory: Option<Duration>) -> Rig {
         requeue_interval: Duration::from_millis(200),
         journal_retention: 10_000,
         pools: Box::new(move || Ok(vec![pool.clone()])),
+        vrrp: None,
     };
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);

@@ -189,6 +189,10 @@ pub struct Settings {
     pub journal_retention: usize,
     /// The pool files (read at start and on reload).
     pub pools: PoolSource,
+    /// keepalived's reports for this host ([`keepalived::follow_fifo`]), when the agent config
+    /// has a `vrrp` section: the agent appends each change as a `vrrp` event of every node it
+    /// runs, and a `fault` at start, before keepalived has said anything (fail-closed).
+    pub vrrp: Option<tokio::sync::mpsc::Receiver<keepalived::VrrpReport>>,
 }
 
 impl std::fmt::Debug for Settings {

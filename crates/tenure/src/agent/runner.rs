@@ -11,7 +11,7 @@ use tenure_core::federation::Federation;
 use tenure_core::journal::JournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogError;
-use tenure_core::model::{PoolSpec, StampedAction};
+use tenure_core::model::{PoolSpec, StampedAction, VrrpState};
 use tenure_core::node::{NodeEngine, NodeError};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -19,6 +19,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, error, info, warn};
 
 use super::answers::Counters;
+use super::keepalived::VrrpReport;
 use super::pools::{plan_pool_changes, seed_pools};
 use super::request::Requests;
 use super::{AgentStore, HeadUnconfirmed, ProviderExecutor, Settings};
@@ -182,6 +183,10 @@ struct Agent<S: AgentStore> {
     requeue_interval: Duration,
     /// Nodes to freeze right after their next reconcile ([`Control::FreezeAfterReconcile`]).
     freeze_after_reconcile: BTreeSet<usize>,
+    /// keepalived's reports, when the config has a `vrrp` section.
+    vrrp: Option<mpsc::Receiver<VrrpReport>>,
+    /// The VRRP state this agent last queued for its nodes.
+    vrrp_state: Option<VrrpState>,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -196,6 +201,14 @@ async fn sleep_until_or_never(at: Option<Instant>) {
 async fn notified_or_never(notify: Option<&tokio::sync::Notify>) {
     match notify {
         Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next message of `receiver`, or never when there is none.
+async fn recv_or_never<T>(receiver: Option<&mut mpsc::Receiver<T>>) -> Option<T> {
+    match receiver {
+        Some(receiver) => receiver.recv().await,
         None => std::future::pending().await,
     }
 }
@@ -247,6 +260,11 @@ pub async fn run<S: AgentStore>(
             wanted
         };
         agent.apply_pools(&wanted).map_err(AgentError::Pools)?;
+        // Until keepalived reports, this host is not master: whatever the log last said of it
+        // was said by an earlier run (SPEC 3's fail-closed).
+        if agent.vrrp.is_some() {
+            agent.vrrp_changed(VrrpState::Fault, "starting: keepalived has not reported yet");
+        }
         for driver in &agent.drivers {
             agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
         }
@@ -316,6 +334,16 @@ pub async fn run<S: AgentStore>(
                 dirty = agent.finish_inventory(done);
             }
             _ = identity.tick() => agent.flush_identity(),
+            report = recv_or_never(agent.vrrp.as_mut()) => match report {
+                Some(VrrpReport::State(state)) => {
+                    dirty = agent.vrrp_changed(state, "keepalived reported");
+                }
+                Some(VrrpReport::Down(reason)) => dirty = agent.vrrp_changed(VrrpState::Fault, &reason),
+                None => {
+                    agent.vrrp = None;
+                    dirty = agent.vrrp_changed(VrrpState::Fault, "the keepalived follower stopped");
+                }
+            },
             () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {
@@ -374,6 +402,8 @@ impl<S: AgentStore> Agent<S> {
             identity_dirty: true,
             summary: RunSummary::default(),
             freeze_after_reconcile: BTreeSet::new(),
+            vrrp: settings.vrrp,
+            vrrp_state: None,
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
@@ -395,6 +425,26 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         Ok(agent)
+    }
+
+    /// Queues a `vrrp` event of every node of this agent when `state` differs from the last one
+    /// queued (an earlier one not appended yet is replaced: only the latest state matters).
+    /// Returns whether anything was queued.
+    fn vrrp_changed(&mut self, state: VrrpState, why: &str) -> bool {
+        if self.vrrp_state == Some(state) {
+            return false;
+        }
+        if state == VrrpState::Master {
+            info!(state = ?state, "{why}: this host is VRRP master");
+        } else {
+            warn!(state = ?state, "{why}: this host is not VRRP master; capturing nothing");
+        }
+        self.vrrp_state = Some(state);
+        self.queued.retain(|e| !matches!(e, EventKind::Vrrp { .. }));
+        for driver in &self.drivers {
+            self.queued.push(EventKind::Vrrp { node: driver.name().to_owned(), state });
+        }
+        true
     }
 
     /// Follows the log to its head with every node's driver. A log that cannot be read makes the

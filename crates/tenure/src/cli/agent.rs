@@ -347,6 +347,16 @@ async fn serve<S: crate::agent::AgentStore>(
     let api_stopped = api_stop.clone();
     let api = tokio::spawn(api::serve(listener, router, async move { api_stopped.cancelled().await }));
     info!(listen = %config.listen, nodes = config.nodes.len(), "agent started");
+    let vrrp = config.vrrp.as_ref().map(|vrrp| {
+        let (reports, receiver) = mpsc::channel(16);
+        info!(fifo = %vrrp.notify_fifo.display(), instance = %vrrp.instance, "following keepalived");
+        tokio::spawn(crate::agent::keepalived::follow_fifo(
+            vrrp.notify_fifo.clone(),
+            vrrp.instance.clone(),
+            reports,
+        ));
+        receiver
+    });
 
     let settings = Settings {
         nodes: config.nodes.clone(),
@@ -364,6 +374,7 @@ async fn serve<S: crate::agent::AgentStore>(
             let config = config.clone();
             Box::new(move || load_pools(&config))
         },
+        vrrp,
     };
     let stopping = stop.clone();
     let outcome =

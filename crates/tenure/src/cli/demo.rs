@@ -151,6 +151,7 @@ fn settings(cloud: &SimExecutor) -> Settings {
         requeue_interval: Duration::from_millis(250),
         journal_retention: tenure_core::journal::JOURNAL_RETENTION_DEFAULT,
         pools: Box::new(|| Ok(vec![pool()])),
+        vrrp: None,
     }
 }
 
