@@ -335,3 +335,99 @@ impl Drop for Capture {
     }
 }
 
+
+/// What keepalived manages in the lab.
+#[derive(Clone, Copy, Debug)]
+pub enum Vrrp<'a> {
+    /// keepalived elects, tenure acts (`authority: vrrp`): a VRRP instance whose only address is
+    /// a placeholder on `lo` (keepalived 2.2 never becomes master of an instance without one),
+    /// its transitions written to `fifo`.
+    Authority { fifo: &'a std::path::Path },
+    /// keepalived alone: it holds `vip` on `lan` itself and announces it.
+    Alone { vip: &'a str },
+}
+
+/// keepalived beside a router, in its own process group (`-n`: no daemon; `-P`: VRRP only).
+pub struct Keepalived {
+    child: Child,
+}
+
+impl Keepalived {
+    /// The VRRP instance every router runs.
+    pub const INSTANCE: &str = "VI_1";
+
+    /// Starts keepalived in router `ns` with `priority`, `advert_int` (seconds, VRRPv3), its
+    /// files under `dir`. Both routers start as BACKUP with `nopreempt`: a router that comes
+    /// back does not take the address back.
+    pub fn start(lab: &Lab, ns: &str, dir: &std::path::Path, priority: u8, advert_int: &str, vrrp: Vrrp<'_>) -> Self {
+        use std::os::unix::process::CommandExt as _;
+        let (fifo, vip) = match vrrp {
+            Vrrp::Authority { fifo } => (format!("  vrrp_notify_fifo {}\n", fifo.display()), "192.0.2.251/32 dev lo".to_owned()),
+            Vrrp::Alone { vip } => (String::new(), format!("{vip}/24 dev lan")),
+        };
+        let config = dir.join(format!("keepalived-{ns}.conf"));
+        std::fs::write(
+            &config,
+            format!(
+                "global_defs {{\n  router_id {ns}\n  vrrp_version 3\n{fifo}}}\n\
+                 vrrp_instance {} {{\n  state BACKUP\n  nopreempt\n  interface lan\n  virtual_router_id 51\n  \
+                 priority {priority}\n  advert_int {advert_int}\n  virtual_ipaddress {{\n    {vip}\n  }}\n}}\n",
+                Self::INSTANCE
+            ),
+        )
+        .expect("write keepalived's config");
+        // Fresh pid files each start: a killed keepalived leaves its own behind, naming a VRRP
+        // child that may linger as a zombie (nothing reaps it in a container), and keepalived
+        // would take that for an instance still running and exit.
+        static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file = |name: &str| dir.join(format!("keepalived-{ns}-{n}.{name}"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("keepalived-{ns}.log")))
+            .expect("keepalived's log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &lab.ns(ns), "keepalived", "-n", "-l", "-D", "-P", "-f"])
+            .arg(&config)
+            .arg("-p")
+            .arg(file("pid"))
+            .arg("-r")
+            .arg(file("vrrp.pid"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("keepalived (scripts/install-deps installs it)");
+        Self { child }
+    }
+
+    /// SIGKILL to keepalived's whole process group: no priority-0 advert, no cleanup.
+    pub fn kill(mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM: keepalived says goodbye (a priority-0 advert) and leaves; waited for (bounded).
+    pub fn stop(mut self) {
+        self.signal("TERM");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().expect("wait").is_none() {
+            assert!(Instant::now() < deadline, "keepalived did not stop within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args([&format!("-{name}"), "--", &group]).status();
+    }
+}
+
+impl Drop for Keepalived {
+    fn drop(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+}
