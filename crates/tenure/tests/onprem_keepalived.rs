@@ -55,7 +55,10 @@ impl Routers {
         let endpoints = cluster.endpoints.join(", ");
         for i in 1..=2 {
             let spec = |n: usize| {
-                format!("{{name: r{n}, provider: lan, placementGroup: g1, nic: lan-r{n}, priority: {}}}", 10 - n)
+                format!(
+                    "{{name: r{n}, provider: lan, placementGroup: g1, nic: lan-r{n}, priority: {}}}",
+                    10 - n
+                )
             };
             dir.write(
                 &format!("r{i}.yaml"),
@@ -123,6 +126,13 @@ impl Routers {
         }
     }
 
+    /// The ownership and capture epochs agent `i` reports for the address.
+    fn epochs(&self, i: usize) -> (u64, u64) {
+        let v = self.agent(i).get("/v1/ownership");
+        let row = &v["ownership"][0];
+        (row["ownershipEpoch"].as_u64().unwrap_or(0), row["captureEpoch"].as_u64().unwrap_or(0))
+    }
+
     /// Waits until router `holder` (1 or 2) alone has the proxy entry.
     fn wait_held_by(&self, holder: usize, what: &str) {
         let address = self.lab.address();
@@ -148,7 +158,10 @@ impl Routers {
         let first = capture.until(about, Duration::from_secs(5));
         let mut answers: Vec<String> = capture.finish().into_iter().filter(|l| about(l)).collect();
         answers.push(first);
-        assert!(answers.iter().all(|l| l.contains(&format!(" {mac} >"))), "only r{holder} answers: {answers:#?}");
+        assert!(
+            answers.iter().all(|l| l.contains(&format!(" {mac} >"))),
+            "only r{holder} answers: {answers:#?}"
+        );
     }
 
     /// An announcement of the address from router `from` on the client's wire.
@@ -204,6 +217,21 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     assert!(routers.lab.proxies("r2").is_empty(), "the BACKUP router adds no entry");
     routers.answered_by(1);
 
+    // r1's agent restarts beside its running keepalived (an upgrade): keepalived said nothing
+    // new, so the master stays master — no hand-over, no new epoch, the entry never removed.
+    let before = routers.epochs(2);
+    let stopped = routers.agents[0].take().expect("running").terminate();
+    assert!(stopped.success(), "a clean stop: {stopped:?}");
+    assert_eq!(routers.lab.proxies("r1"), vec![address], "a stopped agent leaves the entry");
+    routers.start_agent(1);
+    wait_for_within(BOUND, "the restarted r1 agent follows the log", || {
+        routers.owner(1).as_deref() == Some("r1")
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(routers.epochs(2), before, "no hand-over while r1's agent restarted");
+    assert_eq!(routers.lab.proxies("r1"), vec![address]);
+    assert!(routers.lab.proxies("r2").is_empty());
+
     // Kill the holder, keepalived and agent: r2's keepalived takes over, its agent adds the
     // entry and announces; the client's entry moves and its pings follow.
     let capture = Capture::start(&routers.lab);
@@ -211,7 +239,11 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     routers.agents[0].take().expect("running").kill9();
     capture.until(routers.announcement(2), BOUND);
     let r2_mac = routers.lab.mac("r2");
-    assert_eq!(routers.lab.client_entry().as_deref(), Some(r2_mac.as_str()), "the announcement moved the client's entry");
+    assert_eq!(
+        routers.lab.client_entry().as_deref(),
+        Some(r2_mac.as_str()),
+        "the announcement moved the client's entry"
+    );
     assert!(routers.lab.ping(), "the client reaches {address} through r2");
     drop(capture);
 

@@ -11,16 +11,25 @@
 //!
 //! # The FIFO's life
 //!
-//! keepalived opens the FIFO read-write (`O_RDWR | O_NONBLOCK`), so it never blocks on a missing
-//! reader and its lines wait in the pipe for the next reader; it creates the FIFO when missing
-//! and removes it on exit only if it created it. The follower creates the FIFO itself when it is
-//! missing (mode 0600, owned by the agent's user), so it outlives keepalived's restarts. The
-//! follower opens it read-only: while keepalived runs, reads wait for lines; when keepalived
-//! exits (its descriptor, the only writer, closes) the read ends, and the follower reports
-//! [`VrrpReport::Down`] — "not master" — then opens the FIFO again every
-//! [`FIFO_RETRY`] until keepalived is back. keepalived writes on transitions only: it never
-//! repeats a state, so a reader that starts while keepalived runs learns the state at its next
-//! transition (or from lines still waiting in the pipe). See `docs/operations.md` (keepalived).
+//! keepalived opens the FIFO read-write (`O_RDWR | O_NONBLOCK`) for as long as it runs, so it
+//! never blocks on a missing reader and its lines wait in the pipe for the next reader; it
+//! creates the FIFO when missing and removes it on exit only if it created it. The follower
+//! creates the FIFO itself when it is missing (mode 0600, owned by the agent's user), so it
+//! outlives keepalived's restarts.
+//!
+//! The follower opens it read-only and non-blocking, and reads at once what waits: end-of-file
+//! means no writer — keepalived is not running ([`VrrpReport::Down`], not master); data or
+//! "nothing yet" mean keepalived holds it: the waiting lines are reported, then
+//! [`VrrpReport::Running`]. Then it reads lines as they come; when keepalived exits (its
+//! descriptor, the only writer, closes) the read ends: `Down`, and the follower opens the FIFO
+//! again every [`FIFO_RETRY`] until keepalived is back.
+//!
+//! keepalived writes on transitions only. So a state the follower has not seen change is still
+//! the state: every transition since the last reader waits in the pipe, because keepalived
+//! keeps the pipe open. That is what lets an agent restart beside a running keepalived keep the
+//! state its log recorded (`Running` with nothing waiting), instead of dropping the address
+//! until keepalived's next transition. See `docs/operations.md` (keepalived) and
+//! `docs/decisions.md` for what this rests on.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -70,14 +79,20 @@ pub const FIFO_RETRY: Duration = Duration::from_millis(100);
 pub enum VrrpReport {
     /// keepalived reported the followed instance's state.
     State(VrrpState),
+    /// keepalived holds the FIFO open and said nothing more since the last reader (sent after
+    /// each open, once the lines that waited in the pipe were reported): the state the log last
+    /// recorded for this host stands.
+    Running,
     /// keepalived is not there to report (not started, exited, the FIFO unreadable): not master.
     Down(String),
 }
 
 #[cfg(unix)]
 /// Follows keepalived's notify FIFO at `path` for `instance`, sending a report on every change
-/// (a state line, or keepalived gone) until `reports` is closed. Lines that are not keepalived's
-/// are logged once each, naming the FIFO, and change nothing.
+/// until `reports` is closed: after each open, [`VrrpReport::Running`] or [`VrrpReport::Down`]
+/// at once (with the states of the lines that were waiting in the pipe first), then a
+/// [`VrrpReport::State`] per line of the instance, and `Down` when keepalived closes the FIFO.
+/// Lines that are not keepalived's are logged, naming the FIFO, and change nothing.
 pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<VrrpReport>) {
     let mut last: Option<VrrpReport> = None;
     let send = async |report: VrrpReport, last: &mut Option<VrrpReport>| -> bool {
@@ -87,28 +102,53 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
         *last = Some(report.clone());
         reports.send(report).await.is_ok()
     };
+    let state_of = |line: &str| match instance_state(line, &instance) {
+        Ok(state) => state,
+        Err(e) => {
+            tracing::warn!(fifo = %path.display(), "{e}; ignored");
+            None
+        }
+    };
     loop {
         let down = match open(&path) {
-            Ok(receiver) => {
-                let mut lines = tokio::io::BufReader::new(receiver).lines();
+            Ok(Opened::NoWriter) => {
+                format!("keepalived is not running: nothing writes its notify FIFO {}", path.display())
+            }
+            Ok(Opened::Running { waiting, receiver }) => 'open: {
+                // The lines that waited in the pipe, then "running": what the pipe held is all
+                // keepalived said since the last reader.
+                let complete = waiting.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+                for line in String::from_utf8_lossy(&waiting[..complete]).lines() {
+                    if let Some(state) = state_of(line)
+                        && !send(VrrpReport::State(state), &mut last).await
+                    {
+                        return;
+                    }
+                }
+                if !send(VrrpReport::Running, &mut last).await {
+                    return;
+                }
+                let partial = std::io::Cursor::new(waiting[complete..].to_vec());
+                let mut lines =
+                    tokio::io::BufReader::new(tokio::io::AsyncReadExt::chain(partial, receiver)).lines();
                 loop {
                     match lines.next_line().await {
-                        Ok(Some(line)) => match instance_state(&line, &instance) {
-                            Ok(Some(state)) => {
-                                if !send(VrrpReport::State(state), &mut last).await {
-                                    return;
-                                }
+                        Ok(Some(line)) => {
+                            if let Some(state) = state_of(&line)
+                                && !send(VrrpReport::State(state), &mut last).await
+                            {
+                                return;
                             }
-                            Ok(None) => {}
-                            Err(e) => tracing::warn!(fifo = %path.display(), "{e}; ignored"),
-                        },
+                        }
                         Ok(None) => {
-                            break format!(
+                            break 'open format!(
                                 "keepalived closed its notify FIFO {} (not running)",
                                 path.display()
                             );
                         }
-                        Err(e) => break format!("read keepalived's notify FIFO {}: {e}", path.display()),
+                        Err(e) => {
+                            break 'open format!("read keepalived's notify FIFO {}: {e}", path.display());
+                        }
                     }
                 }
             }
@@ -124,11 +164,30 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
     }
 }
 
+/// The FIFO just opened.
 #[cfg(unix)]
-/// Opens the FIFO for reading, creating it when missing. One-line error naming the path.
-fn open(path: &Path) -> Result<tokio::net::unix::pipe::Receiver, String> {
-    let options = tokio::net::unix::pipe::OpenOptions::new();
-    match options.open_receiver(path) {
+enum Opened {
+    /// Nobody has it open for writing: keepalived is not running.
+    NoWriter,
+    /// keepalived has it open; `waiting` is what was in the pipe.
+    Running { waiting: Vec<u8>, receiver: tokio::net::unix::pipe::Receiver },
+}
+
+#[cfg(unix)]
+/// Opens the FIFO for reading without waiting for a writer, creating it when missing, and reads
+/// what waits in it: on a non-blocking FIFO, "no data" (`EAGAIN`) means a writer has it open
+/// and end-of-file means none has. One-line errors naming the path.
+fn open(path: &Path) -> Result<Opened, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let name = path.display();
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+            .open(path)
+    };
+    let mut file = match open() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             rustix::fs::mknodat(
                 rustix::fs::CWD,
@@ -138,13 +197,28 @@ fn open(path: &Path) -> Result<tokio::net::unix::pipe::Receiver, String> {
                 0,
             )
             .or_else(|e| if e == rustix::io::Errno::EXIST { Ok(()) } else { Err(e) })
-            .map_err(|e| format!("create keepalived's notify FIFO {}: {e}", path.display()))?;
-            options
-                .open_receiver(path)
-                .map_err(|e| format!("open keepalived's notify FIFO {}: {e}", path.display()))
+            .map_err(|e| format!("create keepalived's notify FIFO {name}: {e}"))?;
+            open()
         }
-        other => other.map_err(|e| format!("open keepalived's notify FIFO {}: {e}", path.display())),
+        other => other,
     }
+    .map_err(|e| format!("open keepalived's notify FIFO {name}: {e}"))?;
+    let kind = file.metadata().map_err(|e| format!("keepalived's notify FIFO {name}: {e}"))?.file_type();
+    if !std::os::unix::fs::FileTypeExt::is_fifo(&kind) {
+        return Err(format!("keepalived's notify FIFO {name} is not a FIFO (remove it; tenure creates it)"));
+    }
+    // A pipe holds at most 64 KiB by default: one read takes what waits.
+    let mut waiting = vec![0; 1 << 16];
+    let read = match file.read(&mut waiting) {
+        Ok(0) => return Ok(Opened::NoWriter),
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(format!("read keepalived's notify FIFO {name}: {e}")),
+    };
+    waiting.truncate(read);
+    let receiver = tokio::net::unix::pipe::Receiver::from_file(file)
+        .map_err(|e| format!("keepalived's notify FIFO {name}: {e}"))?;
+    Ok(Opened::Running { waiting, receiver })
 }
 
 #[cfg(test)]
@@ -184,7 +258,6 @@ mod tests {
     #[tokio::test]
     async fn the_follower_reports_states_and_a_writer_that_goes_away() {
         use std::io::Write as _;
-        use std::time::Instant;
         let dir = std::env::temp_dir().join(format!("tenure-fifo-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -194,35 +267,35 @@ mod tests {
         let next = async |rx: &mut mpsc::Receiver<VrrpReport>| {
             tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a report within 5 s")
         };
-        // No writer yet: the follower created the FIFO and waits for one, reporting nothing
-        // (the agent starts from "not master" anyway).
-        let created = Instant::now() + Duration::from_secs(5);
-        while !path.exists() {
-            assert!(Instant::now() < created, "the follower creates the FIFO");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(rx.try_recv().is_err(), "no report before keepalived writes");
-        let write = |lines: &'static str| {
+        // No writer: keepalived is not running (and the follower created the FIFO).
+        assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(r)) if r.contains("not running")));
+        assert!(path.exists(), "the follower creates the FIFO");
+        let write = |lines: &'static str, hold: Duration| {
             let path = path.clone();
             std::thread::spawn(move || {
                 // Like keepalived: read-write, so the open never waits for a reader.
                 let mut fifo = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("open");
                 fifo.write_all(lines.as_bytes()).expect("write");
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(hold);
             })
         };
+        // keepalived starts: the lines waiting in the pipe, then "running", then what comes.
         let writer = write(
             "INSTANCE \"VI_1\" BACKUP 100\nnonsense\nINSTANCE \"VI_2\" MASTER 100\nINSTANCE \"VI_1\" MASTER 100\n",
+            Duration::from_millis(500),
         );
         assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Backup)));
         assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Master)));
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
         let Some(VrrpReport::Down(reason)) = next(&mut rx).await else {
             panic!("down after the writer closed")
         };
         assert!(reason.contains("closed"), "{reason}");
         writer.join().expect("writer");
-        let writer = write("INSTANCE \"VI_1\" MASTER 100\n");
-        assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Master)));
+        // keepalived holds the FIFO and says nothing: running, no state.
+        let writer = write("", Duration::from_millis(500));
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
+        assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(_))));
         writer.join().expect("writer");
         drop(rx);
         tokio::time::timeout(Duration::from_secs(5), follower)
@@ -230,5 +303,20 @@ mod tests {
             .expect("stops once nobody listens")
             .expect("join");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_path_that_is_not_a_fifo_is_down_naming_it() {
+        let file = std::env::temp_dir().join(format!("tenure-not-a-fifo-{}", std::process::id()));
+        std::fs::write(&file, "INSTANCE \"VI_1\" MASTER 100\n").expect("write");
+        let (tx, mut rx) = mpsc::channel(4);
+        let follower = tokio::spawn(follow_fifo(file.clone(), "VI_1".to_owned(), tx));
+        let report = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a report");
+        let Some(VrrpReport::Down(reason)) = report else { panic!("down: {report:?}") };
+        assert!(reason.contains("is not a FIFO") && reason.contains(&file.display().to_string()), "{reason}");
+        drop(rx);
+        follower.await.expect("join");
+        let _ = std::fs::remove_file(&file);
     }
 }

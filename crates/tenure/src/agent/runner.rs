@@ -34,6 +34,10 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 /// Most actions gated in one batch (one durable sync per batch).
 pub const GATE_BATCH_MAX: usize = 64;
 
+/// How long a starting agent waits for the keepalived follower's first report (it reads the FIFO
+/// without waiting, so it answers at once); past this, the host counts as not master.
+pub const VRRP_FIRST_REPORT_MAX: Duration = Duration::from_secs(2);
+
 /// When no pool names a heartbeat TTL, how long the agent waits to confirm the log head.
 pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);
 
@@ -260,10 +264,17 @@ pub async fn run<S: AgentStore>(
             wanted
         };
         agent.apply_pools(&wanted).map_err(AgentError::Pools)?;
-        // Until keepalived reports, this host is not master: whatever the log last said of it
-        // was said by an earlier run (SPEC 3's fail-closed).
-        if agent.vrrp.is_some() {
-            agent.vrrp_changed(VrrpState::Fault, "starting: keepalived has not reported yet");
+        // No step before the keepalived follower's first report: it comes at once (the FIFO is
+        // read without waiting), and until it does, the state the log recorded for this host
+        // by an earlier run must not be acted on.
+        if let Some(reports) = agent.vrrp.as_mut() {
+            let first = tokio::time::timeout(VRRP_FIRST_REPORT_MAX, reports.recv()).await;
+            let report = first.ok().flatten().unwrap_or_else(|| {
+                VrrpReport::Down(format!(
+                    "the keepalived follower said nothing within {VRRP_FIRST_REPORT_MAX:?}"
+                ))
+            });
+            agent.vrrp_report(report);
         }
         for driver in &agent.drivers {
             agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
@@ -335,10 +346,7 @@ pub async fn run<S: AgentStore>(
             }
             _ = identity.tick() => agent.flush_identity(),
             report = recv_or_never(agent.vrrp.as_mut()) => match report {
-                Some(VrrpReport::State(state)) => {
-                    dirty = agent.vrrp_changed(state, "keepalived reported");
-                }
-                Some(VrrpReport::Down(reason)) => dirty = agent.vrrp_changed(VrrpState::Fault, &reason),
+                Some(report) => dirty = agent.vrrp_report(report),
                 None => {
                     agent.vrrp = None;
                     dirty = agent.vrrp_changed(VrrpState::Fault, "the keepalived follower stopped");
@@ -425,6 +433,28 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         Ok(agent)
+    }
+
+    /// Acts on one report of the keepalived follower. Returns whether anything was queued.
+    fn vrrp_report(&mut self, report: VrrpReport) -> bool {
+        match report {
+            VrrpReport::State(state) => self.vrrp_changed(state, "keepalived reported"),
+            VrrpReport::Down(reason) => self.vrrp_changed(VrrpState::Fault, &reason),
+            // keepalived runs and said nothing since the last reader: at start, the state the
+            // log recorded for this host (by this agent's earlier run) stands; later, the state
+            // already known does.
+            VrrpReport::Running => {
+                if self.vrrp_state.is_none() {
+                    let name = self.drivers.first().map(|d| d.name().to_owned()).unwrap_or_default();
+                    let recorded =
+                        self.view().nodes().iter().find(|n| n.spec.name == name).and_then(|n| n.vrrp);
+                    info!(recorded = ?recorded, "keepalived runs and reported no transition since the last reader: \
+                        the state the log recorded for this host stands");
+                    self.vrrp_state = recorded;
+                }
+                false
+            }
+        }
     }
 
     /// Queues a `vrrp` event of every node of this agent when `state` differs from the last one

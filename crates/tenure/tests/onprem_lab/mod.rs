@@ -128,7 +128,10 @@ impl Lab {
                 run(&["ip", "link", "add", &root_side, "type", "veth", "peer", "name", "mgmt", "netns", &ns]);
                 run(&["ip", "addr", "add", &format!("10.214.{i}.1/30"), "dev", &root_side]);
                 run(&["ip", "link", "set", &root_side, "up"]);
-                lab.exec(&format!("r{i}"), &["ip", "addr", "add", &format!("10.214.{i}.2/30"), "dev", "mgmt"]);
+                lab.exec(
+                    &format!("r{i}"),
+                    &["ip", "addr", "add", &format!("10.214.{i}.2/30"), "dev", "mgmt"],
+                );
                 lab.exec(&format!("r{i}"), &["ip", "link", "set", "mgmt", "up"]);
             }
         }
@@ -335,7 +338,6 @@ impl Drop for Capture {
     }
 }
 
-
 /// What keepalived manages in the lab.
 #[derive(Clone, Copy, Debug)]
 pub enum Vrrp<'a> {
@@ -359,10 +361,19 @@ impl Keepalived {
     /// Starts keepalived in router `ns` with `priority`, `advert_int` (seconds, VRRPv3), its
     /// files under `dir`. Both routers start as BACKUP with `nopreempt`: a router that comes
     /// back does not take the address back.
-    pub fn start(lab: &Lab, ns: &str, dir: &std::path::Path, priority: u8, advert_int: &str, vrrp: Vrrp<'_>) -> Self {
+    pub fn start(
+        lab: &Lab,
+        ns: &str,
+        dir: &std::path::Path,
+        priority: u8,
+        advert_int: &str,
+        vrrp: Vrrp<'_>,
+    ) -> Self {
         use std::os::unix::process::CommandExt as _;
         let (fifo, vip) = match vrrp {
-            Vrrp::Authority { fifo } => (format!("  vrrp_notify_fifo {}\n", fifo.display()), "192.0.2.251/32 dev lo".to_owned()),
+            Vrrp::Authority { fifo } => {
+                (format!("  vrrp_notify_fifo {}\n", fifo.display()), "192.0.2.251/32 dev lo".to_owned())
+            }
             Vrrp::Alone { vip } => (String::new(), format!("{vip}/24 dev lan")),
         };
         let config = dir.join(format!("keepalived-{ns}.conf"));
