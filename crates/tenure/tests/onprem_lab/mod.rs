@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 
 use super::process::run;
 
+#[path = "../../../tenure-lead/tests/support/etcd_cluster.rs"]
+pub mod etcd_cluster;
+pub mod routers;
+
 static FLEET_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The lab: namespaces `<tag>-sw` (the bridge), `<tag>-cl` (the client), `<tag>-r1`/`-r2`
