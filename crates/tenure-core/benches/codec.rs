@@ -90,6 +90,7 @@ fn event_mix() -> Vec<Event> {
                 provider: "aws-use1".into(),
                 address: ip("10.0.0.17"),
                 holders: vec!["eni-0a1b2c3d4e5f60789".into()],
+                scope: None,
             }),
             _ if i < 26 => push(EventKind::Health { node: node(i), healthy: i % 2 == 0 }),
             _ if i < 30 => push(EventKind::Vrrp { node: node(i), state: VrrpState::Backup }),
@@ -176,6 +177,7 @@ enum BinEvent<'a> {
         provider: Cow<'a, str>,
         address: IpAddr,
         holders: Cow<'a, [String]>,
+        scope: Option<Cow<'a, [String]>>,
     },
     TokensRaised {
         at: u64,
@@ -275,11 +277,12 @@ fn bin_event(event: &Event) -> BinEvent<'_> {
             outcome: *outcome,
             detail: b(detail),
         },
-        EventKind::Inventory { provider, address, holders } => BinEvent::Inventory {
+        EventKind::Inventory { provider, address, holders, scope } => BinEvent::Inventory {
             at,
             provider: b(provider),
             address: *address,
             holders: Cow::Borrowed(holders),
+            scope: scope.as_deref().map(Cow::Borrowed),
         },
         EventKind::TokensRaised { by } => BinEvent::TokensRaised { at, by: *by },
     }
@@ -331,9 +334,14 @@ fn from_bin_event(event: BinEvent<'_>) -> Event {
                 detail: detail.into_owned(),
             },
         ),
-        BinEvent::Inventory { at, provider, address, holders } => (
+        BinEvent::Inventory { at, provider, address, holders, scope } => (
             at,
-            EventKind::Inventory { provider: provider.into_owned(), address, holders: holders.into_owned() },
+            EventKind::Inventory {
+                provider: provider.into_owned(),
+                address,
+                holders: holders.into_owned(),
+                scope: scope.map(Cow::into_owned),
+            },
         ),
         BinEvent::TokensRaised { at, by } => (at, EventKind::TokensRaised { by }),
     };

@@ -31,7 +31,7 @@
 //! {"v":1,"event":"action-result","at":1000,"node":"a","idempotencyKey":"edge/10.0.0.10/…",
 //!   "outcome":"executed","detail":"ok"}                              executed | failed
 //! {"v":1,"event":"inventory","at":1000,"provider":"sim1","address":"2001:db8::1",
-//!   "holders":["eni-a"]}
+//!   "holders":["eni-a"]}                   "scope":["lan-a"] too when the read saw only those NICs
 //! {"v":1,"event":"tokens-raised","at":1000,"by":1000000}            appended by a restore
 //!
 //! a stamped action:

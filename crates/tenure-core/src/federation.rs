@@ -100,10 +100,11 @@ pub struct Federation {
     drift_repair: bool,
     /// Re-captures triggered by drift so far.
     recaptures: u64,
-    /// With drift repair on: the latest inventory per (provider, address) that a pool of that
-    /// provider ever listed: holders and `at`. Keyed provider → address, so that the planner
-    /// looks it up with a borrowed provider name on every reconcile.
-    observed: BTreeMap<String, BTreeMap<IpAddr, (Vec<String>, u64)>>,
+    /// With drift repair on: what inventory last showed per (provider, address) that a pool of
+    /// that provider ever listed, per NIC: whether it held the address, and the `at` of that
+    /// observation (a scoped read speaks of some NICs only). Keyed provider → address, so that
+    /// the planner looks it up with a borrowed provider name on every reconcile.
+    observed: BTreeMap<String, BTreeMap<IpAddr, drift::Observed>>,
     /// What the event being applied changed, with the values before it (empty between events).
     touched: Touched,
     /// Where a token line created now starts (its first holder gets one more): 0 until a
@@ -279,9 +280,9 @@ impl Federation {
                 }
                 Applied::Applied
             }
-            EventKind::Inventory { provider, address, holders } => {
+            EventKind::Inventory { provider, address, holders, scope } => {
                 if self.drift_repair {
-                    self.observe_inventory(provider, *address, holders, event.at_ms);
+                    self.observe_inventory(provider, *address, holders, scope.as_deref(), event.at_ms);
                 }
                 Applied::Applied
             }

@@ -86,7 +86,7 @@ pub enum EventKind {
         /// Free text from the executor.
         detail: String,
     },
-    /// `inventory{provider, address, holders}`: what a provider reported.
+    /// `inventory{provider, address, holders, scope?}`: what a provider reported.
     Inventory {
         /// Provider name.
         provider: String,
@@ -94,6 +94,11 @@ pub enum EventKind {
         address: IpAddr,
         /// NICs that hold it.
         holders: Vec<String>,
+        /// The NICs the read could see, when it saw only those (`onprem`: a host sees its own
+        /// interface only): the NICs of `scope` not in `holders` do not hold the address, and
+        /// nothing is said of any other NIC. `None`: the provider's whole view (`aws`): every
+        /// NIC not in `holders` does not hold it.
+        scope: Option<Vec<String>>,
     },
     /// `tokens-raised{by}`: every token line is raised by `by`, and lines created later start at
     /// the raised floor. Appended by `tenure store restore` (an older backup must never re-issue a

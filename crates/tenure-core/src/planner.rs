@@ -99,8 +99,7 @@ pub fn plan<'a>(view: &'a Federation, node: NodeId, captured: &'a Captured) -> P
         let provider = &node_state.spec.provider;
         for (pool_name, pool) in view.pools().iter().filter(|(_, p)| p.spec.provider == *provider) {
             for address in pool.addresses.keys() {
-                let observed = view.observed_holders(provider, *address);
-                if !observed.is_some_and(|holders| holders.contains(&node_state.spec.nic)) {
+                if !view.observed_on(provider, *address, &node_state.spec.nic) {
                     continue;
                 }
                 // Only an address seen on this NIC builds a key.

@@ -520,6 +520,7 @@ fn inventory(w: &mut World, at_ms: u64, holders: &[&str]) {
             provider: "sim1".into(),
             address: ip("10.0.0.1"),
             holders: holders.iter().map(|h| (*h).to_owned()).collect(),
+            scope: None,
         },
     );
 }
@@ -613,19 +614,93 @@ fn holdings_without_a_release_in_the_epoch_never_recapture() {
 fn an_observation_counts_only_strictly_after_the_confirmation_and_only_news_is_appended() {
     let mut w = drift_world();
     let address = ip("10.0.0.1");
-    assert!(w.fed.inventory_is_news("sim1", address, &[]), "nothing observed yet");
+    assert!(w.fed.inventory_is_news("sim1", address, &[], None), "nothing observed yet");
     result(&mut w, 5, "a", Verb::AssignSecondaryIp, 1, 1);
     // Read at the same millisecond: it may have been taken before the call landed.
     inventory(&mut w, 5, &[]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1));
     assert!(
-        w.fed.inventory_is_news("sim1", address, &[]),
+        w.fed.inventory_is_news("sim1", address, &[], None),
         "not after the confirmation: worth appending again"
     );
     inventory(&mut w, 6, &[]);
     assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "lost, observed after the confirmation");
-    assert!(!w.fed.inventory_is_news("sim1", address, &[]), "the same holders, after every confirmation");
-    assert!(w.fed.inventory_is_news("sim1", address, &["eni-a".to_owned()]), "changed holders");
+    assert!(
+        !w.fed.inventory_is_news("sim1", address, &[], None),
+        "the same holders, after every confirmation"
+    );
+    assert!(w.fed.inventory_is_news("sim1", address, &["eni-a".to_owned()], None), "changed holders");
+}
+
+/// A read that sees only some NICs (`onprem`: each router its own interface).
+fn scoped(w: &mut World, at_ms: u64, scope: &str, held: bool) {
+    w.apply(
+        at_ms,
+        EventKind::Inventory {
+            provider: "sim1".into(),
+            address: ip("10.0.0.1"),
+            holders: if held { vec![scope.to_owned()] } else { vec![] },
+            scope: Some(vec![scope.to_owned()]),
+        },
+    );
+}
+
+#[test]
+fn a_scoped_read_judges_only_the_nics_it_saw() {
+    let mut w = drift_world();
+    result(&mut w, 1, "a", Verb::AssignSecondaryIp, 1, 1);
+    // b sees only its own NIC: that a holds nothing there says nothing of a.
+    scoped(&mut w, 2, "eni-b", false);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1), "no loss read from another router's view");
+    scoped(&mut w, 3, "eni-a", true);
+    assert_eq!(w.fed.observed_holders("sim1", ip("10.0.0.1")), Some(vec!["eni-a"]));
+    // Views of different NICs add up; each NIC keeps its own latest observation.
+    scoped(&mut w, 4, "eni-b", true);
+    assert_eq!(w.fed.observed_holders("sim1", ip("10.0.0.1")), Some(vec!["eni-a", "eni-b"]));
+    assert!(w.fed.observed_on("sim1", ip("10.0.0.1"), "eni-b"));
+    // An older read of a NIC never overrides a newer one.
+    scoped(&mut w, 3, "eni-b", false);
+    assert!(w.fed.observed_on("sim1", ip("10.0.0.1"), "eni-b"));
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1), "b holding without a release in the epoch");
+    // a's own read shows a lost it: a re-capture.
+    scoped(&mut w, 5, "eni-a", false);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2));
+    // A whole view speaks of every NIC.
+    inventory(&mut w, 6, &[]);
+    assert_eq!(w.fed.observed_holders("sim1", ip("10.0.0.1")), Some(vec![]));
+}
+
+#[test]
+fn a_scoped_read_that_shows_a_release_undone_recaptures() {
+    let mut w = drift_world();
+    result(&mut w, 1, "a", Verb::AssignSecondaryIp, 1, 1);
+    result(&mut w, 2, "b", Verb::UnassignSecondaryIp, 1, 1);
+    scoped(&mut w, 3, "eni-a", true);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 1));
+    scoped(&mut w, 4, "eni-b", true);
+    assert_eq!(w.epochs("p", "10.0.0.1"), (1, 2), "b still holds what it released in this epoch");
+}
+
+#[test]
+fn scoped_news_is_judged_per_nic() {
+    let mut w = drift_world();
+    let address = ip("10.0.0.1");
+    let b = Some(vec!["eni-b".to_owned()]);
+    assert!(w.fed.inventory_is_news("sim1", address, &[], b.as_deref()), "nothing observed yet");
+    scoped(&mut w, 2, "eni-b", false);
+    assert!(!w.fed.inventory_is_news("sim1", address, &[], b.as_deref()), "b's NIC: as observed");
+    let a = Some(vec!["eni-a".to_owned()]);
+    assert!(w.fed.inventory_is_news("sim1", address, &[], a.as_deref()), "a's NIC was never observed");
+    // a's confirmation comes after b's last observation: b's next read is worth appending once.
+    result(&mut w, 3, "a", Verb::AssignSecondaryIp, 1, 1);
+    assert!(w.fed.inventory_is_news("sim1", address, &[], b.as_deref()));
+    scoped(&mut w, 4, "eni-b", false);
+    assert!(!w.fed.inventory_is_news("sim1", address, &[], b.as_deref()));
+    // a's own read after its confirmation, then quiet.
+    scoped(&mut w, 5, "eni-a", true);
+    assert!(!w.fed.inventory_is_news("sim1", address, &["eni-a".to_owned()], a.as_deref()));
+    assert!(w.fed.inventory_is_news("sim1", address, &[], a.as_deref()), "a lost it: news");
+    assert_eq!(w.fed.recaptures(), 0);
 }
 
 // ---------------------------------------------------------------- SPEC 13: atomic events

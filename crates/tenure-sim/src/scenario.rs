@@ -142,6 +142,7 @@ struct RawStep {
     detail: Option<Spanned<String>>,
     provider: Option<Spanned<String>>,
     holders: Option<Spanned<Vec<String>>>,
+    scope: Option<Spanned<Vec<String>>>,
     by: Option<Spanned<u64>>,
 }
 
@@ -280,7 +281,7 @@ fn allowed_fields(event: &str) -> Option<&'static [&'static str]> {
         "desire" | "undesire" => &["pool", "address"],
         "approve" => &["idempotencyKey"],
         "action-result" => &["node", "idempotencyKey", "outcome", "detail"],
-        "inventory" => &["provider", "address", "holders"],
+        "inventory" => &["provider", "address", "holders", "scope"],
         "tokens-raised" => &["by"],
         _ => return None,
     })
@@ -297,7 +298,7 @@ fn validate_step(
         return Err(vec![InputError::at(event_position, format!("unknown event kind `{event}`"))]);
     };
     let mut errors = Vec::new();
-    let present: [(&str, Option<Position>); 12] = [
+    let present: [(&str, Option<Position>); 13] = [
         ("node", raw.node.as_ref().map(Position::of_spanned)),
         ("healthy", raw.healthy.as_ref().map(Position::of_spanned)),
         ("state", raw.state.as_ref().map(Position::of_spanned)),
@@ -309,6 +310,7 @@ fn validate_step(
         ("detail", raw.detail.as_ref().map(Position::of_spanned)),
         ("provider", raw.provider.as_ref().map(Position::of_spanned)),
         ("holders", raw.holders.as_ref().map(Position::of_spanned)),
+        ("scope", raw.scope.as_ref().map(Position::of_spanned)),
         ("by", raw.by.as_ref().map(Position::of_spanned)),
     ];
     for (field, position) in present {
@@ -318,10 +320,19 @@ fn validate_step(
             errors.push(InputError::at(position, format!("event `{event}` does not take field `{field}`")));
         }
     }
-    for field in allowed.iter().filter(|f| **f != "detail") {
+    // `detail` and `scope` may be left out.
+    for field in allowed.iter().filter(|f| **f != "detail" && **f != "scope") {
         if present.iter().any(|(name, position)| name == field && position.is_none()) {
             errors.push(InputError::at(event_position, format!("event `{event}` needs field `{field}`")));
         }
+    }
+    if let (Some(holders), Some(scope)) = (&raw.holders, &raw.scope)
+        && let Some(outside) = holders.value.iter().find(|h| !scope.value.contains(h))
+    {
+        errors.push(InputError::at(
+            Position::of_spanned(holders),
+            format!("holder `{outside}` is not in `scope` (a read sees only the NICs of its scope)"),
+        ));
     }
     if raw.at.value < 0 {
         errors.push(InputError::at(
@@ -405,6 +416,7 @@ fn validate_step(
             provider: raw.provider.map(|p| p.value).expect("checked present"),
             address: address(),
             holders: raw.holders.map(|h| h.value).expect("checked present"),
+            scope: raw.scope.map(|s| s.value),
         },
         "tokens-raised" => EventKind::TokensRaised { by: raw.by.map(|b| b.value).expect("checked present") },
         _ => unreachable!("allowed_fields knows every kind"),

@@ -126,6 +126,7 @@ async fn inventory_reports_every_eni_of_the_nodes_vpcs_and_nothing_beyond() {
         ],
         // The nodes' ENIs, one of them mistyped: it is skipped, not fatal.
         nics: vec![a.clone(), b, "eni-0000000000mistyped".to_owned()],
+        own_nics: vec![a.clone()],
     };
     let found = executor.inventory(&request).expect("aws takes inventory").await.expect("read");
     assert_eq!(

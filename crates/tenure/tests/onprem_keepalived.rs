@@ -54,6 +54,20 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     assert_eq!(routers.lab.proxies("r1"), vec![address]);
     assert!(routers.lab.proxies("r2").is_empty());
 
+    // An entry added by hand on the backup: r2's inventory (scoped to its own NIC) shows it, and
+    // r2's agent removes it; r1's holding is not questioned by r2's read (no new epoch).
+    let before = routers.epochs(1);
+    let family = if routers.lab.v6 { "-6" } else { "-4" };
+    routers.lab.exec("r2", &["ip", family, "neigh", "add", "proxy", &address.to_string(), "dev", "lan"]);
+    assert_eq!(routers.lab.proxies("r2"), vec![address]);
+    routers.wait_held_by(1, "r2's agent removes the hand-added entry it saw in its inventory");
+    assert_eq!(routers.epochs(1), before, "another router's read never re-captures r1's address");
+    assert!(
+        routers.agent(2).log().contains("proxy-arp-del/r2"),
+        "r2's agent removed it (a planned release): {}",
+        routers.agent(2).log()
+    );
+
     // Kill the holder, keepalived and agent: r2's keepalived takes over, its agent adds the
     // entry and announces; the client's entry moves and its pings follow.
     let capture = Capture::start(&routers.lab);

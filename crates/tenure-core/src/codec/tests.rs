@@ -118,9 +118,23 @@ fn golden_events() -> Vec<(Event, String)> {
                     provider: "sim1".into(),
                     address: ip("2001:db8::1"),
                     holders: vec!["eni-a".into()],
+                    scope: None,
                 },
             ),
             r#"{"v":1,"event":"inventory","at":1000,"provider":"sim1","address":"2001:db8::1","holders":["eni-a"]}"#
+                .into(),
+        ),
+        (
+            event(
+                1000,
+                EventKind::Inventory {
+                    provider: "lan".into(),
+                    address: ip("10.0.0.10"),
+                    holders: vec![],
+                    scope: Some(vec!["lan-a".into()]),
+                },
+            ),
+            r#"{"v":1,"event":"inventory","at":1000,"provider":"lan","address":"10.0.0.10","holders":[],"scope":["lan-a"]}"#
                 .into(),
         ),
         (
@@ -574,14 +588,17 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         pool_spec().prop_map(|spec| EventKind::PoolApplied { spec: Box::new(spec) }),
         text().prop_map(|pool| EventKind::PoolDeleted { pool }),
         (text(), address()).prop_map(|(pool, address)| EventKind::Desire { pool, address }),
-        (text(), address()).prop_map(|(pool, address)| EventKind::Undesire { pool, address }),
-        text().prop_map(|idempotency_key| EventKind::Approve { idempotency_key }),
-        (text(), text(), any::<bool>(), text()).prop_map(|(node, idempotency_key, executed, detail)| {
-            let outcome = if executed { ActionOutcome::Executed } else { ActionOutcome::Failed };
-            EventKind::ActionResult { node, idempotency_key, outcome, detail }
-        }),
-        (text(), address(), prop::collection::vec(text(), 0..4))
-            .prop_map(|(provider, address, holders)| EventKind::Inventory { provider, address, holders }),
+        (
+            text(),
+            address(),
+            prop::collection::vec(text(), 0..4),
+            prop::option::of(prop::collection::vec(text(), 0..3))
+        )
+            .prop_map(|(provider, address, holders, others)| {
+                // A scope holds the holders (and maybe more NICs).
+                let scope = others.map(|others| holders.iter().cloned().chain(others).collect());
+                EventKind::Inventory { provider, address, holders, scope }
+            }),
         any::<u64>().prop_map(|by| EventKind::TokensRaised { by }),
     ]
 }

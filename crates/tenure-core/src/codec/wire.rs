@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use super::pool::PoolSpecWire;
-use super::{CodecError, RECORD_HIGH_WATER, RECORD_JOURNAL_CHANGE};
+use super::{CodecError, RECORD_EVENT, RECORD_HIGH_WATER, RECORD_JOURNAL_CHANGE};
 use crate::fence::{HighWater, StaleReason};
 use crate::input::check_name;
 use crate::journal::{EntryState, JournalChange, JournalEntry};
@@ -47,8 +47,15 @@ pub(super) enum EventWire<'a> {
         outcome: ActionOutcome,
         detail: Cow<'a, str>,
     },
-    /// `inventory`.
-    Inventory { at: u64, provider: Cow<'a, str>, address: IpAddr, holders: Cow<'a, [String]> },
+    /// `inventory` (`scope` only when the read saw only some NICs).
+    Inventory {
+        at: u64,
+        provider: Cow<'a, str>,
+        address: IpAddr,
+        holders: Cow<'a, [String]>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<Cow<'a, [String]>>,
+    },
     /// `tokens-raised` (a restore's raise).
     TokensRaised { at: u64, by: u64 },
 }
@@ -78,11 +85,20 @@ impl<'a> EventWire<'a> {
                 outcome: *outcome,
                 detail: b(detail),
             },
-            EventKind::Inventory { provider, address, holders } => Self::Inventory {
+            EventKind::Inventory { scope: Some(scope), holders, .. }
+                if let Some(outside) = holders.iter().find(|h| !scope.contains(h)) =>
+            {
+                return Err(CodecError::Malformed {
+                    record: RECORD_EVENT,
+                    reason: format!("inventory holder `{outside}` is not in its scope"),
+                });
+            }
+            EventKind::Inventory { provider, address, holders, scope } => Self::Inventory {
                 at,
                 provider: b(provider),
                 address: *address,
                 holders: Cow::Borrowed(holders),
+                scope: scope.as_deref().map(Cow::Borrowed),
             },
             EventKind::TokensRaised { by } => Self::TokensRaised { at, by: *by },
         })
@@ -120,14 +136,25 @@ impl<'a> EventWire<'a> {
                     detail: detail.into_owned(),
                 },
             ),
-            Self::Inventory { at, provider, address, holders } => (
-                at,
-                EventKind::Inventory {
-                    provider: provider.into_owned(),
-                    address,
-                    holders: holders.into_owned(),
-                },
-            ),
+            Self::Inventory { at, provider, address, holders, scope } => {
+                if let Some(scope) = &scope
+                    && let Some(outside) = holders.iter().find(|h| !scope.contains(h))
+                {
+                    return Err(CodecError::Malformed {
+                        record: RECORD_EVENT,
+                        reason: format!("inventory holder `{outside}` is not in its scope"),
+                    });
+                }
+                (
+                    at,
+                    EventKind::Inventory {
+                        provider: provider.into_owned(),
+                        address,
+                        holders: holders.into_owned(),
+                        scope: scope.map(Cow::into_owned),
+                    },
+                )
+            }
             Self::TokensRaised { at, by } => (at, EventKind::TokensRaised { by }),
         };
         Ok(Event { at_ms, kind })

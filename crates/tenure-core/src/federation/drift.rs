@@ -8,6 +8,10 @@ use std::net::IpAddr;
 use super::{Federation, NodeId};
 use crate::state::Confirmation;
 
+/// What inventory last showed of one address, per NIC: whether the NIC held it, and the `at`
+/// of that observation. NICs of no node are kept only while they hold it.
+pub(crate) type Observed = BTreeMap<String, (bool, u64)>;
+
 impl Federation {
     /// Turns drift repair on or off. With it on, an `inventory` event that contradicts what was
     /// confirmed executed in the current epoch bumps the address's captureEpoch (a re-capture),
@@ -29,10 +33,28 @@ impl Federation {
         self
     }
 
-    /// With drift repair on, the NICs the latest inventory of `provider` showed holding `address`.
+    /// With drift repair on, the NICs the latest inventory of `provider` showed holding
+    /// `address` (each NIC as its latest observation says), sorted; `None`: never observed.
     #[must_use]
-    pub fn observed_holders(&self, provider: &str, address: IpAddr) -> Option<&[String]> {
-        self.observed.get(provider)?.get(&address).map(|(holders, _)| holders.as_slice())
+    pub fn observed_holders(&self, provider: &str, address: IpAddr) -> Option<Vec<&str>> {
+        let kept = self.observed.get(provider)?.get(&address)?;
+        Some(kept.iter().filter(|(_, (held, _))| *held).map(|(nic, _)| nic.as_str()).collect())
+    }
+
+    /// With drift repair on, whether the latest inventory of `provider` showed `nic` holding
+    /// `address`.
+    #[must_use]
+    pub fn observed_on(&self, provider: &str, address: IpAddr, nic: &str) -> bool {
+        self.observed
+            .get(provider)
+            .and_then(|kept| kept.get(&address))
+            .and_then(|kept| kept.get(nic))
+            .is_some_and(|(held, _)| *held)
+    }
+
+    /// Whether `nic` is the NIC of a node of `provider`.
+    fn is_node_nic(&self, provider: &str, nic: &str) -> bool {
+        self.nodes.iter().any(|n| n.spec.provider == provider && n.spec.nic == nic)
     }
 
     /// Whether inventory drives repair (and observed holdings count as captured for releases).
@@ -80,54 +102,91 @@ impl Federation {
         }
     }
 
-    /// Applies an `inventory` event: the drift rule, then the latest observation is kept if a
-    /// pool of the provider (applied or deleted) has ever listed the address — so what is kept is
-    /// bounded by the address states the federation keeps anyway for their tokens, and a junk
-    /// inventory of an unknown address leaves nothing behind.
+    /// Applies an `inventory` event: the drift rule, then the observation is kept if a pool of
+    /// the provider (applied or deleted) has ever listed the address — so what is kept is
+    /// bounded by the address states the federation keeps anyway for their tokens (times the
+    /// provider's NICs), and a junk inventory of an unknown address leaves nothing behind.
+    ///
+    /// `scope`: the NICs the read could see (`None`: the provider's whole view). Each NIC the
+    /// read speaks of — its scope; for a whole view every NIC — is updated unless a newer
+    /// observation of it is kept.
     pub(super) fn observe_inventory(
         &mut self,
         provider: &str,
         address: IpAddr,
         holders: &[String],
+        scope: Option<&[String]>,
         at_ms: u64,
     ) {
-        self.repair_drift(provider, address, holders, at_ms);
+        self.repair_drift(provider, address, holders, scope, at_ms);
         let listed =
             self.pools.values().any(|p| p.spec.provider == provider && p.addresses.contains_key(&address));
         if !listed {
             return;
         }
-        let kept = self.observed.entry(provider.to_owned()).or_default();
-        if kept.get(&address).is_none_or(|(_, at)| *at <= at_ms) {
-            kept.insert(address, (holders.to_vec(), at_ms));
+        let node_nics: Vec<String> =
+            self.nodes.iter().filter(|n| n.spec.provider == provider).map(|n| n.spec.nic.clone()).collect();
+        let kept = self.observed.entry(provider.to_owned()).or_default().entry(address).or_default();
+        let covered: std::collections::BTreeSet<String> = match scope {
+            Some(scope) => scope.iter().cloned().collect(),
+            None => {
+                kept.keys().cloned().chain(holders.iter().cloned()).chain(node_nics.iter().cloned()).collect()
+            }
+        };
+        for nic in covered {
+            if kept.get(&nic).is_some_and(|(_, at)| *at > at_ms) {
+                continue;
+            }
+            let held = holders.contains(&nic);
+            if held || node_nics.contains(&nic) {
+                kept.insert(nic, (held, at_ms));
+            } else {
+                kept.remove(&nic);
+            }
         }
     }
 
-    /// Whether an inventory read that found `holders` for `address` on `provider` tells the log
-    /// anything new: nothing was observed of it yet, the holders differ (as a set) from the latest
-    /// observation, or that observation does not come strictly after the newest confirmation of
-    /// the address (the drift rule reads only observations strictly after the confirmation they
-    /// would contradict). The agent appends only such reads: one event per change, not per read.
+    /// Whether an inventory read that found `holders` for `address` on `provider` (seeing only
+    /// the NICs of `scope`, when given) tells the log anything new: nothing was observed of the
+    /// address yet, or for some NIC the read speaks of, what it found differs from the latest
+    /// observation of that NIC, or that observation does not come strictly after the newest
+    /// confirmation of the address (the drift rule reads only observations strictly after the
+    /// confirmation they would contradict). The agent appends only such reads: one event per
+    /// change, not per read.
     #[must_use]
-    pub fn inventory_is_news(&self, provider: &str, address: IpAddr, holders: &[String]) -> bool {
-        let Some((kept, kept_at)) = self.observed.get(provider).and_then(|kept| kept.get(&address)) else {
+    pub fn inventory_is_news(
+        &self,
+        provider: &str,
+        address: IpAddr,
+        holders: &[String],
+        scope: Option<&[String]>,
+    ) -> bool {
+        let Some(kept) = self.observed.get(provider).and_then(|kept| kept.get(&address)) else {
             return true;
         };
-        fn as_set(nics: &[String]) -> std::collections::BTreeSet<&str> {
-            nics.iter().map(String::as_str).collect()
-        }
-        if as_set(kept) != as_set(holders) {
-            return true;
-        }
-        self.pools
+        let newest_confirmation = self
+            .pools
             .values()
             .filter(|pool| pool.spec.provider == provider)
             .filter_map(|pool| pool.addresses.get(&address))
             .flat_map(|state| &state.confirmations)
-            .any(|c| c.at_ms >= *kept_at)
+            .map(|c| c.at_ms)
+            .max();
+        let covered: Vec<&String> = match scope {
+            Some(scope) => scope.iter().collect(),
+            None => kept.keys().chain(holders).collect(),
+        };
+        covered.into_iter().any(|nic| {
+            let held = holders.contains(nic);
+            match kept.get(nic) {
+                None => held || self.is_node_nic(provider, nic),
+                Some((was, at)) => *was != held || newest_confirmation.is_some_and(|c| c >= *at),
+            }
+        })
     }
 
-    /// How many inventory observations are kept (bounded by the applied pools' addresses).
+    /// How many addresses have inventory observations kept (bounded by the applied pools'
+    /// addresses).
     #[must_use]
     pub fn observations_kept(&self) -> usize {
         self.observed.values().map(BTreeMap::len).sum()
@@ -135,11 +194,23 @@ impl Federation {
 
     /// Applies the drift rule to every applied pool of `provider` that lists `address`. A
     /// re-capture moves the line once, at the end of the event, like every token.
-    fn repair_drift(&mut self, provider: &str, address: IpAddr, holders: &[String], at_ms: u64) {
+    /// A scoped read (`scope`) judges only the NICs it could see: the desired holder has lost
+    /// the address only if its NIC is in the scope.
+    fn repair_drift(
+        &mut self,
+        provider: &str,
+        address: IpAddr,
+        holders: &[String],
+        scope: Option<&[String]>,
+        at_ms: u64,
+    ) {
         let holder_nodes: Vec<Option<NodeId>> = holders
             .iter()
             .map(|nic| self.nodes.iter().position(|n| n.spec.provider == provider && n.spec.nic == *nic))
             .collect();
+        // Which nodes' NICs the read could see.
+        let seen: Vec<bool> =
+            self.nodes.iter().map(|n| scope.is_none_or(|scope| scope.contains(&n.spec.nic))).collect();
         for (name, pool) in self.pools.iter_mut().filter(|(_, p)| p.spec.provider == provider) {
             let domain = &pool.capture_domain;
             let Some(state) = pool.addresses.get_mut(&address) else { continue };
@@ -151,6 +222,7 @@ impl Federation {
                     && c.capture_domain == *domain
                     && at_ms > c.at_ms
                     && !holder_nodes.contains(&desired)
+                    && desired.is_some_and(|node| seen[node])
             });
             // A node's NIC that holds the address although that node ran its release in the
             // current epoch: only a new epoch can release it again. Any other holding by a

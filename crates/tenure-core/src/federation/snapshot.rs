@@ -22,8 +22,9 @@ use crate::codec;
 use crate::model::{CaptureEpoch, OwnershipEpoch, VrrpState};
 use crate::state::{AddressState, CaptureLine, Confirmation, NodeId, PoolConditions, PoolState};
 
-/// The snapshot format this build writes and reads.
-pub const SNAPSHOT_VERSION: u64 = 1;
+/// The snapshot format this build writes. It reads this one and version 1 (whose observations
+/// were whole views: holders and one `atMs` per address, before scoped inventory).
+pub const SNAPSHOT_VERSION: u64 = 2;
 
 /// Why a snapshot could not be read (one line).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -118,7 +119,21 @@ struct KeptWire {
 struct ObservedWire {
     provider: String,
     address: IpAddr,
-    holders: Vec<String>,
+    /// Per NIC: whether it held the address, and when that was observed (version 2).
+    #[serde(default)]
+    nics: Vec<ObservedNicWire>,
+    /// Version 1: the holders of the address's latest whole view, and its `at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    holders: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    at_ms: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ObservedNicWire {
+    nic: String,
+    held: bool,
     at_ms: u64,
 }
 
@@ -216,11 +231,19 @@ impl Federation {
                 .observed
                 .iter()
                 .flat_map(|(provider, addresses)| {
-                    addresses.iter().map(move |(address, (holders, at_ms))| ObservedWire {
+                    addresses.iter().map(move |(address, kept)| ObservedWire {
                         provider: provider.clone(),
                         address: *address,
-                        holders: holders.clone(),
-                        at_ms: *at_ms,
+                        nics: kept
+                            .iter()
+                            .map(|(nic, (held, at_ms))| ObservedNicWire {
+                                nic: nic.clone(),
+                                held: *held,
+                                at_ms: *at_ms,
+                            })
+                            .collect(),
+                        holders: None,
+                        at_ms: None,
                     })
                 })
                 .collect(),
@@ -236,9 +259,9 @@ impl Federation {
     pub fn restore(&self, bytes: &[u8]) -> Result<Self, SnapshotError> {
         let version: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
-        if version.get("v").and_then(serde_json::Value::as_u64) != Some(SNAPSHOT_VERSION) {
+        if !matches!(version.get("v").and_then(serde_json::Value::as_u64), Some(1 | SNAPSHOT_VERSION)) {
             return Err(bad(format!(
-                "format version {} is not {SNAPSHOT_VERSION}",
+                "format version {} is not 1 or {SNAPSHOT_VERSION}",
                 version.get("v").map_or_else(|| "none".to_owned(), ToString::to_string)
             )));
         }
@@ -336,9 +359,14 @@ impl Federation {
             );
         }
         approvals.ignored = wire.approvals_ignored;
-        let mut observed: BTreeMap<String, BTreeMap<IpAddr, (Vec<String>, u64)>> = BTreeMap::new();
+        let mut observed: BTreeMap<String, BTreeMap<IpAddr, super::drift::Observed>> = BTreeMap::new();
         for o in &wire.observed {
-            observed.entry(o.provider.clone()).or_default().insert(o.address, (o.holders.clone(), o.at_ms));
+            let mut kept: super::drift::Observed =
+                o.nics.iter().map(|n| (n.nic.clone(), (n.held, n.at_ms))).collect();
+            if let (Some(holders), Some(at_ms)) = (&o.holders, o.at_ms) {
+                kept.extend(holders.iter().map(|nic| (nic.clone(), (true, at_ms))));
+            }
+            observed.entry(o.provider.clone()).or_default().insert(o.address, kept);
         }
         for pool in pools.values().filter(|p| !p.deleted) {
             fed.claims.apply(&pool.spec);

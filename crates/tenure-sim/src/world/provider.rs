@@ -150,7 +150,7 @@ impl World {
             self.provider.holdings().get(&address).map(|n| n.iter().cloned().collect()).unwrap_or_default();
         let event = Event {
             at_ms: self.now_ms,
-            kind: EventKind::Inventory { provider: PROVIDER.into(), address, holders },
+            kind: EventKind::Inventory { provider: PROVIDER.into(), address, holders, scope: None },
         };
         if delayed {
             let at = self.now_ms + self.rng.random_range(50..1_500);

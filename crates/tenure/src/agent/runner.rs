@@ -105,6 +105,9 @@ struct InventoryDone {
     started_at_ms: u64,
     /// `None`: the executor takes no inventory.
     inventory: Option<Inventory>,
+    /// The NICs the read could see, when it saw only this host's (`onprem`); `None`: the
+    /// provider's whole view.
+    scope: Option<Vec<String>>,
 }
 
 /// When each provider's inventory is read next, and which reads are under way.
@@ -863,12 +866,20 @@ impl<S: AgentStore> Agent<S> {
                 .filter(|node| node.spec.provider == provider)
                 .map(|node| node.spec.nic.clone())
                 .collect();
+            let own_nics: Vec<String> = view
+                .nodes()
+                .iter()
+                .filter(|node| node.spec.provider == provider && self.own_nodes.contains(&node.spec.name))
+                .map(|node| node.spec.nic.clone())
+                .collect();
+            // A read that sees only this host's NICs speaks of nothing else (a scoped event).
+            let scope = executor.executor.inventory_sees_only_own_nics().then(|| own_nics.clone());
             let started_at_ms = self.stamp();
             // A read of many addresses is several paginated calls: it may take up to its
             // interval, and never less than one call's timeout.
             let deadline = now + executor.call_timeout.max(interval);
             let handle = self.inventories.spawn(async move {
-                let request = InventoryRequest { addresses, nics };
+                let request = InventoryRequest { addresses, nics, own_nics };
                 let inventory = match executor.executor.inventory(&request) {
                     None => None,
                     Some(read) => Some(match tokio::time::timeout_at(deadline, read).await {
@@ -876,7 +887,7 @@ impl<S: AgentStore> Agent<S> {
                         Err(_elapsed) => Err("no answer before the read's deadline".to_owned()),
                     }),
                 };
-                InventoryDone { started_at_ms, inventory }
+                InventoryDone { started_at_ms, inventory, scope }
             });
             self.inventory.tasks.insert(handle.id(), provider);
         }
@@ -914,10 +925,17 @@ impl<S: AgentStore> Agent<S> {
                 let view = self.view();
                 let news: Vec<Event> = found
                     .into_iter()
-                    .filter(|(address, holders)| view.inventory_is_news(&provider, *address, holders))
+                    .filter(|(address, holders)| {
+                        view.inventory_is_news(&provider, *address, holders, done.scope.as_deref())
+                    })
                     .map(|(address, holders)| Event {
                         at_ms: done.started_at_ms,
-                        kind: EventKind::Inventory { provider: provider.clone(), address, holders },
+                        kind: EventKind::Inventory {
+                            provider: provider.clone(),
+                            address,
+                            holders,
+                            scope: done.scope.clone(),
+                        },
                     })
                     .collect();
                 if news.is_empty() {

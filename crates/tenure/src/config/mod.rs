@@ -69,6 +69,9 @@ pub const GARP_COUNT_MAX: u32 = 100;
 pub const GARP_INTERVAL_DEFAULT_MS: u64 = 100;
 /// Default time between two inventory reads of an `aws` provider (drift repair's input).
 pub const AWS_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 30_000;
+/// Default time between two inventory reads of an `onprem` provider: a netlink dump of this
+/// host's proxy entries, cheap enough to read often.
+pub const ONPREM_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 5_000;
 /// Default `store.snapshotEvery` of an etcd store.
 pub const SNAPSHOT_EVERY_DEFAULT: u64 = 10_000;
 /// Default `store.prefix` of an etcd store.

@@ -13,7 +13,8 @@ use super::paths::resolve;
 use super::raw::RawProvider;
 use super::{
     AWS_INVENTORY_INTERVAL_DEFAULT_MS, EXEC_TIMEOUT_DEFAULT_MS, GARP_COUNT_DEFAULT, GARP_COUNT_MAX,
-    GARP_INTERVAL_DEFAULT_MS, ProviderConfig, ProviderSettings, check_url, duration_field,
+    GARP_INTERVAL_DEFAULT_MS, ONPREM_INVENTORY_INTERVAL_DEFAULT_MS, ProviderConfig, ProviderSettings,
+    check_url, duration_field,
 };
 
 /// Longest Linux interface name (`IFNAMSIZ` less its terminating NUL), in bytes.
@@ -25,7 +26,7 @@ fn allowed_settings(kind: ProviderKind) -> &'static [&'static str] {
         ProviderKind::SimCloud | ProviderKind::SimOnprem => &["inventoryInterval"],
         ProviderKind::Oci | ProviderKind::Azure => &[],
         ProviderKind::Exec => &["command", "timeout"],
-        ProviderKind::Onprem => &["interface", "garpCount", "garpInterval"],
+        ProviderKind::Onprem => &["interface", "garpCount", "garpInterval", "inventoryInterval"],
         ProviderKind::Aws => &["region", "endpointUrl", "inventoryInterval"],
     }
 }
@@ -72,11 +73,13 @@ pub(super) fn validate_providers(
 }
 
 /// `inventoryInterval`: `0s` turns the reads off; `aws` reads every
-/// [`AWS_INVENTORY_INTERVAL_DEFAULT_MS`] by default, the simulated kinds only when asked (a
+/// [`AWS_INVENTORY_INTERVAL_DEFAULT_MS`] by default, `onprem` every
+/// [`ONPREM_INVENTORY_INTERVAL_DEFAULT_MS`], the simulated kinds only when asked (a
 /// setting of another kind is refused by [`check_settings_of_kind`]).
 fn inventory_interval(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u64> {
     let default_ms = match p.kind.value {
         ProviderKind::Aws => AWS_INVENTORY_INTERVAL_DEFAULT_MS,
+        ProviderKind::Onprem => ONPREM_INVENTORY_INTERVAL_DEFAULT_MS,
         ProviderKind::SimCloud | ProviderKind::SimOnprem if p.inventory_interval.is_some() => 0,
         _ => return None,
     };

@@ -311,6 +311,10 @@ fn inventory_intervals_default_by_kind_and_zero_turns_them_off() {
     assert_eq!(interval(&asked, "sim1"), Some(250));
     let aws = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: aws, region: us-east-1}");
     assert_eq!(interval(&aws, "sim1"), Some(AWS_INVENTORY_INTERVAL_DEFAULT_MS));
+    let onprem = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: onprem, interface: eth0}");
+    assert_eq!(interval(&onprem, "sim1"), Some(ONPREM_INVENTORY_INTERVAL_DEFAULT_MS));
+    let onprem_fast = onprem.replace("interface: eth0", "interface: eth0, inventoryInterval: 1s");
+    assert_eq!(interval(&onprem_fast, "sim1"), Some(1_000));
     let off = aws.replace("region: us-east-1", "region: us-east-1, inventoryInterval: 0s");
     assert_eq!(interval(&off, "sim1"), None, "0s: no reads, no drift repair");
     let bad = aws.replace("region: us-east-1", "region: us-east-1, inventoryInterval: often");

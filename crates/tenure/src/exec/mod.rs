@@ -101,6 +101,9 @@ pub struct InventoryRequest {
     pub addresses: Vec<IpAddr>,
     /// The NICs of the provider's nodes.
     pub nics: Vec<String>,
+    /// The NICs of the provider's nodes this agent runs: all an executor that sees only its own
+    /// host ([`Executor::inventory_sees_only_own_nics`]) can answer for.
+    pub own_nics: Vec<String>,
 }
 
 /// An inventory read's answer: for every address asked, the NICs holding it, sorted (empty:
@@ -131,6 +134,14 @@ pub trait Executor: Send + Sync {
     fn inventory<'a>(&'a self, request: &'a InventoryRequest) -> Option<InventoryFuture<'a>> {
         let _ = request;
         None
+    }
+
+    /// Whether this executor's inventory sees only this host (`onprem`: the proxy entries of
+    /// its own interface): then its answer speaks of `request.own_nics` alone, and the agent
+    /// appends it as a scoped `inventory` event (`scope`: those NICs), which says nothing of
+    /// the other hosts' NICs. `false` (the default): the answer is the provider's whole view.
+    fn inventory_sees_only_own_nics(&self) -> bool {
+        false
     }
 }
 

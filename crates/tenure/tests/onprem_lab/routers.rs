@@ -26,7 +26,8 @@ pub enum Mode {
 
 /// Two routers `r1` (priority 100) and `r2` (90) with keepalived and an agent each (as `mode`
 /// says), the agents on a 3-member etcd in the switch namespace. Pool `edge` holds the lab's
-/// address with `heartbeatTTL: 300ms`, `heartbeatInterval: 100ms`, `promotionHold: 0s`.
+/// address with `heartbeatTTL: 300ms`, `heartbeatInterval: 100ms`, `promotionHold: 0s`; the
+/// agents read their proxy entries every second (`inventoryInterval: 1s`).
 pub struct Routers {
     pub lab: Lab,
     pub dir: TempDir,
@@ -65,7 +66,7 @@ impl Routers {
                 &format!("r{i}.yaml"),
                 &format!(
                     "node: {}\npeers:\n  - {}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /onprem, path: ./data-r{i}}}\n\
-                     providers:\n  - {{name: lan, kind: onprem, interface: lan, garpCount: 3, garpInterval: 50ms}}\n\
+                     providers:\n  - {{name: lan, kind: onprem, interface: lan, garpCount: 3, garpInterval: 50ms, inventoryInterval: 1s}}\n\
                      {}pools: [pools.yaml]\nlisten: {}:9464\n\
                      heartbeatInterval: 100ms\nrequeueInterval: 500ms\napiTokenFile: token\n",
                     spec(i),

@@ -35,7 +35,7 @@ use netlink_packet_route::neighbour::{
 use tenure_core::model::{StampedAction, Verb};
 use tokio::time::Instant;
 
-use super::{ExecuteFuture, ExecutionOutcome, Executor};
+use super::{ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest};
 
 /// `errno` values rtnetlink reports (negated in the netlink error message).
 const ENOENT: i32 = 2;
@@ -166,6 +166,28 @@ impl Executor for OnpremExecutor {
                 Err(reason) => ExecutionOutcome::Failed { reason },
             }
         })
+    }
+
+    /// The proxy entries on this host's interface: an asked address with an entry is held by
+    /// this agent's NICs of the provider (`request.own_nics`), one without by none of them.
+    /// What other routers answer for is theirs to report.
+    fn inventory<'a>(&'a self, request: &'a InventoryRequest) -> Option<InventoryFuture<'a>> {
+        Some(Box::pin(async move {
+            let entries = proxy_entries(&self.interface).await?;
+            Ok(request
+                .addresses
+                .iter()
+                .map(|address| {
+                    let holders =
+                        if entries.contains(address) { request.own_nics.clone() } else { Vec::new() };
+                    (*address, holders)
+                })
+                .collect())
+        }))
+    }
+
+    fn inventory_sees_only_own_nics(&self) -> bool {
+        true
     }
 }
 
