@@ -7,7 +7,8 @@
 //! 3. tenure with `authority: none` (heartbeatInterval 100 ms, heartbeatTTL 300 ms,
 //!    promotionHold 0), no keepalived.
 //!
-//! Each trial kills whichever router holds, so the routers take turns. Times are tcpdump's packet
+//! Each trial kills whichever router holds (its agent, then keepalived's process group, both
+//! SIGKILL), so the routers take turns. Times are tcpdump's packet
 //! stamps minus the wall clock read just before the kill (one host, one clock). Prints a
 //! Markdown table: p50, p99 (nearest rank) and max per configuration, and the differences the
 //! issue sets targets for. Needs root; run by `scripts/onprem-bench` (`TENURE_ONPREM_TRIALS`,
@@ -61,19 +62,9 @@ fn start(routers: &mut Routers, i: usize) {
     }
 }
 
-/// Kills router `i`'s side: keepalived's process group, then the agent, both SIGKILL.
-fn kill(routers: &mut Routers, i: usize) {
-    if let Some(keepalived) = routers.keepalived[i - 1].take() {
-        keepalived.kill();
-    }
-    if let Some(agent) = routers.agents[i - 1].take() {
-        agent.kill9();
-    }
-}
-
 /// `trials` failovers in `mode`; the latencies in milliseconds.
 fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
-    let mut routers = Routers::new(tag, false, base_port, mode);
+    let mut routers = Routers::new(tag, false, base_port, mode, "300ms");
     start(&mut routers, 1);
     wait_for_within(BOUND, "r1 holds first", || held_by(&routers, 1));
     start(&mut routers, 2);
@@ -92,7 +83,7 @@ fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
         let capture = Capture::start(&routers.lab);
         let announced = routers.announcement(next);
         let killed_at = now();
-        kill(&mut routers, holder);
+        routers.kill(holder);
         let line = capture.until(&announced, BOUND);
         let stamp: f64 =
             line.split_whitespace().next().and_then(|s| s.parse().ok()).expect("tcpdump -tt stamp");

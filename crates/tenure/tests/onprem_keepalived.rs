@@ -18,15 +18,29 @@ use onprem_lab::Capture;
 use onprem_lab::routers::{BOUND, Mode, Routers};
 use process::wait_for_within;
 
+/// Asserts that `condition` holds at every look during `period` (every 50 ms).
+fn stays_for(period: Duration, what: &str, condition: impl Fn() -> bool) {
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        assert!(condition(), "not so at every look for {period:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The whole story on one address family.
 fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
-    let mut routers = Routers::new(tag, v6, base_port, Mode::Vrrp { advert_int: "0.1" });
+    // A heartbeatTTL far above an agent's restart, so that restarting one is no failover.
+    let mut routers = Routers::new(tag, v6, base_port, Mode::Vrrp { advert_int: "0.1" }, "1500ms");
     let address = routers.lab.address();
 
     // r1 first: its agent waits for keepalived (not master: no entry), then keepalived elects it.
     routers.start_agent(1);
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(routers.lab.proxies("r1").is_empty(), "no entry before keepalived reports MASTER");
+    wait_for_within(BOUND, "r1's agent took keepalived for absent", || {
+        routers.agent(1).log().contains("keepalived is not running")
+    });
+    stays_for(Duration::from_millis(500), "no entry before keepalived reports MASTER", || {
+        routers.lab.proxies("r1").is_empty()
+    });
     routers.start_keepalived(1);
     routers.wait_held_by(1, "r1 (keepalived master) holds the address");
     routers.start_keepalived(2);
@@ -35,8 +49,10 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
         routers.owner(1).as_deref() == Some("r1") && routers.owner(2).as_deref() == Some("r1")
     });
     // r2 is a live, healthy backup: it adds no entry.
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(routers.lab.proxies("r2").is_empty(), "the BACKUP router adds no entry");
+    wait_for_within(BOUND, "r2's agent heard BACKUP", || routers.agent(2).log().contains("state=Backup"));
+    stays_for(Duration::from_millis(500), "the BACKUP router adds no entry", || {
+        routers.lab.proxies("r2").is_empty()
+    });
     routers.answered_by(1);
 
     // r1's agent restarts beside its running keepalived (an upgrade): keepalived said nothing
@@ -49,10 +65,26 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     wait_for_within(BOUND, "the restarted r1 agent follows the log", || {
         routers.owner(1).as_deref() == Some("r1")
     });
-    std::thread::sleep(Duration::from_millis(1000));
-    assert_eq!(routers.epochs(2), before, "no hand-over while r1's agent restarted");
-    assert_eq!(routers.lab.proxies("r1"), vec![address]);
-    assert!(routers.lab.proxies("r2").is_empty());
+    wait_for_within(BOUND, "the restarted agent kept the recorded state", || {
+        routers.agent(1).log().contains("the state the log recorded for this host stands")
+    });
+    stays_for(Duration::from_millis(1000), "no hand-over while r1's agent restarted", || {
+        routers.epochs(2) == before
+            && routers.lab.proxies("r1") == vec![address]
+            && routers.lab.proxies("r2").is_empty()
+    });
+
+    // keepalived on the holder reloads (SIGHUP): it closes its FIFO and opens it again, and a
+    // MASTER says nothing after a reload. Still master: no hand-over, the entry stays.
+    let before = routers.epochs(2);
+    let reloads = routers.keepalived_log(1).matches("Reload complete").count();
+    routers.keepalived[0].as_ref().expect("running").reload();
+    wait_for_within(BOUND, "r1's keepalived reloaded", || {
+        routers.keepalived_log(1).matches("Reload complete").count() > reloads
+    });
+    stays_for(Duration::from_millis(2000), "a keepalived reload is no hand-over", || {
+        routers.epochs(2) == before && routers.lab.proxies("r1") == vec![address]
+    });
 
     // An entry added by hand on the backup: r2's inventory (scoped to its own NIC) shows it, and
     // r2's agent removes it; r1's holding is not questioned by r2's read (no new epoch).
@@ -71,8 +103,7 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     // Kill the holder, keepalived and agent: r2's keepalived takes over, its agent adds the
     // entry and announces; the client's entry moves and its pings follow.
     let capture = Capture::start(&routers.lab);
-    routers.keepalived[0].take().expect("running").kill();
-    routers.agents[0].take().expect("running").kill9();
+    routers.kill(1);
     capture.until(routers.announcement(2), BOUND);
     let r2_mac = routers.lab.mac("r2");
     assert_eq!(
@@ -97,8 +128,11 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     // A zombie: r1's agent paused while it holds; its keepalived dies, r2's takes over, and r2
     // captures once r1's heartbeats are stale. Resumed, r1 never adds an entry again: it removes
     // its own and stays without.
+    let backups = routers.keepalived_log(2).matches("Entering BACKUP STATE").count();
     routers.start_keepalived(2);
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_within(BOUND, "r2's keepalived is a backup again", || {
+        routers.keepalived_log(2).matches("Entering BACKUP STATE").count() > backups
+    });
     let paused = routers.agent(1).child.id().to_string();
     process::run(&["kill", "-STOP", &paused]);
     routers.keepalived[0].take().expect("running").kill();
@@ -106,11 +140,9 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     assert_eq!(routers.lab.proxies("r1"), vec![address], "the paused r1's entry is still there");
     process::run(&["kill", "-CONT", &paused]);
     routers.wait_held_by(2, "the resumed zombie removes its entry");
-    let watch_until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < watch_until {
-        assert!(routers.lab.proxies("r1").is_empty(), "the resumed zombie added an entry again");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stays_for(Duration::from_secs(2), "the resumed zombie never adds an entry again", || {
+        routers.lab.proxies("r1").is_empty()
+    });
     routers.answered_by(2);
 }
 

@@ -4,7 +4,7 @@
 //! the example scenarios and simulated runs). The fleet store writes one under its prefix and
 //! compacts the log below it, so a new agent does not replay history.
 //!
-//! The form is versioned JSON like the codec's records (`{"v":1,…}`, camelCase, unknown fields
+//! The form is versioned JSON like the codec's records (`{"v":2,…}`, camelCase, unknown fields
 //! refused): nodes by name (the registry itself comes from the agent's config, which the fleet
 //! store checks is the same on every agent), pools with their spec in the codec's pool form and
 //! every address's lines, approvals, observations, counters and tokens. What is derived from
@@ -363,7 +363,12 @@ impl Federation {
         for o in &wire.observed {
             let mut kept: super::drift::Observed =
                 o.nics.iter().map(|n| (n.nic.clone(), (n.held, n.at_ms))).collect();
+            // Format 1 kept whole views: every node NIC of the provider not among the holders
+            // was observed not holding the address at the same `at`.
             if let (Some(holders), Some(at_ms)) = (&o.holders, o.at_ms) {
+                for node in fed.nodes.iter().filter(|n| n.spec.provider == o.provider) {
+                    kept.insert(node.spec.nic.clone(), (false, at_ms));
+                }
                 kept.extend(holders.iter().map(|nic| (nic.clone(), (true, at_ms))));
             }
             observed.entry(o.provider.clone()).or_default().insert(o.address, kept);

@@ -5,9 +5,12 @@
 //!
 //! keepalived writes one line per transition: `TYPE "NAME" STATE PRIORITY`, where `TYPE` is
 //! `INSTANCE` or `GROUP` (and, for its LVS checkers, `VS` or `RS` with another shape), `STATE` is
-//! `MASTER`, `BACKUP`, `FAULT`, `STOP` or `DELETED`, and `PRIORITY` is the instance's priority.
-//! Only `INSTANCE` lines of the followed instance count; for them every state but `MASTER` means
-//! "not master", and a state this parser does not know is read as `FAULT` (fail-closed).
+//! `MASTER`, `BACKUP`, `FAULT`, `STOP` or `DELETED`, and `PRIORITY` is the instance's priority;
+//! and a line per event that is not a transition: `MASTER_RX_LOWER_PRI` (a master hears a lower
+//! priority's advert), `MASTER_PRIORITY` / `BACKUP_PRIORITY` (`notify_priority_changes`), which
+//! change nothing. Only `INSTANCE` lines of the followed instance count; for them every state but
+//! `MASTER` means "not master", and a word this parser does not know is read as `FAULT`
+//! (fail-closed).
 //!
 //! # The FIFO's life
 //!
@@ -35,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tenure_core::model::VrrpState;
+#[cfg(unix)]
 use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::mpsc;
 
@@ -62,6 +66,9 @@ pub fn instance_state(line: &str, instance: &str) -> Result<Option<VrrpState>, S
         .next()
         .ok_or_else(|| format!("keepalived notify line without a state: {line:?}"))?;
     Ok(Some(match state {
+        // Events, not states: a master that hears a lower priority's advert (a VRRP split
+        // healing), priority changes (`notify_priority_changes`). The instance is where it was.
+        "MASTER_RX_LOWER_PRI" | "MASTER_PRIORITY" | "BACKUP_PRIORITY" => return Ok(None),
         "MASTER" => VrrpState::Master,
         "BACKUP" => VrrpState::Backup,
         // STOP (keepalived stopping), DELETED (the instance removed by a reload), FAULT, and
@@ -70,9 +77,20 @@ pub fn instance_state(line: &str, instance: &str) -> Result<Option<VrrpState>, S
     }))
 }
 
-/// How long the follower waits before opening the FIFO again after keepalived closed it (or
-/// before keepalived first opened it).
+/// How often the follower opens the FIFO again while nothing writes it.
 pub const FIFO_RETRY: Duration = Duration::from_millis(100);
+
+/// How long after keepalived closed the FIFO the follower still takes it for a reload (keepalived
+/// closes and opens it again, and a MASTER says nothing after a reload) rather than an exit. A
+/// keepalived that exits in an orderly way writes `STOP` first, which counts at once; one that is
+/// killed or crashes counts as not master this much later.
+pub const RELOAD_GRACE: Duration = Duration::from_secs(1);
+
+/// The longest line the follower takes (keepalived's are under 100 bytes).
+pub const LINE_BYTES_MAX: usize = 4096;
+
+/// How much the follower reads at once of what waits in the pipe.
+const READ_CHUNK_BYTES: usize = 1 << 16;
 
 /// What the follower tells the agent loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,12 +105,14 @@ pub enum VrrpReport {
     Down(String),
 }
 
-#[cfg(unix)]
 /// Follows keepalived's notify FIFO at `path` for `instance`, sending a report on every change
-/// until `reports` is closed: after each open, [`VrrpReport::Running`] or [`VrrpReport::Down`]
-/// at once (with the states of the lines that were waiting in the pipe first), then a
-/// [`VrrpReport::State`] per line of the instance, and `Down` when keepalived closes the FIFO.
-/// Lines that are not keepalived's are logged, naming the FIFO, and change nothing.
+/// until `reports` is closed: after each open, the states of the lines that waited in the pipe,
+/// then [`VrrpReport::Running`] (keepalived holds the FIFO) or [`VrrpReport::Down`] (nothing
+/// writes it); then a [`VrrpReport::State`] per line of the instance. When keepalived closes the
+/// FIFO, the follower waits up to [`RELOAD_GRACE`] for it to open the FIFO again (a reload does
+/// that, and a MASTER says nothing after it) before it reports `Down`. Lines that are not
+/// keepalived's are logged, naming the FIFO, and change nothing.
+#[cfg(unix)]
 pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<VrrpReport>) {
     let mut last: Option<VrrpReport> = None;
     let send = async |report: VrrpReport, last: &mut Option<VrrpReport>| -> bool {
@@ -102,81 +122,106 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
         *last = Some(report.clone());
         reports.send(report).await.is_ok()
     };
-    let state_of = |line: &str| match instance_state(line, &instance) {
-        Ok(state) => state,
-        Err(e) => {
-            tracing::warn!(fifo = %path.display(), "{e}; ignored");
-            None
+    let state_of = |line: &[u8]| {
+        let line = String::from_utf8_lossy(line);
+        match instance_state(&line, &instance) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(fifo = %path.display(), "{e}; ignored");
+                None
+            }
         }
     };
+    // Until when a FIFO that keepalived closed may be opened again without "down" (a reload).
+    let mut reopen_until: Option<tokio::time::Instant> = None;
     loop {
-        let down = match open(&path) {
-            Ok(Opened::NoWriter) => {
-                format!("keepalived is not running: nothing writes its notify FIFO {}", path.display())
+        let opened = match open(&path) {
+            Ok(opened) => opened,
+            Err(e) => {
+                reopen_until = None;
+                if !send(VrrpReport::Down(e), &mut last).await {
+                    return;
+                }
+                Opened { waiting: Vec::new(), receiver: None }
             }
-            Ok(Opened::Running { waiting, receiver }) => 'open: {
-                // The lines that waited in the pipe, then "running": what the pipe held is all
-                // keepalived said since the last reader.
-                let complete = waiting.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
-                for line in String::from_utf8_lossy(&waiting[..complete]).lines() {
-                    if let Some(state) = state_of(line)
+        };
+        // The lines that waited in the pipe (a partial last line is completed by what follows).
+        let complete = opened.waiting.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+        for line in opened.waiting[..complete].split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if let Some(state) = state_of(line)
+                && !send(VrrpReport::State(state), &mut last).await
+            {
+                return;
+            }
+        }
+        let Some(receiver) = opened.receiver else {
+            // Nothing writes the FIFO: keepalived is not running, unless it is reloading.
+            if reopen_until.is_none_or(|until| tokio::time::Instant::now() >= until) {
+                reopen_until = None;
+                let down =
+                    format!("keepalived is not running: nothing writes its notify FIFO {}", path.display());
+                if !send(VrrpReport::Down(down), &mut last).await {
+                    return;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(FIFO_RETRY) => {}
+                () = reports.closed() => return,
+            }
+            continue;
+        };
+        reopen_until = None;
+        if !send(VrrpReport::Running, &mut last).await {
+            return;
+        }
+        let partial = std::io::Cursor::new(opened.waiting[complete..].to_vec());
+        let mut reader = tokio::io::BufReader::new(tokio::io::AsyncReadExt::chain(partial, receiver));
+        let mut line = Vec::new();
+        let closed = loop {
+            line.clear();
+            let read = tokio::select! {
+                read = reader.read_until(b'\n', &mut line) => read,
+                () = reports.closed() => return,
+            };
+            match read {
+                Ok(0) => break None,
+                Ok(_) if line.len() > LINE_BYTES_MAX => {
+                    tracing::warn!(fifo = %path.display(), bytes = line.len(), "a line longer than any keepalived writes; ignored");
+                }
+                Ok(_) => {
+                    if let Some(state) = state_of(line.trim_ascii_end())
                         && !send(VrrpReport::State(state), &mut last).await
                     {
                         return;
                     }
                 }
-                if !send(VrrpReport::Running, &mut last).await {
+                Err(e) => break Some(format!("read keepalived's notify FIFO {}: {e}", path.display())),
+            }
+        };
+        match closed {
+            // keepalived closed its end: a reload opens it again at once; an exit does not.
+            None => reopen_until = Some(tokio::time::Instant::now() + RELOAD_GRACE),
+            Some(error) => {
+                if !send(VrrpReport::Down(error), &mut last).await {
                     return;
                 }
-                let partial = std::io::Cursor::new(waiting[complete..].to_vec());
-                let mut lines =
-                    tokio::io::BufReader::new(tokio::io::AsyncReadExt::chain(partial, receiver)).lines();
-                loop {
-                    match lines.next_line().await {
-                        Ok(Some(line)) => {
-                            if let Some(state) = state_of(&line)
-                                && !send(VrrpReport::State(state), &mut last).await
-                            {
-                                return;
-                            }
-                        }
-                        Ok(None) => {
-                            break 'open format!(
-                                "keepalived closed its notify FIFO {} (not running)",
-                                path.display()
-                            );
-                        }
-                        Err(e) => {
-                            break 'open format!("read keepalived's notify FIFO {}: {e}", path.display());
-                        }
-                    }
-                }
             }
-            Err(e) => e,
-        };
-        if !send(VrrpReport::Down(down), &mut last).await {
-            return;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(FIFO_RETRY) => {}
-            () = reports.closed() => return,
         }
     }
 }
 
-/// The FIFO just opened.
+/// The FIFO just opened: what waited in it, and the pipe to read on while something writes it
+/// (`None`: nothing does).
 #[cfg(unix)]
-enum Opened {
-    /// Nobody has it open for writing: keepalived is not running.
-    NoWriter,
-    /// keepalived has it open; `waiting` is what was in the pipe.
-    Running { waiting: Vec<u8>, receiver: tokio::net::unix::pipe::Receiver },
+struct Opened {
+    waiting: Vec<u8>,
+    receiver: Option<tokio::net::unix::pipe::Receiver>,
 }
 
-#[cfg(unix)]
 /// Opens the FIFO for reading without waiting for a writer, creating it when missing, and reads
 /// what waits in it: on a non-blocking FIFO, "no data" (`EAGAIN`) means a writer has it open
 /// and end-of-file means none has. One-line errors naming the path.
+#[cfg(unix)]
 fn open(path: &Path) -> Result<Opened, String> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -207,18 +252,20 @@ fn open(path: &Path) -> Result<Opened, String> {
     if !std::os::unix::fs::FileTypeExt::is_fifo(&kind) {
         return Err(format!("keepalived's notify FIFO {name} is not a FIFO (remove it; tenure creates it)"));
     }
-    // A pipe holds at most 64 KiB by default: one read takes what waits.
-    let mut waiting = vec![0; 1 << 16];
-    let read = match file.read(&mut waiting) {
-        Ok(0) => return Ok(Opened::NoWriter),
-        Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
-        Err(e) => return Err(format!("read keepalived's notify FIFO {name}: {e}")),
-    };
-    waiting.truncate(read);
+    let mut waiting = Vec::new();
+    let mut chunk = vec![0; READ_CHUNK_BYTES];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => return Ok(Opened { waiting, receiver: None }),
+            Ok(n) => waiting.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("read keepalived's notify FIFO {name}: {e}")),
+        }
+    }
     let receiver = tokio::net::unix::pipe::Receiver::from_file(file)
         .map_err(|e| format!("keepalived's notify FIFO {name}: {e}"))?;
-    Ok(Opened::Running { waiting, receiver })
+    Ok(Opened { waiting, receiver: Some(receiver) })
 }
 
 #[cfg(test)]
@@ -233,7 +280,10 @@ mod tests {
             ("INSTANCE \"VI_1\" FAULT 0", Ok(Some(VrrpState::Fault))),
             ("INSTANCE \"VI_1\" STOP 100", Ok(Some(VrrpState::Fault))),
             ("INSTANCE \"VI_1\" DELETED 100", Ok(Some(VrrpState::Fault))),
-            ("INSTANCE \"VI_1\" MASTER_RX_LOWER_PRI 100", Ok(Some(VrrpState::Fault))),
+            ("INSTANCE \"VI_1\" MASTER_RX_LOWER_PRI 100", Ok(None)),
+            ("INSTANCE \"VI_1\" MASTER_PRIORITY 110", Ok(None)),
+            ("INSTANCE \"VI_1\" BACKUP_PRIORITY 90", Ok(None)),
+            ("INSTANCE \"VI_1\" MASTER_SOMETHING_NEW 100", Ok(Some(VrrpState::Fault))),
             ("INSTANCE \"VI_10\" MASTER 100", Ok(None)),
             ("GROUP \"VI_1\" MASTER 0", Ok(None)),
             ("VS [10.0.0.1]:tcp:80 UP", Ok(None)),
@@ -270,33 +320,50 @@ mod tests {
         // No writer: keepalived is not running (and the follower created the FIFO).
         assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(r)) if r.contains("not running")));
         assert!(path.exists(), "the follower creates the FIFO");
-        let write = |lines: &'static str, hold: Duration| {
+        // A writer like keepalived: read-write (the open never waits for a reader), holding the
+        // FIFO until told to close it.
+        let write = |lines: &'static str| {
             let path = path.clone();
-            std::thread::spawn(move || {
-                // Like keepalived: read-write, so the open never waits for a reader.
+            let (close, closing) = std::sync::mpsc::channel::<()>();
+            let thread = std::thread::spawn(move || {
                 let mut fifo = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("open");
                 fifo.write_all(lines.as_bytes()).expect("write");
-                std::thread::sleep(hold);
-            })
+                let _ = closing.recv();
+            });
+            move || {
+                let _ = close.send(());
+                thread.join().expect("writer");
+            }
         };
-        // keepalived starts: the lines waiting in the pipe, then "running", then what comes.
-        let writer = write(
-            "INSTANCE \"VI_1\" BACKUP 100\nnonsense\nINSTANCE \"VI_2\" MASTER 100\nINSTANCE \"VI_1\" MASTER 100\n",
-            Duration::from_millis(500),
+        // keepalived starts: the lines waiting in the pipe, then "running", then what comes
+        // (a line written in two pieces is one line).
+        let close = write(
+            "INSTANCE \"VI_1\" BACKUP 100\nnonsense\nINSTANCE \"VI_2\" MASTER 100\nINSTANCE \"VI_1\" MASTER 100\nINSTANCE \"VI",
         );
         assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Backup)));
         assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Master)));
         assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
+        close();
+        // Closed and not opened again within the grace: keepalived is gone. The partial line
+        // left in the pipe is no state.
+        let started = std::time::Instant::now();
         let Some(VrrpReport::Down(reason)) = next(&mut rx).await else {
             panic!("down after the writer closed")
         };
-        assert!(reason.contains("closed"), "{reason}");
-        writer.join().expect("writer");
+        assert!(reason.contains("not running"), "{reason}");
+        assert!(started.elapsed() >= RELOAD_GRACE - Duration::from_millis(200), "down only after the grace");
         // keepalived holds the FIFO and says nothing: running, no state.
-        let writer = write("", Duration::from_millis(500));
+        let close = write("");
         assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
+        // A reload: closed, then opened again within the grace, saying nothing: no report at all.
+        close();
+        let close = write("");
+        assert!(
+            tokio::time::timeout(RELOAD_GRACE + Duration::from_millis(500), rx.recv()).await.is_err(),
+            "a reload is no report"
+        );
+        close();
         assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(_))));
-        writer.join().expect("writer");
         drop(rx);
         tokio::time::timeout(Duration::from_secs(5), follower)
             .await

@@ -270,14 +270,23 @@ pub async fn run<S: AgentStore>(
         // No step before the keepalived follower's first report: it comes at once (the FIFO is
         // read without waiting), and until it does, the state the log recorded for this host
         // by an earlier run must not be acted on.
-        if let Some(reports) = agent.vrrp.as_mut() {
-            let first = tokio::time::timeout(VRRP_FIRST_REPORT_MAX, reports.recv()).await;
-            let report = first.ok().flatten().unwrap_or_else(|| {
-                VrrpReport::Down(format!(
-                    "the keepalived follower said nothing within {VRRP_FIRST_REPORT_MAX:?}"
-                ))
-            });
-            agent.vrrp_report(report);
+        // The first report is "running" or "down", after the states of the lines that waited.
+        if agent.vrrp.is_some() {
+            let until = Instant::now() + VRRP_FIRST_REPORT_MAX;
+            loop {
+                let reports = agent.vrrp.as_mut().expect("checked");
+                let report = tokio::time::timeout_at(until, reports.recv()).await.ok().flatten();
+                let report = report.unwrap_or_else(|| {
+                    VrrpReport::Down(format!(
+                        "the keepalived follower said nothing within {VRRP_FIRST_REPORT_MAX:?}"
+                    ))
+                });
+                let settled = matches!(report, VrrpReport::Running | VrrpReport::Down(_));
+                agent.vrrp_report(report);
+                if settled {
+                    break;
+                }
+            }
         }
         for driver in &agent.drivers {
             agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
@@ -349,7 +358,14 @@ pub async fn run<S: AgentStore>(
             }
             _ = identity.tick() => agent.flush_identity(),
             report = recv_or_never(agent.vrrp.as_mut()) => match report {
-                Some(report) => dirty = agent.vrrp_report(report),
+                Some(report) => {
+                    dirty = agent.vrrp_report(report);
+                    // Every report waiting, before a step: a step must not act on a MASTER that
+                    // a BACKUP right behind it already took back.
+                    while let Some(report) = agent.vrrp.as_mut().and_then(|r| r.try_recv().ok()) {
+                        dirty |= agent.vrrp_report(report);
+                    }
+                }
                 None => {
                     agent.vrrp = None;
                     dirty = agent.vrrp_changed(VrrpState::Fault, "the keepalived follower stopped");
@@ -874,6 +890,11 @@ impl<S: AgentStore> Agent<S> {
                 .collect();
             // A read that sees only this host's NICs speaks of nothing else (a scoped event).
             let scope = executor.executor.inventory_sees_only_own_nics().then(|| own_nics.clone());
+            if scope.as_ref().is_some_and(Vec::is_empty) {
+                info!(%provider, "no node of this agent on this provider: its inventory sees only its own host; not read");
+                self.inventory.due.remove(&provider);
+                continue;
+            }
             let started_at_ms = self.stamp();
             // A read of many addresses is several paginated calls: it may take up to its
             // interval, and never less than one call's timeout.

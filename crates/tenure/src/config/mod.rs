@@ -436,6 +436,21 @@ fn validate_node_keys(
     errors.append(&mut node_errors);
     let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(|(node, _)| node).collect();
     let peers = nodes.split_off(own.min(nodes.len()));
+    // An onprem provider answers on one interface of this host: its proxy entries, and so its
+    // inventory, cannot tell two of this agent's nodes apart.
+    for provider in providers.iter().filter(|p| p.kind == ProviderKind::Onprem) {
+        let on_it: Vec<&NodeSpec> = nodes.iter().filter(|n| n.provider == provider.name).collect();
+        if let [first, second, ..] = on_it.as_slice() {
+            errors.push(InputError::at(
+                raw.nodes.as_ref().map_or_else(|| first_content(text), Position::of_spanned),
+                format!(
+                    "nodes `{}` and `{}` both run here on onprem provider `{}`: an onprem provider \
+                     answers on one interface of this host, so one node per agent (one per router)",
+                    first.name, second.name, provider.name
+                ),
+            ));
+        }
+    }
     (nodes, peers)
 }
 

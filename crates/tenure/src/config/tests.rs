@@ -69,7 +69,7 @@ fn every_key_is_read() {
     let text = "\
 nodes:
   - {name: a, provider: lan, placementGroup: g1, nic: eth0}
-  - {name: b, provider: lan, placementGroup: g1, nic: eth1}
+  - {name: b, provider: cloud, placementGroup: g1, nic: eni-b}
 store: {kind: etcd, endpoints: ['http://10.0.0.1:2379', 'http://etcd:2379'], path: /var/lib/tenure, snapshotEvery: 500}
 identityFile: /var/lib/tenure.identity
 providers:
@@ -547,4 +547,19 @@ fn a_config_file_is_read_with_its_name_in_every_error() {
         "{missing:?}"
     );
     let _ = fs::remove_dir_all(dir);
+}
+
+#[test]
+fn two_of_this_agent_s_nodes_on_one_onprem_provider_are_refused() {
+    let text = "\
+nodes:
+  - {name: a, provider: lan, placementGroup: g1, nic: lan-a}
+  - {name: b, provider: lan, placementGroup: g1, nic: lan-b}
+store: {kind: embedded, path: ./data/a}
+providers:
+  - {name: lan, kind: onprem, interface: eth0}
+";
+    assert_eq!(first(text, "nodes `a` and `b` both run here on onprem provider `lan`"), 2);
+    let one = text.replace("  - {name: b, provider: lan, placementGroup: g1, nic: lan-b}\n", "");
+    assert!(parse(&one).is_ok(), "one node on it is fine");
 }

@@ -418,6 +418,11 @@ impl Keepalived {
         Self { child }
     }
 
+    /// SIGHUP to keepalived: it reloads its configuration (and closes and reopens its FIFO).
+    pub fn reload(&self) {
+        let _ = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status();
+    }
+
     /// SIGKILL to keepalived's whole process group: no priority-0 advert, no cleanup.
     pub fn kill(mut self) {
         self.signal("KILL");

@@ -26,7 +26,7 @@ pub enum Mode {
 
 /// Two routers `r1` (priority 100) and `r2` (90) with keepalived and an agent each (as `mode`
 /// says), the agents on a 3-member etcd in the switch namespace. Pool `edge` holds the lab's
-/// address with `heartbeatTTL: 300ms`, `heartbeatInterval: 100ms`, `promotionHold: 0s`; the
+/// address with `heartbeatTTL` as given, `heartbeatInterval: 100ms`, `promotionHold: 0s`; the
 /// agents read their proxy entries every second (`inventoryInterval: 1s`).
 pub struct Routers {
     pub lab: Lab,
@@ -39,7 +39,7 @@ pub struct Routers {
 }
 
 impl Routers {
-    pub fn new(tag: &str, v6: bool, base_port: u16, mode: Mode) -> Self {
+    pub fn new(tag: &str, v6: bool, base_port: u16, mode: Mode, heartbeat_ttl: &str) -> Self {
         let lab = Lab::fleet(tag, v6);
         let cluster = Cluster::start_at(tag, base_port, Lab::ETCD_HOST, Some(&lab.ns("sw")));
         let dir = TempDir::new(tag);
@@ -49,7 +49,7 @@ impl Routers {
             &format!(
                 "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  \
                  addresses: [{}]\n  provider: lan\n  placementGroup: g1\n  members: [r1, r2]\n  \
-                 heartbeatTTL: 300ms\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n  authority: {}\n",
+                 heartbeatTTL: {heartbeat_ttl}\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n  authority: {}\n",
                 lab.address(),
                 if matches!(mode, Mode::Vrrp { .. }) { "vrrp" } else { "none" },
             ),
@@ -116,6 +116,22 @@ impl Routers {
         let priority = if i == 1 { 100 } else { 90 };
         self.keepalived[i - 1] =
             Some(Keepalived::start(&self.lab, &format!("r{i}"), self.dir.path(), priority, advert_int, vrrp));
+    }
+
+    /// What keepalived on router `i` logged so far (every start appends).
+    pub fn keepalived_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("keepalived-r{i}.log"))).unwrap_or_default()
+    }
+
+    /// SIGKILL to router `i`'s agent, then to keepalived's process group (the agent first, so
+    /// that it cannot act on keepalived's end).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(agent) = self.agents[i - 1].take() {
+            agent.kill9();
+        }
+        if let Some(keepalived) = self.keepalived[i - 1].take() {
+            keepalived.kill();
+        }
     }
 
     pub fn agent(&self, i: usize) -> &Agent {
