@@ -14,22 +14,24 @@
 //!
 //! # The FIFO's life
 //!
-//! keepalived opens the FIFO read-write (`O_RDWR | O_NONBLOCK`) for as long as it runs, so it
-//! never blocks on a missing reader and its lines wait in the pipe for the next reader; it
-//! creates the FIFO when missing and removes it on exit only if it created it. The follower
-//! creates the FIFO itself when it is missing (mode 0600, owned by the agent's user), so it
-//! outlives keepalived's restarts.
+//! keepalived opens the FIFO read-write (`O_RDWR | O_NONBLOCK`) at start and keeps it open while
+//! it runs, so it never blocks on a missing reader and its lines wait in the pipe for the next
+//! reader; a reload (`SIGHUP`) closes it and opens it again. keepalived creates the FIFO when
+//! missing and removes it on exit (and on a reload) only if it created it. The follower creates
+//! the FIFO itself when it is missing (mode 0600, owned by the agent's user), so it outlives
+//! keepalived's restarts and reloads.
 //!
 //! The follower opens it read-only and non-blocking, and reads at once what waits: end-of-file
 //! means no writer — keepalived is not running ([`VrrpReport::Down`], not master); data or
 //! "nothing yet" mean keepalived holds it: the waiting lines are reported, then
-//! [`VrrpReport::Running`]. Then it reads lines as they come; when keepalived exits (its
-//! descriptor, the only writer, closes) the read ends: `Down`, and the follower opens the FIFO
-//! again every [`FIFO_RETRY`] until keepalived is back.
+//! [`VrrpReport::Running`]. Then it reads lines as they come. When keepalived closes the FIFO
+//! (its descriptor, the only writer, closes) the read ends, and the follower opens it again every
+//! [`FIFO_RETRY`]: opened again within [`RELOAD_GRACE`] it was a reload (a MASTER writes nothing
+//! after one) and the state stands; not, and it reports `Down`.
 //!
-//! keepalived writes on transitions only. So a state the follower has not seen change is still
-//! the state: every transition since the last reader waits in the pipe, because keepalived
-//! keeps the pipe open. That is what lets an agent restart beside a running keepalived keep the
+//! keepalived writes a state line on transitions only (its event lines change no state). So a
+//! state the follower has not seen change is still the state: every transition since the last
+//! reader waits in the pipe, because keepalived keeps the pipe open. That is what lets an agent restart beside a running keepalived keep the
 //! state its log recorded (`Running` with nothing waiting), instead of dropping the address
 //! until keepalived's next transition. See `docs/operations.md` (keepalived) and
 //! `docs/decisions.md` for what this rests on.

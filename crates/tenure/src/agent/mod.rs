@@ -191,7 +191,8 @@ pub struct Settings {
     pub pools: PoolSource,
     /// keepalived's reports for this host ([`keepalived::follow_fifo`]), when the agent config
     /// has a `vrrp` section: the agent appends each change as a `vrrp` event of every node it
-    /// runs, and a `fault` at start, before keepalived has said anything (fail-closed).
+    /// runs, and takes no step before the follower's first report (keepalived not running:
+    /// `fault`; running and silent: the state the log recorded stands).
     pub vrrp: Option<tokio::sync::mpsc::Receiver<keepalived::VrrpReport>>,
 }
 
