@@ -105,6 +105,45 @@ pub enum VrrpReport {
     Running,
     /// keepalived is not there to report (not started, exited, the FIFO unreadable): not master.
     Down(String),
+    /// Sent first, once: the last state an earlier follower read from this FIFO (the agent's
+    /// earlier run), kept beside it ([`state_file`]). A state read but not yet in the log when
+    /// that run ended is not lost: the pipe gave it away, this file did not.
+    Remembered(VrrpState),
+}
+
+/// Where the follower keeps the last state it read: beside the FIFO (`….state`), so on the same
+/// tmpfs as a FIFO under `/run`: it lives as long as keepalived's pipe can, across the agent's
+/// restarts, not across a reboot.
+#[must_use]
+pub fn state_file(fifo: &Path) -> PathBuf {
+    let mut name = fifo.as_os_str().to_owned();
+    name.push(".state");
+    PathBuf::from(name)
+}
+
+/// Writes `state` to `file` (a temporary file renamed over it). One-line error.
+fn remember(file: &Path, state: VrrpState) -> Result<(), String> {
+    let word = match state {
+        VrrpState::Master => "master",
+        VrrpState::Backup => "backup",
+        VrrpState::Fault => "fault",
+    };
+    let mut temporary = file.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    std::fs::write(&temporary, format!("{word}\n"))
+        .and_then(|()| std::fs::rename(&temporary, file))
+        .map_err(|e| format!("keep keepalived's last state in {}: {e}", file.display()))
+}
+
+/// The state `file` holds, if it holds one.
+fn remembered(file: &Path) -> Option<VrrpState> {
+    match std::fs::read_to_string(file).ok()?.trim() {
+        "master" => Some(VrrpState::Master),
+        "backup" => Some(VrrpState::Backup),
+        "fault" => Some(VrrpState::Fault),
+        _ => None,
+    }
 }
 
 /// Follows keepalived's notify FIFO at `path` for `instance`, sending a report on every change
@@ -117,13 +156,25 @@ pub enum VrrpReport {
 #[cfg(unix)]
 pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<VrrpReport>) {
     let mut last: Option<VrrpReport> = None;
+    let kept = state_file(&path);
     let send = async |report: VrrpReport, last: &mut Option<VrrpReport>| -> bool {
         if last.as_ref() == Some(&report) {
             return true;
         }
+        // A state is kept before anyone hears of it: read from the pipe, it is nowhere else.
+        if let VrrpReport::State(state) = &report
+            && let Err(e) = remember(&kept, *state)
+        {
+            tracing::warn!("{e}");
+        }
         *last = Some(report.clone());
         reports.send(report).await.is_ok()
     };
+    if let Some(state) = remembered(&kept)
+        && reports.send(VrrpReport::Remembered(state)).await.is_err()
+    {
+        return;
+    }
     let state_of = |line: &[u8]| {
         let line = String::from_utf8_lossy(line);
         match instance_state(&line, &instance) {
@@ -387,5 +438,37 @@ mod tests {
         drop(rx);
         follower.await.expect("join");
         let _ = std::fs::remove_file(&file);
+    }
+
+    /// The last state read is kept beside the FIFO, and a follower started later says it first.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_last_state_read_is_remembered_across_followers() {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("tenure-fifo-kept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("keepalived.fifo");
+        let next = async |rx: &mut mpsc::Receiver<VrrpReport>| {
+            tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a report within 5 s")
+        };
+        let (tx, mut rx) = mpsc::channel(16);
+        let first = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx));
+        assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(_))), "nothing remembered, no writer");
+        let mut writer = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("open");
+        writer.write_all(b"INSTANCE \"VI_1\" MASTER 100\n").expect("write");
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Master)));
+        assert_eq!(remembered(&state_file(&path)), Some(VrrpState::Master));
+        drop(rx);
+        first.abort();
+        // The agent restarts while keepalived holds the FIFO and says nothing.
+        let (tx, mut rx) = mpsc::channel(16);
+        let second = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx));
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::Remembered(VrrpState::Master)));
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
+        drop(writer);
+        drop(rx);
+        second.abort();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -27,6 +27,7 @@ use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within}
 
 mod clock;
 mod requests;
+mod vrrp;
 
 /// Most provider calls in flight at once, across the agent's nodes.
 pub const CALLS_IN_FLIGHT_MAX: usize = 256;
@@ -452,48 +453,6 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         Ok(agent)
-    }
-
-    /// Acts on one report of the keepalived follower. Returns whether anything was queued.
-    fn vrrp_report(&mut self, report: VrrpReport) -> bool {
-        match report {
-            VrrpReport::State(state) => self.vrrp_changed(state, "keepalived reported"),
-            VrrpReport::Down(reason) => self.vrrp_changed(VrrpState::Fault, &reason),
-            // keepalived runs and said nothing since the last reader: at start, the state the
-            // log recorded for this host (by this agent's earlier run) stands; later, the state
-            // already known does.
-            VrrpReport::Running => {
-                if self.vrrp_state.is_none() {
-                    let name = self.drivers.first().map(|d| d.name().to_owned()).unwrap_or_default();
-                    let recorded =
-                        self.view().nodes().iter().find(|n| n.spec.name == name).and_then(|n| n.vrrp);
-                    info!(recorded = ?recorded, "keepalived runs and reported no transition since the last reader: \
-                        the state the log recorded for this host stands");
-                    self.vrrp_state = recorded;
-                }
-                false
-            }
-        }
-    }
-
-    /// Queues a `vrrp` event of every node of this agent when `state` differs from the last one
-    /// queued (an earlier one not appended yet is replaced: only the latest state matters).
-    /// Returns whether anything was queued.
-    fn vrrp_changed(&mut self, state: VrrpState, why: &str) -> bool {
-        if self.vrrp_state == Some(state) {
-            return false;
-        }
-        if state == VrrpState::Master {
-            info!(state = ?state, "{why}: this host is VRRP master");
-        } else {
-            warn!(state = ?state, "{why}: this host is not VRRP master; capturing nothing");
-        }
-        self.vrrp_state = Some(state);
-        self.queued.retain(|e| !matches!(e, EventKind::Vrrp { .. }));
-        for driver in &self.drivers {
-            self.queued.push(EventKind::Vrrp { node: driver.name().to_owned(), state });
-        }
-        true
     }
 
     /// Follows the log to its head with every node's driver. A log that cannot be read makes the
