@@ -613,21 +613,9 @@ impl NetLab {
     }
 
     fn cleanup(&self) {
-        for n in ["a", "b", "c", "sw"] {
-            let name = self.ns(n);
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", &name]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", &name]).stderr(Stdio::null()).status();
-        }
-        for i in 1..=3 {
-            let _ = Command::new("ip")
-                .args(["link", "del", &format!("{}m{i}", self.tag)])
-                .stderr(Stdio::null())
-                .status();
-        }
+        let namespaces: Vec<String> = ["a", "b", "c", "sw"].iter().map(|n| self.ns(n)).collect();
+        let links: Vec<String> = (1..=3).map(|i| format!("{}m{i}", self.tag)).collect();
+        process::remove_lab(&namespaces, &links);
     }
 }
 

@@ -40,8 +40,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tenure_core::model::VrrpState;
-#[cfg(unix)]
-use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::mpsc;
 
 /// What one FIFO line says about `instance`: `Ok(Some(state))` for a line of that instance,
@@ -147,9 +145,10 @@ fn remembered(file: &Path) -> Option<VrrpState> {
 }
 
 /// Follows keepalived's notify FIFO at `path` for `instance`, sending a report on every change
-/// until `reports` is closed: after each open, the states of the lines that waited in the pipe,
+/// until `reports` is closed: after each open, the state of the lines that waited in the pipe,
 /// then [`VrrpReport::Running`] (keepalived holds the FIFO) or [`VrrpReport::Down`] (nothing
-/// writes it); then a [`VrrpReport::State`] per line of the instance. When keepalived closes the
+/// writes it); then a [`VrrpReport::State`] per read that brought lines of the instance (the
+/// last state among them). When keepalived closes the
 /// FIFO, the follower waits up to [`RELOAD_GRACE`] for it to open the FIFO again (a reload does
 /// that, and a MASTER says nothing after it) before it reports `Down`. Lines that are not
 /// keepalived's are logged, naming the FIFO, and change nothing.
@@ -175,15 +174,32 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
     {
         return;
     }
-    let state_of = |line: &[u8]| {
-        let line = String::from_utf8_lossy(line);
-        match instance_state(&line, &instance) {
-            Ok(state) => state,
-            Err(e) => {
-                tracing::warn!(fifo = %path.display(), "{e}; ignored");
-                None
+    // The last state among the complete lines at the front of `pending`, which it drains: lines
+    // that left the pipe together make one report, so the state kept beside the FIFO is never
+    // behind what was read, and a step never acts on a state that a later line already undid.
+    let last_state = |pending: &mut Vec<u8>| -> Option<VrrpState> {
+        let complete = pending.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+        let mut state = None;
+        for line in pending[..complete].split(|b| *b == b'\n').map(<[u8]>::trim_ascii_end) {
+            if line.is_empty() {
+                continue;
+            }
+            if line.len() > LINE_BYTES_MAX {
+                tracing::warn!(fifo = %path.display(), bytes = line.len(), "a line longer than any keepalived writes; ignored");
+                continue;
+            }
+            match instance_state(&String::from_utf8_lossy(line), &instance) {
+                Ok(Some(found)) => state = Some(found),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(fifo = %path.display(), "{e}; ignored"),
             }
         }
+        pending.drain(..complete);
+        if pending.len() > LINE_BYTES_MAX {
+            tracing::warn!(fifo = %path.display(), bytes = pending.len(), "a line longer than any keepalived writes; ignored");
+            pending.clear();
+        }
+        state
     };
     // Until when a FIFO that keepalived closed may be opened again without "down" (a reload).
     let mut reopen_until: Option<tokio::time::Instant> = None;
@@ -199,13 +215,11 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
             }
         };
         // The lines that waited in the pipe (a partial last line is completed by what follows).
-        let complete = opened.waiting.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
-        for line in opened.waiting[..complete].split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            if let Some(state) = state_of(line)
-                && !send(VrrpReport::State(state), &mut last).await
-            {
-                return;
-            }
+        let mut pending = opened.waiting;
+        if let Some(state) = last_state(&mut pending)
+            && !send(VrrpReport::State(state), &mut last).await
+        {
+            return;
         }
         let Some(receiver) = opened.receiver else {
             // Nothing writes the FIFO: keepalived is not running, unless it is reloading.
@@ -227,22 +241,18 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
         if !send(VrrpReport::Running, &mut last).await {
             return;
         }
-        let partial = std::io::Cursor::new(opened.waiting[complete..].to_vec());
-        let mut reader = tokio::io::BufReader::new(tokio::io::AsyncReadExt::chain(partial, receiver));
-        let mut line = Vec::new();
+        let mut receiver = receiver;
+        let mut chunk = vec![0; READ_CHUNK_BYTES];
         let closed = loop {
-            line.clear();
             let read = tokio::select! {
-                read = reader.read_until(b'\n', &mut line) => read,
+                read = tokio::io::AsyncReadExt::read(&mut receiver, &mut chunk) => read,
                 () = reports.closed() => return,
             };
             match read {
                 Ok(0) => break None,
-                Ok(_) if line.len() > LINE_BYTES_MAX => {
-                    tracing::warn!(fifo = %path.display(), bytes = line.len(), "a line longer than any keepalived writes; ignored");
-                }
-                Ok(_) => {
-                    if let Some(state) = state_of(line.trim_ascii_end())
+                Ok(n) => {
+                    pending.extend_from_slice(&chunk[..n]);
+                    if let Some(state) = last_state(&mut pending)
                         && !send(VrrpReport::State(state), &mut last).await
                     {
                         return;
@@ -389,13 +399,14 @@ mod tests {
             }
         };
         // keepalived starts: the lines waiting in the pipe, then "running", then what comes
-        // (a line written in two pieces is one line).
+        // (a partial line is left for what follows).
         let close = write(
             "INSTANCE \"VI_1\" BACKUP 100\nnonsense\nINSTANCE \"VI_2\" MASTER 100\nINSTANCE \"VI_1\" MASTER 100\nINSTANCE \"VI",
         );
-        assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Backup)));
+        // Lines read together are one report: their last state (BACKUP then MASTER: MASTER).
         assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Master)));
         assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
+        assert_eq!(remembered(&state_file(&path)), Some(VrrpState::Master), "kept before it was sent");
         close();
         // Closed and not opened again within the grace: keepalived is gone. The partial line
         // left in the pipe is no state.

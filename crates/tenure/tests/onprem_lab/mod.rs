@@ -228,21 +228,10 @@ impl Lab {
     }
 
     pub fn cleanup(&self) {
-        for n in ["sw", "cl", "r1", "r2", "b1", "b2"] {
-            let name = self.ns(n);
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", &name]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-            }
-            let _ = Command::new("ip").args(["netns", "del", &name]).stderr(Stdio::null()).status();
-        }
-        for i in 1..=2 {
-            let _ = Command::new("ip")
-                .args(["link", "del", &format!("{}m{i}", self.tag)])
-                .stderr(Stdio::null())
-                .status();
-        }
+        let namespaces: Vec<String> =
+            ["sw", "cl", "r1", "r2", "b1", "b2"].iter().map(|n| self.ns(n)).collect();
+        let links: Vec<String> = (1..=2).map(|i| format!("{}m{i}", self.tag)).collect();
+        super::process::remove_lab(&namespaces, &links);
     }
 }
 

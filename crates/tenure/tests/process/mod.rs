@@ -263,3 +263,19 @@ pub fn run(args: &[&str]) -> String {
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Removes network namespaces `namespaces` (killing every process in them first) and root-side
+/// links `links`, ignoring what is not there: a lab's cleanup, on drop and before it starts.
+pub fn remove_lab(namespaces: &[String], links: &[String]) {
+    for name in namespaces {
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", name]).stderr(Stdio::null()).status();
+    }
+    for link in links {
+        let _ = Command::new("ip").args(["link", "del", link]).stderr(Stdio::null()).status();
+    }
+}
