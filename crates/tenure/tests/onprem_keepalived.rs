@@ -14,8 +14,8 @@ mod process;
 
 use std::time::{Duration, Instant};
 
-use onprem_lab::Capture;
 use onprem_lab::routers::{BOUND, Mode, Routers};
+use onprem_lab::{Capture, Keepalived};
 use process::wait_for_within;
 
 /// Asserts that `condition` holds at every look during `period` (every 50 ms).
@@ -144,6 +144,24 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
         routers.lab.proxies("r1").is_empty()
     });
     routers.answered_by(2);
+
+    // keepalived on the holder goes to FAULT (a tracked file says so; keepalived keeps running):
+    // the other router's keepalived takes over, and the FAULT router's agent removes its entry.
+    let backups = routers.keepalived_log(1).matches("Entering BACKUP STATE").count();
+    routers.start_keepalived(1);
+    wait_for_within(BOUND, "r1's keepalived is a backup again", || {
+        routers.keepalived_log(1).matches("Entering BACKUP STATE").count() > backups
+    });
+    let read_fault = "keepalived reported: this host is not VRRP master; capturing nothing state=Fault";
+    let faults_read = routers.agent(2).log().matches(read_fault).count();
+    std::fs::write(Keepalived::fault_file(routers.dir.path(), "r2"), "1\n").expect("fault r2");
+    routers.wait_held_by(1, "r2's keepalived in FAULT: r2 removes its entry, r1 (master) holds");
+    assert!(routers.keepalived_log(2).contains("Entering FAULT STATE"), "keepalived itself said FAULT");
+    assert!(
+        routers.agent(2).log().matches(read_fault).count() > faults_read,
+        "r2's agent read keepalived's FAULT"
+    );
+    routers.answered_by(1);
 }
 
 #[test]

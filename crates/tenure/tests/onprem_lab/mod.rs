@@ -370,12 +370,20 @@ impl Keepalived {
             Vrrp::Alone { vip } => (String::new(), format!("{vip}/24 dev lan")),
         };
         let config = dir.join(format!("keepalived-{ns}.conf"));
+        // A tracked file: a non-zero number in it puts the instance in FAULT ([`Self::fault_file`]).
+        let track = Self::fault_file(dir, ns);
+        if !track.exists() {
+            std::fs::write(&track, "0\n").expect("write keepalived's tracked file");
+        }
         std::fs::write(
             &config,
             format!(
                 "global_defs {{\n  router_id {ns}\n  vrrp_version 3\n{fifo}}}\n\
+                 vrrp_track_file fault {{\n  file {}\n}}\n\
                  vrrp_instance {} {{\n  state BACKUP\n  nopreempt\n  interface lan\n  virtual_router_id 51\n  \
-                 priority {priority}\n  advert_int {advert_int}\n  virtual_ipaddress {{\n    {vip}\n  }}\n}}\n",
+                 priority {priority}\n  advert_int {advert_int}\n  virtual_ipaddress {{\n    {vip}\n  }}\n  \
+                 track_file {{\n    fault weight 0\n  }}\n}}\n",
+                track.display(),
                 Self::INSTANCE
             ),
         )
@@ -405,6 +413,12 @@ impl Keepalived {
             .spawn()
             .expect("keepalived (scripts/install-deps installs it)");
         Self { child }
+    }
+
+    /// The file keepalived in router `ns` tracks (`vrrp_track_file`, weight 0): `1` in it puts
+    /// the instance in FAULT, `0` takes it out.
+    pub fn fault_file(dir: &std::path::Path, ns: &str) -> std::path::PathBuf {
+        dir.join(format!("keepalived-{ns}.track"))
     }
 
     /// SIGHUP to keepalived: it reloads its configuration (and closes and reopens its FIFO).
