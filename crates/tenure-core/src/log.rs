@@ -131,6 +131,15 @@ impl EventKind {
     }
 }
 
+/// A holder of an `inventory` event that its `scope` leaves out, if any: such an event is
+/// malformed (a read speaks only of the NICs it could see). The one place for the rule: the
+/// codec refuses such an event both ways, and scenario files name the holder.
+#[must_use]
+pub fn holder_outside_scope<'a>(holders: &'a [String], scope: Option<&[String]>) -> Option<&'a String> {
+    let scope = scope?;
+    holders.iter().find(|holder| !scope.contains(holder))
+}
+
 /// The outcome of an executed action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -326,8 +326,11 @@ fn validate_step(
             errors.push(InputError::at(event_position, format!("event `{event}` needs field `{field}`")));
         }
     }
-    if let (Some(holders), Some(scope)) = (&raw.holders, &raw.scope)
-        && let Some(outside) = holders.value.iter().find(|h| !scope.value.contains(h))
+    if let Some(holders) = &raw.holders
+        && let Some(outside) = tenure_core::log::holder_outside_scope(
+            &holders.value,
+            raw.scope.as_ref().map(|s| s.value.as_slice()),
+        )
     {
         errors.push(InputError::at(
             Position::of_spanned(holders),

@@ -12,8 +12,16 @@ use super::{CodecError, RECORD_EVENT, RECORD_HIGH_WATER, RECORD_JOURNAL_CHANGE};
 use crate::fence::{HighWater, StaleReason};
 use crate::input::check_name;
 use crate::journal::{EntryState, JournalChange, JournalEntry};
-use crate::log::{ActionOutcome, Event, EventKind};
+use crate::log::{ActionOutcome, Event, EventKind, holder_outside_scope};
 use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb, VrrpState};
+
+/// An `inventory` event whose holder `outside` its scope leaves out.
+fn outside_scope(outside: &str) -> CodecError {
+    CodecError::Malformed {
+        record: RECORD_EVENT,
+        reason: format!("inventory holder `{outside}` is not in its scope"),
+    }
+}
 
 /// A log event: the kind as the tag `event`, then `at`, then the kind's fields.
 #[derive(Serialize, Deserialize)]
@@ -85,13 +93,10 @@ impl<'a> EventWire<'a> {
                 outcome: *outcome,
                 detail: b(detail),
             },
-            EventKind::Inventory { scope: Some(scope), holders, .. }
-                if let Some(outside) = holders.iter().find(|h| !scope.contains(h)) =>
+            EventKind::Inventory { holders, scope, .. }
+                if let Some(outside) = holder_outside_scope(holders, scope.as_deref()) =>
             {
-                return Err(CodecError::Malformed {
-                    record: RECORD_EVENT,
-                    reason: format!("inventory holder `{outside}` is not in its scope"),
-                });
+                return Err(outside_scope(outside));
             }
             EventKind::Inventory { provider, address, holders, scope } => Self::Inventory {
                 at,
@@ -137,13 +142,8 @@ impl<'a> EventWire<'a> {
                 },
             ),
             Self::Inventory { at, provider, address, holders, scope } => {
-                if let Some(scope) = &scope
-                    && let Some(outside) = holders.iter().find(|h| !scope.contains(h))
-                {
-                    return Err(CodecError::Malformed {
-                        record: RECORD_EVENT,
-                        reason: format!("inventory holder `{outside}` is not in its scope"),
-                    });
+                if let Some(outside) = holder_outside_scope(&holders, scope.as_deref()) {
+                    return Err(outside_scope(outside));
                 }
                 (
                     at,

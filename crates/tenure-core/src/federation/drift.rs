@@ -12,6 +12,36 @@ use crate::state::Confirmation;
 /// of that observation. NICs of no node are kept only while they hold it.
 pub(crate) type Observed = BTreeMap<String, (bool, u64)>;
 
+/// Records one read into what is kept of its address: every NIC the read speaks of — its
+/// `scope`; for a whole view every NIC (those kept, the holders, `node_nics`) — takes what the
+/// read found, unless a newer observation of it is kept. A NIC of no node that does not hold
+/// the address is forgotten.
+pub(super) fn record(
+    kept: &mut Observed,
+    node_nics: &[String],
+    holders: &[String],
+    scope: Option<&[String]>,
+    at_ms: u64,
+) {
+    let covered: std::collections::BTreeSet<String> = match scope {
+        Some(scope) => scope.iter().cloned().collect(),
+        None => {
+            kept.keys().cloned().chain(holders.iter().cloned()).chain(node_nics.iter().cloned()).collect()
+        }
+    };
+    for nic in covered {
+        if kept.get(&nic).is_some_and(|(_, at)| *at > at_ms) {
+            continue;
+        }
+        let held = holders.contains(&nic);
+        if held || node_nics.contains(&nic) {
+            kept.insert(nic, (held, at_ms));
+        } else {
+            kept.remove(&nic);
+        }
+    }
+}
+
 impl Federation {
     /// Turns drift repair on or off. With it on, an `inventory` event that contradicts what was
     /// confirmed executed in the current epoch bumps the address's captureEpoch (a re-capture),
@@ -124,26 +154,14 @@ impl Federation {
         if !listed {
             return;
         }
-        let node_nics: Vec<String> =
-            self.nodes.iter().filter(|n| n.spec.provider == provider).map(|n| n.spec.nic.clone()).collect();
+        let node_nics = self.node_nics(provider);
         let kept = self.observed.entry(provider.to_owned()).or_default().entry(address).or_default();
-        let covered: std::collections::BTreeSet<String> = match scope {
-            Some(scope) => scope.iter().cloned().collect(),
-            None => {
-                kept.keys().cloned().chain(holders.iter().cloned()).chain(node_nics.iter().cloned()).collect()
-            }
-        };
-        for nic in covered {
-            if kept.get(&nic).is_some_and(|(_, at)| *at > at_ms) {
-                continue;
-            }
-            let held = holders.contains(&nic);
-            if held || node_nics.contains(&nic) {
-                kept.insert(nic, (held, at_ms));
-            } else {
-                kept.remove(&nic);
-            }
-        }
+        record(kept, &node_nics, holders, scope, at_ms);
+    }
+
+    /// The NICs of `provider`'s nodes.
+    pub(super) fn node_nics(&self, provider: &str) -> Vec<String> {
+        self.nodes.iter().filter(|n| n.spec.provider == provider).map(|n| n.spec.nic.clone()).collect()
     }
 
     /// Whether an inventory read that found `holders` for `address` on `provider` (seeing only

@@ -363,13 +363,9 @@ impl Federation {
         for o in &wire.observed {
             let mut kept: super::drift::Observed =
                 o.nics.iter().map(|n| (n.nic.clone(), (n.held, n.at_ms))).collect();
-            // Format 1 kept whole views: every node NIC of the provider not among the holders
-            // was observed not holding the address at the same `at`.
+            // Format 1 kept the latest whole view: recorded as one.
             if let (Some(holders), Some(at_ms)) = (&o.holders, o.at_ms) {
-                for node in fed.nodes.iter().filter(|n| n.spec.provider == o.provider) {
-                    kept.insert(node.spec.nic.clone(), (false, at_ms));
-                }
-                kept.extend(holders.iter().map(|nic| (nic.clone(), (true, at_ms))));
+                super::drift::record(&mut kept, &fed.node_nics(&o.provider), holders, None, at_ms);
             }
             observed.entry(o.provider.clone()).or_default().insert(o.address, kept);
         }
