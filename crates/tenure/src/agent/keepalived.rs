@@ -31,9 +31,9 @@
 //!
 //! keepalived writes a state line on transitions only (its event lines change no state). So a
 //! state the follower has not seen change is still the state: every transition since the last
-//! reader waits in the pipe, because keepalived keeps the pipe open. That is what lets an agent restart beside a running keepalived keep the
-//! state its log recorded (`Running` with nothing waiting), instead of dropping the address
-//! until keepalived's next transition. See `docs/operations.md` (keepalived) and
+//! reader waits in the pipe, because keepalived keeps the pipe open. That is what lets an agent
+//! restart beside a running keepalived keep the state its log recorded (`Running` with nothing
+//! waiting), instead of dropping the address until keepalived's next transition. See `docs/operations.md` (keepalived) and
 //! `docs/decisions.md` for what this rests on.
 
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ pub const FIFO_RETRY: Duration = Duration::from_millis(100);
 /// killed or crashes counts as not master this much later.
 pub const RELOAD_GRACE: Duration = Duration::from_secs(1);
 
-/// The longest line the follower takes (keepalived's are under 100 bytes).
+/// The longest unfinished line the follower keeps (keepalived's lines are under 100 bytes).
 pub const LINE_BYTES_MAX: usize = 4096;
 
 /// How much the follower reads at once of what waits in the pipe.
@@ -119,39 +119,31 @@ pub fn state_file(fifo: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Writes `state` to `file` (a temporary file renamed over it). One-line error.
+/// Writes `state` to `file` in the log's wire form (`"master"`), through a temporary file renamed
+/// over it. One-line error.
 fn remember(file: &Path, state: VrrpState) -> Result<(), String> {
-    let word = match state {
-        VrrpState::Master => "master",
-        VrrpState::Backup => "backup",
-        VrrpState::Fault => "fault",
-    };
     let mut temporary = file.as_os_str().to_owned();
     temporary.push(".tmp");
     let temporary = PathBuf::from(temporary);
-    std::fs::write(&temporary, format!("{word}\n"))
+    let bytes = serde_json::to_vec(&state).expect("a state serializes");
+    std::fs::write(&temporary, bytes)
         .and_then(|()| std::fs::rename(&temporary, file))
         .map_err(|e| format!("keep keepalived's last state in {}: {e}", file.display()))
 }
 
 /// The state `file` holds, if it holds one.
 fn remembered(file: &Path) -> Option<VrrpState> {
-    match std::fs::read_to_string(file).ok()?.trim() {
-        "master" => Some(VrrpState::Master),
-        "backup" => Some(VrrpState::Backup),
-        "fault" => Some(VrrpState::Fault),
-        _ => None,
-    }
+    serde_json::from_slice(&std::fs::read(file).ok()?).ok()
 }
 
 /// Follows keepalived's notify FIFO at `path` for `instance`, sending a report on every change
 /// until `reports` is closed: after each open, the state of the lines that waited in the pipe,
 /// then [`VrrpReport::Running`] (keepalived holds the FIFO) or [`VrrpReport::Down`] (nothing
 /// writes it); then a [`VrrpReport::State`] per read that brought lines of the instance (the
-/// last state among them). When keepalived closes the
-/// FIFO, the follower waits up to [`RELOAD_GRACE`] for it to open the FIFO again (a reload does
-/// that, and a MASTER says nothing after it) before it reports `Down`. Lines that are not
-/// keepalived's are logged, naming the FIFO, and change nothing.
+/// last state among them). When keepalived closes the FIFO, the follower waits up to
+/// [`RELOAD_GRACE`] for it to open the FIFO again (a reload does that, and a MASTER says nothing
+/// after it) before it reports `Down`. Lines that are not keepalived's are logged, naming the
+/// FIFO, and change nothing.
 #[cfg(unix)]
 pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<VrrpReport>) {
     let mut last: Option<VrrpReport> = None;
@@ -177,15 +169,12 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
     // The last state among the complete lines at the front of `pending`, which it drains: lines
     // that left the pipe together make one report, so the state kept beside the FIFO is never
     // behind what was read, and a step never acts on a state that a later line already undid.
+    // An unfinished line longer than any keepalived writes is dropped (memory stays bounded).
     let last_state = |pending: &mut Vec<u8>| -> Option<VrrpState> {
         let complete = pending.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
         let mut state = None;
         for line in pending[..complete].split(|b| *b == b'\n').map(<[u8]>::trim_ascii_end) {
             if line.is_empty() {
-                continue;
-            }
-            if line.len() > LINE_BYTES_MAX {
-                tracing::warn!(fifo = %path.display(), bytes = line.len(), "a line longer than any keepalived writes; ignored");
                 continue;
             }
             match instance_state(&String::from_utf8_lossy(line), &instance) {
@@ -221,7 +210,7 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
         {
             return;
         }
-        let Some(receiver) = opened.receiver else {
+        let Some(mut receiver) = opened.receiver else {
             // Nothing writes the FIFO: keepalived is not running, unless it is reloading.
             if reopen_until.is_none_or(|until| tokio::time::Instant::now() >= until) {
                 reopen_until = None;
@@ -241,7 +230,6 @@ pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<
         if !send(VrrpReport::Running, &mut last).await {
             return;
         }
-        let mut receiver = receiver;
         let mut chunk = vec![0; READ_CHUNK_BYTES];
         let closed = loop {
             let read = tokio::select! {
@@ -335,6 +323,21 @@ fn open(path: &Path) -> Result<Opened, String> {
 mod tests {
     use super::*;
 
+    /// An empty folder of this process for `tag`.
+    #[cfg(unix)]
+    fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tenure-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    /// The follower's next report, within 5 s.
+    #[cfg(unix)]
+    async fn next(rx: &mut mpsc::Receiver<VrrpReport>) -> Option<VrrpReport> {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a report within 5 s")
+    }
+
     #[test]
     fn lines_of_the_followed_instance_give_its_state_and_others_nothing() {
         let cases = [
@@ -371,15 +374,10 @@ mod tests {
     #[tokio::test]
     async fn the_follower_reports_states_and_a_writer_that_goes_away() {
         use std::io::Write as _;
-        let dir = std::env::temp_dir().join(format!("tenure-fifo-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = fresh_dir("fifo-test");
         let path = dir.join("keepalived.fifo");
         let (tx, mut rx) = mpsc::channel(16);
         let follower = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx));
-        let next = async |rx: &mut mpsc::Receiver<VrrpReport>| {
-            tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a report within 5 s")
-        };
         // No writer: keepalived is not running (and the follower created the FIFO).
         assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(r)) if r.contains("not running")));
         assert!(path.exists(), "the follower creates the FIFO");
@@ -456,13 +454,8 @@ mod tests {
     #[tokio::test]
     async fn the_last_state_read_is_remembered_across_followers() {
         use std::io::Write as _;
-        let dir = std::env::temp_dir().join(format!("tenure-fifo-kept-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = fresh_dir("fifo-kept");
         let path = dir.join("keepalived.fifo");
-        let next = async |rx: &mut mpsc::Receiver<VrrpReport>| {
-            tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a report within 5 s")
-        };
         let (tx, mut rx) = mpsc::channel(16);
         let first = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx));
         assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(_))), "nothing remembered, no writer");

@@ -35,10 +35,6 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 /// Most actions gated in one batch (one durable sync per batch).
 pub const GATE_BATCH_MAX: usize = 64;
 
-/// How long a starting agent waits for the keepalived follower's first report (it reads the FIFO
-/// without waiting, so it answers at once); past this, the host counts as not master.
-pub const VRRP_FIRST_REPORT_MAX: Duration = Duration::from_secs(2);
-
 /// When no pool names a heartbeat TTL, how long the agent waits to confirm the log head.
 pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);
 
@@ -268,27 +264,8 @@ pub async fn run<S: AgentStore>(
             wanted
         };
         agent.apply_pools(&wanted).map_err(AgentError::Pools)?;
-        // No step before the keepalived follower's first report: it comes at once (the FIFO is
-        // read without waiting), and until it does, the state the log recorded for this host
-        // by an earlier run must not be acted on.
-        // The first report is "running" or "down", after the states of the lines that waited.
-        if agent.vrrp.is_some() {
-            let until = Instant::now() + VRRP_FIRST_REPORT_MAX;
-            loop {
-                let reports = agent.vrrp.as_mut().expect("checked");
-                let report = tokio::time::timeout_at(until, reports.recv()).await.ok().flatten();
-                let report = report.unwrap_or_else(|| {
-                    VrrpReport::Down(format!(
-                        "the keepalived follower said nothing within {VRRP_FIRST_REPORT_MAX:?}"
-                    ))
-                });
-                let settled = matches!(report, VrrpReport::Running | VrrpReport::Down(_));
-                agent.vrrp_report(report);
-                if settled {
-                    break;
-                }
-            }
-        }
+        // No step before keepalived's state is known.
+        agent.vrrp_settle().await;
         for driver in &agent.drivers {
             agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
         }
@@ -358,20 +335,7 @@ pub async fn run<S: AgentStore>(
                 dirty = agent.finish_inventory(done);
             }
             _ = identity.tick() => agent.flush_identity(),
-            report = recv_or_never(agent.vrrp.as_mut()) => match report {
-                Some(report) => {
-                    dirty = agent.vrrp_report(report);
-                    // Every report waiting, before a step: a step must not act on a MASTER that
-                    // a BACKUP right behind it already took back.
-                    while let Some(report) = agent.vrrp.as_mut().and_then(|r| r.try_recv().ok()) {
-                        dirty |= agent.vrrp_report(report);
-                    }
-                }
-                None => {
-                    agent.vrrp = None;
-                    dirty = agent.vrrp_changed(VrrpState::Fault, "the keepalived follower stopped");
-                }
-            },
+            report = recv_or_never(agent.vrrp.as_mut()) => dirty = agent.vrrp_received(report),
             () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {

@@ -1,17 +1,62 @@
 //! keepalived's reports in the loop (`authority: vrrp`): each change of this host's VRRP state
 //! becomes a `vrrp` event of every node the agent runs.
 
+use std::time::Duration;
+
 use tenure_core::log::EventKind;
 use tenure_core::model::VrrpState;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::super::AgentStore;
 use super::super::keepalived::VrrpReport;
 use super::Agent;
 
+/// How long a starting agent waits for the keepalived follower's first report (it reads the FIFO
+/// without waiting, so it answers at once); past this, the host counts as not master.
+pub const VRRP_FIRST_REPORT_MAX: Duration = Duration::from_secs(2);
+
 impl<S: AgentStore> Agent<S> {
+    /// At start, before the first step: takes the follower's reports up to its first "running"
+    /// or "down" (after the states of the lines that waited), so that the state the log recorded
+    /// for this host by an earlier run is never acted on unchecked. Nothing without a `vrrp`
+    /// section.
+    pub(super) async fn vrrp_settle(&mut self) {
+        let Some(mut reports) = self.vrrp.take() else { return };
+        let until = Instant::now() + VRRP_FIRST_REPORT_MAX;
+        loop {
+            let report = tokio::time::timeout_at(until, reports.recv()).await.ok().flatten();
+            let report = report.unwrap_or_else(|| {
+                VrrpReport::Down(format!(
+                    "the keepalived follower said nothing within {VRRP_FIRST_REPORT_MAX:?}"
+                ))
+            });
+            let settled = matches!(report, VrrpReport::Running | VrrpReport::Down(_));
+            self.vrrp_report(report);
+            if settled {
+                break;
+            }
+        }
+        self.vrrp = Some(reports);
+    }
+
+    /// One report from the loop (`None`: the follower stopped), and every report already waiting
+    /// behind it, before a step: a step must not act on a MASTER that a BACKUP right behind it
+    /// already took back. Returns whether anything was queued.
+    pub(super) fn vrrp_received(&mut self, report: Option<VrrpReport>) -> bool {
+        let Some(report) = report else {
+            self.vrrp = None;
+            return self.vrrp_changed(VrrpState::Fault, "the keepalived follower stopped");
+        };
+        let mut queued = self.vrrp_report(report);
+        while let Some(report) = self.vrrp.as_mut().and_then(|r| r.try_recv().ok()) {
+            queued |= self.vrrp_report(report);
+        }
+        queued
+    }
+
     /// Acts on one report of the keepalived follower. Returns whether anything was queued.
-    pub(super) fn vrrp_report(&mut self, report: VrrpReport) -> bool {
+    fn vrrp_report(&mut self, report: VrrpReport) -> bool {
         match report {
             VrrpReport::State(state) => self.vrrp_changed(state, "keepalived reported"),
             VrrpReport::Down(reason) => self.vrrp_changed(VrrpState::Fault, &reason),
@@ -51,7 +96,7 @@ impl<S: AgentStore> Agent<S> {
     /// Queues a `vrrp` event of every node of this agent when `state` differs from the last one
     /// queued (an earlier one not appended yet is replaced: only the latest state matters).
     /// Returns whether anything was queued.
-    pub(super) fn vrrp_changed(&mut self, state: VrrpState, why: &str) -> bool {
+    fn vrrp_changed(&mut self, state: VrrpState, why: &str) -> bool {
         if self.vrrp_state == Some(state) {
             return false;
         }
