@@ -81,7 +81,7 @@ fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
         std::thread::sleep(settle);
         let next = 3 - holder;
         let capture = Capture::start(&routers.lab);
-        let announced = routers.announcement(next);
+        let announced = routers.lab.announcement(&format!("r{next}"));
         let killed_at = now();
         routers.kill(holder);
         let line = capture.until(&announced, BOUND);

@@ -568,30 +568,12 @@ impl NetLab {
             run(&["ip", "netns", "add", &ns]);
             lab.exec(n, &["ip", "link", "set", "lo", "up"]);
             let port = format!("p{n}");
-            run(&[
-                "ip",
-                "link",
-                "add",
-                "uplink",
-                "netns",
-                &ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &port,
-                "netns",
-                &lab.ns("sw"),
-            ]);
+            process::veth(&ns, "uplink", &lab.ns("sw"), &port);
             lab.exec("sw", &["ip", "link", "set", &port, "master", "br0", "up"]);
             lab.exec(n, &["ip", "addr", "add", &format!("10.213.0.1{i}/24"), "dev", "uplink"]);
             lab.exec(n, &["ip", "link", "set", "uplink", "up"]);
             let root_side = format!("{}m{i}", lab.tag);
-            run(&["ip", "link", "add", &root_side, "type", "veth", "peer", "name", "mgmt", "netns", &ns]);
-            run(&["ip", "addr", "add", &format!("10.213.{i}.1/30"), "dev", &root_side]);
-            run(&["ip", "link", "set", &root_side, "up"]);
-            lab.exec(n, &["ip", "addr", "add", &format!("10.213.{i}.2/30"), "dev", "mgmt"]);
-            lab.exec(n, &["ip", "link", "set", "mgmt", "up"]);
+            process::mgmt_link(&root_side, &ns, &format!("10.213.{i}.1/30"), &format!("10.213.{i}.2/30"));
         }
         lab
     }

@@ -12,20 +12,11 @@
 mod onprem_lab;
 mod process;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use onprem_lab::routers::{BOUND, Mode, Routers};
 use onprem_lab::{Capture, Keepalived};
-use process::wait_for_within;
-
-/// Asserts that `condition` holds at every look during `period` (every 50 ms).
-fn stays_for(period: Duration, what: &str, condition: impl Fn() -> bool) {
-    let until = Instant::now() + period;
-    while Instant::now() < until {
-        assert!(condition(), "not so at every look for {period:?}: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use process::{stays_for, wait_for_within};
 
 /// The whole story on one address family.
 fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
@@ -53,7 +44,7 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     stays_for(Duration::from_millis(500), "the BACKUP router adds no entry", || {
         routers.lab.proxies("r2").is_empty()
     });
-    routers.answered_by(1);
+    routers.lab.answered_by("r1");
 
     // r1's agent restarts beside its running keepalived (an upgrade): keepalived said nothing
     // new, so the master stays master — no hand-over, no new epoch, the entry never removed.
@@ -104,7 +95,7 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     // entry and announces; the client's entry moves and its pings follow.
     let capture = Capture::start(&routers.lab);
     routers.kill(1);
-    capture.until(routers.announcement(2), BOUND);
+    capture.until(routers.lab.announcement("r2"), BOUND);
     let r2_mac = routers.lab.mac("r2");
     assert_eq!(
         routers.lab.client_entry().as_deref(),
@@ -118,7 +109,7 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     routers.start_keepalived(1);
     routers.start_agent(1);
     routers.wait_held_by(2, "the returning BACKUP r1 removes its left-over entry; r2 holds");
-    routers.answered_by(2);
+    routers.lab.answered_by("r2");
 
     // keepalived on r2 stops (its last line says STOP, then the FIFO closes: not master either
     // way): r1's keepalived takes over, r2's agent, alive, removes its entry.
@@ -143,7 +134,7 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
     stays_for(Duration::from_secs(2), "the resumed zombie never adds an entry again", || {
         routers.lab.proxies("r1").is_empty()
     });
-    routers.answered_by(2);
+    routers.lab.answered_by("r2");
 
     // keepalived on the holder goes to FAULT (a tracked file says so; keepalived keeps running):
     // the other router's keepalived takes over, and the FAULT router's agent removes its entry.
@@ -161,7 +152,7 @@ fn under_keepalived(tag: &str, v6: bool, base_port: u16) {
         routers.agent(2).log().matches(read_fault).count() > faults_read,
         "r2's agent read keepalived's FAULT"
     );
-    routers.answered_by(1);
+    routers.lab.answered_by("r1");
 }
 
 #[test]

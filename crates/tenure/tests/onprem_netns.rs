@@ -59,7 +59,7 @@ fn executed(outcome: ExecutionOutcome) -> String {
 /// reach the client's wire, move its neighbour entry, and its pings follow.
 fn hand_over(lab: &Lab) {
     let address = lab.address();
-    let (r1, r2) = (lab.mac("r1"), lab.mac("r2"));
+    let r2 = lab.mac("r2");
     assert!(!lab.ping(), "nobody answers for {address} before an acquire");
 
     // r1 acquires: its entry, then its announcements.
@@ -67,19 +67,7 @@ fn hand_over(lab: &Lab) {
     assert!(added.contains("proxy entry"), "{added}");
     assert_eq!(entries(lab, "r1"), vec![address], "inventory shows the entry");
     assert!(entries(lab, "r2").is_empty());
-    let capture = Capture::start(lab);
-    // The client may have resolved the address already (it retries a failed resolution): forget
-    // it, so that the question is asked again while the capture runs.
-    lab.exec("cl", &["ip", "neigh", "flush", "dev", "lan"]);
-    assert!(lab.ping(), "the client reaches {address} through r1");
-    assert_eq!(lab.client_entry().as_deref(), Some(r1.as_str()), "resolved to r1's MAC");
-    // Only the holder answered the client's question: every answer on the wire, up to the end of
-    // the capture (a second router's answer would have been sent with the first).
-    let answer = if lab.v6 { "neighbor advertisement" } else { "Reply" };
-    let first = capture.until(|l| l.contains(answer), Duration::from_secs(5));
-    let mut answers: Vec<String> = capture.finish().into_iter().filter(|l| l.contains(answer)).collect();
-    answers.push(first);
-    assert!(answers.iter().all(|l| l.contains(&format!(" {r1} >"))), "only r1 answers: {answers:#?}");
+    lab.answered_by("r1");
 
     // r1 releases (idempotent), r2 acquires and announces: the client's entry moves at once.
     executed(call(lab, "r1", Verb::ProxyArpDel));
@@ -91,15 +79,7 @@ fn hand_over(lab: &Lab) {
     let capture = Capture::start(lab);
     let announced = executed(call(lab, "r2", Verb::Garp));
     assert!(announced.starts_with("3 "), "three announcements: {announced}");
-    let from_r2 = |l: &str| {
-        l.contains(&format!(" {r2} >"))
-            && if lab.v6 {
-                l.contains("neighbor advertisement") && l.contains(&format!("tgt is {address}"))
-            } else {
-                l.contains(&format!("Request who-has {address} (ff:ff:ff:ff:ff:ff) tell {address}"))
-            }
-    };
-    capture.until(from_r2, Duration::from_secs(5));
+    capture.until(lab.announcement("r2"), Duration::from_secs(5));
     assert_eq!(lab.client_entry().as_deref(), Some(r2.as_str()), "the announcement moved the client's entry");
     assert!(lab.ping(), "the client reaches {address} through r2");
 }

@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-use super::process::run;
+use super::process::{mgmt_link, run, veth};
 
 #[path = "../../../tenure-lead/tests/support/etcd_cluster.rs"]
 pub mod etcd_cluster;
@@ -75,42 +75,14 @@ impl Lab {
         }
         for (n, host) in [("cl", "100"), ("r1", "1"), ("r2", "2")] {
             let port = format!("p{n}");
-            run(&[
-                "ip",
-                "link",
-                "add",
-                "lan",
-                "netns",
-                &ns(n),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &port,
-                "netns",
-                &ns("sw"),
-            ]);
+            veth(&ns(n), "lan", &ns("sw"), &port);
             lab.exec("sw", &["ip", "link", "set", &port, "master", "br0", "up"]);
             lab.exec(n, &["ip", "addr", "add", &format!("10.0.0.{host}/24"), "dev", "lan"]);
             lab.exec(n, &["ip", "addr", "add", &format!("fd00::{host}/64"), "dev", "lan", "nodad"]);
             lab.exec(n, &["ip", "link", "set", "lan", "up"]);
         }
         for (r, b) in [("r1", "b1"), ("r2", "b2")] {
-            run(&[
-                "ip",
-                "link",
-                "add",
-                "svc",
-                "netns",
-                &ns(r),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "wan",
-                "netns",
-                &ns(b),
-            ]);
+            veth(&ns(r), "svc", &ns(b), "wan");
             lab.exec(r, &["ip", "addr", "add", "192.168.9.1/30", "dev", "svc"]);
             lab.exec(r, &["ip", "addr", "add", "fd09::1/64", "dev", "svc", "nodad"]);
             lab.exec(r, &["ip", "link", "set", "svc", "up"]);
@@ -127,16 +99,9 @@ impl Lab {
         }
         if fleet {
             for i in 1..=2 {
-                let ns = lab.ns(&format!("r{i}"));
                 let root_side = format!("{}m{i}", lab.tag);
-                run(&["ip", "link", "add", &root_side, "type", "veth", "peer", "name", "mgmt", "netns", &ns]);
-                run(&["ip", "addr", "add", &format!("10.214.{i}.1/30"), "dev", &root_side]);
-                run(&["ip", "link", "set", &root_side, "up"]);
-                lab.exec(
-                    &format!("r{i}"),
-                    &["ip", "addr", "add", &format!("10.214.{i}.2/30"), "dev", "mgmt"],
-                );
-                lab.exec(&format!("r{i}"), &["ip", "link", "set", "mgmt", "up"]);
+                let (root, router) = (format!("10.214.{i}.1/30"), format!("{}/30", Self::mgmt(i)));
+                mgmt_link(&root_side, &ns(&format!("r{i}")), &root, &router);
             }
         }
         lab
@@ -182,6 +147,43 @@ impl Lab {
         let out = self.exec(ns, &["ip", "-o", "link", "show", "lan"]);
         let at = out.find("link/ether ").expect("an Ethernet link") + "link/ether ".len();
         out[at..at + 17].to_owned()
+    }
+
+    /// Asserts that the client's question for the address (ARP request or neighbour
+    /// solicitation, asked afresh) is answered by router `ns`'s MAC alone — every answer on the
+    /// wire up to the end of the capture, since a second router's would come with the first —
+    /// and that a ping gets through.
+    pub fn answered_by(&self, ns: &str) {
+        let address = self.address();
+        let mac = self.mac(ns);
+        let capture = Capture::start(self);
+        // The client may have resolved the address already (it retries a failed resolution):
+        // forget it, so that the question is asked again while the capture runs.
+        self.exec("cl", &["ip", "neigh", "flush", "dev", "lan"]);
+        assert!(self.ping(), "the client reaches {address} through {ns}");
+        assert_eq!(self.client_entry().as_deref(), Some(mac.as_str()), "resolved to {ns}'s MAC");
+        let answer = if self.v6 { "neighbor advertisement" } else { "Reply" };
+        let about = |l: &str| l.contains(answer) && l.contains(&address.to_string());
+        let first = capture.until(about, Duration::from_secs(5));
+        let mut answers: Vec<String> = capture.finish().into_iter().filter(|l| about(l)).collect();
+        answers.push(first);
+        assert!(answers.iter().all(|l| l.contains(&format!(" {mac} >"))), "only {ns} answers: {answers:#?}");
+    }
+
+    /// Whether a line of the client's capture is an announcement of the address from router
+    /// `ns`: a gratuitous ARP (IPv4) or an unsolicited neighbour advertisement (IPv6).
+    pub fn announcement(&self, ns: &str) -> impl Fn(&str) -> bool + use<> {
+        let mac = self.mac(ns);
+        let address = self.address();
+        let v6 = self.v6;
+        move |l: &str| {
+            l.contains(&format!(" {mac} >"))
+                && if v6 {
+                    l.contains("neighbor advertisement") && l.contains(&format!("tgt is {address}"))
+                } else {
+                    l.contains(&format!("Request who-has {address} (ff:ff:ff:ff:ff:ff) tell {address}"))
+                }
+        }
     }
 
     /// The MAC the client's neighbour table has for the address, if any.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::etcd_cluster::Cluster;
-use super::{Capture, Keepalived, Lab, Vrrp};
+use super::{Keepalived, Lab, Vrrp};
 use crate::process::{Agent, TOKEN, TempDir, http, wait_for_within};
 
 /// How long a hand-over may take in the tests: generous for a loaded 2-core CI machine; the
@@ -165,42 +165,6 @@ impl Routers {
                 && self.lab.proxies(&format!("r{other}")).is_empty()
         });
     }
-
-    /// Whether an ARP request / neighbour solicitation from the client is answered by router
-    /// `holder`'s MAC alone, and a ping gets through.
-    pub fn answered_by(&self, holder: usize) {
-        let lab = &self.lab;
-        let address = lab.address();
-        let mac = lab.mac(&format!("r{holder}"));
-        let capture = Capture::start(lab);
-        lab.exec("cl", &["ip", "neigh", "flush", "dev", "lan"]);
-        assert!(lab.ping(), "the client reaches {address} through r{holder}");
-        assert_eq!(lab.client_entry().as_deref(), Some(mac.as_str()), "resolved to r{holder}'s MAC");
-        let answer = if lab.v6 { "neighbor advertisement" } else { "Reply" };
-        let about = |l: &str| l.contains(answer) && l.contains(&address.to_string());
-        let first = capture.until(about, Duration::from_secs(5));
-        let mut answers: Vec<String> = capture.finish().into_iter().filter(|l| about(l)).collect();
-        answers.push(first);
-        assert!(
-            answers.iter().all(|l| l.contains(&format!(" {mac} >"))),
-            "only r{holder} answers: {answers:#?}"
-        );
-    }
-
-    /// An announcement of the address from router `from` on the client's wire.
-    pub fn announcement(&self, from: usize) -> impl Fn(&str) -> bool + use<> {
-        let mac = self.lab.mac(&format!("r{from}"));
-        let address = self.lab.address();
-        let v6 = self.lab.v6;
-        move |l: &str| {
-            l.contains(&format!(" {mac} >"))
-                && if v6 {
-                    l.contains("neighbor advertisement") && l.contains(&format!("tgt is {address}"))
-                } else {
-                    l.contains(&format!("Request who-has {address} (ff:ff:ff:ff:ff:ff) tell {address}"))
-                }
-        }
-    }
 }
 
 impl Drop for Routers {
@@ -213,8 +177,7 @@ impl Drop for Routers {
             eprintln!("---- agent log ----\n{}", agent.log());
         }
         for i in 1..=2 {
-            let log = std::fs::read_to_string(self.dir.path().join(format!("keepalived-r{i}.log")));
-            eprintln!("---- keepalived r{i} ----\n{}", log.unwrap_or_default());
+            eprintln!("---- keepalived r{i} ----\n{}", self.keepalived_log(i));
         }
     }
 }

@@ -279,3 +279,27 @@ pub fn remove_lab(namespaces: &[String], links: &[String]) {
         let _ = Command::new("ip").args(["link", "del", link]).stderr(Stdio::null()).status();
     }
 }
+
+/// A veth pair: `name_a` in namespace `ns_a`, `name_b` in `ns_b`.
+pub fn veth(ns_a: &str, name_a: &str, ns_b: &str, name_b: &str) {
+    run(&["ip", "link", "add", name_a, "netns", ns_a, "type", "veth", "peer", "name", name_b, "netns", ns_b]);
+}
+
+/// A management link from the root namespace into `ns`: `root_side` (address `root_cidr`) in the
+/// root namespace, `mgmt` (address `ns_cidr`) in `ns`, both up.
+pub fn mgmt_link(root_side: &str, ns: &str, root_cidr: &str, ns_cidr: &str) {
+    run(&["ip", "link", "add", root_side, "type", "veth", "peer", "name", "mgmt", "netns", ns]);
+    run(&["ip", "addr", "add", root_cidr, "dev", root_side]);
+    run(&["ip", "link", "set", root_side, "up"]);
+    run(&["ip", "netns", "exec", ns, "ip", "addr", "add", ns_cidr, "dev", "mgmt"]);
+    run(&["ip", "netns", "exec", ns, "ip", "link", "set", "mgmt", "up"]);
+}
+
+/// Asserts that `condition` holds at every look during `period` (every 50 ms).
+pub fn stays_for(period: Duration, what: &str, condition: impl Fn() -> bool) {
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        assert!(condition(), "not so at every look for {period:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
