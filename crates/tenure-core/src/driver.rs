@@ -18,6 +18,7 @@
 //! pause) but not the journal, nor a partition.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::net::IpAddr;
 
 use crate::federation::Federation;
 use crate::fence::HeadTokens;
@@ -375,6 +376,36 @@ impl<S: JournalStore> NodeDriver<S> {
             });
         }
         Ok(())
+    }
+
+    /// A release the node made on its own authority, outside the gate (SPEC 7: keepalived says
+    /// this host is not MASTER; the runtime removed the entry itself): journaled as executed
+    /// ([`NodeEngine::record_local_release`]) and reported in the outbox like any result. Returns
+    /// the keys recorded (none when the node had not captured the address or a call for it is in
+    /// flight).
+    pub fn record_local_release(
+        &mut self,
+        provider: &str,
+        address: IpAddr,
+        detail: &str,
+    ) -> Result<Vec<String>, NodeError<S::Error>> {
+        let keys = self.engine.record_local_release(&self.view, provider, address, detail)?;
+        if keys.is_empty() {
+            return Ok(keys);
+        }
+        // What the node captured changed under the last plan.
+        self.planned_at = None;
+        if self.options.report_results {
+            for key in &keys {
+                self.outbox.push_back(EventKind::ActionResult {
+                    node: self.name().to_owned(),
+                    idempotency_key: key.clone(),
+                    outcome: ActionOutcome::Executed,
+                    detail: detail.to_owned(),
+                });
+            }
+        }
+        Ok(keys)
     }
 
     /// Whether an executed holding verb left the node holding what its view no longer wants it

@@ -184,6 +184,19 @@ impl VerbFamily {
             Self::Exec => &[Verb::Release],
         }
     }
+
+    /// Whether a release waits out its pool's `deprovisionHoldDuration` (SPEC 13). Not on the
+    /// on-prem family: it has no provider-side single assignment, so a held release is a second
+    /// router answering ARP for the address through the hold. Cloud providers move the address
+    /// away themselves (the hold is only hysteresis against flaps); an operator's command
+    /// (`exec`) keeps the hold, as its provider is unknown to tenure (docs/decisions.md).
+    #[must_use]
+    pub fn release_is_held(self) -> bool {
+        match self {
+            Self::Cloud | Self::Exec => true,
+            Self::Onprem => false,
+        }
+    }
 }
 
 /// A provider verb (SPEC 5).

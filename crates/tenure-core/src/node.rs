@@ -31,6 +31,7 @@ use crate::model::{Approval, StampedAction};
 use crate::planner::{self, CaptureRecord, Captured};
 
 mod execute;
+mod local;
 
 /// What one reconcile did, for narration and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

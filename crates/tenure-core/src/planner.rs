@@ -56,6 +56,8 @@ struct RecordRef<'a> {
 /// Plans node `node`'s actions from `view` (its applied prefix of the log), in canonical order
 /// (pool, address), each address's verbs in execution order. A captured address that the node is
 /// now the desired holder of on the same provider, through any applied pool, is not released.
+/// A release waits out its pool's deprovision hold only where [`VerbFamily::release_is_held`]
+/// (not on the on-prem family: SPEC 13).
 #[must_use]
 pub fn plan<'a>(view: &'a Federation, node: NodeId, captured: &'a Captured) -> Plan<'a> {
     let node_state = &view.nodes()[node];
@@ -129,14 +131,16 @@ pub fn plan<'a>(view: &'a Federation, node: NodeId, captured: &'a Captured) -> P
         }
         let Some((pool_name, pool)) = view.pools().get_key_value(record.pool) else { continue };
         let Some(state) = pool.addresses.get(&address) else { continue };
-        if let Some(moved_ms) = state.moved_away_from(node) {
+        let family = view.provider_kind(provider).map_or(VerbFamily::Cloud, |k| k.verb_family());
+        if family.release_is_held()
+            && let Some(moved_ms) = state.moved_away_from(node)
+        {
             let due_ms = moved_ms.saturating_add(pool.spec.deprovision_hold_ms);
             if now_ms < due_ms {
                 wake_at_ms = Some(wake_at_ms.map_or(due_ms, |w| w.min(due_ms)));
                 continue;
             }
         }
-        let family = view.provider_kind(provider).map_or(VerbFamily::Cloud, |k| k.verb_family());
         let capture_epoch = view.capture_epoch(record.pool, address, record.capture_domain);
         let actions = family
             .release_verbs()

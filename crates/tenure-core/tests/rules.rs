@@ -364,6 +364,31 @@ fn release_waits_for_the_hold_with_equality_meaning_met() {
     assert!(report.imported.is_empty(), "nothing captured, nothing to release again");
 }
 
+/// SPEC 13: on the on-prem family the hold never applies. A hand-over from a to b plans a's
+/// `proxy-arp-del` at a's next reconcile, whatever the pool's hold: two routers answering ARP
+/// through the hold is the failure the hold would cause there.
+#[test]
+fn on_prem_releases_are_never_held() {
+    for kind in [ProviderKind::SimOnprem, ProviderKind::Onprem] {
+        let nodes = [node("a", 10, None), node("b", 0, None)];
+        let providers = [ProviderSpec { name: "sim1".into(), kind }];
+        let mut w = World { fed: Federation::new(&nodes, &providers) };
+        let mut spec = pool("p", &["10.0.0.1"], &["a", "b"]);
+        spec.deprovision_hold_ms = 60_000;
+        w.pool(0, spec);
+        w.hb(0, "a");
+        w.hb(0, "b");
+        let mut a = engine("a");
+        a.reconcile(&w.fed, &w.fed).expect("ok");
+        assert_eq!(run_all(&mut a, &w.fed), vec![Verb::ProxyArpAdd, Verb::Garp], "{kind:?}");
+        w.apply(10, EventKind::Drain { node: "a".into() });
+        assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"));
+        a.reconcile(&w.fed, &w.fed).expect("ok");
+        assert_eq!(run_all(&mut a, &w.fed), vec![Verb::ProxyArpDel], "{kind:?}: 0 ms into a 60 s hold");
+        assert!(a.captured().is_empty());
+    }
+}
+
 #[test]
 fn the_high_water_mark_survives_a_restart_and_fences_a_lagging_head() {
     let mut w = World::new(&[node("a", 0, None)]);

@@ -39,19 +39,26 @@ pub enum ViolationKind {
     DoubleAssignment,
     /// A node owned more addresses than its capacity.
     CapacityExceeded,
-    /// Two running hosts answered ARP for one on-prem address, or (with VRRP authority) a
-    /// running host that is not the VRRP master answered beside another host.
+    /// Two running hosts answered ARP for one on-prem address beyond the steps that hand it
+    /// over: a connected host reconciled at the head and kept its entry for an address it is not
+    /// the desired holder of, with no release planned, while another host answered it (the
+    /// deprovision hold applied on-prem would do this); or (with VRRP authority) a running host
+    /// that is not the VRRP master answered beside another host.
     OnpremSplitAnswer,
     /// Two hosts answered ARP for one on-prem address because a frozen host could not withdraw
     /// its entry: the limit of SPEC 9 (no provider-side single assignment, no STONITH).
     OnpremZombieAnswer,
+    /// Without VRRP authority, a running host cut off from the log kept answering beside
+    /// another: it cannot read the head, so it neither acts nor releases (fail-closed), and
+    /// nothing on the LAN removes its entry — the limit of `authority: none` on-prem (SPEC 9).
+    OnpremCutOffAnswer,
     /// With faults stopped, the fleet did not converge within the bound.
     NoConvergence,
 }
 
 impl ViolationKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::StaleExecution,
         Self::BelowHighWater,
         Self::PartitionedExecution,
@@ -61,6 +68,7 @@ impl ViolationKind {
         Self::CapacityExceeded,
         Self::OnpremSplitAnswer,
         Self::OnpremZombieAnswer,
+        Self::OnpremCutOffAnswer,
         Self::NoConvergence,
     ];
 
@@ -77,6 +85,7 @@ impl ViolationKind {
             Self::CapacityExceeded => "capacity-exceeded",
             Self::OnpremSplitAnswer => "onprem-split-answer",
             Self::OnpremZombieAnswer => "onprem-zombie-answer",
+            Self::OnpremCutOffAnswer => "onprem-cut-off-answer",
             Self::NoConvergence => "no-convergence",
         }
     }
@@ -85,13 +94,14 @@ impl ViolationKind {
     ///
     /// A frozen on-prem host cannot withdraw its proxy entry, and without STONITH nothing else
     /// can: with or without VRRP authority, its answer beside the new holder's is the limit.
-    /// Two *running* hosts answering is the limit only when authority is ignored.
+    /// Without authority, a running host cut off from the log answering beside another is the
+    /// limit too. Two running, connected hosts answering past the hand-over is never predicted.
     #[must_use]
     pub fn predicted_in(self, mode: Mode) -> bool {
         match mode {
             Mode::Cloud => false,
             Mode::Onprem => self == Self::OnpremZombieAnswer,
-            Mode::OnpremNoAuthority => matches!(self, Self::OnpremSplitAnswer | Self::OnpremZombieAnswer),
+            Mode::OnpremNoAuthority => matches!(self, Self::OnpremCutOffAnswer | Self::OnpremZombieAnswer),
             Mode::PausedCall => matches!(self, Self::StaleExecution | Self::PartitionedExecution),
         }
     }
@@ -185,20 +195,38 @@ pub struct Answerer<'a> {
     pub frozen: bool,
     /// Its own keepalived says MASTER.
     pub vrrp_master: bool,
+    /// Cut off from the log head: it cannot act, so it cannot release through the log.
+    pub cut_off: bool,
 }
 
-/// Which violation, if any, these answering hosts of one address are. One host is none; two
-/// running hosts are a split answer; so is a running host that is not the VRRP master beside
-/// another (with `vrrp_authority` a running host withdraws its entries when it stops being
-/// master); otherwise the split exists only because frozen hosts could not withdraw.
+/// Which violation, if any, these answering hosts of one address are, right after the answering
+/// set changed. One host is none.
+/// - With `vrrp_authority` a running host withdraws its entries the moment it stops being
+///   master (locally, without the log), so two running hosts, or a running host that is not the
+///   master beside another, are a split answer.
+/// - Without it, two running hosts answer for the steps of a hand-over (the new holder's add
+///   comes before the old holder's next reconcile plans its release): not judged here but at
+///   that reconcile ([`Checker::after_onprem_reconcile`]); unless one of them is cut off from the
+///   log and so cannot release at all (`onprem-cut-off-answer`, the limit of `authority: none`).
+/// - Otherwise the split exists only because frozen hosts could not withdraw.
 #[must_use]
 pub fn split_answer(answerers: &[Answerer<'_>], vrrp_authority: bool) -> Option<ViolationKind> {
     if answerers.len() < 2 {
         return None;
     }
     let running: Vec<&Answerer<'_>> = answerers.iter().filter(|a| !a.frozen).collect();
-    let split = running.len() >= 2 || (vrrp_authority && running.iter().any(|a| !a.vrrp_master));
-    Some(if split { ViolationKind::OnpremSplitAnswer } else { ViolationKind::OnpremZombieAnswer })
+    if vrrp_authority {
+        let split = running.len() >= 2 || running.iter().any(|a| !a.vrrp_master);
+        return Some(if split {
+            ViolationKind::OnpremSplitAnswer
+        } else {
+            ViolationKind::OnpremZombieAnswer
+        });
+    }
+    if running.len() < 2 {
+        return Some(ViolationKind::OnpremZombieAnswer);
+    }
+    running.iter().any(|a| a.cut_off).then_some(ViolationKind::OnpremCutOffAnswer)
 }
 
 /// Collects broken invariants: what `replay` reports and what a simulated seed is judged on.
@@ -328,6 +356,21 @@ impl Checker {
         }
     }
 
+    /// Called after `node`, connected and running, reconciled at the head: `kept` lists the
+    /// on-prem addresses its NIC still answers beside another NIC although it is not their
+    /// desired holder and has no release of them open. Each is a split answer that outlasted the
+    /// hand-over (SPEC 13: on-prem the old holder plans its release at its next reconcile).
+    pub fn after_onprem_reconcile(&mut self, node: &str, kept: &[(IpAddr, Vec<String>)]) {
+        for (address, nics) in kept {
+            let detail = format!(
+                "{node} reconciled at the head and kept its entry for {address}, which it is not the desired \
+                 holder of, with no release planned, while {} answer it",
+                nics.join(", ")
+            );
+            self.record(ViolationKind::OnpremSplitAnswer, detail);
+        }
+    }
+
     /// Called after the hosts answering ARP for on-prem `address` changed (see
     /// [`split_answer`]). Which hosts answer and which are frozen is the caller's data-plane
     /// model; `replay` has none.
@@ -337,7 +380,11 @@ impl Checker {
             .iter()
             .map(|a| {
                 let role = if a.vrrp_master { "master" } else { "not master" };
-                let state = if a.frozen { ", frozen" } else { "" };
+                let state = match (a.frozen, a.cut_off) {
+                    (true, _) => ", frozen",
+                    (false, true) => ", cut off",
+                    (false, false) => "",
+                };
                 format!("{} ({role}{state})", a.nic)
             })
             .collect();
@@ -450,7 +497,7 @@ mod tests {
     }
 
     fn answerer(nic: &str, frozen: bool, vrrp_master: bool) -> Answerer<'_> {
-        Answerer { nic, frozen, vrrp_master }
+        Answerer { nic, frozen, vrrp_master, cut_off: false }
     }
 
     #[test]
@@ -461,7 +508,12 @@ mod tests {
         let frozen_master = answerer("eth-d", true, true);
         assert_eq!(split_answer(&[master], true), None);
         assert_eq!(split_answer(&[master, backup], true), Some(ViolationKind::OnpremSplitAnswer));
-        assert_eq!(split_answer(&[master, backup], false), Some(ViolationKind::OnpremSplitAnswer));
+        // Without authority two running, connected hosts are a hand-over in progress (judged at
+        // the old holder's reconcile); one of them cut off from the log is the documented limit.
+        assert_eq!(split_answer(&[master, backup], false), None);
+        let cut_off = Answerer { cut_off: true, ..backup };
+        assert_eq!(split_answer(&[master, cut_off], false), Some(ViolationKind::OnpremCutOffAnswer));
+        assert_eq!(split_answer(&[master, cut_off], true), Some(ViolationKind::OnpremSplitAnswer));
         assert_eq!(split_answer(&[master, frozen_backup], true), Some(ViolationKind::OnpremZombieAnswer));
         assert_eq!(
             split_answer(&[frozen_backup, frozen_master], true),

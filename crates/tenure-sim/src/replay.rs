@@ -17,6 +17,7 @@ use tenure_core::federation::{EventRejected, Federation, PoolState};
 use tenure_core::input::{InputError, canonical_address};
 use tenure_core::journal::{EntryState, JournalEntry, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::model::VerbFamily;
 use tenure_core::node::NodeEngine;
 
 /// One row of the ownership map, as reported.
@@ -377,6 +378,14 @@ impl Replay {
                     addresses: unheld,
                 });
             }
+            let answered_twice = self.held_by_many(pool);
+            if answered_twice > 0 {
+                conditions.push(ConditionRow {
+                    pool: name.clone(),
+                    condition: "HeldByMany".to_owned(),
+                    addresses: answered_twice,
+                });
+            }
         }
         ReplayReport {
             stream_time: self.head.stream_time_ms(),
@@ -413,6 +422,25 @@ impl Replay {
             }
         }
         count
+    }
+
+    /// Active addresses of `pool` on an on-prem provider (no provider-side single assignment)
+    /// that two or more NICs hold at the end: two routers answer ARP for them. A condition, not a
+    /// violation: a scenario may end between the new holder's add and the old holder's release
+    /// (SPEC 13: on the on-prem family the old holder plans that release at its next reconcile,
+    /// the deprovision hold never applies).
+    fn held_by_many(&self, pool: &PoolState) -> u64 {
+        let on_prem = self
+            .head
+            .provider_kind(&pool.spec.provider)
+            .is_some_and(|kind| kind.verb_family() == VerbFamily::Onprem);
+        let Some(provider) = self.providers.get(&pool.spec.provider).filter(|_| on_prem) else { return 0 };
+        let holdings = provider.holdings();
+        let many = pool
+            .addresses
+            .iter()
+            .filter(|(address, a)| a.active && holdings.get(*address).is_some_and(|nics| nics.len() > 1));
+        u64::try_from(many.count()).expect("a pool holds at most 65,536 addresses")
     }
 
     /// A provider of the replay, for a test that does to it what another tool would (an address

@@ -342,6 +342,7 @@ impl World {
         self.catch_up(node);
         let done = self.nodes[node].driver.reconcile(&self.log, &self.head).expect("memory store");
         debug_assert!(done.is_ok(), "an acting node reconciles");
+        self.check_kept_entries(node);
         // The outbox of results: what the log has not confirmed is reported again.
         self.drain_outbox(node);
     }

@@ -109,10 +109,13 @@ fn paused_between_gate_and_call_lands_stale_and_drift_repair_recovers() {
 
 #[test]
 fn onprem_without_vrrp_authority_answers_from_two_running_hosts() {
-    // Every host with a proxy entry answers: agents that ignore keepalived leave two running
-    // hosts answering (the old holder keeps its entry through its release hold).
+    // Every host with a proxy entry answers: agents that ignore keepalived leave a running host
+    // cut off from the log answering beside the new holder (it cannot release through the log).
+    // Two connected hosts never answer past the hand-over: the old holder releases at its next
+    // reconcile, whatever the pool's deprovision hold (SPEC 13) — an `onprem-split-answer`.
     let reports = sweep(&config(Mode::OnpremNoAuthority), 0..40);
-    assert!(count(&reports, ViolationKind::OnpremSplitAnswer) > 0, "no split answer found");
+    assert!(count(&reports, ViolationKind::OnpremCutOffAnswer) > 0, "no cut-off answer found");
+    assert_eq!(count(&reports, ViolationKind::OnpremSplitAnswer), 0, "a split answer outlasted a hand-over");
     let seen = kinds(&reports);
     assert!(seen.iter().all(|k| k.predicted_in(Mode::OnpremNoAuthority)), "only the predicted: {seen:?}");
 }
@@ -126,7 +129,7 @@ fn onprem_with_vrrp_authority_answers_from_two_hosts_only_through_a_frozen_one()
     assert!(kinds(&reports).is_subset(&limit), "only the predicted limit: {:?}", kinds(&reports));
     assert!(reports.iter().all(|r| !r.failed()));
     // The limit is shown: pinned seeds in which a frozen host answers beside the new holder.
-    for seed in [103, 127] {
+    for seed in [38, 103] {
         let pinned = sweep(&config(Mode::Onprem), seed..seed + 1);
         assert_eq!(kinds(&pinned), limit, "seed {seed}: a frozen host's answer, and nothing else");
         assert!(pinned.iter().all(|r| !r.failed()), "seed {seed}");

@@ -181,6 +181,46 @@ fn vrrp_authority_fails_closed() {
         vec!["proxy-arp-add", "garp", "proxy-arp-del"]
     );
     assert_eq!(a[0]["captureEpoch"], 1, "nothing was planned before the first VRRP master report");
+    // The pool keeps the default 5 s deprovision hold: on-prem it never holds a release (SPEC 13).
+    // a's release ran at its reconcile right after the switch-over (stream time 62, 12 ms after
+    // it), b's at its first reconcile after its fault: no router answers, and the scenario
+    // never ended with two (a `HeldByMany` condition).
+    assert_eq!(
+        (a[2]["state"].as_str(), a[2]["ownershipEpoch"].as_u64()),
+        (Some("executed"), Some(2)),
+        "a released in the epoch of the switch-over, not after the hold"
+    );
+    let b = actions(&r, "b");
+    assert_eq!(
+        b.iter()
+            .map(|x| (x["verb"].as_str().expect("verb"), x["state"].as_str().expect("state")))
+            .collect::<Vec<_>>(),
+        vec![("proxy-arp-add", "executed"), ("garp", "executed"), ("proxy-arp-del", "executed")]
+    );
+    assert_eq!(r["provider"]["lan"], serde_json::json!({}), "no router answers");
+    assert_eq!(r["conditions"], serde_json::json!([]));
+}
+
+/// A scenario that ends between the new holder's add and the old holder's release reports the
+/// on-prem address as `HeldByMany` (two routers answer it): a condition, not a violation.
+#[test]
+fn an_on_prem_address_held_by_two_nics_at_the_end_is_a_condition() {
+    let text = std::fs::read_to_string(scenarios_dir().join("vrrp-authority.yaml")).expect("read");
+    // Cut the timeline right after b's add and garp, before a's reconcile.
+    let cut = text.find("  - {at: 62,").expect("a's reconcile after the switch-over");
+    let scenario = parse_scenario(&text[..cut]).expect("valid");
+    let mut replay = Replay::new(&scenario, false);
+    for step in &scenario.timeline {
+        match &step.kind {
+            tenure_sim::scenario::StepKind::Log(event) => replay.append(event.clone()).expect("ok"),
+            tenure_sim::scenario::StepKind::Local { at_ms, node, step } => replay.local(*at_ms, node, *step),
+        }
+    }
+    let report = replay.report();
+    let conditions: Vec<(&str, &str, u64)> =
+        report.conditions.iter().map(|c| (c.pool.as_str(), c.condition.as_str(), c.addresses)).collect();
+    assert_eq!(conditions, vec![("vip", "HeldByMany", 1)]);
+    assert!(report.violations.is_empty(), "a condition, not a safety violation");
 }
 
 #[test]

@@ -139,10 +139,44 @@ impl World {
                     nic,
                     frozen: node.is_some_and(|n| self.nodes[n].frozen()),
                     vrrp_master: node.is_some_and(|n| self.vrrp_master == Some(n)),
+                    cut_off: node.is_some_and(|n| self.nodes[n].cut_off()),
                 }
             })
             .collect();
         self.checker.after_onprem_answer(address, &answerers, self.config.mode == Mode::Onprem);
+    }
+
+    /// After `node` reconciled at the head (connected, running): the on-prem addresses its NIC
+    /// answers beside another NIC, that it captured, is not the desired holder of, and has no
+    /// release open for — a split answer that outlasted the hand-over (see
+    /// [`crate::checker::Checker::after_onprem_reconcile`]).
+    pub(super) fn check_kept_entries(&mut self, node: usize) {
+        if self.topology.provider.kind != ProviderKind::SimOnprem {
+            return;
+        }
+        let nic = &self.topology.nodes[node].nic;
+        let driver = &self.nodes[node].driver;
+        let view = driver.view();
+        let Some(id) = view.node_id(&self.topology.nodes[node].name) else { return };
+        let engine = driver.engine();
+        let kept: Vec<(IpAddr, Vec<String>)> = self
+            .provider
+            .holdings()
+            .iter()
+            .filter(|(_, nics)| nics.len() > 1 && nics.contains(nic))
+            .filter(|(address, _)| {
+                engine.captured().contains_key(&(PROVIDER.to_owned(), **address))
+                    && view.desired_pool_of(id, PROVIDER, **address).is_none()
+                    && !engine.entries().any(|e| {
+                        e.action.address == **address
+                            && e.action.verb == Verb::ProxyArpDel
+                            && e.state.is_open()
+                    })
+            })
+            .map(|(address, nics)| (*address, nics.iter().cloned().collect()))
+            .collect();
+        let name = self.name(node);
+        self.checker.after_onprem_reconcile(&name, &kept);
     }
 
     pub(super) fn observe_inventory(&mut self, address: IpAddr, delayed: bool) {

@@ -3,11 +3,14 @@
 //! can write; with VRRP authority it withdraws its proxy entries on leaving MASTER and refuses to
 //! add them while not MASTER. A frozen agent does neither (docs/simulation.md).
 
+use std::net::IpAddr;
+
 use tenure_core::log::{Event, EventKind};
 use tenure_core::model::{StampedAction, Verb, VrrpState};
 
 use super::World;
 use crate::config::Mode;
+use crate::topology::PROVIDER;
 
 impl World {
     /// keepalived moves mastership to `master`. With VRRP authority, the old master's agent
@@ -62,10 +65,30 @@ impl World {
         }
     }
 
-    /// `node`'s agent removes every proxy entry of its host (local, needs no log).
+    /// `node`'s agent removes every proxy entry of its host (local, needs no log) and journals
+    /// each capture it had as an executed release, reported to the log with its next results —
+    /// what the runtime does (`NodeDriver::record_local_release`; a capture whose call is in
+    /// flight is withdrawn again once that call lands).
     pub(super) fn withdraw(&mut self, node: usize) {
         let nic = self.topology.nodes[node].nic.clone();
         self.provider.remove_nic(&nic);
+        let driver = &mut self.nodes[node].driver;
+        let captured: Vec<IpAddr> = driver
+            .engine()
+            .captured()
+            .keys()
+            .filter(|(provider, _)| provider == PROVIDER)
+            .map(|(_, address)| *address)
+            .collect();
+        for address in captured {
+            driver
+                .record_local_release(
+                    PROVIDER,
+                    address,
+                    "withdrawn locally: keepalived says this host is not VRRP master",
+                )
+                .expect("memory store");
+        }
     }
 
     /// Whether `node`'s executor refuses `action` on its own authority: with VRRP authority,

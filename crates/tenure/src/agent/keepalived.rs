@@ -37,10 +37,13 @@
 //! `docs/decisions.md` for what this rests on.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::model::VrrpState;
 use tokio::sync::mpsc;
+
+use super::authority::LocalAuthority;
 
 /// What one FIFO line says about `instance`: `Ok(Some(state))` for a line of that instance,
 /// `Ok(None)` for a line about something else (another instance, a group, a checker), `Err`
@@ -143,12 +146,20 @@ fn remembered(file: &Path) -> Option<VrrpState> {
 /// last state among them). When keepalived closes the FIFO, the follower waits up to
 /// [`RELOAD_GRACE`] for it to open the FIFO again (a reload does that, and a MASTER says nothing
 /// after it) before it reports `Down`. Lines that are not keepalived's are logged, naming the
-/// FIFO, and change nothing.
+/// FIFO, and change nothing. Every report is shown to `authority` before it is sent
+/// ([`LocalAuthority::observe`]): a demotion is acted on without waiting for the loop.
 #[cfg(unix)]
-pub async fn follow_fifo(path: PathBuf, instance: String, reports: mpsc::Sender<VrrpReport>) {
+pub async fn follow_fifo(
+    path: PathBuf,
+    instance: String,
+    reports: mpsc::Sender<VrrpReport>,
+    authority: Arc<LocalAuthority>,
+) {
     let mut last: Option<VrrpReport> = None;
     let kept = state_file(&path);
     let send = async |report: VrrpReport, last: &mut Option<VrrpReport>| -> bool {
+        // Acted on at once (calls refused, entries withdrawn), whatever the loop is doing.
+        authority.observe(&report);
         if last.as_ref() == Some(&report) {
             return true;
         }
@@ -377,7 +388,7 @@ mod tests {
         let dir = fresh_dir("fifo-test");
         let path = dir.join("keepalived.fifo");
         let (tx, mut rx) = mpsc::channel(16);
-        let follower = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx));
+        let follower = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx, LocalAuthority::new()));
         // No writer: keepalived is not running (and the follower created the FIFO).
         assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(r)) if r.contains("not running")));
         assert!(path.exists(), "the follower creates the FIFO");
@@ -440,7 +451,7 @@ mod tests {
         let file = std::env::temp_dir().join(format!("tenure-not-a-fifo-{}", std::process::id()));
         std::fs::write(&file, "INSTANCE \"VI_1\" MASTER 100\n").expect("write");
         let (tx, mut rx) = mpsc::channel(4);
-        let follower = tokio::spawn(follow_fifo(file.clone(), "VI_1".to_owned(), tx));
+        let follower = tokio::spawn(follow_fifo(file.clone(), "VI_1".to_owned(), tx, LocalAuthority::new()));
         let report = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a report");
         let Some(VrrpReport::Down(reason)) = report else { panic!("down: {report:?}") };
         assert!(reason.contains("is not a FIFO") && reason.contains(&file.display().to_string()), "{reason}");
@@ -457,7 +468,7 @@ mod tests {
         let dir = fresh_dir("fifo-kept");
         let path = dir.join("keepalived.fifo");
         let (tx, mut rx) = mpsc::channel(16);
-        let first = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx));
+        let first = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx, LocalAuthority::new()));
         assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(_))), "nothing remembered, no writer");
         let mut writer = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("open");
         writer.write_all(b"INSTANCE \"VI_1\" MASTER 100\n").expect("write");
@@ -467,7 +478,7 @@ mod tests {
         first.abort();
         // The agent restarts while keepalived holds the FIFO and says nothing.
         let (tx, mut rx) = mpsc::channel(16);
-        let second = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx));
+        let second = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx, LocalAuthority::new()));
         assert_eq!(next(&mut rx).await, Some(VrrpReport::Remembered(VrrpState::Master)));
         assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
         drop(writer);

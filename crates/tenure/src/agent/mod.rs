@@ -25,11 +25,14 @@
 //!   implement too), [`Settings`], [`ProviderExecutor`].
 //! - [`runner`] — the loop: [`runner::run`].
 //! - [`answers`] — answering API requests from the loop's state.
+//! - [`authority`] — keepalived's authority acted on without the log: calls of `authority: vrrp`
+//!   pools refused and cancelled while not MASTER, the local withdrawal.
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
 //! - [`memory`] — [`memory::MemoryStore`], the in-memory test double of [`AgentStore`].
 //! - [`request`] — the channel between the API and the loop.
 
 pub mod answers;
+pub mod authority;
 pub mod keepalived;
 pub mod memory;
 pub mod pools;
@@ -193,7 +196,17 @@ pub struct Settings {
     /// has a `vrrp` section: the agent appends each change as a `vrrp` event of every node it
     /// runs, and takes no step before the follower's first report (keepalived not running:
     /// `fault`; running and silent: the state the log recorded stands).
-    pub vrrp: Option<tokio::sync::mpsc::Receiver<keepalived::VrrpReport>>,
+    pub vrrp: Option<VrrpFollow>,
+}
+
+/// keepalived beside the agent: the follower's reports, and the flag it lowers as it reads them
+/// ([`authority::LocalAuthority`]), which the calls of `authority: vrrp` pools and the local
+/// withdrawal act on without waiting for the loop.
+pub struct VrrpFollow {
+    /// The follower's reports ([`keepalived::follow_fifo`]).
+    pub reports: tokio::sync::mpsc::Receiver<keepalived::VrrpReport>,
+    /// The flag the follower sets as it reads.
+    pub authority: Arc<authority::LocalAuthority>,
 }
 
 impl std::fmt::Debug for Settings {

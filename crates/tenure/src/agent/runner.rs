@@ -28,6 +28,7 @@ use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within}
 mod clock;
 mod requests;
 mod vrrp;
+mod withdraw;
 
 /// Most provider calls in flight at once, across the agent's nodes.
 pub const CALLS_IN_FLIGHT_MAX: usize = 256;
@@ -191,6 +192,9 @@ struct Agent<S: AgentStore> {
     vrrp: Option<mpsc::Receiver<VrrpReport>>,
     /// The VRRP state this agent last queued for its nodes.
     vrrp_state: Option<VrrpState>,
+    /// keepalived's authority acted on without the log, and the local withdrawal's channels
+    /// (`runner/withdraw.rs`), when the config has a `vrrp` section.
+    local: Option<withdraw::Local>,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -336,6 +340,9 @@ pub async fn run<S: AgentStore>(
             }
             _ = identity.tick() => agent.flush_identity(),
             report = recv_or_never(agent.vrrp.as_mut()) => dirty = agent.vrrp_received(report),
+            Some(done) = recv_or_never(agent.local.as_mut().map(|l| &mut l.withdrawals)) => {
+                dirty = agent.withdrawn(done);
+            }
             () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {
@@ -394,8 +401,9 @@ impl<S: AgentStore> Agent<S> {
             identity_dirty: true,
             summary: RunSummary::default(),
             freeze_after_reconcile: BTreeSet::new(),
-            vrrp: settings.vrrp,
+            vrrp: None,
             vrrp_state: None,
+            local: None,
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
@@ -410,6 +418,10 @@ impl<S: AgentStore> Agent<S> {
             until,
         );
         agent.recaptures_seen = agent.view().recaptures();
+        if let Some(follow) = settings.vrrp {
+            agent.vrrp = Some(follow.reports);
+            agent.local = Some(agent.start_withdrawals(follow.authority));
+        }
         let now = Instant::now();
         for (provider, executor) in &agent.executors {
             if let Some(interval) = executor.inventory_interval {
@@ -714,6 +726,7 @@ impl<S: AgentStore> Agent<S> {
         for index in 0..self.drivers.len() {
             self.start_calls(index);
         }
+        self.withdraw_if_due();
         self.record_highest_token();
         self.maybe_snapshot();
         let recaptures = self.view().recaptures();
@@ -958,9 +971,14 @@ impl<S: AgentStore> Agent<S> {
         debug!(node = self.drivers[node].name(), key = %action.idempotency_key, "calling the provider");
         let deadline = Instant::now() + provider.call_timeout;
         let task = (node, action.idempotency_key.clone(), action.provider.clone());
+        let authority = self.guarding(&action);
         let handle = self.calls.spawn(async move {
             let started = Instant::now();
-            let outcome = execute_within(&*provider.executor, &action, deadline).await;
+            let call = execute_within(&*provider.executor, &action, deadline);
+            let outcome = match authority {
+                Some(authority) => authority.guard(call).await,
+                None => call.await,
+            };
             CallDone {
                 node,
                 key: action.idempotency_key,

@@ -349,13 +349,15 @@ async fn serve<S: crate::agent::AgentStore>(
     info!(listen = %config.listen, nodes = config.nodes.len(), "agent started");
     let vrrp = config.vrrp.as_ref().map(|vrrp| {
         let (reports, receiver) = mpsc::channel(16);
+        let authority = crate::agent::authority::LocalAuthority::new();
         info!(fifo = %vrrp.notify_fifo.display(), instance = %vrrp.instance, "following keepalived");
         tokio::spawn(crate::agent::keepalived::follow_fifo(
             vrrp.notify_fifo.clone(),
             vrrp.instance.clone(),
             reports,
+            Arc::clone(&authority),
         ));
-        receiver
+        crate::agent::VrrpFollow { reports: receiver, authority }
     });
 
     let settings = Settings {

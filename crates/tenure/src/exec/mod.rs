@@ -143,7 +143,31 @@ pub trait Executor: Send + Sync {
     fn inventory_sees_only_own_nics(&self) -> bool {
         false
     }
+
+    /// Removes, on this host, every entry of `request.addresses` that `request.nics` hold, on
+    /// the executor's own authority and outside the gate: the local withdrawal of SPEC 7
+    /// (`onprem` under `authority: vrrp`, when keepalived says this host is not MASTER). A
+    /// removal never adds an answerer, so it needs no token. Answers the addresses that were
+    /// found and removed; `Ok` means none of them is held there any more. `None` (the default):
+    /// this provider has no such local step (a cloud provider enforces single assignment
+    /// itself).
+    fn withdraw<'a>(&'a self, request: &'a WithdrawRequest) -> Option<WithdrawFuture<'a>> {
+        let _ = request;
+        None
+    }
 }
+
+/// What a local withdrawal asks of a provider ([`Executor::withdraw`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WithdrawRequest {
+    /// The addresses to let go of (those of the pools under `authority: vrrp`).
+    pub addresses: Vec<IpAddr>,
+    /// This agent's NICs on the provider.
+    pub nics: Vec<String>,
+}
+
+/// The future of a local withdrawal: the addresses removed, or why not, in one line.
+pub type WithdrawFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, String>> + Send + 'a>>;
 
 /// Runs `action` on `executor`, never past `deadline`.
 ///

@@ -8,7 +8,10 @@ use tenure_core::model::{ProviderKind, StampedAction};
 use tenure_sim::sim_provider::SimProvider;
 use tokio::time::Instant;
 
-use super::{ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest};
+use super::{
+    ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest, WithdrawFuture,
+    WithdrawRequest,
+};
 
 /// A simulated provider behind a shared, lock-protected handle: clones share one provider, as the
 /// nodes of a fleet share one cloud. The lock is held only for the in-memory call, never across
@@ -74,6 +77,29 @@ impl Executor for SimExecutor {
                     (*address, holders.unwrap_or_default())
                 })
                 .collect())
+        }))
+    }
+
+    /// `sim-onprem` only: removes the asked addresses from the asked NICs.
+    fn withdraw<'a>(&'a self, request: &'a WithdrawRequest) -> Option<WithdrawFuture<'a>> {
+        if self.lock().kind() != ProviderKind::SimOnprem {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let mut provider = self.lock();
+            let removed = request
+                .addresses
+                .iter()
+                .filter(|address| {
+                    let mut any = false;
+                    for nic in &request.nics {
+                        any |= provider.inject_loss(**address, nic);
+                    }
+                    any
+                })
+                .copied()
+                .collect();
+            Ok(removed)
         }))
     }
 }

@@ -38,6 +38,11 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         self.vrrp = Some(reports);
+        // Calls and the local withdrawal act from here on (unless the follower read a state
+        // since, which is newer).
+        if let Some(local) = &self.local {
+            local.authority.settle(self.vrrp_state == Some(VrrpState::Master));
+        }
     }
 
     /// One report from the loop (`None`: the follower stopped), and every report already waiting
@@ -46,6 +51,9 @@ impl<S: AgentStore> Agent<S> {
     pub(super) fn vrrp_received(&mut self, report: Option<VrrpReport>) -> bool {
         let Some(report) = report else {
             self.vrrp = None;
+            if let Some(local) = &self.local {
+                local.authority.set(false);
+            }
             return self.vrrp_changed(VrrpState::Fault, "the keepalived follower stopped");
         };
         let mut queued = self.vrrp_report(report);
@@ -94,7 +102,10 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// Queues a `vrrp` event of every node of this agent when `state` differs from the last one
-    /// queued (an earlier one not appended yet is replaced: only the latest state matters).
+    /// queued. An earlier one not appended yet is replaced (only the latest state matters), but a
+    /// demotion is never replaced by a MASTER: the host withdrew its entries locally on it, and
+    /// the log must see the epoch move away and back, or the node would stay the desired holder
+    /// of an epoch whose acquire it executed already and never add its entry again.
     /// Returns whether anything was queued.
     fn vrrp_changed(&mut self, state: VrrpState, why: &str) -> bool {
         if self.vrrp_state == Some(state) {
@@ -106,7 +117,11 @@ impl<S: AgentStore> Agent<S> {
             warn!(state = ?state, "{why}: this host is not VRRP master; capturing nothing");
         }
         self.vrrp_state = Some(state);
-        self.queued.retain(|e| !matches!(e, EventKind::Vrrp { .. }));
+        let demotion_kept = state == VrrpState::Master;
+        self.queued.retain(|e| match e {
+            EventKind::Vrrp { state: queued, .. } => demotion_kept && *queued != VrrpState::Master,
+            _ => true,
+        });
         for driver in &self.drivers {
             self.queued.push(EventKind::Vrrp { node: driver.name().to_owned(), state });
         }

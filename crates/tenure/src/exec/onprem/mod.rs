@@ -35,7 +35,10 @@ use netlink_packet_route::neighbour::{
 use tenure_core::model::{StampedAction, Verb};
 use tokio::time::Instant;
 
-use super::{ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest};
+use super::{
+    ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest, WithdrawFuture,
+    WithdrawRequest,
+};
 
 /// `errno` values rtnetlink reports (negated in the netlink error message).
 const ENOENT: i32 = 2;
@@ -188,6 +191,21 @@ impl Executor for OnpremExecutor {
 
     fn inventory_sees_only_own_nics(&self) -> bool {
         true
+    }
+
+    /// Removes the proxy entries of the asked addresses from this host's interface (the node's
+    /// NIC): one dump, then one delete per entry found (an entry gone meanwhile counts as
+    /// removed).
+    fn withdraw<'a>(&'a self, request: &'a WithdrawRequest) -> Option<WithdrawFuture<'a>> {
+        Some(Box::pin(async move {
+            let entries = proxy_entries(&self.interface).await?;
+            let mut removed = Vec::new();
+            for address in entries.into_iter().filter(|a| request.addresses.contains(a)) {
+                self.delete(address).await?;
+                removed.push(address);
+            }
+            Ok(removed)
+        }))
     }
 }
 

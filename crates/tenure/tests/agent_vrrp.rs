@@ -1,0 +1,190 @@
+//! keepalived's authority acted on without the log (SPEC 7, `onprem` under `authority: vrrp`),
+//! in-process over the in-memory store and `sim-onprem`: a demotion removes the host's entry at
+//! once and journals it as an executed release reported to the log; adds are refused while not
+//! MASTER; a demotion and promotion that reach the log together still move the epoch, so the
+//! address comes back. The network-namespace version with real keepalived and etcd is
+//! `onprem_keepalived.rs`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::agent::authority::LocalAuthority;
+use tenure::agent::keepalived::VrrpReport;
+use tenure::agent::memory::MemoryStore;
+use tenure::agent::request::{ActionFilter, AgentHandle};
+use tenure::agent::runner::{NoObserver, RunSummary, run};
+use tenure::agent::{ProviderExecutor, Settings, VrrpFollow};
+use tenure::exec::SimExecutor;
+use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
+use tokio::sync::{mpsc, oneshot};
+
+/// Most time any condition below may take; the loop itself is much faster.
+const WAIT_MAX: Duration = Duration::from_secs(10);
+
+const ADDRESS: &str = "192.0.2.10";
+
+struct Router {
+    handle: AgentHandle,
+    lan: SimExecutor,
+    keepalived: mpsc::Sender<VrrpReport>,
+    authority: Arc<LocalAuthority>,
+    _stop: oneshot::Sender<()>,
+    _done: tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>,
+}
+
+/// One router `a` answering on `eth-a` for one address of a pool under VRRP authority, with the
+/// default 5 s deprovision hold (never applied on-prem), beside keepalived's reports.
+fn start() -> Router {
+    let lan = SimExecutor::new(ProviderKind::SimOnprem);
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "lan".to_owned(),
+        ProviderExecutor {
+            executor: Arc::new(lan.clone()),
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+        },
+    );
+    let spec = PoolSpec {
+        name: "vip".into(),
+        addresses: vec![ADDRESS.parse().expect("literal")],
+        provider: "lan".into(),
+        placement_group: "rack1".into(),
+        members: vec!["a".into()],
+        authority: Authority::Vrrp,
+        approval: Approval::Auto,
+        deprovision_hold_ms: 5_000,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 0,
+        epoch_locking: true,
+        prefer_nodes: vec![],
+        preempt: false,
+        auto_failover: true,
+    };
+    let (keepalived, reports) = mpsc::channel(16);
+    let authority = LocalAuthority::new();
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![NodeSpec {
+            name: "a".into(),
+            provider: "lan".into(),
+            placement_group: "rack1".into(),
+            priority: 0,
+            nic: "eth-a".into(),
+            capacity: None,
+        }],
+        providers: vec![ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        // Long: nothing below may depend on a requeue pass.
+        requeue_interval: Duration::from_secs(60),
+        journal_retention: 10_000,
+        pools: Box::new(move || Ok(vec![spec.clone()])),
+        vrrp: Some(VrrpFollow { reports, authority: Arc::clone(&authority) }),
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    Router { handle, lan, keepalived, authority, _stop: stop, _done: done }
+}
+
+impl Router {
+    /// What keepalived says, as the follower passes it on: the flag first, then the loop.
+    async fn keepalived_says(&self, report: VrrpReport) {
+        self.authority.observe(&report);
+        self.keepalived.send(report).await.expect("the loop listens");
+    }
+
+    fn answers(&self) -> bool {
+        self.lan.with_provider(|p| {
+            p.holdings().get(&ADDRESS.parse().expect("literal")).is_some_and(|n| !n.is_empty())
+        })
+    }
+
+    /// (verb, state, captureEpoch) of every journal entry of `a`, in journal order.
+    async fn journal(&self) -> Vec<(String, String, u64)> {
+        let filter = ActionFilter { node: Some("a".into()), state: None, pool: None };
+        let rows = self.handle.actions(filter).await.expect("answers");
+        rows.into_iter().map(|r| (r.verb, r.state, r.capture_epoch)).collect()
+    }
+
+    async fn epochs(&self) -> (u64, u64) {
+        let rows = self.handle.ownership().await.expect("answers");
+        let row = rows.iter().find(|r| r.address == ADDRESS).expect("row");
+        (row.ownership_epoch, row.capture_epoch)
+    }
+}
+
+async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, mut condition: F) {
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    while !condition().await {
+        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demotion_withdraws_without_the_log_and_journals_a_release() {
+    let router = start();
+    // As the follower starts: the lines that waited in the FIFO, then "running".
+    router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
+    router.keepalived_says(VrrpReport::Running).await;
+    wait_until("a answers as master", async || router.answers()).await;
+    wait_until("garp executed", async || {
+        router.journal().await.iter().filter(|(_, state, _)| state == "executed").count() == 2
+    })
+    .await;
+
+    // keepalived demotes the host, and the loop has not heard of it (its report is still on
+    // its way): the entry goes all the same, journaled as an executed release stamped with the
+    // epoch a held — the log did not move, so no planned release could have done it.
+    router.authority.observe(&VrrpReport::State(VrrpState::Backup));
+    wait_until("the entry withdrawn", async || !router.answers()).await;
+    wait_until("the withdrawal journaled", async || {
+        router
+            .journal()
+            .await
+            .iter()
+            .any(|(verb, state, epoch)| verb == "proxy-arp-del" && state == "executed" && *epoch == 1)
+    })
+    .await;
+    assert_eq!(router.epochs().await, (1, 1), "the log has not heard of the demotion");
+
+    // The report reaches the loop: the log moves both epochs away from a.
+    router.keepalived.send(VrrpReport::State(VrrpState::Backup)).await.expect("listens");
+    wait_until("the epochs moved", async || router.epochs().await == (2, 2)).await;
+    assert!(!router.answers());
+
+    // MASTER again: a re-captures in a new epoch.
+    router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
+    wait_until("a answers again", async || router.answers()).await;
+    assert_eq!(router.epochs().await, (3, 3));
+}
+
+// One thread: the two reports below are both waiting when the loop next runs (nothing yields
+// between the two sends), so they reach the log in one batch.
+#[tokio::test(flavor = "current_thread")]
+async fn a_flap_that_reaches_the_log_in_one_batch_still_brings_the_address_back() {
+    let router = start();
+    // As the follower starts: the lines that waited in the FIFO, then "running".
+    router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
+    router.keepalived_says(VrrpReport::Running).await;
+    wait_until("a answers as master", async || router.answers()).await;
+    let before = router.epochs().await;
+    // BACKUP and MASTER back to back: the withdrawal runs on BACKUP; both reports reach the loop
+    // before its next append. The demotion is kept in the batch, so the epoch moves away and
+    // back, and a adds its entry again (with only MASTER appended, a would stay the desired
+    // holder of an epoch whose acquire it executed, answering for nothing).
+    router.authority.observe(&VrrpReport::State(VrrpState::Backup));
+    wait_until("the entry withdrawn", async || !router.answers()).await;
+    router.keepalived.send(VrrpReport::State(VrrpState::Backup)).await.expect("listens");
+    router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
+    wait_until("a answers again", async || router.answers()).await;
+    let after = router.epochs().await;
+    assert!(after.1 > before.1, "the captureEpoch moved: {before:?} -> {after:?}");
+}
