@@ -52,8 +52,8 @@ struct Fleet {
     dir: TempDir,
     cluster: Cluster,
     listen: Vec<SocketAddr>,
-    /// A private copy of the `tenure` binary this test was built with: the shared target
-    /// directory's binary may be relinked by another build while the test runs.
+    /// A private copy of the `tenure` binary: the one this test was built with, or `TENURE_BIN`
+    /// when set (a shared target directory's binary may be relinked by another build).
     binary: PathBuf,
 }
 
@@ -62,7 +62,8 @@ impl Fleet {
         let cluster = Cluster::start(tag, base_port);
         let dir = TempDir::new(tag);
         let binary = dir.path().join("tenure");
-        std::fs::copy(env!("CARGO_BIN_EXE_tenure"), &binary).expect("copy the tenure binary");
+        let built = std::env::var_os("TENURE_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into());
+        std::fs::copy(&built, &binary).expect("copy the tenure binary");
         let hook = dir.write("hook.sh", HOOK);
         std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
         dir.write("token", TOKEN);
@@ -150,7 +151,7 @@ impl Fleet {
 
     /// Waits until every listed agent says, in a 503 health, that the log went back.
     fn every_agent_refuses(&self, agents: &[&Agent], what: &str) {
-        let mut health = Vec::new();
+        let mut health: Vec<(u16, String)>;
         let refused = |h: &Vec<(u16, String)>| h.iter().all(|(s, b)| *s == 503 && b.contains(WENT_BACK));
         let deadline = std::time::Instant::now() + REFUSAL_MAX;
         loop {
@@ -162,8 +163,10 @@ impl Fleet {
                 break;
             }
             if std::time::Instant::now() > deadline {
-                let logs: Vec<String> =
-                    agents.iter().map(|a| a.log().lines().rev().take(15).collect::<Vec<_>>().join("\n")).collect();
+                let logs: Vec<String> = agents
+                    .iter()
+                    .map(|a| a.log().lines().rev().take(15).collect::<Vec<_>>().join("\n"))
+                    .collect();
                 panic!(
                     "not within {REFUSAL_MAX:?}: every agent refuses the log ({what})\nhealth: {health:#?}\n\
                      agents' last log lines (newest first): {logs:#?}\ncalls: {:#?}",
@@ -176,7 +179,7 @@ impl Fleet {
             eprintln!("{what}: health {status} {body}");
             assert_eq!(body.matches(WENT_BACK).count(), 1, "one line names the refusal: {body}");
             assert!(
-                body.contains("applied it up to revision") && body.contains("in etcd"),
+                body.contains("this agent applied it up to revision") && body.contains("etcd's log"),
                 "the refusal names both positions: {body}"
             );
         }
@@ -184,18 +187,34 @@ impl Fleet {
 
     /// The mod revision of the log's head key (0: no head).
     fn head_revision(&self) -> i64 {
-        let out = run(&["etcdctl", "--endpoints", &self.endpoints(), "get", &format!("{PREFIX}/head"), "-w", "json"]);
+        let out = run(&[
+            "etcdctl",
+            "--endpoints",
+            &self.endpoints(),
+            "get",
+            &format!("{PREFIX}/head"),
+            "-w",
+            "json",
+        ]);
         let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl JSON");
         v["kvs"][0]["mod_revision"].as_i64().unwrap_or(0)
     }
 
     /// The keys under `<prefix>/log/`.
     fn log_keys(&self) -> Vec<String> {
-        run(&["etcdctl", "--endpoints", &self.endpoints(), "get", "--prefix", "--keys-only", &format!("{PREFIX}/log/")])
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect()
+        run(&[
+            "etcdctl",
+            "--endpoints",
+            &self.endpoints(),
+            "get",
+            "--prefix",
+            "--keys-only",
+            &format!("{PREFIX}/log/"),
+        ])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
     }
 }
 

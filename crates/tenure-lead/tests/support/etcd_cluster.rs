@@ -77,7 +77,11 @@ impl Cluster {
     /// `etcdctl snapshot save` of the cluster (from member 1) into `file`; returns the etcd
     /// revision the snapshot holds.
     pub fn snapshot_save(&self, file: &std::path::Path) -> i64 {
-        let out = self.script_output(&["snapshot", self.dir.to_str().expect("utf-8"), file.to_str().expect("utf-8")]);
+        let out = self.script_output(&[
+            "snapshot",
+            self.dir.to_str().expect("utf-8"),
+            file.to_str().expect("utf-8"),
+        ]);
         out.trim().parse().unwrap_or_else(|_| panic!("a snapshot revision, not `{out}`"))
     }
 
