@@ -28,7 +28,10 @@ const PREFIX: &str = "/rollback-test";
 /// keep-alive about 8 s), with room for a loaded machine.
 const REFUSAL_MAX: Duration = Duration::from_secs(20);
 
-/// What a refusal of a log that went back says (in health and in the log).
+/// What every refusal of the store says (in health and in the log), whatever its reason.
+const REFUSING: &str = "refusing to act";
+
+/// What a refusal of a log that went back says.
 const WENT_BACK: &str = "the log in etcd went back";
 
 /// The hook: every call is one line of `calls.log`: `<holder> <verb> <address> <ownershipEpoch>
@@ -149,10 +152,11 @@ impl Fleet {
         settled
     }
 
-    /// Waits until every listed agent says, in a 503 health, that the log went back.
-    fn every_agent_refuses(&self, agents: &[&Agent], what: &str) {
+    /// Waits until every listed agent refuses its store (a 503 health saying so); returns the
+    /// health bodies.
+    fn every_agent_refuses(&self, agents: &[&Agent], what: &str) -> Vec<String> {
         let mut health: Vec<(u16, String)>;
-        let refused = |h: &Vec<(u16, String)>| h.iter().all(|(s, b)| *s == 503 && b.contains(WENT_BACK));
+        let refused = |h: &Vec<(u16, String)>| h.iter().all(|(s, b)| *s == 503 && b.contains(REFUSING));
         let deadline = std::time::Instant::now() + REFUSAL_MAX;
         loop {
             health = agents
@@ -177,12 +181,8 @@ impl Fleet {
         }
         for (status, body) in &health {
             eprintln!("{what}: health {status} {body}");
-            assert_eq!(body.matches(WENT_BACK).count(), 1, "one line names the refusal: {body}");
-            assert!(
-                body.contains("this agent applied it up to revision") && body.contains("etcd's log"),
-                "the refusal names both positions: {body}"
-            );
         }
+        health.into_iter().map(|(_, body)| body).collect()
     }
 
     /// The mod revision of the log's head key (0: no head).
@@ -230,6 +230,18 @@ fn owner(body: &str) -> Option<String> {
     v["ownership"][0]["owner"].as_str().map(str::to_owned)
 }
 
+/// Each refusal says, in one line, that the log went back, how far the agent applied it and
+/// where etcd's log ends.
+fn name_both_positions(health: &[String]) {
+    for body in health {
+        assert_eq!(body.matches(WENT_BACK).count(), 1, "one line names the refusal: {body}");
+        assert!(
+            body.contains("this agent applied it up to revision") && body.contains("etcd's log"),
+            "the refusal names both positions: {body}"
+        );
+    }
+}
+
 /// After the refusals: no agent calls its provider, appends to etcd (the head stays), and one
 /// restarted (`kill -9`, then started on its `store.path`) refuses at start and appends nothing.
 fn nothing_acts_and_a_restart_refuses(fleet: &Fleet, agents: &mut [Option<Agent>], calls_before: usize) {
@@ -239,7 +251,7 @@ fn nothing_acts_and_a_restart_refuses(fleet: &Fleet, agents: &mut [Option<Agent>
     });
     agents[1].take().expect("b runs").kill9();
     let b = fleet.spawn(1);
-    fleet.every_agent_refuses(&[&b], "b restarted");
+    name_both_positions(&fleet.every_agent_refuses(&[&b], "b restarted"));
     stays_for(Duration::from_secs(1), "the restarted agent calls nothing and appends nothing", || {
         fleet.calls().len() == calls_before && fleet.head_revision() == head
     });
@@ -256,8 +268,9 @@ fn deleting_the_prefix_under_a_running_fleet_makes_every_agent_refuse() {
 
     run(&["etcdctl", "--endpoints", &fleet.endpoints(), "del", "--prefix", PREFIX]);
     let running: Vec<&Agent> = agents.iter().flatten().collect();
-    fleet.every_agent_refuses(&running, "after etcdctl del --prefix");
+    let health = fleet.every_agent_refuses(&running, "after etcdctl del --prefix");
     assert_eq!(fleet.log_keys(), Vec::<String>::new(), "no agent appended to the wiped prefix");
+    name_both_positions(&health);
     nothing_acts_and_a_restart_refuses(&fleet, &mut agents, calls_before);
     assert_eq!(fleet.log_keys(), Vec::<String>::new(), "nothing was appended, also by the restarted agent");
     assert_eq!(fleet.cloud_holder().as_deref(), Some("a"), "the cloud was left as it was");
@@ -284,12 +297,13 @@ fn an_etcd_restored_from_a_snapshot_taken_before_a_drain_makes_every_agent_refus
     fleet.cluster.restore(&snapshot);
     assert_eq!(fleet.cluster.cluster_id(), cluster_id, "the restored etcd is the same cluster");
     let running: Vec<&Agent> = agents.iter().flatten().collect();
-    fleet.every_agent_refuses(&running, "after the restore");
+    let health = fleet.every_agent_refuses(&running, "after the restore");
     assert!(
         fleet.head_revision() <= snapshot_revision,
         "no agent appended to the restored log: head at {}, snapshot at {snapshot_revision}",
         fleet.head_revision()
     );
+    name_both_positions(&health);
     nothing_acts_and_a_restart_refuses(&fleet, &mut agents, calls_before);
     assert!(fleet.head_revision() <= snapshot_revision, "nothing was appended, also by the restarted agent");
     assert_eq!(fleet.cloud_holder(), Some(new_owner), "the cloud was left as it was");

@@ -132,7 +132,7 @@ pub(crate) fn check_head(anchor: &Anchor, head_created: i64, head_revision: i64)
         return Ok(());
     }
     if head_created == 0 {
-        return Err(went_back(anchor, "etcd's log has no head any more (the prefix deleted?)"));
+        return Err(went_back(anchor, "etcd's log has no head any more"));
     }
     if let Some(created) = anchor.head_created
         && created != head_created
