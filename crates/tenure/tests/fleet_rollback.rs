@@ -35,7 +35,8 @@ const REFUSING: &str = "refusing to act";
 const WENT_BACK: &str = "the log in etcd went back";
 
 /// The hook: every call is one line of `calls.log`: `<holder> <verb> <address> <ownershipEpoch>
-/// <captureEpoch>`; the "cloud" is `cloud/<address>` holding its holder.
+/// <captureEpoch>`; the "cloud" is `cloud/<address>` holding its holder. While a file
+/// `hold-<holder>` exists, that holder's calls do not return (a call in flight).
 const HOOK: &str = r#"#!/bin/sh
 set -eu
 dir=$(dirname "$0")
@@ -48,6 +49,7 @@ mkdir -p "$dir/cloud"
     release) if [ "$(cat "$dir/cloud/$TENURE_ADDRESS" 2>/dev/null)" = "$TENURE_HOLDER" ]; then rm -f "$dir/cloud/$TENURE_ADDRESS"; fi ;;
   esac
 ) 9>"$dir/cloud.lock"
+while [ -e "$dir/hold-$TENURE_HOLDER" ]; do sleep 0.05; done
 echo ok
 "#;
 
@@ -310,4 +312,45 @@ fn an_etcd_restored_from_a_snapshot_taken_before_a_drain_makes_every_agent_refus
     wait_for_within(Duration::from_secs(1), "the agents still run", || {
         agents.iter().flatten().all(|a| http(a.listen, "GET", "/v1/health", None, None).is_ok())
     });
+}
+
+#[test]
+fn an_agent_killed_during_a_call_refuses_a_restore_to_before_that_call_when_restarted() {
+    // The agent records how far it applied the log about once a second, and before every batch
+    // of calls. Killed while its first call of a drain is in flight — typically before the
+    // once-a-second record caught up with the drain — and restarted on an etcd restored from a
+    // snapshot taken just before the drain, it must still know it acted past that snapshot:
+    // else it follows the restored log, takes the address over again, and acquires with the
+    // very tokens it used before.
+    let fleet = Fleet::new("rollback-in-flight", 26700);
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    assert_eq!(fleet.settled(), "a");
+    fleet.dir.write("hold-b", "");
+    fleet.dir.write("hold-c", "");
+    let snapshot = fleet.dir.path().join("etcd.snapshot");
+    fleet.cluster.snapshot_save(&snapshot);
+    wait_for("the drain of a is accepted", || {
+        matches!(http(fleet.listen[0], "POST", "/v1/drain/a", Some(TOKEN), None), Ok((200, _)))
+    });
+    let mut taker = None;
+    wait_for("b or c calls its provider to take the address", || {
+        taker = fleet
+            .calls()
+            .iter()
+            .find_map(|c| NODES.iter().position(|n| *n != "a" && c.starts_with(&format!("{n} acquire "))));
+        taker.is_some()
+    });
+    let taker = taker.expect("found");
+    agents[taker].take().expect("runs").kill9();
+    let calls = fleet.calls();
+    eprintln!("calls when {} was killed: {calls:#?}", NODES[taker]);
+
+    fleet.cluster.restore(&snapshot);
+    let restarted = fleet.spawn(taker);
+    name_both_positions(&fleet.every_agent_refuses(&[&restarted], "restarted after the restore"));
+    stays_for(Duration::from_secs(2), "the restarted agent calls nothing", || fleet.calls() == calls);
+    for n in ["b", "c"] {
+        std::fs::remove_file(fleet.dir.path().join(format!("hold-{n}")))
+            .expect("release the calls in flight");
+    }
 }
