@@ -74,6 +74,36 @@ impl Cluster {
         assert!(status.success(), "kill {member}");
     }
 
+    /// `etcdctl snapshot save` of the cluster (from member 1) into `file`; returns the etcd
+    /// revision the snapshot holds.
+    pub fn snapshot_save(&self, file: &std::path::Path) -> i64 {
+        let out = self.script_output(&[
+            "snapshot",
+            self.dir.to_str().expect("utf-8"),
+            file.to_str().expect("utf-8"),
+        ]);
+        out.trim().parse().unwrap_or_else(|_| panic!("a snapshot revision, not `{out}`"))
+    }
+
+    /// Stops every member, restores each from `file` (`etcdctl snapshot restore` with the same
+    /// cluster token and members: the same cluster id) and starts them again; returns once the
+    /// cluster answers health.
+    pub fn restore(&self, file: &std::path::Path) {
+        self.script_output(&["restore", self.dir.to_str().expect("utf-8"), file.to_str().expect("utf-8")]);
+    }
+
+    /// The cluster id member 1 answers with, in hex.
+    pub fn cluster_id(&self) -> String {
+        self.script_output(&["cluster-id", self.dir.to_str().expect("utf-8")]).trim().to_owned()
+    }
+
+    /// Runs `scripts/etcd-cluster ARGS`, panicking with its stderr when it fails; its stdout.
+    fn script_output(&self, args: &[&str]) -> String {
+        let out = Command::new(script()).args(args).output().expect("run scripts/etcd-cluster");
+        assert!(out.status.success(), "etcd-cluster {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
     /// Starts a killed member again on its data; returns once it answers health.
     pub fn revive(&self, member: &str) {
         let status = Command::new(script())

@@ -15,7 +15,7 @@ use etcd_client::{
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::Shared;
+use super::{Anchor, Shared};
 
 /// Keys and values the I/O thread reads and writes, by role.
 #[derive(Clone, Debug)]
@@ -54,7 +54,8 @@ impl Keys {
     }
 }
 
-/// A linearizable read of the log's head.
+/// A linearizable read of the log's head, with what tells whether the log went back below the
+/// agent's [`Anchor`], all at one revision (one read-only transaction).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HeadRead {
     /// The etcd cluster answering.
@@ -63,6 +64,23 @@ pub(crate) struct HeadRead {
     pub(crate) revision: i64,
     /// The revision of the last batch appended (0: none yet).
     pub(crate) head_revision: i64,
+    /// The revision the head key was created at (0: no head).
+    pub(crate) head_created: i64,
+    /// The mod revision of the batch key asked about (the newest this agent applied), when it
+    /// is there.
+    pub(crate) batch_revision: Option<i64>,
+    /// The revision the newest snapshot covers, when there is one.
+    pub(crate) snapshot_revision: Option<i64>,
+}
+
+/// What an append came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Appended {
+    /// The batch is in the log at `revision` (committed now, or by an earlier try); the head key
+    /// was created at `head_created`.
+    Committed { revision: i64, head_created: i64 },
+    /// Not appended: etcd's head is not the one the agent saw ([`super::check_head`]'s reason).
+    WentBack(String),
 }
 
 /// Sees the first head read; a reason refuses the log (the binding does not match).
@@ -71,14 +89,18 @@ pub(crate) type Refuse = Box<dyn FnOnce(&HeadRead) -> Option<String> + Send>;
 /// A request to the I/O thread; each answers on its own channel.
 pub(crate) enum Command {
     /// Put one batch under `key` unless it is there already (a retried append whose first
-    /// answer was lost); answers the batch's revision.
-    /// Also put when this process's writer key names it already (a snapshot deleted it since);
-    /// answers whether this call committed it.
-    Append { key: String, value: Vec<u8>, reply: std_mpsc::SyncSender<Result<(i64, bool), String>> },
+    /// answer was lost) or this process's writer key names it already (a snapshot deleted it
+    /// since), and only while etcd's head is still the one `anchor` saw (see [`append`]).
+    Append {
+        key: String,
+        value: Vec<u8>,
+        anchor: Anchor,
+        reply: std_mpsc::SyncSender<Result<Appended, String>>,
+    },
     /// Deletes this process's writer key (a clean stop).
     ForgetWriter { reply: std_mpsc::SyncSender<Result<(), String>> },
-    /// A linearizable read of the head key.
-    Head { reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
+    /// A linearizable read of the head key (and of `batch_key`, see [`read_head`]).
+    Head { batch_key: Option<Vec<u8>>, reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
     /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]), in
     /// the background: the outcome is logged.
     /// Skipped when the newest snapshot is fewer than `every` events older: every agent offers
@@ -196,10 +218,11 @@ impl Io {
 
     /// Puts one batch (see [`Command::Append`]), waiting at most the request timeout and a
     /// margin (the client's own timeout answers first).
-    pub(crate) fn append(&self, key: String, value: Vec<u8>) -> Result<(i64, bool), String> {
+    pub(crate) fn append(&self, key: String, value: Vec<u8>, anchor: Anchor) -> Result<Appended, String> {
         self.call(self.request_timeout + Duration::from_millis(500), |reply| Command::Append {
             key,
             value,
+            anchor,
             reply,
         })
     }
@@ -223,10 +246,10 @@ impl Io {
         self.call(self.request_timeout, |reply| Command::ForgetWriter { reply })
     }
 
-    /// A linearizable read of the head key, waited for at most `wait` (a read still under way
-    /// then finishes in the background, unheard).
-    pub(crate) fn head(&self, wait: Duration) -> Result<HeadRead, String> {
-        self.call(wait, |reply| Command::Head { reply })
+    /// A linearizable read of the head key and of `batch_key` (see [`read_head`]), waited for at
+    /// most `wait` (a read still under way then finishes in the background, unheard).
+    pub(crate) fn head(&self, wait: Duration, batch_key: Option<Vec<u8>>) -> Result<HeadRead, String> {
+        self.call(wait, |reply| Command::Head { batch_key, reply })
     }
 }
 
@@ -261,19 +284,47 @@ async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
     Client::connect(&settings.endpoints, Some(options)).await.map_err(failed("connect"))
 }
 
-async fn read_head(client: &mut Client, keys: &Keys) -> Result<HeadRead, String> {
+/// The first key-value of each `get` of a transaction's answer, in order (`None` for an absent
+/// key and for an operation that is not a `get`).
+fn got(response: etcd_client::TxnResponse) -> Vec<Option<etcd_client::KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .map(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reads, in one read-only transaction (linearizable, at one revision), the head key, the
+/// snapshot manifest and `batch_key` (the newest batch the agent applied, when it knows it).
+async fn read_head(client: &mut Client, keys: &Keys, batch_key: Option<&[u8]>) -> Result<HeadRead, String> {
+    let mut gets = vec![TxnOp::get(keys.head.as_bytes(), None), TxnOp::get(keys.snapshot.as_bytes(), None)];
+    gets.extend(batch_key.map(|key| TxnOp::get(key, None)));
+    let txn = Txn::new().and_then(gets);
     let response = retry_quick_failures(|| {
         let mut client = client.clone();
-        let key = keys.head.clone();
-        async move { client.get(key, None).await }
+        let txn = txn.clone();
+        async move { client.txn(txn).await }
     })
     .await
     .map_err(failed("head read"))?;
     let header = response.header().ok_or("etcd head read: an answer without a header")?;
+    let (cluster_id, revision) = (header.cluster_id(), header.revision());
+    let kvs = got(response);
+    let head = kvs.first().cloned().flatten();
+    let snapshot_revision = match kvs.get(1).cloned().flatten() {
+        Some(kv) => Some(decode_manifest(keys, kv.value())?.revision),
+        None => None,
+    };
     Ok(HeadRead {
-        cluster_id: header.cluster_id(),
-        revision: header.revision(),
-        head_revision: response.kvs().first().map_or(0, etcd_client::KeyValue::mod_revision),
+        cluster_id,
+        revision,
+        head_revision: head.as_ref().map_or(0, etcd_client::KeyValue::mod_revision),
+        head_created: head.as_ref().map_or(0, etcd_client::KeyValue::create_revision),
+        batch_revision: kvs.get(2).cloned().flatten().map(|kv| kv.mod_revision()),
+        snapshot_revision,
     })
 }
 
@@ -286,9 +337,14 @@ async fn connect_and_load(
     refuse: Refuse,
 ) -> Result<(Client, HeadRead), String> {
     let mut client = connect(settings).await?;
-    let first = read_head(&mut client, keys).await?;
+    let anchor = shared.anchor();
+    let first = read_head(&mut client, keys, anchor.batch_key()).await?;
     if let Some(reason) = refuse(&first) {
         shared.lock().refused = Some(reason);
+        return Ok((client, first));
+    }
+    // A log that went back below what this agent applied is refused before anything is written.
+    if shared.verify(&anchor, &first).is_err() {
         return Ok((client, first));
     }
     check_fleet(&mut client, keys, &settings.fleet).await?;
@@ -298,9 +354,14 @@ async fn connect_and_load(
 }
 
 /// Reads the head, the newest snapshot and every batch after it, all at the head read's
-/// revision, and makes them the replica (replacing what it held).
+/// revision, and makes them the replica (replacing what it held) — unless the log went back
+/// below what the agent applied: the replica is then refused ([`Shared::verify`]) as it is.
 async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadRead, String> {
-    let head = read_head(client, keys).await?;
+    let anchor = shared.anchor();
+    let head = read_head(client, keys, anchor.batch_key()).await?;
+    if shared.verify(&anchor, &head).is_err() {
+        return Ok(head);
+    }
     let snapshot = read_snapshot(client, keys, head.revision).await?;
     let mut batches = Vec::new();
     // A page of batches of up to 1 MiB each stays under the decode limit.
@@ -338,7 +399,12 @@ async fn read_manifest(
     let options = at.map(|at| GetOptions::new().with_revision(at));
     let response = client.get(keys.snapshot.as_bytes(), options).await.map_err(failed("snapshot read"))?;
     let Some(kv) = response.kvs().first() else { return Ok(None) };
-    let manifest: Manifest = serde_json::from_slice(kv.value())
+    Ok(Some((decode_manifest(keys, kv.value())?, kv.mod_revision())))
+}
+
+/// The manifest stored under the snapshot key, or why it is not one (one line).
+fn decode_manifest(keys: &Keys, value: &[u8]) -> Result<Manifest, String> {
+    let manifest: Manifest = serde_json::from_slice(value)
         .map_err(|e| format!("the snapshot manifest {} does not decode: {e}", keys.snapshot))?;
     if manifest.v != 1 {
         return Err(format!(
@@ -346,7 +412,7 @@ async fn read_manifest(
             keys.snapshot, manifest.v
         ));
     }
-    Ok(Some((manifest, kv.mod_revision())))
+    Ok(manifest)
 }
 
 /// The newest snapshot at revision `at`, checked whole against its manifest.
@@ -487,8 +553,8 @@ async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<()
 
 async fn answer(mut client: Client, keys: Keys, command: Command) {
     match command {
-        Command::Append { key, value, reply } => {
-            let _ = reply.send(append(&mut client, &keys, &key, value).await);
+        Command::Append { key, value, anchor, reply } => {
+            let _ = reply.send(append(&mut client, &keys, &key, value, &anchor).await);
         }
         Command::ForgetWriter { reply } => {
             let deleted = client
@@ -498,8 +564,8 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
                 .map_err(failed("writer key delete"));
             let _ = reply.send(deleted);
         }
-        Command::Head { reply } => {
-            let _ = reply.send(read_head(&mut client, &keys).await);
+        Command::Head { batch_key, reply } => {
+            let _ = reply.send(read_head(&mut client, &keys, batch_key.as_deref()).await);
         }
         Command::WriteSnapshot { revision, events, every, bytes } => {
             let started = tokio::time::Instant::now();
@@ -521,21 +587,46 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
 }
 
 /// Puts one batch under `key` unless it is there already or this process's writer key names it
-/// (see [`Command::Append`]). A writer key that is gone (deleted by hand: the compare on its
-/// value then fails whatever it holds) is created again, empty, and the append tried once more.
-async fn append(client: &mut Client, keys: &Keys, key: &str, value: Vec<u8>) -> Result<(i64, bool), String> {
+/// (see [`Command::Append`]), and only while etcd's head is the one `anchor` saw: created at the
+/// same revision, written at or after the newest batch the agent applied. A head that is not
+/// (the prefix deleted, etcd restored from an older snapshot) appends nothing and answers
+/// [`Appended::WentBack`]: landing there would rewrite the head past every agent's mark. A
+/// writer key that is gone (deleted by hand: the compare on its value then fails whatever it
+/// holds) is created again, empty, and the append tried once more.
+async fn append(
+    client: &mut Client,
+    keys: &Keys,
+    key: &str,
+    value: Vec<u8>,
+    anchor: &Anchor,
+) -> Result<Appended, String> {
     let writer = keys.writer.as_str();
+    let head = keys.head.as_bytes();
+    let mut when = vec![
+        Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+        Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
+    ];
+    if anchor.revision > 0 {
+        // An absent head compares as mod revision 0.
+        when.push(Compare::mod_revision(head, CompareOp::Greater, anchor.revision - 1));
+    }
+    if let Some(created) = anchor.head_created {
+        when.push(Compare::create_revision(head, CompareOp::Equal, created));
+    }
     let txn = Txn::new()
-        .when([
-            Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
-            Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
-        ])
+        .when(when)
         .and_then([
             TxnOp::put(key.as_bytes(), value, None),
-            TxnOp::put(keys.head.as_bytes(), key.as_bytes(), None),
+            TxnOp::put(head, key.as_bytes(), None),
             TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
+            // Read back in the same transaction: the head's creation revision.
+            TxnOp::get(head, None),
         ])
-        .or_else([TxnOp::get(key.as_bytes(), None), TxnOp::get(writer.as_bytes(), None)]);
+        .or_else([
+            TxnOp::get(key.as_bytes(), None),
+            TxnOp::get(writer.as_bytes(), None),
+            TxnOp::get(head, None),
+        ]);
     let mut recreated = false;
     loop {
         let response = retry_quick_failures(|| {
@@ -545,27 +636,26 @@ async fn append(client: &mut Client, keys: &Keys, key: &str, value: Vec<u8>) -> 
         })
         .await
         .map_err(failed("append"))?;
-        if response.succeeded() {
-            return response
-                .header()
-                .map(|h| (h.revision(), true))
-                .ok_or_else(|| "etcd append: no header".to_owned());
+        let succeeded = response.succeeded();
+        let revision = response.header().map(etcd_client::ResponseHeader::revision);
+        let gets = got(response);
+        if succeeded {
+            let head_created = gets.last().cloned().flatten().map_or(0, |kv| kv.create_revision());
+            let revision = revision.ok_or("etcd append: no header")?;
+            return Ok(Appended::Committed { revision, head_created });
+        }
+        let (head_created, head_revision) =
+            gets.get(2).cloned().flatten().map_or((0, 0), |kv| (kv.create_revision(), kv.mod_revision()));
+        if let Err(reason) = super::check_head(anchor, head_created, head_revision) {
+            return Ok(Appended::WentBack(reason));
         }
         // An earlier try of this very batch was committed: the batch key is there, or (a
         // snapshot deleted it since) this process's writer key names it — written in the same
         // transaction, so at the batch's revision.
-        let gets: Vec<Option<etcd_client::KeyValue>> = response
-            .op_responses()
-            .into_iter()
-            .map(|op| match op {
-                etcd_client::TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                _ => None,
-            })
-            .collect();
         if let Some(kv) =
-            gets.iter().flatten().find(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
+            gets[..2].iter().flatten().find(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
         {
-            return Ok((kv.mod_revision(), false));
+            return Ok(Appended::Committed { revision: kv.mod_revision(), head_created });
         }
         let writer_there = gets.get(1).is_some_and(Option::is_some);
         if writer_there || recreated {
@@ -609,6 +699,10 @@ async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(50);
     let mut first = true;
     loop {
+        if shared.is_refused() {
+            // A refused log is never followed again (until the agent restarts).
+            return;
+        }
         if !std::mem::take(&mut first) {
             // An ordinary read first: it renews an expired auth token (a watch is opened whatever
             // the token and cancelled after), and tells a member that does not answer.

@@ -22,7 +22,7 @@ use tenure_core::log::Event;
 use tenure_core::log_store::{LOG_READ_BATCH_MAX, LOG_RECORD_BYTES_MAX, Log, LogError, LogIndex, LogRecord};
 use tracing::{error, info, warn};
 
-use self::io::{ConnectSettings, HeadRead, Io, Keys};
+use self::io::{Appended, ConnectSettings, HeadRead, Io, Keys};
 use super::{EmbeddedJournal, EmbeddedStore, StoreError};
 use crate::agent::{AgentStore, HeadUnconfirmed};
 
@@ -32,18 +32,150 @@ const BINDING_KEY: &str = "etcd";
 /// Default time one etcd request may take (connect, append, head read).
 pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
 
-/// What the agent was bound to: the etcd cluster, the prefix, and the highest log revision it
-/// applied. Stored as `{"v":1,"clusterId":…,"prefix":…,"revision":…}`.
+/// What the agent was bound to: the etcd cluster, the prefix, and how far it applied the log
+/// (its [`Anchor`]). Stored as
+/// `{"v":1,"clusterId":…,"prefix":…,"revision":…,"newest":…,"headCreated":…}` (the last two
+/// absent until known; a record without them, from an older tenure, reads as such).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Binding {
     v: u64,
     cluster_id: u64,
     prefix: String,
+    /// [`Anchor::revision`].
     revision: i64,
+    /// [`Anchor::newest`]: the batch's key (it starts with the prefix, so with `/`), or
+    /// `snapshot`; absent: [`Newest::Unrecorded`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    newest: Option<String>,
+    /// [`Anchor::head_created`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    head_created: Option<i64>,
 }
 
-/// Why a fleet agent refuses its etcd at start: the binding against what etcd says.
+impl Binding {
+    fn anchor(&self) -> Anchor {
+        let newest = match self.newest.as_deref() {
+            None => Newest::Unrecorded,
+            Some(SNAPSHOT) => Newest::Snapshot,
+            Some(key) => Newest::Batch(key.as_bytes().to_vec()),
+        };
+        Anchor { revision: self.revision, newest, head_created: self.head_created }
+    }
+}
+
+/// [`Binding::newest`] of an anchor that came from a snapshot.
+const SNAPSHOT: &str = "snapshot";
+
+/// Where an anchor's revision came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Newest {
+    /// Nothing applied yet, or a binding written by an older tenure (which recorded no key):
+    /// only the head is checked.
+    #[default]
+    Unrecorded,
+    /// The batch under this key.
+    Batch(Vec<u8>),
+    /// The snapshot that started the replica (or a reload).
+    Snapshot,
+}
+
+/// How far this agent applied the log, as etcd must still show it: the newest batch it applied
+/// (revision and key) and the revision the log's head key was created at. The binding records
+/// it; every start, reload, head read and append checks etcd against it ([`check_head`],
+/// [`check_anchor`]), so that a log that went back (the prefix deleted, etcd restored from an
+/// older snapshot) is refused before anything is appended to it or done on it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Anchor {
+    /// The revision of the newest batch (or snapshot) applied; 0: none.
+    pub(crate) revision: i64,
+    /// What is at that revision.
+    pub(crate) newest: Newest,
+    /// The revision the log's head key was created at: the same for the log's whole life (only
+    /// deleting the prefix deletes the head); `None` until this agent saw the head.
+    pub(crate) head_created: Option<i64>,
+}
+
+impl Anchor {
+    /// The key of the newest batch applied, when known (a head read looks for it).
+    pub(crate) fn batch_key(&self) -> Option<&[u8]> {
+        match &self.newest {
+            Newest::Batch(key) => Some(key),
+            Newest::Snapshot | Newest::Unrecorded => None,
+        }
+    }
+}
+
+/// The start of every refusal of a log that went back.
+const WENT_BACK: &str = "the log in etcd went back";
+
+/// The refusal of a log that went back: one line naming what this agent applied and what etcd
+/// shows (`found`).
+fn went_back(anchor: &Anchor, found: &str) -> String {
+    let batch = match &anchor.newest {
+        Newest::Batch(key) => String::from_utf8_lossy(key).into_owned(),
+        Newest::Snapshot => "from a snapshot".to_owned(),
+        Newest::Unrecorded => "as recorded by an older tenure".to_owned(),
+    };
+    format!(
+        "{WENT_BACK}: this agent applied it up to revision {} ({batch}), but {found} (etcd wiped, or restored \
+         from an older backup?); refusing to act rather than restart tokens",
+        anchor.revision
+    )
+}
+
+/// Whether etcd's head key (created at `head_created`, last written at `head_revision`; 0, 0:
+/// absent) is still the head this agent saw: the same key, not created again, at or past the
+/// newest batch it applied. An agent that saw no head yet checks nothing.
+pub(crate) fn check_head(anchor: &Anchor, head_created: i64, head_revision: i64) -> Result<(), String> {
+    if anchor.revision == 0 && anchor.head_created.is_none() {
+        return Ok(());
+    }
+    if head_created == 0 {
+        return Err(went_back(anchor, "etcd's log has no head any more"));
+    }
+    if let Some(created) = anchor.head_created
+        && created != head_created
+    {
+        return Err(went_back(
+            anchor,
+            &format!(
+                "etcd's log head was created again at revision {head_created} (this agent's was created at \
+                 {created}): the prefix deleted and written anew"
+            ),
+        ));
+    }
+    if head_revision < anchor.revision {
+        return Err(went_back(anchor, &format!("etcd's log ends at revision {head_revision}")));
+    }
+    Ok(())
+}
+
+/// [`check_head`] on a head read, then: the newest batch this agent applied is still in etcd at
+/// its revision, or a snapshot covers it (snapshots delete the batches they hold).
+pub(crate) fn check_anchor(anchor: &Anchor, read: &HeadRead) -> Result<(), String> {
+    check_head(anchor, read.head_created, read.head_revision)?;
+    let covered = read.snapshot_revision.is_some_and(|s| s >= anchor.revision);
+    let kept = match &anchor.newest {
+        // Nothing to look for: the head was checked.
+        Newest::Unrecorded => true,
+        Newest::Batch(_) => read.batch_revision == Some(anchor.revision) || covered,
+        Newest::Snapshot => covered,
+    };
+    if anchor.revision == 0 || kept {
+        return Ok(());
+    }
+    let snapshot = read
+        .snapshot_revision
+        .map_or_else(|| "there is no snapshot".to_owned(), |s| format!("its snapshot covers revision {s}"));
+    Err(went_back(
+        anchor,
+        &format!("etcd's log ends at revision {} without that batch, and {snapshot}", read.head_revision),
+    ))
+}
+
+/// Why a fleet agent refuses its etcd at start: the binding's cluster and prefix against what
+/// etcd says (how far it applied: [`check_anchor`]).
 fn check_binding(binding: &Binding, prefix: &str, head: &HeadRead) -> Result<(), String> {
     // `/tenure` and `/tenure/` name the same keys ([`Keys::new`]).
     if binding.prefix.trim_end_matches('/') != prefix.trim_end_matches('/') {
@@ -57,13 +189,6 @@ fn check_binding(binding: &Binding, prefix: &str, head: &HeadRead) -> Result<(),
             "etcd cluster {:x} is not the cluster {:x} this agent applied the log of (wiped, replaced or restored \
              from a backup?); refusing to act rather than restart tokens",
             head.cluster_id, binding.cluster_id
-        ));
-    }
-    if head.head_revision < binding.revision {
-        return Err(format!(
-            "the log in etcd ends at revision {} but this agent applied it up to {} (etcd restored from an older \
-             backup, or the prefix deleted?); refusing to act rather than restart tokens",
-            head.head_revision, binding.revision
         ));
     }
     Ok(())
@@ -176,9 +301,9 @@ struct Replica {
     records: VecDeque<(LogIndex, Result<Event, CodecError>)>,
     /// Every log key with a revision up to this one is in `records` (or was trimmed).
     seen_revision: i64,
-    /// The revision of the newest batch (or snapshot) this replica holds: what the binding
-    /// records, and what the log in etcd must never fall below.
-    last_batch: i64,
+    /// How far this agent applied the log (the newest batch or snapshot this replica holds, or
+    /// the binding's at start): what the binding records, and what etcd must still show.
+    anchor: Anchor,
     /// Records up to this index were dropped once every node had applied them.
     trimmed_upto: Option<LogIndex>,
     /// Why the log cannot be followed now (the watch is broken): cleared when it is back.
@@ -225,7 +350,10 @@ impl Shared {
             return;
         }
         replica.seen_revision = revision;
-        replica.last_batch = replica.last_batch.max(revision);
+        if revision > replica.anchor.revision {
+            replica.anchor.revision = revision;
+            replica.anchor.newest = Newest::Batch(key.to_vec());
+        }
         match batch::decode(value) {
             Ok(records) => {
                 for (position, record) in records.into_iter().enumerate() {
@@ -244,9 +372,9 @@ impl Shared {
     }
 
     /// Makes the replica what a load read at revision `at`: the snapshot (its revision and
-    /// bytes) and the batches after it, in revision order. Whatever the replica held goes.
+    /// bytes) and the batches after it, in revision order. Whatever the replica held goes; its
+    /// anchor only moves forward (the load checked etcd against it first: [`Self::verify`]).
     fn reset(&self, snapshot: Option<(i64, Vec<u8>)>, batches: Vec<StoredBatch>, at: i64) {
-        let before = self.lock().last_batch;
         {
             let mut replica = self.lock();
             replica.records.clear();
@@ -259,7 +387,10 @@ impl Shared {
                 replica.snapshot = Some((index, Arc::new(bytes)));
                 replica.trimmed_upto = Some(index);
                 replica.seen_revision = revision;
-                replica.last_batch = revision;
+                if revision >= replica.anchor.revision {
+                    replica.anchor.revision = revision;
+                    replica.anchor.newest = Newest::Snapshot;
+                }
             }
         }
         for (revision, (key, value)) in batches {
@@ -267,15 +398,6 @@ impl Shared {
         }
         let mut replica = self.lock();
         replica.seen_revision = replica.seen_revision.max(at);
-        if replica.last_batch < before {
-            let reason = format!(
-                "the log in etcd went back: its newest batch is at revision {}, this agent applied up to {before} \
-                 (etcd restored from an older backup?); refusing to act rather than restart tokens",
-                replica.last_batch
-            );
-            error!(%reason, "refusing the log");
-            replica.refused.get_or_insert(reason);
-        }
         drop(replica);
         self.grew();
     }
@@ -284,8 +406,36 @@ impl Shared {
         self.lock().seen_revision
     }
 
-    fn last_batch(&self) -> i64 {
-        self.lock().last_batch
+    /// How far this agent applied the log (sample it before a read that is checked against it:
+    /// a batch the watch brings while the read is under way must not count).
+    pub(crate) fn anchor(&self) -> Anchor {
+        self.lock().anchor.clone()
+    }
+
+    fn is_refused(&self) -> bool {
+        self.lock().refused.is_some()
+    }
+
+    /// Checks `read` against `anchor` (sampled before the read was sent: [`check_anchor`]); a
+    /// log that went back refuses the replica for good. Learns the head's creation revision.
+    pub(crate) fn verify(&self, anchor: &Anchor, read: &HeadRead) -> Result<(), String> {
+        match check_anchor(anchor, read) {
+            Ok(()) => {
+                self.learn_head_created(read.head_created);
+                Ok(())
+            }
+            Err(reason) => {
+                self.break_replica(reason.clone());
+                Err(reason)
+            }
+        }
+    }
+
+    /// The log's head key was created at `created` (0: not there; ignored).
+    pub(crate) fn learn_head_created(&self, created: i64) {
+        if created > 0 {
+            self.lock().anchor.head_created.get_or_insert(created);
+        }
     }
 
     fn grew(&self) {
@@ -356,6 +506,8 @@ pub struct EtcdStore {
     snapshot_every: u64,
     /// The cluster this agent is bound to.
     cluster_id: u64,
+    /// The anchor the binding holds durably now (written again only when it moved).
+    binding_written: Arc<Mutex<Option<Anchor>>>,
 }
 
 /// Why the fleet store did not open.
@@ -391,6 +543,9 @@ impl EtcdStore {
             None => None,
         };
         let shared = Arc::new(Shared::new());
+        if let Some(binding) = &binding {
+            shared.lock().anchor = binding.anchor();
+        }
         let settings = ConnectSettings {
             endpoints: options.endpoints.clone(),
             request_timeout: options.request_timeout,
@@ -419,6 +574,7 @@ impl EtcdStore {
             request_timeout: options.request_timeout,
             snapshot_every: options.snapshot_every.max(1),
             cluster_id: binding.as_ref().map_or(head.cluster_id, |b| b.cluster_id),
+            binding_written: Arc::new(Mutex::new(binding.as_ref().map(Binding::anchor))),
         };
         match &binding {
             Some(_) => {
@@ -428,7 +584,7 @@ impl EtcdStore {
             }
             None => {
                 info!(cluster = %format!("{:x}", head.cluster_id), prefix = %options.prefix, "bound to this etcd cluster");
-                store.write_binding(0)?;
+                store.write_binding(&Anchor::default())?;
             }
         }
         Ok(store)
@@ -446,8 +602,19 @@ impl EtcdStore {
         self.shared.lock().refused.clone()
     }
 
-    fn write_binding(&self, revision: i64) -> Result<(), StoreError> {
-        let binding = Binding { v: 1, cluster_id: self.cluster_id, prefix: self.prefix.clone(), revision };
+    fn write_binding(&self, anchor: &Anchor) -> Result<(), StoreError> {
+        let binding = Binding {
+            v: 1,
+            cluster_id: self.cluster_id,
+            prefix: self.prefix.clone(),
+            revision: anchor.revision,
+            newest: match &anchor.newest {
+                Newest::Unrecorded => None,
+                Newest::Batch(key) => Some(String::from_utf8_lossy(key).into_owned()),
+                Newest::Snapshot => Some(SNAPSHOT.to_owned()),
+            },
+            head_created: anchor.head_created,
+        };
         let bytes = serde_json::to_vec(&binding).expect("a binding serializes");
         self.local.put_meta_record(BINDING_KEY, &bytes)
     }
@@ -466,19 +633,25 @@ impl EtcdStore {
         local.close()
     }
 
-    /// Records the revision of the newest batch applied, unless refused (a refused agent keeps
-    /// what it had). Not the revision the replica is complete to: other writes (the fleet key,
-    /// snapshots, other users of the cluster) move etcd's revision without a batch, and the
-    /// check at the next start compares with the newest batch.
+    /// Records how far this agent applied the log (its [`Anchor`]), unless refused (a refused
+    /// agent keeps what it had) or already recorded. Not the revision the replica is complete
+    /// to: other writes (the fleet key, snapshots, other users of the cluster) move etcd's
+    /// revision without a batch, and the check at the next start looks for the newest batch.
     fn flush_binding(&self) -> Result<(), StoreError> {
-        let last_batch = {
+        let anchor = {
             let replica = self.shared.lock();
             if replica.refused.is_some() {
                 return Ok(());
             }
-            replica.last_batch
+            replica.anchor.clone()
         };
-        self.write_binding(last_batch)
+        let mut written = self.binding_written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if written.as_ref() == Some(&anchor) {
+            return Ok(());
+        }
+        self.write_binding(&anchor)?;
+        *written = Some(anchor);
+        Ok(())
     }
 
     /// Appends one batch of encoded records; returns its revision.
@@ -489,18 +662,19 @@ impl EtcdStore {
         // instead of appending it twice.
         let hash = xxhash_rust::xxh3::xxh3_128(&value);
         let key = format!("{}{}-{hash:032x}", self.log_keys, self.instance);
-        let before = self.shared.last_batch();
-        let (revision, fresh) =
-            self.io.append(key, value).map_err(|reason| LogError::Unavailable { reason })?;
-        if fresh && revision <= before {
-            let reason = format!(
-                "etcd committed a batch at revision {revision}, but this agent applied batches up to {before}: \
-                 etcd's revisions went back (restored from an older backup?); refusing to act"
-            );
-            self.shared.break_replica(reason.clone());
-            return Err(LogError::Unavailable { reason });
+        // The transaction compares etcd's head with this anchor: an append never lands on a log
+        // that went back (it would rewrite the head past every agent's mark).
+        let anchor = self.shared.anchor();
+        match self.io.append(key, value, anchor).map_err(|reason| LogError::Unavailable { reason })? {
+            Appended::Committed { revision, head_created } => {
+                self.shared.learn_head_created(head_created);
+                Ok(revision)
+            }
+            Appended::WentBack(reason) => {
+                self.shared.break_replica(reason.clone());
+                Err(LogError::Unavailable { reason })
+            }
         }
-        Ok(revision)
     }
 }
 
@@ -618,19 +792,11 @@ impl AgentStore for EtcdStore {
         if let Some(reason) = self.refused() {
             return Err(HeadUnconfirmed::Refused(reason));
         }
-        // Read before the head read is sent: the read is linearized after every batch this
+        // Sampled before the head read is sent: the read is linearized after every batch this
         // agent has seen so far, not after one the watch brings while the read is under way.
-        let last_batch = self.shared.last_batch();
-        let head = self.io.head(bound).map_err(HeadUnconfirmed::Behind)?;
-        if head.head_revision < last_batch {
-            let reason = format!(
-                "the log in etcd ends at revision {} but this agent applied it up to {last_batch} (etcd restored \
-                 from an older backup?); refusing to act rather than restart tokens",
-                head.head_revision
-            );
-            self.shared.break_replica(reason.clone());
-            return Err(HeadUnconfirmed::Refused(reason));
-        }
+        let anchor = self.shared.anchor();
+        let head =
+            self.io.head(bound, anchor.batch_key().map(<[u8]>::to_vec)).map_err(HeadUnconfirmed::Behind)?;
         if head.cluster_id != self.cluster_id {
             let reason = format!(
                 "etcd cluster {:x} answered, not {:x} this agent follows (replaced underneath?); refusing to act",
@@ -639,7 +805,13 @@ impl AgentStore for EtcdStore {
             self.shared.break_replica(reason.clone());
             return Err(HeadUnconfirmed::Refused(reason));
         }
-        blocking(|| self.shared.wait_for(head.head_revision, deadline)).map_err(HeadUnconfirmed::Behind)
+        self.shared.verify(&anchor, &head).map_err(HeadUnconfirmed::Refused)?;
+        blocking(|| self.shared.wait_for(head.head_revision, deadline)).map_err(HeadUnconfirmed::Behind)?;
+        // Durably, before any call on this head: a restarted agent knows how far it acted, and
+        // refuses a log restored to before it.
+        self.flush_binding().map_err(|e| {
+            HeadUnconfirmed::Behind(format!("cannot record how far this agent applied the log: {e}"))
+        })
     }
 
     fn refusal(&self) -> Option<String> {
@@ -679,7 +851,14 @@ mod tests {
     use super::*;
 
     fn head(cluster_id: u64, head_revision: i64) -> HeadRead {
-        HeadRead { cluster_id, revision: head_revision + 5, head_revision }
+        HeadRead {
+            cluster_id,
+            revision: head_revision + 5,
+            head_revision,
+            head_created: 2,
+            batch_revision: None,
+            snapshot_revision: None,
+        }
     }
 
     #[test]
@@ -720,17 +899,115 @@ mod tests {
     }
 
     #[test]
-    fn the_binding_refuses_another_cluster_a_log_gone_back_and_another_prefix() {
-        let binding = Binding { v: 1, cluster_id: 7, prefix: "/tenure".into(), revision: 100 };
+    fn the_binding_refuses_another_cluster_and_another_prefix() {
+        let binding = Binding {
+            v: 1,
+            cluster_id: 7,
+            prefix: "/tenure".into(),
+            revision: 100,
+            newest: None,
+            head_created: None,
+        };
         assert_eq!(check_binding(&binding, "/tenure", &head(7, 100)), Ok(()));
-        assert_eq!(check_binding(&binding, "/tenure", &head(7, 250)), Ok(()));
         assert_eq!(check_binding(&binding, "/tenure/", &head(7, 100)), Ok(()), "the same keys");
         let other = check_binding(&binding, "/tenure", &head(8, 250)).expect_err("must fail");
         assert!(other.contains("etcd cluster 8 is not the cluster 7"), "{other}");
-        let back = check_binding(&binding, "/tenure", &head(7, 99)).expect_err("must fail");
-        assert!(back.contains("ends at revision 99 but this agent applied it up to 100"), "{back}");
         let prefix = check_binding(&binding, "/other", &head(7, 100)).expect_err("must fail");
         assert!(prefix.contains("prefix `/tenure`, not `/other`"), "{prefix}");
+        // A record of an older tenure (no batch key, no head creation) reads; a new one round-trips.
+        let old: Binding = serde_json::from_str(r#"{"v":1,"clusterId":7,"prefix":"/tenure","revision":100}"#)
+            .expect("must hold");
+        assert_eq!(old, binding);
+        assert_eq!(old.anchor().newest, Newest::Unrecorded);
+        let new = Binding { newest: Some("/tenure/log/x".into()), head_created: Some(2), ..binding.clone() };
+        let back: Binding =
+            serde_json::from_slice(&serde_json::to_vec(&new).expect("must hold")).expect("must hold");
+        assert_eq!(back, new);
+        assert_eq!(back.anchor().batch_key(), Some(&b"/tenure/log/x"[..]));
+        let snapshot = Binding { newest: Some(SNAPSHOT.into()), ..binding };
+        assert_eq!(snapshot.anchor().newest, Newest::Snapshot);
+    }
+
+    #[test]
+    fn a_log_below_what_the_agent_applied_is_refused_naming_both_positions() {
+        let anchor =
+            Anchor { revision: 100, newest: Newest::Batch(b"/t/log/k".to_vec()), head_created: Some(2) };
+        let read = |head_created, head_revision, batch_revision, snapshot_revision| HeadRead {
+            head_created,
+            batch_revision,
+            snapshot_revision,
+            ..head(7, head_revision)
+        };
+        // Its batch still there, or covered by a snapshot (which deleted it): the log is the same.
+        assert_eq!(check_anchor(&anchor, &read(2, 100, Some(100), None)), Ok(()));
+        assert_eq!(check_anchor(&anchor, &read(2, 250, None, Some(180))), Ok(()));
+        assert_eq!(check_anchor(&anchor, &read(2, 250, None, Some(100))), Ok(()));
+        // Nothing applied yet: nothing to lose.
+        assert_eq!(check_anchor(&Anchor::default(), &read(0, 0, None, None)), Ok(()));
+        let refused_with = |anchor: &Anchor, read: HeadRead| {
+            let reason = check_anchor(anchor, &read).expect_err("must fail");
+            assert!(reason.starts_with(WENT_BACK), "{reason}");
+            assert!(reason.contains("this agent applied it up to revision 100 ("), "{reason}");
+            assert_eq!(reason.lines().count(), 1, "{reason}");
+            reason
+        };
+        let refused = |read: HeadRead| {
+            let reason = refused_with(&anchor, read);
+            assert!(reason.contains("up to revision 100 (/t/log/k)"), "{reason}");
+            reason
+        };
+        // The prefix deleted; deleted and written again by an agent that saw none of it.
+        assert!(refused(read(0, 0, None, None)).contains("etcd's log has no head any more"));
+        assert!(refused(read(300, 301, None, None)).contains("created again at revision 300"));
+        // Restored from a snapshot taken before revision 100.
+        assert!(refused(read(2, 90, None, Some(50))).contains("etcd's log ends at revision 90"));
+        // Restored, and written past revision 100 since (by agents that had not seen it): the
+        // batch is gone and no snapshot covers it.
+        let past = refused(read(2, 140, None, Some(60)));
+        assert!(
+            past.contains("ends at revision 140 without that batch, and its snapshot covers revision 60"),
+            "{past}"
+        );
+        let other = refused(read(2, 140, Some(101), None));
+        assert!(other.contains("there is no snapshot"), "{other}");
+        // The append's compare is the head part of the same rule.
+        // From a snapshot: only a snapshot covers it; recorded by an older tenure: the head only.
+        let from_snapshot = Anchor { newest: Newest::Snapshot, ..anchor.clone() };
+        assert_eq!(check_anchor(&from_snapshot, &read(2, 150, None, Some(120))), Ok(()));
+        assert!(refused_with(&from_snapshot, read(2, 150, None, None)).contains("(from a snapshot)"));
+        let unrecorded = Anchor { newest: Newest::Unrecorded, head_created: None, ..anchor.clone() };
+        assert_eq!(check_anchor(&unrecorded, &read(2, 150, None, None)), Ok(()));
+        assert!(refused_with(&unrecorded, read(2, 90, None, None)).contains("ends at revision 90"));
+        assert_eq!(check_head(&anchor, 2, 100), Ok(()));
+        assert!(check_head(&anchor, 2, 99).is_err());
+        assert!(check_head(&Anchor { head_created: None, ..anchor.clone() }, 0, 0).is_err());
+        assert_eq!(check_head(&Anchor::default(), 0, 0), Ok(()));
+    }
+
+    #[test]
+    fn the_anchor_follows_batches_and_snapshots_and_never_goes_back() {
+        let shared = Shared::new();
+        let value = batch::encode(&[]);
+        shared.push_batch(b"k5", 5, &value);
+        assert_eq!(
+            shared.anchor(),
+            Anchor { revision: 5, newest: Newest::Batch(b"k5".to_vec()), head_created: None }
+        );
+        shared.learn_head_created(3);
+        shared.learn_head_created(9);
+        assert_eq!(shared.anchor().head_created, Some(3), "learnt once");
+        shared.reset(Some((5, b"{}".to_vec())), vec![], 20);
+        assert_eq!(
+            shared.anchor(),
+            Anchor { revision: 5, newest: Newest::Snapshot, head_created: Some(3) },
+            "covered"
+        );
+        shared.reset(None, vec![(8, (b"k8".to_vec(), value.clone()))], 20);
+        assert_eq!(shared.anchor().revision, 8);
+        let before = shared.anchor();
+        let gone = HeadRead { head_created: 0, head_revision: 0, ..head(7, 0) };
+        assert!(shared.verify(&before, &gone).is_err());
+        assert!(shared.lock().refused.as_deref().is_some_and(|r| r.starts_with(WENT_BACK)), "sticky");
     }
 
     #[test]

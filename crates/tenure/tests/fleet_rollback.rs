@@ -1,0 +1,356 @@
+//! A fleet's etcd that goes back under it (issue 21, item 2): the prefix deleted under running
+//! agents (`etcdctl del --prefix`), and an etcd restored from a snapshot taken before a drain
+//! (`etcdctl snapshot save` / `snapshot restore`, the same cluster id). Every agent must refuse
+//! the log (health 503 naming both positions), append nothing more, make no provider call, and
+//! refuse again when restarted: never project the shorter log and issue its tokens again.
+//!
+//! Real processes: a 3-member etcd (`scripts/etcd-cluster`) and three `tenure agent`s with an
+//! `exec` hook as the provider, which logs every call it receives.
+
+mod process;
+
+#[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
+mod etcd_cluster;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etcd_cluster::Cluster;
+use process::{Agent, TOKEN, TempDir, free_port, http, run, stays_for, wait_for, wait_for_within};
+
+const NODES: [&str; 3] = ["a", "b", "c"];
+const ADDRESS: &str = "10.0.0.10";
+const PREFIX: &str = "/rollback-test";
+
+/// How long every agent may take to refuse a log that went back: its next heartbeat append
+/// (100 ms), or its etcd client reconnecting after the members restarted (request timeout 2 s,
+/// keep-alive about 8 s), with room for a loaded machine.
+const REFUSAL_MAX: Duration = Duration::from_secs(20);
+
+/// What every refusal of the store says (in health and in the log), whatever its reason.
+const REFUSING: &str = "refusing to act";
+
+/// What a refusal of a log that went back says.
+const WENT_BACK: &str = "the log in etcd went back";
+
+/// The hook: every call is one line of `calls.log`: `<holder> <verb> <address> <ownershipEpoch>
+/// <captureEpoch>`; the "cloud" is `cloud/<address>` holding its holder. While a file
+/// `hold-<holder>` exists, that holder's calls do not return (a call in flight).
+const HOOK: &str = r#"#!/bin/sh
+set -eu
+dir=$(dirname "$0")
+mkdir -p "$dir/cloud"
+(
+  flock 9
+  echo "$TENURE_HOLDER $TENURE_VERB $TENURE_ADDRESS $TENURE_OWNERSHIP_EPOCH $TENURE_CAPTURE_EPOCH" >> "$dir/calls.log"
+  case "$TENURE_VERB" in
+    acquire) echo "$TENURE_HOLDER" > "$dir/cloud/$TENURE_ADDRESS" ;;
+    release) if [ "$(cat "$dir/cloud/$TENURE_ADDRESS" 2>/dev/null)" = "$TENURE_HOLDER" ]; then rm -f "$dir/cloud/$TENURE_ADDRESS"; fi ;;
+  esac
+) 9>"$dir/cloud.lock"
+while [ -e "$dir/hold-$TENURE_HOLDER" ]; do sleep 0.05; done
+echo ok
+"#;
+
+struct Fleet {
+    dir: TempDir,
+    cluster: Cluster,
+    listen: Vec<SocketAddr>,
+    /// A private copy of the `tenure` binary: the one this test was built with, or `TENURE_BIN`
+    /// when set (a shared target directory's binary may be relinked by another build).
+    binary: PathBuf,
+}
+
+impl Fleet {
+    fn new(tag: &str, base_port: u16) -> Self {
+        let cluster = Cluster::start(tag, base_port);
+        let dir = TempDir::new(tag);
+        let binary = dir.path().join("tenure");
+        let built = std::env::var_os("TENURE_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_tenure").into());
+        std::fs::copy(&built, &binary).expect("copy the tenure binary");
+        let hook = dir.write("hook.sh", HOOK);
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        dir.write("token", TOKEN);
+        dir.write(
+            "pools.yaml",
+            &format!(
+                "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  addresses: [{ADDRESS}]\n  \
+                 provider: hook\n  placementGroup: g1\n  members: [a, b, c]\n  heartbeatTTL: 1s\n  promotionHold: 0s\n  \
+                 deprovisionHoldDuration: 0s\n"
+            ),
+        );
+        let listen: Vec<SocketAddr> = NODES.iter().map(|_| free_port()).collect();
+        let endpoints = cluster.endpoints.join(", ");
+        let spec = |n: &str| {
+            let priority = if n == "a" { 10 } else { 0 };
+            format!("{{name: {n}, provider: hook, placementGroup: g1, nic: eni-{n}, priority: {priority}}}")
+        };
+        for (i, name) in NODES.iter().enumerate() {
+            let peers: Vec<String> =
+                NODES.iter().filter(|n| *n != name).map(|n| format!("  - {}", spec(n))).collect();
+            dir.write(
+                &format!("{name}.yaml"),
+                &format!(
+                    "node: {}\npeers:\n{}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: {PREFIX}, path: ./data-{name}}}\n\
+                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 5s}}\npools: [pools.yaml]\n\
+                     listen: {}\nheartbeatInterval: 100ms\nrequeueInterval: 500ms\napiTokenFile: token\n",
+                    spec(name),
+                    peers.join("\n"),
+                    hook.display(),
+                    listen[i],
+                ),
+            );
+        }
+        Self { dir, cluster, listen, binary }
+    }
+
+    /// Starts agent `i` (this test's copy of the binary) without waiting.
+    fn spawn(&self, i: usize) -> Agent {
+        let config = self.dir.path().join(format!("{}.yaml", NODES[i]));
+        let binary = self.binary.to_str().expect("utf-8");
+        // The wrapper drops the binary path the helper passes and runs the copy in its place
+        // (`exec`: the agent keeps the child's pid, so a kill reaches it).
+        let wrapper = ["sh", "-c", &format!("shift; exec {binary} \"$@\""), "sh"];
+        Agent::spawn_wrapped(&self.dir, &config, self.listen[i], &wrapper, &[])
+    }
+
+    fn start(&self, i: usize) -> Agent {
+        let agent = self.spawn(i);
+        agent.wait_healthy();
+        agent
+    }
+
+    fn endpoints(&self) -> String {
+        self.cluster.endpoints.join(",")
+    }
+
+    /// The hook's calls so far, one line each.
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn cloud_holder(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.path().join("cloud").join(ADDRESS)).ok().map(|s| s.trim().to_owned())
+    }
+
+    /// Waits until every agent shows the same map with an owner, and the cloud has that owner;
+    /// returns the owner.
+    fn settled(&self) -> String {
+        let mut last = Vec::new();
+        let mut settled = String::new();
+        wait_for("every agent shows one map and its owner holds the address", || {
+            last = self.listen.iter().map(|l| ownership(*l)).collect();
+            let Some(Some(first)) = last.first() else { return false };
+            let Some(owner) = owner(first) else { return false };
+            settled.clone_from(&owner);
+            last.iter().all(|b| b.as_deref() == Some(first.as_str()))
+                && self.cloud_holder().as_deref() == Some(owner.as_str())
+        });
+        settled
+    }
+
+    /// Waits until every listed agent refuses its store (a 503 health saying so); returns the
+    /// health bodies.
+    fn every_agent_refuses(&self, agents: &[&Agent], what: &str) -> Vec<String> {
+        let mut health: Vec<(u16, String)>;
+        let refused = |h: &Vec<(u16, String)>| h.iter().all(|(s, b)| *s == 503 && b.contains(REFUSING));
+        let deadline = std::time::Instant::now() + REFUSAL_MAX;
+        loop {
+            health = agents
+                .iter()
+                .map(|a| http(a.listen, "GET", "/v1/health", None, None).unwrap_or((0, String::new())))
+                .collect();
+            if refused(&health) {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                let logs: Vec<String> = agents
+                    .iter()
+                    .map(|a| a.log().lines().rev().take(15).collect::<Vec<_>>().join("\n"))
+                    .collect();
+                panic!(
+                    "not within {REFUSAL_MAX:?}: every agent refuses the log ({what})\nhealth: {health:#?}\n\
+                     agents' last log lines (newest first): {logs:#?}\ncalls: {:#?}",
+                    self.calls()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for (status, body) in &health {
+            eprintln!("{what}: health {status} {body}");
+        }
+        health.into_iter().map(|(_, body)| body).collect()
+    }
+
+    /// The mod revision of the log's head key (0: no head).
+    fn head_revision(&self) -> i64 {
+        let out = run(&[
+            "etcdctl",
+            "--endpoints",
+            &self.endpoints(),
+            "get",
+            &format!("{PREFIX}/head"),
+            "-w",
+            "json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl JSON");
+        v["kvs"][0]["mod_revision"].as_i64().unwrap_or(0)
+    }
+
+    /// The keys under `<prefix>/log/`.
+    fn log_keys(&self) -> Vec<String> {
+        run(&[
+            "etcdctl",
+            "--endpoints",
+            &self.endpoints(),
+            "get",
+            "--prefix",
+            "--keys-only",
+            &format!("{PREFIX}/log/"),
+        ])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+    }
+}
+
+fn ownership(listen: SocketAddr) -> Option<String> {
+    match http(listen, "GET", "/v1/ownership", None, None) {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    }
+}
+
+fn owner(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    v["ownership"][0]["owner"].as_str().map(str::to_owned)
+}
+
+/// Each refusal says, in one line, that the log went back, how far the agent applied it and
+/// where etcd's log ends.
+fn name_both_positions(health: &[String]) {
+    for body in health {
+        assert_eq!(body.matches(WENT_BACK).count(), 1, "one line names the refusal: {body}");
+        assert!(
+            body.contains("this agent applied it up to revision") && body.contains("etcd's log"),
+            "the refusal names both positions: {body}"
+        );
+    }
+}
+
+/// After the refusals: no agent calls its provider, appends to etcd (the head stays), and one
+/// restarted (`kill -9`, then started on its `store.path`) refuses at start and appends nothing.
+fn nothing_acts_and_a_restart_refuses(fleet: &Fleet, agents: &mut [Option<Agent>], calls_before: usize) {
+    let head = fleet.head_revision();
+    stays_for(Duration::from_secs(1), "no agent calls its provider or appends to the log", || {
+        fleet.calls().len() == calls_before && fleet.head_revision() == head
+    });
+    agents[1].take().expect("b runs").kill9();
+    let b = fleet.spawn(1);
+    name_both_positions(&fleet.every_agent_refuses(&[&b], "b restarted"));
+    stays_for(Duration::from_secs(1), "the restarted agent calls nothing and appends nothing", || {
+        fleet.calls().len() == calls_before && fleet.head_revision() == head
+    });
+    agents[1] = Some(b);
+}
+
+#[test]
+fn deleting_the_prefix_under_a_running_fleet_makes_every_agent_refuse() {
+    let fleet = Fleet::new("rollback-wipe", 26500);
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    assert_eq!(fleet.settled(), "a");
+    let calls_before = fleet.calls().len();
+    assert!(calls_before > 0, "a acquired the address");
+
+    run(&["etcdctl", "--endpoints", &fleet.endpoints(), "del", "--prefix", PREFIX]);
+    let running: Vec<&Agent> = agents.iter().flatten().collect();
+    let health = fleet.every_agent_refuses(&running, "after etcdctl del --prefix");
+    assert_eq!(fleet.log_keys(), Vec::<String>::new(), "no agent appended to the wiped prefix");
+    name_both_positions(&health);
+    nothing_acts_and_a_restart_refuses(&fleet, &mut agents, calls_before);
+    assert_eq!(fleet.log_keys(), Vec::<String>::new(), "nothing was appended, also by the restarted agent");
+    assert_eq!(fleet.cloud_holder().as_deref(), Some("a"), "the cloud was left as it was");
+}
+
+#[test]
+fn an_etcd_restored_from_a_snapshot_taken_before_a_drain_makes_every_agent_refuse() {
+    let fleet = Fleet::new("rollback-restore", 26600);
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    assert_eq!(fleet.settled(), "a");
+    let snapshot = fleet.dir.path().join("etcd.snapshot");
+    let snapshot_revision = fleet.cluster.snapshot_save(&snapshot);
+    let cluster_id = fleet.cluster.cluster_id();
+
+    // The drain after the snapshot: ownership moves, tokens go up, the new owner acquires.
+    wait_for("the drain of a is accepted", || {
+        matches!(http(fleet.listen[1], "POST", "/v1/drain/a", Some(TOKEN), None), Ok((200, _)))
+    });
+    let new_owner = fleet.settled();
+    assert_ne!(new_owner, "a");
+    let calls_before = fleet.calls().len();
+    eprintln!("calls before the restore: {:#?}", fleet.calls());
+
+    fleet.cluster.restore(&snapshot);
+    assert_eq!(fleet.cluster.cluster_id(), cluster_id, "the restored etcd is the same cluster");
+    let running: Vec<&Agent> = agents.iter().flatten().collect();
+    let health = fleet.every_agent_refuses(&running, "after the restore");
+    assert!(
+        fleet.head_revision() <= snapshot_revision,
+        "no agent appended to the restored log: head at {}, snapshot at {snapshot_revision}",
+        fleet.head_revision()
+    );
+    name_both_positions(&health);
+    nothing_acts_and_a_restart_refuses(&fleet, &mut agents, calls_before);
+    assert!(fleet.head_revision() <= snapshot_revision, "nothing was appended, also by the restarted agent");
+    assert_eq!(fleet.cloud_holder(), Some(new_owner), "the cloud was left as it was");
+    wait_for_within(Duration::from_secs(1), "the agents still run", || {
+        agents.iter().flatten().all(|a| http(a.listen, "GET", "/v1/health", None, None).is_ok())
+    });
+}
+
+#[test]
+fn an_agent_killed_during_a_call_refuses_a_restore_to_before_that_call_when_restarted() {
+    // The agent records how far it applied the log about once a second, and before every batch
+    // of calls. Killed while its first call of a drain is in flight — typically before the
+    // once-a-second record caught up with the drain — and restarted on an etcd restored from a
+    // snapshot taken just before the drain, it must still know it acted past that snapshot:
+    // else it follows the restored log, takes the address over again, and acquires with the
+    // very tokens it used before.
+    let fleet = Fleet::new("rollback-in-flight", 26700);
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    assert_eq!(fleet.settled(), "a");
+    fleet.dir.write("hold-b", "");
+    fleet.dir.write("hold-c", "");
+    let snapshot = fleet.dir.path().join("etcd.snapshot");
+    fleet.cluster.snapshot_save(&snapshot);
+    wait_for("the drain of a is accepted", || {
+        matches!(http(fleet.listen[0], "POST", "/v1/drain/a", Some(TOKEN), None), Ok((200, _)))
+    });
+    let mut taker = None;
+    wait_for("b or c calls its provider to take the address", || {
+        taker = fleet
+            .calls()
+            .iter()
+            .find_map(|c| NODES.iter().position(|n| *n != "a" && c.starts_with(&format!("{n} acquire "))));
+        taker.is_some()
+    });
+    let taker = taker.expect("found");
+    agents[taker].take().expect("runs").kill9();
+    let calls = fleet.calls();
+    eprintln!("calls when {} was killed: {calls:#?}", NODES[taker]);
+
+    fleet.cluster.restore(&snapshot);
+    let restarted = fleet.spawn(taker);
+    name_both_positions(&fleet.every_agent_refuses(&[&restarted], "restarted after the restore"));
+    stays_for(Duration::from_secs(2), "the restarted agent calls nothing", || fleet.calls() == calls);
+    for n in ["b", "c"] {
+        std::fs::remove_file(fleet.dir.path().join(format!("hold-{n}")))
+            .expect("release the calls in flight");
+    }
+}
