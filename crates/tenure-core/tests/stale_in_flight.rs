@@ -196,7 +196,8 @@ fn an_acquire_reported_after_the_hand_over_it_outran_is_noted_in_either_order() 
     b.reconcile_at_head().expect("memory").expect("not blocked");
     b.start_execution_at_head().expect("memory").expect("not blocked");
     for action in b.poll_actions_at_head(64).expect("memory") {
-        b.handle_result(&action.idempotency_key, ActionOutcome::Executed, "assigned".into()).expect("in flight");
+        b.handle_result(&action.idempotency_key, ActionOutcome::Executed, "assigned".into())
+            .expect("in flight");
     }
     while let Some(kind) = b.poll_append() {
         append(&mut log, 30, kind);

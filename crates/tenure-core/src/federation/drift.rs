@@ -149,7 +149,10 @@ impl Federation {
         let Some(desired) = state.line.desired_holder.filter(|_| state.active) else { return false };
         let domain = &pool_state.capture_domain;
         let holder_confirmed = state.confirmations.iter().any(|c| {
-            c.node == desired && c.acquired && c.capture_epoch == state.line.epoch && c.capture_domain == *domain
+            c.node == desired
+                && c.acquired
+                && c.capture_epoch == state.line.epoch
+                && c.capture_domain == *domain
         });
         holder_confirmed
             && state.confirmations.iter().any(|c| {

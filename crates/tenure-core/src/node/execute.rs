@@ -38,10 +38,9 @@ impl<S: JournalStore> NodeEngine<S> {
                 let action = &self.state.entries[seq].action;
                 match fence::check(action, head, &self.state.high_water) {
                     FenceVerdict::Current => None,
-                    FenceVerdict::Stale { reason } => Some((
-                        *seq,
-                        StaleCall { idempotency_key: action.idempotency_key.clone(), reason },
-                    )),
+                    FenceVerdict::Stale { reason } => {
+                        Some((*seq, StaleCall { idempotency_key: action.idempotency_key.clone(), reason }))
+                    }
                 }
             })
             .collect();
