@@ -91,10 +91,12 @@ impl Executor for SlowForA {
 
 type Done = tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>;
 
-/// Runs the loop with nodes a (preferred) and b over `store`, provider `sim1` run by `executor`.
+/// Runs the loop over `store` with those of nodes a (preferred) and b named in `nodes` (the other
+/// is a peer, run elsewhere), provider `sim1` run by `executor`.
 fn spawn_agent(
     store: MemoryStore,
     executor: Arc<SlowForA>,
+    nodes: &[&str],
     inventory_interval: Option<Duration>,
 ) -> (AgentHandle, oneshot::Sender<()>, Done) {
     let mut executors = BTreeMap::new();
@@ -102,9 +104,11 @@ fn spawn_agent(
         "sim1".to_owned(),
         ProviderExecutor { executor, call_timeout: CALL_TIMEOUT, inventory_interval },
     );
+    let (nodes, peers): (Vec<NodeSpec>, Vec<NodeSpec>) =
+        [node("a", 10), node("b", 0)].into_iter().partition(|n| nodes.contains(&n.name.as_str()));
     let settings = Settings {
-        peers: Vec::new(),
-        nodes: vec![node("a", 10), node("b", 0)],
+        peers,
+        nodes,
         providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
         executors,
         heartbeat_interval: Duration::from_millis(200),
@@ -130,6 +134,20 @@ async fn wait_for<F: Fn() -> bool>(what: &str, condition: F) {
     }
 }
 
+fn slow_for_a() -> Arc<SlowForA> {
+    Arc::new(SlowForA {
+        cloud: SimExecutor::new(ProviderKind::SimCloud),
+        slow_started: AtomicUsize::new(0),
+        reached: Mutex::new(Vec::new()),
+        inventory_reads: AtomicUsize::new(0),
+    })
+}
+
+fn wall_clock_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+    u64::try_from(since.as_millis()).expect("fits")
+}
+
 fn holders(cloud: &SimExecutor) -> BTreeMap<String, Vec<String>> {
     cloud.with_provider(|p| {
         p.holdings().iter().map(|(a, nics)| (a.to_string(), nics.iter().cloned().collect())).collect()
@@ -147,13 +165,8 @@ async fn rows(handle: &AgentHandle, node: &str) -> Vec<tenure_sim::replay::Actio
 /// (the address back on a's NIC), a then released it, and no NIC held it.
 #[tokio::test(start_paused = true)]
 async fn a_call_whose_action_the_view_fenced_is_cancelled_and_never_reaches_the_provider() {
-    let executor = Arc::new(SlowForA {
-        cloud: SimExecutor::new(ProviderKind::SimCloud),
-        slow_started: AtomicUsize::new(0),
-        reached: Mutex::new(Vec::new()),
-        inventory_reads: AtomicUsize::new(0),
-    });
-    let (handle, stop, done) = spawn_agent(MemoryStore::new(), Arc::clone(&executor), None);
+    let executor = slow_for_a();
+    let (handle, stop, done) = spawn_agent(MemoryStore::new(), Arc::clone(&executor), &["a", "b"], None);
     wait_for("a's assign is under way", || executor.slow_started.load(Ordering::SeqCst) == 1).await;
     let started = Instant::now();
     let a_assign: Vec<String> = rows(&handle, "a")
@@ -192,6 +205,83 @@ async fn a_call_whose_action_the_view_fenced_is_cancelled_and_never_reaches_the_
         "a executed nothing (no release of what it never held): {a_rows:?}"
     );
     assert!(handle.health().await.expect("answers").ok);
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+}
+
+/// Another agent's call escaped cancellation (it was cut off from the log, or finished first): a's
+/// assign of the old epoch landed after b took the address and confirmed, and a reports it. This
+/// agent runs b, reads inventory every hour, and on seeing a's late acquire in the log reads it at
+/// once: the read shows the address on a's NIC, drift repair re-captures, and b takes it back —
+/// within a second of virtual time, not an inventory interval.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_reported_after_the_hand_over_reads_inventory_at_once_and_drift_repair_moves_it_back() {
+    use tenure::agent::AgentStore as _;
+    let executor = slow_for_a();
+    let store = MemoryStore::new();
+    // a is alive before the pool is applied: it owns the address (captureEpoch 1).
+    let heartbeat =
+        tenure_core::log::Event { at_ms: wall_clock_ms(), kind: EventKind::Heartbeat { node: "a".into() } };
+    store.append_batch(&[heartbeat]).expect("memory");
+    let hour = Duration::from_secs(3_600);
+    let (handle, stop, done) = spawn_agent(store.clone(), Arc::clone(&executor), &["b"], Some(hour));
+    wait_for("the start's inventory read", || executor.inventory_reads.load(Ordering::SeqCst) == 1).await;
+    let map = handle.ownership().await.expect("answers");
+    assert_eq!(map.iter().map(|r| r.owner.as_deref()).collect::<Vec<_>>(), vec![Some("a")], "{map:?}");
+
+    handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
+    wait_for("b holds the address", || {
+        holders(&executor.cloud).get("10.0.0.10") == Some(&vec!["eni-b".into()])
+    })
+    .await;
+    // b's acquire is confirmed in the log (its result appended).
+    let deadline = Instant::now() + WAIT_MAX;
+    while rows(&handle, "b").await.iter().filter(|r| r.state == "executed").count() < 2 {
+        assert!(Instant::now() < deadline, "b's verbs did not execute");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(executor.inventory_reads.load(Ordering::SeqCst), 1, "an ordinary hand-over reads nothing");
+
+    // a's old assign lands now (moving the address, as AWS's AllowReassignment does) and a reports it.
+    let a_assign = StampedAction::new(
+        "edge",
+        "10.0.0.10".parse().expect("literal"),
+        Verb::AssignSecondaryIp,
+        "a",
+        "sim1",
+        "eni-a",
+        tenure_core::model::CaptureDomain::new("sim1", "g1"),
+        tenure_core::model::CaptureEpoch::from_stored(1),
+        tenure_core::model::OwnershipEpoch::from_stored(1),
+    );
+    let landed = executor.cloud.execute(&a_assign, Instant::now() + CALL_TIMEOUT).await;
+    assert!(matches!(landed, tenure::exec::ExecutionOutcome::Executed { .. }), "{landed:?}");
+    assert_eq!(holders(&executor.cloud).get("10.0.0.10"), Some(&vec!["eni-a".to_owned()]));
+    let stream_time_ms = handle.health().await.expect("answers").stream_time_ms;
+    let result = tenure_core::log::Event {
+        at_ms: wall_clock_ms().max(stream_time_ms + 1),
+        kind: EventKind::ActionResult {
+            node: "a".into(),
+            idempotency_key: a_assign.idempotency_key.clone(),
+            outcome: tenure_core::log::ActionOutcome::Executed,
+            detail: "assigned late".into(),
+        },
+    };
+    store.append_batch(&[result]).expect("memory");
+    let reported = Instant::now();
+    wait_for("an inventory read right after a's late acquire", || {
+        executor.inventory_reads.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    wait_for("drift repair moved the address back to b", || {
+        holders(&executor.cloud).get("10.0.0.10") == Some(&vec!["eni-b".into()])
+    })
+    .await;
+    assert!(Instant::now() < reported + Duration::from_secs(2), "read at once, not at the hour");
+    let map = handle.ownership().await.expect("answers");
+    assert_eq!(map[0].owner.as_deref(), Some("b"));
+    assert_eq!(map[0].capture_epoch, 3, "one re-capture (epoch 2 → 3): {map:?}");
     stop.send(()).expect("running");
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
 }
