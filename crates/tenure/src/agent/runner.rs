@@ -133,7 +133,7 @@ impl InventorySchedule {
         self.due.iter().filter(|(p, _)| !self.reading(p)).map(|(_, (_, at))| *at).min()
     }
 
-    /// The next read of `provider` one interval from now.
+    /// The next read of `provider` one interval from now (now, when it was rushed meanwhile).
     fn reschedule(&mut self, provider: &str) {
         let rushed = self.rushed.remove(provider);
         if let Some((interval, next)) = self.due.get_mut(provider) {
