@@ -25,8 +25,8 @@ use crate::fence::HeadTokens;
 use crate::journal::JournalStore;
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
-use crate::model::StampedAction;
-use crate::node::{NodeEngine, NodeError, ReconcileReport};
+use crate::model::{ParsedKey, StampedAction};
+use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
 
 /// How a driver reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +83,19 @@ pub struct NodeDriver<S: JournalStore> {
     outbox: VecDeque<EventKind>,
     /// What the last completed reconcile planned from: see [`NodeDriver::reconcile_due`].
     planned_at: Option<PlannedAt>,
+    /// Acquires that may have outrun a hand-over, seen while applying the log, until polled
+    /// ([`NodeDriver::poll_outran_acquire`]). A set: one entry per (provider, address).
+    outran: BTreeSet<OutranAcquire>,
+}
+
+/// An executed acquire that may have outrun a hand-over of its address
+/// ([`Federation::acquire_outran_handover`]): the provider's inventory should be read at once.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OutranAcquire {
+    /// The provider whose inventory to read.
+    pub provider: String,
+    /// The address.
+    pub address: std::net::IpAddr,
 }
 
 /// The view's plan generation and the plan's wake time at the last completed reconcile.
@@ -110,6 +123,7 @@ impl<S: JournalStore> NodeDriver<S> {
             options,
             outbox: VecDeque::new(),
             planned_at: None,
+            outran: BTreeSet::new(),
         }
     }
 
@@ -192,11 +206,33 @@ impl<S: JournalStore> NodeDriver<S> {
     /// applied yet.
     pub fn catch_up(&mut self, log: &[Event]) {
         for event in log.iter().skip(self.cursor) {
-            if self.view.apply(event).is_err() {
-                self.rejected += 1;
-            }
+            self.apply(event);
         }
         self.cursor = self.cursor.max(log.len());
+    }
+
+    /// Applies one event to the view: a rejected one is counted; an executed acquire that may
+    /// have outrun a hand-over is noted for [`NodeDriver::poll_outran_acquire`].
+    fn apply(&mut self, event: &Event) {
+        if self.view.apply(event).is_err() {
+            self.rejected += 1;
+            return;
+        }
+        if let EventKind::ActionResult { idempotency_key, outcome: ActionOutcome::Executed, .. } = &event.kind
+            && let Some(key) = ParsedKey::parse(idempotency_key)
+            && key.verb.is_acquire()
+            && key.verb.changes_holding()
+            && self.view.acquire_outran_handover(&key.pool, key.address)
+        {
+            self.outran.insert(OutranAcquire { provider: key.provider, address: key.address });
+        }
+    }
+
+    /// The next executed acquire, seen in the log since the last poll, that may have outrun a
+    /// hand-over of its address (SPEC 9): the runtime reads the provider's inventory at once,
+    /// so that drift repair sees what the late call did without waiting for the next read.
+    pub fn poll_outran_acquire(&mut self) -> Option<OutranAcquire> {
+        self.outran.pop_first()
     }
 
     /// Applies every record of `log` after the last one applied from it, `batch` records per
@@ -212,9 +248,7 @@ impl<S: JournalStore> NodeDriver<S> {
                 return Ok(applied);
             }
             for record in records {
-                if self.view.apply(&record.event).is_err() {
-                    self.rejected += 1;
-                }
+                self.apply(&record.event);
                 self.applied_index = Some(record.index);
                 applied += 1;
             }
@@ -347,6 +381,28 @@ impl<S: JournalStore> NodeDriver<S> {
             return Ok(Vec::new());
         }
         self.engine.poll_executions(&self.view, self.zombie.as_ref(), max)
+    }
+
+    /// The calls in flight that the fence rule refuses against `head` now, each named once
+    /// ([`NodeEngine::poll_stale_in_flight`]): the caller cancels them and reports each through
+    /// [`NodeDriver::handle_result`] (`failed`, outcome unknown) unless it finished first. Empty
+    /// for a node that may not act (partitioned, or frozen: a frozen process cancels nothing).
+    pub fn poll_stale_calls(&mut self, head: &impl HeadTokens) -> Vec<StaleCall> {
+        if self.blocked().is_some() {
+            return Vec::new();
+        }
+        self.engine.poll_stale_in_flight(head)
+    }
+
+    /// [`NodeDriver::poll_stale_calls`] against the node's own view: the agent's path, after
+    /// every [`NodeDriver::follow`]. No head confirmation is needed to cancel: a view behind the
+    /// head names fewer calls (epochs only grow), and a cancelled call that turns out current
+    /// again (a release refused for another pool's sake) is only retried by a later sweep.
+    pub fn poll_stale_calls_at_head(&mut self) -> Vec<StaleCall> {
+        if self.blocked().is_some() {
+            return Vec::new();
+        }
+        self.engine.poll_stale_in_flight(&self.view)
     }
 
     /// Whether [`NodeDriver::poll_actions_at_head`] would have something to gate: an entry ready
@@ -483,6 +539,7 @@ impl<S: JournalStore> NodeDriver<S> {
         self.approved_before_pause.clear();
         self.outbox.clear();
         self.planned_at = None;
+        self.outran.clear();
         Ok(())
     }
 

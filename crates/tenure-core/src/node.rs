@@ -7,6 +7,8 @@
 //!   that the head shows approved become approved (SPEC 13: only in reconcile or execute);
 //! - [`NodeEngine::poll_execution`] with the head: the next ready entry that passes the gate,
 //!   or `None` when nothing is left; stale entries met on the way become `skipped`;
+//! - [`NodeEngine::poll_stale_in_flight`] with the head, after every catch-up while calls are
+//!   in flight: the calls the fence rule now refuses, for the runtime to cancel (SPEC 9);
 //! - [`NodeEngine::handle_execution_result`] with what the provider said.
 //!
 //! A node that cannot read the head has nothing to pass to these calls and so cannot act.
@@ -32,6 +34,8 @@ use crate::planner::{self, CaptureRecord, Captured};
 
 mod execute;
 mod local;
+
+pub use execute::StaleCall;
 
 /// What one reconcile did, for narration and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -94,6 +98,9 @@ pub struct NodeEngine<S: JournalStore> {
     blocked: BTreeMap<u64, u64>,
     /// Entries handed to the driver by `poll_execution` and not yet reported back.
     in_flight: BTreeSet<u64>,
+    /// In-flight entries already named stale by [`NodeEngine::poll_stale_in_flight`] (each is
+    /// named once), until their result comes back.
+    cancelling: BTreeSet<u64>,
     /// Addresses with a call in flight, with the providers of those calls (looked up without
     /// building a key: the execute loop asks for every entry it considers).
     busy: BTreeMap<IpAddr, Vec<String>>,
@@ -129,6 +136,7 @@ impl<S: JournalStore> NodeEngine<S> {
             ready: BTreeSet::new(),
             blocked: BTreeMap::new(),
             in_flight: BTreeSet::new(),
+            cancelling: BTreeSet::new(),
             busy: BTreeMap::new(),
             failed: BTreeSet::new(),
             captured: BTreeMap::new(),
@@ -163,6 +171,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.ready.clear();
         self.blocked.clear();
         self.in_flight.clear();
+        self.cancelling.clear();
         self.busy.clear();
         self.failed.clear();
         self.captured.clear();

@@ -324,6 +324,13 @@ impl Collector for SnapshotCollector {
             None,
             MetricType::Counter,
         )?)?;
+        ConstCounter::new(s.calls_cancelled).encode(encoder.encode_descriptor(
+            "tenure_calls_cancelled",
+            "Provider calls cancelled in flight because the view fenced their action (their outcome \
+             is unknown: recorded failed, never retried while stale).",
+            None,
+            MetricType::Counter,
+        )?)?;
         gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, u64::from(s.healthy))
     }
 }
@@ -500,6 +507,7 @@ mod tests {
             inventory_reads: vec![(("aws1".to_owned(), "ok".to_owned()), 7)],
             stamps_capped: 4,
             head_unconfirmed: 6,
+            calls_cancelled: 8,
         }
     }
 
@@ -536,6 +544,7 @@ mod tests {
             ("tenure_inventory_reads", "counter"),
             ("tenure_stamps_capped", "counter"),
             ("tenure_head_unconfirmed", "counter"),
+            ("tenure_calls_cancelled", "counter"),
         ] {
             assert_eq!(types.get(family).map(String::as_str), Some(kind), "{family}");
         }

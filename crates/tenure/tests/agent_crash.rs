@@ -94,7 +94,7 @@ fn kill_minus_nine_during_traffic_loses_nothing_lowers_no_token_and_runs_nothing
     let config = dir.write(
         "agent.yaml",
         &format!(
-            "node: {{name: a, provider: hook, placementGroup: g1, nic: eni-a}}\nstore: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: [{{name: hook, kind: exec, command: [./hook.sh], timeout: 5s}}]\npools: [pools.yaml]\nlisten: {listen}\nheartbeatInterval: 50ms\nrequeueInterval: 100ms\napiTokenFile: ./token\n"
+            "node: {{name: a, provider: hook, placementGroup: g1, nic: eni-a}}\nstore: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: [{{name: hook, kind: exec, command: [./hook.sh], timeout: 5s}}]\npools: [pools.yaml]\nlisten: {listen}\nheartbeatInterval: 50ms\nrequeueInterval: 100ms\nactionTimeout: 10s\napiTokenFile: ./token\n"
         ),
     );
 

@@ -22,7 +22,7 @@ fn config(
 ) -> std::path::PathBuf {
     dir.write("token", &format!("{TOKEN}\n"));
     let text = format!(
-        "{}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\napiTokenFile: ./token\n",
+        "{}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\nactionTimeout: 10s\napiTokenFile: ./token\n",
         NODES.replace("PROVIDER", provider),
         pools.join(", "),
     );

@@ -132,6 +132,36 @@ impl Federation {
         }
     }
 
+    /// Whether an acquire may have outrun a hand-over of `address` in `pool` (SPEC 9): the
+    /// desired holder has confirmed its acquire in the current epoch, and another node's last
+    /// confirmation is an acquire reported at or after the desired holder moved away from it — a
+    /// call that was still under way when the view moved (a throttled, retried assign; a call
+    /// that escaped cancellation). On a provider whose assign moves the address
+    /// (`AllowReassignment`), that call may have taken it from the desired holder after its
+    /// confirmation. Only inventory can tell; the runtime reads the provider's at once, and the
+    /// drift rule (a later observation contradicting the confirmation) decides. The two
+    /// confirmations may reach the log in either order: asked after either is applied, this
+    /// answers the same.
+    #[must_use]
+    pub fn acquire_outran_handover(&self, pool: &str, address: IpAddr) -> bool {
+        let Some(pool_state) = self.pools.get(pool) else { return false };
+        let Some(state) = pool_state.addresses.get(&address) else { return false };
+        let Some(desired) = state.line.desired_holder.filter(|_| state.active) else { return false };
+        let domain = &pool_state.capture_domain;
+        let holder_confirmed = state.confirmations.iter().any(|c| {
+            c.node == desired
+                && c.acquired
+                && c.capture_epoch == state.line.epoch
+                && c.capture_domain == *domain
+        });
+        holder_confirmed
+            && state.confirmations.iter().any(|c| {
+                c.node != desired
+                    && c.acquired
+                    && state.moved_away_from(c.node).is_some_and(|moved_ms| c.at_ms >= moved_ms)
+            })
+    }
+
     /// Applies an `inventory` event: the drift rule, then the observation is kept if a pool of
     /// the provider (applied or deleted) has ever listed the address — so what is kept is
     /// bounded by the address states the federation keeps anyway for their tokens (times the

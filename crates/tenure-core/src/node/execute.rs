@@ -5,12 +5,49 @@
 use std::collections::BTreeSet;
 
 use super::{NodeEngine, NodeError};
-use crate::fence::{self, FenceVerdict, HeadTokens};
+use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
 use crate::journal::{EntryState, JournalStore};
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
 
+/// A call in flight whose action the fence rule now refuses against the head (SPEC 9): the
+/// runtime cancels it — drops its future, which stops an SDK's retries and kills a hook's
+/// process group — and reports it back through [`NodeEngine::handle_execution_result`] as the
+/// call's outcome: `failed`, its detail saying the outcome is unknown (the provider may have
+/// acted before the future was dropped). A call that finished before it could be cancelled is
+/// reported with its own outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaleCall {
+    /// The entry's idempotency key.
+    pub idempotency_key: String,
+    /// The first fence rule that refuses it now.
+    pub reason: StaleReason,
+}
+
 impl<S: JournalStore> NodeEngine<S> {
+    /// The calls in flight that the fence rule ([`fence::check`], the gate's one rule) refuses
+    /// against `head` now, each named once: call it after every catch-up while calls are in
+    /// flight, and cancel what it names. Linear in the calls in flight. Changes nothing durable:
+    /// the entry stays in flight until its result comes back.
+    pub fn poll_stale_in_flight(&mut self, head: &impl HeadTokens) -> Vec<StaleCall> {
+        let stale: Vec<(u64, StaleCall)> = self
+            .in_flight
+            .iter()
+            .filter(|seq| !self.cancelling.contains(seq))
+            .filter_map(|seq| {
+                let action = &self.state.entries[seq].action;
+                match fence::check(action, head, &self.state.high_water) {
+                    FenceVerdict::Current => None,
+                    FenceVerdict::Stale { reason } => {
+                        Some((*seq, StaleCall { idempotency_key: action.idempotency_key.clone(), reason }))
+                    }
+                }
+            })
+            .collect();
+        self.cancelling.extend(stale.iter().map(|(seq, _)| *seq));
+        stale.into_iter().map(|(_, call)| call).collect()
+    }
+
     /// Promotes pending entries that the head shows approved (the start of an execute pass).
     /// Returns their keys.
     pub fn promote_approved(&mut self, head: &impl HeadTokens) -> Result<Vec<String>, NodeError<S::Error>> {
@@ -143,6 +180,7 @@ impl<S: JournalStore> NodeEngine<S> {
             ActionOutcome::Failed => EntryState::Failed,
         };
         self.in_flight.remove(&seq);
+        self.cancelling.remove(&seq);
         self.release_busy(seq);
         self.set_state(seq, state, detail)
     }

@@ -76,6 +76,8 @@ pub struct Counters {
     pub stamps_capped: u64,
     /// Head confirmations that failed: the agent did not act (fail-closed).
     pub head_unconfirmed: u64,
+    /// Calls cancelled in flight because the view fenced their action.
+    pub calls_cancelled: u64,
 }
 
 /// The metrics snapshot of the loop's state.
@@ -126,5 +128,6 @@ pub fn metrics<S: JournalStore>(
             .collect(),
         stamps_capped: counters.stamps_capped,
         head_unconfirmed: counters.head_unconfirmed,
+        calls_cancelled: counters.calls_cancelled,
     }
 }

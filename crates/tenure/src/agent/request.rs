@@ -81,6 +81,8 @@ pub struct MetricsSnapshot {
     pub stamps_capped: u64,
     /// Head confirmations that failed since the agent started (it did not act then).
     pub head_unconfirmed: u64,
+    /// Provider calls cancelled in flight because the view fenced their action (SPEC 9).
+    pub calls_cancelled: u64,
 }
 
 /// A change asked of the agent through the API: appended to the log as an event.

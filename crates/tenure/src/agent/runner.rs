@@ -27,6 +27,7 @@ use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within}
 
 mod clock;
 mod requests;
+mod stale;
 mod vrrp;
 mod withdraw;
 
@@ -118,6 +119,8 @@ struct InventorySchedule {
     tasks: HashMap<tokio::task::Id, String>,
     /// The last failure logged at warn per provider (a repeat is logged at debug).
     last_failure: BTreeMap<String, String>,
+    /// Providers to read again as soon as their read under way ends ([`Self::read_now`]).
+    rushed: BTreeSet<String>,
 }
 
 impl InventorySchedule {
@@ -131,10 +134,11 @@ impl InventorySchedule {
         self.due.iter().filter(|(p, _)| !self.reading(p)).map(|(_, (_, at))| *at).min()
     }
 
-    /// The next read of `provider` one interval from now.
+    /// The next read of `provider` one interval from now (now, when it was rushed meanwhile).
     fn reschedule(&mut self, provider: &str) {
+        let rushed = self.rushed.remove(provider);
         if let Some((interval, next)) = self.due.get_mut(provider) {
-            *next = Instant::now() + *interval;
+            *next = if rushed { Instant::now() } else { Instant::now() + *interval };
         }
     }
 }
@@ -151,6 +155,10 @@ struct Agent<S: AgentStore> {
     /// Which call each task makes (node, key, provider), so that a task that panicked still
     /// ends its call: as `unknown` (the provider may have acted), never left in flight.
     call_tasks: HashMap<tokio::task::Id, (usize, String, String)>,
+    /// The calls' tasks by node and key, to cancel a call the view fenced (`stale.rs`).
+    call_aborts: stale::CallAborts,
+    /// When the last head confirmation was asked for: every call's deadline counts from it.
+    head_confirmed_at: Option<Instant>,
     /// Events to append at the next step (heartbeats).
     queued: Vec<EventKind>,
     /// Events stamped already, appended at the next step before `queued` (inventory).
@@ -382,6 +390,8 @@ impl<S: AgentStore> Agent<S> {
             observer,
             calls: JoinSet::new(),
             call_tasks: HashMap::new(),
+            call_aborts: stale::CallAborts::default(),
+            head_confirmed_at: None,
             queued: Vec::new(),
             queued_stamped: Vec::new(),
             inventories: JoinSet::new(),
@@ -466,6 +476,7 @@ impl<S: AgentStore> Agent<S> {
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
+        self.after_follow();
         Ok(())
     }
 
@@ -754,8 +765,10 @@ impl<S: AgentStore> Agent<S> {
             .min()
             .map_or(HEAD_CONFIRM_BOUND_DEFAULT, Duration::from_millis)
             .max(Duration::from_millis(1));
+        let asked = Instant::now();
         match self.store.confirm_head(bound) {
             Ok(()) => {
+                self.head_confirmed_at = Some(asked);
                 if self.head_failure.take().is_some() {
                     info!("the log head is confirmed again: acting");
                 }
@@ -969,9 +982,10 @@ impl<S: AgentStore> Agent<S> {
         };
         self.summary.calls += 1;
         debug!(node = self.drivers[node].name(), key = %action.idempotency_key, "calling the provider");
-        let deadline = Instant::now() + provider.call_timeout;
+        let deadline = self.call_deadline(provider.call_timeout);
         let task = (node, action.idempotency_key.clone(), action.provider.clone());
         let authority = self.guarding(&action);
+        let key = action.idempotency_key.clone();
         let handle = self.calls.spawn(async move {
             let started = Instant::now();
             let call = execute_within(&*provider.executor, &action, deadline);
@@ -988,12 +1002,15 @@ impl<S: AgentStore> Agent<S> {
             }
         });
         self.call_tasks.insert(handle.id(), task);
+        self.call_aborts.track(node, key, handle);
     }
 
     fn finish_call(&mut self, done: Result<(tokio::task::Id, CallDone), tokio::task::JoinError>) {
         match done {
             Ok((id, done)) => {
                 self.call_tasks.remove(&id);
+                // Finished before a cancellation took effect: its own outcome stands.
+                let _ = self.call_aborts.finished(done.node, &done.key, id);
                 self.observer.executor_call(&done.provider, done.elapsed);
                 self.record_result(done.node, &done.key, &done.outcome);
             }
@@ -1005,6 +1022,12 @@ impl<S: AgentStore> Agent<S> {
                     error!(error = %e, "a provider call task failed; its call is unknown to the loop");
                     return;
                 };
+                if let Some(stale) = self.call_aborts.finished(node, &key, e.id())
+                    && e.is_cancelled()
+                {
+                    self.record_result(node, &key, &Self::cancelled_outcome(stale));
+                    return;
+                }
                 error!(error = %e, %key, %provider, "a provider call task failed; recorded as unknown");
                 let reason = format!("the call's task failed: {e}");
                 self.record_result(node, &key, &ExecutionOutcome::Unknown { reason });

@@ -138,7 +138,8 @@ fn settings(cloud: &SimExecutor) -> Settings {
         "sim1".to_owned(),
         ProviderExecutor {
             executor: Arc::new(cloud.clone()),
-            call_timeout: Duration::from_secs(5),
+            // The config's default: below the pool's heartbeatTTL + promotionHold (SPEC 9).
+            call_timeout: Duration::from_millis(crate::config::ACTION_TIMEOUT_DEFAULT_MS),
             inventory_interval: None,
         },
     );

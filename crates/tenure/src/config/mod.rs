@@ -18,6 +18,8 @@
 //!   build can run them is the agent's business.
 //! - An exec provider's `timeout` may not exceed `actionTimeout` (which bounds every provider
 //!   call); when omitted it is 10 s, or `actionTimeout` when that is shorter.
+//! - `actionTimeout` (default 2 s) must be shorter than `heartbeatTTL + promotionHold` of every
+//!   pool this agent serves (SPEC 9); [`load_pools`] refuses a pool file that breaks it.
 //!
 //! # Layout
 //!
@@ -57,8 +59,10 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:9464";
 pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 500;
 /// Default `requeueInterval`: the agent reconciles at least this often, even when nothing changes.
 pub const REQUEUE_INTERVAL_DEFAULT_MS: u64 = 5_000;
-/// Default `actionTimeout`: the deadline of one provider call.
-pub const ACTION_TIMEOUT_DEFAULT_MS: u64 = 10_000;
+/// Default `actionTimeout`: the deadline of one provider call, counted from the head
+/// confirmation that authorised it. Below the default pool's `heartbeatTTL + promotionHold`
+/// (4 s), as every served pool's must be (SPEC 9; checked by [`load_pools`]).
+pub const ACTION_TIMEOUT_DEFAULT_MS: u64 = 2_000;
 /// Default `timeout` of an exec provider (SPEC 7), unless `actionTimeout` is shorter.
 pub const EXEC_TIMEOUT_DEFAULT_MS: u64 = 10_000;
 /// Default `garpCount` of an onprem provider.

@@ -5,8 +5,9 @@
 //! Against the config: a pool's provider must be a configured provider. Its members may be nodes
 //! this config does not run — they are other hosts' agents (several hosts share pool files) — but
 //! a member that this config does run must be on the pool's provider and placement group, must
-//! heartbeat more often than the pool's `heartbeatTTL`, and, under `authority: vrrp`, needs the
-//! config's `vrrp` section.
+//! heartbeat more often than the pool's `heartbeatTTL`, must end its provider calls sooner than
+//! the pool's `heartbeatTTL + promotionHold` (`actionTimeout`, SPEC 9), and, under
+//! `authority: vrrp`, needs the config's `vrrp` section.
 
 use tenure_core::input::{InputError, Position, utf8_text};
 use tenure_core::model::{Authority, PoolSpec};
@@ -112,8 +113,14 @@ fn check_against_config(pool: &PoolSpec, source: &PoolSource, config: &AgentConf
     errors
 }
 
-/// A pool with a member this agent runs: its heartbeats must come faster than its TTL, and VRRP
-/// authority needs keepalived's FIFO.
+/// A pool with a member this agent runs: its heartbeats must come faster than its TTL, its calls
+/// must end before its members could be declared dead, and VRRP authority needs keepalived's FIFO.
+///
+/// The call bound (SPEC 9): a call in flight is cancelled as soon as the agent's view fences it,
+/// but an agent cut off from the log sees nothing; its call ends at its head confirmation plus
+/// `actionTimeout` at the latest. Another node takes the address from a silent one only
+/// `heartbeatTTL + promotionHold` after its last heartbeat, so a call bounded below that has
+/// ended (its retries stopped, its hook killed) before the address can move without a drain.
 fn check_timing_and_authority(
     pool: &PoolSpec,
     at: Position,
@@ -129,6 +136,21 @@ fn check_timing_and_authority(
                 pool.name,
                 format_ms(pool.heartbeat_ttl_ms),
                 format_ms(config.heartbeat_interval_ms)
+            ),
+        ));
+    }
+    let takeover_ms = pool.heartbeat_ttl_ms.saturating_add(pool.promotion_hold_ms);
+    if config.action_timeout_ms >= takeover_ms {
+        errors.push(InputError::at(
+            at,
+            format!(
+                "pool `{}` has heartbeatTTL + promotionHold {}, not longer than actionTimeout {} of the \
+                 agent config `{}`: a call cut off from the log could land after another node took the \
+                 address; lower actionTimeout (or raise heartbeatTTL)",
+                pool.name,
+                format_ms(takeover_ms),
+                format_ms(config.action_timeout_ms),
+                config.path.display()
             ),
         ));
     }

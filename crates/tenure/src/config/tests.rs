@@ -50,7 +50,7 @@ fn a_good_config_gets_its_defaults_and_resolved_paths() {
     assert_eq!(config.listen.to_string(), "127.0.0.1:9464");
     assert_eq!(config.heartbeat_interval_ms, 500);
     assert_eq!(config.requeue_interval_ms, 5_000);
-    assert_eq!(config.action_timeout_ms, 10_000);
+    assert_eq!(config.action_timeout_ms, 2_000);
     assert_eq!(config.journal_retention, tenure_core::journal::JOURNAL_RETENTION_DEFAULT);
     assert_eq!(config.api_token_file, None);
     assert_eq!(config.vrrp, None);
@@ -516,6 +516,36 @@ fn pools_are_checked_together_and_against_the_config() {
         errors[0].contains("has `authority: vrrp`, but the agent config has no `vrrp` section"),
         "{errors:?}"
     );
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// SPEC 9: a call cut off from the log ends at its head confirmation plus `actionTimeout`; it must
+/// end before another node may take the address from a silent one (`heartbeatTTL +
+/// promotionHold`). The defaults (2 s; 3 s + 1 s) keep it; a pool that breaks it is refused at its
+/// name, the line naming the config file whose `actionTimeout` it is.
+#[test]
+fn a_pool_whose_takeover_is_not_longer_than_the_action_timeout_is_refused() {
+    let (dir, result) = load("action-ok", GOOD, &[("pools/edge.yaml", POOL)]);
+    assert!(result.is_ok(), "the defaults keep the bound: {result:?}");
+    let _ = fs::remove_dir_all(dir);
+
+    let fast = format!("{POOL}  heartbeatTTL: 1500ms\n  promotionHold: 500ms\n");
+    let (dir, result) = load("action-equal", GOOD, &[("pools/edge.yaml", &fast)]);
+    let errors = result.expect_err("2s is not below 1.5s + 0.5s");
+    let config = dir.join("agent.yaml").display().to_string();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains(&format!(
+            ":3:18: pool `edge` has heartbeatTTL + promotionHold 2s, not longer than actionTimeout 2s of \
+             the agent config `{config}`"
+        )),
+        "{errors:?}"
+    );
+    let _ = fs::remove_dir_all(dir);
+
+    let shorter = format!("{GOOD}actionTimeout: 1500ms\n").replace("timeout: 2s", "timeout: 1s");
+    let (dir, result) = load("action-lower", &shorter, &[("pools/edge.yaml", &fast)]);
+    assert!(result.is_ok(), "a shorter actionTimeout keeps it: {result:?}");
     let _ = fs::remove_dir_all(dir);
 }
 

@@ -68,7 +68,7 @@ impl Routers {
                     "node: {}\npeers:\n  - {}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /onprem, path: ./data-r{i}}}\n\
                      providers:\n  - {{name: lan, kind: onprem, interface: lan, garpCount: 3, garpInterval: 50ms, inventoryInterval: 1s}}\n\
                      {}pools: [pools.yaml]\nlisten: {}:9464\n\
-                     heartbeatInterval: 100ms\nrequeueInterval: 500ms\napiTokenFile: token\n",
+                     heartbeatInterval: 100ms\nrequeueInterval: 500ms\nactionTimeout: 1s\napiTokenFile: token\n",
                     spec(i),
                     spec(3 - i),
                     if matches!(mode, Mode::Vrrp { .. }) {

@@ -180,6 +180,7 @@ impl TestDoubleAgentLoop {
             inventory_reads: Vec::new(),
             stamps_capped: 0,
             head_unconfirmed: 0,
+            calls_cancelled: 0,
         }
     }
 

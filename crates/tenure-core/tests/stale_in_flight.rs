@@ -1,0 +1,283 @@
+//! Calls in flight whose action went stale (SPEC 9): the driver names, after a catch-up, the calls
+//! in flight that the fence rule now refuses — exactly those the gate would refuse if the call
+//! were about to start, each once — so the runtime can cancel them. And an executed acquire that
+//! outran a hand-over is noted for an inventory read at once.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+use tenure_core::driver::{DriverOptions, NodeDriver, OutranAcquire};
+use tenure_core::federation::Federation;
+use tenure_core::fence::{self, FenceVerdict, StaleReason};
+use tenure_core::journal::{EntryState, MemoryJournalStore};
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::log_store::{Log, MemoryLog};
+use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, Verb};
+use tenure_core::node::{NodeEngine, StaleCall};
+
+const ADDRESSES: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
+
+fn node(name: &str, priority: i64) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        priority,
+        nic: format!("eni-{name}"),
+        capacity: None,
+    }
+}
+
+fn registry() -> Federation {
+    Federation::new(
+        &[node("a", 10), node("b", 0)],
+        &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+    )
+    .with_drift_repair(true)
+}
+
+fn pool() -> PoolSpec {
+    PoolSpec {
+        name: "edge".into(),
+        addresses: ADDRESSES.iter().map(|a| a.parse().expect("address")).collect(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        members: vec!["a".into(), "b".into()],
+        authority: Authority::None,
+        approval: Approval::Auto,
+        deprovision_hold_ms: 0,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 0,
+        epoch_locking: true,
+        prefer_nodes: vec![],
+        preempt: false,
+        auto_failover: true,
+    }
+}
+
+fn driver(name: &str) -> NodeDriver<MemoryJournalStore> {
+    let engine = NodeEngine::open(name, MemoryJournalStore::new()).expect("memory");
+    NodeDriver::new(engine, registry(), DriverOptions { report_results: true })
+}
+
+/// A log with the pool applied and both nodes alive: `a` (priority 10) owns every address.
+fn log() -> MemoryLog {
+    let mut log = MemoryLog::new();
+    append(&mut log, 0, EventKind::PoolApplied { spec: Box::new(pool()) });
+    append(&mut log, 1, EventKind::Heartbeat { node: "a".into() });
+    append(&mut log, 1, EventKind::Heartbeat { node: "b".into() });
+    log
+}
+
+fn append(log: &mut MemoryLog, at_ms: u64, kind: EventKind) {
+    log.append(&Event { at_ms, kind }).expect("append");
+}
+
+/// `a` follows, plans and hands out its first batch: every address's assign is in flight.
+fn in_flight(log: &MemoryLog) -> (NodeDriver<MemoryJournalStore>, Vec<String>) {
+    let mut a = driver("a");
+    a.follow(log).expect("readable");
+    a.reconcile_at_head().expect("memory").expect("not blocked");
+    a.start_execution_at_head().expect("memory").expect("not blocked");
+    let batch = a.poll_actions_at_head(64).expect("memory");
+    assert!(batch.iter().all(|action| action.verb == Verb::AssignSecondaryIp), "{batch:?}");
+    assert_eq!(batch.len(), ADDRESSES.len());
+    (a, batch.into_iter().map(|action| action.idempotency_key).collect())
+}
+
+#[test]
+fn a_call_in_flight_is_named_stale_once_the_view_fences_it_and_only_once() {
+    let mut log = log();
+    let (mut a, keys) = in_flight(&log);
+    assert!(a.poll_stale_calls_at_head().is_empty(), "nothing moved: every call is current");
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    assert!(a.poll_stale_calls_at_head().is_empty(), "the view has not seen the drain yet");
+    a.follow(&log).expect("readable");
+    let stale = a.poll_stale_calls_at_head();
+    let expected: Vec<StaleCall> = keys
+        .iter()
+        .map(|key| StaleCall { idempotency_key: key.clone(), reason: StaleReason::StaleEpoch })
+        .collect();
+    assert_eq!(stale, expected, "the drain moved every line: the first rule that holds is stale-epoch");
+    assert!(a.poll_stale_calls_at_head().is_empty(), "each call is named once");
+    assert_eq!(a.engine().in_flight_count(), 3, "naming a call changes nothing: it stays in flight");
+    // The runtime cancels the call and reports its outcome as unknown: journaled failed, and a
+    // failed entry that is stale is never retried.
+    for key in &keys {
+        a.handle_result(key, ActionOutcome::Failed, "outcome unknown: cancelled".into()).expect("in flight");
+    }
+    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    assert!(report.retried.is_empty(), "{report:?}");
+    for key in &keys {
+        assert_eq!(a.engine().entry(key).map(|e| e.state), Some(EntryState::Failed));
+    }
+    assert_eq!(a.engine().retryable_failures(), 0);
+    assert!(a.poll_stale_calls_at_head().is_empty(), "nothing in flight, nothing to name");
+}
+
+#[test]
+fn a_frozen_node_cancels_nothing() {
+    let mut log = log();
+    let (mut a, _keys) = in_flight(&log);
+    a.pause();
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    assert!(a.poll_stale_calls_at_head().is_empty(), "a frozen process does not act, not even to cancel");
+    assert!(a.resume().is_ok());
+    a.finish_resume(&[]);
+    assert_eq!(a.poll_stale_calls_at_head().len(), 3, "awake, it names what the view fenced meanwhile");
+}
+
+/// The desired holder confirmed; then another node's executed acquire is reported, run after the
+/// line moved away from it: the driver notes the provider for an inventory read at once — in
+/// either order of the two results. A normal hand-over (the old holder's acquire confirmed before
+/// the move) notes nothing.
+#[test]
+fn an_acquire_reported_after_the_hand_over_it_outran_is_noted_in_either_order() {
+    let late = |order_b_first: bool| {
+        let mut log = log();
+        let (a, keys) = in_flight(&log);
+        let a_assign = keys[0].clone();
+        let address = a.engine().entry(&a_assign).expect("journaled").action.address;
+        append(&mut log, 20, EventKind::Drain { node: "a".into() });
+        let mut b = driver("b");
+        b.follow(&log).expect("readable");
+        b.reconcile_at_head().expect("memory").expect("not blocked");
+        b.start_execution_at_head().expect("memory").expect("not blocked");
+        let b_assign = b
+            .poll_actions_at_head(64)
+            .expect("memory")
+            .into_iter()
+            .find(|action| action.address == address)
+            .expect("b acquires what a held")
+            .idempotency_key;
+        let result = |node: &str, key: &str| EventKind::ActionResult {
+            node: node.into(),
+            idempotency_key: key.into(),
+            outcome: ActionOutcome::Executed,
+            detail: "assigned".into(),
+        };
+        let (first, second) = if order_b_first {
+            (result("b", &b_assign), result("a", &a_assign))
+        } else {
+            (result("a", &a_assign), result("b", &b_assign))
+        };
+        append(&mut log, 30, first);
+        append(&mut log, 31, second);
+        let mut watcher = driver("b");
+        watcher.follow(&log).expect("readable");
+        let mut noted = Vec::new();
+        while let Some(outran) = watcher.poll_outran_acquire() {
+            noted.push(outran);
+        }
+        (noted, address)
+    };
+    for order_b_first in [true, false] {
+        let (noted, address) = late(order_b_first);
+        assert_eq!(
+            noted,
+            vec![OutranAcquire { provider: "sim1".into(), address }],
+            "b's result first: {order_b_first}"
+        );
+    }
+
+    // The ordinary hand-over: a's acquire confirmed before the drain.
+    let mut log = log();
+    let (mut a, keys) = in_flight(&log);
+    for key in &keys {
+        a.handle_result(key, ActionOutcome::Executed, "assigned".into()).expect("in flight");
+    }
+    while let Some(kind) = a.poll_append() {
+        append(&mut log, 5, kind);
+    }
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    let mut b = driver("b");
+    b.follow(&log).expect("readable");
+    b.reconcile_at_head().expect("memory").expect("not blocked");
+    b.start_execution_at_head().expect("memory").expect("not blocked");
+    for action in b.poll_actions_at_head(64).expect("memory") {
+        b.handle_result(&action.idempotency_key, ActionOutcome::Executed, "assigned".into())
+            .expect("in flight");
+    }
+    while let Some(kind) = b.poll_append() {
+        append(&mut log, 30, kind);
+    }
+    let mut watcher = driver("b");
+    watcher.follow(&log).expect("readable");
+    assert_eq!(watcher.poll_outran_acquire(), None, "an ordinary hand-over reads nothing at once");
+}
+
+/// What can happen to the view while calls are in flight.
+#[derive(Clone, Debug)]
+enum Step {
+    Drain(&'static str),
+    Undrain(&'static str),
+    Undesire(usize),
+    Desire(usize),
+    Heartbeat(&'static str),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let node = prop_oneof![Just("a"), Just("b")];
+    prop_oneof![
+        node.clone().prop_map(Step::Drain),
+        node.clone().prop_map(Step::Undrain),
+        (0..ADDRESSES.len()).prop_map(Step::Undesire),
+        (0..ADDRESSES.len()).prop_map(Step::Desire),
+        node.prop_map(Step::Heartbeat),
+    ]
+}
+
+fn kind(step: &Step) -> EventKind {
+    let address = |i: usize| ADDRESSES[i].parse().expect("address");
+    match step {
+        Step::Drain(n) => EventKind::Drain { node: (*n).into() },
+        Step::Undrain(n) => EventKind::Undrain { node: (*n).into() },
+        Step::Undesire(i) => EventKind::Undesire { pool: "edge".into(), address: address(*i) },
+        Step::Desire(i) => EventKind::Desire { pool: "edge".into(), address: address(*i) },
+        Step::Heartbeat(n) => EventKind::Heartbeat { node: (*n).into() },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the log does while calls are in flight, the calls named stale after each
+    /// catch-up are exactly those the fence rule refuses now, each named once; and they are
+    /// exactly the calls the gate refuses when the same entries meet it again (after a crash: a
+    /// call in doubt is gated again at restart) — one rule, not two.
+    #[test]
+    fn the_calls_named_stale_are_those_the_gate_refuses(steps in prop::collection::vec(step(), 0..12)) {
+        let mut log = log();
+        let (mut a, keys) = in_flight(&log);
+        let mut named: BTreeSet<String> = BTreeSet::new();
+        for (at_ms, step) in (10_u64..).zip(&steps) {
+            append(&mut log, at_ms, kind(step));
+            a.follow(&log).expect("readable");
+            for call in a.poll_stale_calls_at_head() {
+                let entry = a.engine().entry(&call.idempotency_key).expect("journaled");
+                let verdict = fence::check(&entry.action, a.view(), &a.engine().durable().high_water);
+                prop_assert_eq!(verdict, FenceVerdict::Stale { reason: call.reason });
+                prop_assert!(named.insert(call.idempotency_key.clone()), "named twice: {}", call.idempotency_key);
+            }
+            for key in keys.iter().filter(|key| !named.contains(*key)) {
+                let entry = a.engine().entry(key).expect("journaled");
+                let verdict = fence::check(&entry.action, a.view(), &a.engine().durable().high_water);
+                prop_assert_eq!(verdict, FenceVerdict::Current, "{} is stale but not named", key);
+            }
+        }
+        // A crash: the calls are in doubt, gated again.
+        a.restart().expect("memory");
+        a.follow(&log).expect("readable");
+        let handed: BTreeSet<String> =
+            a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+        for key in &keys {
+            let state = a.engine().entry(key).map(|e| e.state);
+            if named.contains(key) {
+                prop_assert!(matches!(state, Some(EntryState::Skipped(_))), "{key}: {state:?}");
+            } else {
+                prop_assert!(handed.contains(key), "{key} is current and handed out again: {state:?}");
+            }
+        }
+    }
+}
