@@ -522,7 +522,9 @@ mod tests {
         let (tx2, mut rx2) = mpsc::channel(16);
         let second = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx2));
         let report = next(&mut rx2).await;
-        let Some(VrrpReport::Down(reason)) = &report else { panic!("the second follower is down: {report:?}") };
+        let Some(VrrpReport::Down(reason)) = &report else {
+            panic!("the second follower is down: {report:?}")
+        };
         assert!(
             reason.contains("another tenure agent follows") && reason.contains(&path.display().to_string()),
             "{reason}"
