@@ -19,7 +19,8 @@
 //! reader; a reload (`SIGHUP`) closes it and opens it again. keepalived creates the FIFO when
 //! missing and removes it on exit (and on a reload) only if it created it. The follower creates
 //! the FIFO itself when it is missing (mode 0600, owned by the agent's user), so it outlives
-//! keepalived's restarts and reloads.
+//! keepalived's restarts and reloads. One follower reads a FIFO: it holds a lock beside it
+//! ([`lock_file`]), and a second agent on the same path reads nothing and is not master.
 //!
 //! The follower opens it read-only and non-blocking, and reads at once what waits: end-of-file
 //! means no writer — keepalived is not running ([`VrrpReport::Down`], not master); data or
@@ -122,6 +123,46 @@ pub fn state_file(fifo: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The lock beside the FIFO (`….lock`) that the follower holds while it follows it: a FIFO has
+/// one pipe, and two readers split its lines between them, so a second agent on the same path (two
+/// routers in network namespaces of one host share the file system) would read the other
+/// router's transitions as its own. The kernel releases the lock when its holder exits.
+#[must_use]
+pub fn lock_file(fifo: &Path) -> PathBuf {
+    let mut name = fifo.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes [`lock_file`] for `fifo` without waiting: `Ok(Some(lock))` held, `Err` (one line naming
+/// both paths) when another follower holds it. A lock file that cannot be made (a folder the
+/// agent may not write) is logged and the FIFO followed without it (`Ok(None)`), as before the
+/// lock: it guards against a second reader, and must not stop the only one.
+#[cfg(unix)]
+fn lock(fifo: &Path) -> Result<Option<std::fs::File>, String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = lock_file(fifo);
+    let unlocked = |e: &dyn std::fmt::Display| {
+        tracing::warn!(fifo = %fifo.display(), "cannot lock keepalived's notify FIFO ({}: {e}): following it without the lock", file.display());
+        Ok(None)
+    };
+    let handle =
+        match std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&file) {
+            Ok(handle) => handle,
+            Err(e) => return unlocked(&e),
+        };
+    match rustix::fs::flock(&handle, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(handle)),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(format!(
+            "another tenure agent follows keepalived's notify FIFO {} (it holds {}): readers of one FIFO \
+             split its lines, so give each router's keepalived and agent a FIFO of their own",
+            fifo.display(),
+            file.display()
+        )),
+        Err(e) => unlocked(&e),
+    }
+}
+
 /// Writes `state` to `file` in the log's wire form (`"master"`), through a temporary file renamed
 /// over it. One-line error.
 fn remember(file: &Path, state: VrrpState) -> Result<(), String> {
@@ -146,7 +187,8 @@ fn remembered(file: &Path) -> Option<VrrpState> {
 /// last state among them). When keepalived closes the FIFO, the follower waits up to
 /// [`RELOAD_GRACE`] for it to open the FIFO again (a reload does that, and a MASTER says nothing
 /// after it) before it reports `Down`. Lines that are not keepalived's are logged, naming the
-/// FIFO, and change nothing. Every report is shown to `authority` before it is sent
+/// FIFO, and change nothing. While another follower holds the FIFO's [`lock_file`], it reads
+/// nothing and reports `Down`, naming it. Every report is shown to `authority` before it is sent
 /// ([`LocalAuthority::observe`]): a demotion is acted on without waiting for the loop.
 #[cfg(unix)]
 pub async fn follow_fifo(
@@ -171,6 +213,22 @@ pub async fn follow_fifo(
         }
         *last = Some(report.clone());
         reports.send(report).await.is_ok()
+    };
+    // Only the holder of the lock reads (a second reader would take the holder's lines): until
+    // this follower has it, not master, tried again every FIFO_RETRY.
+    let _lock = loop {
+        match lock(&path) {
+            Ok(lock) => break lock,
+            Err(e) => {
+                if !send(VrrpReport::Down(e), &mut last).await {
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(FIFO_RETRY) => {}
+                    () = reports.closed() => return,
+                }
+            }
+        }
     };
     if let Some(state) = remembered(&kept)
         && reports.send(VrrpReport::Remembered(state)).await.is_err()
@@ -460,6 +518,51 @@ mod tests {
         let _ = std::fs::remove_file(&file);
     }
 
+    /// Two followers of one FIFO (two routers' agents given one path in namespaces of one host):
+    /// the second reads nothing — its reads would take the first one's lines — and is not master,
+    /// naming the FIFO; once the first stops, it follows.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_second_follower_of_one_fifo_reads_nothing_and_is_not_master() {
+        use std::io::Write as _;
+        let dir = fresh_dir("fifo-two");
+        let path = dir.join("keepalived.fifo");
+        let (tx, mut rx) = mpsc::channel(16);
+        let first = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx, LocalAuthority::new()));
+        assert!(matches!(next(&mut rx).await, Some(VrrpReport::Down(_))), "no writer yet");
+        let mut writer = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("open");
+        writer.write_all(b"INSTANCE \"VI_1\" MASTER 100\n").expect("write");
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Master)));
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::Running));
+        let (tx2, mut rx2) = mpsc::channel(16);
+        let second = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx2, LocalAuthority::new()));
+        let report = next(&mut rx2).await;
+        let Some(VrrpReport::Down(reason)) = &report else {
+            panic!("the second follower is down: {report:?}")
+        };
+        assert!(
+            reason.contains("another tenure agent follows") && reason.contains(&path.display().to_string()),
+            "{reason}"
+        );
+        // The next line is the first follower's, whole.
+        writer.write_all(b"INSTANCE \"VI_1\" BACKUP 100\n").expect("write");
+        assert_eq!(next(&mut rx).await, Some(VrrpReport::State(VrrpState::Backup)));
+        assert!(
+            tokio::time::timeout(FIFO_RETRY * 3, rx2.recv()).await.is_err(),
+            "the second follower read nothing"
+        );
+        // The first stops (its agent exits): the second takes the FIFO over.
+        drop(rx);
+        first.abort();
+        let _ = first.await;
+        assert_eq!(next(&mut rx2).await, Some(VrrpReport::Remembered(VrrpState::Backup)));
+        assert_eq!(next(&mut rx2).await, Some(VrrpReport::Running));
+        drop(writer);
+        drop(rx2);
+        second.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// The last state read is kept beside the FIFO, and a follower started later says it first.
     #[cfg(unix)]
     #[tokio::test]
@@ -476,6 +579,7 @@ mod tests {
         assert_eq!(remembered(&state_file(&path)), Some(VrrpState::Master));
         drop(rx);
         first.abort();
+        let _ = first.await;
         // The agent restarts while keepalived holds the FIFO and says nothing.
         let (tx, mut rx) = mpsc::channel(16);
         let second = tokio::spawn(follow_fifo(path.clone(), "VI_1".to_owned(), tx, LocalAuthority::new()));
