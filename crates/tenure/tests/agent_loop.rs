@@ -397,3 +397,94 @@ async fn a_call_task_that_panics_is_recorded_and_its_address_retried() {
     stop.send(()).expect("running");
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
 }
+
+/// `edge` (a, b) over 40,000 scattered IPv6 addresses: valid, but its `pool-applied` record is
+/// far over the 1 MiB one log record holds.
+fn pool_too_large_for_one_record() -> PoolSpec {
+    let mut spec = pool(Approval::Auto);
+    // Every other address, with no group that compresses: no two merge into a CIDR block.
+    spec.addresses = (0..40_000u32)
+        .map(|i| {
+            format!("2001:db8:1111:2222:3333:4444:{:x}:{:x}", 0x1000 + i / 1000, 0x1000 + (i % 1000) * 2)
+                .parse()
+                .expect("an IPv6 address")
+        })
+        .collect();
+    spec.addresses.sort();
+    spec
+}
+
+/// A pool reload whose record the store will not hold is a refused request, not a failed store:
+/// health stays 200, heartbeats go on, and the good file applies after it (the binary test in
+/// `agent_process.rs` covers `load_pools`, which refuses such a file before any append).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_on() {
+    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor {
+            executor: Arc::new(cloud.clone()),
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+        },
+    );
+    // 0: the pool as started; 1: the one too large; 2: the first with one more address.
+    let wanted = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let which = Arc::clone(&wanted);
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![node("a", 10), node("b", 0)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(200),
+        journal_retention: 10_000,
+        pools: Box::new(move || {
+            Ok(vec![match which.load(std::sync::atomic::Ordering::SeqCst) {
+                0 => pool(Approval::Auto),
+                1 => pool_too_large_for_one_record(),
+                _ => {
+                    let mut grown = pool(Approval::Auto);
+                    grown.addresses.push("10.0.0.12".parse().expect("literal"));
+                    grown
+                }
+            }])
+        }),
+        vrrp: None,
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    wait_for("both addresses on a's NIC", || holders(&cloud).len() == 2).await;
+
+    wanted.store(1, std::sync::atomic::Ordering::SeqCst);
+    reload_tx.send(()).await.expect("running");
+    // The loop took the reload (it runs it at once) when the channel has room again; then
+    // heartbeats go on landing.
+    wait_for("the loop took the reload", || reload_tx.capacity() == 1).await;
+    let head = handle.health().await.expect("answers").log_head;
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    loop {
+        let health = handle.health().await.expect("answers");
+        assert!(health.ok, "a refused reload is no failed store: {health:?}");
+        if health.log_head >= head + 10 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "heartbeats stopped: {health:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rows = handle.ownership().await.expect("answers");
+    assert_eq!(rows.len(), 2, "the refused pool changed nothing: {rows:?}");
+
+    wanted.store(2, std::sync::atomic::Ordering::SeqCst);
+    reload_tx.send(()).await.expect("running");
+    wait_for("the good file applied after the refused one", || holders(&cloud).len() == 3).await;
+    assert!(handle.health().await.expect("answers").ok);
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+}

@@ -583,6 +583,14 @@ impl<S: AgentStore> Agent<S> {
                 }
                 Err(reason)
             }
+            // A request's events (a pool reload, an operator's request) that the store will not
+            // hold — a record over its size limit, an event the codec refuses — were refused
+            // before anything was written: the request is refused, the store is as it was.
+            Err(e @ (LogError::TooLarge { .. } | LogError::Rejected(_))) if !keep => {
+                let reason = format!("not appended, the store is unchanged: {e}");
+                warn!(%reason, "request refused");
+                Err(reason)
+            }
             Err(e) => {
                 let reason = format!("cannot append to the log: {e}");
                 error!(%reason);

@@ -42,7 +42,7 @@ use tenure_core::input::{InputError, Position, parse_duration_ms, utf8_text};
 use tenure_core::journal::{JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT};
 use tenure_core::model::{NodeSpec, ProviderKind};
 
-pub use pools::{POOL_FILE_BYTES_MAX, load_pools};
+pub use pools::{POOL_FILE_BYTES_MAX, check_record_size, load_pools};
 pub use providers::{INTERFACE_NAME_BYTES_MAX, check_interface_name};
 
 use paths::{is_inside, path_field};

@@ -10,7 +10,7 @@ use redb::{Database, Durability, ReadableDatabase};
 use tenure_core::codec;
 use tenure_core::journal::{DurableNodeState, JournalChange, JournalStore};
 use tenure_core::log::{Event, EventKind};
-use tenure_core::log_store::{LOG_READ_BATCH_MAX, LOG_RECORD_BYTES_MAX, Log, LogError, LogIndex, LogRecord};
+use tenure_core::log_store::{self, LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRecord};
 
 use super::checks::{check_against, corrupt, inspect_read_only, verify_contents};
 use super::identity::{StoreIdentity, encode_record};
@@ -197,10 +197,7 @@ impl EmbeddedStore {
         let mut records = Vec::with_capacity(events.len());
         let mut raised: u64 = 0;
         for event in events {
-            let record = codec::encode_event(event).map_err(LogError::Rejected)?;
-            if record.len() > LOG_RECORD_BYTES_MAX {
-                return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
-            }
+            let record = log_store::encode_record(event)?;
             if let EventKind::TokensRaised { by } = event.kind {
                 raised = raised.saturating_add(by);
             }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tenure_core::codec::{self, CodecError};
 use tenure_core::log::Event;
-use tenure_core::log_store::{LOG_READ_BATCH_MAX, LOG_RECORD_BYTES_MAX, Log, LogError, LogIndex, LogRecord};
+use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRecord, encode_record};
 use tracing::{error, info, warn};
 
 use self::io::{ConnectSettings, HeadRead, Io, Keys};
@@ -571,11 +571,7 @@ impl AgentStore for EtcdStore {
         }
         let mut records = Vec::with_capacity(events.len());
         for event in events {
-            let record = codec::encode_event(event).map_err(LogError::Rejected)?;
-            if record.len() > LOG_RECORD_BYTES_MAX {
-                return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
-            }
-            records.push(record);
+            records.push(encode_record(event)?);
         }
         self.local.sync().map_err(|e| LogError::Unavailable { reason: e.to_string() })?;
         let mut indices = Vec::with_capacity(records.len());

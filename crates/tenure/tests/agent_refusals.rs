@@ -1,0 +1,97 @@
+//! `tenure agent` as a real process, refusing what it must refuse and nothing more: a pool reload
+//! too large for one log record is a refused reload (the agent serves on); a store that holds data
+//! without its identity file is refused whatever the config file is called, unless the operator
+//! says so.
+
+mod process;
+
+use std::path::{Path, PathBuf};
+
+use process::{Agent, TOKEN, TempDir, free_port, http, pool_yaml, tenure, wait_for};
+use serde_json::Value;
+
+/// The simulated cloud's provider entry.
+const SIM: &str = "{name: sim1, kind: sim-cloud}";
+
+/// Writes config file `name` in `dir` for nodes a (priority 10) and b on provider `provider`
+/// (declared by `providers`), with the store in `./store` and pools from `pools.yaml`; its path.
+fn config_named(
+    dir: &TempDir,
+    name: &str,
+    listen: std::net::SocketAddr,
+    provider: &str,
+    providers: &str,
+) -> PathBuf {
+    dir.write("token", &format!("{TOKEN}\n"));
+    let text = format!(
+        "nodes:\n  - {{name: a, provider: {provider}, placementGroup: g1, nic: eni-a, priority: 10}}\n  - {{name: b, provider: {provider}, placementGroup: g1, nic: eni-b}}\nstore: {{kind: embedded, path: ./store}}\nproviders: [{providers}]\npools: [pools.yaml]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\napiTokenFile: ./token\n"
+    );
+    dir.write(name, &text)
+}
+
+/// The agent's health: (status, body).
+fn health(agent: &Agent) -> (u16, Value) {
+    let (status, body) = http(agent.listen, "GET", "/v1/health", None, None).expect("answers");
+    (status, serde_json::from_str(&body).expect("JSON"))
+}
+
+/// The addresses of the map.
+fn addresses(agent: &Agent) -> Vec<String> {
+    agent.get("/v1/ownership")["ownership"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| row["address"].as_str().expect("address").to_owned())
+        .collect()
+}
+
+/// A valid pool file of 40,000 scattered IPv6 addresses (no two merge into a CIDR block): its
+/// `pool-applied` record is far over the 1 MiB one log record holds.
+fn pool_too_large_for_one_record() -> String {
+    let addresses: Vec<String> = (0..40_000u32)
+        .map(|i| {
+            format!("'2001:db8:1111:2222:3333:4444:{:x}:{:x}'", 0x1000 + i / 1000, 0x1000 + (i % 1000) * 2)
+        })
+        .collect();
+    let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    pool_yaml("edge", &refs, &["a", "b"], "sim1", "")
+}
+
+#[test]
+fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_on() {
+    let dir = TempDir::new("reload-too-large");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config_named(&dir, "agent.yaml", listen, "sim1", SIM);
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("the pool applied", || addresses(&agent) == ["10.0.0.10"]);
+
+    // `tenure validate` refuses the file in one line naming it.
+    let big = dir.write("big.yaml", &pool_too_large_for_one_record());
+    let (code, stdout, stderr) = tenure(&["validate", big.to_str().expect("utf-8")]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("{}:", big.display())) && stderr.contains("does not fit one log record"),
+        "{stderr}"
+    );
+
+    // The agent refuses it on SIGHUP and serves on: health 200, heartbeats landing.
+    std::fs::rename(&big, dir.path().join("pools.yaml")).expect("rename");
+    agent.hangup();
+    wait_for("the reload refused", || agent.log().contains("does not fit one log record"));
+    let head = health(&agent).1["logHead"].as_u64().expect("logHead");
+    wait_for("heartbeats land after the refused reload", || {
+        let (status, body) = health(&agent);
+        assert_eq!(status, 200, "a refused reload is no failed store: {body}");
+        body["logHead"].as_u64().expect("logHead") >= head + 6
+    });
+    assert_eq!(addresses(&agent), ["10.0.0.10"], "nothing applied");
+
+    // The good file, grown by one address, applies.
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10", "10.0.0.11"], &["a", "b"], "sim1", ""));
+    agent.hangup();
+    wait_for("the good file applied", || addresses(&agent) == ["10.0.0.10", "10.0.0.11"]);
+    assert_eq!(health(&agent).0, 200);
+    assert!(agent.terminate().success());
+}
