@@ -95,3 +95,95 @@ fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_on() {
     assert_eq!(health(&agent).0, 200);
     assert!(agent.terminate().success());
 }
+
+/// Starts an agent on `config` that must be refused: its one `tenure agent:` line.
+fn refused(dir: &TempDir, config: &Path, listen: std::net::SocketAddr, what: &str) -> String {
+    let mut agent = Agent::spawn(dir, config, listen);
+    let status = process::wait_exit(&mut agent.child);
+    let log = agent.log();
+    assert_eq!(status.code(), Some(1), "{what} must not start: {log}");
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
+    assert_eq!(lines.len(), 1, "one line naming why ({what}): {log}");
+    lines[0].to_owned()
+}
+
+/// Copies `from` over `to` in `dir` (`cp -a`, what an operator does), `to` removed first.
+fn copy(dir: &TempDir, from: &str, to: &str) {
+    let _ = std::fs::remove_dir_all(dir.path().join(to));
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(dir.path().join(from))
+        .arg(dir.path().join(to))
+        .status()
+        .expect("cp");
+    assert!(status.success());
+}
+
+#[test]
+fn a_store_copy_is_refused_under_any_config_name_and_without_an_identity_file_unless_accepted() {
+    let dir = TempDir::new("identity");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config_named(&dir, "agent.yaml", listen, "sim1", SIM);
+    let identity = dir.path().join("store.identity");
+
+    // An empty store starts, and its identity file goes beside the store's folder.
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("a owns", || agent.get("/v1/ownership")["ownership"][0]["owner"] == "a");
+    assert!(identity.is_file(), "the default identity file: <store folder name>.identity beside the config");
+    assert!(agent.terminate().success());
+    copy(&dir, "store", "store.old");
+    let agent = Agent::start(&dir, &config, listen);
+    assert_eq!(agent.post("/v1/drain/a", None).0, 200);
+    wait_for("b owns", || agent.get("/v1/ownership")["ownership"][0]["owner"] == "b");
+    assert!(agent.terminate().success());
+
+    // The old copy back: refused under agent.yaml, and under a copy of it named router.yaml.
+    copy(&dir, "store", "store.current");
+    copy(&dir, "store.old", "store");
+    let line = refused(&dir, &config, listen, "an old copy");
+    assert!(line.contains("is behind its identity file"), "{line}");
+    let router = dir.write("router.yaml", &std::fs::read_to_string(&config).expect("config"));
+    let line = refused(&dir, &router, listen, "an old copy under router.yaml");
+    assert!(line.contains("is behind its identity file"), "{line}");
+    // Only the comparisons that failed: the drain moved the address (a higher token) and
+    // appended, so both; neither ever reads `N < N`.
+    let numbers = |what: &str| -> Option<(u64, u64)> {
+        let rest = &line[line.find(what)? + what.len()..];
+        let mut parts = rest.split_whitespace();
+        let store = parts.next()?.parse().ok()?;
+        assert_eq!(parts.next(), Some("<"), "{line}");
+        let recorded = parts.next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()?;
+        Some((store, recorded))
+    };
+    for what in ["highest log index ", "highest token "] {
+        if let Some((store, recorded)) = numbers(what) {
+            assert!(store < recorded, "a comparison that held is not printed: {line}");
+        }
+    }
+
+    // No identity file at all: a store that holds data is refused…
+    std::fs::remove_file(&identity).expect("rm identity");
+    let line = refused(&dir, &config, listen, "a store without its identity file");
+    assert!(line.contains("holds data") && line.contains("--accept-store-without-identity"), "{line}");
+    assert!(!identity.exists(), "a refusal writes nothing");
+    // …unless the operator says so: it starts, says the risk, and writes the file from it.
+    copy(&dir, "store.current", "store");
+    let log_path = dir.path().join("accepted.log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["agent", "--accept-store-without-identity", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).expect("log"))
+        .spawn()
+        .expect("tenure agent");
+    let accepted = Agent { child, listen, stderr: log_path };
+    accepted.wait_healthy();
+    let log = accepted.log();
+    assert!(log.contains("accepting a store that holds data without its identity file"), "{log}");
+    assert!(identity.is_file(), "written from the accepted store");
+    assert_eq!(accepted.get("/v1/ownership")["ownership"][0]["owner"], "b", "the current store's map");
+    assert!(accepted.terminate().success());
+}

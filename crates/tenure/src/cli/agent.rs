@@ -25,7 +25,7 @@ use crate::config::{AgentConfig, ProviderSettings, StoreConfig, load_config, loa
 use crate::exec::SimExecutor;
 use crate::exec::hook::ExecHook;
 use crate::metrics::Metrics;
-use crate::store::EmbeddedStore;
+use crate::store::{EmbeddedStore, MissingIdentity};
 
 /// Extra time an exec hook's call gets past the hook's own timeout, so that the hook's timeout
 /// (which kills its process group) fires first and names itself.
@@ -49,6 +49,11 @@ pub struct AgentArgs {
     /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Open a store that holds data although its identity file does not exist, and write the
+    /// file from it. The risk: a stale copy of a store issues again tokens it issued before.
+    /// Only for a store known to be the current one (its identity file was lost).
+    #[arg(long)]
+    pub accept_store_without_identity: bool,
 }
 
 /// Sets up `tracing` on stderr. Safe to call once per process.
@@ -182,10 +187,12 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
         return ExitCode::from(EXIT_BAD_INPUT);
     }
-    let store = match Opened::open(&config) {
+    let missing =
+        if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };
+    let store = match Opened::open(&config, missing) {
         Ok(store) => store,
         Err(e) => {
-            eprintln!("tenure agent: {e}");
+            eprintln!("tenure agent: {e}{}", earlier_default_identity(&config));
             return ExitCode::FAILURE;
         }
     };
@@ -237,10 +244,27 @@ enum Opened {
     Etcd(crate::store::fleet::EtcdStore),
 }
 
+/// A hint for a store refused for a missing identity file when the file an earlier version put
+/// beside the config file (`<config file stem>.identity`, before the default followed the store)
+/// is there: `; …` to end the refusal's line, or nothing.
+fn earlier_default_identity(config: &AgentConfig) -> String {
+    let Some(stem) = config.path.file_stem() else { return String::new() };
+    let earlier = config.path.with_file_name(format!("{}.identity", stem.to_string_lossy()));
+    if earlier != config.identity_file && !config.identity_file.exists() && earlier.is_file() {
+        format!(
+            "; {} is where an earlier version kept it by default: if it is this store's, set `identityFile: {}`",
+            earlier.display(),
+            earlier.display()
+        )
+    } else {
+        String::new()
+    }
+}
+
 impl Opened {
-    fn open(config: &AgentConfig) -> Result<Self, String> {
+    fn open(config: &AgentConfig, missing: MissingIdentity) -> Result<Self, String> {
         match &config.store {
-            StoreConfig::Embedded { path } => EmbeddedStore::open(path, &config.identity_file)
+            StoreConfig::Embedded { path } => EmbeddedStore::open_with(path, &config.identity_file, missing)
                 .map(Self::Embedded)
                 .map_err(|e| e.to_string()),
             #[cfg(feature = "etcd")]
@@ -293,7 +317,7 @@ impl Opened {
                             .collect::<Vec<_>>(),
                     ),
                 };
-                crate::store::fleet::EtcdStore::open(path, &config.identity_file, &options)
+                crate::store::fleet::EtcdStore::open_with(path, &config.identity_file, &options, missing)
                     .map(Self::Etcd)
                     .map_err(|e| e.to_string())
             }
