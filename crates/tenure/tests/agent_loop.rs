@@ -488,3 +488,131 @@ async fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_
     stop.send(()).expect("running");
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
 }
+
+/// A **test double** of a store whose log head cannot be confirmed on demand (etcd unreachable
+/// for linearizable reads while the local view still reads).
+#[derive(Clone, Debug, Default)]
+struct UnconfirmableStore {
+    inner: MemoryStore,
+    unconfirmed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tenure::agent::AgentStore for UnconfirmableStore {
+    type Journal = <MemoryStore as tenure::agent::AgentStore>::Journal;
+    type Log = <MemoryStore as tenure::agent::AgentStore>::Log;
+    fn log(&self) -> Self::Log {
+        self.inner.log()
+    }
+    fn journal(&self, node: &str) -> Self::Journal {
+        self.inner.journal(node)
+    }
+    fn append_batch(
+        &self,
+        events: &[tenure_core::log::Event],
+    ) -> Result<Vec<tenure_core::log_store::LogIndex>, tenure_core::log_store::LogError> {
+        self.inner.append_batch(events)
+    }
+    fn backup(&self) -> Result<Vec<u8>, String> {
+        self.inner.backup()
+    }
+    fn record_highest_token(&self, token: u64) {
+        self.inner.record_highest_token(token);
+    }
+    fn flush_identity(&self) -> Result<(), String> {
+        self.inner.flush_identity()
+    }
+    fn confirm_head(&self, _bound: Duration) -> Result<(), tenure::agent::HeadUnconfirmed> {
+        if self.unconfirmed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(tenure::agent::HeadUnconfirmed::Behind("etcd unreachable".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A **test double** of an executor that counts its calls and executes each.
+#[derive(Default)]
+struct Counting {
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl tenure::exec::Executor for Counting {
+    fn execute<'a>(
+        &'a self,
+        _action: &'a tenure_core::model::StampedAction,
+        _deadline: tokio::time::Instant,
+    ) -> tenure::exec::ExecuteFuture<'a> {
+        Box::pin(async move {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tenure::exec::ExecutionOutcome::Executed { detail: "ok".into() }
+        })
+    }
+}
+
+/// A node that wakes up (`Control::Resume`) calls what it approved before it froze only at a
+/// confirmed log head, like every other call: while the head cannot be confirmed, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_node_calls_nothing_while_the_log_head_cannot_be_confirmed() {
+    use tenure::agent::request::Control;
+
+    let counting = Arc::new(Counting::default());
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor {
+            executor: Arc::clone(&counting) as Arc<dyn tenure::exec::Executor>,
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+        },
+    );
+    let mut spec = pool(Approval::Auto);
+    spec.addresses.truncate(1);
+    spec.members = vec!["a".into()];
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![node("a", 10)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::Exec }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(100),
+        journal_retention: 10_000,
+        pools: Box::new(move || Ok(vec![spec.clone()])),
+        vrrp: None,
+    };
+    let store = UnconfirmableStore::default();
+    let unconfirmed = Arc::clone(&store.unconfirmed);
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
+        let _ = stopped.await;
+    }));
+    let calls = || counting.calls.load(std::sync::atomic::Ordering::SeqCst);
+    wait_for("a's acquire ran", || calls() == 1).await;
+
+    // a approves a fresh acquire and freezes before calling it; then etcd becomes unreachable.
+    let address = "10.0.0.10".parse().expect("literal");
+    let events = vec![
+        EventKind::Undesire { pool: "edge".into(), address },
+        EventKind::Desire { pool: "edge".into(), address },
+    ];
+    handle
+        .control(Control::FreezeAfterReconcile { node: "a".into(), events })
+        .await
+        .expect("answers")
+        .expect("frozen");
+    let filter = || ActionFilter { node: Some("a".into()), state: Some("approved".into()), pool: None };
+    assert_eq!(handle.actions(filter()).await.expect("answers").len(), 1, "approved, not called");
+    unconfirmed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let woke = handle.control(Control::Resume { node: "a".into() }).await.expect("answers").expect("woke");
+    assert!(woke.contains("cannot be confirmed"), "{woke}");
+    // Several requeue intervals: nothing is called while the head stays unconfirmed.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(calls(), 1, "a call started at an unconfirmed head ({woke})");
+    }
+    // The head confirmed again: the approved acquire, still current, is called.
+    unconfirmed.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_for("the approved acquire ran once the head was confirmed", || calls() >= 2).await;
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+}

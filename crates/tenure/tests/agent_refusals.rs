@@ -187,3 +187,88 @@ fn a_store_copy_is_refused_under_any_config_name_and_without_an_identity_file_un
     assert_eq!(accepted.get("/v1/ownership")["ownership"][0]["owner"], "b", "the current store's map");
     assert!(accepted.terminate().success());
 }
+
+/// Whether process `pid` still runs (a zombie waiting for its reaper does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// A hook that entered another mount namespace (`unshare -m`, as `ip netns exec` does), left
+/// running by a `kill -9` of its agent, is killed by the next agent on the store by its durable
+/// record, before that agent gates any call; a record that cannot be checked refuses the start.
+#[test]
+fn a_hook_in_another_mount_namespace_left_by_a_killed_agent_is_killed_before_the_next_one_gates() {
+    let dir = TempDir::new("hook-groups");
+    let listen = free_port();
+    let pids = dir.path().join("pids");
+    let alive = dir.path().join("alive");
+    // Notes any pid of an earlier run still alive, then becomes a process in a mount namespace
+    // of its own (same pid: unshare and sh exec) that records its pid and waits far past the test.
+    dir.write(
+        "hook.sh",
+        &format!(
+            "#!/bin/sh\nfor p in $(cat {pids} 2>/dev/null); do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); [ -n \"$s\" ] && [ \"$s\" != Z ] && echo $p >> {alive}; done\nexec unshare -m sh -c 'echo $$ >> {pids}; exec sleep 600'\n",
+            pids = pids.display(),
+            alive = alive.display(),
+        ),
+    );
+    std::process::Command::new("chmod").arg("+x").arg(dir.path().join("hook.sh")).status().expect("chmod");
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "hook", ""));
+    let config = config_named(
+        &dir,
+        "agent.yaml",
+        listen,
+        "hook",
+        "{name: hook, kind: exec, command: [./hook.sh], timeout: 10s}",
+    );
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("the hook runs", || std::fs::read_to_string(&pids).is_ok_and(|t| t.lines().count() == 1));
+    let hook: u32 = std::fs::read_to_string(&pids).expect("pids").trim().parse().expect("pid");
+    let own_namespace = std::fs::read_link("/proc/self/ns/mnt").expect("own mount namespace");
+    let hook_namespace = std::fs::read_link(format!("/proc/{hook}/ns/mnt")).expect("the hook's");
+    assert_ne!(own_namespace, hook_namespace, "the hook runs in a mount namespace of its own");
+    agent.kill9();
+    assert!(running(hook), "the hook outlives the killed agent");
+
+    // The next agent kills it by its record before its own call of the action in doubt.
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("the killed agent's hook is gone", || !running(hook));
+    wait_for("the call in doubt ran again", || {
+        std::fs::read_to_string(&pids).is_ok_and(|t| t.lines().count() == 2)
+    });
+    let found = std::fs::read_to_string(&alive).unwrap_or_default();
+    assert!(found.is_empty(), "the dead agent's hook still ran when the next one called: {found}");
+    assert!(agent.log().contains("killed 1 recorded hook process group"), "{}", agent.log());
+    let second: u32 = std::fs::read_to_string(&pids)
+        .expect("pids")
+        .lines()
+        .nth(1)
+        .expect("two")
+        .trim()
+        .parse()
+        .expect("pid");
+    let records = dir.path().join("store/hook-groups");
+    assert!(records.join(second.to_string()).is_file(), "the running hook's group is recorded");
+    agent.kill9();
+
+    // A record that cannot be checked refuses the start, and leaves the hook as it is.
+    let garbage = records.join("999999");
+    std::fs::write(&garbage, "not a record").expect("write");
+    let mut refused = Agent::spawn(&dir, &config, listen);
+    let status = process::wait_exit(&mut refused.child);
+    let log = refused.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains(&format!("cannot check the hook process group recorded in {}", garbage.display())),
+        "{log}"
+    );
+    assert!(running(second), "nothing was killed by a start that refused");
+    for pid in std::fs::read_to_string(&pids).expect("pids").split_whitespace() {
+        let _ = std::process::Command::new("kill").args(["-KILL", pid]).status();
+    }
+}

@@ -24,6 +24,7 @@ use crate::api::{self, ApiToken};
 use crate::config::{AgentConfig, ProviderSettings, StoreConfig, load_config, load_pools};
 use crate::exec::SimExecutor;
 use crate::exec::hook::ExecHook;
+use crate::exec::hook_groups::HookGroups;
 use crate::metrics::Metrics;
 use crate::store::{EmbeddedStore, MissingIdentity};
 
@@ -81,7 +82,11 @@ fn hook_owner(store_path: &std::path::Path, cluster_id: &str) -> String {
 
 /// The executors of the configured providers, or the one-line refusal of a kind this build has
 /// no executor for.
-fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, ProviderExecutor>, String> {
+fn executors(
+    config: &AgentConfig,
+    owner: &str,
+    groups: Option<&HookGroups>,
+) -> Result<BTreeMap<String, ProviderExecutor>, String> {
     let action_timeout = Duration::from_millis(config.action_timeout_ms);
     let mut executors = BTreeMap::new();
     for provider in &config.providers {
@@ -93,8 +98,12 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
             },
             (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
                 let timeout = Duration::from_millis(*timeout_ms);
+                let mut hook = ExecHook::new(command.clone(), timeout).owned_by(owner);
+                if let Some(groups) = groups {
+                    hook = hook.recorded_in(groups.clone());
+                }
                 ProviderExecutor {
-                    executor: Arc::new(ExecHook::new(command.clone(), timeout).owned_by(owner)),
+                    executor: Arc::new(hook),
                     call_timeout: timeout + HOOK_DEADLINE_GRACE,
                     inventory_interval: None,
                 }
@@ -166,7 +175,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
     let store_path = config.store.path().to_owned();
     // Checked before the store is opened (a kind this build cannot run changes nothing); built
     // again below with the store's mark for the hooks' processes.
-    if let Err(line) = executors(&config, "") {
+    if let Err(line) = executors(&config, "", None) {
         eprintln!("tenure agent: {line}");
         return ExitCode::from(EXIT_NOT_BUILT);
     }
@@ -199,7 +208,8 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
     // This process owns the store now: hooks a killed agent on it left running go before
     // anything is gated (docs/operations.md, "Exec hooks"), whatever providers this config has.
     let owner = hook_owner(&store_path, store.cluster_id());
-    let executors = match executors(&config, &owner) {
+    let groups = HookGroups::in_store(&store_path);
+    let executors = match executors(&config, &owner, Some(&groups)) {
         Ok(executors) => executors,
         Err(line) => {
             eprintln!("tenure agent: {line}");
@@ -207,6 +217,19 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::from(EXIT_NOT_BUILT);
         }
     };
+    // First by the durable records of the hooks' process groups (any mount namespace), then by
+    // the environment mark (what a hook left behind after its leader exited).
+    match groups.kill_recorded(crate::exec::hook::ORPHAN_KILL_WAIT) {
+        Ok(0) => {}
+        Ok(n) => eprintln!(
+            "tenure agent: killed {n} recorded hook process group(s) a previous agent on this store left running"
+        ),
+        Err(line) => {
+            eprintln!("tenure agent: {line}");
+            let _ = store.close();
+            return ExitCode::FAILURE;
+        }
+    }
     match crate::exec::hook::kill_orphans(&owner) {
         Ok(0) => {}
         Ok(n) => {
