@@ -51,6 +51,18 @@ pub const LOG_READ_BATCH_MAX: usize = 1024;
 /// CIDR blocks is small; only a pool of tens of thousands of scattered addresses comes near it.
 pub const LOG_RECORD_BYTES_MAX: usize = 1024 * 1024;
 
+/// The stored record of `event`: its codec encoding, refused when the codec refuses the event
+/// ([`LogError::Rejected`]) or when it is larger than [`LOG_RECORD_BYTES_MAX`]
+/// ([`LogError::TooLarge`]). Every backend checks every event of an append with it before it
+/// writes anything, so such a refusal leaves the log as it was.
+pub fn encode_record(event: &Event) -> Result<Vec<u8>, LogError> {
+    let record = codec::encode_event(event).map_err(LogError::Rejected)?;
+    if record.len() > LOG_RECORD_BYTES_MAX {
+        return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
+    }
+    Ok(record)
+}
+
 /// Most records a [`MemoryLog`] holds by default (16M, as many as one node journal).
 pub const MEMORY_LOG_RECORDS_MAX: usize = 16 * 1024 * 1024;
 
@@ -228,10 +240,7 @@ impl Log for MemoryLog {
         if self.records.len() >= self.records_max {
             return Err(LogError::Full { limit: self.records_max });
         }
-        let record = codec::encode_event(event).map_err(LogError::Rejected)?;
-        if record.len() > LOG_RECORD_BYTES_MAX {
-            return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
-        }
+        let record = encode_record(event)?;
         debug_assert_eq!(codec::decode_event(&record).as_ref(), Ok(event), "a record reads back as written");
         self.records.push(record);
         Ok(Self::index_at(self.records.len() - 1))

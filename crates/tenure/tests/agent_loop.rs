@@ -397,3 +397,222 @@ async fn a_call_task_that_panics_is_recorded_and_its_address_retried() {
     stop.send(()).expect("running");
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
 }
+
+/// `edge` (a, b) over 40,000 scattered IPv6 addresses: valid, but its `pool-applied` record is
+/// far over the 1 MiB one log record holds.
+fn pool_too_large_for_one_record() -> PoolSpec {
+    let mut spec = pool(Approval::Auto);
+    // Every other address, with no group that compresses: no two merge into a CIDR block.
+    spec.addresses = (0..40_000u32)
+        .map(|i| {
+            format!("2001:db8:1111:2222:3333:4444:{:x}:{:x}", 0x1000 + i / 1000, 0x1000 + (i % 1000) * 2)
+                .parse()
+                .expect("an IPv6 address")
+        })
+        .collect();
+    spec.addresses.sort();
+    spec
+}
+
+/// A pool reload whose record the store will not hold is a refused request, not a failed store:
+/// health stays 200, heartbeats go on, and the good file applies after it (the binary test in
+/// `agent_process.rs` covers `load_pools`, which refuses such a file before any append).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_on() {
+    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor {
+            executor: Arc::new(cloud.clone()),
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+        },
+    );
+    // 0: the pool as started; 1: the one too large; 2: the first with one more address.
+    let wanted = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let which = Arc::clone(&wanted);
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![node("a", 10), node("b", 0)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(200),
+        journal_retention: 10_000,
+        pools: Box::new(move || {
+            Ok(vec![match which.load(std::sync::atomic::Ordering::SeqCst) {
+                0 => pool(Approval::Auto),
+                1 => pool_too_large_for_one_record(),
+                _ => {
+                    let mut grown = pool(Approval::Auto);
+                    grown.addresses.push("10.0.0.12".parse().expect("literal"));
+                    grown
+                }
+            }])
+        }),
+        vrrp: None,
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    wait_for("both addresses on a's NIC", || holders(&cloud).len() == 2).await;
+
+    wanted.store(1, std::sync::atomic::Ordering::SeqCst);
+    reload_tx.send(()).await.expect("running");
+    // The loop took the reload (it runs it at once) when the channel has room again; then
+    // heartbeats go on landing.
+    wait_for("the loop took the reload", || reload_tx.capacity() == 1).await;
+    let head = handle.health().await.expect("answers").log_head;
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    loop {
+        let health = handle.health().await.expect("answers");
+        assert!(health.ok, "a refused reload is no failed store: {health:?}");
+        if health.log_head >= head + 10 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "heartbeats stopped: {health:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rows = handle.ownership().await.expect("answers");
+    assert_eq!(rows.len(), 2, "the refused pool changed nothing: {rows:?}");
+
+    wanted.store(2, std::sync::atomic::Ordering::SeqCst);
+    reload_tx.send(()).await.expect("running");
+    wait_for("the good file applied after the refused one", || holders(&cloud).len() == 3).await;
+    assert!(handle.health().await.expect("answers").ok);
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+}
+
+/// A **test double** of a store whose log head cannot be confirmed on demand (etcd unreachable
+/// for linearizable reads while the local view still reads).
+#[derive(Clone, Debug, Default)]
+struct UnconfirmableStore {
+    inner: MemoryStore,
+    unconfirmed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tenure::agent::AgentStore for UnconfirmableStore {
+    type Journal = <MemoryStore as tenure::agent::AgentStore>::Journal;
+    type Log = <MemoryStore as tenure::agent::AgentStore>::Log;
+    fn log(&self) -> Self::Log {
+        self.inner.log()
+    }
+    fn journal(&self, node: &str) -> Self::Journal {
+        self.inner.journal(node)
+    }
+    fn append_batch(
+        &self,
+        events: &[tenure_core::log::Event],
+    ) -> Result<Vec<tenure_core::log_store::LogIndex>, tenure_core::log_store::LogError> {
+        self.inner.append_batch(events)
+    }
+    fn backup(&self) -> Result<Vec<u8>, String> {
+        self.inner.backup()
+    }
+    fn record_highest_token(&self, token: u64) {
+        self.inner.record_highest_token(token);
+    }
+    fn flush_identity(&self) -> Result<(), String> {
+        self.inner.flush_identity()
+    }
+    fn confirm_head(&self, _bound: Duration) -> Result<(), tenure::agent::HeadUnconfirmed> {
+        if self.unconfirmed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(tenure::agent::HeadUnconfirmed::Behind("etcd unreachable".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A **test double** of an executor that counts its calls and executes each.
+#[derive(Default)]
+struct Counting {
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl tenure::exec::Executor for Counting {
+    fn execute<'a>(
+        &'a self,
+        _action: &'a tenure_core::model::StampedAction,
+        _deadline: tokio::time::Instant,
+    ) -> tenure::exec::ExecuteFuture<'a> {
+        Box::pin(async move {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tenure::exec::ExecutionOutcome::Executed { detail: "ok".into() }
+        })
+    }
+}
+
+/// A node that wakes up (`Control::Resume`) calls what it approved before it froze only at a
+/// confirmed log head, like every other call: while the head cannot be confirmed, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_node_calls_nothing_while_the_log_head_cannot_be_confirmed() {
+    use tenure::agent::request::Control;
+
+    let counting = Arc::new(Counting::default());
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor {
+            executor: Arc::clone(&counting) as Arc<dyn tenure::exec::Executor>,
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+        },
+    );
+    let mut spec = pool(Approval::Auto);
+    spec.addresses.truncate(1);
+    spec.members = vec!["a".into()];
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![node("a", 10)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::Exec }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(100),
+        journal_retention: 10_000,
+        pools: Box::new(move || Ok(vec![spec.clone()])),
+        vrrp: None,
+    };
+    let store = UnconfirmableStore::default();
+    let unconfirmed = Arc::clone(&store.unconfirmed);
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
+        let _ = stopped.await;
+    }));
+    let calls = || counting.calls.load(std::sync::atomic::Ordering::SeqCst);
+    wait_for("a's acquire ran", || calls() == 1).await;
+
+    // a approves a fresh acquire and freezes before calling it; then etcd becomes unreachable.
+    let address = "10.0.0.10".parse().expect("literal");
+    let events = vec![
+        EventKind::Undesire { pool: "edge".into(), address },
+        EventKind::Desire { pool: "edge".into(), address },
+    ];
+    handle
+        .control(Control::FreezeAfterReconcile { node: "a".into(), events })
+        .await
+        .expect("answers")
+        .expect("frozen");
+    let filter = || ActionFilter { node: Some("a".into()), state: Some("approved".into()), pool: None };
+    assert_eq!(handle.actions(filter()).await.expect("answers").len(), 1, "approved, not called");
+    unconfirmed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let woke = handle.control(Control::Resume { node: "a".into() }).await.expect("answers").expect("woke");
+    assert!(woke.contains("cannot be confirmed"), "{woke}");
+    // Several requeue intervals: nothing is called while the head stays unconfirmed.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(calls(), 1, "a call started at an unconfirmed head ({woke})");
+    }
+    // The head confirmed again: the approved acquire, still current, is called.
+    unconfirmed.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_for("the approved acquire ran once the head was confirmed", || calls() >= 2).await;
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+}

@@ -878,7 +878,7 @@ fn soak_of_kills_freezes_and_cuts() {
     for node in NODES {
         let store = tenure::store::EmbeddedStore::open(
             &fleet.dir.path().join(format!("data-{node}")),
-            &fleet.dir.path().join(format!("{node}.identity")),
+            &fleet.dir.path().join(format!("data-{node}.identity")),
         )
         .unwrap_or_else(|e| panic!("node {node}'s store: {e}"));
         let journal = tenure_core::journal::JournalStore::load(&store.journal(node)).expect("journal");

@@ -328,6 +328,7 @@ fn a_plain_copy_of_an_old_store_is_refused_as_behind() {
         "{e:?}"
     );
     assert!(message.contains("a plain copy of an old store"), "{message}");
+    assert!(message.contains(": highest log index 3 < 6 and highest token 0 < 42 ("), "{message}");
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -449,10 +450,18 @@ fn a_corrupt_identity_file_is_refused() {
 }
 
 #[test]
-fn a_lost_identity_file_is_written_again_from_the_store() {
+fn a_store_with_data_and_no_identity_file_is_refused_unless_accepted() {
     let dir = written_store("lost-identity");
     let recorded = read_identity(&dir);
     std::fs::remove_file(dir.identity()).expect("lose it");
-    dir.open().expect("opens with a warning").close().expect("closes");
+    let (e, message) = refused(&dir);
+    assert!(matches!(e, StoreError::NoIdentity { store_index: 200, .. }), "{e:?}");
+    assert!(message.contains("--accept-store-without-identity"), "{message}");
+    assert!(!dir.identity().exists(), "the refusal wrote nothing");
+    // The operator's word: it opens, and the file is written again from the store.
+    EmbeddedStore::open_with(&dir.store(), &dir.identity(), tenure::store::MissingIdentity::Accept)
+        .expect("opens with a warning")
+        .close()
+        .expect("closes");
     assert_eq!(read_identity(&dir), recorded);
 }

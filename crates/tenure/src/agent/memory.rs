@@ -86,6 +86,10 @@ impl AgentStore for MemoryStore {
     }
 
     fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        // All or nothing, as the embedded store: an event the log will not hold refuses the batch.
+        for event in events {
+            tenure_core::log_store::encode_record(event)?;
+        }
         let mut shared = self.lock();
         events.iter().map(|event| shared.log.append(event)).collect()
     }

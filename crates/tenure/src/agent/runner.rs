@@ -606,6 +606,14 @@ impl<S: AgentStore> Agent<S> {
                 }
                 Err(reason)
             }
+            // A request's events (a pool reload, an operator's request) that the store will not
+            // hold — a record over its size limit, an event the codec refuses — were refused
+            // before anything was written: the request is refused, the store is as it was.
+            Err(e @ (LogError::TooLarge { .. } | LogError::Rejected(_))) if !keep => {
+                let reason = format!("not appended, the store is unchanged: {e}");
+                warn!(%reason, "request refused");
+                Err(reason)
+            }
             Err(e) => {
                 let reason = format!("cannot append to the log: {e}");
                 error!(%reason);
@@ -724,18 +732,9 @@ impl<S: AgentStore> Agent<S> {
             self.record_highest_token();
             return;
         }
-        if self.drivers.iter().any(NodeDriver::has_ready_actions) {
-            if !self.confirm_head(true) {
-                self.record_highest_token();
-                return;
-            }
-        } else if self.head_failure.is_some() && self.store_failed.is_none() {
-            // Nothing to call, but health still says fail-closed: confirm again so that it clears
-            // once etcd answers (only while failed: a quiet agent reads nothing).
-            self.confirm_head(false);
-        }
-        for index in 0..self.drivers.len() {
-            self.start_calls(index);
+        if !self.start_calls_at_confirmed_head(0..self.drivers.len()) {
+            self.record_highest_token();
+            return;
         }
         self.withdraw_if_due();
         self.record_highest_token();
@@ -748,6 +747,25 @@ impl<S: AgentStore> Agent<S> {
             );
             self.recaptures_seen = recaptures;
         }
+    }
+
+    /// The one way calls start: when any of `nodes` has an action ready, the log head is
+    /// confirmed first ([`Self::confirm_head`]), then their ready actions are gated and called.
+    /// `false`: the head could not be confirmed and nothing was called.
+    fn start_calls_at_confirmed_head(&mut self, nodes: std::ops::Range<usize>) -> bool {
+        if self.drivers[nodes.clone()].iter().any(NodeDriver::has_ready_actions) {
+            if !self.confirm_head(true) {
+                return false;
+            }
+        } else if self.head_failure.is_some() && self.store_failed.is_none() {
+            // Nothing to call, but health still says fail-closed: confirm again so that it clears
+            // once etcd answers (only while failed: a quiet agent reads nothing).
+            self.confirm_head(false);
+        }
+        for index in nodes {
+            self.start_calls(index);
+        }
+        true
     }
 
     /// Before a batch of provider calls: confirms the log head is current (the store's

@@ -24,8 +24,9 @@ use crate::api::{self, ApiToken};
 use crate::config::{AgentConfig, ProviderSettings, StoreConfig, load_config, load_pools};
 use crate::exec::SimExecutor;
 use crate::exec::hook::ExecHook;
+use crate::exec::hook_groups::HookGroups;
 use crate::metrics::Metrics;
-use crate::store::EmbeddedStore;
+use crate::store::{EmbeddedStore, MissingIdentity};
 
 /// Extra time an exec hook's call gets past the hook's own timeout, so that the hook's timeout
 /// (which kills its process group) fires first and names itself.
@@ -49,6 +50,11 @@ pub struct AgentArgs {
     /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Open a store that holds data although its identity file does not exist, and write the
+    /// file from it. The risk: a stale copy of a store issues again tokens it issued before.
+    /// Only for a store known to be the current one (its identity file was lost).
+    #[arg(long)]
+    pub accept_store_without_identity: bool,
 }
 
 /// Sets up `tracing` on stderr. Safe to call once per process.
@@ -76,7 +82,11 @@ fn hook_owner(store_path: &std::path::Path, cluster_id: &str) -> String {
 
 /// The executors of the configured providers, or the one-line refusal of a kind this build has
 /// no executor for.
-fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, ProviderExecutor>, String> {
+fn executors(
+    config: &AgentConfig,
+    owner: &str,
+    groups: Option<&HookGroups>,
+) -> Result<BTreeMap<String, ProviderExecutor>, String> {
     let action_timeout = Duration::from_millis(config.action_timeout_ms);
     let mut executors = BTreeMap::new();
     for provider in &config.providers {
@@ -88,8 +98,12 @@ fn executors(config: &AgentConfig, owner: &str) -> Result<BTreeMap<String, Provi
             },
             (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
                 let timeout = Duration::from_millis(*timeout_ms);
+                let mut hook = ExecHook::new(command.clone(), timeout).owned_by(owner);
+                if let Some(groups) = groups {
+                    hook = hook.recorded_in(groups.clone());
+                }
                 ProviderExecutor {
-                    executor: Arc::new(ExecHook::new(command.clone(), timeout).owned_by(owner)),
+                    executor: Arc::new(hook),
                     call_timeout: timeout + HOOK_DEADLINE_GRACE,
                     inventory_interval: None,
                 }
@@ -161,7 +175,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
     let store_path = config.store.path().to_owned();
     // Checked before the store is opened (a kind this build cannot run changes nothing); built
     // again below with the store's mark for the hooks' processes.
-    if let Err(line) = executors(&config, "") {
+    if let Err(line) = executors(&config, "", None) {
         eprintln!("tenure agent: {line}");
         return ExitCode::from(EXIT_NOT_BUILT);
     }
@@ -182,17 +196,20 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
         return ExitCode::from(EXIT_BAD_INPUT);
     }
-    let store = match Opened::open(&config) {
+    let missing =
+        if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };
+    let store = match Opened::open(&config, missing) {
         Ok(store) => store,
         Err(e) => {
-            eprintln!("tenure agent: {e}");
+            eprintln!("tenure agent: {e}{}", earlier_default_identity(&config));
             return ExitCode::FAILURE;
         }
     };
     // This process owns the store now: hooks a killed agent on it left running go before
     // anything is gated (docs/operations.md, "Exec hooks"), whatever providers this config has.
     let owner = hook_owner(&store_path, store.cluster_id());
-    let executors = match executors(&config, &owner) {
+    let groups = HookGroups::in_store(&store_path);
+    let executors = match executors(&config, &owner, Some(&groups)) {
         Ok(executors) => executors,
         Err(line) => {
             eprintln!("tenure agent: {line}");
@@ -200,6 +217,19 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::from(EXIT_NOT_BUILT);
         }
     };
+    // First by the durable records of the hooks' process groups (any mount namespace), then by
+    // the environment mark (what a hook left behind after its leader exited).
+    match groups.kill_recorded(crate::exec::hook::ORPHAN_KILL_WAIT) {
+        Ok(0) => {}
+        Ok(n) => eprintln!(
+            "tenure agent: killed {n} recorded hook process group(s) a previous agent on this store left running"
+        ),
+        Err(line) => {
+            eprintln!("tenure agent: {line}");
+            let _ = store.close();
+            return ExitCode::FAILURE;
+        }
+    }
     match crate::exec::hook::kill_orphans(&owner) {
         Ok(0) => {}
         Ok(n) => {
@@ -237,10 +267,27 @@ enum Opened {
     Etcd(crate::store::fleet::EtcdStore),
 }
 
+/// A hint for a store refused for a missing identity file when the file an earlier version put
+/// beside the config file (`<config file stem>.identity`, before the default followed the store)
+/// is there: `; …` to end the refusal's line, or nothing.
+fn earlier_default_identity(config: &AgentConfig) -> String {
+    let Some(stem) = config.path.file_stem() else { return String::new() };
+    let earlier = config.path.with_file_name(format!("{}.identity", stem.to_string_lossy()));
+    if earlier != config.identity_file && !config.identity_file.exists() && earlier.is_file() {
+        format!(
+            "; {} is where an earlier version kept it by default: if it is this store's, set `identityFile: {}`",
+            earlier.display(),
+            earlier.display()
+        )
+    } else {
+        String::new()
+    }
+}
+
 impl Opened {
-    fn open(config: &AgentConfig) -> Result<Self, String> {
+    fn open(config: &AgentConfig, missing: MissingIdentity) -> Result<Self, String> {
         match &config.store {
-            StoreConfig::Embedded { path } => EmbeddedStore::open(path, &config.identity_file)
+            StoreConfig::Embedded { path } => EmbeddedStore::open_with(path, &config.identity_file, missing)
                 .map(Self::Embedded)
                 .map_err(|e| e.to_string()),
             #[cfg(feature = "etcd")]
@@ -293,7 +340,7 @@ impl Opened {
                             .collect::<Vec<_>>(),
                     ),
                 };
-                crate::store::fleet::EtcdStore::open(path, &config.identity_file, &options)
+                crate::store::fleet::EtcdStore::open_with(path, &config.identity_file, &options, missing)
                     .map(Self::Etcd)
                     .map_err(|e| e.to_string())
             }

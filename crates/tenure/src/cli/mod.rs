@@ -129,6 +129,14 @@ enum Command {
     Store(store::StoreArgs),
     /// Show or reset a fenced sink's durable high-water mark (recovery; see docs/leadership.md).
     SinkMark(sink_mark::SinkMarkArgs),
+    /// Internal: how the agent starts an exec hook (waits until the hook's process group is
+    /// recorded, then runs COMMAND in its place; see docs/operations.md, "Exec hooks").
+    #[command(name = "hook-gate", hide = true)]
+    HookGate {
+        /// The hook's command and arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Runs the parsed command line.
@@ -155,6 +163,9 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Store(args) => store::run(&args),
         Command::SinkMark(args) => sink_mark::run(&args),
+        Command::HookGate { command } => {
+            ExitCode::from(u8::try_from(crate::exec::hook_groups::run_gate(&command)).unwrap_or(u8::MAX))
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use tenure_core::spec::{check_pool_set, parse_pool_documents};
 use tenure_sim::scenario::parse_scenario;
 
 use super::EXIT_BAD_INPUT;
-use crate::config::{load_config, load_pools};
+use crate::config::{check_record_size, load_config, load_pools};
 
 /// Keys only a scenario has at its top level.
 const SCENARIO_ONLY_KEYS: [&str; 1] = ["timeline"];
@@ -139,9 +139,11 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
             }
             FileKind::Pools => match parse_pool_documents(&text) {
                 Ok(pools) => {
+                    let too_large: Vec<InputError> =
+                        pools.iter().filter_map(|(pool, source)| check_record_size(pool, source)).collect();
                     pool_files.push((file.clone(), pools.len()));
                     all_pools.extend(pools);
-                    Vec::new()
+                    too_large
                 }
                 Err(errors) => errors,
             },

@@ -10,9 +10,11 @@
 //! Decisions where SPEC is silent (also in `docs/operations.md`, "Configuration reference"):
 //! - `store` is required (the operator says where the durable state lives); `kind` defaults to
 //!   `embedded`.
-//! - `identityFile` defaults to `<config file stem>.identity` beside the config file, and must not
-//!   be inside `store.path` (compared lexically, after resolving `.` and `..`; symbolic links are
-//!   not followed), so that a plain copy of an old store cannot carry its identity with it.
+//! - `identityFile` defaults to `<store folder name>.identity` beside the config file (named
+//!   after the store, never after the config file: a copy of the config under another name finds
+//!   the same file), and must not be inside `store.path` (compared lexically, after resolving `.` and
+//!   `..`; symbolic links are not followed), so that a plain copy of an old store cannot carry its
+//!   identity with it.
 //! - Provider kinds `oci` and `azure` are refused: they have no executor in this version (an
 //!   `exec` provider can drive them). `aws` and `onprem` are parsed and checked; whether this
 //!   build can run them is the agent's business.
@@ -44,7 +46,7 @@ use tenure_core::input::{InputError, Position, parse_duration_ms, utf8_text};
 use tenure_core::journal::{JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT};
 use tenure_core::model::{NodeSpec, ProviderKind};
 
-pub use pools::{POOL_FILE_BYTES_MAX, load_pools};
+pub use pools::{POOL_FILE_BYTES_MAX, check_record_size, load_pools};
 pub use providers::{INTERFACE_NAME_BYTES_MAX, check_interface_name};
 
 use paths::{is_inside, path_field};
@@ -98,7 +100,7 @@ pub struct AgentConfig {
     /// Where the durable state lives.
     pub store: StoreConfig,
     /// The store's identity kept outside the store (`identityFile`), to catch a plain copy of an
-    /// old store. Default: `<config file stem>.identity` beside the config file.
+    /// old store. Default: `<store folder name>.identity` beside the config file.
     pub identity_file: PathBuf,
     /// The configured providers, in the order written; names are unique.
     pub providers: Vec<ProviderConfig>,
@@ -284,7 +286,7 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
     let providers = providers::validate_providers(&raw.providers.value, base, action_timeout_ms, &mut errors);
     let (nodes, peers) = validate_node_keys(&raw, text, &providers, &mut errors);
     let store = validate_store(&raw.store, base, &mut errors);
-    let identity_file = validate_identity_file(&raw, path, base, &store, &mut errors);
+    let identity_file = validate_identity_file(&raw, base, &store, &mut errors);
     let vrrp = raw.vrrp.as_ref().map(|v| VrrpConfig {
         notify_fifo: path_field(&mut errors, "vrrp.notifyFifo", &v.value.notify_fifo, base),
         instance: {
@@ -582,25 +584,36 @@ fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<
     }
 }
 
-/// `identityFile`, or its default beside the config file; never inside the store's folder.
+/// `identityFile`, or its default beside the config file, named after the store's folder
+/// (`<store folder name>.identity`, whatever the config file is called); never inside the
+/// store's folder.
 fn validate_identity_file(
     raw: &RawConfig,
-    path: &Path,
     base: &Path,
     store: &StoreConfig,
     errors: &mut Vec<InputError>,
 ) -> PathBuf {
+    let store_path = store.path();
     let (identity, position) = match &raw.identity_file {
         Some(file) => (path_field(errors, "identityFile", file, base), Position::of_spanned(file)),
         None => {
-            let stem = path.file_stem().map_or_else(|| "tenure".into(), |s| s.to_string_lossy());
-            (
-                base.join(format!("{stem}.{IDENTITY_FILE_EXTENSION}")),
-                Position::of_spanned(&raw.store.value.path),
-            )
+            let position = Position::of_spanned(&raw.store.value.path);
+            match default_identity_file(base, store_path) {
+                Some(identity) => (identity, position),
+                None => {
+                    errors.push(InputError::at(
+                        position,
+                        format!(
+                            "store.path `{}` has no folder name to name the default identity file after \
+                             (`<store folder name>.identity` beside this config file): set identityFile",
+                            store_path.display()
+                        ),
+                    ));
+                    return PathBuf::new();
+                }
+            }
         }
     };
-    let store_path = store.path();
     if is_inside(&identity, store_path) {
         let what = if raw.identity_file.is_some() {
             format!("identityFile `{}`", identity.display())
@@ -617,6 +630,17 @@ fn validate_identity_file(
         ));
     }
     identity
+}
+
+/// The default identity file of a store in folder `store_path`, for a config file in folder
+/// `base`: `<store folder name>.identity` in the config's folder — kept apart from the data
+/// (a restore of the data disk, a copy of the store's folder do not take it along) and named
+/// after the store, never after the config file (a copy of the config under another name finds
+/// the same file). `None` when the store path ends in no folder name (`/`, `..`).
+fn default_identity_file(base: &Path, store_path: &Path) -> Option<PathBuf> {
+    let mut file = store_path.file_name()?.to_os_string();
+    file.push(format!(".{IDENTITY_FILE_EXTENSION}"));
+    Some(base.join(file))
 }
 
 /// A duration value (Go style), or `default_ms` when absent; `positive` refuses 0.

@@ -10,6 +10,8 @@
 //! `authority: vrrp`, needs the config's `vrrp` section.
 
 use tenure_core::input::{InputError, Position, utf8_text};
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::{LogError, encode_record};
 use tenure_core::model::{Authority, PoolSpec};
 use tenure_core::spec::{PoolSource, check_pool_set, parse_pool_documents};
 
@@ -62,8 +64,31 @@ pub fn load_pools(config: &AgentConfig) -> Result<Vec<PoolSpec>, Vec<String>> {
     for (index, (pool, source)) in pools.iter().enumerate() {
         let file = &files[file_of_pool[index]];
         errors.extend(check_against_config(pool, source, config).iter().map(|e| e.render(file)));
+        errors.extend(check_record_size(pool, source).iter().map(|e| e.render(file)));
     }
     if errors.is_empty() { Ok(pools.into_iter().map(|(pool, _)| pool).collect()) } else { Err(errors) }
+}
+
+/// Whether `pool` fits the one log record that applying it takes (a `pool-applied` event holds
+/// the whole spec, its addresses as the fewest CIDR blocks): a pool of tens of thousands of
+/// scattered addresses does not, and the store would refuse it at every start and reload. One
+/// error at the pool's name when it does not fit (or cannot be encoded at all).
+///
+/// Not part of the pool parser: the log's decoder reads stored pools through that parser, and
+/// the check encodes. `tenure validate` and [`load_pools`] (start and SIGHUP) call it.
+pub fn check_record_size(pool: &PoolSpec, source: &PoolSource) -> Option<InputError> {
+    // The widest stamp: the record is never larger than this one whenever it is appended.
+    let event = Event { at_ms: u64::MAX, kind: EventKind::PoolApplied { spec: Box::new(pool.clone()) } };
+    let message = match encode_record(&event) {
+        Ok(_) => return None,
+        Err(LogError::TooLarge { bytes, limit }) => format!(
+            "pool `{}` does not fit one log record: it encodes to {bytes} bytes, more than the {limit} a \
+             record holds (write its addresses as CIDR ranges, or split it into several pools)",
+            pool.name
+        ),
+        Err(e) => format!("pool `{}` cannot be written to the log: {e}", pool.name),
+    };
+    Some(InputError::at(source.name, message))
 }
 
 /// The checks of one pool against the config (see the module documentation).

@@ -45,7 +45,7 @@ fn a_good_config_gets_its_defaults_and_resolved_paths() {
     let node = &config.nodes[0];
     assert_eq!((node.name.as_str(), node.priority, node.capacity), ("a", 5, Some(50)));
     assert_eq!(config.store, StoreConfig::Embedded { path: PathBuf::from("/etc/tenure/data/a") });
-    assert_eq!(config.identity_file, PathBuf::from("/etc/tenure/agent.identity"));
+    assert_eq!(config.identity_file, PathBuf::from("/etc/tenure/a.identity"));
     assert_eq!(config.pool_files, vec![PathBuf::from("/etc/tenure/pools/edge.yaml")]);
     assert_eq!(config.listen.to_string(), "127.0.0.1:9464");
     assert_eq!(config.heartbeat_interval_ms, 500);
@@ -133,10 +133,13 @@ journalRetention: 20
 }
 
 #[test]
-fn the_default_identity_file_takes_the_config_files_stem() {
-    let config = parse_config(GOOD, Path::new("single.yaml")).expect("valid");
-    assert_eq!(config.identity_file, PathBuf::from("single.identity"));
-    assert_eq!(config.store.path(), Path::new("data/a"));
+fn the_default_identity_file_follows_the_store_not_the_config_file() {
+    // The same store under configs of two names: one identity file, named after the store.
+    for name in ["single.yaml", "router.yaml"] {
+        let config = parse_config(GOOD, Path::new(name)).expect("valid");
+        assert_eq!(config.identity_file, PathBuf::from("a.identity"), "{name}");
+        assert_eq!(config.store.path(), Path::new("data/a"));
+    }
     let here = GOOD.replace("path: ./data/a", "path: .");
     let here = parse_config(
         &here.replace("pools: [pools/edge.yaml]", "identityFile: ../x.identity"),
@@ -384,11 +387,16 @@ fn the_identity_file_must_be_outside_the_store() {
     let beside = format!("{GOOD}identityFile: data/a.identity\n");
     assert!(parse(&beside).is_ok(), "a sibling of the store's folder is outside it");
     // The default identity file sits beside the config file: a store in the config's own folder
-    // would hold it.
+    // would hold it; a store path without a folder name has no default.
     let store_here = GOOD.replace("path: ./data/a", "path: .");
     let (line, _, message) = errors(&store_here).remove(0);
     assert_eq!(line, 3);
-    assert!(message.contains("the default identityFile `/etc/tenure/agent.identity`"), "{message}");
+    assert!(message.contains("the default identityFile `/etc/tenure/tenure.identity`"), "{message}");
+    let root = GOOD.replace("path: ./data/a", "path: /");
+    let (line, _, message) = errors(&root).remove(0);
+    assert_eq!(line, 3);
+    assert!(message.contains("store.path `/` has no folder name"), "{message}");
+    assert!(parse(&format!("{root}identityFile: /var/lib/tenure.identity\n")).is_err(), "inside `/`");
 }
 
 #[test]

@@ -35,6 +35,10 @@
 //!   store kills every process still carrying its mark ([`kill_orphans`]) before it gates
 //!   anything, so a call of the dead agent never runs beside its successor's. A hook must not
 //!   leave a process that should outlive an agent restart (run such a daemon under systemd).
+//! - The agent also records each hook's process group durably before the hook can act
+//!   ([`ExecHook::recorded_in`], [`super::hook_groups`]) and kills by that record at its next
+//!   start: that catches what the environment mark cannot (a hook in another mount namespace,
+//!   `ip netns exec …`; a process whose environment cannot be read).
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{ExitStatus, Stdio};
@@ -47,6 +51,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use super::hook_groups::{HOOK_GATE_SUBCOMMAND, HookGroups};
 use super::{ExecuteFuture, ExecutionOutcome, Executor};
 
 /// How much of a command's stdout, and of its stderr, is kept (the tail), in bytes.
@@ -149,6 +154,8 @@ pub struct ExecHook {
     timeout: Duration,
     /// `TENURE_HOOK_OWNER` for every process the hook starts (empty: not set).
     owner: String,
+    /// Where each run's process group is recorded before it may act (`None`: not recorded).
+    groups: Option<HookGroups>,
 }
 
 impl ExecHook {
@@ -156,7 +163,7 @@ impl ExecHook {
     /// action. An empty `command` fails every action (the config refuses one).
     #[must_use]
     pub fn new(command: Vec<String>, timeout: Duration) -> Self {
-        Self { command, timeout, owner: String::new() }
+        Self { command, timeout, owner: String::new(), groups: None }
     }
 
     /// The same hook, its processes marked as `owner`'s (the agent's store folder), so that a
@@ -164,6 +171,15 @@ impl ExecHook {
     #[must_use]
     pub fn owned_by(mut self, owner: &str) -> Self {
         owner.clone_into(&mut self.owner);
+        self
+    }
+
+    /// The same hook, each run started through `tenure hook-gate` (this binary) and held there
+    /// until its process group is recorded in `groups` (see [`super::hook_groups`]). Only for a
+    /// process whose executable is the `tenure` binary (the agent).
+    #[must_use]
+    pub fn recorded_in(mut self, groups: HookGroups) -> Self {
+        self.groups = Some(groups);
         self
     }
 
@@ -190,7 +206,15 @@ impl ExecHook {
         let Some((program, arguments)) = self.command.split_first() else {
             return ExecutionOutcome::Failed { reason: "the exec provider has no command".to_owned() };
         };
-        let mut command = Command::new(program);
+        let mut command = match &self.groups {
+            Some(_) => {
+                // This binary, whatever became of its file since it started.
+                let mut gate = Command::new("/proc/self/exe");
+                gate.args([HOOK_GATE_SUBCOMMAND, "--"]).arg(program);
+                gate
+            }
+            None => Command::new(program),
+        };
         command
             .args(arguments)
             .envs(hook_environment(action))
@@ -206,7 +230,21 @@ impl ExecHook {
         };
         // Declared after `child`, so dropped before it: a dropped call kills the whole group.
         let mut group = GroupKill::of(&child);
-        let input = hook_input(action);
+        let mut input = hook_input(action);
+        if let Some(groups) = &self.groups {
+            // The gate holds the command until the group is recorded; the line that opens it
+            // goes first on stdin. A group that cannot be recorded never runs the command.
+            let recorded =
+                child.id().ok_or_else(|| "exited at once".to_owned()).and_then(|pid| groups.record(pid));
+            if let Err(e) = recorded {
+                group.kill_and_reap(&mut child).await;
+                return ExecutionOutcome::Failed {
+                    reason: format!("cannot record the hook's process group: {e}; not started"),
+                };
+            }
+            group.recorded = child.id().map(|pid| (groups.clone(), pid));
+            input.insert(0, '\n');
+        }
         let mut stdout = Tail::default();
         let mut stderr = Tail::default();
         let (stdin_pipe, stdout_pipe, stderr_pipe) =
@@ -428,15 +466,23 @@ fn format_duration(duration: Duration) -> String {
 }
 
 /// The command's process group (its id is the leader's pid, `process_group(0)`), killed with
-/// SIGKILL when this is dropped while armed: a dropped call leaves nothing running.
+/// SIGKILL when this is dropped while armed: a dropped call leaves nothing running. Its record
+/// ([`HookGroups`]), if any, is removed once the group is killed or its leader reaped.
 struct GroupKill {
     group: Option<Pid>,
+    recorded: Option<(HookGroups, u32)>,
 }
 
 impl GroupKill {
     fn of(child: &Child) -> Self {
         let group = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
-        Self { group }
+        Self { group, recorded: None }
+    }
+
+    fn forget_record(&mut self) {
+        if let Some((groups, pid)) = self.recorded.take() {
+            groups.remove(pid);
+        }
     }
 
     /// Kills the group now and waits (bounded) for the leader, so that it is gone, not a zombie.
@@ -451,11 +497,13 @@ impl GroupKill {
             // ESRCH (the group is gone already) is fine: there is nothing left to kill.
             let _ = kill_process_group(group, Signal::KILL);
         }
+        self.forget_record();
     }
 
     /// The leader was reaped: never signal its group id again.
     fn disarm(&mut self) {
         self.group = None;
+        self.forget_record();
     }
 }
 

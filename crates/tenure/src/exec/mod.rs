@@ -28,6 +28,8 @@
 //! - `aws` — `AwsExecutor`: EC2 secondary private IPs (cargo feature `aws`).
 //! - [`hook`] — [`ExecHook`]: the `exec` provider, the operator's command fed the stamped action
 //!   (SPEC 7's exec contract), killed with its process group past its timeout.
+//! - [`hook_groups`] — `HookGroups`: every hook's process group recorded durably before it can
+//!   act, and killed by that record at the next start (Linux).
 //! - `onprem` — `OnpremExecutor`: proxy neighbour entries and gratuitous ARP / unsolicited NA
 //!   (Linux, cargo feature `onprem`).
 //! - [`sim`] — [`SimExecutor`]: the simulated providers `sim-cloud` and `sim-onprem` behind a
@@ -37,6 +39,8 @@
 pub mod aws;
 #[cfg(unix)]
 pub mod hook;
+#[cfg(unix)]
+pub mod hook_groups;
 #[cfg(all(target_os = "linux", feature = "onprem"))]
 pub mod onprem;
 pub mod sim;

@@ -10,7 +10,7 @@ use redb::{Database, Durability, ReadableDatabase};
 use tenure_core::codec;
 use tenure_core::journal::{DurableNodeState, JournalChange, JournalStore};
 use tenure_core::log::{Event, EventKind};
-use tenure_core::log_store::{LOG_READ_BATCH_MAX, LOG_RECORD_BYTES_MAX, Log, LogError, LogIndex, LogRecord};
+use tenure_core::log_store::{self, LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRecord};
 
 use super::checks::{check_against, corrupt, inspect_read_only, verify_contents};
 use super::identity::{StoreIdentity, encode_record};
@@ -79,13 +79,54 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What [`EmbeddedStore::open_with`] does with a store that holds data but has no identity file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissingIdentity {
+    /// Refuse it ([`StoreError::NoIdentity`]): the default.
+    Refuse,
+    /// Open it and write the identity file from it: the operator vouched that it is current.
+    Accept,
+}
+
 impl EmbeddedStore {
     /// Opens (creating if absent) the store in directory `dir` (holding the redb file and a
     /// `LOCK` file), checking it against the identity file; refuses with a [`StoreError`] naming
     /// the reason (module doc of `store`). A refusal writes nothing. A store with no identity
-    /// file (first start, or the file was lost) writes one from the store, with a warning.
+    /// file is refused when it holds data ([`StoreError::NoIdentity`]); an empty one (a first
+    /// start) writes the file from the store, with a warning.
     pub fn open(dir: &Path, identity_file: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, identity_file, MissingIdentity::Refuse)
+    }
+
+    /// [`Self::open`], with the operator's word on a store that holds data but has no identity
+    /// file: [`MissingIdentity::Accept`] opens it (and writes the file from it) with a warning.
+    pub fn open_with(dir: &Path, identity_file: &Path, missing: MissingIdentity) -> Result<Self, StoreError> {
         let identity = StoreIdentity::read_file(identity_file)?;
+        let unvouched = |stored: &StoreIdentity| -> Result<(), StoreError> {
+            let holds_data =
+                stored.highest_index > 0 || stored.highest_token > 0 || !stored.restores.is_empty();
+            match (&identity, missing) {
+                (None, MissingIdentity::Refuse) if holds_data => Err(StoreError::NoIdentity {
+                    dir: dir.to_owned(),
+                    identity: identity_file.to_owned(),
+                    store_index: stored.highest_index,
+                    store_token: stored.highest_token,
+                }),
+                (None, MissingIdentity::Accept) if holds_data => {
+                    tracing::warn!(
+                        store = %dir.display(),
+                        identity_file = %identity_file.display(),
+                        highest_index = stored.highest_index,
+                        highest_token = stored.highest_token,
+                        "accepting a store that holds data without its identity file \
+                         (--accept-store-without-identity): if it is a stale copy, it issues again tokens \
+                         it issued before"
+                    );
+                    Ok(())
+                }
+                _ => Ok(()),
+            }
+        };
         let db_path = dir.join(STORE_FILE_NAME);
         let wiped = |recorded: &StoreIdentity| StoreError::Wiped {
             dir: dir.to_owned(),
@@ -107,8 +148,11 @@ impl EmbeddedStore {
             // Every check before the writable open, which writes to the file even when it
             // repairs nothing: a refusal must leave the files as they were.
             let inspected = inspect_read_only(&db_path)?;
-            if let (Some(stored), Some(recorded)) = (&inspected, &identity) {
-                check_against(dir, identity_file, stored, recorded)?;
+            if let Some(stored) = &inspected {
+                unvouched(stored)?;
+                if let Some(recorded) = &identity {
+                    check_against(dir, identity_file, stored, recorded)?;
+                }
             }
             let db = builder().open(&db_path).map_err(|e| corrupt(&db_path, e))?;
             let stored = match inspected {
@@ -118,6 +162,7 @@ impl EmbeddedStore {
                 None => {
                     let txn = db.begin_read().map_err(|e| StoreError::storage(&db_path)(e.into()))?;
                     let stored = verify_contents(&db_path, &txn)?;
+                    unvouched(&stored)?;
                     if let Some(recorded) = &identity {
                         check_against(dir, identity_file, &stored, recorded)?;
                     }
@@ -197,10 +242,7 @@ impl EmbeddedStore {
         let mut records = Vec::with_capacity(events.len());
         let mut raised: u64 = 0;
         for event in events {
-            let record = codec::encode_event(event).map_err(LogError::Rejected)?;
-            if record.len() > LOG_RECORD_BYTES_MAX {
-                return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
-            }
+            let record = log_store::encode_record(event)?;
             if let EventKind::TokensRaised { by } = event.kind {
                 raised = raised.saturating_add(by);
             }

@@ -47,8 +47,9 @@
 //! identity file — a plain copy of an old store ([`StoreError::Behind`]); a store of another
 //! cluster ([`StoreError::OtherCluster`]); a file that is not a readable store
 //! ([`StoreError::Corrupt`], [`StoreError::UnknownFormat`], [`StoreError::RecordCorrupt`]); an
-//! identity file with no store ([`StoreError::Wiped`]); an unreadable identity file
-//! ([`StoreError::IdentityUnreadable`]). A refusal writes nothing: the files are as they were.
+//! identity file with no store ([`StoreError::Wiped`]); a store holding data with no identity
+//! file ([`StoreError::NoIdentity`], unless [`MissingIdentity::Accept`]); an unreadable identity
+//! file ([`StoreError::IdentityUnreadable`]). A refusal writes nothing: the files are as they were.
 
 mod backup;
 mod checks;
@@ -65,8 +66,20 @@ use std::path::PathBuf;
 use tenure_core::codec::CodecError;
 
 pub use backup::{BackupSummary, RestoreSummary, restore};
-pub use embedded::{EmbeddedJournal, EmbeddedLog, EmbeddedStore};
+pub use embedded::{EmbeddedJournal, EmbeddedLog, EmbeddedStore, MissingIdentity};
 pub use identity::{RestoreRecord, StoreIdentity, write_file_atomically};
+
+/// The comparisons of a store with its identity file that failed, for [`StoreError::Behind`]:
+/// `highest log index 3 < 6`, `highest token 0 < 42`, or both joined by `and`.
+fn behind_account(store_index: u64, identity_index: u64, store_token: u64, identity_token: u64) -> String {
+    let failed: Vec<String> =
+        [("highest log index", store_index, identity_index), ("highest token", store_token, identity_token)]
+            .into_iter()
+            .filter(|(_, store, identity)| store < identity)
+            .map(|(what, store, identity)| format!("{what} {store} < {identity}"))
+            .collect();
+    failed.join(" and ")
+}
 
 /// The store's own format version: of the `meta`, counters and identity records, the backup
 /// file, and the table layout above. A store of another version is refused.
@@ -94,11 +107,12 @@ pub enum StoreError {
         /// Who holds it, as its lock file says (pid, host, start time).
         holder: String,
     },
-    /// The store is behind what its identity file recorded: a plain copy of an old store.
+    /// The store is behind what its identity file recorded: a plain copy of an old store. The
+    /// message names only the comparisons that failed.
     #[error(
-        "store {dir} is behind its identity file {identity}: highest log index {store_index} < {identity_index} \
-         or highest token {store_token} < {identity_token} (a plain copy of an old store?); restore a backup \
-         with `tenure store restore`, which raises every token"
+        "store {dir} is behind its identity file {identity}: {} (a plain copy of an old store?); restore a \
+         backup with `tenure store restore`, which raises every token",
+        behind_account(*store_index, *identity_index, *store_token, *identity_token)
     )]
     Behind {
         /// The store directory.
@@ -113,6 +127,26 @@ pub enum StoreError {
         store_token: u64,
         /// The identity file's.
         identity_token: u64,
+    },
+    /// The store holds a log or tokens, but its identity file does not exist: a copy of a store
+    /// taken anywhere, or an identity file lost or moved. Accepted only when the operator says so
+    /// (`tenure agent --accept-store-without-identity`).
+    #[error(
+        "store {dir} holds data (highest log index {store_index}, highest token {store_token}) but its identity \
+         file {identity} does not exist: it may be a stale copy of a store, which would issue again tokens it \
+         issued before; put the identity file back (or point `identityFile:` at it), restore a backup with \
+         `tenure store restore`, or, if this store is known to be the current one, start once with \
+         --accept-store-without-identity"
+    )]
+    NoIdentity {
+        /// The store directory.
+        dir: PathBuf,
+        /// The identity file that is missing.
+        identity: PathBuf,
+        /// The store's highest log index.
+        store_index: u64,
+        /// The store's highest token.
+        store_token: u64,
     },
     /// The store belongs to another cluster than the identity file.
     #[error(
@@ -278,5 +312,34 @@ impl StoreError {
     pub(crate) fn storage(path: impl Into<PathBuf>) -> impl FnOnce(redb::Error) -> Self {
         let path = path.into();
         move |e| Self::Storage { path, reason: e.to_string() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_behind_its_identity_file_names_only_the_comparisons_that_failed() {
+        let behind = |store_index, identity_index, store_token, identity_token| {
+            StoreError::Behind {
+                dir: PathBuf::from("/s"),
+                identity: PathBuf::from("/i"),
+                store_index,
+                identity_index,
+                store_token,
+                identity_token,
+            }
+            .to_string()
+        };
+        let token = behind(1_000_012, 1_000_012, 1_000_011, 1_000_012);
+        assert!(
+            token.starts_with("store /s is behind its identity file /i: highest token 1000011 < 1000012 ("),
+            "{token}"
+        );
+        assert!(!token.contains("log index"), "an index that is not behind is not printed: {token}");
+        let index = behind(3, 6, 42, 42);
+        assert!(index.contains(": highest log index 3 < 6 ("), "{index}");
+        assert!(behind(3, 6, 0, 42).contains(": highest log index 3 < 6 and highest token 0 < 42 ("));
     }
 }

@@ -109,9 +109,18 @@ impl<S: AgentStore> Agent<S> {
                 self.follow()?;
                 let approved = self.drivers[index].resume().map_err(|blocked| blocked.as_str().to_owned())?;
                 let before = self.drivers[index].engine().fenced().values().sum::<u64>();
-                self.start_calls(index);
+                // Like every call: only at a confirmed head (an unconfirmed one calls nothing; the
+                // next step gates what is still approved, after its own confirmation).
+                let confirmed = self.start_calls_at_confirmed_head(index..index + 1);
                 self.drivers[index].finish_resume(&[]);
                 let fenced = self.drivers[index].engine().fenced().values().sum::<u64>() - before;
+                if !confirmed {
+                    warn!(node = %name, approved, "woke up at a log head it cannot confirm: calling nothing");
+                    return Ok(format!(
+                        "{name} woke up: the log head cannot be confirmed, so none of its {approved} \
+                         approved action(s) was called"
+                    ));
+                }
                 warn!(node = %name, approved, fenced, "woke up: what it approved before it froze met the gate");
                 Ok(format!(
                     "{name} woke up: {approved} action(s) approved before it froze met the gate, {fenced} fenced"

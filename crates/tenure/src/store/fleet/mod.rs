@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tenure_core::codec::{self, CodecError};
 use tenure_core::log::Event;
-use tenure_core::log_store::{LOG_READ_BATCH_MAX, LOG_RECORD_BYTES_MAX, Log, LogError, LogIndex, LogRecord};
+use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRecord, encode_record};
 use tracing::{error, info, warn};
 
 use self::io::{Appended, ConnectSettings, HeadRead, Io, Keys};
-use super::{EmbeddedJournal, EmbeddedStore, StoreError};
+use super::{EmbeddedJournal, EmbeddedStore, MissingIdentity, StoreError};
 use crate::agent::{AgentStore, HeadUnconfirmed};
 
 /// The `meta` record (in the local store) binding this agent to one etcd cluster and prefix.
@@ -532,7 +532,18 @@ impl EtcdStore {
     /// cluster, a log behind what it applied) opens in the **refused** state: nothing is read or
     /// appended, the agent reports why and never acts (never restarts tokens).
     pub fn open(dir: &Path, identity_file: &Path, options: &EtcdOptions) -> Result<Self, EtcdStoreError> {
-        let local = EmbeddedStore::open(dir, identity_file)?;
+        Self::open_with(dir, identity_file, options, MissingIdentity::Refuse)
+    }
+
+    /// [`Self::open`], with the operator's word on a local store that holds data but has no
+    /// identity file (see [`EmbeddedStore::open_with`]).
+    pub fn open_with(
+        dir: &Path,
+        identity_file: &Path,
+        options: &EtcdOptions,
+        missing: MissingIdentity,
+    ) -> Result<Self, EtcdStoreError> {
+        let local = EmbeddedStore::open_with(dir, identity_file, missing)?;
         let binding = match local.meta_record(BINDING_KEY)? {
             Some(bytes) => {
                 Some(serde_json::from_slice::<Binding>(&bytes).map_err(|e| StoreError::Storage {
@@ -745,11 +756,7 @@ impl AgentStore for EtcdStore {
         }
         let mut records = Vec::with_capacity(events.len());
         for event in events {
-            let record = codec::encode_event(event).map_err(LogError::Rejected)?;
-            if record.len() > LOG_RECORD_BYTES_MAX {
-                return Err(LogError::TooLarge { bytes: record.len(), limit: LOG_RECORD_BYTES_MAX });
-            }
-            records.push(record);
+            records.push(encode_record(event)?);
         }
         self.local.sync().map_err(|e| LogError::Unavailable { reason: e.to_string() })?;
         let mut indices = Vec::with_capacity(records.len());
