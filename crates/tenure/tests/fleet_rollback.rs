@@ -93,7 +93,7 @@ impl Fleet {
                 &format!("{name}.yaml"),
                 &format!(
                     "node: {}\npeers:\n{}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: {PREFIX}, path: ./data-{name}}}\n\
-                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 5s}}\npools: [pools.yaml]\n\
+                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 900ms}}\npools: [pools.yaml]\nactionTimeout: 900ms\n\
                      listen: {}\nheartbeatInterval: 100ms\nrequeueInterval: 500ms\napiTokenFile: token\n",
                     spec(name),
                     peers.join("\n"),
