@@ -389,6 +389,48 @@ fn on_prem_releases_are_never_held() {
     }
 }
 
+/// SPEC 7 (`onprem` under `authority: vrrp`): a release the desired holder made on its own
+/// authority in its current epoch (keepalived said not MASTER; the log has not heard) is
+/// recorded outside the gate and, once its result is in the log, re-captures the address with
+/// drift repair on: a fresh epoch and a fresh acquire, or the holder would never add it again
+/// (its acquire of that epoch is executed already).
+#[test]
+fn a_local_release_of_the_desired_holder_re_captures() {
+    for drift_repair in [true, false] {
+        let nodes = [node("a", 10, None)];
+        let providers = [ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimOnprem }];
+        let mut w = World { fed: Federation::new(&nodes, &providers).with_drift_repair(drift_repair) };
+        w.pool(0, pool("p", &["10.0.0.1"], &["a"]));
+        w.hb(0, "a");
+        let mut a = engine("a");
+        a.reconcile(&w.fed, &w.fed).expect("ok");
+        assert_eq!(run_all(&mut a, &w.fed), vec![Verb::ProxyArpAdd, Verb::Garp]);
+        let keys = a.record_local_release(&w.fed, "sim1", ip("10.0.0.1"), "withdrawn").expect("memory");
+        assert_eq!(keys.len(), 1, "one proxy-arp-del");
+        assert!(a.captured().is_empty(), "the local release leaves nothing captured");
+        for key in &keys {
+            w.apply(
+                10,
+                EventKind::ActionResult {
+                    node: "a".into(),
+                    idempotency_key: key.clone(),
+                    outcome: ActionOutcome::Executed,
+                    detail: "withdrawn".into(),
+                },
+            );
+        }
+        let expected = if drift_repair { (1, 2) } else { (1, 1) };
+        assert_eq!(w.epochs("p", "10.0.0.1"), expected, "drift repair {drift_repair}");
+        a.reconcile(&w.fed, &w.fed).expect("ok");
+        let verbs = run_all(&mut a, &w.fed);
+        if drift_repair {
+            assert_eq!(verbs, vec![Verb::ProxyArpAdd, Verb::Garp], "a fresh acquire in the new epoch");
+        } else {
+            assert_eq!(verbs, vec![], "without a new epoch nothing adds the address again");
+        }
+    }
+}
+
 #[test]
 fn the_high_water_mark_survives_a_restart_and_fences_a_lagging_head() {
     let mut w = World::new(&[node("a", 0, None)]);

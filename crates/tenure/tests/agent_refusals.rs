@@ -222,8 +222,12 @@ fn a_hook_in_another_mount_namespace_left_by_a_killed_agent_is_killed_before_the
         "agent.yaml",
         listen,
         "hook",
-        "{name: hook, kind: exec, command: [./hook.sh], timeout: 10s}",
+        "{name: hook, kind: exec, command: [./hook.sh], timeout: 3500ms}",
     );
+    // The longest call the pools allow (below heartbeatTTL + promotionHold, 4 s by default), so
+    // that no hook is killed by its timeout while the test looks at it.
+    let text = std::fs::read_to_string(&config).expect("config") + "actionTimeout: 3500ms\n";
+    std::fs::write(&config, text).expect("config");
     let agent = Agent::start(&dir, &config, listen);
     wait_for("the hook runs", || std::fs::read_to_string(&pids).is_ok_and(|t| t.lines().count() == 1));
     let hook: u32 = std::fs::read_to_string(&pids).expect("pids").trim().parse().expect("pid");

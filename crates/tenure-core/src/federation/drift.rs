@@ -110,10 +110,28 @@ impl Federation {
         if parsed.holder != node {
             return;
         }
-        let Some(state) = self.pools.get_mut(&parsed.pool).and_then(|p| p.addresses.get_mut(&parsed.address))
-        else {
-            return;
-        };
+        let Some(pool) = self.pools.get_mut(&parsed.pool) else { return };
+        let domain = pool.capture_domain.clone();
+        let Some(state) = pool.addresses.get_mut(&parsed.address) else { return };
+        // A release the desired holder executed in its own current epoch: only a release made
+        // on the host's own authority, outside the gate (SPEC 7: `onprem` under `authority:
+        // vrrp`, keepalived said not MASTER), is that — the planner never releases the desired
+        // holder, and the gate refuses it (`release-of-current`). The holder holds nothing now
+        // and its acquire of this epoch is executed already, so without a new epoch it would
+        // never add the address again (a demotion that never reached the log: a flap collapsed,
+        // an agent killed before its append). With drift repair on, a re-capture: a fresh epoch
+        // and fresh actions, through the same planner and gate (refused locally while the host
+        // is still not MASTER).
+        let released_by_holder = !acquired
+            && self.drift_repair
+            && state.active
+            && state.line.desired_holder == Some(node_id)
+            && parsed.capture_epoch == state.line.epoch
+            && domain == crate::model::CaptureDomain::new(&parsed.provider, &self.nodes[node_id].spec.placement_group);
+        if released_by_holder {
+            self.touched.recapture(&parsed.pool, &domain, parsed.address, state);
+            self.recaptures += 1;
+        }
         let confirmation = Confirmation {
             node: node_id,
             capture_domain: crate::model::CaptureDomain::new(

@@ -691,6 +691,8 @@ impl<S: AgentStore> Agent<S> {
     /// re-plan 100k addresses.
     fn step(&mut self, requeue: bool) {
         self.flush_appends();
+        // Whatever the log does (an unreachable etcd must not stop a local withdrawal).
+        self.withdraw_if_due();
         if self.follow().is_err() {
             return;
         }
@@ -732,11 +734,13 @@ impl<S: AgentStore> Agent<S> {
             self.record_highest_token();
             return;
         }
+        // The addresses under VRRP authority as the view now has them, before any add of them
+        // starts.
+        self.withdraw_if_due();
         if !self.start_calls_at_confirmed_head(0..self.drivers.len()) {
             self.record_highest_token();
             return;
         }
-        self.withdraw_if_due();
         self.record_highest_token();
         self.maybe_snapshot();
         let recaptures = self.view().recaptures();

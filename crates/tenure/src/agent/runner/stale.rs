@@ -67,6 +67,7 @@ impl<S: AgentStore> Agent<S> {
     /// After every follow: cancels the calls in flight that each node's view now fences, and
     /// asks for the inventory reads the log calls for at once.
     pub(super) fn after_follow(&mut self) {
+        let mut rushed = BTreeSet::new();
         for index in 0..self.drivers.len() {
             for call in self.drivers[index].poll_stale_calls_at_head() {
                 if self.call_aborts.cancel(index, &call) {
@@ -77,10 +78,17 @@ impl<S: AgentStore> Agent<S> {
                         "cancelling a call in flight: the view fenced its action"
                     );
                     self.counters.calls_cancelled += 1;
+                    // A cancelled acquire may have reached the provider before it was dropped:
+                    // its result is unknown, so no executed result will ever ask for a read.
+                    if let Some(entry) = self.drivers[index].engine().entry(&call.idempotency_key)
+                        && entry.action.verb.is_acquire()
+                        && entry.action.verb.changes_holding()
+                    {
+                        rushed.insert((entry.action.provider.clone(), entry.action.address));
+                    }
                 }
             }
         }
-        let mut rushed = BTreeSet::new();
         for driver in &mut self.drivers {
             while let Some(outran) = driver.poll_outran_acquire() {
                 rushed.insert((outran.provider, outran.address));

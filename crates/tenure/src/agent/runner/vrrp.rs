@@ -102,10 +102,9 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// Queues a `vrrp` event of every node of this agent when `state` differs from the last one
-    /// queued. An earlier one not appended yet is replaced (only the latest state matters), but a
-    /// demotion is never replaced by a MASTER: the host withdrew its entries locally on it, and
-    /// the log must see the epoch move away and back, or the node would stay the desired holder
-    /// of an epoch whose acquire it executed already and never add its entry again.
+    /// queued (an earlier one not appended yet is replaced: only the latest state matters; a
+    /// demotion collapsed away after the host withdrew its entries locally is still seen by the
+    /// log through the withdrawal's own result, which re-captures: `federation/drift.rs`).
     /// Returns whether anything was queued.
     fn vrrp_changed(&mut self, state: VrrpState, why: &str) -> bool {
         if self.vrrp_state == Some(state) {
@@ -117,11 +116,7 @@ impl<S: AgentStore> Agent<S> {
             warn!(state = ?state, "{why}: this host is not VRRP master; capturing nothing");
         }
         self.vrrp_state = Some(state);
-        let demotion_kept = state == VrrpState::Master;
-        self.queued.retain(|e| match e {
-            EventKind::Vrrp { state: queued, .. } => demotion_kept && *queued != VrrpState::Master,
-            _ => true,
-        });
+        self.queued.retain(|e| !matches!(e, EventKind::Vrrp { .. }));
         for driver in &self.drivers {
             self.queued.push(EventKind::Vrrp { node: driver.name().to_owned(), state });
         }

@@ -85,7 +85,8 @@ impl<S: AgentStore> Agent<S> {
         (vrrp && matches!(action.verb, Verb::ProxyArpAdd | Verb::Garp)).then(|| Arc::clone(&local.authority))
     }
 
-    /// After each step: tells the task the addresses under VRRP authority when they changed,
+    /// At the start of each step (whatever the log does) and before its calls: tells the task
+    /// the addresses under VRRP authority when they changed,
     /// and, on a demoted host, asks for another round while some node still records a capture
     /// of one of them with no call in flight for it (an add that was in flight during the last
     /// round and landed).
@@ -119,6 +120,13 @@ impl<S: AgentStore> Agent<S> {
     /// Returns whether anything was recorded.
     pub(super) fn withdrawn(&mut self, done: Withdrawal) -> bool {
         if done.removed.is_err() {
+            return false;
+        }
+        // keepalived said MASTER again since: an add that waited for the withdrawal may have
+        // run after it, and its capture must not be recorded as released. What the removal did
+        // take away is found by the next inventory read (drift repair: the desired holder lost
+        // the address), never by this report.
+        if self.local.as_ref().is_some_and(|l| !l.authority.is_demoted()) {
             return false;
         }
         let mut recorded = 0;
