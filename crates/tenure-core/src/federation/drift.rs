@@ -127,7 +127,11 @@ impl Federation {
             && state.active
             && state.line.desired_holder == Some(node_id)
             && parsed.capture_epoch == state.line.epoch
-            && domain == crate::model::CaptureDomain::new(&parsed.provider, &self.nodes[node_id].spec.placement_group);
+            && domain
+                == crate::model::CaptureDomain::new(
+                    &parsed.provider,
+                    &self.nodes[node_id].spec.placement_group,
+                );
         if released_by_holder {
             self.touched.recapture(&parsed.pool, &domain, parsed.address, state);
             self.recaptures += 1;

@@ -186,9 +186,28 @@ fn program_path(program: &str, base: &Path) -> Option<String> {
     }
     if program.contains('/') && Path::new(program).is_relative() {
         let resolved: PathBuf = resolve(base, program);
-        return Some(resolved.to_string_lossy().into_owned());
+        let resolved = resolved.to_string_lossy().into_owned();
+        // A program in the working folder (a config named without a folder) keeps its `./`:
+        // without a slash it would be looked up in PATH, another program or none.
+        return Some(if resolved.contains('/') { resolved } else { format!("./{resolved}") });
     }
     Some(program.to_owned())
+}
+
+#[cfg(test)]
+mod program_tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_program_stays_a_path_whatever_the_config_folder() {
+        assert_eq!(program_path("./hook.sh", Path::new("")).as_deref(), Some("./hook.sh"));
+        assert_eq!(program_path("./hook.sh", Path::new("ex")).as_deref(), Some("ex/hook.sh"));
+        assert_eq!(
+            program_path("bin/hook", Path::new("/etc/tenure")).as_deref(),
+            Some("/etc/tenure/bin/hook")
+        );
+        assert_eq!(program_path("true", Path::new("")).as_deref(), Some("true"), "a bare name is PATH's");
+    }
 }
 
 fn onprem_settings(p: &RawProvider, entry: Position, errors: &mut Vec<InputError>) -> ProviderSettings {
