@@ -72,6 +72,13 @@ impl Routers {
                 if matches!(mode, Mode::Vrrp { .. }) { "vrrp" } else { "none" },
             ),
         );
+        // A call may not outlive the pool's heartbeatTTL (+ promotionHold 0): the agent refuses
+        // an actionTimeout that is not below it. 1 s, or 50 ms under the TTL when that is shorter.
+        let ttl_ms: u64 = heartbeat_ttl
+            .strip_suffix("ms")
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("heartbeatTTL in milliseconds (\"1500ms\"), not {heartbeat_ttl:?}"));
+        let action_timeout_ms = ttl_ms.saturating_sub(50).min(1000);
         let endpoints = cluster.endpoints.join(", ");
         for i in 1..=2 {
             let spec = |n: usize| {
@@ -86,7 +93,7 @@ impl Routers {
                     "node: {}\npeers:\n  - {}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /onprem, path: ./data-r{i}}}\n\
                      providers:\n  - {{name: lan, kind: onprem, interface: lan, garpCount: 3, garpInterval: 50ms, inventoryInterval: 1s}}\n\
                      {}pools: [pools.yaml]\nlisten: {}:9464\n\
-                     heartbeatInterval: {}ms\nrequeueInterval: 500ms\nactionTimeout: 1s\napiTokenFile: token\n",
+                     heartbeatInterval: {}ms\nrequeueInterval: 500ms\nactionTimeout: {}ms\napiTokenFile: token\n",
                     spec(i),
                     spec(3 - i),
                     if matches!(mode, Mode::Vrrp { .. }) {
@@ -96,6 +103,7 @@ impl Routers {
                     },
                     Lab::mgmt(i),
                     HEARTBEAT_INTERVAL.as_millis(),
+                    action_timeout_ms,
                 ),
             );
         }
