@@ -28,7 +28,8 @@ pub enum Mode {
 /// says), the agents on a 3-member etcd in the switch namespace. Pool `edge` holds the lab's
 /// address with `heartbeatTTL` as given, `heartbeatInterval: 100ms` ([`HEARTBEAT_INTERVAL`]),
 /// `promotionHold: 0s`, and `deprovisionHoldDuration: 0s` unless made with [`Routers::with_hold`];
-/// the agents read their proxy entries every second (`inventoryInterval: 1s`).
+/// the agents read their proxy entries every second (`inventoryInterval: 1s`) and give a call
+/// `actionTimeout` 1 s, or 50 ms under the TTL when that is shorter.
 pub struct Routers {
     pub lab: Lab,
     pub dir: TempDir,
