@@ -9,9 +9,18 @@
 //!
 //! Each trial kills whichever router holds (its agent, then keepalived's process group, both
 //! SIGKILL), so the routers take turns. Times are tcpdump's packet
-//! stamps minus the wall clock read just before the kill (one host, one clock). Prints a
-//! Markdown table: p50, p99 (nearest rank) and max per configuration, and the differences the
-//! issue sets targets for. Needs root; run by `scripts/onprem-bench` (`TENURE_ONPREM_TRIALS`,
+//! stamps minus the wall clock read just before the kill (one host, one clock).
+//!
+//! Then the planned switch-over (issue 21 item 1): keepalived on the holder is stopped cleanly
+//! (SIGTERM: a priority-0 advert) while the client asks for the address every 100 ms
+//! (`onprem_lab::probes`); for keepalived alone and for tenure `authority: vrrp` (advert_int
+//! 0.1 s), the time to the new holder's first gratuitous ARP and the questions that two routers
+//! answered. The stopped keepalived starts again (a BACKUP: `nopreempt`), so the routers take
+//! turns.
+//!
+//! Every pool keeps the DEFAULT `deprovisionHoldDuration` (5 s): on-prem, it must not matter.
+//! Prints Markdown tables: p50, p99 (nearest rank) and max per configuration, and the figures
+//! the issues set targets for. Needs root; run by `scripts/onprem-bench` (`TENURE_ONPREM_TRIALS`,
 //! default 20).
 
 #![cfg(all(target_os = "linux", feature = "onprem", feature = "etcd"))]
@@ -24,6 +33,7 @@ mod process;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use onprem_lab::Capture;
+use onprem_lab::probes::{Probes, summary};
 use onprem_lab::routers::{BOUND, Mode, Routers};
 use process::wait_for_within;
 
@@ -62,9 +72,11 @@ fn start(routers: &mut Routers, i: usize) {
     }
 }
 
-/// `trials` failovers in `mode`; the latencies in milliseconds.
-fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
-    let mut routers = Routers::new(tag, false, base_port, mode, "300ms");
+/// Two routers in `mode` (the pool with the default hold), r1 holding, r2 started; and how
+/// long a trial lets the backup settle first (keepalived has heard adverts, the agent
+/// heartbeats).
+fn routers_up(tag: &str, base_port: u16, mode: Mode) -> (Routers, Duration) {
+    let mut routers = Routers::with_hold(tag, false, base_port, mode, "300ms", None);
     start(&mut routers, 1);
     wait_for_within(BOUND, "r1 holds first", || held_by(&routers, 1));
     start(&mut routers, 2);
@@ -74,6 +86,19 @@ fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
         }
         _ => Duration::from_millis(1500),
     };
+    (routers, settle)
+}
+
+/// The first announcement of router `next` on `capture`'s wire, in milliseconds after `from`.
+fn announced_after(routers: &Routers, capture: &Capture, next: usize, from: f64) -> f64 {
+    let line = capture.until(routers.lab.announcement(&format!("r{next}")), BOUND);
+    let stamp: f64 = line.split_whitespace().next().and_then(|s| s.parse().ok()).expect("tcpdump -tt stamp");
+    (stamp - from) * 1000.0
+}
+
+/// `trials` failovers in `mode`; the latencies in milliseconds.
+fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
+    let (mut routers, settle) = routers_up(tag, base_port, mode);
     let mut holder = 1;
     let mut latencies = Vec::with_capacity(trials);
     for trial in 0..trials {
@@ -81,13 +106,9 @@ fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
         std::thread::sleep(settle);
         let next = 3 - holder;
         let capture = Capture::start(&routers.lab);
-        let announced = routers.lab.announcement(&format!("r{next}"));
         let killed_at = now();
         routers.kill(holder);
-        let line = capture.until(&announced, BOUND);
-        let stamp: f64 =
-            line.split_whitespace().next().and_then(|s| s.parse().ok()).expect("tcpdump -tt stamp");
-        let latency = (stamp - killed_at) * 1000.0;
+        let latency = announced_after(&routers, &capture, next, killed_at);
         eprintln!("{mode:?} trial {}: r{holder} killed, r{next} announced after {latency:.1} ms", trial + 1);
         latencies.push(latency);
         drop(capture);
@@ -116,6 +137,58 @@ fn failovers(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Vec<f64> {
         holder = next;
     }
     latencies
+}
+
+/// What the planned switch-overs of one configuration showed.
+struct Planned {
+    /// Milliseconds from the SIGTERM to the new holder's first gratuitous ARP.
+    latencies: Vec<f64>,
+    /// The client's questions over every trial.
+    asked: usize,
+    /// Those two routers answered.
+    two_answerers: usize,
+    /// The longest run of unanswered questions in any trial, in milliseconds.
+    longest_silence_ms: u128,
+}
+
+/// `trials` planned switch-overs in `mode` (keepalived alone or `authority: vrrp`): keepalived
+/// on the holder stopped cleanly while the client asks every 100 ms, until the new holder alone
+/// holds; then the stopped keepalived starts again as a backup.
+fn planned_switch_overs(tag: &str, base_port: u16, mode: Mode, trials: usize) -> Planned {
+    let (mut routers, settle) = routers_up(tag, base_port, mode);
+    let mut planned = Planned { latencies: Vec::new(), asked: 0, two_answerers: 0, longest_silence_ms: 0 };
+    let mut holder = 1;
+    for trial in 0..trials {
+        std::thread::sleep(settle);
+        let next = 3 - holder;
+        let capture = Capture::start(&routers.lab);
+        let probes = Probes::start(&routers.lab);
+        let keepalived = routers.keepalived[holder - 1].take().expect("keepalived on the holder");
+        let stopped_at = now();
+        keepalived.request_stop();
+        let latency = announced_after(&routers, &capture, next, stopped_at);
+        wait_for_within(BOUND, "the new holder alone holds after the switch-over", || {
+            held_by(&routers, next)
+        });
+        keepalived.stop();
+        let seen = summary(&probes.finish());
+        eprintln!(
+            "{mode:?} planned trial {}: r{holder} stopped, r{next} announced after {latency:.1} ms; \
+             {} questions, {} answered by two routers, longest silence {} ms",
+            trial + 1,
+            seen.asked,
+            seen.two_answerers,
+            seen.longest_silence_ms
+        );
+        planned.latencies.push(latency);
+        planned.asked += seen.asked;
+        planned.two_answerers += seen.two_answerers;
+        planned.longest_silence_ms = planned.longest_silence_ms.max(seen.longest_silence_ms);
+        drop(capture);
+        routers.start_keepalived(holder);
+        holder = next;
+    }
+    planned
 }
 
 /// Nearest-rank percentile of sorted `values`.
@@ -149,7 +222,7 @@ fn main() {
         ("tenure authority: vrrp, advert_int 0.1 s", Mode::Vrrp { advert_int: "0.1" }),
         ("keepalived alone, advert_int 1 s", Mode::KeepalivedOnly { advert_int: "1" }),
         ("tenure authority: vrrp, advert_int 1 s", Mode::Vrrp { advert_int: "1" }),
-        ("tenure authority: none (100 ms / 300 ms / hold 0)", Mode::TenureOnly),
+        ("tenure authority: none (100 ms / 300 ms / promotionHold 0)", Mode::TenureOnly),
     ];
     let mut rows = Vec::new();
     for (i, (name, mode)) in configurations.into_iter().enumerate() {
@@ -163,7 +236,7 @@ fn main() {
          and times the new holder's first gratuitous ARP on the client's wire (tcpdump's stamp minus \
          the clock read before the kill). {trials} trials per configuration, the routers taking turns; \
          VRRPv3 with `nopreempt`; tenure's pool: heartbeatInterval 100 ms, heartbeatTTL 300 ms, \
-         promotionHold 0, garpCount 3 at 50 ms. Milliseconds:\n"
+         promotionHold 0, the default deprovisionHoldDuration (5 s), garpCount 3 at 50 ms. Milliseconds:\n"
     );
     println!("| configuration | p50 | p99 | max |");
     println!("|---|---|---|---|");
@@ -180,5 +253,39 @@ fn main() {
         rows[4].p99,
         rows[2].p99,
         rows[4].p99 / rows[2].p99
+    );
+
+    let planned_configurations = [
+        ("keepalived alone, advert_int 0.1 s", Mode::KeepalivedOnly { advert_int: "0.1" }),
+        ("tenure authority: vrrp, advert_int 0.1 s", Mode::Vrrp { advert_int: "0.1" }),
+    ];
+    let mut planned = Vec::new();
+    for (i, (name, mode)) in planned_configurations.into_iter().enumerate() {
+        let base_port = 23_700 + u16::try_from(i).expect("few") * 30;
+        planned.push((name, planned_switch_overs(&format!("p{i}"), base_port, mode, trials)));
+    }
+    println!(
+        "\n## Planned keepalived switch-over, default deprovisionHoldDuration (`scripts/onprem-bench`)\n"
+    );
+    println!(
+        "The same lab; each trial stops keepalived on the holder cleanly (SIGTERM: a priority-0 \
+         advert) while the client asks for the address every 100 ms (an ARP request on a packet \
+         socket; every answer before the next question counts for it), and times the new holder's \
+         first gratuitous ARP from the clock read before the signal. {trials} trials per \
+         configuration, the stopped keepalived started again as a backup. Milliseconds, and the \
+         client's questions over all trials:\n"
+    );
+    println!("| configuration | p50 | p99 | max | questions | answered by two routers | longest silence |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, p) in &planned {
+        let r = row(name, p.latencies.clone());
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {} | {} | {} |",
+            r.name, r.p50, r.p99, r.max, p.asked, p.two_answerers, p.longest_silence_ms
+        );
+    }
+    println!(
+        "\ntenure's planned switch-over: {} of {} questions answered by two routers (target 0)",
+        planned[1].1.two_answerers, planned[1].1.asked
     );
 }

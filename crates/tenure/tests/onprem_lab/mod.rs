@@ -26,6 +26,7 @@ use super::process::{mgmt_link, run, veth};
 
 #[path = "../../../tenure-lead/tests/support/etcd_cluster.rs"]
 pub mod etcd_cluster;
+pub mod probes;
 pub mod routers;
 
 static FLEET_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -213,20 +214,29 @@ impl Lab {
         ns: &str,
         work: impl FnOnce() -> F + Send + 'static,
     ) -> T {
-        let path = format!("/var/run/netns/{}", self.ns(ns));
+        let enter = self.enter(ns);
         std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).expect("the namespace");
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&file),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .expect("setns");
+            enter();
             let runtime =
                 tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             runtime.block_on(work())
         })
         .join()
         .expect("the namespace thread")
+    }
+
+    /// What moves the calling thread into namespace `ns` (setns), to be called on a thread of
+    /// its own.
+    pub fn enter(&self, ns: &str) -> impl FnOnce() + Send + 'static + use<> {
+        let path = format!("/var/run/netns/{}", self.ns(ns));
+        move || {
+            let file = std::fs::File::open(&path).expect("the namespace");
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&file),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .expect("setns");
+        }
     }
 
     pub fn cleanup(&self) {
@@ -436,12 +446,18 @@ impl Keepalived {
 
     /// SIGTERM: keepalived says goodbye (a priority-0 advert) and leaves; waited for (bounded).
     pub fn stop(mut self) {
-        self.signal("TERM");
+        self.request_stop();
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.child.try_wait().expect("wait").is_none() {
             assert!(Instant::now() < deadline, "keepalived did not stop within 10 s");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// SIGTERM, not waited for ([`Keepalived::stop`] waits): keepalived leaves as it does on
+    /// `stop`, while the caller watches.
+    pub fn request_stop(&self) {
+        self.signal("TERM");
     }
 
     fn signal(&self, name: &str) {

@@ -26,8 +26,10 @@ pub enum Mode {
 
 /// Two routers `r1` (priority 100) and `r2` (90) with keepalived and an agent each (as `mode`
 /// says), the agents on a 3-member etcd in the switch namespace. Pool `edge` holds the lab's
-/// address with `heartbeatTTL` as given, `heartbeatInterval: 100ms`, `promotionHold: 0s`; the
-/// agents read their proxy entries every second (`inventoryInterval: 1s`).
+/// address with `heartbeatTTL` as given, `heartbeatInterval: 100ms` ([`HEARTBEAT_INTERVAL`]),
+/// `promotionHold: 0s`, and `deprovisionHoldDuration: 0s` unless made with [`Routers::with_hold`];
+/// the agents read their proxy entries every second (`inventoryInterval: 1s`) and give a call
+/// `actionTimeout` 1 s, or 50 ms under the TTL when that is shorter.
 pub struct Routers {
     pub lab: Lab,
     pub dir: TempDir,
@@ -38,8 +40,24 @@ pub struct Routers {
     _cluster: Cluster,
 }
 
+/// The agents' `heartbeatInterval`.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+
 impl Routers {
     pub fn new(tag: &str, v6: bool, base_port: u16, mode: Mode, heartbeat_ttl: &str) -> Self {
+        Self::with_hold(tag, v6, base_port, mode, heartbeat_ttl, Some("0s"))
+    }
+
+    /// [`Routers::new`] with the pool's `deprovisionHoldDuration` as given (`None`: the line is
+    /// left out, so the default, 5 s, applies).
+    pub fn with_hold(
+        tag: &str,
+        v6: bool,
+        base_port: u16,
+        mode: Mode,
+        heartbeat_ttl: &str,
+        hold: Option<&str>,
+    ) -> Self {
         let lab = Lab::fleet(tag, v6);
         let cluster = Cluster::start_at(tag, base_port, Lab::ETCD_HOST, Some(&lab.ns("sw")));
         let dir = TempDir::new(tag);
@@ -49,11 +67,19 @@ impl Routers {
             &format!(
                 "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  \
                  addresses: [{}]\n  provider: lan\n  placementGroup: g1\n  members: [r1, r2]\n  \
-                 heartbeatTTL: {heartbeat_ttl}\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n  authority: {}\n",
+                 heartbeatTTL: {heartbeat_ttl}\n  promotionHold: 0s\n{}  authority: {}\n",
                 lab.address(),
+                hold.map(|h| format!("  deprovisionHoldDuration: {h}\n")).unwrap_or_default(),
                 if matches!(mode, Mode::Vrrp { .. }) { "vrrp" } else { "none" },
             ),
         );
+        // A call may not outlive the pool's heartbeatTTL (+ promotionHold 0): the agent refuses
+        // an actionTimeout that is not below it. 1 s, or 50 ms under the TTL when that is shorter.
+        let ttl_ms: u64 = heartbeat_ttl
+            .strip_suffix("ms")
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("heartbeatTTL in milliseconds (\"1500ms\"), not {heartbeat_ttl:?}"));
+        let action_timeout_ms = ttl_ms.saturating_sub(50).min(1000);
         let endpoints = cluster.endpoints.join(", ");
         for i in 1..=2 {
             let spec = |n: usize| {
@@ -68,7 +94,7 @@ impl Routers {
                     "node: {}\npeers:\n  - {}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /onprem, path: ./data-r{i}}}\n\
                      providers:\n  - {{name: lan, kind: onprem, interface: lan, garpCount: 3, garpInterval: 50ms, inventoryInterval: 1s}}\n\
                      {}pools: [pools.yaml]\nlisten: {}:9464\n\
-                     heartbeatInterval: 100ms\nrequeueInterval: 500ms\nactionTimeout: 1s\napiTokenFile: token\n",
+                     heartbeatInterval: {}ms\nrequeueInterval: 500ms\nactionTimeout: {}ms\napiTokenFile: token\n",
                     spec(i),
                     spec(3 - i),
                     if matches!(mode, Mode::Vrrp { .. }) {
@@ -77,6 +103,8 @@ impl Routers {
                         String::new()
                     },
                     Lab::mgmt(i),
+                    HEARTBEAT_INTERVAL.as_millis(),
+                    action_timeout_ms,
                 ),
             );
         }
@@ -154,6 +182,14 @@ impl Routers {
         let v = self.agent(i).get("/v1/ownership");
         let row = &v["ownership"][0];
         (row["ownershipEpoch"].as_u64().unwrap_or(0), row["captureEpoch"].as_u64().unwrap_or(0))
+    }
+
+    /// Cuts router `i`'s path to etcd (a blackhole route to [`Lab::ETCD_HOST`] in its namespace:
+    /// nothing it sends there leaves; VRRP and ARP on `lan` go on), or restores it.
+    pub fn cut_from_etcd(&self, i: usize, cut: bool) {
+        let verb = if cut { "add" } else { "del" };
+        let etcd = format!("{}/32", Lab::ETCD_HOST);
+        self.lab.exec(&format!("r{i}"), &["ip", "route", verb, "blackhole", &etcd]);
     }
 
     /// Waits until router `holder` (1 or 2) alone has the proxy entry.
