@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use etcd_cluster::Cluster;
-use process::{Agent, TOKEN, TempDir, free_port, http, run, stays_for, wait_for, wait_for_within};
+use process::{Agent, TOKEN, TempDir, free_port, http, run, signal, stays_for, wait_for, wait_for_within};
 
 const NODES: [&str; 3] = ["a", "b", "c"];
 const ADDRESS: &str = "10.0.0.10";
@@ -107,7 +107,24 @@ impl Fleet {
 
     /// Starts agent `i` (this test's copy of the binary) without waiting.
     fn spawn(&self, i: usize) -> Agent {
-        let config = self.dir.path().join(format!("{}.yaml", NODES[i]));
+        self.spawn_config(i, &format!("{}.yaml", NODES[i]))
+    }
+
+    /// Starts agent `i` on a new, empty `store.path` (it has no anchor: it follows whatever log
+    /// etcd holds), without waiting.
+    fn spawn_on_new_store(&self, i: usize) -> Agent {
+        let name = NODES[i];
+        let config = std::fs::read_to_string(self.dir.path().join(format!("{name}.yaml"))).expect("config");
+        let old = format!("path: ./data-{name}}}");
+        assert!(config.contains(&old), "the config names its store: {config}");
+        let renamed = format!("{name}-new-store.yaml");
+        self.dir.write(&renamed, &config.replace(&old, &format!("path: ./data-{name}-new}}")));
+        self.spawn_config(i, &renamed)
+    }
+
+    /// Starts agent `i` on the config file `name` (in the test's folder) without waiting.
+    fn spawn_config(&self, i: usize, name: &str) -> Agent {
+        let config = self.dir.path().join(name);
         let binary = self.binary.to_str().expect("utf-8");
         // The wrapper drops the binary path the helper passes and runs the copy in its place
         // (`exec`: the agent keeps the child's pid, so a kill reaches it).
@@ -225,6 +242,16 @@ fn ownership(listen: SocketAddr) -> Option<String> {
         Ok((200, body)) => Some(body),
         _ => None,
     }
+}
+
+/// The etcd revision of the last log record `agent` applied (its `tenure_log_index` metric: the
+/// batch's revision, then the record's position in 16 bits).
+fn applied_revision(agent: &Agent) -> i64 {
+    let Ok((200, text)) = http(agent.listen, "GET", "/metrics", None, None) else { return 0 };
+    text.lines()
+        .find_map(|l| l.strip_prefix("tenure_log_index "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |index| (index as i64) >> 16)
 }
 
 fn owner(body: &str) -> Option<String> {
@@ -359,4 +386,50 @@ fn an_agent_killed_during_a_call_refuses_a_restore_to_before_that_call_when_rest
         std::fs::remove_file(fleet.dir.path().join(format!("hold-{n}")))
             .expect("release the calls in flight");
     }
+}
+
+#[test]
+fn a_quiet_agent_refuses_a_restored_etcd_that_a_new_writer_pushed_past_what_it_applied() {
+    // c holds nothing and calls nothing, so it reads etcd's head before no call: it follows the
+    // log through its watch alone. Paused (a frozen VM, a stopped process) while etcd is restored
+    // from a snapshot taken before what c applied, and while a writer that never saw the lost
+    // part (b started again on a new store.path: no anchor) pushes the restored log past what c
+    // applied, c resumes to a broken watch. The watch it opens again delivers b's batches, which
+    // moved c's anchor onto one of them, and every later check passed: c followed a log with a
+    // lost part. It must check etcd against its anchor before it applies any batch of the new
+    // stream, and refuse.
+    let fleet = Fleet::new("rollback-pushed", 26800);
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    assert_eq!(fleet.settled(), "a");
+    let snapshot = fleet.dir.path().join("etcd.snapshot");
+    let snapshot_revision = fleet.cluster.snapshot_save(&snapshot);
+    let mut lost_upto = 0;
+    wait_for("the log goes on past the snapshot", || {
+        lost_upto = fleet.head_revision();
+        lost_upto > snapshot_revision + 10
+    });
+    let c = agents[2].take().expect("c runs");
+    wait_for("c applied the log past the snapshot", || applied_revision(&c) >= lost_upto);
+    signal(&c.child, "STOP");
+    let c_calls = || -> Vec<String> { fleet.calls().into_iter().filter(|l| l.starts_with("c ")).collect() };
+    let c_calls_before = c_calls();
+    for agent in agents.iter_mut().filter_map(Option::take) {
+        agent.kill9();
+    }
+
+    fleet.cluster.restore(&snapshot);
+    let b = fleet.spawn_on_new_store(1);
+    b.wait_healthy();
+    let mut pushed = 0;
+    wait_for("b pushes the restored log past what c applied", || {
+        pushed = fleet.head_revision();
+        pushed > lost_upto + 5
+    });
+    eprintln!(
+        "snapshot at revision {snapshot_revision}, c applied up to {lost_upto} or past, b pushed the restored log to {pushed}"
+    );
+    signal(&c.child, "CONT");
+    name_both_positions(&fleet.every_agent_refuses(&[&c], "c resumed on a restored log pushed past it"));
+    stays_for(Duration::from_secs(2), "c calls nothing", || c_calls() == c_calls_before);
+    assert!(b.log().contains("bound to this etcd cluster"), "b started on a new store: {}", b.log());
 }

@@ -297,6 +297,20 @@ fn got(response: etcd_client::TxnResponse) -> Vec<Option<etcd_client::KeyValue>>
         .collect()
 }
 
+/// Reads etcd's head and the batch of this agent's anchor (sampled before the read) and checks
+/// them against it ([`Shared::verify`]: a log that went back refuses the replica for good).
+/// `(head, false)`: refused. `Err`: etcd did not answer.
+async fn read_verified_head(
+    client: &mut Client,
+    keys: &Keys,
+    shared: &Shared,
+) -> Result<(HeadRead, bool), String> {
+    let anchor = shared.anchor();
+    let head = read_head(client, keys, anchor.batch_key()).await?;
+    let kept = shared.verify(&anchor, &head).is_ok();
+    Ok((head, kept))
+}
+
 /// Reads, in one read-only transaction (linearizable, at one revision), the head key, the
 /// snapshot manifest and `batch_key` (the newest batch the agent applied, when it knows it).
 async fn read_head(client: &mut Client, keys: &Keys, batch_key: Option<&[u8]>) -> Result<HeadRead, String> {
@@ -357,9 +371,8 @@ async fn connect_and_load(
 /// revision, and makes them the replica (replacing what it held) — unless the log went back
 /// below what the agent applied: the replica is then refused ([`Shared::verify`]) as it is.
 async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadRead, String> {
-    let anchor = shared.anchor();
-    let head = read_head(client, keys, anchor.batch_key()).await?;
-    if shared.verify(&anchor, &head).is_err() {
+    let (head, kept) = read_verified_head(client, keys, shared).await?;
+    if !kept {
         return Ok(head);
     }
     let snapshot = read_snapshot(client, keys, head.revision).await?;
@@ -694,7 +707,13 @@ async fn retry_quick_failures<T, F: std::future::Future<Output = Result<T, etcd_
 const QUICK_FAILURE: Duration = Duration::from_millis(200);
 
 /// Follows the log from the replica's revision on; a broken stream is watched again from the
-/// next revision not seen, so nothing is skipped or applied twice.
+/// next revision not seen, so nothing is skipped or applied twice. Every stream, once open and
+/// before any of its batches is applied, is checked against the anchor
+/// ([`read_verified_head`]): the watch moves the anchor with every batch it delivers, so an
+/// etcd restored below the anchor and pushed past it by other writers (agents that did not see
+/// the lost part, or on a new `store.path`) would otherwise be followed, the anchor moved onto
+/// one of their batches, and every later check pass. A restore after that read restarts the
+/// members, which breaks the stream: the next one is checked again.
 async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(50);
     let mut first = true;
@@ -719,64 +738,80 @@ async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
         let options = WatchOptions::new().with_prefix().with_start_revision(from).with_fragment();
         let mut watcher = client.watch_client().max_decoding_message_size(DECODE_BYTES_MAX);
         match watcher.watch(keys.log.as_bytes(), Some(options)).await {
-            Ok(mut stream) => {
-                shared.set_down(None);
-                loop {
-                    match stream.message().await {
-                        Ok(Some(response)) => {
-                            backoff = Duration::from_millis(50);
-                            if response.canceled() {
-                                if response.compact_revision() > 0 {
-                                    // etcd compacted its history past what this agent saw: start
-                                    // again from the newest snapshot and the batches after it.
-                                    warn!(
-                                        compacted = response.compact_revision(),
-                                        "the log's watch fell behind a compaction; reloading from the snapshot"
-                                    );
-                                    shared.set_down(Some("reloading the log from the snapshot".into()));
-                                    match load(&mut client, &keys, &shared).await {
-                                        Ok(_) => shared.set_down(None),
-                                        Err(e) => {
-                                            shared.set_down(Some(format!("cannot reload the log: {e}")))
-                                        }
-                                    }
-                                    break;
-                                }
-                                // Anything else (an expired auth token — the watch is opened
-                                // whatever the token, then cancelled "permission denied"; a
-                                // member going away): down, not refused; watched again after
-                                // a read that renews the token.
-                                let reason =
-                                    format!("etcd cancelled the log's watch: {}", response.cancel_reason());
-                                warn!(%reason, "watching the log again");
-                                shared.set_down(Some(reason));
-                                break;
-                            }
-                            for event in response.events() {
-                                if event.event_type() != EventType::Put {
-                                    continue;
-                                }
-                                if let Some(kv) = event.kv() {
-                                    shared.push_batch(kv.key(), kv.mod_revision(), kv.value());
-                                }
-                            }
-                            shared.grew();
-                        }
-                        Ok(None) => {
-                            debug!("the log's watch ended; watching again");
-                            break;
-                        }
-                        Err(e) => {
-                            shared.set_down(Some(format!("the log's watch broke: {e}")));
-                            warn!(error = %e, "the log's watch broke; watching again");
-                            break;
-                        }
-                    }
+            // Its batches wait in the stream until the check passed.
+            Ok(mut stream) => match read_verified_head(&mut client, &keys, &shared).await {
+                Ok((_, true)) => {
+                    shared.set_down(None);
+                    follow(&mut stream, &mut client, &keys, &shared, &mut backoff).await;
                 }
-            }
+                // Refused for good (the reason is logged and in health).
+                Ok((_, false)) => return,
+                Err(e) => {
+                    shared.set_down(Some(format!("cannot check the log's head before following it: {e}")))
+                }
+            },
             Err(e) => shared.set_down(Some(format!("cannot watch the log: {e}"))),
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Applies the batches `stream` delivers to the replica until it ends, breaks or is cancelled
+/// (after a compaction: reloaded from the snapshot, see [`load`]).
+async fn follow(
+    stream: &mut etcd_client::WatchStream,
+    client: &mut Client,
+    keys: &Keys,
+    shared: &Shared,
+    backoff: &mut Duration,
+) {
+    loop {
+        match stream.message().await {
+            Ok(Some(response)) => {
+                *backoff = Duration::from_millis(50);
+                if response.canceled() {
+                    if response.compact_revision() > 0 {
+                        // etcd compacted its history past what this agent saw: start again from
+                        // the newest snapshot and the batches after it.
+                        warn!(
+                            compacted = response.compact_revision(),
+                            "the log's watch fell behind a compaction; reloading from the snapshot"
+                        );
+                        shared.set_down(Some("reloading the log from the snapshot".into()));
+                        match load(client, keys, shared).await {
+                            Ok(_) => shared.set_down(None),
+                            Err(e) => shared.set_down(Some(format!("cannot reload the log: {e}"))),
+                        }
+                        return;
+                    }
+                    // Anything else (an expired auth token — the watch is opened whatever the
+                    // token, then cancelled "permission denied"; a member going away): down, not
+                    // refused; watched again after a read that renews the token.
+                    let reason = format!("etcd cancelled the log's watch: {}", response.cancel_reason());
+                    warn!(%reason, "watching the log again");
+                    shared.set_down(Some(reason));
+                    return;
+                }
+                for event in response.events() {
+                    if event.event_type() != EventType::Put {
+                        continue;
+                    }
+                    if let Some(kv) = event.kv() {
+                        shared.push_batch(kv.key(), kv.mod_revision(), kv.value());
+                    }
+                }
+                shared.grew();
+            }
+            Ok(None) => {
+                debug!("the log's watch ended; watching again");
+                return;
+            }
+            Err(e) => {
+                shared.set_down(Some(format!("the log's watch broke: {e}")));
+                warn!(error = %e, "the log's watch broke; watching again");
+                return;
+            }
+        }
     }
 }
