@@ -219,6 +219,21 @@ impl Fleet {
         v["kvs"][0]["mod_revision"].as_i64().unwrap_or(0)
     }
 
+    /// Every writer key (`<prefix>/writers/<instance>`) with its value: the last batch that
+    /// process appended.
+    fn writers(&self) -> Vec<(String, String)> {
+        let out = run(&[
+            "etcdctl",
+            "--endpoints",
+            &self.endpoints(),
+            "get",
+            "--prefix",
+            &format!("{PREFIX}/writers/"),
+        ]);
+        let lines: Vec<&str> = out.lines().collect();
+        lines.chunks(2).map(|p| (p[0].to_owned(), p.get(1).copied().unwrap_or_default().to_owned())).collect()
+    }
+
     /// The keys under `<prefix>/log/`.
     fn log_keys(&self) -> Vec<String> {
         run(&[
@@ -418,6 +433,8 @@ fn a_quiet_agent_refuses_a_restored_etcd_that_a_new_writer_pushed_past_what_it_a
     }
 
     fleet.cluster.restore(&snapshot);
+    // c's writer key among them (c keeps its instance: the same process).
+    let restored_writers = fleet.writers();
     let b = fleet.spawn_on_new_store(1);
     b.wait_healthy();
     let mut pushed = 0;
@@ -431,5 +448,90 @@ fn a_quiet_agent_refuses_a_restored_etcd_that_a_new_writer_pushed_past_what_it_a
     signal(&c.child, "CONT");
     name_both_positions(&fleet.every_agent_refuses(&[&c], "c resumed on a restored log pushed past it"));
     stays_for(Duration::from_secs(2), "c calls nothing", || c_calls() == c_calls_before);
+    let writers = fleet.writers();
+    for writer in &restored_writers {
+        assert!(
+            writers.contains(writer),
+            "c (or a killed agent) appended nothing to the restored log: {writer:?} not in {writers:#?}"
+        );
+    }
     assert!(b.log().contains("bound to this etcd cluster"), "b started on a new store: {}", b.log());
+}
+
+#[test]
+fn a_store_that_appends_nothing_refuses_a_restored_etcd_when_its_watch_reconnects() {
+    // The watch alone, without an agent's heartbeats: a store that only follows the log (its
+    // anchor moved by the watch) must check etcd against its anchor when its watch reconnects
+    // after a restore, before it applies a batch of the restored log — here one that a store on
+    // a new folder (no anchor) then pushes past it. Without that check it followed the restored
+    // log, its anchor moved onto the new writer's batches, and it never refused.
+    use tenure::agent::AgentStore;
+    use tenure::store::fleet::{EtcdOptions, EtcdStore, fleet_text};
+    use tenure_core::log::{Event, EventKind};
+    use tenure_core::log_store::Log;
+    use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
+
+    let cluster = Cluster::start("rollback-watch", 26900);
+    let dir = TempDir::new("rollback-watch");
+    let nodes: Vec<NodeSpec> = NODES
+        .iter()
+        .map(|n| NodeSpec {
+            name: (*n).to_owned(),
+            provider: "hook".into(),
+            placement_group: "g1".into(),
+            priority: 0,
+            nic: format!("eni-{n}"),
+            capacity: None,
+        })
+        .collect();
+    let options = EtcdOptions {
+        endpoints: cluster.endpoints.clone(),
+        prefix: PREFIX.into(),
+        request_timeout: Duration::from_secs(2),
+        user: None,
+        tls: None,
+        snapshot_every: 1_000_000,
+        fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+    };
+    let open = |name: &str| {
+        EtcdStore::open(&dir.path().join(name), &dir.path().join(format!("{name}.identity")), &options)
+            .unwrap_or_else(|e| panic!("store {name} opens: {e}"))
+    };
+    let heartbeats = |store: &EtcdStore, batches: usize| {
+        let mut last = None;
+        for _ in 0..batches {
+            let at_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_millis() as u64;
+            let event = Event { at_ms, kind: EventKind::Heartbeat { node: "b".into() } };
+            last = store.append_batch(&[event]).expect("appended").last().copied();
+        }
+        last.expect("one batch at least")
+    };
+    let writer = open("writer");
+    heartbeats(&writer, 3);
+    let quiet = open("quiet");
+    let snapshot = dir.path().join("etcd.snapshot");
+    let snapshot_revision = cluster.snapshot_save(&snapshot);
+    let lost = heartbeats(&writer, 10);
+    wait_for("the quiet store followed the log past the snapshot", || {
+        quiet.log().head().ok().flatten().is_some_and(|head| head >= lost)
+    });
+    assert!(quiet.refused().is_none());
+    drop(writer);
+
+    cluster.restore(&snapshot);
+    let new_writer = open("new-writer");
+    let pushed = heartbeats(&new_writer, 30);
+    eprintln!("snapshot at revision {snapshot_revision}; lost up to {lost:?}; pushed to {pushed:?}");
+    let mut reason = None;
+    wait_for_within(REFUSAL_MAX, "the quiet store refuses the restored log", || {
+        reason = quiet.refused();
+        reason.is_some()
+    });
+    let reason = reason.expect("refused");
+    eprintln!("quiet store: {reason}");
+    name_both_positions(&[reason]);
+    assert!(new_writer.refused().is_none(), "a store without an anchor follows the restored log");
 }

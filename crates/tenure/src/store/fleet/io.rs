@@ -79,7 +79,8 @@ pub(crate) enum Appended {
     /// The batch is in the log at `revision` (committed now, or by an earlier try); the head key
     /// was created at `head_created`.
     Committed { revision: i64, head_created: i64 },
-    /// Not appended: etcd's head is not the one the agent saw ([`super::check_head`]'s reason).
+    /// Not appended: etcd no longer holds what the agent applied ([`super::check_anchor`]'s
+    /// reason).
     WentBack(String),
 }
 
@@ -600,12 +601,15 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
 }
 
 /// Puts one batch under `key` unless it is there already or this process's writer key names it
-/// (see [`Command::Append`]), and only while etcd's head is the one `anchor` saw: created at the
-/// same revision, written at or after the newest batch the agent applied. A head that is not
-/// (the prefix deleted, etcd restored from an older snapshot) appends nothing and answers
-/// [`Appended::WentBack`]: landing there would rewrite the head past every agent's mark. A
-/// writer key that is gone (deleted by hand: the compare on its value then fails whatever it
-/// holds) is created again, empty, and the append tried once more.
+/// (see [`Command::Append`]), and only while etcd still holds what `anchor` says this agent
+/// applied: the head created at the same revision and written at or after the anchor, and the
+/// anchor's batch at its revision (or, once a snapshot deleted it, a snapshot covering it: then
+/// tried again without that compare). A log that does not ([`super::check_anchor`]: the prefix
+/// deleted, etcd restored from an older snapshot, also when other writers pushed the restored
+/// log past the anchor) appends nothing and answers [`Appended::WentBack`]: landing there would
+/// write into a log with a lost part. A writer key that is gone (deleted by hand: the compare on
+/// its value then fails whatever it holds) is created again, empty, and the append tried once
+/// more.
 async fn append(
     client: &mut Client,
     keys: &Keys,
@@ -615,33 +619,44 @@ async fn append(
 ) -> Result<Appended, String> {
     let writer = keys.writer.as_str();
     let head = keys.head.as_bytes();
-    let mut when = vec![
-        Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
-        Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
-    ];
-    if anchor.revision > 0 {
-        // An absent head compares as mod revision 0.
-        when.push(Compare::mod_revision(head, CompareOp::Greater, anchor.revision - 1));
-    }
-    if let Some(created) = anchor.head_created {
-        when.push(Compare::create_revision(head, CompareOp::Equal, created));
-    }
-    let txn = Txn::new()
-        .when(when)
-        .and_then([
-            TxnOp::put(key.as_bytes(), value, None),
-            TxnOp::put(head, key.as_bytes(), None),
-            TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
-            // Read back in the same transaction: the head's creation revision.
-            TxnOp::get(head, None),
-        ])
-        .or_else([
+    let batch_key = anchor.batch_key();
+    let txn = |with_batch: bool| {
+        let mut when = vec![
+            Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+            Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
+        ];
+        if anchor.revision > 0 {
+            // An absent head compares as mod revision 0.
+            when.push(Compare::mod_revision(head, CompareOp::Greater, anchor.revision - 1));
+        }
+        if let Some(created) = anchor.head_created {
+            when.push(Compare::create_revision(head, CompareOp::Equal, created));
+        }
+        if let Some(batch) = batch_key.filter(|_| with_batch) {
+            when.push(Compare::mod_revision(batch, CompareOp::Equal, anchor.revision));
+        }
+        let mut otherwise = vec![
             TxnOp::get(key.as_bytes(), None),
             TxnOp::get(writer.as_bytes(), None),
             TxnOp::get(head, None),
-        ]);
+            TxnOp::get(keys.snapshot.as_bytes(), None),
+        ];
+        otherwise.extend(batch_key.map(|batch| TxnOp::get(batch, None)));
+        Txn::new()
+            .when(when)
+            .and_then([
+                TxnOp::put(key.as_bytes(), value.clone(), None),
+                TxnOp::put(head, key.as_bytes(), None),
+                TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
+                // Read back in the same transaction: the head's creation revision.
+                TxnOp::get(head, None),
+            ])
+            .or_else(otherwise)
+    };
+    let mut with_batch = true;
     let mut recreated = false;
     loop {
+        let txn = txn(with_batch);
         let response = retry_quick_failures(|| {
             let mut client = client.clone();
             let txn = txn.clone();
@@ -650,18 +665,30 @@ async fn append(
         .await
         .map_err(failed("append"))?;
         let succeeded = response.succeeded();
-        let revision = response.header().map(etcd_client::ResponseHeader::revision);
+        let header = response.header().map(|h| (h.cluster_id(), h.revision()));
         let gets = got(response);
         if succeeded {
             let head_created = gets.last().cloned().flatten().map_or(0, |kv| kv.create_revision());
-            let revision = revision.ok_or("etcd append: no header")?;
+            let (_, revision) = header.ok_or("etcd append: no header")?;
             return Ok(Appended::Committed { revision, head_created });
         }
-        let (head_created, head_revision) =
-            gets.get(2).cloned().flatten().map_or((0, 0), |kv| (kv.create_revision(), kv.mod_revision()));
-        if let Err(reason) = super::check_head(anchor, head_created, head_revision) {
+        let (cluster_id, revision) = header.ok_or("etcd append: no header")?;
+        let head_kv = gets.get(2).cloned().flatten();
+        let read = HeadRead {
+            cluster_id,
+            revision,
+            head_revision: head_kv.as_ref().map_or(0, etcd_client::KeyValue::mod_revision),
+            head_created: head_kv.as_ref().map_or(0, etcd_client::KeyValue::create_revision),
+            batch_revision: gets.get(4).cloned().flatten().map(|kv| kv.mod_revision()),
+            snapshot_revision: match gets.get(3).cloned().flatten() {
+                Some(kv) => Some(decode_manifest(keys, kv.value())?.revision),
+                None => None,
+            },
+        };
+        if let Err(reason) = super::check_anchor(anchor, &read) {
             return Ok(Appended::WentBack(reason));
         }
+        let head_created = read.head_created;
         // An earlier try of this very batch was committed: the batch key is there, or (a
         // snapshot deleted it since) this process's writer key names it — written in the same
         // transaction, so at the batch's revision.
@@ -669,6 +696,11 @@ async fn append(
             gets[..2].iter().flatten().find(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
         {
             return Ok(Appended::Committed { revision: kv.mod_revision(), head_created });
+        }
+        if with_batch && batch_key.is_some() && read.batch_revision != Some(anchor.revision) {
+            // The anchor's batch is gone, and a snapshot covers it (checked just above).
+            with_batch = false;
+            continue;
         }
         let writer_there = gets.get(1).is_some_and(Option::is_some);
         if writer_there || recreated {
