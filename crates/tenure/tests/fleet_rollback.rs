@@ -1,6 +1,7 @@
 //! A fleet's etcd that goes back under it (issue 21, item 2): the prefix deleted under running
 //! agents (`etcdctl del --prefix`), and an etcd restored from a snapshot taken before a drain
-//! (`etcdctl snapshot save` / `snapshot restore`, the same cluster id). Every agent must refuse
+//! (`etcdctl snapshot save` / `snapshot restore`, the same cluster id), also one that a writer
+//! without an anchor pushed past what a paused agent applied. Every agent must refuse
 //! the log (health 503 naming both positions), append nothing more, make no provider call, and
 //! refuse again when restarted: never project the shorter log and issue its tokens again.
 //!
