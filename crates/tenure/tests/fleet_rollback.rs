@@ -1,6 +1,7 @@
 //! A fleet's etcd that goes back under it (issue 21, item 2): the prefix deleted under running
 //! agents (`etcdctl del --prefix`), and an etcd restored from a snapshot taken before a drain
-//! (`etcdctl snapshot save` / `snapshot restore`, the same cluster id). Every agent must refuse
+//! (`etcdctl snapshot save` / `snapshot restore`, the same cluster id), also one that a writer
+//! without an anchor pushed past what a paused agent applied. Every agent must refuse
 //! the log (health 503 naming both positions), append nothing more, make no provider call, and
 //! refuse again when restarted: never project the shorter log and issue its tokens again.
 //!
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use etcd_cluster::Cluster;
-use process::{Agent, TOKEN, TempDir, free_port, http, run, stays_for, wait_for, wait_for_within};
+use process::{Agent, TOKEN, TempDir, free_port, http, run, signal, stays_for, wait_for, wait_for_within};
 
 const NODES: [&str; 3] = ["a", "b", "c"];
 const ADDRESS: &str = "10.0.0.10";
@@ -107,7 +108,24 @@ impl Fleet {
 
     /// Starts agent `i` (this test's copy of the binary) without waiting.
     fn spawn(&self, i: usize) -> Agent {
-        let config = self.dir.path().join(format!("{}.yaml", NODES[i]));
+        self.spawn_config(i, &format!("{}.yaml", NODES[i]))
+    }
+
+    /// Starts agent `i` on a new, empty `store.path` (it has no anchor: it follows whatever log
+    /// etcd holds), without waiting.
+    fn spawn_on_new_store(&self, i: usize) -> Agent {
+        let name = NODES[i];
+        let config = std::fs::read_to_string(self.dir.path().join(format!("{name}.yaml"))).expect("config");
+        let old = format!("path: ./data-{name}}}");
+        assert!(config.contains(&old), "the config names its store: {config}");
+        let renamed = format!("{name}-new-store.yaml");
+        self.dir.write(&renamed, &config.replace(&old, &format!("path: ./data-{name}-new}}")));
+        self.spawn_config(i, &renamed)
+    }
+
+    /// Starts agent `i` on the config file `name` (in the test's folder) without waiting.
+    fn spawn_config(&self, i: usize, name: &str) -> Agent {
+        let config = self.dir.path().join(name);
         let binary = self.binary.to_str().expect("utf-8");
         // The wrapper drops the binary path the helper passes and runs the copy in its place
         // (`exec`: the agent keeps the child's pid, so a kill reaches it).
@@ -202,6 +220,21 @@ impl Fleet {
         v["kvs"][0]["mod_revision"].as_i64().unwrap_or(0)
     }
 
+    /// Every writer key (`<prefix>/writers/<instance>`) with its value: the last batch that
+    /// process appended.
+    fn writers(&self) -> Vec<(String, String)> {
+        let out = run(&[
+            "etcdctl",
+            "--endpoints",
+            &self.endpoints(),
+            "get",
+            "--prefix",
+            &format!("{PREFIX}/writers/"),
+        ]);
+        let lines: Vec<&str> = out.lines().collect();
+        lines.chunks(2).map(|p| (p[0].to_owned(), p.get(1).copied().unwrap_or_default().to_owned())).collect()
+    }
+
     /// The keys under `<prefix>/log/`.
     fn log_keys(&self) -> Vec<String> {
         run(&[
@@ -225,6 +258,16 @@ fn ownership(listen: SocketAddr) -> Option<String> {
         Ok((200, body)) => Some(body),
         _ => None,
     }
+}
+
+/// The etcd revision of the last log record `agent` applied (its `tenure_log_index` metric: the
+/// batch's revision, then the record's position in 16 bits).
+fn applied_revision(agent: &Agent) -> i64 {
+    let Ok((200, text)) = http(agent.listen, "GET", "/metrics", None, None) else { return 0 };
+    text.lines()
+        .find_map(|l| l.strip_prefix("tenure_log_index "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |index| (index as i64) >> 16)
 }
 
 fn owner(body: &str) -> Option<String> {
@@ -359,4 +402,137 @@ fn an_agent_killed_during_a_call_refuses_a_restore_to_before_that_call_when_rest
         std::fs::remove_file(fleet.dir.path().join(format!("hold-{n}")))
             .expect("release the calls in flight");
     }
+}
+
+#[test]
+fn a_quiet_agent_refuses_a_restored_etcd_that_a_new_writer_pushed_past_what_it_applied() {
+    // c holds nothing and calls nothing, so it reads etcd's head before no call: it follows the
+    // log through its watch alone. Paused (a frozen VM, a stopped process) while etcd is restored
+    // from a snapshot taken before what c applied, and while a writer that never saw the lost
+    // part (b started again on a new store.path: no anchor) pushes the restored log past what c
+    // applied, c resumes to a broken watch. The watch it opens again delivers b's batches, which
+    // moved c's anchor onto one of them, and every later check passed: c followed a log with a
+    // lost part. It must check etcd against its anchor before it applies any batch of the new
+    // stream, and refuse.
+    let fleet = Fleet::new("rollback-pushed", 26800);
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    assert_eq!(fleet.settled(), "a");
+    let snapshot = fleet.dir.path().join("etcd.snapshot");
+    let snapshot_revision = fleet.cluster.snapshot_save(&snapshot);
+    let mut lost_upto = 0;
+    wait_for("the log goes on past the snapshot", || {
+        lost_upto = fleet.head_revision();
+        lost_upto > snapshot_revision + 10
+    });
+    let c = agents[2].take().expect("c runs");
+    wait_for("c applied the log past the snapshot", || applied_revision(&c) >= lost_upto);
+    signal(&c.child, "STOP");
+    let c_calls = || -> Vec<String> { fleet.calls().into_iter().filter(|l| l.starts_with("c ")).collect() };
+    let c_calls_before = c_calls();
+    for agent in agents.iter_mut().filter_map(Option::take) {
+        agent.kill9();
+    }
+
+    fleet.cluster.restore(&snapshot);
+    // c's writer key among them (c keeps its instance: the same process).
+    let restored_writers = fleet.writers();
+    let b = fleet.spawn_on_new_store(1);
+    b.wait_healthy();
+    let mut pushed = 0;
+    wait_for("b pushes the restored log past what c applied", || {
+        pushed = fleet.head_revision();
+        pushed > lost_upto + 5
+    });
+    eprintln!(
+        "snapshot at revision {snapshot_revision}, c applied up to {lost_upto} or past, b pushed the restored log to {pushed}"
+    );
+    signal(&c.child, "CONT");
+    name_both_positions(&fleet.every_agent_refuses(&[&c], "c resumed on a restored log pushed past it"));
+    stays_for(Duration::from_secs(2), "c calls nothing", || c_calls() == c_calls_before);
+    let writers = fleet.writers();
+    for writer in &restored_writers {
+        assert!(
+            writers.contains(writer),
+            "c (or a killed agent) appended nothing to the restored log: {writer:?} not in {writers:#?}"
+        );
+    }
+    assert!(b.log().contains("bound to this etcd cluster"), "b started on a new store: {}", b.log());
+}
+
+#[test]
+fn a_store_that_appends_nothing_refuses_a_restored_etcd_when_its_watch_reconnects() {
+    // The watch alone, without an agent's heartbeats: a store that only follows the log (its
+    // anchor moved by the watch) must check etcd against its anchor when its watch reconnects
+    // after a restore, before it applies a batch of the restored log — here one that a store on
+    // a new folder (no anchor) then pushes past it. Without that check it followed the restored
+    // log, its anchor moved onto the new writer's batches, and it never refused.
+    use tenure::agent::AgentStore;
+    use tenure::store::fleet::{EtcdOptions, EtcdStore, fleet_text};
+    use tenure_core::log::{Event, EventKind};
+    use tenure_core::log_store::Log;
+    use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
+
+    let cluster = Cluster::start("rollback-watch", 26900);
+    let dir = TempDir::new("rollback-watch");
+    let nodes: Vec<NodeSpec> = NODES
+        .iter()
+        .map(|n| NodeSpec {
+            name: (*n).to_owned(),
+            provider: "hook".into(),
+            placement_group: "g1".into(),
+            priority: 0,
+            nic: format!("eni-{n}"),
+            capacity: None,
+        })
+        .collect();
+    let options = EtcdOptions {
+        endpoints: cluster.endpoints.clone(),
+        prefix: PREFIX.into(),
+        request_timeout: Duration::from_secs(2),
+        user: None,
+        tls: None,
+        snapshot_every: 1_000_000,
+        fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+    };
+    let open = |name: &str| {
+        EtcdStore::open(&dir.path().join(name), &dir.path().join(format!("{name}.identity")), &options)
+            .unwrap_or_else(|e| panic!("store {name} opens: {e}"))
+    };
+    let heartbeats = |store: &EtcdStore, batches: usize| {
+        let mut last = None;
+        for _ in 0..batches {
+            let at_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_millis() as u64;
+            let event = Event { at_ms, kind: EventKind::Heartbeat { node: "b".into() } };
+            last = store.append_batch(&[event]).expect("appended").last().copied();
+        }
+        last.expect("one batch at least")
+    };
+    let writer = open("writer");
+    heartbeats(&writer, 3);
+    let quiet = open("quiet");
+    let snapshot = dir.path().join("etcd.snapshot");
+    let snapshot_revision = cluster.snapshot_save(&snapshot);
+    let lost = heartbeats(&writer, 10);
+    wait_for("the quiet store followed the log past the snapshot", || {
+        quiet.log().head().ok().flatten().is_some_and(|head| head >= lost)
+    });
+    assert!(quiet.refused().is_none());
+    drop(writer);
+
+    cluster.restore(&snapshot);
+    let new_writer = open("new-writer");
+    let pushed = heartbeats(&new_writer, 30);
+    eprintln!("snapshot at revision {snapshot_revision}; lost up to {lost:?}; pushed to {pushed:?}");
+    let mut reason = None;
+    wait_for_within(REFUSAL_MAX, "the quiet store refuses the restored log", || {
+        reason = quiet.refused();
+        reason.is_some()
+    });
+    let reason = reason.expect("refused");
+    eprintln!("quiet store: {reason}");
+    name_both_positions(&[reason]);
+    assert!(new_writer.refused().is_none(), "a store without an anchor follows the restored log");
 }

@@ -79,7 +79,8 @@ pub(crate) enum Appended {
     /// The batch is in the log at `revision` (committed now, or by an earlier try); the head key
     /// was created at `head_created`.
     Committed { revision: i64, head_created: i64 },
-    /// Not appended: etcd's head is not the one the agent saw ([`super::check_head`]'s reason).
+    /// Not appended: etcd no longer holds what the agent applied ([`super::check_anchor`]'s
+    /// reason).
     WentBack(String),
 }
 
@@ -297,6 +298,20 @@ fn got(response: etcd_client::TxnResponse) -> Vec<Option<etcd_client::KeyValue>>
         .collect()
 }
 
+/// Reads etcd's head and the batch of this agent's anchor (sampled before the read) and checks
+/// them against it ([`Shared::verify`]: a log that went back refuses the replica for good).
+/// `(head, false)`: refused. `Err`: etcd did not answer.
+async fn read_verified_head(
+    client: &mut Client,
+    keys: &Keys,
+    shared: &Shared,
+) -> Result<(HeadRead, bool), String> {
+    let anchor = shared.anchor();
+    let head = read_head(client, keys, anchor.batch_key()).await?;
+    let kept = shared.verify(&anchor, &head).is_ok();
+    Ok((head, kept))
+}
+
 /// Reads, in one read-only transaction (linearizable, at one revision), the head key, the
 /// snapshot manifest and `batch_key` (the newest batch the agent applied, when it knows it).
 async fn read_head(client: &mut Client, keys: &Keys, batch_key: Option<&[u8]>) -> Result<HeadRead, String> {
@@ -357,9 +372,8 @@ async fn connect_and_load(
 /// revision, and makes them the replica (replacing what it held) — unless the log went back
 /// below what the agent applied: the replica is then refused ([`Shared::verify`]) as it is.
 async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadRead, String> {
-    let anchor = shared.anchor();
-    let head = read_head(client, keys, anchor.batch_key()).await?;
-    if shared.verify(&anchor, &head).is_err() {
+    let (head, kept) = read_verified_head(client, keys, shared).await?;
+    if !kept {
         return Ok(head);
     }
     let snapshot = read_snapshot(client, keys, head.revision).await?;
@@ -587,12 +601,15 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
 }
 
 /// Puts one batch under `key` unless it is there already or this process's writer key names it
-/// (see [`Command::Append`]), and only while etcd's head is the one `anchor` saw: created at the
-/// same revision, written at or after the newest batch the agent applied. A head that is not
-/// (the prefix deleted, etcd restored from an older snapshot) appends nothing and answers
-/// [`Appended::WentBack`]: landing there would rewrite the head past every agent's mark. A
-/// writer key that is gone (deleted by hand: the compare on its value then fails whatever it
-/// holds) is created again, empty, and the append tried once more.
+/// (see [`Command::Append`]), and only while etcd still holds what `anchor` says this agent
+/// applied: the head created at the same revision and written at or after the anchor, and the
+/// anchor's batch at its revision (or, once a snapshot deleted it, a snapshot covering it: then
+/// tried again without that compare). A log that does not ([`super::check_anchor`]: the prefix
+/// deleted, etcd restored from an older snapshot, also when other writers pushed the restored
+/// log past the anchor) appends nothing and answers [`Appended::WentBack`]: landing there would
+/// write into a log with a lost part. A writer key that is gone (deleted by hand: the compare on
+/// its value then fails whatever it holds) is created again, empty, and the append tried once
+/// more.
 async fn append(
     client: &mut Client,
     keys: &Keys,
@@ -602,33 +619,44 @@ async fn append(
 ) -> Result<Appended, String> {
     let writer = keys.writer.as_str();
     let head = keys.head.as_bytes();
-    let mut when = vec![
-        Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
-        Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
-    ];
-    if anchor.revision > 0 {
-        // An absent head compares as mod revision 0.
-        when.push(Compare::mod_revision(head, CompareOp::Greater, anchor.revision - 1));
-    }
-    if let Some(created) = anchor.head_created {
-        when.push(Compare::create_revision(head, CompareOp::Equal, created));
-    }
-    let txn = Txn::new()
-        .when(when)
-        .and_then([
-            TxnOp::put(key.as_bytes(), value, None),
-            TxnOp::put(head, key.as_bytes(), None),
-            TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
-            // Read back in the same transaction: the head's creation revision.
-            TxnOp::get(head, None),
-        ])
-        .or_else([
+    let batch_key = anchor.batch_key();
+    let txn = |with_batch: bool| {
+        let mut when = vec![
+            Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+            Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
+        ];
+        if anchor.revision > 0 {
+            // An absent head compares as mod revision 0.
+            when.push(Compare::mod_revision(head, CompareOp::Greater, anchor.revision - 1));
+        }
+        if let Some(created) = anchor.head_created {
+            when.push(Compare::create_revision(head, CompareOp::Equal, created));
+        }
+        if let Some(batch) = batch_key.filter(|_| with_batch) {
+            when.push(Compare::mod_revision(batch, CompareOp::Equal, anchor.revision));
+        }
+        let mut otherwise = vec![
             TxnOp::get(key.as_bytes(), None),
             TxnOp::get(writer.as_bytes(), None),
             TxnOp::get(head, None),
-        ]);
+            TxnOp::get(keys.snapshot.as_bytes(), None),
+        ];
+        otherwise.extend(batch_key.map(|batch| TxnOp::get(batch, None)));
+        Txn::new()
+            .when(when)
+            .and_then([
+                TxnOp::put(key.as_bytes(), value.clone(), None),
+                TxnOp::put(head, key.as_bytes(), None),
+                TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
+                // Read back in the same transaction: the head's creation revision.
+                TxnOp::get(head, None),
+            ])
+            .or_else(otherwise)
+    };
+    let mut with_batch = true;
     let mut recreated = false;
     loop {
+        let txn = txn(with_batch);
         let response = retry_quick_failures(|| {
             let mut client = client.clone();
             let txn = txn.clone();
@@ -637,18 +665,30 @@ async fn append(
         .await
         .map_err(failed("append"))?;
         let succeeded = response.succeeded();
-        let revision = response.header().map(etcd_client::ResponseHeader::revision);
+        let header = response.header().map(|h| (h.cluster_id(), h.revision()));
         let gets = got(response);
         if succeeded {
             let head_created = gets.last().cloned().flatten().map_or(0, |kv| kv.create_revision());
-            let revision = revision.ok_or("etcd append: no header")?;
+            let (_, revision) = header.ok_or("etcd append: no header")?;
             return Ok(Appended::Committed { revision, head_created });
         }
-        let (head_created, head_revision) =
-            gets.get(2).cloned().flatten().map_or((0, 0), |kv| (kv.create_revision(), kv.mod_revision()));
-        if let Err(reason) = super::check_head(anchor, head_created, head_revision) {
+        let (cluster_id, revision) = header.ok_or("etcd append: no header")?;
+        let head_kv = gets.get(2).cloned().flatten();
+        let read = HeadRead {
+            cluster_id,
+            revision,
+            head_revision: head_kv.as_ref().map_or(0, etcd_client::KeyValue::mod_revision),
+            head_created: head_kv.as_ref().map_or(0, etcd_client::KeyValue::create_revision),
+            batch_revision: gets.get(4).cloned().flatten().map(|kv| kv.mod_revision()),
+            snapshot_revision: match gets.get(3).cloned().flatten() {
+                Some(kv) => Some(decode_manifest(keys, kv.value())?.revision),
+                None => None,
+            },
+        };
+        if let Err(reason) = super::check_anchor(anchor, &read) {
             return Ok(Appended::WentBack(reason));
         }
+        let head_created = read.head_created;
         // An earlier try of this very batch was committed: the batch key is there, or (a
         // snapshot deleted it since) this process's writer key names it — written in the same
         // transaction, so at the batch's revision.
@@ -656,6 +696,11 @@ async fn append(
             gets[..2].iter().flatten().find(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
         {
             return Ok(Appended::Committed { revision: kv.mod_revision(), head_created });
+        }
+        if with_batch && batch_key.is_some() && read.batch_revision != Some(anchor.revision) {
+            // The anchor's batch is gone, and a snapshot covers it (checked just above).
+            with_batch = false;
+            continue;
         }
         let writer_there = gets.get(1).is_some_and(Option::is_some);
         if writer_there || recreated {
@@ -694,7 +739,13 @@ async fn retry_quick_failures<T, F: std::future::Future<Output = Result<T, etcd_
 const QUICK_FAILURE: Duration = Duration::from_millis(200);
 
 /// Follows the log from the replica's revision on; a broken stream is watched again from the
-/// next revision not seen, so nothing is skipped or applied twice.
+/// next revision not seen, so nothing is skipped or applied twice. Every stream, once open and
+/// before any of its batches is applied, is checked against the anchor
+/// ([`read_verified_head`]): the watch moves the anchor with every batch it delivers, so an
+/// etcd restored below the anchor and pushed past it by other writers (agents that did not see
+/// the lost part, or on a new `store.path`) would otherwise be followed, the anchor moved onto
+/// one of their batches, and every later check pass. A restore after that read restarts the
+/// members, which breaks the stream: the next one is checked again.
 async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(50);
     let mut first = true;
@@ -719,64 +770,80 @@ async fn watch(mut client: Client, keys: Keys, shared: Arc<Shared>) {
         let options = WatchOptions::new().with_prefix().with_start_revision(from).with_fragment();
         let mut watcher = client.watch_client().max_decoding_message_size(DECODE_BYTES_MAX);
         match watcher.watch(keys.log.as_bytes(), Some(options)).await {
-            Ok(mut stream) => {
-                shared.set_down(None);
-                loop {
-                    match stream.message().await {
-                        Ok(Some(response)) => {
-                            backoff = Duration::from_millis(50);
-                            if response.canceled() {
-                                if response.compact_revision() > 0 {
-                                    // etcd compacted its history past what this agent saw: start
-                                    // again from the newest snapshot and the batches after it.
-                                    warn!(
-                                        compacted = response.compact_revision(),
-                                        "the log's watch fell behind a compaction; reloading from the snapshot"
-                                    );
-                                    shared.set_down(Some("reloading the log from the snapshot".into()));
-                                    match load(&mut client, &keys, &shared).await {
-                                        Ok(_) => shared.set_down(None),
-                                        Err(e) => {
-                                            shared.set_down(Some(format!("cannot reload the log: {e}")))
-                                        }
-                                    }
-                                    break;
-                                }
-                                // Anything else (an expired auth token — the watch is opened
-                                // whatever the token, then cancelled "permission denied"; a
-                                // member going away): down, not refused; watched again after
-                                // a read that renews the token.
-                                let reason =
-                                    format!("etcd cancelled the log's watch: {}", response.cancel_reason());
-                                warn!(%reason, "watching the log again");
-                                shared.set_down(Some(reason));
-                                break;
-                            }
-                            for event in response.events() {
-                                if event.event_type() != EventType::Put {
-                                    continue;
-                                }
-                                if let Some(kv) = event.kv() {
-                                    shared.push_batch(kv.key(), kv.mod_revision(), kv.value());
-                                }
-                            }
-                            shared.grew();
-                        }
-                        Ok(None) => {
-                            debug!("the log's watch ended; watching again");
-                            break;
-                        }
-                        Err(e) => {
-                            shared.set_down(Some(format!("the log's watch broke: {e}")));
-                            warn!(error = %e, "the log's watch broke; watching again");
-                            break;
-                        }
-                    }
+            // Its batches wait in the stream until the check passed.
+            Ok(mut stream) => match read_verified_head(&mut client, &keys, &shared).await {
+                Ok((_, true)) => {
+                    shared.set_down(None);
+                    follow(&mut stream, &mut client, &keys, &shared, &mut backoff).await;
                 }
-            }
+                // Refused for good (the reason is logged and in health).
+                Ok((_, false)) => return,
+                Err(e) => {
+                    shared.set_down(Some(format!("cannot check the log's head before following it: {e}")))
+                }
+            },
             Err(e) => shared.set_down(Some(format!("cannot watch the log: {e}"))),
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Applies the batches `stream` delivers to the replica until it ends, breaks or is cancelled
+/// (after a compaction: reloaded from the snapshot, see [`load`]).
+async fn follow(
+    stream: &mut etcd_client::WatchStream,
+    client: &mut Client,
+    keys: &Keys,
+    shared: &Shared,
+    backoff: &mut Duration,
+) {
+    loop {
+        match stream.message().await {
+            Ok(Some(response)) => {
+                *backoff = Duration::from_millis(50);
+                if response.canceled() {
+                    if response.compact_revision() > 0 {
+                        // etcd compacted its history past what this agent saw: start again from
+                        // the newest snapshot and the batches after it.
+                        warn!(
+                            compacted = response.compact_revision(),
+                            "the log's watch fell behind a compaction; reloading from the snapshot"
+                        );
+                        shared.set_down(Some("reloading the log from the snapshot".into()));
+                        match load(client, keys, shared).await {
+                            Ok(_) => shared.set_down(None),
+                            Err(e) => shared.set_down(Some(format!("cannot reload the log: {e}"))),
+                        }
+                        return;
+                    }
+                    // Anything else (an expired auth token — the watch is opened whatever the
+                    // token, then cancelled "permission denied"; a member going away): down, not
+                    // refused; watched again after a read that renews the token.
+                    let reason = format!("etcd cancelled the log's watch: {}", response.cancel_reason());
+                    warn!(%reason, "watching the log again");
+                    shared.set_down(Some(reason));
+                    return;
+                }
+                for event in response.events() {
+                    if event.event_type() != EventType::Put {
+                        continue;
+                    }
+                    if let Some(kv) = event.kv() {
+                        shared.push_batch(kv.key(), kv.mod_revision(), kv.value());
+                    }
+                }
+                shared.grew();
+            }
+            Ok(None) => {
+                debug!("the log's watch ended; watching again");
+                return;
+            }
+            Err(e) => {
+                shared.set_down(Some(format!("the log's watch broke: {e}")));
+                warn!(error = %e, "the log's watch broke; watching again");
+                return;
+            }
+        }
     }
 }

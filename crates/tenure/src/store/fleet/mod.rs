@@ -673,8 +673,9 @@ impl EtcdStore {
         // instead of appending it twice.
         let hash = xxhash_rust::xxh3::xxh3_128(&value);
         let key = format!("{}{}-{hash:032x}", self.log_keys, self.instance);
-        // The transaction compares etcd's head with this anchor: an append never lands on a log
-        // that went back (it would rewrite the head past every agent's mark).
+        // The transaction compares etcd's head and the anchor's batch with this anchor: an append
+        // never lands on a log that went back (it would rewrite the head past every agent's mark,
+        // or add to a restored log other writers pushed past it).
         let anchor = self.shared.anchor();
         match self.io.append(key, value, anchor).map_err(|reason| LogError::Unavailable { reason })? {
             Appended::Committed { revision, head_created } => {
