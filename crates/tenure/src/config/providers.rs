@@ -194,22 +194,6 @@ fn program_path(program: &str, base: &Path) -> Option<String> {
     Some(program.to_owned())
 }
 
-#[cfg(test)]
-mod program_tests {
-    use super::*;
-
-    #[test]
-    fn a_relative_program_stays_a_path_whatever_the_config_folder() {
-        assert_eq!(program_path("./hook.sh", Path::new("")).as_deref(), Some("./hook.sh"));
-        assert_eq!(program_path("./hook.sh", Path::new("ex")).as_deref(), Some("ex/hook.sh"));
-        assert_eq!(
-            program_path("bin/hook", Path::new("/etc/tenure")).as_deref(),
-            Some("/etc/tenure/bin/hook")
-        );
-        assert_eq!(program_path("true", Path::new("")).as_deref(), Some("true"), "a bare name is PATH's");
-    }
-}
-
 fn onprem_settings(p: &RawProvider, entry: Position, errors: &mut Vec<InputError>) -> ProviderSettings {
     let interface = match &p.interface {
         None => {
@@ -285,4 +269,20 @@ fn aws_settings(p: &RawProvider, entry: Position, errors: &mut Vec<InputError>) 
         url.value.clone()
     });
     ProviderSettings::Aws { region, endpoint_url }
+}
+
+#[cfg(test)]
+mod program_tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_program_stays_a_path_whatever_the_config_folder() {
+        assert_eq!(program_path("./hook.sh", Path::new("")).as_deref(), Some("./hook.sh"));
+        assert_eq!(program_path("./hook.sh", Path::new("ex")).as_deref(), Some("ex/hook.sh"));
+        assert_eq!(
+            program_path("bin/hook", Path::new("/etc/tenure")).as_deref(),
+            Some("/etc/tenure/bin/hook")
+        );
+        assert_eq!(program_path("true", Path::new("")).as_deref(), Some("true"), "a bare name is PATH's");
+    }
 }
