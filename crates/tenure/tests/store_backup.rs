@@ -124,7 +124,13 @@ fn a_restore_raises_every_token_above_anything_issued_and_keeps_the_old_store() 
     let (dir, backup, issued, journaled) = history();
     let before = read_identity(&dir);
     assert_eq!(before.highest_token, issued);
+    // A hook a killed agent left running: its record goes with the restored store, where the
+    // next start kills it (left in the store moved aside, nothing would).
+    let groups = dir.store().join("hook-groups");
+    std::fs::create_dir_all(&groups).expect("mkdir");
+    std::fs::write(groups.join("4242"), "record").expect("record");
     let summary = store::restore(&backup, &dir.store(), &dir.identity(), 1_000).expect("restores");
+    assert!(dir.store().join("hook-groups/4242").is_file(), "the hook record carried over");
     assert_eq!(summary.backup_highest_index, 3);
     assert_eq!(summary.index_from, before.highest_index.max(3) + 1_000);
     assert_eq!(summary.by, issued + 1_000);

@@ -282,7 +282,9 @@ fn node_line(kind: &str, node: &str, record: &[u8]) -> Vec<u8> {
 /// Restores `backup` into the store directory `dir` and raises every token and the log index by
 /// `margin` above what the identity file and the backup know (module doc). The agent must be
 /// stopped: a locked store is refused naming its holder. The store that was there is moved aside
-/// to `<dir>.before-restore-<unix seconds>`, never deleted.
+/// to `<dir>.before-restore-<unix seconds>`, never deleted; the records of hook process groups
+/// a killed agent left in it (`hook-groups/`) move into the restored store, so that its next
+/// start kills them.
 pub fn restore(
     backup: &Path,
     dir: &Path,
@@ -318,6 +320,21 @@ pub fn restore(
             return Err(e);
         }
     };
+    // The hook process groups a killed agent recorded go with the restored store: its next
+    // start kills them by their records before it gates anything. Left in the store moved
+    // aside, an orphaned hook (one in another mount namespace, that no other sweep finds) would
+    // run beside the new agent's calls.
+    #[cfg(unix)]
+    {
+        let groups = dir.join(crate::exec::hook_groups::HOOK_GROUPS_DIR_NAME);
+        if groups.is_dir() {
+            let carried = building.join(crate::exec::hook_groups::HOOK_GROUPS_DIR_NAME);
+            if let Err(e) = std::fs::rename(&groups, &carried) {
+                let _ = std::fs::remove_dir_all(&building);
+                return Err(StoreError::io("carry the hook records over", &groups)(e));
+            }
+        }
+    }
     let moved_aside = if dir.exists() {
         let aside = unused_sibling(dir, &format!("before-restore-{seconds}"))?;
         std::fs::rename(dir, &aside).map_err(StoreError::io("move aside", dir))?;
