@@ -224,6 +224,14 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// True for the verbs that make this host answer for the address on-prem (`proxy-arp-add`,
+    /// `garp`): under `authority: vrrp` they run only while keepalived says this host is MASTER
+    /// (SPEC 7), in the agent (`agent/authority.rs`) and in the simulator alike.
+    #[must_use]
+    pub fn needs_vrrp_master(self) -> bool {
+        matches!(self, Self::ProxyArpAdd | Self::Garp)
+    }
+
     /// True for verbs of the acquire set.
     #[must_use]
     pub fn is_acquire(self) -> bool {

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use tenure_core::log::{Event, EventKind};
-use tenure_core::model::{StampedAction, Verb, VrrpState};
+use tenure_core::model::{StampedAction, VrrpState};
 
 use super::World;
 use crate::config::Mode;
@@ -95,7 +95,7 @@ impl World {
     /// `proxy-arp-add` and `garp` only while the host's keepalived is MASTER.
     pub(super) fn refused_locally(&self, node: usize, action: &StampedAction) -> bool {
         self.honours_vrrp_locally()
-            && matches!(action.verb, Verb::ProxyArpAdd | Verb::Garp)
+            && action.verb.needs_vrrp_master()
             && self.local_vrrp(node) != VrrpState::Master
     }
 }

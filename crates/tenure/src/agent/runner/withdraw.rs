@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use tenure_core::model::{Authority, StampedAction, Verb, VerbFamily};
+use tenure_core::model::{Authority, StampedAction, VerbFamily};
 use tokio::sync::{mpsc, watch};
 use tracing::warn;
 
@@ -82,7 +82,7 @@ impl<S: AgentStore> Agent<S> {
     pub(super) fn guarding(&self, action: &StampedAction) -> Option<Arc<LocalAuthority>> {
         let local = self.local.as_ref()?;
         let vrrp = self.view().pools().get(&action.pool).is_some_and(|p| p.spec.authority == Authority::Vrrp);
-        (vrrp && matches!(action.verb, Verb::ProxyArpAdd | Verb::Garp)).then(|| Arc::clone(&local.authority))
+        (vrrp && action.verb.needs_vrrp_master()).then(|| Arc::clone(&local.authority))
     }
 
     /// At the start of each step (whatever the log does) and before its calls: tells the task
