@@ -151,6 +151,20 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     assert!(rows.iter().all(|r| r.owner.as_deref() == Some("a") && r.ownership_epoch == 1), "{rows:?}");
     let health = agent.handle.health().await.expect("answers");
     assert!(health.ok, "{health:?}");
+    let executed = |node: &'static str| {
+        let handle = agent.handle.clone();
+        async move {
+            let filter = ActionFilter { state: Some("executed".into()), node: Some(node.into()), pool: None };
+            handle.actions(filter).await.expect("answers")
+        }
+    };
+    // Every acquire verb of a answered before the drain: a call still in flight then would be
+    // cancelled by it (its action fenced), and a would not have executed it.
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    while executed("a").await.len() != 4 {
+        assert!(tokio::time::Instant::now() < deadline, "a: {:?}", executed("a").await);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let receipt =
         agent.handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
@@ -162,13 +176,6 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     let rows = agent.handle.ownership().await.expect("answers");
     assert!(rows.iter().all(|r| r.owner.as_deref() == Some("b") && r.ownership_epoch == 2), "{rows:?}");
     // The moves are done when b's acquires and a's releases have all answered.
-    let executed = |node: &'static str| {
-        let handle = agent.handle.clone();
-        async move {
-            let filter = ActionFilter { state: Some("executed".into()), node: Some(node.into()), pool: None };
-            handle.actions(filter).await.expect("answers")
-        }
-    };
     let deadline = tokio::time::Instant::now() + WAIT_MAX;
     while executed("b").await.len() != 4 || executed("a").await.len() != 8 {
         assert!(
