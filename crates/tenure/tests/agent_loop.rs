@@ -206,14 +206,17 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     );
 }
 
-/// A **test double** of a store whose writes start failing on demand (a full disk).
+/// A **test double** of a store with faults switched on demand: writes that fail (a full disk),
+/// a log head that cannot be confirmed (etcd unreachable for linearizable reads while the local
+/// view still reads).
 #[derive(Clone, Debug, Default)]
-struct FailingStore {
+struct FaultyStore {
     inner: MemoryStore,
     failing: Arc<std::sync::atomic::AtomicBool>,
+    unconfirmed: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl tenure::agent::AgentStore for FailingStore {
+impl tenure::agent::AgentStore for FaultyStore {
     type Journal = <MemoryStore as tenure::agent::AgentStore>::Journal;
     type Log = <MemoryStore as tenure::agent::AgentStore>::Log;
     fn log(&self) -> Self::Log {
@@ -240,11 +243,17 @@ impl tenure::agent::AgentStore for FailingStore {
     fn flush_identity(&self) -> Result<(), String> {
         self.inner.flush_identity()
     }
+    fn confirm_head(&self, _bound: Duration) -> Result<(), tenure::agent::HeadUnconfirmed> {
+        if self.unconfirmed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(tenure::agent::HeadUnconfirmed::Behind("etcd unreachable".into()));
+        }
+        Ok(())
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_fails_makes_health_503_and_keeps_it() {
-    let store = FailingStore::default();
+    let store = FaultyStore::default();
     let failing = Arc::clone(&store.failing);
     let settings = Settings {
         peers: Vec::new(),
@@ -496,46 +505,6 @@ async fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
 }
 
-/// A **test double** of a store whose log head cannot be confirmed on demand (etcd unreachable
-/// for linearizable reads while the local view still reads).
-#[derive(Clone, Debug, Default)]
-struct UnconfirmableStore {
-    inner: MemoryStore,
-    unconfirmed: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl tenure::agent::AgentStore for UnconfirmableStore {
-    type Journal = <MemoryStore as tenure::agent::AgentStore>::Journal;
-    type Log = <MemoryStore as tenure::agent::AgentStore>::Log;
-    fn log(&self) -> Self::Log {
-        self.inner.log()
-    }
-    fn journal(&self, node: &str) -> Self::Journal {
-        self.inner.journal(node)
-    }
-    fn append_batch(
-        &self,
-        events: &[tenure_core::log::Event],
-    ) -> Result<Vec<tenure_core::log_store::LogIndex>, tenure_core::log_store::LogError> {
-        self.inner.append_batch(events)
-    }
-    fn backup(&self) -> Result<Vec<u8>, String> {
-        self.inner.backup()
-    }
-    fn record_highest_token(&self, token: u64) {
-        self.inner.record_highest_token(token);
-    }
-    fn flush_identity(&self) -> Result<(), String> {
-        self.inner.flush_identity()
-    }
-    fn confirm_head(&self, _bound: Duration) -> Result<(), tenure::agent::HeadUnconfirmed> {
-        if self.unconfirmed.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(tenure::agent::HeadUnconfirmed::Behind("etcd unreachable".into()));
-        }
-        Ok(())
-    }
-}
-
 /// A **test double** of an executor that counts its calls and executes each.
 #[derive(Default)]
 struct Counting {
@@ -585,7 +554,7 @@ async fn a_resumed_node_calls_nothing_while_the_log_head_cannot_be_confirmed() {
         pools: Box::new(move || Ok(vec![spec.clone()])),
         vrrp: None,
     };
-    let store = UnconfirmableStore::default();
+    let store = FaultyStore::default();
     let unconfirmed = Arc::clone(&store.unconfirmed);
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);
