@@ -22,7 +22,7 @@ use std::net::IpAddr;
 
 use crate::federation::Federation;
 use crate::fence::HeadTokens;
-use crate::journal::JournalStore;
+use crate::journal::{EntryState, JournalStore};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::{ParsedKey, StampedAction};
@@ -143,8 +143,12 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     fn planned(&mut self, report: &ReconcileReport) {
-        self.planned_at =
-            Some(PlannedAt { generation: self.view.plan_generation(), wake_at_ms: report.wake_at_ms });
+        // An acquire in doubt counted as held after the plan was made: its release is planned
+        // by the next reconcile.
+        self.planned_at = report.counted.is_empty().then(|| PlannedAt {
+            generation: self.view.plan_generation(),
+            wake_at_ms: report.wake_at_ms,
+        });
     }
 
     /// The node's name.
@@ -423,6 +427,24 @@ impl<S: JournalStore> NodeDriver<S> {
         if outcome == ActionOutcome::Executed && self.result_contradicts_view(idempotency_key) {
             self.planned_at = None;
         }
+        self.report_result(idempotency_key, outcome, detail);
+        Ok(())
+    }
+
+    /// A call whose outcome is unknown (cancelled in flight, past its deadline, its answer
+    /// lost; `detail` says why): journaled `failed` and reported so; an acquire the view already
+    /// fences is counted as held, and its release planned by the next reconcile
+    /// ([`NodeEngine::handle_in_doubt_result`]).
+    pub fn handle_in_doubt_result(&mut self, idempotency_key: &str, detail: &str) -> Result<(), NodeError<S::Error>> {
+        let detail = self.engine.handle_in_doubt_result(idempotency_key, detail, &self.view)?;
+        if self.engine.entry(idempotency_key).is_some_and(|e| e.state == EntryState::Executed) {
+            self.planned_at = None;
+        }
+        self.report_result(idempotency_key, ActionOutcome::Failed, detail);
+        Ok(())
+    }
+
+    fn report_result(&mut self, idempotency_key: &str, outcome: ActionOutcome, detail: String) {
         if self.options.report_results {
             self.outbox.push_back(EventKind::ActionResult {
                 node: self.name().to_owned(),
@@ -431,7 +453,6 @@ impl<S: JournalStore> NodeDriver<S> {
                 detail,
             });
         }
-        Ok(())
     }
 
     /// A release the node made on its own authority, outside the gate (SPEC 7: keepalived says

@@ -60,7 +60,28 @@ impl EntryState {
     pub fn is_open(self) -> bool {
         matches!(self, Self::Pending | Self::Approved)
     }
+
+    /// Whether an entry in this state may move to `next`: an open entry may move anywhere; a
+    /// final one never leaves its state, but for two moves out of `failed` — a retry
+    /// (`approved`), and an acquire in doubt counted as held (`executed`, see
+    /// [`OUTCOME_UNKNOWN`]). The one rule every journal store checks.
+    #[must_use]
+    pub fn may_become(self, next: Self) -> bool {
+        self.is_open() || (self == Self::Failed && matches!(next, Self::Approved | Self::Executed))
+    }
 }
+
+/// How the detail of a call whose outcome is unknown begins (cancelled in flight, past its
+/// deadline, its answer lost): the provider may have acted (SPEC 6: at-least-once). Such an
+/// entry is journaled `failed`, and retried while it is current; an acquire of that kind that
+/// the fence rule refuses is counted as held — moved to `executed`, its detail saying so — so
+/// that the node plans its release (an idempotent call) instead of leaving a second holder on a
+/// provider with no inventory to tell ([`crate::node::NodeEngine::handle_in_doubt_result`]).
+pub const OUTCOME_UNKNOWN: &str = "outcome unknown: ";
+
+/// The detail of an acquire in doubt once it is counted as held.
+pub const COUNTED_AS_HELD: &str =
+    "counted as held (its outcome was unknown and it is stale): its release is planned";
 
 /// One journaled action.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,8 +161,7 @@ impl DurableNodeState {
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
                 let entry = self.entries.get_mut(seq).expect("the engine changes only entries it holds");
-                let retry = entry.state == EntryState::Failed && *state == EntryState::Approved;
-                assert!(entry.state.is_open() || retry, "a final state is never left: {:?}", entry.state);
+                assert!(entry.state.may_become(*state), "a final state is never left: {:?}", entry.state);
                 entry.state = *state;
                 entry.detail.clone_from(detail);
                 entry.executed_seq = *executed_seq;

@@ -26,7 +26,7 @@ use std::net::IpAddr;
 use crate::federation::{Federation, NodeId};
 use crate::fence::{self, FenceVerdict, HeadTokens, HeadView, StaleReason};
 use crate::journal::{
-    DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT, JournalChange,
+    COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT, JournalChange,
     JournalEntry, JournalStore,
 };
 use crate::model::{Approval, StampedAction};
@@ -48,6 +48,9 @@ pub struct ReconcileReport {
     pub promoted: Vec<String>,
     /// Failed entries still current, approved again for a retry.
     pub retried: Vec<String>,
+    /// Failed acquires in doubt that the gate now refuses, counted as held
+    /// ([`NodeEngine::count_in_doubt_acquire`]): their release is planned by the next reconcile.
+    pub counted: Vec<String>,
     /// Planned actions not imported because the journal is at `JOURNAL_ENTRIES_MAX`.
     pub deferred: u64,
     /// Finished, superseded entries compacted away.
@@ -287,7 +290,11 @@ impl<S: JournalStore> NodeEngine<S> {
         let Some(node) = view.node_id(&self.name) else { return Vec::new() };
         self.last_holding
             .values()
-            .map(|seq| &self.state.entries[seq].action)
+            .map(|seq| &self.state.entries[seq])
+            // An acquire in doubt counted as held: the log was told the truth (failed, outcome
+            // unknown); it is counted only so that this node releases it.
+            .filter(|entry| !entry.detail.as_deref().is_some_and(|d| d.starts_with(COUNTED_AS_HELD)))
+            .map(|entry| &entry.action)
             .filter(|action| {
                 let confirmed = view
                     .address(&action.pool, action.address)
@@ -383,6 +390,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 self.failed.insert(seq);
             }
             EntryState::Executed => {
+                self.failed.remove(&seq);
                 self.track_execution(seq);
                 if let Some(next) = self.blocked.remove(&seq) {
                     self.ready.insert(next);
@@ -515,6 +523,10 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<(), NodeError<S::Error>> {
         let failed: Vec<u64> = self.failed.iter().copied().collect();
         for seq in failed {
+            if self.count_in_doubt_acquire(seq, head)? {
+                report.counted.push(self.state.entries[&seq].action.idempotency_key.clone());
+                continue;
+            }
             let action = &self.state.entries[&seq].action;
             match fence::check(action, head, &self.state.high_water) {
                 FenceVerdict::Current => {

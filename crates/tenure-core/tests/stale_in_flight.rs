@@ -4,12 +4,13 @@
 //! outran a hand-over is noted for an inventory read at once.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use proptest::prelude::*;
 use tenure_core::driver::{DriverOptions, NodeDriver, OutranAcquire};
 use tenure_core::federation::Federation;
 use tenure_core::fence::{self, FenceVerdict, StaleReason};
-use tenure_core::journal::{EntryState, MemoryJournalStore};
+use tenure_core::journal::{COUNTED_AS_HELD, EntryState, MemoryJournalStore, OUTCOME_UNKNOWN};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log, MemoryLog};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, Verb};
@@ -101,18 +102,76 @@ fn a_call_in_flight_is_named_stale_once_the_view_fences_it_and_only_once() {
     assert_eq!(stale, expected, "the drain moved every line: the first rule that holds is stale-epoch");
     assert!(a.poll_stale_calls_at_head().is_empty(), "each call is named once");
     assert_eq!(a.engine().in_flight_count(), 3, "naming a call changes nothing: it stays in flight");
-    // The runtime cancels the call and reports its outcome as unknown: journaled failed, and a
-    // failed entry that is stale is never retried.
+    // The runtime cancels the call and reports its outcome as unknown: the provider may have
+    // acted, and a stale entry is never retried, so the acquire is counted as held and its
+    // release (an idempotent call) is planned — never left as a possible second holder.
     for key in &keys {
-        a.handle_result(key, ActionOutcome::Failed, "outcome unknown: cancelled".into()).expect("in flight");
+        a.handle_in_doubt_result(key, "cancelled").expect("in flight");
     }
+    for key in &keys {
+        let entry = a.engine().entry(key).expect("journaled");
+        assert_eq!(entry.state, EntryState::Executed, "{key}");
+        let detail = entry.detail.as_deref().unwrap_or_default();
+        assert!(detail.starts_with(COUNTED_AS_HELD) && detail.contains("outcome unknown: cancelled"), "{detail}");
+    }
+    assert!(a.reconcile_due(), "counted as held: the release is planned by the next reconcile");
     let report = a.reconcile_at_head().expect("memory").expect("not blocked");
     assert!(report.retried.is_empty(), "{report:?}");
-    for key in &keys {
-        assert_eq!(a.engine().entry(key).map(|e| e.state), Some(EntryState::Failed));
-    }
+    let releases: Vec<&String> = report.imported.iter().filter(|k| k.contains("/unassign-secondary-ip/a/")).collect();
+    assert_eq!(releases.len(), ADDRESSES.len(), "one release per address in doubt: {report:?}");
     assert_eq!(a.engine().retryable_failures(), 0);
     assert!(a.poll_stale_calls_at_head().is_empty(), "nothing in flight, nothing to name");
+    // What the log was told: the call failed, its outcome unknown.
+    let told: Vec<EventKind> = std::iter::from_fn(|| a.poll_append()).collect();
+    assert!(
+        told.iter().all(|k| matches!(k, EventKind::ActionResult { outcome: ActionOutcome::Failed, detail, .. }
+            if detail.starts_with(OUTCOME_UNKNOWN))),
+        "{told:?}"
+    );
+}
+
+/// A call past its deadline while its action is current: journaled failed and retried (SPEC 6:
+/// at-least-once), not counted as held. If the view moves before the retry, the sweep counts it
+/// as held and plans its release; an acquire that failed for a known reason is never counted.
+#[test]
+fn an_acquire_in_doubt_is_retried_while_current_and_released_once_stale() {
+    let mut log = log();
+    let (mut a, keys) = in_flight(&log);
+    a.handle_in_doubt_result(&keys[0], "timed out after 2s").expect("in flight");
+    a.handle_result(&keys[1], ActionOutcome::Failed, "refused: InvalidParameterValue".into()).expect("in flight");
+    a.handle_result(&keys[2], ActionOutcome::Executed, "assigned".into()).expect("in flight");
+    assert_eq!(a.engine().entry(&keys[0]).map(|e| e.state), Some(EntryState::Failed), "current: retried");
+    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    assert_eq!(report.retried, keys[..2].to_vec(), "both failures are retried while current");
+    assert!(report.counted.is_empty());
+    a.start_execution_at_head().expect("memory").expect("not blocked");
+    let batch = a.poll_actions_at_head(64).expect("memory");
+    let retry: Vec<&String> =
+        batch.iter().filter(|x| x.verb == Verb::AssignSecondaryIp).map(|x| &x.idempotency_key).collect();
+    assert_eq!(retry, vec![&keys[0], &keys[1]], "{batch:?}");
+    for other in batch.iter().filter(|x| x.verb != Verb::AssignSecondaryIp) {
+        a.handle_result(&other.idempotency_key, ActionOutcome::Executed, "forwarding".into()).expect("in flight");
+    }
+    a.handle_in_doubt_result(&keys[0], "timed out after 2s").expect("in flight");
+    a.handle_result(&keys[1], ActionOutcome::Failed, "refused: InvalidParameterValue".into()).expect("in flight");
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    assert_eq!(report.counted, vec![keys[0].clone()], "only the acquire in doubt: {report:?}");
+    assert_eq!(a.engine().entry(&keys[1]).map(|e| e.state), Some(EntryState::Failed), "a known failure");
+    a.reconcile_at_head().expect("memory").expect("not blocked");
+    let released: BTreeSet<IpAddr> = a
+        .engine()
+        .entries()
+        .filter(|e| e.action.verb == Verb::UnassignSecondaryIp && e.action.holder == "a")
+        .map(|e| e.action.address)
+        .collect();
+    let address = |key: &String| a.engine().entry(key).expect("journaled").action.address;
+    assert_eq!(
+        released,
+        BTreeSet::from([address(&keys[0]), address(&keys[2])]),
+        "the executed and the in-doubt acquire are released; the refused one is not"
+    );
 }
 
 #[test]

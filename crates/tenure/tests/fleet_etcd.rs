@@ -85,8 +85,8 @@ impl Fleet {
                 &format!("{name}.yaml"),
                 &format!(
                     "node: {}\npeers:\n{}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: /fleet-test, path: ./data-{name}{store_extra}}}\n\
-                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 900ms}}\npools: [pools.yaml]\n\
-                     listen: {}\nheartbeatInterval: 100ms\nrequeueInterval: 500ms\nactionTimeout: 900ms\napiTokenFile: token\n",
+                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 800ms}}\npools: [pools.yaml]\n\
+                     listen: {}\nheartbeatInterval: 100ms\nrequeueInterval: 500ms\nactionTimeout: 800ms\napiTokenFile: token\n",
                     spec(name),
                     peers.join("\n"),
                     hook.display(),
@@ -1083,8 +1083,8 @@ fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() 
                 "node: {{name: a, provider: hook, placementGroup: g1, nic: eni-a}}\npeers:\n  - {{name: b, provider: hook, placementGroup: g1, nic: eni-b}}\n\
                  store: {{kind: etcd, endpoints: [{}], prefix: /fleet-test, path: ./data-{name}, \
                  tls: {{ca: ca.pem, cert: client.pem, key: client.key}}, user: tenure-agent, passwordFile: {password_file}}}\n\
-                 providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 900ms}}\npools: [pools.yaml]\n\
-                 listen: {listen}\nheartbeatInterval: 100ms\nactionTimeout: 900ms\napiTokenFile: token\n",
+                 providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 800ms}}\npools: [pools.yaml]\n\
+                 listen: {listen}\nheartbeatInterval: 100ms\nactionTimeout: 800ms\napiTokenFile: token\n",
                 etcd.endpoint,
                 hook.display(),
             ),

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use super::{NodeEngine, NodeError};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
-use crate::journal::{EntryState, JournalStore};
+use crate::journal::{COUNTED_AS_HELD, EntryState, JournalStore, OUTCOME_UNKNOWN};
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
 
@@ -183,5 +183,49 @@ impl<S: JournalStore> NodeEngine<S> {
         self.cancelling.remove(&seq);
         self.release_busy(seq);
         self.set_state(seq, state, detail)
+    }
+
+    /// Records a call whose outcome is unknown (cancelled in flight, past its deadline, its
+    /// answer lost; `detail` says why): `failed`, its detail beginning with [`OUTCOME_UNKNOWN`],
+    /// retried through the gate while it is current (SPEC 6: at-least-once). An acquire that the
+    /// fence rule already refuses against `head` is counted as held at once
+    /// ([`NodeEngine::count_in_doubt_acquire`]). Returns the outcome recorded first (what the
+    /// log is told: the call failed, its outcome unknown).
+    pub fn handle_in_doubt_result(
+        &mut self,
+        idempotency_key: &str,
+        detail: &str,
+        head: &impl HeadTokens,
+    ) -> Result<String, NodeError<S::Error>> {
+        let detail = format!("{OUTCOME_UNKNOWN}{detail}");
+        self.handle_execution_result(idempotency_key, ActionOutcome::Failed, Some(detail.clone()))?;
+        let seq = self.index[idempotency_key];
+        self.count_in_doubt_acquire(seq, head)?;
+        Ok(detail)
+    }
+
+    /// A failed acquire whose outcome was unknown, which the fence rule now refuses against
+    /// `head`: the provider may have acted before the call was dropped, and a stale entry is
+    /// never retried, so the node counts the address as held — the entry moves to `executed`
+    /// ([`COUNTED_AS_HELD`]) and the planner plans its release, an idempotent call. Without it a
+    /// hook killed after it added the address would leave a second holder for ever on a provider
+    /// that has no inventory to tell. Called when such a result comes back and at every sweep.
+    /// Returns whether it counted the entry.
+    pub(super) fn count_in_doubt_acquire(
+        &mut self,
+        seq: u64,
+        head: &impl HeadTokens,
+    ) -> Result<bool, NodeError<S::Error>> {
+        let entry = &self.state.entries[&seq];
+        let in_doubt = entry.state == EntryState::Failed
+            && entry.action.verb.is_acquire()
+            && entry.action.verb.changes_holding()
+            && entry.detail.as_deref().is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN));
+        if !in_doubt || fence::check(&entry.action, head, &self.state.high_water) == FenceVerdict::Current {
+            return Ok(false);
+        }
+        let detail = format!("{COUNTED_AS_HELD}; {}", entry.detail.as_deref().unwrap_or_default());
+        self.set_state(seq, EntryState::Executed, Some(detail))?;
+        Ok(true)
     }
 }

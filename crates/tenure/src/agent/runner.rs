@@ -1065,7 +1065,11 @@ impl<S: AgentStore> Agent<S> {
                 warn!(node = self.drivers[node].name(), key, %reason, "call failed");
             }
         }
-        if let Err(e) = self.drivers[node].handle_result(key, outcome_kind, detail) {
+        let recorded = match outcome {
+            ExecutionOutcome::Unknown { reason } => self.drivers[node].handle_in_doubt_result(key, reason),
+            _ => self.drivers[node].handle_result(key, outcome_kind, detail),
+        };
+        if let Err(e) = recorded {
             match e {
                 NodeError::NotInFlight(_) => warn!(key, "result of a call no longer in flight: ignored"),
                 other => self.journal_failed(node, &other),

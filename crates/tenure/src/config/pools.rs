@@ -144,8 +144,11 @@ fn check_against_config(pool: &PoolSpec, source: &PoolSource, config: &AgentConf
 /// The call bound (SPEC 9): a call in flight is cancelled as soon as the agent's view fences it,
 /// but an agent cut off from the log sees nothing; its call ends at its head confirmation plus
 /// `actionTimeout` at the latest. Another node takes the address from a silent one only
-/// `heartbeatTTL + promotionHold` after its last heartbeat, so a call bounded below that has
-/// ended (its retries stopped, its hook killed) before the address can move without a drain.
+/// `heartbeatTTL + promotionHold` after its last *logged* heartbeat, which may precede that head
+/// confirmation by up to one `heartbeatInterval` (plus an append's latency, which no config can
+/// know: docs/safety.md). So `actionTimeout + heartbeatInterval` must stay below it: a call so
+/// bounded has ended (its retries stopped, its hook killed) before the address can move without
+/// a drain.
 fn check_timing_and_authority(
     pool: &PoolSpec,
     at: Position,
@@ -165,16 +168,17 @@ fn check_timing_and_authority(
         ));
     }
     let takeover_ms = pool.heartbeat_ttl_ms.saturating_add(pool.promotion_hold_ms);
-    if config.action_timeout_ms >= takeover_ms {
+    if config.action_timeout_ms.saturating_add(config.heartbeat_interval_ms) >= takeover_ms {
         errors.push(InputError::at(
             at,
             format!(
-                "pool `{}` has heartbeatTTL + promotionHold {}, not longer than actionTimeout {} of the \
-                 agent config `{}`: a call cut off from the log could land after another node took the \
-                 address; lower actionTimeout (or raise heartbeatTTL)",
+                "pool `{}` has heartbeatTTL + promotionHold {}, not longer than actionTimeout {} plus \
+                 heartbeatInterval {} of the agent config `{}`: a call cut off from the log could land \
+                 after another node took the address; lower actionTimeout (or raise heartbeatTTL)",
                 pool.name,
                 format_ms(takeover_ms),
                 format_ms(config.action_timeout_ms),
+                format_ms(config.heartbeat_interval_ms),
                 config.path.display()
             ),
         ));

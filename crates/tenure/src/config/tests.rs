@@ -544,14 +544,25 @@ fn a_pool_whose_takeover_is_not_longer_than_the_action_timeout_is_refused() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].contains(&format!(
-            ":3:18: pool `edge` has heartbeatTTL + promotionHold 2s, not longer than actionTimeout 2s of \
-             the agent config `{config}`"
+            ":3:18: pool `edge` has heartbeatTTL + promotionHold 2s, not longer than actionTimeout 2s plus \
+             heartbeatInterval 500ms of the agent config `{config}`"
         )),
         "{errors:?}"
     );
     let _ = fs::remove_dir_all(dir);
 
+    // The last logged heartbeat may precede the head confirmation by a heartbeat interval
+    // (500ms by default): 1.5s + 0.5s is not below 2s either.
     let shorter = format!("{GOOD}actionTimeout: 1500ms\n").replace("timeout: 2s", "timeout: 1s");
+    let (dir, result) = load("action-interval", &shorter, &[("pools/edge.yaml", &fast)]);
+    let errors = result.expect_err("1.5s + 0.5s is not below 1.5s + 0.5s");
+    assert!(
+        errors[0].contains("not longer than actionTimeout 1500ms plus heartbeatInterval 500ms of"),
+        "{errors:?}"
+    );
+    let _ = fs::remove_dir_all(dir);
+
+    let shorter = format!("{GOOD}actionTimeout: 1200ms\n").replace("timeout: 2s", "timeout: 1s");
     let (dir, result) = load("action-lower", &shorter, &[("pools/edge.yaml", &fast)]);
     assert!(result.is_ok(), "a shorter actionTimeout keeps it: {result:?}");
     let _ = fs::remove_dir_all(dir);

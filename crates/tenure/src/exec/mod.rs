@@ -87,7 +87,9 @@ impl ExecutionOutcome {
         match self {
             Self::Executed { detail } => (ActionOutcome::Executed, detail.clone()),
             Self::Failed { reason } => (ActionOutcome::Failed, reason.clone()),
-            Self::Unknown { reason } => (ActionOutcome::Failed, format!("outcome unknown: {reason}")),
+            Self::Unknown { reason } => {
+                (ActionOutcome::Failed, format!("{}{reason}", tenure_core::journal::OUTCOME_UNKNOWN))
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ use std::path::Path;
 use redb::{ReadableTable, Table, WriteTransaction};
 use tenure_core::codec;
 use tenure_core::fence::HighWater;
-use tenure_core::journal::{DurableNodeState, EntryState, JournalChange, JournalEntry};
+use tenure_core::journal::{DurableNodeState, JournalChange, JournalEntry};
 
 use super::StoreError;
 use super::identity::encode_record;
@@ -93,8 +93,7 @@ impl<'txn> JournalTables<'txn> {
                 let mut entry = self.entry(path, node, *seq)?.ok_or_else(|| {
                     inconsistent(format!("set-state of entry {seq}, which the journal does not hold"))
                 })?;
-                let retry = entry.state == EntryState::Failed && *state == EntryState::Approved;
-                if !entry.state.is_open() && !retry {
+                if !entry.state.may_become(*state) {
                     return Err(inconsistent(format!(
                         "entry {seq} would leave its final state `{}` for `{}`",
                         entry.state.as_str(),

@@ -150,7 +150,9 @@ pub enum StoreError {
     },
     /// The store belongs to another cluster than the identity file.
     #[error(
-        "store {dir} belongs to cluster {store_cluster}, but identity file {identity} to cluster {identity_cluster}"
+        "store {dir} belongs to cluster {store_cluster}, but identity file {identity} to cluster {identity_cluster}: \
+         a copy of another cluster's store, or the identity file of another agent's store (two agents whose configs \
+         share a folder and whose stores' folders share a name: give each its own identityFile)"
     )]
     OtherCluster {
         /// The store directory.
@@ -193,7 +195,9 @@ pub enum StoreError {
     /// The identity file names a store, but the store is missing or empty.
     #[error(
         "store {dir} is missing or empty, but identity file {identity} records cluster {cluster} at log index {index}: \
-         restore a backup with `tenure store restore`, or remove the identity file to start a new cluster on purpose"
+         restore a backup with `tenure store restore`; if that file is another agent's (two agents whose configs share a \
+         folder and whose stores' folders share a name), give this agent its own identityFile and leave that file alone; \
+         remove it only to start a new cluster on purpose"
     )]
     Wiped {
         /// The store directory.

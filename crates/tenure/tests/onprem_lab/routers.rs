@@ -73,13 +73,14 @@ impl Routers {
                 if matches!(mode, Mode::Vrrp { .. }) { "vrrp" } else { "none" },
             ),
         );
-        // A call may not outlive the pool's heartbeatTTL (+ promotionHold 0): the agent refuses
-        // an actionTimeout that is not below it. 1 s, or 50 ms under the TTL when that is shorter.
+        // A call may not outlive the pool's heartbeatTTL (+ promotionHold 0) less one heartbeat
+        // interval: the agent refuses an actionTimeout that is not below it. 1 s, or 50 ms under
+        // that when it is shorter.
         let ttl_ms: u64 = heartbeat_ttl
             .strip_suffix("ms")
             .and_then(|ms| ms.parse().ok())
             .unwrap_or_else(|| panic!("heartbeatTTL in milliseconds (\"1500ms\"), not {heartbeat_ttl:?}"));
-        let action_timeout_ms = ttl_ms.saturating_sub(50).min(1000);
+        let action_timeout_ms = ttl_ms.saturating_sub(50 + u64::try_from(HEARTBEAT_INTERVAL.as_millis()).expect("small")).min(1000);
         let endpoints = cluster.endpoints.join(", ");
         for i in 1..=2 {
             let spec = |n: usize| {
