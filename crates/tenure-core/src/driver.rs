@@ -145,10 +145,10 @@ impl<S: JournalStore> NodeDriver<S> {
     fn planned(&mut self, report: &ReconcileReport) {
         // An acquire in doubt counted as held after the plan was made: its release is planned
         // by the next reconcile.
-        self.planned_at = report.counted.is_empty().then(|| PlannedAt {
-            generation: self.view.plan_generation(),
-            wake_at_ms: report.wake_at_ms,
-        });
+        self.planned_at = report
+            .counted
+            .is_empty()
+            .then(|| PlannedAt { generation: self.view.plan_generation(), wake_at_ms: report.wake_at_ms });
     }
 
     /// The node's name.
@@ -435,7 +435,11 @@ impl<S: JournalStore> NodeDriver<S> {
     /// lost; `detail` says why): journaled `failed` and reported so; an acquire the view already
     /// fences is counted as held, and its release planned by the next reconcile
     /// ([`NodeEngine::handle_in_doubt_result`]).
-    pub fn handle_in_doubt_result(&mut self, idempotency_key: &str, detail: &str) -> Result<(), NodeError<S::Error>> {
+    pub fn handle_in_doubt_result(
+        &mut self,
+        idempotency_key: &str,
+        detail: &str,
+    ) -> Result<(), NodeError<S::Error>> {
         let detail = self.engine.handle_in_doubt_result(idempotency_key, detail, &self.view)?;
         if self.engine.entry(idempotency_key).is_some_and(|e| e.state == EntryState::Executed) {
             self.planned_at = None;

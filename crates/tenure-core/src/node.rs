@@ -26,8 +26,8 @@ use std::net::IpAddr;
 use crate::federation::{Federation, NodeId};
 use crate::fence::{self, FenceVerdict, HeadTokens, HeadView, StaleReason};
 use crate::journal::{
-    COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT, JournalChange,
-    JournalEntry, JournalStore,
+    COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT,
+    JournalChange, JournalEntry, JournalStore,
 };
 use crate::model::{Approval, StampedAction};
 use crate::planner::{self, CaptureRecord, Captured};

@@ -112,19 +112,24 @@ fn a_call_in_flight_is_named_stale_once_the_view_fences_it_and_only_once() {
         let entry = a.engine().entry(key).expect("journaled");
         assert_eq!(entry.state, EntryState::Executed, "{key}");
         let detail = entry.detail.as_deref().unwrap_or_default();
-        assert!(detail.starts_with(COUNTED_AS_HELD) && detail.contains("outcome unknown: cancelled"), "{detail}");
+        assert!(
+            detail.starts_with(COUNTED_AS_HELD) && detail.contains("outcome unknown: cancelled"),
+            "{detail}"
+        );
     }
     assert!(a.reconcile_due(), "counted as held: the release is planned by the next reconcile");
     let report = a.reconcile_at_head().expect("memory").expect("not blocked");
     assert!(report.retried.is_empty(), "{report:?}");
-    let releases: Vec<&String> = report.imported.iter().filter(|k| k.contains("/unassign-secondary-ip/a/")).collect();
+    let releases: Vec<&String> =
+        report.imported.iter().filter(|k| k.contains("/unassign-secondary-ip/a/")).collect();
     assert_eq!(releases.len(), ADDRESSES.len(), "one release per address in doubt: {report:?}");
     assert_eq!(a.engine().retryable_failures(), 0);
     assert!(a.poll_stale_calls_at_head().is_empty(), "nothing in flight, nothing to name");
     // What the log was told: the call failed, its outcome unknown.
     let told: Vec<EventKind> = std::iter::from_fn(|| a.poll_append()).collect();
     assert!(
-        told.iter().all(|k| matches!(k, EventKind::ActionResult { outcome: ActionOutcome::Failed, detail, .. }
+        told.iter()
+            .all(|k| matches!(k, EventKind::ActionResult { outcome: ActionOutcome::Failed, detail, .. }
             if detail.starts_with(OUTCOME_UNKNOWN))),
         "{told:?}"
     );
@@ -138,7 +143,8 @@ fn an_acquire_in_doubt_is_retried_while_current_and_released_once_stale() {
     let mut log = log();
     let (mut a, keys) = in_flight(&log);
     a.handle_in_doubt_result(&keys[0], "timed out after 2s").expect("in flight");
-    a.handle_result(&keys[1], ActionOutcome::Failed, "refused: InvalidParameterValue".into()).expect("in flight");
+    a.handle_result(&keys[1], ActionOutcome::Failed, "refused: InvalidParameterValue".into())
+        .expect("in flight");
     a.handle_result(&keys[2], ActionOutcome::Executed, "assigned".into()).expect("in flight");
     assert_eq!(a.engine().entry(&keys[0]).map(|e| e.state), Some(EntryState::Failed), "current: retried");
     let report = a.reconcile_at_head().expect("memory").expect("not blocked");
@@ -150,10 +156,12 @@ fn an_acquire_in_doubt_is_retried_while_current_and_released_once_stale() {
         batch.iter().filter(|x| x.verb == Verb::AssignSecondaryIp).map(|x| &x.idempotency_key).collect();
     assert_eq!(retry, vec![&keys[0], &keys[1]], "{batch:?}");
     for other in batch.iter().filter(|x| x.verb != Verb::AssignSecondaryIp) {
-        a.handle_result(&other.idempotency_key, ActionOutcome::Executed, "forwarding".into()).expect("in flight");
+        a.handle_result(&other.idempotency_key, ActionOutcome::Executed, "forwarding".into())
+            .expect("in flight");
     }
     a.handle_in_doubt_result(&keys[0], "timed out after 2s").expect("in flight");
-    a.handle_result(&keys[1], ActionOutcome::Failed, "refused: InvalidParameterValue".into()).expect("in flight");
+    a.handle_result(&keys[1], ActionOutcome::Failed, "refused: InvalidParameterValue".into())
+        .expect("in flight");
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
     let report = a.reconcile_at_head().expect("memory").expect("not blocked");

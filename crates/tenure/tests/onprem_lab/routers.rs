@@ -80,7 +80,9 @@ impl Routers {
             .strip_suffix("ms")
             .and_then(|ms| ms.parse().ok())
             .unwrap_or_else(|| panic!("heartbeatTTL in milliseconds (\"1500ms\"), not {heartbeat_ttl:?}"));
-        let action_timeout_ms = ttl_ms.saturating_sub(50 + u64::try_from(HEARTBEAT_INTERVAL.as_millis()).expect("small")).min(1000);
+        let action_timeout_ms = ttl_ms
+            .saturating_sub(50 + u64::try_from(HEARTBEAT_INTERVAL.as_millis()).expect("small"))
+            .min(1000);
         let endpoints = cluster.endpoints.join(", ");
         for i in 1..=2 {
             let spec = |n: usize| {
