@@ -94,7 +94,7 @@ impl Fleet {
                 &format!("{name}.yaml"),
                 &format!(
                     "node: {}\npeers:\n{}\nstore: {{kind: etcd, endpoints: [{endpoints}], prefix: {PREFIX}, path: ./data-{name}}}\n\
-                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 900ms}}\npools: [pools.yaml]\nactionTimeout: 800ms\n\
+                     providers:\n  - {{name: hook, kind: exec, command: [{}], timeout: 800ms}}\npools: [pools.yaml]\nactionTimeout: 800ms\n\
                      listen: {}\nheartbeatInterval: 100ms\nrequeueInterval: 500ms\napiTokenFile: token\n",
                     spec(name),
                     peers.join("\n"),
