@@ -150,8 +150,9 @@ pub enum JournalChange {
 
 impl DurableNodeState {
     /// Applies one change. Asserts the journal's invariants on the way (a key is journaled once
-    /// under a fresh sequence number, a final state is never left but for a retry, execution
-    /// order and high-water marks never go down, only finished entries are compacted).
+    /// under a fresh sequence number, a final state is never left but as
+    /// [`EntryState::may_become`] allows, execution order and high-water marks never go down,
+    /// only finished entries are compacted).
     pub fn apply(&mut self, change: &JournalChange) {
         match change {
             JournalChange::Append(entry) => {

@@ -119,6 +119,9 @@ pub struct NodeEngine<S: JournalStore> {
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
     predecessors: HashMap<u64, Option<u64>>,
+    /// Entries that were `approved` when the engine was opened (or restarted): a call of theirs
+    /// may have been in flight when the process died ([`NodeEngine::is_acquire_in_doubt`]).
+    approved_at_open: BTreeSet<u64>,
     /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
     /// for metrics (the journal keeps each entry's reason until compaction).
     fenced: BTreeMap<StaleReason, u64>,
@@ -146,6 +149,7 @@ impl<S: JournalStore> NodeEngine<S> {
             last_executed: BTreeMap::new(),
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
+            approved_at_open: BTreeSet::new(),
             fenced: BTreeMap::new(),
         };
         engine.rebuild(state);
@@ -181,6 +185,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.last_executed.clear();
         self.last_holding.clear();
         self.predecessors.clear();
+        self.approved_at_open.clear();
         let mut executed: Vec<(u64, u64)> =
             self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x, e.seq))).collect();
         executed.sort_unstable();
@@ -193,7 +198,10 @@ impl<S: JournalStore> NodeEngine<S> {
                 EntryState::Pending => {
                     self.pending.insert(seq);
                 }
-                EntryState::Approved => self.admit(seq),
+                EntryState::Approved => {
+                    self.approved_at_open.insert(seq);
+                    self.admit(seq);
+                }
                 EntryState::Failed => {
                     self.failed.insert(seq);
                 }
@@ -531,7 +539,12 @@ impl<S: JournalStore> NodeEngine<S> {
             match fence::check(action, head, &self.state.high_water) {
                 FenceVerdict::Current => {
                     let key = action.idempotency_key.clone();
-                    self.set_state(seq, EntryState::Approved, None)?;
+                    // An acquire in doubt keeps its mark through the retry.
+                    let keep = self.state.entries[&seq]
+                        .detail
+                        .clone()
+                        .filter(|d| d.starts_with(crate::journal::OUTCOME_UNKNOWN));
+                    self.set_state(seq, EntryState::Approved, keep)?;
                     report.retried.push(key);
                 }
                 FenceVerdict::Stale { reason: StaleReason::StaleEpoch | StaleReason::StaleOwnerEpoch } => {
@@ -547,8 +560,12 @@ impl<S: JournalStore> NodeEngine<S> {
             if let FenceVerdict::Stale { reason } = fence::check(&entry.action, head, &self.state.high_water)
             {
                 let key = key.clone();
-                self.set_state(seq, EntryState::Skipped(reason), None)?;
-                report.swept.push(key);
+                if self.count_in_doubt_acquire(seq, head)? {
+                    report.counted.push(key);
+                } else {
+                    self.set_state(seq, EntryState::Skipped(reason), None)?;
+                    report.swept.push(key);
+                }
             } else if entry.state == EntryState::Pending && head.is_approved(key) {
                 let key = key.clone();
                 self.set_state(seq, EntryState::Approved, None)?;

@@ -333,7 +333,8 @@ proptest! {
                 prop_assert_eq!(verdict, FenceVerdict::Current, "{} is stale but not named", key);
             }
         }
-        // A crash: the calls are in doubt, gated again.
+        // A crash: the calls are in doubt, gated again; a stale one is never run again, and,
+        // being an acquire that may have landed, it is counted as held (its release planned).
         a.restart().expect("memory");
         a.follow(&log).expect("readable");
         let handed: BTreeSet<String> =
@@ -341,10 +342,109 @@ proptest! {
         for key in &keys {
             let state = a.engine().entry(key).map(|e| e.state);
             if named.contains(key) {
-                prop_assert!(matches!(state, Some(EntryState::Skipped(_))), "{key}: {state:?}");
+                prop_assert!(!handed.contains(key), "{key} is stale and never runs again");
+                prop_assert_eq!(state, Some(EntryState::Executed), "{}: counted as held", key);
             } else {
                 prop_assert!(handed.contains(key), "{key} is current and handed out again: {state:?}");
             }
         }
     }
+}
+
+/// A call in flight when the process died is in doubt too (SPEC 6): the entry is `approved` in
+/// the journal. If the view fences it before it runs again, it is counted as held and released,
+/// not skipped — the orphaned call may have landed.
+#[test]
+fn an_acquire_in_flight_at_a_crash_that_went_stale_is_released() {
+    let mut log = log();
+    let (mut a, keys) = in_flight(&log);
+    a.restart().expect("memory");
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    assert_eq!(report.counted, keys, "every call in flight at the crash is in doubt: {report:?}");
+    for key in &keys {
+        let entry = a.engine().entry(key).expect("journaled");
+        assert_eq!(entry.state, EntryState::Executed, "{key}");
+        assert!(entry.detail.as_deref().is_some_and(|d| d.starts_with(COUNTED_AS_HELD)), "{entry:?}");
+    }
+    a.reconcile_at_head().expect("memory").expect("not blocked");
+    let releases = a.engine().entries().filter(|e| e.action.verb == Verb::UnassignSecondaryIp).count();
+    assert_eq!(releases, ADDRESSES.len());
+}
+
+/// The in-doubt mark survives a retry and a later known failure: the first attempt may have
+/// landed whatever the second says. Fenced while its retry waits (or after it failed for a
+/// known reason), the acquire is counted as held.
+#[test]
+fn an_acquire_in_doubt_stays_in_doubt_through_its_retry() {
+    let mut log = log();
+    let (mut a, keys) = in_flight(&log);
+    a.handle_in_doubt_result(&keys[0], "timed out after 2s").expect("in flight");
+    a.handle_in_doubt_result(&keys[1], "timed out after 2s").expect("in flight");
+    a.handle_result(&keys[2], ActionOutcome::Failed, "refused: InvalidParameterValue".into())
+        .expect("in flight");
+    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    assert_eq!(report.retried, keys, "{report:?}");
+    // keys[0] retried and failed for a known reason; keys[1] waits approved for its retry.
+    a.start_execution_at_head().expect("memory").expect("not blocked");
+    let batch = a.poll_actions_at_head(1).expect("memory");
+    assert_eq!(batch.iter().map(|x| &x.idempotency_key).collect::<Vec<_>>(), vec![&keys[0]]);
+    a.handle_result(&keys[0], ActionOutcome::Failed, "refused: throttled".into()).expect("in flight");
+    let detail = a.engine().entry(&keys[0]).and_then(|e| e.detail.clone()).unwrap_or_default();
+    assert!(detail.starts_with(OUTCOME_UNKNOWN) && detail.ends_with("refused: throttled"), "{detail}");
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    assert_eq!(report.counted, keys[..2].to_vec(), "the two in doubt, not the known failure: {report:?}");
+    assert_eq!(
+        a.engine().entry(&keys[2]).map(|e| e.state),
+        Some(EntryState::Skipped(StaleReason::StaleEpoch)),
+        "a known failure, retried, is fenced like any action"
+    );
+}
+
+/// An old in-doubt acquire is never counted over a holding verb journaled after it that executed
+/// (a journal written before this rule existed holds such pairs): the newer verb says what the
+/// node holds, and no release is planned for an address it released already.
+#[test]
+fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
+    use tenure_core::journal::{JournalChange, JournalEntry, JournalStore};
+    let mut log = log();
+    let (a, keys) = in_flight(&log);
+    let acquire = a.engine().entry(&keys[0]).expect("journaled").clone();
+    let mut release = acquire.action.clone();
+    release.verb = Verb::UnassignSecondaryIp;
+    release.idempotency_key =
+        acquire.action.idempotency_key.replace("assign-secondary-ip", "unassign-secondary-ip");
+    let mut store = MemoryJournalStore::new();
+    let entry = |seq: u64, action: tenure_core::model::StampedAction| JournalEntry {
+        seq,
+        action,
+        state: EntryState::Approved,
+        detail: None,
+        executed_seq: None,
+    };
+    for change in [
+        JournalChange::Append(entry(1, acquire.action.clone())),
+        JournalChange::SetState {
+            seq: 1,
+            state: EntryState::Failed,
+            detail: Some(format!("{OUTCOME_UNKNOWN}timed out")),
+            executed_seq: None,
+        },
+        JournalChange::Append(entry(2, release)),
+        JournalChange::SetState { seq: 2, state: EntryState::Executed, detail: None, executed_seq: Some(1) },
+    ] {
+        store.commit(&change).expect("memory");
+    }
+    let engine = NodeEngine::open("a", store).expect("memory");
+    let mut a = NodeDriver::new(engine, registry(), DriverOptions { report_results: true });
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    assert!(report.counted.is_empty(), "{report:?}");
+    assert_eq!(a.engine().entry(&keys[0]).map(|e| e.state), Some(EntryState::Failed));
+    assert_eq!(a.engine().retryable_failures(), 0, "left out of the retry set");
+    assert!(a.engine().captured().is_empty(), "the release said the node holds nothing");
 }

@@ -327,7 +327,8 @@ impl Collector for SnapshotCollector {
         ConstCounter::new(s.calls_cancelled).encode(encoder.encode_descriptor(
             "tenure_calls_cancelled",
             "Provider calls cancelled in flight because the view fenced their action (their outcome \
-             is unknown: recorded failed, never retried while stale).",
+             is unknown: recorded failed, never retried while stale; a cancelled acquire is then counted \
+             as held and released).",
             None,
             MetricType::Counter,
         )?)?;

@@ -103,7 +103,9 @@ impl<S: JournalStore> NodeEngine<S> {
             match fence::check_view(&action, &current, &self.state.high_water) {
                 FenceVerdict::Stale { reason } => {
                     let successor = self.blocked.get(&seq).copied();
-                    self.set_state(seq, EntryState::Skipped(reason), None)?;
+                    if !self.count_in_doubt_acquire(seq, head)? {
+                        self.set_state(seq, EntryState::Skipped(reason), None)?;
+                    }
                     // Its successor can never run now: gate it too, so the pass leaves no stale
                     // entry behind (it is never handed out from `blocked`).
                     if let Some(next) = successor {
@@ -179,6 +181,18 @@ impl<S: JournalStore> NodeEngine<S> {
             ActionOutcome::Executed => EntryState::Executed,
             ActionOutcome::Failed => EntryState::Failed,
         };
+        // An acquire in doubt stays in doubt through a later failure: an earlier attempt may
+        // have landed.
+        let detail = match detail {
+            Some(d)
+                if state == EntryState::Failed
+                    && !d.starts_with(OUTCOME_UNKNOWN)
+                    && self.is_acquire_in_doubt(seq) =>
+            {
+                Some(format!("{OUTCOME_UNKNOWN}an earlier attempt may have acted; this one: {d}"))
+            }
+            other => other,
+        };
         self.in_flight.remove(&seq);
         self.cancelling.remove(&seq);
         self.release_busy(seq);
@@ -204,27 +218,50 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(detail)
     }
 
-    /// A failed acquire whose outcome was unknown, which the fence rule now refuses against
-    /// `head`: the provider may have acted before the call was dropped, and a stale entry is
-    /// never retried, so the node counts the address as held — the entry moves to `executed`
-    /// ([`COUNTED_AS_HELD`]) and the planner plans its release, an idempotent call. Without it a
-    /// hook killed after it added the address would leave a second holder for ever on a provider
-    /// that has no inventory to tell. Called when such a result comes back and at every sweep.
-    /// Returns whether it counted the entry.
+    /// Whether entry `seq` is an acquire in doubt: a holding acquire (assign, proxy-ARP add) that
+    /// may have reached the provider without a result saying so — its detail begins with
+    /// [`OUTCOME_UNKNOWN`] (a call cancelled, timed out, its answer lost; the mark stays through
+    /// retries and later known failures), or it was `approved` when this engine was opened (a
+    /// call in flight when the process died is `approved` in the journal: SPEC 6, in doubt).
+    pub(super) fn is_acquire_in_doubt(&self, seq: u64) -> bool {
+        let entry = &self.state.entries[&seq];
+        entry.action.verb.is_acquire()
+            && entry.action.verb.changes_holding()
+            && (entry.detail.as_deref().is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN))
+                || self.approved_at_open.contains(&seq))
+    }
+
+    /// An acquire in doubt ([`NodeEngine::is_acquire_in_doubt`]), `failed` or `approved`, which
+    /// the fence rule now refuses against `head`: the provider may have acted, and a stale entry
+    /// is never run again, so the node counts the address as held — the entry moves to
+    /// `executed` ([`COUNTED_AS_HELD`]) and the planner plans its release, an idempotent call on
+    /// the node's own NIC. Without it a hook killed after it added the address would leave a
+    /// second holder for ever on a provider that has no inventory to tell. Not when a holding
+    /// verb journaled after it has executed for the same (provider, address): that newer verb
+    /// says what the node holds (the entry is only dropped from the retry set). Called when such
+    /// a result comes back, at every sweep and at the gate. Returns whether it counted the entry.
     pub(super) fn count_in_doubt_acquire(
         &mut self,
         seq: u64,
         head: &impl HeadTokens,
     ) -> Result<bool, NodeError<S::Error>> {
         let entry = &self.state.entries[&seq];
-        let in_doubt = entry.state == EntryState::Failed
-            && entry.action.verb.is_acquire()
-            && entry.action.verb.changes_holding()
-            && entry.detail.as_deref().is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN));
-        if !in_doubt || fence::check(&entry.action, head, &self.state.high_water) == FenceVerdict::Current {
+        if !matches!(entry.state, EntryState::Failed | EntryState::Approved)
+            || !self.is_acquire_in_doubt(seq)
+            || fence::check(&entry.action, head, &self.state.high_water) == FenceVerdict::Current
+        {
             return Ok(false);
         }
-        let detail = format!("{COUNTED_AS_HELD}; {}", entry.detail.as_deref().unwrap_or_default());
+        let superseded =
+            self.last_holding.get(&super::provider_address(&entry.action)).is_some_and(|last| *last > seq);
+        if superseded {
+            self.failed.remove(&seq);
+            return Ok(false);
+        }
+        let detail = match entry.detail.as_deref() {
+            Some(earlier) => format!("{COUNTED_AS_HELD}; {earlier}"),
+            None => format!("{COUNTED_AS_HELD}; {OUTCOME_UNKNOWN}in flight when the agent stopped"),
+        };
         self.set_state(seq, EntryState::Executed, Some(detail))?;
         Ok(true)
     }

@@ -60,7 +60,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 Some((_, EntryState::Executed)) => continue,
                 // A planned release of this stamp, not started: it is done now.
                 Some((seq, EntryState::Pending | EntryState::Approved)) => seq,
-                // A failed call of it: taken up again (the one transition out of `failed`), then
+                // A failed call of it: taken up again (a retry, one of the two moves out of `failed`), then
                 // done.
                 Some((seq, EntryState::Failed)) => {
                     self.set_state(seq, EntryState::Approved, None)?;

@@ -714,6 +714,13 @@ impl<S: AgentStore> Agent<S> {
                             "sweep fenced stale entries"
                         );
                     }
+                    for key in &report.counted {
+                        warn!(
+                            node = driver.name(),
+                            key,
+                            "an acquire whose outcome is unknown went stale: counted as held, its release is planned"
+                        );
+                    }
                 }
                 Ok(Err(blocked)) => debug!(node = driver.name(), "reconcile: {}", blocked.as_str()),
                 Err(e) => self.journal_failed(index, &e),

@@ -174,7 +174,8 @@ fn check_timing_and_authority(
             format!(
                 "pool `{}` has heartbeatTTL + promotionHold {}, not longer than actionTimeout {} plus \
                  heartbeatInterval {} of the agent config `{}`: a call cut off from the log could land \
-                 after another node took the address; lower actionTimeout (or raise heartbeatTTL)",
+                 after another node took the address; lower actionTimeout or heartbeatInterval (or raise \
+                 heartbeatTTL)",
                 pool.name,
                 format_ms(takeover_ms),
                 format_ms(config.action_timeout_ms),

@@ -86,6 +86,11 @@ impl ExecutionOutcome {
         use tenure_core::log::ActionOutcome;
         match self {
             Self::Executed { detail } => (ActionOutcome::Executed, detail.clone()),
+            // A known failure never reads as an unknown outcome, whatever the provider or a hook
+            // wrote: the journal's in-doubt mark is that prefix.
+            Self::Failed { reason } if reason.starts_with(tenure_core::journal::OUTCOME_UNKNOWN) => {
+                (ActionOutcome::Failed, format!("failed: {reason}"))
+            }
             Self::Failed { reason } => (ActionOutcome::Failed, reason.clone()),
             Self::Unknown { reason } => {
                 (ActionOutcome::Failed, format!("{}{reason}", tenure_core::journal::OUTCOME_UNKNOWN))
@@ -278,6 +283,10 @@ mod tests {
         );
         assert!(detail.starts_with("outcome unknown: "), "{detail}");
         assert_eq!(Instant::now(), deadline, "given up exactly at the deadline (paused clock)");
+        // A known failure whose text happens to begin the same way (a hook's stderr) never
+        // reads as an unknown outcome: the journal's in-doubt mark is that prefix.
+        let (_, known) = ExecutionOutcome::Failed { reason: "outcome unknown: EBUSY".into() }.for_journal();
+        assert_eq!(known, "failed: outcome unknown: EBUSY");
         assert_eq!(executor.calls.load(Ordering::SeqCst), 1, "the call was started");
         assert_eq!(executor.completed.load(Ordering::SeqCst), 0, "and never finished");
         assert!(executor.dropped.load(Ordering::SeqCst), "its future was dropped");
