@@ -398,6 +398,34 @@ async fn a_good_drain_moves_ownership_and_returns_its_index() {
 }
 
 #[tokio::test]
+async fn an_approve_of_a_key_not_pending_is_409_and_of_an_unknown_pool_404() {
+    let server = start(Mode::Answering, Some(TOKEN), ANSWER_TIMEOUT).await;
+    let before = server.state.log_len();
+    let reply = post(
+        &server,
+        "/v1/approve/nosuchpool/10.9.9.9/assign-secondary-ip/zz/sim9/eni-q/owner:1:epoch:1",
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    assert_eq!(reply.json()["error"], "pool \"nosuchpool\" is not applied");
+    let reply =
+        post(&server, "/v1/approve/edge/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1", "")
+            .await;
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert_eq!(
+        reply.json()["error"],
+        "not pending approval: pool \"edge\" approves automatically (approval: auto)"
+    );
+    let reply =
+        post(&server, "/v1/approve/gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:2", "")
+            .await;
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(reply.json()["error"].as_str().expect("a message").contains("above what the log has issued"));
+    assert_eq!(server.state.log_len(), before, "nothing appended");
+}
+
+#[tokio::test]
 async fn desire_undesire_and_approve_change_what_they_name() {
     let server = start(Mode::Answering, Some(TOKEN), ANSWER_TIMEOUT).await;
     let reply = post(&server, "/v1/undesire", &good_body()).await;

@@ -100,6 +100,14 @@ pub struct Receipt {
     pub index: u64,
 }
 
+impl Receipt {
+    /// The receipt of an event appended at `index`, with nothing more to say.
+    #[must_use]
+    pub fn at(index: u64) -> Self {
+        Self { index }
+    }
+}
+
 /// Why a [`Submit`] was refused; nothing was appended.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
@@ -107,8 +115,8 @@ pub enum SubmitError {
     /// not applied, an address not in the pool). HTTP 404.
     #[error("{0}")]
     NotFound(String),
-    /// The event is well formed but not allowed (HTTP 409), e.g. an approve of a key no pool
-    /// could have planned.
+    /// The event is well formed but not allowed (HTTP 409), e.g. an approve of a key that is not
+    /// pending approval now (the message says why: its state, an automatic pool, stale tokens).
     #[error("{0}")]
     Refused(String),
     /// The log could not take it (store error, full); HTTP 503.

@@ -98,7 +98,7 @@ impl<S: AgentStore> Agent<S> {
             Control::FreezeAfterReconcile { events, .. } => {
                 self.follow()?;
                 for event in &events {
-                    answers::check_submit(self.view(), event).map_err(|e| e.to_string())?;
+                    answers::check_submit(self.view(), &self.drivers, event).map_err(|e| e.to_string())?;
                 }
                 let count = events.len();
                 self.append(events)?;
@@ -135,10 +135,10 @@ impl<S: AgentStore> Agent<S> {
         }
         // Check against the head: follow first, so a pool applied an instant ago is known.
         self.follow().map_err(SubmitError::Unavailable)?;
-        answers::check_submit(self.view(), &event)?;
+        answers::check_submit(self.view(), &self.drivers, &event)?;
         info!(event = event.wire_name(), "appending a submitted event");
         let indices = self.append(vec![event]).map_err(SubmitError::Unavailable)?;
         let index = indices.first().copied().expect("one event appended, one index");
-        Ok(Receipt { index })
+        Ok(Receipt::at(index))
     }
 }
