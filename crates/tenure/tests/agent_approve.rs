@@ -1,10 +1,11 @@
 //! Honest answers to `approve` and `drain`, from the real agent loop in-process over the
 //! in-memory store and the simulated cloud: an approve of something the view does not know is
 //! 404, of a key not pending approval now 409 saying why, and neither appends anything; a pending
-//! key is approved and runs.
+//! key is approved and runs; every action imported `pending` is logged and counted in a gauge.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tenure::agent::memory::MemoryStore;
@@ -12,6 +13,7 @@ use tenure::agent::request::{ActionFilter, AgentHandle, SubmitError};
 use tenure::agent::runner::{NoObserver, RunSummary, run};
 use tenure::agent::{AgentStore as _, ProviderExecutor, Settings};
 use tenure::exec::SimExecutor;
+use tenure::metrics::Metrics;
 use tenure_core::log::EventKind;
 use tenure_core::log_store::{Log as _, LogIndex};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
@@ -231,5 +233,41 @@ async fn approve_refuses_what_is_not_pending_now_and_appends_nothing() {
     for key in &waiting_b {
         agent.approve(key).await.expect("b's pending keys are approved");
     }
+    agent.stop().await;
+}
+
+/// Every formatted log line since the subscriber was installed.
+static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct Captured;
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_waiting_for_approval_are_logged_and_counted() {
+    // The only test of this binary that installs a subscriber (the loop runs on other threads).
+    tracing_subscriber::fmt().with_writer(|| Captured).with_ansi(false).init();
+    let agent = start();
+    let pending = agent.wait_keys("a", "pending", 4).await;
+    let logs = || String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(PoisonError::into_inner)).into_owned();
+    for key in &pending {
+        let line = logs()
+            .lines()
+            .find(|l| l.contains("waiting for approval") && l.contains(key.as_str()))
+            .map(str::to_owned);
+        let line = line.unwrap_or_else(|| panic!("{key} logged as waiting:\n{}", logs()));
+        assert!(line.contains(" INFO "), "at INFO: {line}");
+    }
+    let scrape = Metrics::new().encode(Some(agent.handle.metrics().await.expect("answers")));
+    assert!(scrape.contains("\ntenure_actions_waiting_for_approval 4\n"), "{scrape}");
     agent.stop().await;
 }

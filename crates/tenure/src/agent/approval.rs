@@ -28,6 +28,8 @@ use tenure_core::fence::{self, FenceVerdict, HeadTokens as _, HeadView, HighWate
 use tenure_core::journal::{EntryState, JournalEntry, JournalStore};
 use tenure_core::model::{Approval, ParsedKey, StampedAction};
 
+use tracing::info;
+
 use super::request::SubmitError;
 
 /// How a refusal of a key not pending approval begins.
@@ -116,6 +118,17 @@ pub fn check_approve<S: JournalStore>(
         return refused(format!("stale ({reason}): {}", stale(reason, &action, &current)));
     }
     Ok(())
+}
+
+/// Logs at INFO each of `imported` (keys a reconcile of `driver`'s node just journaled) that
+/// waits for approval, with the command that approves it.
+pub fn log_waiting<S: JournalStore>(driver: &NodeDriver<S>, imported: &[String]) {
+    let waiting = imported
+        .iter()
+        .filter(|key| driver.engine().entry(key).is_some_and(|entry| entry.state == EntryState::Pending));
+    for key in waiting {
+        info!(node = driver.name(), key = %key, "waiting for approval: tenure approve {key}");
+    }
 }
 
 /// Why a journaled entry that is not pending takes no approval, in words.
