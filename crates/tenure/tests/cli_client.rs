@@ -232,7 +232,7 @@ fn no_agent_answers_on_a_closed_port() {
 }
 
 #[test]
-fn approve_tells_the_truth() {
+fn approve_tells_the_truth_and_approves_an_address_at_once() {
     let agent = Agent::start("approve");
     let token = agent.token_file("token");
     let before = agent.log_len();
@@ -258,4 +258,40 @@ fn approve_tells_the_truth() {
         "tenure approve: not pending approval: pool \"edge\" approves automatically (approval: auto) (409)\n"
     );
     assert_eq!(agent.log_len(), before, "nothing refused was appended");
+
+    // Every waiting action of one address, one line each, in journal order.
+    let all = agent.tenure(&["approve", "--pool", "gated", "--address", "10.0.0.20", "--token-file", &token]);
+    assert_eq!(code(&all), 0, "{}", stderr(&all));
+    assert_eq!(
+        stdout(&all),
+        format!(
+            "action/{GATED_KEY} approved (log index {})\naction/gated/10.0.0.20/enable-forwarding/a/sim1/eni-a/owner:1:epoch:1 approved (log index {})\n",
+            before + 1,
+            before + 2
+        )
+    );
+    // None waits any more: said clearly, nothing appended.
+    let none =
+        agent.tenure(&["approve", "--pool", "gated", "--address", "10.0.0.20", "--token-file", &token]);
+    assert_eq!(code(&none), 0, "{}", stderr(&none));
+    assert_eq!(stdout(&none), "");
+    assert_eq!(
+        stderr(&none),
+        "No action of pool \"gated\" address 10.0.0.20 is waiting for approval on this agent.\n"
+    );
+    assert_eq!(agent.log_len(), before + 2);
+    // A key and --pool are one or the other.
+    let both = agent.tenure(&[
+        "approve",
+        GATED_KEY,
+        "--pool",
+        "gated",
+        "--address",
+        "10.0.0.20",
+        "--token-file",
+        &token,
+    ]);
+    assert_eq!(code(&both), 2, "{}", stderr(&both));
+    let half = agent.tenure(&["approve", "--pool", "gated", "--token-file", &token]);
+    assert_eq!(code(&half), 2, "{}", stderr(&half));
 }
