@@ -1,7 +1,8 @@
 //! Honest answers to `approve` and `drain`, from the real agent loop in-process over the
 //! in-memory store and the simulated cloud: an approve of something the view does not know is
 //! 404, of a key not pending approval now 409 saying why, and neither appends anything; a pending
-//! key is approved and runs; every action imported `pending` is logged and counted in a gauge.
+//! key is approved and runs; every action imported `pending` is logged and counted in a gauge; a
+//! drain that leaves addresses with no eligible member says how many.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -269,5 +270,39 @@ async fn actions_waiting_for_approval_are_logged_and_counted() {
     }
     let scrape = Metrics::new().encode(Some(agent.handle.metrics().await.expect("answers")));
     assert!(scrape.contains("\ntenure_actions_waiting_for_approval 4\n"), "{scrape}");
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_says_how_many_addresses_it_left_with_no_eligible_member() {
+    let agent = start();
+    // a owns everything (solo's only member; edge and gated by priority).
+    let deadline = tokio::time::Instant::now() + WAIT_MAX;
+    loop {
+        let rows = agent.handle.ownership().await.expect("answers");
+        if rows.len() == 4 && rows.iter().all(|r| r.owner.as_deref() == Some("a")) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a never owned everything: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let drain = |node: &str| EventKind::Drain { node: node.into() };
+    // b drained first: it held nothing, nothing loses its holder.
+    let receipt = agent.handle.submit(drain("b")).await.expect("answers").expect("drained");
+    assert_eq!(receipt.addresses_with_no_eligible_member, Some(0));
+    // a drained: only b's drain stands in the way of edge and gated, and solo has no one else.
+    let receipt = agent.handle.submit(drain("a")).await.expect("answers").expect("drained");
+    assert_eq!(receipt.addresses_with_no_eligible_member, Some(4), "{receipt:?}");
+    let json = serde_json::to_value(&receipt).expect("serializes");
+    assert_eq!(json["addressesWithNoEligibleMember"], 4);
+    assert_eq!(json["index"], receipt.index, "the index stays where it was");
+    // Other events say nothing of it.
+    let receipt =
+        agent.handle.submit(EventKind::Undrain { node: "b".into() }).await.expect("answers").expect("ok");
+    assert_eq!(receipt.addresses_with_no_eligible_member, None);
+    assert_eq!(
+        serde_json::to_value(&receipt).expect("serializes"),
+        serde_json::json!({"index": receipt.index})
+    );
     agent.stop().await;
 }

@@ -295,3 +295,18 @@ fn approve_tells_the_truth_and_approves_an_address_at_once() {
     let half = agent.tenure(&["approve", "--pool", "gated", "--token-file", &token]);
     assert_eq!(code(&half), 2, "{}", stderr(&half));
 }
+
+#[test]
+fn a_drain_that_leaves_addresses_with_no_eligible_member_says_so() {
+    let agent = Agent::start("drain-orphans");
+    let token = agent.token_file("token");
+    let before = agent.log_len();
+    let drain = agent.tenure(&["drain", "a", "--token-file", &token]);
+    assert_eq!(stdout(&drain), format!("node/a drained (log index {})\n", before + 1), "b takes everything");
+    let drain = agent.tenure(&["drain", "b", "--token-file", &token]);
+    assert_eq!(code(&drain), 0, "{}", stderr(&drain));
+    assert_eq!(
+        stdout(&drain),
+        format!("node/b drained (log index {}); 3 addresses now have no eligible member\n", before + 2)
+    );
+}

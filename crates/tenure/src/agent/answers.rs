@@ -1,7 +1,8 @@
 //! Answers to API requests, computed from the loop's state: the view every node shares after
 //! following the log, and each node's journal. Pure functions of that state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
@@ -62,6 +63,35 @@ pub fn check_submit<S: JournalStore>(
         }
     }
     Ok(())
+}
+
+/// Every (pool, address) of the applied pools that has a desired holder now.
+#[must_use]
+pub fn with_desired_holder(view: &Federation) -> BTreeSet<(String, IpAddr)> {
+    view.pools()
+        .iter()
+        .filter(|(_, pool)| !pool.deleted)
+        .flat_map(|(name, pool)| {
+            pool.addresses
+                .iter()
+                .filter(|(_, state)| state.active && state.line.desired_holder.is_some())
+                .map(move |(address, _)| (name.clone(), *address))
+        })
+        .collect()
+}
+
+/// How many of `before` (from [`with_desired_holder`]) have no desired holder in `view`: after a
+/// drain, the addresses no eligible member is left to take.
+#[must_use]
+pub fn lost_their_desired_holder(before: &BTreeSet<(String, IpAddr)>, view: &Federation) -> u64 {
+    let lost = before.iter().filter(|(pool, address)| {
+        view.pools()
+            .get(pool)
+            .filter(|p| !p.deleted)
+            .and_then(|p| p.addresses.get(address))
+            .is_none_or(|state| !state.active || state.line.desired_holder.is_none())
+    });
+    lost.count() as u64
 }
 
 /// Counters the loop keeps since it started.

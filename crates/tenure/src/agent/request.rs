@@ -98,13 +98,29 @@ pub struct Submit {
 pub struct Receipt {
     /// The log index the event was appended at.
     pub index: u64,
+    /// For a drain: the addresses that had a desired holder before it and have none in the view
+    /// after it (no eligible member is left to take them). Absent for other events, and when the
+    /// view could not follow the log after the append.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addresses_with_no_eligible_member: Option<u64>,
 }
 
 impl Receipt {
     /// The receipt of an event appended at `index`, with nothing more to say.
     #[must_use]
     pub fn at(index: u64) -> Self {
-        Self { index }
+        Self { index, addresses_with_no_eligible_member: None }
+    }
+}
+
+/// What a drain's answer and log line add when it left `count` addresses with no eligible
+/// member (`; 11 addresses now have no eligible member`); empty for 0.
+#[must_use]
+pub fn no_eligible_member_note(count: u64) -> String {
+    match count {
+        0 => String::new(),
+        1 => "; 1 address now has no eligible member".to_owned(),
+        n => format!("; {n} addresses now have no eligible member"),
     }
 }
 

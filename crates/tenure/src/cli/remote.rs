@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::EXIT_BAD_INPUT;
 use super::client::{Answer, Client, DEFAULT_ENDPOINT, path_segment};
+use crate::agent::request::no_eligible_member_note;
 use crate::api::ApiToken;
 
 /// Exit code when the agent refused, failed, or did not answer.
@@ -300,7 +301,14 @@ fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, 
             _ => {
                 let index =
                     value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
-                Ok(Rendered::Out(format!("{} (log index {index})\n", verb.done())))
+                // A drain that left addresses with no eligible member says so (older agents
+                // answer without the field: nothing to add).
+                let note = value
+                    .get("addressesWithNoEligibleMember")
+                    .and_then(Value::as_u64)
+                    .map(no_eligible_member_note)
+                    .unwrap_or_default();
+                Ok(Rendered::Out(format!("{} (log index {index}){note}\n", verb.done())))
             }
         },
     }
