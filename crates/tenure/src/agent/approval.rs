@@ -139,7 +139,8 @@ fn journaled(entry: &JournalEntry) -> String {
         EntryState::Executed => "already executed".to_owned(),
         EntryState::Failed => format!(
             "approved, then failed ({}); it is retried while it is current",
-            entry.detail.as_deref().unwrap_or("no detail")
+            // The executor's detail may span lines; the answer is one.
+            entry.detail.as_deref().unwrap_or("no detail").replace(char::is_control, " ")
         ),
         EntryState::Skipped(reason) => format!("skipped ({reason}): it never runs"),
     }
