@@ -269,6 +269,12 @@ impl Collector for SnapshotCollector {
             let labels = [("verb", verb.as_str()), ("state", state.as_str())];
             ConstGauge::new(*count).encode(family.encode_family(&labels)?)?;
         }
+        gauge(
+            &mut encoder,
+            "tenure_actions_waiting_for_approval",
+            "Journal entries waiting for an approval now (state pending, pools with approval: manual).",
+            s.actions.iter().filter(|((_, state), _)| state == "pending").map(|(_, count)| count).sum(),
+        )?;
         reason_counters(
             &mut encoder,
             "tenure_actions_fenced",
@@ -498,6 +504,8 @@ mod tests {
             actions: vec![
                 (("assign-secondary-ip".to_owned(), "executed".to_owned()), 2),
                 (("unassign-secondary-ip".to_owned(), "skipped".to_owned()), 1),
+                (("assign-secondary-ip".to_owned(), "pending".to_owned()), 3),
+                (("enable-forwarding".to_owned(), "pending".to_owned()), 2),
             ],
             fenced: vec![("stale-epoch".to_owned(), 5)],
             rejected_events: vec![("no-such-node".to_owned(), 1)],
@@ -536,6 +544,7 @@ mod tests {
             ("tenure_address_owner", "gauge"),
             ("tenure_address_desired", "gauge"),
             ("tenure_actions", "gauge"),
+            ("tenure_actions_waiting_for_approval", "gauge"),
             ("tenure_actions_fenced", "counter"),
             ("tenure_events_rejected", "counter"),
             ("tenure_log_index", "gauge"),
@@ -570,7 +579,12 @@ mod tests {
         assert_eq!(captures.iter().map(|s| s.value.as_str()).collect::<Vec<_>>(), ["4", "2", "1"]);
         let desired = values(&samples, "tenure_address_desired");
         assert_eq!(desired.iter().map(|s| s.value.as_str()).collect::<Vec<_>>(), ["1", "0", "1"]);
-        assert_eq!(values(&samples, "tenure_actions").len(), 2);
+        assert_eq!(values(&samples, "tenure_actions").len(), 4);
+        assert_eq!(
+            values(&samples, "tenure_actions_waiting_for_approval")[0].value,
+            "5",
+            "every pending entry"
+        );
         assert_eq!(values(&samples, "tenure_actions_fenced_total")[0].value, "5");
         assert_eq!(values(&samples, "tenure_events_rejected_total")[0].value, "1");
         assert_eq!(values(&samples, "tenure_log_index")[0].value, "42");

@@ -176,10 +176,12 @@ fn a_stale_action_never_reaches_the_exec_hook_and_a_current_one_does() {
     let (status, body) = agent.post("/v1/drain/a", None);
     assert_eq!(status, 200, "{body}");
     wait_for("b's acquire is pending approval", || pending("b").len() == 1);
-    // Approving a's old plan now: the head says a is not the holder; the gate skips it.
+    // Approving a's old plan now is refused: its tokens are behind the head's (it is skipped,
+    // or stale until the sweep skips it). Nothing is appended.
     for key in &stale {
         let (status, body) = agent.post(&format!("/v1/approve/{key}"), None);
-        assert_eq!(status, 200, "{body}");
+        assert_eq!(status, 409, "{body}");
+        assert!(body.contains("not pending approval"), "{body}");
     }
     for key in pending("b") {
         let (status, body) = agent.post(&format!("/v1/approve/{key}"), None);

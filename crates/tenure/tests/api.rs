@@ -386,7 +386,9 @@ async fn a_good_drain_moves_ownership_and_returns_its_index() {
 
     let reply = post(&server, "/v1/drain/a", "").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(reply.json(), json!({"index": before + 1}));
+    // b takes everything: no address is left without an eligible member (a field added to the
+    // receipt of a drain; `index` is where it always was).
+    assert_eq!(reply.json(), json!({"index": before + 1, "addressesWithNoEligibleMember": 0}));
     assert_eq!(server.state.log_len(), before + 1, "exactly one event appended");
     let (owner, after, _) = owner_of(&get(&server, "/v1/ownership").await.json(), "edge", "10.0.0.10");
     assert_eq!((owner, after), (json!("b"), epoch + 1), "drained: b owns it, the epoch moved once");
@@ -395,6 +397,44 @@ async fn a_good_drain_moves_ownership_and_returns_its_index() {
     let reply = call(&server, Method::POST, "/v1/undrain/a", &[BEARER, JSON], b"{}").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json(), json!({"index": before + 2}));
+}
+
+#[tokio::test]
+async fn a_drain_that_leaves_addresses_with_no_eligible_member_says_how_many() {
+    let server = start(Mode::Answering, Some(TOKEN), ANSWER_TIMEOUT).await;
+    assert_eq!(post(&server, "/v1/drain/a", "").await.json()["addressesWithNoEligibleMember"], 0);
+    // b was the last eligible member of every pool: its three addresses have none now.
+    let reply = post(&server, "/v1/drain/b", "").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["addressesWithNoEligibleMember"], 3);
+}
+
+#[tokio::test]
+async fn an_approve_of_a_key_not_pending_is_409_and_of_an_unknown_pool_404() {
+    let server = start(Mode::Answering, Some(TOKEN), ANSWER_TIMEOUT).await;
+    let before = server.state.log_len();
+    let reply = post(
+        &server,
+        "/v1/approve/nosuchpool/10.9.9.9/assign-secondary-ip/zz/sim9/eni-q/owner:1:epoch:1",
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    assert_eq!(reply.json()["error"], "pool \"nosuchpool\" is not applied");
+    let reply =
+        post(&server, "/v1/approve/edge/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1", "")
+            .await;
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert_eq!(
+        reply.json()["error"],
+        "not pending approval: pool \"edge\" approves automatically (approval: auto)"
+    );
+    let reply =
+        post(&server, "/v1/approve/gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:2", "")
+            .await;
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(reply.json()["error"].as_str().expect("a message").contains("above what the log has issued"));
+    assert_eq!(server.state.log_len(), before, "nothing appended");
 }
 
 #[tokio::test]

@@ -196,9 +196,14 @@ fn changes_need_a_token_file_and_say_what_they_did() {
     assert_eq!(stdout(&undesire).trim(), format!("index: {}", before + 3));
     let desire = tenure_with_env(&["desire", "edge", "10.0.0.11"], &env);
     assert_eq!(stdout(&desire), format!("address/edge/10.0.0.11 desired (log index {})\n", before + 4));
-    let approve = tenure_with_env(&["approve", GATED_KEY], &env);
+    // The drain moved gated's address to b: a's key went stale, b's waits.
+    let stale = tenure_with_env(&["approve", GATED_KEY], &env);
+    assert_eq!(code(&stale), 1, "{}", stderr(&stale));
+    assert!(stderr(&stale).contains("not pending approval: stale (stale-epoch)"), "{}", stderr(&stale));
+    let waiting = "gated/10.0.0.20/assign-secondary-ip/b/sim1/eni-b/owner:2:epoch:2";
+    let approve = tenure_with_env(&["approve", waiting], &env);
     assert_eq!(code(&approve), 0, "{}", stderr(&approve));
-    assert_eq!(stdout(&approve), format!("action/{GATED_KEY} approved (log index {})\n", before + 5));
+    assert_eq!(stdout(&approve), format!("action/{waiting} approved (log index {})\n", before + 5));
 }
 
 #[test]
@@ -224,4 +229,84 @@ fn no_agent_answers_on_a_closed_port() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios/failover.yaml");
     let replay = tenure_with_env(&["replay", &root.display().to_string(), "-o", "yaml"], &[]);
     assert_eq!(code(&replay), 2, "replay has no yaml output");
+}
+
+#[test]
+fn approve_tells_the_truth_and_approves_an_address_at_once() {
+    let agent = Agent::start("approve");
+    let token = agent.token_file("token");
+    let before = agent.log_len();
+
+    // A key nothing planned, a key of an automatic pool: refused, one line each, nothing appended.
+    let unknown = agent.tenure(&[
+        "approve",
+        "nosuchpool/10.9.9.9/assign-secondary-ip/zz/sim9/eni-q/owner:1:epoch:1",
+        "--token-file",
+        &token,
+    ]);
+    assert_eq!(code(&unknown), 1);
+    assert_eq!(stderr(&unknown), "tenure approve: pool \"nosuchpool\" is not applied (404)\n");
+    let auto = agent.tenure(&[
+        "approve",
+        "edge/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1",
+        "--token-file",
+        &token,
+    ]);
+    assert_eq!(code(&auto), 1);
+    assert_eq!(
+        stderr(&auto),
+        "tenure approve: not pending approval: pool \"edge\" approves automatically (approval: auto) (409)\n"
+    );
+    assert_eq!(agent.log_len(), before, "nothing refused was appended");
+
+    // Every waiting action of one address, one line each, in journal order.
+    let all = agent.tenure(&["approve", "--pool", "gated", "--address", "10.0.0.20", "--token-file", &token]);
+    assert_eq!(code(&all), 0, "{}", stderr(&all));
+    assert_eq!(
+        stdout(&all),
+        format!(
+            "action/{GATED_KEY} approved (log index {})\naction/gated/10.0.0.20/enable-forwarding/a/sim1/eni-a/owner:1:epoch:1 approved (log index {})\n",
+            before + 1,
+            before + 2
+        )
+    );
+    // None waits any more: said clearly, nothing appended.
+    let none =
+        agent.tenure(&["approve", "--pool", "gated", "--address", "10.0.0.20", "--token-file", &token]);
+    assert_eq!(code(&none), 0, "{}", stderr(&none));
+    assert_eq!(stdout(&none), "");
+    assert_eq!(
+        stderr(&none),
+        "No action of pool \"gated\" address 10.0.0.20 is waiting for approval on this agent.\n"
+    );
+    assert_eq!(agent.log_len(), before + 2);
+    // A key and --pool are one or the other.
+    let both = agent.tenure(&[
+        "approve",
+        GATED_KEY,
+        "--pool",
+        "gated",
+        "--address",
+        "10.0.0.20",
+        "--token-file",
+        &token,
+    ]);
+    assert_eq!(code(&both), 2, "{}", stderr(&both));
+    let half = agent.tenure(&["approve", "--pool", "gated", "--token-file", &token]);
+    assert_eq!(code(&half), 2, "{}", stderr(&half));
+}
+
+#[test]
+fn a_drain_that_leaves_addresses_with_no_eligible_member_says_so() {
+    let agent = Agent::start("drain-orphans");
+    let token = agent.token_file("token");
+    let before = agent.log_len();
+    let drain = agent.tenure(&["drain", "a", "--token-file", &token]);
+    assert_eq!(stdout(&drain), format!("node/a drained (log index {})\n", before + 1), "b takes everything");
+    let drain = agent.tenure(&["drain", "b", "--token-file", &token]);
+    assert_eq!(code(&drain), 0, "{}", stderr(&drain));
+    assert_eq!(
+        stdout(&drain),
+        format!("node/b drained (log index {}); 3 addresses now have no eligible member\n", before + 2)
+    );
 }

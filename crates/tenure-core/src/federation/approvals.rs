@@ -127,7 +127,7 @@ impl Federation {
         if self.approvals.keys.contains(key) {
             return;
         }
-        let capture_domain = crate::model::CaptureDomain::new(&parsed.provider, &self.placement_of(parsed));
+        let capture_domain = self.capture_domain_of_key(parsed);
         let line =
             state.line_of(&capture_domain, &pool.capture_domain).map_or(CaptureEpoch::NEVER, |l| l.epoch);
         let locking = pool.spec.epoch_locking;
@@ -157,13 +157,18 @@ impl Federation {
         }
     }
 
-    /// The placement group of the key's holder (the line of an action is its holder's domain);
-    /// an unknown holder gets the pool's group, which names no line of another domain.
-    fn placement_of(&self, key: &ParsedKey) -> String {
-        match self.node_id(&key.holder) {
+    /// The capture domain (the token line) an idempotency key is stamped on: its provider and its
+    /// holder's placement group (a holder contends in its own domain); an unknown holder gets the
+    /// pool's group, which names no line of another domain. The one rule for what line a key
+    /// names, read by the approvals kept here and by the agent's check of an `approve` it is
+    /// asked to append.
+    #[must_use]
+    pub fn capture_domain_of_key(&self, key: &ParsedKey) -> CaptureDomain {
+        let placement = match self.node_id(&key.holder) {
             Some(id) => self.nodes[id].spec.placement_group.clone(),
             None => self.pools.get(&key.pool).map(|p| p.spec.placement_group.clone()).unwrap_or_default(),
-        }
+        };
+        CaptureDomain::new(&key.provider, &placement)
     }
 
     /// How many `approve` events were not kept (junk keys, nothing to approve, already stale).

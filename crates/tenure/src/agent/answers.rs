@@ -1,15 +1,16 @@
 //! Answers to API requests, computed from the loop's state: the view every node shares after
 //! following the log, and each node's journal. Pure functions of that state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, JournalStore};
 use tenure_core::log::EventKind;
-use tenure_core::model::ParsedKey;
 use tenure_sim::replay::{ActionRow, action_row, ownership_rows};
 
+use super::approval::check_approve;
 use super::request::{ActionFilter, MetricsSnapshot, SubmitError};
 
 /// The journal entries of every node that match `filter`, by node name, then in journal order.
@@ -29,10 +30,15 @@ pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter
     rows
 }
 
-/// Checks an event a client asked to append against the view, before anything is appended: a
-/// node must be in the registry; a pool must be applied and list the address. An approval needs
-/// a well-formed key (it may be approved before it is journaled, SPEC 13).
-pub fn check_submit(view: &Federation, event: &EventKind) -> Result<(), SubmitError> {
+/// Checks an event a client asked to append against the view and the journals of the nodes this
+/// agent runs (`local`), before anything is appended: a node must be in the registry; a pool must
+/// be applied and list the address; an approval must name an action pending approval now
+/// ([`check_approve`]: it may be approved before it is journaled, SPEC 13).
+pub fn check_submit<S: JournalStore>(
+    view: &Federation,
+    local: &[NodeDriver<S>],
+    event: &EventKind,
+) -> Result<(), SubmitError> {
     match event {
         EventKind::Drain { node } | EventKind::Undrain { node } => {
             if view.node_id(node).is_none() {
@@ -48,13 +54,7 @@ pub fn check_submit(view: &Federation, event: &EventKind) -> Result<(), SubmitEr
                 return Err(SubmitError::NotFound(format!("pool \"{pool}\" does not list {address}")));
             }
         }
-        EventKind::Approve { idempotency_key } => {
-            if ParsedKey::parse(idempotency_key).is_none() {
-                return Err(SubmitError::Refused(format!(
-                    "\"{idempotency_key}\" is not an idempotency key tenure plans"
-                )));
-            }
-        }
+        EventKind::Approve { idempotency_key } => check_approve(view, local, idempotency_key)?,
         other => {
             return Err(SubmitError::Refused(format!(
                 "{} cannot be submitted through the API",
@@ -63,6 +63,35 @@ pub fn check_submit(view: &Federation, event: &EventKind) -> Result<(), SubmitEr
         }
     }
     Ok(())
+}
+
+/// Every (pool, address) of the applied pools that has a desired holder now.
+#[must_use]
+pub fn with_desired_holder(view: &Federation) -> BTreeSet<(String, IpAddr)> {
+    view.pools()
+        .iter()
+        .filter(|(_, pool)| !pool.deleted)
+        .flat_map(|(name, pool)| {
+            pool.addresses
+                .iter()
+                .filter(|(_, state)| state.active && state.line.desired_holder.is_some())
+                .map(move |(address, _)| (name.clone(), *address))
+        })
+        .collect()
+}
+
+/// How many of `before` (from [`with_desired_holder`]) have no desired holder in `view`: after a
+/// drain, the addresses no eligible member is left to take.
+#[must_use]
+pub fn lost_their_desired_holder(before: &BTreeSet<(String, IpAddr)>, view: &Federation) -> u64 {
+    let lost = before.iter().filter(|(pool, address)| {
+        view.pools()
+            .get(pool)
+            .filter(|p| !p.deleted)
+            .and_then(|p| p.addresses.get(address))
+            .is_none_or(|state| !state.active || state.line.desired_holder.is_none())
+    });
+    lost.count() as u64
 }
 
 /// Counters the loop keeps since it started.

@@ -25,6 +25,7 @@
 //!   implement too), [`Settings`], [`ProviderExecutor`].
 //! - [`runner`] — the loop: [`runner::run`].
 //! - [`answers`] — answering API requests from the loop's state.
+//! - [`approval`] — what an `approve` may name: an action pending approval now.
 //! - [`authority`] — keepalived's authority acted on without the log: calls of `authority: vrrp`
 //!   pools refused and cancelled while not MASTER, the local withdrawal.
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
@@ -32,6 +33,7 @@
 //! - [`request`] — the channel between the API and the loop.
 
 pub mod answers;
+pub mod approval;
 pub mod authority;
 pub mod keepalived;
 pub mod memory;

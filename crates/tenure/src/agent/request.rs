@@ -98,6 +98,30 @@ pub struct Submit {
 pub struct Receipt {
     /// The log index the event was appended at.
     pub index: u64,
+    /// For a drain: the addresses that had a desired holder before it and have none in the view
+    /// after it (no eligible member is left to take them). Absent for other events, and when the
+    /// view could not follow the log after the append.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addresses_with_no_eligible_member: Option<u64>,
+}
+
+impl Receipt {
+    /// The receipt of an event appended at `index`, with nothing more to say.
+    #[must_use]
+    pub fn at(index: u64) -> Self {
+        Self { index, addresses_with_no_eligible_member: None }
+    }
+}
+
+/// What a drain's answer and log line add when it left `count` addresses with no eligible
+/// member (`; 11 addresses now have no eligible member`); empty for 0.
+#[must_use]
+pub fn no_eligible_member_note(count: u64) -> String {
+    match count {
+        0 => String::new(),
+        1 => "; 1 address now has no eligible member".to_owned(),
+        n => format!("; {n} addresses now have no eligible member"),
+    }
 }
 
 /// Why a [`Submit`] was refused; nothing was appended.
@@ -107,8 +131,8 @@ pub enum SubmitError {
     /// not applied, an address not in the pool). HTTP 404.
     #[error("{0}")]
     NotFound(String),
-    /// The event is well formed but not allowed (HTTP 409), e.g. an approve of a key no pool
-    /// could have planned.
+    /// The event is well formed but not allowed (HTTP 409), e.g. an approve of a key that is not
+    /// pending approval now (the message says why: its state, an automatic pool, stale tokens).
     #[error("{0}")]
     Refused(String),
     /// The log could not take it (store error, full); HTTP 503.

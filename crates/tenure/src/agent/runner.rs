@@ -707,6 +707,7 @@ impl<S: AgentStore> Agent<S> {
             let driver = &mut self.drivers[index];
             match driver.reconcile_at_head() {
                 Ok(Ok(report)) => {
+                    super::approval::log_waiting(driver, &report.imported);
                     if !report.swept.is_empty() {
                         info!(
                             node = driver.name(),

@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own file.
 
 mod agent;
+mod approve;
 mod client;
 mod demo;
 mod elect;
@@ -100,10 +101,18 @@ enum Command {
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
-    /// Approve an action of a manual pool through a running agent.
+    /// Approve an action of a manual pool through a running agent: one KEY, or every action of
+    /// one address waiting for approval (--pool P --address A).
     Approve {
         /// Idempotency key (as `tenure actions` shows it).
-        key: String,
+        #[arg(required_unless_present = "pool", conflicts_with_all = ["pool", "address"])]
+        key: Option<String>,
+        /// With --address: approve every action of this pool's address that waits for approval.
+        #[arg(long, requires = "address")]
+        pool: Option<String>,
+        /// With --pool: the address whose waiting actions to approve.
+        #[arg(long, requires = "pool")]
+        address: Option<String>,
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
@@ -154,7 +163,16 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote),
         Command::Undrain { node, remote } => remote::run(&remote::Verb::Undrain { node }, &remote),
-        Command::Approve { key, remote } => remote::run(&remote::Verb::Approve { key }, &remote),
+        Command::Approve { key: Some(key), remote, .. } => {
+            remote::run(&remote::Verb::Approve { key }, &remote)
+        }
+        Command::Approve { key: None, pool: Some(pool), address: Some(address), remote } => {
+            approve::run(&pool, &address, &remote)
+        }
+        Command::Approve { .. } => {
+            eprintln!("tenure approve: needs a KEY, or --pool P --address A");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
         Command::Desire { pool, address, remote } => {
             remote::run(&remote::Verb::Desire { pool, address }, &remote)
         }

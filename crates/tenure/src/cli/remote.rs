@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::EXIT_BAD_INPUT;
 use super::client::{Answer, Client, DEFAULT_ENDPOINT, path_segment};
+use crate::agent::request::no_eligible_member_note;
 use crate::api::ApiToken;
 
 /// Exit code when the agent refused, failed, or did not answer.
@@ -46,6 +47,13 @@ pub struct RemoteArgs {
     /// Needed by the verbs that change something.
     #[arg(long)]
     token_file: Option<PathBuf>,
+}
+
+impl RemoteArgs {
+    /// The output format asked for.
+    pub(super) fn output(&self) -> RemoteOutput {
+        self.output
+    }
 }
 
 /// What to ask of the agent.
@@ -154,6 +162,73 @@ impl Verb {
     }
 }
 
+/// A client of the agent `args` name, and a runtime to drive it: what every verb starts with.
+pub(super) struct Session {
+    /// The client.
+    pub(super) client: Client,
+    /// The runtime its calls run on.
+    pub(super) runtime: tokio::runtime::Runtime,
+}
+
+impl Session {
+    /// The client of `args`' agent, with the token when given (or needed: `mutates`); `Err` is
+    /// the exit code after the one-line error `tenure COMMAND: …` was printed.
+    pub(super) fn open(command: &str, mutates: bool, args: &RemoteArgs) -> Result<Self, ExitCode> {
+        let fail = |code: u8, message: &str| {
+            eprintln!("tenure {command}: {message}");
+            ExitCode::from(code)
+        };
+        let endpoint = args
+            .endpoint
+            .clone()
+            .or_else(|| std::env::var("TENURE_ENDPOINT").ok().filter(|e| !e.is_empty()))
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+        let token_file = args
+            .token_file
+            .clone()
+            .or_else(|| std::env::var_os("TENURE_TOKEN_FILE").filter(|f| !f.is_empty()).map(PathBuf::from));
+        let token = match (&token_file, mutates) {
+            (Some(path), _) => match ApiToken::from_file(path) {
+                Ok(token) => Some(token.secret().to_owned()),
+                Err(e) => return Err(fail(EXIT_BAD_INPUT, &e.to_string())),
+            },
+            (None, true) => {
+                return Err(fail(
+                    EXIT_BAD_INPUT,
+                    "needs the agent's API token: --token-file FILE or TENURE_TOKEN_FILE (the agent's apiTokenFile)",
+                ));
+            }
+            (None, false) => None,
+        };
+        let client = Client::new(&endpoint, token).map_err(|e| fail(EXIT_BAD_INPUT, &e.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| fail(EXIT_REFUSED, &format!("cannot start the async runtime: {e}")))?;
+        Ok(Self { client, runtime })
+    }
+
+    /// One exchange: the answer's JSON on a 2xx, else the exit code and the one-line error
+    /// (`MESSAGE (STATUS)`) to print.
+    pub(super) fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Value, (u8, String)> {
+        let answer = self
+            .runtime
+            .block_on(self.client.call(method, path, body))
+            .map_err(|e| (EXIT_REFUSED, e.to_string()))?;
+        if !answer.status.is_success() {
+            return Err((exit_code_of(answer.status), error_line(&answer)));
+        }
+        serde_json::from_slice(&answer.body).map_err(|e| {
+            (EXIT_REFUSED, format!("the agent at {} answered no JSON: {e}", self.client.endpoint()))
+        })
+    }
+}
+
 /// Runs `verb` against the agent `args` name; prints the answer or a one-line error.
 pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
     let command = verb.name();
@@ -161,49 +236,14 @@ pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
         eprintln!("tenure {command}: {message}");
         ExitCode::from(code)
     };
-    let endpoint = args
-        .endpoint
-        .clone()
-        .or_else(|| std::env::var("TENURE_ENDPOINT").ok().filter(|e| !e.is_empty()))
-        .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
-    let token_file = args
-        .token_file
-        .clone()
-        .or_else(|| std::env::var_os("TENURE_TOKEN_FILE").filter(|f| !f.is_empty()).map(PathBuf::from));
-    let token = match (&token_file, verb.mutates()) {
-        (Some(path), _) => match ApiToken::from_file(path) {
-            Ok(token) => Some(token.secret().to_owned()),
-            Err(e) => return fail(EXIT_BAD_INPUT, &e.to_string()),
-        },
-        (None, true) => {
-            return fail(
-                EXIT_BAD_INPUT,
-                "needs the agent's API token: --token-file FILE or TENURE_TOKEN_FILE (the agent's apiTokenFile)",
-            );
-        }
-        (None, false) => None,
-    };
-    let client = match Client::new(&endpoint, token) {
-        Ok(client) => client,
-        Err(e) => return fail(EXIT_BAD_INPUT, &e.to_string()),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => return fail(EXIT_REFUSED, &format!("cannot start the async runtime: {e}")),
+    let session = match Session::open(command, verb.mutates(), args) {
+        Ok(session) => session,
+        Err(code) => return code,
     };
     let (method, path, body) = verb.request();
-    let answer = match runtime.block_on(client.call(method, &path, body)) {
-        Ok(answer) => answer,
-        Err(e) => return fail(EXIT_REFUSED, &e.to_string()),
-    };
-    if !answer.status.is_success() {
-        return fail(exit_code_of(answer.status), &error_line(&answer));
-    }
-    let value: Value = match serde_json::from_slice(&answer.body) {
+    let value = match session.exchange(method, &path, body) {
         Ok(value) => value,
-        Err(e) => {
-            return fail(EXIT_REFUSED, &format!("the agent at {} answered no JSON: {e}", client.endpoint()));
-        }
+        Err((code, message)) => return fail(code, &message),
     };
     match render(verb, args.output, &value) {
         Ok(Rendered::Out(text)) => print!("{text}"),
@@ -261,7 +301,14 @@ fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, 
             _ => {
                 let index =
                     value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
-                Ok(Rendered::Out(format!("{} (log index {index})\n", verb.done())))
+                // A drain that left addresses with no eligible member says so (older agents
+                // answer without the field: nothing to add).
+                let note = value
+                    .get("addressesWithNoEligibleMember")
+                    .and_then(Value::as_u64)
+                    .map(no_eligible_member_note)
+                    .unwrap_or_default();
+                Ok(Rendered::Out(format!("{} (log index {index}){note}\n", verb.done())))
             }
         },
     }
@@ -296,7 +343,7 @@ struct ActionLine {
 }
 
 /// The list under `key` in the answer, as `T`s.
-fn rows<T: for<'de> Deserialize<'de>>(value: &Value, key: &str) -> Result<Vec<T>, String> {
+pub(super) fn rows<T: for<'de> Deserialize<'de>>(value: &Value, key: &str) -> Result<Vec<T>, String> {
     let list = value.get(key).cloned().ok_or_else(|| format!("the agent's answer has no `{key}`"))?;
     serde_json::from_value(list).map_err(|e| format!("the agent's `{key}` is not as expected: {e}"))
 }

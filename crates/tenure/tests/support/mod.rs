@@ -13,11 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use tenure::agent::answers::{check_submit, lost_their_desired_holder, with_desired_holder};
 use tenure::agent::request::{
     ActionFilter, AgentHandle, Health, MetricsSnapshot, Receipt, Request, SubmitError,
 };
 use tenure::api::{ApiToken, router, serve};
 use tenure::metrics::Metrics;
+use tenure_core::journal::MemoryJournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{Log as _, MemoryLog};
 use tenure_sim::replay::{ActionRow, Replay};
@@ -125,10 +127,20 @@ impl TestDoubleAgentLoop {
                     )));
                 }
             }
-            EventKind::Drain { .. } | EventKind::Undrain { .. } | EventKind::Approve { .. } => {}
+            // The agent's own check, against the double's head (its journals are the replay's,
+            // which the check does not see: as for a holder another agent runs).
+            EventKind::Approve { .. } => check_submit::<MemoryJournalStore>(self.replay.head(), &[], &event)?,
+            EventKind::Drain { .. } => {
+                let before = with_desired_holder(self.replay.head());
+                let mut receipt = Receipt::at(self.append(event));
+                receipt.addresses_with_no_eligible_member =
+                    Some(lost_their_desired_holder(&before, self.replay.head()));
+                return Ok(receipt);
+            }
+            EventKind::Undrain { .. } => {}
             other => return Err(SubmitError::Refused(format!("the API does not append {other:?}"))),
         }
-        Ok(Receipt { index: self.append(event) })
+        Ok(Receipt::at(self.append(event)))
     }
 
     fn actions(&self, filter: &ActionFilter) -> Vec<ActionRow> {

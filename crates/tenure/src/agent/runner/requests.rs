@@ -1,6 +1,9 @@
 //! The loop's answers to requests (the API's and the CLI's): reads of its state, operator events
 //! checked against the head and appended, and the test-only controls (freeze, resume).
 
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
 use tenure_core::driver::NodeDriver;
 use tenure_core::log::EventKind;
 use tenure_core::log_store::Log as _;
@@ -8,7 +11,7 @@ use tracing::{info, warn};
 
 use super::super::AgentStore;
 use super::super::answers;
-use super::super::request::{Control, Health, Receipt, Request, SubmitError};
+use super::super::request::{Control, Health, Receipt, Request, SubmitError, no_eligible_member_note};
 use super::Agent;
 
 impl<S: AgentStore> Agent<S> {
@@ -98,7 +101,7 @@ impl<S: AgentStore> Agent<S> {
             Control::FreezeAfterReconcile { events, .. } => {
                 self.follow()?;
                 for event in &events {
-                    answers::check_submit(self.view(), event).map_err(|e| e.to_string())?;
+                    answers::check_submit(self.view(), &self.drivers, event).map_err(|e| e.to_string())?;
                 }
                 let count = events.len();
                 self.append(events)?;
@@ -135,10 +138,34 @@ impl<S: AgentStore> Agent<S> {
         }
         // Check against the head: follow first, so a pool applied an instant ago is known.
         self.follow().map_err(SubmitError::Unavailable)?;
-        answers::check_submit(self.view(), &event)?;
+        answers::check_submit(self.view(), &self.drivers, &event)?;
+        let drained = match &event {
+            EventKind::Drain { node } => Some((node.clone(), answers::with_desired_holder(self.view()))),
+            _ => None,
+        };
         info!(event = event.wire_name(), "appending a submitted event");
         let indices = self.append(vec![event]).map_err(SubmitError::Unavailable)?;
         let index = indices.first().copied().expect("one event appended, one index");
-        Ok(Receipt { index })
+        let mut receipt = Receipt::at(index);
+        if let Some((node, before)) = drained {
+            receipt.addresses_with_no_eligible_member = self.left_without_holder(index, &before);
+            let count = receipt.addresses_with_no_eligible_member;
+            let note = count.map(no_eligible_member_note).unwrap_or_default();
+            if count.unwrap_or(0) > 0 {
+                warn!(node = %node, index, "node/{node} drained (log index {index}){note}");
+            } else {
+                info!(node = %node, index, "node/{node} drained (log index {index})");
+            }
+        }
+        Ok(receipt)
+    }
+
+    /// After a drain appended at `index`: how many of `before` (the addresses that had a desired
+    /// holder) have none now, from the view once it applied the drain; `None` when it cannot
+    /// follow the log that far now.
+    fn left_without_holder(&mut self, index: u64, before: &BTreeSet<(String, IpAddr)>) -> Option<u64> {
+        self.follow().ok()?;
+        let applied = self.drivers.first().and_then(NodeDriver::applied_index).map_or(0, |i| i.get());
+        (applied >= index).then(|| answers::lost_their_desired_holder(before, self.view()))
     }
 }

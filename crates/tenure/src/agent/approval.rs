@@ -1,0 +1,381 @@
+//! What an operator may approve now (`POST /v1/approve/{key}`, `tenure approve`): the one check an
+//! `approve{key}` passes before the agent appends it, so that "approved" means an action is
+//! waiting for this approval. (The log itself stays bounded whatever is appended: SPEC 13,
+//! "Bounded approvals"; this check is about what the operator is told.)
+//!
+//! The first that holds answers:
+//! - **404** (`SubmitError::NotFound`): the key names a pool never applied; an address the pool
+//!   never listed; an acquire of a deleted pool or of an address the pool no longer lists (a
+//!   release of one may still wait: its holder releases it with the last spec, SPEC 13); a holder
+//!   not in the registry; a provider that is not the pool's; a NIC that is not the holder's
+//!   (unless the holder is a node this agent runs and its journal holds the key: a release
+//!   carries the NIC of the acquire it undoes).
+//! - **409** (`SubmitError::Refused`), the key is not pending approval now: the pool approves
+//!   automatically (`approval: auto`) and no journal here holds the key pending (a pool switched
+//!   to `auto` leaves what it imported `pending` waiting); the holder is a node this agent runs
+//!   and its journal entry is not `pending` (already approved or executed, failed, skipped); the
+//!   log already holds an approval of it; its tokens are above what the log has issued for its
+//!   address (no such action was planned yet); it is stale by the one fence rule
+//!   ([`tenure_core::fence::check_view`]) against the view, with the holder's high-water marks
+//!   when this agent runs it.
+//!
+//! A key that is current but not journaled yet is accepted: it may be approved before it is
+//! imported (SPEC 13), e.g. for a holder that another agent of the fleet runs.
+
+use tenure_core::driver::NodeDriver;
+use tenure_core::federation::Federation;
+use tenure_core::fence::{self, FenceVerdict, HeadTokens as _, HeadView, HighWater, StaleReason};
+use tenure_core::journal::{EntryState, JournalEntry, JournalStore};
+use tenure_core::model::{Approval, ParsedKey, StampedAction};
+
+use tracing::info;
+
+use super::request::SubmitError;
+
+/// How a refusal of a key not pending approval begins.
+const NOT_PENDING: &str = "not pending approval";
+
+/// Checks `approve{key}` against the view and the journals of the nodes this agent runs
+/// (`local`), before anything is appended (see the module's list).
+pub fn check_approve<S: JournalStore>(
+    view: &Federation,
+    local: &[NodeDriver<S>],
+    key: &str,
+) -> Result<(), SubmitError> {
+    let not_found = |message: String| Err(SubmitError::NotFound(message));
+    let refused = |why: String| Err(SubmitError::Refused(format!("{NOT_PENDING}: {why}")));
+    let Some(parsed) = ParsedKey::parse(key) else {
+        return Err(SubmitError::Refused(format!("\"{key}\" is not an idempotency key tenure plans")));
+    };
+    let (pool_name, address) = (&parsed.pool, parsed.address);
+    let Some(pool) = view.pools().get(pool_name) else {
+        return not_found(format!("pool \"{pool_name}\" is not applied"));
+    };
+    let Some(state) = pool.addresses.get(&address) else {
+        return not_found(format!("pool \"{pool_name}\" does not list {address}"));
+    };
+    if parsed.verb.is_acquire() && pool.deleted {
+        return not_found(format!(
+            "pool \"{pool_name}\" is not applied (deleted: only releases of what it held can wait for approval)"
+        ));
+    }
+    if parsed.verb.is_acquire() && !state.active {
+        return not_found(format!(
+            "pool \"{pool_name}\" does not list {address} any more (only its release can wait for approval)"
+        ));
+    }
+    let Some(holder) = view.node_id(&parsed.holder) else {
+        return not_found(format!("node \"{}\" is not in the registry", parsed.holder));
+    };
+    if parsed.provider != pool.spec.provider {
+        return not_found(format!(
+            "provider \"{}\" is not pool \"{pool_name}\"'s (it is \"{}\")",
+            parsed.provider, pool.spec.provider
+        ));
+    }
+    let journal = local.iter().find(|driver| driver.name() == parsed.holder);
+    let entry = journal.and_then(|driver| driver.engine().entry(key));
+    let nic = &view.nodes()[holder].spec.nic;
+    if entry.is_none() && parsed.nic != *nic {
+        return not_found(format!(
+            "NIC \"{}\" is not node \"{}\"'s (it is \"{nic}\")",
+            parsed.nic, parsed.holder
+        ));
+    }
+    // A pool switched to `auto` leaves what it imported `pending` waiting: approvable here.
+    let pending_here = entry.is_some_and(|e| e.state == EntryState::Pending);
+    if pool.spec.approval == Approval::Auto && !pending_here {
+        return refused(format!("pool \"{pool_name}\" approves automatically (approval: auto)"));
+    }
+    if let Some(entry) = entry.filter(|e| e.state != EntryState::Pending) {
+        return refused(journaled(entry));
+    }
+    if view.is_approved(key) {
+        return refused("already approved (the log holds its approval)".to_owned());
+    }
+    let action = StampedAction::new(
+        pool_name,
+        address,
+        parsed.verb,
+        &parsed.holder,
+        &parsed.provider,
+        &parsed.nic,
+        view.capture_domain_of_key(&parsed),
+        parsed.capture_epoch,
+        parsed.ownership_epoch,
+    );
+    let current = view.view(&action);
+    if action.capture_epoch > current.capture_epoch || action.ownership_epoch > current.ownership_epoch {
+        return refused(format!(
+            "its tokens (owner:{}:epoch:{}) are above what the log has issued for {pool_name}/{address} \
+             (owner:{}:epoch:{}): no such action was planned yet",
+            action.ownership_epoch, action.capture_epoch, current.ownership_epoch, current.capture_epoch
+        ));
+    }
+    let none = HighWater::default();
+    let high_water = journal.map_or(&none, |driver| &driver.engine().durable().high_water);
+    if let FenceVerdict::Stale { reason } = fence::check_view(&action, &current, high_water) {
+        return refused(format!("stale ({reason}): {}", stale(reason, &action, &current)));
+    }
+    Ok(())
+}
+
+/// Logs at INFO each of `imported` (keys a reconcile of `driver`'s node just journaled) that
+/// waits for approval, with the command that approves it.
+pub fn log_waiting<S: JournalStore>(driver: &NodeDriver<S>, imported: &[String]) {
+    let waiting = imported
+        .iter()
+        .filter(|key| driver.engine().entry(key).is_some_and(|entry| entry.state == EntryState::Pending));
+    for key in waiting {
+        info!(node = driver.name(), key = %key, "waiting for approval: tenure approve {key}");
+    }
+}
+
+/// Why a journaled entry that is not pending takes no approval, in words.
+fn journaled(entry: &JournalEntry) -> String {
+    match entry.state {
+        EntryState::Pending => "pending".to_owned(),
+        EntryState::Approved => "already approved (it runs once it passes the gate)".to_owned(),
+        EntryState::Executed => "already executed".to_owned(),
+        EntryState::Failed => format!(
+            "approved, then failed ({}); it is retried while it is current",
+            // The executor's detail may span lines; the answer is one.
+            entry.detail.as_deref().unwrap_or("no detail").replace(char::is_control, " ")
+        ),
+        EntryState::Skipped(reason) => format!("skipped ({reason}): it never runs"),
+    }
+}
+
+/// What the fence rule's `reason` means for this action, with the tokens it read.
+fn stale(reason: StaleReason, action: &StampedAction, current: &HeadView<'_>) -> String {
+    match reason {
+        StaleReason::StaleEpoch => format!(
+            "its captureEpoch is {}, its line's is now {}",
+            action.capture_epoch, current.capture_epoch
+        ),
+        StaleReason::StaleOwnerEpoch => format!(
+            "its ownershipEpoch is {}, the address's is now {} (epochLocking)",
+            action.ownership_epoch, current.ownership_epoch
+        ),
+        StaleReason::HolderMismatch => format!(
+            "an acquire by {}, which is not the desired holder ({})",
+            action.holder,
+            current.desired_holder.unwrap_or("none")
+        ),
+        StaleReason::ReleaseOfCurrent => {
+            format!("a release by {}, which is the desired holder of {} again", action.holder, action.address)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tenure_core::driver::DriverOptions;
+    use tenure_core::journal::MemoryJournalStore;
+    use tenure_core::log::{ActionOutcome, Event, EventKind};
+    use tenure_core::node::NodeEngine;
+    use tenure_sim::scenario::parse_scenario;
+
+    use super::*;
+
+    /// a (priority 10) and b on one cloud; `gated` needs approvals, `edge` does not.
+    const SCENARIO: &str = r"
+nodes:
+  - {name: a, provider: sim1, placementGroup: g1, priority: 10, nic: eni-a}
+  - {name: b, provider: sim1, placementGroup: g1, nic: eni-b}
+providers:
+  - {name: sim1, kind: sim-cloud}
+  - {name: sim2, kind: sim-cloud}
+pools:
+  - apiVersion: tenure.dev/v1alpha1
+    kind: MobilityPool
+    metadata: {name: gated}
+    spec: {addresses: [10.0.0.20, 10.0.0.21], provider: sim1, placementGroup: g1, members: [a, b], approval: manual, deprovisionHoldDuration: 0s}
+  - apiVersion: tenure.dev/v1alpha1
+    kind: MobilityPool
+    metadata: {name: edge}
+    spec: {addresses: [10.0.0.10], provider: sim1, placementGroup: g1, members: [a, b]}
+";
+
+    const ASSIGN_20: &str = "gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1";
+    const ENABLE_20: &str = "gated/10.0.0.20/enable-forwarding/a/sim1/eni-a/owner:1:epoch:1";
+    const ASSIGN_21: &str = "gated/10.0.0.21/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1";
+
+    /// Node a's driver over the empty log of [`SCENARIO`].
+    fn driver() -> NodeDriver<MemoryJournalStore> {
+        let scenario = parse_scenario(SCENARIO).expect("a valid scenario");
+        let registry = Federation::new(&scenario.nodes, &scenario.providers);
+        let engine = NodeEngine::open("a", MemoryJournalStore::new()).expect("memory");
+        NodeDriver::new(engine, registry, DriverOptions { report_results: false })
+    }
+
+    /// The log so far and node a's driver (the node this "agent" runs; b runs elsewhere).
+    struct Fixture {
+        log: Vec<Event>,
+        a: NodeDriver<MemoryJournalStore>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let mut fixture = Self { log: Vec::new(), a: driver() };
+            for pool in parse_scenario(SCENARIO).expect("a valid scenario").pools {
+                fixture.append(EventKind::PoolApplied { spec: Box::new(pool) });
+            }
+            fixture.append(EventKind::Heartbeat { node: "a".into() });
+            fixture.append(EventKind::Heartbeat { node: "b".into() });
+            fixture
+        }
+
+        /// Appends `kind` and lets a follow and reconcile.
+        fn append(&mut self, kind: EventKind) {
+            self.log.push(Event { at_ms: 1, kind });
+            self.a.catch_up(&self.log);
+            self.a.reconcile_at_head().expect("memory").expect("not blocked");
+        }
+
+        fn check(&self, key: &str) -> Result<(), SubmitError> {
+            check_approve(self.a.view(), std::slice::from_ref(&self.a), key)
+        }
+
+        fn state(&self, key: &str) -> Option<EntryState> {
+            self.a.engine().entry(key).map(|e| e.state)
+        }
+    }
+
+    fn not_found(result: Result<(), SubmitError>) -> String {
+        match result {
+            Err(SubmitError::NotFound(message)) => message,
+            other => panic!("expected 404, got {other:?}"),
+        }
+    }
+
+    fn refused(result: Result<(), SubmitError>) -> String {
+        match result {
+            Err(SubmitError::Refused(message)) => message,
+            other => panic!("expected 409, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pending_key_and_a_current_key_not_journaled_yet_are_accepted() {
+        let fixture = Fixture::new();
+        assert_eq!(fixture.state(ASSIGN_20), Some(EntryState::Pending));
+        assert_eq!(fixture.check(ASSIGN_20), Ok(()));
+        // The same log, a's journal empty (it has not reconciled yet): SPEC 13 allows approving
+        // before import.
+        let mut fresh = driver();
+        fresh.catch_up(&fixture.log);
+        assert_eq!(fresh.engine().entry(ASSIGN_20), None);
+        assert_eq!(check_approve(fresh.view(), std::slice::from_ref(&fresh), ASSIGN_20), Ok(()));
+    }
+
+    #[test]
+    fn names_the_view_does_not_know_are_404() {
+        let fixture = Fixture::new();
+        let cases = [
+            (
+                "nosuchpool/10.9.9.9/assign-secondary-ip/zz/sim9/eni-q/owner:1:epoch:1",
+                "pool \"nosuchpool\" is not applied",
+            ),
+            ("gated/10.9.9.9/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1", "does not list 10.9.9.9"),
+            (
+                "gated/10.0.0.20/assign-secondary-ip/zz/sim1/eni-a/owner:1:epoch:1",
+                "node \"zz\" is not in the registry",
+            ),
+            (
+                "gated/10.0.0.20/assign-secondary-ip/a/sim2/eni-a/owner:1:epoch:1",
+                "provider \"sim2\" is not pool",
+            ),
+            (
+                "gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-q/owner:1:epoch:1",
+                "NIC \"eni-q\" is not node \"a\"'s",
+            ),
+        ];
+        for (key, says) in cases {
+            let message = not_found(fixture.check(key));
+            assert!(message.contains(says), "{key}: {message}");
+        }
+    }
+
+    #[test]
+    fn keys_not_pending_now_are_409_saying_why() {
+        let mut fixture = Fixture::new();
+        // An automatic pool: nothing of it waits.
+        let message =
+            refused(fixture.check("edge/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1"));
+        assert!(message.contains("approves automatically (approval: auto)"), "{message}");
+        // Tokens the log has not issued.
+        let message =
+            refused(fixture.check("gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:9"));
+        assert!(
+            message.contains("above what the log has issued") && message.contains("owner:1:epoch:1)"),
+            "{message}"
+        );
+        let message =
+            refused(fixture.check("gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:7:epoch:1"));
+        assert!(message.contains("above what the log has issued"), "{message}");
+        // Not the desired holder: the fence rule's holder-mismatch (b is not journaled here).
+        let message =
+            refused(fixture.check("gated/10.0.0.20/assign-secondary-ip/b/sim1/eni-b/owner:1:epoch:1"));
+        assert!(message.contains("stale (holder-mismatch)"), "{message}");
+
+        // Approved in the log: a's entry is approved at its next reconcile.
+        fixture.append(EventKind::Approve { idempotency_key: ASSIGN_20.into() });
+        assert_eq!(fixture.state(ASSIGN_20), Some(EntryState::Approved));
+        let message = refused(fixture.check(ASSIGN_20));
+        assert_eq!(message, "not pending approval: already approved (it runs once it passes the gate)");
+        // Approved in the log, the journal not promoted yet (a remote holder, or before a sweep).
+        fixture.log.push(Event { at_ms: 1, kind: EventKind::Approve { idempotency_key: ENABLE_20.into() } });
+        fixture.a.catch_up(&fixture.log);
+        assert_eq!(fixture.state(ENABLE_20), Some(EntryState::Pending));
+        assert_eq!(
+            refused(fixture.check(ENABLE_20)),
+            "not pending approval: already approved (the log holds its approval)"
+        );
+
+        // Executed.
+        let polled = fixture.a.poll_actions_at_head(8).expect("memory");
+        assert!(polled.iter().any(|a| a.idempotency_key == ASSIGN_20), "{polled:?}");
+        fixture.a.handle_result(ASSIGN_20, ActionOutcome::Executed, "ok".into()).expect("memory");
+        assert_eq!(refused(fixture.check(ASSIGN_20)), "not pending approval: already executed");
+
+        // Stale: a drained, b owns 10.0.0.21 now; a's pending acquire is swept.
+        fixture.append(EventKind::Drain { node: "a".into() });
+        assert_eq!(fixture.state(ASSIGN_21), Some(EntryState::Skipped(StaleReason::StaleEpoch)));
+        assert_eq!(
+            refused(fixture.check(ASSIGN_21)),
+            "not pending approval: skipped (stale-epoch): it never runs"
+        );
+        // The same stale key for b, whose journal this agent does not run: the fence rule says so.
+        let stale_b = "gated/10.0.0.21/assign-secondary-ip/b/sim1/eni-b/owner:1:epoch:1";
+        let message = refused(fixture.check(stale_b));
+        assert_eq!(
+            message,
+            "not pending approval: stale (stale-epoch): its captureEpoch is 1, its line's is now 2"
+        );
+        // b's current acquire is waiting (not journaled here): accepted.
+        assert_eq!(fixture.check("gated/10.0.0.21/assign-secondary-ip/b/sim1/eni-b/owner:2:epoch:2"), Ok(()));
+    }
+
+    #[test]
+    fn a_deleted_pools_release_may_still_be_approved_but_not_an_acquire() {
+        let mut fixture = Fixture::new();
+        for key in [ASSIGN_20, ENABLE_20] {
+            fixture.append(EventKind::Approve { idempotency_key: key.into() });
+        }
+        let polled = fixture.a.poll_actions_at_head(8).expect("memory");
+        for action in polled.iter().filter(|a| a.address.to_string() == "10.0.0.20") {
+            fixture
+                .a
+                .handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+                .expect("memory");
+        }
+        fixture.append(EventKind::PoolDeleted { pool: "gated".into() });
+        let release = "gated/10.0.0.20/disable-forwarding/a/sim1/eni-a/owner:2:epoch:2";
+        assert_eq!(fixture.state(release), Some(EntryState::Pending), "released with the last spec: manual");
+        assert_eq!(fixture.check(release), Ok(()));
+        let message =
+            not_found(fixture.check("gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:2:epoch:2"));
+        assert!(message.contains("is not applied (deleted"), "{message}");
+    }
+}
