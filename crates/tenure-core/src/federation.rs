@@ -21,8 +21,10 @@ mod pools;
 mod raise;
 mod settle;
 mod snapshot;
+mod status;
 
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
+pub use status::{AddressStatus, Phase};
 
 use crate::arbitration;
 use crate::claims::{AddressClaims, Overlap};

@@ -912,3 +912,61 @@ fn failed_entries_stale_by_an_epoch_leave_the_retry_set() {
     a.reconcile(&w.fed, &w.fed).expect("ok");
     assert_eq!(a.retryable_failures(), 0, "stale by its epoch for ever: never swept again");
 }
+
+/// `ownership`'s phase and holders (SPEC 10): the arbitrated owner says who *should* hold an
+/// address; the phase and the holders say where its hand-over is, from the log's results alone.
+#[test]
+fn an_address_phase_follows_its_hand_over_from_the_log_results() {
+    use tenure_core::federation::Phase;
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    let mut spec = pool("p", &["10.0.0.1"], &["a", "b"]);
+    spec.approval = Approval::Manual;
+    w.pool(0, spec);
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let status = |w: &World| {
+        let s = w.fed.address_status("p", ip("10.0.0.1")).expect("listed");
+        let holders: Vec<String> = s.holders.iter().map(|id| w.fed.node_name(*id).to_owned()).collect();
+        (s.phase, holders, s.nics)
+    };
+    let key = |w: &World, verb: &str, holder: &str| {
+        let (o, c) = w.epochs("p", "10.0.0.1");
+        format!("p/10.0.0.1/{verb}/{holder}/sim1/eni-{holder}/owner:{o}:epoch:{c}")
+    };
+    let executed = |w: &mut World, at: u64, key: String, node: &str| {
+        let kind = EventKind::ActionResult {
+            node: node.into(),
+            idempotency_key: key,
+            outcome: ActionOutcome::Executed,
+            detail: "done".into(),
+        };
+        w.apply(at, kind);
+    };
+    assert_eq!(status(&w), (Phase::PendingApproval, vec![], vec![]), "a's assign waits for approval");
+    let a_assign = key(&w, "assign-secondary-ip", "a");
+    w.apply(1, EventKind::Approve { idempotency_key: a_assign.clone() });
+    assert_eq!(status(&w).0, Phase::Acquiring, "approved, not confirmed");
+    executed(&mut w, 2, a_assign, "a");
+    assert_eq!(status(&w), (Phase::Held, vec!["a".into()], vec!["eni-a".into()]));
+
+    w.apply(3, EventKind::Drain { node: "a".into() });
+    assert_eq!(status(&w).0, Phase::PendingApproval, "b's assign waits; a still holds it");
+    assert_eq!(status(&w).1, vec!["a".to_owned()]);
+    let b_assign = key(&w, "assign-secondary-ip", "b");
+    w.apply(4, EventKind::Approve { idempotency_key: b_assign.clone() });
+    executed(&mut w, 5, b_assign, "b");
+    assert_eq!(
+        status(&w),
+        (Phase::Releasing, vec!["a".into(), "b".into()], vec!["eni-a".into(), "eni-b".into()]),
+        "b holds it, a's release is still due"
+    );
+    // a's release carries the token of the line it was captured on (epoch 1), not the current.
+    executed(&mut w, 6, "p/10.0.0.1/unassign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1".into(), "a");
+    assert_eq!(status(&w), (Phase::Held, vec!["b".into()], vec!["eni-b".into()]));
+
+    w.apply(7, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(status(&w).0, Phase::Releasing, "undesired, b still holds it");
+    assert_eq!(w.owner("p", "10.0.0.1").as_deref(), Some("b"), "the owner alone reads as if b held it");
+    executed(&mut w, 8, "p/10.0.0.1/unassign-secondary-ip/b/sim1/eni-b/owner:2:epoch:2".into(), "b");
+    assert_eq!(status(&w), (Phase::Released, vec![], vec![]));
+}

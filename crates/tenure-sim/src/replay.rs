@@ -36,6 +36,13 @@ pub struct OwnershipRow {
     pub capture_epoch: u64,
     /// Whether the address is desired.
     pub desired: bool,
+    /// Where its hand-over is (`pending-approval`, `acquiring`, `held`, `releasing`,
+    /// `released`): [`tenure_core::federation::Federation::address_status`].
+    pub phase: String,
+    /// The nodes whose last confirmed holding verb is an acquire (the log's results).
+    pub held_by: Vec<String>,
+    /// The NICs holding it: the holders' NICs and what the latest inventory showed.
+    pub nics: Vec<String>,
 }
 
 /// One journal entry, as reported.
@@ -501,6 +508,7 @@ pub fn ownership_rows(head: &Federation) -> Vec<OwnershipRow> {
     let mut rows = Vec::new();
     for (pool_name, pool) in head.pools().iter().filter(|(_, p)| !p.deleted) {
         for (address, state) in pool.addresses.iter().filter(|(_, a)| a.active) {
+            let status = head.address_status(pool_name, *address).expect("the pool lists it");
             rows.push(OwnershipRow {
                 pool: pool_name.clone(),
                 address: canonical_address(*address),
@@ -508,6 +516,9 @@ pub fn ownership_rows(head: &Federation) -> Vec<OwnershipRow> {
                 ownership_epoch: state.ownership_epoch.get(),
                 capture_epoch: state.line.epoch.get(),
                 desired: state.desired,
+                phase: status.phase.as_str().to_owned(),
+                held_by: status.holders.iter().map(|id| head.node_name(*id).to_owned()).collect(),
+                nics: status.nics,
             });
         }
     }

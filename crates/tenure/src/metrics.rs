@@ -490,6 +490,9 @@ mod tests {
             ownership_epoch: epochs.0,
             capture_epoch: epochs.1,
             desired,
+            phase: if desired { "held" } else { "released" }.to_owned(),
+            held_by: owner.iter().map(|o| (*o).to_owned()).collect(),
+            nics: Vec::new(),
         }
     }
 

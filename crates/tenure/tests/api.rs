@@ -109,8 +109,36 @@ async fn reads_have_the_replay_report_shapes() {
     assert_eq!(rows.len(), 3, "two edge addresses and one gated");
     let keys: Vec<&str> =
         rows[0].as_object().expect("a row is an object").keys().map(String::as_str).collect();
-    assert_eq!(keys, ["address", "captureEpoch", "desired", "owner", "ownershipEpoch", "pool"]);
+    assert_eq!(
+        keys,
+        ["address", "captureEpoch", "desired", "heldBy", "nics", "owner", "ownershipEpoch", "phase", "pool"]
+    );
     assert_eq!(owner_of(&ownership, "edge", "10.0.0.10"), (json!("a"), 1, true));
+
+    // Filters: pool, node (owner or holder), addresses (repeatable); anything else is a 400.
+    let only = |path: &'static str| {
+        let server = &server;
+        async move {
+            let reply = get(server, path).await;
+            assert_eq!(reply.status, 200, "{path}");
+            let rows = reply.json()["ownership"].as_array().expect("a list").clone();
+            rows.iter()
+                .map(|r| {
+                    format!("{}/{}", r["pool"].as_str().unwrap_or(""), r["address"].as_str().unwrap_or(""))
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(only("/v1/ownership?pool=gated").await, ["gated/10.0.0.20"]);
+    assert_eq!(
+        only("/v1/ownership?address=10.0.0.11&address=10.0.0.20").await,
+        ["edge/10.0.0.11", "gated/10.0.0.20"]
+    );
+    assert_eq!(only("/v1/ownership?node=b").await, Vec::<String>::new(), "b owns and holds nothing");
+    assert_eq!(only("/v1/ownership?node=a&pool=edge").await.len(), 2);
+    for bad in ["/v1/ownership?address=10.0.0.300", "/v1/ownership?owner=a", "/v1/ownership?pool=a&pool=b"] {
+        assert_eq!(get(&server, bad).await.status, 400, "{bad}");
+    }
 
     let actions = get(&server, "/v1/actions").await;
     assert_eq!(actions.status, 200);

@@ -88,7 +88,7 @@ fn ownership_prints_an_aligned_table_json_and_yaml() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "a header and three addresses:\n{text}");
     let header: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(header, ["POOL", "ADDRESS", "OWNER", "DESIRED", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH"]);
+    assert_eq!(header, ["POOL", "ADDRESS", "OWNER", "PHASE", "NICS"]);
     // Aligned: each column starts at the same offset on every line.
     let column = |line: &str, n: usize| {
         let mut starts = Vec::new();
@@ -101,11 +101,19 @@ fn ownership_prints_an_aligned_table_json_and_yaml() {
         }
         starts[n]
     };
-    for n in 0..6 {
+    for n in 0..5 {
         let at = column(lines[0], n);
         assert!(lines.iter().all(|l| column(l, n) == at), "column {n} is aligned:\n{text}");
     }
-    assert!(lines.iter().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["edge", "10.0.0.10", "a", "true", "1", "1"]));
+    // The double plans but runs no provider: a owns the address, no result says it holds it.
+    assert!(lines.iter().any(
+        |l| l.split_whitespace().collect::<Vec<_>>() == ["edge", "10.0.0.10", "a", "acquiring", "<none>"]
+    ));
+    assert!(
+        lines.iter().any(|l| l.split_whitespace().collect::<Vec<_>>()
+            == ["gated", "10.0.0.20", "a", "pending-approval", "<none>"]),
+        "an address whose acquire waits for approval is held by no NIC:\n{text}"
+    );
     assert!(lines.iter().all(|l| !l.ends_with(' ')), "no trailing spaces");
 
     let json = agent.tenure(&["ownership", "-o", "json"]);
@@ -118,6 +126,49 @@ fn ownership_prints_an_aligned_table_json_and_yaml() {
     assert_eq!(code(&yaml), 0, "{}", stderr(&yaml));
     let from_yaml: Value = serde_saphyr::from_str(&stdout(&yaml)).expect("YAML on stdout");
     assert_eq!(from_yaml, value, "the YAML holds the same document as the JSON");
+}
+
+/// `-o wide` adds the holding nodes, desire and both epochs; addresses as arguments, `--pool` and
+/// `--node` filter on the agent's side; a bad filter is bad input (exit 2).
+#[test]
+fn ownership_wide_and_its_filters() {
+    let agent = Agent::start("ownership-wide");
+    let wide = agent.tenure(&["ownership", "-o", "wide", "10.0.0.10"]);
+    assert_eq!(code(&wide), 0, "{}", stderr(&wide));
+    let text = stdout(&wide);
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines,
+        vec![
+            vec![
+                "POOL",
+                "ADDRESS",
+                "OWNER",
+                "PHASE",
+                "NICS",
+                "HELD-BY",
+                "DESIRED",
+                "OWNERSHIP-EPOCH",
+                "CAPTURE-EPOCH"
+            ],
+            vec!["edge", "10.0.0.10", "a", "acquiring", "<none>", "<none>", "true", "1", "1"],
+        ],
+        "{text}"
+    );
+    let pool = agent.tenure(&["ownership", "--pool", "gated", "-o", "json"]);
+    let value: Value = serde_json::from_str(&stdout(&pool)).expect("JSON on stdout");
+    let rows = value["ownership"].as_array().expect("a list");
+    assert_eq!(rows.len(), 1, "{value}");
+    assert_eq!(rows[0]["phase"], "pending-approval");
+    let two = agent.tenure(&["ownership", "10.0.0.10", "10.0.0.11", "--node", "a"]);
+    assert_eq!(stdout(&two).lines().count(), 3, "a header and two addresses:\n{}", stdout(&two));
+    let none = agent.tenure(&["ownership", "--node", "b"]);
+    assert_eq!((code(&none), stdout(&none).as_str()), (0, ""), "b owns and holds nothing");
+    assert_eq!(stderr(&none), "No resources found.\n");
+    let bad = agent.tenure(&["ownership", "10.0.0.300"]);
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+    assert!(stderr(&bad).starts_with("tenure ownership: "), "{}", stderr(&bad));
+    assert_eq!(stderr(&bad).lines().count(), 1, "{}", stderr(&bad));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /v1/ownership` | 200 `{"ownership": [rows as in the replay report]}` |
+//! | `GET /v1/ownership?pool=&node=&address=` | 200 `{"ownership": [rows as in the replay report]}` (owner, phase, holders, NICs); 400 for an unknown key or a bad address |
 //! | `GET /v1/actions?node=&state=&pool=` | 200 `{"actions": [...]}`; 400 for an unknown key or state |
 //! | `GET /v1/health` | 200 with the [`Health`] JSON when ok, 503 with it when not |
 //! | `GET /metrics` | 200, OpenMetrics text ([`Metrics::encode`]) |
@@ -30,6 +30,7 @@ pub mod failure;
 pub mod mutate;
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Json;
@@ -44,6 +45,7 @@ use serde::Serialize;
 use serde_json::json;
 use tenure_core::input::check_name;
 use tenure_sim::replay::{ActionRow, OwnershipRow};
+use tenure_sim::scenario::parse_one_address;
 
 pub use auth::{API_TOKEN_BYTES_MAX, ApiError, ApiToken};
 pub use body::{API_BODY_BYTES_MAX, API_BODY_READ_TIMEOUT};
@@ -135,10 +137,69 @@ struct ActionsBody {
     actions: Vec<ActionRow>,
 }
 
-/// `GET /v1/ownership`.
-async fn ownership(State(state): State<ApiState>) -> Result<Json<OwnershipBody>, ApiFailure> {
+/// `GET /v1/ownership?pool=&node=&address=`.
+async fn ownership(
+    State(state): State<ApiState>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<OwnershipBody>, ApiFailure> {
+    let Query(pairs) = query.map_err(|e| ApiFailure::bad_request(e.body_text()))?;
+    let filter = ownership_filter(pairs)?;
     let ownership = state.handle.ownership().await.map_err(|e| not_answering(&e))?;
-    Ok(Json(OwnershipBody { ownership }))
+    Ok(Json(OwnershipBody { ownership: ownership.into_iter().filter(|row| filter.matches(row)).collect() }))
+}
+
+/// Which rows of the ownership map a query asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnershipFilter {
+    /// `pool`: only this pool's addresses.
+    pub pool: Option<String>,
+    /// `node`: only addresses this node owns or holds (by the log's results and inventories).
+    pub node: Option<String>,
+    /// `address` (repeatable): only these addresses.
+    pub addresses: Vec<IpAddr>,
+}
+
+impl OwnershipFilter {
+    /// Whether `row` is asked for.
+    #[must_use]
+    pub fn matches(&self, row: &OwnershipRow) -> bool {
+        self.pool.as_ref().is_none_or(|pool| *pool == row.pool)
+            && self
+                .node
+                .as_ref()
+                .is_none_or(|node| row.owner.as_ref() == Some(node) || row.held_by.contains(node))
+            && (self.addresses.is_empty()
+                || row.address.parse::<IpAddr>().is_ok_and(|address| self.addresses.contains(&address)))
+    }
+}
+
+/// The filter of an ownership query: `pool` and `node` at most once, `address` any number of
+/// times; anything else is a 400 naming it.
+pub fn ownership_filter(pairs: Vec<(String, String)>) -> Result<OwnershipFilter, ApiFailure> {
+    let mut filter = OwnershipFilter::default();
+    for (key, value) in pairs {
+        let slot = match key.as_str() {
+            "pool" => &mut filter.pool,
+            "node" => &mut filter.node,
+            "address" => {
+                let address = parse_one_address(&value).map_err(|e| ApiFailure::bad_field("address", e))?;
+                filter.addresses.push(address);
+                continue;
+            }
+            _ => {
+                return Err(ApiFailure::bad_field(
+                    &key,
+                    "unknown query parameter; expected `pool`, `node` or `address`",
+                ));
+            }
+        };
+        if slot.is_some() {
+            return Err(ApiFailure::bad_field(&key, "given twice"));
+        }
+        check_name(&key, &value).map_err(|e| ApiFailure::bad_field(&key, e))?;
+        *slot = Some(value);
+    }
+    Ok(filter)
 }
 
 /// `GET /v1/actions?node=&state=&pool=`.

@@ -68,8 +68,18 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Campaign in an election like `etcdctl elect`; one JSON line per change of own state.
     Elect(elect::ElectArgs),
-    /// Show a running agent's ownership map.
+    /// Show a running agent's ownership map: who should hold each address (OWNER), where its
+    /// hand-over is (PHASE: pending-approval, acquiring, held, releasing, released) and which NICs
+    /// hold it by the log's results and inventories (NICS); `-o wide` adds more.
     Ownership {
+        /// Only these addresses.
+        addresses: Vec<String>,
+        /// Only this pool's addresses.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only addresses this node owns or holds.
+        #[arg(long)]
+        node: Option<String>,
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
@@ -157,7 +167,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sim(args) => sim::run(&args),
         Command::Demo(args) => demo::run_cli(&args),
         Command::Elect(args) => elect::run(&args),
-        Command::Ownership { remote } => remote::run(&remote::Verb::Ownership, &remote),
+        Command::Ownership { addresses, pool, node, remote } => {
+            remote::run(&remote::Verb::Ownership { pool, node, addresses }, &remote)
+        }
         Command::Actions { node, state, pool, remote } => {
             remote::run(&remote::Verb::Actions { node, state, pool }, &remote)
         }

@@ -28,6 +28,9 @@ pub const EXIT_REFUSED: u8 = 1;
 pub enum RemoteOutput {
     /// Aligned columns, for people.
     Table,
+    /// The table with every column (for `ownership`: who holds the address by the log, the NICs,
+    /// whether it is desired, both epochs).
+    Wide,
     /// The API's JSON, pretty-printed.
     Json,
     /// The API's JSON as YAML.
@@ -59,8 +62,15 @@ impl RemoteArgs {
 /// What to ask of the agent.
 #[derive(Debug)]
 pub enum Verb {
-    /// `GET /v1/ownership`.
-    Ownership,
+    /// `GET /v1/ownership` with filters.
+    Ownership {
+        /// `?pool=`.
+        pool: Option<String>,
+        /// `?node=`: addresses the node owns or holds.
+        node: Option<String>,
+        /// `?address=`, repeated.
+        addresses: Vec<String>,
+    },
     /// `GET /v1/actions` with filters.
     Actions {
         /// `?node=`.
@@ -104,7 +114,7 @@ pub enum Verb {
 impl Verb {
     fn name(&self) -> &'static str {
         match self {
-            Self::Ownership => "ownership",
+            Self::Ownership { .. } => "ownership",
             Self::Actions { .. } => "actions",
             Self::Drain { .. } => "drain",
             Self::Undrain { .. } => "undrain",
@@ -115,7 +125,7 @@ impl Verb {
     }
 
     fn mutates(&self) -> bool {
-        !matches!(self, Self::Ownership | Self::Actions { .. })
+        !matches!(self, Self::Ownership { .. } | Self::Actions { .. })
     }
 
     /// The method, the path (percent-encoded) and the JSON body of the request.
@@ -124,18 +134,15 @@ impl Verb {
             Some(serde_json::json!({"pool": pool, "address": address}).to_string().into_bytes())
         };
         match self {
-            Self::Ownership => (Method::GET, "/v1/ownership".to_owned(), None),
-            Self::Actions { node, state, pool } => {
-                let query: Vec<String> = [("node", node), ("state", state), ("pool", pool)]
+            Self::Ownership { pool, node, addresses } => {
+                let query = [("pool", pool.as_ref()), ("node", node.as_ref())]
                     .into_iter()
-                    .filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={}", path_segment(v))))
-                    .collect();
-                let path = if query.is_empty() {
-                    "/v1/actions".to_owned()
-                } else {
-                    format!("/v1/actions?{}", query.join("&"))
-                };
-                (Method::GET, path, None)
+                    .chain(addresses.iter().map(|a| ("address", Some(a))));
+                (Method::GET, with_query("/v1/ownership", query), None)
+            }
+            Self::Actions { node, state, pool } => {
+                let query = [("node", node.as_ref()), ("state", state.as_ref()), ("pool", pool.as_ref())];
+                (Method::GET, with_query("/v1/actions", query), None)
             }
             Self::Drain { node } => (Method::POST, format!("/v1/drain/{}", path_segment(node)), None),
             Self::Undrain { node } => (Method::POST, format!("/v1/undrain/{}", path_segment(node)), None),
@@ -152,7 +159,7 @@ impl Verb {
     /// What a successful change says in a table: `node/a drained`.
     fn done(&self) -> String {
         match self {
-            Self::Ownership | Self::Actions { .. } => String::new(),
+            Self::Ownership { .. } | Self::Actions { .. } => String::new(),
             Self::Drain { node } => format!("node/{node} drained"),
             Self::Undrain { node } => format!("node/{node} undrained"),
             Self::Approve { key } => format!("action/{key} approved"),
@@ -295,8 +302,8 @@ fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, 
             Ok(Rendered::Out(text))
         }
         RemoteOutput::Yaml => serde_saphyr::to_string(value).map(Rendered::Out).map_err(|e| e.to_string()),
-        RemoteOutput::Table => match verb {
-            Verb::Ownership => ownership_table(value),
+        RemoteOutput::Table | RemoteOutput::Wide => match verb {
+            Verb::Ownership { .. } => ownership_table(value, output == RemoteOutput::Wide),
             Verb::Actions { .. } => actions_table(value),
             _ => {
                 let index =
@@ -321,6 +328,9 @@ struct OwnershipLine {
     pool: String,
     address: String,
     owner: Option<String>,
+    phase: String,
+    held_by: Vec<String>,
+    nics: Vec<String>,
     desired: bool,
     ownership_epoch: u64,
     capture_epoch: u64,
@@ -348,22 +358,46 @@ pub(super) fn rows<T: for<'de> Deserialize<'de>>(value: &Value, key: &str) -> Re
     serde_json::from_value(list).map_err(|e| format!("the agent's `{key}` is not as expected: {e}"))
 }
 
-fn ownership_table(value: &Value) -> Result<Rendered, String> {
+/// The owner (who should hold the address), the phase and the NICs that do hold it (by the log's
+/// results and inventories); `wide` adds the holding nodes, desire and both epochs.
+fn ownership_table(value: &Value, wide: bool) -> Result<Rendered, String> {
     let lines: Vec<OwnershipLine> = rows(value, "ownership")?;
+    let list = |items: Vec<String>| if items.is_empty() { "<none>".to_owned() } else { items.join(",") };
     let body = lines
         .into_iter()
         .map(|l| {
-            vec![
+            let mut row = vec![
                 l.pool,
                 l.address,
                 l.owner.unwrap_or_else(|| "<none>".to_owned()),
-                l.desired.to_string(),
-                l.ownership_epoch.to_string(),
-                l.capture_epoch.to_string(),
-            ]
+                l.phase,
+                list(l.nics),
+            ];
+            if wide {
+                row.extend([
+                    list(l.held_by),
+                    l.desired.to_string(),
+                    l.ownership_epoch.to_string(),
+                    l.capture_epoch.to_string(),
+                ]);
+            }
+            row
         })
         .collect();
-    Ok(table(&["POOL", "ADDRESS", "OWNER", "DESIRED", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH"], body))
+    let mut headers = vec!["POOL", "ADDRESS", "OWNER", "PHASE", "NICS"];
+    if wide {
+        headers.extend(["HELD-BY", "DESIRED", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH"]);
+    }
+    Ok(table(&headers, body))
+}
+
+/// `path?key=value&…` for the filters given (values percent-encoded); `path` alone without any.
+fn with_query<'a>(path: &str, pairs: impl IntoIterator<Item = (&'a str, Option<&'a String>)>) -> String {
+    let query: Vec<String> = pairs
+        .into_iter()
+        .filter_map(|(key, value)| value.map(|v| format!("{key}={}", path_segment(v))))
+        .collect();
+    if query.is_empty() { path.to_owned() } else { format!("{path}?{}", query.join("&")) }
 }
 
 fn actions_table(value: &Value) -> Result<Rendered, String> {

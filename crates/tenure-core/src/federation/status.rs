@@ -1,0 +1,133 @@
+//! Where each address is in its hand-over, from the log alone: who holds it by the results and
+//! inventories the log carries, and a phase — what `tenure ownership`, `GET /v1/ownership`, the
+//! replay report and the status page show beside the arbitrated owner (which says who *should*
+//! hold an address, not who does).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::{Federation, NodeId};
+use crate::model::{ActionStamp, Approval};
+use crate::state::{AddressState, PoolState};
+
+/// An address's phase, derived from the view: the desired holder, the nodes' last confirmed
+/// holding verbs (`action-result: executed`), and the pool's approval mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Desired for a node whose acquire waits for an operator's approval (`approval: manual`).
+    PendingApproval,
+    /// Desired for a node that has not confirmed its acquire in the current epoch.
+    Acquiring,
+    /// The desired holder confirmed its acquire in the current epoch, and no other node's last
+    /// confirmation is an acquire.
+    Held,
+    /// The desired holder holds it (or none is desired), and another node's last confirmation is
+    /// still an acquire: its release is due (or held back by the pool's deprovision hold).
+    Releasing,
+    /// Not desired for anyone, and no node's last confirmation is an acquire.
+    Released,
+}
+
+impl Phase {
+    /// The wire name (`pending-approval`, `acquiring`, `held`, `releasing`, `released`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PendingApproval => "pending-approval",
+            Self::Acquiring => "acquiring",
+            Self::Held => "held",
+            Self::Releasing => "releasing",
+            Self::Released => "released",
+        }
+    }
+}
+
+/// One address's hand-over, as the log tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AddressStatus {
+    /// Its phase.
+    pub phase: Phase,
+    /// The nodes whose last confirmed holding verb for it is an acquire, in node order.
+    pub holders: Vec<NodeId>,
+    /// The NICs holding it: the holders' NICs, and, with drift repair on, every NIC the latest
+    /// inventory of the pool's provider showed holding it (an unknown NIC included), sorted.
+    pub nics: Vec<String>,
+}
+
+impl Federation {
+    /// The hand-over state of `address` in `pool` (applied or deleted); `None` when the pool
+    /// never listed it.
+    #[must_use]
+    pub fn address_status(&self, pool: &str, address: IpAddr) -> Option<AddressStatus> {
+        let pool_state = self.pools().get(pool)?;
+        let state = pool_state.addresses.get(&address)?;
+        let mut holders: Vec<NodeId> =
+            state.confirmations.iter().filter(|c| c.acquired).map(|c| c.node).collect();
+        holders.sort_unstable();
+        let mut nics: BTreeSet<String> =
+            holders.iter().map(|node| self.nodes()[*node].spec.nic.clone()).collect();
+        if let Some(observed) = self.observed_holders(&pool_state.spec.provider, address) {
+            nics.extend(observed.into_iter().map(str::to_owned));
+        }
+        let phase = self.phase(pool, pool_state, address, state, &holders);
+        Some(AddressStatus { phase, holders, nics: nics.into_iter().collect() })
+    }
+
+    fn phase(
+        &self,
+        pool: &str,
+        pool_state: &PoolState,
+        address: IpAddr,
+        state: &AddressState,
+        holders: &[NodeId],
+    ) -> Phase {
+        let desired = state.line.desired_holder.filter(|_| state.active && !pool_state.deleted);
+        let Some(holder) = desired else {
+            return if holders.is_empty() { Phase::Released } else { Phase::Releasing };
+        };
+        let confirmed = state.confirmations.iter().any(|c| {
+            c.node == holder
+                && c.acquired
+                && c.capture_epoch == state.line.epoch
+                && c.capture_domain == pool_state.capture_domain
+        });
+        if !confirmed {
+            return if self.waits_for_approval(pool, pool_state, address, state, holder) {
+                Phase::PendingApproval
+            } else {
+                Phase::Acquiring
+            };
+        }
+        if holders.iter().any(|node| *node != holder) { Phase::Releasing } else { Phase::Held }
+    }
+
+    /// Whether the desired holder's first acquire verb of this epoch waits for an approval the
+    /// log does not hold (pools with `approval: manual`).
+    fn waits_for_approval(
+        &self,
+        pool: &str,
+        pool_state: &PoolState,
+        address: IpAddr,
+        state: &AddressState,
+        holder: NodeId,
+    ) -> bool {
+        if pool_state.spec.approval != Approval::Manual {
+            return false;
+        }
+        let Some(kind) = self.provider_kind(&pool_state.spec.provider) else { return false };
+        let Some(verb) = kind.verb_family().acquire_verbs().first().copied() else { return false };
+        let node = &self.nodes()[holder].spec;
+        let stamp = ActionStamp {
+            pool,
+            address,
+            verb,
+            holder: &node.name,
+            provider: &pool_state.spec.provider,
+            nic: &node.nic,
+            capture_domain: &pool_state.capture_domain,
+            capture_epoch: state.line.epoch,
+            ownership_epoch: state.ownership_epoch,
+        };
+        !self.is_approved(&stamp.key())
+    }
+}
