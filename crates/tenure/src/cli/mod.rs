@@ -4,6 +4,8 @@ mod agent;
 mod client;
 mod demo;
 mod elect;
+mod executors;
+mod preflight;
 mod remote;
 mod replay;
 mod sim;
