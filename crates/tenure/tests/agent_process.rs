@@ -240,6 +240,67 @@ fn sighup_applies_a_good_change_refuses_a_bad_file_and_moves_an_address_between_
     assert!(agent.terminate().success());
 }
 
+/// SIGHUP reads the config file again: an edited `pools` list is applied (a file added, one
+/// removed), each pool applied or deleted is logged by name, every other key that changed is
+/// named as needing a restart and not applied, a config that does not parse changes nothing (one
+/// line), and the next restart has nothing left to apply.
+#[test]
+fn sighup_applies_an_edited_pools_list_and_names_the_keys_that_need_a_restart() {
+    let dir = TempDir::new("agent-sighup-config");
+    let listen = free_port();
+    dir.write("x.yaml", &pool_yaml("x", &["10.0.0.1"], &["a", "b"], "sim1", ""));
+    dir.write("y.yaml", &pool_yaml("y", &["10.0.0.2"], &["a", "b"], "sim1", ""));
+    dir.write("z.yaml", &pool_yaml("z", &["10.0.0.3"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["x.yaml", "y.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    let owned = |agent: &Agent| -> Vec<String> {
+        map(&agent.get("/v1/ownership")["ownership"])
+            .into_iter()
+            .filter(|(_, (owner, ..))| owner == "a")
+            .map(|(key, _)| key)
+            .collect()
+    };
+    wait_for("x and y held", || owned(&agent) == ["x/10.0.0.1", "y/10.0.0.2"]);
+
+    // y's file removed from the list, z's added; heartbeatInterval changed too (a restart's).
+    let text = std::fs::read_to_string(&config).expect("config");
+    let edited = text
+        .replace("pools: [x.yaml, y.yaml]", "pools: [x.yaml, z.yaml]")
+        .replace("heartbeatInterval: 100ms", "heartbeatInterval: 150ms");
+    assert_ne!(edited, text);
+    std::fs::write(&config, &edited).expect("write");
+    agent.hangup();
+    wait_for("z held, y let go", || owned(&agent) == ["x/10.0.0.1", "z/10.0.0.3"]);
+    wait_for("each pool change logged by name", || {
+        let log = agent.log();
+        log.contains("pool deleted pool=y") && log.contains("pool applied pool=z addresses=1")
+    });
+    let log = agent.log();
+    let restart: Vec<&str> = log.lines().filter(|l| l.contains("only a restart applies")).collect();
+    assert_eq!(restart.len(), 1, "{log}");
+    assert!(restart[0].contains("keys=heartbeatInterval"), "{}", restart[0]);
+    assert_eq!(log.matches("pool applied pool=x").count(), 1, "at start only; x did not change: {log}");
+
+    // A config that does not parse: one line, nothing applied, the agent keeps running.
+    let before = agent.get("/v1/ownership");
+    std::fs::write(&config, "node: {name: a\n").expect("write");
+    agent.hangup();
+    wait_for("the refusal is logged", || agent.log().contains("not reloaded"));
+    let log = agent.log();
+    assert_eq!(log.lines().filter(|l| l.contains("not reloaded")).count(), 1, "{log}");
+    assert!(log.lines().any(|l| l.contains("not reloaded") && l.contains("nothing applied")), "{log}");
+    assert_eq!(agent.get("/v1/ownership"), before, "a bad config changes nothing");
+    assert_eq!(process::http(listen, "GET", "/v1/health", None, None).expect("answers").0, 200);
+    assert!(agent.terminate().success());
+
+    // Restarted on the edited config: the log already has its pools; nothing to apply.
+    std::fs::write(&config, &edited).expect("write");
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("x and z held again", || owned(&agent) == ["x/10.0.0.1", "z/10.0.0.3"]);
+    assert!(!agent.log().contains("applying pool changes"), "{}", agent.log());
+    assert!(agent.terminate().success());
+}
+
 #[test]
 fn sigterm_lets_a_call_in_flight_finish_and_exits_zero_with_its_result_recorded() {
     let dir = TempDir::new("agent-sigterm");

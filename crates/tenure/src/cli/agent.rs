@@ -24,7 +24,7 @@ use crate::agent::request::AgentHandle;
 use crate::agent::runner::{AgentError, run};
 use crate::agent::{ProviderExecutor, Settings};
 use crate::api::{self, ApiToken};
-use crate::config::{AgentConfig, StoreConfig, load_pools};
+use crate::config::{AgentConfig, StoreConfig, reload_pools};
 use crate::exec::hook_groups::HookGroups;
 use crate::metrics::Metrics;
 use crate::store::{EmbeddedStore, MissingIdentity};
@@ -285,9 +285,11 @@ async fn serve<S: crate::agent::AgentStore>(
         heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
         requeue_interval: Duration::from_millis(config.requeue_interval_ms),
         journal_retention: config.journal_retention,
+        // At start and on every SIGHUP: the config file read again for its `pools` list (other
+        // changed keys are named as needing a restart), then the pool files.
         pools: {
             let config = config.clone();
-            Box::new(move || load_pools(&config))
+            Box::new(move || reload_pools(&config))
         },
         vrrp,
     };
@@ -315,7 +317,7 @@ async fn serve<S: crate::agent::AgentStore>(
     }
 }
 
-/// SIGTERM and SIGINT stop the agent; SIGHUP reloads the pool files.
+/// SIGTERM and SIGINT stop the agent; SIGHUP reloads the config's `pools` list and the pool files.
 fn watch_signals(stop: CancellationToken, reload: mpsc::Sender<()>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate = signal(SignalKind::terminate())?;
@@ -327,7 +329,7 @@ fn watch_signals(stop: CancellationToken, reload: mpsc::Sender<()>) -> std::io::
                 _ = terminate.recv() => { info!("SIGTERM: stopping"); stop.cancel(); }
                 _ = interrupt.recv() => { info!("SIGINT: stopping"); stop.cancel(); }
                 _ = hangup.recv() => {
-                    info!("SIGHUP: reloading the pool files");
+                    info!("SIGHUP: reloading the config's pools list and the pool files");
                     let _ = reload.try_send(());
                 }
             }

@@ -31,11 +31,14 @@
 //! - `paths.rs` — paths resolved against the config's folder; "inside the store" decided lexically.
 //! - `providers.rs` — `providers:` entries and the settings of each kind.
 //! - `pools.rs` — [`load_pools`]: the pool files, checked together and against the config.
+//! - `reload.rs` — [`reload_pools`]: what a reload (SIGHUP) takes from the edited config file (its
+//!   `pools` list), and [`changed_keys`]: the keys it names as needing a restart.
 
 mod paths;
 mod pools;
 mod providers;
 mod raw;
+mod reload;
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -50,6 +53,7 @@ use tenure_core::model::{NodeSpec, ProviderKind};
 
 pub use pools::{POOL_FILE_BYTES_MAX, check_record_size, load_pools};
 pub use providers::{INTERFACE_NAME_BYTES_MAX, check_interface_name};
+pub use reload::{changed_keys, reload_pools};
 
 use paths::{is_inside, path_field};
 use raw::{RawConfig, RawStoreKind};
@@ -147,8 +151,9 @@ pub struct ConfigSource {
     pub pools: Vec<Position>,
     /// Position of each provider's `kind`, in the order of [`AgentConfig::providers`].
     pub provider_kinds: Vec<Position>,
-    /// Where each of these keys was written, when it was: `store.kind` (else `store`),
-    /// `apiTokenFile`, `store.passwordFile`, `store.tls.ca`, `store.tls.cert`, `store.tls.key`.
+    /// Where each of these keys was written, when it was: `node` or `nodes`, `store.kind` (else
+    /// `store`), `apiTokenFile`, `store.passwordFile`, `store.tls.ca`, `store.tls.cert`,
+    /// `store.tls.key`.
     pub keys: BTreeMap<&'static str, Position>,
 }
 
@@ -411,7 +416,9 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
 fn key_positions(raw: &RawConfig) -> BTreeMap<&'static str, Position> {
     let store = &raw.store.value;
     let tls = store.tls.as_ref().map(|t| &t.value);
-    let keys: [(&'static str, Option<Position>); 6] = [
+    let keys: [(&'static str, Option<Position>); 8] = [
+        ("node", raw.node.as_ref().map(Position::of_spanned)),
+        ("nodes", raw.nodes.as_ref().map(Position::of_spanned)),
         (
             "store.kind",
             Some(store.kind.as_ref().map_or_else(|| Position::of_spanned(&raw.store), Position::of_spanned)),
