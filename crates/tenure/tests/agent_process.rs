@@ -242,6 +242,67 @@ fn sighup_applies_a_good_change_refuses_a_bad_file_and_moves_an_address_between_
     assert!(agent.terminate().success());
 }
 
+/// SIGHUP reads the config file again: an edited `pools` list is applied (a file added, one
+/// removed), each pool applied or deleted is logged by name, every other key that changed is
+/// named as needing a restart and not applied, a config that does not parse changes nothing (one
+/// line), and the next restart has nothing left to apply.
+#[test]
+fn sighup_applies_an_edited_pools_list_and_names_the_keys_that_need_a_restart() {
+    let dir = TempDir::new("agent-sighup-config");
+    let listen = free_port();
+    dir.write("x.yaml", &pool_yaml("x", &["10.0.0.1"], &["a", "b"], "sim1", ""));
+    dir.write("y.yaml", &pool_yaml("y", &["10.0.0.2"], &["a", "b"], "sim1", ""));
+    dir.write("z.yaml", &pool_yaml("z", &["10.0.0.3"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["x.yaml", "y.yaml"]);
+    let agent = Agent::start(&dir, &config, listen);
+    let owned = |agent: &Agent| -> Vec<String> {
+        map(&agent.get("/v1/ownership")["ownership"])
+            .into_iter()
+            .filter(|(_, (owner, ..))| owner == "a")
+            .map(|(key, _)| key)
+            .collect()
+    };
+    wait_for("x and y held", || owned(&agent) == ["x/10.0.0.1", "y/10.0.0.2"]);
+
+    // y's file removed from the list, z's added; heartbeatInterval changed too (a restart's).
+    let text = std::fs::read_to_string(&config).expect("config");
+    let edited = text
+        .replace("pools: [x.yaml, y.yaml]", "pools: [x.yaml, z.yaml]")
+        .replace("heartbeatInterval: 100ms", "heartbeatInterval: 150ms");
+    assert_ne!(edited, text);
+    std::fs::write(&config, &edited).expect("write");
+    agent.hangup();
+    wait_for("z held, y let go", || owned(&agent) == ["x/10.0.0.1", "z/10.0.0.3"]);
+    wait_for("each pool change logged by name", || {
+        let log = agent.log();
+        log.contains("pool deleted pool=y") && log.contains("pool applied pool=z addresses=1")
+    });
+    let log = agent.log();
+    let restart: Vec<&str> = log.lines().filter(|l| l.contains("only a restart applies")).collect();
+    assert_eq!(restart.len(), 1, "{log}");
+    assert!(restart[0].contains("keys=heartbeatInterval"), "{}", restart[0]);
+    assert_eq!(log.matches("pool applied pool=x").count(), 1, "at start only; x did not change: {log}");
+
+    // A config that does not parse: one line, nothing applied, the agent keeps running.
+    let before = agent.get("/v1/ownership");
+    std::fs::write(&config, "node: {name: a\n").expect("write");
+    agent.hangup();
+    wait_for("the refusal is logged", || agent.log().contains("not reloaded"));
+    let log = agent.log();
+    assert_eq!(log.lines().filter(|l| l.contains("not reloaded")).count(), 1, "{log}");
+    assert!(log.lines().any(|l| l.contains("not reloaded") && l.contains("nothing applied")), "{log}");
+    assert_eq!(agent.get("/v1/ownership"), before, "a bad config changes nothing");
+    assert_eq!(process::http(listen, "GET", "/v1/health", None, None).expect("answers").0, 200);
+    assert!(agent.terminate().success());
+
+    // Restarted on the edited config: the log already has its pools; nothing to apply.
+    std::fs::write(&config, &edited).expect("write");
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("x and z held again", || owned(&agent) == ["x/10.0.0.1", "z/10.0.0.3"]);
+    assert!(!agent.log().contains("applying pool changes"), "{}", agent.log());
+    assert!(agent.terminate().success());
+}
+
 #[test]
 fn sigterm_lets_a_call_in_flight_finish_and_exits_zero_with_its_result_recorded() {
     let dir = TempDir::new("agent-sigterm");
@@ -481,28 +542,84 @@ fn the_agent_api_refuses_401_403_400_413_and_changes_nothing() {
     assert!(agent.terminate().success());
 }
 
+/// Starts the agent on `config`, which it must refuse before it opens its store with `code`:
+/// answers its stderr, which must be exactly what `tenure validate` of the same config prints
+/// (one function makes both checks) and must have created no store.
+fn refused_before_the_store(
+    dir: &TempDir,
+    config: &std::path::Path,
+    listen: std::net::SocketAddr,
+    code: i32,
+) -> String {
+    let mut agent = Agent::spawn(dir, config, listen);
+    let status = process::wait_exit(&mut agent.child);
+    let log = agent.log();
+    assert_eq!(status.code(), Some(code), "{log}");
+    assert!(!dir.path().join("store").exists(), "no store was created");
+    let (validate_code, stdout, stderr) = tenure(&["validate", config.to_str().expect("utf-8")]);
+    assert_eq!((validate_code, stdout.as_str()), (code, ""), "tenure validate: {stderr}");
+    assert_eq!(stderr, log, "tenure validate refuses what the agent refuses, in the same lines");
+    log
+}
+
 /// A provider kind this build has no executor for stops the agent before it opens its store:
-/// exit 3 (a part this build does not have), one line naming the provider and what to do.
-#[cfg(not(feature = "aws"))]
+/// exit 3 (a part this build does not have), one line naming the config file, the provider's
+/// `kind` and what to do. `oci` has no executor in any build.
 #[test]
 fn a_provider_kind_without_an_executor_exits_3_in_one_line_before_touching_the_store() {
     let dir = TempDir::new("agent-no-executor");
     let listen = free_port();
     dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "cloud", ""));
-    let config =
-        config(&dir, listen, "cloud", "[{name: cloud, kind: aws, region: us-east-1}]", &["pools.yaml"]);
-    let mut agent = Agent::spawn(&dir, &config, listen);
-    let status = process::wait_exit(&mut agent.child);
-    let log = agent.log();
-    assert_eq!(status.code(), Some(3), "{log}");
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
-    assert_eq!(lines.len(), 1, "{log}");
-    assert!(
-        lines[0].contains("provider `cloud`: this build has no aws executor; rebuild with --features aws"),
-        "{}",
-        lines[0]
+    let config = config(&dir, listen, "cloud", "[{name: cloud, kind: oci}]", &["pools.yaml"]);
+    let log = refused_before_the_store(&dir, &config, listen, 3);
+    assert_eq!(
+        log,
+        format!(
+            "{}:6:33: provider `cloud`: kind oci has no executor in this version (see README.md, Status); \
+             use exec to drive it with your own command\n",
+            config.display()
+        )
     );
-    assert!(!dir.path().join("store").exists(), "no store was created");
+    #[cfg(not(feature = "aws"))]
+    {
+        let config = self::config(
+            &dir,
+            listen,
+            "cloud",
+            "[{name: cloud, kind: aws, region: us-east-1}]",
+            &["pools.yaml"],
+        );
+        let log = refused_before_the_store(&dir, &config, listen, 3);
+        assert_eq!(
+            log,
+            format!(
+                "{}:6:33: provider `cloud`: this build has no aws executor; rebuild with --features aws\n",
+                config.display()
+            )
+        );
+    }
+}
+
+/// An API token file the agent cannot read stops it before it opens its store: exit 2, one line
+/// at the config's `apiTokenFile`, the same as `tenure validate` prints.
+#[test]
+fn an_unreadable_token_file_exits_2_in_one_line_before_touching_the_store() {
+    let dir = TempDir::new("agent-no-token");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    std::fs::remove_file(dir.path().join("token")).expect("remove the token file");
+    let log = refused_before_the_store(&dir, &config, listen, 2);
+    let token = dir.path().join("token");
+    assert!(
+        log.starts_with(&format!(
+            "{}:12:15: {}: cannot read the API token file: ",
+            config.display(),
+            token.display()
+        )),
+        "{log}"
+    );
+    assert_eq!(log.lines().count(), 1, "{log}");
 }
 
 /// An etcd store in a build without the `etcd` feature: exit 3 in one line, no store created.
@@ -518,15 +635,12 @@ fn a_build_without_etcd_refuses_an_etcd_store_in_one_line() {
         "{kind: etcd, endpoints: [http://127.0.0.1:2379], path: ./store}",
     );
     std::fs::write(&config, text).expect("write");
-    let mut agent = Agent::spawn(&dir, &config, listen);
-    let status = process::wait_exit(&mut agent.child);
-    let log = agent.log();
-    assert_eq!(status.code(), Some(3), "{log}");
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("tenure agent:")).collect();
+    let log = refused_before_the_store(&dir, &config, listen, 3);
     assert_eq!(
-        lines,
-        ["tenure agent: this build has no etcd store (fleet mode); rebuild with --features etcd"],
-        "{log}"
+        log,
+        format!(
+            "{}:4:15: this build has no etcd store (fleet mode); rebuild with --features etcd\n",
+            config.display()
+        )
     );
-    assert!(!dir.path().join("store").exists(), "no store was created");
 }

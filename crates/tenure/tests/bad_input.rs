@@ -259,3 +259,120 @@ fn pools_of_two_files_are_checked_together() {
     assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
     assert!(stderr.starts_with(&format!("{a}:7:")), "stderr: {stderr}");
 }
+
+/// Writes `agent.yaml` (one sim-cloud node, provider list `providers`, then `extra` lines) in a
+/// fresh folder; answers the config's path.
+fn agent_config(name: &str, providers: &str, extra: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("agent.yaml");
+    fs::write(
+        &config,
+        format!(
+            "node: {{name: a, provider: sim1, placementGroup: g1, nic: eni-a}}\n\
+             store: {{kind: embedded, path: ./data}}\n\
+             providers: {providers}\n{extra}"
+        ),
+    )
+    .expect("write config");
+    config
+}
+
+/// `tenure validate CONFIG`: (exit code, stderr lines, stdout).
+fn validate(config: &Path) -> (Option<i32>, Vec<String>, String) {
+    let output = tenure(&["validate", &config.display().to_string()]);
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).lines().map(str::to_owned).collect(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+/// What the agent refuses before it opens its store, `validate` refuses too, in the same line:
+/// a token file it cannot use (exit 2), a provider kind without an executor in this build (exit 3,
+/// as docs/operations.md says), at the config's `line:column`.
+#[test]
+fn validate_refuses_what_the_agent_refuses_before_its_store() {
+    let sim = "[{name: sim1, kind: sim-cloud}]";
+    // An empty token file (one that cannot be read is in the corpus).
+    let config = agent_config("validate_empty_token", sim, "apiTokenFile: ./token\n");
+    fs::write(config.with_file_name("token"), " \n").expect("write token");
+    let (code, lines, stdout) = validate(&config);
+    let file = config.display().to_string();
+    let token = config.with_file_name("token").display().to_string();
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines, [format!("{file}:4:15: {token}: the API token is empty")]);
+    assert_eq!(stdout, "");
+    fs::write(config.with_file_name("token"), "secret\n").expect("write token");
+    assert_eq!(validate(&config).0, Some(0), "a good token file");
+
+    // A provider kind no build has an executor for yet: exit 3, one line at its `kind`.
+    let config = agent_config("validate_oci", "[{name: sim1, kind: sim-cloud}, {name: o, kind: oci}]", "");
+    let (code, lines, stdout) = validate(&config);
+    assert_eq!(code, Some(3), "{lines:?}");
+    assert_eq!(
+        lines,
+        [format!(
+            "{}:3:60: provider `o`: kind oci has no executor in this version (see README.md, Status); \
+             use exec to drive it with your own command",
+            config.display()
+        )]
+    );
+    assert_eq!(stdout, "");
+
+    // With bad input beside it, both are reported and the exit is 2 (fixing the build alone
+    // would not do).
+    let config = agent_config(
+        "validate_oci_and_token",
+        "[{name: sim1, kind: sim-cloud}, {name: o, kind: oci}]",
+        "apiTokenFile: ./missing-token\n",
+    );
+    let (code, lines, _) = validate(&config);
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains(":3:60: provider `o`: kind oci"), "{lines:?}");
+    assert!(lines[1].contains(":4:15: ") && lines[1].contains("cannot read the API token file"), "{lines:?}");
+}
+
+/// A provider kind this build left out by its cargo feature: exit 3 and the feature to rebuild
+/// with, at the provider's `kind`.
+#[cfg(not(feature = "aws"))]
+#[test]
+fn validate_refuses_an_aws_provider_in_a_build_without_aws() {
+    let config = agent_config(
+        "validate_no_aws",
+        "[{name: sim1, kind: sim-cloud}, {name: cloud, kind: aws, region: us-east-1}]",
+        "",
+    );
+    let (code, lines, _) = validate(&config);
+    assert_eq!(code, Some(3), "{lines:?}");
+    assert_eq!(
+        lines,
+        [format!(
+            "{}:3:64: provider `cloud`: this build has no aws executor; rebuild with --features aws",
+            config.display()
+        )]
+    );
+}
+
+/// An etcd store in a build without the `etcd` feature: exit 3, at `store.kind`.
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn validate_refuses_an_etcd_store_in_a_build_without_etcd() {
+    let config = agent_config("validate_no_etcd", "[{name: sim1, kind: sim-cloud}]", "");
+    let text = fs::read_to_string(&config).expect("config").replace(
+        "{kind: embedded, path: ./data}",
+        "{kind: etcd, endpoints: [http://127.0.0.1:2379], path: ./data}",
+    );
+    fs::write(&config, text).expect("write config");
+    let (code, lines, _) = validate(&config);
+    assert_eq!(code, Some(3), "{lines:?}");
+    assert_eq!(
+        lines,
+        [format!(
+            "{}:2:15: this build has no etcd store (fleet mode); rebuild with --features etcd",
+            config.display()
+        )]
+    );
+}

@@ -272,7 +272,7 @@ fn no_agent_answers_on_a_closed_port() {
             "tenure ownership: no agent answers at {endpoint} (connection refused); is tenure agent running?\n"
         )
     );
-    let bad = tenure_with_env(&["ownership", "--endpoint", "https://127.0.0.1:1"], &[]);
+    let bad = tenure_with_env(&["ownership", "--endpoint", "http://127.0.0.1:1/v1"], &[]);
     assert_eq!(code(&bad), 2, "a bad endpoint is bad input");
     let bad = tenure_with_env(&["ownership", "-o", "xml"], &[]);
     assert_eq!(code(&bad), 2, "a bad flag is bad input");
@@ -360,4 +360,157 @@ fn a_drain_that_leaves_addresses_with_no_eligible_member_says_so() {
         stdout(&drain),
         format!("node/b drained (log index {}); 3 addresses now have no eligible member\n", before + 2)
     );
+}
+
+/// Runs `openssl ARGS…` in `dir`; it must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Writes, in `dir`, a test CA (`ca.pem`), another one nothing is signed by (`other-ca.pem`), and
+/// a server certificate for `localhost` and `127.0.0.1` signed by the first (`server.pem`,
+/// `server.key`), made with the openssl command.
+fn certificates(dir: &Path) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    for name in ["ca", "other-ca"] {
+        let subject = format!("/CN=tenure-test-{name}");
+        let key = format!("{name}.key");
+        let pem = format!("{name}.pem");
+        let mut args = vec!["req", "-x509"];
+        args.extend(ec);
+        args.extend(["-days", "2", "-subj", &subject, "-keyout", &key, "-out", &pem]);
+        openssl(dir, &args);
+    }
+    let mut args = vec!["req"];
+    args.extend(ec);
+    args.extend(["-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr"]);
+    openssl(dir, &args);
+    std::fs::write(dir.join("server.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").expect("ext");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.pem",
+        ],
+    );
+}
+
+/// A TLS-terminating proxy in front of `backend` (what docs/operations.md says to put in front of
+/// an agent reached from another host), with `server.pem` and `server.key` of `dir`, on the
+/// agent's runtime. Answers its port on 127.0.0.1.
+fn tls_proxy(runtime: &tokio::runtime::Runtime, dir: &Path, backend: std::net::SocketAddr) -> u16 {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .expect("server.pem")
+        .collect::<Result<_, _>>()
+        .expect("PEM");
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server.key");
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .expect("the server certificate");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("a loopback port");
+    let port = listener.local_addr().expect("bound").port();
+    runtime.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(backend).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+            });
+        }
+    });
+    port
+}
+
+/// `--endpoint https://…` speaks TLS to a proxy in front of the agent: the proxy's certificate
+/// must chain to `--ca-file` (or `TENURE_CA_FILE`), else to the system's trust store
+/// (`SSL_CERT_FILE` here); an untrusted one is refused in one line that says so.
+#[test]
+fn the_verbs_speak_https_to_a_tls_proxy_in_front_of_the_agent() {
+    let agent = Agent::start("https");
+    certificates(&agent.dir);
+    let port = tls_proxy(&agent.runtime, &agent.dir, agent.server.address);
+    let file = |name: &str| agent.dir.join(name).display().to_string();
+    let (ca, other_ca, token) = (file("ca.pem"), file("other-ca.pem"), file("token"));
+    let by_name = format!("https://localhost:{port}");
+    let by_address = format!("https://127.0.0.1:{port}");
+
+    // A read and a change, trusting the private CA from --ca-file, by host name and by address.
+    let read = tenure_with_env(&["ownership", "-o", "json", "--endpoint", &by_name, "--ca-file", &ca], &[]);
+    assert_eq!(code(&read), 0, "{}", stderr(&read));
+    let rows: Value = serde_json::from_str(&stdout(&read)).expect("JSON");
+    assert_eq!(rows["ownership"].as_array().expect("a list").len(), 3, "{rows}");
+    let before = agent.log_len();
+    let drain = tenure_with_env(
+        &["drain", "a", "--endpoint", &by_address, "--token-file", &token],
+        &[("TENURE_CA_FILE", &ca)],
+    );
+    assert_eq!(code(&drain), 0, "{}", stderr(&drain));
+    assert_eq!(stdout(&drain), format!("node/a drained (log index {})\n", before + 1));
+    assert_eq!(agent.log_len(), before + 1);
+
+    // Without --ca-file: the system's trust store, which SSL_CERT_FILE names.
+    let system = tenure_with_env(&["ownership", "--endpoint", &by_name], &[("SSL_CERT_FILE", &ca)]);
+    assert_eq!(code(&system), 0, "{}", stderr(&system));
+    let untrusted = tenure_with_env(&["ownership", "--endpoint", &by_name], &[("SSL_CERT_FILE", &other_ca)]);
+    assert_eq!(code(&untrusted), 1, "a failed handshake is a refusal: {}", stderr(&untrusted));
+    assert_eq!(
+        stderr(&untrusted),
+        format!(
+            "tenure ownership: TLS with {by_name} failed: invalid peer certificate: UnknownIssuer \
+             (a proxy certificate signed by a private CA? give --ca-file FILE)\n"
+        )
+    );
+    let wrong_ca = tenure_with_env(&["ownership", "--endpoint", &by_name, "--ca-file", &other_ca], &[]);
+    assert_eq!(code(&wrong_ca), 1);
+    assert_eq!(
+        stderr(&wrong_ca),
+        format!("tenure ownership: TLS with {by_name} failed: invalid peer certificate: UnknownIssuer\n")
+    );
+
+    // https to the agent's own plain-http port: one line, no hang.
+    let plain = format!("https://127.0.0.1:{}", agent.server.address.port());
+    let mismatch = tenure_with_env(&["ownership", "--endpoint", &plain, "--ca-file", &ca], &[]);
+    assert_eq!(code(&mismatch), 1, "{}", stderr(&mismatch));
+    assert_eq!(stderr(&mismatch).lines().count(), 1, "{}", stderr(&mismatch));
+    assert!(stderr(&mismatch).starts_with(&format!("tenure ownership: TLS with {plain} failed: ")));
+
+    // --ca-file that cannot be used, or with a plain http endpoint: bad input.
+    let missing =
+        tenure_with_env(&["ownership", "--endpoint", &by_name, "--ca-file", &file("absent.pem")], &[]);
+    assert_eq!(code(&missing), 2);
+    assert!(
+        stderr(&missing)
+            .starts_with(&format!("tenure ownership: --ca-file {}: cannot read: ", file("absent.pem"))),
+        "{}",
+        stderr(&missing)
+    );
+    let not_pem = tenure_with_env(&["ownership", "--endpoint", &by_name, "--ca-file", &token], &[]);
+    assert_eq!(code(&not_pem), 2);
+    assert!(stderr(&not_pem).contains("holds no PEM certificate"), "{}", stderr(&not_pem));
+    let http = tenure_with_env(&["ownership", "--endpoint", &agent.server.base, "--ca-file", &ca], &[]);
+    assert_eq!(code(&http), 2);
+    assert!(stderr(&http).contains("--ca-file is for https endpoints"), "{}", stderr(&http));
 }

@@ -655,7 +655,30 @@ impl<S: AgentStore> Agent<S> {
             return Ok(());
         }
         info!(events = plan.len(), "applying pool changes");
-        self.append(plan).map(|_| ()).map_err(|e| vec![e])
+        // Said once the events are in the log, one line per pool event, by name.
+        let said: Vec<(String, Option<usize>, &'static str)> = plan
+            .iter()
+            .filter_map(|kind| match kind {
+                EventKind::PoolDeleted { pool } => Some((pool.clone(), None, "pool deleted")),
+                EventKind::PoolApplied { spec } if !wanted.contains(&**spec) => Some((
+                    spec.name.clone(),
+                    Some(spec.addresses.len()),
+                    "pool shrunk first (lets addresses go before another pool takes them)",
+                )),
+                EventKind::PoolApplied { spec } => {
+                    Some((spec.name.clone(), Some(spec.addresses.len()), "pool applied"))
+                }
+                _ => None,
+            })
+            .collect();
+        self.append(plan).map_err(|e| vec![e])?;
+        for (pool, addresses, what) in said {
+            match addresses {
+                Some(addresses) => info!(%pool, addresses, "{what}"),
+                None => info!(%pool, "{what}"),
+            }
+        }
+        Ok(())
     }
 
     /// The pools the log has applied now (not deleted), by name.
@@ -668,7 +691,9 @@ impl<S: AgentStore> Agent<S> {
             .collect()
     }
 
-    /// SIGHUP: reads the pool files again; a bad file changes nothing and is reported.
+    /// SIGHUP: reads the pools again ([`super::Settings::pools`]: for the agent, the config's
+    /// `pools` list and the pool files); a bad config or pool file changes nothing and is
+    /// reported.
     fn reload(&mut self) {
         match (self.pools)() {
             Ok(wanted) => {

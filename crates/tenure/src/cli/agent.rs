@@ -2,8 +2,9 @@
 //!
 //! Exit codes: 0 after a clean stop (SIGTERM or SIGINT: no new work, calls in flight finished or
 //! timed out, results recorded, store closed); 1 when the agent cannot start (the store refuses,
-//! the address is in use) or stops on an error; 2 for a bad config or pool file; 3 for a part
-//! this build does not have (the etcd store, a provider whose executor is a later issue).
+//! the address is in use) or stops on an error; 2 for a bad config, token or pool file; 3 for a
+//! part this build does not have (the etcd store, a provider kind without an executor here). The
+//! checks behind 2 and 3 are `preflight.rs`, which `tenure validate` runs too.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,26 +12,22 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::model::{ProviderKind, ProviderSpec};
+use tenure_core::model::ProviderSpec;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use super::executors::executors;
+use super::preflight::{Checked, Refusal, StoreSecrets, check_before_store};
 use super::{EXIT_BAD_INPUT, EXIT_NOT_BUILT};
 use crate::agent::request::AgentHandle;
 use crate::agent::runner::{AgentError, run};
 use crate::agent::{ProviderExecutor, Settings};
 use crate::api::{self, ApiToken};
-use crate::config::{AgentConfig, ProviderSettings, StoreConfig, load_config, load_pools};
-use crate::exec::SimExecutor;
-use crate::exec::hook::ExecHook;
+use crate::config::{AgentConfig, StoreConfig, reload_pools};
 use crate::exec::hook_groups::HookGroups;
 use crate::metrics::Metrics;
 use crate::store::{EmbeddedStore, MissingIdentity};
-
-/// Extra time an exec hook's call gets past the hook's own timeout, so that the hook's timeout
-/// (which kills its process group) fires first and names itself.
-const HOOK_DEADLINE_GRACE: Duration = Duration::from_secs(1);
 
 /// Log formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -80,125 +77,24 @@ fn hook_owner(store_path: &std::path::Path, cluster_id: &str) -> String {
     format!("{cluster_id}@{}", path.display())
 }
 
-/// The executors of the configured providers, or the one-line refusal of a kind this build has
-/// no executor for.
-fn executors(
-    config: &AgentConfig,
-    owner: &str,
-    groups: Option<&HookGroups>,
-) -> Result<BTreeMap<String, ProviderExecutor>, String> {
-    let action_timeout = Duration::from_millis(config.action_timeout_ms);
-    let mut executors = BTreeMap::new();
-    for provider in &config.providers {
-        let mut executor = match (&provider.kind, &provider.settings) {
-            (ProviderKind::SimCloud | ProviderKind::SimOnprem, _) => ProviderExecutor {
-                executor: Arc::new(SimExecutor::new(provider.kind)),
-                call_timeout: action_timeout,
-                inventory_interval: None,
-            },
-            (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
-                let timeout = Duration::from_millis(*timeout_ms);
-                let mut hook = ExecHook::new(command.clone(), timeout).owned_by(owner);
-                if let Some(groups) = groups {
-                    hook = hook.recorded_in(groups.clone());
-                }
-                ProviderExecutor {
-                    executor: Arc::new(hook),
-                    call_timeout: timeout + HOOK_DEADLINE_GRACE,
-                    inventory_interval: None,
-                }
-            }
-            #[cfg(all(target_os = "linux", feature = "onprem"))]
-            (ProviderKind::Onprem, ProviderSettings::Onprem { interface, garp_count, garp_interval_ms }) => {
-                ProviderExecutor {
-                    executor: Arc::new(crate::exec::onprem::OnpremExecutor::new(
-                        interface,
-                        *garp_count,
-                        Duration::from_millis(*garp_interval_ms),
-                    )),
-                    call_timeout: action_timeout,
-                    inventory_interval: None,
-                }
-            }
-            #[cfg(feature = "aws")]
-            (ProviderKind::Aws, ProviderSettings::Aws { region, endpoint_url }) => ProviderExecutor {
-                executor: Arc::new(crate::exec::aws::AwsExecutor::new(region, endpoint_url.as_deref())),
-                call_timeout: action_timeout,
-                inventory_interval: None,
-            },
-            #[cfg(not(feature = "aws"))]
-            (ProviderKind::Aws, _) => {
-                return Err(format!(
-                    "provider `{}`: this build has no aws executor; rebuild with --features aws",
-                    provider.name
-                ));
-            }
-            #[cfg(not(all(target_os = "linux", feature = "onprem")))]
-            (ProviderKind::Onprem, _) => {
-                return Err(format!(
-                    "provider `{}`: this build has no onprem executor; rebuild with --features onprem (Linux)",
-                    provider.name
-                ));
-            }
-            (kind, _) => {
-                return Err(format!(
-                    "provider `{}`: kind {} has no executor in this build yet (see README.md, Status); \
-                     use exec to drive it with your own command",
-                    provider.name,
-                    kind.as_str()
-                ));
-            }
-        };
-        executor.inventory_interval = provider.inventory_interval_ms.map(Duration::from_millis);
-        executors.insert(provider.name.clone(), executor);
-    }
-    Ok(executors)
-}
-
 /// `tenure agent --config FILE`.
 pub fn run_cli(args: &AgentArgs) -> ExitCode {
     init_logging(args.log_format);
-    let config = match load_config(&args.config) {
-        Ok(config) => config,
-        Err(lines) => {
+    // Every check made before the store is opened, the same `tenure validate` makes: a config
+    // this agent refuses changes nothing.
+    let Checked { config, token, store_secrets } = match check_before_store(&args.config) {
+        Ok(checked) => checked,
+        Err(Refusal { code, lines }) => {
             for line in lines {
                 eprintln!("{line}");
             }
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return ExitCode::from(code);
         }
     };
-    #[cfg(not(feature = "etcd"))]
-    if matches!(config.store, StoreConfig::Etcd { .. }) {
-        eprintln!("tenure agent: this build has no etcd store (fleet mode); rebuild with --features etcd");
-        return ExitCode::from(EXIT_NOT_BUILT);
-    }
     let store_path = config.store.path().to_owned();
-    // Checked before the store is opened (a kind this build cannot run changes nothing); built
-    // again below with the store's mark for the hooks' processes.
-    if let Err(line) = executors(&config, "", None) {
-        eprintln!("tenure agent: {line}");
-        return ExitCode::from(EXIT_NOT_BUILT);
-    }
-    let token = match &config.api_token_file {
-        Some(path) => match ApiToken::from_file(path) {
-            Ok(token) => Some(token),
-            Err(e) => {
-                eprintln!("tenure agent: {e}");
-                return ExitCode::from(EXIT_BAD_INPUT);
-            }
-        },
-        None => None,
-    };
-    // Pools are checked before the store is opened: a bad file changes nothing.
-    if let Err(lines) = load_pools(&config) {
-        for line in lines {
-            eprintln!("{line}");
-        }
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
     let missing =
         if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };
-    let store = match Opened::open(&config, missing) {
+    let store = match Opened::open(&config, store_secrets, missing) {
         Ok(store) => store,
         Err(e) => {
             eprintln!("tenure agent: {e}{}", earlier_default_identity(&config));
@@ -285,45 +181,14 @@ fn earlier_default_identity(config: &AgentConfig) -> String {
 }
 
 impl Opened {
-    fn open(config: &AgentConfig, missing: MissingIdentity) -> Result<Self, String> {
+    fn open(config: &AgentConfig, secrets: StoreSecrets, missing: MissingIdentity) -> Result<Self, String> {
         match &config.store {
             StoreConfig::Embedded { path } => EmbeddedStore::open_with(path, &config.identity_file, missing)
                 .map(Self::Embedded)
                 .map_err(|e| e.to_string()),
             #[cfg(feature = "etcd")]
-            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every, tls, user } => {
-                let read = |path: &std::path::Path, what: &str| {
-                    std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
-                };
-                let user = match user {
-                    Some((name, file)) => {
-                        let text = String::from_utf8(read(file, "store.passwordFile")?)
-                            .map_err(|_| format!("store.passwordFile {}: not UTF-8", file.display()))?;
-                        let password = text.trim_end_matches(['\n', '\r']).to_owned();
-                        if password.is_empty() {
-                            return Err(format!("store.passwordFile {}: empty", file.display()));
-                        }
-                        Some((name.clone(), crate::store::fleet::Secret(password)))
-                    }
-                    None => None,
-                };
-                let tls = match tls {
-                    Some(tls) => Some(crate::store::fleet::EtcdTlsPem {
-                        ca: read(&tls.ca, "store.tls.ca")?,
-                        identity: match (&tls.cert, &tls.key) {
-                            (Some(cert), Some(key)) => Some((
-                                read(cert, "store.tls.cert")?,
-                                crate::store::fleet::Secret(
-                                    String::from_utf8(read(key, "store.tls.key")?).map_err(|_| {
-                                        format!("store.tls.key {}: not PEM text", key.display())
-                                    })?,
-                                ),
-                            )),
-                            _ => None,
-                        },
-                    }),
-                    None => None,
-                };
+            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every, .. } => {
+                let StoreSecrets { user, tls } = secrets;
                 let options = crate::store::fleet::EtcdOptions {
                     endpoints: endpoints.clone(),
                     prefix: prefix.clone(),
@@ -346,6 +211,7 @@ impl Opened {
             }
             #[cfg(not(feature = "etcd"))]
             StoreConfig::Etcd { .. } => {
+                let StoreSecrets {} = secrets;
                 Err("this build has no etcd store; rebuild with --features etcd".into())
             }
         }
@@ -419,9 +285,11 @@ async fn serve<S: crate::agent::AgentStore>(
         heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
         requeue_interval: Duration::from_millis(config.requeue_interval_ms),
         journal_retention: config.journal_retention,
+        // At start and on every SIGHUP: the config file read again for its `pools` list (other
+        // changed keys are named as needing a restart), then the pool files.
         pools: {
             let config = config.clone();
-            Box::new(move || load_pools(&config))
+            Box::new(move || reload_pools(&config))
         },
         vrrp,
     };
@@ -449,7 +317,7 @@ async fn serve<S: crate::agent::AgentStore>(
     }
 }
 
-/// SIGTERM and SIGINT stop the agent; SIGHUP reloads the pool files.
+/// SIGTERM and SIGINT stop the agent; SIGHUP reloads the config's `pools` list and the pool files.
 fn watch_signals(stop: CancellationToken, reload: mpsc::Sender<()>) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate = signal(SignalKind::terminate())?;
@@ -461,7 +329,7 @@ fn watch_signals(stop: CancellationToken, reload: mpsc::Sender<()>) -> std::io::
                 _ = terminate.recv() => { info!("SIGTERM: stopping"); stop.cancel(); }
                 _ = interrupt.recv() => { info!("SIGINT: stopping"); stop.cancel(); }
                 _ = hangup.recv() => {
-                    info!("SIGHUP: reloading the pool files");
+                    info!("SIGHUP: reloading the config's pools list and the pool files");
                     let _ = reload.try_send(());
                 }
             }

@@ -1,14 +1,28 @@
 //! The HTTP client of the verbs that talk to a running agent (`tenure ownership`, `drain`, …):
-//! plain `http://` on hyper-util's client, one request per call, bounded in time and size.
+//! `http://` on hyper-util's client, or `https://` to a TLS proxy in front of the agent (rustls,
+//! through hyper-rustls), one request per call, bounded in time and size.
+//!
+//! # Which certificates an `https://` endpoint's must chain to
+//!
+//! The system's trust store (rustls-native-certs: `/etc/ssl/certs` on Debian, `SSL_CERT_FILE` /
+//! `SSL_CERT_DIR` when set), or, with `--ca-file FILE`, only the CA certificates (PEM) in that
+//! file: a private CA that signed the proxy's certificate, trusted for this call alone. The name
+//! checked is the endpoint's host (a DNS name or an IP address, which the certificate must list
+//! as a subjectAltName). TLS 1.2 and 1.3, on ring.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 
 /// The agent's address when neither `--endpoint` nor `TENURE_ENDPOINT` says another.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:9464";
@@ -25,13 +39,31 @@ const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Why a call got no answer from the agent.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// `--endpoint` is not an `http://host:port` URL.
+    /// `--endpoint` is not an `http://host:port` or `https://host:port` URL.
     #[error("--endpoint `{endpoint}`: {reason}")]
     BadEndpoint {
         /// What was given.
         endpoint: String,
         /// Why it is refused.
         reason: String,
+    },
+    /// The certificates to trust could not be had: `--ca-file` unreadable or holding no
+    /// certificate, no trust store on the system, or `--ca-file` with a plain `http://` endpoint.
+    #[error("{reason}")]
+    Trust {
+        /// Why, in one line.
+        reason: String,
+    },
+    /// The TLS handshake with the endpoint failed (its certificate does not chain to a trusted
+    /// CA, does not name the host, has expired; or it does not speak TLS).
+    #[error("TLS with {endpoint} failed: {cause}{hint}")]
+    Tls {
+        /// The endpoint tried.
+        endpoint: String,
+        /// What rustls said.
+        cause: String,
+        /// What to try, or nothing.
+        hint: &'static str,
     },
     /// Nothing answered (connection refused, no route, reset…).
     #[error("no agent answers at {endpoint} ({cause}); is tenure agent running?")]
@@ -68,21 +100,43 @@ pub struct Answer {
 
 /// A client of one agent.
 pub struct Client {
-    /// `http://host:port`, without a trailing `/`.
+    /// `http://host:port` or `https://host:port`, without a trailing `/`.
     endpoint: String,
     /// The bearer token sent on every call, when given.
     token: Option<String>,
-    inner: HyperClient<HttpConnector, Full<Bytes>>,
+    /// Whether `--ca-file` chose the trusted CAs (for the hint of a failed handshake).
+    private_ca: bool,
+    inner: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl Client {
-    /// A client of the agent at `endpoint` (`http://host:port`, an optional trailing `/`).
-    pub fn new(endpoint: &str, token: Option<String>) -> Result<Self, ClientError> {
+    /// A client of the agent at `endpoint` (`http://host:port` or `https://host:port`, an optional
+    /// trailing `/`). An `https://` endpoint's certificate must chain to a CA of `ca_file` (PEM)
+    /// when given, else to one of the system's trust store; `ca_file` with `http://` is refused.
+    pub fn new(endpoint: &str, token: Option<String>, ca_file: Option<&Path>) -> Result<Self, ClientError> {
         let endpoint = checked_endpoint(endpoint)?;
+        let https = endpoint.starts_with("https://");
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        connector.enforce_http(false);
+        let builder = HttpsConnectorBuilder::new();
+        let builder = match (https, ca_file) {
+            (false, Some(file)) => {
+                return Err(ClientError::Trust {
+                    reason: format!(
+                        "--ca-file {}: the endpoint {endpoint} is plain http; --ca-file is for https endpoints",
+                        file.display()
+                    ),
+                });
+            }
+            // Plain http: no trust store is read (nothing would use it).
+            (false, None) => builder.with_tls_config(tls_config(rustls::RootCertStore::empty())?),
+            (true, Some(file)) => builder.with_tls_config(tls_config(ca_file_roots(file)?)?),
+            (true, None) => builder.with_tls_config(tls_config(system_roots()?)?),
+        };
+        let connector = builder.https_or_http().enable_http1().wrap_connector(connector);
         let inner = HyperClient::builder(TokioExecutor::new()).build(connector);
-        Ok(Self { endpoint, token, inner })
+        Ok(Self { endpoint, token, private_ca: ca_file.is_some(), inner })
     }
 
     /// The endpoint, as messages name it.
@@ -151,8 +205,87 @@ impl Client {
     }
 
     fn no_answer(&self, error: &hyper_util::client::legacy::Error) -> ClientError {
+        if let Some(tls) = tls_error(error) {
+            let hint = match tls {
+                rustls::Error::InvalidCertificate(_) if !self.private_ca => {
+                    " (a proxy certificate signed by a private CA? give --ca-file FILE)"
+                }
+                _ => "",
+            };
+            return ClientError::Tls { endpoint: self.endpoint.clone(), cause: tls.to_string(), hint };
+        }
         ClientError::NoAnswer { endpoint: self.endpoint.clone(), cause: innermost(error) }
     }
+}
+
+/// rustls's configuration: TLS 1.2 and 1.3 on ring (named, not the process default: a build with
+/// the AWS SDK links a second provider), trusting `roots`, no client certificate.
+fn tls_config(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, ClientError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Trust { reason: format!("cannot set up TLS: {e}") })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
+/// The CA certificates of the system's trust store.
+fn system_roots() -> Result<rustls::RootCertStore, ClientError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+        return Err(ClientError::Trust {
+            reason: format!(
+                "no CA certificates in the system's trust store{}; give --ca-file FILE (the CA that signed the proxy's certificate)",
+                if errors.is_empty() { String::new() } else { format!(" ({})", errors.join("; ")) }
+            ),
+        });
+    }
+    Ok(roots)
+}
+
+/// The CA certificates (PEM) of `--ca-file`, and only those.
+fn ca_file_roots(file: &Path) -> Result<rustls::RootCertStore, ClientError> {
+    let refuse = |why: String| ClientError::Trust { reason: format!("--ca-file {}: {why}", file.display()) };
+    let certificates = CertificateDer::pem_file_iter(file)
+        .map_err(|e| refuse(pem_error(&e)))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| refuse(pem_error(&e)))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in certificates {
+        roots.add(certificate).map_err(|e| refuse(format!("not a CA certificate rustls accepts: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(refuse("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned()));
+    }
+    Ok(roots)
+}
+
+/// A PEM reading error in words (`cannot read: No such file or directory`).
+fn pem_error(error: &rustls::pki_types::pem::Error) -> String {
+    match error {
+        rustls::pki_types::pem::Error::Io(io) => format!("cannot read: {io}"),
+        other => format!("not PEM: {other:?}"),
+    }
+}
+
+/// The rustls error somewhere in `error`'s chain. hyper-rustls wraps it in an `io::Error` inside
+/// another `io::Error`, whose `source` skips both: an `io::Error` is followed into what it wraps.
+fn tls_error<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        current = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
 }
 
 /// The deepest cause of `error`, in words (`connection refused` rather than `client error
@@ -173,28 +306,23 @@ fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
     deepest.to_string()
 }
 
-/// `http://host:port` from what the user gave, or why not.
+/// `http://host:port` or `https://host:port` from what the user gave, or why not.
 fn checked_endpoint(given: &str) -> Result<String, ClientError> {
     let bad =
         |reason: &str| ClientError::BadEndpoint { endpoint: given.to_owned(), reason: reason.to_owned() };
     let uri: Uri = given.parse().map_err(|_| bad("not a URL; write it like http://127.0.0.1:9464"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(bad(
-                "https is not supported; the agent serves plain http on loopback (put a TLS proxy in front to reach it remotely)",
-            ));
-        }
-        _ => return Err(bad("must start with http://, like http://127.0.0.1:9464")),
-    }
+    let scheme = match uri.scheme_str() {
+        Some(scheme @ ("http" | "https")) => scheme.to_owned(),
+        _ => return Err(bad("must start with http:// or https://, like http://127.0.0.1:9464")),
+    };
     let authority = uri.authority().ok_or_else(|| bad("has no host"))?;
     if authority.as_str().contains('@') {
         return Err(bad("must not hold user information; use --token-file"));
     }
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(bad("must be just http://host:port, without a path or query"));
+        return Err(bad("must be just http(s)://host:port, without a path or query"));
     }
-    Ok(format!("http://{authority}"))
+    Ok(format!("{scheme}://{authority}"))
 }
 
 /// `text` percent-encoded for one path segment: every byte but unreserved ones (RFC 3986).
@@ -215,14 +343,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_are_plain_http_host_and_port() {
+    fn endpoints_are_http_or_https_host_and_port() {
         assert_eq!(checked_endpoint("http://127.0.0.1:9464").expect("valid"), "http://127.0.0.1:9464");
+        assert_eq!(
+            checked_endpoint("https://agent.example:443/").expect("valid"),
+            "https://agent.example:443"
+        );
         assert_eq!(checked_endpoint("http://localhost:1/").expect("valid"), "http://localhost:1");
         assert_eq!(checked_endpoint("http://[::1]:9464").expect("valid"), "http://[::1]:9464");
         for bad in [
             "",
             "127.0.0.1:9464",
-            "https://h:1",
+            "https://h:1/v1",
             "http://h:1/v1",
             "http://h:1?x=1",
             "http://u:p@h:1",

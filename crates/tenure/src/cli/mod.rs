@@ -5,6 +5,8 @@ mod approve;
 mod client;
 mod demo;
 mod elect;
+mod executors;
+mod preflight;
 mod remote;
 mod replay;
 mod sim;

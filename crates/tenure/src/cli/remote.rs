@@ -3,8 +3,9 @@
 //! `--endpoint` and `--token-file`.
 //!
 //! Exit codes: 0 done; 1 refused (the agent answered 401, 403, 404, 409, another 4xx but 400, 413
-//! and 415, or a 5xx; or no agent answers); 2 bad input (a bad argument, an answer of 400, 413 or
-//! 415, a token file that cannot be read, a mutating verb without a token file). Errors are one
+//! and 415, or a 5xx; or no agent answers; or the TLS handshake with an `https://` endpoint
+//! failed); 2 bad input (a bad argument, an answer of 400, 413 or 415, a token file or
+//! `--ca-file` that cannot be read, a mutating verb without a token file). Errors are one
 //! line on stderr: `tenure drain: node "x" not found (404)`.
 
 use std::path::PathBuf;
@@ -43,9 +44,15 @@ pub struct RemoteArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     output: RemoteOutput,
-    /// The agent's API [default: $TENURE_ENDPOINT, else http://127.0.0.1:9464].
+    /// The agent's API: http://host:port, or https://host:port for a TLS proxy in front of it
+    /// [default: $TENURE_ENDPOINT, else http://127.0.0.1:9464].
     #[arg(long)]
     endpoint: Option<String>,
+    /// With an https endpoint: trust only the CA certificates (PEM) in this file, instead of the
+    /// system's trust store (a private CA that signed the proxy's certificate)
+    /// [default: $TENURE_CA_FILE].
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
     /// The file holding the agent's API token (its apiTokenFile) [default: $TENURE_TOKEN_FILE].
     /// Needed by the verbs that change something.
     #[arg(long)]
@@ -207,7 +214,12 @@ impl Session {
             }
             (None, false) => None,
         };
-        let client = Client::new(&endpoint, token).map_err(|e| fail(EXIT_BAD_INPUT, &e.to_string()))?;
+        let ca_file = args
+            .ca_file
+            .clone()
+            .or_else(|| std::env::var_os("TENURE_CA_FILE").filter(|f| !f.is_empty()).map(PathBuf::from));
+        let client = Client::new(&endpoint, token, ca_file.as_deref())
+            .map_err(|e| fail(EXIT_BAD_INPUT, &e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

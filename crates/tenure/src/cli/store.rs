@@ -182,7 +182,7 @@ fn backup_through_api(file: &std::path::Path, config: &crate::config::AgentConfi
         .map_err(|e| e.to_string())
         .and_then(|runtime| {
             runtime.block_on(async {
-                let client = super::client::Client::new(&endpoint, token).map_err(|e| e.to_string())?;
+                let client = super::client::Client::new(&endpoint, token, None).map_err(|e| e.to_string())?;
                 client
                     .call_within(
                         http::Method::POST,

@@ -1,6 +1,9 @@
 //! `tenure validate FILE…`: pool specs (several documents per file, all files checked together),
-//! replay scenarios, and agent configs (with the pool files they name). Exit 0 when valid, 2 with
-//! one `file:line:column: message` per error.
+//! replay scenarios, and agent configs (with everything `tenure agent` checks before it opens its
+//! store: the pool files they name, the API token file, an etcd store's secret files, the parts
+//! this build lacks — `preflight.rs`). Exit 0 when valid; 2 with one `file:line:column: message`
+//! per error; 3 when the only refusals are parts this build lacks (a provider kind without an
+//! executor here, an etcd store without `--features etcd`), as `tenure agent` exits.
 //!
 //! # Which kind of file
 //!
@@ -30,8 +33,9 @@ use tenure_core::input::InputError;
 use tenure_core::spec::{check_pool_set, parse_pool_documents};
 use tenure_sim::scenario::parse_scenario;
 
-use super::EXIT_BAD_INPUT;
-use crate::config::{check_record_size, load_config, load_pools};
+use super::preflight::check_before_store;
+use super::{EXIT_BAD_INPUT, EXIT_NOT_BUILT};
+use crate::config::check_record_size;
 
 /// Keys only a scenario has at its top level.
 const SCENARIO_ONLY_KEYS: [&str; 1] = ["timeline"];
@@ -108,21 +112,21 @@ fn file_kind(text: &str) -> FileKind {
     }
 }
 
-/// Validates an agent config and the pool files it names; prints every error.
-fn validate_config(path: &std::path::Path) -> bool {
-    let errors = match load_config(path) {
-        Ok(config) => load_pools(&config).err().unwrap_or_default(),
-        Err(errors) => errors,
-    };
-    for line in &errors {
+/// Validates an agent config with every check `tenure agent` makes before it opens its store
+/// (`preflight.rs`: the config, the parts this build lacks, the token and store secret files, the
+/// pool files); prints every refusal. `None` when it would start, else the refusal's exit code.
+fn validate_config(path: &std::path::Path) -> Option<u8> {
+    let refusal = check_before_store(path).err()?;
+    for line in &refusal.lines {
         eprintln!("{line}");
     }
-    errors.is_empty()
+    Some(refusal.code)
 }
 
 /// Validates every file; see the module documentation.
 pub fn run(files: &[PathBuf]) -> ExitCode {
     let mut failed = false;
+    let mut not_built = false;
     let mut all_pools = Vec::new();
     let mut pool_files: Vec<(String, usize)> = Vec::new();
     for path in files {
@@ -134,7 +138,11 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
         let errors: Vec<InputError> = match file_kind(&text) {
             FileKind::Scenario => parse_scenario(&text).err().unwrap_or_default(),
             FileKind::Config => {
-                failed |= !validate_config(path);
+                match validate_config(path) {
+                    None => {}
+                    Some(EXIT_NOT_BUILT) => not_built = true,
+                    Some(_) => failed = true,
+                }
                 continue;
             }
             FileKind::Pools => match parse_pool_documents(&text) {
@@ -168,6 +176,8 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
     }
     if failed {
         ExitCode::from(EXIT_BAD_INPUT)
+    } else if not_built {
+        ExitCode::from(EXIT_NOT_BUILT)
     } else {
         println!("{} file(s) valid", files.len());
         ExitCode::SUCCESS

@@ -15,9 +15,10 @@
 //!   the same file), and must not be inside `store.path` (compared lexically, after resolving `.` and
 //!   `..`; symbolic links are not followed), so that a plain copy of an old store cannot carry its
 //!   identity with it.
-//! - Provider kinds `oci` and `azure` are refused: they have no executor in this version (an
-//!   `exec` provider can drive them). `aws` and `onprem` are parsed and checked; whether this
-//!   build can run them is the agent's business.
+//! - Provider kinds `oci` and `azure` parse (they take no settings) but no build has their
+//!   executor yet (an `exec` provider can drive them); `aws` and `onprem` are parsed and checked.
+//!   Whether this build can run a kind is decided by the agent's start checks
+//!   (`cli/preflight.rs`, also run by `tenure validate`): exit 3, not 2.
 //! - An exec provider's `timeout` may not exceed `actionTimeout` (which bounds every provider
 //!   call); when omitted it is 10 s, or `actionTimeout` when that is shorter.
 //! - `actionTimeout` (default 2 s) must be shorter than `heartbeatTTL + promotionHold` of every
@@ -30,12 +31,16 @@
 //! - `paths.rs` — paths resolved against the config's folder; "inside the store" decided lexically.
 //! - `providers.rs` — `providers:` entries and the settings of each kind.
 //! - `pools.rs` — [`load_pools`]: the pool files, checked together and against the config.
+//! - `reload.rs` — [`reload_pools`]: what a reload (SIGHUP) takes from the edited config file (its
+//!   `pools` list), and [`changed_keys`]: the keys it names as needing a restart.
 
 mod paths;
 mod pools;
 mod providers;
 mod raw;
+mod reload;
 
+use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -48,6 +53,7 @@ use tenure_core::model::{NodeSpec, ProviderKind};
 
 pub use pools::{POOL_FILE_BYTES_MAX, check_record_size, load_pools};
 pub use providers::{INTERFACE_NAME_BYTES_MAX, check_interface_name};
+pub use reload::{changed_keys, reload_pools};
 
 use paths::{is_inside, path_field};
 use raw::{RawConfig, RawStoreKind};
@@ -143,6 +149,20 @@ impl AgentConfig {
 pub struct ConfigSource {
     /// Position of each `pools` entry, in the order of [`AgentConfig::pool_files`].
     pub pools: Vec<Position>,
+    /// Position of each provider's `kind`, in the order of [`AgentConfig::providers`].
+    pub provider_kinds: Vec<Position>,
+    /// Where each of these keys was written, when it was: `node` or `nodes`, `store.kind` (else
+    /// `store`), `apiTokenFile`, `store.passwordFile`, `store.tls.ca`, `store.tls.cert`,
+    /// `store.tls.key`.
+    pub keys: BTreeMap<&'static str, Position>,
+}
+
+impl ConfigSource {
+    /// Where `key` (one of [`ConfigSource::keys`]) was written; line 0 (no place) when it was not.
+    #[must_use]
+    pub fn at(&self, key: &str) -> Position {
+        self.keys.get(key).copied().unwrap_or_default()
+    }
 }
 
 /// Where the federation log and this node's durable state live.
@@ -211,7 +231,8 @@ pub struct ProviderConfig {
 /// The settings of a provider, by kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProviderSettings {
-    /// `sim-cloud`, `sim-onprem`: no settings.
+    /// `sim-cloud`, `sim-onprem`: no settings (also `oci`, `azure`, which take none and which no
+    /// build runs yet).
     Sim,
     /// `exec` (SPEC 7): the operator's command, fed the stamped action.
     Exec {
@@ -304,7 +325,11 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
     });
 
     let mut pool_files: Vec<PathBuf> = Vec::new();
-    let mut source = ConfigSource::default();
+    let mut source = ConfigSource {
+        provider_kinds: raw.providers.value.iter().map(|p| Position::of_spanned(&p.value.kind)).collect(),
+        keys: key_positions(&raw),
+        ..ConfigSource::default()
+    };
     for entry in &raw.pools {
         let file = path_field(&mut errors, "pools entry", entry, base);
         if pool_files.contains(&file) {
@@ -385,6 +410,26 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
         journal_retention,
         source,
     })
+}
+
+/// Where the keys [`ConfigSource::keys`] lists were written.
+fn key_positions(raw: &RawConfig) -> BTreeMap<&'static str, Position> {
+    let store = &raw.store.value;
+    let tls = store.tls.as_ref().map(|t| &t.value);
+    let keys: [(&'static str, Option<Position>); 8] = [
+        ("node", raw.node.as_ref().map(Position::of_spanned)),
+        ("nodes", raw.nodes.as_ref().map(Position::of_spanned)),
+        (
+            "store.kind",
+            Some(store.kind.as_ref().map_or_else(|| Position::of_spanned(&raw.store), Position::of_spanned)),
+        ),
+        ("apiTokenFile", raw.api_token_file.as_ref().map(Position::of_spanned)),
+        ("store.passwordFile", store.password_file.as_ref().map(Position::of_spanned)),
+        ("store.tls.ca", tls.map(|t| Position::of_spanned(&t.ca))),
+        ("store.tls.cert", tls.and_then(|t| t.cert.as_ref()).map(Position::of_spanned)),
+        ("store.tls.key", tls.and_then(|t| t.key.as_ref()).map(Position::of_spanned)),
+    ];
+    keys.into_iter().filter_map(|(key, position)| Some((key, position?))).collect()
 }
 
 /// `node:` or `nodes:`, exactly one of them, and `peers:` (with an etcd store only), validated
