@@ -22,7 +22,7 @@ use std::net::IpAddr;
 
 use crate::federation::Federation;
 use crate::fence::HeadTokens;
-use crate::journal::{EntryState, JournalStore};
+use crate::journal::JournalStore;
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::{ParsedKey, StampedAction};
@@ -130,25 +130,23 @@ impl<S: JournalStore> NodeDriver<S> {
     /// Whether planning again could change anything the last reconcile did: never reconciled
     /// (or restarted, or resumed) since, the view's [`Federation::plan_generation`] moved,
     /// stream time reached a held-back release, or a call result left the node holding what its
-    /// view no longer wants (or the reverse: the view moved while the call was in flight). A node that reconciles only when this says so
+    /// view no longer wants (or the reverse: the view moved while the call was in flight), or an
+    /// acquire in doubt was counted as held ([`NodeEngine::replan_due`]). A node that reconciles only when this says so
     /// (plus on a requeue interval, for failures to retry) plans as a node that reconciles after
     /// every event; heartbeats and its own results alone do not make it plan 100k addresses
     /// again.
     #[must_use]
     pub fn reconcile_due(&self) -> bool {
-        self.planned_at.is_none_or(|at| {
-            at.generation != self.view.plan_generation()
-                || at.wake_at_ms.is_some_and(|wake| self.view.stream_time_ms() >= wake)
-        })
+        self.engine.replan_due()
+            || self.planned_at.is_none_or(|at| {
+                at.generation != self.view.plan_generation()
+                    || at.wake_at_ms.is_some_and(|wake| self.view.stream_time_ms() >= wake)
+            })
     }
 
     fn planned(&mut self, report: &ReconcileReport) {
-        // An acquire in doubt counted as held after the plan was made: its release is planned
-        // by the next reconcile.
-        self.planned_at = report
-            .counted
-            .is_empty()
-            .then(|| PlannedAt { generation: self.view.plan_generation(), wake_at_ms: report.wake_at_ms });
+        self.planned_at =
+            Some(PlannedAt { generation: self.view.plan_generation(), wake_at_ms: report.wake_at_ms });
     }
 
     /// The node's name.
@@ -441,9 +439,6 @@ impl<S: JournalStore> NodeDriver<S> {
         detail: &str,
     ) -> Result<(), NodeError<S::Error>> {
         let detail = self.engine.handle_in_doubt_result(idempotency_key, detail, &self.view)?;
-        if self.engine.entry(idempotency_key).is_some_and(|e| e.state == EntryState::Executed) {
-            self.planned_at = None;
-        }
         self.report_result(idempotency_key, ActionOutcome::Failed, detail);
         Ok(())
     }

@@ -122,6 +122,8 @@ pub struct NodeEngine<S: JournalStore> {
     /// Entries that were `approved` when the engine was opened (or restarted): a call of theirs
     /// may have been in flight when the process died ([`NodeEngine::is_acquire_in_doubt`]).
     approved_at_open: BTreeSet<u64>,
+    /// An acquire in doubt was counted as held since the last plan ([`NodeEngine::replan_due`]).
+    replan: bool,
     /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
     /// for metrics (the journal keeps each entry's reason until compaction).
     fenced: BTreeMap<StaleReason, u64>,
@@ -150,6 +152,7 @@ impl<S: JournalStore> NodeEngine<S> {
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
             approved_at_open: BTreeSet::new(),
+            replan: false,
             fenced: BTreeMap::new(),
         };
         engine.rebuild(state);
@@ -439,11 +442,16 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<ReconcileReport, NodeError<S::Error>> {
         let node: NodeId =
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
+        let mut report = ReconcileReport::default();
+        // Acquires in doubt that went stale count as held before the plan, so that it releases
+        // them in this reconcile.
+        self.count_stale_in_doubt(head, &mut report)?;
+        self.replan = false;
         // The plan borrows the captured set while the import below commits: it is taken out for
         // the import (nothing there executes, so nothing there changes it) and always put back.
         let captured = std::mem::take(&mut self.captured);
         let plan = planner::plan(view, node, &captured);
-        let mut report = ReconcileReport { wake_at_ms: plan.wake_at_ms, ..ReconcileReport::default() };
+        report.wake_at_ms = plan.wake_at_ms;
         let imported = self.import(&plan.actions, head, &mut report);
         drop(plan);
         self.captured = captured;
@@ -573,6 +581,35 @@ impl<S: JournalStore> NodeEngine<S> {
             }
         }
         Ok(())
+    }
+
+    /// Counts every acquire in doubt (`failed` or `approved`) that the fence rule refuses
+    /// against `head` as held ([`NodeEngine::count_in_doubt_acquire`]).
+    fn count_stale_in_doubt(
+        &mut self,
+        head: &impl HeadTokens,
+        report: &mut ReconcileReport,
+    ) -> Result<(), NodeError<S::Error>> {
+        let candidates: Vec<u64> = self
+            .failed
+            .iter()
+            .chain(&self.approved)
+            .copied()
+            .filter(|seq| self.is_acquire_in_doubt(*seq))
+            .collect();
+        for seq in candidates {
+            if self.count_in_doubt_acquire(seq, head)? {
+                report.counted.push(self.state.entries[&seq].action.idempotency_key.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether an acquire in doubt was counted as held since the last plan (at the gate, or when
+    /// its result came back): planning again releases it.
+    #[must_use]
+    pub fn replan_due(&self) -> bool {
+        self.replan
     }
 
     /// Compaction (SPEC 13 "bounded journals"): past the retention limit, the oldest entries

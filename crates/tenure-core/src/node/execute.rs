@@ -263,6 +263,7 @@ impl<S: JournalStore> NodeEngine<S> {
             None => format!("{COUNTED_AS_HELD}; {OUTCOME_UNKNOWN}in flight when the agent stopped"),
         };
         self.set_state(seq, EntryState::Executed, Some(detail))?;
+        self.replan = true;
         Ok(true)
     }
 }
