@@ -79,6 +79,11 @@ impl EntryState {
 /// provider with no inventory to tell ([`crate::node::NodeEngine::handle_in_doubt_result`]).
 pub const OUTCOME_UNKNOWN: &str = "outcome unknown: ";
 
+/// The detail of a holding acquire whose call is about to start, written (and synced with its
+/// batch) before the call: at a restart, an `approved` entry with it was in flight when the
+/// process died, in doubt (SPEC 6).
+pub const CALL_STARTED: &str = "call started";
+
 /// The detail of an acquire in doubt once it is counted as held.
 pub const COUNTED_AS_HELD: &str =
     "counted as held (its outcome was unknown and it is stale): its release is planned";

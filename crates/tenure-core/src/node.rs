@@ -119,9 +119,6 @@ pub struct NodeEngine<S: JournalStore> {
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
     predecessors: HashMap<u64, Option<u64>>,
-    /// Entries that were `approved` when the engine was opened (or restarted): a call of theirs
-    /// may have been in flight when the process died ([`NodeEngine::is_acquire_in_doubt`]).
-    approved_at_open: BTreeSet<u64>,
     /// An acquire in doubt was counted as held since the last plan ([`NodeEngine::replan_due`]).
     replan: bool,
     /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
@@ -151,7 +148,6 @@ impl<S: JournalStore> NodeEngine<S> {
             last_executed: BTreeMap::new(),
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
-            approved_at_open: BTreeSet::new(),
             replan: false,
             fenced: BTreeMap::new(),
         };
@@ -188,7 +184,6 @@ impl<S: JournalStore> NodeEngine<S> {
         self.last_executed.clear();
         self.last_holding.clear();
         self.predecessors.clear();
-        self.approved_at_open.clear();
         let mut executed: Vec<(u64, u64)> =
             self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x, e.seq))).collect();
         executed.sort_unstable();
@@ -201,10 +196,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 EntryState::Pending => {
                     self.pending.insert(seq);
                 }
-                EntryState::Approved => {
-                    self.approved_at_open.insert(seq);
-                    self.admit(seq);
-                }
+                EntryState::Approved => self.admit(seq),
                 EntryState::Failed => {
                     self.failed.insert(seq);
                 }

@@ -37,12 +37,17 @@ pub struct OwnershipRow {
     /// Whether the address is desired.
     pub desired: bool,
     /// Where its hand-over is (`pending-approval`, `acquiring`, `held`, `releasing`,
-    /// `released`): [`tenure_core::federation::Federation::address_status`].
-    pub phase: String,
+    /// `released`): [`tenure_core::federation::Federation::address_status`]. Only where the log
+    /// carries the nodes' results (an agent's map, [`ownership_rows_with_status`]); a replay's
+    /// log has none, its provider holdings say what is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
     /// The nodes whose last confirmed holding verb is an acquire (the log's results).
-    pub held_by: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<Vec<String>>,
     /// The NICs holding it: the holders' NICs and what the latest inventory showed.
-    pub nics: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nics: Option<Vec<String>>,
 }
 
 /// One journal entry, as reported.
@@ -502,23 +507,45 @@ pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
     }
 }
 
-/// The ownership rows of every active address of every applied pool, in canonical order.
+/// The ownership rows of every active address of every applied pool, in canonical order (a
+/// replay's map: owners and epochs, no phase).
 #[must_use]
 pub fn ownership_rows(head: &Federation) -> Vec<OwnershipRow> {
+    rows(head, false)
+}
+
+/// The ownership rows of an agent, whose log carries its nodes' results: each row with its
+/// phase, holders and NICs; and, after the active addresses of the applied pools, the addresses
+/// of deleted pools and those a pool no longer lists that a node still holds (phase
+/// `releasing`), so that nothing held is hidden.
+#[must_use]
+pub fn ownership_rows_with_status(head: &Federation) -> Vec<OwnershipRow> {
+    rows(head, true)
+}
+
+fn rows(head: &Federation, with_status: bool) -> Vec<OwnershipRow> {
     let mut rows = Vec::new();
-    for (pool_name, pool) in head.pools().iter().filter(|(_, p)| !p.deleted) {
-        for (address, state) in pool.addresses.iter().filter(|(_, a)| a.active) {
-            let status = head.address_status(pool_name, *address).expect("the pool lists it");
+    for (pool_name, pool) in head.pools() {
+        for (address, state) in &pool.addresses {
+            let listed = !pool.deleted && state.active;
+            let status =
+                with_status.then(|| head.address_status(pool_name, *address).expect("the pool lists it"));
+            let held = status.as_ref().is_some_and(|s| !s.holders.is_empty());
+            if !listed && !held {
+                continue;
+            }
             rows.push(OwnershipRow {
                 pool: pool_name.clone(),
                 address: canonical_address(*address),
-                owner: state.owner.map(|id| head.node_name(id).to_owned()),
+                owner: state.owner.filter(|_| listed).map(|id| head.node_name(id).to_owned()),
                 ownership_epoch: state.ownership_epoch.get(),
                 capture_epoch: state.line.epoch.get(),
-                desired: state.desired,
-                phase: status.phase.as_str().to_owned(),
-                held_by: status.holders.iter().map(|id| head.node_name(*id).to_owned()).collect(),
-                nics: status.nics,
+                desired: state.desired && listed,
+                phase: status.as_ref().map(|s| s.phase.as_str().to_owned()),
+                held_by: status
+                    .as_ref()
+                    .map(|s| s.holders.iter().map(|id| head.node_name(*id).to_owned()).collect()),
+                nics: status.map(|s| s.nics),
             });
         }
     }

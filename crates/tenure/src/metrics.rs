@@ -490,9 +490,9 @@ mod tests {
             ownership_epoch: epochs.0,
             capture_epoch: epochs.1,
             desired,
-            phase: if desired { "held" } else { "released" }.to_owned(),
-            held_by: owner.iter().map(|o| (*o).to_owned()).collect(),
-            nics: Vec::new(),
+            phase: Some(if desired { "held" } else { "released" }.to_owned()),
+            held_by: Some(owner.iter().map(|o| (*o).to_owned()).collect()),
+            nics: Some(Vec::new()),
         }
     }
 

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 
 use super::{NodeEngine, NodeError};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
-use crate::journal::{COUNTED_AS_HELD, EntryState, JournalStore, OUTCOME_UNKNOWN};
+use crate::journal::{
+    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN,
+};
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
 
@@ -119,6 +121,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 }
                 FenceVerdict::Current => {
                     self.raise_high_water(&action, &current)?;
+                    self.mark_call_started(seq)?;
                     self.withdraw(seq);
                     self.in_flight.insert(seq);
                     self.busy.entry(action.address).or_default().push(action.provider.clone());
@@ -138,6 +141,23 @@ impl<S: JournalStore> NodeEngine<S> {
             return Err(NodeError::Store(error));
         }
         Ok(batch.into_iter().map(|(_, action)| action).collect())
+    }
+
+    /// Before a holding acquire's call: [`CALL_STARTED`] in its detail, synced with the batch, so
+    /// that a restart knows the call may have run (an in-doubt mark it already carries stays).
+    fn mark_call_started(&mut self, seq: u64) -> Result<(), NodeError<S::Error>> {
+        let entry = &self.state.entries[&seq];
+        if !(entry.action.verb.is_acquire() && entry.action.verb.changes_holding())
+            || entry.detail.as_deref().is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN))
+        {
+            return Ok(());
+        }
+        self.commit(JournalChange::SetState {
+            seq,
+            state: EntryState::Approved,
+            detail: Some(CALL_STARTED.to_owned()),
+            executed_seq: None,
+        })
     }
 
     /// Frees the entry's (provider, address) for the next call.
@@ -187,7 +207,10 @@ impl<S: JournalStore> NodeEngine<S> {
             Some(d)
                 if state == EntryState::Failed
                     && !d.starts_with(OUTCOME_UNKNOWN)
-                    && self.is_acquire_in_doubt(seq) =>
+                    && self.state.entries[&seq]
+                        .detail
+                        .as_deref()
+                        .is_some_and(|e| e.starts_with(OUTCOME_UNKNOWN)) =>
             {
                 Some(format!("{OUTCOME_UNKNOWN}an earlier attempt may have acted; this one: {d}"))
             }
@@ -221,14 +244,17 @@ impl<S: JournalStore> NodeEngine<S> {
     /// Whether entry `seq` is an acquire in doubt: a holding acquire (assign, proxy-ARP add) that
     /// may have reached the provider without a result saying so — its detail begins with
     /// [`OUTCOME_UNKNOWN`] (a call cancelled, timed out, its answer lost; the mark stays through
-    /// retries and later known failures), or it was `approved` when this engine was opened (a
-    /// call in flight when the process died is `approved` in the journal: SPEC 6, in doubt).
+    /// retries and later known failures), or it is `approved` with [`CALL_STARTED`], written
+    /// durably before its call (a call in flight when the process died: SPEC 6, in doubt). An
+    /// entry of this run in flight is neither `failed` nor in the approved set, so only a restart
+    /// leaves the second kind where [`NodeEngine::count_in_doubt_acquire`] looks.
     pub(super) fn is_acquire_in_doubt(&self, seq: u64) -> bool {
         let entry = &self.state.entries[&seq];
         entry.action.verb.is_acquire()
             && entry.action.verb.changes_holding()
-            && (entry.detail.as_deref().is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN))
-                || self.approved_at_open.contains(&seq))
+            && entry.detail.as_deref().is_some_and(|d| {
+                d.starts_with(OUTCOME_UNKNOWN) || (entry.state == EntryState::Approved && d == CALL_STARTED)
+            })
     }
 
     /// An acquire in doubt ([`NodeEngine::is_acquire_in_doubt`]), `failed` or `approved`, which
@@ -259,8 +285,11 @@ impl<S: JournalStore> NodeEngine<S> {
             return Ok(false);
         }
         let detail = match entry.detail.as_deref() {
+            Some(CALL_STARTED) => {
+                format!("{COUNTED_AS_HELD}; {OUTCOME_UNKNOWN}in flight when the agent stopped")
+            }
             Some(earlier) => format!("{COUNTED_AS_HELD}; {earlier}"),
-            None => format!("{COUNTED_AS_HELD}; {OUTCOME_UNKNOWN}in flight when the agent stopped"),
+            None => COUNTED_AS_HELD.to_owned(),
         };
         self.set_state(seq, EntryState::Executed, Some(detail))?;
         self.replan = true;

@@ -164,10 +164,9 @@ impl OwnershipFilter {
     #[must_use]
     pub fn matches(&self, row: &OwnershipRow) -> bool {
         self.pool.as_ref().is_none_or(|pool| *pool == row.pool)
-            && self
-                .node
-                .as_ref()
-                .is_none_or(|node| row.owner.as_ref() == Some(node) || row.held_by.contains(node))
+            && self.node.as_ref().is_none_or(|node| {
+                row.owner.as_ref() == Some(node) || row.held_by.iter().flatten().any(|n| n == node)
+            })
             && (self.addresses.is_empty()
                 || row.address.parse::<IpAddr>().is_ok_and(|address| self.addresses.contains(&address)))
     }

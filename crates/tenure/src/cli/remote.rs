@@ -340,9 +340,12 @@ struct OwnershipLine {
     pool: String,
     address: String,
     owner: Option<String>,
-    phase: String,
-    held_by: Vec<String>,
-    nics: Vec<String>,
+    #[serde(default)]
+    phase: Option<String>,
+    #[serde(default)]
+    held_by: Option<Vec<String>>,
+    #[serde(default)]
+    nics: Option<Vec<String>>,
     desired: bool,
     ownership_epoch: u64,
     capture_epoch: u64,
@@ -374,7 +377,11 @@ pub(super) fn rows<T: for<'de> Deserialize<'de>>(value: &Value, key: &str) -> Re
 /// results and inventories); `wide` adds the holding nodes, desire and both epochs.
 fn ownership_table(value: &Value, wide: bool) -> Result<Rendered, String> {
     let lines: Vec<OwnershipLine> = rows(value, "ownership")?;
-    let list = |items: Vec<String>| if items.is_empty() { "<none>".to_owned() } else { items.join(",") };
+    let list = |items: Option<Vec<String>>| match items {
+        None => "<unknown>".to_owned(),
+        Some(items) if items.is_empty() => "<none>".to_owned(),
+        Some(items) => items.join(","),
+    };
     let body = lines
         .into_iter()
         .map(|l| {
@@ -382,7 +389,7 @@ fn ownership_table(value: &Value, wide: bool) -> Result<Rendered, String> {
                 l.pool,
                 l.address,
                 l.owner.unwrap_or_else(|| "<none>".to_owned()),
-                l.phase,
+                l.phase.unwrap_or_else(|| "<unknown>".to_owned()),
                 list(l.nics),
             ];
             if wide {

@@ -199,7 +199,9 @@ impl TestDoubleAgentLoop {
     fn answer(&mut self, request: Request) {
         // A caller that gave up is no error of the double's.
         match request {
-            Request::Ownership { reply } => drop(reply.send(self.replay.report().ownership)),
+            Request::Ownership { reply } => {
+                drop(reply.send(tenure_sim::replay::ownership_rows_with_status(self.replay.head())))
+            }
             Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
             Request::Health { reply } => drop(reply.send(self.health())),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),

@@ -40,7 +40,7 @@ impl<S: AgentStore> Agent<S> {
     pub(super) fn answer(&mut self, request: Request) -> bool {
         match request {
             Request::Ownership { reply } => {
-                let _ = reply.send(tenure_sim::replay::ownership_rows(self.view()));
+                let _ = reply.send(tenure_sim::replay::ownership_rows_with_status(self.view()));
                 false
             }
             Request::Actions { filter, reply } => {
