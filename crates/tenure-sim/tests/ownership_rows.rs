@@ -8,6 +8,9 @@ use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
 use tenure_sim::replay::{ownership_rows, ownership_rows_with_status};
 
+/// A row as the test compares it: address, owner, phase, NICs.
+type Row = (String, Option<String>, Option<String>, Option<Vec<String>>);
+
 fn node(name: &str, priority: i64) -> NodeSpec {
     NodeSpec {
         name: name.into(),
@@ -59,7 +62,7 @@ fn an_address_held_after_its_pool_went_stays_in_the_agents_map() {
             },
         );
     }
-    let phases = |view: &Federation| -> Vec<(String, Option<String>, Option<String>, Option<Vec<String>>)> {
+    let phases = |view: &Federation| -> Vec<Row> {
         ownership_rows_with_status(view).into_iter().map(|r| (r.address, r.owner, r.phase, r.nics)).collect()
     };
     let held = |address: &str| {
