@@ -530,7 +530,13 @@ fn rows(head: &Federation, with_status: bool) -> Vec<OwnershipRow> {
             let listed = !pool.deleted && state.active;
             let status =
                 with_status.then(|| head.address_status(pool_name, *address).expect("the pool lists it"));
-            let held = status.as_ref().is_some_and(|s| !s.holders.is_empty());
+            // Unlisted, a row stays while a node holds the address that no pool wants on it (an
+            // address moved to another pool on its holder is that pool's row: SPEC 13).
+            let held = status.as_ref().is_some_and(|s| {
+                s.holders
+                    .iter()
+                    .any(|node| head.desired_pool_of(*node, &pool.spec.provider, *address).is_none())
+            });
             if !listed && !held {
                 continue;
             }

@@ -284,6 +284,9 @@ fn sighup_applies_an_edited_pools_list_and_names_the_keys_that_need_a_restart() 
     assert_eq!(log.matches("pool applied pool=x").count(), 1, "at start only; x did not change: {log}");
 
     // A config that does not parse: one line, nothing applied, the agent keeps running.
+    wait_for("y's address released (its row gone)", || {
+        map(&agent.get("/v1/ownership")["ownership"]).keys().all(|key| !key.starts_with("y/"))
+    });
     let before = agent.get("/v1/ownership");
     std::fs::write(&config, "node: {name: a\n").expect("write");
     agent.hangup();

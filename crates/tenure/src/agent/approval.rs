@@ -73,8 +73,36 @@ pub fn check_approve<S: JournalStore>(
             parsed.provider, pool.spec.provider
         ));
     }
+    let family = view.provider_kind(&pool.spec.provider).map(|kind| kind.verb_family());
+    if family.is_some_and(|f| {
+        !f.acquire_verbs().contains(&parsed.verb) && !f.release_verbs().contains(&parsed.verb)
+    }) {
+        return not_found(format!(
+            "verb \"{}\" is not one that provider \"{}\" runs",
+            parsed.verb.as_str(),
+            pool.spec.provider
+        ));
+    }
     let journal = local.iter().find(|driver| driver.name() == parsed.holder);
     let entry = journal.and_then(|driver| driver.engine().entry(key));
+    // A release waits only where its holder holds the address: by the log's results and
+    // inventories, or by the journal of a node this agent runs.
+    if !parsed.verb.is_acquire() && entry.is_none() {
+        let status = view.address_status(pool_name, address);
+        let by_log = status.as_ref().is_some_and(|s| {
+            s.holders.contains(&holder) || s.nics.iter().any(|n| *n == view.nodes()[holder].spec.nic)
+        });
+        let by_journal = journal.is_some_and(|driver| {
+            driver.engine().captured().contains_key(&(parsed.provider.clone(), address))
+        });
+        if !by_log && !by_journal {
+            return refused(format!(
+                "node \"{}\" does not hold {address} (no confirmed acquire of it since its last release): \
+                 no release of it waits",
+                parsed.holder
+            ));
+        }
+    }
     let nic = &view.nodes()[holder].spec.nic;
     if entry.is_none() && parsed.nic != *nic {
         return not_found(format!(
@@ -377,5 +405,38 @@ pools:
         let message =
             not_found(fixture.check("gated/10.0.0.20/assign-secondary-ip/a/sim1/eni-a/owner:2:epoch:2"));
         assert!(message.contains("is not applied (deleted"), "{message}");
+    }
+
+    /// A verb the pool's provider never runs, and a release by a node that does not hold the
+    /// address (it never acquired it, or released it already), wait for no approval.
+    #[test]
+    fn a_verb_of_another_provider_kind_or_a_release_of_what_is_not_held_waits_for_nothing() {
+        let mut fixture = Fixture::new();
+        let message = not_found(fixture.check("gated/10.0.0.20/proxy-arp-add/a/sim1/eni-a/owner:1:epoch:1"));
+        assert!(
+            message.contains("verb \"proxy-arp-add\" is not one that provider \"sim1\" runs"),
+            "{message}"
+        );
+        let message = not_found(fixture.check("gated/10.0.0.20/acquire/a/sim1/eni-a/owner:1:epoch:1"));
+        assert!(message.contains("is not one that provider"), "{message}");
+        // b never held 10.0.0.20: no release of it by b waits.
+        let b_release = "gated/10.0.0.20/unassign-secondary-ip/b/sim1/eni-b/owner:1:epoch:1";
+        let message = refused(fixture.check(b_release));
+        assert!(message.contains("node \"b\" does not hold 10.0.0.20"), "{message}");
+        // b takes it and says so; then its release (a drain of b moves it back) may wait.
+        fixture.append(EventKind::Drain { node: "a".into() });
+        let b_assign = "gated/10.0.0.20/assign-secondary-ip/b/sim1/eni-b/owner:2:epoch:2";
+        fixture.append(EventKind::ActionResult {
+            node: "b".into(),
+            idempotency_key: b_assign.into(),
+            outcome: ActionOutcome::Executed,
+            detail: "assigned".into(),
+        });
+        fixture.append(EventKind::Undrain { node: "a".into() });
+        fixture.append(EventKind::Drain { node: "b".into() });
+        assert_eq!(
+            fixture.check("gated/10.0.0.20/unassign-secondary-ip/b/sim1/eni-b/owner:3:epoch:3"),
+            Ok(())
+        );
     }
 }
