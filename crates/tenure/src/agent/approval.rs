@@ -7,12 +7,15 @@
 //! - **404** (`SubmitError::NotFound`): the key names a pool never applied; an address the pool
 //!   never listed; an acquire of a deleted pool or of an address the pool no longer lists (a
 //!   release of one may still wait: its holder releases it with the last spec, SPEC 13); a holder
-//!   not in the registry; a provider that is not the pool's; a NIC that is not the holder's
+//!   not in the registry; a provider that is not the pool's; a verb the provider's kind never runs;
+//!   a NIC that is not the holder's
 //!   (unless the holder is a node this agent runs and its journal holds the key: a release
 //!   carries the NIC of the acquire it undoes).
 //! - **409** (`SubmitError::Refused`), the key is not pending approval now: the pool approves
 //!   automatically (`approval: auto`) and no journal here holds the key pending (a pool switched
-//!   to `auto` leaves what it imported `pending` waiting); the holder is a node this agent runs
+//!   to `auto` leaves what it imported `pending` waiting); a release by a node that holds the
+//!   address neither by the log's results and inventories nor by its journal here; the holder is
+//!   a node this agent runs
 //!   and its journal entry is not `pending` (already approved or executed, failed, skipped); the
 //!   log already holds an approval of it; its tokens are above what the log has issued for its
 //!   address (no such action was planned yet); it is stale by the one fence rule
