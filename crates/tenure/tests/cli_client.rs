@@ -345,6 +345,23 @@ fn approve_tells_the_truth_and_approves_an_address_at_once() {
     assert_eq!(code(&both), 2, "{}", stderr(&both));
     let half = agent.tenure(&["approve", "--pool", "gated", "--token-file", &token]);
     assert_eq!(code(&half), 2, "{}", stderr(&half));
+    // An empty key is bad input, not a 404 of a route; -o wide prints the table's lines.
+    let empty = agent.tenure(&["approve", " ", "--token-file", &token]);
+    assert_eq!((code(&empty), stderr(&empty).lines().count()), (2, 1), "{}", stderr(&empty));
+    assert!(stderr(&empty).starts_with("tenure approve: the key is empty"), "{}", stderr(&empty));
+    let wide = agent.tenure(&[
+        "approve",
+        "--pool",
+        "gated",
+        "--address",
+        "10.0.0.20",
+        "-o",
+        "wide",
+        "--token-file",
+        &token,
+    ]);
+    assert_eq!((code(&wide), stdout(&wide).as_str()), (0, ""), "no JSON for -o wide: {}", stdout(&wide));
+    assert_eq!(agent.log_len(), before + 2, "nothing appended");
 }
 
 #[test]

@@ -95,7 +95,7 @@ pub fn run(pool: &str, address: &str, args: &RemoteArgs) -> ExitCode {
 /// One line per key (approved on stdout, refused on stderr), or for `-o json|yaml` one document
 /// `{"approved": [{idempotencyKey, index}], "refused": [{idempotencyKey, error}]}` on stdout.
 fn print(outcomes: &[(String, Outcome)], output: RemoteOutput) {
-    if output == RemoteOutput::Table {
+    if matches!(output, RemoteOutput::Table | RemoteOutput::Wide) {
         for (key, outcome) in outcomes {
             match outcome {
                 Outcome::Approved(index) => println!("action/{key} approved (log index {index})"),

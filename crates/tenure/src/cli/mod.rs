@@ -177,6 +177,12 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote),
         Command::Undrain { node, remote } => remote::run(&remote::Verb::Undrain { node }, &remote),
+        Command::Approve { key: Some(key), .. } if key.trim().is_empty() => {
+            eprintln!(
+                "tenure approve: the key is empty; give one as `tenure actions --state pending` shows it"
+            );
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
         Command::Approve { key: Some(key), remote, .. } => {
             remote::run(&remote::Verb::Approve { key }, &remote)
         }
