@@ -272,7 +272,8 @@ impl Collector for SnapshotCollector {
         gauge(
             &mut encoder,
             "tenure_actions_waiting_for_approval",
-            "Journal entries waiting for an approval now (state pending, pools with approval: manual).",
+            "Journal entries waiting for an approval now (state pending: pools with approval: manual, and what a pool \
+             switched to auto left pending).",
             s.actions.iter().filter(|((_, state), _)| state == "pending").map(|(_, count)| count).sum(),
         )?;
         reason_counters(
