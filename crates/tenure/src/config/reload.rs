@@ -21,17 +21,21 @@ pub fn reload_pools(running: &AgentConfig) -> Result<Vec<PoolSpec>, Vec<String>>
         vec![format!("config {} not reloaded: {}", running.path.display(), lines.join("; "))]
     })?;
     let restart = changed_keys(running, &edited);
-    if !restart.is_empty() {
-        warn!(
-            config = %running.path.display(),
-            keys = %restart.join(", "),
-            "config keys changed that only a restart applies; not applied (the pools list was reloaded)"
-        );
-    }
     let mut reloaded = running.clone();
     reloaded.pool_files = edited.pool_files;
     reloaded.source.pools = edited.source.pools;
-    load_pools(&reloaded)
+    let pools = load_pools(&reloaded);
+    if !restart.is_empty() {
+        // Said after the pool files were read, so that a refused reload does not claim first
+        // that the pools list was reloaded.
+        let pools_list = if pools.is_ok() { "the pools list was reloaded" } else { "nor was the pools list" };
+        warn!(
+            config = %running.path.display(),
+            keys = %restart.join(", "),
+            "config keys changed that only a restart applies; not applied ({pools_list})"
+        );
+    }
+    pools
 }
 
 /// The keys of `edited` whose value differs from `running`'s, except `pools` (which a reload
