@@ -164,7 +164,10 @@ impl Lab {
         assert!(self.ping(), "the client reaches {address} through {ns}");
         assert_eq!(self.client_entry().as_deref(), Some(mac.as_str()), "resolved to {ns}'s MAC");
         let answer = if self.v6 { "neighbor advertisement" } else { "Reply" };
-        let about = |l: &str| l.contains(answer) && l.contains(&address.to_string());
+        // The address as a word of the line: 10.0.0.10 is not in the client's own 10.0.0.100.
+        let text = address.to_string();
+        let about =
+            |l: &str| l.contains(answer) && l.split_whitespace().any(|w| w.trim_end_matches(',') == text);
         let first = capture.until(about, Duration::from_secs(5));
         let mut answers: Vec<String> = capture.finish().into_iter().filter(|l| about(l)).collect();
         answers.push(first);
