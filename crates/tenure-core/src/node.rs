@@ -48,8 +48,8 @@ pub struct ReconcileReport {
     pub promoted: Vec<String>,
     /// Failed entries still current, approved again for a retry.
     pub retried: Vec<String>,
-    /// Failed acquires in doubt that the gate now refuses, counted as held
-    /// ([`NodeEngine::count_in_doubt_acquire`]): their release is planned by the next reconcile.
+    /// Acquires in doubt that the fence rule now refuses, counted as held before the plan
+    /// ([`NodeEngine::count_in_doubt_acquire`]): this reconcile plans their release.
     pub counted: Vec<String>,
     /// Planned actions not imported because the journal is at `JOURNAL_ENTRIES_MAX`.
     pub deferred: u64,
@@ -530,11 +530,9 @@ impl<S: JournalStore> NodeEngine<S> {
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
         let failed: Vec<u64> = self.failed.iter().copied().collect();
+        // Acquires in doubt that are stale were counted as held before the plan
+        // (`count_stale_in_doubt`, same head): what is left here is retried or let go.
         for seq in failed {
-            if self.count_in_doubt_acquire(seq, head)? {
-                report.counted.push(self.state.entries[&seq].action.idempotency_key.clone());
-                continue;
-            }
             let action = &self.state.entries[&seq].action;
             match fence::check(action, head, &self.state.high_water) {
                 FenceVerdict::Current => {
@@ -560,12 +558,8 @@ impl<S: JournalStore> NodeEngine<S> {
             if let FenceVerdict::Stale { reason } = fence::check(&entry.action, head, &self.state.high_water)
             {
                 let key = key.clone();
-                if self.count_in_doubt_acquire(seq, head)? {
-                    report.counted.push(key);
-                } else {
-                    self.set_state(seq, EntryState::Skipped(reason), None)?;
-                    report.swept.push(key);
-                }
+                self.set_state(seq, EntryState::Skipped(reason), None)?;
+                report.swept.push(key);
             } else if entry.state == EntryState::Pending && head.is_approved(key) {
                 let key = key.clone();
                 self.set_state(seq, EntryState::Approved, None)?;
