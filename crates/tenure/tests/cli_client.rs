@@ -544,4 +544,8 @@ fn the_verbs_speak_https_to_a_tls_proxy_in_front_of_the_agent() {
     let http = tenure_with_env(&["ownership", "--endpoint", &agent.server.base, "--ca-file", &ca], &[]);
     assert_eq!(code(&http), 2);
     assert!(stderr(&http).contains("--ca-file is for https endpoints"), "{}", stderr(&http));
+    // TENURE_CA_FILE exported in the shell is only a default for https: plain http still works.
+    let exported =
+        tenure_with_env(&["ownership", "--endpoint", &agent.server.base], &[("TENURE_CA_FILE", &ca)]);
+    assert_eq!(code(&exported), 0, "{}", stderr(&exported));
 }
