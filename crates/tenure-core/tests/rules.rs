@@ -947,6 +947,13 @@ fn an_address_phase_follows_its_hand_over_from_the_log_results() {
     w.apply(1, EventKind::Approve { idempotency_key: a_assign.clone() });
     assert_eq!(status(&w).0, Phase::Acquiring, "approved, not confirmed");
     executed(&mut w, 2, a_assign, "a");
+    assert_eq!(
+        status(&w),
+        (Phase::PendingApproval, vec!["a".into()], vec!["eni-a".into()]),
+        "on a's NIC, but its enable-forwarding waits for approval: not in service yet"
+    );
+    let a_forwarding = key(&w, "enable-forwarding", "a");
+    w.apply(2, EventKind::Approve { idempotency_key: a_forwarding });
     assert_eq!(status(&w), (Phase::Held, vec!["a".into()], vec!["eni-a".into()]));
 
     w.apply(3, EventKind::Drain { node: "a".into() });
@@ -954,6 +961,7 @@ fn an_address_phase_follows_its_hand_over_from_the_log_results() {
     assert_eq!(status(&w).1, vec!["a".to_owned()]);
     let b_assign = key(&w, "assign-secondary-ip", "b");
     w.apply(4, EventKind::Approve { idempotency_key: b_assign.clone() });
+    w.apply(4, EventKind::Approve { idempotency_key: key(&w, "enable-forwarding", "b") });
     executed(&mut w, 5, b_assign, "b");
     assert_eq!(
         status(&w),
