@@ -249,14 +249,14 @@ async fn garp_refresh_announces_every_held_address_at_its_interval_and_nothing_e
         wait_until("three refreshes", async || agent.recorder.garps("eth-a", address).len() >= 4).await;
     }
     for address in ADDRESSES {
+        // The acquire's own, then the refreshes: one per interval, not one per step. (A timer
+        // never fires early; the margin is for the time from the timer to the call, which a
+        // loaded machine stretches for one refresh and not the next. The first refresh is due
+        // one interval after the agent started, not after the acquire.)
         let garps = agent.recorder.garps("eth-a", address);
-        for pair in garps.windows(2) {
+        for pair in garps[1..].windows(2) {
             let gap = pair[1].at - pair[0].at;
-            // A timer never fires early; a loaded machine only makes the gap longer.
-            assert!(
-                gap >= REFRESH - Duration::from_millis(20),
-                "{address}: {gap:?} between two announcements"
-            );
+            assert!(gap >= REFRESH / 2, "{address}: {gap:?} between two refreshes");
         }
         assert!(agent.recorder.garps("eth-b", address).is_empty(), "b holds nothing: it announces nothing");
     }

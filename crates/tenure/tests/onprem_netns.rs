@@ -144,9 +144,11 @@ fn refresh(lab: &Lab, tag: &str) {
         times.push(at(&line));
     }
     assert_eq!(lab.proxies("r1"), vec![address], "r1 holds the address; log:\n{}", agent.log());
-    for pair in times.windows(2) {
-        // A timer never fires early; a loaded machine only makes the gap longer.
-        assert!(pair[1] - pair[0] >= 0.9, "announcements {times:?} closer than garpRefresh");
+    // The acquire's, then one per refresh (due one interval after the agent started, not after
+    // the acquire): never two in one interval. The margin is for the time from the timer to the
+    // call, which a loaded machine stretches for one refresh and not the next.
+    for pair in times[1..].windows(2) {
+        assert!(pair[1] - pair[0] >= 0.5, "announcements {times:?}: refreshes closer than garpRefresh");
     }
     // Another router's MAC in the client's table: the next refresh takes it back.
     let family = if lab.v6 { "-6" } else { "-4" };
