@@ -9,7 +9,9 @@
 //!   or `None` when nothing is left; stale entries met on the way become `skipped`;
 //! - [`NodeEngine::poll_stale_in_flight`] with the head, after every catch-up while calls are
 //!   in flight: the calls the fence rule now refuses, for the runtime to cancel (SPEC 9);
-//! - [`NodeEngine::handle_execution_result`] with what the provider said.
+//! - [`NodeEngine::handle_execution_result`] with what the provider said;
+//! - [`NodeEngine::poll_refreshes`] with the head, when the runtime repeats the announcement of
+//!   addresses the node holds (`garpRefresh`), and [`NodeEngine::handle_refresh_result`].
 //!
 //! A node that cannot read the head has nothing to pass to these calls and so cannot act.
 //!
@@ -34,6 +36,7 @@ use crate::planner::{self, CaptureRecord, Captured};
 
 mod execute;
 mod local;
+mod refresh;
 
 pub use execute::StaleCall;
 
@@ -105,8 +108,14 @@ pub struct NodeEngine<S: JournalStore> {
     /// named once), until their result comes back.
     cancelling: BTreeSet<u64>,
     /// Addresses with a call in flight, with the providers of those calls (looked up without
-    /// building a key: the execute loop asks for every entry it considers).
+    /// building a key: the execute loop asks for every entry it considers). A refresh in flight
+    /// counts too: no other call of its address starts before it ends.
     busy: BTreeMap<IpAddr, Vec<String>>,
+    /// Announcements repeated for a held address ([`NodeEngine::poll_refreshes`]), in flight,
+    /// by (provider, address): in memory only, never journaled.
+    refreshing: BTreeMap<ProviderAddress, StampedAction>,
+    /// Refreshes in flight already named stale by [`NodeEngine::poll_stale_in_flight`].
+    refreshes_cancelling: BTreeSet<ProviderAddress>,
     /// Failed entries a sweep retries while they are current; dropped once stale by an epoch
     /// (tokens only grow, so such an entry is stale for ever).
     failed: BTreeSet<u64>,
@@ -143,6 +152,8 @@ impl<S: JournalStore> NodeEngine<S> {
             in_flight: BTreeSet::new(),
             cancelling: BTreeSet::new(),
             busy: BTreeMap::new(),
+            refreshing: BTreeMap::new(),
+            refreshes_cancelling: BTreeSet::new(),
             failed: BTreeSet::new(),
             captured: BTreeMap::new(),
             last_executed: BTreeMap::new(),
@@ -179,6 +190,8 @@ impl<S: JournalStore> NodeEngine<S> {
         self.in_flight.clear();
         self.cancelling.clear();
         self.busy.clear();
+        self.refreshing.clear();
+        self.refreshes_cancelling.clear();
         self.failed.clear();
         self.captured.clear();
         self.last_executed.clear();

@@ -357,6 +357,7 @@ impl World {
             return;
         }
         self.execute_polled(node);
+        self.refresh(node);
     }
 
     /// Loops the driver's gate: a normal pass, or the zombie pass of a resume.

@@ -161,6 +161,9 @@ pub struct ProviderExecutor {
     pub call_timeout: Duration,
     /// How often the provider's inventory is read for drift repair; `None`: never.
     pub inventory_interval: Option<Duration>,
+    /// How often the announcement of every address this agent holds on the provider is repeated
+    /// (`garpRefresh`, on-prem); `None`: never.
+    pub garp_refresh: Option<Duration>,
 }
 
 impl std::fmt::Debug for ProviderExecutor {
@@ -168,6 +171,7 @@ impl std::fmt::Debug for ProviderExecutor {
         f.debug_struct("ProviderExecutor")
             .field("call_timeout", &self.call_timeout)
             .field("inventory_interval", &self.inventory_interval)
+            .field("garp_refresh", &self.garp_refresh)
             .finish_non_exhaustive()
     }
 }

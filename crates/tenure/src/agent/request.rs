@@ -77,6 +77,9 @@ pub struct MetricsSnapshot {
     pub drift_recaptures: u64,
     /// Inventory reads since the agent started, by (provider, `ok` | `failed`).
     pub inventory_reads: Vec<((String, String), u64)>,
+    /// Repeated announcements of held addresses since the agent started, by (provider,
+    /// `executed` | `refused` | `failed`).
+    pub garp_refreshes: Vec<((String, String), u64)>,
     /// Stamps the clock-lead rule held back since the agent started.
     pub stamps_capped: u64,
     /// Head confirmations that failed since the agent started (it did not act then).

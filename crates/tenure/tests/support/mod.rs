@@ -190,6 +190,7 @@ impl TestDoubleAgentLoop {
             healthy: self.state.healthy.load(Ordering::SeqCst),
             drift_recaptures: 0,
             inventory_reads: Vec::new(),
+            garp_refreshes: Vec::new(),
             stamps_capped: 0,
             head_unconfirmed: 0,
             calls_cancelled: 0,
