@@ -47,7 +47,8 @@ pub struct ReconcileReport {
     pub imported: Vec<String>,
     /// Open entries the sweep turned into `skipped`.
     pub swept: Vec<String>,
-    /// Pending entries promoted because the head shows their approval.
+    /// Pending entries promoted because the head shows their approval (or their pool no longer
+    /// asks for one: switched to `approval: auto`).
     pub promoted: Vec<String>,
     /// Failed entries still current, approved again for a retry.
     pub retried: Vec<String>,
@@ -573,7 +574,9 @@ impl<S: JournalStore> NodeEngine<S> {
                 let key = key.clone();
                 self.set_state(seq, EntryState::Skipped(reason), None)?;
                 report.swept.push(key);
-            } else if entry.state == EntryState::Pending && head.is_approved(key) {
+            } else if entry.state == EntryState::Pending
+                && (head.is_approved(key) || !head.approval_required(&entry.action.pool))
+            {
                 let key = key.clone();
                 self.set_state(seq, EntryState::Approved, None)?;
                 report.promoted.push(key);
