@@ -203,6 +203,8 @@ struct Agent<S: AgentStore> {
     /// keepalived's authority acted on without the log, and the local withdrawal's channels
     /// (`runner/withdraw.rs`), when the config has a `vrrp` section.
     local: Option<withdraw::Local>,
+    /// The failover timeline of the status page, fed the records the nodes followed.
+    timeline: super::timeline::TimelineFold,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -381,6 +383,7 @@ impl<S: AgentStore> Agent<S> {
                 .with_retention(settings.journal_retention);
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
+        let timeline = super::timeline::TimelineFold::new(&registry, store.snapshot());
         let mut agent = Self {
             log: store.log(),
             store,
@@ -414,6 +417,7 @@ impl<S: AgentStore> Agent<S> {
             vrrp: None,
             vrrp_state: None,
             local: None,
+            timeline,
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
@@ -473,6 +477,9 @@ impl<S: AgentStore> Agent<S> {
             &self.own_nodes,
             Instant::now(),
         );
+        // Before the store may drop the records the nodes applied.
+        let store = &self.store;
+        self.timeline.catch_up(&self.log, || store.snapshot());
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
