@@ -31,6 +31,8 @@
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
 //! - [`memory`] — [`memory::MemoryStore`], the in-memory test double of [`AgentStore`].
 //! - [`request`] — the channel between the API and the loop.
+//! - [`status`] — what the status page shows, read from the loop in one request.
+//! - [`timeline`] — the failover timeline: its model and the fold of the log that fills it.
 
 pub mod answers;
 pub mod approval;
@@ -40,6 +42,8 @@ pub mod memory;
 pub mod pools;
 pub mod request;
 pub mod runner;
+pub mod status;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

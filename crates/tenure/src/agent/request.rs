@@ -12,6 +12,8 @@ use tenure_core::log::EventKind;
 use tenure_sim::replay::{ActionRow, OwnershipRow};
 use tokio::sync::{mpsc, oneshot};
 
+use super::status::StatusSnapshot;
+
 /// Most requests waiting for the agent loop; past it a caller waits (HTTP handlers time out).
 pub const REQUESTS_QUEUED_MAX: usize = 1024;
 
@@ -187,6 +189,11 @@ pub enum Request {
         /// Where the answer goes.
         reply: oneshot::Sender<Health>,
     },
+    /// Everything the status page shows, of one moment (`GET /`).
+    Status {
+        /// Where the answer goes.
+        reply: oneshot::Sender<StatusSnapshot>,
+    },
     /// The metrics snapshot (`GET /metrics`).
     Metrics {
         /// Where the answer goes.
@@ -334,6 +341,11 @@ impl AgentHandle {
             }
             answer => answer,
         }
+    }
+
+    /// What the status page shows.
+    pub async fn status(&self) -> Result<StatusSnapshot, HandleError> {
+        self.ask(|reply| Request::Status { reply }).await
     }
 
     /// The metrics snapshot.

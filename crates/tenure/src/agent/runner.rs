@@ -217,6 +217,8 @@ struct Agent<S: AgentStore> {
     local: Option<withdraw::Local>,
     /// When announcements of held addresses are repeated (`runner/refresh.rs`).
     refresh: refresh::RefreshSchedule,
+    /// The failover timeline of the status page, fed the records the nodes followed.
+    timeline: super::timeline::TimelineFold,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -396,6 +398,7 @@ impl<S: AgentStore> Agent<S> {
                 .with_retention(settings.journal_retention);
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
+        let timeline = super::timeline::TimelineFold::new(&registry, store.snapshot());
         let mut agent = Self {
             log: store.log(),
             store,
@@ -430,6 +433,7 @@ impl<S: AgentStore> Agent<S> {
             vrrp_state: None,
             local: None,
             refresh: refresh::RefreshSchedule::default(),
+            timeline,
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
@@ -490,6 +494,9 @@ impl<S: AgentStore> Agent<S> {
             &self.own_nodes,
             Instant::now(),
         );
+        // Before the store may drop the records the nodes applied.
+        let store = &self.store;
+        self.timeline.catch_up(&self.log, || store.snapshot());
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }

@@ -3,6 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
+//! | `GET /?pool=&node=&address=&phase=&page=&refresh=` | 200, the status page (HTML + SVG, [`page`]); no token |
 //! | `GET /v1/ownership?pool=&node=&address=` | 200 `{"ownership": [rows as in the replay report]}` (owner, phase, holders, NICs); 400 for an unknown key or a bad address |
 //! | `GET /v1/actions?node=&state=&pool=` | 200 `{"actions": [...]}`; 400 for an unknown key or state |
 //! | `GET /v1/health` | 200 with the [`Health`] JSON when ok, 503 with it when not |
@@ -23,11 +24,13 @@
 //! - [`body`] — size, time and content-type limits; strict JSON object fields.
 //! - [`mutate`] — the mutating routes.
 //! - [`failure`] — the error answer and its reasons.
+//! - [`page`] — the status page (`GET /`).
 
 pub mod auth;
 pub mod body;
 pub mod failure;
 pub mod mutate;
+pub mod page;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -73,6 +76,7 @@ pub struct ApiState {
 pub fn router(handle: AgentHandle, metrics: Arc<Metrics>, token: Option<ApiToken>) -> Router {
     let state = ApiState { handle, metrics, token: token.map(Arc::new) };
     Router::new()
+        .route("/", get(page::status_page))
         .route("/v1/ownership", get(ownership))
         .route("/v1/actions", get(actions))
         .route("/v1/health", get(health))

@@ -17,6 +17,7 @@ use tenure::agent::answers::{check_submit, lost_their_desired_holder, with_desir
 use tenure::agent::request::{
     ActionFilter, AgentHandle, Health, MetricsSnapshot, Receipt, Request, SubmitError,
 };
+use tenure::agent::status::StatusSnapshot;
 use tenure::api::{ApiToken, router, serve};
 use tenure::metrics::Metrics;
 use tenure_core::journal::MemoryJournalStore;
@@ -197,6 +198,30 @@ impl TestDoubleAgentLoop {
         }
     }
 
+    fn status(&self) -> StatusSnapshot {
+        let head = self.replay.head();
+        let failed =
+            self.actions(&ActionFilter { state: Some("failed".to_owned()), ..ActionFilter::default() });
+        let waiting =
+            self.actions(&ActionFilter { state: Some("pending".to_owned()), ..ActionFilter::default() });
+        StatusSnapshot {
+            health: self.health(),
+            nodes: tenure::agent::status::node_statuses(head, &["a", "b"]),
+            ownership: tenure_sim::replay::ownership_rows_with_status(head),
+            waiting_total: waiting.len(),
+            waiting,
+            failed_total: failed.len(),
+            failed,
+            timeline: {
+                let registry =
+                    tenure_core::federation::Federation::new(&self.scenario.nodes, &self.scenario.providers);
+                let mut fold = tenure::agent::timeline::TimelineFold::new(&registry, None);
+                fold.catch_up(&self.log, || None);
+                fold.timeline(head.stream_time_ms())
+            },
+        }
+    }
+
     fn answer(&mut self, request: Request) {
         // A caller that gave up is no error of the double's.
         match request {
@@ -206,6 +231,7 @@ impl TestDoubleAgentLoop {
             Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
             Request::Health { reply } => drop(reply.send(self.health())),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
+            Request::Status { reply } => drop(reply.send(self.status())),
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
             // Not on the HTTP API: the double never receives one.
             Request::Control { reply, .. } => drop(reply.send(Err("not in the test double".to_owned()))),
