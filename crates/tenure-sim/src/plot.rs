@@ -32,8 +32,8 @@ const WIDTH: f64 = 1100.0;
 const ROW_HEIGHT: f64 = 28.0;
 /// Where the fault lane starts.
 const LANE_TOP: f64 = 62.0;
-/// The fault lane's height (two staggered label heights).
-const LANE_HEIGHT: f64 = 30.0;
+/// The fault lane's height (three staggered label heights).
+const LANE_HEIGHT: f64 = 42.0;
 const LINE_HEIGHT: f64 = 14.0;
 
 /// One moment of the plotted addresses.
@@ -247,7 +247,7 @@ impl Timeline {
 }
 
 /// Draws each listed cluster as a dashed line over the rows and a label `F<n>` (with `×k` when
-/// it merges k faults) on the fault lane, alternating two heights; then the list of them.
+/// it merges k faults) on the fault lane, staggered over three heights; then the list of them.
 fn draw_faults(svg: &mut String, listed: &[Cluster], total: usize, top: f64, bottom: f64) {
     let _ = writeln!(svg, r#"<text x="10" y="{}">faults</text>"#, LANE_TOP + 18.0);
     for (n, cluster) in listed.iter().enumerate() {
@@ -256,7 +256,7 @@ fn draw_faults(svg: &mut String, listed: &[Cluster], total: usize, top: f64, bot
         } else {
             format!("F{}", n + 1)
         };
-        let ly = LANE_TOP + if n % 2 == 0 { 12.0 } else { 26.0 };
+        let ly = LANE_TOP + 12.0 * (n % 3) as f64 + 10.0;
         let _ = writeln!(
             svg,
             r#"<line class="fault" x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{bottom}" stroke="{FAULT_COLOR}" stroke-dasharray="3,3" stroke-opacity="0.6"><title>{}</title></line>"#,
