@@ -458,4 +458,8 @@ impl HeadTokens for Federation {
     fn is_approved(&self, key: &str) -> bool {
         Federation::is_approved(self, key)
     }
+
+    fn stream_time_ms(&self) -> u64 {
+        Federation::stream_time_ms(self)
+    }
 }
