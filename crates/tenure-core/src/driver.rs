@@ -158,9 +158,15 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     /// After a call's result: a failure that a sweep may retry wakes the node when its backoff
-    /// ends ([`NodeDriver::reconcile_due`]).
+    /// ends ([`NodeDriver::reconcile_due`]). One without a backoff ahead waits for the next
+    /// reconcile the node makes anyway (waking at once would retry a failing call in a loop).
     fn wake_for_retry(&mut self, idempotency_key: &str) {
-        let due = self.engine.entry(idempotency_key).and_then(|entry| self.engine.next_attempt_ms(entry));
+        let now_ms = self.view.stream_time_ms();
+        let due = self
+            .engine
+            .entry(idempotency_key)
+            .and_then(|entry| self.engine.next_attempt_ms(entry))
+            .filter(|due| *due > now_ms);
         if let (Some(due), Some(at)) = (due, self.planned_at.as_mut()) {
             at.retry_at_ms = Some(at.retry_at_ms.map_or(due, |retry| retry.min(due)));
         }

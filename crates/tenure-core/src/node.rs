@@ -300,14 +300,15 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// When a failed entry that a sweep may still retry may be tried again (stream time, ms):
-    /// its last attempt's gate plus the backoff of its attempt count ([`RetryBackoff`]); a sweep
-    /// before it leaves the entry failed. `None` for any other entry (a stale failure is never
-    /// retried).
+    /// its last attempt's gate plus the backoff of its attempt count ([`RetryBackoff`]; none for
+    /// a verb that does not back off, [`crate::model::Verb::backs_off`]); a sweep before it
+    /// leaves the entry failed. `None` for any other entry (a stale failure is never retried).
     #[must_use]
     pub fn next_attempt_ms(&self, entry: &JournalEntry) -> Option<u64> {
         (entry.state == EntryState::Failed && self.failed.contains(&entry.seq)).then(|| {
             let Attempts { count, last_at_ms, .. } = &entry.attempts;
-            self.backoff.next_attempt_ms(&entry.action.idempotency_key, *count, last_at_ms.unwrap_or(0))
+            let backoff = if entry.action.verb.backs_off() { self.backoff } else { RetryBackoff::NONE };
+            backoff.next_attempt_ms(&entry.action.idempotency_key, *count, last_at_ms.unwrap_or(0))
         })
     }
 
