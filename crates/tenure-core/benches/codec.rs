@@ -114,6 +114,7 @@ fn journal_entry() -> JournalEntry {
         state: EntryState::Executed,
         detail: Some("assigned".into()),
         executed_seq: Some(4_711),
+        attempts: Default::default(),
     }
 }
 
@@ -407,6 +408,7 @@ fn from_bin_entry(entry: BinEntry<'_>) -> JournalEntry {
         },
         detail: entry.detail.map(Cow::into_owned),
         executed_seq: entry.executed_seq,
+        attempts: Default::default(),
     }
 }
 

@@ -12,7 +12,13 @@
 //! addresses are their canonical text (RFC 5952, no prefix length); tokens are plain integers
 //! (0 = never held); durations are whole milliseconds with the unit in the field name. Every
 //! field is written, except the optional ones of a journal entry (`reason`, `detail`,
-//! `executedSeq`), which are left out when absent. A reader refuses unknown fields.
+//! `executedSeq`, and its attempts: `attempts`, `lastAttemptMs`, `lastAttemptWallMs`,
+//! `lastError`), which are left out when absent (0 attempts: absent). A reader refuses unknown
+//! fields.
+//!
+//! Fields added to version 1 are optional, so every record an older build wrote still reads
+//! (an entry written before attempts were kept reads as never attempted); a record that carries
+//! them is refused by an older build, naming the field, rather than read without it.
 //!
 //! One record of each kind (the golden tests in `codec/tests.rs` hold these exact bytes):
 //!
@@ -42,11 +48,15 @@
 //! {"v":1,"seq":1,"action":{…as above, without "v"…},"state":"executed","detail":"ok",
 //!   "executedSeq":1}
 //! {"v":1,"seq":2,"action":{…},"state":"skipped","reason":"stale-epoch"}
+//! {"v":1,"seq":3,"action":{…},"state":"failed","detail":"exit status 1: no route",
+//!   "attempts":2,"lastAttemptMs":1000,"lastAttemptWallMs":1700000000000,
+//!   "lastError":"exit status 1: no route"}
 //! a journal change:
 //! {"v":1,"change":"append","seq":1,"action":{…},"state":"approved"}
 //! {"v":1,"change":"set-state","seq":1,"state":"executed","detail":"ok","executedSeq":1}
 //! {"v":1,"change":"raise-high-water","pool":"edge","address":"10.0.0.10",
 //!   "captureDomain":"provider:sim1:placement:g1","captureEpoch":2,"ownershipEpoch":1}
+//! {"v":1,"change":"attempt","seq":1,"atMs":1000,"wallMs":1700000000000}   wallMs optional
 //! {"v":1,"change":"compact","seqs":[3,4]}
 //! the high-water marks, as plain rows sorted by pool, address, capture domain:
 //! {"v":1,"marks":[{"pool":"edge","address":"10.0.0.10",
@@ -69,7 +79,7 @@
 //! - tokens are read through `from_stored`, which is all their rules allow for stored values;
 //! - a capture domain must read `provider:<name>:placement:<name>`; an action's idempotency key
 //!   must be the one its fields give; a journal state must agree with its reason and execution
-//!   order; sequence numbers are 1 or more, and a compaction's ascending; high-water rows must be in canonical order, one ownershipEpoch per address. A record
+//!   order; an entry's attempt times come with a count above 0 and only then; sequence numbers are 1 or more, and a compaction's ascending; high-water rows must be in canonical order, one ownershipEpoch per address. A record
 //!   that breaks one of these is [`CodecError::Inconsistent`].
 //!
 //! The in-memory types are not serialized directly: the records go through private wire types

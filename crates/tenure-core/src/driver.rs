@@ -98,11 +98,13 @@ pub struct OutranAcquire {
     pub address: std::net::IpAddr,
 }
 
-/// The view's plan generation and the plan's wake time at the last completed reconcile.
+/// The view's plan generation and the plan's wake time at the last completed reconcile, and the
+/// earliest end of a failed action's backoff since (that reconcile's sweep, or a failure after).
 #[derive(Clone, Copy, Debug)]
 struct PlannedAt {
     generation: u64,
     wake_at_ms: Option<u64>,
+    retry_at_ms: Option<u64>,
 }
 
 impl<S: JournalStore> NodeDriver<S> {
@@ -129,24 +131,45 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// Whether planning again could change anything the last reconcile did: never reconciled
     /// (or restarted, or resumed) since, the view's [`Federation::plan_generation`] moved,
-    /// stream time reached a held-back release, or a call result left the node holding what its
+    /// stream time reached a held-back release or the end of a failed action's backoff
+    /// ([`NodeEngine::next_attempt_ms`]), or a call result left the node holding what its
     /// view no longer wants (or the reverse: the view moved while the call was in flight), or an
     /// acquire in doubt was counted as held ([`NodeEngine::replan_due`]). A node that reconciles only when this says so
-    /// (plus on a requeue interval, for failures to retry) plans as a node that reconciles after
+    /// (plus on a requeue interval) plans as a node that reconciles after
     /// every event; heartbeats and its own results alone do not make it plan 100k addresses
     /// again.
     #[must_use]
     pub fn reconcile_due(&self) -> bool {
         self.engine.replan_due()
             || self.planned_at.is_none_or(|at| {
+                let now_ms = self.view.stream_time_ms();
                 at.generation != self.view.plan_generation()
-                    || at.wake_at_ms.is_some_and(|wake| self.view.stream_time_ms() >= wake)
+                    || at.wake_at_ms.is_some_and(|wake| now_ms >= wake)
+                    || at.retry_at_ms.is_some_and(|retry| now_ms >= retry)
             })
     }
 
     fn planned(&mut self, report: &ReconcileReport) {
-        self.planned_at =
-            Some(PlannedAt { generation: self.view.plan_generation(), wake_at_ms: report.wake_at_ms });
+        self.planned_at = Some(PlannedAt {
+            generation: self.view.plan_generation(),
+            wake_at_ms: report.wake_at_ms,
+            retry_at_ms: report.retry_at_ms,
+        });
+    }
+
+    /// After a call's result: a failure that a sweep may retry wakes the node when its backoff
+    /// ends ([`NodeDriver::reconcile_due`]). One without a backoff ahead waits for the next
+    /// reconcile the node makes anyway (waking at once would retry a failing call in a loop).
+    fn wake_for_retry(&mut self, idempotency_key: &str) {
+        let now_ms = self.view.stream_time_ms();
+        let due = self
+            .engine
+            .entry(idempotency_key)
+            .and_then(|entry| self.engine.next_attempt_ms(entry))
+            .filter(|due| *due > now_ms);
+        if let (Some(due), Some(at)) = (due, self.planned_at.as_mut()) {
+            at.retry_at_ms = Some(at.retry_at_ms.map_or(due, |retry| retry.min(due)));
+        }
     }
 
     /// The node's name.
@@ -379,10 +402,20 @@ impl<S: JournalStore> NodeDriver<S> {
     /// (call [`NodeDriver::follow`] right before, so the view is the head), with one durable
     /// sync for the batch. Empty when nothing is left or the node may not act.
     pub fn poll_actions_at_head(&mut self, max: usize) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
+        self.poll_actions_at_head_at(max, None)
+    }
+
+    /// [`NodeDriver::poll_actions_at_head`], each attempt recorded with `wall_ms`, the caller's
+    /// wall clock (unix ms): the agent's path (operators read it in `tenure actions`).
+    pub fn poll_actions_at_head_at(
+        &mut self,
+        max: usize,
+        wall_ms: Option<u64>,
+    ) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
         if self.partitioned || (self.paused && self.zombie.is_none()) {
             return Ok(Vec::new());
         }
-        self.engine.poll_executions(&self.view, self.zombie.as_ref(), max)
+        self.engine.poll_executions(&self.view, self.zombie.as_ref(), max, wall_ms)
     }
 
     /// The calls in flight that the fence rule refuses against `head` now, each named once
@@ -460,6 +493,7 @@ impl<S: JournalStore> NodeDriver<S> {
         if outcome == ActionOutcome::Executed && self.result_contradicts_view(idempotency_key) {
             self.planned_at = None;
         }
+        self.wake_for_retry(idempotency_key);
         self.report_result(idempotency_key, outcome, detail);
         Ok(())
     }
@@ -474,6 +508,7 @@ impl<S: JournalStore> NodeDriver<S> {
         detail: &str,
     ) -> Result<(), NodeError<S::Error>> {
         let detail = self.engine.handle_in_doubt_result(idempotency_key, detail, &self.view)?;
+        self.wake_for_retry(idempotency_key);
         self.report_result(idempotency_key, ActionOutcome::Failed, detail);
         Ok(())
     }

@@ -462,4 +462,8 @@ impl HeadTokens for Federation {
     fn approval_required(&self, pool: &str) -> bool {
         self.pools.get(pool).is_none_or(|p| p.spec.approval == crate::model::Approval::Manual)
     }
+
+    fn stream_time_ms(&self) -> u64 {
+        Federation::stream_time_ms(self)
+    }
 }

@@ -77,6 +77,9 @@ pub trait HeadTokens {
         let _ = pool;
         true
     }
+    /// The head's stream time (ms): when an attempt is gated, and whether a failed action's
+    /// backoff is over ([`crate::retry`]). Never part of the fence rule.
+    fn stream_time_ms(&self) -> u64;
 }
 
 /// The head's tokens for one action's keys, read in one go.
@@ -281,6 +284,9 @@ mod tests {
         }
         fn is_approved(&self, _: &str) -> bool {
             false
+        }
+        fn stream_time_ms(&self) -> u64 {
+            0
         }
     }
 

@@ -6,8 +6,12 @@
 //!           ├─ approval: manual ─► pending ─approve─► approved
 //!           └─ approval: auto ───────────────────────► approved ─gate─┬─► executed | failed
 //!                                                                     └─► skipped{reason}
-//!   failed ─ still current at a sweep ─► approved   (a retry: level-triggered, like any reconcile)
+//!   failed ─ still current at a sweep, its backoff over ─► approved   (a retry: level-triggered)
 //! ```
+//!
+//! Every entry also keeps its [`Attempts`]: the provider calls the gate handed out for it, when
+//! the last one was gated, and why the last failed one failed ([`crate::retry`] spaces retries
+//! from them).
 //!
 //! Persistence sits behind [`JournalStore`]: the node writes every change through it as a
 //! [`JournalChange`] before it changes its memory, and a restart rebuilds memory from
@@ -36,7 +40,8 @@ pub enum EntryState {
     Approved,
     /// The provider call succeeded.
     Executed,
-    /// The provider call failed. A sweep retries it (back to `approved`) while it is current.
+    /// The provider call failed. A sweep retries it (back to `approved`) while it is current,
+    /// once its backoff ([`crate::retry::RetryBackoff`]) is over.
     Failed,
     /// Fenced: never to run.
     Skipped(StaleReason),
@@ -79,6 +84,13 @@ impl EntryState {
 /// provider with no inventory to tell ([`crate::node::NodeEngine::handle_in_doubt_result`]).
 pub const OUTCOME_UNKNOWN: &str = "outcome unknown: ";
 
+/// Whether an executor's detail says the call's outcome is unknown (it begins with
+/// [`OUTCOME_UNKNOWN`]): the one test of that mark, wherever a detail or a last error is read.
+#[must_use]
+pub fn outcome_unknown(detail: Option<&str>) -> bool {
+    detail.is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN))
+}
+
 /// The detail of a holding acquire whose call is about to start, written (and synced with its
 /// batch) before the call: at a restart, an `approved` entry with it was in flight when the
 /// process died, in doubt (SPEC 6).
@@ -102,6 +114,50 @@ pub struct JournalEntry {
     pub detail: Option<String>,
     /// Order of execution among this node's executed entries (1-based), once executed.
     pub executed_seq: Option<u64>,
+    /// The provider calls made for it and how the last failed one ended.
+    pub attempts: Attempts,
+}
+
+/// The provider calls the gate handed out for one entry (SPEC 6: each passed the gate an
+/// instant before), kept across restarts so that a retry's backoff and an operator's
+/// `tenure actions` see every attempt.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    /// How many calls were handed out (0: never called).
+    pub count: u32,
+    /// When the last one was handed out: the stream time of the head it was gated against
+    /// (ms), which the backoff counts from; `None` before the first.
+    pub last_at_ms: Option<u64>,
+    /// When the last one was handed out by the caller's wall clock (unix ms), for operators:
+    /// `None` when the caller gave none (replay, the simulator). Never decides anything.
+    pub last_wall_ms: Option<u64>,
+    /// The detail of the last call that failed (the executor's one-line error; a call whose
+    /// outcome is unknown keeps [`OUTCOME_UNKNOWN`] at its start), kept through retries and
+    /// after a later success.
+    pub last_error: Option<String>,
+}
+
+impl JournalEntry {
+    /// Moves the entry to `state` with the executor's `detail` and its execution order, as a
+    /// [`JournalChange::SetState`] says: a `failed` state's detail becomes the last error. The
+    /// one place a state change is applied to an entry (memory and every store's rows), after the
+    /// caller checked [`EntryState::may_become`].
+    pub fn set_state(&mut self, state: EntryState, detail: Option<&str>, executed_seq: Option<u64>) {
+        self.state = state;
+        self.detail = detail.map(str::to_owned);
+        self.executed_seq = executed_seq;
+        if state == EntryState::Failed {
+            self.attempts.last_error = self.detail.clone();
+        }
+    }
+
+    /// Counts one call handed out at stream time `at_ms` (and wall time `wall_ms`), as a
+    /// [`JournalChange::Attempt`] says.
+    pub fn record_attempt(&mut self, at_ms: u64, wall_ms: Option<u64>) {
+        self.attempts.count = self.attempts.count.saturating_add(1);
+        self.attempts.last_at_ms = Some(at_ms);
+        self.attempts.last_wall_ms = wall_ms;
+    }
 }
 
 /// Everything a node keeps across a crash.
@@ -118,6 +174,10 @@ pub struct DurableNodeState {
 }
 
 /// One durable change, written before memory changes. A store applies changes in order.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "appends, the largest, are the most frequent change: boxing them would allocate on every import"
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JournalChange {
     /// A new entry at the end of the journal; its `seq` is above every earlier one.
@@ -146,6 +206,15 @@ pub enum JournalChange {
         /// Ownership epoch seen.
         ownership_epoch: OwnershipEpoch,
     },
+    /// Entry `seq` was handed out for a provider call ([`JournalEntry::record_attempt`]).
+    Attempt {
+        /// The entry's sequence number.
+        seq: u64,
+        /// Stream time of the head it was gated against (ms).
+        at_ms: u64,
+        /// The caller's wall clock then (unix ms), if it gave one.
+        wall_ms: Option<u64>,
+    },
     /// Finished, superseded entries dropped by compaction (SPEC 13 "bounded journals").
     Compact {
         /// Their sequence numbers.
@@ -168,9 +237,7 @@ impl DurableNodeState {
             JournalChange::SetState { seq, state, detail, executed_seq } => {
                 let entry = self.entries.get_mut(seq).expect("the engine changes only entries it holds");
                 assert!(entry.state.may_become(*state), "a final state is never left: {:?}", entry.state);
-                entry.state = *state;
-                entry.detail.clone_from(detail);
-                entry.executed_seq = *executed_seq;
+                entry.set_state(*state, detail.as_deref(), *executed_seq);
                 if let Some(executed) = executed_seq {
                     assert!(*executed > self.executions, "execution order only grows");
                     self.executions = *executed;
@@ -184,6 +251,11 @@ impl DurableNodeState {
                 ownership_epoch,
             } => {
                 self.high_water.raise(pool, *address, capture_domain, *capture_epoch, *ownership_epoch);
+            }
+            JournalChange::Attempt { seq, at_ms, wall_ms } => {
+                let entry = self.entries.get_mut(seq).expect("the engine changes only entries it holds");
+                assert!(entry.state.is_open(), "only an open entry is handed out: {:?}", entry.state);
+                entry.record_attempt(*at_ms, *wall_ms);
             }
             JournalChange::Compact { seqs } => {
                 for seq in seqs {

@@ -27,6 +27,7 @@
 //! - [`report`] — how an error reads to an operator: one line with its causes.
 //! - [`fence`] — the one fence rule and the durable high-water marks (SPEC 6).
 //! - [`journal`] — the outbox state machine and the `JournalStore` persistence trait.
+//! - [`retry`] — how long a failed action waits before its retry (exponential, capped, jittered).
 //! - [`node`] — one node's engine: reconcile (plan, import, sweep, compact) and gated execution.
 //! - [`driver`] — the one sans-IO driver of a node (replay, the simulator and the agent use it).
 //!
@@ -53,5 +54,6 @@ pub mod model;
 pub mod node;
 pub mod planner;
 pub mod report;
+pub mod retry;
 pub mod spec;
 pub mod state;

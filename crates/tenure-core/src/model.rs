@@ -197,11 +197,13 @@ impl VerbFamily {
         }
     }
 
-    /// Whether a release waits out its pool's `deprovisionHoldDuration` (SPEC 13). Not on the
-    /// on-prem family: it has no provider-side single assignment, so a held release is a second
-    /// router answering ARP for the address through the hold. Cloud providers move the address
-    /// away themselves (the hold is only hysteresis against flaps); an operator's command
-    /// (`exec`) keeps the hold, as its provider is unknown to tenure (docs/decisions.md).
+    /// Whether a release waits out its pool's `deprovisionHoldDuration` (SPEC 13), and a failed
+    /// release its retry backoff ([`crate::retry`]). Not on the on-prem family: it has no
+    /// provider-side single assignment, so a held release is a second router answering ARP for
+    /// the address through the hold (a failed one is retried at the next sweep, as before there
+    /// was a backoff). Cloud providers move the address away themselves (the hold is only
+    /// hysteresis against flaps); an operator's command (`exec`) keeps the hold, as its provider
+    /// is unknown to tenure (docs/decisions.md).
     #[must_use]
     pub fn release_is_held(self) -> bool {
         match self {
@@ -242,6 +244,26 @@ impl Verb {
     #[must_use]
     pub fn needs_vrrp_master(self) -> bool {
         matches!(self, Self::ProxyArpAdd | Self::Garp)
+    }
+
+    /// The family the verb belongs to.
+    #[must_use]
+    pub fn family(self) -> VerbFamily {
+        match self {
+            Self::AssignSecondaryIp
+            | Self::EnableForwarding
+            | Self::DisableForwarding
+            | Self::UnassignSecondaryIp => VerbFamily::Cloud,
+            Self::ProxyArpAdd | Self::Garp | Self::ProxyArpDel => VerbFamily::Onprem,
+            Self::Acquire | Self::Release => VerbFamily::Exec,
+        }
+    }
+
+    /// Whether a failed call of this verb waits out the retry backoff ([`crate::retry`]): every
+    /// verb but a release whose family never holds one back ([`VerbFamily::release_is_held`]).
+    #[must_use]
+    pub fn backs_off(self) -> bool {
+        self.is_acquire() || self.family().release_is_held()
     }
 
     /// True for verbs of the acquire set.
@@ -434,6 +456,17 @@ impl PoolSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_failed_call_backs_off_but_an_on_prem_release() {
+        for family in [VerbFamily::Cloud, VerbFamily::Onprem, VerbFamily::Exec] {
+            for verb in family.acquire_verbs().iter().chain(family.release_verbs()) {
+                assert_eq!(verb.family(), family, "{verb:?}");
+                let expected = verb.is_acquire() || family != VerbFamily::Onprem;
+                assert_eq!(verb.backs_off(), expected, "{verb:?}");
+            }
+        }
+    }
 
     #[test]
     fn tokens_only_step_forward() {

@@ -28,11 +28,12 @@ use std::net::IpAddr;
 use crate::federation::{Federation, NodeId};
 use crate::fence::{self, FenceVerdict, HeadTokens, HeadView, StaleReason};
 use crate::journal::{
-    COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT,
-    JournalChange, JournalEntry, JournalStore,
+    Attempts, COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT,
+    JournalChange, JournalEntry, JournalStore, outcome_unknown,
 };
 use crate::model::{Approval, StampedAction};
 use crate::planner::{self, CaptureRecord, Captured};
+use crate::retry::RetryBackoff;
 
 mod execute;
 mod local;
@@ -50,8 +51,11 @@ pub struct ReconcileReport {
     /// Pending entries promoted because the head shows their approval (or their pool no longer
     /// asks for one: switched to `approval: auto`).
     pub promoted: Vec<String>,
-    /// Failed entries still current, approved again for a retry.
+    /// Failed entries still current whose backoff was over, approved again for a retry.
     pub retried: Vec<String>,
+    /// The earliest stream time at which a failed entry still current, left waiting by this
+    /// sweep, may be retried ([`NodeEngine::next_attempt_ms`]): a sweep at or after it retries it.
+    pub retry_at_ms: Option<u64>,
     /// Acquires in doubt that the fence rule now refuses, counted as held before the plan
     /// ([`NodeEngine::count_in_doubt_acquire`]): this reconcile plans their release.
     pub counted: Vec<String>,
@@ -93,6 +97,8 @@ pub struct NodeEngine<S: JournalStore> {
     state: DurableNodeState,
     /// Entries kept before compaction starts.
     retention: usize,
+    /// How long a failed entry waits before a sweep retries it.
+    backoff: RetryBackoff,
     index: HashMap<String, u64>,
     /// Entries waiting for an approval.
     pending: BTreeSet<u64>,
@@ -145,6 +151,7 @@ impl<S: JournalStore> NodeEngine<S> {
             store,
             state: DurableNodeState::default(),
             retention: JOURNAL_RETENTION_DEFAULT,
+            backoff: RetryBackoff::NONE,
             index: HashMap::new(),
             pending: BTreeSet::new(),
             approved: BTreeSet::new(),
@@ -171,6 +178,14 @@ impl<S: JournalStore> NodeEngine<S> {
     #[must_use]
     pub fn with_retention(mut self, entries: usize) -> Self {
         self.retention = entries.max(1);
+        self
+    }
+
+    /// Sets how long a failed entry waits before a sweep retries it (default
+    /// [`RetryBackoff::NONE`]: retried at the next sweep).
+    #[must_use]
+    pub fn with_retry_backoff(mut self, backoff: RetryBackoff) -> Self {
+        self.backoff = backoff;
         self
     }
 
@@ -296,6 +311,19 @@ impl<S: JournalStore> NodeEngine<S> {
     #[must_use]
     pub fn retryable_failures(&self) -> usize {
         self.failed.len()
+    }
+
+    /// When a failed entry that a sweep may still retry may be tried again (stream time, ms):
+    /// its last attempt's gate plus the backoff of its attempt count ([`RetryBackoff`]; none for
+    /// a verb that does not back off, [`crate::model::Verb::backs_off`]); a sweep before it
+    /// leaves the entry failed. `None` for any other entry (a stale failure is never retried).
+    #[must_use]
+    pub fn next_attempt_ms(&self, entry: &JournalEntry) -> Option<u64> {
+        (entry.state == EntryState::Failed && self.failed.contains(&entry.seq)).then(|| {
+            let Attempts { count, last_at_ms, .. } = &entry.attempts;
+            let backoff = if entry.action.verb.backs_off() { self.backoff } else { RetryBackoff::NONE };
+            backoff.next_attempt_ms(&entry.action.idempotency_key, *count, last_at_ms.unwrap_or(0))
+        })
     }
 
     /// Results the log has not confirmed yet: per (provider, address), this node's last executed
@@ -510,6 +538,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 state,
                 detail: None,
                 executed_seq: None,
+                attempts: Attempts::default(),
             }))?;
             self.index.insert(key.clone(), seq);
             match state {
@@ -535,27 +564,31 @@ impl<S: JournalStore> NodeEngine<S> {
             && fence::check(&entry.action, head, &self.state.high_water) == FenceVerdict::Current
     }
 
-    /// The sweep: failed entries that are still current are approved again (a retry), those
-    /// stale by an epoch leave the retry set; then every open entry goes through the gate, and
-    /// pending entries approved at the head move on.
+    /// The sweep: failed entries that are still current are approved again (a retry) once their
+    /// backoff is over at the head's stream time (else the earliest end goes into the report),
+    /// those stale by an epoch leave the retry set at once; then every open entry goes through
+    /// the gate, and pending entries approved at the head move on.
     fn sweep(
         &mut self,
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
         let failed: Vec<u64> = self.failed.iter().copied().collect();
+        let now_ms = head.stream_time_ms();
         // Acquires in doubt that are stale were counted as held before the plan
         // (`count_stale_in_doubt`, same head): what is left here is retried or let go.
         for seq in failed {
-            let action = &self.state.entries[&seq].action;
-            match fence::check(action, head, &self.state.high_water) {
+            let entry = &self.state.entries[&seq];
+            match fence::check(&entry.action, head, &self.state.high_water) {
                 FenceVerdict::Current => {
-                    let key = action.idempotency_key.clone();
+                    let due_ms = self.next_attempt_ms(entry).expect("a failed entry of the retry set");
+                    if due_ms > now_ms {
+                        report.retry_at_ms = Some(report.retry_at_ms.map_or(due_ms, |at| at.min(due_ms)));
+                        continue;
+                    }
+                    let key = entry.action.idempotency_key.clone();
                     // An acquire in doubt keeps its mark through the retry.
-                    let keep = self.state.entries[&seq]
-                        .detail
-                        .clone()
-                        .filter(|d| d.starts_with(crate::journal::OUTCOME_UNKNOWN));
+                    let keep = entry.detail.clone().filter(|d| outcome_unknown(Some(d)));
                     self.set_state(seq, EntryState::Approved, keep)?;
                     report.retried.push(key);
                 }

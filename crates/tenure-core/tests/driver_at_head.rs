@@ -12,6 +12,7 @@ use tenure_core::model::{
     Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, Verb,
 };
 use tenure_core::node::NodeEngine;
+use tenure_core::retry::RetryBackoff;
 
 /// A memory store that counts syncs (a test double of the durable store).
 #[derive(Debug, Default)]
@@ -298,4 +299,40 @@ fn reconciling_only_when_due_keeps_up_with_results_that_land_after_the_view_move
         .filter(|e| e.state == EntryState::Executed)
         .count();
     assert_eq!(released, 1, "the address undesired in flight was released after its hold");
+}
+
+/// A failed call wakes its node when its backoff ends, not before: the agent reconciles only
+/// when [`NodeDriver::reconcile_due`] says so (or at its requeue interval), and a heartbeat
+/// alone does not make it plan.
+#[test]
+fn a_failed_call_makes_a_reconcile_due_when_its_backoff_ends() {
+    let mut log = MemoryLog::new();
+    let spec = pool(&["10.0.0.1"]);
+    log.append(&Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec) } }).expect("append");
+    log.append(&Event { at_ms: 1_000, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    let registry =
+        Federation::new(&[node()], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }]);
+    let engine = NodeEngine::open("a", CountingStore::default())
+        .expect("memory")
+        .with_retry_backoff(RetryBackoff::from_base(500));
+    let mut driver = NodeDriver::new(engine, registry, DriverOptions { report_results: true });
+    driver.follow(&log).expect("readable");
+    driver.reconcile_at_head().expect("memory").expect("not blocked");
+    let batch = driver.poll_actions_at_head_at(16, Some(1_700_000_000_000)).expect("memory");
+    assert_eq!(verbs(&batch), vec![Verb::AssignSecondaryIp]);
+    let key = &batch[0].idempotency_key;
+    driver.handle_result(key, ActionOutcome::Failed, "throttled".into()).expect("in flight");
+    let entry = driver.engine().entry(key).expect("journaled");
+    assert_eq!(entry.attempts.last_wall_ms, Some(1_700_000_000_000));
+    let due = driver.engine().next_attempt_ms(entry).expect("retryable");
+    assert!(!driver.reconcile_due(), "a failure does not re-plan at once");
+    log.append(&Event { at_ms: due - 1, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    driver.follow(&log).expect("readable");
+    assert!(!driver.reconcile_due(), "nor before its backoff ends");
+    log.append(&Event { at_ms: due, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    driver.follow(&log).expect("readable");
+    assert!(driver.reconcile_due(), "its backoff ended at {due}: a reconcile retries it");
+    let report = driver.reconcile_at_head().expect("memory").expect("not blocked");
+    assert_eq!(report.retried, vec![key.clone()]);
+    assert!(!driver.reconcile_due(), "retried: nothing more is due");
 }

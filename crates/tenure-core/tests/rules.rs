@@ -12,6 +12,7 @@ use tenure_core::model::{
     Approval, Authority, CaptureDomain, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, Verb,
 };
 use tenure_core::node::NodeEngine;
+use tenure_core::retry::RetryBackoff;
 
 fn node(name: &str, priority: i64, capacity: Option<u64>) -> NodeSpec {
     NodeSpec {
@@ -586,6 +587,65 @@ fn a_failed_action_is_retried_while_current_and_never_once_stale() {
         a.reconcile(&w.fed, &w.fed).expect("ok")
     };
     assert!(restarted.retried.is_empty(), "the failed set is rebuilt from the journal, still stale");
+}
+
+#[test]
+fn a_failed_action_waits_out_its_backoff_and_keeps_its_attempts_and_reason() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    w.hb(1_000, "a");
+    w.hb(1_000, "b");
+    let backoff = RetryBackoff::from_base(500);
+    let mut a = engine("a").with_retry_backoff(backoff);
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
+    let key = first.idempotency_key.clone();
+    a.handle_execution_result(&key, ActionOutcome::Failed, Some("exit status 1: no route".into()))
+        .expect("in flight");
+    let entry = a.entry(&key).expect("journaled").clone();
+    assert_eq!(entry.attempts.count, 1);
+    assert_eq!(entry.attempts.last_at_ms, Some(1_000), "the head's stream time at the gate");
+    assert_eq!(entry.attempts.last_wall_ms, None, "no wall clock given");
+    assert_eq!(entry.attempts.last_error.as_deref(), Some("exit status 1: no route"));
+    let due = a.next_attempt_ms(&entry).expect("retryable");
+    assert_eq!(due, 1_000 + backoff.delay_ms(&key, 1));
+    assert!((1_375..=1_500).contains(&due), "{due}");
+
+    // Before the backoff ends, a sweep leaves it failed and says when it may run.
+    w.hb(due - 1, "a");
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(report.retried.is_empty(), "{report:?}");
+    assert_eq!(report.retry_at_ms, Some(due));
+    assert_eq!(a.entry(&key).map(|e| e.state), Some(EntryState::Failed));
+
+    // From then on it is retried, and the attempt counted; the reason stays through the retry.
+    w.hb(due, "a");
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(report.retried, vec![key.clone()]);
+    assert_eq!(report.retry_at_ms, None);
+    let second = a.poll_executions(&w.fed, None, 1, Some(1_700_000_000_000)).expect("ok");
+    assert_eq!(second.len(), 1);
+    let entry = a.entry(&key).expect("journaled");
+    assert_eq!(entry.attempts.count, 2);
+    assert_eq!(entry.attempts.last_at_ms, Some(due));
+    assert_eq!(entry.attempts.last_wall_ms, Some(1_700_000_000_000));
+    assert_eq!(entry.attempts.last_error.as_deref(), Some("exit status 1: no route"), "kept while in flight");
+    a.handle_execution_result(&key, ActionOutcome::Failed, Some("timed out".into())).expect("in flight");
+    let entry = a.entry(&key).expect("journaled").clone();
+    assert_eq!(entry.attempts.last_error.as_deref(), Some("timed out"), "the last failure's reason");
+    let next = a.next_attempt_ms(&entry).expect("retryable");
+    assert!(next - due > due - 1_000, "the second wait is longer: {} then {}", due - 1_000, next - due);
+
+    // The journal keeps it all across a restart.
+    a.restart().expect("memory");
+    assert_eq!(a.entry(&key), Some(&entry));
+    assert_eq!(a.next_attempt_ms(&entry), Some(next));
+
+    // A fenced action stops at once, backoff or not: drained, its epoch moved on.
+    w.apply(due + 1, EventKind::Drain { node: "a".into() });
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(report.retried.is_empty() && report.retry_at_ms.is_none(), "{report:?}");
+    assert_eq!(a.next_attempt_ms(a.entry(&key).expect("kept")), None, "never retried");
 }
 
 fn result(w: &mut World, at_ms: u64, node: &str, verb: Verb, epoch: u64, owner_epoch: u64) {

@@ -424,6 +424,7 @@ fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
         state: EntryState::Approved,
         detail: None,
         executed_seq: None,
+        attempts: Default::default(),
     };
     for change in [
         JournalChange::Append(entry(1, acquire.action.clone())),

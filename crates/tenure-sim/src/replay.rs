@@ -81,6 +81,25 @@ pub struct ActionRow {
     /// Why it was skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Provider calls made for it. Only in an agent's rows ([`action_row_with_attempts`]): a
+    /// replay's report leaves the attempt fields out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// Stream time (ms) of the head the last call was gated against (in an agent, events are
+    /// stamped by the agents' clocks: unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_attempt_ms: Option<u64>,
+    /// The agent's wall clock (unix ms) when the last call was handed out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_attempt_wall_ms: Option<u64>,
+    /// The executor's one-line error of the last failed call (`outcome unknown: …` when the call
+    /// may have acted), kept through retries and after a later success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// For a failed action that will be retried: the stream time (ms) from which its backoff
+    /// lets it run again. Absent when it will not be retried (fenced) or is not failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt_ms: Option<u64>,
 }
 
 /// A pool condition, as reported.
@@ -147,6 +166,8 @@ impl Replay {
             .nodes
             .iter()
             .map(|n| {
+                // No retry backoff: a scenario's steps are explicit, and a failed action is
+                // retried at the next `reconcile` it lists (reports stay as they were).
                 let engine =
                     NodeEngine::open(&n.name, MemoryJournalStore::new()).expect("a memory store cannot fail");
                 (n.name.clone(), NodeDriver::new(engine, registry.clone(), options))
@@ -504,6 +525,26 @@ pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
             EntryState::Skipped(r) => Some(r.as_str().to_owned()),
             _ => None,
         },
+        attempts: None,
+        last_attempt_ms: None,
+        last_attempt_wall_ms: None,
+        last_error: None,
+        next_attempt_ms: None,
+    }
+}
+
+/// The report row of one journal entry of `node` with its attempts (an agent's rows:
+/// `GET /v1/actions`), `next_attempt_ms` being when a failed entry may be retried
+/// ([`tenure_core::node::NodeEngine::next_attempt_ms`]).
+#[must_use]
+pub fn action_row_with_attempts(node: &str, e: &JournalEntry, next_attempt_ms: Option<u64>) -> ActionRow {
+    ActionRow {
+        attempts: Some(e.attempts.count),
+        last_attempt_ms: e.attempts.last_at_ms,
+        last_attempt_wall_ms: e.attempts.last_wall_ms,
+        last_error: e.attempts.last_error.clone(),
+        next_attempt_ms,
+        ..action_row(node, e)
     }
 }
 

@@ -14,6 +14,7 @@ use tenure_core::federation::Federation;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
+use tenure_core::retry::RetryBackoff;
 
 use crate::checker::{self, Checker, Violation, ViolationKind, Violations};
 use crate::config::{Fault, Mode, SimConfig};
@@ -32,6 +33,10 @@ pub const DELAYED_EVENTS_MAX: usize = 100_000;
 pub const VIOLATIONS_KEPT_PER_KIND_MAX: u64 = 8;
 /// Stream-time length of one liveness round, in ms.
 pub const LIVENESS_ROUND_MS: u64 = 250;
+/// The nodes' retry backoff base, in ms of stream time: the agent's rule
+/// ([`tenure_core::retry`]) with a base shorter than an agent's default `requeueInterval` (5 s),
+/// so that the few seconds of stream time of a safety phase still see failed calls retried.
+pub const RETRY_BASE_MS: u64 = 250;
 
 /// Per-seed probabilities of the continuous faults, drawn from the seed (0 when disabled).
 #[derive(Clone, Debug, Default)]
@@ -203,7 +208,9 @@ impl World {
             .iter()
             .map(|spec| SimNode {
                 driver: NodeDriver::new(
-                    NodeEngine::open(&spec.name, LossyJournalStore::new()).expect("memory store"),
+                    NodeEngine::open(&spec.name, LossyJournalStore::new())
+                        .expect("memory store")
+                        .with_retry_backoff(RetryBackoff::from_base(RETRY_BASE_MS)),
                     registry.clone(),
                     DriverOptions { report_results: true },
                 ),

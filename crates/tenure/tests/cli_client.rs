@@ -180,7 +180,18 @@ fn actions_filters_and_the_empty_answer() {
     let header: Vec<&str> = text.lines().next().expect("a header").split_whitespace().collect();
     assert_eq!(
         header,
-        ["NODE", "STATE", "VERB", "POOL", "ADDRESS", "HOLDER", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH", "KEY"]
+        [
+            "NODE",
+            "STATE",
+            "ATTEMPTS",
+            "VERB",
+            "POOL",
+            "ADDRESS",
+            "HOLDER",
+            "OWNERSHIP-EPOCH",
+            "CAPTURE-EPOCH",
+            "KEY"
+        ]
     );
     assert!(text.lines().skip(1).all(|l| l.contains(" pending ") && l.contains(" gated ")), "{text}");
     assert!(text.contains(GATED_KEY), "the key is shown, for approve:\n{text}");

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use support::*;
 use tenure::store::{self, EmbeddedStore, StoreError};
 use tenure_core::codec;
-use tenure_core::journal::{EntryState, JournalChange, JournalStore};
+use tenure_core::journal::{Attempts, EntryState, JournalChange, JournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log, LogIndex};
 use tenure_core::node::NodeEngine;
@@ -418,6 +418,62 @@ fn a_stored_record_that_does_not_decode_is_refused_naming_table_and_key() {
     let (e, message) = refused(&dir);
     assert!(matches!(e, StoreError::RecordCorrupt { table: "journal_entries", .. }), "{e:?}");
     assert!(message.contains("key (a, 1)"), "{message}");
+}
+
+/// A journal row as a build before attempts were kept wrote it reads as never attempted, and the
+/// attempts recorded after it survive a reopen.
+#[test]
+fn a_journal_row_written_before_attempts_were_kept_loads_and_keeps_the_attempts_made_since() {
+    let dir = written_store("old-row");
+    let action = action("a", "10.0.0.1", 1, 1);
+    let action_json = String::from_utf8(codec::encode_stamped_action(&action).expect("encodes"))
+        .expect("utf-8")
+        .replacen(r#"{"v":1,"#, "{", 1);
+    let old = format!(r#"{{"v":1,"seq":1,"action":{action_json},"state":"failed","detail":"no route"}}"#);
+    {
+        let db = redb::Database::open(dir.store().join(store::STORE_FILE_NAME)).expect("opens");
+        let txn = db.begin_write().expect("txn");
+        {
+            let mut table = txn
+                .open_table(redb::TableDefinition::<(&str, u64), &[u8]>::new("journal_entries"))
+                .expect("table");
+            table.insert(("a", 1), old.as_bytes()).expect("insert");
+        }
+        txn.commit().expect("commit");
+    }
+    let store = dir.open().expect("an old row does not stop the store");
+    let mut a = store.journal("a");
+    let loaded = a.load().expect("loads");
+    let entry = &loaded.entries[&1];
+    assert_eq!((entry.state, entry.detail.as_deref()), (EntryState::Failed, Some("no route")));
+    assert_eq!(entry.attempts, Attempts::default(), "never attempted, as far as it says");
+
+    // A retry: approved again, handed out, failed again.
+    for change in [
+        JournalChange::SetState { seq: 1, state: EntryState::Approved, detail: None, executed_seq: None },
+        JournalChange::Attempt { seq: 1, at_ms: 5_000, wall_ms: Some(1_700_000_000_000) },
+        JournalChange::SetState {
+            seq: 1,
+            state: EntryState::Failed,
+            detail: Some("no route, again".into()),
+            executed_seq: None,
+        },
+    ] {
+        a.commit(&change).expect("buffers");
+    }
+    a.sync().expect("syncs");
+    store.close().expect("closes");
+    let store = dir.open().expect("reopens");
+    let loaded = store.journal("a").load().expect("loads");
+    let attempts = &loaded.entries[&1].attempts;
+    assert_eq!(
+        (attempts.count, attempts.last_at_ms, attempts.last_wall_ms, attempts.last_error.as_deref()),
+        (1, Some(5_000), Some(1_700_000_000_000), Some("no route, again")),
+    );
+    // An attempt of a finished entry contradicts the journal: the store refuses it.
+    let mut a = store.journal("a");
+    a.commit(&JournalChange::Attempt { seq: 1, at_ms: 6_000, wall_ms: None }).expect("buffers");
+    assert!(matches!(a.sync(), Err(StoreError::Inconsistent { .. })), "only an open entry is called");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::fence::StaleReason;
-use crate::journal::EntryState;
+use crate::journal::{Attempts, EntryState};
 use crate::log::{ActionOutcome, EventKind};
 use crate::model::{Approval, Authority, CaptureDomain, CaptureEpoch, OwnershipEpoch, Verb, VrrpState};
 
@@ -175,6 +175,7 @@ fn golden_records_have_their_documented_bytes() {
         state: EntryState::Executed,
         detail: Some("ok".into()),
         executed_seq: Some(1),
+        attempts: Attempts::default(),
     };
     let bytes = encode_journal_entry(&executed).expect("encodes");
     assert_eq!(
@@ -191,6 +192,7 @@ fn golden_records_have_their_documented_bytes() {
         state: EntryState::Skipped(StaleReason::StaleEpoch),
         detail: None,
         executed_seq: None,
+        attempts: Attempts::default(),
     };
     let bytes = encode_journal_entry(&skipped).expect("encodes");
     assert_eq!(
@@ -198,6 +200,28 @@ fn golden_records_have_their_documented_bytes() {
         format!(r#"{{"v":1,"seq":2,"action":{ACTION_JSON},"state":"skipped","reason":"stale-epoch"}}"#)
     );
     assert_eq!(decode_journal_entry(&bytes), Ok(skipped));
+
+    let failed = JournalEntry {
+        seq: 3,
+        action: action.clone(),
+        state: EntryState::Failed,
+        detail: Some("exit status 1: no route".into()),
+        executed_seq: None,
+        attempts: Attempts {
+            count: 2,
+            last_at_ms: Some(1_000),
+            last_wall_ms: Some(1_700_000_000_000),
+            last_error: Some("exit status 1: no route".into()),
+        },
+    };
+    let bytes = encode_journal_entry(&failed).expect("encodes");
+    assert_eq!(
+        text(&bytes),
+        format!(
+            r#"{{"v":1,"seq":3,"action":{ACTION_JSON},"state":"failed","detail":"exit status 1: no route","attempts":2,"lastAttemptMs":1000,"lastAttemptWallMs":1700000000000,"lastError":"exit status 1: no route"}}"#
+        )
+    );
+    assert_eq!(decode_journal_entry(&bytes), Ok(failed));
 
     let domain = CaptureDomain::new("sim1", "g1");
     let changes = [
@@ -208,8 +232,17 @@ fn golden_records_have_their_documented_bytes() {
                 state: EntryState::Approved,
                 detail: None,
                 executed_seq: None,
+                attempts: Attempts::default(),
             }),
             format!(r#"{{"v":1,"change":"append","seq":1,"action":{ACTION_JSON},"state":"approved"}}"#),
+        ),
+        (
+            JournalChange::Attempt { seq: 1, at_ms: 1_000, wall_ms: Some(1_700_000_000_000) },
+            r#"{"v":1,"change":"attempt","seq":1,"atMs":1000,"wallMs":1700000000000}"#.into(),
+        ),
+        (
+            JournalChange::Attempt { seq: 1, at_ms: 1_000, wall_ms: None },
+            r#"{"v":1,"change":"attempt","seq":1,"atMs":1000}"#.into(),
         ),
         (
             JournalChange::SetState {
@@ -256,6 +289,23 @@ fn golden_records_have_their_documented_bytes() {
     let bytes = encode_pool_spec(&golden_pool()).expect("encodes");
     assert_eq!(text(&bytes), format!(r#"{{"v":1,{}"#, &POOL_JSON[1..]));
     assert_eq!(decode_pool_spec(&bytes), Ok(golden_pool()));
+}
+
+#[test]
+fn an_entry_written_before_attempts_were_kept_reads_as_never_attempted() {
+    // The bytes a build before attempts wrote for a failed entry (version 1, no attempt fields).
+    let old = format!(
+        r#"{{"v":1,"seq":7,"action":{ACTION_JSON},"state":"failed","detail":"exit status 1: no route"}}"#
+    );
+    let entry = decode_journal_entry(old.as_bytes()).expect("an old record still reads");
+    assert_eq!(entry.state, EntryState::Failed);
+    assert_eq!(entry.detail.as_deref(), Some("exit status 1: no route"));
+    assert_eq!(entry.attempts, Attempts::default(), "never attempted, as far as it says");
+    assert_eq!(
+        encode_journal_entry(&entry).expect("encodes"),
+        old.as_bytes(),
+        "and is written back the same"
+    );
 }
 
 #[test]
@@ -413,6 +463,12 @@ fn records_that_contradict_themselves_are_inconsistent() {
         (entry(ACTION_JSON, r#""state":"executed""#), "without its `executedSeq`"),
         (entry(ACTION_JSON, r#""state":"executed","executedSeq":0"#), "starts at 1"),
         (entry(ACTION_JSON, r#""state":"approved","executedSeq":3"#), "`executedSeq` on a `approved`"),
+        (entry(ACTION_JSON, r#""state":"failed","attempts":2"#), "`attempts` without its `lastAttemptMs`"),
+        (entry(ACTION_JSON, r#""state":"failed","lastAttemptMs":5"#), "without `attempts`"),
+        (
+            entry(ACTION_JSON, r#""state":"failed","attempts":1,"lastAttemptWallMs":5"#),
+            "`attempts` without its `lastAttemptMs`",
+        ),
         (
             entry(ACTION_JSON, r#""state":"approved""#).replace(r#""seq":1"#, r#""seq":0"#),
             "sequence number 0",
@@ -431,6 +487,7 @@ fn records_that_contradict_themselves_are_inconsistent() {
         (r#"{"v":1,"change":"compact","seqs":[3,3]}"#, "3 then 3 are not ascending"),
         (r#"{"v":1,"change":"compact","seqs":[0,3]}"#, "sequence number 0"),
         (r#"{"v":1,"change":"set-state","seq":0,"state":"approved"}"#, "sequence number 0"),
+        (r#"{"v":1,"change":"attempt","seq":0,"atMs":5}"#, "sequence number 0"),
     ];
     for (json, expected) in cases {
         match decode_journal_change(json.as_bytes()) {
@@ -632,14 +689,29 @@ fn state_and_seq() -> impl Strategy<Value = (EntryState, Option<u64>)> {
     ]
 }
 
+fn attempts() -> impl Strategy<Value = Attempts> {
+    prop_oneof![
+        prop::option::of(free_text()).prop_map(|last_error| Attempts { last_error, ..Attempts::default() }),
+        (1u32.., any::<u64>(), prop::option::of(any::<u64>()), prop::option::of(free_text())).prop_map(
+            |(count, at, wall, last_error)| Attempts {
+                count,
+                last_at_ms: Some(at),
+                last_wall_ms: wall,
+                last_error,
+            }
+        ),
+    ]
+}
+
 fn journal_entry() -> impl Strategy<Value = JournalEntry> {
-    (1u64.., stamped_action(), state_and_seq(), prop::option::of(free_text())).prop_map(
-        |(seq, action, (state, executed_seq), detail)| JournalEntry {
+    (1u64.., stamped_action(), state_and_seq(), prop::option::of(free_text()), attempts()).prop_map(
+        |(seq, action, (state, executed_seq), detail, attempts)| JournalEntry {
             seq,
             action,
             state,
             detail,
             executed_seq,
+            attempts,
         },
     )
 }
@@ -664,6 +736,8 @@ fn journal_change() -> impl Strategy<Value = JournalChange> {
                 ownership_epoch: OwnershipEpoch::from_stored(ownership),
             }
         ),
+        (1u64.., any::<u64>(), prop::option::of(any::<u64>()))
+            .prop_map(|(seq, at_ms, wall_ms)| JournalChange::Attempt { seq, at_ms, wall_ms }),
         prop::collection::btree_set(1u64.., 0..20)
             .prop_map(|seqs| JournalChange::Compact { seqs: seqs.into_iter().collect() }),
     ]

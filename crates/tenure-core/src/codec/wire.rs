@@ -11,7 +11,7 @@ use super::pool::PoolSpecWire;
 use super::{CodecError, RECORD_EVENT, RECORD_HIGH_WATER, RECORD_JOURNAL_CHANGE};
 use crate::fence::{HighWater, StaleReason};
 use crate::input::check_name;
-use crate::journal::{EntryState, JournalChange, JournalEntry};
+use crate::journal::{Attempts, EntryState, JournalChange, JournalEntry};
 use crate::log::{ActionOutcome, Event, EventKind, holder_outside_scope};
 use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb, VrrpState};
 
@@ -335,6 +335,40 @@ pub(super) struct EntryWire<'a> {
     /// Execution order, for executed entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     executed_seq: Option<u64>,
+    /// Provider calls handed out (absent: none; a record written before attempts were kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    attempts: u32,
+    /// Stream time of the last call's gate (ms), with `attempts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_attempt_ms: Option<u64>,
+    /// The caller's wall clock at the last call (unix ms), if it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_attempt_wall_ms: Option<u64>,
+    /// The detail of the last failed call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_error: Option<Cow<'a, str>>,
+}
+
+/// Whether a count is 0 (left out of a record).
+fn is_zero(count: &u32) -> bool {
+    *count == 0
+}
+
+/// An entry's attempts from their stored fields, which must agree: a time exactly when there
+/// was an attempt (a wall time only beside a stream time).
+fn attempts_from_wire(
+    record: &'static str,
+    count: u32,
+    last_at_ms: Option<u64>,
+    last_wall_ms: Option<u64>,
+    last_error: Option<String>,
+) -> Result<Attempts, CodecError> {
+    let inconsistent = |reason: &str| CodecError::Inconsistent { record, reason: reason.to_owned() };
+    match (count, last_at_ms, last_wall_ms) {
+        (0, None, None) | (1.., Some(_), _) => Ok(Attempts { count, last_at_ms, last_wall_ms, last_error }),
+        (0, _, _) => Err(inconsistent("a `lastAttemptMs` or `lastAttemptWallMs` without `attempts`")),
+        (1.., None, _) => Err(inconsistent("`attempts` without its `lastAttemptMs`")),
+    }
 }
 
 impl<'a> EntryWire<'a> {
@@ -348,6 +382,10 @@ impl<'a> EntryWire<'a> {
             reason,
             detail: entry.detail.as_deref().map(Cow::Borrowed),
             executed_seq: entry.executed_seq,
+            attempts: entry.attempts.count,
+            last_attempt_ms: entry.attempts.last_at_ms,
+            last_attempt_wall_ms: entry.attempts.last_wall_ms,
+            last_error: entry.attempts.last_error.as_deref().map(Cow::Borrowed),
         })
     }
 
@@ -359,6 +397,13 @@ impl<'a> EntryWire<'a> {
             action: self.action.into_action(record)?,
             detail: self.detail.map(Cow::into_owned),
             executed_seq: self.executed_seq,
+            attempts: attempts_from_wire(
+                record,
+                self.attempts,
+                self.last_attempt_ms,
+                self.last_attempt_wall_ms,
+                self.last_error.map(Cow::into_owned),
+            )?,
         })
     }
 }
@@ -403,6 +448,10 @@ impl MarkWire<'_> {
 
 /// A durable journal change: the change as the tag `change`, then its fields.
 #[derive(Serialize, Deserialize)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a transient wire form; appends, the largest, are also the most frequent"
+)]
 #[serde(tag = "change", rename_all = "kebab-case", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub(super) enum ChangeWire<'a> {
     /// `append`: the entry's fields beside the tag.
@@ -425,6 +474,16 @@ pub(super) enum ChangeWire<'a> {
     },
     /// `raise-high-water`: one row's fields beside the tag.
     RaiseHighWater(MarkWire<'a>),
+    /// `attempt`: a provider call handed out.
+    Attempt {
+        /// The entry's sequence number.
+        seq: u64,
+        /// Stream time of its gate (ms).
+        at_ms: u64,
+        /// The caller's wall clock (unix ms), if it gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wall_ms: Option<u64>,
+    },
     /// `compact`: finished, superseded entries dropped.
     Compact {
         /// Their sequence numbers, ascending.
@@ -460,6 +519,11 @@ impl<'a> ChangeWire<'a> {
                 capture_epoch: capture_epoch.get(),
                 ownership_epoch: ownership_epoch.get(),
             }),
+            JournalChange::Attempt { seq, at_ms, wall_ms } => Self::Attempt {
+                seq: check_seq(RECORD_JOURNAL_CHANGE, *seq)?,
+                at_ms: *at_ms,
+                wall_ms: *wall_ms,
+            },
             JournalChange::Compact { seqs } => {
                 check_seqs(RECORD_JOURNAL_CHANGE, seqs)?;
                 Self::Compact { seqs: Cow::Borrowed(seqs) }
@@ -487,6 +551,9 @@ impl<'a> ChangeWire<'a> {
                     capture_epoch,
                     ownership_epoch,
                 }
+            }
+            Self::Attempt { seq, at_ms, wall_ms } => {
+                JournalChange::Attempt { seq: check_seq(record, seq)?, at_ms, wall_ms }
             }
             Self::Compact { seqs } => {
                 check_seqs(record, &seqs)?;

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use super::{NodeEngine, NodeError};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
 use crate::journal::{
-    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN,
+    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN, outcome_unknown,
 };
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
@@ -80,18 +80,21 @@ impl<S: JournalStore> NodeEngine<S> {
         head: &impl HeadTokens,
         only: Option<&BTreeSet<u64>>,
     ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
-        Ok(self.poll_executions(head, only, 1)?.pop())
+        Ok(self.poll_executions(head, only, 1, None)?.pop())
     }
 
     /// Up to `max` entries that pass the gate against `head`, as [`NodeEngine::poll_execution`]
     /// hands out one, with **one** sync for the batch: the high-water marks of every action
     /// handed out are durable before any of them leaves (group commit). If the sync fails, no
-    /// action leaves and the entries stay approved.
+    /// action leaves and the entries stay approved. Each action handed out counts as an attempt
+    /// at the head's stream time and at `wall_ms`, the caller's wall clock (unix ms; recorded
+    /// for operators, never read to decide anything).
     pub fn poll_executions(
         &mut self,
         head: &impl HeadTokens,
         only: Option<&BTreeSet<u64>>,
         max: usize,
+        wall_ms: Option<u64>,
     ) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
         let mut batch: Vec<(u64, StampedAction)> = Vec::new();
         while batch.len() < max {
@@ -124,6 +127,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 FenceVerdict::Current => {
                     self.raise_high_water(&action, &current)?;
                     self.mark_call_started(seq)?;
+                    self.commit(JournalChange::Attempt { seq, at_ms: head.stream_time_ms(), wall_ms })?;
                     self.withdraw(seq);
                     self.in_flight.insert(seq);
                     self.busy.entry(action.address).or_default().push(action.provider.clone());
@@ -150,7 +154,7 @@ impl<S: JournalStore> NodeEngine<S> {
     fn mark_call_started(&mut self, seq: u64) -> Result<(), NodeError<S::Error>> {
         let entry = &self.state.entries[&seq];
         if !(entry.action.verb.is_acquire() && entry.action.verb.changes_holding())
-            || entry.detail.as_deref().is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN))
+            || outcome_unknown(entry.detail.as_deref())
         {
             return Ok(());
         }
@@ -213,11 +217,8 @@ impl<S: JournalStore> NodeEngine<S> {
         let detail = match detail {
             Some(d)
                 if state == EntryState::Failed
-                    && !d.starts_with(OUTCOME_UNKNOWN)
-                    && self.state.entries[&seq]
-                        .detail
-                        .as_deref()
-                        .is_some_and(|e| e.starts_with(OUTCOME_UNKNOWN)) =>
+                    && !outcome_unknown(Some(&d))
+                    && outcome_unknown(self.state.entries[&seq].detail.as_deref()) =>
             {
                 Some(format!("{OUTCOME_UNKNOWN}an earlier attempt may have acted; this one: {d}"))
             }
@@ -259,9 +260,8 @@ impl<S: JournalStore> NodeEngine<S> {
         let entry = &self.state.entries[&seq];
         entry.action.verb.is_acquire()
             && entry.action.verb.changes_holding()
-            && entry.detail.as_deref().is_some_and(|d| {
-                d.starts_with(OUTCOME_UNKNOWN) || (entry.state == EntryState::Approved && d == CALL_STARTED)
-            })
+            && (outcome_unknown(entry.detail.as_deref())
+                || (entry.state == EntryState::Approved && entry.detail.as_deref() == Some(CALL_STARTED)))
     }
 
     /// An acquire in doubt ([`NodeEngine::is_acquire_in_doubt`]), `failed` or `approved`, which

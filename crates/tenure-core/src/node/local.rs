@@ -76,6 +76,7 @@ impl<S: JournalStore> NodeEngine<S> {
                         state: EntryState::Approved,
                         detail: None,
                         executed_seq: None,
+                        attempts: crate::journal::Attempts::default(),
                     }))?;
                     self.index.insert(key.clone(), seq);
                     seq

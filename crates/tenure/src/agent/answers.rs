@@ -8,7 +8,7 @@ use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, JournalStore};
 use tenure_core::log::EventKind;
-use tenure_sim::replay::{ActionRow, action_row, ownership_rows};
+use tenure_sim::replay::{ActionRow, action_row_with_attempts, ownership_rows};
 
 use super::approval::check_approve;
 use super::request::{ActionFilter, MetricsSnapshot, SubmitError};
@@ -24,7 +24,7 @@ pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter
             {
                 continue;
             }
-            rows.push(action_row(driver.name(), entry));
+            rows.push(action_row_with_attempts(driver.name(), entry, driver.engine().next_attempt_ms(entry)));
         }
     }
     rows

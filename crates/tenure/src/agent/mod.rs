@@ -196,7 +196,8 @@ pub struct Settings {
     pub executors: BTreeMap<String, ProviderExecutor>,
     /// How often each node appends its heartbeat.
     pub heartbeat_interval: Duration,
-    /// Reconcile at least this often, even when nothing changed (level-triggered).
+    /// Reconcile at least this often, even when nothing changed (level-triggered); also the
+    /// first wait of a failed action's retry backoff ([`tenure_core::retry`]).
     pub requeue_interval: Duration,
     /// Journal entries each node keeps before compaction.
     pub journal_retention: usize,

@@ -13,6 +13,7 @@ use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogError;
 use tenure_core::model::{PoolSpec, StampedAction, VrrpState};
 use tenure_core::node::{NodeEngine, NodeError};
+use tenure_core::retry::RetryBackoff;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -245,6 +246,12 @@ async fn recv_or_never<T>(receiver: Option<&mut mpsc::Receiver<T>>) -> Option<T>
     }
 }
 
+/// The retry backoff of the agent's nodes: from the requeue interval (the retry interval before
+/// there was a backoff), doubling per failed attempt, capped ([`RetryBackoff::from_base`]).
+fn retry_backoff(requeue_interval: Duration) -> RetryBackoff {
+    RetryBackoff::from_base(u64::try_from(requeue_interval.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Milliseconds since the Unix epoch by this host's clock.
 fn wall_clock_ms() -> u64 {
     SystemTime::now()
@@ -327,7 +334,8 @@ pub async fn run<S: AgentStore>(
                     agent.finish_call(done);
                 }
                 // A result rarely changes a plan: it unblocks the next verb of its address (the
-                // engine's own index) and is appended; a failure is retried at the next sweep.
+                // engine's own index) and is appended; a failure is retried by the first sweep
+                // after its backoff (`NodeDriver::reconcile_due` wakes the node then).
                 // So a step after results reconciles only a node whose plan it changed (the view
                 // moved while the call was in flight: `NodeDriver::reconcile_due`).
                 agent.step(false);
@@ -395,7 +403,8 @@ impl<S: AgentStore> Agent<S> {
         for node in &settings.nodes {
             let engine = NodeEngine::open(&node.name, store.journal(&node.name))
                 .map_err(|e| AgentError::Journal { node: node.name.clone(), reason: e.to_string() })?
-                .with_retention(settings.journal_retention);
+                .with_retention(settings.journal_retention)
+                .with_retry_backoff(retry_backoff(settings.requeue_interval));
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
         let timeline = super::timeline::TimelineFold::new(&registry, store.snapshot());
@@ -735,9 +744,9 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// One step: append, follow, reconcile, gate, call. A node reconciles when `requeue` says
-    /// so (the requeue interval: failures to retry, a journal over its bound) or when its view
-    /// changed what it plans from ([`NodeDriver::reconcile_due`]); a heartbeat alone does not
-    /// re-plan 100k addresses.
+    /// so (the requeue interval: a journal over its bound) or when its view changed what it plans
+    /// from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]); a heartbeat alone
+    /// does not re-plan 100k addresses.
     fn step(&mut self, requeue: bool) {
         self.flush_appends();
         // Whatever the log does (an unreachable etcd must not stop a local withdrawal).
@@ -1037,7 +1046,7 @@ impl<S: AgentStore> Agent<S> {
             if room == 0 {
                 return;
             }
-            let batch = match self.drivers[index].poll_actions_at_head(room) {
+            let batch = match self.drivers[index].poll_actions_at_head_at(room, Some(wall_clock_ms())) {
                 Ok(batch) => batch,
                 Err(e) => {
                     self.journal_failed(index, &e);

@@ -16,6 +16,8 @@ use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
+mod actions;
+
 use super::EXIT_BAD_INPUT;
 use super::client::{Answer, Client, DEFAULT_ENDPOINT, path_segment};
 use crate::agent::request::no_eligible_member_note;
@@ -30,7 +32,8 @@ pub enum RemoteOutput {
     /// Aligned columns, for people.
     Table,
     /// The table with every column (for `ownership`: who holds the address by the log, the NICs,
-    /// whether it is desired, both epochs).
+    /// whether it is desired, both epochs; for `actions`: when the last call was made, when a
+    /// failed one is retried, and the last failure's reason).
     Wide,
     /// The API's JSON, pretty-printed.
     Json,
@@ -320,7 +323,9 @@ fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, 
         RemoteOutput::Yaml => serde_saphyr::to_string(value).map(Rendered::Out).map_err(|e| e.to_string()),
         RemoteOutput::Table | RemoteOutput::Wide => match verb {
             Verb::Ownership { .. } => ownership_table(value, output == RemoteOutput::Wide),
-            Verb::Actions { .. } => actions_table(value),
+            Verb::Actions { .. } => {
+                actions::actions_table(value, output == RemoteOutput::Wide, actions::now_ms())
+            }
             _ => {
                 let index =
                     value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
@@ -353,22 +358,6 @@ struct OwnershipLine {
     desired: bool,
     ownership_epoch: u64,
     capture_epoch: u64,
-}
-
-/// A row of `GET /v1/actions` (fields the table does not show are ignored).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ActionLine {
-    node: String,
-    state: String,
-    reason: Option<String>,
-    verb: String,
-    pool: String,
-    address: String,
-    holder: String,
-    ownership_epoch: u64,
-    capture_epoch: u64,
-    idempotency_key: String,
 }
 
 /// The list under `key` in the answer, as `T`s.
@@ -421,34 +410,6 @@ fn with_query<'a>(path: &str, pairs: impl IntoIterator<Item = (&'a str, Option<&
         .filter_map(|(key, value)| value.map(|v| format!("{key}={}", path_segment(v))))
         .collect();
     if query.is_empty() { path.to_owned() } else { format!("{path}?{}", query.join("&")) }
-}
-
-fn actions_table(value: &Value) -> Result<Rendered, String> {
-    let lines: Vec<ActionLine> = rows(value, "actions")?;
-    let body = lines
-        .into_iter()
-        .map(|l| {
-            let state = match l.reason {
-                Some(reason) => format!("{} ({reason})", l.state),
-                None => l.state,
-            };
-            vec![
-                l.node,
-                state,
-                l.verb,
-                l.pool,
-                l.address,
-                l.holder,
-                l.ownership_epoch.to_string(),
-                l.capture_epoch.to_string(),
-                l.idempotency_key,
-            ]
-        })
-        .collect();
-    Ok(table(
-        &["NODE", "STATE", "VERB", "POOL", "ADDRESS", "HOLDER", "OWNERSHIP-EPOCH", "CAPTURE-EPOCH", "KEY"],
-        body,
-    ))
 }
 
 /// Columns as wide as their widest cell, three spaces apart, no trailing spaces (as kubectl

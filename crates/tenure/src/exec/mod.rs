@@ -88,7 +88,7 @@ impl ExecutionOutcome {
             Self::Executed { detail } => (ActionOutcome::Executed, detail.clone()),
             // A known failure never reads as an unknown outcome, whatever the provider or a hook
             // wrote: the journal's in-doubt mark is that prefix.
-            Self::Failed { reason } if reason.starts_with(tenure_core::journal::OUTCOME_UNKNOWN) => {
+            Self::Failed { reason } if tenure_core::journal::outcome_unknown(Some(reason)) => {
                 (ActionOutcome::Failed, format!("failed: {reason}"))
             }
             Self::Failed { reason } => (ActionOutcome::Failed, reason.clone()),

@@ -5,7 +5,8 @@
 //! compacted, a high-water mark one row per (pool, address, capture domain) raised in place, so
 //! the store stays as large as the journal, not as its history. The checks of
 //! [`DurableNodeState::apply`] are made on the rows (a sequence number that grows, no final state
-//! left but for a retry, execution order that grows, only finished entries compacted), returning
+//! left but for a retry, execution order that grows, attempts only of open entries, only
+//! finished entries compacted), returning
 //! [`StoreError::Inconsistent`] where the in-memory state would assert.
 //!
 //! Loading rebuilds the marks row by row with [`HighWater::raise`], which takes maxima, so the
@@ -109,9 +110,21 @@ impl<'txn> JournalTables<'txn> {
                     }
                     counters.executions = *executed;
                 }
-                entry.state = *state;
-                entry.detail.clone_from(detail);
-                entry.executed_seq = *executed_seq;
+                entry.set_state(*state, detail.as_deref(), *executed_seq);
+                let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
+                self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
+            }
+            JournalChange::Attempt { seq, at_ms, wall_ms } => {
+                let mut entry = self.entry(path, node, *seq)?.ok_or_else(|| {
+                    inconsistent(format!("an attempt of entry {seq}, which the journal does not hold"))
+                })?;
+                if !entry.state.is_open() {
+                    return Err(inconsistent(format!(
+                        "an attempt of entry {seq}, which is `{}` (only an open entry is called)",
+                        entry.state.as_str()
+                    )));
+                }
+                entry.record_attempt(*at_ms, *wall_ms);
                 let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
                 self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
             }
@@ -278,6 +291,6 @@ pub(crate) fn change_token(change: &JournalChange) -> u64 {
         JournalChange::RaiseHighWater { capture_epoch, ownership_epoch, .. } => {
             capture_epoch.get().max(ownership_epoch.get())
         }
-        JournalChange::SetState { .. } | JournalChange::Compact { .. } => 0,
+        JournalChange::SetState { .. } | JournalChange::Attempt { .. } | JournalChange::Compact { .. } => 0,
     }
 }

@@ -124,7 +124,14 @@ pub fn action(node: &str, address: &str, capture: u64, ownership: u64) -> Stampe
 }
 
 pub fn entry(seq: u64, action: StampedAction) -> JournalEntry {
-    JournalEntry { seq, action, state: EntryState::Approved, detail: None, executed_seq: None }
+    JournalEntry {
+        seq,
+        action,
+        state: EntryState::Approved,
+        detail: None,
+        executed_seq: None,
+        attempts: Default::default(),
+    }
 }
 
 pub fn raise(address: &str, capture: u64, ownership: u64) -> JournalChange {
