@@ -2,9 +2,12 @@
 
 mod agent;
 mod approve;
+mod change_args;
 mod client;
+mod completion;
 mod demo;
 mod elect;
+mod examples;
 mod executors;
 mod preflight;
 mod remote;
@@ -48,6 +51,7 @@ pub enum Output {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a scenario through the real core and simulated providers, offline.
+    #[command(after_help = examples::REPLAY)]
     Replay {
         /// The scenario file (YAML).
         scenario: std::path::PathBuf,
@@ -57,22 +61,28 @@ enum Command {
     },
     /// Check pool specs, scenarios and agent configs (with their pool files); print
     /// `file:line:column: message` per error.
+    #[command(after_help = examples::VALIDATE)]
     Validate {
         /// Files to check together.
         #[arg(required = true)]
         files: Vec<std::path::PathBuf>,
     },
     /// The daemon: follows the log, reconciles, gates and executes; serves the HTTP API.
+    #[command(after_help = examples::AGENT)]
     Agent(agent::AgentArgs),
     /// Seeded fault simulation with invariant checking; reproducible byte for byte.
+    #[command(after_help = examples::SIM)]
     Sim(sim::SimArgs),
     /// A narrated multi-node failover on the embedded default, in one process.
+    #[command(after_help = examples::DEMO)]
     Demo(demo::DemoArgs),
     /// Campaign in an election like `etcdctl elect`; one JSON line per change of own state.
+    #[command(after_help = examples::ELECT)]
     Elect(elect::ElectArgs),
     /// Show a running agent's ownership map: who should hold each address (OWNER), where its
     /// hand-over is (PHASE: pending-approval, acquiring, held, releasing, released) and which NICs
     /// hold it by the log's results and inventories (NICS); `-o wide` adds more.
+    #[command(after_help = examples::OWNERSHIP)]
     Ownership {
         /// Only these addresses.
         addresses: Vec<String>,
@@ -86,6 +96,7 @@ enum Command {
         remote: remote::RemoteArgs,
     },
     /// Show a running agent's journal entries (actions).
+    #[command(after_help = examples::ACTIONS)]
     Actions {
         /// Only this node's entries.
         #[arg(long)]
@@ -100,21 +111,24 @@ enum Command {
         remote: remote::RemoteArgs,
     },
     /// Drain a node (it gives up its addresses) through a running agent.
+    #[command(after_help = examples::DRAIN)]
     Drain {
         /// Node name.
         node: String,
         #[command(flatten)]
-        remote: remote::RemoteArgs,
+        remote: change_args::ChangeArgs,
     },
     /// End a node's drain through a running agent.
+    #[command(after_help = examples::UNDRAIN)]
     Undrain {
         /// Node name.
         node: String,
         #[command(flatten)]
-        remote: remote::RemoteArgs,
+        remote: change_args::ChangeArgs,
     },
     /// Approve an action of a manual pool through a running agent: one KEY, or every action of
     /// one address waiting for approval (--pool P --address A).
+    #[command(after_help = examples::APPROVE)]
     Approve {
         /// Idempotency key (as `tenure actions` shows it).
         #[arg(required_unless_present = "pool", conflicts_with_all = ["pool", "address"])]
@@ -126,30 +140,35 @@ enum Command {
         #[arg(long, requires = "pool")]
         address: Option<String>,
         #[command(flatten)]
-        remote: remote::RemoteArgs,
+        remote: change_args::ChangeArgs,
     },
     /// Mark an address desired (it should be held) through a running agent.
+    #[command(after_help = examples::DESIRE)]
     Desire {
         /// Pool name.
         pool: String,
         /// One address of the pool.
         address: String,
         #[command(flatten)]
-        remote: remote::RemoteArgs,
+        remote: change_args::ChangeArgs,
     },
     /// Mark an address undesired (held by no one) through a running agent.
+    #[command(after_help = examples::UNDESIRE)]
     Undesire {
         /// Pool name.
         pool: String,
         /// One address of the pool.
         address: String,
         #[command(flatten)]
-        remote: remote::RemoteArgs,
+        remote: change_args::ChangeArgs,
     },
     /// Back up or restore the embedded store.
     Store(store::StoreArgs),
     /// Show or reset a fenced sink's durable high-water mark (recovery; see docs/leadership.md).
     SinkMark(sink_mark::SinkMarkArgs),
+    /// Print a shell's completion script for every verb and flag (bash, zsh or fish).
+    #[command(after_help = examples::COMPLETION)]
+    Completion(completion::CompletionArgs),
     /// Internal: how the agent starts an exec hook (waits until the hook's process group is
     /// recorded, then runs COMMAND in its place; see docs/operations.md, "Exec hooks").
     #[command(name = "hook-gate", hide = true)]
@@ -175,8 +194,10 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Actions { node, state, pool, remote } => {
             remote::run(&remote::Verb::Actions { node, state, pool }, &remote)
         }
-        Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote),
-        Command::Undrain { node, remote } => remote::run(&remote::Verb::Undrain { node }, &remote),
+        Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote.into_remote()),
+        Command::Undrain { node, remote } => {
+            remote::run(&remote::Verb::Undrain { node }, &remote.into_remote())
+        }
         Command::Approve { key: Some(key), .. } if key.trim().is_empty() => {
             eprintln!(
                 "tenure approve: the key is empty; give one as `tenure actions --state pending` shows it"
@@ -184,23 +205,24 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(EXIT_BAD_INPUT)
         }
         Command::Approve { key: Some(key), remote, .. } => {
-            remote::run(&remote::Verb::Approve { key }, &remote)
+            remote::run(&remote::Verb::Approve { key }, &remote.into_remote())
         }
         Command::Approve { key: None, pool: Some(pool), address: Some(address), remote } => {
-            approve::run(&pool, &address, &remote)
+            approve::run(&pool, &address, &remote.into_remote())
         }
         Command::Approve { .. } => {
             eprintln!("tenure approve: needs a KEY, or --pool P --address A");
             ExitCode::from(EXIT_BAD_INPUT)
         }
         Command::Desire { pool, address, remote } => {
-            remote::run(&remote::Verb::Desire { pool, address }, &remote)
+            remote::run(&remote::Verb::Desire { pool, address }, &remote.into_remote())
         }
         Command::Undesire { pool, address, remote } => {
-            remote::run(&remote::Verb::Undesire { pool, address }, &remote)
+            remote::run(&remote::Verb::Undesire { pool, address }, &remote.into_remote())
         }
         Command::Store(args) => store::run(&args),
         Command::SinkMark(args) => sink_mark::run(&args),
+        Command::Completion(args) => completion::run(&args),
         Command::HookGate { command } => {
             ExitCode::from(u8::try_from(crate::exec::hook_groups::run_gate(&command)).unwrap_or(u8::MAX))
         }

@@ -1,6 +1,6 @@
 //! The verbs that talk to a running agent's HTTP API, in kubectl's manner: `tenure ownership`,
-//! `actions`, `drain`, `undrain`, `approve`, `desire`, `undesire`, each with `-o table|json|yaml`,
-//! `--endpoint` and `--token-file`.
+//! `actions`, `drain`, `undrain`, `approve`, `desire`, `undesire`, each with `-o table|json|yaml`
+//! and `--endpoint`; the ones that change something also with `--token-file`.
 //!
 //! Exit codes: 0 done; 1 refused (the agent answered 401, 403, 404, 409, another 4xx but 400, 413
 //! and 415, or a 5xx; or no agent answers; or the TLS handshake with an `https://` endpoint
@@ -41,7 +41,8 @@ pub enum RemoteOutput {
     Yaml,
 }
 
-/// Flags every verb that talks to an agent takes.
+/// Flags every verb that talks to an agent takes; the verbs that change something add
+/// `--token-file` ([`super::change_args::ChangeArgs`]), the read-only ones neither show nor read it.
 #[derive(Debug, Args)]
 pub struct RemoteArgs {
     /// Output format.
@@ -56,9 +57,8 @@ pub struct RemoteArgs {
     /// [default: $TENURE_CA_FILE, for https endpoints only].
     #[arg(long)]
     ca_file: Option<PathBuf>,
-    /// The file holding the agent's API token (its apiTokenFile) [default: $TENURE_TOKEN_FILE].
-    /// Needed by the verbs that change something.
-    #[arg(long)]
+    /// The file holding the agent's API token: `--token-file` of the verbs that change something.
+    #[arg(skip)]
     token_file: Option<PathBuf>,
 }
 
@@ -66,6 +66,11 @@ impl RemoteArgs {
     /// The output format asked for.
     pub(super) fn output(&self) -> RemoteOutput {
         self.output
+    }
+
+    /// These flags with a mutating verb's `--token-file`.
+    pub(super) fn with_token_file(self, token_file: Option<PathBuf>) -> Self {
+        Self { token_file, ..self }
     }
 }
 
@@ -188,8 +193,9 @@ pub(super) struct Session {
 }
 
 impl Session {
-    /// The client of `args`' agent, with the token when given (or needed: `mutates`); `Err` is
-    /// the exit code after the one-line error `tenure COMMAND: …` was printed.
+    /// The client of `args`' agent, with the token when the verb changes something (`mutates`:
+    /// needed then; a read-only verb sends none); `Err` is the exit code after the one-line error
+    /// `tenure COMMAND: …` was printed.
     pub(super) fn open(command: &str, mutates: bool, args: &RemoteArgs) -> Result<Self, ExitCode> {
         let fail = |code: u8, message: &str| {
             eprintln!("tenure {command}: {message}");
@@ -205,7 +211,7 @@ impl Session {
             .clone()
             .or_else(|| std::env::var_os("TENURE_TOKEN_FILE").filter(|f| !f.is_empty()).map(PathBuf::from));
         let token = match (&token_file, mutates) {
-            (Some(path), _) => match ApiToken::from_file(path) {
+            (Some(path), true) => match ApiToken::from_file(path) {
                 Ok(token) => Some(token.secret().to_owned()),
                 Err(e) => return Err(fail(EXIT_BAD_INPUT, &e.to_string())),
             },
@@ -215,7 +221,7 @@ impl Session {
                     "needs the agent's API token: --token-file FILE or TENURE_TOKEN_FILE (the agent's apiTokenFile)",
                 ));
             }
-            (None, false) => None,
+            (_, false) => None,
         };
         // TENURE_CA_FILE is a default for https endpoints: exported in a shell, it must not break
         // the plain http ones (an explicit --ca-file with http is still refused, in Client::new).

@@ -36,6 +36,7 @@ pub struct SinkMarkArgs {
 enum SinkMarkCommand {
     /// Print the high-water epoch stored in a fenced sink's mark file (works beside a running
     /// sink: it takes no lock).
+    #[command(after_help = super::examples::SINK_MARK_SHOW)]
     Show {
         /// The mark file (the path the sink was created with).
         path: PathBuf,
@@ -43,6 +44,7 @@ enum SinkMarkCommand {
     /// Replace the mark with another epoch: the recovery from a mark raised past every real term.
     /// It reopens fencing (the sink admits anything from that epoch up, a deposed leader's work
     /// included) and refuses while a sink holds the mark.
+    #[command(after_help = super::examples::SINK_MARK_RESET)]
     Reset {
         /// The mark file (the path the sink was created with).
         path: PathBuf,

@@ -84,6 +84,7 @@ fn locate(location: &StoreLocation) -> Result<Located, ExitCode> {
 enum StoreCommand {
     /// Write a consistent backup of a stopped agent's store to FILE (a running agent is backed
     /// up through its API).
+    #[command(after_help = super::examples::STORE_BACKUP)]
     Backup {
         /// The backup file to write (replaced atomically).
         file: PathBuf,
@@ -92,6 +93,7 @@ enum StoreCommand {
     },
     /// Restore a backup into a stopped agent's store, raising the log index and every token by
     /// a margin above anything issued since the backup; the current store is moved aside.
+    #[command(after_help = super::examples::STORE_RESTORE)]
     Restore {
         /// The backup file.
         file: PathBuf,
