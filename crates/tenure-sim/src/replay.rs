@@ -81,6 +81,10 @@ pub struct ActionRow {
     /// Why it was skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Its sequence number in the node's journal (journal order; never reused). Not in the
+    /// report: the agent's API pages its actions by (node, seq).
+    #[serde(skip)]
+    pub seq: u64,
 }
 
 /// A pool condition, as reported.
@@ -504,6 +508,7 @@ pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
             EntryState::Skipped(r) => Some(r.as_str().to_owned()),
             _ => None,
         },
+        seq: e.seq,
     }
 }
 

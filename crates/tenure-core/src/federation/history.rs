@@ -47,7 +47,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Federation, TokenMove};
+use super::{Federation, SnapshotError, TokenMove};
 use crate::eligibility::is_alive;
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
@@ -342,6 +342,8 @@ fn owner_expired(moved: &TokenMove, view: &Federation, stream_before_ms: u64) ->
 /// The history fold: a projection of its own and the entries it made, bounded.
 #[derive(Clone, Debug)]
 pub struct History {
+    /// The projection of the empty log, where a restart from a snapshot starts.
+    registry: Federation,
     view: Federation,
     entries: VecDeque<HistoryEntry>,
     entries_max: usize,
@@ -355,7 +357,8 @@ impl History {
     #[must_use]
     pub fn new(registry: Federation) -> Self {
         Self {
-            view: registry,
+            view: registry.clone(),
+            registry,
             entries: VecDeque::new(),
             entries_max: HISTORY_ENTRIES_MAX,
             reaches_back_to: LogIndex::FIRST.get(),
@@ -363,11 +366,15 @@ impl History {
         }
     }
 
-    /// The history of a log whose records up to `applied` were compacted into a snapshot,
-    /// starting from `view` (that snapshot restored): it reaches back to the record after it.
-    #[must_use]
-    pub fn after_snapshot(view: Federation, applied: LogIndex) -> Self {
-        Self { reaches_back_to: applied.next().get(), applied_index: Some(applied), ..Self::new(view) }
+    /// Starts over from `snapshot` ([`Federation::snapshot`] of the log up to `applied`, whose
+    /// records were compacted away): the entries go, and the history reaches back to the record
+    /// after `applied`. A snapshot that does not restore changes nothing.
+    pub fn restart_from_snapshot(&mut self, snapshot: &[u8], applied: LogIndex) -> Result<(), SnapshotError> {
+        self.view = self.registry.restore(snapshot)?;
+        self.entries.clear();
+        self.reaches_back_to = applied.next().get();
+        self.applied_index = Some(applied);
+        Ok(())
     }
 
     /// The same history, keeping at most `entries_max` entries (at least 1).

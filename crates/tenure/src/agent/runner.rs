@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
+use tenure_core::federation::history::History;
 use tenure_core::journal::JournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogError;
@@ -26,6 +27,7 @@ use super::{AgentStore, HeadUnconfirmed, ProviderExecutor, Settings};
 use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within};
 
 mod clock;
+mod history;
 mod requests;
 mod stale;
 mod vrrp;
@@ -203,6 +205,8 @@ struct Agent<S: AgentStore> {
     /// keepalived's authority acted on without the log, and the local withdrawal's channels
     /// (`runner/withdraw.rs`), when the config has a `vrrp` section.
     local: Option<withdraw::Local>,
+    /// The log's history (`GET /v1/history`), folded as the log is followed (`runner/history.rs`).
+    history: History,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -382,6 +386,7 @@ impl<S: AgentStore> Agent<S> {
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
         let mut agent = Self {
+            history: History::new(registry),
             log: store.log(),
             store,
             drivers,
@@ -477,6 +482,7 @@ impl<S: AgentStore> Agent<S> {
             self.store.followed(upto);
         }
         self.after_follow();
+        self.follow_history();
         Ok(())
     }
 

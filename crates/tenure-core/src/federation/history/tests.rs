@@ -254,9 +254,15 @@ fn a_bounded_history_drops_whole_records_and_says_how_far_back_it_reaches() {
     assert_eq!(fold.history.reaches_back_to(), 5);
     // A history that starts at a snapshot reaches back to the record after it.
     let snapshot = fold.history.view().snapshot();
-    let restored = registry().restore(&snapshot).expect("restores");
-    let after = History::after_snapshot(restored, LogIndex::from_stored(5).expect("not 0"));
-    assert_eq!((after.reaches_back_to(), after.entries().len()), (6, 0));
+    let five = LogIndex::from_stored(5).expect("not 0");
+    let mut after = History::new(registry());
+    assert!(after.restart_from_snapshot(b"junk", five).is_err());
+    assert_eq!((after.reaches_back_to(), after.applied_index()), (1, None), "a bad snapshot changes nothing");
+    after.restart_from_snapshot(&snapshot, five).expect("restores");
+    assert_eq!((after.reaches_back_to(), after.entries().len(), after.applied_index()), (6, 0, Some(five)));
+    // It goes on from there: the next record's moves are entries again.
+    after.apply(five.next(), &Event { at_ms: 3, kind: EventKind::Undrain { node: "a".into() } });
+    assert_eq!(after.view().stream_time_ms(), fold.history.view().stream_time_ms().max(3));
 }
 
 /// Events over a small alphabet: heartbeats, drains, health, desire flips, a second pool
