@@ -237,8 +237,8 @@ impl Federation {
     /// The addresses whose tokens the last [`Federation::apply`] moved, in canonical order (pool
     /// name, then address), each with its owner and desired holder before and after: the core's
     /// own account of what an event changed, which the history ([`history`]) reads. Empty after
-    /// a rejected event, an event that moved no token, and a `tokens-raised` (which moves every
-    /// token by the same amount and changes no holder).
+    /// an event that moved no token, and after a `tokens-raised` (which moves every token by the
+    /// same amount and changes no holder); a rejected event changes nothing, these included.
     #[must_use]
     pub fn last_moves(&self) -> &[TokenMove] {
         &self.moves
@@ -246,8 +246,8 @@ impl Federation {
 
     /// Applies one event (SPEC 2) as one atomic step (SPEC 13). A rejected event changes nothing.
     pub fn apply(&mut self, event: &Event) -> Result<Applied, EventRejected> {
-        self.moves.clear();
         self.check(&event.kind)?;
+        self.moves.clear();
         self.stream_time_ms = self.stream_time_ms.max(event.at_ms);
         self.events_applied += 1;
         let mut structure_changed = false;
