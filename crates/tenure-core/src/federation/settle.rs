@@ -12,7 +12,7 @@ use super::Federation;
 use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch};
 use crate::state::{AddressState, NodeId};
 
-/// One address whose tokens the last applied event moved, as [`Federation::settle`] moved them:
+/// One address whose tokens the last applied event moved, as `settle` moved them:
 /// what [`Federation::last_moves`] lists and the history ([`super::history`]) reads. Values
 /// after the event unless named `_before`.
 #[derive(Clone, Debug, PartialEq, Eq)]
