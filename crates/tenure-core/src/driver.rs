@@ -407,6 +407,41 @@ impl<S: JournalStore> NodeDriver<S> {
         self.engine.poll_stale_in_flight(&self.view)
     }
 
+    /// Up to `max` announcements to repeat for addresses this node holds, among those `wanted`
+    /// accepts, each through the gate against `head` ([`NodeEngine::poll_refreshes`]); report
+    /// each back with [`NodeDriver::handle_refresh_result`]. Empty for a node that may not act
+    /// (partitioned, or paused).
+    pub fn poll_refreshes(
+        &mut self,
+        head: &impl HeadTokens,
+        wanted: impl Fn(&str, IpAddr) -> bool,
+        max: usize,
+    ) -> Vec<StampedAction> {
+        if self.blocked().is_some() {
+            return Vec::new();
+        }
+        self.engine.poll_refreshes(&self.view, head, wanted, max)
+    }
+
+    /// [`NodeDriver::poll_refreshes`] against the node's own view as the head: the agent's path,
+    /// right after [`NodeDriver::follow`] brought the view to a confirmed head.
+    pub fn poll_refreshes_at_head(
+        &mut self,
+        wanted: impl Fn(&str, IpAddr) -> bool,
+        max: usize,
+    ) -> Vec<StampedAction> {
+        if self.blocked().is_some() {
+            return Vec::new();
+        }
+        self.engine.poll_refreshes(&self.view, &self.view, wanted, max)
+    }
+
+    /// A refresh handed out by [`NodeDriver::poll_refreshes`] ended: nothing is journaled or
+    /// reported (a refresh repeats an executed action). Returns whether it was in flight.
+    pub fn handle_refresh_result(&mut self, provider: &str, address: IpAddr) -> bool {
+        self.engine.handle_refresh_result(provider, address)
+    }
+
     /// Whether [`NodeDriver::poll_actions_at_head`] would have something to gate: an entry ready
     /// for its call, on a node that may act.
     #[must_use]

@@ -474,4 +474,8 @@ impl HeadTokens for Federation {
     fn is_approved(&self, key: &str) -> bool {
         Federation::is_approved(self, key)
     }
+
+    fn approval_required(&self, pool: &str) -> bool {
+        self.pools.get(pool).is_none_or(|p| p.spec.approval == crate::model::Approval::Manual)
+    }
 }

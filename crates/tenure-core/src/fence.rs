@@ -70,6 +70,13 @@ pub trait HeadTokens {
     fn view(&self, action: &StampedAction) -> HeadView<'_>;
     /// Whether an `approve` event named `key`.
     fn is_approved(&self, key: &str) -> bool;
+    /// Whether `pool`'s actions wait for an operator's approval now (`approval: manual`). A
+    /// pool switched to `auto` frees the entries that were waiting. By default every pool
+    /// waits (a head that cannot say keeps entries pending: the safe side).
+    fn approval_required(&self, pool: &str) -> bool {
+        let _ = pool;
+        true
+    }
 }
 
 /// The head's tokens for one action's keys, read in one go.

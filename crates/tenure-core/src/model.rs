@@ -185,6 +185,18 @@ impl VerbFamily {
         }
     }
 
+    /// The verb that announces an address this family answers for: `garp` on-prem (a gratuitous
+    /// ARP or unsolicited NA), repeated outside the journal while the node holds the address
+    /// ([`crate::node::NodeEngine::poll_refreshes`]). `None` for a cloud or an operator's
+    /// command: the provider itself tells the network where the address is.
+    #[must_use]
+    pub fn announcement(self) -> Option<Verb> {
+        match self {
+            Self::Onprem => Some(Verb::Garp),
+            Self::Cloud | Self::Exec => None,
+        }
+    }
+
     /// Whether a release waits out its pool's `deprovisionHoldDuration` (SPEC 13). Not on the
     /// on-prem family: it has no provider-side single assignment, so a held release is a second
     /// router answering ARP for the address through the hold. Cloud providers move the address

@@ -9,7 +9,9 @@
 //!   or `None` when nothing is left; stale entries met on the way become `skipped`;
 //! - [`NodeEngine::poll_stale_in_flight`] with the head, after every catch-up while calls are
 //!   in flight: the calls the fence rule now refuses, for the runtime to cancel (SPEC 9);
-//! - [`NodeEngine::handle_execution_result`] with what the provider said.
+//! - [`NodeEngine::handle_execution_result`] with what the provider said;
+//! - [`NodeEngine::poll_refreshes`] with the head, when the runtime repeats the announcement of
+//!   addresses the node holds (`garpRefresh`), and [`NodeEngine::handle_refresh_result`].
 //!
 //! A node that cannot read the head has nothing to pass to these calls and so cannot act.
 //!
@@ -34,6 +36,7 @@ use crate::planner::{self, CaptureRecord, Captured};
 
 mod execute;
 mod local;
+mod refresh;
 
 pub use execute::StaleCall;
 
@@ -44,7 +47,8 @@ pub struct ReconcileReport {
     pub imported: Vec<String>,
     /// Open entries the sweep turned into `skipped`.
     pub swept: Vec<String>,
-    /// Pending entries promoted because the head shows their approval.
+    /// Pending entries promoted because the head shows their approval (or their pool no longer
+    /// asks for one: switched to `approval: auto`).
     pub promoted: Vec<String>,
     /// Failed entries still current, approved again for a retry.
     pub retried: Vec<String>,
@@ -105,8 +109,14 @@ pub struct NodeEngine<S: JournalStore> {
     /// named once), until their result comes back.
     cancelling: BTreeSet<u64>,
     /// Addresses with a call in flight, with the providers of those calls (looked up without
-    /// building a key: the execute loop asks for every entry it considers).
+    /// building a key: the execute loop asks for every entry it considers). A refresh in flight
+    /// counts too: no other call of its address starts before it ends.
     busy: BTreeMap<IpAddr, Vec<String>>,
+    /// Announcements repeated for a held address ([`NodeEngine::poll_refreshes`]), in flight,
+    /// by (provider, address): in memory only, never journaled.
+    refreshing: BTreeMap<ProviderAddress, StampedAction>,
+    /// Refreshes in flight already named stale by [`NodeEngine::poll_stale_in_flight`].
+    refreshes_cancelling: BTreeSet<ProviderAddress>,
     /// Failed entries a sweep retries while they are current; dropped once stale by an epoch
     /// (tokens only grow, so such an entry is stale for ever).
     failed: BTreeSet<u64>,
@@ -143,6 +153,8 @@ impl<S: JournalStore> NodeEngine<S> {
             in_flight: BTreeSet::new(),
             cancelling: BTreeSet::new(),
             busy: BTreeMap::new(),
+            refreshing: BTreeMap::new(),
+            refreshes_cancelling: BTreeSet::new(),
             failed: BTreeSet::new(),
             captured: BTreeMap::new(),
             last_executed: BTreeMap::new(),
@@ -179,6 +191,8 @@ impl<S: JournalStore> NodeEngine<S> {
         self.in_flight.clear();
         self.cancelling.clear();
         self.busy.clear();
+        self.refreshing.clear();
+        self.refreshes_cancelling.clear();
         self.failed.clear();
         self.captured.clear();
         self.last_executed.clear();
@@ -560,7 +574,9 @@ impl<S: JournalStore> NodeEngine<S> {
                 let key = key.clone();
                 self.set_state(seq, EntryState::Skipped(reason), None)?;
                 report.swept.push(key);
-            } else if entry.state == EntryState::Pending && head.is_approved(key) {
+            } else if entry.state == EntryState::Pending
+                && (head.is_approved(key) || !head.approval_required(&entry.action.pool))
+            {
                 let key = key.clone();
                 self.set_state(seq, EntryState::Approved, None)?;
                 report.promoted.push(key);

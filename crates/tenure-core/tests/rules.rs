@@ -536,6 +536,27 @@ fn manual_pending_entries_are_promoted_from_the_head_and_stale_ones_skipped_at_s
     assert!(a.entries().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
 }
 
+/// A pool switched from `approval: manual` to `auto` frees the entries that were waiting (they
+/// were stuck pending for ever: the planner plans the same keys, already journaled).
+#[test]
+fn pending_entries_of_a_pool_switched_to_auto_are_promoted() {
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    let mut spec = pool("p", &["10.0.0.1"], &["a", "b"]);
+    spec.approval = Approval::Manual;
+    w.pool(0, spec);
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert!(a.entries().all(|e| e.state == EntryState::Pending));
+    w.pool(1, pool("p", &["10.0.0.1"], &["a", "b"]));
+    let report = a.reconcile(&w.fed, &w.fed).expect("ok");
+    assert_eq!(report.promoted.len(), 2, "{report:?}");
+    assert_eq!(run_all(&mut a, &w.fed), vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
+    let status = w.fed.address_status("p", ip("10.0.0.1")).expect("listed");
+    assert_eq!(status.phase, tenure_core::federation::Phase::Acquiring, "auto now: no wait shown");
+}
+
 #[test]
 fn a_failed_action_is_retried_while_current_and_never_once_stale() {
     let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
@@ -947,6 +968,13 @@ fn an_address_phase_follows_its_hand_over_from_the_log_results() {
     w.apply(1, EventKind::Approve { idempotency_key: a_assign.clone() });
     assert_eq!(status(&w).0, Phase::Acquiring, "approved, not confirmed");
     executed(&mut w, 2, a_assign, "a");
+    assert_eq!(
+        status(&w),
+        (Phase::PendingApproval, vec!["a".into()], vec!["eni-a".into()]),
+        "on a's NIC, but its enable-forwarding waits for approval: not in service yet"
+    );
+    let a_forwarding = key(&w, "enable-forwarding", "a");
+    w.apply(2, EventKind::Approve { idempotency_key: a_forwarding });
     assert_eq!(status(&w), (Phase::Held, vec!["a".into()], vec!["eni-a".into()]));
 
     w.apply(3, EventKind::Drain { node: "a".into() });
@@ -954,6 +982,7 @@ fn an_address_phase_follows_its_hand_over_from_the_log_results() {
     assert_eq!(status(&w).1, vec!["a".to_owned()]);
     let b_assign = key(&w, "assign-secondary-ip", "b");
     w.apply(4, EventKind::Approve { idempotency_key: b_assign.clone() });
+    w.apply(4, EventKind::Approve { idempotency_key: key(&w, "enable-forwarding", "b") });
     executed(&mut w, 5, b_assign, "b");
     assert_eq!(
         status(&w),

@@ -1,6 +1,12 @@
 //! `--plot FILE.svg`: one seed's timeline — per address, who holds it on the provider (thick
 //! band), who should (thin line below), and its captureEpoch — over stream time, with faults
 //! marked. People would rather look at a failover than read it.
+//!
+//! Legibility rules: the header says how many addresses are drawn of how many; faults are drawn
+//! in one colour no NIC can have (near-black, dashed; NICs are saturated hues) on a lane of their
+//! own, with marks closer than [`FAULT_CLUSTER_PX`] merged into one numbered label (`F3 ×4`) and
+//! listed in full below the chart; the time axis has ticks at round intervals; the legend names
+//! each node with its NIC's colour.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -14,6 +20,21 @@ use crate::topology::Topology;
 pub const PLOTTED_ADDRESSES_MAX: usize = 16;
 /// Most samples kept.
 pub const SAMPLES_MAX: usize = 20_000;
+/// Fault marks closer than this (in pixels) are drawn as one numbered cluster.
+pub const FAULT_CLUSTER_PX: f64 = 10.0;
+/// Most fault clusters listed under the chart (the rest are counted).
+pub const FAULTS_LISTED_MAX: usize = 40;
+/// The faults' colour: near-black, which no NIC's hue (65 % saturation) can be.
+pub const FAULT_COLOR: &str = "#222222";
+
+const LEFT: f64 = 170.0;
+const WIDTH: f64 = 1100.0;
+const ROW_HEIGHT: f64 = 28.0;
+/// Where the fault lane starts.
+const LANE_TOP: f64 = 62.0;
+/// The fault lane's height (two staggered label heights).
+const LANE_HEIGHT: f64 = 30.0;
+const LINE_HEIGHT: f64 = 14.0;
 
 /// One moment of the plotted addresses.
 #[derive(Clone, Debug)]
@@ -27,26 +48,35 @@ struct Sample {
 #[derive(Clone, Debug)]
 pub struct Timeline {
     addresses: Vec<(String, IpAddr)>,
-    nics: Vec<String>,
+    /// How many addresses the topology has in all.
+    addresses_total: usize,
+    /// (node name, NIC), in the topology's order: the colour of a NIC is its index here.
+    nodes: Vec<(String, String)>,
     samples: Vec<Sample>,
     marks: Vec<(u64, String)>,
+}
+
+/// Fault marks drawn as one label: where, and what (in order).
+struct Cluster {
+    x: f64,
+    first_ms: u64,
+    faults: Vec<String>,
 }
 
 impl Timeline {
     /// An empty timeline over the first addresses of the topology.
     #[must_use]
     pub fn new(topology: &Topology) -> Self {
-        let addresses = topology
-            .pools
-            .iter()
-            .flat_map(|pool| pool.addresses.iter().map(|a| (pool.name.clone(), *a)))
-            .take(PLOTTED_ADDRESSES_MAX)
-            .collect();
-        let nics = topology.nodes.iter().map(|n| n.nic.clone()).collect();
-        Self { addresses, nics, samples: Vec::new(), marks: Vec::new() }
+        let all =
+            topology.pools.iter().flat_map(|pool| pool.addresses.iter().map(|a| (pool.name.clone(), *a)));
+        let addresses_total = topology.pools.iter().map(|pool| pool.addresses.len()).sum();
+        let addresses = all.take(PLOTTED_ADDRESSES_MAX).collect();
+        let nodes = topology.nodes.iter().map(|n| (n.name.clone(), n.nic.clone())).collect();
+        Self { addresses, addresses_total, nodes, samples: Vec::new(), marks: Vec::new() }
     }
 
-    /// Records a fault at `stream_time_ms`.
+    /// Records a fault at `stream_time_ms`, described as it should read on the chart
+    /// (`crash b`, `heal c`).
     pub fn mark(&mut self, stream_time_ms: u64, fault: &str) {
         self.marks.push((stream_time_ms, fault.to_owned()));
     }
@@ -71,37 +101,76 @@ impl Timeline {
         self.samples.push(Sample { stream_time_ms: head.stream_time_ms(), rows });
     }
 
+    /// A NIC's colour: a hue per node, spread by the golden angle; never near-black.
     fn color(&self, nic: &str) -> String {
-        let index = self.nics.iter().position(|n| n == nic).unwrap_or(0);
-        let hue = (index * 137) % 360;
-        format!("hsl({hue},65%,55%)")
+        let index = self.nodes.iter().position(|(_, n)| n == nic).unwrap_or(0);
+        nic_color(index)
     }
 
     /// The SVG document.
     #[must_use]
     pub fn to_svg(&self, title: &str) -> String {
-        let left = 170.0;
-        let width = 1100.0;
-        let row_height = 28.0;
-        let top = 50.0;
         let end_ms = self.samples.last().map_or(1, |s| s.stream_time_ms.max(1));
-        let x = |t: u64| left + width * (t as f64) / (end_ms as f64);
-        let height = top + row_height * self.addresses.len() as f64 + 60.0;
+        let x = |t: u64| LEFT + WIDTH * (t as f64) / (end_ms as f64);
+        let top = LANE_TOP + LANE_HEIGHT;
+        let bottom = top + ROW_HEIGHT * self.addresses.len() as f64;
+        let clusters = self.clusters(&x);
+        let listed = clusters.len().min(FAULTS_LISTED_MAX);
+        let list_lines = listed + usize::from(clusters.len() > listed);
+        let height = bottom + 70.0 + LINE_HEIGHT * (list_lines as f64 + 1.0);
         let mut svg = String::new();
         let _ = writeln!(
             svg,
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{height}" font-family="monospace" font-size="11">"#,
-            left + width + 20.0
+            LEFT + WIDTH + 20.0
         );
         let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
         let _ = writeln!(svg, r#"<text x="10" y="20" font-size="14">{}</text>"#, escape(title));
         let _ = writeln!(
             svg,
-            r#"<text x="10" y="38">band: NIC holding the address on the provider; thin line: desired holder; numbers: captureEpoch; red: faults</text>"#
+            r#"<text x="10" y="36" class="drawn">addresses drawn: {} of {} (the first {} of the topology's pools)</text>"#,
+            self.addresses.len(),
+            self.addresses_total,
+            self.addresses.len()
         );
+        let _ = writeln!(
+            svg,
+            r#"<text x="10" y="50">band: NIC holding the address on the provider; thin line: desired holder; numbers: captureEpoch; dashed dark lines: faults (listed below)</text>"#
+        );
+        self.draw_ticks(&mut svg, end_ms, &x, top, bottom);
+        self.draw_rows(&mut svg, &x, top);
+        draw_faults(&mut svg, &clusters[..listed], clusters.len(), top, bottom);
+        self.draw_legend(&mut svg, bottom + 34.0);
+        svg.push_str("</svg>\n");
+        svg
+    }
+
+    /// The time axis: round ticks (1, 2 or 5 × 10ⁿ ms, about eight of them) with faint grid lines.
+    fn draw_ticks(&self, svg: &mut String, end_ms: u64, x: &impl Fn(u64) -> f64, top: f64, bottom: f64) {
+        let step = tick_step(end_ms);
+        let mut t = 0;
+        while t <= end_ms {
+            let xt = x(t);
+            let _ = writeln!(
+                svg,
+                r##"<line class="tick" x1="{xt:.1}" y1="{top}" x2="{xt:.1}" y2="{}" stroke="#dddddd"/>"##,
+                bottom + 4.0
+            );
+            let _ = writeln!(
+                svg,
+                r#"<text x="{xt:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                bottom + 16.0,
+                ms_label(t)
+            );
+            t += step;
+        }
+        let _ = writeln!(svg, r#"<text x="10" y="{}">stream time</text>"#, bottom + 16.0);
+    }
+
+    fn draw_rows(&self, svg: &mut String, x: &impl Fn(u64) -> f64, top: f64) {
         for (row, (pool, address)) in self.addresses.iter().enumerate() {
-            let y = top + row_height * row as f64;
-            let _ = writeln!(svg, r#"<text x="10" y="{}">{pool}/{address}</text>"#, y + 14.0);
+            let y = top + ROW_HEIGHT * row as f64;
+            let _ = writeln!(svg, r#"<text x="10" y="{}">{}/{address}</text>"#, y + 14.0, escape(pool));
             // Runs of equal state become one shape each.
             let mut run_start = 0usize;
             for i in 1..=self.samples.len() {
@@ -113,13 +182,14 @@ impl Timeline {
                 let (held, desired, epoch) = &self.samples[run_start].rows[row];
                 let x0 = x(self.samples[run_start].stream_time_ms);
                 let x1 =
-                    if i == self.samples.len() { left + width } else { x(self.samples[i].stream_time_ms) };
+                    if i == self.samples.len() { LEFT + WIDTH } else { x(self.samples[i].stream_time_ms) };
                 let w = (x1 - x0).max(0.5);
                 if let Some(nic) = held {
                     let _ = writeln!(
                         svg,
-                        r#"<rect x="{x0:.1}" y="{y}" width="{w:.1}" height="14" fill="{}"><title>{nic} (captureEpoch {epoch})</title></rect>"#,
-                        self.color(nic)
+                        r#"<rect x="{x0:.1}" y="{y}" width="{w:.1}" height="14" fill="{}"><title>{} (captureEpoch {epoch})</title></rect>"#,
+                        self.color(nic),
+                        escape(nic)
                     );
                 }
                 if let Some(nic) = desired {
@@ -137,37 +207,167 @@ impl Timeline {
                 run_start = i;
             }
         }
-        let bottom = top + row_height * self.addresses.len() as f64;
-        for (t, fault) in &self.marks {
-            let xm = x(*t);
+    }
+
+    /// One swatch per node: its name and NIC in the NIC's colour.
+    fn draw_legend(&self, svg: &mut String, y: f64) {
+        let _ = writeln!(svg, r#"<text x="10" y="{}">nodes (NIC)</text>"#, y + 9.0);
+        for (i, (name, nic)) in self.nodes.iter().enumerate() {
+            let lx = LEFT + 140.0 * i as f64;
             let _ = writeln!(
                 svg,
-                r#"<line x1="{xm:.1}" y1="{top}" x2="{xm:.1}" y2="{bottom}" stroke="red" stroke-opacity="0.35"><title>{}</title></line>"#,
-                escape(fault)
+                r#"<rect class="legend" x="{lx}" y="{y}" width="10" height="10" fill="{}"/>"#,
+                nic_color(i)
+            );
+            let _ = writeln!(
+                svg,
+                r#"<text x="{}" y="{}">{} ({})</text>"#,
+                lx + 14.0,
+                y + 9.0,
+                escape(name),
+                escape(nic)
             );
         }
-        let _ = writeln!(svg, r#"<text x="{left}" y="{}">0 ms</text>"#, bottom + 20.0);
+    }
+
+    /// The fault marks, merged where closer than [`FAULT_CLUSTER_PX`].
+    fn clusters(&self, x: &impl Fn(u64) -> f64) -> Vec<Cluster> {
+        let mut marks = self.marks.clone();
+        marks.sort_by_key(|(t, _)| *t);
+        let mut clusters: Vec<Cluster> = Vec::new();
+        for (t, fault) in marks {
+            let xm = x(t);
+            match clusters.last_mut() {
+                Some(last) if xm - last.x < FAULT_CLUSTER_PX => last.faults.push(fault),
+                _ => clusters.push(Cluster { x: xm, first_ms: t, faults: vec![fault] }),
+            }
+        }
+        clusters
+    }
+}
+
+/// Draws each listed cluster as a dashed line over the rows and a label `F<n>` (with `×k` when
+/// it merges k faults) on the fault lane, alternating two heights; then the list of them.
+fn draw_faults(svg: &mut String, listed: &[Cluster], total: usize, top: f64, bottom: f64) {
+    let _ = writeln!(svg, r#"<text x="10" y="{}">faults</text>"#, LANE_TOP + 18.0);
+    for (n, cluster) in listed.iter().enumerate() {
+        let label = if cluster.faults.len() > 1 {
+            format!("F{} ×{}", n + 1, cluster.faults.len())
+        } else {
+            format!("F{}", n + 1)
+        };
+        let ly = LANE_TOP + if n % 2 == 0 { 12.0 } else { 26.0 };
         let _ = writeln!(
             svg,
-            r#"<text x="{}" y="{}">{end_ms} ms (stream time)</text>"#,
-            left + width - 120.0,
-            bottom + 20.0
+            r#"<line class="fault" x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{bottom}" stroke="{FAULT_COLOR}" stroke-dasharray="3,3" stroke-opacity="0.6"><title>{}</title></line>"#,
+            ly + 2.0,
+            escape(&cluster.faults.join("; ")),
+            x = cluster.x
         );
-        for (i, nic) in self.nics.iter().enumerate() {
-            let lx = left + 90.0 * i as f64;
-            let _ = writeln!(
-                svg,
-                r#"<rect x="{lx}" y="{}" width="10" height="10" fill="{}"/>"#,
-                bottom + 32.0,
-                self.color(nic)
-            );
-            let _ = writeln!(svg, r#"<text x="{}" y="{}">{nic}</text>"#, lx + 14.0, bottom + 41.0);
+        let _ = writeln!(
+            svg,
+            r#"<text class="fault-label" x="{:.1}" y="{ly}" fill="{FAULT_COLOR}" font-size="9">{label}</text>"#,
+            cluster.x + 2.0
+        );
+    }
+    let _ = top;
+    let list_top = bottom + 64.0;
+    for (n, cluster) in listed.iter().enumerate() {
+        let _ = writeln!(
+            svg,
+            r#"<text class="fault-item" x="10" y="{}" fill="{FAULT_COLOR}">F{} at {}: {}</text>"#,
+            list_top + LINE_HEIGHT * n as f64,
+            n + 1,
+            ms_label(cluster.first_ms),
+            escape(&summarize(&cluster.faults))
+        );
+    }
+    if total > listed.len() {
+        let _ = writeln!(
+            svg,
+            r#"<text x="10" y="{}" fill="{FAULT_COLOR}">… and {} more fault marks (first {} listed)</text>"#,
+            list_top + LINE_HEIGHT * listed.len() as f64,
+            total - listed.len(),
+            listed.len()
+        );
+    }
+}
+
+/// `crash b; pause c ×2` — equal descriptions counted, in first-seen order.
+fn summarize(faults: &[String]) -> String {
+    let mut counted: Vec<(&str, usize)> = Vec::new();
+    for fault in faults {
+        match counted.iter_mut().find(|(f, _)| f == fault) {
+            Some((_, n)) => *n += 1,
+            None => counted.push((fault, 1)),
         }
-        svg.push_str("</svg>\n");
-        svg
+    }
+    counted
+        .iter()
+        .map(|(f, n)| if *n > 1 { format!("{f} ×{n}") } else { (*f).to_owned() })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The colour of the node of `index`: golden-angle hues, saturated, mid lightness.
+#[must_use]
+pub fn nic_color(index: usize) -> String {
+    let hue = (index * 137) % 360;
+    format!("hsl({hue},65%,55%)")
+}
+
+/// A round tick step giving about eight ticks over `end_ms`.
+fn tick_step(end_ms: u64) -> u64 {
+    let rough = (end_ms / 8).max(1);
+    let mut magnitude = 1u64;
+    while magnitude.saturating_mul(10) <= rough {
+        magnitude *= 10;
+    }
+    [1, 2, 5, 10].iter().map(|m| m * magnitude).find(|step| *step >= rough).unwrap_or(magnitude * 10)
+}
+
+fn ms_label(ms: u64) -> String {
+    if ms >= 1000 && ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else if ms >= 1000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{ms} ms")
     }
 }
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_about_eight() {
+        assert_eq!(tick_step(8_000), 1_000);
+        assert_eq!(tick_step(10_000), 2_000);
+        assert_eq!(tick_step(30_000), 5_000);
+        assert_eq!(tick_step(7), 1);
+        for end in [1u64, 9, 99, 1_234, 56_789, 3_600_000] {
+            let n = end / tick_step(end);
+            assert!((1..=10).contains(&n) || end < 8, "{end}: {n} ticks");
+        }
+    }
+
+    #[test]
+    fn equal_faults_are_counted_in_first_seen_order() {
+        let faults = ["pause c", "crash b", "pause c"].map(str::to_owned);
+        assert_eq!(summarize(&faults), "pause c ×2; crash b");
+    }
+
+    #[test]
+    fn no_node_colour_is_the_fault_colour_or_near_it() {
+        for i in 0..64 {
+            let c = nic_color(i);
+            assert!(c.contains(",65%,55%)"), "{c}: saturated, mid lightness, never near-black");
+            assert_ne!(c, FAULT_COLOR);
+        }
+    }
 }

@@ -272,8 +272,13 @@ impl World {
 
     fn count_fault(&mut self, fault: Fault) {
         *self.faults.entry(fault.name().to_owned()).or_default() += 1;
+    }
+
+    /// Marks a fault on the plot's timeline (when plotting), at `stream_time_ms`, described as
+    /// it should read there (`crash b`, `heal c`).
+    fn mark_fault(&mut self, stream_time_ms: u64, description: impl FnOnce() -> String) {
         if let Some(timeline) = &mut self.timeline {
-            timeline.mark(self.head.stream_time_ms(), fault.name());
+            timeline.mark(stream_time_ms, &description());
         }
     }
 
@@ -352,6 +357,7 @@ impl World {
             return;
         }
         self.execute_polled(node);
+        self.refresh(node);
     }
 
     /// Loops the driver's gate: a normal pass, or the zombie pass of a resume.

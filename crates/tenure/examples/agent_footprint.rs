@@ -160,6 +160,7 @@ async fn main() {
             executor: Arc::new(RemoteProvider),
             call_timeout: Duration::from_secs(30),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     let before = resident_bytes();

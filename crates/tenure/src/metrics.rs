@@ -317,6 +317,18 @@ impl Collector for SnapshotCollector {
             let labels = [("provider", provider.as_str()), ("outcome", outcome.as_str())];
             ConstCounter::new(*count).encode(family.encode_family(&labels)?)?;
         }
+        let mut family = encoder.encode_descriptor(
+            "tenure_garp_refreshes",
+            "Announcements of held addresses repeated since the agent started (garpRefresh, and the \
+             burst when keepalived says MASTER again), by provider and outcome (executed, refused: \
+             keepalived said not MASTER, failed).",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((provider, outcome), count) in &s.garp_refreshes {
+            let labels = [("provider", provider.as_str()), ("outcome", outcome.as_str())];
+            ConstCounter::new(*count).encode(family.encode_family(&labels)?)?;
+        }
         ConstCounter::new(s.stamps_capped).encode(encoder.encode_descriptor(
             "tenure_stamps_capped",
             "Event stamps held back because this host's clock ran ahead of the other agents' median \
@@ -518,6 +530,7 @@ mod tests {
             healthy: true,
             drift_recaptures: 2,
             inventory_reads: vec![(("aws1".to_owned(), "ok".to_owned()), 7)],
+            garp_refreshes: vec![(("lan".to_owned(), "executed".to_owned()), 9)],
             stamps_capped: 4,
             head_unconfirmed: 6,
             calls_cancelled: 8,
@@ -556,6 +569,7 @@ mod tests {
             ("tenure_healthy", "gauge"),
             ("tenure_drift_recaptures", "counter"),
             ("tenure_inventory_reads", "counter"),
+            ("tenure_garp_refreshes", "counter"),
             ("tenure_stamps_capped", "counter"),
             ("tenure_head_unconfirmed", "counter"),
             ("tenure_calls_cancelled", "counter"),
@@ -603,6 +617,12 @@ mod tests {
             [("provider".to_owned(), "aws1".to_owned()), ("outcome".to_owned(), "ok".to_owned())]
         );
         assert_eq!(reads[0].value, "7");
+        let refreshes = values(&samples, "tenure_garp_refreshes_total");
+        assert_eq!(
+            refreshes[0].labels,
+            [("provider".to_owned(), "lan".to_owned()), ("outcome".to_owned(), "executed".to_owned())]
+        );
+        assert_eq!(refreshes[0].value, "9");
 
         let rejected = values(&samples, "tenure_requests_rejected_total");
         let count = |reason: &str| {

@@ -72,6 +72,7 @@ fn start() -> Running {
             executor: Arc::new(cloud),
             call_timeout: Duration::from_secs(5),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     let pools = vec![

@@ -60,6 +60,7 @@ fn start(kind: ProviderKind) -> Rig {
             executor: Arc::new(provider.clone()),
             call_timeout: Duration::from_secs(5),
             inventory_interval: Some(INVENTORY_INTERVAL),
+            garp_refresh: None,
         },
     );
     let pool = PoolSpec {

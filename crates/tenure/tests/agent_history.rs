@@ -81,6 +81,7 @@ async fn a_drain_shows_in_the_history_with_its_cause_epochs_and_results() {
             executor: Arc::new(cloud.clone()),
             call_timeout: Duration::from_secs(5),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     let settings = Settings {

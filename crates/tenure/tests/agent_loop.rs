@@ -65,6 +65,7 @@ fn start(approval: Approval) -> Running {
             executor: Arc::new(cloud.clone()),
             call_timeout: Duration::from_secs(5),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     let settings = Settings {
@@ -114,7 +115,12 @@ fn start_one_address(
     let mut executors = BTreeMap::new();
     executors.insert(
         "sim1".to_owned(),
-        ProviderExecutor { executor, call_timeout: Duration::from_secs(5), inventory_interval: None },
+        ProviderExecutor {
+            executor,
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+            garp_refresh: None,
+        },
     );
     let mut spec = pool(Approval::Auto);
     spec.addresses.truncate(1);
@@ -443,6 +449,7 @@ async fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_
             executor: Arc::new(cloud.clone()),
             call_timeout: Duration::from_secs(5),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     // 0: the pool as started; 1: the one too large; 2: the first with one more address.
@@ -538,6 +545,7 @@ async fn a_resumed_node_calls_nothing_while_the_log_head_cannot_be_confirmed() {
             executor: Arc::clone(&counting) as Arc<dyn tenure::exec::Executor>,
             call_timeout: Duration::from_secs(5),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     let mut spec = pool(Approval::Auto);

@@ -647,3 +647,44 @@ fn a_build_without_etcd_refuses_an_etcd_store_in_one_line() {
         )
     );
 }
+
+/// An agent whose stderr reader goes away (the terminal closed, a pipe's reader killed) logs on
+/// into the void: it keeps serving and acting, and SIGTERM still ends it with 0 — a failed log
+/// write is not a reason to stop holding addresses (it was a panic, exit 101).
+#[test]
+fn an_agent_whose_stderr_is_closed_keeps_running_and_exits_zero() {
+    use std::io::BufRead as _;
+    let dir = TempDir::new("agent-stderr-closed");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["agent", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tenure agent starts");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
+    let mut first = String::new();
+    stderr.read_line(&mut first).expect("a first log line");
+    drop(stderr);
+    let owner = |want: &str| {
+        process::http(listen, "GET", "/v1/ownership", None, None).is_ok_and(|(status, body)| {
+            status == 200
+                && serde_json::from_str::<Value>(&body)
+                    .is_ok_and(|rows| rows["ownership"][0]["owner"].as_str() == Some(want))
+        })
+    };
+    wait_for("a owns the address", || owner("a"));
+    // Logging now fails (EPIPE) on every line: a drain makes several.
+    let (status, body) = process::http(listen, "POST", "/v1/drain/a", Some(TOKEN), None).expect("answers");
+    assert_eq!(status, 200, "{body}");
+    wait_for("b owns the address", || owner("b"));
+    assert!(child.try_wait().expect("wait").is_none(), "the agent is still running");
+    process::signal(&child, "TERM");
+    let status = process::wait_exit(&mut child);
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}

@@ -102,7 +102,7 @@ fn spawn_agent(
     let mut executors = BTreeMap::new();
     executors.insert(
         "sim1".to_owned(),
-        ProviderExecutor { executor, call_timeout: CALL_TIMEOUT, inventory_interval },
+        ProviderExecutor { executor, call_timeout: CALL_TIMEOUT, inventory_interval, garp_refresh: None },
     );
     let (nodes, peers): (Vec<NodeSpec>, Vec<NodeSpec>) =
         [node("a", 10), node("b", 0)].into_iter().partition(|n| nodes.contains(&n.name.as_str()));

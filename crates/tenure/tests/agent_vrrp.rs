@@ -44,6 +44,7 @@ fn start() -> Router {
             executor: Arc::new(lan.clone()),
             call_timeout: Duration::from_secs(5),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     let spec = PoolSpec {

@@ -96,6 +96,7 @@ async fn start(test: &str, inventory: Option<Duration>) -> Rig {
             executor: Arc::new(AwsExecutor::with_client(ec2.clone())),
             call_timeout: Duration::from_secs(10),
             inventory_interval: inventory,
+            garp_refresh: None,
         },
     );
     let settings = Settings {

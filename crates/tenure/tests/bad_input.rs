@@ -131,7 +131,10 @@ fn the_example_pool_is_valid() {
 #[test]
 fn the_example_agent_configs_and_their_pools_are_valid() {
     let configs: Vec<String> =
-        ["examples/agent/single.yaml", "examples/agent/exec.yaml"].into_iter().map(str::to_owned).collect();
+        ["examples/agent/single.yaml", "examples/agent/exec.yaml", "examples/agent/onprem.yaml"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
     let mut args = vec!["validate"];
     args.extend(configs.iter().map(String::as_str));
     let output = tenure(&args);

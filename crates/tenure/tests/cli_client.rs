@@ -331,6 +331,20 @@ fn approve_tells_the_truth_and_approves_an_address_at_once() {
         "No action of pool \"gated\" address 10.0.0.20 is waiting for approval on this agent.\n"
     );
     assert_eq!(agent.log_len(), before + 2);
+    // Names the agent does not know are refused (404), not answered as settled.
+    let no_pool =
+        agent.tenure(&["approve", "--pool", "nosuchpool", "--address", "10.0.0.20", "--token-file", &token]);
+    assert_eq!(
+        (code(&no_pool), stderr(&no_pool).as_str()),
+        (1, "tenure approve: pool \"nosuchpool\" is not applied (404)\n")
+    );
+    let no_address =
+        agent.tenure(&["approve", "--pool", "gated", "--address", "10.9.9.9", "--token-file", &token]);
+    assert_eq!(
+        (code(&no_address), stderr(&no_address).as_str()),
+        (1, "tenure approve: pool \"gated\" has no address 10.9.9.9 (404)\n")
+    );
+    assert_eq!(agent.log_len(), before + 2);
     // A key and --pool are one or the other.
     let both = agent.tenure(&[
         "approve",
@@ -530,4 +544,8 @@ fn the_verbs_speak_https_to_a_tls_proxy_in_front_of_the_agent() {
     let http = tenure_with_env(&["ownership", "--endpoint", &agent.server.base, "--ca-file", &ca], &[]);
     assert_eq!(code(&http), 2);
     assert!(stderr(&http).contains("--ca-file is for https endpoints"), "{}", stderr(&http));
+    // TENURE_CA_FILE exported in the shell is only a default for https: plain http still works.
+    let exported =
+        tenure_with_env(&["ownership", "--endpoint", &agent.server.base], &[("TENURE_CA_FILE", &ca)]);
+    assert_eq!(code(&exported), 0, "{}", stderr(&exported));
 }

@@ -3,7 +3,8 @@
 //!
 //! The executor runs in the test process, on a thread moved into the router's namespace
 //! (`setns`), with a runtime of its own: netlink and raw sockets opened there belong to that
-//! namespace, as they would in an agent started inside it.
+//! namespace, as they would in an agent started inside it. The `garpRefresh` tests run a
+//! `tenure agent` process inside the router's namespace (embedded store, one node).
 
 #![cfg(all(target_os = "linux", feature = "onprem"))]
 
@@ -13,6 +14,7 @@ mod process;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use process::{Agent, TOKEN, TempDir, wait_for_within};
 use tenure::exec::onprem::{OnpremExecutor, proxy_entries};
 use tenure::exec::{ExecutionOutcome, execute_within};
 use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
@@ -94,4 +96,81 @@ fn ipv4_proxy_arp_and_gratuitous_arp_move_the_address_between_routers() {
 fn ipv6_proxy_ndp_and_unsolicited_na_move_the_address_between_routers() {
     let lab = Lab::new("a6", true);
     hand_over(&lab);
+}
+
+/// `garpRefresh` on a real segment: an agent in `r1` holds the address and announces it every
+/// second (`garpCount: 1`); the client's wire shows the acquire's announcement and then one per
+/// refresh, at least the interval apart; and a client neighbour entry moved to another MAC
+/// behind tenure's back (a switch or host that learned the other router during a split) is
+/// moved back to the holder's by the next refresh, with no new acquire.
+fn refresh(lab: &Lab, tag: &str) {
+    const REFRESH: Duration = Duration::from_secs(1);
+    let address = lab.address();
+    let (r1, r2) = (lab.mac("r1"), lab.mac("r2"));
+    let dir = TempDir::new(tag);
+    dir.write("token", TOKEN);
+    dir.write(
+        "pools.yaml",
+        &format!(
+            "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: edge}}\nspec:\n  \
+             addresses: [{address}]\n  provider: lan\n  placementGroup: g1\n  members: [r1]\n  \
+             heartbeatTTL: 3s\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n"
+        ),
+    );
+    let config = dir.write(
+        "r1.yaml",
+        "node: {name: r1, provider: lan, placementGroup: g1, nic: lan-r1}\n\
+         store: {kind: embedded, path: ./data-r1}\n\
+         providers:\n  - {name: lan, kind: onprem, interface: lan, garpCount: 1, garpInterval: 50ms, garpRefresh: 1s}\n\
+         pools: [pools.yaml]\nlisten: 127.0.0.1:9464\nheartbeatInterval: 100ms\napiTokenFile: token\n",
+    );
+    let capture = Capture::start(lab);
+    let ns = lab.ns("r1");
+    // Its API listens inside r1's namespace: readiness is the entry itself.
+    let agent = Agent::spawn_wrapped(
+        &dir,
+        &config,
+        "127.0.0.1:9464".parse().expect("literal"),
+        &["ip", "netns", "exec", &ns],
+        &[],
+    );
+    let announced = lab.announcement("r1");
+    // tcpdump -tt: each line starts with its time in seconds.
+    let at =
+        |line: &str| -> f64 { line.split_whitespace().next().and_then(|t| t.parse().ok()).expect("a time") };
+    let mut times = Vec::new();
+    for _ in 0..4 {
+        let line = capture.until(&announced, Duration::from_secs(20));
+        times.push(at(&line));
+    }
+    assert_eq!(lab.proxies("r1"), vec![address], "r1 holds the address; log:\n{}", agent.log());
+    // The acquire's, then one per refresh (due one interval after the agent started, not after
+    // the acquire): never two in one interval. The margin is for the time from the timer to the
+    // call, which a loaded machine stretches for one refresh and not the next.
+    for pair in times[1..].windows(2) {
+        assert!(pair[1] - pair[0] >= 0.5, "announcements {times:?}: refreshes closer than garpRefresh");
+    }
+    // Another router's MAC in the client's table: the next refresh takes it back.
+    let family = if lab.v6 { "-6" } else { "-4" };
+    let text = address.to_string();
+    lab.exec("cl", &["ip", family, "neigh", "replace", &text, "lladdr", &r2, "dev", "lan", "nud", "stale"]);
+    assert_eq!(lab.client_entry().as_deref(), Some(r2.as_str()));
+    wait_for_within(REFRESH * 5, "the client's entry back on r1's MAC", || {
+        lab.client_entry().as_deref() == Some(r1.as_str())
+    });
+    assert!(lab.ping(), "the client reaches {address} through r1");
+    let log = agent.log();
+    assert_eq!(log.matches("executed").count(), 2, "the add and its garp, nothing journaled since:\n{log}");
+}
+
+#[test]
+fn ipv4_garp_refresh_repeats_the_holders_gratuitous_arp() {
+    let lab = Lab::new("g4", false);
+    refresh(&lab, "garp4");
+}
+
+#[test]
+fn ipv6_garp_refresh_repeats_the_holders_unsolicited_na() {
+    let lab = Lab::new("g6", true);
+    refresh(&lab, "garp6");
 }

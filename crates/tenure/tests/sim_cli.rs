@@ -64,5 +64,25 @@ fn plot_writes_an_svg_timeline() {
     let svg = std::fs::read_to_string(&path).expect("svg written");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("pool0/10.0.0.0"), "addresses are labelled");
+    // Legible: how many are drawn of how many, round time ticks, faults labelled in text (not
+    // only hover titles) with the node they hit, in a colour no NIC has, and a node legend.
+    let drawn = svg.lines().find(|l| l.contains(r#"class="drawn""#)).expect("the drawn-of-total line");
+    assert!(drawn.contains("addresses drawn: 16 of "), "{drawn}");
+    assert!(svg.matches(r#"class="tick""#).count() >= 4, "time ticks");
+    let labels = svg.matches(r#"class="fault-label""#).count();
+    let items: Vec<&str> = svg.lines().filter(|l| l.contains(r#"class="fault-item""#)).collect();
+    assert!(
+        labels > 0 && labels == items.len(),
+        "each drawn fault cluster is listed: {labels} vs {}",
+        items.len()
+    );
+    assert!(
+        items.iter().any(|l| (0..5).any(|n| l.contains(&format!(" n{n:02}")))),
+        "faults name the node they hit: {items:?}"
+    );
+    for fill in svg.lines().filter(|l| l.contains(r#"class="legend""#)) {
+        assert!(!fill.contains("#222222"), "no node has the fault colour: {fill}");
+    }
+    assert!(svg.matches(r#"class="legend""#).count() >= 2, "a node legend");
     std::fs::remove_dir_all(&dir).ok();
 }

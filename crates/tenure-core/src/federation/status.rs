@@ -7,14 +7,16 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::{Federation, NodeId};
-use crate::model::{ActionStamp, Approval};
+use crate::model::{ActionStamp, Approval, Verb};
 use crate::state::{AddressState, PoolState};
 
 /// An address's phase, derived from the view: the desired holder, the nodes' last confirmed
 /// holding verbs (`action-result: executed`), and the pool's approval mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
-    /// Desired for a node whose acquire waits for an operator's approval (`approval: manual`).
+    /// Desired for a node whose acquire waits for an operator's approval (`approval: manual`):
+    /// its first acquire verb, or, once that is confirmed, a later one (enable-forwarding, garp)
+    /// without which the address is not in service.
     PendingApproval,
     /// Desired for a node that has not confirmed its acquire in the current epoch.
     Acquiring,
@@ -91,18 +93,28 @@ impl Federation {
                 && c.capture_epoch == state.line.epoch
                 && c.capture_domain == pool_state.capture_domain
         });
-        if !confirmed {
-            return if self.waits_for_approval(pool, pool_state, address, state, holder) {
-                Phase::PendingApproval
-            } else {
-                Phase::Acquiring
-            };
+        // Unconfirmed, the first acquire verb decides between waiting and acquiring; confirmed,
+        // a later one (enable-forwarding, garp) still waiting for its approval means the address
+        // is on the NIC but not yet in service: that wait is what the operator must see.
+        let all = self.acquire_verbs(pool_state);
+        let verbs = if confirmed { all.get(1..) } else { all.get(..1) }.unwrap_or_default();
+        let waits =
+            verbs.iter().any(|verb| self.waits_for_approval(pool, pool_state, address, state, holder, *verb));
+        match (confirmed, waits) {
+            (_, true) => Phase::PendingApproval,
+            (false, false) => Phase::Acquiring,
+            (true, false) if holders.iter().any(|node| *node != holder) => Phase::Releasing,
+            (true, false) => Phase::Held,
         }
-        if holders.iter().any(|node| *node != holder) { Phase::Releasing } else { Phase::Held }
     }
 
-    /// Whether the desired holder's first acquire verb of this epoch waits for an approval the
-    /// log does not hold (pools with `approval: manual`).
+    /// The acquire verbs of the pool's provider, in execution order (none for an unknown one).
+    fn acquire_verbs(&self, pool_state: &PoolState) -> &'static [Verb] {
+        self.provider_kind(&pool_state.spec.provider).map_or(&[], |kind| kind.verb_family().acquire_verbs())
+    }
+
+    /// Whether the desired holder's `verb` of this epoch waits for an approval the log does not
+    /// hold (pools with `approval: manual`).
     fn waits_for_approval(
         &self,
         pool: &str,
@@ -110,12 +122,11 @@ impl Federation {
         address: IpAddr,
         state: &AddressState,
         holder: NodeId,
+        verb: Verb,
     ) -> bool {
         if pool_state.spec.approval != Approval::Manual {
             return false;
         }
-        let Some(kind) = self.provider_kind(&pool_state.spec.provider) else { return false };
-        let Some(verb) = kind.verb_family().acquire_verbs().first().copied() else { return false };
         let node = &self.nodes()[holder].spec;
         let stamp = ActionStamp {
             pool,

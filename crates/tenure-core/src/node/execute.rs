@@ -47,7 +47,9 @@ impl<S: JournalStore> NodeEngine<S> {
             })
             .collect();
         self.cancelling.extend(stale.iter().map(|(seq, _)| *seq));
-        stale.into_iter().map(|(_, call)| call).collect()
+        let mut calls: Vec<StaleCall> = stale.into_iter().map(|(_, call)| call).collect();
+        calls.extend(self.poll_stale_refreshes(head));
+        calls
     }
 
     /// Promotes pending entries that the head shows approved (the start of an execute pass).
@@ -162,11 +164,16 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// Frees the entry's (provider, address) for the next call.
     fn release_busy(&mut self, seq: u64) {
-        let action = &self.state.entries[&seq].action;
-        if let Some(providers) = self.busy.get_mut(&action.address) {
-            providers.retain(|p| *p != action.provider);
+        let (provider, address) = super::provider_address(&self.state.entries[&seq].action);
+        self.release_busy_at(&provider, address);
+    }
+
+    /// Frees (`provider`, `address`) for the next call.
+    pub(super) fn release_busy_at(&mut self, provider: &str, address: std::net::IpAddr) {
+        if let Some(providers) = self.busy.get_mut(&address) {
+            providers.retain(|p| p != provider);
             if providers.is_empty() {
-                self.busy.remove(&action.address);
+                self.busy.remove(&address);
             }
         }
     }

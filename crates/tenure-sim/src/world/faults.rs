@@ -12,42 +12,73 @@ use crate::config::Fault;
 impl World {
     pub(super) fn inject(&mut self, fault: Fault) {
         self.count_fault(fault);
+        // The plot marks the fault where it began, described with the node it hit.
+        let at = self.head.stream_time_ms();
+        let described = self.inject_described(fault);
+        self.mark_fault(at, || described.unwrap_or_else(|| fault.name().to_owned()));
+    }
+
+    /// Injects `fault`; returns how the plot describes it, when it names more than the kind.
+    fn inject_described(&mut self, fault: Fault) -> Option<String> {
         match fault {
             Fault::Crash | Fault::CrashLossy => {
                 let node = self.random_node();
                 self.crash(node, fault == Fault::CrashLossy);
+                Some(format!("{} {}", fault.name(), self.name(node)))
             }
             Fault::Pause => {
                 let node = self.random_node();
-                if self.nodes[node].driver.is_paused() { self.resume(node) } else { self.pause(node) }
+                let verb = if self.nodes[node].driver.is_paused() {
+                    self.resume(node);
+                    "resume"
+                } else {
+                    self.pause(node);
+                    "pause"
+                };
+                Some(format!("{verb} {}", self.name(node)))
             }
             Fault::Partition => {
                 let node = self.random_node();
                 let driver = &mut self.nodes[node].driver;
-                if driver.is_partitioned() { driver.heal() } else { driver.partition() }
+                let verb = if driver.is_partitioned() {
+                    driver.heal();
+                    "heal"
+                } else {
+                    driver.partition();
+                    "partition"
+                };
+                Some(format!("{verb} {}", self.name(node)))
             }
             Fault::Drain => {
                 let node = self.random_node();
-                let kind = if self.rng.random_bool(0.5) {
+                let drain = self.rng.random_bool(0.5);
+                let kind = if drain {
                     EventKind::Drain { node: self.name(node) }
                 } else {
                     EventKind::Undrain { node: self.name(node) }
                 };
                 self.append(Event { at_ms: self.now_ms, kind });
+                Some(format!("{} {}", if drain { "drain" } else { "undrain" }, self.name(node)))
             }
             Fault::Health => {
                 let node = self.random_node();
                 let healthy = self.rng.random_bool(0.6);
                 let at_ms = self.stamp(node);
                 self.append(Event { at_ms, kind: EventKind::Health { node: self.name(node), healthy } });
+                Some(format!("health {} {}", self.name(node), if healthy { "ok" } else { "failing" }))
             }
             Fault::Vrrp => {
                 let node = self.random_node();
-                if self.topology.provider.kind == ProviderKind::SimOnprem {
-                    self.set_vrrp_master(node);
+                if self.topology.provider.kind != ProviderKind::SimOnprem {
+                    return Some("vrrp (no effect off on-prem)".to_owned());
                 }
+                self.set_vrrp_master(node);
+                Some(format!("vrrp master {}", self.name(node)))
             }
-            Fault::PoolChurn => self.churn_pool(),
+            Fault::PoolChurn => {
+                self.churn_pool();
+                None
+            }
             Fault::DesireBurst => {
                 let (pool, _) = self.random_address();
                 let desired = self.rng.random_bool(0.5);
@@ -62,8 +93,10 @@ impl World {
                     };
                     self.append(Event { at_ms: self.now_ms, kind });
                 }
+                let name = &self.topology.pools[pool].name;
+                Some(format!("{} burst {name}", if desired { "desire" } else { "undesire" }))
             }
-            _ => {}
+            _ => None,
         }
     }
 

@@ -67,6 +67,27 @@ impl World {
         }
     }
 
+    /// The agent's `garpRefresh` (and keepalived's MASTER-again burst) after each execute pass:
+    /// every held address's announcement that the core hands out
+    /// (`NodeDriver::poll_refreshes`, gated against the head), checked as any call is — never
+    /// stale at the head, never from a node cut off — and refused on its host while keepalived
+    /// is not MASTER. Draws nothing from the seed, so every seed runs as before.
+    pub(super) fn refresh(&mut self, node: usize) {
+        let refreshes = self.nodes[node].driver.poll_refreshes(&self.head, |_, _| true, usize::MAX);
+        let name = self.name(node);
+        let cut_off = self.nodes[node].cut_off();
+        for action in refreshes {
+            if !self.refused_locally(node, &action) {
+                if self.checker.before_provider_call(&name, &action, &self.head, cut_off) {
+                    self.stale_calls += 1;
+                }
+                // An announcement changes no holding; the simulated provider counts it.
+                let _ = self.provider.execute(&action);
+            }
+            self.nodes[node].driver.handle_refresh_result(&action.provider, action.address);
+        }
+    }
+
     pub(super) fn land_due(&mut self, all: bool) {
         let now = self.now_ms;
         let mut due = Vec::new();

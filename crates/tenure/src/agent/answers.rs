@@ -109,6 +109,9 @@ pub struct Counters {
     pub head_unconfirmed: u64,
     /// Calls cancelled in flight because the view fenced their action.
     pub calls_cancelled: u64,
+    /// Repeated announcements of held addresses (`garpRefresh`, keepalived's MASTER-again
+    /// burst), by (provider, `executed` | `refused` | `failed`).
+    pub garp_refreshes: BTreeMap<(String, &'static str), u64>,
 }
 
 /// The metrics snapshot of the loop's state.
@@ -152,6 +155,11 @@ pub fn metrics<S: JournalStore>(
         log_lag: log_head.saturating_sub(log_index),
         healthy,
         drift_recaptures: first.view().recaptures(),
+        garp_refreshes: counters
+            .garp_refreshes
+            .iter()
+            .map(|((provider, outcome), n)| ((provider.clone(), (*outcome).to_owned()), *n))
+            .collect(),
         inventory_reads: counters
             .inventory_reads
             .iter()

@@ -32,6 +32,8 @@
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
 //! - [`memory`] — [`memory::MemoryStore`], the in-memory test double of [`AgentStore`].
 //! - [`request`] — the channel between the API and the loop.
+//! - [`status`] — what the status page shows, read from the loop in one request.
+//! - [`timeline`] — the failover timeline: its model and the fold of the log that fills it.
 
 pub mod answers;
 pub mod approval;
@@ -42,6 +44,8 @@ pub mod memory;
 pub mod pools;
 pub mod request;
 pub mod runner;
+pub mod status;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -163,6 +167,9 @@ pub struct ProviderExecutor {
     pub call_timeout: Duration,
     /// How often the provider's inventory is read for drift repair; `None`: never.
     pub inventory_interval: Option<Duration>,
+    /// How often the announcement of every address this agent holds on the provider is repeated
+    /// (`garpRefresh`, on-prem); `None`: never.
+    pub garp_refresh: Option<Duration>,
 }
 
 impl std::fmt::Debug for ProviderExecutor {
@@ -170,6 +177,7 @@ impl std::fmt::Debug for ProviderExecutor {
         f.debug_struct("ProviderExecutor")
             .field("call_timeout", &self.call_timeout)
             .field("inventory_interval", &self.inventory_interval)
+            .field("garp_refresh", &self.garp_refresh)
             .finish_non_exhaustive()
     }
 }

@@ -14,6 +14,8 @@ use super::listing::{HistoryAnswer, HistoryQuery};
 use tenure_sim::replay::{ActionRow, OwnershipRow};
 use tokio::sync::{mpsc, oneshot};
 
+use super::status::StatusSnapshot;
+
 /// Most requests waiting for the agent loop; past it a caller waits (HTTP handlers time out).
 pub const REQUESTS_QUEUED_MAX: usize = 1024;
 
@@ -79,6 +81,9 @@ pub struct MetricsSnapshot {
     pub drift_recaptures: u64,
     /// Inventory reads since the agent started, by (provider, `ok` | `failed`).
     pub inventory_reads: Vec<((String, String), u64)>,
+    /// Repeated announcements of held addresses since the agent started, by (provider,
+    /// `executed` | `refused` | `failed`).
+    pub garp_refreshes: Vec<((String, String), u64)>,
     /// Stamps the clock-lead rule held back since the agent started.
     pub stamps_capped: u64,
     /// Head confirmations that failed since the agent started (it did not act then).
@@ -192,6 +197,11 @@ pub enum Request {
     Health {
         /// Where the answer goes.
         reply: oneshot::Sender<Health>,
+    },
+    /// Everything the status page shows, of one moment (`GET /`).
+    Status {
+        /// Where the answer goes.
+        reply: oneshot::Sender<StatusSnapshot>,
     },
     /// The metrics snapshot (`GET /metrics`).
     Metrics {
@@ -345,6 +355,11 @@ impl AgentHandle {
             }
             answer => answer,
         }
+    }
+
+    /// What the status page shows.
+    pub async fn status(&self) -> Result<StatusSnapshot, HandleError> {
+        self.ask(|reply| Request::Status { reply }).await
     }
 
     /// The metrics snapshot.

@@ -28,6 +28,7 @@ use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within}
 
 mod clock;
 mod history;
+mod refresh;
 mod requests;
 mod stale;
 mod vrrp;
@@ -95,8 +96,19 @@ struct CallDone {
     node: usize,
     key: String,
     provider: String,
+    /// A refresh of this address (`runner/refresh.rs`): not journaled.
+    refresh: Option<IpAddr>,
     outcome: ExecutionOutcome,
     elapsed: Duration,
+}
+
+/// Which call a task makes, so that a task that panicked or was cancelled still ends its call.
+struct CallTask {
+    node: usize,
+    key: String,
+    provider: String,
+    /// A refresh of this address: ended in the engine, never journaled.
+    refresh: Option<IpAddr>,
 }
 
 /// A finished inventory read (its provider is [`InventorySchedule::tasks`]' entry for the task).
@@ -154,9 +166,9 @@ struct Agent<S: AgentStore> {
     pools: super::PoolSource,
     observer: Arc<dyn Observe>,
     calls: JoinSet<CallDone>,
-    /// Which call each task makes (node, key, provider), so that a task that panicked still
-    /// ends its call: as `unknown` (the provider may have acted), never left in flight.
-    call_tasks: HashMap<tokio::task::Id, (usize, String, String)>,
+    /// Which call each task makes, so that a task that panicked still ends its call: as
+    /// `unknown` (the provider may have acted), never left in flight.
+    call_tasks: HashMap<tokio::task::Id, CallTask>,
     /// The calls' tasks by node and key, to cancel a call the view fenced (`stale.rs`).
     call_aborts: stale::CallAborts,
     /// When the last head confirmation was asked for: every call's deadline counts from it.
@@ -207,6 +219,10 @@ struct Agent<S: AgentStore> {
     local: Option<withdraw::Local>,
     /// The log's history (`GET /v1/history`), folded as the log is followed (`runner/history.rs`).
     history: History,
+    /// When announcements of held addresses are repeated (`runner/refresh.rs`).
+    refresh: refresh::RefreshSchedule,
+    /// The failover timeline of the status page, fed the records the nodes followed.
+    timeline: super::timeline::TimelineFold,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -347,6 +363,7 @@ pub async fn run<S: AgentStore>(
                 requeue_due = true;
             }
             () = sleep_until_or_never(agent.inventory.next()), if !agent.shutting_down => agent.start_inventories(),
+            () = sleep_until_or_never(agent.refresh.next()), if !agent.shutting_down => agent.refresh_due(),
             Some(done) = agent.inventories.join_next_with_id(), if !agent.inventories.is_empty() => {
                 dirty = agent.finish_inventory(done);
             }
@@ -385,6 +402,7 @@ impl<S: AgentStore> Agent<S> {
                 .with_retention(settings.journal_retention);
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
+        let timeline = super::timeline::TimelineFold::new(&registry, store.snapshot());
         let mut agent = Self {
             history: History::new(registry),
             log: store.log(),
@@ -419,6 +437,8 @@ impl<S: AgentStore> Agent<S> {
             vrrp: None,
             vrrp_state: None,
             local: None,
+            refresh: refresh::RefreshSchedule::default(),
+            timeline,
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
@@ -443,6 +463,7 @@ impl<S: AgentStore> Agent<S> {
                 agent.inventory.due.insert(provider.clone(), (interval, now));
             }
         }
+        agent.refresh = refresh::RefreshSchedule::of(&agent.executors, now);
         Ok(agent)
     }
 
@@ -478,6 +499,9 @@ impl<S: AgentStore> Agent<S> {
             &self.own_nodes,
             Instant::now(),
         );
+        // Before the store may drop the records the nodes applied.
+        let store = &self.store;
+        self.timeline.catch_up(&self.log, || store.snapshot());
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
@@ -782,6 +806,7 @@ impl<S: AgentStore> Agent<S> {
         }
         self.record_highest_token();
         self.maybe_snapshot();
+        self.burst_if_due();
         let recaptures = self.view().recaptures();
         if recaptures > self.recaptures_seen {
             warn!(
@@ -1029,22 +1054,30 @@ impl<S: AgentStore> Agent<S> {
                 return;
             }
             for action in batch {
-                self.spawn_call(index, action);
+                self.spawn_call(index, action, false);
             }
         }
     }
 
-    fn spawn_call(&mut self, node: usize, action: StampedAction) {
+    /// Spawns the provider call of `action` (a refresh of its address with `refresh`).
+    fn spawn_call(&mut self, node: usize, action: StampedAction, refresh: bool) {
+        let refresh = refresh.then_some(action.address);
         let Some(provider) = self.executors.get(&action.provider).cloned() else {
             let reason = format!("no executor for provider `{}` in this agent", action.provider);
             warn!(key = %action.idempotency_key, %reason);
-            self.record_result(node, &action.idempotency_key, &ExecutionOutcome::Failed { reason });
+            let task = CallTask { node, key: action.idempotency_key, provider: action.provider, refresh };
+            self.end_call(&task, &ExecutionOutcome::Failed { reason });
             return;
         };
         self.summary.calls += 1;
         debug!(node = self.drivers[node].name(), key = %action.idempotency_key, "calling the provider");
         let deadline = self.call_deadline(provider.call_timeout);
-        let task = (node, action.idempotency_key.clone(), action.provider.clone());
+        let task = CallTask {
+            node,
+            key: action.idempotency_key.clone(),
+            provider: action.provider.clone(),
+            refresh,
+        };
         let authority = self.guarding(&action);
         let key = action.idempotency_key.clone();
         let handle = self.calls.spawn(async move {
@@ -1058,6 +1091,7 @@ impl<S: AgentStore> Agent<S> {
                 node,
                 key: action.idempotency_key,
                 provider: action.provider,
+                refresh,
                 outcome,
                 elapsed: started.elapsed(),
             }
@@ -1073,26 +1107,41 @@ impl<S: AgentStore> Agent<S> {
                 // Finished before a cancellation took effect: its own outcome stands.
                 let _ = self.call_aborts.finished(done.node, &done.key, id);
                 self.observer.executor_call(&done.provider, done.elapsed);
-                self.record_result(done.node, &done.key, &done.outcome);
+                let task = CallTask {
+                    node: done.node,
+                    key: done.key,
+                    provider: done.provider,
+                    refresh: done.refresh,
+                };
+                self.end_call(&task, &done.outcome);
             }
             // A call task panicked (an executor's bug) or was cancelled: the provider may have
             // acted. Recorded as `unknown`, as a call past its deadline is: the entry leaves
             // flight and the address is free for the gate's next decision.
             Err(e) => {
-                let Some((node, key, provider)) = self.call_tasks.remove(&e.id()) else {
+                let Some(task) = self.call_tasks.remove(&e.id()) else {
                     error!(error = %e, "a provider call task failed; its call is unknown to the loop");
                     return;
                 };
-                if let Some(stale) = self.call_aborts.finished(node, &key, e.id())
+                if let Some(stale) = self.call_aborts.finished(task.node, &task.key, e.id())
                     && e.is_cancelled()
                 {
-                    self.record_result(node, &key, &Self::cancelled_outcome(stale));
+                    self.end_call(&task, &Self::cancelled_outcome(stale));
                     return;
                 }
-                error!(error = %e, %key, %provider, "a provider call task failed; recorded as unknown");
+                error!(error = %e, key = %task.key, provider = %task.provider, "a provider call task failed; recorded as unknown");
                 let reason = format!("the call's task failed: {e}");
-                self.record_result(node, &key, &ExecutionOutcome::Unknown { reason });
+                self.end_call(&task, &ExecutionOutcome::Unknown { reason });
             }
+        }
+    }
+
+    /// A call ended with `outcome`: a journaled call's result is recorded, a refresh's ends in
+    /// the engine.
+    fn end_call(&mut self, task: &CallTask, outcome: &ExecutionOutcome) {
+        match task.refresh {
+            Some(address) => self.refresh_ended(task.node, &task.provider, address, outcome),
+            None => self.record_result(task.node, &task.key, outcome),
         }
     }
 

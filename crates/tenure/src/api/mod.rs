@@ -3,6 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
+//! | `GET /?pool=&node=&address=&phase=&page=&refresh=` | 200, the status page (HTML + SVG, [`page`]); no token |
 //! | `GET /v1/ownership?pool=&node=&address=` | 200 `{"ownership": [rows as in the replay report]}` (owner, phase, holders, NICs); 400 for an unknown key or a bad address |
 //! | `GET /v1/actions?node=&state=&pool=&address=` | 200 `{"actions": [...]}`; 400 for an unknown key or state |
 //! | `GET /v1/history?pool=&node=&address=` | 200 `{"history": [entries], "reachesBackTo": N}` ([`HistoryEntry`]) |
@@ -29,12 +30,14 @@
 //! - [`list`] — the list calls' query, continue tokens and pages.
 //! - [`mutate`] — the mutating routes.
 //! - [`failure`] — the error answer and its reasons.
+//! - [`page`] — the status page (`GET /`).
 
 pub mod auth;
 pub mod body;
 pub mod failure;
 pub mod list;
 pub mod mutate;
+pub mod page;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -77,6 +80,7 @@ pub struct ApiState {
 pub fn router(handle: AgentHandle, metrics: Arc<Metrics>, token: Option<ApiToken>) -> Router {
     let state = ApiState { handle, metrics, token: token.map(Arc::new) };
     Router::new()
+        .route("/", get(page::status_page))
         .route("/v1/ownership", get(ownership))
         .route("/v1/actions", get(actions))
         .route("/v1/history", get(history))

@@ -65,6 +65,11 @@ pub fn run(pool: &str, address: &str, args: &RemoteArgs) -> ExitCode {
         }
     }
     if keys.is_empty() {
+        // Nothing waits: a name the agent does not know is refused as a key naming it would be
+        // (404), not answered as if the address were simply settled.
+        if let Some(message) = unknown(&session, pool, wanted) {
+            return fail(EXIT_REFUSED, &message);
+        }
         eprintln!("No action of pool \"{pool}\" address {wanted} is waiting for approval on this agent.");
     }
     let outcomes: Vec<(String, Outcome)> = keys
@@ -90,6 +95,22 @@ pub fn run(pool: &str, address: &str, args: &RemoteArgs) -> ExitCode {
         })
         .max();
     worst.map_or(ExitCode::SUCCESS, ExitCode::from)
+}
+
+/// Why `pool`/`address` names nothing on the agent (the message of a 404), or `None` when the
+/// pool lists the address (or the agent could not say: the "none waits" line then stands).
+fn unknown(session: &Session, pool: &str, address: IpAddr) -> Option<String> {
+    let count = |path: String| -> Option<usize> {
+        let listed = session.exchange(Method::GET, &path, None).ok()?;
+        Some(listed.get("ownership")?.as_array()?.len())
+    };
+    let pool_segment = path_segment(pool);
+    if count(format!("/v1/ownership?pool={pool_segment}"))? == 0 {
+        return Some(format!("pool \"{pool}\" is not applied (404)"));
+    }
+    let address_segment = path_segment(&address.to_string());
+    (count(format!("/v1/ownership?pool={pool_segment}&address={address_segment}"))? == 0)
+        .then(|| format!("pool \"{pool}\" has no address {address} (404)"))
 }
 
 /// One line per key (approved on stdout, refused on stderr), or for `-o json|yaml` one document

@@ -141,6 +141,7 @@ fn settings(cloud: &SimExecutor) -> Settings {
             // The config's default: below the pool's heartbeatTTL + promotionHold (SPEC 9).
             call_timeout: Duration::from_millis(crate::config::ACTION_TIMEOUT_DEFAULT_MS),
             inventory_interval: None,
+            garp_refresh: None,
         },
     );
     Settings {

@@ -49,6 +49,7 @@ pub(super) fn executor(
             executor: Arc::new(SimExecutor::new(provider.kind)),
             call_timeout: action_timeout,
             inventory_interval: None,
+            garp_refresh: None,
         },
         (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
             let timeout = Duration::from_millis(*timeout_ms);
@@ -60,6 +61,7 @@ pub(super) fn executor(
                 executor: Arc::new(hook),
                 call_timeout: timeout + HOOK_DEADLINE_GRACE,
                 inventory_interval: None,
+                garp_refresh: None,
             }
         }
         #[cfg(all(target_os = "linux", feature = "onprem"))]
@@ -72,6 +74,7 @@ pub(super) fn executor(
                 )),
                 call_timeout: action_timeout,
                 inventory_interval: None,
+                garp_refresh: None,
             }
         }
         #[cfg(feature = "aws")]
@@ -79,6 +82,7 @@ pub(super) fn executor(
             executor: Arc::new(crate::exec::aws::AwsExecutor::new(region, endpoint_url.as_deref())),
             call_timeout: action_timeout,
             inventory_interval: None,
+            garp_refresh: None,
         },
         #[cfg(not(feature = "aws"))]
         (ProviderKind::Aws, _) => {
@@ -104,5 +108,6 @@ pub(super) fn executor(
         }
     };
     executor.inventory_interval = provider.inventory_interval_ms.map(Duration::from_millis);
+    executor.garp_refresh = provider.garp_refresh_ms.map(Duration::from_millis);
     Ok(executor)
 }

@@ -50,7 +50,7 @@ pub struct RemoteArgs {
     endpoint: Option<String>,
     /// With an https endpoint: trust only the CA certificates (PEM) in this file, instead of the
     /// system's trust store (a private CA that signed the proxy's certificate)
-    /// [default: $TENURE_CA_FILE].
+    /// [default: $TENURE_CA_FILE, for https endpoints only].
     #[arg(long)]
     ca_file: Option<PathBuf>,
     /// The file holding the agent's API token (its apiTokenFile) [default: $TENURE_TOKEN_FILE].
@@ -241,10 +241,14 @@ impl Session {
             }
             (None, false) => None,
         };
-        let ca_file = args
-            .ca_file
-            .clone()
-            .or_else(|| std::env::var_os("TENURE_CA_FILE").filter(|f| !f.is_empty()).map(PathBuf::from));
+        // TENURE_CA_FILE is a default for https endpoints: exported in a shell, it must not break
+        // the plain http ones (an explicit --ca-file with http is still refused, in Client::new).
+        let https = endpoint.trim_start().to_ascii_lowercase().starts_with("https://");
+        let ca_file = args.ca_file.clone().or_else(|| {
+            https
+                .then(|| std::env::var_os("TENURE_CA_FILE").filter(|f| !f.is_empty()).map(PathBuf::from))
+                .flatten()
+        });
         let client = Client::new(&endpoint, token, ca_file.as_deref())
             .map_err(|e| fail(EXIT_BAD_INPUT, &e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_current_thread()

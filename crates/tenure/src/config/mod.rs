@@ -79,6 +79,9 @@ pub const GARP_COUNT_DEFAULT: u32 = 3;
 pub const GARP_COUNT_MAX: u32 = 100;
 /// Default `garpInterval` of an onprem provider.
 pub const GARP_INTERVAL_DEFAULT_MS: u64 = 100;
+/// Shortest `garpRefresh` of an on-prem provider (`0s` turns the refresh off): a refresh is a
+/// gated call per held address, and switches age their MAC tables out in minutes.
+pub const GARP_REFRESH_MIN_MS: u64 = 1_000;
 /// Default time between two inventory reads of an `aws` provider (drift repair's input).
 pub const AWS_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 30_000;
 /// Default time between two inventory reads of an `onprem` provider: a netlink dump of this
@@ -226,6 +229,9 @@ pub struct ProviderConfig {
     /// How often its inventory is read for drift repair (`inventoryInterval`); `None`: never
     /// (`0s`, or a kind whose inventory is not read by default: the simulated ones).
     pub inventory_interval_ms: Option<u64>,
+    /// How often the announcement of every address this agent holds on it is repeated
+    /// (`garpRefresh`, on-prem kinds only); `None`: never (`0s` or absent, the default).
+    pub garp_refresh_ms: Option<u64>,
 }
 
 /// The settings of a provider, by kind.

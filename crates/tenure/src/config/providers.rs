@@ -13,8 +13,8 @@ use super::paths::resolve;
 use super::raw::RawProvider;
 use super::{
     AWS_INVENTORY_INTERVAL_DEFAULT_MS, EXEC_TIMEOUT_DEFAULT_MS, GARP_COUNT_DEFAULT, GARP_COUNT_MAX,
-    GARP_INTERVAL_DEFAULT_MS, ONPREM_INVENTORY_INTERVAL_DEFAULT_MS, ProviderConfig, ProviderSettings,
-    check_url, duration_field,
+    GARP_INTERVAL_DEFAULT_MS, GARP_REFRESH_MIN_MS, ONPREM_INVENTORY_INTERVAL_DEFAULT_MS, ProviderConfig,
+    ProviderSettings, check_url, duration_field,
 };
 
 /// Longest Linux interface name (`IFNAMSIZ` less its terminating NUL), in bytes.
@@ -23,10 +23,13 @@ pub const INTERFACE_NAME_BYTES_MAX: usize = 15;
 /// The settings each kind takes; every other one is an error.
 fn allowed_settings(kind: ProviderKind) -> &'static [&'static str] {
     match kind {
-        ProviderKind::SimCloud | ProviderKind::SimOnprem => &["inventoryInterval"],
+        ProviderKind::SimCloud => &["inventoryInterval"],
+        ProviderKind::SimOnprem => &["inventoryInterval", "garpRefresh"],
         ProviderKind::Oci | ProviderKind::Azure => &[],
         ProviderKind::Exec => &["command", "timeout"],
-        ProviderKind::Onprem => &["interface", "garpCount", "garpInterval", "inventoryInterval"],
+        ProviderKind::Onprem => {
+            &["interface", "garpCount", "garpInterval", "inventoryInterval", "garpRefresh"]
+        }
         ProviderKind::Aws => &["region", "endpointUrl", "inventoryInterval"],
     }
 }
@@ -59,7 +62,14 @@ pub(super) fn validate_providers(
             ProviderKind::Oci | ProviderKind::Azure => ProviderSettings::Sim,
         };
         let inventory_interval_ms = inventory_interval(p, errors);
-        providers.push(ProviderConfig { name: p.name.value.clone(), kind, settings, inventory_interval_ms });
+        let garp_refresh_ms = garp_refresh(p, errors);
+        providers.push(ProviderConfig {
+            name: p.name.value.clone(),
+            kind,
+            settings,
+            inventory_interval_ms,
+            garp_refresh_ms,
+        });
     }
     providers
 }
@@ -79,9 +89,29 @@ fn inventory_interval(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u
     (ms > 0).then_some(ms)
 }
 
+/// `garpRefresh`: how often an on-prem provider repeats the announcement of every address this
+/// agent holds on it. Absent or `0s`: off (the default); otherwise at least
+/// [`GARP_REFRESH_MIN_MS`]. Another kind's is refused by [`check_settings_of_kind`].
+fn garp_refresh(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u64> {
+    let text = p.garp_refresh.as_ref()?;
+    let ms = duration_field(errors, "garpRefresh", Some(text), 0, false);
+    if ms > 0 && ms < GARP_REFRESH_MIN_MS {
+        errors.push(InputError::at(
+            Position::of_spanned(text),
+            format!(
+                "garpRefresh {} is shorter than {}: use at least that, or 0s to turn the refresh off",
+                text.value.trim(),
+                super::format_ms(GARP_REFRESH_MIN_MS)
+            ),
+        ));
+        return None;
+    }
+    (ms > 0).then_some(ms)
+}
+
 /// Refuses every setting the provider's kind does not take, at the setting.
 fn check_settings_of_kind(p: &RawProvider, errors: &mut Vec<InputError>) {
-    let present: [(&str, Option<Position>); 8] = [
+    let present: [(&str, Option<Position>); 9] = [
         ("command", p.command.as_ref().map(Position::of_spanned)),
         ("timeout", p.timeout.as_ref().map(Position::of_spanned)),
         ("interface", p.interface.as_ref().map(Position::of_spanned)),
@@ -90,6 +120,7 @@ fn check_settings_of_kind(p: &RawProvider, errors: &mut Vec<InputError>) {
         ("region", p.region.as_ref().map(Position::of_spanned)),
         ("endpointUrl", p.endpoint_url.as_ref().map(Position::of_spanned)),
         ("inventoryInterval", p.inventory_interval.as_ref().map(Position::of_spanned)),
+        ("garpRefresh", p.garp_refresh.as_ref().map(Position::of_spanned)),
     ];
     let kind = p.kind.value;
     let allowed = allowed_settings(kind);

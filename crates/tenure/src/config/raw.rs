@@ -76,6 +76,7 @@ pub(super) struct RawProvider {
     pub(super) region: Option<Spanned<String>>,
     pub(super) endpoint_url: Option<Spanned<String>>,
     pub(super) inventory_interval: Option<Spanned<String>>,
+    pub(super) garp_refresh: Option<Spanned<String>>,
 }
 
 /// `vrrp:`.

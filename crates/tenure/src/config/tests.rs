@@ -332,6 +332,44 @@ fn inventory_intervals_default_by_kind_and_zero_turns_them_off() {
 }
 
 #[test]
+fn garp_refresh_is_off_by_default_on_prem_only_and_at_least_a_second() {
+    let refresh = |text: &str| {
+        parse(text)
+            .expect("valid")
+            .providers
+            .into_iter()
+            .find(|p| p.name == "sim1")
+            .expect("sim1")
+            .garp_refresh_ms
+    };
+    let onprem = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: onprem, interface: eth0}");
+    assert_eq!(refresh(&onprem), None, "off by default");
+    let every = onprem.replace("interface: eth0", "interface: eth0, garpRefresh: 1m30s");
+    assert_eq!(refresh(&every), Some(90_000));
+    let off = onprem.replace("interface: eth0", "interface: eth0, garpRefresh: 0s");
+    assert_eq!(refresh(&off), None, "0s: off");
+    let sim =
+        GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: sim-onprem, garpRefresh: 1s}");
+    assert_eq!(refresh(&sim), Some(1_000), "the simulated on-prem provider has the same key");
+    let short = onprem.replace("interface: eth0", "interface: eth0, garpRefresh: 500ms");
+    let line = short.lines().nth(4).expect("the provider's line");
+    let column = u64::try_from(line.find("500ms").expect("the value") + 1).expect("small");
+    assert_eq!(
+        errors(&short),
+        vec![(
+            5,
+            column,
+            "garpRefresh 500ms is shorter than 1s: use at least that, or 0s to turn the refresh off".into()
+        )]
+    );
+    let bad = onprem.replace("interface: eth0", "interface: eth0, garpRefresh: often");
+    assert_eq!(first(&bad, "garpRefresh: `often`"), 5);
+    let cloud =
+        GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: sim-cloud, garpRefresh: 30s}");
+    assert_eq!(first(&cloud, "provider kind `sim-cloud` does not take `garpRefresh`"), 5);
+}
+
+#[test]
 fn an_exec_timeout_is_bounded_by_the_action_timeout() {
     let longer = format!("{GOOD}actionTimeout: 1s\n");
     let (line, _, message) = errors(&longer).remove(0);

@@ -18,6 +18,7 @@ use tenure::agent::listing::history_page;
 use tenure::agent::request::{
     ActionFilter, AgentHandle, Health, MetricsSnapshot, Receipt, Request, SubmitError,
 };
+use tenure::agent::status::StatusSnapshot;
 use tenure::api::{ApiToken, router, serve};
 use tenure::metrics::Metrics;
 use tenure_core::federation::Federation;
@@ -198,9 +199,34 @@ impl TestDoubleAgentLoop {
             healthy: self.state.healthy.load(Ordering::SeqCst),
             drift_recaptures: 0,
             inventory_reads: Vec::new(),
+            garp_refreshes: Vec::new(),
             stamps_capped: 0,
             head_unconfirmed: 0,
             calls_cancelled: 0,
+        }
+    }
+
+    fn status(&self) -> StatusSnapshot {
+        let head = self.replay.head();
+        let failed =
+            self.actions(&ActionFilter { state: Some("failed".to_owned()), ..ActionFilter::default() });
+        let waiting =
+            self.actions(&ActionFilter { state: Some("pending".to_owned()), ..ActionFilter::default() });
+        StatusSnapshot {
+            health: self.health(),
+            nodes: tenure::agent::status::node_statuses(head, &["a", "b"]),
+            ownership: tenure_sim::replay::ownership_rows_with_status(head),
+            waiting_total: waiting.len(),
+            waiting,
+            failed_total: failed.len(),
+            failed,
+            timeline: {
+                let registry =
+                    tenure_core::federation::Federation::new(&self.scenario.nodes, &self.scenario.providers);
+                let mut fold = tenure::agent::timeline::TimelineFold::new(&registry, None);
+                fold.catch_up(&self.log, || None);
+                fold.timeline(head.stream_time_ms())
+            },
         }
     }
 
@@ -214,6 +240,7 @@ impl TestDoubleAgentLoop {
             Request::History { query, reply } => drop(reply.send(history_page(&self.history, &query))),
             Request::Health { reply } => drop(reply.send(self.health())),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
+            Request::Status { reply } => drop(reply.send(self.status())),
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
             // Not on the HTTP API: the double never receives one.
             Request::Control { reply, .. } => drop(reply.send(Err("not in the test double".to_owned()))),

@@ -13,6 +13,7 @@ use super::super::AgentStore;
 use super::super::answers;
 use super::super::listing;
 use super::super::request::{Control, Health, Receipt, Request, SubmitError, no_eligible_member_note};
+use super::super::status;
 use super::Agent;
 
 impl<S: AgentStore> Agent<S> {
@@ -54,6 +55,14 @@ impl<S: AgentStore> Agent<S> {
             }
             Request::Health { reply } => {
                 let _ = reply.send(self.health());
+                false
+            }
+            Request::Status { reply } => {
+                let _ = reply.send(status::status(
+                    &self.drivers,
+                    self.health(),
+                    self.timeline.timeline(self.view().stream_time_ms()),
+                ));
                 false
             }
             Request::Metrics { reply } => {

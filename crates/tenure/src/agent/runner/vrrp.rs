@@ -115,6 +115,10 @@ impl<S: AgentStore> Agent<S> {
         } else {
             warn!(state = ?state, "{why}: this host is not VRRP master; capturing nothing");
         }
+        // MASTER again after anything else: the switches may have learned another router's MAC
+        // meanwhile. One burst of the held addresses' announcements (`runner/refresh.rs`); a
+        // demotion before it ran takes it back.
+        self.refresh.burst = state == VrrpState::Master && self.vrrp_state.is_some();
         self.vrrp_state = Some(state);
         self.queued.retain(|e| !matches!(e, EventKind::Vrrp { .. }));
         for driver in &self.drivers {

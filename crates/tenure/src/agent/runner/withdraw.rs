@@ -69,7 +69,7 @@ impl<S: AgentStore> Agent<S> {
 
     /// The addresses of every pool under `authority: vrrp` the log has applied (deleted ones
     /// too: an entry of a deleted pool still answers), by provider.
-    fn vrrp_addresses(&self) -> VrrpAddresses {
+    pub(super) fn vrrp_addresses(&self) -> VrrpAddresses {
         let mut wanted: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
         for pool in self.view().pools().values().filter(|p| p.spec.authority == Authority::Vrrp) {
             wanted.entry(pool.spec.provider.clone()).or_default().extend(pool.addresses.keys().copied());
