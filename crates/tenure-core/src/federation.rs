@@ -17,12 +17,14 @@ use std::net::IpAddr;
 
 mod approvals;
 mod drift;
+pub mod history;
 mod pools;
 mod raise;
 mod settle;
 mod snapshot;
 mod status;
 
+pub use settle::TokenMove;
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 pub use status::{AddressStatus, Phase};
 
@@ -109,6 +111,8 @@ pub struct Federation {
     observed: BTreeMap<String, BTreeMap<IpAddr, drift::Observed>>,
     /// What the event being applied changed, with the values before it (empty between events).
     touched: Touched,
+    /// The addresses whose tokens the last applied event moved ([`Federation::last_moves`]).
+    moves: Vec<TokenMove>,
     /// Where a token line created now starts (its first holder gets one more): 0 until a
     /// `tokens-raised` raises it.
     token_floor: u64,
@@ -144,6 +148,7 @@ impl Federation {
             recaptures: 0,
             observed: BTreeMap::new(),
             touched: Touched::default(),
+            moves: Vec::new(),
             token_floor: 0,
             highest_token: 0,
         }
@@ -229,9 +234,20 @@ impl Federation {
         self.approvals.len()
     }
 
+    /// The addresses whose tokens the last [`Federation::apply`] moved, in canonical order (pool
+    /// name, then address), each with its owner and desired holder before and after: the core's
+    /// own account of what an event changed, which the history ([`history`]) reads. Empty after
+    /// an event that moved no token, and after a `tokens-raised` (which moves every token by the
+    /// same amount and changes no holder); a rejected event changes nothing, these included.
+    #[must_use]
+    pub fn last_moves(&self) -> &[TokenMove] {
+        &self.moves
+    }
+
     /// Applies one event (SPEC 2) as one atomic step (SPEC 13). A rejected event changes nothing.
     pub fn apply(&mut self, event: &Event) -> Result<Applied, EventRejected> {
         self.check(&event.kind)?;
+        self.moves.clear();
         self.stream_time_ms = self.stream_time_ms.max(event.at_ms);
         self.events_applied += 1;
         let mut structure_changed = false;

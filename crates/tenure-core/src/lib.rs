@@ -20,7 +20,8 @@
 //! - [`log_store`] — the `Log` interface (append, read from an index, head) and `MemoryLog`.
 //! - [`state`] — the state the log builds (nodes, pools, addresses, token lines), as plain data.
 //! - [`claims`] — the one overlap rule: an address in at most one applied pool of a domain.
-//! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here.
+//! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here;
+//!   [`federation::history`] folds the log into a timeline of what moved and why (SPEC 10).
 //! - [`eligibility`] — who may own an address at a stream time (SPEC 3).
 //! - [`arbitration`] — who owns each address (SPEC 4).
 //! - [`planner`] — the level-triggered acquire and release sets (SPEC 5).

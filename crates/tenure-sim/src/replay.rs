@@ -100,6 +100,10 @@ pub struct ActionRow {
     /// lets it run again. Absent when it will not be retried (fenced) or is not failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_attempt_ms: Option<u64>,
+    /// Its sequence number in the node's journal (journal order; never reused). Not in the
+    /// report: the agent's API pages its actions by (node, seq).
+    #[serde(skip)]
+    pub seq: u64,
 }
 
 /// A pool condition, as reported.
@@ -530,6 +534,7 @@ pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
         last_attempt_wall_ms: None,
         last_error: None,
         next_attempt_ms: None,
+        seq: e.seq,
     }
 }
 

@@ -9,8 +9,36 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::Federation;
-use crate::model::CaptureDomain;
+use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch};
 use crate::state::{AddressState, NodeId};
+
+/// One address whose tokens the last applied event moved, as `settle` moved them:
+/// what [`Federation::last_moves`] lists and the history ([`super::history`]) reads. Values
+/// after the event unless named `_before`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenMove {
+    /// The pool.
+    pub pool: String,
+    /// The address.
+    pub address: IpAddr,
+    /// The owner before the event.
+    pub owner_before: Option<NodeId>,
+    /// The owner after it.
+    pub owner: Option<NodeId>,
+    /// The ownershipEpoch after it (moved exactly when the owner differs).
+    pub ownership_epoch: OwnershipEpoch,
+    /// The desired holder before the event: on the pool's line then (the line the address
+    /// left, when the event moved the pool to another capture domain).
+    pub desired_holder_before: Option<NodeId>,
+    /// The desired holder on the pool's current line after it.
+    pub desired_holder: Option<NodeId>,
+    /// The captureEpoch of the pool's current line after it.
+    pub capture_epoch: CaptureEpoch,
+    /// Whether a captureEpoch moved (the current line's, or the line the address left).
+    pub capture_moved: bool,
+    /// Drift repair asked for a re-capture (SPEC 7): the line moved although its holder may not.
+    pub recapture: bool,
+}
 
 /// What one address was before the event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +103,8 @@ impl Federation {
     /// before or is on after, `captureEpoch` +1 when the desired holder differs (a line left or
     /// joined counts as none on the other side) or a re-capture was asked for. Records, per
     /// node, when the desired holder moved away from it (the release hold), and forgets
-    /// approvals the moved tokens made useless.
+    /// approvals the moved tokens made useless. Every address whose tokens moved is listed in
+    /// [`Federation::last_moves`], in canonical order (pool name, then address).
     pub(super) fn settle(&mut self) {
         let now_ms = self.stream_time_ms;
         let touched = std::mem::take(&mut self.touched);
@@ -85,11 +114,24 @@ impl Federation {
             let epoch_locking = pool.spec.epoch_locking;
             for (address, before) in pool_touched.addresses {
                 let state = pool.addresses.get_mut(&address).expect("a touched address exists");
-                let moved = settle_address(state, before, &pool_touched.domain, &domain_after, now_ms);
-                if moved {
-                    self.highest_token = highest_of(state).max(self.highest_token);
-                    self.approvals.forget_stale(&name, address, state, &domain_after, epoch_locking);
-                }
+                let Some(moved) = settle_address(state, before, &pool_touched.domain, &domain_after, now_ms)
+                else {
+                    continue;
+                };
+                self.highest_token = highest_of(state).max(self.highest_token);
+                self.approvals.forget_stale(&name, address, state, &domain_after, epoch_locking);
+                self.moves.push(TokenMove {
+                    pool: name.clone(),
+                    address,
+                    owner_before: before.owner,
+                    owner: state.owner,
+                    ownership_epoch: state.ownership_epoch,
+                    desired_holder_before: moved.desired_holder_before,
+                    desired_holder: state.line.desired_holder,
+                    capture_epoch: state.line.epoch,
+                    capture_moved: moved.capture_moved,
+                    recapture: before.recapture,
+                });
             }
         }
     }
@@ -102,18 +144,27 @@ fn highest_of(state: &AddressState) -> u64 {
     retired.fold(state.ownership_epoch.get().max(state.line.epoch.get()), u64::max)
 }
 
-/// Settles one address; true when a token moved.
+/// What settling one address moved, beyond what its state shows after.
+struct Settled {
+    /// The desired holder before the event (on the line the address left, if it left one).
+    desired_holder_before: Option<NodeId>,
+    /// Whether a captureEpoch moved.
+    capture_moved: bool,
+}
+
+/// Settles one address; `None` when no token moved.
 fn settle_address(
     state: &mut AddressState,
     before: Before,
     domain_before: &CaptureDomain,
     domain_after: &CaptureDomain,
     now_ms: u64,
-) -> bool {
-    let mut moved = false;
+) -> Option<Settled> {
+    let mut owner_moved = false;
+    let mut settled = Settled { desired_holder_before: None, capture_moved: false };
     if state.owner != before.owner {
         state.ownership_epoch = state.ownership_epoch.next();
-        moved = true;
+        owner_moved = true;
     }
     let holder_after = state.implied_holder();
     if domain_before != domain_after {
@@ -123,19 +174,20 @@ fn settle_address(
         {
             left.epoch = left.epoch.next();
             state.record_moved_away(previous, now_ms);
-            moved = true;
+            settled = Settled { desired_holder_before: Some(previous), capture_moved: true };
         }
         // The line it joined had no holder (a retired line never has one).
         debug_assert_eq!(state.line.desired_holder, None, "a joined line has no holder");
     }
     let holder_before = state.line.desired_holder;
+    settled.desired_holder_before = settled.desired_holder_before.or(holder_before);
     if holder_before != holder_after || before.recapture {
         state.line.epoch = state.line.epoch.next();
         state.line.desired_holder = holder_after;
-        moved = true;
+        settled.capture_moved = true;
         if let Some(previous) = holder_before.filter(|p| Some(*p) != holder_after) {
             state.record_moved_away(previous, now_ms);
         }
     }
-    moved
+    (owner_moved || settled.capture_moved).then_some(settled)
 }

@@ -384,6 +384,7 @@ impl Federation {
         fed.token_floor = wire.token_floor;
         fed.highest_token = wire.highest_token;
         fed.touched = Touched::default();
+        fed.moves = Vec::new();
         Ok(fed)
     }
 }

@@ -27,6 +27,8 @@ pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter
             rows.push(action_row_with_attempts(driver.name(), entry, driver.engine().next_attempt_ms(entry)));
         }
     }
+    // By node name (the drivers are in the config's order), each node's in journal order.
+    rows.sort_by(|a, b| a.node.cmp(&b.node).then(a.seq.cmp(&b.seq)));
     rows
 }
 

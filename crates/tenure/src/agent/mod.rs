@@ -26,6 +26,7 @@
 //! - [`runner`] — the loop: [`runner::run`].
 //! - [`answers`] — answering API requests from the loop's state.
 //! - [`approval`] — what an `approve` may name: an action pending approval now.
+//! - [`listing`] — the list calls' filters, and pages of the history the loop keeps.
 //! - [`authority`] — keepalived's authority acted on without the log: calls of `authority: vrrp`
 //!   pools refused and cancelled while not MASTER, the local withdrawal.
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
@@ -38,6 +39,7 @@ pub mod answers;
 pub mod approval;
 pub mod authority;
 pub mod keepalived;
+pub mod listing;
 pub mod memory;
 pub mod pools;
 pub mod request;

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tenure_core::log::EventKind;
+
+use super::listing::{HistoryAnswer, HistoryQuery};
 use tenure_sim::replay::{ActionRow, OwnershipRow};
 use tokio::sync::{mpsc, oneshot};
 
@@ -184,6 +186,13 @@ pub enum Request {
         /// Where the answer goes.
         reply: oneshot::Sender<Vec<ActionRow>>,
     },
+    /// A page of the history (`GET /v1/history`).
+    History {
+        /// Which entries.
+        query: HistoryQuery,
+        /// Where the answer goes.
+        reply: oneshot::Sender<HistoryAnswer>,
+    },
     /// Health (`GET /v1/health`).
     Health {
         /// Where the answer goes.
@@ -315,6 +324,11 @@ impl AgentHandle {
     /// Journal entries matching `filter`.
     pub async fn actions(&self, filter: ActionFilter) -> Result<Vec<ActionRow>, HandleError> {
         self.ask(|reply| Request::Actions { filter, reply }).await
+    }
+
+    /// A page of the history.
+    pub async fn history(&self, query: HistoryQuery) -> Result<HistoryAnswer, HandleError> {
+        self.ask(|reply| Request::History { query, reply }).await
     }
 
     /// Health. A loop that does not answer within [`HEALTH_ASK_TIMEOUT`] (a long pass, or

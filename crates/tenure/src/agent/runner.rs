@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
+use tenure_core::federation::history::History;
 use tenure_core::journal::JournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogError;
@@ -27,6 +28,7 @@ use super::{AgentStore, HeadUnconfirmed, ProviderExecutor, Settings};
 use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within};
 
 mod clock;
+mod history;
 mod refresh;
 mod requests;
 mod stale;
@@ -216,6 +218,8 @@ struct Agent<S: AgentStore> {
     /// keepalived's authority acted on without the log, and the local withdrawal's channels
     /// (`runner/withdraw.rs`), when the config has a `vrrp` section.
     local: Option<withdraw::Local>,
+    /// The log's history (`GET /v1/history`), folded as the log is followed (`runner/history.rs`).
+    history: History,
     /// When announcements of held addresses are repeated (`runner/refresh.rs`).
     refresh: refresh::RefreshSchedule,
     /// The failover timeline of the status page, fed the records the nodes followed.
@@ -409,6 +413,7 @@ impl<S: AgentStore> Agent<S> {
         }
         let timeline = super::timeline::TimelineFold::new(&registry, store.snapshot());
         let mut agent = Self {
+            history: History::new(registry),
             log: store.log(),
             store,
             drivers,
@@ -510,6 +515,7 @@ impl<S: AgentStore> Agent<S> {
             self.store.followed(upto);
         }
         self.after_follow();
+        self.follow_history();
         Ok(())
     }
 

@@ -38,6 +38,8 @@ pub mod reason {
     pub const SHUTTING_DOWN: &str = "shutting-down";
     /// 503: the agent loop stopped or did not answer in time.
     pub const AGENT_NOT_ANSWERING: &str = "agent-not-answering";
+    /// A list's `continue` token points where the list no longer reaches (410).
+    pub const CONTINUE_EXPIRED: &str = "continue-expired";
 }
 
 /// An error answer; built by the handlers, turned into a response by axum.

@@ -5,7 +5,12 @@
 //! |---|---|
 //! | `GET /?pool=&node=&address=&phase=&page=&refresh=` | 200, the status page (HTML + SVG, [`page`]); no token |
 //! | `GET /v1/ownership?pool=&node=&address=` | 200 `{"ownership": [rows as in the replay report]}` (owner, phase, holders, NICs); 400 for an unknown key or a bad address |
-//! | `GET /v1/actions?node=&state=&pool=` | 200 `{"actions": [...]}`; 400 for an unknown key or state |
+//! | `GET /v1/actions?node=&state=&pool=&address=` | 200 `{"actions": [...]}`; 400 for an unknown key or state |
+//! | `GET /v1/history?pool=&node=&address=` | 200 `{"history": [entries], "reachesBackTo": N}` ([`HistoryEntry`]) |
+//!
+//! The three lists page ([`list`]): `&limit=N` gives at most N rows and a `continue` token when
+//! more follow, `&continue=TOKEN` the rows after it; 400 for a bad limit or a malformed token (or
+//! one of other filters), 410 for a history token older than the history reaches back to.
 //! | `GET /v1/health` | 200 with the [`Health`] JSON when ok, 503 with it when not |
 //! | `GET /metrics` | 200, OpenMetrics text ([`Metrics::encode`]) |
 //! | `POST /v1/drain/{node}`, `/v1/undrain/{node}`, `/v1/approve/{key}` | 200 `{"index": N}` |
@@ -22,6 +27,7 @@
 //! # Layout
 //! - [`auth`] — [`ApiToken`], the constant-time compare, the `Authorization` header.
 //! - [`body`] — size, time and content-type limits; strict JSON object fields.
+//! - [`list`] — the list calls' query, continue tokens and pages.
 //! - [`mutate`] — the mutating routes.
 //! - [`failure`] — the error answer and its reasons.
 //! - [`page`] — the status page (`GET /`).
@@ -29,11 +35,11 @@
 pub mod auth;
 pub mod body;
 pub mod failure;
+pub mod list;
 pub mod mutate;
 pub mod page;
 
 use std::future::Future;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Json;
@@ -46,20 +52,18 @@ use axum::routing::{get, post};
 use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 use serde_json::json;
-use tenure_core::input::check_name;
+use tenure_core::federation::history::HistoryEntry;
 use tenure_sim::replay::{ActionRow, OwnershipRow};
-use tenure_sim::scenario::parse_one_address;
 
 pub use auth::{API_TOKEN_BYTES_MAX, ApiError, ApiToken};
 pub use body::{API_BODY_BYTES_MAX, API_BODY_READ_TIMEOUT};
 pub use failure::ApiFailure;
+pub use list::{ACTION_STATES, ListKind, ListQuery, Position, list_query};
 
+use crate::agent::listing::HistoryQuery;
 use crate::agent::request::{ActionFilter, AgentHandle, HandleError, Health};
 use crate::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use failure::{Rejected, reason};
-
-/// The journal entry states `?state=` accepts.
-pub const ACTION_STATES: &[&str] = &["pending", "approved", "executed", "failed", "skipped"];
 
 /// What every handler shares.
 #[derive(Clone, Debug)]
@@ -79,6 +83,7 @@ pub fn router(handle: AgentHandle, metrics: Arc<Metrics>, token: Option<ApiToken
         .route("/", get(page::status_page))
         .route("/v1/ownership", get(ownership))
         .route("/v1/actions", get(actions))
+        .route("/v1/history", get(history))
         .route("/v1/health", get(health))
         .route("/metrics", get(scrape))
         .route("/v1/drain/{node}", post(mutate::drain))
@@ -134,120 +139,92 @@ pub(crate) fn not_answering(error: &HandleError) -> ApiFailure {
 #[derive(Serialize)]
 struct OwnershipBody {
     ownership: Vec<OwnershipRow>,
+    /// Continues the list after this page (`?continue=`), when more rows follow.
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
 }
 
 #[derive(Serialize)]
 struct ActionsBody {
     actions: Vec<ActionRow>,
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
 }
 
-/// `GET /v1/ownership?pool=&node=&address=`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HistoryBody {
+    history: Vec<HistoryEntry>,
+    /// The first log index whose entries are all in the history (older records were compacted
+    /// into a snapshot, or their entries dropped past the agent's bound).
+    reaches_back_to: u64,
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+/// The pairs of a query string, or a 400.
+fn query_pairs(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Vec<(String, String)>, ApiFailure> {
+    query.map(|Query(pairs)| pairs).map_err(|e| ApiFailure::bad_request(e.body_text()))
+}
+
+/// `GET /v1/ownership?pool=&node=&address=&limit=&continue=`.
 async fn ownership(
     State(state): State<ApiState>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<OwnershipBody>, ApiFailure> {
-    let Query(pairs) = query.map_err(|e| ApiFailure::bad_request(e.body_text()))?;
-    let filter = ownership_filter(pairs)?;
+    let query = list_query(ListKind::Ownership, query_pairs(query)?)?;
     let ownership = state.handle.ownership().await.map_err(|e| not_answering(&e))?;
-    Ok(Json(OwnershipBody { ownership: ownership.into_iter().filter(|row| filter.matches(row)).collect() }))
+    let rows = ownership.into_iter().filter(|row| query.filter.matches_ownership(row)).filter_map(|row| {
+        let address = row.address.parse().ok()?;
+        Some((Position::Ownership { pool: row.pool.clone(), address }, row))
+    });
+    let (ownership, next) = list::page(ListKind::Ownership, &query, rows);
+    Ok(Json(OwnershipBody { ownership, next }))
 }
 
-/// Which rows of the ownership map a query asks for.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OwnershipFilter {
-    /// `pool`: only this pool's addresses.
-    pub pool: Option<String>,
-    /// `node`: only addresses this node owns or holds (by the log's results and inventories).
-    pub node: Option<String>,
-    /// `address` (repeatable): only these addresses.
-    pub addresses: Vec<IpAddr>,
-}
-
-impl OwnershipFilter {
-    /// Whether `row` is asked for.
-    #[must_use]
-    pub fn matches(&self, row: &OwnershipRow) -> bool {
-        self.pool.as_ref().is_none_or(|pool| *pool == row.pool)
-            && self.node.as_ref().is_none_or(|node| {
-                row.owner.as_ref() == Some(node) || row.held_by.iter().flatten().any(|n| n == node)
-            })
-            && (self.addresses.is_empty()
-                || row.address.parse::<IpAddr>().is_ok_and(|address| self.addresses.contains(&address)))
-    }
-}
-
-/// The filter of an ownership query: `pool` and `node` at most once, `address` any number of
-/// times; anything else is a 400 naming it.
-pub fn ownership_filter(pairs: Vec<(String, String)>) -> Result<OwnershipFilter, ApiFailure> {
-    let mut filter = OwnershipFilter::default();
-    for (key, value) in pairs {
-        let slot = match key.as_str() {
-            "pool" => &mut filter.pool,
-            "node" => &mut filter.node,
-            "address" => {
-                let address = parse_one_address(&value).map_err(|e| ApiFailure::bad_field("address", e))?;
-                filter.addresses.push(address);
-                continue;
-            }
-            _ => {
-                return Err(ApiFailure::bad_field(
-                    &key,
-                    "unknown query parameter; expected `pool`, `node` or `address`",
-                ));
-            }
-        };
-        if slot.is_some() {
-            return Err(ApiFailure::bad_field(&key, "given twice"));
-        }
-        check_name(&key, &value).map_err(|e| ApiFailure::bad_field(&key, e))?;
-        *slot = Some(value);
-    }
-    Ok(filter)
-}
-
-/// `GET /v1/actions?node=&state=&pool=`.
+/// `GET /v1/actions?node=&state=&pool=&address=&limit=&continue=`.
 async fn actions(
     State(state): State<ApiState>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<ActionsBody>, ApiFailure> {
-    let Query(pairs) = query.map_err(|e| ApiFailure::bad_request(e.body_text()))?;
-    let filter = action_filter(pairs)?;
+    let query = list_query(ListKind::Actions, query_pairs(query)?)?;
+    let filter = ActionFilter {
+        node: query.filter.node.clone(),
+        state: query.state.clone(),
+        pool: query.filter.pool.clone(),
+    };
     let actions = state.handle.actions(filter).await.map_err(|e| not_answering(&e))?;
-    Ok(Json(ActionsBody { actions }))
+    let rows = actions
+        .into_iter()
+        .filter(|row| query.filter.matches_address(&row.address))
+        .map(|row| (Position::Actions { node: row.node.clone(), seq: row.seq }, row));
+    let (actions, next) = list::page(ListKind::Actions, &query, rows);
+    Ok(Json(ActionsBody { actions, next }))
 }
 
-/// The filter a query asks for: `node`, `state` and `pool`, each at most once; anything else is
-/// a 400 naming it.
-pub fn action_filter(pairs: Vec<(String, String)>) -> Result<ActionFilter, ApiFailure> {
-    let mut filter = ActionFilter::default();
-    for (key, value) in pairs {
-        let slot = match key.as_str() {
-            "node" => &mut filter.node,
-            "state" => &mut filter.state,
-            "pool" => &mut filter.pool,
-            _ => {
-                return Err(ApiFailure::bad_field(
-                    &key,
-                    "unknown query parameter; expected `node`, `state` or `pool`",
-                ));
-            }
-        };
-        if slot.is_some() {
-            return Err(ApiFailure::bad_field(&key, "given twice"));
-        }
-        if key == "state" {
-            if !ACTION_STATES.contains(&value.as_str()) {
-                return Err(ApiFailure::bad_field(
-                    "state",
-                    format!("unknown state `{value}`; expected one of {}", ACTION_STATES.join(", ")),
-                ));
-            }
-        } else {
-            check_name(&key, &value).map_err(|e| ApiFailure::bad_field(&key, e))?;
-        }
-        *slot = Some(value);
+/// `GET /v1/history?pool=&node=&address=&limit=&continue=`: the loop pages (the history is long).
+async fn history(
+    State(state): State<ApiState>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<HistoryBody>, ApiFailure> {
+    let query = list_query(ListKind::History, query_pairs(query)?)?;
+    let after = query.after.as_ref().and_then(Position::history);
+    let asked = HistoryQuery { filter: query.filter.clone(), after, limit: query.limit };
+    let answer = state.handle.history(asked).await.map_err(|e| not_answering(&e))?;
+    if let Some((log_index, _)) = after
+        && log_index < answer.reaches_back_to
+    {
+        return Err(list::stale_history_token(log_index, answer.reaches_back_to));
     }
-    Ok(filter)
+    let next = answer
+        .more
+        .then(|| answer.entries.last().map(|(position, _)| Position::of_history(*position)))
+        .flatten()
+        .map(|after| list::continue_token(ListKind::History, &query, after));
+    let history = answer.entries.into_iter().map(|(_, entry)| entry).collect();
+    Ok(Json(HistoryBody { history, reaches_back_to: answer.reaches_back_to, next }))
 }
 
 /// `GET /v1/health`: the loop's health, 503 when it cannot act or does not answer.

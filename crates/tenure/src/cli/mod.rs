@@ -9,6 +9,8 @@ mod demo;
 mod elect;
 mod examples;
 mod executors;
+mod history;
+mod list;
 mod preflight;
 mod remote;
 mod replay;
@@ -93,6 +95,8 @@ enum Command {
         #[arg(long)]
         node: Option<String>,
         #[command(flatten)]
+        list: list::ListArgs,
+        #[command(flatten)]
         remote: remote::RemoteArgs,
     },
     /// Show a running agent's journal entries (actions).
@@ -107,6 +111,25 @@ enum Command {
         /// Only this pool's entries.
         #[arg(long)]
         pool: Option<String>,
+        #[command(flatten)]
+        list: list::ListArgs,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Show a running agent's history: ownership changes with their cause (drain, liveness,
+    /// health, vrrp, desire, re-capture…), captureEpoch moves, approvals and executed or failed
+    /// actions, in log order, with wall time and stream time, as far back as the log keeps.
+    History {
+        /// Only these addresses.
+        addresses: Vec<String>,
+        /// Only this pool's entries.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only entries this node is in (owner or desired holder before or after, reporting node).
+        #[arg(long)]
+        node: Option<String>,
+        #[command(flatten)]
+        list: list::ListArgs,
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
@@ -188,11 +211,14 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sim(args) => sim::run(&args),
         Command::Demo(args) => demo::run_cli(&args),
         Command::Elect(args) => elect::run(&args),
-        Command::Ownership { addresses, pool, node, remote } => {
-            remote::run(&remote::Verb::Ownership { pool, node, addresses }, &remote)
+        Command::Ownership { addresses, pool, node, list, remote } => {
+            remote::run_list(&remote::Verb::Ownership { pool, node, addresses }, &remote, &list)
         }
-        Command::Actions { node, state, pool, remote } => {
-            remote::run(&remote::Verb::Actions { node, state, pool }, &remote)
+        Command::Actions { node, state, pool, list, remote } => {
+            remote::run_list(&remote::Verb::Actions { node, state, pool }, &remote, &list)
+        }
+        Command::History { addresses, pool, node, list, remote } => {
+            remote::run_list(&remote::Verb::History { pool, node, addresses }, &remote, &list)
         }
         Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote.into_remote()),
         Command::Undrain { node, remote } => {

@@ -1,6 +1,6 @@
 //! The verbs that talk to a running agent's HTTP API, in kubectl's manner: `tenure ownership`,
-//! `actions`, `drain`, `undrain`, `approve`, `desire`, `undesire`, each with `-o table|json|yaml`
-//! and `--endpoint`; the ones that change something also with `--token-file`.
+//! `actions`, `history`, `drain`, `undrain`, `approve`, `desire`, `undesire`, each with
+//! `-o table|json|yaml` and `--endpoint`; the ones that change something also with `--token-file`.
 //!
 //! Exit codes: 0 done; 1 refused (the agent answered 401, 403, 404, 409, another 4xx but 400, 413
 //! and 415, or a 5xx; or no agent answers; or the TLS handshake with an `https://` endpoint
@@ -95,6 +95,15 @@ pub enum Verb {
         /// `?pool=`.
         pool: Option<String>,
     },
+    /// `GET /v1/history` with filters.
+    History {
+        /// `?pool=`.
+        pool: Option<String>,
+        /// `?node=`: entries the node is in.
+        node: Option<String>,
+        /// `?address=`, repeated.
+        addresses: Vec<String>,
+    },
     /// `POST /v1/drain/{node}`.
     Drain {
         /// The node.
@@ -131,6 +140,7 @@ impl Verb {
         match self {
             Self::Ownership { .. } => "ownership",
             Self::Actions { .. } => "actions",
+            Self::History { .. } => "history",
             Self::Drain { .. } => "drain",
             Self::Undrain { .. } => "undrain",
             Self::Approve { .. } => "approve",
@@ -140,7 +150,18 @@ impl Verb {
     }
 
     fn mutates(&self) -> bool {
-        !matches!(self, Self::Ownership { .. } | Self::Actions { .. })
+        self.list_key().is_none()
+    }
+
+    /// The key of the list a reading verb's answer holds (`ownership`, `actions`, `history`);
+    /// `None` for the verbs that change something.
+    fn list_key(&self) -> Option<&'static str> {
+        match self {
+            Self::Ownership { .. } => Some("ownership"),
+            Self::Actions { .. } => Some("actions"),
+            Self::History { .. } => Some("history"),
+            _ => None,
+        }
     }
 
     /// The method, the path (percent-encoded) and the JSON body of the request.
@@ -159,6 +180,12 @@ impl Verb {
                 let query = [("node", node.as_ref()), ("state", state.as_ref()), ("pool", pool.as_ref())];
                 (Method::GET, with_query("/v1/actions", query), None)
             }
+            Self::History { pool, node, addresses } => {
+                let query = [("pool", pool.as_ref()), ("node", node.as_ref())]
+                    .into_iter()
+                    .chain(addresses.iter().map(|a| ("address", Some(a))));
+                (Method::GET, with_query("/v1/history", query), None)
+            }
             Self::Drain { node } => (Method::POST, format!("/v1/drain/{}", path_segment(node)), None),
             Self::Undrain { node } => (Method::POST, format!("/v1/undrain/{}", path_segment(node)), None),
             Self::Approve { key } => (Method::POST, format!("/v1/approve/{}", path_segment(key)), None),
@@ -174,7 +201,7 @@ impl Verb {
     /// What a successful change says in a table: `node/a drained`.
     fn done(&self) -> String {
         match self {
-            Self::Ownership { .. } | Self::Actions { .. } => String::new(),
+            Self::Ownership { .. } | Self::Actions { .. } | Self::History { .. } => String::new(),
             Self::Drain { node } => format!("node/{node} drained"),
             Self::Undrain { node } => format!("node/{node} undrained"),
             Self::Approve { key } => format!("action/{key} approved"),
@@ -261,8 +288,15 @@ impl Session {
     }
 }
 
-/// Runs `verb` against the agent `args` name; prints the answer or a one-line error.
+/// Runs `verb` against the agent `args` name; prints the answer or a one-line error. A verb
+/// that lists reads the whole list.
 pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
+    run_list(verb, args, &super::list::ListArgs::default())
+}
+
+/// [`run`], a verb that lists reading the list as `list` asks (every page, or one:
+/// `cli/list.rs`).
+pub fn run_list(verb: &Verb, args: &RemoteArgs, list: &super::list::ListArgs) -> ExitCode {
     let command = verb.name();
     let fail = |code: u8, message: &str| {
         eprintln!("tenure {command}: {message}");
@@ -273,7 +307,11 @@ pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
         Err(code) => return code,
     };
     let (method, path, body) = verb.request();
-    let value = match session.exchange(method, &path, body) {
+    let answer = match verb.list_key() {
+        Some(key) => super::list::fetch(&session, &path, key, list),
+        None => session.exchange(method, &path, body),
+    };
+    let value = match answer {
         Ok(value) => value,
         Err((code, message)) => return fail(code, &message),
     };
@@ -281,6 +319,9 @@ pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
         Ok(Rendered::Out(text)) => print!("{text}"),
         Ok(Rendered::Empty) => eprintln!("No resources found."),
         Err(message) => return fail(EXIT_REFUSED, &message),
+    }
+    if let Some(note) = super::list::more_note(&value) {
+        eprintln!("tenure {command}: {note}");
     }
     ExitCode::SUCCESS
 }
@@ -311,7 +352,7 @@ fn error_line(answer: &Answer) -> String {
 
 /// What to print.
 #[derive(Debug, PartialEq, Eq)]
-enum Rendered {
+pub(super) enum Rendered {
     /// This text on stdout.
     Out(String),
     /// Nothing on stdout; `No resources found.` on stderr (as kubectl does).
@@ -332,6 +373,7 @@ fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, 
             Verb::Actions { .. } => {
                 actions::actions_table(value, output == RemoteOutput::Wide, actions::now_ms())
             }
+            Verb::History { .. } => super::history::history_table(value),
             _ => {
                 let index =
                     value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
@@ -420,7 +462,7 @@ fn with_query<'a>(path: &str, pairs: impl IntoIterator<Item = (&'a str, Option<&
 
 /// Columns as wide as their widest cell, three spaces apart, no trailing spaces (as kubectl
 /// prints); [`Rendered::Empty`] without rows.
-fn table(headers: &[&str], rows: Vec<Vec<String>>) -> Rendered {
+pub(super) fn table(headers: &[&str], rows: Vec<Vec<String>>) -> Rendered {
     if rows.is_empty() {
         return Rendered::Empty;
     }

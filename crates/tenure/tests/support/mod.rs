@@ -14,12 +14,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tenure::agent::answers::{check_submit, lost_their_desired_holder, with_desired_holder};
+use tenure::agent::listing::history_page;
 use tenure::agent::request::{
     ActionFilter, AgentHandle, Health, MetricsSnapshot, Receipt, Request, SubmitError,
 };
 use tenure::agent::status::StatusSnapshot;
 use tenure::api::{ApiToken, router, serve};
 use tenure::metrics::Metrics;
+use tenure_core::federation::Federation;
+use tenure_core::federation::history::History;
 use tenure_core::journal::MemoryJournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{Log as _, MemoryLog};
@@ -80,6 +83,8 @@ struct TestDoubleAgentLoop {
     scenario: Scenario,
     replay: Replay,
     log: MemoryLog,
+    /// The real core's history of the double's log (what the agent keeps).
+    history: History,
     at_ms: u64,
     state: DoubleState,
 }
@@ -88,7 +93,8 @@ impl TestDoubleAgentLoop {
     fn new(state: DoubleState) -> Self {
         let scenario = parse_scenario(SCENARIO).expect("the test scenario is valid");
         let replay = Replay::new(&scenario, false);
-        let mut double = Self { scenario, replay, log: MemoryLog::new(), at_ms: 0, state };
+        let history = History::new(Federation::new(&scenario.nodes, &scenario.providers));
+        let mut double = Self { scenario, replay, log: MemoryLog::new(), history, at_ms: 0, state };
         for pool in double.scenario.pools.clone() {
             double.append(EventKind::PoolApplied { spec: Box::new(pool) });
         }
@@ -101,7 +107,9 @@ impl TestDoubleAgentLoop {
     /// Appends an event to the log and the core, then reconciles every node; returns its index.
     fn append(&mut self, kind: EventKind) -> u64 {
         let event = Event { at_ms: self.at_ms, kind };
-        let index = self.log.append(&event).expect("the memory log takes the event").get();
+        let index = self.log.append(&event).expect("the memory log takes the event");
+        self.history.apply(index, &event);
+        let index = index.get();
         // An event the core rejects stays in the log, as it would in the agent's (counted there).
         let _ = self.replay.append(event);
         for node in ["a", "b"] {
@@ -229,6 +237,7 @@ impl TestDoubleAgentLoop {
                 drop(reply.send(tenure_sim::replay::ownership_rows_with_status(self.replay.head())))
             }
             Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
+            Request::History { query, reply } => drop(reply.send(history_page(&self.history, &query))),
             Request::Health { reply } => drop(reply.send(self.health())),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
             Request::Status { reply } => drop(reply.send(self.status())),

@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use super::super::AgentStore;
 use super::super::answers;
+use super::super::listing;
 use super::super::request::{Control, Health, Receipt, Request, SubmitError, no_eligible_member_note};
 use super::super::status;
 use super::Agent;
@@ -46,6 +47,10 @@ impl<S: AgentStore> Agent<S> {
             }
             Request::Actions { filter, reply } => {
                 let _ = reply.send(answers::actions(&self.drivers, &filter));
+                false
+            }
+            Request::History { query, reply } => {
+                let _ = reply.send(listing::history_page(&self.history, &query));
                 false
             }
             Request::Health { reply } => {

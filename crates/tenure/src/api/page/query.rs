@@ -10,8 +10,9 @@ use tenure_core::input::check_name;
 use tenure_sim::replay::OwnershipRow;
 use tenure_sim::scenario::parse_one_address;
 
-use super::super::{ApiFailure, OwnershipFilter};
+use super::super::ApiFailure;
 use super::html::REFRESH_DEFAULT_S;
+use crate::agent::listing::ListFilter;
 
 /// Rows of the ownership table per page: a 100k-address map is shown 200 rows at a time.
 pub const PAGE_ROWS: usize = 200;
@@ -28,7 +29,7 @@ pub const PHASES: [Phase; 5] =
 pub struct PageQuery {
     /// `pool` and `node`, with the meaning they have on `GET /v1/ownership` (a node owns or
     /// holds the address).
-    pub filter: OwnershipFilter,
+    pub filter: ListFilter,
     /// `address`: one address, or a CIDR range of them (`10.0.3.0/24`).
     pub addresses: Option<IpNet>,
     /// `phase`: only addresses in this phase.
@@ -42,7 +43,7 @@ pub struct PageQuery {
 impl Default for PageQuery {
     fn default() -> Self {
         Self {
-            filter: OwnershipFilter::default(),
+            filter: ListFilter::default(),
             addresses: None,
             phase: None,
             page: 1,
@@ -113,7 +114,7 @@ impl PageQuery {
     /// Whether `row` is asked for (every filter but the page).
     #[must_use]
     pub fn matches(&self, row: &OwnershipRow) -> bool {
-        self.filter.matches(row)
+        self.filter.matches_ownership(row)
             && self.phase.is_none_or(|phase| row.phase.as_deref() == Some(phase.as_str()))
             && self.addresses.is_none_or(|range| {
                 row.address.parse::<IpAddr>().is_ok_and(|address| range.contains(&address))
