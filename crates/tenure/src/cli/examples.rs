@@ -72,6 +72,16 @@ Examples:
   # What waits for approval in a manual pool
   tenure actions --state pending --pool edge-vips -o json";
 
+/// `tenure history`.
+pub const HISTORY: &str = "\
+Examples:
+  # What happened to one address: owners, causes, epochs, results
+  tenure history 10.0.0.17
+  # Node a's part in the last failover, as JSON
+  tenure history --node a -o json
+  # A pool's entries 50 at a time (the token of the next page is printed on stderr)
+  tenure history --pool edge-vips --limit 50";
+
 /// `tenure drain`.
 pub const DRAIN: &str = "\
 Examples:

@@ -119,6 +119,7 @@ enum Command {
     /// Show a running agent's history: ownership changes with their cause (drain, liveness,
     /// health, vrrp, desire, re-capture…), captureEpoch moves, approvals and executed or failed
     /// actions, in log order, with wall time and stream time, as far back as the log keeps.
+    #[command(after_help = examples::HISTORY)]
     History {
         /// Only these addresses.
         addresses: Vec<String>,
