@@ -537,6 +537,35 @@ fn manual_pending_entries_are_promoted_from_the_head_and_stale_ones_skipped_at_s
     assert!(a.entries().all(|e| e.state == EntryState::Skipped(StaleReason::StaleEpoch)));
 }
 
+/// A pool switched from `approval: auto` to `manual` moves no token: an address held and in
+/// service stays `held` (its acquire ran without approvals, and needs none now).
+#[test]
+fn a_held_address_stays_held_when_its_pool_becomes_manual() {
+    use tenure_core::federation::Phase;
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    w.pool(0, pool("p", &["10.0.0.1"], &["a", "b"]));
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let mut a = engine("a");
+    a.reconcile(&w.fed, &w.fed).expect("ok");
+    let verbs = run_all(&mut a, &w.fed);
+    assert_eq!(verbs, vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
+    w.apply(
+        1,
+        EventKind::ActionResult {
+            node: "a".into(),
+            idempotency_key: "p/10.0.0.1/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1".into(),
+            outcome: ActionOutcome::Executed,
+            detail: "done".into(),
+        },
+    );
+    assert_eq!(w.fed.address_status("p", ip("10.0.0.1")).expect("listed").phase, Phase::Held);
+    let mut manual = pool("p", &["10.0.0.1"], &["a", "b"]);
+    manual.approval = Approval::Manual;
+    w.pool(2, manual);
+    assert_eq!(w.fed.address_status("p", ip("10.0.0.1")).expect("listed").phase, Phase::Held);
+}
+
 /// A pool switched from `approval: manual` to `auto` frees the entries that were waiting (they
 /// were stuck pending for ever: the planner plans the same keys, already journaled).
 #[test]

@@ -101,8 +101,8 @@ fn a_failing_hook_shows_its_reason_and_attempts_retries_later_each_time_and_keep
     let times = call_times(&dir);
     assert!(times.len() >= 3, "{times:?}");
     let gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
-    assert!(gaps[1] > gaps[0], "the second wait is longer than the first: {gaps:?} ms");
-    // By this host's clock, give or take the heartbeat the gate's stream time trails it by.
+    // (That the waits grow is checked above on the stream times, which are exact; by this host's
+    // clock a first retry a loaded machine delays can outlast the second.) By this host's clock, give or take the heartbeat the gate's stream time trails it by.
     assert!(gaps[0] >= BASE_MS / 2, "the first retry waited its backoff: {gaps:?} ms");
 
     // The CLI's wide table shows the attempts and the reason.

@@ -96,10 +96,16 @@ impl Federation {
         // Unconfirmed, the first acquire verb decides between waiting and acquiring; confirmed,
         // a later one (enable-forwarding, garp) still waiting for its approval means the address
         // is on the NIC but not yet in service: that wait is what the operator must see.
+        // Only an acquire that itself went through approval can wait at a later verb: one that
+        // ran while the pool was automatic (switched to manual since; the switch moves no token)
+        // has no approvals in the log and is in service.
         let all = self.acquire_verbs(pool_state);
-        let verbs = if confirmed { all.get(1..) } else { all.get(..1) }.unwrap_or_default();
-        let waits =
-            verbs.iter().any(|verb| self.waits_for_approval(pool, pool_state, address, state, holder, *verb));
+        let waits_at = |verb: &Verb| self.waits_for_approval(pool, pool_state, address, state, holder, *verb);
+        let waits = if confirmed {
+            all.first().is_some_and(|first| !waits_at(first)) && all.iter().skip(1).any(waits_at)
+        } else {
+            all.first().is_some_and(waits_at)
+        };
         match (confirmed, waits) {
             (_, true) => Phase::PendingApproval,
             (false, false) => Phase::Acquiring,

@@ -508,14 +508,15 @@ impl<S: AgentStore> Agent<S> {
             &self.own_nodes,
             Instant::now(),
         );
-        // Before the store may drop the records the nodes applied.
+        // Before the store may drop the records the nodes applied (an etcd fleet's store trims
+        // what every node followed: read after it, the history would find them gone).
         let store = &self.store;
         self.timeline.catch_up(&self.log, || store.snapshot());
+        self.follow_history();
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
         self.after_follow();
-        self.follow_history();
         Ok(())
     }
 

@@ -191,7 +191,7 @@ impl TimelineFold {
 
     /// Folds in every record of `log` after the last one folded in. A map past
     /// [`FOLD_ADDRESSES_MAX`] addresses stops the fold (the timeline says so); a record the
-    /// store already dropped starts it again from `snapshot`.
+    /// store already dropped starts it again from `snapshot`; a read error waits for the next call.
     pub fn catch_up(&mut self, log: &impl Log, snapshot: impl FnOnce() -> Option<(LogIndex, Arc<Vec<u8>>)>) {
         if self.unavailable.is_some() {
             return;
@@ -207,10 +207,9 @@ impl TimelineFold {
                     (self.changes, self.marks) = kept;
                     continue;
                 }
-                Err(e) => {
-                    self.unavailable = Some(format!("the log could not be read: {e}"));
-                    return;
-                }
+                // A log it cannot read now (an etcd watch blip) is tried again at the next
+                // follow: only the address cap stops the fold for good.
+                Err(_) => return,
             };
             let Some(last) = batch.last() else { return };
             self.next = last.index.next();

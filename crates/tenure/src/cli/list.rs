@@ -12,8 +12,10 @@ use super::client::path_segment;
 use super::remote::{EXIT_REFUSED, Session};
 use crate::api::list::LIST_LIMIT_MAX;
 
-/// Rows asked per page while following the tokens.
-pub const LIST_CHUNK_ROWS: usize = 500;
+/// Rows asked per page while following the tokens: the most a page may hold. The agent builds
+/// the whole filtered list for every page it answers (`/v1/ownership`, `/v1/actions`), so a
+/// small chunk multiplies its work (100k addresses: 10 requests, not 200).
+pub const LIST_CHUNK_ROWS: usize = LIST_LIMIT_MAX;
 
 /// Most pages one listing follows (a list of at most this many chunks; a bound on a server that
 /// would hand out tokens forever).
@@ -29,7 +31,7 @@ pub struct ListArgs {
     /// Start after the page that printed this token (with the same filters).
     #[arg(long = "continue", value_name = "TOKEN")]
     continue_token: Option<String>,
-    /// Without --limit: rows asked per request while reading the whole list [default: 500].
+    /// Without --limit: rows asked per request while reading the whole list [default: 10000].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX as u64))]
     chunk_size: Option<u64>,
 }
