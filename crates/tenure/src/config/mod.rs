@@ -82,6 +82,9 @@ pub const GARP_INTERVAL_DEFAULT_MS: u64 = 100;
 /// Shortest `garpRefresh` of an on-prem provider (`0s` turns the refresh off): a refresh is a
 /// gated call per held address, and switches age their MAC tables out in minutes.
 pub const GARP_REFRESH_MIN_MS: u64 = 1_000;
+/// Longest `garpRefresh`: an hour. Switches age MAC tables out in minutes (300 s by default), so
+/// a longer refresh protects nothing and is most likely a typo (`99999999999h` was accepted).
+pub const GARP_REFRESH_MAX_MS: u64 = 3_600_000;
 /// Default time between two inventory reads of an `aws` provider (drift repair's input).
 pub const AWS_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 30_000;
 /// Default time between two inventory reads of an `onprem` provider: a netlink dump of this

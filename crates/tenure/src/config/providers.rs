@@ -13,8 +13,8 @@ use super::paths::resolve;
 use super::raw::RawProvider;
 use super::{
     AWS_INVENTORY_INTERVAL_DEFAULT_MS, EXEC_TIMEOUT_DEFAULT_MS, GARP_COUNT_DEFAULT, GARP_COUNT_MAX,
-    GARP_INTERVAL_DEFAULT_MS, GARP_REFRESH_MIN_MS, ONPREM_INVENTORY_INTERVAL_DEFAULT_MS, ProviderConfig,
-    ProviderSettings, check_url, duration_field,
+    GARP_INTERVAL_DEFAULT_MS, GARP_REFRESH_MAX_MS, GARP_REFRESH_MIN_MS, ONPREM_INVENTORY_INTERVAL_DEFAULT_MS,
+    ProviderConfig, ProviderSettings, check_url, duration_field,
 };
 
 /// Longest Linux interface name (`IFNAMSIZ` less its terminating NUL), in bytes.
@@ -91,7 +91,7 @@ fn inventory_interval(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u
 
 /// `garpRefresh`: how often an on-prem provider repeats the announcement of every address this
 /// agent holds on it. Absent or `0s`: off (the default); otherwise at least
-/// [`GARP_REFRESH_MIN_MS`]. Another kind's is refused by [`check_settings_of_kind`].
+/// [`GARP_REFRESH_MIN_MS`] and at most [`GARP_REFRESH_MAX_MS`]. Another kind's is refused by [`check_settings_of_kind`].
 fn garp_refresh(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u64> {
     let text = p.garp_refresh.as_ref()?;
     let ms = duration_field(errors, "garpRefresh", Some(text), 0, false);
@@ -102,6 +102,17 @@ fn garp_refresh(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u64> {
                 "garpRefresh {} is shorter than {}: use at least that, or 0s to turn the refresh off",
                 text.value.trim(),
                 super::format_ms(GARP_REFRESH_MIN_MS)
+            ),
+        ));
+        return None;
+    }
+    if ms > GARP_REFRESH_MAX_MS {
+        errors.push(InputError::at(
+            Position::of_spanned(text),
+            format!(
+                "garpRefresh {} is longer than {}: switches forget a MAC in minutes; use at most that",
+                text.value.trim(),
+                super::format_ms(GARP_REFRESH_MAX_MS)
             ),
         ));
         return None;

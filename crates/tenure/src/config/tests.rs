@@ -362,6 +362,11 @@ fn garp_refresh_is_off_by_default_on_prem_only_and_at_least_a_second() {
             "garpRefresh 500ms is shorter than 1s: use at least that, or 0s to turn the refresh off".into()
         )]
     );
+    let long = onprem.replace("interface: eth0", "interface: eth0, garpRefresh: 99999999999h");
+    assert_eq!(
+        first(&long, "garpRefresh 99999999999h is longer than 3600s: switches forget a MAC in minutes"),
+        5
+    );
     let bad = onprem.replace("interface: eth0", "interface: eth0, garpRefresh: often");
     assert_eq!(first(&bad, "garpRefresh: `often`"), 5);
     let cloud =

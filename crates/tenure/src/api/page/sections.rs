@@ -98,13 +98,14 @@ pub fn actions(out: &mut String, id: &str, heading: &str, rows: &[ActionRow], to
     }
     out.push_str(
         "<table><thead><tr><th>node</th><th>pool</th><th>address</th><th>verb</th><th>holder</th>\
-         <th>ownershipEpoch</th><th>captureEpoch</th><th>idempotency key</th></tr></thead><tbody>\n",
+         <th>ownershipEpoch</th><th>captureEpoch</th><th>attempts</th><th>last error</th>\
+         <th>idempotency key</th></tr></thead><tbody>\n",
     );
     for row in rows {
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"mono\">{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"reason\">{}</td><td class=\"mono\">{}</td></tr>",
             escape(&row.node),
             escape(&row.pool),
             escape(&row.address),
@@ -112,6 +113,8 @@ pub fn actions(out: &mut String, id: &str, heading: &str, rows: &[ActionRow], to
             escape(&row.holder),
             row.ownership_epoch,
             row.capture_epoch,
+            row.attempts.unwrap_or(0),
+            escape(row.last_error.as_deref().unwrap_or("")),
             escape(&row.idempotency_key),
         );
     }
@@ -252,4 +255,42 @@ fn pager(out: &mut String, query: &PageQuery, shown: usize, pages: usize) {
         let _ = write!(out, "{}{}", link(shown + 1, "next ›"), link(pages, "last »"));
     }
     out.push_str("</nav>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed action says why on the page, as `tenure actions -o wide` does, escaped.
+    #[test]
+    fn a_failed_action_shows_its_attempts_and_last_error_escaped() {
+        let row = ActionRow {
+            node: "a".into(),
+            idempotency_key: "edge/10.0.0.1/acquire/a/hook/eth0/owner:1:epoch:1".into(),
+            verb: "acquire".into(),
+            pool: "edge".into(),
+            address: "10.0.0.1".into(),
+            holder: "a".into(),
+            provider: "hook".into(),
+            nic: "eth0".into(),
+            capture_domain: "hook/g1".into(),
+            ownership_epoch: 1,
+            capture_epoch: 1,
+            state: "failed".into(),
+            reason: None,
+            attempts: Some(3),
+            last_attempt_ms: Some(10),
+            last_attempt_wall_ms: Some(10),
+            last_error: Some("no route to <10.0.0.1>".into()),
+            next_attempt_ms: Some(20),
+            seq: 1,
+        };
+        let mut out = String::new();
+        actions(&mut out, "failures", "Recent failures", &[row], 1, "none");
+        assert!(out.contains("<th>attempts</th><th>last error</th>"), "{out}");
+        assert!(
+            out.contains("<td class=\"num\">3</td><td class=\"reason\">no route to &lt;10.0.0.1&gt;</td>"),
+            "{out}"
+        );
+    }
 }
