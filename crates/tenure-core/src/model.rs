@@ -259,11 +259,15 @@ impl Verb {
         }
     }
 
-    /// Whether a failed call of this verb waits out the retry backoff ([`crate::retry`]): every
-    /// verb but a release whose family never holds one back ([`VerbFamily::release_is_held`]).
+    /// Whether a failed call of this verb waits out the retry backoff ([`crate::retry`]): a
+    /// cloud's or an operator's command (a remote API that throttles, a hook that may be broken),
+    /// never the on-prem family's. Its calls are this host's own kernel, a release there is
+    /// never held back ([`VerbFamily::release_is_held`]), and an add refused while keepalived
+    /// said BACKUP for a moment must run at the next reconcile once it says MASTER again (a
+    /// backoff of `requeueInterval` left the address unanswered that long after a flap).
     #[must_use]
     pub fn backs_off(self) -> bool {
-        self.is_acquire() || self.family().release_is_held()
+        self.family() != VerbFamily::Onprem
     }
 
     /// True for verbs of the acquire set.
@@ -458,11 +462,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_failed_call_backs_off_but_an_on_prem_release() {
+    fn every_failed_call_backs_off_but_the_on_prem_familys() {
         for family in [VerbFamily::Cloud, VerbFamily::Onprem, VerbFamily::Exec] {
             for verb in family.acquire_verbs().iter().chain(family.release_verbs()) {
                 assert_eq!(verb.family(), family, "{verb:?}");
-                let expected = verb.is_acquire() || family != VerbFamily::Onprem;
+                let expected = family != VerbFamily::Onprem;
                 assert_eq!(verb.backs_off(), expected, "{verb:?}");
             }
         }
