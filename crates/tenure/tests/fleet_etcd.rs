@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_cluster::Cluster;
-use process::{Agent, TOKEN, TempDir, free_port, http, run, wait_for, wait_for_within};
+use process::{Agent, TOKEN, TempDir, free_port, http, run, stays_for, wait_for, wait_for_within};
 
 const NODES: [&str; 3] = ["a", "b", "c"];
 const ADDRESS: &str = "10.0.0.10";
@@ -297,35 +297,26 @@ fn an_agent_whose_etcd_member_lost_quorum_does_not_act_on_its_quiet_watch() {
 
     cluster.kill("m1");
     cluster.kill("m2");
-    // Its loop waits on etcd for seconds at a time (each append times out), and checks the head
-    // when a sweep has retried the failed call: that takes a few of those steps (about 15 s
-    // here). Health answers from what the loop last posted.
+    // Its loop waits on etcd for seconds at a time (each append times out). Health answers from
+    // what the loop last posted: 503, because it cannot append, or — when a retry of the failed
+    // call came due and met the head check — because the head read failed closed. (Since retries
+    // back off in stream time, which a log without quorum no longer moves, the retry may never
+    // come due: then no call is even tried, which is the point.)
     let mut health = (0, String::new());
-    wait_for_within(Duration::from_secs(90), "a's health says it fails closed", || {
+    wait_for_within(Duration::from_secs(90), "a's health says it cannot act", || {
         let now = http(fleet.listen[0], "GET", "/v1/health", None, None).unwrap_or_default();
         if now != health {
             eprintln!("a's health: {now:?}");
             health = now;
         }
-        health.0 == 503 && health.1.contains("fail-closed")
+        health.0 == 503 && (health.1.contains("fail-closed") || health.1.contains("cannot append"))
     });
-    // Now a's retry would succeed: it must not be made at all. A refusal counted after this
-    // point is a step whose ready call (that retry) met the head check and was held back.
+    // Now a's retry would succeed: it must not be made at all, whatever the loop's steps do
+    // meanwhile (several requeue intervals and head-read timeouts).
     let before = calls_by_a();
     std::fs::remove_file(fleet.dir.path().join("fail-a")).expect("rm fail-a");
-    let refusals = || metric_if_answered(fleet.listen[0], "tenure_head_unconfirmed_total");
-    let mut seen = (None, None);
-    // Scrapes are answered by the loop between its (slow) steps: some time out.
-    wait_for_within(Duration::from_secs(120), "a refuses the retried call after fail-a is gone", || {
-        match (seen.0, refusals()) {
-            (None, now) => seen.0 = now,
-            (Some(_), now @ Some(_)) => seen.1 = now,
-            _ => {}
-        }
-        matches!(seen, (Some(first), Some(now)) if now > first)
-    });
-    eprintln!("refusals after fail-a went: {seen:?}");
-    assert_eq!(calls_by_a(), before, "a called its provider on an unconfirmed head: {:?}", fleet.calls());
+    stays_for(Duration::from_secs(20), "a makes no call on an unconfirmed head", || calls_by_a() == before);
+    eprintln!("head refusals: {:?}", metric_if_answered(fleet.listen[0], "tenure_head_unconfirmed_total"));
     assert_ne!(fleet.cloud_holder().as_deref(), Some("a"));
     // The quorum back, the fleet goes on: one map, and its owner holds the address (a, or — the
     // outage moved stream time past a's TTL before a's first heartbeat landed, and the hold is
