@@ -163,15 +163,12 @@ fn lock(fifo: &Path) -> Result<Option<std::fs::File>, String> {
     }
 }
 
-/// Writes `state` to `file` in the log's wire form (`"master"`), through a temporary file renamed
-/// over it. One-line error.
+/// Writes `state` to `file` in the log's wire form (`"master"`), atomically and durably (the
+/// store's one atomic replace: fsynced, renamed over it, the directory fsynced), so that a power
+/// loss leaves the old state or the new one. One-line error.
 fn remember(file: &Path, state: VrrpState) -> Result<(), String> {
-    let mut temporary = file.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
     let bytes = serde_json::to_vec(&state).expect("a state serializes");
-    std::fs::write(&temporary, bytes)
-        .and_then(|()| std::fs::rename(&temporary, file))
+    crate::store::write_file_atomically(file, &bytes)
         .map_err(|e| format!("keep keepalived's last state in {}: {e}", file.display()))
 }
 
