@@ -46,3 +46,44 @@ pub(super) fn executor(
         garp_refresh: provider.garp_refresh_ms.map(Duration::from_millis),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::parse_config;
+    use crate::exec::WithdrawRequest;
+
+    #[test]
+    fn each_provider_gets_its_kinds_executor_deadline_and_intervals() {
+        let text = "node: {name: a, provider: sim, placementGroup: g1, nic: eth0}\nstore: {path: ./d}\n\
+                    providers:\n  - {name: hook, kind: exec, command: [true], timeout: 1500ms}\n  \
+                    - {name: sim, kind: sim-onprem, inventoryInterval: 2s, garpRefresh: 3s}\n  \
+                    - {name: cloud, kind: sim-cloud}\nactionTimeout: 3s\n";
+        let config = parse_config(text, Path::new("agent.yaml")).expect("valid");
+        let executors = executors(&config, "", None).expect("every kind here is built");
+        let millis = Duration::from_millis;
+        let hook = &executors["hook"];
+        assert_eq!(hook.call_timeout, millis(2_500), "the hook's own timeout, and a grace to name itself");
+        assert_eq!((hook.inventory_interval, hook.garp_refresh), (None, None));
+        let sim = &executors["sim"];
+        assert_eq!(sim.call_timeout, millis(3_000), "actionTimeout");
+        assert_eq!((sim.inventory_interval, sim.garp_refresh), (Some(millis(2_000)), Some(millis(3_000))));
+        let withdraw = WithdrawRequest { addresses: Vec::new(), nics: vec!["eth0".into()] };
+        assert!(sim.executor.withdraw(&withdraw).is_some(), "a sim-onprem executor withdraws locally");
+        assert!(executors["cloud"].executor.withdraw(&withdraw).is_none(), "a sim-cloud one does not");
+    }
+
+    #[test]
+    fn a_kind_without_an_executor_is_refused_naming_the_provider() {
+        let text = "node: {name: a, provider: o, placementGroup: g1, nic: n}\nstore: {path: ./d}\n\
+                    providers: [{name: o, kind: azure}]\n";
+        let config = parse_config(text, Path::new("agent.yaml")).expect("a kind without an executor parses");
+        assert_eq!(
+            executors(&config, "", None).expect_err("no executor"),
+            "provider `o`: kind azure has no executor in this version (see README.md, Status); use exec to \
+             drive it with your own command"
+        );
+    }
+}

@@ -410,10 +410,11 @@ impl<'de> de::Deserializer<'de> for KeysProbe {
 }
 
 #[cfg(test)]
-mod key_tests {
+mod tests {
     use serde::Deserialize;
 
     use super::*;
+    use crate::config::parse_config;
 
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -426,5 +427,95 @@ mod key_tests {
     #[test]
     fn the_keys_of_a_settings_struct_are_its_fields_as_written() {
         assert_eq!(keys_of::<Two>(), &["firstKey", "second"]);
+    }
+
+    const HEAD: &str = "node: {name: a, provider: p, placementGroup: g1, nic: eni-a}\nstore: {path: ./d}\n";
+
+    /// Every error of `providers` (after [`HEAD`]) as `(line, column, message)`.
+    fn errors(providers: &str) -> Vec<(u64, u64, String)> {
+        let text = format!("{HEAD}{providers}");
+        parse_config(&text, Path::new("agent.yaml"))
+            .expect_err("must be refused")
+            .into_iter()
+            .map(|e| (e.position.line, e.position.column, e.message))
+            .collect()
+    }
+
+    /// The 1-based column of `needle` in line `line` (1-based) of `providers`, after [`HEAD`].
+    fn column(providers: &str, line: usize, needle: &str) -> u64 {
+        let text = providers.lines().nth(line - 3).expect("the line");
+        u64::try_from(text.find(needle).expect("on the line") + 1).expect("small")
+    }
+
+    #[test]
+    fn a_key_of_another_kind_is_refused_at_its_value_whatever_the_order_of_the_keys() {
+        // Settings before `kind`, and a block mapping: the kind is read first all the same.
+        let block = "providers:\n  - timeout: 1s\n    garpRefresh: 30s\n    kind: sim-cloud\n    name: p\n";
+        assert_eq!(
+            errors(block),
+            vec![
+                (
+                    4,
+                    column(block, 4, "1s"),
+                    "provider kind `sim-cloud` does not take `timeout` (it takes `inventoryInterval`)".into()
+                ),
+                (
+                    5,
+                    column(block, 5, "30s"),
+                    "provider kind `sim-cloud` does not take `garpRefresh` (it takes `inventoryInterval`)".into()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_typo_is_refused_by_name_with_the_keys_the_kind_takes_among_the_files_other_mistakes() {
+        let flow = "providers: [{name: p, kind: exec, comand: [x.sh]}]\nlisten: nowhere\n";
+        let all = errors(flow);
+        assert_eq!(all.len(), 3, "{all:?}");
+        assert_eq!((all[0].0, all[0].1), (3, column(flow, 3, "{name")), "the entry lacks `command`");
+        assert!(all[0].2.contains("exec provider `p` needs `command`"), "{all:?}");
+        assert_eq!(
+            all[1],
+            (
+                3,
+                column(flow, 3, "[x.sh]"),
+                "provider kind `exec` does not take `comand` (it takes `command`, `timeout`)".into()
+            )
+        );
+        assert_eq!(all[2].0, 4, "and the reading went on: {all:?}");
+        let none = "providers: [{name: p, kind: azure, interface: eth0}]\n";
+        assert_eq!(
+            errors(none),
+            vec![(
+                3,
+                column(none, 3, "eth0"),
+                "provider kind `azure` does not take `interface` (it takes no settings)".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn settings_read_in_the_second_step_keep_their_places() {
+        // A value checked by its kind: at the value, in a block mapping written after `kind`.
+        let block = "providers:\n  - name: p\n    kind: onprem\n    interface: eth0\n    garpCount: 1000\n";
+        assert_eq!(errors(block), vec![(7, column(block, 7, "1000"), "garpCount 1000 is more than 100".into())]);
+        // A command argument, inside the list.
+        let nul = "providers: [{name: p, kind: exec, command: [x.sh, \"a\\0b\"]}]\n";
+        assert_eq!(
+            errors(nul),
+            vec![(3, column(nul, 3, "\"a"), "a command argument must not contain a NUL character".into())]
+        );
+        // A value of the wrong type stops the reading, as anywhere in the file: one located line.
+        let wrong = "providers:\n  - {name: p, kind: onprem, interface: eth0, garpCount: many}\n";
+        let all = errors(wrong);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!((all[0].0, all[0].1), (4, column(wrong, 4, "many")), "{all:?}");
+        // A key twice in an entry: serde's error, located.
+        let twice = "providers:\n  - {name: p, kind: exec, command: [x], timeout: 1s, timeout: 2s}\n";
+        let all = errors(twice);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].0, 4, "{all:?}");
+        assert!(all[0].2.contains("duplicate"), "{all:?}");
     }
 }
