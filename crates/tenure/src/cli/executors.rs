@@ -37,8 +37,10 @@ pub(super) fn executor(
     groups: Option<&HookGroups>,
 ) -> Result<ProviderExecutor, String> {
     let context = BuildContext { action_timeout, owner, groups };
-    let executor =
-        provider.settings.build(&context).map_err(|not_built| format!("provider `{}`: {not_built}", provider.name))?;
+    let executor = provider
+        .settings
+        .build(&context)
+        .map_err(|not_built| format!("provider `{}`: {not_built}", provider.name))?;
     Ok(ProviderExecutor {
         executor,
         call_timeout: provider.settings.call_timeout(action_timeout),

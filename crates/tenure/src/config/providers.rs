@@ -16,7 +16,9 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, IntoDeserializer as _, MapAccess, Visitor};
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, IgnoredAny, IntoDeserializer as _, MapAccess, Visitor,
+};
 use serde_saphyr::Spanned;
 use tenure_core::fleet_spec::check_provider_name;
 use tenure_core::input::{InputError, Position};
@@ -129,7 +131,13 @@ impl<'a> SettingsCheck<'a> {
 
     /// A duration setting (Go style: `10s`, `1500ms`), or `default_ms` when absent or wrong;
     /// `positive` refuses `0s`.
-    pub fn duration(&mut self, key: &str, value: Option<&Spanned<String>>, default_ms: u64, positive: bool) -> u64 {
+    pub fn duration(
+        &mut self,
+        key: &str,
+        value: Option<&Spanned<String>>,
+        default_ms: u64,
+        positive: bool,
+    ) -> u64 {
         duration_field(self.errors, key, value, default_ms, positive)
     }
 
@@ -336,7 +344,10 @@ impl<'de, M: MapAccess<'de>> MapAccess<'de> for SettingsOf<'_, '_, M> {
                 };
                 self.check.error(
                     Position::of_spanned(&value),
-                    format!("provider kind `{}` does not take `{key}` (it takes {takes})", self.kind.as_str()),
+                    format!(
+                        "provider kind `{}` does not take `{key}` (it takes {takes})",
+                        self.kind.as_str()
+                    ),
                 );
             }
         }
@@ -462,7 +473,8 @@ mod tests {
                 (
                     5,
                     column(block, 5, "30s"),
-                    "provider kind `sim-cloud` does not take `garpRefresh` (it takes `inventoryInterval`)".into()
+                    "provider kind `sim-cloud` does not take `garpRefresh` (it takes `inventoryInterval`)"
+                        .into()
                 ),
             ]
         );
@@ -499,7 +511,10 @@ mod tests {
     fn settings_read_in_the_second_step_keep_their_places() {
         // A value checked by its kind: at the value, in a block mapping written after `kind`.
         let block = "providers:\n  - name: p\n    kind: onprem\n    interface: eth0\n    garpCount: 1000\n";
-        assert_eq!(errors(block), vec![(7, column(block, 7, "1000"), "garpCount 1000 is more than 100".into())]);
+        assert_eq!(
+            errors(block),
+            vec![(7, column(block, 7, "1000"), "garpCount 1000 is more than 100".into())]
+        );
         // A command argument, inside the list.
         let nul = "providers: [{name: p, kind: exec, command: [x.sh, \"a\\0b\"]}]\n";
         assert_eq!(

@@ -58,7 +58,10 @@ fn a_good_config_gets_its_defaults_and_resolved_paths() {
     assert_eq!(config.journal_retention, tenure_core::journal::JOURNAL_RETENTION_DEFAULT);
     assert_eq!(config.api_token_file, None);
     assert_eq!(config.vrrp, None);
-    assert_eq!(config.provider("sim1").map(|p| &p.settings), Some(&ProviderSettings::SimCloud(SimCloudSettings {})));
+    assert_eq!(
+        config.provider("sim1").map(|p| &p.settings),
+        Some(&ProviderSettings::SimCloud(SimCloudSettings {}))
+    );
     assert_eq!(
         config.provider("hook").map(|p| &p.settings),
         Some(&ProviderSettings::Exec(ExecSettings {

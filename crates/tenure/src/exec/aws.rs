@@ -55,7 +55,8 @@ impl Provider for AwsSettings {
     fn check(raw: AwsRaw, check: &mut SettingsCheck<'_>) -> Self {
         let region = match raw.region {
             None => {
-                let message = format!("aws provider `{}` needs `region` (for instance `us-east-1`)", check.name());
+                let message =
+                    format!("aws provider `{}` needs `region` (for instance `us-east-1`)", check.name());
                 check.error(check.entry(), message);
                 String::new()
             }

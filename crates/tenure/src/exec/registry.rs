@@ -4,7 +4,7 @@
 //! settings as written (a serde struct with `deny_unknown_fields`), how they are checked, and its
 //! `build()`, by implementing [`Provider`]; the module's executor is behind the kind's cargo
 //! feature, and `build()` says so when this build lacks it ([`NotBuilt`]). This file only lists
-//! them: one [`ProviderSettings`] variant per kind, and [`read`], which picks the variant of the
+//! them: one [`ProviderSettings`] variant per kind, and `read`, which picks the variant of the
 //! `kind` already read. Nothing else in the crate matches on a provider kind to build, check or
 //! run one (the core's `ProviderKind` keeps the wire name and the verb family: the simulator and
 //! the log need those without this crate).
@@ -123,7 +123,7 @@ fn read_as<'de, P: Provider, M: MapAccess<'de>>(
 
 /// A provider kind's module: what its `providers:` entries take, how that is checked, and its
 /// executor. Implemented by the kind's checked settings; registered by one [`ProviderSettings`]
-/// variant and one arm of [`read`].
+/// variant and one arm of `read`.
 pub trait Provider: Runtime + Into<ProviderSettings> + Sized {
     /// The kind, as its entries write `kind:`.
     const KIND: ProviderKind;

@@ -129,8 +129,8 @@ impl Runtime for ExecSettings {
     /// An [`ExecHook`] whose processes carry the context's owner mark, recorded in its hook
     /// groups when it has them.
     fn build(&self, context: &BuildContext<'_>) -> Result<Arc<dyn Executor>, NotBuilt> {
-        let mut hook =
-            ExecHook::new(self.command.clone(), Duration::from_millis(self.timeout_ms)).owned_by(context.owner);
+        let mut hook = ExecHook::new(self.command.clone(), Duration::from_millis(self.timeout_ms))
+            .owned_by(context.owner);
         if let Some(groups) = context.groups {
             hook = hook.recorded_in(groups.clone());
         }
