@@ -459,8 +459,8 @@ fn validate_node_keys(
     errors.append(&mut node_errors);
     let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(|(node, _)| node).collect();
     let peers = nodes.split_off(own.min(nodes.len()));
-    // An onprem provider answers on one interface of this host: its proxy entries, and so its
-    // inventory, cannot tell two of this agent's nodes apart.
+    // A provider that answers on one interface of this host (`onprem`: its proxy entries, and so
+    // its inventory, cannot tell two of this agent's nodes apart) takes one node per agent.
     for provider in providers.iter().filter(|p| p.settings.one_node_per_agent()) {
         let on_it: Vec<&NodeSpec> = nodes.iter().filter(|n| n.provider == provider.name).collect();
         if let [first, second, ..] = on_it.as_slice() {

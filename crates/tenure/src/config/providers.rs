@@ -3,7 +3,7 @@
 //!
 //! 1. with the rest of the file (`raw.rs`'s [`RawProvider`]): each entry's `name` and `kind`,
 //!    every other key left for step 2 (an unknown kind is serde's error there, at the `kind`);
-//! 2. the `providers:` list again ([`read_settings`]), each entry straight into its kind's
+//! 2. the `providers:` list again ([`validate_providers`]), each entry straight into its kind's
 //!    settings struct, chosen by the kind read in step 1 (`exec::registry::read`). Serde's
 //!    internally tagged enums would buffer an entry and lose every position, so the tag is read
 //!    first and the entry deserialized live. A key the kind does not take is refused by name at
