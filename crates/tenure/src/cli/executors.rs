@@ -1,23 +1,15 @@
-//! The executor of each provider kind this build has: the one cfg-gated registry. A kind this
-//! build lacks (`aws`, `onprem` without their cargo features; `oci`, `azure` in every build) is a
-//! one-line refusal here, which the start checks (`preflight.rs`) turn into exit 3 for both
-//! `tenure agent` and `tenure validate`.
+//! The executors of an agent config's providers, each made by its kind's `build()` through the
+//! registry (`exec/registry.rs`). A kind this build lacks (`aws`, `onprem` without their cargo
+//! features; `oci`, `azure` in every build) is a one-line refusal here, which the start checks
+//! (`preflight.rs`) turn into exit 3 for both `tenure agent` and `tenure validate`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::model::ProviderKind;
-
 use crate::agent::ProviderExecutor;
-use crate::config::{AgentConfig, ProviderConfig, ProviderSettings};
-use crate::exec::SimExecutor;
-use crate::exec::hook::ExecHook;
+use crate::config::{AgentConfig, ProviderConfig};
 use crate::exec::hook_groups::HookGroups;
-
-/// Extra time an exec hook's call gets past the hook's own timeout, so that the hook's timeout
-/// (which kills its process group) fires first and names itself.
-const HOOK_DEADLINE_GRACE: Duration = Duration::from_secs(1);
+use crate::exec::registry::BuildContext;
 
 /// The executors of the configured providers, by provider name, or the refusal of the first kind
 /// this build has no executor for.
@@ -44,70 +36,56 @@ pub(super) fn executor(
     owner: &str,
     groups: Option<&HookGroups>,
 ) -> Result<ProviderExecutor, String> {
-    let mut executor = match (&provider.kind, &provider.settings) {
-        (ProviderKind::SimCloud | ProviderKind::SimOnprem, _) => ProviderExecutor {
-            executor: Arc::new(SimExecutor::new(provider.kind)),
-            call_timeout: action_timeout,
-            inventory_interval: None,
-            garp_refresh: None,
-        },
-        (ProviderKind::Exec, ProviderSettings::Exec { command, timeout_ms }) => {
-            let timeout = Duration::from_millis(*timeout_ms);
-            let mut hook = ExecHook::new(command.clone(), timeout).owned_by(owner);
-            if let Some(groups) = groups {
-                hook = hook.recorded_in(groups.clone());
-            }
-            ProviderExecutor {
-                executor: Arc::new(hook),
-                call_timeout: timeout + HOOK_DEADLINE_GRACE,
-                inventory_interval: None,
-                garp_refresh: None,
-            }
-        }
-        #[cfg(all(target_os = "linux", feature = "onprem"))]
-        (ProviderKind::Onprem, ProviderSettings::Onprem { interface, garp_count, garp_interval_ms }) => {
-            ProviderExecutor {
-                executor: Arc::new(crate::exec::onprem::OnpremExecutor::new(
-                    interface,
-                    *garp_count,
-                    Duration::from_millis(*garp_interval_ms),
-                )),
-                call_timeout: action_timeout,
-                inventory_interval: None,
-                garp_refresh: None,
-            }
-        }
-        #[cfg(feature = "aws")]
-        (ProviderKind::Aws, ProviderSettings::Aws { region, endpoint_url }) => ProviderExecutor {
-            executor: Arc::new(crate::exec::aws::AwsExecutor::new(region, endpoint_url.as_deref())),
-            call_timeout: action_timeout,
-            inventory_interval: None,
-            garp_refresh: None,
-        },
-        #[cfg(not(feature = "aws"))]
-        (ProviderKind::Aws, _) => {
-            return Err(format!(
-                "provider `{}`: this build has no aws executor; rebuild with --features aws",
-                provider.name
-            ));
-        }
-        #[cfg(not(all(target_os = "linux", feature = "onprem")))]
-        (ProviderKind::Onprem, _) => {
-            return Err(format!(
-                "provider `{}`: this build has no onprem executor; rebuild with --features onprem (Linux)",
-                provider.name
-            ));
-        }
-        (kind, _) => {
-            return Err(format!(
-                "provider `{}`: kind {} has no executor in this version (see README.md, Status); \
-                 use exec to drive it with your own command",
-                provider.name,
-                kind.as_str()
-            ));
-        }
-    };
-    executor.inventory_interval = provider.inventory_interval_ms.map(Duration::from_millis);
-    executor.garp_refresh = provider.garp_refresh_ms.map(Duration::from_millis);
-    Ok(executor)
+    let context = BuildContext { action_timeout, owner, groups };
+    let executor = provider
+        .settings
+        .build(&context)
+        .map_err(|not_built| format!("provider `{}`: {not_built}", provider.name))?;
+    Ok(ProviderExecutor {
+        executor,
+        call_timeout: provider.settings.call_timeout(action_timeout),
+        inventory_interval: provider.inventory_interval_ms.map(Duration::from_millis),
+        garp_refresh: provider.garp_refresh_ms.map(Duration::from_millis),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::parse_config;
+    use crate::exec::WithdrawRequest;
+
+    #[test]
+    fn each_provider_gets_its_kinds_executor_deadline_and_intervals() {
+        let text = "node: {name: a, provider: sim, placementGroup: g1, nic: eth0}\nstore: {path: ./d}\n\
+                    providers:\n  - {name: hook, kind: exec, command: [true], timeout: 1500ms}\n  \
+                    - {name: sim, kind: sim-onprem, inventoryInterval: 2s, garpRefresh: 3s}\n  \
+                    - {name: cloud, kind: sim-cloud}\nactionTimeout: 3s\n";
+        let config = parse_config(text, Path::new("agent.yaml")).expect("valid");
+        let executors = executors(&config, "", None).expect("every kind here is built");
+        let millis = Duration::from_millis;
+        let hook = &executors["hook"];
+        assert_eq!(hook.call_timeout, millis(2_500), "the hook's own timeout, and a grace to name itself");
+        assert_eq!((hook.inventory_interval, hook.garp_refresh), (None, None));
+        let sim = &executors["sim"];
+        assert_eq!(sim.call_timeout, millis(3_000), "actionTimeout");
+        assert_eq!((sim.inventory_interval, sim.garp_refresh), (Some(millis(2_000)), Some(millis(3_000))));
+        let withdraw = WithdrawRequest { addresses: Vec::new(), nics: vec!["eth0".into()] };
+        assert!(sim.executor.withdraw(&withdraw).is_some(), "a sim-onprem executor withdraws locally");
+        assert!(executors["cloud"].executor.withdraw(&withdraw).is_none(), "a sim-cloud one does not");
+    }
+
+    #[test]
+    fn a_kind_without_an_executor_is_refused_naming_the_provider() {
+        let text = "node: {name: a, provider: o, placementGroup: g1, nic: n}\nstore: {path: ./d}\n\
+                    providers: [{name: o, kind: azure}]\n";
+        let config = parse_config(text, Path::new("agent.yaml")).expect("a kind without an executor parses");
+        assert_eq!(
+            executors(&config, "", None).expect_err("no executor"),
+            "provider `o`: kind azure has no executor in this version (see README.md, Status); use exec to \
+             drive it with your own command"
+        );
+    }
 }

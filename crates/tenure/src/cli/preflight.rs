@@ -7,7 +7,8 @@
 //! Then, all reported together, one line each naming the file (with `line:column` where there is
 //! one):
 //! - a part this build lacks: an etcd store in a build without `--features etcd`, a provider kind
-//!   with no executor in this build (the registry, `executors.rs`);
+//!   with no executor in this build (its `build()`, through `executors.rs` and the registry
+//!   `exec/registry.rs`);
 //! - `apiTokenFile`: unreadable, empty, too long, or holding a character a header cannot carry;
 //! - an etcd store's `passwordFile` and `tls` files: unreadable, or not text where text is needed;
 //! - the pool files: read, checked together and against the config (`config::load_pools`).

@@ -16,11 +16,12 @@
 //!   `..`; symbolic links are not followed), so that a plain copy of an old store cannot carry its
 //!   identity with it.
 //! - Provider kinds `oci` and `azure` parse (they take no settings) but no build has their
-//!   executor yet (an `exec` provider can drive them); `aws` and `onprem` are parsed and checked.
-//!   Whether this build can run a kind is decided by the agent's start checks
-//!   (`cli/preflight.rs`, also run by `tenure validate`): exit 3, not 2.
+//!   executor yet (an `exec` provider can drive them); `aws` and `onprem` are parsed and checked
+//!   in every build. Whether this build can run a kind is decided by the agent's start checks
+//!   (`cli/preflight.rs`, also run by `tenure validate`, through the registry's `build()`): exit
+//!   3, not 2.
 //! - An exec provider's `timeout` may not exceed `actionTimeout` (which bounds every provider
-//!   call); when omitted it is 10 s, or `actionTimeout` when that is shorter.
+//!   call); when omitted it is 10 s, or `actionTimeout` when that is shorter (`exec/hook/settings.rs`).
 //! - `actionTimeout` (default 2 s) must be shorter than `heartbeatTTL + promotionHold` of every
 //!   pool this agent serves (SPEC 9); [`load_pools`] refuses a pool file that breaks it.
 //!
@@ -29,7 +30,9 @@
 //! - this file — [`AgentConfig`] and its parts, the defaults, [`parse_config`], [`load_config`].
 //! - `raw.rs` — the config as written (every value spanned), for serde.
 //! - `paths.rs` — paths resolved against the config's folder; "inside the store" decided lexically.
-//! - `providers.rs` — `providers:` entries and the settings of each kind.
+//! - `providers.rs` — `providers:` entries, read in two steps (name and kind, then the kind's own
+//!   settings struct, chosen through `exec/registry.rs`), and [`SettingsCheck`], what each kind's
+//!   check reports to. What a kind takes, its defaults and checks are its module's, in `exec/`.
 //! - `pools.rs` — [`load_pools`]: the pool files, checked together and against the config.
 //! - `reload.rs` — [`reload_pools`]: what a reload (SIGHUP) takes from the edited config file (its
 //!   `pools` list), and [`changed_keys`]: the keys it names as needing a restart.
@@ -51,10 +54,13 @@ use tenure_core::input::{InputError, Position, parse_duration_ms, utf8_text};
 use tenure_core::journal::{JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT};
 use tenure_core::model::{NodeSpec, ProviderKind};
 
+pub use crate::exec::registry::ProviderSettings;
 pub use pools::{POOL_FILE_BYTES_MAX, check_record_size, load_pools};
-pub use providers::{INTERFACE_NAME_BYTES_MAX, check_interface_name};
+pub use providers::SettingsCheck;
 pub use reload::{changed_keys, reload_pools};
 
+#[cfg(test)]
+pub(crate) use paths::resolve;
 use paths::{is_inside, path_field};
 use raw::{RawConfig, RawStoreKind};
 
@@ -71,25 +77,12 @@ pub const REQUEUE_INTERVAL_DEFAULT_MS: u64 = 5_000;
 /// confirmation that authorised it. Below the default pool's `heartbeatTTL + promotionHold`
 /// (4 s), as every served pool's must be (SPEC 9; checked by [`load_pools`]).
 pub const ACTION_TIMEOUT_DEFAULT_MS: u64 = 2_000;
-/// Default `timeout` of an exec provider (SPEC 7), unless `actionTimeout` is shorter.
-pub const EXEC_TIMEOUT_DEFAULT_MS: u64 = 10_000;
-/// Default `garpCount` of an onprem provider.
-pub const GARP_COUNT_DEFAULT: u32 = 3;
-/// Most gratuitous ARPs an onprem provider may send per acquire.
-pub const GARP_COUNT_MAX: u32 = 100;
-/// Default `garpInterval` of an onprem provider.
-pub const GARP_INTERVAL_DEFAULT_MS: u64 = 100;
 /// Shortest `garpRefresh` of an on-prem provider (`0s` turns the refresh off): a refresh is a
 /// gated call per held address, and switches age their MAC tables out in minutes.
 pub const GARP_REFRESH_MIN_MS: u64 = 1_000;
 /// Longest `garpRefresh`: an hour. Switches age MAC tables out in minutes (300 s by default), so
 /// a longer refresh protects nothing and is most likely a typo (`99999999999h` was accepted).
 pub const GARP_REFRESH_MAX_MS: u64 = 3_600_000;
-/// Default time between two inventory reads of an `aws` provider (drift repair's input).
-pub const AWS_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 30_000;
-/// Default time between two inventory reads of an `onprem` provider: a netlink dump of this
-/// host's proxy entries, cheap enough to read often.
-pub const ONPREM_INVENTORY_INTERVAL_DEFAULT_MS: u64 = 5_000;
 /// Default `store.snapshotEvery` of an etcd store.
 pub const SNAPSHOT_EVERY_DEFAULT: u64 = 10_000;
 /// Default `store.prefix` of an etcd store.
@@ -225,9 +218,9 @@ impl StoreConfig {
 pub struct ProviderConfig {
     /// Its name, referenced by nodes and pools.
     pub name: String,
-    /// Its kind.
+    /// Its kind (the kind of [`ProviderConfig::settings`]).
     pub kind: ProviderKind,
-    /// The settings of its kind.
+    /// The settings of its kind, checked by the kind's module (`exec/registry.rs`).
     pub settings: ProviderSettings,
     /// How often its inventory is read for drift repair (`inventoryInterval`); `None`: never
     /// (`0s`, or a kind whose inventory is not read by default: the simulated ones).
@@ -235,38 +228,6 @@ pub struct ProviderConfig {
     /// How often the announcement of every address this agent holds on it is repeated
     /// (`garpRefresh`, on-prem kinds only); `None`: never (`0s` or absent, the default).
     pub garp_refresh_ms: Option<u64>,
-}
-
-/// The settings of a provider, by kind.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProviderSettings {
-    /// `sim-cloud`, `sim-onprem`: no settings (also `oci`, `azure`, which take none and which no
-    /// build runs yet).
-    Sim,
-    /// `exec` (SPEC 7): the operator's command, fed the stamped action.
-    Exec {
-        /// The program and its arguments (no shell). A relative program path with a `/` in it
-        /// is resolved against the config file's folder; a bare name is looked up in `PATH`.
-        command: Vec<String>,
-        /// How long one run may take before its process group is killed.
-        timeout_ms: u64,
-    },
-    /// `onprem`: proxy-ARP and gratuitous ARP on a Linux interface.
-    Onprem {
-        /// The Linux interface.
-        interface: String,
-        /// Gratuitous ARPs per acquire (default [`GARP_COUNT_DEFAULT`]).
-        garp_count: u32,
-        /// Time between them (default [`GARP_INTERVAL_DEFAULT_MS`]).
-        garp_interval_ms: u64,
-    },
-    /// `aws`: EC2 secondary private IPs.
-    Aws {
-        /// The AWS region.
-        region: String,
-        /// Another EC2 endpoint (a test double such as moto), if any.
-        endpoint_url: Option<String>,
-    },
 }
 
 /// keepalived's side of pools with `authority: vrrp`.
@@ -313,7 +274,9 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
         ACTION_TIMEOUT_DEFAULT_MS,
         true,
     );
-    let providers = providers::validate_providers(&raw.providers.value, base, action_timeout_ms, &mut errors);
+    let providers =
+        providers::validate_providers(text, &raw.providers.value, base, action_timeout_ms, &mut errors)
+            .map_err(|e| vec![e])?;
     let (nodes, peers) = validate_node_keys(&raw, text, &providers, &mut errors);
     let store = validate_store(&raw.store, base, &mut errors);
     let identity_file = validate_identity_file(&raw, base, &store, &mut errors);
@@ -496,17 +459,20 @@ fn validate_node_keys(
     errors.append(&mut node_errors);
     let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(|(node, _)| node).collect();
     let peers = nodes.split_off(own.min(nodes.len()));
-    // An onprem provider answers on one interface of this host: its proxy entries, and so its
-    // inventory, cannot tell two of this agent's nodes apart.
-    for provider in providers.iter().filter(|p| p.kind == ProviderKind::Onprem) {
+    // A provider that answers on one interface of this host (`onprem`: its proxy entries, and so
+    // its inventory, cannot tell two of this agent's nodes apart) takes one node per agent.
+    for provider in providers.iter().filter(|p| p.settings.one_node_per_agent()) {
         let on_it: Vec<&NodeSpec> = nodes.iter().filter(|n| n.provider == provider.name).collect();
         if let [first, second, ..] = on_it.as_slice() {
             errors.push(InputError::at(
                 raw.nodes.as_ref().map_or_else(|| first_content(text), Position::of_spanned),
                 format!(
-                    "nodes `{}` and `{}` both run here on onprem provider `{}`: an onprem provider \
+                    "nodes `{}` and `{}` both run here on {kind} provider `{}`: an {kind} provider \
                      answers on one interface of this host, so one node per agent (one per router)",
-                    first.name, second.name, provider.name
+                    first.name,
+                    second.name,
+                    provider.name,
+                    kind = provider.kind.as_str(),
                 ),
             ));
         }

@@ -60,7 +60,7 @@ pub(super) fn path_field(
 
 /// `text` as a path: absolute as written, relative against `base`; `.` components, which change
 /// nothing, are left out (`./data` beside `etc/agent.yaml` is `etc/data`).
-pub(super) fn resolve(base: &Path, text: &str) -> PathBuf {
+pub(crate) fn resolve(base: &Path, text: &str) -> PathBuf {
     let path = Path::new(text);
     if path.is_absolute() {
         return path.to_path_buf();

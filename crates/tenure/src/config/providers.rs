@@ -1,9 +1,24 @@
-//! The `providers:` list of the agent config: each provider's kind and the settings that kind
-//! takes (SPEC 7, 10). A setting of another kind (`command` under `sim-cloud`) is refused by
-//! name, a missing one (`exec` without `command`) at the entry.
+//! The `providers:` list of the agent config (SPEC 7, 10), read in two steps so that every
+//! mistake keeps its `line:column`:
+//!
+//! 1. with the rest of the file (`raw.rs`'s [`RawProvider`]): each entry's `name` and `kind`,
+//!    every other key left for step 2 (an unknown kind is serde's error there, at the `kind`);
+//! 2. the `providers:` list again ([`validate_providers`]), each entry straight into its kind's
+//!    settings struct, chosen by the kind read in step 1 (`exec::registry::read`). Serde's
+//!    internally tagged enums would buffer an entry and lose every position, so the tag is read
+//!    first and the entry deserialized live. A key the kind does not take is refused by name at
+//!    its value, with the keys it does take ([`SettingsOf`]), and reading goes on, so that every
+//!    mistake of the file is reported at once.
+//!
+//! What each kind takes and checks is its module's ([`crate::exec::registry`]); this file holds
+//! the two steps, the checks shared by every entry (names, `inventoryInterval`, `garpRefresh`)
+//! and [`SettingsCheck`], what a kind's check reports to.
 
 use std::path::{Path, PathBuf};
 
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, IgnoredAny, IntoDeserializer as _, MapAccess, Visitor,
+};
 use serde_saphyr::Spanned;
 use tenure_core::fleet_spec::check_provider_name;
 use tenure_core::input::{InputError, Position};
@@ -11,312 +26,511 @@ use tenure_core::model::ProviderKind;
 
 use super::paths::resolve;
 use super::raw::RawProvider;
-use super::{
-    AWS_INVENTORY_INTERVAL_DEFAULT_MS, EXEC_TIMEOUT_DEFAULT_MS, GARP_COUNT_DEFAULT, GARP_COUNT_MAX,
-    GARP_INTERVAL_DEFAULT_MS, GARP_REFRESH_MAX_MS, GARP_REFRESH_MIN_MS, ONPREM_INVENTORY_INTERVAL_DEFAULT_MS,
-    ProviderConfig, ProviderSettings, check_url, duration_field,
-};
+use super::{GARP_REFRESH_MAX_MS, GARP_REFRESH_MIN_MS, ProviderConfig, check_url, duration_field};
+use crate::exec::registry;
 
-/// Longest Linux interface name (`IFNAMSIZ` less its terminating NUL), in bytes.
-pub const INTERFACE_NAME_BYTES_MAX: usize = 15;
-
-/// The settings each kind takes; every other one is an error.
-fn allowed_settings(kind: ProviderKind) -> &'static [&'static str] {
-    match kind {
-        ProviderKind::SimCloud => &["inventoryInterval"],
-        ProviderKind::SimOnprem => &["inventoryInterval", "garpRefresh"],
-        ProviderKind::Oci | ProviderKind::Azure => &[],
-        ProviderKind::Exec => &["command", "timeout"],
-        ProviderKind::Onprem => {
-            &["interface", "garpCount", "garpInterval", "inventoryInterval", "garpRefresh"]
-        }
-        ProviderKind::Aws => &["region", "endpointUrl", "inventoryInterval"],
-    }
-}
-
-/// Validates every provider entry. `action_timeout_ms` bounds an exec provider's `timeout`;
-/// relative exec programs are resolved against `base` (the config file's folder).
+/// Validates every provider entry: `raws` as step 1 read them from `text`, whose `providers:`
+/// list step 2 reads again. `action_timeout_ms` bounds an exec provider's `timeout`; relative
+/// paths are resolved against `base` (the config file's folder). Mistakes are pushed to
+/// `errors`.
+///
+/// # Errors
+///
+/// The entry that step 2 cannot read at all (a value of the wrong type, a key given twice): one
+/// located error, as a YAML error in step 1 is.
 pub(super) fn validate_providers(
+    text: &str,
     raws: &[Spanned<RawProvider>],
     base: &Path,
     action_timeout_ms: u64,
     errors: &mut Vec<InputError>,
-) -> Vec<ProviderConfig> {
-    let mut providers: Vec<ProviderConfig> = Vec::new();
+) -> Result<Vec<ProviderConfig>, InputError> {
+    let mut names: Vec<&str> = Vec::new();
     for raw in raws {
-        let entry = Position::of_spanned(raw);
-        let p = &raw.value;
-        let earlier: Vec<&str> = providers.iter().map(|q| q.name.as_str()).collect();
-        if let Err(e) = check_provider_name(&p.name, &earlier) {
+        if let Err(e) = check_provider_name(&raw.value.name, &names) {
             errors.push(e);
         }
-        let kind = p.kind.value;
-        check_settings_of_kind(p, errors);
-        let settings = match kind {
-            ProviderKind::SimCloud | ProviderKind::SimOnprem => ProviderSettings::Sim,
-            ProviderKind::Exec => exec_settings(p, entry, base, action_timeout_ms, errors),
-            ProviderKind::Onprem => onprem_settings(p, entry, errors),
-            ProviderKind::Aws => aws_settings(p, entry, errors),
-            // No settings and no executor in this version: a kind this build lacks, refused by the
-            // agent's start checks (exit 3, as `aws` without its feature), not a bad config.
-            ProviderKind::Oci | ProviderKind::Azure => ProviderSettings::Sim,
-        };
-        let inventory_interval_ms = inventory_interval(p, errors);
-        let garp_refresh_ms = garp_refresh(p, errors);
-        providers.push(ProviderConfig {
-            name: p.name.value.clone(),
+        names.push(&raw.value.name.value);
+    }
+    let context = Context { raws, base, action_timeout_ms };
+    let mut checked = Vec::with_capacity(raws.len());
+    serde_saphyr::with_deserializer_from_str(text, |document| {
+        DocumentSeed { context: &context, checked: &mut checked, errors: &mut *errors }.deserialize(document)
+    })
+    .map_err(|e| InputError::from_yaml_in(text, &e))?;
+    Ok(checked)
+}
+
+/// What a kind's check ([`registry::Provider::check`]) reads and reports to: the entry it checks,
+/// and the mistakes it finds, each at its place.
+pub struct SettingsCheck<'a> {
+    name: &'a str,
+    entry: Position,
+    base: &'a Path,
+    action_timeout_ms: u64,
+    errors: &'a mut Vec<InputError>,
+    inventory_interval_ms: Option<u64>,
+    garp_refresh_ms: Option<u64>,
+}
+
+impl<'a> SettingsCheck<'a> {
+    fn new(raw: &'a Spanned<RawProvider>, context: &Context<'a>, errors: &'a mut Vec<InputError>) -> Self {
+        Self {
+            name: &raw.value.name.value,
+            entry: Position::of_spanned(raw),
+            base: context.base,
+            action_timeout_ms: context.action_timeout_ms,
+            errors,
+            inventory_interval_ms: None,
+            garp_refresh_ms: None,
+        }
+    }
+
+    /// A check of an entry named `name` at no place, with `actionTimeout` at its default.
+    #[cfg(test)]
+    pub(crate) fn for_test(name: &'a str, errors: &'a mut Vec<InputError>) -> Self {
+        Self {
+            name,
+            entry: Position::default(),
+            base: Path::new(""),
+            action_timeout_ms: super::ACTION_TIMEOUT_DEFAULT_MS,
+            errors,
+            inventory_interval_ms: None,
+            garp_refresh_ms: None,
+        }
+    }
+
+    /// The provider's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// Where the entry starts: the place of a mistake about something missing from it.
+    #[must_use]
+    pub fn entry(&self) -> Position {
+        self.entry
+    }
+
+    /// The agent's `actionTimeout`, which bounds every provider call.
+    #[must_use]
+    pub fn action_timeout_ms(&self) -> u64 {
+        self.action_timeout_ms
+    }
+
+    /// `path` resolved against the config file's folder.
+    #[must_use]
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        resolve(self.base, path)
+    }
+
+    /// Reports a mistake at `at`.
+    pub fn error(&mut self, at: Position, message: impl Into<String>) {
+        self.errors.push(InputError::at(at, message));
+    }
+
+    /// A duration setting (Go style: `10s`, `1500ms`), or `default_ms` when absent or wrong;
+    /// `positive` refuses `0s`.
+    pub fn duration(
+        &mut self,
+        key: &str,
+        value: Option<&Spanned<String>>,
+        default_ms: u64,
+        positive: bool,
+    ) -> u64 {
+        duration_field(self.errors, key, value, default_ms, positive)
+    }
+
+    /// An `http://` or `https://` URL setting.
+    pub fn url(&mut self, key: &str, value: &Spanned<String>) {
+        if let Err(m) = check_url(&value.value) {
+            self.error(Position::of_spanned(value), format!("{key}: {m}"));
+        }
+    }
+
+    /// `inventoryInterval`, for a kind whose inventory is read (drift repair's input): every
+    /// `default_ms` when absent (`0`: only when asked); `0s` turns the reads off.
+    pub fn inventory_interval(&mut self, value: Option<&Spanned<String>>, default_ms: u64) {
+        let ms = self.duration("inventoryInterval", value, default_ms, false);
+        self.inventory_interval_ms = (ms > 0).then_some(ms);
+    }
+
+    /// `garpRefresh`, for an on-prem kind: how often the announcement of every address this agent
+    /// holds on the provider is repeated. Absent or `0s`: off (the default); otherwise at least
+    /// [`GARP_REFRESH_MIN_MS`] and at most [`GARP_REFRESH_MAX_MS`].
+    pub fn garp_refresh(&mut self, value: Option<&Spanned<String>>) {
+        let Some(text) = value else { return };
+        let ms = self.duration("garpRefresh", Some(text), 0, false);
+        if ms > 0 && ms < GARP_REFRESH_MIN_MS {
+            self.error(
+                Position::of_spanned(text),
+                format!(
+                    "garpRefresh {} is shorter than {}: use at least that, or 0s to turn the refresh off",
+                    text.value.trim(),
+                    super::format_ms(GARP_REFRESH_MIN_MS)
+                ),
+            );
+            return;
+        }
+        if ms > GARP_REFRESH_MAX_MS {
+            self.error(
+                Position::of_spanned(text),
+                format!(
+                    "garpRefresh {} is longer than {}: switches forget a MAC in minutes; use at most that",
+                    text.value.trim(),
+                    super::format_ms(GARP_REFRESH_MAX_MS)
+                ),
+            );
+            return;
+        }
+        self.garp_refresh_ms = (ms > 0).then_some(ms);
+    }
+
+    /// Deserializes `entry` into `T`, the settings as written of `kind`: the keys `T` takes go
+    /// to it, `name` and `kind` are skipped (step 1 read them), every other key is refused by
+    /// name at its value.
+    pub(crate) fn deserialize<'de, T: DeserializeOwned, M: MapAccess<'de>>(
+        &mut self,
+        kind: ProviderKind,
+        entry: M,
+    ) -> Result<T, M::Error> {
+        let takes = keys_of::<T>();
+        T::deserialize(de::value::MapAccessDeserializer::new(SettingsOf { entry, kind, takes, check: self }))
+    }
+}
+
+/// What every entry's check needs besides the entry.
+struct Context<'a> {
+    raws: &'a [Spanned<RawProvider>],
+    base: &'a Path,
+    action_timeout_ms: u64,
+}
+
+/// Step 2 over the whole document: every key but `providers` skipped.
+struct DocumentSeed<'c, 'a> {
+    context: &'c Context<'a>,
+    checked: &'c mut Vec<ProviderConfig>,
+    errors: &'c mut Vec<InputError>,
+}
+
+impl<'de> DeserializeSeed<'de> for DocumentSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("the agent config")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "providers" {
+                map.next_value_seed(ProvidersSeed {
+                    context: self.context,
+                    checked: &mut *self.checked,
+                    errors: &mut *self.errors,
+                })?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Step 2 over `providers:`: entry `i` is of the kind step 1 read for entry `i`.
+struct ProvidersSeed<'c, 'a> {
+    context: &'c Context<'a>,
+    checked: &'c mut Vec<ProviderConfig>,
+    errors: &'c mut Vec<InputError>,
+}
+
+impl<'de> DeserializeSeed<'de> for ProvidersSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ProvidersSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of providers")
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        for raw in self.context.raws {
+            let entry = EntrySeed { raw, context: self.context, errors: &mut *self.errors };
+            match seq.next_element_seed(entry)? {
+                Some(provider) => self.checked.push(provider),
+                None => return Err(de::Error::custom("the providers list changed between two reads")),
+            }
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
+/// One entry, read into its kind's settings and checked.
+struct EntrySeed<'c, 'a> {
+    raw: &'a Spanned<RawProvider>,
+    context: &'c Context<'a>,
+    errors: &'c mut Vec<InputError>,
+}
+
+impl<'de> DeserializeSeed<'de> for EntrySeed<'_, '_> {
+    type Value = ProviderConfig;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<ProviderConfig, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EntrySeed<'_, '_> {
+    type Value = ProviderConfig;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a provider entry")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, entry: A) -> Result<ProviderConfig, A::Error> {
+        let kind = self.raw.value.kind.value;
+        let mut check = SettingsCheck::new(self.raw, self.context, self.errors);
+        let settings = registry::read(kind, entry, &mut check)?;
+        debug_assert_eq!(settings.kind(), kind, "the registry reads a kind into its own variant");
+        Ok(ProviderConfig {
+            name: self.raw.value.name.value.clone(),
             kind,
             settings,
-            inventory_interval_ms,
-            garp_refresh_ms,
-        });
-    }
-    providers
-}
-
-/// `inventoryInterval`: `0s` turns the reads off; `aws` reads every
-/// [`AWS_INVENTORY_INTERVAL_DEFAULT_MS`] by default, `onprem` every
-/// [`ONPREM_INVENTORY_INTERVAL_DEFAULT_MS`], the simulated kinds only when asked (a
-/// setting of another kind is refused by [`check_settings_of_kind`]).
-fn inventory_interval(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u64> {
-    let default_ms = match p.kind.value {
-        ProviderKind::Aws => AWS_INVENTORY_INTERVAL_DEFAULT_MS,
-        ProviderKind::Onprem => ONPREM_INVENTORY_INTERVAL_DEFAULT_MS,
-        ProviderKind::SimCloud | ProviderKind::SimOnprem if p.inventory_interval.is_some() => 0,
-        _ => return None,
-    };
-    let ms = duration_field(errors, "inventoryInterval", p.inventory_interval.as_ref(), default_ms, false);
-    (ms > 0).then_some(ms)
-}
-
-/// `garpRefresh`: how often an on-prem provider repeats the announcement of every address this
-/// agent holds on it. Absent or `0s`: off (the default); otherwise at least
-/// [`GARP_REFRESH_MIN_MS`] and at most [`GARP_REFRESH_MAX_MS`]. Another kind's is refused by [`check_settings_of_kind`].
-fn garp_refresh(p: &RawProvider, errors: &mut Vec<InputError>) -> Option<u64> {
-    let text = p.garp_refresh.as_ref()?;
-    let ms = duration_field(errors, "garpRefresh", Some(text), 0, false);
-    if ms > 0 && ms < GARP_REFRESH_MIN_MS {
-        errors.push(InputError::at(
-            Position::of_spanned(text),
-            format!(
-                "garpRefresh {} is shorter than {}: use at least that, or 0s to turn the refresh off",
-                text.value.trim(),
-                super::format_ms(GARP_REFRESH_MIN_MS)
-            ),
-        ));
-        return None;
-    }
-    if ms > GARP_REFRESH_MAX_MS {
-        errors.push(InputError::at(
-            Position::of_spanned(text),
-            format!(
-                "garpRefresh {} is longer than {}: switches forget a MAC in minutes; use at most that",
-                text.value.trim(),
-                super::format_ms(GARP_REFRESH_MAX_MS)
-            ),
-        ));
-        return None;
-    }
-    (ms > 0).then_some(ms)
-}
-
-/// Refuses every setting the provider's kind does not take, at the setting.
-fn check_settings_of_kind(p: &RawProvider, errors: &mut Vec<InputError>) {
-    let present: [(&str, Option<Position>); 9] = [
-        ("command", p.command.as_ref().map(Position::of_spanned)),
-        ("timeout", p.timeout.as_ref().map(Position::of_spanned)),
-        ("interface", p.interface.as_ref().map(Position::of_spanned)),
-        ("garpCount", p.garp_count.as_ref().map(Position::of_spanned)),
-        ("garpInterval", p.garp_interval.as_ref().map(Position::of_spanned)),
-        ("region", p.region.as_ref().map(Position::of_spanned)),
-        ("endpointUrl", p.endpoint_url.as_ref().map(Position::of_spanned)),
-        ("inventoryInterval", p.inventory_interval.as_ref().map(Position::of_spanned)),
-        ("garpRefresh", p.garp_refresh.as_ref().map(Position::of_spanned)),
-    ];
-    let kind = p.kind.value;
-    let allowed = allowed_settings(kind);
-    for (field, position) in present {
-        if let Some(position) = position
-            && !allowed.contains(&field)
-        {
-            let takes = if allowed.is_empty() {
-                "no settings".to_owned()
-            } else {
-                allowed.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ")
-            };
-            errors.push(InputError::at(
-                position,
-                format!("provider kind `{}` does not take `{field}` (it takes {takes})", kind.as_str()),
-            ));
-        }
+            inventory_interval_ms: check.inventory_interval_ms,
+            garp_refresh_ms: check.garp_refresh_ms,
+        })
     }
 }
 
-fn exec_settings(
-    p: &RawProvider,
-    entry: Position,
-    base: &Path,
-    action_timeout_ms: u64,
-    errors: &mut Vec<InputError>,
-) -> ProviderSettings {
-    let name = &p.name.value;
-    let mut command = Vec::new();
-    match &p.command {
-        None => errors.push(InputError::at(
-            entry,
-            format!("exec provider `{name}` needs `command`: the program and its arguments, as a list"),
-        )),
-        Some(list) if list.value.is_empty() => errors.push(InputError::at(
-            Position::of_spanned(list),
-            format!("exec provider `{name}`: `command` must name at least the program"),
-        )),
-        Some(list) => {
-            for (index, argument) in list.value.iter().enumerate() {
-                if argument.value.contains('\0') {
-                    errors.push(InputError::at(
-                        Position::of_spanned(argument),
-                        "a command argument must not contain a NUL character".to_owned(),
-                    ));
-                } else if index == 0 {
-                    match program_path(&argument.value, base) {
-                        Some(program) => command.push(program),
-                        None => errors.push(InputError::at(
-                            Position::of_spanned(argument),
-                            format!("exec provider `{name}`: the program must not be empty"),
-                        )),
-                    }
+/// An entry as the map of one kind's settings: the keys it takes (`takes`) pass, `name` and
+/// `kind` are skipped, any other key is refused by name at its value (and skipped), so that a
+/// setting of another kind (`command` under `sim-cloud`) is one located line among the file's
+/// other mistakes, not serde's generic "unknown field" that stops the reading.
+struct SettingsOf<'c, 'a, M> {
+    entry: M,
+    kind: ProviderKind,
+    takes: &'static [&'static str],
+    check: &'c mut SettingsCheck<'a>,
+}
+
+impl<'de, M: MapAccess<'de>> MapAccess<'de> for SettingsOf<'_, '_, M> {
+    type Error = M::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, M::Error> {
+        while let Some(key) = self.entry.next_key::<String>()? {
+            if self.takes.contains(&key.as_str()) {
+                return seed.deserialize(key.into_deserializer()).map(Some);
+            }
+            let value = self.entry.next_value::<Spanned<IgnoredAny>>()?;
+            if key != "name" && key != "kind" {
+                let takes = if self.takes.is_empty() {
+                    "no settings".to_owned()
                 } else {
-                    command.push(argument.value.clone());
-                }
+                    self.takes.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                };
+                self.check.error(
+                    Position::of_spanned(&value),
+                    format!(
+                        "provider kind `{}` does not take `{key}` (it takes {takes})",
+                        self.kind.as_str()
+                    ),
+                );
             }
         }
+        Ok(None)
     }
-    let explicit = p.timeout.is_some();
-    let default_ms = EXEC_TIMEOUT_DEFAULT_MS.min(action_timeout_ms);
-    let timeout_ms = duration_field(errors, "timeout", p.timeout.as_ref(), default_ms, true);
-    if explicit
-        && timeout_ms > action_timeout_ms
-        && let Some(timeout) = &p.timeout
-    {
-        errors.push(InputError::at(
-            Position::of_spanned(timeout),
-            format!(
-                "exec provider `{name}`: timeout {} is longer than actionTimeout {}, which bounds every \
-                 provider call; lower timeout or raise actionTimeout",
-                timeout.value.trim(),
-                super::format_ms(action_timeout_ms)
-            ),
-        ));
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, M::Error> {
+        self.entry.next_value_seed(seed)
     }
-    ProviderSettings::Exec { command, timeout_ms }
 }
 
-/// The program to run: a relative path with a `/` in it (`hooks/x.sh`, `./x.sh`) is relative to
-/// the config file's folder; a bare name (`logger`) is looked up in `PATH` when run. `None` when
-/// empty.
-fn program_path(program: &str, base: &Path) -> Option<String> {
-    if program.is_empty() {
-        return None;
+/// The keys a settings struct takes: the field names serde's derive hands to
+/// `deserialize_struct` (after `rename_all`), so that the struct is the one place they are
+/// written.
+///
+/// # Panics
+///
+/// When `T` is not a braced struct (a kind's `Raw` must be: see [`registry::Provider::Raw`]).
+fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    match T::deserialize(KeysProbe) {
+        Err(Probed::Keys(keys)) => keys,
+        _ => panic!("{} is not a struct of settings", std::any::type_name::<T>()),
     }
-    if program.contains('/') && Path::new(program).is_relative() {
-        let resolved: PathBuf = resolve(base, program);
-        let resolved = resolved.to_string_lossy().into_owned();
-        // A program in the working folder (a config named without a folder) keeps its `./`:
-        // without a slash it would be looked up in PATH, another program or none.
-        return Some(if resolved.contains('/') { resolved } else { format!("./{resolved}") });
-    }
-    Some(program.to_owned())
 }
 
-fn onprem_settings(p: &RawProvider, entry: Position, errors: &mut Vec<InputError>) -> ProviderSettings {
-    let interface = match &p.interface {
-        None => {
-            errors.push(InputError::at(
-                entry,
-                format!(
-                    "onprem provider `{}` needs `interface`: the Linux interface it answers on",
-                    p.name.value
-                ),
-            ));
-            String::new()
-        }
-        Some(text) => {
-            if let Err(m) = check_interface_name(&text.value) {
-                errors.push(InputError::at(Position::of_spanned(text), m));
-            }
-            text.value.clone()
-        }
-    };
-    let garp_count = p.garp_count.as_ref().map_or(GARP_COUNT_DEFAULT, |count| {
-        if count.value > GARP_COUNT_MAX {
-            errors.push(InputError::at(
-                Position::of_spanned(count),
-                format!("garpCount {} is more than {GARP_COUNT_MAX}", count.value),
-            ));
-        }
-        count.value
-    });
-    let garp_interval_ms =
-        duration_field(errors, "garpInterval", p.garp_interval.as_ref(), GARP_INTERVAL_DEFAULT_MS, false);
-    ProviderSettings::Onprem { interface, garp_count, garp_interval_ms }
+/// A deserializer that only answers what [`keys_of`] asks.
+struct KeysProbe;
+
+/// [`KeysProbe`]'s answer, as an error: the keys, or that `T` is no struct.
+#[derive(Debug)]
+enum Probed {
+    Keys(&'static [&'static str]),
+    NotAStruct,
 }
 
-/// Linux's rule for an interface name (`dev_valid_name`): 1 to 15 bytes, not `.` or `..`, no
-/// `/`, `:` or whitespace.
-pub fn check_interface_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > INTERFACE_NAME_BYTES_MAX {
-        return Err(format!(
-            "interface `{name}` must be 1 to {INTERFACE_NAME_BYTES_MAX} bytes long (a Linux interface name)"
-        ));
+impl std::fmt::Display for Probed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a probe of a struct's keys")
     }
-    if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return Err(format!("`{name}` is not a Linux interface name (no `/`, `:` or spaces)"));
-    }
-    Ok(())
 }
 
-fn aws_settings(p: &RawProvider, entry: Position, errors: &mut Vec<InputError>) -> ProviderSettings {
-    let region = match &p.region {
-        None => {
-            errors.push(InputError::at(
-                entry,
-                format!("aws provider `{}` needs `region` (for instance `us-east-1`)", p.name.value),
-            ));
-            String::new()
-        }
-        Some(text) => {
-            let valid = !text.value.is_empty()
-                && text.value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-            if !valid {
-                errors.push(InputError::at(
-                    Position::of_spanned(text),
-                    format!("`{}` is not an AWS region name (like `us-east-1`)", text.value),
-                ));
-            }
-            text.value.clone()
-        }
-    };
-    let endpoint_url = p.endpoint_url.as_ref().map(|url| {
-        if let Err(m) = check_url(&url.value) {
-            errors.push(InputError::at(Position::of_spanned(url), format!("endpointUrl: {m}")));
-        }
-        url.value.clone()
-    });
-    ProviderSettings::Aws { region, endpoint_url }
+impl std::error::Error for Probed {}
+
+impl de::Error for Probed {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Self::NotAStruct
+    }
+}
+
+impl<'de> de::Deserializer<'de> for KeysProbe {
+    type Error = Probed;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Probed> {
+        Err(Probed::NotAStruct)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Probed> {
+        Err(Probed::Keys(fields))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
 }
 
 #[cfg(test)]
-mod program_tests {
+mod tests {
+    use serde::Deserialize;
+
     use super::*;
+    use crate::config::parse_config;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    #[expect(dead_code, reason = "only its keys are read")]
+    struct Two {
+        first_key: Option<u32>,
+        second: Option<String>,
+    }
 
     #[test]
-    fn a_relative_program_stays_a_path_whatever_the_config_folder() {
-        assert_eq!(program_path("./hook.sh", Path::new("")).as_deref(), Some("./hook.sh"));
-        assert_eq!(program_path("./hook.sh", Path::new("ex")).as_deref(), Some("ex/hook.sh"));
+    fn the_keys_of_a_settings_struct_are_its_fields_as_written() {
+        assert_eq!(keys_of::<Two>(), &["firstKey", "second"]);
+    }
+
+    const HEAD: &str = "node: {name: a, provider: p, placementGroup: g1, nic: eni-a}\nstore: {path: ./d}\n";
+
+    /// Every error of `providers` (after [`HEAD`]) as `(line, column, message)`.
+    fn errors(providers: &str) -> Vec<(u64, u64, String)> {
+        let text = format!("{HEAD}{providers}");
+        parse_config(&text, Path::new("agent.yaml"))
+            .expect_err("must be refused")
+            .into_iter()
+            .map(|e| (e.position.line, e.position.column, e.message))
+            .collect()
+    }
+
+    /// The 1-based column of `needle` in line `line` (1-based) of `providers`, after [`HEAD`].
+    fn column(providers: &str, line: usize, needle: &str) -> u64 {
+        let text = providers.lines().nth(line - 3).expect("the line");
+        u64::try_from(text.find(needle).expect("on the line") + 1).expect("small")
+    }
+
+    #[test]
+    fn a_key_of_another_kind_is_refused_at_its_value_whatever_the_order_of_the_keys() {
+        // Settings before `kind`, and a block mapping: the kind is read first all the same.
+        let block = "providers:\n  - timeout: 1s\n    garpRefresh: 30s\n    kind: sim-cloud\n    name: p\n";
         assert_eq!(
-            program_path("bin/hook", Path::new("/etc/tenure")).as_deref(),
-            Some("/etc/tenure/bin/hook")
+            errors(block),
+            vec![
+                (
+                    4,
+                    column(block, 4, "1s"),
+                    "provider kind `sim-cloud` does not take `timeout` (it takes `inventoryInterval`)".into()
+                ),
+                (
+                    5,
+                    column(block, 5, "30s"),
+                    "provider kind `sim-cloud` does not take `garpRefresh` (it takes `inventoryInterval`)"
+                        .into()
+                ),
+            ]
         );
-        assert_eq!(program_path("true", Path::new("")).as_deref(), Some("true"), "a bare name is PATH's");
+    }
+
+    #[test]
+    fn a_typo_is_refused_by_name_with_the_keys_the_kind_takes_among_the_files_other_mistakes() {
+        let flow = "providers: [{name: p, kind: exec, comand: [x.sh]}]\nlisten: nowhere\n";
+        let all = errors(flow);
+        assert_eq!(all.len(), 3, "{all:?}");
+        assert_eq!((all[0].0, all[0].1), (3, column(flow, 3, "{name")), "the entry lacks `command`");
+        assert!(all[0].2.contains("exec provider `p` needs `command`"), "{all:?}");
+        assert_eq!(
+            all[1],
+            (
+                3,
+                column(flow, 3, "[x.sh]"),
+                "provider kind `exec` does not take `comand` (it takes `command`, `timeout`)".into()
+            )
+        );
+        assert_eq!(all[2].0, 4, "and the reading went on: {all:?}");
+        let none = "providers: [{name: p, kind: azure, interface: eth0}]\n";
+        assert_eq!(
+            errors(none),
+            vec![(
+                3,
+                column(none, 3, "eth0"),
+                "provider kind `azure` does not take `interface` (it takes no settings)".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn settings_read_in_the_second_step_keep_their_places() {
+        // A value checked by its kind: at the value, in a block mapping written after `kind`.
+        let block = "providers:\n  - name: p\n    kind: onprem\n    interface: eth0\n    garpCount: 1000\n";
+        assert_eq!(
+            errors(block),
+            vec![(7, column(block, 7, "1000"), "garpCount 1000 is more than 100".into())]
+        );
+        // A command argument, inside the list.
+        let nul = "providers: [{name: p, kind: exec, command: [x.sh, \"a\\0b\"]}]\n";
+        assert_eq!(
+            errors(nul),
+            vec![(3, column(nul, 3, "\"a"), "a command argument must not contain a NUL character".into())]
+        );
+        // A value of the wrong type stops the reading, as anywhere in the file: one located line.
+        let wrong = "providers:\n  - {name: p, kind: onprem, interface: eth0, garpCount: many}\n";
+        let all = errors(wrong);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!((all[0].0, all[0].1), (4, column(wrong, 4, "many")), "{all:?}");
+        // A key twice in an entry: serde's error, located.
+        let twice = "providers:\n  - {name: p, kind: exec, command: [x], timeout: 1s, timeout: 2s}\n";
+        let all = errors(twice);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].0, 4, "{all:?}");
+        assert!(all[0].2.contains("duplicate"), "{all:?}");
     }
 }

@@ -1,9 +1,9 @@
 //! The agent config as written (SPEC 10), before validation: every value [`Spanned`], so that a
 //! check made after parsing can still name its `line:column`; unknown keys are errors.
 //!
-//! Fields that only some provider kinds take are all optional here; which kind takes which is
-//! checked in `providers.rs`, so that `command` under a `sim-cloud` provider is refused by
-//! name instead of by a generic "unknown field".
+//! A provider entry is read here only for its `name` and `kind`: its settings are read again
+//! into its kind's own struct (`providers.rs`, `exec/registry.rs`), so that `command` under a
+//! `sim-cloud` provider is refused by name instead of by a generic "unknown field".
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -62,21 +62,13 @@ pub(super) enum RawStoreKind {
     Etcd,
 }
 
-/// One `providers:` entry.
+/// One `providers:` entry's name and kind; its other keys are its kind's settings, read in a
+/// second step (`providers.rs`), so they are let through here.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub(super) struct RawProvider {
     pub(super) name: Spanned<String>,
     pub(super) kind: Spanned<ProviderKind>,
-    pub(super) command: Option<Spanned<Vec<Spanned<String>>>>,
-    pub(super) timeout: Option<Spanned<String>>,
-    pub(super) interface: Option<Spanned<String>>,
-    pub(super) garp_count: Option<Spanned<u32>>,
-    pub(super) garp_interval: Option<Spanned<String>>,
-    pub(super) region: Option<Spanned<String>>,
-    pub(super) endpoint_url: Option<Spanned<String>>,
-    pub(super) inventory_interval: Option<Spanned<String>>,
-    pub(super) garp_refresh: Option<Spanned<String>>,
 }
 
 /// `vrrp:`.

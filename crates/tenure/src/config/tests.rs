@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 use tenure_core::input::InputError;
 
 use super::*;
+use crate::exec::aws::{AWS_INVENTORY_INTERVAL_DEFAULT_MS, AwsSettings};
+use crate::exec::hook::ExecSettings;
+use crate::exec::onprem::{ONPREM_INVENTORY_INTERVAL_DEFAULT_MS, OnpremSettings};
+use crate::exec::sim::SimCloudSettings;
 
 const GOOD: &str = "\
 # one node on the simulated cloud
@@ -54,13 +58,16 @@ fn a_good_config_gets_its_defaults_and_resolved_paths() {
     assert_eq!(config.journal_retention, tenure_core::journal::JOURNAL_RETENTION_DEFAULT);
     assert_eq!(config.api_token_file, None);
     assert_eq!(config.vrrp, None);
-    assert_eq!(config.provider("sim1").map(|p| &p.settings), Some(&ProviderSettings::Sim));
+    assert_eq!(
+        config.provider("sim1").map(|p| &p.settings),
+        Some(&ProviderSettings::SimCloud(SimCloudSettings {}))
+    );
     assert_eq!(
         config.provider("hook").map(|p| &p.settings),
-        Some(&ProviderSettings::Exec {
+        Some(&ProviderSettings::Exec(ExecSettings {
             command: vec!["/etc/tenure/hooks/run.sh".to_owned(), "--verbose".to_owned()],
             timeout_ms: 2_000,
-        })
+        }))
     );
 }
 
@@ -102,16 +109,20 @@ journalRetention: 20
     assert_eq!(
         config.providers.iter().map(|p| p.settings.clone()).collect::<Vec<_>>(),
         vec![
-            ProviderSettings::Onprem { interface: "eth0".to_owned(), garp_count: 5, garp_interval_ms: 50 },
-            ProviderSettings::Aws {
+            ProviderSettings::Onprem(OnpremSettings {
+                interface: "eth0".to_owned(),
+                garp_count: 5,
+                garp_interval_ms: 50
+            }),
+            ProviderSettings::Aws(AwsSettings {
                 region: "us-east-1".to_owned(),
                 endpoint_url: Some("http://127.0.0.1:5000".to_owned())
-            },
+            }),
             // A bare program name stays for PATH; the default timeout is bounded by actionTimeout.
-            ProviderSettings::Exec {
+            ProviderSettings::Exec(ExecSettings {
                 command: vec!["logger".to_owned(), "-t".to_owned(), "tenure".to_owned()],
                 timeout_ms: 3_000
-            },
+            }),
         ]
     );
     assert_eq!(

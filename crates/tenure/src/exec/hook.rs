@@ -39,6 +39,14 @@
 //!   ([`ExecHook::recorded_in`], [`super::hook_groups`]) and kills by that record at its next
 //!   start: that catches what the environment mark cannot (a hook in another mount namespace,
 //!   `ip netns exec …`; a process whose environment cannot be read).
+//!
+//! # Layout
+//!
+//! - this file — [`ExecHook`], the executor of the contract above, and [`kill_orphans`].
+//! - `hook/settings.rs` — [`ExecSettings`] (`command`, `timeout`), their check, and `build()`:
+//!   the `exec` kind's registration in [`super::registry`].
+
+mod settings;
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{ExitStatus, Stdio};
@@ -50,6 +58,8 @@ use tenure_core::model::StampedAction;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+pub use settings::{EXEC_TIMEOUT_DEFAULT_MS, ExecRaw, ExecSettings, HOOK_DEADLINE_GRACE};
 
 use super::hook_groups::{HOOK_GATE_SUBCOMMAND, HookGroups};
 use super::{ExecuteFuture, ExecutionOutcome, Executor};

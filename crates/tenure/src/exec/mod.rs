@@ -25,24 +25,31 @@
 //! # Layout
 //!
 //! - this file — [`Executor`], [`ExecutionOutcome`], [`execute_within`], [`InventoryRequest`].
-//! - `aws` — `AwsExecutor`: EC2 secondary private IPs (cargo feature `aws`).
-//! - [`hook`] — [`ExecHook`]: the `exec` provider, the operator's command fed the stamped action
-//!   (SPEC 7's exec contract), killed with its process group past its timeout.
+//! - [`registry`] — every provider kind once: [`ProviderSettings`] (one variant per kind), the
+//!   [`registry::Provider`] trait each kind's module implements (its settings as written, their
+//!   check, its `build()`), and why a build has no executor for a kind ([`registry::NotBuilt`]).
+//! - One module per provider kind, each compiled in every build (its settings are read and
+//!   checked everywhere), its executor behind the kind's cargo feature:
+//!   - [`aws`] — `aws`: `AwsExecutor`, EC2 secondary private IPs (cargo feature `aws`).
+//!   - [`onprem`] — `onprem`: `OnpremExecutor`, proxy neighbour entries and gratuitous ARP /
+//!     unsolicited NA (Linux, cargo feature `onprem`).
+//!   - [`hook`] — `exec`: [`ExecHook`], the operator's command fed the stamped action (SPEC 7's
+//!     exec contract), killed with its process group past its timeout.
+//!   - [`sim`] — `sim-cloud`, `sim-onprem`: [`SimExecutor`], the simulated providers behind a
+//!     shared, lock-protected handle.
+//!   - [`oci`], [`azure`] — registered, with no executor in this version.
 //! - [`hook_groups`] — `HookGroups`: every hook's process group recorded durably before it can
 //!   act, and killed by that record at the next start (Linux).
-//! - `onprem` — `OnpremExecutor`: proxy neighbour entries and gratuitous ARP / unsolicited NA
-//!   (Linux, cargo feature `onprem`).
-//! - [`sim`] — [`SimExecutor`]: the simulated providers `sim-cloud` and `sim-onprem` behind a
-//!   shared, lock-protected handle.
 
-#[cfg(feature = "aws")]
 pub mod aws;
+pub mod azure;
 #[cfg(unix)]
 pub mod hook;
 #[cfg(unix)]
 pub mod hook_groups;
-#[cfg(all(target_os = "linux", feature = "onprem"))]
+pub mod oci;
 pub mod onprem;
+pub mod registry;
 pub mod sim;
 
 use std::future::Future;
@@ -54,6 +61,7 @@ use tokio::time::Instant;
 
 #[cfg(unix)]
 pub use hook::ExecHook;
+pub use registry::ProviderSettings;
 pub use sim::SimExecutor;
 
 /// What became of one provider call.

@@ -1,17 +1,101 @@
-//! [`SimExecutor`]: the simulated providers `sim-cloud` and `sim-onprem`
+//! The provider kinds `sim-cloud` and `sim-onprem`: [`SimExecutor`], the simulated providers
 //! ([`tenure_sim::sim_provider::SimProvider`]) as an [`Executor`], so that an agent can run them
-//! for real, behind the same interface and the same gate as the real providers.
+//! for real, behind the same interface and the same gate as the real providers; and their
+//! settings ([`SimCloudSettings`], [`SimOnpremSettings`]), registered in [`super::registry`].
+//! Built in every build. Their inventory is read only when `inventoryInterval` asks.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use serde::Deserialize;
+use serde_saphyr::Spanned;
 use tenure_core::model::{ProviderKind, StampedAction};
 use tenure_sim::sim_provider::SimProvider;
 use tokio::time::Instant;
 
+use super::registry::{BuildContext, NotBuilt, Provider, ProviderSettings, Runtime};
 use super::{
     ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest, WithdrawFuture,
     WithdrawRequest,
 };
+use crate::config::SettingsCheck;
+
+/// `kind: sim-cloud` settings: none but `inventoryInterval` (read only when asked).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimCloudSettings {}
+
+/// `kind: sim-cloud` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SimCloudRaw {
+    inventory_interval: Option<Spanned<String>>,
+}
+
+impl Provider for SimCloudSettings {
+    const KIND: ProviderKind = ProviderKind::SimCloud;
+    type Raw = SimCloudRaw;
+
+    fn check(raw: SimCloudRaw, check: &mut SettingsCheck<'_>) -> Self {
+        check.inventory_interval(raw.inventory_interval.as_ref(), 0);
+        Self {}
+    }
+}
+
+impl From<SimCloudSettings> for ProviderSettings {
+    fn from(settings: SimCloudSettings) -> Self {
+        Self::SimCloud(settings)
+    }
+}
+
+impl Runtime for SimCloudSettings {
+    fn kind(&self) -> ProviderKind {
+        Self::KIND
+    }
+
+    /// A fresh in-memory provider of its own (the agent's nodes on it share it).
+    fn build(&self, _: &BuildContext<'_>) -> Result<Arc<dyn Executor>, NotBuilt> {
+        Ok(Arc::new(SimExecutor::new(Self::KIND)))
+    }
+}
+
+/// `kind: sim-onprem` settings: none but `inventoryInterval` (read only when asked) and
+/// `garpRefresh`, as `onprem`'s.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimOnpremSettings {}
+
+/// `kind: sim-onprem` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SimOnpremRaw {
+    inventory_interval: Option<Spanned<String>>,
+    garp_refresh: Option<Spanned<String>>,
+}
+
+impl Provider for SimOnpremSettings {
+    const KIND: ProviderKind = ProviderKind::SimOnprem;
+    type Raw = SimOnpremRaw;
+
+    fn check(raw: SimOnpremRaw, check: &mut SettingsCheck<'_>) -> Self {
+        check.inventory_interval(raw.inventory_interval.as_ref(), 0);
+        check.garp_refresh(raw.garp_refresh.as_ref());
+        Self {}
+    }
+}
+
+impl From<SimOnpremSettings> for ProviderSettings {
+    fn from(settings: SimOnpremSettings) -> Self {
+        Self::SimOnprem(settings)
+    }
+}
+
+impl Runtime for SimOnpremSettings {
+    fn kind(&self) -> ProviderKind {
+        Self::KIND
+    }
+
+    fn build(&self, _: &BuildContext<'_>) -> Result<Arc<dyn Executor>, NotBuilt> {
+        Ok(Arc::new(SimExecutor::new(Self::KIND)))
+    }
+}
 
 /// A simulated provider behind a shared, lock-protected handle: clones share one provider, as the
 /// nodes of a fleet share one cloud. The lock is held only for the in-memory call, never across
