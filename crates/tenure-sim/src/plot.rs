@@ -65,6 +65,8 @@ pub struct Timeline {
     scope: String,
     /// What a mark is (`fault`), for the header and the lane.
     mark_noun: String,
+    /// Where the band's NIC holds the address (`on the provider`), for the header.
+    held_where: String,
 }
 
 /// Fault marks drawn as one label: where, and what (in order).
@@ -96,16 +98,19 @@ impl Timeline {
             origin_ms: 0,
             scope: "the topology's pools".to_owned(),
             mark_noun: "fault".to_owned(),
+            held_where: "on the provider".to_owned(),
         }
     }
 
     /// The same, its time axis starting at `origin_ms`, its addresses described as `scope`'s
-    /// (`the backup's pools`) and a mark called a `mark_noun` (`event`).
+    /// (`the backup's pools`), a mark called a `mark_noun` (`event`), and the band's NIC said to
+    /// hold the address `held_where` (`by the nodes' reports`).
     #[must_use]
-    pub fn described(mut self, origin_ms: u64, scope: &str, mark_noun: &str) -> Self {
+    pub fn described(mut self, origin_ms: u64, scope: &str, mark_noun: &str, held_where: &str) -> Self {
         self.origin_ms = origin_ms;
         self.scope = scope.to_owned();
         self.mark_noun = mark_noun.to_owned();
+        self.held_where = held_where.to_owned();
         self
     }
 
@@ -197,7 +202,8 @@ impl Timeline {
         );
         let _ = writeln!(
             svg,
-            r#"<text x="10" y="50">band: NIC holding the address on the provider; thin line: desired holder; numbers: captureEpoch; dashed dark lines: {}s (listed below)</text>"#,
+            r#"<text x="10" y="50">band: NIC holding the address {}; thin line: desired holder; numbers: captureEpoch; dashed dark lines: {}s (listed below)</text>"#,
+            escape(&self.held_where),
             escape(&self.mark_noun)
         );
         self.draw_ticks(&mut svg, end_ms, &|t| x(t + origin), top, bottom);

@@ -278,8 +278,9 @@ fn sample(timeline: &mut Timeline, head: &Federation) {
     }
 }
 
-/// How a history entry reads on the plot, if it is marked: faults (liveness, health, VRRP, drift,
-/// a failed action) and operator actions (drain, desire, approval, pools, a restore's raise).
+/// How a history entry reads on the plot, if it is marked: faults (a holder lost an address to
+/// liveness, health, VRRP or drift; a failed action), operator actions (drain, desire, approval,
+/// pools, a restore's raise), and a node coming alive and taking what no one held (no prefix).
 /// Executed actions are not marked: the bands show them.
 #[must_use]
 pub fn mark_text(entry: &HistoryEntry) -> Option<String> {
@@ -288,11 +289,15 @@ pub fn mark_text(entry: &HistoryEntry) -> Option<String> {
     match entry.kind {
         EntryKind::Ownership | EntryKind::Capture => {
             let cause = entry.cause.map_or("?", Cause::as_str);
-            let kind = match entry.cause {
-                Some(Cause::Liveness | Cause::Health | Cause::Vrrp | Cause::Recapture) => "fault",
-                _ => "operator",
-            };
-            Some(format!("{kind}: {cause} {} → {}", name(&entry.from), name(&entry.to)))
+            let moved = format!("{cause} {} → {}", name(&entry.from), name(&entry.to));
+            Some(match entry.cause {
+                // A holder lost it: a fault. A node coming alive and taking what no one held is not.
+                Some(Cause::Liveness | Cause::Health | Cause::Vrrp | Cause::Recapture) if entry.from.is_some() => {
+                    format!("fault: {moved}")
+                }
+                Some(Cause::Liveness | Cause::Health | Cause::Vrrp | Cause::Recapture) => moved,
+                _ => format!("operator: {moved}"),
+            })
         }
         EntryKind::Approval => Some(format!("operator: approve {verb} for {}", name(&entry.node))),
         EntryKind::Failed => Some(format!("fault: {verb} by {} failed", name(&entry.node))),

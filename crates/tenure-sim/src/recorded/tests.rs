@@ -193,3 +193,32 @@ fn a_record_the_projection_refuses_stops_the_replay_naming_its_index() {
     assert_eq!(error.index, 9);
     assert!(error.to_string().starts_with("log index 9: heartbeat: unknown node `c`"), "{error}");
 }
+
+#[test]
+fn a_holder_losing_an_address_is_a_fault_and_a_node_taking_a_free_one_is_not() {
+    let entry = |cause, from: Option<&str>| HistoryEntry {
+        log_index: 1,
+        stream_time_ms: 0,
+        wall_time_ms: 0,
+        kind: EntryKind::Ownership,
+        pool: Some("p".into()),
+        address: Some(address()),
+        cause: Some(cause),
+        from: from.map(str::to_owned),
+        to: Some("b".into()),
+        ownership_epoch: Some(2),
+        capture_epoch: Some(2),
+        node: None,
+        verb: None,
+        idempotency_key: None,
+        detail: None,
+    };
+    assert_eq!(mark_text(&entry(Cause::Liveness, Some("a"))).as_deref(), Some("fault: liveness a → b"));
+    assert_eq!(mark_text(&entry(Cause::Vrrp, Some("a"))).as_deref(), Some("fault: vrrp a → b"));
+    assert_eq!(mark_text(&entry(Cause::Liveness, None)).as_deref(), Some("liveness none → b"));
+    assert_eq!(mark_text(&entry(Cause::Desire, None)).as_deref(), Some("operator: desire none → b"));
+    let failed = HistoryEntry { kind: EntryKind::Failed, node: Some("b".into()), verb: Some("garp".into()), ..entry(Cause::Drain, None) };
+    assert_eq!(mark_text(&failed).as_deref(), Some("fault: garp by b failed"));
+    let executed = HistoryEntry { kind: EntryKind::Executed, ..failed };
+    assert_eq!(mark_text(&executed), None, "the bands show what ran");
+}

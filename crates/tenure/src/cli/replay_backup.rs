@@ -78,6 +78,7 @@ pub fn run(path: &Path, output: Output, options: &ReplayOptions) -> ExitCode {
             origin_ms,
             "the backup's pools",
             "event",
+            "by the nodes' reports (results, inventories)",
         )
     });
     let log = RecordedLog { registry, records: backup.records, journals: backup.journals };
