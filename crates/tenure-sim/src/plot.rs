@@ -317,7 +317,14 @@ impl Timeline {
 
 /// Draws each listed cluster as a dashed line over the rows and a label `F<n>` (with `×k` when
 /// it merges k faults) on the fault lane, staggered over three heights; then the list of them.
-fn draw_faults(svg: &mut String, mark_noun: &str, origin_ms: u64, listed: &[Cluster], total: usize, bottom: f64) {
+fn draw_faults(
+    svg: &mut String,
+    mark_noun: &str,
+    origin_ms: u64,
+    listed: &[Cluster],
+    total: usize,
+    bottom: f64,
+) {
     let _ = writeln!(svg, r#"<text x="10" y="{}">{}s</text>"#, LANE_TOP + 18.0, escape(mark_noun));
     for (n, cluster) in listed.iter().enumerate() {
         let label = if cluster.faults.len() > 1 {

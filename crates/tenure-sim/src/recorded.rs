@@ -37,9 +37,9 @@ use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogIndex;
 use tenure_core::model::CaptureDomain;
 
-use crate::checker::{Checker, ViolationKind, staleness};
 #[cfg(doc)]
 use crate::checker::capacity_excess;
+use crate::checker::{Checker, ViolationKind, staleness};
 use crate::plot::Timeline;
 use crate::replay::{
     ActionRow, ConditionRow, OwnershipRow, VIOLATIONS_KEPT_PER_KIND_MAX, action_row_with_attempts,
@@ -292,7 +292,9 @@ pub fn mark_text(entry: &HistoryEntry) -> Option<String> {
             let moved = format!("{cause} {} → {}", name(&entry.from), name(&entry.to));
             Some(match entry.cause {
                 // A holder lost it: a fault. A node coming alive and taking what no one held is not.
-                Some(Cause::Liveness | Cause::Health | Cause::Vrrp | Cause::Recapture) if entry.from.is_some() => {
+                Some(Cause::Liveness | Cause::Health | Cause::Vrrp | Cause::Recapture)
+                    if entry.from.is_some() =>
+                {
                     format!("fault: {moved}")
                 }
                 Some(Cause::Liveness | Cause::Health | Cause::Vrrp | Cause::Recapture) => moved,

@@ -221,10 +221,8 @@ impl World {
             })
             .collect();
         let timeline = plot.then(|| {
-            let addresses = topology
-                .pools
-                .iter()
-                .flat_map(|pool| pool.addresses.iter().map(|a| (pool.name.clone(), *a)));
+            let addresses =
+                topology.pools.iter().flat_map(|pool| pool.addresses.iter().map(|a| (pool.name.clone(), *a)));
             let nodes = topology.nodes.iter().map(|n| (n.name.clone(), n.nic.clone())).collect();
             Timeline::over(addresses, nodes)
         });

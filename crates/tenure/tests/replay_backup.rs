@@ -58,7 +58,11 @@ fn a_backup_replays_to_what_the_agent_reported_and_plots_its_failover() {
     let (code, stdout, stderr) = tenure(&["replay", backup_arg, "--config", config_arg, "-o", "json"]);
     assert_eq!(code, 0, "{stderr}\n{stdout}");
     let report: Value = serde_json::from_str(&stdout).expect("JSON");
-    assert_eq!(rows(&report, "ownership"), ownership, "ownership with phases and NICs as the agent showed it");
+    assert_eq!(
+        rows(&report, "ownership"),
+        ownership,
+        "ownership with phases and NICs as the agent showed it"
+    );
     assert_eq!(action_states(&rows(&report, "actions")), action_states(&actions), "the journals' actions");
     assert!(report.get("provider").is_none(), "no made-up provider holdings: {report}");
     assert_eq!(rows(&report, "violations"), Vec::<Value>::new());
@@ -74,12 +78,20 @@ fn a_backup_replays_to_what_the_agent_reported_and_plots_its_failover() {
     assert_eq!(rows(&report, "timeline"), agents, "the agent's history up to the backup");
     let drained: Vec<&Value> = agents.iter().filter(|e| e["cause"] == "drain").collect();
     assert_eq!(drained.len(), 2, "both addresses moved by the drain: {agents:?}");
-    assert!(drained.iter().all(|e| e["from"] == "a" && e["to"] == "b" && e["ownershipEpoch"].as_u64() > Some(1)));
+    assert!(
+        drained.iter().all(|e| e["from"] == "a" && e["to"] == "b" && e["ownershipEpoch"].as_u64() > Some(1))
+    );
 
     // The table: the same sections as a scenario's, the timeline as `tenure history` prints it.
     let (code, table, stderr) = tenure(&["replay", backup_arg, "--config", config_arg]);
     assert_eq!(code, 0, "{stderr}");
-    for section in ["== timeline", "== ownership at stream time", "== actions", "== provider holdings", "== violations: 0"] {
+    for section in [
+        "== timeline",
+        "== ownership at stream time",
+        "== actions",
+        "== provider holdings",
+        "== violations: 0",
+    ] {
         assert!(table.contains(section), "{section}:\n{table}");
     }
     let header = table.lines().find(|l| l.starts_with("INDEX")).expect("the history table");
@@ -91,7 +103,8 @@ fn a_backup_replays_to_what_the_agent_reported_and_plots_its_failover() {
         let epochs = [entry["ownershipEpoch"].to_string(), entry["captureEpoch"].to_string()];
         assert!(line.contains("drain") && cells[cells.len() - 2..] == epochs, "{line} / {epochs:?}");
     }
-    let held = table.lines().filter(|l| l.starts_with("edge") && l.contains(" held ") && l.ends_with("eni-b"));
+    let held =
+        table.lines().filter(|l| l.starts_with("edge") && l.contains(" held ") && l.ends_with("eni-b"));
     assert_eq!(held.count(), 2, "{table}");
     let holdings = table.lines().skip_while(|l| *l != "== provider holdings").nth(1).expect("one line");
     assert!(holdings.starts_with("not in a backup"), "{holdings}");
@@ -106,7 +119,10 @@ fn a_backup_replays_to_what_the_agent_reported_and_plots_its_failover() {
     for text in ["edge/10.0.0.10", "edge/10.0.0.11", "a (eni-a)", "b (eni-b)", "addresses drawn: 2 of 2"] {
         assert!(svg.contains(text), "{text}: {svg}");
     }
-    assert!(svg.contains("<title>eni-a (captureEpoch") && svg.contains("<title>eni-b (captureEpoch"), "{svg}");
+    assert!(
+        svg.contains("<title>eni-a (captureEpoch") && svg.contains("<title>eni-b (captureEpoch"),
+        "{svg}"
+    );
     assert!(svg.contains("operator: drain a → b"), "the drain is marked: {svg}");
     let sim_svg = dir.path().join("sim.svg");
     let (code, _, stderr) = tenure(&[
@@ -124,14 +140,16 @@ fn a_backup_replays_to_what_the_agent_reported_and_plots_its_failover() {
     // Cut short inside its third line: one line naming the file and the line, exit 2.
     let text = std::fs::read_to_string(&backup).expect("read");
     let lines: Vec<&str> = text.lines().collect();
-    let cut = dir.write("cut.backup", &format!("{}\n{}\n{}", lines[0], lines[1], &lines[2][..lines[2].len() / 2]));
+    let cut =
+        dir.write("cut.backup", &format!("{}\n{}\n{}", lines[0], lines[1], &lines[2][..lines[2].len() / 2]));
     let (code, stdout, stderr) = tenure(&["replay", cut.to_str().expect("utf-8"), "--config", config_arg]);
     assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains(&format!("{}:3: ", cut.display())) && stderr.contains("truncated"), "{stderr}");
     // Without its end line.
     let cut = dir.write("end.backup", &format!("{}\n", lines[..lines.len() - 1].join("\n")));
-    let (code, _, stderr) = tenure(&["replay", cut.to_str().expect("utf-8"), "--config", config_arg, "-o", "json"]);
+    let (code, _, stderr) =
+        tenure(&["replay", cut.to_str().expect("utf-8"), "--config", config_arg, "-o", "json"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains(&format!("{}:{}: ", cut.display(), lines.len())), "{stderr}");
     // A backup without the agent's config, a scenario with backup flags: one line, exit 2.

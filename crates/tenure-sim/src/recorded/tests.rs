@@ -76,10 +76,8 @@ fn head_after(count: usize) -> Federation {
 /// The acquire `holder` would be stamped with at `head`.
 fn acquire(head: &Federation, holder: &str, capture_epoch: Option<u64>) -> StampedAction {
     let domain = CaptureDomain::new("sim", "g1");
-    let capture = capture_epoch.map_or_else(
-        || head.capture_epoch("p", address(), &domain),
-        CaptureEpoch::from_stored,
-    );
+    let capture =
+        capture_epoch.map_or_else(|| head.capture_epoch("p", address(), &domain), CaptureEpoch::from_stored);
     StampedAction::new(
         "p",
         address(),
@@ -135,7 +133,10 @@ fn an_action_stale_at_every_head_its_gate_may_have_seen_is_a_violation() {
     // A gate at a stream time no record has (or none recorded) cannot be judged, and is counted.
     let unknown = BTreeMap::from([(
         "a".to_owned(),
-        vec![executed(1, acquire(&before_drain, "a", None), Some(5)), executed(2, acquire(&before_drain, "a", None), None)],
+        vec![
+            executed(1, acquire(&before_drain, "a", None), Some(5)),
+            executed(2, acquire(&before_drain, "a", None), None),
+        ],
     )]);
     let report = replay(unknown);
     assert_eq!((report.violations.len(), report.unjudged), (0, 2));
@@ -148,7 +149,10 @@ fn a_node_executing_below_a_capture_epoch_it_executed_before_is_a_violation() {
     // Executed in this order: captureEpoch high, then high - 1 (the journal went backwards).
     let backwards = BTreeMap::from([(
         "a".to_owned(),
-        vec![executed(1, acquire(&head, "a", Some(high)), None), executed(2, acquire(&head, "a", Some(high - 1)), None)],
+        vec![
+            executed(1, acquire(&head, "a", Some(high)), None),
+            executed(2, acquire(&head, "a", Some(high - 1)), None),
+        ],
     )]);
     let report = replay(backwards);
     assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
@@ -156,17 +160,20 @@ fn a_node_executing_below_a_capture_epoch_it_executed_before_is_a_violation() {
     // The same two, executed in the other order, go forwards: nothing to say.
     let forwards = BTreeMap::from([(
         "a".to_owned(),
-        vec![executed(2, acquire(&head, "a", Some(high)), None), executed(1, acquire(&head, "a", Some(high - 1)), None)],
+        vec![
+            executed(2, acquire(&head, "a", Some(high)), None),
+            executed(1, acquire(&head, "a", Some(high - 1)), None),
+        ],
     )]);
     assert_eq!(replay(forwards).violations, Vec::<String>::new());
 }
 
 #[test]
 fn the_timeline_is_the_cores_history_and_the_plot_marks_its_causes() {
-    let mut timeline = Timeline::over(recorded_addresses(&records()), vec![
-        ("a".into(), "eni-a".into()),
-        ("b".into(), "eni-b".into()),
-    ]);
+    let mut timeline = Timeline::over(
+        recorded_addresses(&records()),
+        vec![("a".into(), "eni-a".into()), ("b".into(), "eni-b".into())],
+    );
     let log = RecordedLog { registry: registry(), records: records(), journals: BTreeMap::new() };
     let report = replay_recorded(&log, Some(&mut timeline)).expect("replays");
     let mut history = History::new(registry());
@@ -187,7 +194,10 @@ fn the_timeline_is_the_cores_history_and_the_plot_marks_its_causes() {
 #[test]
 fn a_record_the_projection_refuses_stops_the_replay_naming_its_index() {
     let mut records = records();
-    records.push(Record { index: 9, event: Event { at_ms: 20, kind: EventKind::Heartbeat { node: "c".into() } } });
+    records.push(Record {
+        index: 9,
+        event: Event { at_ms: 20, kind: EventKind::Heartbeat { node: "c".into() } },
+    });
     let log = RecordedLog { registry: registry(), records, journals: BTreeMap::new() };
     let error = replay_recorded(&log, None).expect_err("c is not in the registry");
     assert_eq!(error.index, 9);
@@ -217,7 +227,12 @@ fn a_holder_losing_an_address_is_a_fault_and_a_node_taking_a_free_one_is_not() {
     assert_eq!(mark_text(&entry(Cause::Vrrp, Some("a"))).as_deref(), Some("fault: vrrp a → b"));
     assert_eq!(mark_text(&entry(Cause::Liveness, None)).as_deref(), Some("liveness none → b"));
     assert_eq!(mark_text(&entry(Cause::Desire, None)).as_deref(), Some("operator: desire none → b"));
-    let failed = HistoryEntry { kind: EntryKind::Failed, node: Some("b".into()), verb: Some("garp".into()), ..entry(Cause::Drain, None) };
+    let failed = HistoryEntry {
+        kind: EntryKind::Failed,
+        node: Some("b".into()),
+        verb: Some("garp".into()),
+        ..entry(Cause::Drain, None)
+    };
     assert_eq!(mark_text(&failed).as_deref(), Some("fault: garp by b failed"));
     let executed = HistoryEntry { kind: EntryKind::Executed, ..failed };
     assert_eq!(mark_text(&executed), None, "the bands show what ran");

@@ -77,12 +77,12 @@ pub fn run(path: &Path, output: Output, options: &ReplayOptions) -> ExitCode {
 /// Whether the file at `path` starts with a backup's header line.
 fn is_backup(path: &Path) -> Result<bool, ExitCode> {
     let mut start = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(SNIFF_BYTES_MAX).read_to_end(&mut start))
-        .map_err(|e| {
+    std::fs::File::open(path).and_then(|file| file.take(SNIFF_BYTES_MAX).read_to_end(&mut start)).map_err(
+        |e| {
             eprintln!("{}: cannot read: {e}", path.display());
             ExitCode::from(EXIT_BAD_INPUT)
-        })?;
+        },
+    )?;
     let start = String::from_utf8_lossy(&start);
     Ok(crate::store::is_backup_header(start.lines().next().unwrap_or_default()))
 }
@@ -180,7 +180,11 @@ pub(super) fn actions_section(out: &mut String, actions: &[ActionRow]) {
 }
 
 /// The pool conditions, then the violations.
-pub(super) fn conditions_and_violations(out: &mut String, conditions: &[ConditionRow], violations: &[String]) {
+pub(super) fn conditions_and_violations(
+    out: &mut String,
+    conditions: &[ConditionRow],
+    violations: &[String],
+) {
     for c in conditions {
         let _ = writeln!(out, "\ncondition: pool {} {} ({} addresses)", c.pool, c.condition, c.addresses);
     }

@@ -268,7 +268,8 @@ impl BackupReader {
             }
             BackupLine::Entry { node, record } => {
                 let stored = record.get().as_bytes().to_vec();
-                let entry = codec::decode_journal_entry(&stored).map_err(|e| self.bad(here, e.to_string()))?;
+                let entry =
+                    codec::decode_journal_entry(&stored).map_err(|e| self.bad(here, e.to_string()))?;
                 BackupRecord::Entry { node, entry, stored }
             }
             BackupLine::Mark { node, record } => {
