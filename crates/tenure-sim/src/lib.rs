@@ -18,12 +18,15 @@
 //! - [`checker`] — the one invariant checker (`replay` and the simulator): every invariant its
 //!   own kind, re-derived independently of the fence; every violation counted.
 //! - [`store`] — a journal store that loses unsynced writes on a crash.
-//! - [`plot`] — the SVG timeline of `--plot`.
+//! - [`recorded`] — the replay of a recorded log (`tenure replay BACKUP`): the timeline, the
+//!   ownership and the invariants a log shows without a provider.
+//! - [`plot`] — the SVG timeline of `--plot` (a seed's, or a recorded log's).
 //! - [`report`] — what a run prints.
 
 pub mod checker;
 pub mod config;
 pub mod plot;
+pub mod recorded;
 pub mod replay;
 pub mod report;
 pub mod scenario;

@@ -1,20 +1,23 @@
-//! `--plot FILE.svg`: one seed's timeline — per address, who holds it on the provider (thick
-//! band), who should (thin line below), and its captureEpoch — over stream time, with faults
-//! marked. People would rather look at a failover than read it.
+//! `--plot FILE.svg`: a timeline — per address, who holds it (thick band), who should (thin line
+//! below), and its captureEpoch — over stream time, with marks (faults, operator actions). People
+//! would rather look at a failover than read it.
 //!
-//! Legibility rules: the header says how many addresses are drawn of how many; faults are drawn
+//! The [`Timeline`] is fed data: the addresses and nodes to draw ([`Timeline::over`]), samples
+//! ([`Timeline::sample_with`]: the head's desired holders and epochs, the holding NIC from where
+//! the caller knows it) and marks. The simulator samples its provider's holdings (`world.rs`);
+//! `tenure replay BACKUP --plot` samples the NICs the log's results and inventories say hold each
+//! address (`recorded.rs`).
+//!
+//! Legibility rules: the header says how many addresses are drawn of how many; marks are drawn
 //! in one colour no NIC can have (near-black, dashed; NICs are saturated hues) on a lane of their
 //! own, with marks closer than [`FAULT_CLUSTER_PX`] merged into one numbered label (`F3 ×4`) and
-//! listed in full below the chart; the time axis has ticks at round intervals; the legend names
-//! each node with its NIC's colour.
+//! listed in full below the chart; the time axis has ticks at round intervals from the origin;
+//! the legend names each node with its NIC's colour.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use crate::sim_provider::SimProvider;
 use tenure_core::federation::Federation;
-
-use crate::topology::Topology;
 
 /// Most addresses drawn.
 pub const PLOTTED_ADDRESSES_MAX: usize = 16;
@@ -36,24 +39,34 @@ const LANE_TOP: f64 = 62.0;
 const LANE_HEIGHT: f64 = 42.0;
 const LINE_HEIGHT: f64 = 14.0;
 
+/// Per plotted address at one moment: (first NIC holding it, desired holder's NIC, captureEpoch).
+pub type PlotRow = (Option<String>, Option<String>, u64);
+
 /// One moment of the plotted addresses.
 #[derive(Clone, Debug)]
 struct Sample {
     stream_time_ms: u64,
-    /// Per plotted address: (first NIC holding it, desired holder's NIC, captureEpoch).
-    rows: Vec<(Option<String>, Option<String>, u64)>,
+    rows: Vec<PlotRow>,
 }
 
 /// What `--plot` draws.
 #[derive(Clone, Debug)]
 pub struct Timeline {
     addresses: Vec<(String, IpAddr)>,
-    /// How many addresses the topology has in all.
+    /// How many addresses there are in all.
     addresses_total: usize,
-    /// (node name, NIC), in the topology's order: the colour of a NIC is its index here.
+    /// (node name, NIC), in the given order: the colour of a NIC is its index here.
     nodes: Vec<(String, String)>,
     samples: Vec<Sample>,
     marks: Vec<(u64, String)>,
+    /// Where the time axis starts (stream time, ms).
+    origin_ms: u64,
+    /// Whose pools the addresses are (`the topology's pools`), for the header.
+    scope: String,
+    /// What a mark is (`fault`), for the header and the lane.
+    mark_noun: String,
+    /// Where the band's NIC holds the address (`on the provider`), for the header.
+    held_where: String,
 }
 
 /// Fault marks drawn as one label: where, and what (in order).
@@ -64,41 +77,93 @@ struct Cluster {
 }
 
 impl Timeline {
-    /// An empty timeline over the first addresses of the topology.
+    /// An empty timeline over the first [`PLOTTED_ADDRESSES_MAX`] of `addresses` (pool, address),
+    /// with `nodes` (name, NIC) in legend order; the time axis starts at 0, the marks are faults.
     #[must_use]
-    pub fn new(topology: &Topology) -> Self {
-        let all =
-            topology.pools.iter().flat_map(|pool| pool.addresses.iter().map(|a| (pool.name.clone(), *a)));
-        let addresses_total = topology.pools.iter().map(|pool| pool.addresses.len()).sum();
-        let addresses = all.take(PLOTTED_ADDRESSES_MAX).collect();
-        let nodes = topology.nodes.iter().map(|n| (n.name.clone(), n.nic.clone())).collect();
-        Self { addresses, addresses_total, nodes, samples: Vec::new(), marks: Vec::new() }
+    pub fn over(addresses: impl IntoIterator<Item = (String, IpAddr)>, nodes: Vec<(String, String)>) -> Self {
+        let mut addresses_total = 0;
+        let mut plotted = Vec::new();
+        for address in addresses {
+            addresses_total += 1;
+            if plotted.len() < PLOTTED_ADDRESSES_MAX {
+                plotted.push(address);
+            }
+        }
+        Self {
+            addresses: plotted,
+            addresses_total,
+            nodes,
+            samples: Vec::new(),
+            marks: Vec::new(),
+            origin_ms: 0,
+            scope: "the topology's pools".to_owned(),
+            mark_noun: "fault".to_owned(),
+            held_where: "on the provider".to_owned(),
+        }
     }
 
-    /// Records a fault at `stream_time_ms`, described as it should read on the chart
+    /// The same, its time axis starting at `origin_ms`, its addresses described as `scope`'s
+    /// (`the backup's pools`), a mark called a `mark_noun` (`event`), and the band's NIC said to
+    /// hold the address `held_where` (`by the nodes' reports`).
+    #[must_use]
+    pub fn described(mut self, origin_ms: u64, scope: &str, mark_noun: &str, held_where: &str) -> Self {
+        self.origin_ms = origin_ms;
+        self.scope = scope.to_owned();
+        self.mark_noun = mark_noun.to_owned();
+        self.held_where = held_where.to_owned();
+        self
+    }
+
+    /// The plotted addresses (pool, address), in row order.
+    #[must_use]
+    pub fn addresses(&self) -> &[(String, IpAddr)] {
+        &self.addresses
+    }
+
+    /// Records a mark at `stream_time_ms`, described as it should read on the chart
     /// (`crash b`, `heal c`).
     pub fn mark(&mut self, stream_time_ms: u64, fault: &str) {
         self.marks.push((stream_time_ms, fault.to_owned()));
     }
 
-    /// Records the plotted addresses now.
-    pub fn sample(&mut self, head: &Federation, provider: &SimProvider) {
-        if self.samples.len() >= SAMPLES_MAX {
-            return;
-        }
-        let rows = self
-            .addresses
+    /// The rows of the plotted addresses at `head`: the desired holder's NIC and the captureEpoch
+    /// from the head, the NIC holding each from `held(pool, address)`.
+    pub fn rows_at(&self, head: &Federation, held: impl Fn(&str, IpAddr) -> Option<String>) -> Vec<PlotRow> {
+        self.addresses
             .iter()
             .map(|(pool, address)| {
-                let held = provider.holdings().get(address).and_then(|n| n.iter().next().cloned());
                 let state = head.address(pool, *address);
                 let desired = state
                     .and_then(|s| s.line.desired_holder.filter(|_| s.active))
                     .map(|id| head.nodes()[id].spec.nic.clone());
-                (held, desired, state.map_or(0, |s| s.line.epoch.get()))
+                (held(pool, *address), desired, state.map_or(0, |s| s.line.epoch.get()))
             })
-            .collect();
-        self.samples.push(Sample { stream_time_ms: head.stream_time_ms(), rows });
+            .collect()
+    }
+
+    /// Records the plotted addresses now ([`Self::rows_at`]), at the head's stream time. At most
+    /// [`SAMPLES_MAX`] samples are kept.
+    pub fn sample_with(&mut self, head: &Federation, held: impl Fn(&str, IpAddr) -> Option<String>) {
+        if self.samples.len() >= SAMPLES_MAX {
+            return;
+        }
+        let rows = self.rows_at(head, held);
+        self.push(head.stream_time_ms(), rows);
+    }
+
+    /// Records `rows` (one per plotted address, in order) at `stream_time_ms`; at most
+    /// [`SAMPLES_MAX`] samples are kept.
+    pub fn push(&mut self, stream_time_ms: u64, rows: Vec<PlotRow>) {
+        debug_assert_eq!(rows.len(), self.addresses.len(), "one row per plotted address");
+        if self.samples.len() < SAMPLES_MAX {
+            self.samples.push(Sample { stream_time_ms, rows });
+        }
+    }
+
+    /// The rows of the last sample, if any.
+    #[must_use]
+    pub fn last_rows(&self) -> Option<&[PlotRow]> {
+        self.samples.last().map(|s| s.rows.as_slice())
     }
 
     /// A NIC's colour: a hue per node, spread by the golden angle; never near-black.
@@ -110,8 +175,9 @@ impl Timeline {
     /// The SVG document.
     #[must_use]
     pub fn to_svg(&self, title: &str) -> String {
-        let end_ms = self.samples.last().map_or(1, |s| s.stream_time_ms.max(1));
-        let x = |t: u64| LEFT + WIDTH * (t as f64) / (end_ms as f64);
+        let origin = self.origin_ms;
+        let end_ms = self.samples.last().map_or(1, |s| s.stream_time_ms.saturating_sub(origin).max(1));
+        let x = |t: u64| LEFT + WIDTH * (t.saturating_sub(origin) as f64) / (end_ms as f64);
         let top = LANE_TOP + LANE_HEIGHT;
         let bottom = top + ROW_HEIGHT * self.addresses.len() as f64;
         let clusters = self.clusters(&x);
@@ -128,18 +194,21 @@ impl Timeline {
         let _ = writeln!(svg, r#"<text x="10" y="20" font-size="14">{}</text>"#, escape(title));
         let _ = writeln!(
             svg,
-            r#"<text x="10" y="36" class="drawn">addresses drawn: {} of {} (the first {} of the topology's pools)</text>"#,
+            r#"<text x="10" y="36" class="drawn">addresses drawn: {} of {} (the first {} of {})</text>"#,
             self.addresses.len(),
             self.addresses_total,
-            self.addresses.len()
+            self.addresses.len(),
+            escape(&self.scope)
         );
         let _ = writeln!(
             svg,
-            r#"<text x="10" y="50">band: NIC holding the address on the provider; thin line: desired holder; numbers: captureEpoch; dashed dark lines: faults (listed below)</text>"#
+            r#"<text x="10" y="50">band: NIC holding the address {}; thin line: desired holder; numbers: captureEpoch; dashed dark lines: {}s (listed below)</text>"#,
+            escape(&self.held_where),
+            escape(&self.mark_noun)
         );
-        self.draw_ticks(&mut svg, end_ms, &x, top, bottom);
+        self.draw_ticks(&mut svg, end_ms, &|t| x(t + origin), top, bottom);
         self.draw_rows(&mut svg, &x, top);
-        draw_faults(&mut svg, &clusters[..listed], clusters.len(), top, bottom);
+        draw_faults(&mut svg, &self.mark_noun, origin, &clusters[..listed], clusters.len(), bottom);
         self.draw_legend(&mut svg, bottom + 34.0);
         svg.push_str("</svg>\n");
         svg
@@ -248,8 +317,15 @@ impl Timeline {
 
 /// Draws each listed cluster as a dashed line over the rows and a label `F<n>` (with `×k` when
 /// it merges k faults) on the fault lane, staggered over three heights; then the list of them.
-fn draw_faults(svg: &mut String, listed: &[Cluster], total: usize, top: f64, bottom: f64) {
-    let _ = writeln!(svg, r#"<text x="10" y="{}">faults</text>"#, LANE_TOP + 18.0);
+fn draw_faults(
+    svg: &mut String,
+    mark_noun: &str,
+    origin_ms: u64,
+    listed: &[Cluster],
+    total: usize,
+    bottom: f64,
+) {
+    let _ = writeln!(svg, r#"<text x="10" y="{}">{}s</text>"#, LANE_TOP + 18.0, escape(mark_noun));
     for (n, cluster) in listed.iter().enumerate() {
         let label = if cluster.faults.len() > 1 {
             format!("F{} ×{}", n + 1, cluster.faults.len())
@@ -270,7 +346,6 @@ fn draw_faults(svg: &mut String, listed: &[Cluster], total: usize, top: f64, bot
             cluster.x + 2.0
         );
     }
-    let _ = top;
     let list_top = bottom + 64.0;
     for (n, cluster) in listed.iter().enumerate() {
         let _ = writeln!(
@@ -278,16 +353,17 @@ fn draw_faults(svg: &mut String, listed: &[Cluster], total: usize, top: f64, bot
             r#"<text class="fault-item" x="10" y="{}" fill="{FAULT_COLOR}">F{} at {}: {}</text>"#,
             list_top + LINE_HEIGHT * n as f64,
             n + 1,
-            ms_label(cluster.first_ms),
+            ms_label(cluster.first_ms.saturating_sub(origin_ms)),
             escape(&summarize(&cluster.faults))
         );
     }
     if total > listed.len() {
         let _ = writeln!(
             svg,
-            r#"<text x="10" y="{}" fill="{FAULT_COLOR}">… and {} more fault marks (first {} listed)</text>"#,
+            r#"<text x="10" y="{}" fill="{FAULT_COLOR}">… and {} more {} marks (first {} listed)</text>"#,
             list_top + LINE_HEIGHT * listed.len() as f64,
             total - listed.len(),
+            escape(mark_noun),
             listed.len()
         );
     }

@@ -393,20 +393,7 @@ impl Replay {
             .collect();
         let mut conditions = Vec::new();
         for (name, pool) in self.head.pools().iter().filter(|(_, p)| !p.deleted) {
-            if pool.conditions.capacity_exhausted > 0 {
-                conditions.push(ConditionRow {
-                    pool: name.clone(),
-                    condition: "CapacityExhausted".to_owned(),
-                    addresses: pool.conditions.capacity_exhausted,
-                });
-            }
-            if pool.conditions.no_eligible_member > 0 {
-                conditions.push(ConditionRow {
-                    pool: name.clone(),
-                    condition: "NoEligibleMember".to_owned(),
-                    addresses: pool.conditions.no_eligible_member,
-                });
-            }
+            conditions.extend(pool_conditions(name, pool));
             let unheld = self.held_by_no_one(pool, &executed_acquires);
             if unheld > 0 {
                 conditions.push(ConditionRow {
@@ -491,6 +478,28 @@ impl Replay {
     pub fn head(&self) -> &Federation {
         &self.head
     }
+}
+
+/// The conditions the log alone says of pool `name`: `CapacityExhausted`, `NoEligibleMember`
+/// (the provider's holdings add `HeldByNoOne`, `HeldByMany` in a replay).
+#[must_use]
+pub fn pool_conditions(name: &str, pool: &PoolState) -> Vec<ConditionRow> {
+    let mut conditions = Vec::new();
+    if pool.conditions.capacity_exhausted > 0 {
+        conditions.push(ConditionRow {
+            pool: name.to_owned(),
+            condition: "CapacityExhausted".to_owned(),
+            addresses: pool.conditions.capacity_exhausted,
+        });
+    }
+    if pool.conditions.no_eligible_member > 0 {
+        conditions.push(ConditionRow {
+            pool: name.to_owned(),
+            condition: "NoEligibleMember".to_owned(),
+            addresses: pool.conditions.no_eligible_member,
+        });
+    }
+    conditions
 }
 
 fn skipped_keys(node: &NodeDriver<MemoryJournalStore>) -> BTreeSet<String> {

@@ -220,7 +220,12 @@ impl World {
                 vrrp_reported: None,
             })
             .collect();
-        let timeline = plot.then(|| Timeline::new(&topology));
+        let timeline = plot.then(|| {
+            let addresses =
+                topology.pools.iter().flat_map(|pool| pool.addresses.iter().map(|a| (pool.name.clone(), *a)));
+            let nodes = topology.nodes.iter().map(|n| (n.name.clone(), n.nic.clone())).collect();
+            Timeline::over(addresses, nodes)
+        });
         let mut world = Self {
             rng,
             config: config.clone(),
@@ -502,7 +507,11 @@ impl World {
 
     fn sample(&mut self) {
         if let Some(timeline) = &mut self.timeline {
-            timeline.sample(&self.head, &self.provider);
+            // The band: the first NIC the provider has the address on.
+            let holdings = self.provider.holdings();
+            timeline.sample_with(&self.head, |_, address| {
+                holdings.get(&address).and_then(|nics| nics.iter().next().cloned())
+            });
         }
     }
 

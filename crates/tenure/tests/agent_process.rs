@@ -7,27 +7,8 @@ mod process;
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt as _;
 
-use process::{Agent, TOKEN, TempDir, free_port, pool_yaml, tenure, wait_for};
+use process::{Agent, NODES, TOKEN, TempDir, agent_config as config, free_port, pool_yaml, tenure, wait_for};
 use serde_json::Value;
-
-const NODES: &str = "nodes:\n  - {name: a, provider: PROVIDER, placementGroup: g1, nic: eni-a, priority: 10}\n  - {name: b, provider: PROVIDER, placementGroup: g1, nic: eni-b}\n";
-
-/// Writes a config for nodes a (priority 10) and b on `provider` with `providers` and pool files.
-fn config(
-    dir: &TempDir,
-    listen: std::net::SocketAddr,
-    provider: &str,
-    providers: &str,
-    pools: &[&str],
-) -> std::path::PathBuf {
-    dir.write("token", &format!("{TOKEN}\n"));
-    let text = format!(
-        "{}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\nactionTimeout: 10s\napiTokenFile: ./token\n",
-        NODES.replace("PROVIDER", provider),
-        pools.join(", "),
-    );
-    dir.write("agent.yaml", &text)
-}
 
 /// An operator step: runs it, answers (exit code, what it said).
 type Step<'a> = Box<dyn Fn() -> (i32, String) + 'a>;

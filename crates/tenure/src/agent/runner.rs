@@ -12,7 +12,7 @@ use tenure_core::federation::history::History;
 use tenure_core::journal::JournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogError;
-use tenure_core::model::{PoolSpec, StampedAction, VrrpState};
+use tenure_core::model::{NodeSpec, PoolSpec, ProviderSpec, StampedAction, VrrpState};
 use tenure_core::node::{NodeEngine, NodeError};
 use tenure_core::retry::RetryBackoff;
 use tokio::sync::mpsc;
@@ -399,10 +399,17 @@ pub async fn run<S: AgentStore>(
     Ok(agent.summary)
 }
 
+/// The projection of the empty log an agent follows: its nodes and its peers (the whole fleet),
+/// its providers, drift repair on. `tenure replay BACKUP` projects a backup's log over the same.
+#[must_use]
+pub fn registry(nodes: &[NodeSpec], peers: &[NodeSpec], providers: &[ProviderSpec]) -> Federation {
+    let fleet: Vec<NodeSpec> = nodes.iter().chain(peers).cloned().collect();
+    Federation::new(&fleet, providers).with_drift_repair(true)
+}
+
 impl<S: AgentStore> Agent<S> {
     fn start(store: S, settings: Settings, observer: Arc<dyn Observe>) -> Result<Self, AgentError> {
-        let fleet: Vec<_> = settings.nodes.iter().chain(&settings.peers).cloned().collect();
-        let registry = Federation::new(&fleet, &settings.providers).with_drift_repair(true);
+        let registry = registry(&settings.nodes, &settings.peers, &settings.providers);
         let mut drivers = Vec::with_capacity(settings.nodes.len());
         for node in &settings.nodes {
             let engine = NodeEngine::open(&node.name, store.journal(&node.name))

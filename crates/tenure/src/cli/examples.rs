@@ -10,7 +10,11 @@ Examples:
   # A narrated trace, then the final tables
   tenure replay examples/scenarios/failover.yaml
   # One JSON document with sorted keys, byte-stable (the golden files)
-  tenure replay examples/scenarios/failover.yaml -o json";
+  tenure replay examples/scenarios/failover.yaml -o json
+  # After an incident: a store backup's timeline, ownership, actions and violations
+  tenure replay incident.backup --config /etc/tenure/agent.yaml
+  # The same as JSON, and its timeline drawn as SVG
+  tenure replay incident.backup --config /etc/tenure/agent.yaml -o json --plot incident.svg";
 
 /// `tenure validate`.
 pub const VALIDATE: &str = "\
@@ -35,6 +39,8 @@ Examples:
   tenure sim --seeds 1000
   # One seed's failover timeline as SVG
   tenure sim --seed 11 --plot seed-11.svg
+  # A store backup's timeline as SVG (what `tenure replay BACKUP --plot` draws)
+  tenure sim --plot incident.svg --backup incident.backup --config /etc/tenure/agent.yaml
   # A documented limit, shown (docs/safety.md)
   tenure sim --mode paused-call --seeds 100";
 

@@ -14,6 +14,7 @@ mod list;
 mod preflight;
 mod remote;
 mod replay;
+mod replay_backup;
 mod sim;
 mod sink_mark;
 mod store;
@@ -52,14 +53,22 @@ pub enum Output {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a scenario through the real core and simulated providers, offline.
+    /// Run a scenario through the real core and simulated providers, offline; or replay a store
+    /// backup's log (`tenure store backup`) as its agent projected it.
     #[command(after_help = examples::REPLAY)]
     Replay {
-        /// The scenario file (YAML).
+        /// The scenario file (YAML), or a store backup (told apart by its first line).
         scenario: std::path::PathBuf,
         /// Output format.
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: Output,
+        /// For a backup: the config of the agent that wrote it (its nodes, peers and providers).
+        #[arg(long, value_name = "AGENT.yaml")]
+        config: Option<std::path::PathBuf>,
+        /// For a backup: draw its timeline (holders, desired holders, captureEpochs, faults and
+        /// operator actions) as SVG.
+        #[arg(long, value_name = "OUT.svg")]
+        plot: Option<std::path::PathBuf>,
     },
     /// Check pool specs, scenarios and agent configs (with their pool files); print
     /// `file:line:column: message` per error.
@@ -206,7 +215,9 @@ enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Replay { scenario, output } => replay::run(&scenario, output),
+        Command::Replay { scenario, output, config, plot } => {
+            replay::run(&scenario, output, &replay::ReplayOptions { config, plot })
+        }
         Command::Validate { files } => validate::run(&files),
         Command::Agent(args) => agent::run_cli(&args),
         Command::Sim(args) => sim::run(&args),

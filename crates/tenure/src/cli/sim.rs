@@ -3,6 +3,9 @@
 //! stdout is a pure function of the arguments (byte-identical across runs); the progress bar
 //! goes to stderr and only on a terminal. The last line is `seeds=N violations=V`, followed by
 //! the failing seeds; each failing seed is printed as `SEED=<s>` with the command reproducing it.
+//!
+//! `--backup FILE --config AGENT.yaml --plot OUT.svg` plots a store backup instead of a seed: the
+//! one implementation behind `tenure replay BACKUP --plot` (`replay_backup.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +15,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tenure_sim::report::render;
 use tenure_sim::{FaultSet, Mode, SeedReport, SimConfig, run_seed, run_seed_with_plot};
 
-use super::EXIT_BAD_INPUT;
+use super::replay::ReplayOptions;
+use super::{EXIT_BAD_INPUT, Output};
 
 /// Arguments of `tenure sim`.
 #[derive(Debug, Args)]
@@ -38,9 +42,17 @@ pub struct SimArgs {
     /// Output: `text`, or `json` (one JSON report per seed per line, then the summary line).
     #[arg(short = 'o', long = "output", default_value = "text")]
     output: String,
-    /// Draw the first seed's timeline (holders and epochs per address, faults marked) as SVG.
+    /// Draw the first seed's timeline (holders and epochs per address, faults marked) as SVG; with
+    /// --backup, the backup's.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Plot a store backup's log instead of a seed (with --plot and --config): the same as
+    /// `tenure replay BACKUP --config AGENT.yaml --plot OUT.svg`, whose report it prints.
+    #[arg(long, value_name = "BACKUP", requires_all = ["plot", "config"], conflicts_with_all = ["seed", "seeds"])]
+    backup: Option<PathBuf>,
+    /// With --backup: the config of the agent that wrote it.
+    #[arg(long, value_name = "AGENT.yaml", requires = "backup")]
+    config: Option<PathBuf>,
 }
 
 /// Most seeds one invocation runs.
@@ -67,6 +79,15 @@ fn config(args: &SimArgs) -> Result<(SimConfig, u64, u64), String> {
 }
 
 pub fn run(args: &SimArgs) -> ExitCode {
+    if let Some(backup) = &args.backup {
+        let output = if args.output == "json" { Output::Json } else { Output::Table };
+        if !matches!(args.output.as_str(), "text" | "json") {
+            eprintln!("tenure sim: --output must be text or json (got `{}`)", args.output);
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        let options = ReplayOptions { config: args.config.clone(), plot: args.plot.clone() };
+        return super::replay_backup::run(backup, output, &options);
+    }
     let (config, first, count) = match config(args) {
         Ok(c) => c,
         Err(message) => {

@@ -16,7 +16,8 @@
 //! ```
 //!
 //! It is written to a temporary file beside FILE, fsynced, and renamed over FILE. A file cut
-//! short has no end line (or a broken last line) and is refused with its line number.
+//! short has no end line (or a broken last line) and is refused with its line number: the one
+//! reader of the format is `backup_reader.rs`, shared with `tenure replay BACKUP`.
 //!
 //! # Restore, like etcd's `snapshot restore --bump-revision`
 //!
@@ -29,18 +30,16 @@
 //! The current store directory is moved aside to `<dir>.before-restore-<unix seconds>` (never
 //! deleted), the new one takes its place, and the identity file records the restore.
 
-use std::fs::File;
-use std::io::{BufRead as _, BufReader, BufWriter, Read as _, Write as _};
+use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Durability, ReadableDatabase, ReadableTable};
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use tenure_core::codec;
 use tenure_core::journal::JournalChange;
 use tenure_core::log::{Event, EventKind};
 
+use super::backup_reader::{BACKUP_FORMAT, BackupHeader, BackupReader, BackupRecord};
 use super::embedded::{EmbeddedStore, create_store};
 use super::identity::{
     AtomicFile, RestoreRecord, StoreIdentity, decode_record, encode_record, sync_parent_dir,
@@ -49,74 +48,6 @@ use super::journal_rows::{decode_counters, decode_entry, decode_mark};
 use super::lock::StoreLock;
 use super::tables::{COUNTERS, Counters, ENTRIES, LOG, MARKS, META, META_IDENTITY_KEY, mark_key};
 use super::{STORE_FILE_NAME, StoreError};
-
-/// The `format` of a backup's header.
-const BACKUP_FORMAT: &str = "tenure-store-backup";
-
-/// Longest backup line read, in bytes: a log record (1 MiB at most) with its framing.
-const BACKUP_LINE_BYTES_MAX: usize = 2 * 1024 * 1024;
-
-/// The header line of a backup.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct BackupHeader {
-    /// Always [`BACKUP_FORMAT`].
-    format: String,
-    /// The store's cluster id.
-    cluster_id: String,
-    /// The highest log index in the snapshot.
-    highest_index: u64,
-    /// The highest token the store had recorded at the snapshot.
-    highest_token: u64,
-    /// When the backup was taken, unix ms.
-    created_at_ms: u64,
-    /// The restores the store had applied.
-    restores: Vec<RestoreRecord>,
-}
-
-/// A line after the header.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
-enum BackupLine<'a> {
-    /// A log record.
-    Log {
-        /// Its index.
-        index: u64,
-        /// The codec event.
-        #[serde(borrow)]
-        record: &'a RawValue,
-    },
-    /// A journal entry.
-    Entry {
-        /// Its node.
-        node: String,
-        /// The codec journal entry.
-        #[serde(borrow)]
-        record: &'a RawValue,
-    },
-    /// A high-water row.
-    Mark {
-        /// Its node.
-        node: String,
-        /// The codec `raise-high-water` change.
-        #[serde(borrow)]
-        record: &'a RawValue,
-    },
-    /// A node's counters.
-    Counters {
-        /// The node.
-        node: String,
-        /// Its last sequence number.
-        last_seq: u64,
-        /// Its executions.
-        executions: u64,
-    },
-    /// The end: how many lines came between the header and this one.
-    End {
-        /// The count.
-        records: u64,
-    },
-}
 
 /// What a backup holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -398,44 +329,9 @@ fn build(
     identity_file: &Path,
     margin: u64,
 ) -> Result<(RestoreSummary, StoreIdentity), StoreError> {
-    let file = File::open(backup).map_err(StoreError::io("open", backup))?;
-    let mut reader = BufReader::new(file);
-    let mut line_number: u64 = 0;
-    let bad = |line: u64, reason: String| StoreError::BadBackup { path: backup.to_owned(), line, reason };
-    let mut text = String::new();
-    let mut next_line = |text: &mut String, line_number: &mut u64| -> Result<bool, StoreError> {
-        text.clear();
-        *line_number += 1;
-        let read = (&mut reader)
-            .take(u64::try_from(BACKUP_LINE_BYTES_MAX).unwrap_or(u64::MAX) + 1)
-            .read_line(text)
-            .map_err(|e| bad(*line_number, e.to_string()))?;
-        if read > BACKUP_LINE_BYTES_MAX {
-            return Err(bad(*line_number, format!("a line longer than {BACKUP_LINE_BYTES_MAX} bytes")));
-        }
-        if read > 0 && !text.ends_with('\n') {
-            return Err(bad(
-                *line_number,
-                "the last line is cut short (no newline): the file is truncated".into(),
-            ));
-        }
-        Ok(read > 0)
-    };
-    if !next_line(&mut text, &mut line_number)? {
-        return Err(bad(1, "empty file: no header".into()));
-    }
-    let header: BackupHeader =
-        decode_record(text.trim_end().as_bytes()).map_err(|e| bad(1, format!("header: {e}")))?;
-    if header.format != BACKUP_FORMAT {
-        return Err(bad(1, format!("header: format `{}`, not `{BACKUP_FORMAT}`", header.format)));
-    }
-    let header_identity = StoreIdentity {
-        cluster_id: header.cluster_id.clone(),
-        highest_index: header.highest_index,
-        highest_token: header.highest_token,
-        restores: header.restores.clone(),
-    };
-    header_identity.check().map_err(|reason| bad(1, format!("header: {reason}")))?;
+    let mut reader = BackupReader::open(backup)?;
+    let header = reader.header().clone();
+    let header_identity = header.identity();
     if let Some(recorded) = identity
         && recorded.cluster_id != header.cluster_id
     {
@@ -474,77 +370,36 @@ fn build(
         let mut entries = txn.open_table(ENTRIES).map_err(|e| storage(e.into()))?;
         let mut marks = txn.open_table(MARKS).map_err(|e| storage(e.into()))?;
         let mut counters = txn.open_table(COUNTERS).map_err(|e| storage(e.into()))?;
-        let mut last_index: u64 = 0;
-        let mut records: u64 = 0;
-        loop {
-            if !next_line(&mut text, &mut line_number)? {
-                return Err(bad(line_number, "the file ends without its end line: it is truncated".into()));
-            }
-            let here = line_number;
-            let parsed: BackupLine<'_> =
-                serde_json::from_str(text.trim_end()).map_err(|e| bad(here, e.to_string()))?;
-            let record_error = |e: String| bad(here, e);
-            match parsed {
-                BackupLine::Log { index, record } => {
-                    if index <= last_index {
-                        return Err(bad(here, format!("log index {index} does not follow {last_index}")));
-                    }
-                    let event: Event = codec::decode_event(record.get().as_bytes())
-                        .map_err(|e| record_error(e.to_string()))?;
+        while let Some(record) = reader.next_record()? {
+            match record {
+                BackupRecord::Log { index, event, stored } => {
                     stream_time_ms = stream_time_ms.max(event.at_ms);
-                    log.insert(index, record.get().as_bytes()).map_err(|e| storage(e.into()))?;
-                    last_index = index;
+                    log.insert(index, stored.as_slice()).map_err(|e| storage(e.into()))?;
                     summary.log_records += 1;
                 }
-                BackupLine::Entry { node, record } => {
-                    let entry = codec::decode_journal_entry(record.get().as_bytes())
-                        .map_err(|e| record_error(e.to_string()))?;
+                BackupRecord::Entry { node, entry, stored } => {
                     entries
-                        .insert((node.as_str(), entry.seq), record.get().as_bytes())
+                        .insert((node.as_str(), entry.seq), stored.as_slice())
                         .map_err(|e| storage(e.into()))?;
                     summary.journal_entries += 1;
                 }
-                BackupLine::Mark { node, record } => {
-                    let change = codec::decode_journal_change(record.get().as_bytes())
-                        .map_err(|e| record_error(e.to_string()))?;
+                BackupRecord::Mark { node, change, stored } => {
                     let JournalChange::RaiseHighWater { pool, address, capture_domain, .. } = &change else {
-                        return Err(bad(here, "a mark that is not a raise-high-water change".into()));
+                        unreachable!("the reader hands out raise-high-water marks only");
                     };
                     let key = mark_key(pool, *address, capture_domain.as_str());
                     marks
-                        .insert((node.as_str(), key.as_str()), record.get().as_bytes())
+                        .insert((node.as_str(), key.as_str()), stored.as_slice())
                         .map_err(|e| storage(e.into()))?;
                 }
-                BackupLine::Counters { node, last_seq, executions } => {
+                BackupRecord::Counters { node, last_seq, executions } => {
                     let row = encode_record(&Counters { last_seq, executions });
                     counters.insert(node.as_str(), row.as_slice()).map_err(|e| storage(e.into()))?;
                 }
-                BackupLine::End { records: counted } => {
-                    if counted != records {
-                        return Err(bad(
-                            here,
-                            format!("the end line counts {counted} records, the file holds {records}"),
-                        ));
-                    }
-                    break;
-                }
             }
-            records += 1;
-        }
-        if last_index != header.highest_index {
-            return Err(bad(
-                line_number,
-                format!(
-                    "the header says highest index {}, the last log record is at {last_index}",
-                    header.highest_index
-                ),
-            ));
-        }
-        if next_line(&mut text, &mut line_number)? {
-            return Err(bad(line_number, "lines after the end line".into()));
         }
         let raise = Event { at_ms: stream_time_ms, kind: EventKind::TokensRaised { by } };
-        let record = codec::encode_event(&raise).map_err(|e| bad(line_number, e.to_string()))?;
+        let record = codec::encode_event(&raise).map_err(|e| reader.bad(reader.line(), e.to_string()))?;
         log.insert(index_from, record.as_slice()).map_err(|e| storage(e.into()))?;
     }
     let mut restored = header_identity;

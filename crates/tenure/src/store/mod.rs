@@ -14,6 +14,7 @@
 //! - `identity.rs` — the store's identity record (also the identity file's form), written atomically.
 //! - `lock.rs` — the `LOCK` file: one process owns a store.
 //! - `backup.rs` — the backup file format, and [`restore`].
+//! - `backup_reader.rs` — [`BackupReader`]: the one parser of a backup file (restore, replay).
 //!
 //! # On disk
 //!
@@ -52,6 +53,7 @@
 //! file ([`StoreError::IdentityUnreadable`]). A refusal writes nothing: the files are as they were.
 
 mod backup;
+mod backup_reader;
 mod checks;
 mod embedded;
 #[cfg(feature = "etcd")]
@@ -66,6 +68,7 @@ use std::path::PathBuf;
 use tenure_core::codec::CodecError;
 
 pub use backup::{BackupSummary, RestoreSummary, restore};
+pub use backup_reader::{BackupHeader, BackupReader, BackupRecord, is_backup_header};
 pub use embedded::{EmbeddedJournal, EmbeddedLog, EmbeddedStore, MissingIdentity};
 pub use identity::{RestoreRecord, StoreIdentity, write_file_atomically};
 

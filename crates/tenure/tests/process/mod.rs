@@ -61,6 +61,26 @@ pub fn pool_yaml(name: &str, addresses: &[&str], members: &[&str], provider: &st
     )
 }
 
+/// Nodes a (priority 10) and b, NICs eni-a and eni-b, on provider PROVIDER (replaced).
+pub const NODES: &str = "nodes:\n  - {name: a, provider: PROVIDER, placementGroup: g1, nic: eni-a, priority: 10}\n  - {name: b, provider: PROVIDER, placementGroup: g1, nic: eni-b}\n";
+
+/// Writes `agent.yaml` for nodes a (priority 10) and b on `provider` with `providers` and pool files.
+pub fn agent_config(
+    dir: &TempDir,
+    listen: std::net::SocketAddr,
+    provider: &str,
+    providers: &str,
+    pools: &[&str],
+) -> std::path::PathBuf {
+    dir.write("token", &format!("{TOKEN}\n"));
+    let text = format!(
+        "{}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\nactionTimeout: 10s\napiTokenFile: ./token\n",
+        NODES.replace("PROVIDER", provider),
+        pools.join(", "),
+    );
+    dir.write("agent.yaml", &text)
+}
+
 /// A running `tenure agent`.
 pub struct Agent {
     pub child: Child,
