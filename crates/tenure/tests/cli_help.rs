@@ -28,18 +28,15 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// Every verb a user runs: the path of each visible subcommand without subcommands of its own
-/// (`["store", "backup"]`), and its command.
+/// Every verb a user runs: the path of each visible subcommand (`["store"]`, `["store",
+/// "backup"]`: a parent's `--help` is read too), and its command.
 fn verbs() -> Vec<(Vec<String>, clap::Command)> {
     fn walk(command: &clap::Command, path: &[String], out: &mut Vec<(Vec<String>, clap::Command)>) {
         for sub in command.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
             let mut path = path.to_vec();
             path.push(sub.get_name().to_owned());
-            if sub.has_subcommands() {
-                walk(sub, &path, out);
-            } else {
-                out.push((path, sub.clone()));
-            }
+            out.push((path.clone(), sub.clone()));
+            walk(sub, &path, out);
         }
     }
     let mut out = Vec::new();
@@ -68,7 +65,7 @@ fn example_lines(help: &str) -> Vec<Vec<String>> {
 fn every_verb_has_examples_that_parse_as_written() {
     let verbs = verbs();
     assert!(
-        verbs.len() >= 18,
+        verbs.len() >= 20 && verbs.iter().any(|(path, _)| path == &["sink-mark"]),
         "the walk finds the verbs: {:?}",
         verbs.iter().map(|v| &v.0).collect::<Vec<_>>()
     );
@@ -111,6 +108,10 @@ fn the_examples_are_in_the_help_the_binary_prints() {
         "{}",
         stdout(&backup)
     );
+    for parent in ["store", "sink-mark"] {
+        let help = tenure(&[parent, "--help"]);
+        assert!(stdout(&help).contains("Examples:\n  # "), "tenure {parent} --help: {}", stdout(&help));
+    }
 }
 
 #[test]
@@ -173,4 +174,33 @@ fn completion_prints_a_script_per_shell_and_refuses_others_in_one_line() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(stderr(&bad), "tenure completion: unknown shell `tcsh`; one of bash, zsh, fish\n");
     assert!(stdout(&bad).is_empty(), "{}", stdout(&bad));
+}
+
+/// The scripts offer the words an enum-valued flag takes (`actions --state`, `-o`), and leave
+/// out the hidden `hook-gate` verb (the agent's, not an operator's).
+#[test]
+fn completion_offers_flag_values_and_hides_the_hidden_verb() {
+    let bash = stdout(&tenure(&["completion", "bash"]));
+    let block = |marker: &str| -> String {
+        let start = bash.find(marker).unwrap_or_else(|| panic!("{marker} in the bash script"));
+        bash[start..].lines().take(4).collect::<Vec<_>>().join("\n")
+    };
+    let actions = &bash[bash.find("tenure__actions)").expect("the actions function")..];
+    let state = actions.find("--state)").map(|at| &actions[at..]).expect("--state completes");
+    let state = state.lines().take(3).collect::<Vec<_>>().join("\n");
+    assert!(state.contains("pending approved executed failed skipped"), "{state}");
+    let output = block("--output)");
+    assert!(output.contains("table wide json yaml"), "{output}");
+    let shells = bash.find("tenure__completion)").map(|at| &bash[at..]).expect("completion's function");
+    assert!(shells.lines().take(8).any(|l| l.contains("bash zsh fish")), "{}", &shells[..400.min(shells.len())]);
+    for shell in ["bash", "zsh", "fish"] {
+        let script = stdout(&tenure(&["completion", shell]));
+        assert!(!script.contains("hook-gate") && !script.contains("hook__gate"), "{shell} lists hook-gate");
+        assert!(script.contains("sink-mark"), "{shell}: the visible verbs stay");
+    }
+    let fish = stdout(&tenure(&["completion", "fish"]));
+    assert!(
+        fish.lines().any(|l| l.contains("-l state") && l.contains("pending") && l.contains("skipped")),
+        "fish offers --state's words"
+    );
 }
