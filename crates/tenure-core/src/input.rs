@@ -469,9 +469,8 @@ pub fn address_filter(text: &str) -> Result<IpNet, String> {
         None => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| not_an_address(text)),
         Some((address, length)) => {
             let address = address.parse::<IpAddr>().map_err(|_| not_an_address(text))?;
-            let length = length
-                .parse::<u8>()
-                .map_err(|_| format!("`{text}`: `{length}` is not a prefix length"))?;
+            let length =
+                length.parse::<u8>().map_err(|_| format!("`{text}`: `{length}` is not a prefix length"))?;
             IpNet::new(address, length).map(|range| range.trunc()).map_err(|e| format!("`{text}`: {e}"))
         }
     }
@@ -508,7 +507,10 @@ mod tests {
         assert_eq!(text("2001:DB8::/64").as_deref(), Ok("2001:db8::/64"));
         for bad in ["", "10.0.0.300", "10.0.0.0/33", "10.0.0.0/x", "nope", "10.0.0.1/", "/24"] {
             let error = address_filter(bad).expect_err(bad);
-            assert!(error.contains(&format!("`{}`", bad.trim())) && !error.contains('\n'), "{bad:?}: {error}");
+            assert!(
+                error.contains(&format!("`{}`", bad.trim())) && !error.contains('\n'),
+                "{bad:?}: {error}"
+            );
         }
     }
 

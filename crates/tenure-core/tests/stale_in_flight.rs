@@ -464,21 +464,33 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     a.restart().expect("memory");
     let stopped = agent_stopped_detail(1);
     assert_eq!(stopped, "outcome unknown: the agent stopped during attempt 1");
-    let entry = |a: &NodeDriver<MemoryJournalStore>, key: &str| a.engine().entry(key).expect("journaled").clone();
-    assert_eq!((entry(&a, &keys[0]).state, entry(&a, &keys[0]).attempts.last_error), (EntryState::Executed, None));
+    let entry =
+        |a: &NodeDriver<MemoryJournalStore>, key: &str| a.engine().entry(key).expect("journaled").clone();
+    assert_eq!(
+        (entry(&a, &keys[0]).state, entry(&a, &keys[0]).attempts.last_error),
+        (EntryState::Executed, None)
+    );
     for key in &keys[1..] {
         let e = entry(&a, key);
         assert_eq!(e.state, EntryState::Approved, "it stays approved: it runs again");
-        assert_eq!((e.detail.as_deref(), e.attempts.last_error.as_deref()), (Some(stopped.as_str()), Some(stopped.as_str())));
+        assert_eq!(
+            (e.detail.as_deref(), e.attempts.last_error.as_deref()),
+            (Some(stopped.as_str()), Some(stopped.as_str()))
+        );
         assert_eq!(e.attempts.count, 1);
     }
     a.restart().expect("memory");
-    assert_eq!(entry(&a, &keys[1]).attempts.last_error.as_deref(), Some(stopped.as_str()), "a second start changes nothing");
+    assert_eq!(
+        entry(&a, &keys[1]).attempts.last_error.as_deref(),
+        Some(stopped.as_str()),
+        "a second start changes nothing"
+    );
 
     a.follow(&log).expect("readable");
     a.reconcile_at_head().expect("memory").expect("not blocked");
     a.start_execution_at_head().expect("memory").expect("not blocked");
-    let again: Vec<String> = a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+    let again: Vec<String> =
+        a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
     assert!(keys[1..].iter().all(|key| again.contains(key)), "run again: {again:?}");
     for key in &keys[1..] {
         a.handle_result(key, ActionOutcome::Executed, "done".into()).expect("in flight");
@@ -490,8 +502,12 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     // A verb that is not a holding acquire: enable-forwarding in flight at a second crash.
     a.reconcile_at_head().expect("memory").expect("not blocked");
     a.start_execution_at_head().expect("memory").expect("not blocked");
-    let forwarding: Vec<String> = a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
-    assert!(!forwarding.is_empty() && forwarding.iter().all(|k| k.contains("/enable-forwarding/")), "{forwarding:?}");
+    let forwarding: Vec<String> =
+        a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+    assert!(
+        !forwarding.is_empty() && forwarding.iter().all(|k| k.contains("/enable-forwarding/")),
+        "{forwarding:?}"
+    );
     a.restart().expect("memory");
     for key in &forwarding {
         assert_eq!(entry(&a, key).attempts.last_error.as_deref(), Some(stopped.as_str()), "{key}");

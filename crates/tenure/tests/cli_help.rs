@@ -181,26 +181,31 @@ fn completion_prints_a_script_per_shell_and_refuses_others_in_one_line() {
 #[test]
 fn completion_offers_flag_values_and_hides_the_hidden_verb() {
     let bash = stdout(&tenure(&["completion", "bash"]));
-    let block = |marker: &str| -> String {
-        let start = bash.find(marker).unwrap_or_else(|| panic!("{marker} in the bash script"));
-        bash[start..].lines().take(4).collect::<Vec<_>>().join("\n")
+    // The words offered after a flag, in the bash function of a verb.
+    let offered = |verb: &str, flag: &str| -> String {
+        let function = &bash[bash.find(&format!("tenure__subcmd__{verb})")).expect("the verb's function")..];
+        let at = function.find(&format!("{flag})")).unwrap_or_else(|| panic!("{verb} {flag} completes"));
+        function[at..].lines().nth(1).unwrap_or_default().to_owned()
     };
-    let actions = &bash[bash.find("tenure__actions)").expect("the actions function")..];
-    let state = actions.find("--state)").map(|at| &actions[at..]).expect("--state completes");
-    let state = state.lines().take(3).collect::<Vec<_>>().join("\n");
-    assert!(state.contains("pending approved executed failed skipped"), "{state}");
-    let output = block("--output)");
-    assert!(output.contains("table wide json yaml"), "{output}");
-    let shells = bash.find("tenure__completion)").map(|at| &bash[at..]).expect("completion's function");
-    assert!(shells.lines().take(8).any(|l| l.contains("bash zsh fish")), "{}", &shells[..400.min(shells.len())]);
+    assert!(offered("actions", "--state").contains("\"pending approved executed failed skipped\""));
+    assert!(offered("actions", "--output").contains("\"table wide json yaml\""));
+    assert!(offered("ownership", "-o").contains("\"table wide json yaml\""));
+    let shells = &bash[bash.find("tenure__subcmd__completion)").expect("completion's function")..];
+    assert!(shells.lines().nth(1).is_some_and(|l| l.contains("bash zsh fish")), "{}", &shells[..200]);
     for shell in ["bash", "zsh", "fish"] {
         let script = stdout(&tenure(&["completion", shell]));
         assert!(!script.contains("hook-gate") && !script.contains("hook__gate"), "{shell} lists hook-gate");
         assert!(script.contains("sink-mark"), "{shell}: the visible verbs stay");
     }
     let fish = stdout(&tenure(&["completion", "fish"]));
+    let state =
+        fish.find("using_subcommand actions\" -l state ").map(|at| &fish[at..]).expect("--state in fish");
+    let words: String = state.lines().take(6).collect();
     assert!(
-        fish.lines().any(|l| l.contains("-l state") && l.contains("pending") && l.contains("skipped")),
-        "fish offers --state's words"
+        words.contains("-a \"pending") && words.contains("skipped"),
+        "fish offers --state's words: {words}"
     );
+    // Offered, not enforced by clap: a bad word is still the verb's own one line.
+    let bad = tenure(&["completion", "tcsh"]);
+    assert_eq!(stderr(&bad), "tenure completion: unknown shell `tcsh`; one of bash, zsh, fish\n");
 }

@@ -113,7 +113,8 @@ impl Federation {
         // has no approvals in the log and is in service.
         let all = self.acquire_verbs(pool_state);
         let line = (&pool_state.capture_domain, state.line.epoch);
-        let waits_at = |verb: &Verb| self.waits_for_approval(pool, pool_state, address, state, holder, line, *verb);
+        let waits_at =
+            |verb: &Verb| self.waits_for_approval(pool, pool_state, address, state, holder, line, *verb);
         let waits = if confirmed {
             all.first().is_some_and(|first| !waits_at(first)) && all.iter().skip(1).any(waits_at)
         } else {
@@ -141,7 +142,8 @@ impl Federation {
         state: &AddressState,
         node: NodeId,
     ) -> bool {
-        let Some(family) = self.provider_kind(&pool_state.spec.provider).map(|kind| kind.verb_family()) else {
+        let Some(family) = self.provider_kind(&pool_state.spec.provider).map(|kind| kind.verb_family())
+        else {
             return false;
         };
         let Some(confirmation) = state.confirmations.iter().find(|c| c.node == node && c.acquired) else {
@@ -154,11 +156,11 @@ impl Federation {
             return false;
         }
         let domain = &confirmation.capture_domain;
-        let epoch = state.line_of(domain, &pool_state.capture_domain).map_or(CaptureEpoch::NEVER, |l| l.epoch);
-        family
-            .release_verbs()
-            .iter()
-            .any(|verb| self.waits_for_approval(pool, pool_state, address, state, node, (domain, epoch), *verb))
+        let epoch =
+            state.line_of(domain, &pool_state.capture_domain).map_or(CaptureEpoch::NEVER, |l| l.epoch);
+        family.release_verbs().iter().any(|verb| {
+            self.waits_for_approval(pool, pool_state, address, state, node, (domain, epoch), *verb)
+        })
     }
 
     /// The acquire verbs of the pool's provider, in execution order (none for an unknown one).

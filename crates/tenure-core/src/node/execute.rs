@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use super::{NodeEngine, NodeError};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
 use crate::journal::{
-    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN, agent_stopped_detail,
-    call_started, call_started_detail, outcome_unknown,
+    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN,
+    agent_stopped_detail, call_started, call_started_detail, outcome_unknown,
 };
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
@@ -160,7 +160,12 @@ impl<S: JournalStore> NodeEngine<S> {
         if entry.detail.as_deref() == Some(detail.as_str()) {
             return Ok(());
         }
-        self.commit(JournalChange::SetState { seq, state: EntryState::Approved, detail: Some(detail), executed_seq: None })
+        self.commit(JournalChange::SetState {
+            seq,
+            state: EntryState::Approved,
+            detail: Some(detail),
+            executed_seq: None,
+        })
     }
 
     /// At a start (open or restart): every `approved` entry still carrying the gate's mark
@@ -179,7 +184,12 @@ impl<S: JournalStore> NodeEngine<S> {
             .collect();
         for (seq, attempt) in &stopped {
             let detail = Some(agent_stopped_detail(*attempt));
-            self.commit(JournalChange::SetState { seq: *seq, state: EntryState::Approved, detail, executed_seq: None })?;
+            self.commit(JournalChange::SetState {
+                seq: *seq,
+                state: EntryState::Approved,
+                detail,
+                executed_seq: None,
+            })?;
         }
         if !stopped.is_empty() {
             self.store.sync().map_err(NodeError::Store)?;

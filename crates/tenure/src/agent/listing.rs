@@ -175,7 +175,11 @@ mod tests {
         assert!(!filter.matches_address("10.0.4.1"));
         assert_eq!(
             filter.query_pairs(),
-            [("pool", "edge".to_owned()), ("address", "2001:db8::10".to_owned()), ("address", "10.0.3.0/24".to_owned())]
+            [
+                ("pool", "edge".to_owned()),
+                ("address", "2001:db8::10".to_owned()),
+                ("address", "10.0.3.0/24".to_owned())
+            ]
         );
         let error = filter.set("address", "--address", "10.0.0.300").expect_err("refused");
         assert!(error.starts_with("--address `10.0.0.300`"), "{error}");

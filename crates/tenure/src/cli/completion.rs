@@ -46,17 +46,15 @@ pub fn run(args: &CompletionArgs) -> ExitCode {
 /// not): the root's arguments and visible subcommands, as defined.
 fn without_hidden_verbs(root: clap::Command) -> clap::Command {
     let visible: Vec<clap::Command> = root.get_subcommands().filter(|c| !c.is_hide_set()).cloned().collect();
-    let mut command = clap::Command::new(root.get_name().to_owned())
+    let command = clap::Command::new("tenure")
+        .version(env!("CARGO_PKG_VERSION"))
         .args(root.get_arguments().cloned())
         .subcommands(visible)
         .subcommand_required(true);
-    if let Some(version) = root.get_version() {
-        command = command.version(version.to_owned());
+    match root.get_about() {
+        Some(about) => command.about(about.clone()),
+        None => command,
     }
-    if let Some(about) = root.get_about() {
-        command = command.about(about.clone());
-    }
-    command
 }
 
 /// A string flag's words, offered to completion (and listed in `--help`) but not enforced by

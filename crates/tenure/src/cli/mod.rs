@@ -225,7 +225,9 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Actions { node, state, pool, addresses, list, remote } => {
             let state = state.filter(|state| !state.is_empty());
-            if let Some(state) = state.as_ref().filter(|s| !crate::api::list::ACTION_STATES.contains(&s.as_str())) {
+            if let Some(state) =
+                state.as_ref().filter(|s| !crate::api::list::ACTION_STATES.contains(&s.as_str()))
+            {
                 let states = crate::api::list::ACTION_STATES.join(", ");
                 eprintln!("tenure actions: --state `{state}` is not a state; one of {states}");
                 return ExitCode::from(EXIT_BAD_INPUT);

@@ -161,7 +161,9 @@ impl Verb {
             Some(serde_json::json!({"pool": pool, "address": address}).to_string().into_bytes())
         };
         match self {
-            Self::Ownership { filter } => (Method::GET, with_query("/v1/ownership", filter.query_pairs()), None),
+            Self::Ownership { filter } => {
+                (Method::GET, with_query("/v1/ownership", filter.query_pairs()), None)
+            }
             Self::Actions { filter, state } => {
                 let mut query = filter.query_pairs();
                 query.extend(state.iter().map(|state| ("state", state.clone())));
@@ -344,7 +346,11 @@ fn not_an_agent(endpoint: &str, answer: &Answer) -> String {
     } else if first.starts_with('<') {
         "an HTML page".to_owned()
     } else {
-        let quote: String = first.chars().take(FOREIGN_QUOTE_CHARS_MAX).map(|c| if c.is_control() { ' ' } else { c }).collect();
+        let quote: String = first
+            .chars()
+            .take(FOREIGN_QUOTE_CHARS_MAX)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
         let more = if first.chars().count() > FOREIGN_QUOTE_CHARS_MAX { "…" } else { "" };
         format!("`{quote}{more}`")
     };
@@ -536,7 +542,12 @@ mod tests {
             body: bytes::Bytes::from(body.to_owned()),
         };
         let line = not_an_agent("http://h:1", &answer(404, "\n<!DOCTYPE html>\n<html>…"));
-        assert!(line.starts_with("http://h:1 answered 404 Not Found with an HTML page, not a tenure agent's JSON"), "{line}");
+        assert!(
+            line.starts_with(
+                "http://h:1 answered 404 Not Found with an HTML page, not a tenure agent's JSON"
+            ),
+            "{line}"
+        );
         let line = not_an_agent("http://h:1", &answer(502, "bad gateway\nmore"));
         assert!(line.starts_with("http://h:1 answered 502 Bad Gateway with `bad gateway`,"), "{line}");
         let line = not_an_agent("http://h:1", &answer(200, ""));

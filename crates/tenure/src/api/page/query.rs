@@ -73,8 +73,9 @@ impl PageQuery {
                     *slot = Some(value);
                 }
                 "address" => {
-                    query.addresses =
-                        Some(parse_address("address", &value).map_err(|e| ApiFailure::bad_field("address", e))?);
+                    query.addresses = Some(
+                        parse_address("address", &value).map_err(|e| ApiFailure::bad_field("address", e))?,
+                    );
                 }
                 "phase" => {
                     let phase = PHASES.into_iter().find(|p| p.as_str() == value).ok_or_else(|| {
