@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0 done; 1 refused (the agent answered 401, 403, 404, 409, another 4xx but 400, 413
 //! and 415, or a 5xx; or no agent answers; or the TLS handshake with an `https://` endpoint
-//! failed); 2 bad input (a bad argument, an answer of 400, 413 or 415, a token file or
+//! failed; or what answered is not a tenure agent: no JSON); 2 bad input (a filter the verb reads
+//! with the agent's own rules, `agent/listing.rs`) (a bad argument, an answer of 400, 413 or 415, a token file or
 //! `--ca-file` that cannot be read, a mutating verb without a token file). Errors are one
 //! line on stderr: `tenure drain: node "x" not found (404)`.
 
