@@ -458,61 +458,9 @@ pub fn canonical_address(address: IpAddr) -> String {
     address.to_string()
 }
 
-/// An address filter, as every list takes it (`tenure ownership|history ADDRESS`, `tenure
-/// actions --address`, `?address=` of the list calls and of the status page): one address in any
-/// form it parses from (RFC 5952 or not, with `/32` or `/128`), or a CIDR range of them of any
-/// length. Bits below the prefix are dropped (`10.0.0.7/24` is `10.0.0.0/24`): a filter names
-/// where to look, unlike a pool file, which names what to hold. Surrounding spaces are ignored.
-pub fn address_filter(text: &str) -> Result<IpNet, String> {
-    let text = text.trim();
-    match text.split_once('/') {
-        None => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| not_an_address(text)),
-        Some((address, length)) => {
-            let address = address.parse::<IpAddr>().map_err(|_| not_an_address(text))?;
-            let length =
-                length.parse::<u8>().map_err(|_| format!("`{text}`: `{length}` is not a prefix length"))?;
-            IpNet::new(address, length).map(|range| range.trunc()).map_err(|e| format!("`{text}`: {e}"))
-        }
-    }
-}
-
-fn not_an_address(text: &str) -> String {
-    format!("`{text}` is not an IPv4/IPv6 address or CIDR range")
-}
-
-/// The canonical text of an address filter: a single address as [`canonical_address`], a range
-/// in CIDR form (`10.0.3.0/24`).
-#[must_use]
-pub fn address_filter_text(range: &IpNet) -> String {
-    if range.prefix_len() == range.max_prefix_len() {
-        canonical_address(range.addr())
-    } else {
-        range.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn address_filters_take_any_form_of_an_address_or_a_range() {
-        let text = |t: &str| address_filter(t).map(|r| address_filter_text(&r));
-        assert_eq!(text("10.0.0.1").as_deref(), Ok("10.0.0.1"));
-        assert_eq!(text(" 10.0.0.1/32 ").as_deref(), Ok("10.0.0.1"));
-        assert_eq!(text("2001:DB8:0:0::10").as_deref(), Ok("2001:db8::10"));
-        assert_eq!(text("2001:db8::10/128").as_deref(), Ok("2001:db8::10"));
-        assert_eq!(text("10.0.0.7/24").as_deref(), Ok("10.0.0.0/24"));
-        assert_eq!(text("10.0.0.0/8").as_deref(), Ok("10.0.0.0/8"), "a filter is not bounded as a pool is");
-        assert_eq!(text("2001:DB8::/64").as_deref(), Ok("2001:db8::/64"));
-        for bad in ["", "10.0.0.300", "10.0.0.0/33", "10.0.0.0/x", "nope", "10.0.0.1/", "/24"] {
-            let error = address_filter(bad).expect_err(bad);
-            assert!(
-                error.contains(&format!("`{}`", bad.trim())) && !error.contains('\n'),
-                "{bad:?}: {error}"
-            );
-        }
-    }
 
     #[test]
     fn durations_are_go_style_whole_milliseconds() {
