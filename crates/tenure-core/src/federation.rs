@@ -113,6 +113,9 @@ pub struct Federation {
     touched: Touched,
     /// The addresses whose tokens the last applied event moved ([`Federation::last_moves`]).
     moves: Vec<TokenMove>,
+    /// Whether the last applied event was an `approve` the log kept now, not one it already held
+    /// ([`Federation::last_approval_kept`]).
+    approval_kept: bool,
     /// Where a token line created now starts (its first holder gets one more): 0 until a
     /// `tokens-raised` raises it.
     token_floor: u64,
@@ -149,6 +152,7 @@ impl Federation {
             observed: BTreeMap::new(),
             touched: Touched::default(),
             moves: Vec::new(),
+            approval_kept: false,
             token_floor: 0,
             highest_token: 0,
         }
@@ -244,10 +248,19 @@ impl Federation {
         &self.moves
     }
 
+    /// Whether the last [`Federation::apply`] was an `approve` that the log keeps and did not
+    /// hold before: an `approve` of a key already approved (two operators, a retried request, two
+    /// agents of a fleet) changes nothing and is not a second approval in the history.
+    #[must_use]
+    pub fn last_approval_kept(&self) -> bool {
+        self.approval_kept
+    }
+
     /// Applies one event (SPEC 2) as one atomic step (SPEC 13). A rejected event changes nothing.
     pub fn apply(&mut self, event: &Event) -> Result<Applied, EventRejected> {
         self.check(&event.kind)?;
         self.moves.clear();
+        self.approval_kept = false;
         self.stream_time_ms = self.stream_time_ms.max(event.at_ms);
         self.events_applied += 1;
         let mut structure_changed = false;

@@ -91,10 +91,45 @@ pub fn outcome_unknown(detail: Option<&str>) -> bool {
     detail.is_some_and(|d| d.starts_with(OUTCOME_UNKNOWN))
 }
 
-/// The detail of a holding acquire whose call is about to start, written (and synced with its
-/// batch) before the call: at a restart, an `approved` entry with it was in flight when the
-/// process died, in doubt (SPEC 6).
+/// The detail of an entry whose call is about to start, written (and synced with its batch)
+/// before the call: at a restart, an `approved` entry with it was in flight when the process
+/// died, in doubt (SPEC 6). An entry already in doubt carries it after its mark
+/// ([`call_started`]).
 pub const CALL_STARTED: &str = "call started";
+
+/// The gate's detail for the call it hands out: [`CALL_STARTED`], after the in-doubt mark when
+/// the entry carries one (an earlier attempt may have acted; the mark stays).
+#[must_use]
+pub fn call_started_detail(in_doubt: bool) -> String {
+    if in_doubt {
+        format!("{OUTCOME_UNKNOWN}an earlier attempt may have acted; {CALL_STARTED}")
+    } else {
+        CALL_STARTED.to_owned()
+    }
+}
+
+/// Whether an entry's detail is the gate's mark of a call handed out ([`call_started_detail`]).
+#[must_use]
+pub fn call_started(detail: Option<&str>) -> bool {
+    detail.is_some_and(|d| d == CALL_STARTED || (d.starts_with(OUTCOME_UNKNOWN) && d.ends_with(CALL_STARTED)))
+}
+
+/// What follows [`OUTCOME_UNKNOWN`] in the detail a restart gives an entry whose call was in
+/// flight when the agent stopped: `outcome unknown: the agent stopped during attempt N`.
+const AGENT_STOPPED: &str = "the agent stopped during attempt ";
+
+/// The detail (and last error) of an entry whose attempt `attempt` was in flight when its agent
+/// stopped: its outcome is unknown (SPEC 6: it is gated and run again while current).
+#[must_use]
+pub fn agent_stopped_detail(attempt: u32) -> String {
+    format!("{OUTCOME_UNKNOWN}{AGENT_STOPPED}{attempt}")
+}
+
+/// Whether `detail` is [`agent_stopped_detail`]'s.
+#[must_use]
+pub fn agent_stopped(detail: Option<&str>) -> bool {
+    detail.and_then(|d| d.strip_prefix(OUTCOME_UNKNOWN)).is_some_and(|rest| rest.starts_with(AGENT_STOPPED))
+}
 
 /// The detail of an acquire in doubt once it is counted as held.
 pub const COUNTED_AS_HELD: &str =
@@ -139,14 +174,16 @@ pub struct Attempts {
 
 impl JournalEntry {
     /// Moves the entry to `state` with the executor's `detail` and its execution order, as a
-    /// [`JournalChange::SetState`] says: a `failed` state's detail becomes the last error. The
-    /// one place a state change is applied to an entry (memory and every store's rows), after the
-    /// caller checked [`EntryState::may_become`].
+    /// [`JournalChange::SetState`] says: a `failed` state's detail becomes the last error, and so
+    /// does a restart's account of a call in flight when the agent stopped
+    /// ([`agent_stopped_detail`]; the entry stays `approved`, to run again). The one place a
+    /// state change is applied to an entry (memory and every store's rows), after the caller
+    /// checked [`EntryState::may_become`].
     pub fn set_state(&mut self, state: EntryState, detail: Option<&str>, executed_seq: Option<u64>) {
         self.state = state;
         self.detail = detail.map(str::to_owned);
         self.executed_seq = executed_seq;
-        if state == EntryState::Failed {
+        if state == EntryState::Failed || agent_stopped(detail) {
             self.attempts.last_error = self.detail.clone();
         }
     }

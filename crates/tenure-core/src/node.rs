@@ -171,6 +171,7 @@ impl<S: JournalStore> NodeEngine<S> {
             fenced: BTreeMap::new(),
         };
         engine.rebuild(state);
+        engine.recover_in_flight()?;
         Ok(engine)
     }
 
@@ -193,6 +194,7 @@ impl<S: JournalStore> NodeEngine<S> {
     pub fn restart(&mut self) -> Result<(), NodeError<S::Error>> {
         let state = self.store.load().map_err(NodeError::Store)?;
         self.rebuild(state);
+        self.recover_in_flight()?;
         Ok(())
     }
 

@@ -1088,3 +1088,57 @@ fn an_address_phase_follows_its_hand_over_from_the_log_results() {
     executed(&mut w, 8, "p/10.0.0.1/unassign-secondary-ip/b/sim1/eni-b/owner:2:epoch:2".into(), "b");
     assert_eq!(status(&w), (Phase::Released, vec![], vec![]));
 }
+
+/// A release of a manual pool waits for `tenure approve` as an acquire does: once due (the
+/// deprovision hold passed), an address whose leaving holder's release is not approved reads
+/// `pending-approval`, not `releasing` — after a drain (the new owner holds it too) and after an
+/// `undesire` (no owner).
+#[test]
+fn a_release_waiting_for_approval_reads_pending_approval() {
+    use tenure_core::federation::Phase;
+    let mut w = World::new(&[node("a", 10, None), node("b", 0, None)]);
+    let mut spec = pool("p", &["10.0.0.1"], &["a", "b"]);
+    spec.approval = Approval::Manual;
+    w.pool(0, spec);
+    w.hb(0, "a");
+    w.hb(0, "b");
+    let phase = |w: &World| w.fed.address_status("p", ip("10.0.0.1")).expect("listed").phase;
+    let key = |w: &World, verb: &str, holder: &str| {
+        let (o, c) = w.epochs("p", "10.0.0.1");
+        format!("p/10.0.0.1/{verb}/{holder}/sim1/eni-{holder}/owner:{o}:epoch:{c}")
+    };
+    let approve_and_run = |w: &mut World, at: u64, verbs: &[&str], holder: &str| {
+        for verb in verbs {
+            let key = key(w, verb, holder);
+            w.apply(at, EventKind::Approve { idempotency_key: key.clone() });
+            let kind = EventKind::ActionResult {
+                node: holder.into(),
+                idempotency_key: key,
+                outcome: ActionOutcome::Executed,
+                detail: String::new(),
+            };
+            w.apply(at, kind);
+        }
+    };
+    approve_and_run(&mut w, 1, &["assign-secondary-ip", "enable-forwarding"], "a");
+    assert_eq!(phase(&w), Phase::Held);
+
+    w.apply(10, EventKind::Drain { node: "a".into() });
+    approve_and_run(&mut w, 11, &["assign-secondary-ip", "enable-forwarding"], "b");
+    assert_eq!(phase(&w), Phase::Releasing, "a's release is held back (deprovision hold: 1 s)");
+    w.hb(1_100, "b");
+    assert_eq!(phase(&w), Phase::PendingApproval, "a's release is due and waits for approval");
+    w.apply(1_101, EventKind::Approve { idempotency_key: key(&w, "disable-forwarding", "a") });
+    assert_eq!(phase(&w), Phase::PendingApproval, "its unassign still waits");
+    w.apply(1_102, EventKind::Approve { idempotency_key: key(&w, "unassign-secondary-ip", "a") });
+    assert_eq!(phase(&w), Phase::Releasing, "approved: the release may run");
+    approve_and_run(&mut w, 1_103, &["disable-forwarding", "unassign-secondary-ip"], "a");
+    assert_eq!(phase(&w), Phase::Held);
+
+    w.apply(2_000, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
+    assert_eq!(phase(&w), Phase::Releasing, "no owner; b's release is held back");
+    w.hb(3_100, "b");
+    assert_eq!(phase(&w), Phase::PendingApproval, "no owner; b's release waits for approval");
+    approve_and_run(&mut w, 3_101, &["disable-forwarding", "unassign-secondary-ip"], "b");
+    assert_eq!(phase(&w), Phase::Released);
+}

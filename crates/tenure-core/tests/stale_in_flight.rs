@@ -449,3 +449,67 @@ fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
     assert_eq!(a.engine().retryable_failures(), 0, "left out of the retry set");
     assert!(a.engine().captured().is_empty(), "the release said the node holds nothing");
 }
+
+/// A call in flight when the process died says so after the restart (SPEC 6: its outcome is
+/// unknown; it is gated and run again while current): its detail and its last error — what
+/// `tenure actions -o wide` and `/v1/actions` show — read `outcome unknown: the agent stopped
+/// during attempt N`, for every verb (here an assign, then an enable-forwarding), and it runs
+/// again. A call whose result was recorded is left as it is.
+#[test]
+fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
+    use tenure_core::journal::agent_stopped_detail;
+    let log = log();
+    let (mut a, keys) = in_flight(&log);
+    a.handle_result(&keys[0], ActionOutcome::Executed, "done".into()).expect("in flight");
+    a.restart().expect("memory");
+    let stopped = agent_stopped_detail(1);
+    assert_eq!(stopped, "outcome unknown: the agent stopped during attempt 1");
+    let entry =
+        |a: &NodeDriver<MemoryJournalStore>, key: &str| a.engine().entry(key).expect("journaled").clone();
+    assert_eq!(
+        (entry(&a, &keys[0]).state, entry(&a, &keys[0]).attempts.last_error),
+        (EntryState::Executed, None)
+    );
+    for key in &keys[1..] {
+        let e = entry(&a, key);
+        assert_eq!(e.state, EntryState::Approved, "it stays approved: it runs again");
+        assert_eq!(
+            (e.detail.as_deref(), e.attempts.last_error.as_deref()),
+            (Some(stopped.as_str()), Some(stopped.as_str()))
+        );
+        assert_eq!(e.attempts.count, 1);
+    }
+    a.restart().expect("memory");
+    assert_eq!(
+        entry(&a, &keys[1]).attempts.last_error.as_deref(),
+        Some(stopped.as_str()),
+        "a second start changes nothing"
+    );
+
+    a.follow(&log).expect("readable");
+    a.reconcile_at_head().expect("memory").expect("not blocked");
+    a.start_execution_at_head().expect("memory").expect("not blocked");
+    let again: Vec<String> =
+        a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+    assert!(keys[1..].iter().all(|key| again.contains(key)), "run again: {again:?}");
+    for key in &keys[1..] {
+        a.handle_result(key, ActionOutcome::Executed, "done".into()).expect("in flight");
+        let e = entry(&a, key);
+        assert_eq!((e.state, e.attempts.count), (EntryState::Executed, 2));
+        assert_eq!(e.attempts.last_error.as_deref(), Some(stopped.as_str()), "what failed before stays");
+    }
+
+    // A verb that is not a holding acquire: enable-forwarding in flight at a second crash.
+    a.reconcile_at_head().expect("memory").expect("not blocked");
+    a.start_execution_at_head().expect("memory").expect("not blocked");
+    let forwarding: Vec<String> =
+        a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+    assert!(
+        !forwarding.is_empty() && forwarding.iter().all(|k| k.contains("/enable-forwarding/")),
+        "{forwarding:?}"
+    );
+    a.restart().expect("memory");
+    for key in &forwarding {
+        assert_eq!(entry(&a, key).attempts.last_error.as_deref(), Some(stopped.as_str()), "{key}");
+    }
+}

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt as _;
 
 use process::{Agent, NODES, TOKEN, TempDir, agent_config as config, free_port, pool_yaml, tenure, wait_for};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// An operator step: runs it, answers (exit code, what it said).
 type Step<'a> = Box<dyn Fn() -> (i32, String) + 'a>;
@@ -436,6 +436,16 @@ fn hooks_left_running_by_a_killed_agent_are_killed_by_the_next_one() {
     });
     let alive = std::fs::read_to_string(dir.path().join("alive")).unwrap_or_default();
     assert!(alive.is_empty(), "the dead agent's hook still ran when the next one called: {alive}");
+    // What the operator reads meanwhile: the interrupted attempt's outcome is unknown (SPEC 6),
+    // and the action runs again (its second attempt, in the hook now).
+    let actions = agent.get("/v1/actions?node=a&address=10.0.0.10")["actions"].clone();
+    let acquire = actions.as_array().and_then(|rows| rows.iter().find(|r| r["verb"] == "acquire")).cloned();
+    let acquire = acquire.unwrap_or_else(|| panic!("a's acquire: {actions}"));
+    assert_eq!(
+        (&acquire["state"], &acquire["attempts"], &acquire["lastError"]),
+        (&json!("approved"), &json!(2), &json!("outcome unknown: the agent stopped during attempt 1")),
+        "{acquire}"
+    );
     agent.kill9();
     assert!(
         tenure::exec::hook::kill_orphans(&owner).expect("cleaned up") >= 2,

@@ -172,13 +172,25 @@ async fn action_filters_select_and_bad_ones_are_400_naming_them() {
     assert!(pending.iter().all(|r| r["state"] == "pending" && r["pool"] == "gated" && r["node"] == "a"));
     let none = get(&server, "/v1/actions?node=b").await.json();
     assert_eq!(none["actions"], json!([]), "b holds nothing, so it planned nothing");
+    // An empty value filters nothing (docs/decisions.md: a form's empty field, a script's empty
+    // variable); an address filter may be a range.
+    let empty = get(&server, "/v1/actions?node=&pool=&state=&address=").await;
+    assert_eq!(
+        (empty.status, empty.json()["actions"].as_array().map(Vec::len)),
+        (200, Some(all)),
+        "{}",
+        empty.body
+    );
+    let gated = get(&server, "/v1/actions?address=10.0.0.16/28").await.json();
+    let gated = gated["actions"].as_array().expect("a list").clone();
+    assert!(!gated.is_empty() && gated.iter().all(|r| r["address"] == "10.0.0.20"), "{gated:?}");
 
     for (query, field) in [
         ("state=bogus", "state"),
         ("colour=red", "colour"),
         ("node=a&node=b", "node"),
         ("pool=a%20b", "pool"),
-        ("node=", "node"),
+        ("address=10.0.0.300", "address"),
     ] {
         let reply = get(&server, &format!("/v1/actions?{query}")).await;
         assert_eq!(reply.status, 400, "{query}");

@@ -28,18 +28,15 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// Every verb a user runs: the path of each visible subcommand without subcommands of its own
-/// (`["store", "backup"]`), and its command.
+/// Every verb a user runs: the path of each visible subcommand (`["store"]`, `["store",
+/// "backup"]`: a parent's `--help` is read too), and its command.
 fn verbs() -> Vec<(Vec<String>, clap::Command)> {
     fn walk(command: &clap::Command, path: &[String], out: &mut Vec<(Vec<String>, clap::Command)>) {
         for sub in command.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
             let mut path = path.to_vec();
             path.push(sub.get_name().to_owned());
-            if sub.has_subcommands() {
-                walk(sub, &path, out);
-            } else {
-                out.push((path, sub.clone()));
-            }
+            out.push((path.clone(), sub.clone()));
+            walk(sub, &path, out);
         }
     }
     let mut out = Vec::new();
@@ -68,7 +65,7 @@ fn example_lines(help: &str) -> Vec<Vec<String>> {
 fn every_verb_has_examples_that_parse_as_written() {
     let verbs = verbs();
     assert!(
-        verbs.len() >= 18,
+        verbs.len() >= 20 && verbs.iter().any(|(path, _)| path == &["sink-mark"]),
         "the walk finds the verbs: {:?}",
         verbs.iter().map(|v| &v.0).collect::<Vec<_>>()
     );
@@ -111,6 +108,10 @@ fn the_examples_are_in_the_help_the_binary_prints() {
         "{}",
         stdout(&backup)
     );
+    for parent in ["store", "sink-mark"] {
+        let help = tenure(&[parent, "--help"]);
+        assert!(stdout(&help).contains("Examples:\n  # "), "tenure {parent} --help: {}", stdout(&help));
+    }
 }
 
 #[test]
@@ -173,4 +174,38 @@ fn completion_prints_a_script_per_shell_and_refuses_others_in_one_line() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(stderr(&bad), "tenure completion: unknown shell `tcsh`; one of bash, zsh, fish\n");
     assert!(stdout(&bad).is_empty(), "{}", stdout(&bad));
+}
+
+/// The scripts offer the words an enum-valued flag takes (`actions --state`, `-o`), and leave
+/// out the hidden `hook-gate` verb (the agent's, not an operator's).
+#[test]
+fn completion_offers_flag_values_and_hides_the_hidden_verb() {
+    let bash = stdout(&tenure(&["completion", "bash"]));
+    // The words offered after a flag, in the bash function of a verb.
+    let offered = |verb: &str, flag: &str| -> String {
+        let function = &bash[bash.find(&format!("tenure__subcmd__{verb})")).expect("the verb's function")..];
+        let at = function.find(&format!("{flag})")).unwrap_or_else(|| panic!("{verb} {flag} completes"));
+        function[at..].lines().nth(1).unwrap_or_default().to_owned()
+    };
+    assert!(offered("actions", "--state").contains("\"pending approved executed failed skipped\""));
+    assert!(offered("actions", "--output").contains("\"table wide json yaml\""));
+    assert!(offered("ownership", "-o").contains("\"table wide json yaml\""));
+    let shells = &bash[bash.find("tenure__subcmd__completion)").expect("completion's function")..];
+    assert!(shells.lines().nth(1).is_some_and(|l| l.contains("bash zsh fish")), "{}", &shells[..200]);
+    for shell in ["bash", "zsh", "fish"] {
+        let script = stdout(&tenure(&["completion", shell]));
+        assert!(!script.contains("hook-gate") && !script.contains("hook__gate"), "{shell} lists hook-gate");
+        assert!(script.contains("sink-mark"), "{shell}: the visible verbs stay");
+    }
+    let fish = stdout(&tenure(&["completion", "fish"]));
+    let state =
+        fish.find("using_subcommand actions\" -l state ").map(|at| &fish[at..]).expect("--state in fish");
+    let words: String = state.lines().take(6).collect();
+    assert!(
+        words.contains("-a \"pending") && words.contains("skipped"),
+        "fish offers --state's words: {words}"
+    );
+    // Offered, not enforced by clap: a bad word is still the verb's own one line.
+    let bad = tenure(&["completion", "tcsh"]);
+    assert_eq!(stderr(&bad), "tenure completion: unknown shell `tcsh`; one of bash, zsh, fish\n");
 }

@@ -155,6 +155,8 @@ impl Federation {
             let dropped = kept.pop().expect("more than the maximum: not empty");
             self.approvals.keys.remove(&dropped.key);
         }
+        // Kept now unless the bound pushed this very one out.
+        self.approval_kept = self.approvals.keys.contains(key);
     }
 
     /// The capture domain (the token line) an idempotency key is stamped on: its provider and its

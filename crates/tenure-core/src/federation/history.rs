@@ -263,7 +263,7 @@ pub fn entries_of(
         })
         .collect();
     match &event.kind {
-        EventKind::Approve { idempotency_key } if view.is_approved(idempotency_key) => {
+        EventKind::Approve { idempotency_key } if view.last_approval_kept() => {
             if let Some(parsed) = ParsedKey::parse(idempotency_key) {
                 let holder = parsed.holder.clone();
                 entries.push(entry(EntryKind::Approval).of_action(idempotency_key, parsed, holder));

@@ -7,16 +7,17 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::{Federation, NodeId};
-use crate::model::{ActionStamp, Approval, Verb};
+use crate::model::{ActionStamp, Approval, CaptureDomain, CaptureEpoch, Verb};
 use crate::state::{AddressState, PoolState};
 
 /// An address's phase, derived from the view: the desired holder, the nodes' last confirmed
 /// holding verbs (`action-result: executed`), and the pool's approval mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
-    /// Desired for a node whose acquire waits for an operator's approval (`approval: manual`):
-    /// its first acquire verb, or, once that is confirmed, a later one (enable-forwarding, garp)
-    /// without which the address is not in service.
+    /// An action of the hand-over waits for an operator's approval (`approval: manual`): the
+    /// desired holder's first acquire verb, or, once that is confirmed, a later one
+    /// (enable-forwarding, garp) without which the address is not in service; or, once the
+    /// desired holder is not acquiring, the due release of a node that still holds it.
     PendingApproval,
     /// Desired for a node that has not confirmed its acquire in the current epoch.
     Acquiring,
@@ -24,7 +25,8 @@ pub enum Phase {
     /// confirmation is an acquire.
     Held,
     /// The desired holder holds it (or none is desired), and another node's last confirmation is
-    /// still an acquire: its release is due (or held back by the pool's deprovision hold).
+    /// still an acquire: its release is held back by the pool's deprovision hold, or due and
+    /// approved (or its pool approves automatically).
     Releasing,
     /// Not desired for anyone, and no node's last confirmation is an acquire.
     Released,
@@ -84,8 +86,18 @@ impl Federation {
         holders: &[NodeId],
     ) -> Phase {
         let desired = state.line.desired_holder.filter(|_| state.active && !pool_state.deleted);
+        // A node that holds the address and should not: its release is what the phase waits
+        // for, and under `approval: manual` it may wait for the operator.
+        let releasing = || -> Phase {
+            let leaving = holders.iter().filter(|node| Some(**node) != desired);
+            if leaving.clone().any(|node| self.release_waits(pool, pool_state, address, state, *node)) {
+                Phase::PendingApproval
+            } else {
+                Phase::Releasing
+            }
+        };
         let Some(holder) = desired else {
-            return if holders.is_empty() { Phase::Released } else { Phase::Releasing };
+            return if holders.is_empty() { Phase::Released } else { releasing() };
         };
         let confirmed = state.confirmations.iter().any(|c| {
             c.node == holder
@@ -100,7 +112,9 @@ impl Federation {
         // ran while the pool was automatic (switched to manual since; the switch moves no token)
         // has no approvals in the log and is in service.
         let all = self.acquire_verbs(pool_state);
-        let waits_at = |verb: &Verb| self.waits_for_approval(pool, pool_state, address, state, holder, *verb);
+        let line = (&pool_state.capture_domain, state.line.epoch);
+        let waits_at =
+            |verb: &Verb| self.waits_for_approval(pool, pool_state, address, state, holder, line, *verb);
         let waits = if confirmed {
             all.first().is_some_and(|first| !waits_at(first)) && all.iter().skip(1).any(waits_at)
         } else {
@@ -109,9 +123,44 @@ impl Federation {
         match (confirmed, waits) {
             (_, true) => Phase::PendingApproval,
             (false, false) => Phase::Acquiring,
-            (true, false) if holders.iter().any(|node| *node != holder) => Phase::Releasing,
+            (true, false) if holders.iter().any(|node| *node != holder) => releasing(),
             (true, false) => Phase::Held,
         }
+    }
+
+    /// Whether `node`'s release of `address` is due and one of its verbs waits for an approval
+    /// the log does not hold: stamped as the planner stamps it (the line of the node's confirmed
+    /// acquire, at that line's current epoch; the address's ownershipEpoch), due once the pool's
+    /// deprovision hold has passed where the provider's family holds releases back. During the
+    /// hold nothing is planned yet, so nothing waits (`tenure approve --pool --address` would
+    /// find nothing); the phase is `releasing` then.
+    fn release_waits(
+        &self,
+        pool: &str,
+        pool_state: &PoolState,
+        address: IpAddr,
+        state: &AddressState,
+        node: NodeId,
+    ) -> bool {
+        let Some(family) = self.provider_kind(&pool_state.spec.provider).map(|kind| kind.verb_family())
+        else {
+            return false;
+        };
+        let Some(confirmation) = state.confirmations.iter().find(|c| c.node == node && c.acquired) else {
+            return false;
+        };
+        if family.release_is_held()
+            && let Some(moved_ms) = state.moved_away_from(node)
+            && self.stream_time_ms() < moved_ms.saturating_add(pool_state.spec.deprovision_hold_ms)
+        {
+            return false;
+        }
+        let domain = &confirmation.capture_domain;
+        let epoch =
+            state.line_of(domain, &pool_state.capture_domain).map_or(CaptureEpoch::NEVER, |l| l.epoch);
+        family.release_verbs().iter().any(|verb| {
+            self.waits_for_approval(pool, pool_state, address, state, node, (domain, epoch), *verb)
+        })
     }
 
     /// The acquire verbs of the pool's provider, in execution order (none for an unknown one).
@@ -119,8 +168,10 @@ impl Federation {
         self.provider_kind(&pool_state.spec.provider).map_or(&[], |kind| kind.verb_family().acquire_verbs())
     }
 
-    /// Whether the desired holder's `verb` of this epoch waits for an approval the log does not
-    /// hold (pools with `approval: manual`).
+    /// Whether `holder`'s `verb` stamped on `line` (capture domain and its epoch) waits for an
+    /// approval the log does not hold (pools with `approval: manual`): the one rule for acquires
+    /// and releases alike.
+    #[allow(clippy::too_many_arguments)] // the stamp's parts, borrowed from the caller's view
     fn waits_for_approval(
         &self,
         pool: &str,
@@ -128,6 +179,7 @@ impl Federation {
         address: IpAddr,
         state: &AddressState,
         holder: NodeId,
+        (capture_domain, capture_epoch): (&CaptureDomain, CaptureEpoch),
         verb: Verb,
     ) -> bool {
         if pool_state.spec.approval != Approval::Manual {
@@ -141,8 +193,8 @@ impl Federation {
             holder: &node.name,
             provider: &pool_state.spec.provider,
             nic: &node.nic,
-            capture_domain: &pool_state.capture_domain,
-            capture_epoch: state.line.epoch,
+            capture_domain,
+            capture_epoch,
             ownership_epoch: state.ownership_epoch,
         };
         !self.is_approved(&stamp.key())

@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use super::{NodeEngine, NodeError};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
 use crate::journal::{
-    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN, outcome_unknown,
+    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN,
+    agent_stopped_detail, call_started, call_started_detail, outcome_unknown,
 };
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
@@ -149,21 +150,51 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(batch.into_iter().map(|(_, action)| action).collect())
     }
 
-    /// Before a holding acquire's call: [`CALL_STARTED`] in its detail, synced with the batch, so
-    /// that a restart knows the call may have run (an in-doubt mark it already carries stays).
+    /// Before every call: [`CALL_STARTED`] in its detail ([`call_started_detail`]: after the
+    /// in-doubt mark it may carry, which stays), synced with the batch, so that a restart knows
+    /// the call may have run ([`NodeEngine::recover_in_flight`]; for a holding acquire, that it
+    /// may hold the address).
     fn mark_call_started(&mut self, seq: u64) -> Result<(), NodeError<S::Error>> {
         let entry = &self.state.entries[&seq];
-        if !(entry.action.verb.is_acquire() && entry.action.verb.changes_holding())
-            || outcome_unknown(entry.detail.as_deref())
-        {
+        let detail = call_started_detail(outcome_unknown(entry.detail.as_deref()));
+        if entry.detail.as_deref() == Some(detail.as_str()) {
             return Ok(());
         }
         self.commit(JournalChange::SetState {
             seq,
             state: EntryState::Approved,
-            detail: Some(CALL_STARTED.to_owned()),
+            detail: Some(detail),
             executed_seq: None,
         })
+    }
+
+    /// At a start (open or restart): every `approved` entry still carrying the gate's mark
+    /// ([`call_started`]) was in flight when the process stopped, its outcome unknown (SPEC 6).
+    /// Its detail, and its last error, become `outcome unknown: the agent stopped during attempt
+    /// N` ([`agent_stopped_detail`]), synced; it stays `approved`: gated again and, while current,
+    /// run again (executors are idempotent). A holding acquire so marked is in doubt
+    /// ([`NodeEngine::is_acquire_in_doubt`]). Returns how many entries it marked.
+    pub(super) fn recover_in_flight(&mut self) -> Result<usize, NodeError<S::Error>> {
+        let stopped: Vec<(u64, u32)> = self
+            .state
+            .entries
+            .values()
+            .filter(|e| e.state == EntryState::Approved && call_started(e.detail.as_deref()))
+            .map(|e| (e.seq, e.attempts.count))
+            .collect();
+        for (seq, attempt) in &stopped {
+            let detail = Some(agent_stopped_detail(*attempt));
+            self.commit(JournalChange::SetState {
+                seq: *seq,
+                state: EntryState::Approved,
+                detail,
+                executed_seq: None,
+            })?;
+        }
+        if !stopped.is_empty() {
+            self.store.sync().map_err(NodeError::Store)?;
+        }
+        Ok(stopped.len())
     }
 
     /// Frees the entry's (provider, address) for the next call.
@@ -252,10 +283,11 @@ impl<S: JournalStore> NodeEngine<S> {
     /// Whether entry `seq` is an acquire in doubt: a holding acquire (assign, proxy-ARP add) that
     /// may have reached the provider without a result saying so — its detail begins with
     /// [`OUTCOME_UNKNOWN`] (a call cancelled, timed out, its answer lost; the mark stays through
-    /// retries and later known failures), or it is `approved` with [`CALL_STARTED`], written
-    /// durably before its call (a call in flight when the process died: SPEC 6, in doubt). An
-    /// entry of this run in flight is neither `failed` nor in the approved set, so only a restart
-    /// leaves the second kind where [`NodeEngine::count_in_doubt_acquire`] looks.
+    /// retries and later known failures, and a restart gives it to a call in flight when the
+    /// process died: [`NodeEngine::recover_in_flight`]), or it is `approved` with
+    /// [`CALL_STARTED`], written durably before its call. An entry of this run in flight is
+    /// neither `failed` nor in the approved set, so the second kind is only where
+    /// [`NodeEngine::count_in_doubt_acquire`] looks before a restart's recovery has run.
     pub(super) fn is_acquire_in_doubt(&self, seq: u64) -> bool {
         let entry = &self.state.entries[&seq];
         entry.action.verb.is_acquire()

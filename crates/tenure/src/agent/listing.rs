@@ -1,10 +1,14 @@
 //! What the list calls select (SPEC 10: filters `pool`, `node`, `address`) and the history the
-//! agent keeps: the one place each list's filter rule is written, used by the API
-//! (`api/list.rs` parses the query and pages) and by the loop's answers.
+//! agent keeps: the one place each list's filter rule is written — how a filter value is read
+//! ([`ListFilter::set`]: the CLI's flags and arguments, the list calls' query, the status page's
+//! query) and what it keeps — used by the API (`api/list.rs` parses the query and pages), the
+//! status page, the CLI and the loop's answers.
 
 use std::net::IpAddr;
 
+use ipnet::IpNet;
 use tenure_core::federation::history::{History, HistoryEntry};
+use tenure_core::input::{canonical_address, check_name};
 use tenure_sim::replay::OwnershipRow;
 
 /// The filters every list call takes; `None` / empty matches everything.
@@ -16,15 +20,97 @@ pub struct ListFilter {
     /// journal; history: it is the owner or desired holder before or after, the reporting node
     /// or the approved action's holder).
     pub node: Option<String>,
-    /// `address` (repeatable): only these addresses.
-    pub addresses: Vec<IpAddr>,
+    /// `address` (repeatable): only these addresses, each one address or a CIDR range.
+    pub addresses: Vec<IpNet>,
+}
+
+/// An address filter, as every list takes it (`tenure ownership|history ADDRESS`, `tenure
+/// actions --address`, `?address=` of the list calls and of the status page): one address in any
+/// form it parses from (RFC 5952 or not, with `/32` or `/128`), or a CIDR range of them of any
+/// length. Bits below the prefix are dropped (`10.0.0.7/24` is `10.0.0.0/24`): a filter names
+/// where to look, unlike a pool file, which names what to hold. Surrounding spaces are ignored.
+pub fn address_filter(text: &str) -> Result<IpNet, String> {
+    let text = text.trim();
+    match text.split_once('/') {
+        None => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| not_an_address(text)),
+        Some((address, length)) => {
+            let address = address.parse::<IpAddr>().map_err(|_| not_an_address(text))?;
+            let length =
+                length.parse::<u8>().map_err(|_| format!("`{text}`: `{length}` is not a prefix length"))?;
+            IpNet::new(address, length).map(|range| range.trunc()).map_err(|e| format!("`{text}`: {e}"))
+        }
+    }
+}
+
+fn not_an_address(text: &str) -> String {
+    format!("`{text}` is not an IPv4/IPv6 address or CIDR range")
+}
+
+/// The canonical text of an address filter: a single address as [`canonical_address`], a range
+/// in CIDR form (`10.0.3.0/24`).
+#[must_use]
+pub fn address_filter_text(range: &IpNet) -> String {
+    if range.prefix_len() == range.max_prefix_len() {
+        canonical_address(range.addr())
+    } else {
+        range.to_string()
+    }
+}
+
+/// Reads one address filter value, named `label` in the error (the query key `address`, or
+/// the CLI's `ADDRESS` / `--address`): [`address_filter`]'s forms.
+pub fn parse_address(label: &str, value: &str) -> Result<IpNet, String> {
+    address_filter(value).map_err(|e| format!("{label} {e}"))
 }
 
 impl ListFilter {
+    /// Sets filter `key` (`pool`, `node` or `address`, as the query names them) from `value`,
+    /// naming `label` in the one-line error (the query key, or the CLI's flag). An empty value
+    /// is no filter (a form's empty field, a script's empty variable: the list is read-only); a
+    /// name is checked as every name is; an address is one address or a CIDR range
+    /// ([`parse_address`]). `pool` and `node` at most once (`given twice`), `address` repeats.
+    /// `Ok(false)`: `key` is not a filter key.
+    pub fn set(&mut self, key: &str, label: &str, value: &str) -> Result<bool, String> {
+        let slot = match key {
+            "pool" => &mut self.pool,
+            "node" => &mut self.node,
+            "address" => {
+                if !value.trim().is_empty() {
+                    self.addresses.push(parse_address(label, value)?);
+                }
+                return Ok(true);
+            }
+            _ => return Ok(false),
+        };
+        if value.is_empty() {
+            return Ok(true);
+        }
+        if slot.is_some() {
+            return Err(format!("{label} given twice"));
+        }
+        check_name(label, value)?;
+        *slot = Some(value.to_owned());
+        Ok(true)
+    }
+
+    /// The filter as query pairs, canonical (what the CLI sends).
+    #[must_use]
+    pub fn query_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        pairs.extend(self.pool.iter().map(|pool| ("pool", pool.clone())));
+        pairs.extend(self.node.iter().map(|node| ("node", node.clone())));
+        pairs.extend(self.addresses.iter().map(|range| ("address", address_filter_text(range))));
+        pairs
+    }
+
     /// Whether the address text `address` (canonical) is asked for.
     #[must_use]
     pub fn matches_address(&self, address: &str) -> bool {
-        self.addresses.is_empty() || address.parse::<IpAddr>().is_ok_and(|a| self.addresses.contains(&a))
+        self.addresses.is_empty() || address.parse::<IpAddr>().is_ok_and(|a| self.contains(a))
+    }
+
+    fn contains(&self, address: IpAddr) -> bool {
+        self.addresses.iter().any(|range| range.contains(&address))
     }
 
     /// Whether an ownership row is asked for.
@@ -43,7 +129,7 @@ impl ListFilter {
     pub fn matches_history(&self, entry: &HistoryEntry) -> bool {
         self.pool.as_ref().is_none_or(|pool| entry.pool.as_ref() == Some(pool))
             && self.node.as_ref().is_none_or(|node| entry.involves(node))
-            && (self.addresses.is_empty() || entry.address.is_some_and(|a| self.addresses.contains(&a)))
+            && (self.addresses.is_empty() || entry.address.is_some_and(|a| self.contains(a)))
     }
 }
 
@@ -99,4 +185,56 @@ pub fn history_page(history: &History, query: &HistoryQuery) -> HistoryAnswer {
         entries.push((position, entry.clone()));
     }
     HistoryAnswer { entries, more, reaches_back_to: history.reaches_back_to() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_filters_take_any_form_of_an_address_or_a_range() {
+        let text = |t: &str| address_filter(t).map(|r| address_filter_text(&r));
+        assert_eq!(text("10.0.0.1").as_deref(), Ok("10.0.0.1"));
+        assert_eq!(text(" 10.0.0.1/32 ").as_deref(), Ok("10.0.0.1"));
+        assert_eq!(text("2001:DB8:0:0::10").as_deref(), Ok("2001:db8::10"));
+        assert_eq!(text("2001:db8::10/128").as_deref(), Ok("2001:db8::10"));
+        assert_eq!(text("10.0.0.7/24").as_deref(), Ok("10.0.0.0/24"));
+        assert_eq!(text("10.0.0.0/8").as_deref(), Ok("10.0.0.0/8"), "a filter is not bounded as a pool is");
+        assert_eq!(text("2001:DB8::/64").as_deref(), Ok("2001:db8::/64"));
+        for bad in ["", "10.0.0.300", "10.0.0.0/33", "10.0.0.0/x", "nope", "10.0.0.1/", "/24"] {
+            let error = address_filter(bad).expect_err(bad);
+            assert!(
+                error.contains(&format!("`{}`", bad.trim())) && !error.contains('\n'),
+                "{bad:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn filters_read_empty_as_none_and_name_their_label() {
+        let mut filter = ListFilter::default();
+        for (key, value) in [("pool", ""), ("node", ""), ("address", ""), ("address", " ")] {
+            assert_eq!(filter.set(key, key, value), Ok(true), "{key}={value:?}");
+        }
+        assert_eq!(filter, ListFilter::default(), "empty values filter nothing");
+        assert_eq!(filter.set("state", "state", "x"), Ok(false));
+        filter.set("address", "ADDRESS", "2001:DB8:0::10").expect("non-canonical IPv6");
+        filter.set("address", "ADDRESS", "10.0.3.7/24").expect("a range");
+        filter.set("pool", "--pool", "edge").expect("a name");
+        assert_eq!(filter.set("pool", "--pool", "core"), Err("--pool given twice".to_owned()));
+        assert!(filter.matches_address("2001:db8::10") && filter.matches_address("10.0.3.200"));
+        assert!(!filter.matches_address("10.0.4.1"));
+        assert_eq!(
+            filter.query_pairs(),
+            [
+                ("pool", "edge".to_owned()),
+                ("address", "2001:db8::10".to_owned()),
+                ("address", "10.0.3.0/24".to_owned())
+            ]
+        );
+        let error = filter.set("address", "--address", "10.0.0.300").expect_err("refused");
+        assert!(error.starts_with("--address `10.0.0.300`"), "{error}");
+        let error = filter.set("node", "--node", "a b").expect_err("refused");
+        assert!(error.starts_with("--node `a b`"), "{error}");
+    }
 }

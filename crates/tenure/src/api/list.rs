@@ -19,8 +19,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
-use tenure_core::input::check_name;
-use tenure_sim::scenario::parse_one_address;
 
 use super::ApiFailure;
 use super::failure::reason;
@@ -142,49 +140,43 @@ pub fn list_query(kind: ListKind, pairs: Vec<(String, String)>) -> Result<ListQu
     let mut query = ListQuery::default();
     let mut token = None;
     for (key, value) in pairs {
-        let slot = match (key.as_str(), kind) {
-            ("address", _) => {
-                let address = parse_one_address(&value).map_err(|e| ApiFailure::bad_field("address", e))?;
-                query.filter.addresses.push(address);
-                continue;
-            }
+        // `pool`, `node`, `address`: the one reading of a filter (`agent/listing.rs`).
+        if query.filter.set(&key, &key, &value).map_err(|e| ApiFailure::bad_field(&key, e))? {
+            continue;
+        }
+        match (key.as_str(), kind) {
             ("limit", _) => {
                 if query.limit.is_some() {
                     return Err(ApiFailure::bad_field("limit", "given twice"));
                 }
                 query.limit = Some(parse_limit(&value)?);
-                continue;
             }
             ("continue", _) => {
                 if token.replace(value).is_some() {
                     return Err(ApiFailure::bad_field("continue", "given twice"));
                 }
-                continue;
             }
-            ("pool", _) => &mut query.filter.pool,
-            ("node", _) => &mut query.filter.node,
-            ("state", ListKind::Actions) => &mut query.state,
+            ("state", ListKind::Actions) => {
+                if value.is_empty() {
+                    // No filter, as for the other filters.
+                } else if query.state.is_some() {
+                    return Err(ApiFailure::bad_field("state", "given twice"));
+                } else if !ACTION_STATES.contains(&value.as_str()) {
+                    return Err(ApiFailure::bad_field(
+                        "state",
+                        format!("unknown state `{value}`; expected one of {}", ACTION_STATES.join(", ")),
+                    ));
+                } else {
+                    query.state = Some(value);
+                }
+            }
             _ => {
                 return Err(ApiFailure::bad_field(
                     &key,
                     format!("unknown query parameter; expected {}", kind.keys()),
                 ));
             }
-        };
-        if slot.is_some() {
-            return Err(ApiFailure::bad_field(&key, "given twice"));
         }
-        if key == "state" {
-            if !ACTION_STATES.contains(&value.as_str()) {
-                return Err(ApiFailure::bad_field(
-                    "state",
-                    format!("unknown state `{value}`; expected one of {}", ACTION_STATES.join(", ")),
-                ));
-            }
-        } else {
-            check_name(&key, &value).map_err(|e| ApiFailure::bad_field(&key, e))?;
-        }
-        *slot = Some(value);
     }
     if let Some(token) = token {
         query.after = Some(decode_token(kind, &query, &token)?);

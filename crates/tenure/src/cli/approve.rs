@@ -13,9 +13,12 @@ use http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use tenure_core::input::check_name;
+
 use super::EXIT_BAD_INPUT;
 use super::client::path_segment;
 use super::remote::{EXIT_REFUSED, RemoteArgs, RemoteOutput, Session, rows};
+use crate::agent::listing::parse_address;
 
 /// What the verb is called in messages.
 const COMMAND: &str = "approve";
@@ -42,8 +45,23 @@ pub fn run(pool: &str, address: &str, args: &RemoteArgs) -> ExitCode {
         eprintln!("tenure {COMMAND}: {message}");
         ExitCode::from(code)
     };
-    let Ok(wanted) = address.parse::<IpAddr>() else {
-        return fail(EXIT_BAD_INPUT, &format!("--address `{address}` is not an IP address"));
+    // The one reading of an address filter (`agent/listing.rs`), but one address: this verb
+    // changes something, and names its target exactly. Empty names nothing: refused.
+    if let Err(message) = check_name("--pool", pool) {
+        return fail(EXIT_BAD_INPUT, &message);
+    }
+    let wanted = match parse_address("--address", address) {
+        Ok(range) if range.prefix_len() == range.max_prefix_len() => range.addr(),
+        Ok(range) => {
+            return fail(
+                EXIT_BAD_INPUT,
+                &format!(
+                    "--address `{address}` is a range; approve one address at a time (to list them: tenure \
+                     actions --state pending --address {range})"
+                ),
+            );
+        }
+        Err(message) => return fail(EXIT_BAD_INPUT, &message),
     };
     let session = match Session::open(COMMAND, true, args) {
         Ok(session) => session,

@@ -63,7 +63,7 @@ pub enum ClientError {
         /// What rustls said.
         cause: String,
         /// What to try, or nothing.
-        hint: &'static str,
+        hint: String,
     },
     /// Nothing answered (connection refused, no route, reset…).
     #[error("no agent answers at {endpoint} ({cause}); is tenure agent running?")]
@@ -208,9 +208,14 @@ impl Client {
         if let Some(tls) = tls_error(error) {
             let hint = match tls {
                 rustls::Error::InvalidCertificate(_) if !self.private_ca => {
-                    " (a proxy certificate signed by a private CA? give --ca-file FILE)"
+                    " (a proxy certificate signed by a private CA? give --ca-file FILE)".to_owned()
                 }
-                _ => "",
+                // What came back is no TLS record: a plain-http server answering the hello.
+                rustls::Error::InvalidMessage(_) => format!(
+                    " (the server did not speak TLS; is it plain http? then --endpoint {})",
+                    self.endpoint.replacen("https://", "http://", 1)
+                ),
+                _ => String::new(),
             };
             return ClientError::Tls { endpoint: self.endpoint.clone(), cause: tls.to_string(), hint };
         }

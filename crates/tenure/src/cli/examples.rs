@@ -120,6 +120,14 @@ Examples:
   # Nobody should hold the address (its holder releases it)
   tenure undesire edge-vips 10.0.0.10 --token-file /etc/tenure/token";
 
+/// `tenure store`.
+pub const STORE: &str = "\
+Examples:
+  # A running agent's store, through its API (its config's listen and apiTokenFile)
+  tenure store backup /tmp/a.backup --config /etc/tenure/agent.yaml
+  # Back into a stopped agent's store; every token is raised above anything issued since
+  tenure store restore /tmp/a.backup --config /etc/tenure/agent.yaml";
+
 /// `tenure store backup`.
 pub const STORE_BACKUP: &str = "\
 Examples:
@@ -133,6 +141,14 @@ pub const STORE_RESTORE: &str = "\
 Examples:
   # Into a stopped agent's store; every token is raised above anything issued since the backup
   tenure store restore /tmp/a.backup --config /etc/tenure/agent.yaml";
+
+/// `tenure sink-mark`.
+pub const SINK_MARK: &str = "\
+Examples:
+  # The durable high-water mark a fenced sink keeps
+  tenure sink-mark show /var/lib/pipeline/sink.mark
+  # Recovery only: back to the highest term the backend really issued
+  tenure sink-mark reset /var/lib/pipeline/sink.mark --to 42 --yes-i-know-this-reopens-fencing";
 
 /// `tenure sink-mark show`.
 pub const SINK_MARK_SHOW: &str = "\

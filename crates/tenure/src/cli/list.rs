@@ -8,8 +8,10 @@ use clap::Args;
 use http::Method;
 use serde_json::Value;
 
+use super::EXIT_BAD_INPUT;
 use super::client::path_segment;
 use super::remote::{EXIT_REFUSED, Session};
+use crate::agent::listing::ListFilter;
 use crate::api::list::LIST_LIMIT_MAX;
 
 /// Rows asked per page while following the tokens: the most a page may hold. The agent builds
@@ -34,6 +36,31 @@ pub struct ListArgs {
     /// Without --limit: rows asked per request while reading the whole list [default: 10000].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX as u64))]
     chunk_size: Option<u64>,
+}
+
+/// The filter of a list verb's `--pool`, `--node` and addresses (`address_label`: how the verb
+/// takes them, `ADDRESS` or `--address`), read as the agent reads its query
+/// ([`ListFilter::set`]); `Err` is exit 2 after the one line `tenure COMMAND: …` naming the flag.
+pub(super) fn filter(
+    command: &str,
+    pool: Option<String>,
+    node: Option<String>,
+    addresses: &[String],
+    address_label: &str,
+) -> Result<ListFilter, std::process::ExitCode> {
+    let mut filter = ListFilter::default();
+    let values = pool
+        .iter()
+        .map(|pool| ("pool", "--pool", pool))
+        .chain(node.iter().map(|node| ("node", "--node", node)))
+        .chain(addresses.iter().map(|address| ("address", address_label, address)));
+    for (key, label, value) in values {
+        if let Err(message) = filter.set(key, label, value) {
+            eprintln!("tenure {command}: {message}");
+            return Err(std::process::ExitCode::from(EXIT_BAD_INPUT));
+        }
+    }
+    Ok(filter)
 }
 
 /// `path` (with or without a query) with `limit` and `continue` added.

@@ -95,7 +95,7 @@ enum Command {
     /// hold it by the log's results and inventories (NICS); `-o wide` adds more.
     #[command(after_help = examples::OWNERSHIP)]
     Ownership {
-        /// Only these addresses.
+        /// Only these addresses (each one address, or a CIDR range of them).
         addresses: Vec<String>,
         /// Only this pool's addresses.
         #[arg(long)]
@@ -114,12 +114,15 @@ enum Command {
         /// Only this node's entries.
         #[arg(long)]
         node: Option<String>,
-        /// Only entries in this state: pending, approved, executed, failed or skipped.
-        #[arg(long)]
+        /// Only entries in this state.
+        #[arg(long, value_parser = completion::Offered(crate::api::list::ACTION_STATES))]
         state: Option<String>,
         /// Only this pool's entries.
         #[arg(long)]
         pool: Option<String>,
+        /// Only entries of this address, or of the addresses of this CIDR range (repeatable).
+        #[arg(long = "address", value_name = "ADDRESS")]
+        addresses: Vec<String>,
         #[command(flatten)]
         list: list::ListArgs,
         #[command(flatten)]
@@ -130,7 +133,7 @@ enum Command {
     /// actions, in log order, with wall time and stream time, as far back as the log keeps.
     #[command(after_help = examples::HISTORY)]
     History {
-        /// Only these addresses.
+        /// Only these addresses (each one address, or a CIDR range of them).
         addresses: Vec<String>,
         /// Only this pool's entries.
         #[arg(long)]
@@ -196,8 +199,10 @@ enum Command {
         remote: change_args::ChangeArgs,
     },
     /// Back up or restore the embedded store.
+    #[command(after_help = examples::STORE)]
     Store(store::StoreArgs),
     /// Show or reset a fenced sink's durable high-water mark (recovery; see docs/leadership.md).
+    #[command(after_help = examples::SINK_MARK)]
     SinkMark(sink_mark::SinkMarkArgs),
     /// Print a shell's completion script for every verb and flag (bash, zsh or fish).
     #[command(after_help = examples::COMPLETION)]
@@ -224,13 +229,30 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Demo(args) => demo::run_cli(&args),
         Command::Elect(args) => elect::run(&args),
         Command::Ownership { addresses, pool, node, list, remote } => {
-            remote::run_list(&remote::Verb::Ownership { pool, node, addresses }, &remote, &list)
+            match list::filter("ownership", pool, node, &addresses, "ADDRESS") {
+                Ok(filter) => remote::run_list(&remote::Verb::Ownership { filter }, &remote, &list),
+                Err(code) => code,
+            }
         }
-        Command::Actions { node, state, pool, list, remote } => {
-            remote::run_list(&remote::Verb::Actions { node, state, pool }, &remote, &list)
+        Command::Actions { node, state, pool, addresses, list, remote } => {
+            let state = state.filter(|state| !state.is_empty());
+            if let Some(state) =
+                state.as_ref().filter(|s| !crate::api::list::ACTION_STATES.contains(&s.as_str()))
+            {
+                let states = crate::api::list::ACTION_STATES.join(", ");
+                eprintln!("tenure actions: --state `{state}` is not a state; one of {states}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+            match list::filter("actions", pool, node, &addresses, "--address") {
+                Ok(filter) => remote::run_list(&remote::Verb::Actions { filter, state }, &remote, &list),
+                Err(code) => code,
+            }
         }
         Command::History { addresses, pool, node, list, remote } => {
-            remote::run_list(&remote::Verb::History { pool, node, addresses }, &remote, &list)
+            match list::filter("history", pool, node, &addresses, "ADDRESS") {
+                Ok(filter) => remote::run_list(&remote::Verb::History { filter }, &remote, &list),
+                Err(code) => code,
+            }
         }
         Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote.into_remote()),
         Command::Undrain { node, remote } => {

@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0 done; 1 refused (the agent answered 401, 403, 404, 409, another 4xx but 400, 413
 //! and 415, or a 5xx; or no agent answers; or the TLS handshake with an `https://` endpoint
-//! failed); 2 bad input (a bad argument, an answer of 400, 413 or 415, a token file or
+//! failed; or what answered is not a tenure agent: no JSON); 2 bad input (a filter the verb reads
+//! with the agent's own rules, `agent/listing.rs`) (a bad argument, an answer of 400, 413 or 415, a token file or
 //! `--ca-file` that cannot be read, a mutating verb without a token file). Errors are one
 //! line on stderr: `tenure drain: node "x" not found (404)`.
 
@@ -20,6 +21,7 @@ mod actions;
 
 use super::EXIT_BAD_INPUT;
 use super::client::{Answer, Client, DEFAULT_ENDPOINT, path_segment};
+use crate::agent::listing::ListFilter;
 use crate::agent::request::no_eligible_member_note;
 use crate::api::ApiToken;
 
@@ -77,32 +79,22 @@ impl RemoteArgs {
 /// What to ask of the agent.
 #[derive(Debug)]
 pub enum Verb {
-    /// `GET /v1/ownership` with filters.
+    /// `GET /v1/ownership` with filters (`?pool=&node=&address=`).
     Ownership {
-        /// `?pool=`.
-        pool: Option<String>,
-        /// `?node=`: addresses the node owns or holds.
-        node: Option<String>,
-        /// `?address=`, repeated.
-        addresses: Vec<String>,
+        /// The filters.
+        filter: ListFilter,
     },
     /// `GET /v1/actions` with filters.
     Actions {
-        /// `?node=`.
-        node: Option<String>,
+        /// `?pool=&node=&address=`.
+        filter: ListFilter,
         /// `?state=`.
         state: Option<String>,
-        /// `?pool=`.
-        pool: Option<String>,
     },
-    /// `GET /v1/history` with filters.
+    /// `GET /v1/history` with filters (`?pool=&node=&address=`).
     History {
-        /// `?pool=`.
-        pool: Option<String>,
-        /// `?node=`: entries the node is in.
-        node: Option<String>,
-        /// `?address=`, repeated.
-        addresses: Vec<String>,
+        /// The filters.
+        filter: ListFilter,
     },
     /// `POST /v1/drain/{node}`.
     Drain {
@@ -170,22 +162,15 @@ impl Verb {
             Some(serde_json::json!({"pool": pool, "address": address}).to_string().into_bytes())
         };
         match self {
-            Self::Ownership { pool, node, addresses } => {
-                let query = [("pool", pool.as_ref()), ("node", node.as_ref())]
-                    .into_iter()
-                    .chain(addresses.iter().map(|a| ("address", Some(a))));
-                (Method::GET, with_query("/v1/ownership", query), None)
+            Self::Ownership { filter } => {
+                (Method::GET, with_query("/v1/ownership", filter.query_pairs()), None)
             }
-            Self::Actions { node, state, pool } => {
-                let query = [("node", node.as_ref()), ("state", state.as_ref()), ("pool", pool.as_ref())];
+            Self::Actions { filter, state } => {
+                let mut query = filter.query_pairs();
+                query.extend(state.iter().map(|state| ("state", state.clone())));
                 (Method::GET, with_query("/v1/actions", query), None)
             }
-            Self::History { pool, node, addresses } => {
-                let query = [("pool", pool.as_ref()), ("node", node.as_ref())]
-                    .into_iter()
-                    .chain(addresses.iter().map(|a| ("address", Some(a))));
-                (Method::GET, with_query("/v1/history", query), None)
-            }
+            Self::History { filter } => (Method::GET, with_query("/v1/history", filter.query_pairs()), None),
             Self::Drain { node } => (Method::POST, format!("/v1/drain/{}", path_segment(node)), None),
             Self::Undrain { node } => (Method::POST, format!("/v1/undrain/{}", path_segment(node)), None),
             Self::Approve { key } => (Method::POST, format!("/v1/approve/{}", path_segment(key)), None),
@@ -279,12 +264,14 @@ impl Session {
             .runtime
             .block_on(self.client.call(method, path, body))
             .map_err(|e| (EXIT_REFUSED, e.to_string()))?;
-        if !answer.status.is_success() {
-            return Err((exit_code_of(answer.status), error_line(&answer)));
+        let json: Option<Value> = serde_json::from_slice(&answer.body).ok();
+        match json {
+            Some(value) if answer.status.is_success() => Ok(value),
+            Some(value) => Err((exit_code_of(answer.status), error_line(answer.status, &value))),
+            // Every answer of an agent is JSON, its errors included: anything else is another
+            // server (a web server, a proxy's own error page) at that endpoint.
+            None => Err((EXIT_REFUSED, not_an_agent(self.client.endpoint(), &answer))),
         }
-        serde_json::from_slice(&answer.body).map_err(|e| {
-            (EXIT_REFUSED, format!("the agent at {} answered no JSON: {e}", self.client.endpoint()))
-        })
     }
 }
 
@@ -336,18 +323,45 @@ fn exit_code_of(status: StatusCode) -> u8 {
     }
 }
 
-/// `MESSAGE (STATUS)` from an error answer: its JSON `error` (or, for health-shaped bodies,
-/// `reason`), else its first line, else the status's reason phrase.
-fn error_line(answer: &Answer) -> String {
-    let json: Option<Value> = serde_json::from_slice(&answer.body).ok();
-    let from_json =
-        json.as_ref().and_then(|v| v.get("error").or_else(|| v.get("reason"))).and_then(Value::as_str);
+/// `MESSAGE (STATUS)` from an error answer's JSON: its `error` (or, for health-shaped bodies,
+/// `reason`), else the status's reason phrase.
+fn error_line(status: StatusCode, json: &Value) -> String {
+    let message = json
+        .get("error")
+        .or_else(|| json.get("reason"))
+        .and_then(Value::as_str)
+        .map_or_else(|| status.canonical_reason().unwrap_or("error").to_owned(), str::to_owned);
+    format!("{} ({})", message.replace(char::is_control, " "), status.as_u16())
+}
+
+/// Longest piece of a foreign answer quoted in the one line.
+const FOREIGN_QUOTE_CHARS_MAX: usize = 60;
+
+/// The one line for an answer that is not JSON: not a tenure agent (or a proxy in front of it
+/// answered for itself), with what came back.
+fn not_an_agent(endpoint: &str, answer: &Answer) -> String {
     let text = String::from_utf8_lossy(&answer.body);
-    let message = from_json
-        .map(str::to_owned)
-        .or_else(|| text.lines().next().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned))
-        .unwrap_or_else(|| answer.status.canonical_reason().unwrap_or("error").to_owned());
-    format!("{} ({})", message.replace(char::is_control, " "), answer.status.as_u16())
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
+    let what = if first.is_empty() {
+        "an empty body".to_owned()
+    } else if first.starts_with('<') {
+        "an HTML page".to_owned()
+    } else {
+        let quote: String = first
+            .chars()
+            .take(FOREIGN_QUOTE_CHARS_MAX)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let more = if first.chars().count() > FOREIGN_QUOTE_CHARS_MAX { "…" } else { "" };
+        format!("`{quote}{more}`")
+    };
+    let status = answer.status;
+    format!(
+        "{endpoint} answered {} {} with {what}, not a tenure agent's JSON; is --endpoint a tenure agent's API \
+         (or did a proxy in front of it fail)?",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    )
 }
 
 /// What to print.
@@ -452,11 +466,9 @@ fn ownership_table(value: &Value, wide: bool) -> Result<Rendered, String> {
 }
 
 /// `path?key=value&…` for the filters given (values percent-encoded); `path` alone without any.
-fn with_query<'a>(path: &str, pairs: impl IntoIterator<Item = (&'a str, Option<&'a String>)>) -> String {
-    let query: Vec<String> = pairs
-        .into_iter()
-        .filter_map(|(key, value)| value.map(|v| format!("{key}={}", path_segment(v))))
-        .collect();
+fn with_query(path: &str, pairs: Vec<(&str, String)>) -> String {
+    let query: Vec<String> =
+        pairs.into_iter().map(|(key, value)| format!("{key}={}", path_segment(&value))).collect();
     if query.is_empty() { path.to_owned() } else { format!("{path}?{}", query.join("&")) }
 }
 
@@ -514,16 +526,34 @@ mod tests {
 
     #[test]
     fn error_lines_carry_the_message_and_status() {
-        let answer = |status: u16, body: &str| Answer {
-            status: StatusCode::from_u16(status).expect("valid"),
-            body: bytes::Bytes::from(body.to_owned()),
-        };
+        let status = |code: u16| StatusCode::from_u16(code).expect("valid");
+        let json = |text: &str| serde_json::from_str::<Value>(text).expect("JSON");
         assert_eq!(
-            error_line(&answer(404, r#"{"error": "node \"x\" not found"}"#)),
+            error_line(status(404), &json(r#"{"error": "node \"x\" not found"}"#)),
             "node \"x\" not found (404)"
         );
-        assert_eq!(error_line(&answer(503, r#"{"ok": false, "reason": "no head"}"#)), "no head (503)");
-        assert_eq!(error_line(&answer(502, "bad gateway\nmore")), "bad gateway (502)");
-        assert_eq!(error_line(&answer(500, "")), "Internal Server Error (500)");
+        assert_eq!(error_line(status(503), &json(r#"{"ok": false, "reason": "no head"}"#)), "no head (503)");
+        assert_eq!(error_line(status(500), &json("{}")), "Internal Server Error (500)");
+    }
+
+    #[test]
+    fn answers_that_are_not_json_say_the_endpoint_is_not_an_agent() {
+        let answer = |code: u16, body: &str| Answer {
+            status: StatusCode::from_u16(code).expect("valid"),
+            body: bytes::Bytes::from(body.to_owned()),
+        };
+        let line = not_an_agent("http://h:1", &answer(404, "\n<!DOCTYPE html>\n<html>…"));
+        assert!(
+            line.starts_with(
+                "http://h:1 answered 404 Not Found with an HTML page, not a tenure agent's JSON"
+            ),
+            "{line}"
+        );
+        let line = not_an_agent("http://h:1", &answer(502, "bad gateway\nmore"));
+        assert!(line.starts_with("http://h:1 answered 502 Bad Gateway with `bad gateway`,"), "{line}");
+        let line = not_an_agent("http://h:1", &answer(200, ""));
+        assert!(line.contains("200 OK with an empty body") && !line.contains('\n'), "{line}");
+        let long = "x".repeat(100);
+        assert!(not_an_agent("http://h:1", &answer(200, &long)).contains(&format!("`{}…`", "x".repeat(60))));
     }
 }

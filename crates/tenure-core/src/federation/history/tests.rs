@@ -189,6 +189,9 @@ fn kept_approvals_and_reported_results_are_entries_stale_approvals_are_not() {
         (EntryKind::Approval, Some("a"), Some("assign-secondary-ip"))
     );
     assert_eq!(approved[0].idempotency_key.as_deref(), Some(current.as_str()));
+    // The same key approved again (a retried request, a second operator, another agent of the
+    // fleet): the log held it already, nothing changed, no second `approval` line.
+    assert!(fold.apply(10, EventKind::Approve { idempotency_key: current.clone() }).is_empty());
     // Stale (epoch 0 is below the line's 1) or not a key: the log keeps nothing, nothing shown.
     let stale = key(Verb::AssignSecondaryIp, "a", 0, 0);
     assert!(fold.apply(11, EventKind::Approve { idempotency_key: stale }).is_empty());

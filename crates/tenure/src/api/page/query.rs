@@ -8,11 +8,10 @@ use ipnet::IpNet;
 use tenure_core::federation::Phase;
 use tenure_core::input::check_name;
 use tenure_sim::replay::OwnershipRow;
-use tenure_sim::scenario::parse_one_address;
 
 use super::super::ApiFailure;
 use super::html::REFRESH_DEFAULT_S;
-use crate::agent::listing::ListFilter;
+use crate::agent::listing::{ListFilter, parse_address};
 
 /// Rows of the ownership table per page: a 100k-address map is shown 200 rows at a time.
 pub const PAGE_ROWS: usize = 200;
@@ -73,7 +72,11 @@ impl PageQuery {
                     let slot = if key == "pool" { &mut query.filter.pool } else { &mut query.filter.node };
                     *slot = Some(value);
                 }
-                "address" => query.addresses = Some(parse_range(&value)?),
+                "address" => {
+                    query.addresses = Some(
+                        parse_address("address", &value).map_err(|e| ApiFailure::bad_field("address", e))?,
+                    );
+                }
                 "phase" => {
                     let phase = PHASES.into_iter().find(|p| p.as_str() == value).ok_or_else(|| {
                         let names: Vec<&str> = PHASES.iter().map(|p| p.as_str()).collect();
@@ -141,22 +144,6 @@ impl PageQuery {
             pairs.push(("refresh", self.refresh_s.to_string()));
         }
         pairs
-    }
-}
-
-/// One address (a /32 or /128 range) or a CIDR range; the address part in any form the pool
-/// files accept.
-fn parse_range(value: &str) -> Result<IpNet, ApiFailure> {
-    let bad = |e: String| ApiFailure::bad_field("address", e);
-    match value.split_once('/') {
-        None => Ok(IpNet::from(parse_one_address(value).map_err(bad)?)),
-        Some((address, length)) => {
-            let address = parse_one_address(address).map_err(bad)?;
-            let length = length
-                .parse::<u8>()
-                .map_err(|_| bad(format!("`{value}`: `{length}` is not a prefix length")))?;
-            IpNet::new(address, length).map(|range| range.trunc()).map_err(|e| bad(format!("`{value}`: {e}")))
-        }
     }
 }
 
