@@ -1,11 +1,11 @@
 //! What the list calls select (SPEC 10: filters `pool`, `node`, `address`) and the history the
-//! agent keeps: the one place each list's filter rule is written, used by the API
+//! agent keeps: the one place each list's filter rule is written (the ownership map's in
+//! [`super::map`], which applies it to the view before any row is written), used by the API
 //! (`api/list.rs` parses the query and pages) and by the loop's answers.
 
 use std::net::IpAddr;
 
 use tenure_core::federation::history::{History, HistoryEntry};
-use tenure_sim::replay::OwnershipRow;
 
 /// The filters every list call takes; `None` / empty matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,16 +25,6 @@ impl ListFilter {
     #[must_use]
     pub fn matches_address(&self, address: &str) -> bool {
         self.addresses.is_empty() || address.parse::<IpAddr>().is_ok_and(|a| self.addresses.contains(&a))
-    }
-
-    /// Whether an ownership row is asked for.
-    #[must_use]
-    pub fn matches_ownership(&self, row: &OwnershipRow) -> bool {
-        self.pool.as_ref().is_none_or(|pool| *pool == row.pool)
-            && self.node.as_ref().is_none_or(|node| {
-                row.owner.as_ref() == Some(node) || row.held_by.iter().flatten().any(|n| n == node)
-            })
-            && self.matches_address(&row.address)
     }
 
     /// Whether a history entry is asked for (a `tokens-raised`, of no pool or address, only
