@@ -578,7 +578,7 @@ fn rows(head: &Federation, with_status: bool) -> Vec<OwnershipRow> {
 /// written out (a list builds rows only for the addresses it returns).
 #[must_use]
 pub fn ownership_row(head: &Federation, shown: &MapAddress<'_>) -> OwnershipRow {
-    let nics = shown.phase.map(|_| head.nics_holding(&shown.provider, shown.address, &shown.holders));
+    let nics = shown.phase.map(|_| head.nics_holding(shown.provider, shown.address, &shown.holders));
     OwnershipRow {
         pool: shown.pool.to_owned(),
         address: canonical_address(shown.address),
@@ -587,9 +587,7 @@ pub fn ownership_row(head: &Federation, shown: &MapAddress<'_>) -> OwnershipRow 
         capture_epoch: shown.state.line.epoch.get(),
         desired: shown.state.desired && shown.listed,
         phase: shown.phase.map(|phase| phase.as_str().to_owned()),
-        held_by: shown
-            .phase
-            .map(|_| shown.holders.iter().map(|id| head.node_name(*id).to_owned()).collect()),
+        held_by: shown.phase.map(|_| shown.holders.iter().map(|id| head.node_name(*id).to_owned()).collect()),
         nics,
     }
 }

@@ -82,7 +82,9 @@ impl Federation {
                 }
                 _ => pool_state.addresses.range::<IpAddr, _>(..),
             };
-            addresses.filter_map(move |(address, state)| self.map_address(name, pool_state, *address, state, status))
+            addresses.filter_map(move |(address, state)| {
+                self.map_address(name, pool_state, *address, state, status)
+            })
         })
     }
 
@@ -112,7 +114,9 @@ impl Federation {
         };
         // Unlisted, an address stays while a node holds it that no pool wants it on.
         let held = !listed
-            && holders.iter().any(|node| self.desired_pool_of(*node, &pool_state.spec.provider, address).is_none());
+            && holders
+                .iter()
+                .any(|node| self.desired_pool_of(*node, &pool_state.spec.provider, address).is_none());
         (listed || held).then(|| MapAddress {
             pool: name,
             address,

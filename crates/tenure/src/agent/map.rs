@@ -200,7 +200,8 @@ pub(crate) mod tests {
                 capacity: None,
             })
             .collect();
-        let view = Federation::new(&nodes, &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }]);
+        let view =
+            Federation::new(&nodes, &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }]);
         let mut fleet = (view.clone(), History::new(view));
         for name in ["a", "b", "c"] {
             apply(&mut fleet, 1_000, EventKind::Heartbeat { node: name.into() });
@@ -233,7 +234,8 @@ pub(crate) mod tests {
     pub(crate) fn apply(fleet: &mut (Federation, History), at_ms: u64, kind: EventKind) {
         let event = Event { at_ms, kind };
         fleet.0.apply(&event).expect("the test's events apply");
-        let index = tenure_core::log_store::LogIndex::from_stored(fleet.0.events_applied()).expect("not zero");
+        let index =
+            tenure_core::log_store::LogIndex::from_stored(fleet.0.events_applied()).expect("not zero");
         fleet.1.apply(index, &event);
     }
 
@@ -261,16 +263,29 @@ pub(crate) mod tests {
         }
     }
 
-    fn filter(pool: Option<&str>, node: Option<&str>, range: Option<&str>, phase: Option<Phase>) -> MapFilter {
+    fn filter(
+        pool: Option<&str>,
+        node: Option<&str>,
+        range: Option<&str>,
+        phase: Option<Phase>,
+    ) -> MapFilter {
         MapFilter {
-            list: ListFilter { pool: pool.map(str::to_owned), node: node.map(str::to_owned), addresses: Vec::new() },
+            list: ListFilter {
+                pool: pool.map(str::to_owned),
+                node: node.map(str::to_owned),
+                addresses: Vec::new(),
+            },
             range: range.map(|r| r.parse().expect("a range")),
             phase,
         }
     }
 
     fn shown(view: &Federation, filter: &MapFilter) -> Vec<String> {
-        map_page(view, filter, 1, 100).rows.into_iter().map(|row| format!("{}/{}", row.pool, row.address)).collect()
+        map_page(view, filter, 1, 100)
+            .rows
+            .into_iter()
+            .map(|row| format!("{}/{}", row.pool, row.address))
+            .collect()
     }
 
     #[test]
@@ -281,9 +296,18 @@ pub(crate) mod tests {
             view.node_name(state.owner.expect("owned")).to_owned()
         };
         let edge_owner = owner("edge", "10.0.0.10");
-        assert_eq!(shown(&view, &MapFilter::default()), ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]);
-        assert_eq!(shown(&view, &filter(Some("edge"), None, None, None)), ["edge/10.0.0.10", "edge/10.0.1.10"]);
-        assert_eq!(shown(&view, &filter(None, None, Some("10.0.0.0/24"), None)), ["core/10.0.0.11", "edge/10.0.0.10"]);
+        assert_eq!(
+            shown(&view, &MapFilter::default()),
+            ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]
+        );
+        assert_eq!(
+            shown(&view, &filter(Some("edge"), None, None, None)),
+            ["edge/10.0.0.10", "edge/10.0.1.10"]
+        );
+        assert_eq!(
+            shown(&view, &filter(None, None, Some("10.0.0.0/24"), None)),
+            ["core/10.0.0.11", "edge/10.0.0.10"]
+        );
         assert_eq!(shown(&view, &filter(None, None, Some("10.0.1.10/32"), None)), ["edge/10.0.1.10"]);
         assert_eq!(shown(&view, &filter(None, None, None, Some(Phase::Held))), ["edge/10.0.0.10"]);
         let acquiring = shown(&view, &filter(None, None, None, Some(Phase::Acquiring)));
@@ -294,7 +318,10 @@ pub(crate) mod tests {
             let (pool, address) = row.split_once('/').expect("pool/address");
             owner(pool, address) == edge_owner
         }));
-        assert!(shown(&view, &filter(None, Some("nobody"), None, None)).is_empty(), "an unknown node has nothing");
+        assert!(
+            shown(&view, &filter(None, Some("nobody"), None, None)).is_empty(),
+            "an unknown node has nothing"
+        );
         // The counts: of the filtered rows by phase; of the whole map per node.
         let page = map_page(&view, &filter(Some("edge"), None, None, None), 1, 100);
         assert_eq!((page.matched, page.total), (2, 3));
@@ -324,8 +351,10 @@ pub(crate) mod tests {
         let mut walked = Vec::new();
         let mut after = None;
         loop {
-            let page = rows_page(&view, &OwnershipQuery { filter: MapFilter::default(), after, limit: Some(2) });
-            let last = page.rows.last().map(|row| (row.pool.clone(), row.address.parse().expect("an address")));
+            let page =
+                rows_page(&view, &OwnershipQuery { filter: MapFilter::default(), after, limit: Some(2) });
+            let last =
+                page.rows.last().map(|row| (row.pool.clone(), row.address.parse().expect("an address")));
             walked.extend(page.rows);
             if !page.more {
                 break;

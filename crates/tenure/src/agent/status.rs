@@ -340,7 +340,8 @@ mod tests {
         let mut fleet = fleet();
         let view = &fleet.0;
         let edge: IpAddr = "10.0.0.10".parse().expect("an address");
-        let dead = view.node_name(view.address("edge", edge).and_then(|s| s.owner).expect("owned")).to_owned();
+        let dead =
+            view.node_name(view.address("edge", edge).and_then(|s| s.owner).expect("owned")).to_owned();
         // The others beat past the dead node's TTL.
         for name in ["a", "b", "c"].into_iter().filter(|n| *n != dead) {
             apply(&mut fleet, 2_500, EventKind::Heartbeat { node: name.into() });
@@ -351,7 +352,10 @@ mod tests {
         assert_eq!(drawn(&all), ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]);
         let lane = &all.lanes[1];
         let last = lane.entries.iter().rev().find(|e| e.kind == EntryKind::Ownership).expect("a move");
-        assert_eq!((last.from.as_deref(), last.cause.map(|c| c.as_str())), (Some(dead.as_str()), Some("liveness")));
+        assert_eq!(
+            (last.from.as_deref(), last.cause.map(|c| c.as_str())),
+            (Some(dead.as_str()), Some("liveness"))
+        );
         assert_eq!(lane.owner, last.to, "the owner now is the last move's");
         assert!(lane.entries.iter().any(|e| e.kind == EntryKind::Executed), "the confirmed acquire");
         assert_eq!(all.now_ms, 2_500);

@@ -192,7 +192,9 @@ async fn ownership(
         .more
         .then(|| answer.rows.last())
         .flatten()
-        .and_then(|row| Some(Position::Ownership { pool: row.pool.clone(), address: row.address.parse().ok()? }))
+        .and_then(|row| {
+            Some(Position::Ownership { pool: row.pool.clone(), address: row.address.parse().ok()? })
+        })
         .map(|after| list::continue_token(ListKind::Ownership, &query, after));
     Ok(Json(OwnershipBody { ownership: answer.rows, next }))
 }

@@ -194,8 +194,14 @@ mod tests {
             page[start..start + page[start..].find(close).expect("its end")].to_owned()
         };
         let policy = content_security_policy();
-        assert!(policy.contains(&format!("script-src {};", csp_hash(&inner("<script>", "</script>")))), "{policy}");
-        assert!(policy.contains(&format!("style-src {};", csp_hash(&inner("<style>", "</style>")))), "{policy}");
+        assert!(
+            policy.contains(&format!("script-src {};", csp_hash(&inner("<script>", "</script>")))),
+            "{policy}"
+        );
+        assert!(
+            policy.contains(&format!("style-src {};", csp_hash(&inner("<style>", "</style>")))),
+            "{policy}"
+        );
         assert!(policy.starts_with("default-src 'none';") && !policy.contains("unsafe"), "{policy}");
         assert_eq!(page.matches("<script").count(), 1, "one script");
         assert_eq!(page.matches("<style").count(), 1, "one style");

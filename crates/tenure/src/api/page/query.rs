@@ -37,11 +37,7 @@ pub struct PageQuery {
 
 impl Default for PageQuery {
     fn default() -> Self {
-        Self {
-            filter: MapFilter::default(),
-            page: 1,
-            refresh_s: REFRESH_DEFAULT_S,
-        }
+        Self { filter: MapFilter::default(), page: 1, refresh_s: REFRESH_DEFAULT_S }
     }
 }
 

@@ -410,7 +410,14 @@ mod tests {
         }
     }
 
-    fn moved(log_index: u64, at_ms: u64, cause: Cause, from: Option<&str>, to: Option<&str>, epochs: (u64, u64)) -> HistoryEntry {
+    fn moved(
+        log_index: u64,
+        at_ms: u64,
+        cause: Cause,
+        from: Option<&str>,
+        to: Option<&str>,
+        epochs: (u64, u64),
+    ) -> HistoryEntry {
         HistoryEntry {
             from: from.map(str::to_owned),
             to: to.map(str::to_owned),
@@ -454,9 +461,15 @@ mod tests {
         ];
         let svg = section(&timeline(vec![lane(entries, Some("b"))], T0_MS + 12_000), &nodes(), 3);
         assert!(svg.contains("data-holder=\"a\" data-ownership-epoch=\"1\""), "{svg}");
-        assert!(svg.contains("data-holder=\"b\" data-ownership-epoch=\"2\" data-capture-epoch=\"2\""), "{svg}");
+        assert!(
+            svg.contains("data-holder=\"b\" data-ownership-epoch=\"2\" data-capture-epoch=\"2\""),
+            "{svg}"
+        );
         // The capture entry keeps the owner: a band of b with the new captureEpoch, no hand-over.
-        assert!(svg.contains("data-holder=\"b\" data-ownership-epoch=\"2\" data-capture-epoch=\"3\""), "{svg}");
+        assert!(
+            svg.contains("data-holder=\"b\" data-ownership-epoch=\"2\" data-capture-epoch=\"3\""),
+            "{svg}"
+        );
         assert_eq!(svg.matches("class=\"handover\"").count(), 1, "{svg}");
         assert!(svg.contains("data-from=\"a\" data-to=\"b\" data-ownership-epoch=\"2\""), "{svg}");
         // The liveness move and the failed action are faults; the pool applied and the desire
@@ -481,7 +494,10 @@ mod tests {
         };
         let entries = vec![capture, moved(4, 3_000, Cause::Drain, Some("a"), Some("b"), (2, 3))];
         let svg = section(&timeline(vec![lane(entries, Some("b"))], 4_000), &nodes(), 1);
-        assert!(svg.contains("data-holder=\"a\" data-ownership-epoch=\"1\" data-capture-epoch=\"2\""), "{svg}");
+        assert!(
+            svg.contains("data-holder=\"a\" data-ownership-epoch=\"1\" data-capture-epoch=\"2\""),
+            "{svg}"
+        );
         assert!(svg.contains("data-from=\"a\" data-to=\"b\""), "{svg}");
         // Not a Unix time: the axis counts back from now.
         assert!(svg.contains(">now</text>"), "{svg}");
@@ -505,7 +521,8 @@ mod tests {
 
     #[test]
     fn names_from_the_log_are_escaped_in_the_picture() {
-        let mut bad = lane(vec![moved(1, 1_000, Cause::Drain, Some("<b>"), Some("<b>"), (1, 1))], Some("<b>"));
+        let mut bad =
+            lane(vec![moved(1, 1_000, Cause::Drain, Some("<b>"), Some("<b>"), (1, 1))], Some("<b>"));
         bad.pool = "p\"q".into();
         let svg = section(&timeline(vec![bad], 2_000), &nodes(), 1);
         assert!(!svg.contains("<b>") && !svg.contains("p\"q"), "{svg}");
