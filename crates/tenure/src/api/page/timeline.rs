@@ -373,9 +373,11 @@ fn draw_axis(out: &mut String, scale: &Scale, height: u64) {
         };
         let _ = write!(
             out,
-            "<text class=\"tick\" x=\"{}\" y=\"{y}\" text-anchor=\"middle\" fill=\"#57606a\" data-at-ms=\"{at_ms}\">{}</text>",
+            "<text class=\"tick\" x=\"{}\" y=\"{y}\" text-anchor=\"{anchor}\" fill=\"#57606a\" data-at-ms=\"{at_ms}\">{}</text>",
             scale.x(at_ms),
-            escape(&label)
+            escape(&label),
+            // The right edge's label ends at it: the drawing does not cut it off.
+            anchor = if step == 4 { "end" } else { "middle" },
         );
     }
     out.push('\n');
