@@ -18,12 +18,14 @@ use std::net::IpAddr;
 mod approvals;
 mod drift;
 pub mod history;
+mod map;
 mod pools;
 mod raise;
 mod settle;
 mod snapshot;
 mod status;
 
+pub use map::{MapAddress, MapStatus};
 pub use settle::TokenMove;
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 pub use status::{AddressStatus, Phase};

@@ -13,7 +13,7 @@ pub const VIOLATIONS_KEPT_PER_KIND_MAX: u64 = 1_000;
 use crate::scenario::{LocalStep, Scenario, StepKind};
 use crate::sim_provider::SimProvider;
 use tenure_core::driver::{Blocked, DriverOptions, NodeDriver};
-use tenure_core::federation::{EventRejected, Federation, PoolState};
+use tenure_core::federation::{EventRejected, Federation, MapAddress, MapStatus, PoolState};
 use tenure_core::input::{InputError, canonical_address};
 use tenure_core::journal::{EntryState, JournalEntry, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
@@ -579,38 +579,26 @@ pub fn ownership_rows_with_status(head: &Federation) -> Vec<OwnershipRow> {
 }
 
 fn rows(head: &Federation, with_status: bool) -> Vec<OwnershipRow> {
-    let mut rows = Vec::new();
-    for (pool_name, pool) in head.pools() {
-        for (address, state) in &pool.addresses {
-            let listed = !pool.deleted && state.active;
-            let status =
-                with_status.then(|| head.address_status(pool_name, *address).expect("the pool lists it"));
-            // Unlisted, a row stays while a node holds the address that no pool wants on it (an
-            // address moved to another pool on its holder is that pool's row: SPEC 13).
-            let held = status.as_ref().is_some_and(|s| {
-                s.holders
-                    .iter()
-                    .any(|node| head.desired_pool_of(*node, &pool.spec.provider, *address).is_none())
-            });
-            if !listed && !held {
-                continue;
-            }
-            rows.push(OwnershipRow {
-                pool: pool_name.clone(),
-                address: canonical_address(*address),
-                owner: state.owner.filter(|_| listed).map(|id| head.node_name(id).to_owned()),
-                ownership_epoch: state.ownership_epoch.get(),
-                capture_epoch: state.line.epoch.get(),
-                desired: state.desired && listed,
-                phase: status.as_ref().map(|s| s.phase.as_str().to_owned()),
-                held_by: status
-                    .as_ref()
-                    .map(|s| s.holders.iter().map(|id| head.node_name(*id).to_owned()).collect()),
-                nics: status.map(|s| s.nics),
-            });
-        }
+    let status = if with_status { MapStatus::WithPhase } else { MapStatus::OwnersOnly };
+    head.map_addresses(status, None, None).map(|shown| ownership_row(head, &shown)).collect()
+}
+
+/// The row of one address the map shows ([`Federation::map_addresses`]): its names and NICs
+/// written out (a list builds rows only for the addresses it returns).
+#[must_use]
+pub fn ownership_row(head: &Federation, shown: &MapAddress<'_>) -> OwnershipRow {
+    let nics = shown.phase.map(|_| head.nics_holding(shown.provider, shown.address, &shown.holders));
+    OwnershipRow {
+        pool: shown.pool.to_owned(),
+        address: canonical_address(shown.address),
+        owner: shown.owner.map(|id| head.node_name(id).to_owned()),
+        ownership_epoch: shown.state.ownership_epoch.get(),
+        capture_epoch: shown.state.line.epoch.get(),
+        desired: shown.state.desired && shown.listed,
+        phase: shown.phase.map(|phase| phase.as_str().to_owned()),
+        held_by: shown.phase.map(|_| shown.holders.iter().map(|id| head.node_name(*id).to_owned()).collect()),
+        nics,
     }
-    rows
 }
 
 fn ownership_changes(before: &[OwnershipRow], after: &[OwnershipRow]) -> Vec<String> {

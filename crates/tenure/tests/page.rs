@@ -97,6 +97,48 @@ async fn a_bad_query_is_one_line_naming_the_key_and_changes_nothing() {
     assert_eq!(server.state.log_len(), before, "a read changes nothing");
 }
 
+/// The head of a GET (status line and headers), lower-cased.
+fn raw_head(address: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    text.split_once("\r\n\r\n").expect("a head").0.to_ascii_lowercase()
+}
+
+/// Every answer of the page (a 400 too) forbids loading, framing, sniffing and referrers; the
+/// policy allows the page's inline script and style by hash only.
+#[tokio::test]
+async fn the_page_sends_its_security_headers() {
+    let server = start(Mode::Answering, None, ANSWER_TIMEOUT).await;
+    for (path, status) in [("/?refresh=0", "200"), ("/?colour=red", "400")] {
+        let head = tokio::task::spawn_blocking({
+            let address = server.address;
+            move || raw_head(address, path)
+        })
+        .await
+        .expect("the request runs");
+        assert!(head.starts_with(&format!("http/1.1 {status}")), "{path}: {head}");
+        let header = |name: &str| {
+            head.lines()
+                .find_map(|line| line.strip_prefix(&format!("{name}: ")).map(str::to_owned))
+                .unwrap_or_else(|| panic!("{path}: no {name}: {head}"))
+        };
+        let policy = header("content-security-policy");
+        assert!(policy.starts_with("default-src 'none';"), "{policy}");
+        assert!(policy.contains("script-src 'sha256-") && policy.contains("style-src 'sha256-"), "{policy}");
+        assert!(policy.contains("frame-ancestors 'none'") && !policy.contains("unsafe"), "{policy}");
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        assert_eq!(header("x-frame-options"), "deny");
+        assert_eq!(header("referrer-policy"), "no-referrer");
+    }
+    // The page holds nothing the policy would refuse: no inline handler or style attribute.
+    let (_, _, body) = get(&server, "/?refresh=0").await;
+    assert!(!body.contains(" style=") && !body.contains(" onload=") && !body.contains(" onclick="), "{body}");
+    assert_eq!(body.matches("<script>").count(), 1, "{body}");
+}
+
 #[tokio::test]
 async fn a_loop_that_does_not_answer_is_503() {
     let server = start(Mode::Silent, None, Duration::from_millis(300)).await;

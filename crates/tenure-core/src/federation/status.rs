@@ -65,19 +65,34 @@ impl Federation {
     pub fn address_status(&self, pool: &str, address: IpAddr) -> Option<AddressStatus> {
         let pool_state = self.pools().get(pool)?;
         let state = pool_state.addresses.get(&address)?;
+        let holders = Self::holders_of(state);
+        let nics = self.nics_holding(&pool_state.spec.provider, address, &holders);
+        let phase = self.phase(pool, pool_state, address, state, &holders);
+        Some(AddressStatus { phase, holders, nics })
+    }
+
+    /// The NICs holding `address` on `provider`: its `holders`' NICs and what the provider's
+    /// latest inventory showed ([`AddressStatus::nics`]), sorted.
+    #[must_use]
+    pub fn nics_holding(&self, provider: &str, address: IpAddr, holders: &[NodeId]) -> Vec<String> {
+        let mut nics: BTreeSet<String> =
+            holders.iter().map(|node| self.nodes()[*node].spec.nic.clone()).collect();
+        if let Some(observed) = self.observed_holders(provider, address) {
+            nics.extend(observed.into_iter().map(str::to_owned));
+        }
+        nics.into_iter().collect()
+    }
+
+    /// The nodes whose last confirmed holding verb for the address is an acquire, in node order.
+    pub(super) fn holders_of(state: &AddressState) -> Vec<NodeId> {
         let mut holders: Vec<NodeId> =
             state.confirmations.iter().filter(|c| c.acquired).map(|c| c.node).collect();
         holders.sort_unstable();
-        let mut nics: BTreeSet<String> =
-            holders.iter().map(|node| self.nodes()[*node].spec.nic.clone()).collect();
-        if let Some(observed) = self.observed_holders(&pool_state.spec.provider, address) {
-            nics.extend(observed.into_iter().map(str::to_owned));
-        }
-        let phase = self.phase(pool, pool_state, address, state, &holders);
-        Some(AddressStatus { phase, holders, nics: nics.into_iter().collect() })
+        holders
     }
 
-    fn phase(
+    /// The address's phase, of its `holders` ([`Self::holders_of`]).
+    pub(super) fn phase(
         &self,
         pool: &str,
         pool_state: &PoolState,

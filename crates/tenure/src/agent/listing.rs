@@ -1,7 +1,8 @@
 //! What the list calls select (SPEC 10: filters `pool`, `node`, `address`) and the history the
 //! agent keeps: the one place each list's filter rule is written — how a filter value is read
 //! ([`ListFilter::set`]: the CLI's flags and arguments, the list calls' query, the status page's
-//! query) and what it keeps — used by the API (`api/list.rs` parses the query and pages), the
+//! query) and what it keeps (the ownership map's in [`super::map`], which applies it to the view
+//! before any row is written) — used by the API (`api/list.rs` parses the query and pages), the
 //! status page, the CLI and the loop's answers.
 
 use std::net::IpAddr;
@@ -9,7 +10,6 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use tenure_core::federation::history::{History, HistoryEntry};
 use tenure_core::input::{canonical_address, check_name};
-use tenure_sim::replay::OwnershipRow;
 
 /// The filters every list call takes; `None` / empty matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,18 +109,11 @@ impl ListFilter {
         self.addresses.is_empty() || address.parse::<IpAddr>().is_ok_and(|a| self.contains(a))
     }
 
-    fn contains(&self, address: IpAddr) -> bool {
-        self.addresses.iter().any(|range| range.contains(&address))
-    }
-
-    /// Whether an ownership row is asked for.
+    /// Whether `address` is in one of the asked-for addresses or ranges (or none was asked for
+    /// — see [`Self::matches_address`] for that).
     #[must_use]
-    pub fn matches_ownership(&self, row: &OwnershipRow) -> bool {
-        self.pool.as_ref().is_none_or(|pool| *pool == row.pool)
-            && self.node.as_ref().is_none_or(|node| {
-                row.owner.as_ref() == Some(node) || row.held_by.iter().flatten().any(|n| n == node)
-            })
-            && self.matches_address(&row.address)
+    pub fn contains(&self, address: IpAddr) -> bool {
+        self.addresses.iter().any(|range| range.contains(&address))
     }
 
     /// Whether a history entry is asked for (a `tokens-raised`, of no pool or address, only

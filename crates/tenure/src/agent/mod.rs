@@ -27,25 +27,26 @@
 //! - [`answers`] — answering API requests from the loop's state.
 //! - [`approval`] — what an `approve` may name: an action pending approval now.
 //! - [`listing`] — the list calls' filters, and pages of the history the loop keeps.
+//! - [`map`] — the ownership map a page at a time (`GET /v1/ownership`, the status page).
 //! - [`authority`] — keepalived's authority acted on without the log: calls of `authority: vrrp`
 //!   pools refused and cancelled while not MASTER, the local withdrawal.
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
 //! - [`memory`] — [`memory::MemoryStore`], the in-memory test double of [`AgentStore`].
 //! - [`request`] — the channel between the API and the loop.
-//! - [`status`] — what the status page shows, read from the loop in one request.
-//! - [`timeline`] — the failover timeline: its model and the fold of the log that fills it.
+//! - [`status`] — what the status page shows, read from the loop in one request (the failover
+//!   timeline's lanes from the history the loop keeps).
 
 pub mod answers;
 pub mod approval;
 pub mod authority;
 pub mod keepalived;
 pub mod listing;
+pub mod map;
 pub mod memory;
 pub mod pools;
 pub mod request;
 pub mod runner;
 pub mod status;
-pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

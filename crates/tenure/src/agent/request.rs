@@ -14,7 +14,8 @@ use super::listing::{HistoryAnswer, HistoryQuery};
 use tenure_sim::replay::{ActionRow, OwnershipRow};
 use tokio::sync::{mpsc, oneshot};
 
-use super::status::StatusSnapshot;
+use super::map::{OwnershipQuery, RowsPage};
+use super::status::{StatusQuery, StatusSnapshot};
 
 /// Most requests waiting for the agent loop; past it a caller waits (HTTP handlers time out).
 pub const REQUESTS_QUEUED_MAX: usize = 1024;
@@ -174,10 +175,12 @@ pub enum Control {
 /// One request to the agent loop.
 #[derive(Debug)]
 pub enum Request {
-    /// The ownership map (`GET /v1/ownership`).
+    /// A page of the ownership map (`GET /v1/ownership`).
     Ownership {
+        /// Which rows.
+        query: OwnershipQuery,
         /// Where the answer goes.
-        reply: oneshot::Sender<Vec<OwnershipRow>>,
+        reply: oneshot::Sender<RowsPage>,
     },
     /// Journal entries (`GET /v1/actions`).
     Actions {
@@ -200,6 +203,8 @@ pub enum Request {
     },
     /// Everything the status page shows, of one moment (`GET /`).
     Status {
+        /// The page's filters and which page.
+        query: StatusQuery,
         /// Where the answer goes.
         reply: oneshot::Sender<StatusSnapshot>,
     },
@@ -316,9 +321,14 @@ impl AgentHandle {
         tokio::time::timeout(self.timeout, exchange).await.map_err(|_| HandleError::Timeout(self.timeout))?
     }
 
-    /// The ownership map.
+    /// The whole ownership map.
     pub async fn ownership(&self) -> Result<Vec<OwnershipRow>, HandleError> {
-        self.ask(|reply| Request::Ownership { reply }).await
+        Ok(self.ownership_page(OwnershipQuery::default()).await?.rows)
+    }
+
+    /// A page of the ownership map: the loop writes out only the rows it returns.
+    pub async fn ownership_page(&self, query: OwnershipQuery) -> Result<RowsPage, HandleError> {
+        self.ask(|reply| Request::Ownership { query, reply }).await
     }
 
     /// Journal entries matching `filter`.
@@ -357,9 +367,9 @@ impl AgentHandle {
         }
     }
 
-    /// What the status page shows.
-    pub async fn status(&self) -> Result<StatusSnapshot, HandleError> {
-        self.ask(|reply| Request::Status { reply }).await
+    /// What the status page shows, for `query`.
+    pub async fn status(&self, query: StatusQuery) -> Result<StatusSnapshot, HandleError> {
+        self.ask(|reply| Request::Status { query, reply }).await
     }
 
     /// The metrics snapshot.

@@ -222,8 +222,6 @@ struct Agent<S: AgentStore> {
     history: History,
     /// When announcements of held addresses are repeated (`runner/refresh.rs`).
     refresh: refresh::RefreshSchedule,
-    /// The failover timeline of the status page, fed the records the nodes followed.
-    timeline: super::timeline::TimelineFold,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.
@@ -418,7 +416,6 @@ impl<S: AgentStore> Agent<S> {
                 .with_retry_backoff(retry_backoff(settings.requeue_interval));
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
-        let timeline = super::timeline::TimelineFold::new(&registry, store.snapshot());
         let mut agent = Self {
             history: History::new(registry),
             log: store.log(),
@@ -454,7 +451,6 @@ impl<S: AgentStore> Agent<S> {
             vrrp_state: None,
             local: None,
             refresh: refresh::RefreshSchedule::default(),
-            timeline,
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
         };
@@ -517,8 +513,6 @@ impl<S: AgentStore> Agent<S> {
         );
         // Before the store may drop the records the nodes applied (an etcd fleet's store trims
         // what every node followed: read after it, the history would find them gone).
-        let store = &self.store;
-        self.timeline.catch_up(&self.log, || store.snapshot());
         self.follow_history();
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);

@@ -1,18 +1,44 @@
 //! What the status page (`GET /`, [`crate::api::page`]) shows, read from the loop in one request
-//! so that every section is of the same moment: health, the nodes, the ownership map, and the
-//! journal entries an operator must look at (waiting for approval, failed), and the failover
-//! timeline ([`super::timeline`]). Pure functions of the loop's state.
+//! so that every section is of the same moment: health, the nodes, one page of the ownership map
+//! with its counts ([`super::map`]), the journal entries an operator must look at (waiting for
+//! approval, failed), and the failover timeline's lanes: the core's history entries
+//! ([`HistoryEntry`], the same the agent answers `GET /v1/history` with) of the addresses drawn.
+//! Pure functions of the loop's state; the page draws them outside the loop.
+//!
+//! # The timeline's lanes
+//!
+//! The history the agent keeps is bounded ([`tenure_core::federation::history::HISTORY_ENTRIES_MAX`]
+//! entries), so picking lanes costs at most one walk of it, newest first, whatever the size of
+//! the map: each address met is checked once against the map's filters (one lookup in the view).
+//! The lanes are the addresses the filters keep whose holder or captureEpoch moved in the
+//! history, the latest changed first, at most [`TIMELINE_LANES_MAX`]; with a `node` filter (and no
+//! phase), also the addresses that node owned or was desired for in the history (after a failover
+//! the dead node holds nothing now, and its addresses are the ones to look at).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use tenure_core::driver::NodeDriver;
 use tenure_core::eligibility::is_alive;
 use tenure_core::federation::Federation;
+use tenure_core::federation::history::{EntryKind, History, HistoryEntry};
 use tenure_core::journal::JournalStore;
 use tenure_core::model::VrrpState;
-use tenure_sim::replay::{ActionRow, OwnershipRow, ownership_rows_with_status};
+use tenure_sim::replay::ActionRow;
 
 use super::answers;
+use super::map::{self, MapFilter, MapPage};
 use super::request::{ActionFilter, Health};
-use super::timeline::Timeline;
+
+/// Most addresses the timeline draws (those whose holder changed last, among the filtered ones).
+pub const TIMELINE_LANES_MAX: usize = 12;
+
+/// Most holder changes carried per address drawn (its latest).
+pub const CHANGES_PER_LANE_MAX: usize = 16;
+
+/// Most entries of other kinds (approvals, executed and failed actions) carried per address drawn
+/// (its latest).
+pub const OTHER_ENTRIES_PER_LANE_MAX: usize = 16;
 
 /// Most failed journal entries a status snapshot carries (the newest of each node's journal).
 pub const FAILED_ACTIONS_SHOWN_MAX: usize = 50;
@@ -47,6 +73,48 @@ pub struct NodeStatus {
     pub vrrp: Option<&'static str>,
 }
 
+/// What the status page asks of the loop: the map's filters and which page of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusQuery {
+    /// The filters of the map and the timeline.
+    pub filter: MapFilter,
+    /// Which page of the filtered map, from 1.
+    pub page: usize,
+    /// Rows a page.
+    pub page_rows: usize,
+}
+
+/// One address the timeline draws: its history entries, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lane {
+    /// The pool.
+    pub pool: String,
+    /// The address.
+    pub address: IpAddr,
+    /// Its owner now (the holder after its last entry).
+    pub owner: Option<String>,
+    /// Its latest `ownership` and `capture` entries (at most [`CHANGES_PER_LANE_MAX`]) and its
+    /// latest other entries (at most [`OTHER_ENTRIES_PER_LANE_MAX`]), in log order.
+    pub entries: Vec<HistoryEntry>,
+}
+
+/// What the failover timeline draws: the lanes and the history's extent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimelineLanes {
+    /// The addresses drawn, by pool and address.
+    pub lanes: Vec<Lane>,
+    /// Entries of no address (`tokens-raised`), the latest [`OTHER_ENTRIES_PER_LANE_MAX`], in log
+    /// order.
+    pub unaddressed: Vec<HistoryEntry>,
+    /// How many addresses the filters keep whose holder or captureEpoch moved in the history
+    /// (the lanes are the latest changed of them).
+    pub changed: usize,
+    /// Stream time now: the right edge (ms).
+    pub now_ms: u64,
+    /// The first log index whose entries the history holds (1: the whole log).
+    pub reaches_back_to: u64,
+}
+
 /// Everything the status page shows, of one moment of the loop.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusSnapshot {
@@ -54,8 +122,8 @@ pub struct StatusSnapshot {
     pub health: Health,
     /// Every node of the registry, by name.
     pub nodes: Vec<NodeStatus>,
-    /// The ownership map with phases, holders and NICs (as `GET /v1/ownership`).
-    pub ownership: Vec<OwnershipRow>,
+    /// One page of the ownership map (phases, holders, NICs as `GET /v1/ownership`) and its counts.
+    pub map: MapPage,
     /// Entries waiting for approval (`pending`), at most [`WAITING_ACTIONS_SHOWN_MAX`].
     pub waiting: Vec<ActionRow>,
     /// How many entries wait for approval in all.
@@ -64,28 +132,30 @@ pub struct StatusSnapshot {
     pub failed: Vec<ActionRow>,
     /// How many entries failed in all (in the journals' retention).
     pub failed_total: usize,
-    /// The failover timeline.
-    pub timeline: Timeline,
+    /// The failover timeline's lanes.
+    pub timeline: TimelineLanes,
 }
 
 /// The status snapshot of the loop's state: `drivers` are the nodes this agent runs (the first
-/// one's view is the agent's view), `health` as the loop computed it, `timeline` from the log.
+/// one's view is the agent's view), `health` as the loop computed it, `history` the log's history
+/// the loop keeps, `query` the page asked for.
 #[must_use]
 pub fn status<S: JournalStore>(
     drivers: &[NodeDriver<S>],
     health: Health,
-    timeline: Timeline,
+    history: &History,
+    query: &StatusQuery,
 ) -> StatusSnapshot {
     let Some(first) = drivers.first() else {
         return StatusSnapshot {
             health,
             nodes: Vec::new(),
-            ownership: Vec::new(),
+            map: MapPage::default(),
             waiting: Vec::new(),
             waiting_total: 0,
             failed: Vec::new(),
             failed_total: 0,
-            timeline,
+            timeline: TimelineLanes::default(),
         };
     };
     let view = first.view();
@@ -105,12 +175,101 @@ pub fn status<S: JournalStore>(
     StatusSnapshot {
         health,
         nodes: node_statuses(view, &local),
-        ownership: ownership_rows_with_status(view),
+        map: map::map_page(view, &query.filter, query.page, query.page_rows),
         waiting,
         waiting_total,
         failed,
         failed_total,
-        timeline,
+        timeline: timeline_lanes(view, history, &query.filter),
+    }
+}
+
+/// Whether an entry moves a holder or a captureEpoch (a band of the timeline).
+fn moves_tokens(entry: &HistoryEntry) -> bool {
+    matches!(entry.kind, EntryKind::Ownership | EntryKind::Capture)
+}
+
+/// The timeline's lanes for the addresses `filter` keeps (module doc, "The timeline's lanes").
+#[must_use]
+pub fn timeline_lanes(view: &Federation, history: &History, filter: &MapFilter) -> TimelineLanes {
+    // Per address met, newest first: whether it is drawn (kept and changed), or why not yet.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Seen {
+        /// The filters keep it, and it has moved.
+        Changed,
+        /// The filters keep it; no move met yet.
+        Kept,
+        /// The filters do not keep it (it may still be the filter node's, by an older entry).
+        Other,
+    }
+    let node_rule = filter.phase.is_none().then_some(filter.list.node.as_deref()).flatten();
+    let by_node = |pool: &str, address: IpAddr, entry: &HistoryEntry| {
+        node_rule.is_some_and(|node| {
+            entry.involves(node)
+                && filter.list.pool.as_deref().is_none_or(|p| p == pool)
+                && (filter.list.addresses.is_empty() || filter.list.contains(address))
+                && filter.range.is_none_or(|range| range.contains(&address))
+        })
+    };
+    let mut seen: BTreeMap<(&str, IpAddr), Seen> = BTreeMap::new();
+    let mut order: Vec<(&str, IpAddr)> = Vec::new();
+    for entry in history.entries().rev() {
+        let (Some(pool), Some(address)) = (entry.pool.as_deref(), entry.address) else { continue };
+        let key = (pool, address);
+        let was = *seen.entry(key).or_insert_with(|| {
+            if map::keeps(view, filter, pool, address) { Seen::Kept } else { Seen::Other }
+        });
+        let now = match was {
+            Seen::Other if by_node(pool, address, entry) => Seen::Kept,
+            other => other,
+        };
+        let now = if now == Seen::Kept && moves_tokens(entry) { Seen::Changed } else { now };
+        if now == Seen::Changed && was != Seen::Changed {
+            order.push(key);
+        }
+        seen.insert(key, now);
+    }
+    // Latest changed first.
+    let changed = order.len();
+    let mut drawn: Vec<(&str, IpAddr)> = order.into_iter().take(TIMELINE_LANES_MAX).collect();
+    drawn.sort_unstable();
+    let mut collected: BTreeMap<(&str, IpAddr), (Vec<&HistoryEntry>, usize, usize)> =
+        drawn.iter().map(|key| (*key, (Vec::new(), 0, 0))).collect();
+    let mut unaddressed = Vec::new();
+    for entry in history.entries().rev() {
+        let (Some(pool), Some(address)) = (entry.pool.as_deref(), entry.address) else {
+            if unaddressed.len() < OTHER_ENTRIES_PER_LANE_MAX {
+                unaddressed.push(entry.clone());
+            }
+            continue;
+        };
+        let Some((entries, moves, others)) = collected.get_mut(&(pool, address)) else { continue };
+        let count = if moves_tokens(entry) { moves } else { others };
+        let max = if moves_tokens(entry) { CHANGES_PER_LANE_MAX } else { OTHER_ENTRIES_PER_LANE_MAX };
+        if *count < max {
+            *count += 1;
+            entries.push(entry);
+        }
+    }
+    unaddressed.reverse();
+    let lanes = collected
+        .into_iter()
+        .map(|((pool, address), (entries, _, _))| Lane {
+            pool: pool.to_owned(),
+            address,
+            owner: view
+                .address(pool, address)
+                .and_then(|state| state.owner)
+                .map(|id| view.node_name(id).to_owned()),
+            entries: entries.into_iter().rev().cloned().collect(),
+        })
+        .collect();
+    TimelineLanes {
+        lanes,
+        unaddressed,
+        changed,
+        now_ms: view.stream_time_ms(),
+        reaches_back_to: history.reaches_back_to(),
     }
 }
 
@@ -149,4 +308,88 @@ pub fn node_statuses(view: &Federation, local: &[&str]) -> Vec<NodeStatus> {
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use tenure_core::log::EventKind;
+
+    use super::super::map::tests::{apply, fleet};
+    use super::*;
+
+    fn filter(pool: Option<&str>, node: Option<&str>) -> MapFilter {
+        MapFilter {
+            list: super::super::listing::ListFilter {
+                pool: pool.map(str::to_owned),
+                node: node.map(str::to_owned),
+                addresses: Vec::new(),
+            },
+            ..MapFilter::default()
+        }
+    }
+
+    fn drawn(lanes: &TimelineLanes) -> Vec<String> {
+        lanes.lanes.iter().map(|lane| format!("{}/{}", lane.pool, lane.address)).collect()
+    }
+
+    /// After one node expires, its addresses are drawn with the hand-over's entries, and the
+    /// lanes follow the map's filters; with `node=`, the dead node's addresses are drawn though
+    /// it owns nothing now.
+    #[test]
+    fn lanes_follow_the_filters_and_the_history() {
+        let mut fleet = fleet();
+        let view = &fleet.0;
+        let edge: IpAddr = "10.0.0.10".parse().expect("an address");
+        let dead =
+            view.node_name(view.address("edge", edge).and_then(|s| s.owner).expect("owned")).to_owned();
+        // The others beat past the dead node's TTL.
+        for name in ["a", "b", "c"].into_iter().filter(|n| *n != dead) {
+            apply(&mut fleet, 2_500, EventKind::Heartbeat { node: name.into() });
+        }
+        let (view, history) = &fleet;
+        let all = timeline_lanes(view, history, &MapFilter::default());
+        assert_eq!(all.changed, 3, "every address moved at least once (its first owner)");
+        assert_eq!(drawn(&all), ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]);
+        let lane = &all.lanes[1];
+        let last = lane.entries.iter().rev().find(|e| e.kind == EntryKind::Ownership).expect("a move");
+        assert_eq!(
+            (last.from.as_deref(), last.cause.map(|c| c.as_str())),
+            (Some(dead.as_str()), Some("liveness"))
+        );
+        assert_eq!(lane.owner, last.to, "the owner now is the last move's");
+        assert!(lane.entries.iter().any(|e| e.kind == EntryKind::Executed), "the confirmed acquire");
+        assert_eq!(all.now_ms, 2_500);
+        let edge_only = timeline_lanes(view, history, &filter(Some("edge"), None));
+        assert_eq!(drawn(&edge_only), ["edge/10.0.0.10", "edge/10.0.1.10"]);
+        let of_dead = timeline_lanes(view, history, &filter(None, Some(&dead)));
+        assert!(drawn(&of_dead).contains(&"edge/10.0.0.10".to_owned()), "{:?}", drawn(&of_dead));
+        assert!(
+            of_dead.lanes.iter().all(|lane| lane.entries.iter().any(|e| e.involves(&dead))),
+            "only addresses the dead node was in"
+        );
+        let gone = timeline_lanes(view, history, &filter(Some("gone"), None));
+        assert!(gone.lanes.is_empty() && gone.changed == 0);
+    }
+
+    /// At most [`TIMELINE_LANES_MAX`] lanes: the latest changed; `changed` counts them all.
+    #[test]
+    fn at_most_the_lane_limit_the_latest_changed() {
+        let mut fleet = fleet();
+        let many: Vec<IpAddr> = (0..30).map(|i| format!("10.0.2.{i}").parse().expect("an address")).collect();
+        for (i, address) in many.iter().enumerate() {
+            let spec = {
+                let mut spec = (*fleet.0.pools()["edge"].spec).clone();
+                spec.name = format!("p{i:02}");
+                spec.addresses = vec![*address];
+                spec
+            };
+            apply(&mut fleet, 1_200 + i as u64, EventKind::PoolApplied { spec: Box::new(spec) });
+        }
+        let (view, history) = &fleet;
+        let lanes = timeline_lanes(view, history, &MapFilter::default());
+        assert_eq!(lanes.changed, 33);
+        assert_eq!(lanes.lanes.len(), TIMELINE_LANES_MAX);
+        let addresses: Vec<IpAddr> = lanes.lanes.iter().map(|lane| lane.address).collect();
+        assert!(addresses.contains(&many[29]) && !addresses.contains(&many[0]), "{addresses:?}");
+    }
 }

@@ -8,7 +8,8 @@
 //! | `GET /v1/actions?node=&state=&pool=&address=` | 200 `{"actions": [...]}`; 400 for an unknown key or state |
 //! | `GET /v1/history?pool=&node=&address=` | 200 `{"history": [entries], "reachesBackTo": N}` ([`HistoryEntry`]) |
 //!
-//! The three lists page ([`list`]): `&limit=N` gives at most N rows and a `continue` token when
+//! The three lists page ([`list`]; the loop pages the ownership map and the history, writing out
+//! only the rows it returns): `&limit=N` gives at most N rows and a `continue` token when
 //! more follow, `&continue=TOKEN` the rows after it; 400 for a bad limit or a malformed token (or
 //! one of other filters), 410 for a history token older than the history reaches back to.
 //! | `GET /v1/health` | 200 with the [`Health`] JSON when ok, 503 with it when not |
@@ -61,6 +62,7 @@ pub use failure::ApiFailure;
 pub use list::{ACTION_STATES, ListKind, ListQuery, Position, list_query};
 
 use crate::agent::listing::HistoryQuery;
+use crate::agent::map::{MapFilter, OwnershipQuery};
 use crate::agent::request::{ActionFilter, AgentHandle, HandleError, Health};
 use crate::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use failure::{Rejected, reason};
@@ -169,19 +171,32 @@ fn query_pairs(
     query.map(|Query(pairs)| pairs).map_err(|e| ApiFailure::bad_request(e.body_text()))
 }
 
-/// `GET /v1/ownership?pool=&node=&address=&limit=&continue=`.
+/// `GET /v1/ownership?pool=&node=&address=&limit=&continue=`: the loop pages (it writes out only
+/// the rows of the page).
 async fn ownership(
     State(state): State<ApiState>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<OwnershipBody>, ApiFailure> {
     let query = list_query(ListKind::Ownership, query_pairs(query)?)?;
-    let ownership = state.handle.ownership().await.map_err(|e| not_answering(&e))?;
-    let rows = ownership.into_iter().filter(|row| query.filter.matches_ownership(row)).filter_map(|row| {
-        let address = row.address.parse().ok()?;
-        Some((Position::Ownership { pool: row.pool.clone(), address }, row))
-    });
-    let (ownership, next) = list::page(ListKind::Ownership, &query, rows);
-    Ok(Json(OwnershipBody { ownership, next }))
+    let after = match &query.after {
+        Some(Position::Ownership { pool, address }) => Some((pool.clone(), *address)),
+        _ => None,
+    };
+    let asked = OwnershipQuery {
+        filter: MapFilter { list: query.filter.clone(), ..MapFilter::default() },
+        after,
+        limit: query.limit,
+    };
+    let answer = state.handle.ownership_page(asked).await.map_err(|e| not_answering(&e))?;
+    let next = answer
+        .more
+        .then(|| answer.rows.last())
+        .flatten()
+        .and_then(|row| {
+            Some(Position::Ownership { pool: row.pool.clone(), address: row.address.parse().ok()? })
+        })
+        .map(|after| list::continue_token(ListKind::Ownership, &query, after));
+    Ok(Json(OwnershipBody { ownership: answer.rows, next }))
 }
 
 /// `GET /v1/actions?node=&state=&pool=&address=&limit=&continue=`.

@@ -78,7 +78,7 @@ fn change(e: &HistoryEntry) -> String {
 }
 
 /// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds (`2026-12-02T14:25:42.123Z`).
-pub(super) fn utc_text(ms: u64) -> String {
+pub(crate) fn utc_text(ms: u64) -> String {
     let seconds = ms / 1_000;
     let days = seconds / 86_400;
     let time = seconds % 86_400;

@@ -9,7 +9,7 @@ mod demo;
 mod elect;
 mod examples;
 mod executors;
-mod history;
+pub(crate) mod history;
 mod list;
 mod preflight;
 mod remote;

@@ -206,7 +206,7 @@ impl TestDoubleAgentLoop {
         }
     }
 
-    fn status(&self) -> StatusSnapshot {
+    fn status(&self, query: &tenure::agent::status::StatusQuery) -> StatusSnapshot {
         let head = self.replay.head();
         let failed =
             self.actions(&ActionFilter { state: Some("failed".to_owned()), ..ActionFilter::default() });
@@ -215,32 +215,26 @@ impl TestDoubleAgentLoop {
         StatusSnapshot {
             health: self.health(),
             nodes: tenure::agent::status::node_statuses(head, &["a", "b"]),
-            ownership: tenure_sim::replay::ownership_rows_with_status(head),
+            map: tenure::agent::map::map_page(head, &query.filter, query.page, query.page_rows),
             waiting_total: waiting.len(),
             waiting,
             failed_total: failed.len(),
             failed,
-            timeline: {
-                let registry =
-                    tenure_core::federation::Federation::new(&self.scenario.nodes, &self.scenario.providers);
-                let mut fold = tenure::agent::timeline::TimelineFold::new(&registry, None);
-                fold.catch_up(&self.log, || None);
-                fold.timeline(head.stream_time_ms())
-            },
+            timeline: tenure::agent::status::timeline_lanes(head, &self.history, &query.filter),
         }
     }
 
     fn answer(&mut self, request: Request) {
         // A caller that gave up is no error of the double's.
         match request {
-            Request::Ownership { reply } => {
-                drop(reply.send(tenure_sim::replay::ownership_rows_with_status(self.replay.head())))
+            Request::Ownership { query, reply } => {
+                drop(reply.send(tenure::agent::map::rows_page(self.replay.head(), &query)))
             }
             Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
             Request::History { query, reply } => drop(reply.send(history_page(&self.history, &query))),
             Request::Health { reply } => drop(reply.send(self.health())),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
-            Request::Status { reply } => drop(reply.send(self.status())),
+            Request::Status { query, reply } => drop(reply.send(self.status(&query))),
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
             // Not on the HTTP API: the double never receives one.
             Request::Control { reply, .. } => drop(reply.send(Err("not in the test double".to_owned()))),

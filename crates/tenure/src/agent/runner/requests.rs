@@ -12,6 +12,7 @@ use tracing::{info, warn};
 use super::super::AgentStore;
 use super::super::answers;
 use super::super::listing;
+use super::super::map;
 use super::super::request::{Control, Health, Receipt, Request, SubmitError, no_eligible_member_note};
 use super::super::status;
 use super::Agent;
@@ -41,8 +42,8 @@ impl<S: AgentStore> Agent<S> {
     /// Answers one request. Returns whether the state changed (a step is due).
     pub(super) fn answer(&mut self, request: Request) -> bool {
         match request {
-            Request::Ownership { reply } => {
-                let _ = reply.send(tenure_sim::replay::ownership_rows_with_status(self.view()));
+            Request::Ownership { query, reply } => {
+                let _ = reply.send(map::rows_page(self.view(), &query));
                 false
             }
             Request::Actions { filter, reply } => {
@@ -57,12 +58,8 @@ impl<S: AgentStore> Agent<S> {
                 let _ = reply.send(self.health());
                 false
             }
-            Request::Status { reply } => {
-                let _ = reply.send(status::status(
-                    &self.drivers,
-                    self.health(),
-                    self.timeline.timeline(self.view().stream_time_ms()),
-                ));
+            Request::Status { query, reply } => {
+                let _ = reply.send(status::status(&self.drivers, self.health(), &self.history, &query));
                 false
             }
             Request::Metrics { reply } => {

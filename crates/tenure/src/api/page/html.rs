@@ -1,8 +1,16 @@
 //! The status page's HTML: the one escaping helper every string from the config or the log goes
-//! through, the document around the sections, and the page's only script and style (served
-//! inline: nothing is loaded from anywhere, not even a favicon).
+//! through, the document around the sections, the page's only script and style (served inline:
+//! nothing is loaded from anywhere, not even a favicon), and the security headers that hold the
+//! browser to that ([`security_headers`]: a `Content-Security-Policy` allowing the inline script
+//! and style by their SHA-256 only, no framing, no sniffing, no referrer).
 
 use std::fmt::Write as _;
+use std::sync::LazyLock;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use http::{HeaderName, HeaderValue, header};
+use sha2::{Digest as _, Sha256};
 
 /// How often the page reloads itself unless asked otherwise (`?refresh=`), in seconds.
 pub const REFRESH_DEFAULT_S: u64 = 10;
@@ -77,6 +85,42 @@ var due=false;setTimeout(function(){due=true;if(!document.hidden)location.reload
 document.addEventListener('visibilitychange',function(){if(due&&!document.hidden)location.reload();});})();
 ";
 
+/// `'sha256-…'`: a CSP source matching an inline element whose text is `text`.
+fn csp_hash(text: &str) -> String {
+    format!("'sha256-{}'", STANDARD.encode(Sha256::digest(text.as_bytes())))
+}
+
+/// The page's `Content-Security-Policy`: nothing loads from anywhere (`default-src 'none'`); the
+/// one inline script and the one inline style run by their hash (no `'unsafe-inline'`); the
+/// favicon is a `data:` URL; the filter form submits to the page itself; no page may frame it.
+#[must_use]
+pub fn content_security_policy() -> String {
+    format!(
+        "default-src 'none'; script-src {}; style-src {}; img-src data:; form-action 'self'; \
+         base-uri 'none'; frame-ancestors 'none'",
+        csp_hash(SCRIPT),
+        csp_hash(STYLE)
+    )
+}
+
+/// The policy as a header value, computed once.
+static CONTENT_SECURITY_POLICY: LazyLock<HeaderValue> = LazyLock::new(|| {
+    HeaderValue::from_str(&content_security_policy()).expect("the policy is ASCII without control characters")
+});
+
+/// The headers every answer of the page carries: the [`content_security_policy`],
+/// `X-Content-Type-Options: nosniff`, `X-Frame-Options: DENY` (for browsers without
+/// `frame-ancestors`), `Referrer-Policy: no-referrer`.
+#[must_use]
+pub fn security_headers() -> [(HeaderName, HeaderValue); 4] {
+    [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY.clone()),
+        (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+        (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+    ]
+}
+
 /// The whole document: `title` (escaped here), `body` (already HTML), reloading every
 /// `refresh_s` seconds (0: never).
 #[must_use]
@@ -138,6 +182,32 @@ mod tests {
         assert_eq!(age(4_200), "4.2 s");
         assert_eq!(age(185_000), "3 min 5 s");
         assert_eq!(age(7_260_000), "2 h 1 min");
+    }
+
+    /// The policy's hashes are of the exact text between the document's `<script>` and `<style>`
+    /// tags: a browser runs them, and nothing else inline.
+    #[test]
+    fn the_policy_allows_the_documents_own_script_and_style_and_nothing_else() {
+        let page = document("t", 5, "<p>hi</p>");
+        let inner = |open: &str, close: &str| {
+            let start = page.find(open).expect("the tag") + open.len();
+            page[start..start + page[start..].find(close).expect("its end")].to_owned()
+        };
+        let policy = content_security_policy();
+        assert!(
+            policy.contains(&format!("script-src {};", csp_hash(&inner("<script>", "</script>")))),
+            "{policy}"
+        );
+        assert!(
+            policy.contains(&format!("style-src {};", csp_hash(&inner("<style>", "</style>")))),
+            "{policy}"
+        );
+        assert!(policy.starts_with("default-src 'none';") && !policy.contains("unsafe"), "{policy}");
+        assert_eq!(page.matches("<script").count(), 1, "one script");
+        assert_eq!(page.matches("<style").count(), 1, "one style");
+        assert!(!page.contains(" style=") && !page.contains(" onclick="), "no inline attributes: {page}");
+        // A known digest: SHA-256 of the empty string.
+        assert_eq!(csp_hash(""), "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='");
     }
 
     #[test]

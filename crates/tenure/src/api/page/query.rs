@@ -2,16 +2,14 @@
 //! bad key or value is a 400 naming it), and the one filter and page window the ownership table
 //! and the timeline use.
 
-use std::net::IpAddr;
-
-use ipnet::IpNet;
 use tenure_core::federation::Phase;
 use tenure_core::input::check_name;
-use tenure_sim::replay::OwnershipRow;
 
 use super::super::ApiFailure;
 use super::html::REFRESH_DEFAULT_S;
-use crate::agent::listing::{ListFilter, parse_address};
+use crate::agent::listing::{address_filter_text, parse_address};
+use crate::agent::map::MapFilter;
+use crate::agent::status::StatusQuery;
 
 /// Rows of the ownership table per page: a 100k-address map is shown 200 rows at a time.
 pub const PAGE_ROWS: usize = 200;
@@ -27,12 +25,9 @@ pub const PHASES: [Phase; 5] =
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageQuery {
     /// `pool` and `node`, with the meaning they have on `GET /v1/ownership` (a node owns or
-    /// holds the address).
-    pub filter: ListFilter,
-    /// `address`: one address, or a CIDR range of them (`10.0.3.0/24`).
-    pub addresses: Option<IpNet>,
+    /// holds the address); `address`: one address, or a CIDR range of them (`10.0.3.0/24`);
     /// `phase`: only addresses in this phase.
-    pub phase: Option<Phase>,
+    pub filter: MapFilter,
     /// `page`: which page of the filtered rows, from 1.
     pub page: usize,
     /// `refresh`: seconds between reloads, 0 for none.
@@ -41,13 +36,7 @@ pub struct PageQuery {
 
 impl Default for PageQuery {
     fn default() -> Self {
-        Self {
-            filter: ListFilter::default(),
-            addresses: None,
-            phase: None,
-            page: 1,
-            refresh_s: REFRESH_DEFAULT_S,
-        }
+        Self { filter: MapFilter::default(), page: 1, refresh_s: REFRESH_DEFAULT_S }
     }
 }
 
@@ -69,11 +58,12 @@ impl PageQuery {
             match key.as_str() {
                 "pool" | "node" => {
                     check_name(&key, &value).map_err(|e| ApiFailure::bad_field(&key, e))?;
-                    let slot = if key == "pool" { &mut query.filter.pool } else { &mut query.filter.node };
+                    let list = &mut query.filter.list;
+                    let slot = if key == "pool" { &mut list.pool } else { &mut list.node };
                     *slot = Some(value);
                 }
                 "address" => {
-                    query.addresses = Some(
+                    query.filter.range = Some(
                         parse_address("address", &value).map_err(|e| ApiFailure::bad_field("address", e))?,
                     );
                 }
@@ -85,7 +75,7 @@ impl PageQuery {
                             format!("unknown phase `{value}`; expected one of {}", names.join(", ")),
                         )
                     })?;
-                    query.phase = Some(phase);
+                    query.filter.phase = Some(phase);
                 }
                 "page" => {
                     query.page = value.parse::<usize>().ok().filter(|page| *page >= 1).ok_or_else(|| {
@@ -114,30 +104,26 @@ impl PageQuery {
         Ok(query)
     }
 
-    /// Whether `row` is asked for (every filter but the page).
+    /// What the loop is asked for: the filters and the page, [`PAGE_ROWS`] rows a page.
     #[must_use]
-    pub fn matches(&self, row: &OwnershipRow) -> bool {
-        self.filter.matches_ownership(row)
-            && self.phase.is_none_or(|phase| row.phase.as_deref() == Some(phase.as_str()))
-            && self.addresses.is_none_or(|range| {
-                row.address.parse::<IpAddr>().is_ok_and(|address| range.contains(&address))
-            })
+    pub fn status_query(&self) -> StatusQuery {
+        StatusQuery { filter: self.filter.clone(), page: self.page, page_rows: PAGE_ROWS }
     }
 
     /// The filters as query pairs (no page), for links that keep them.
     #[must_use]
     pub fn filter_pairs(&self) -> Vec<(&'static str, String)> {
         let mut pairs = Vec::new();
-        if let Some(pool) = &self.filter.pool {
+        if let Some(pool) = &self.filter.list.pool {
             pairs.push(("pool", pool.clone()));
         }
-        if let Some(node) = &self.filter.node {
+        if let Some(node) = &self.filter.list.node {
             pairs.push(("node", node.clone()));
         }
-        if let Some(range) = &self.addresses {
-            pairs.push(("address", range_text(range)));
+        if let Some(range) = &self.filter.range {
+            pairs.push(("address", address_filter_text(range)));
         }
-        if let Some(phase) = self.phase {
+        if let Some(phase) = self.filter.phase {
             pairs.push(("phase", phase.as_str().to_owned()));
         }
         if self.refresh_s != REFRESH_DEFAULT_S {
@@ -147,64 +133,12 @@ impl PageQuery {
     }
 }
 
-/// A range as the filter form shows it: a single address bare, else in CIDR form.
-#[must_use]
-pub fn range_text(range: &IpNet) -> String {
-    if range.prefix_len() == range.max_prefix_len() { range.addr().to_string() } else { range.to_string() }
-}
-
-/// The rows of page `page` (from 1) of `rows`, `page_rows` a page; a page past the last is the
-/// last (a bookmarked page of a map that shrank). Returns the rows, the page shown and the
-/// number of pages (at least 1).
-#[must_use]
-pub fn page_window<T>(rows: &[T], page: usize, page_rows: usize) -> (&[T], usize, usize) {
-    let pages = rows.len().div_ceil(page_rows).max(1);
-    let shown = page.clamp(1, pages);
-    let start = (shown - 1) * page_rows;
-    let end = (start + page_rows).min(rows.len());
-    (&rows[start.min(rows.len())..end], shown, pages)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn pairs(text: &[(&str, &str)]) -> Vec<(String, String)> {
         text.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
-    }
-
-    fn row(pool: &str, address: &str, owner: &str, phase: &str) -> OwnershipRow {
-        OwnershipRow {
-            pool: pool.into(),
-            address: address.into(),
-            owner: Some(owner.into()),
-            ownership_epoch: 1,
-            capture_epoch: 1,
-            desired: true,
-            phase: Some(phase.into()),
-            held_by: Some(vec![owner.into()]),
-            nics: Some(vec![format!("eni-{owner}")]),
-        }
-    }
-
-    #[test]
-    fn filters_narrow_by_pool_node_range_and_phase() {
-        let rows = [
-            row("edge", "10.0.0.10", "a", "held"),
-            row("edge", "10.0.1.10", "b", "acquiring"),
-            row("core", "10.0.0.11", "b", "held"),
-        ];
-        let shown = |q: &[(&str, &str)]| -> Vec<&str> {
-            let query = PageQuery::parse(pairs(q)).expect("a good query");
-            rows.iter().filter(|r| query.matches(r)).map(|r| r.address.as_str()).collect()
-        };
-        assert_eq!(shown(&[]), ["10.0.0.10", "10.0.1.10", "10.0.0.11"]);
-        assert_eq!(shown(&[("pool", "edge")]), ["10.0.0.10", "10.0.1.10"]);
-        assert_eq!(shown(&[("node", "b")]), ["10.0.1.10", "10.0.0.11"]);
-        assert_eq!(shown(&[("address", "10.0.0.0/24")]), ["10.0.0.10", "10.0.0.11"]);
-        assert_eq!(shown(&[("address", "10.0.1.10")]), ["10.0.1.10"]);
-        assert_eq!(shown(&[("phase", "acquiring")]), ["10.0.1.10"]);
-        assert_eq!(shown(&[("pool", ""), ("node", "b"), ("phase", "held")]), ["10.0.0.11"]);
     }
 
     #[test]
@@ -226,19 +160,6 @@ mod tests {
             assert_eq!(failure.field.as_deref(), Some(field), "{query:?}: {}", failure.message);
             assert!(!failure.message.contains('\n'), "{}", failure.message);
         }
-    }
-
-    #[test]
-    fn a_page_past_the_last_shows_the_last() {
-        let rows: Vec<u32> = (0..450).collect();
-        let (window, shown, pages) = page_window(&rows, 1, 200);
-        assert_eq!((window.len(), window[0], shown, pages), (200, 0, 1, 3));
-        let (window, shown, pages) = page_window(&rows, 3, 200);
-        assert_eq!((window.len(), window[0], shown, pages), (50, 400, 3, 3));
-        let (window, shown, _) = page_window(&rows, 9, 200);
-        assert_eq!((window.len(), shown), (50, 3));
-        let (window, shown, pages) = page_window::<u32>(&[], 4, 200);
-        assert_eq!((window.len(), shown, pages), (0, 1, 1));
     }
 
     #[test]

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use tenure_sim::replay::{ActionRow, OwnershipRow};
+use tenure_sim::replay::ActionRow;
 
 use super::html::{age, escape, query_string};
-use super::query::{PAGE_ROWS, PHASES, PageQuery, page_window, range_text};
+use super::query::{PAGE_ROWS, PHASES, PageQuery};
+use crate::agent::listing::address_filter_text;
 use crate::agent::request::Health;
 use crate::agent::status::{NodeStatus, StatusSnapshot};
 
@@ -34,18 +35,8 @@ pub fn header(out: &mut String, health: &Health) {
 }
 
 /// The nodes of the registry: liveness, drain, health, VRRP, heartbeat age, and how many
-/// addresses each owns and holds (of the whole map, not the filtered one).
-pub fn nodes(out: &mut String, nodes: &[NodeStatus], ownership: &[OwnershipRow]) {
-    let mut owned: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-    for row in ownership {
-        if let Some(owner) = &row.owner {
-            *owned.entry(owner).or_default() += 1;
-        }
-        for holder in row.held_by.iter().flatten() {
-            *held.entry(holder).or_default() += 1;
-        }
-    }
+/// addresses each owns and holds (`per_node`: of the whole map, not the filtered one).
+pub fn nodes(out: &mut String, nodes: &[NodeStatus], per_node: &BTreeMap<String, (usize, usize)>) {
     out.push_str(
         "<section id=\"nodes\"><h2>Nodes</h2><table><thead><tr><th>node</th><th>live</th>\
          <th>last heartbeat</th><th>drained</th><th>health</th><th>VRRP</th><th>owns</th><th>holds</th>\
@@ -69,8 +60,8 @@ pub fn nodes(out: &mut String, nodes: &[NodeStatus], ownership: &[OwnershipRow])
             node.drained,
             if node.local { " <span class=\"muted\">(this agent)</span>" } else { "" },
             node.vrrp.unwrap_or("—"),
-            owned.get(node.name.as_str()).copied().unwrap_or(0),
-            held.get(node.name.as_str()).copied().unwrap_or(0),
+            per_node.get(&node.name).map_or(0, |counts| counts.0),
+            per_node.get(&node.name).map_or(0, |counts| counts.1),
             escape(&node.provider),
             escape(&node.placement_group),
             escape(&node.nic),
@@ -121,36 +112,29 @@ pub fn actions(out: &mut String, id: &str, heading: &str, rows: &[ActionRow], to
     out.push_str("</tbody></table></section>\n");
 }
 
-/// The ownership map: the filter form, the phase counts of the filtered rows, the pager and one
-/// page of the table. `filtered` are the rows the query's filters keep, in canonical order.
-pub fn ownership(out: &mut String, status: &StatusSnapshot, query: &PageQuery, filtered: &[&OwnershipRow]) {
+/// The ownership map: the filter form, the phase counts of the filtered rows, the pager and the
+/// page of the table the loop wrote out.
+pub fn ownership(out: &mut String, status: &StatusSnapshot, query: &PageQuery) {
+    let map = &status.map;
     out.push_str("<section id=\"ownership\"><h2>Ownership</h2>\n");
     filter_form(out, status, query);
-    let mut phases: BTreeMap<&str, usize> = BTreeMap::new();
-    for row in filtered {
-        *phases.entry(row.phase.as_deref().unwrap_or("—")).or_default() += 1;
-    }
     let _ = write!(
         out,
         "<p id=\"ownership-count\" data-rows=\"{}\" data-total=\"{}\">{} of {} addresses",
-        filtered.len(),
-        status.ownership.len(),
-        filtered.len(),
-        status.ownership.len()
+        map.matched, map.total, map.matched, map.total
     );
     for phase in PHASES {
-        if let Some(count) = phases.get(phase.as_str()) {
+        if let Some(count) = map.phases.get(&phase) {
             let _ = write!(out, " · <span class=\"phase-{0}\">{count} {0}</span>", phase.as_str());
         }
     }
     out.push_str("</p>\n");
-    let (window, shown, pages) = page_window(filtered, query.page, PAGE_ROWS);
-    pager(out, query, shown, pages);
+    pager(out, query, map.page, map.pages);
     out.push_str(
         "<table id=\"ownership-table\"><thead><tr><th>pool</th><th>address</th><th>owner</th><th>phase</th>\
          <th>held by</th><th>NICs</th><th>ownershipEpoch</th><th>captureEpoch</th><th>desired</th></tr></thead><tbody>\n",
     );
-    for row in window {
+    for row in &map.rows {
         let phase = row.phase.as_deref().unwrap_or("—");
         let _ = writeln!(
             out,
@@ -169,31 +153,28 @@ pub fn ownership(out: &mut String, status: &StatusSnapshot, query: &PageQuery, f
         );
     }
     out.push_str("</tbody></table>\n");
-    if pages > 1 {
-        pager(out, query, shown, pages);
+    if map.pages > 1 {
+        pager(out, query, map.page, map.pages);
     }
     out.push_str("</section>\n");
 }
 
 /// The filter form: a GET of this page, so the server filters (and the URL can be shared).
 fn filter_form(out: &mut String, status: &StatusSnapshot, query: &PageQuery) {
-    let mut pools: Vec<&str> = status.ownership.iter().map(|row| row.pool.as_str()).collect();
-    pools.dedup();
-    pools.sort_unstable();
-    pools.dedup();
+    let pools: Vec<&str> = status.map.pools.iter().map(String::as_str).collect();
     let nodes: Vec<&str> = status.nodes.iter().map(|node| node.name.as_str()).collect();
     let phases: Vec<&str> = PHASES.iter().map(|p| p.as_str()).collect();
     out.push_str("<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/\">");
-    select(out, "pool", &pools, query.filter.pool.as_deref());
-    select(out, "node", &nodes, query.filter.node.as_deref());
-    let address = query.addresses.as_ref().map(range_text).unwrap_or_default();
+    select(out, "pool", &pools, query.filter.list.pool.as_deref());
+    select(out, "node", &nodes, query.filter.list.node.as_deref());
+    let address = query.filter.range.as_ref().map(address_filter_text).unwrap_or_default();
     let _ = write!(
         out,
         "<label>address or CIDR<input name=\"address\" id=\"filter-address\" size=\"18\" value=\"{}\" \
          placeholder=\"10.0.0.0/24\"></label>",
         escape(&address)
     );
-    select(out, "phase", &phases, query.phase.map(|p| p.as_str()));
+    select(out, "phase", &phases, query.filter.phase.map(|p| p.as_str()));
     let _ = write!(out, "<input type=\"hidden\" name=\"refresh\" value=\"{}\">", query.refresh_s);
     let refresh = if query.refresh_s == 0 {
         let mut pairs = query.filter_pairs();

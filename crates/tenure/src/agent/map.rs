@@ -1,0 +1,384 @@
+//! The ownership map a page at a time, as the loop answers `GET /v1/ownership` and the status
+//! page: the map's addresses ([`Federation::map_addresses`]: which ones, in which order) filtered
+//! on what the view holds (names resolved once, no row built), and rows written out only for the
+//! page returned. A 500-row page of a 100k-address map builds 500 rows; the status page's counts
+//! (rows kept by the filters, per phase, per node) take one pass over the view that builds none.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use tenure_core::federation::{Federation, MapAddress, MapStatus, NodeId, Phase};
+use tenure_sim::replay::{OwnershipRow, ownership_row};
+
+use super::listing::ListFilter;
+
+/// What a listing of the map keeps: the list calls' filters (`pool`, `node`: owns or holds it,
+/// `address` repeatable), and the status page's CIDR range and phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapFilter {
+    /// `pool`, `node`, `address` as every list call takes them.
+    pub list: ListFilter,
+    /// Only addresses in this range (the status page's `address`: one address or a CIDR).
+    pub range: Option<IpNet>,
+    /// Only addresses in this phase.
+    pub phase: Option<Phase>,
+}
+
+/// A [`MapFilter`] with its node name resolved in one view.
+struct Resolved<'a> {
+    filter: &'a MapFilter,
+    /// `Some(None)`: a node the view does not know, which owns and holds nothing.
+    node: Option<Option<NodeId>>,
+}
+
+impl<'a> Resolved<'a> {
+    fn new(filter: &'a MapFilter, view: &Federation) -> Self {
+        Self { filter, node: filter.list.node.as_deref().map(|name| view.node_id(name)) }
+    }
+
+    fn matches(&self, shown: &MapAddress<'_>) -> bool {
+        let list = &self.filter.list;
+        list.pool.as_deref().is_none_or(|pool| pool == shown.pool)
+            && self.node.is_none_or(|node| node.is_some_and(|node| shown.involves(node)))
+            && (list.addresses.is_empty() || list.contains(shown.address))
+            && self.filter.range.is_none_or(|range| range.contains(&shown.address))
+            && self.filter.phase.is_none_or(|phase| shown.phase == Some(phase))
+    }
+}
+
+/// The addresses of `view`'s map that `filter` keeps, in the map's order, after `after` (a pool
+/// and an address) when given. Lazy: the caller takes what it needs.
+pub fn matching<'a>(
+    view: &'a Federation,
+    filter: &'a MapFilter,
+    after: Option<(&'a str, IpAddr)>,
+) -> impl Iterator<Item = MapAddress<'a>> + 'a {
+    let resolved = Resolved::new(filter, view);
+    view.map_addresses(MapStatus::WithPhase, filter.list.pool.as_deref(), after)
+        .filter(move |shown| resolved.matches(shown))
+}
+
+/// What `GET /v1/ownership` asks of the loop: its filters, and the page (after a position, at
+/// most a number of rows).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnershipQuery {
+    /// Which rows.
+    pub filter: MapFilter,
+    /// Only rows after this pool and address (a continue token's position).
+    pub after: Option<(String, IpAddr)>,
+    /// At most this many (`None`: all).
+    pub limit: Option<usize>,
+}
+
+/// One page of the map's rows (`GET /v1/ownership`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowsPage {
+    /// The rows, in the map's order.
+    pub rows: Vec<OwnershipRow>,
+    /// Whether more rows match after the last one.
+    pub more: bool,
+}
+
+/// The rows `query` asks for: at most its limit of the addresses its filter keeps, after its
+/// position.
+#[must_use]
+pub fn rows_page(view: &Federation, query: &OwnershipQuery) -> RowsPage {
+    let mut rows = Vec::new();
+    let after = query.after.as_ref().map(|(pool, address)| (pool.as_str(), *address));
+    for shown in matching(view, &query.filter, after) {
+        if query.limit.is_some_and(|limit| rows.len() >= limit) {
+            return RowsPage { rows, more: true };
+        }
+        rows.push(ownership_row(view, &shown));
+    }
+    RowsPage { rows, more: false }
+}
+
+/// What the status page shows of the map: one page of the filtered rows and the counts around it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapPage {
+    /// The rows of the page shown, in the map's order.
+    pub rows: Vec<OwnershipRow>,
+    /// The page shown, from 1 (a page past the last shows the last).
+    pub page: usize,
+    /// How many pages the filtered rows make (at least 1).
+    pub pages: usize,
+    /// How many addresses the filters keep.
+    pub matched: usize,
+    /// How many addresses the map shows.
+    pub total: usize,
+    /// Of the addresses the filters keep, how many are in each phase (phases with none absent).
+    pub phases: BTreeMap<Phase, usize>,
+    /// Per node name: how many addresses of the whole map it owns and holds.
+    pub per_node: BTreeMap<String, (usize, usize)>,
+    /// The pools the map shows addresses of, by name.
+    pub pools: Vec<String>,
+}
+
+/// The page `page` (from 1; past the last: the last) of `page_rows` rows of the addresses of
+/// `view`'s map that `filter` keeps, with the counts the page shows. One pass over the map, no
+/// row built but the page's.
+#[must_use]
+pub fn map_page(view: &Federation, filter: &MapFilter, page: usize, page_rows: usize) -> MapPage {
+    let resolved = Resolved::new(filter, view);
+    let page_rows = page_rows.max(1);
+    let mut kept: Vec<MapAddress<'_>> = Vec::new();
+    let mut per_node = vec![(0_usize, 0_usize); view.nodes().len()];
+    let mut phases = BTreeMap::new();
+    let mut pools: Vec<&str> = Vec::new();
+    let mut total = 0;
+    for shown in view.map_addresses(MapStatus::WithPhase, None, None) {
+        total += 1;
+        if pools.last() != Some(&shown.pool) {
+            pools.push(shown.pool);
+        }
+        if let Some(owner) = shown.owner {
+            per_node[owner].0 += 1;
+        }
+        for holder in &shown.holders {
+            per_node[*holder].1 += 1;
+        }
+        if resolved.matches(&shown) {
+            if let Some(phase) = shown.phase {
+                *phases.entry(phase).or_default() += 1;
+            }
+            kept.push(shown);
+        }
+    }
+    let pages = kept.len().div_ceil(page_rows).max(1);
+    let page = page.clamp(1, pages);
+    let start = ((page - 1) * page_rows).min(kept.len());
+    let end = (start + page_rows).min(kept.len());
+    MapPage {
+        rows: kept[start..end].iter().map(|shown| ownership_row(view, shown)).collect(),
+        page,
+        pages,
+        matched: kept.len(),
+        total,
+        phases,
+        per_node: view
+            .nodes()
+            .iter()
+            .zip(per_node)
+            .map(|(node, counts)| (node.spec.name.clone(), counts))
+            .collect(),
+        pools: pools.into_iter().map(str::to_owned).collect(),
+    }
+}
+
+/// Whether the map shows `address` of `pool` and `filter` keeps it (the timeline's lanes follow
+/// the map's filters).
+#[must_use]
+pub fn keeps(view: &Federation, filter: &MapFilter, pool: &str, address: IpAddr) -> bool {
+    let resolved = Resolved::new(filter, view);
+    view.map_address_of(pool, address, MapStatus::WithPhase).is_some_and(|shown| resolved.matches(&shown))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use tenure_core::federation::history::History;
+    use tenure_core::log::{ActionOutcome, Event, EventKind};
+    use tenure_core::model::{
+        Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction,
+    };
+
+    use super::*;
+
+    /// Three nodes, pools `edge` (10.0.0.10, 10.0.1.10) and `core` (10.0.0.11), TTL 1 s; every
+    /// node alive at 1,000 ms; the owner of edge/10.0.0.10 confirmed its acquire (`held`). The
+    /// history follows every event.
+    pub(crate) fn fleet() -> (Federation, History) {
+        let nodes: Vec<NodeSpec> = ["a", "b", "c"]
+            .iter()
+            .map(|name| NodeSpec {
+                name: (*name).to_owned(),
+                provider: "sim1".into(),
+                placement_group: "g1".into(),
+                priority: 0,
+                nic: format!("eni-{name}"),
+                capacity: None,
+            })
+            .collect();
+        let view =
+            Federation::new(&nodes, &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }]);
+        let mut fleet = (view.clone(), History::new(view));
+        for name in ["a", "b", "c"] {
+            apply(&mut fleet, 1_000, EventKind::Heartbeat { node: name.into() });
+        }
+        for (name, addresses) in [("edge", &["10.0.0.10", "10.0.1.10"][..]), ("core", &["10.0.0.11"][..])] {
+            let spec = PoolSpec {
+                name: name.into(),
+                addresses: addresses.iter().map(|a| a.parse().expect("an address")).collect(),
+                provider: "sim1".into(),
+                placement_group: "g1".into(),
+                members: vec!["a".into(), "b".into(), "c".into()],
+                authority: Authority::None,
+                approval: Approval::Auto,
+                deprovision_hold_ms: 0,
+                heartbeat_ttl_ms: 1_000,
+                promotion_hold_ms: 0,
+                epoch_locking: true,
+                prefer_nodes: Vec::new(),
+                preempt: false,
+                auto_failover: true,
+            };
+            apply(&mut fleet, 1_000, EventKind::PoolApplied { spec: Box::new(spec) });
+        }
+        let result = confirmed(&fleet.0, "edge", "10.0.0.10".parse().expect("an address"));
+        apply(&mut fleet, 1_100, result);
+        fleet
+    }
+
+    /// Applies one event to the view and the history.
+    pub(crate) fn apply(fleet: &mut (Federation, History), at_ms: u64, kind: EventKind) {
+        let event = Event { at_ms, kind };
+        fleet.0.apply(&event).expect("the test's events apply");
+        let index =
+            tenure_core::log_store::LogIndex::from_stored(fleet.0.events_applied()).expect("not zero");
+        fleet.1.apply(index, &event);
+    }
+
+    /// The `action-result` confirming the owner's acquire of `address`.
+    pub(crate) fn confirmed(view: &Federation, pool: &str, address: IpAddr) -> EventKind {
+        let state = view.address(pool, address).expect("listed");
+        let node = &view.nodes()[state.line.desired_holder.expect("a holder")].spec;
+        let pool_state = &view.pools()[pool];
+        let action = StampedAction::new(
+            pool,
+            address,
+            ProviderKind::SimCloud.verb_family().acquire_verbs()[0],
+            &node.name,
+            &node.provider,
+            &node.nic,
+            pool_state.capture_domain.clone(),
+            state.line.epoch,
+            state.ownership_epoch,
+        );
+        EventKind::ActionResult {
+            node: node.name.clone(),
+            idempotency_key: action.idempotency_key,
+            outcome: ActionOutcome::Executed,
+            detail: String::new(),
+        }
+    }
+
+    fn filter(
+        pool: Option<&str>,
+        node: Option<&str>,
+        range: Option<&str>,
+        phase: Option<Phase>,
+    ) -> MapFilter {
+        MapFilter {
+            list: ListFilter {
+                pool: pool.map(str::to_owned),
+                node: node.map(str::to_owned),
+                addresses: Vec::new(),
+            },
+            range: range.map(|r| r.parse().expect("a range")),
+            phase,
+        }
+    }
+
+    fn shown(view: &Federation, filter: &MapFilter) -> Vec<String> {
+        map_page(view, filter, 1, 100)
+            .rows
+            .into_iter()
+            .map(|row| format!("{}/{}", row.pool, row.address))
+            .collect()
+    }
+
+    #[test]
+    fn filters_narrow_by_pool_node_range_and_phase() {
+        let (view, _) = fleet();
+        let owner = |pool: &str, address: &str| {
+            let state = view.address(pool, address.parse().expect("an address")).expect("listed");
+            view.node_name(state.owner.expect("owned")).to_owned()
+        };
+        let edge_owner = owner("edge", "10.0.0.10");
+        assert_eq!(
+            shown(&view, &MapFilter::default()),
+            ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]
+        );
+        assert_eq!(
+            shown(&view, &filter(Some("edge"), None, None, None)),
+            ["edge/10.0.0.10", "edge/10.0.1.10"]
+        );
+        assert_eq!(
+            shown(&view, &filter(None, None, Some("10.0.0.0/24"), None)),
+            ["core/10.0.0.11", "edge/10.0.0.10"]
+        );
+        assert_eq!(shown(&view, &filter(None, None, Some("10.0.1.10/32"), None)), ["edge/10.0.1.10"]);
+        assert_eq!(shown(&view, &filter(None, None, None, Some(Phase::Held))), ["edge/10.0.0.10"]);
+        let acquiring = shown(&view, &filter(None, None, None, Some(Phase::Acquiring)));
+        assert_eq!(acquiring, ["core/10.0.0.11", "edge/10.0.1.10"]);
+        let of_owner = shown(&view, &filter(None, Some(&edge_owner), None, None));
+        assert!(of_owner.contains(&"edge/10.0.0.10".to_owned()), "{of_owner:?}");
+        assert!(of_owner.iter().all(|row| {
+            let (pool, address) = row.split_once('/').expect("pool/address");
+            owner(pool, address) == edge_owner
+        }));
+        assert!(
+            shown(&view, &filter(None, Some("nobody"), None, None)).is_empty(),
+            "an unknown node has nothing"
+        );
+        // The counts: of the filtered rows by phase; of the whole map per node.
+        let page = map_page(&view, &filter(Some("edge"), None, None, None), 1, 100);
+        assert_eq!((page.matched, page.total), (2, 3));
+        assert_eq!(page.phases, BTreeMap::from([(Phase::Acquiring, 1), (Phase::Held, 1)]));
+        assert_eq!(page.per_node.values().map(|c| c.0).sum::<usize>(), 3, "every address has an owner");
+        assert_eq!(page.per_node[&edge_owner].1, 1, "the owner holds the address it confirmed");
+        assert_eq!(page.pools, ["core", "edge"]);
+    }
+
+    #[test]
+    fn a_page_past_the_last_shows_the_last() {
+        let (view, _) = fleet();
+        let page = |n| map_page(&view, &MapFilter::default(), n, 2);
+        assert_eq!((page(1).rows.len(), page(1).page, page(1).pages), (2, 1, 2));
+        assert_eq!((page(2).rows.len(), page(2).page), (1, 2));
+        assert_eq!((page(9).rows.len(), page(9).page), (1, 2));
+        assert_eq!(page(9).rows[0].address, "10.0.1.10");
+        let none = map_page(&view, &filter(Some("gone"), None, None, None), 3, 2);
+        assert_eq!((none.rows.len(), none.page, none.pages, none.matched), (0, 1, 1, 0));
+    }
+
+    /// Pages of `GET /v1/ownership` walk the whole list once, in order, each row its full row.
+    #[test]
+    fn rows_pages_continue_after_a_position() {
+        let (view, _) = fleet();
+        let whole = tenure_sim::replay::ownership_rows_with_status(&view);
+        let mut walked = Vec::new();
+        let mut after = None;
+        loop {
+            let page =
+                rows_page(&view, &OwnershipQuery { filter: MapFilter::default(), after, limit: Some(2) });
+            let last =
+                page.rows.last().map(|row| (row.pool.clone(), row.address.parse().expect("an address")));
+            walked.extend(page.rows);
+            if !page.more {
+                break;
+            }
+            after = last;
+        }
+        assert_eq!(walked, whole);
+        let edge = rows_page(
+            &view,
+            &OwnershipQuery {
+                filter: filter(Some("edge"), None, None, None),
+                after: Some(("core".into(), "10.0.0.11".parse().expect("an address"))),
+                limit: None,
+            },
+        );
+        assert_eq!(edge.rows.len(), 2);
+        let past = rows_page(
+            &view,
+            &OwnershipQuery {
+                filter: filter(Some("core"), None, None, None),
+                after: Some(("edge".into(), "10.0.0.10".parse().expect("an address"))),
+                limit: None,
+            },
+        );
+        assert!(past.rows.is_empty() && !past.more);
+    }
+}
