@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use crate::input::{InputError, Position, check_name};
-use crate::model::NodeSpec;
+use crate::model::{NodeSpec, ProviderSpec};
 
 /// A node as written (`{name, provider, placementGroup, nic, priority, capacity}`), before
 /// validation. Unknown fields are errors.
@@ -105,6 +105,43 @@ pub fn validate_nodes<'a>(
         nodes.push((spec, source));
     }
     (nodes, errors)
+}
+
+/// The fleet as every agent of it must see it, and as a store backup records the agent that wrote
+/// it: one line per node, sorted by name, with what arbitration reads of it, then one line per
+/// provider the nodes name, with its kind. Two configs project a log alike when these agree.
+#[must_use]
+pub fn fleet_text(nodes: &[NodeSpec], providers: &[ProviderSpec]) -> String {
+    let mut nodes: Vec<_> = nodes.iter().collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut lines: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            let capacity = n.capacity.map_or_else(|| "none".to_owned(), |c| c.to_string());
+            format!(
+                "node {} provider={} placementGroup={} nic={} priority={} capacity={capacity}",
+                n.name, n.provider, n.placement_group, n.nic, n.priority
+            )
+        })
+        .collect();
+    let mut named: Vec<_> = providers.iter().filter(|p| nodes.iter().any(|n| n.provider == p.name)).collect();
+    named.sort_by(|a, b| a.name.cmp(&b.name));
+    lines.extend(named.iter().map(|p| format!("provider {} kind={}", p.name, p.kind.as_str())));
+    lines.join("\n")
+}
+
+/// The first line of [`fleet_text`] `stored` has that `mine` lacks, and the first `mine` has that
+/// `stored` lacks (`-`: none); `None` when they are the same fleet.
+#[must_use]
+pub fn fleet_difference(stored: &str, mine: &str) -> Option<(String, String)> {
+    if stored == mine {
+        return None;
+    }
+    let theirs: Vec<&str> = stored.lines().collect();
+    let ours: Vec<&str> = mine.lines().collect();
+    let only_theirs = theirs.iter().find(|l| !ours.contains(l)).copied().unwrap_or("-");
+    let only_ours = ours.iter().find(|l| !theirs.contains(l)).copied().unwrap_or("-");
+    Some((only_theirs.to_owned(), only_ours.to_owned()))
 }
 
 #[cfg(test)]

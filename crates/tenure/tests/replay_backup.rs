@@ -57,6 +57,7 @@ fn a_backup_replays_to_what_the_agent_reported_and_plots_its_failover() {
     // JSON: the agent's own rows.
     let (code, stdout, stderr) = tenure(&["replay", backup_arg, "--config", config_arg, "-o", "json"]);
     assert_eq!(code, 0, "{stderr}\n{stdout}");
+    assert_eq!(stderr, "", "the backup records the agent's fleet, and the config is that fleet");
     let report: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(
         rows(&report, "ownership"),
@@ -159,4 +160,34 @@ fn a_backup_replays_to_what_the_agent_reported_and_plots_its_failover() {
     let scenario = dir.write("s.yaml", "nodes: []\n");
     let (code, _, stderr) = tenure(&["replay", scenario.to_str().expect("utf-8"), "--plot", svg_arg]);
     assert_eq!((code, stderr.lines().count()), (2, 1), "{stderr}");
+
+    // A config edited since the backup (a's capacity, b's NIC) would project another map and
+    // invent violations: the backup records its agent's fleet, so it is refused in one line.
+    let text = std::fs::read_to_string(&config).expect("the config");
+    for (name, edited) in [
+        ("capacity.yaml", text.replacen("priority: 10}", "priority: 10, capacity: 1}", 1)),
+        ("nic.yaml", text.replacen("nic: eni-b", "nic: eni-x", 1)),
+    ] {
+        assert_ne!(edited, text, "{name} edits the config");
+        let edited = dir.write(name, &edited);
+        let (code, stdout, stderr) =
+            tenure(&["replay", backup_arg, "--config", edited.to_str().expect("utf-8")]);
+        assert_eq!((code, stdout.as_str(), stderr.lines().count()), (2, "", 1), "{name}: {stderr}");
+        assert!(stderr.contains("is not the config of the agent that wrote"), "{name}: {stderr}");
+    }
+    // A backup taken without a config does not record the fleet: replayed with a note saying so.
+    let bare = dir.path().join("bare.backup");
+    let (code, _, stderr) = tenure(&[
+        "store",
+        "backup",
+        bare.to_str().expect("utf-8"),
+        "--store-dir",
+        dir.path().join("store").to_str().expect("utf-8"),
+        "--identity-file",
+        dir.path().join("agent.identity").to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = tenure(&["replay", bare.to_str().expect("utf-8"), "--config", config_arg]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("does not record its agent's nodes"), "{stderr}");
 }

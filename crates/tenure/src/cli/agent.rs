@@ -189,7 +189,11 @@ impl Opened {
     fn open(config: &AgentConfig, secrets: StoreSecrets, missing: MissingIdentity) -> Result<Self, String> {
         match &config.store {
             StoreConfig::Embedded { path } => EmbeddedStore::open_with(path, &config.identity_file, missing)
-                .map(Self::Embedded)
+                .map(|store| {
+                    // Its backups record what the log is projected over (`tenure replay BACKUP`).
+                    store.set_fleet(config.fleet_text());
+                    Self::Embedded(store)
+                })
                 .map_err(|e| e.to_string()),
             #[cfg(feature = "etcd")]
             StoreConfig::Etcd { endpoints, prefix, path, snapshot_every, .. } => {
@@ -201,14 +205,7 @@ impl Opened {
                     user,
                     tls,
                     snapshot_every: *snapshot_every,
-                    fleet: crate::store::fleet::fleet_text(
-                        &config.nodes.iter().chain(&config.peers).cloned().collect::<Vec<_>>(),
-                        &config
-                            .providers
-                            .iter()
-                            .map(|p| ProviderSpec { name: p.name.clone(), kind: p.kind })
-                            .collect::<Vec<_>>(),
-                    ),
+                    fleet: config.fleet_text(),
                 };
                 crate::store::fleet::EtcdStore::open_with(path, &config.identity_file, &options, missing)
                     .map(Self::Etcd)

@@ -162,5 +162,5 @@ fn print(outcomes: &[(String, Outcome)], output: RemoteOutput) {
         RemoteOutput::Yaml => serde_saphyr::to_string(&document).unwrap_or_else(|e| format!("{e}\n")),
         _ => format!("{}\n", serde_json::to_string_pretty(&document).unwrap_or_default()),
     };
-    print!("{text}");
+    super::print_out(&text);
 }

@@ -289,6 +289,18 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// Prints `text` to standard output. A reader that went away (`tenure replay … | head`) ends the
+/// output quietly, as a filter's would; `print!` would panic and exit 101.
+fn print_out(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("tenure: cannot write to standard output: {e}");
+    }
+}
+
 /// Reads a file, or prints a one-line error naming it.
 fn read_input(path: &std::path::Path) -> Result<String, ExitCode> {
     let bytes = std::fs::read(path).map_err(|e| {

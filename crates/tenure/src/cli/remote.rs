@@ -303,7 +303,7 @@ pub fn run_list(verb: &Verb, args: &RemoteArgs, list: &super::list::ListArgs) ->
         Err((code, message)) => return fail(code, &message),
     };
     match render(verb, args.output, &value) {
-        Ok(Rendered::Out(text)) => print!("{text}"),
+        Ok(Rendered::Out(text)) => super::print_out(&text),
         Ok(Rendered::Empty) => eprintln!("No resources found."),
         Err(message) => return fail(EXIT_REFUSED, &message),
     }

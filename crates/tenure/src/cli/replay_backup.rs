@@ -18,6 +18,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::json;
+use tenure_core::fleet_spec::fleet_difference;
 use tenure_core::journal::JournalEntry;
 use tenure_core::model::ProviderSpec;
 use tenure_sim::plot::Timeline;
@@ -68,6 +69,26 @@ pub fn run(path: &Path, output: Output, options: &ReplayOptions) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    // The map depends on the nodes' priorities, capacities, placement groups and NICs: a config
+    // edited since the backup would invent violations (or hide some). The agent records its fleet
+    // in its backups; one taken without a config does not.
+    match &backup.header.fleet {
+        Some(recorded) => {
+            if let Some((theirs, ours)) = fleet_difference(recorded, &config.fleet_text()) {
+                eprintln!(
+                    "tenure replay: {} is not the config of the agent that wrote {file}: the backup has `{theirs}`, \
+                     the config `{ours}` (another fleet projects the log otherwise)",
+                    config_path.display()
+                );
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+        None => eprintln!(
+            "tenure replay: note: {file} does not record its agent's nodes (a backup taken with --store-dir \
+             alone, or by an older tenure): it is projected over {}'s nodes as they are now",
+            config_path.display()
+        ),
+    }
     let providers: Vec<ProviderSpec> =
         config.providers.iter().map(|p| ProviderSpec { name: p.name.clone(), kind: p.kind }).collect();
     let registry = crate::agent::runner::registry(&config.nodes, &config.peers, &providers);
@@ -110,7 +131,7 @@ pub fn run(path: &Path, output: Output, options: &ReplayOptions) -> ExitCode {
         Output::Json => render_json(&report),
         Output::Table => render_table(&file, &backup.header, &report),
     };
-    print!("{printed}");
+    super::print_out(&printed);
     if report.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }
 

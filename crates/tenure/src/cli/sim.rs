@@ -115,7 +115,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
     let done = reports.len() as u64;
     reports.extend(run_all(&config, first + done, count - done, &progress));
     progress.finish_and_clear();
-    print!("{}", render(&config, &reports, args.output == "json"));
+    super::print_out(&render(&config, &reports, args.output == "json"));
     if reports.iter().any(SeedReport::failed) { ExitCode::from(1) } else { ExitCode::SUCCESS }
 }
 

@@ -140,6 +140,9 @@ fn backup(file: &std::path::Path, location: &Located) -> ExitCode {
         }
         Err(e) => return refused("backup", &e),
     };
+    if let Some(config) = &location.config {
+        store.set_fleet(config.fleet_text());
+    }
     let result = store.backup_to(file);
     let closed = store.close();
     match (result, closed) {

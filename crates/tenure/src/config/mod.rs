@@ -141,6 +141,19 @@ impl AgentConfig {
     pub fn node(&self, name: &str) -> Option<&NodeSpec> {
         self.nodes.iter().find(|n| n.name == name)
     }
+
+    /// The fleet this config projects the log over ([`tenure_core::fleet_spec::fleet_text`] of
+    /// its nodes, peers and providers): what an etcd fleet must agree on and a backup records.
+    #[must_use]
+    pub fn fleet_text(&self) -> String {
+        let nodes: Vec<NodeSpec> = self.nodes.iter().chain(&self.peers).cloned().collect();
+        let providers: Vec<tenure_core::model::ProviderSpec> = self
+            .providers
+            .iter()
+            .map(|p| tenure_core::model::ProviderSpec { name: p.name.clone(), kind: p.kind })
+            .collect();
+        tenure_core::fleet_spec::fleet_text(&nodes, &providers)
+    }
 }
 
 /// Where parts of a config were written.

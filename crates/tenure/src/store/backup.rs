@@ -134,6 +134,7 @@ impl EmbeddedStore {
             highest_token: identity.highest_token,
             created_at_ms: now_ms(),
             restores: identity.restores,
+            fleet: self.fleet(),
         };
         let mut lines: u64 = 0;
         {

@@ -44,6 +44,12 @@ pub struct BackupHeader {
     pub created_at_ms: u64,
     /// The restores the store had applied.
     pub restores: Vec<RestoreRecord>,
+    /// The fleet the agent that wrote the backup projects the log over
+    /// ([`tenure_core::fleet_spec::fleet_text`] of its nodes, peers and providers); absent from a
+    /// backup taken with only `--store-dir` (no config) or by an older tenure. `tenure replay`
+    /// refuses a config whose fleet differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<String>,
 }
 
 impl BackupHeader {
@@ -182,6 +188,7 @@ impl BackupReader {
                 highest_token: 0,
                 created_at_ms: 0,
                 restores: Vec::new(),
+                fleet: None,
             },
             last_index: 0,
             records: 0,

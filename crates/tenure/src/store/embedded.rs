@@ -53,6 +53,9 @@ struct Inner {
     lock: Mutex<Option<StoreLock>>,
     /// The identity last written to the identity file (serialises those writes).
     identity_written: Mutex<Option<StoreIdentity>>,
+    /// The fleet of the agent using the store ([`EmbeddedStore::set_fleet`]), which its backups
+    /// record.
+    fleet: Mutex<Option<String>>,
 }
 
 /// Buffered journal changes, in commit order, each with its node.
@@ -198,6 +201,7 @@ impl EmbeddedStore {
                 failed: Mutex::new(None),
                 lock: Mutex::new(Some(store_lock)),
                 identity_written: Mutex::new(None),
+                fleet: Mutex::new(None),
             }),
         };
         store.flush_identity()?;
@@ -208,6 +212,19 @@ impl EmbeddedStore {
     #[must_use]
     pub fn cluster_id(&self) -> &str {
         &self.inner.cluster_id
+    }
+
+    /// Records the fleet of the agent using the store
+    /// ([`tenure_core::fleet_spec::fleet_text`]), so that its backups say what the log was
+    /// projected over.
+    pub fn set_fleet(&self, fleet: String) {
+        *self.inner.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fleet);
+    }
+
+    /// The fleet [`Self::set_fleet`] recorded, if any.
+    #[must_use]
+    pub fn fleet(&self) -> Option<String> {
+        self.inner.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// The store directory.

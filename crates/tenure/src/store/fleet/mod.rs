@@ -240,46 +240,17 @@ impl std::fmt::Debug for EtcdTlsPem {
     }
 }
 
-/// The fleet as every agent of it must see it: one line per node, sorted by name, with what
-/// arbitration reads of it, then one line per provider the nodes name, with its kind.
-#[must_use]
-pub fn fleet_text(
-    nodes: &[tenure_core::model::NodeSpec],
-    providers: &[tenure_core::model::ProviderSpec],
-) -> String {
-    let mut nodes: Vec<_> = nodes.iter().collect();
-    nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut lines: Vec<String> = nodes
-        .iter()
-        .map(|n| {
-            let capacity = n.capacity.map_or_else(|| "none".to_owned(), |c| c.to_string());
-            format!(
-                "node {} provider={} placementGroup={} nic={} priority={} capacity={capacity}",
-                n.name, n.provider, n.placement_group, n.nic, n.priority
-            )
-        })
-        .collect();
-    let mut named: Vec<_> = providers.iter().filter(|p| nodes.iter().any(|n| n.provider == p.name)).collect();
-    named.sort_by(|a, b| a.name.cmp(&b.name));
-    lines.extend(named.iter().map(|p| format!("provider {} kind={}", p.name, p.kind.as_str())));
-    lines.join("\n")
-}
+pub use tenure_core::fleet_spec::fleet_text;
 
 /// `Ok` when the fleet in etcd is this agent's; else one line naming the first difference.
 pub(crate) fn compare_fleets(stored: &str, mine: &str, key: &str) -> Result<(), String> {
-    if stored == mine {
-        return Ok(());
+    match tenure_core::fleet_spec::fleet_difference(stored, mine) {
+        None => Ok(()),
+        Some((theirs, ours)) => Err(format!(
+            "this agent's nodes and peers differ from the fleet in etcd ({key}): etcd has `{theirs}`, this config \
+             `{ours}`; every agent of a fleet lists the same nodes (node + peers)"
+        )),
     }
-    let theirs: Vec<&str> = stored.lines().collect();
-    let ours: Vec<&str> = mine.lines().collect();
-    let only_theirs = theirs.iter().find(|l| !ours.contains(l));
-    let only_ours = ours.iter().find(|l| !theirs.contains(l));
-    Err(format!(
-        "this agent's nodes and peers differ from the fleet in etcd ({key}): etcd has `{}`, this config `{}`; \
-         every agent of a fleet lists the same nodes (node + peers)",
-        only_theirs.unwrap_or(&"-"),
-        only_ours.unwrap_or(&"-")
-    ))
 }
 
 /// Runs `f`, which blocks the thread, from any context: inside a multi-thread tokio runtime it
