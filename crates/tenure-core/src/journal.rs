@@ -111,7 +111,9 @@ pub fn call_started_detail(in_doubt: bool) -> String {
 /// Whether an entry's detail is the gate's mark of a call handed out ([`call_started_detail`]).
 #[must_use]
 pub fn call_started(detail: Option<&str>) -> bool {
-    detail.is_some_and(|d| d == CALL_STARTED || (d.starts_with(OUTCOME_UNKNOWN) && d.ends_with(CALL_STARTED)))
+    // Exactly the gate's two forms: a failure's text that happens to end the same way (a hook's
+    // stderr kept by a retry) is not a call in flight.
+    detail.is_some_and(|d| d == CALL_STARTED || d == call_started_detail(true))
 }
 
 /// What follows [`OUTCOME_UNKNOWN`] in the detail a restart gives an entry whose call was in
@@ -352,5 +354,20 @@ impl JournalStore for MemoryJournalStore {
     fn commit(&mut self, change: &JournalChange) -> Result<(), Self::Error> {
         self.state.apply(change);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_gates_own_marks_are_calls_in_flight() {
+        assert!(call_started(Some(&call_started_detail(false))));
+        assert!(call_started(Some(&call_started_detail(true))));
+        assert!(!call_started(None));
+        assert!(!call_started(Some("outcome unknown: the hook printed: call started")));
+        assert!(!call_started(Some("exit 1: call started")));
+        assert!(!call_started(Some(&agent_stopped_detail(2))));
     }
 }

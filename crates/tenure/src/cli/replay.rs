@@ -76,6 +76,10 @@ pub fn run(path: &Path, output: Output, options: &ReplayOptions) -> ExitCode {
 
 /// Whether the file at `path` starts with a backup's header line.
 fn is_backup(path: &Path) -> Result<bool, ExitCode> {
+    // A pipe (`tenure replay <(…)`) can be read once: it is read as a scenario, whole.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Ok(false);
+    }
     let mut start = Vec::new();
     std::fs::File::open(path).and_then(|file| file.take(SNIFF_BYTES_MAX).read_to_end(&mut start)).map_err(
         |e| {

@@ -106,9 +106,15 @@ pub fn run(path: &Path, output: Output, options: &ReplayOptions) -> ExitCode {
     let report = match replay_recorded(&log, timeline.as_mut()) {
         Ok(report) => report,
         Err(e) => {
-            let line = log.records.iter().position(|r| r.index == e.index).map_or(0, |i| backup.lines[i]);
+            // The refused record's line; a record the file does not hold (none: the index is in
+            // the message) names the file alone.
+            let place = log
+                .records
+                .iter()
+                .position(|r| r.index == e.index)
+                .map_or_else(|| file.clone(), |i| format!("{file}:{}", backup.lines[i]));
             eprintln!(
-                "{file}:{line}: {e} (is {} the config of the agent that wrote this backup?)",
+                "{place}: {e} (is {} the config of the agent that wrote this backup?)",
                 config_path.display()
             );
             return ExitCode::from(EXIT_BAD_INPUT);
