@@ -1142,3 +1142,118 @@ fn a_release_waiting_for_approval_reads_pending_approval() {
     approve_and_run(&mut w, 3_101, &["disable-forwarding", "unassign-secondary-ip"], "b");
     assert_eq!(phase(&w), Phase::Released);
 }
+
+/// The phase and the planner read one release rule ([`tenure_core::planner::release_plan`]):
+/// driven through the real node engines, whenever an address reads `pending-approval` for a
+/// leaving holder's release, that node's journal holds it `pending`, and approving exactly the
+/// journal's pending keys (what `tenure approve` finds) moves the phase on. On a cloud family
+/// the release is held back first (`releasing`); on the on-prem family it is due at once. The
+/// leaving node's NIC may have changed in the registry since its acquire: its release is stamped
+/// with the acquire's NIC, and so is the key the phase waits for.
+#[test]
+fn a_pending_approval_release_is_pending_in_the_leaving_nodes_journal() {
+    use tenure_core::federation::Phase;
+    for kind in [ProviderKind::SimCloud, ProviderKind::SimOnprem] {
+        for nic_changed in [false, true] {
+            let case = format!("{kind:?}, NIC changed: {nic_changed}");
+            let mut a_nic = "eni-a".to_owned();
+            let mut log: Vec<Event> = Vec::new();
+            // The federation every agent folds from the log, over the registry of the moment.
+            let view = |log: &[Event], a_nic: &str| {
+                let mut a = node("a", 10, None);
+                a.nic = a_nic.to_owned();
+                let providers = [ProviderSpec { name: "sim1".into(), kind }];
+                let mut fed = Federation::new(&[a, node("b", 0, None)], &providers);
+                for event in log {
+                    fed.apply(event).expect("accepted");
+                }
+                fed
+            };
+            // One round of a node: reconcile, the operator approves what is pending (if asked),
+            // and what the gate lets through runs and is reported to the log.
+            let round = |log: &mut Vec<Event>,
+                         engine: &mut NodeEngine<MemoryJournalStore>,
+                         a_nic: &str,
+                         at_ms,
+                         approve| {
+                let fed = view(log, a_nic);
+                engine.reconcile(&fed, &fed).expect("ok");
+                if approve {
+                    let pending: Vec<String> = engine
+                        .entries()
+                        .filter(|e| e.state == EntryState::Pending)
+                        .map(|e| e.action.idempotency_key.clone())
+                        .collect();
+                    for key in pending {
+                        log.push(Event { at_ms, kind: EventKind::Approve { idempotency_key: key } });
+                    }
+                    let fed = view(log, a_nic);
+                    engine.reconcile(&fed, &fed).expect("ok");
+                }
+                let fed = view(log, a_nic);
+                while let Some(action) = engine.poll_execution(&fed, None).expect("memory") {
+                    engine
+                        .handle_execution_result(&action.idempotency_key, ActionOutcome::Executed, None)
+                        .expect("in flight");
+                    let kind = EventKind::ActionResult {
+                        node: engine.name().to_owned(),
+                        idempotency_key: action.idempotency_key.clone(),
+                        outcome: ActionOutcome::Executed,
+                        detail: String::new(),
+                    };
+                    log.push(Event { at_ms, kind });
+                }
+            };
+            let phase = |log: &[Event], a_nic: &str| {
+                view(log, a_nic).address_status("p", ip("10.0.0.1")).expect("listed").phase
+            };
+            let pending_releases = |engine: &NodeEngine<MemoryJournalStore>| -> Vec<String> {
+                engine
+                    .entries()
+                    .filter(|e| e.state == EntryState::Pending && !e.action.verb.is_acquire())
+                    .map(|e| e.action.idempotency_key.clone())
+                    .collect()
+            };
+
+            let mut spec = pool("p", &["10.0.0.1"], &["a", "b"]);
+            spec.approval = Approval::Manual;
+            log.push(Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec) } });
+            log.push(Event { at_ms: 0, kind: EventKind::Heartbeat { node: "a".into() } });
+            log.push(Event { at_ms: 0, kind: EventKind::Heartbeat { node: "b".into() } });
+            let (mut a, mut b) = (engine("a"), engine("b"));
+            round(&mut log, &mut a, &a_nic, 1, true);
+            assert_eq!(phase(&log, &a_nic), Phase::Held, "{case}");
+            if nic_changed {
+                a_nic = "eni-a-new".to_owned();
+                assert_eq!(phase(&log, &a_nic), Phase::Held, "{case}: a NIC change moves no token");
+            }
+
+            log.push(Event { at_ms: 10, kind: EventKind::Drain { node: "a".into() } });
+            round(&mut log, &mut b, &a_nic, 11, true);
+            round(&mut log, &mut a, &a_nic, 11, false);
+            let held = kind == ProviderKind::SimCloud;
+            if held {
+                assert_eq!(phase(&log, &a_nic), Phase::Releasing, "{case}: within the hold");
+                assert!(pending_releases(&a).is_empty(), "{case}: nothing planned within the hold");
+                log.push(Event { at_ms: 1_100, kind: EventKind::Heartbeat { node: "b".into() } });
+                round(&mut log, &mut a, &a_nic, 1_100, false);
+            }
+            assert_eq!(phase(&log, &a_nic), Phase::PendingApproval, "{case}: a's release is due");
+            let pending = pending_releases(&a);
+            assert!(!pending.is_empty(), "{case}: the phase waits, so a's journal has it pending");
+            assert!(
+                pending.iter().all(|key| key.contains("/sim1/eni-a/")),
+                "{case}: stamped with the acquire's NIC: {pending:?}"
+            );
+            // The operator approves what `tenure approve` finds: the journal's pending keys.
+            let at_ms = log.last().map_or(0, |e| e.at_ms);
+            for key in &pending {
+                log.push(Event { at_ms, kind: EventKind::Approve { idempotency_key: key.clone() } });
+            }
+            assert_eq!(phase(&log, &a_nic), Phase::Releasing, "{case}: approved, the release may run");
+            round(&mut log, &mut a, &a_nic, at_ms, false);
+            assert!(a.captured().is_empty(), "{case}: a released it");
+            assert_eq!(phase(&log, &a_nic), Phase::Held, "{case}: b alone holds it");
+        }
+    }
+}

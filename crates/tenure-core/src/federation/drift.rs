@@ -142,6 +142,7 @@ impl Federation {
                 &parsed.provider,
                 &self.nodes[node_id].spec.placement_group,
             ),
+            nic: parsed.nic,
             capture_epoch: parsed.capture_epoch,
             acquired,
             at_ms,

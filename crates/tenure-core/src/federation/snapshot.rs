@@ -98,6 +98,10 @@ struct AddressWire {
 struct ConfirmationWire {
     node: String,
     capture_domain: String,
+    /// The confirmed action's NIC; absent in snapshots written before it was kept, read as the
+    /// node's NIC in the registry.
+    #[serde(default)]
+    nic: Option<String>,
     capture_epoch: u64,
     acquired: bool,
     at_ms: u64,
@@ -203,6 +207,7 @@ impl Federation {
                                 .map(|c| ConfirmationWire {
                                     node: name(c.node),
                                     capture_domain: c.capture_domain.as_str().to_owned(),
+                                    nic: Some(c.nic.clone()),
                                     capture_epoch: c.capture_epoch.get(),
                                     acquired: c.acquired,
                                     at_ms: c.at_ms,
@@ -323,6 +328,10 @@ impl Federation {
                             Ok(Confirmation {
                                 node: id(&c.node)?,
                                 capture_domain: domain(&c.capture_domain)?,
+                                nic: match &c.nic {
+                                    Some(nic) => nic.clone(),
+                                    None => fed.nodes[id(&c.node)?].spec.nic.clone(),
+                                },
                                 capture_epoch: CaptureEpoch::from_stored(c.capture_epoch),
                                 acquired: c.acquired,
                                 at_ms: c.at_ms,

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use super::{Federation, NodeId};
 use crate::model::{ActionStamp, Approval, CaptureDomain, CaptureEpoch, Verb};
+use crate::planner::{self, CaptureRef, Release};
 use crate::state::{AddressState, PoolState};
 
 /// An address's phase, derived from the view: the desired holder, the nodes' last confirmed
@@ -144,11 +145,10 @@ impl Federation {
     }
 
     /// Whether `node`'s release of `address` is due and one of its verbs waits for an approval
-    /// the log does not hold: stamped as the planner stamps it (the line of the node's confirmed
-    /// acquire, at that line's current epoch; the address's ownershipEpoch), due once the pool's
-    /// deprovision hold has passed where the provider's family holds releases back. During the
-    /// hold nothing is planned yet, so nothing waits (`tenure approve --pool --address` would
-    /// find nothing); the phase is `releasing` then.
+    /// the log does not hold: the release the planner plans ([`planner::release_plan`]) for the
+    /// acquire the log confirmed (its pool, NIC and line). During the pool's deprovision hold
+    /// nothing is planned yet, so nothing waits (`tenure approve --pool --address` would find
+    /// nothing); the phase is `releasing` then.
     fn release_waits(
         &self,
         pool: &str,
@@ -157,25 +157,17 @@ impl Federation {
         state: &AddressState,
         node: NodeId,
     ) -> bool {
-        let Some(family) = self.provider_kind(&pool_state.spec.provider).map(|kind| kind.verb_family())
-        else {
-            return false;
-        };
         let Some(confirmation) = state.confirmations.iter().find(|c| c.node == node && c.acquired) else {
             return false;
         };
-        if family.release_is_held()
-            && let Some(moved_ms) = state.moved_away_from(node)
-            && self.stream_time_ms() < moved_ms.saturating_add(pool_state.spec.deprovision_hold_ms)
-        {
-            return false;
+        let record =
+            CaptureRef { pool, nic: &confirmation.nic, capture_domain: &confirmation.capture_domain };
+        match planner::release_plan(self, node, &pool_state.spec.provider, address, record) {
+            Some(Release::Due(actions)) => actions
+                .iter()
+                .any(|action| action.approval == Approval::Manual && !self.is_approved(&action.stamp.key())),
+            Some(Release::Held { .. }) | None => false,
         }
-        let domain = &confirmation.capture_domain;
-        let epoch =
-            state.line_of(domain, &pool_state.capture_domain).map_or(CaptureEpoch::NEVER, |l| l.epoch);
-        family.release_verbs().iter().any(|verb| {
-            self.waits_for_approval(pool, pool_state, address, state, node, (domain, epoch), *verb)
-        })
     }
 
     /// The acquire verbs of the pool's provider, in execution order (none for an unknown one).
@@ -184,8 +176,8 @@ impl Federation {
     }
 
     /// Whether `holder`'s `verb` stamped on `line` (capture domain and its epoch) waits for an
-    /// approval the log does not hold (pools with `approval: manual`): the one rule for acquires
-    /// and releases alike.
+    /// approval the log does not hold (pools with `approval: manual`), stamped as the planner
+    /// stamps an acquire (the node's NIC now).
     #[allow(clippy::too_many_arguments)] // the stamp's parts, borrowed from the caller's view
     fn waits_for_approval(
         &self,
