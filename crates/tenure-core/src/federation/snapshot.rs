@@ -98,9 +98,10 @@ struct AddressWire {
 struct ConfirmationWire {
     node: String,
     capture_domain: String,
-    /// The confirmed action's NIC; absent in snapshots written before it was kept, read as the
-    /// node's NIC in the registry.
-    #[serde(default)]
+    /// The confirmed action's NIC, written only when it is not the node's NIC in the registry
+    /// (after a NIC change), so that a snapshot is byte for byte what older agents write and read
+    /// (a fleet upgraded one agent at a time); absent: the node's NIC in the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     nic: Option<String>,
     capture_epoch: u64,
     acquired: bool,
@@ -207,7 +208,7 @@ impl Federation {
                                 .map(|c| ConfirmationWire {
                                     node: name(c.node),
                                     capture_domain: c.capture_domain.as_str().to_owned(),
-                                    nic: Some(c.nic.clone()),
+                                    nic: (c.nic != self.nodes[c.node].spec.nic).then(|| c.nic.clone()),
                                     capture_epoch: c.capture_epoch.get(),
                                     acquired: c.acquired,
                                     at_ms: c.at_ms,
