@@ -358,6 +358,17 @@ mod tests {
             of_dead.lanes.iter().all(|lane| lane.entries.iter().any(|e| e.involves(&dead))),
             "only addresses the dead node was in"
         );
+        // The node's earlier addresses are still narrowed by the pool and address filters.
+        let dead_in_core = timeline_lanes(view, history, &filter(Some("core"), Some(&dead)));
+        assert!(dead_in_core.lanes.iter().all(|lane| lane.pool == "core"), "{:?}", drawn(&dead_in_core));
+        let mut dead_elsewhere = filter(None, Some(&dead));
+        dead_elsewhere.list.addresses.push("10.0.1.0/24".parse().expect("a range"));
+        let dead_elsewhere = timeline_lanes(view, history, &dead_elsewhere);
+        assert!(
+            !drawn(&dead_elsewhere).contains(&"edge/10.0.0.10".to_owned()),
+            "{:?}",
+            drawn(&dead_elsewhere)
+        );
         let gone = timeline_lanes(view, history, &filter(Some("gone"), None));
         assert!(gone.lanes.is_empty() && gone.changed == 0);
     }
