@@ -97,6 +97,68 @@ async fn a_bad_query_is_one_line_naming_the_key_and_changes_nothing() {
     assert_eq!(server.state.log_len(), before, "a read changes nothing");
 }
 
+/// The page's map rows (`pool/address`, in order).
+fn page_rows(body: &str) -> Vec<String> {
+    body.split("<tr data-pool=\"")
+        .skip(1)
+        .map(|row| {
+            let (pool, rest) = row.split_once('"').expect("a pool");
+            let address = rest.split("data-address=\"").nth(1).and_then(|a| a.split('"').next());
+            format!("{pool}/{}", address.expect("an address"))
+        })
+        .collect()
+}
+
+/// The page reads `pool`, `node` and `address` as `GET /v1/ownership` does (the one rule,
+/// `ListFilter::set`): repeated addresses, an empty value before a real one, and the same
+/// one-line 400 for a name given twice.
+#[tokio::test]
+async fn the_page_and_the_ownership_list_agree_on_a_filter() {
+    let server = start(Mode::Answering, None, ANSWER_TIMEOUT).await;
+    for filter in [
+        "address=10.0.0.10&address=10.0.0.20",
+        "pool=&pool=edge",
+        "pool=edge&pool=",
+        "node=&address=&address=10.0.0.0%2F30&address=10.0.0.20",
+    ] {
+        let (status, _, page) = get(&server, &format!("/?{filter}&refresh=0")).await;
+        assert_eq!(status, 200, "{filter}: {page}");
+        let (status, _, list) = get(&server, &format!("/v1/ownership?{filter}")).await;
+        assert_eq!(status, 200, "{filter}: {list}");
+        let list: serde_json::Value = serde_json::from_str(&list).expect("JSON");
+        let listed: Vec<String> = list["ownership"]
+            .as_array()
+            .expect("the rows")
+            .iter()
+            .map(|row| {
+                format!(
+                    "{}/{}",
+                    row["pool"].as_str().expect("a pool"),
+                    row["address"].as_str().expect("an address")
+                )
+            })
+            .collect();
+        assert!(!listed.is_empty(), "{filter}: {list}");
+        assert_eq!(page_rows(&page), listed, "{filter}");
+    }
+    let (_, _, two) = get(&server, "/?address=10.0.0.10&address=10.0.0.20&refresh=0").await;
+    assert_eq!(page_rows(&two), ["edge/10.0.0.10", "gated/10.0.0.20"]);
+    // The form has a field per address and an empty one to add another; the links keep both.
+    assert_eq!(two.matches("<input name=\"address\"").count(), 3, "{two}");
+    for address in ["10.0.0.10", "10.0.0.20"] {
+        assert!(two.contains(&format!("value=\"{address}\"")), "{two}");
+    }
+    assert!(two.contains("address=10.0.0.10&amp;address=10.0.0.20"), "the links keep both: {two}");
+    for filter in ["pool=edge&pool=gated", "node=a&node=b", "address=10.0.0.999"] {
+        let (status, _, page) = get(&server, &format!("/?{filter}")).await;
+        let (list_status, _, list) = get(&server, &format!("/v1/ownership?{filter}")).await;
+        assert_eq!((status, list_status), (400, 400), "{filter}: {page} / {list}");
+        let page: serde_json::Value = serde_json::from_str(&page).expect("JSON");
+        let list: serde_json::Value = serde_json::from_str(&list).expect("JSON");
+        assert_eq!((&page["field"], &page["error"]), (&list["field"], &list["error"]), "{filter}");
+    }
+}
+
 /// The head of a GET (status line and headers), lower-cased.
 fn raw_head(address: std::net::SocketAddr, path: &str) -> String {
     use std::io::{Read as _, Write as _};

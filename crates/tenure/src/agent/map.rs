@@ -7,22 +7,31 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use ipnet::IpNet;
+use tenure_core::federation::history::HistoryEntry;
 use tenure_core::federation::{Federation, MapAddress, MapStatus, NodeId, Phase};
 use tenure_sim::replay::{OwnershipRow, ownership_row};
 
 use super::listing::ListFilter;
 
 /// What a listing of the map keeps: the list calls' filters (`pool`, `node`: owns or holds it,
-/// `address` repeatable), and the status page's CIDR range and phase.
+/// `address` repeatable, each one address or a CIDR range), and the status page's phase.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MapFilter {
-    /// `pool`, `node`, `address` as every list call takes them.
+    /// `pool`, `node`, `address` as every list call (and the status page) takes them.
     pub list: ListFilter,
-    /// Only addresses in this range (the status page's `address`: one address or a CIDR).
-    pub range: Option<IpNet>,
     /// Only addresses in this phase.
     pub phase: Option<Phase>,
+}
+
+impl MapFilter {
+    /// Whether a history entry of an address the map's filters do not keep now still puts it on
+    /// the timeline: with `node=` and no phase, an address that node owned or was desired for
+    /// earlier, of the filter's pool and addresses — the history's own rule
+    /// ([`ListFilter::matches_history`], as `GET /v1/history?node=` lists it).
+    #[must_use]
+    pub fn keeps_by_history(&self, entry: &HistoryEntry) -> bool {
+        self.phase.is_none() && self.list.node.is_some() && self.list.matches_history(entry)
+    }
 }
 
 /// A [`MapFilter`] with its node name resolved in one view.
@@ -42,7 +51,6 @@ impl<'a> Resolved<'a> {
         list.pool.as_deref().is_none_or(|pool| pool == shown.pool)
             && self.node.is_none_or(|node| node.is_some_and(|node| shown.involves(node)))
             && (list.addresses.is_empty() || list.contains(shown.address))
-            && self.filter.range.is_none_or(|range| range.contains(&shown.address))
             && self.filter.phase.is_none_or(|phase| shown.phase == Some(phase))
     }
 }
@@ -273,9 +281,8 @@ pub(crate) mod tests {
             list: ListFilter {
                 pool: pool.map(str::to_owned),
                 node: node.map(str::to_owned),
-                addresses: Vec::new(),
+                addresses: range.into_iter().map(|r| r.parse().expect("a range")).collect(),
             },
-            range: range.map(|r| r.parse().expect("a range")),
             phase,
         }
     }

@@ -202,15 +202,6 @@ pub fn timeline_lanes(view: &Federation, history: &History, filter: &MapFilter) 
         /// The filters do not keep it (it may still be the filter node's, by an older entry).
         Other,
     }
-    let node_rule = filter.phase.is_none().then_some(filter.list.node.as_deref()).flatten();
-    let by_node = |pool: &str, address: IpAddr, entry: &HistoryEntry| {
-        node_rule.is_some_and(|node| {
-            entry.involves(node)
-                && filter.list.pool.as_deref().is_none_or(|p| p == pool)
-                && (filter.list.addresses.is_empty() || filter.list.contains(address))
-                && filter.range.is_none_or(|range| range.contains(&address))
-        })
-    };
     let mut seen: BTreeMap<(&str, IpAddr), Seen> = BTreeMap::new();
     let mut order: Vec<(&str, IpAddr)> = Vec::new();
     for entry in history.entries().rev() {
@@ -220,7 +211,7 @@ pub fn timeline_lanes(view: &Federation, history: &History, filter: &MapFilter) 
             if map::keeps(view, filter, pool, address) { Seen::Kept } else { Seen::Other }
         });
         let now = match was {
-            Seen::Other if by_node(pool, address, entry) => Seen::Kept,
+            Seen::Other if filter.keeps_by_history(entry) => Seen::Kept,
             other => other,
         };
         let now = if now == Seen::Kept && moves_tokens(entry) { Seen::Changed } else { now };
@@ -366,6 +357,17 @@ mod tests {
         assert!(
             of_dead.lanes.iter().all(|lane| lane.entries.iter().any(|e| e.involves(&dead))),
             "only addresses the dead node was in"
+        );
+        // The node's earlier addresses are still narrowed by the pool and address filters.
+        let dead_in_core = timeline_lanes(view, history, &filter(Some("core"), Some(&dead)));
+        assert!(dead_in_core.lanes.iter().all(|lane| lane.pool == "core"), "{:?}", drawn(&dead_in_core));
+        let mut dead_elsewhere = filter(None, Some(&dead));
+        dead_elsewhere.list.addresses.push("10.0.1.0/24".parse().expect("a range"));
+        let dead_elsewhere = timeline_lanes(view, history, &dead_elsewhere);
+        assert!(
+            !drawn(&dead_elsewhere).contains(&"edge/10.0.0.10".to_owned()),
+            "{:?}",
+            drawn(&dead_elsewhere)
         );
         let gone = timeline_lanes(view, history, &filter(Some("gone"), None));
         assert!(gone.lanes.is_empty() && gone.changed == 0);

@@ -7,8 +7,9 @@
 //! heartbeat, addresses owned and held); the actions waiting for approval; the recent failures;
 //! the failover timeline (holders and epochs over stream time per address, faults and operator
 //! actions marked, drawn from the core's history entries the agent keeps); the ownership map.
-//! The map and the timeline follow the query's filters (`?pool=&node=&address=&phase=`, an
-//! address or a CIDR range); the loop writes out [`query::PAGE_ROWS`] rows a page (`?page=`) and
+//! The map and the timeline follow the query's filters (`?pool=&node=&address=&phase=`; `pool`,
+//! `node` and `address` — repeatable, each an address or a CIDR range — read as on the list
+//! calls, by `ListFilter::set`); the loop writes out [`query::PAGE_ROWS`] rows a page (`?page=`) and
 //! counts the rest without writing them, so a 100k-address map is never one table.
 //! `?refresh=N` reloads every N seconds (0: never; default [`html::REFRESH_DEFAULT_S`]). A bad
 //! query is a one-line 400 naming the key, as on the JSON routes; a failure while drawing a 500.

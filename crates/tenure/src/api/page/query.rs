@@ -1,13 +1,12 @@
 //! The status page's query (`?pool=&node=&address=&phase=&page=&refresh=`): parsed strictly (a
-//! bad key or value is a 400 naming it), and the one filter and page window the ownership table
-//! and the timeline use.
+//! bad key or value is a 400 naming it), the list calls' filter keys read by their one rule
+//! (`ListFilter::set`), and the one filter and page window the ownership table and the timeline
+//! use.
 
 use tenure_core::federation::Phase;
-use tenure_core::input::check_name;
 
 use super::super::ApiFailure;
 use super::html::REFRESH_DEFAULT_S;
-use crate::agent::listing::{address_filter_text, parse_address};
 use crate::agent::map::MapFilter;
 use crate::agent::status::StatusQuery;
 
@@ -24,9 +23,9 @@ pub const PHASES: [Phase; 5] =
 /// What the page is asked to show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageQuery {
-    /// `pool` and `node`, with the meaning they have on `GET /v1/ownership` (a node owns or
-    /// holds the address); `address`: one address, or a CIDR range of them (`10.0.3.0/24`);
-    /// `phase`: only addresses in this phase.
+    /// `pool`, `node` and `address` (repeatable: each one address, or a CIDR range of them),
+    /// read and meant as on `GET /v1/ownership` (a node owns or holds the address); `phase`:
+    /// only addresses in this phase.
     pub filter: MapFilter,
     /// `page`: which page of the filtered rows, from 1.
     pub page: usize,
@@ -41,32 +40,27 @@ impl Default for PageQuery {
 }
 
 impl PageQuery {
-    /// Parses the query's pairs: each key at most once; an unknown key, an empty or bad value is
-    /// a 400 naming the key.
+    /// Parses the query's pairs. `pool`, `node` and `address` are read as on the list calls
+    /// ([`ListFilter::set`](crate::agent::listing::ListFilter::set): an empty value is no filter,
+    /// `address` repeats); `phase` likewise (empty: any); `page` and `refresh` at most once. An
+    /// unknown key, a bad value or a key given twice is a 400 naming the key.
     pub fn parse(pairs: Vec<(String, String)>) -> Result<Self, ApiFailure> {
         let mut query = Self::default();
         let mut seen: Vec<String> = Vec::new();
         for (key, value) in pairs {
+            // `pool`, `node`, `address`: the one reading of a filter (`agent/listing.rs`).
+            if query.filter.list.set(&key, &key, &value).map_err(|e| ApiFailure::bad_field(&key, e))? {
+                continue;
+            }
+            if key == "phase" && value.is_empty() {
+                // An empty field of the filter form means "any".
+                continue;
+            }
             if seen.contains(&key) {
                 return Err(ApiFailure::bad_field(&key, "given twice"));
             }
             seen.push(key.clone());
-            // An empty field of the filter form means "any".
-            if value.is_empty() && matches!(key.as_str(), "pool" | "node" | "address" | "phase") {
-                continue;
-            }
             match key.as_str() {
-                "pool" | "node" => {
-                    check_name(&key, &value).map_err(|e| ApiFailure::bad_field(&key, e))?;
-                    let list = &mut query.filter.list;
-                    let slot = if key == "pool" { &mut list.pool } else { &mut list.node };
-                    *slot = Some(value);
-                }
-                "address" => {
-                    query.filter.range = Some(
-                        parse_address("address", &value).map_err(|e| ApiFailure::bad_field("address", e))?,
-                    );
-                }
                 "phase" => {
                     let phase = PHASES.into_iter().find(|p| p.as_str() == value).ok_or_else(|| {
                         let names: Vec<&str> = PHASES.iter().map(|p| p.as_str()).collect();
@@ -113,16 +107,7 @@ impl PageQuery {
     /// The filters as query pairs (no page), for links that keep them.
     #[must_use]
     pub fn filter_pairs(&self) -> Vec<(&'static str, String)> {
-        let mut pairs = Vec::new();
-        if let Some(pool) = &self.filter.list.pool {
-            pairs.push(("pool", pool.clone()));
-        }
-        if let Some(node) = &self.filter.list.node {
-            pairs.push(("node", node.clone()));
-        }
-        if let Some(range) = &self.filter.range {
-            pairs.push(("address", address_filter_text(range)));
-        }
+        let mut pairs = self.filter.list.query_pairs();
         if let Some(phase) = self.filter.phase {
             pairs.push(("phase", phase.as_str().to_owned()));
         }
@@ -147,6 +132,10 @@ mod tests {
         for (query, field) in [
             (&[("colour", "red")][..], "colour"),
             (&[("pool", "a"), ("pool", "b")], "pool"),
+            (&[("pool", "a"), ("pool", ""), ("pool", "b")], "pool"),
+            (&[("phase", "held"), ("phase", "held")], "phase"),
+            (&[("page", "2"), ("page", "2")], "page"),
+            (&[("address", "10.0.0.1"), ("address", "10.0.0.300")], "address"),
             (&[("address", "10.0.0.300")], "address"),
             (&[("address", "10.0.0.0/33")], "address"),
             (&[("address", "10.0.0.0/x")], "address"),
@@ -162,12 +151,42 @@ mod tests {
         }
     }
 
+    /// Empty values filter nothing and `address` repeats, as on the list calls.
+    #[test]
+    fn filters_read_as_the_list_calls_read_them() {
+        let query = PageQuery::parse(pairs(&[
+            ("pool", ""),
+            ("pool", "edge"),
+            ("node", ""),
+            ("phase", ""),
+            ("address", ""),
+            ("address", "10.0.0.10"),
+            ("address", "2001:DB8::/64"),
+        ]))
+        .expect("a good query");
+        let mut list = crate::agent::listing::ListFilter::default();
+        for (key, value) in [("pool", "edge"), ("address", "10.0.0.10"), ("address", "2001:db8::/64")] {
+            list.set(key, key, value).expect("a good filter");
+        }
+        assert_eq!(query.filter, MapFilter { list, phase: None });
+        let links: Vec<(&str, String)> = query.filter_pairs();
+        assert_eq!(
+            links,
+            [
+                ("pool", "edge".to_owned()),
+                ("address", "10.0.0.10".to_owned()),
+                ("address", "2001:db8::/64".to_owned())
+            ]
+        );
+    }
+
     #[test]
     fn filter_pairs_round_trip() {
         let query = PageQuery::parse(pairs(&[
             ("pool", "edge"),
             ("node", "b"),
             ("address", "10.0.0.7/24"),
+            ("address", "10.0.1.9"),
             ("phase", "held"),
             ("refresh", "0"),
             ("page", "3"),
@@ -175,7 +194,9 @@ mod tests {
         .expect("a good query");
         let again: Vec<(String, String)> =
             query.filter_pairs().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-        assert_eq!(again.iter().find(|(k, _)| k == "address").map(|(_, v)| v.as_str()), Some("10.0.0.0/24"));
+        let addresses: Vec<&str> =
+            again.iter().filter(|(k, _)| k == "address").map(|(_, v)| v.as_str()).collect();
+        assert_eq!(addresses, ["10.0.0.0/24", "10.0.1.9"]);
         let reparsed = PageQuery::parse(again).expect("round trip");
         assert_eq!(reparsed, PageQuery { page: 1, ..query });
     }

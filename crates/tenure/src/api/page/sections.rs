@@ -167,13 +167,22 @@ fn filter_form(out: &mut String, status: &StatusSnapshot, query: &PageQuery) {
     out.push_str("<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/\">");
     select(out, "pool", &pools, query.filter.list.pool.as_deref());
     select(out, "node", &nodes, query.filter.list.node.as_deref());
-    let address = query.filter.range.as_ref().map(address_filter_text).unwrap_or_default();
-    let _ = write!(
-        out,
-        "<label>address or CIDR<input name=\"address\" id=\"filter-address\" size=\"18\" value=\"{}\" \
-         placeholder=\"10.0.0.0/24\"></label>",
-        escape(&address)
-    );
+    // One field per address asked for, and an empty one to add another (the query repeats
+    // `address`; an empty field filters nothing).
+    let addresses = query.filter.list.addresses.iter().map(address_filter_text).chain([String::new()]);
+    for (i, address) in addresses.enumerate() {
+        let (label, id) = if i == 0 {
+            ("address or CIDR", "filter-address".to_owned())
+        } else {
+            ("or", format!("filter-address-{}", i + 1))
+        };
+        let _ = write!(
+            out,
+            "<label>{label}<input name=\"address\" id=\"{id}\" size=\"18\" value=\"{}\" \
+             placeholder=\"10.0.0.0/24\"></label>",
+            escape(&address)
+        );
+    }
     select(out, "phase", &phases, query.filter.phase.map(|p| p.as_str()));
     let _ = write!(out, "<input type=\"hidden\" name=\"refresh\" value=\"{}\">", query.refresh_s);
     let refresh = if query.refresh_s == 0 {
