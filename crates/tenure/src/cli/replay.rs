@@ -40,8 +40,9 @@ pub fn run(path: &Path, output: Output, options: &ReplayOptions) -> ExitCode {
     for (flag, given) in [("--config", options.config.is_some()), ("--plot", options.plot.is_some())] {
         if given {
             eprintln!(
-                "tenure replay: {flag} is for a store backup; {file} does not start with a backup's header \
-                 line (a scenario has its nodes and providers in it, and takes no {flag})"
+                "tenure replay: {flag} is for a store backup; {file} is not one (a backup is a regular \
+                 file that starts with its header line; a scenario has its nodes and providers in it, and \
+                 takes no {flag})"
             );
             return ExitCode::from(EXIT_BAD_INPUT);
         }
@@ -83,7 +84,7 @@ fn is_backup(path: &Path) -> Result<bool, ExitCode> {
     let mut start = Vec::new();
     std::fs::File::open(path).and_then(|file| file.take(SNIFF_BYTES_MAX).read_to_end(&mut start)).map_err(
         |e| {
-            eprintln!("tenure replay: {}: cannot read: {e}", path.display());
+            eprintln!("{}: cannot read: {e}", path.display());
             ExitCode::from(EXIT_BAD_INPUT)
         },
     )?;
