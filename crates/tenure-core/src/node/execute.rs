@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use super::{NodeEngine, NodeError};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
 use crate::journal::{
-    CALL_STARTED, COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN,
-    agent_stopped_detail, call_started, call_started_detail, outcome_unknown,
+    COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN, agent_stopped_detail,
+    call_started, call_started_detail, outcome_unknown,
 };
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
@@ -150,7 +150,7 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(batch.into_iter().map(|(_, action)| action).collect())
     }
 
-    /// Before every call: [`CALL_STARTED`] in its detail ([`call_started_detail`]: after the
+    /// Before every call: [`CALL_STARTED`](crate::journal::CALL_STARTED) in its detail ([`call_started_detail`]: after the
     /// in-doubt mark it may carry, which stays), synced with the batch, so that a restart knows
     /// the call may have run ([`NodeEngine::recover_in_flight`]; for a holding acquire, that it
     /// may hold the address).
@@ -284,16 +284,14 @@ impl<S: JournalStore> NodeEngine<S> {
     /// may have reached the provider without a result saying so — its detail begins with
     /// [`OUTCOME_UNKNOWN`] (a call cancelled, timed out, its answer lost; the mark stays through
     /// retries and later known failures, and a restart gives it to a call in flight when the
-    /// process died: [`NodeEngine::recover_in_flight`]), or it is `approved` with
-    /// [`CALL_STARTED`], written durably before its call. An entry of this run in flight is
-    /// neither `failed` nor in the approved set, so the second kind is only where
-    /// [`NodeEngine::count_in_doubt_acquire`] looks before a restart's recovery has run.
+    /// process died: [`NodeEngine::recover_in_flight`], which runs at every open and restart
+    /// before anything is gated). A bare [`CALL_STARTED`](crate::journal::CALL_STARTED) is not doubt: past recovery it only
+    /// stays on an entry whose batch sync failed, so its call never left.
     pub(super) fn is_acquire_in_doubt(&self, seq: u64) -> bool {
         let entry = &self.state.entries[&seq];
         entry.action.verb.is_acquire()
             && entry.action.verb.changes_holding()
-            && (outcome_unknown(entry.detail.as_deref())
-                || (entry.state == EntryState::Approved && entry.detail.as_deref() == Some(CALL_STARTED)))
+            && outcome_unknown(entry.detail.as_deref())
     }
 
     /// An acquire in doubt ([`NodeEngine::is_acquire_in_doubt`]), `failed` or `approved`, which
@@ -323,13 +321,10 @@ impl<S: JournalStore> NodeEngine<S> {
             self.failed.remove(&seq);
             return Ok(false);
         }
-        let detail = match entry.detail.as_deref() {
-            Some(CALL_STARTED) => {
-                format!("{COUNTED_AS_HELD}; {OUTCOME_UNKNOWN}in flight when the agent stopped")
-            }
-            Some(earlier) => format!("{COUNTED_AS_HELD}; {earlier}"),
-            None => COUNTED_AS_HELD.to_owned(),
-        };
+        let detail = entry
+            .detail
+            .as_deref()
+            .map_or_else(|| COUNTED_AS_HELD.to_owned(), |earlier| format!("{COUNTED_AS_HELD}; {earlier}"));
         self.set_state(seq, EntryState::Executed, Some(detail))?;
         self.replan = true;
         Ok(true)
