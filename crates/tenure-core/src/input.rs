@@ -458,6 +458,16 @@ pub fn canonical_address(address: IpAddr) -> String {
     address.to_string()
 }
 
+
+/// Parses a single address the way scenario events and HTTP bodies accept it (a range or a
+/// list of more than one is refused).
+pub fn parse_one_address(text: &str) -> Result<IpAddr, String> {
+    match expand_addresses(text.trim())? {
+        list if list.len() == 1 => Ok(list[0]),
+        _ => Err(format!("`{text}` is a range; name one address")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,11 @@
 //! - [`fence`] — the one fence rule and the durable high-water marks (SPEC 6).
 //! - [`journal`] — the outbox state machine and the `JournalStore` persistence trait.
 //! - [`retry`] — how long a failed action waits before its retry (exponential, capped, jittered).
+//! - [`rows`] — the report rows (ownership, actions, conditions) every list and report prints.
+//! - [`scenario`] — the replay scenario format (SPEC 11): parsed and checked, for `tenure replay`,
+//!   `tenure validate` and the simulator.
+//! - [`sim_provider`] — the in-memory `sim-cloud` and `sim-onprem` providers (SPEC 7): run by
+//!   the agent's `sim-*` executors, the replay and the simulator.
 //! - [`node`] — one node's engine: reconcile (plan, import, sweep, compact) and gated execution.
 //! - [`driver`] — the one sans-IO driver of a node (replay, the simulator and the agent use it).
 //!
@@ -56,5 +61,8 @@ pub mod node;
 pub mod planner;
 pub mod report;
 pub mod retry;
+pub mod rows;
+pub mod scenario;
+pub mod sim_provider;
 pub mod spec;
 pub mod state;

@@ -34,7 +34,7 @@ use tenure_core::model::{
     Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction,
 };
 use tenure_core::node::NodeEngine;
-use tenure_sim::sim_provider::SimProvider;
+use tenure_core::sim_provider::SimProvider;
 
 /// Pool prefix lengths measured: a /20, a /18 and a /16 (the largest pool, SPEC 10).
 const PREFIX_LENGTHS: [u32; 3] = [20, 18, 16];

@@ -15,7 +15,7 @@ use tenure_core::federation::Federation;
 use tenure_core::model::{CaptureDomain, ProviderKind, StampedAction};
 
 use crate::config::Mode;
-use crate::sim_provider::SimProvider;
+use tenure_core::sim_provider::SimProvider;
 
 mod tokens;
 

@@ -13,8 +13,10 @@
 //! - [`config`] — sizes, the fault list, the modes (including the documented-limit modes).
 //! - [`topology`] — the fleet of a seed: nodes, provider, pools.
 //! - [`world`] — the world of a seed and its driver (both phases).
-//! - [`scenario`] and [`replay`] — the scenario format (SPEC 11) and the offline replay driver.
-//! - [`sim_provider`] — the simulated `sim-cloud` and `sim-onprem` providers.
+//! - [`replay`] — the offline replay driver of a scenario (SPEC 11; the format is the core's,
+//!   `tenure_core::scenario`).
+//! - the simulated `sim-cloud` and `sim-onprem` providers are the core's
+//!   (`tenure_core::sim_provider`): the agent's `sim-*` executors run them too.
 //! - [`checker`] — the one invariant checker (`replay` and the simulator): every invariant its
 //!   own kind, re-derived independently of the fence; every violation counted.
 //! - [`store`] — a journal store that loses unsynced writes on a crash.
@@ -29,8 +31,6 @@ pub mod plot;
 pub mod recorded;
 pub mod replay;
 pub mod report;
-pub mod scenario;
-pub mod sim_provider;
 pub mod store;
 pub mod topology;
 pub mod world;

@@ -41,9 +41,9 @@ use tenure_core::model::CaptureDomain;
 use crate::checker::capacity_excess;
 use crate::checker::{Checker, ViolationKind, staleness};
 use crate::plot::Timeline;
-use crate::replay::{
-    ActionRow, ConditionRow, OwnershipRow, VIOLATIONS_KEPT_PER_KIND_MAX, action_row_with_attempts,
-    ownership_rows_with_status, pool_conditions,
+use crate::replay::VIOLATIONS_KEPT_PER_KIND_MAX;
+use tenure_core::rows::{
+    ActionRow, ConditionRow, OwnershipRow, action_row_with_attempts, ownership_rows_with_status, pool_conditions,
 };
 
 /// One record of a recorded log.

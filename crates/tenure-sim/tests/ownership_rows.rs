@@ -6,7 +6,7 @@
 use tenure_core::federation::Federation;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tenure_sim::replay::{ownership_rows, ownership_rows_with_status};
+use tenure_core::rows::{ownership_rows, ownership_rows_with_status};
 
 /// A row as the test compares it: address, owner, phase, NICs.
 type Row = (String, Option<String>, Option<String>, Option<Vec<String>>);

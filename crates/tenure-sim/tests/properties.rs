@@ -11,7 +11,7 @@ use tenure_core::model::{
     Approval, Authority, CaptureDomain, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState,
 };
 use tenure_sim::replay::{Replay, ReplayReport};
-use tenure_sim::scenario::{LocalStep, Scenario, Step, StepKind};
+use tenure_core::scenario::{LocalStep, Scenario, Step, StepKind};
 
 const PROVIDER: &str = "sim1";
 

@@ -39,7 +39,7 @@ use tenure_core::model::{
     Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction,
 };
 use tenure_core::node::NodeEngine;
-use tenure_sim::replay::ownership_rows_with_status;
+use tenure_core::rows::ownership_rows_with_status;
 
 /// Addresses in the view.
 const ADDRESSES_COUNT: u32 = 100_000;

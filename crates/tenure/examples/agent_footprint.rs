@@ -53,7 +53,7 @@ impl Observe for Watch {
 /// `GET /v1/ownership`'s body, as the handler serialises it.
 #[derive(serde::Serialize)]
 struct OwnershipBody {
-    ownership: Vec<tenure_sim::replay::OwnershipRow>,
+    ownership: Vec<tenure_core::rows::OwnershipRow>,
 }
 
 /// A test double of a remote provider that keeps nothing: every call succeeds. The simulated

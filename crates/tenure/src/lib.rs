@@ -31,6 +31,9 @@
 //!   `tenure-kube` (kube, k8s-openapi).
 //! - `aws` — the executor of `kind: aws` providers, through `tenure-aws` (aws-sdk-ec2).
 //! - `onprem` — the executor of `kind: onprem` providers (rtnetlink, raw sockets; Linux).
+//! - `sim` — the simulator's verbs (`tenure sim`, `tenure replay`), through `tenure-sim`. Nothing
+//!   else in this crate uses the simulator: the report rows, the scenario format and the
+//!   in-memory providers the `sim-*` executors run are the core's.
 //!
 //! The etcd fleet store (`store: {kind: etcd}`) is the `etcd` feature too. Without its feature a
 //! provider kind's settings are still read and checked; only its executor is left out.

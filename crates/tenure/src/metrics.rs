@@ -391,7 +391,7 @@ impl crate::agent::runner::Observe for Metrics {
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use tenure_sim::replay::OwnershipRow;
+    use tenure_core::rows::OwnershipRow;
 
     use super::*;
 

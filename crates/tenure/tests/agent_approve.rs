@@ -18,7 +18,7 @@ use tenure::metrics::Metrics;
 use tenure_core::log::EventKind;
 use tenure_core::log_store::{Log as _, LogIndex};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tenure_sim::replay::ActionRow;
+use tenure_core::rows::ActionRow;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most time any condition below may take; the loop itself is much faster.

@@ -7,10 +7,13 @@ mod process;
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt as _;
 
-use process::{Agent, NODES, TOKEN, TempDir, agent_config as config, free_port, pool_yaml, tenure, wait_for};
+#[cfg(feature = "sim")]
+use process::NODES;
+use process::{Agent, TOKEN, TempDir, agent_config as config, free_port, pool_yaml, tenure, wait_for};
 use serde_json::{Value, json};
 
 /// An operator step: runs it, answers (exit code, what it said).
+#[cfg(feature = "sim")]
 type Step<'a> = Box<dyn Fn() -> (i32, String) + 'a>;
 
 /// (owner, ownershipEpoch, captureEpoch, desired) per "pool/address".
@@ -32,6 +35,7 @@ fn map(rows: &Value) -> BTreeMap<String, (Value, u64, u64, bool)> {
         .collect()
 }
 
+#[cfg(feature = "sim")]
 /// The ownership `replay` computes for the same pool and the same operator events.
 fn replayed(dir: &TempDir, pool: &str, events: &[String]) -> BTreeMap<String, (Value, u64, u64, bool)> {
     let indented: String = pool.lines().map(|l| format!("    {l}\n")).collect();
@@ -49,6 +53,8 @@ fn replayed(dir: &TempDir, pool: &str, events: &[String]) -> BTreeMap<String, (V
     map(&report["ownership"])
 }
 
+/// (The simulator's `replay` verb is behind the cargo feature `sim`.)
+#[cfg(feature = "sim")]
 #[test]
 fn ownership_and_operator_changes_match_replay_over_http_and_the_cli() {
     let dir = TempDir::new("agent-ownership");
@@ -614,6 +620,21 @@ fn an_unreadable_token_file_exits_2_in_one_line_before_touching_the_store() {
         "{log}"
     );
     assert_eq!(log.lines().count(), 1, "{log}");
+}
+
+/// The simulator's verbs in a build without the `sim` feature: exit 3 in one line each, naming
+/// the feature (the runtime does not depend on the simulator).
+#[cfg(not(feature = "sim"))]
+#[test]
+fn a_build_without_the_simulator_refuses_sim_and_replay_in_one_line() {
+    let dir = TempDir::new("no-simulator");
+    let scenario = dir.write("scenario.yaml", "nodes: []\n");
+    for args in [vec!["sim", "--seeds", "1"], vec!["replay", scenario.to_str().expect("utf-8")]] {
+        let (code, stdout, stderr) = tenure(&args);
+        assert_eq!(code, 3, "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}");
+        assert_eq!(stderr, format!("tenure {}: this build has no simulator; rebuild with --features sim\n", args[0]));
+    }
 }
 
 /// An etcd store in a build without the `etcd` feature: exit 3 in one line, no store created.

@@ -154,7 +154,7 @@ fn holders(cloud: &SimExecutor) -> BTreeMap<String, Vec<String>> {
     })
 }
 
-async fn rows(handle: &AgentHandle, node: &str) -> Vec<tenure_sim::replay::ActionRow> {
+async fn rows(handle: &AgentHandle, node: &str) -> Vec<tenure_core::rows::ActionRow> {
     let filter = ActionFilter { node: Some(node.into()), state: None, pool: None };
     handle.actions(filter).await.expect("answers")
 }

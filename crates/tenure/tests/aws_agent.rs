@@ -139,7 +139,7 @@ impl Rig {
         found.get(&ADDRESS).cloned().unwrap_or_default()
     }
 
-    async fn entries(&self, node: Option<&str>, state: Option<&str>) -> Vec<tenure_sim::replay::ActionRow> {
+    async fn entries(&self, node: Option<&str>, state: Option<&str>) -> Vec<tenure_core::rows::ActionRow> {
         let filter =
             ActionFilter { node: node.map(str::to_owned), state: state.map(str::to_owned), pool: None };
         self.handle.actions(filter).await.expect("answers")

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use tenure_sim::replay::Replay;
-use tenure_sim::scenario::parse_scenario;
+use tenure_core::scenario::parse_scenario;
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios")
@@ -315,8 +315,8 @@ fn a_settled_address_held_by_no_one_is_reported_as_a_condition() {
     }
     for step in &scenario.timeline {
         match &step.kind {
-            tenure_sim::scenario::StepKind::Log(event) => replay.append(event.clone()).expect("ok"),
-            tenure_sim::scenario::StepKind::Local { at_ms, node, step } => replay.local(*at_ms, node, *step),
+            tenure_core::scenario::StepKind::Log(event) => replay.append(event.clone()).expect("ok"),
+            tenure_core::scenario::StepKind::Local { at_ms, node, step } => replay.local(*at_ms, node, *step),
         }
     }
     assert!(replay.report().conditions.is_empty());

@@ -8,7 +8,7 @@ use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, JournalStore};
 use tenure_core::log::EventKind;
-use tenure_sim::replay::{ActionRow, action_row_with_attempts, ownership_rows};
+use tenure_core::rows::{ActionRow, action_row_with_attempts, ownership_rows};
 
 use super::approval::check_approve;
 use super::request::{ActionFilter, MetricsSnapshot, SubmitError};

@@ -205,7 +205,7 @@ mod tests {
     use tenure_core::journal::MemoryJournalStore;
     use tenure_core::log::{ActionOutcome, Event, EventKind};
     use tenure_core::node::NodeEngine;
-    use tenure_sim::scenario::parse_scenario;
+    use tenure_core::scenario::parse_scenario;
 
     use super::*;
 

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use tenure_core::federation::history::HistoryEntry;
 use tenure_core::federation::{Federation, MapAddress, MapStatus, NodeId, Phase};
-use tenure_sim::replay::{OwnershipRow, ownership_row};
+use tenure_core::rows::{OwnershipRow, ownership_row};
 
 use super::listing::ListFilter;
 
@@ -354,7 +354,7 @@ pub(crate) mod tests {
     #[test]
     fn rows_pages_continue_after_a_position() {
         let (view, _) = fleet();
-        let whole = tenure_sim::replay::ownership_rows_with_status(&view);
+        let whole = tenure_core::rows::ownership_rows_with_status(&view);
         let mut walked = Vec::new();
         let mut after = None;
         loop {

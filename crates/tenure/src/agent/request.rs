@@ -11,7 +11,7 @@ use serde::Serialize;
 use tenure_core::log::EventKind;
 
 use super::listing::{HistoryAnswer, HistoryQuery};
-use tenure_sim::replay::{ActionRow, OwnershipRow};
+use tenure_core::rows::{ActionRow, OwnershipRow};
 use tokio::sync::{mpsc, oneshot};
 
 use super::map::{OwnershipQuery, RowsPage};

@@ -24,7 +24,7 @@ use tenure_core::federation::Federation;
 use tenure_core::federation::history::{EntryKind, History, HistoryEntry};
 use tenure_core::journal::JournalStore;
 use tenure_core::model::VrrpState;
-use tenure_sim::replay::ActionRow;
+use tenure_core::rows::ActionRow;
 
 use super::answers;
 use super::map::{self, MapFilter, MapPage};

@@ -54,7 +54,7 @@ use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 use serde_json::json;
 use tenure_core::federation::history::HistoryEntry;
-use tenure_sim::replay::{ActionRow, OwnershipRow};
+use tenure_core::rows::{ActionRow, OwnershipRow};
 
 pub use auth::{API_TOKEN_BYTES_MAX, ApiError, ApiToken};
 pub use body::{API_BODY_BYTES_MAX, API_BODY_READ_TIMEOUT};

@@ -11,7 +11,7 @@ use http::{HeaderMap, StatusCode, header};
 use tenure_core::input::check_name;
 use tenure_core::log::EventKind;
 use tenure_core::model::{CaptureDomain, ParsedKey, StampedAction};
-use tenure_sim::scenario::parse_one_address;
+use tenure_core::input::parse_one_address;
 
 use super::ApiState;
 use super::auth::{Presented, presented};

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tenure_core::log::EventKind;
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tenure_sim::replay::OwnershipRow;
+use tenure_core::rows::OwnershipRow;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -262,7 +262,7 @@ async fn actions(
     handle: &AgentHandle,
     node: &str,
     state: &str,
-) -> Result<Vec<tenure_sim::replay::ActionRow>, DemoFailed> {
+) -> Result<Vec<tenure_core::rows::ActionRow>, DemoFailed> {
     let filter = ActionFilter { node: Some(node.into()), state: Some(state.into()), pool: None };
     handle.actions(filter).await.map_err(|e| DemoFailed(e.to_string()))
 }

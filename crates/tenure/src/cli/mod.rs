@@ -13,7 +13,9 @@ pub(crate) mod history;
 mod list;
 mod preflight;
 mod remote;
+#[cfg(feature = "sim")]
 mod replay;
+#[cfg(feature = "sim")]
 mod replay_backup;
 mod sim;
 mod sink_mark;
@@ -217,12 +219,24 @@ enum Command {
     },
 }
 
+/// The refusal of a simulator verb (`sim`, `replay`) by a build without the cargo feature `sim`:
+/// one line, exit 3 ([`EXIT_NOT_BUILT`]), as a provider kind or an election backend left out of
+/// the build is refused.
+#[cfg(not(feature = "sim"))]
+fn simulator_not_built(verb: &str) -> ExitCode {
+    eprintln!("tenure {verb}: this build has no simulator; rebuild with --features sim");
+    ExitCode::from(EXIT_NOT_BUILT)
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
+        #[cfg(feature = "sim")]
         Command::Replay { scenario, output, config, plot } => {
             replay::run(&scenario, output, &replay::ReplayOptions { config, plot })
         }
+        #[cfg(not(feature = "sim"))]
+        Command::Replay { .. } => simulator_not_built("replay"),
         Command::Validate { files } => validate::run(&files),
         Command::Agent(args) => agent::run_cli(&args),
         Command::Sim(args) => sim::run(&args),

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use tenure_sim::replay::{ActionRow, ConditionRow, OwnershipRow, Replay, ReplayReport};
-use tenure_sim::scenario::parse_scenario;
+use tenure_core::scenario::parse_scenario;
 
 use super::{EXIT_BAD_INPUT, Output, read_input};
 

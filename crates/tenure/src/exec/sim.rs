@@ -1,5 +1,5 @@
 //! The provider kinds `sim-cloud` and `sim-onprem`: [`SimExecutor`], the simulated providers
-//! ([`tenure_sim::sim_provider::SimProvider`]) as an [`Executor`], so that an agent can run them
+//! ([`tenure_core::sim_provider::SimProvider`]) as an [`Executor`], so that an agent can run them
 //! for real, behind the same interface and the same gate as the real providers; and their
 //! settings ([`SimCloudSettings`], [`SimOnpremSettings`]), registered in [`super::registry`].
 //! Built in every build. Their inventory is read only when `inventoryInterval` asks.
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use tenure_core::model::{ProviderKind, StampedAction};
-use tenure_sim::sim_provider::SimProvider;
+use tenure_core::sim_provider::SimProvider;
 use tokio::time::Instant;
 
 use super::registry::{BuildContext, NotBuilt, Provider, ProviderSettings, Runtime};

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use tenure_sim::replay::ActionRow;
+use tenure_core::rows::ActionRow;
 
 use super::html::{age, escape, query_string};
 use super::query::{PAGE_ROWS, PHASES, PageQuery};

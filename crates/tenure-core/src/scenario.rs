@@ -1,17 +1,15 @@
 //! The replay scenario format (SPEC 11, 13): nodes, providers, pools and a timeline of log
 //! events and local steps. Parsing is strict; every error names `line:column`.
 
-use std::net::IpAddr;
-
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use tenure_core::claims::AddressClaims;
-use tenure_core::fleet_spec::{RawNode, check_provider_name, validate_nodes};
-use tenure_core::input::{InputError, Position, expand_addresses};
-use tenure_core::log::{ActionOutcome, Event, EventKind};
-use tenure_core::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
-use tenure_core::spec::{PoolSource, RawPoolDocument, validate_pool, validate_pool_documents};
+use crate::claims::AddressClaims;
+use crate::fleet_spec::{RawNode, check_provider_name, validate_nodes};
+use crate::input::{InputError, Position, parse_one_address};
+use crate::log::{ActionOutcome, Event, EventKind};
+use crate::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
+use crate::spec::{PoolSource, RawPoolDocument, validate_pool, validate_pool_documents};
 
 /// Most timeline entries one scenario may hold.
 pub const TIMELINE_ENTRIES_MAX: usize = 1_000_000;
@@ -327,7 +325,7 @@ fn validate_step(
         }
     }
     if let Some(holders) = &raw.holders
-        && let Some(outside) = tenure_core::log::holder_outside_scope(
+        && let Some(outside) = crate::log::holder_outside_scope(
             &holders.value,
             raw.scope.as_ref().map(|s| s.value.as_slice()),
         )
@@ -425,12 +423,4 @@ fn validate_step(
         _ => unreachable!("allowed_fields knows every kind"),
     };
     Ok(StepKind::Log(Event { at_ms, kind }))
-}
-
-/// Parses a single address the way scenario events and HTTP bodies accept it.
-pub fn parse_one_address(text: &str) -> Result<IpAddr, String> {
-    match expand_addresses(text.trim())? {
-        list if list.len() == 1 => Ok(list[0]),
-        _ => Err(format!("`{text}` is a range; name one address")),
-    }
 }

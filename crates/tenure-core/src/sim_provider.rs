@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use tenure_core::model::{ProviderKind, StampedAction, Verb};
+use crate::model::{ProviderKind, StampedAction, Verb};
 
 /// One simulated provider's holdings: per address, the NICs that hold it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,7 +147,7 @@ impl SimProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch};
+    use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch};
 
     fn act(verb: Verb, nic: &str) -> StampedAction {
         StampedAction::new(
