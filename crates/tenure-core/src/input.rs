@@ -458,7 +458,6 @@ pub fn canonical_address(address: IpAddr) -> String {
     address.to_string()
 }
 
-
 /// Parses a single address the way scenario events and HTTP bodies accept it (a range or a
 /// list of more than one is refused).
 pub fn parse_one_address(text: &str) -> Result<IpAddr, String> {

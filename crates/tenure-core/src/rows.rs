@@ -212,4 +212,3 @@ pub fn ownership_row(head: &Federation, shown: &MapAddress<'_>) -> OwnershipRow 
         nics,
     }
 }
-

@@ -325,10 +325,8 @@ fn validate_step(
         }
     }
     if let Some(holders) = &raw.holders
-        && let Some(outside) = crate::log::holder_outside_scope(
-            &holders.value,
-            raw.scope.as_ref().map(|s| s.value.as_slice()),
-        )
+        && let Some(outside) =
+            crate::log::holder_outside_scope(&holders.value, raw.scope.as_ref().map(|s| s.value.as_slice()))
     {
         errors.push(InputError::at(
             Position::of_spanned(holders),

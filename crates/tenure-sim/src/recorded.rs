@@ -43,7 +43,8 @@ use crate::checker::{Checker, ViolationKind, staleness};
 use crate::plot::Timeline;
 use crate::replay::VIOLATIONS_KEPT_PER_KIND_MAX;
 use tenure_core::rows::{
-    ActionRow, ConditionRow, OwnershipRow, action_row_with_attempts, ownership_rows_with_status, pool_conditions,
+    ActionRow, ConditionRow, OwnershipRow, action_row_with_attempts, ownership_rows_with_status,
+    pool_conditions,
 };
 
 /// One record of a recorded log.

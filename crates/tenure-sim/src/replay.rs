@@ -10,17 +10,17 @@ use crate::checker::Checker;
 
 /// Most violations of each kind a replay reports (it counts them all).
 pub const VIOLATIONS_KEPT_PER_KIND_MAX: u64 = 1_000;
-use tenure_core::scenario::{LocalStep, Scenario, StepKind};
 use tenure_core::driver::{Blocked, DriverOptions, NodeDriver};
 use tenure_core::federation::{EventRejected, Federation, PoolState};
 use tenure_core::input::{InputError, canonical_address};
-pub use tenure_core::rows::{ActionRow, ConditionRow, OwnershipRow};
-use tenure_core::rows::{action_row, ownership_rows, pool_conditions};
-use tenure_core::sim_provider::SimProvider;
 use tenure_core::journal::{EntryState, JournalEntry, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::VerbFamily;
 use tenure_core::node::NodeEngine;
+pub use tenure_core::rows::{ActionRow, ConditionRow, OwnershipRow};
+use tenure_core::rows::{action_row, ownership_rows, pool_conditions};
+use tenure_core::scenario::{LocalStep, Scenario, StepKind};
+use tenure_core::sim_provider::SimProvider;
 
 /// The final state of a replay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -382,7 +382,6 @@ impl Replay {
         &self.head
     }
 }
-
 
 fn skipped_keys(node: &NodeDriver<MemoryJournalStore>) -> BTreeSet<String> {
     node.engine()

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use tenure_core::sim_provider::SimProvider;
 use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -15,6 +14,7 @@ use tenure_core::log::{Event, EventKind};
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
 use tenure_core::retry::RetryBackoff;
+use tenure_core::sim_provider::SimProvider;
 
 use crate::checker::{self, Checker, Violation, ViolationKind, Violations};
 use crate::config::{Fault, Mode, SimConfig};

@@ -5,8 +5,8 @@
 
 use proptest::prelude::*;
 use tenure_core::input::{InputError, expand_addresses, parse_duration_ms};
-use tenure_core::spec::parse_pool_documents;
 use tenure_core::scenario::parse_scenario;
+use tenure_core::spec::parse_pool_documents;
 
 /// Two pools in one file, in the shape of the SPEC 10 example.
 const POOLS: &str = "\

@@ -10,8 +10,8 @@ use tenure_core::log::{Event, EventKind};
 use tenure_core::model::{
     Approval, Authority, CaptureDomain, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState,
 };
-use tenure_sim::replay::{Replay, ReplayReport};
 use tenure_core::scenario::{LocalStep, Scenario, Step, StepKind};
+use tenure_sim::replay::{Replay, ReplayReport};
 
 const PROVIDER: &str = "sim1";
 

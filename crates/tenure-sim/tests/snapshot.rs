@@ -7,8 +7,8 @@ use std::path::Path;
 
 use tenure_core::federation::Federation;
 use tenure_core::log::{Event, EventKind};
-use tenure_sim::replay::Replay;
 use tenure_core::scenario::{StepKind, parse_scenario};
+use tenure_sim::replay::Replay;
 use tenure_sim::world::World;
 use tenure_sim::{Mode, SimConfig};
 

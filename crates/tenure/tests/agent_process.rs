@@ -633,7 +633,10 @@ fn a_build_without_the_simulator_refuses_sim_and_replay_in_one_line() {
         let (code, stdout, stderr) = tenure(&args);
         assert_eq!(code, 3, "{args:?}: {stderr}");
         assert_eq!(stdout, "", "{args:?}");
-        assert_eq!(stderr, format!("tenure {}: this build has no simulator; rebuild with --features sim\n", args[0]));
+        assert_eq!(
+            stderr,
+            format!("tenure {}: this build has no simulator; rebuild with --features sim\n", args[0])
+        );
     }
 }
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use tenure_sim::replay::Replay;
 use tenure_core::scenario::parse_scenario;
+use tenure_sim::replay::Replay;
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios")

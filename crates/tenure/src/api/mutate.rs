@@ -9,9 +9,9 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use tenure_core::input::check_name;
+use tenure_core::input::parse_one_address;
 use tenure_core::log::EventKind;
 use tenure_core::model::{CaptureDomain, ParsedKey, StampedAction};
-use tenure_core::input::parse_one_address;
 
 use super::ApiState;
 use super::auth::{Presented, presented};

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde::Serialize;
-use tenure_sim::replay::{ActionRow, ConditionRow, OwnershipRow, Replay, ReplayReport};
 use tenure_core::scenario::parse_scenario;
+use tenure_sim::replay::{ActionRow, ConditionRow, OwnershipRow, Replay, ReplayReport};
 
 use super::{EXIT_BAD_INPUT, Output, read_input};
 

@@ -30,8 +30,8 @@ use std::process::ExitCode;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tenure_core::input::InputError;
-use tenure_core::spec::{check_pool_set, parse_pool_documents};
 use tenure_core::scenario::parse_scenario;
+use tenure_core::spec::{check_pool_set, parse_pool_documents};
 
 use super::preflight::check_before_store;
 use super::{EXIT_BAD_INPUT, EXIT_NOT_BUILT};

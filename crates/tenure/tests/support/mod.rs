@@ -26,8 +26,8 @@ use tenure_core::federation::history::History;
 use tenure_core::journal::MemoryJournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{Log as _, MemoryLog};
-use tenure_sim::replay::{ActionRow, Replay};
 use tenure_core::scenario::{LocalStep, Scenario, parse_scenario};
+use tenure_sim::replay::{ActionRow, Replay};
 use tokio::sync::oneshot;
 
 /// Two nodes on one simulated cloud; `edge` is automatic, `gated` needs approvals.
