@@ -16,11 +16,10 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
 use tenure_core::model::LeaderEpoch;
 
 use crate::backend::{Attempt, BackendError, LeaseBackend, REQUEST_TIMEOUT, lease_whole_seconds};
-use crate::etcd_connection::EtcdConnection;
 
 /// One contender in an etcd election.
 pub struct EtcdBackend {
@@ -66,8 +65,8 @@ fn failed(e: etcd_client::Error) -> BackendError {
 }
 
 impl EtcdBackend {
-    /// Connects to plain `endpoints` (no TLS, no authentication) and campaigns in `election` as
-    /// `name` with a lease of `lease_duration` (whole seconds, at least 1).
+    /// Connects to `endpoints` and campaigns in `election` as `name` with a lease of
+    /// `lease_duration` (whole seconds, at least 1).
     pub async fn connect(
         endpoints: &[String],
         prefix: &str,
@@ -75,20 +74,9 @@ impl EtcdBackend {
         name: &str,
         lease_duration: Duration,
     ) -> Result<Self, BackendError> {
-        let connection = EtcdConnection::new(endpoints, REQUEST_TIMEOUT);
-        Self::connect_with(&connection, prefix, election, name, lease_duration).await
-    }
-
-    /// Connects through `connection` (its TLS and authentication too, as the agent's fleet store
-    /// does) and campaigns in `election` as `name` with a lease of `lease_duration`.
-    pub async fn connect_with(
-        connection: &EtcdConnection,
-        prefix: &str,
-        election: &str,
-        name: &str,
-        lease_duration: Duration,
-    ) -> Result<Self, BackendError> {
-        let client = connection.connect().await.map_err(failed)?;
+        let options =
+            ConnectOptions::new().with_connect_timeout(REQUEST_TIMEOUT).with_timeout(REQUEST_TIMEOUT);
+        let client = Client::connect(endpoints, Some(options)).await.map_err(failed)?;
         let base = format!("{}/elections/{election}", prefix.trim_end_matches('/'));
         Ok(Self {
             client,

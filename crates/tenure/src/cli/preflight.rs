@@ -123,17 +123,25 @@ fn read_store_secrets(config: &AgentConfig, file: &str) -> Result<StoreSecrets, 
     let crate::config::StoreConfig::Etcd { tls, user, .. } = &config.store else {
         return Ok(StoreSecrets::default());
     };
-    use tenure_lead::etcd_connection::{password_of, read_material};
     let mut lines = Vec::new();
-    let mut refuse = |key: &str, message: String| {
-        lines.push(InputError::at(config.source.at(key), message).render(file));
-    };
     let mut read = |key: &str, path: &Path, text: bool| -> Option<Vec<u8>> {
-        read_material(key, path, text).map_err(|message| refuse(key, message)).ok()
+        let refuse = |message: String| InputError::at(config.source.at(key), message).render(file);
+        match std::fs::read(path) {
+            Ok(bytes) if text && std::str::from_utf8(&bytes).is_err() => {
+                lines.push(refuse(format!("{key} {}: not text (UTF-8)", path.display())));
+                None
+            }
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                lines.push(refuse(format!("{key} {}: cannot read: {e}", path.display())));
+                None
+            }
+        }
     };
     let user = user.as_ref().and_then(|(name, password_file)| {
         let bytes = read("store.passwordFile", password_file, true)?;
-        Some((name.clone(), password_of("store.passwordFile", &bytes)))
+        let password = String::from_utf8_lossy(&bytes).trim_end_matches(['\n', '\r']).to_owned();
+        Some((name.clone(), Secret(password)))
     });
     let tls = tls.as_ref().and_then(|tls| {
         let ca = read("store.tls.ca", &tls.ca, false);
@@ -147,14 +155,17 @@ fn read_store_secrets(config: &AgentConfig, file: &str) -> Result<StoreSecrets, 
         };
         Some(EtcdTlsPem { ca: ca?, identity })
     });
-    let user = match user {
-        Some((name, Ok(password))) => Some((name, password)),
-        Some((_, Err(message))) => {
-            refuse("store.passwordFile", message);
-            None
-        }
-        None => None,
-    };
+    if let Some((_, Secret(password))) = &user
+        && password.is_empty()
+    {
+        lines.push(
+            InputError::at(
+                config.source.at("store.passwordFile"),
+                "store.passwordFile: the password is empty",
+            )
+            .render(file),
+        );
+    }
     if lines.is_empty() { Ok(StoreSecrets { user, tls }) } else { Err(lines) }
 }
 

@@ -9,7 +9,8 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
+    WatchOptions,
 };
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -125,6 +126,9 @@ pub(crate) struct Manifest {
     xxh3: String,
 }
 
+/// How often the client pings etcd on a connection (see [`connect`]).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(6);
+
 /// The largest answer the client decodes (tonic's default is 4 MiB): a page of the log's
 /// batches, a watch answer (fragmented by etcd at its request limit, 1.5 MiB by default).
 const DECODE_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -135,8 +139,13 @@ const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 /// How the thread connects.
 #[derive(Clone, Debug)]
 pub(crate) struct ConnectSettings {
-    /// Where etcd is and how to talk to it (the one rule, `tenure_lead::etcd_connection`).
-    pub(crate) connection: tenure_lead::etcd_connection::EtcdConnection,
+    pub(crate) endpoints: Vec<String>,
+    /// Per request (connect, append, read).
+    pub(crate) request_timeout: Duration,
+    /// `user`, `password`, when etcd has authentication on.
+    pub(crate) user: Option<(String, super::Secret)>,
+    /// TLS material, with https endpoints.
+    pub(crate) tls: Option<super::EtcdTlsPem>,
     /// This agent's fleet ([`super::fleet_text`]), which must be the one in etcd.
     pub(crate) fleet: String,
 }
@@ -161,7 +170,7 @@ impl Io {
     ) -> Result<(Self, HeadRead), String> {
         let (commands, mut receiver) = mpsc::unbounded_channel::<Command>();
         let (ready, started) = std_mpsc::sync_channel::<Result<HeadRead, String>>(1);
-        let request_timeout = settings.connection.request_timeout;
+        let request_timeout = settings.request_timeout;
         std::thread::Builder::new()
             .name("tenure-etcd".into())
             .spawn(move || {
@@ -250,9 +259,30 @@ fn failed(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
 }
 
 async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
-    // Appends and head reads have their own deadlines, so a cut link fails them (and the agent
-    // closes) before the connection's keepalive notices.
-    settings.connection.connect().await.map_err(failed("connect"))
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(settings.request_timeout)
+        .with_timeout(settings.request_timeout)
+        // A link that died quietly (a partition) shows within seconds, also on the watch (where
+        // nothing else would time out). Not more often: etcd drops a connection that pings more
+        // often than its --grpc-keepalive-min-time (5 s by default) while no data flows
+        // ("too_many_pings"), and a quiet watch would break over and over. Appends and head reads
+        // have their own deadlines, so a cut link fails them (and the agent closes) sooner.
+        .with_keep_alive(KEEPALIVE_INTERVAL, Duration::from_secs(2))
+        .with_keep_alive_while_idle(true);
+    if let Some((user, password)) = &settings.user {
+        // An auth token expires (a JWT a fixed time after it was issued, 5 min by default): the
+        // client authenticates again when etcd says so, rather than fail every request after.
+        options = options.with_user(user.clone(), password.0.clone()).with_auto_token_refresh(true);
+    }
+    if let Some(tls) = &settings.tls {
+        let mut config =
+            etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(&tls.ca));
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(etcd_client::Identity::from_pem(cert, key.0.as_bytes()));
+        }
+        options = options.with_tls(config);
+    }
+    Client::connect(&settings.endpoints, Some(options)).await.map_err(failed("connect"))
 }
 
 /// The first key-value of each `get` of a transaction's answer, in order (`None` for an absent

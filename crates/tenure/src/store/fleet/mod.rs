@@ -213,11 +213,34 @@ pub struct EtcdOptions {
     pub fleet: String,
 }
 
+/// A password: never printed (its `Debug` says `<secret>`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<secret>")
+    }
+}
+
+/// TLS material for etcd, read from the files of `store.tls`.
+#[derive(Clone)]
+pub struct EtcdTlsPem {
+    /// The CA certificate that signed etcd's.
+    pub ca: Vec<u8>,
+    /// This agent's certificate and private key, when etcd asks for a client certificate.
+    pub identity: Option<(Vec<u8>, Secret)>,
+}
+
+impl std::fmt::Debug for EtcdTlsPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTlsPem")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 pub use tenure_core::fleet_spec::fleet_text;
-use tenure_lead::etcd_connection::EtcdConnection;
-/// A password or key ([`Secret`]) and TLS material ([`EtcdTlsPem`]): the one etcd connection
-/// rule's, shared with `tenure elect --backend etcd`.
-pub use tenure_lead::etcd_connection::{EtcdTlsPem, Secret};
 
 /// `Ok` when the fleet in etcd is this agent's; else one line naming the first difference.
 pub(crate) fn compare_fleets(stored: &str, mine: &str, key: &str) -> Result<(), String> {
@@ -506,12 +529,10 @@ impl EtcdStore {
             shared.lock().anchor = binding.anchor();
         }
         let settings = ConnectSettings {
-            connection: EtcdConnection {
-                endpoints: options.endpoints.clone(),
-                request_timeout: options.request_timeout,
-                user: options.user.clone(),
-                tls: options.tls.clone(),
-            },
+            endpoints: options.endpoints.clone(),
+            request_timeout: options.request_timeout,
+            user: options.user.clone(),
+            tls: options.tls.clone(),
             fleet: options.fleet.clone(),
         };
         let endpoints = options.endpoints.join(",");
