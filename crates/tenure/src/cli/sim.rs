@@ -9,7 +9,7 @@
 //!
 //! The simulator is behind the cargo feature `sim` (the runtime does not depend on it): this file
 //! has the arguments, always (so that `--help` lists them), and `sim/seeds.rs` runs them; a build
-//! without the feature refuses with exit 3 ([`super::simulator_not_built`]).
+//! without the feature refuses with exit 3 (`simulator_not_built` in `cli/mod.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
