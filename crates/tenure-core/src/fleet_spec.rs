@@ -65,11 +65,8 @@ pub fn validate_nodes<'a>(
                 errors.push(InputError::at(Position::of_spanned(field), m));
             }
         }
-        if n.nic.value.is_empty() || n.nic.value.contains('/') {
-            errors.push(InputError::at(
-                Position::of_spanned(&n.nic),
-                "nic must be non-empty and contain no `/`".to_owned(),
-            ));
+        if n.nic.value.trim().is_empty() {
+            errors.push(InputError::at(Position::of_spanned(&n.nic), "nic must be non-empty".to_owned()));
         }
         if nodes.iter().any(|(m, _)| m.name == n.name.value) {
             errors.push(InputError::at(
@@ -183,7 +180,7 @@ mod tests {
                 (2, "node `a` names undeclared provider `sim2`"),
                 (3, "placementGroup `g 1` contains ` `; use letters, digits, `.`, `_` and `-`"),
                 (3, "nic `eni-a` of provider `sim1` belongs to two nodes"),
-                (4, "nic must be non-empty and contain no `/`"),
+                (4, "nic must be non-empty"),
             ]
         );
     }

@@ -513,9 +513,31 @@ mod tests {
             OwnershipEpoch::from_stored(8),
         );
         assert_eq!(ParsedKey::parse(&v6.idempotency_key).map(|k| k.address), Some(v6.address));
-        for bad in
-            ["", "a/b", "p/10.0.0.1/nope/a/s/n/owner:1:epoch:1", "p/10.0.0.1/garp/a/s/n/owner:x:epoch:1"]
-        {
+        // An Azure NIC is an ARM resource id, full of `/`: it is everything between the provider
+        // and the epochs' tail.
+        let arm = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/nic-a";
+        let azure = StampedAction::new(
+            "p",
+            "10.0.0.11".parse().expect("literal"),
+            Verb::AssignSecondaryIp,
+            "a",
+            "az",
+            arm,
+            CaptureDomain::new("az", "g1"),
+            CaptureEpoch::from_stored(4),
+            OwnershipEpoch::from_stored(5),
+        );
+        let parsed = ParsedKey::parse(&azure.idempotency_key).expect("an ARM id NIC parses");
+        assert_eq!((parsed.nic.as_str(), parsed.provider.as_str(), parsed.holder.as_str()), (arm, "az", "a"));
+        assert_eq!((parsed.ownership_epoch.get(), parsed.capture_epoch.get()), (5, 4));
+        for bad in [
+            "",
+            "a/b",
+            "p/10.0.0.1/nope/a/s/n/owner:1:epoch:1",
+            "p/10.0.0.1/garp/a/s/n/owner:x:epoch:1",
+            "p/10.0.0.1/garp/a/s//owner:1:epoch:1",
+            "p/10.0.0.1/garp/a/s/owner:1:epoch:1",
+        ] {
             assert_eq!(ParsedKey::parse(bad), None, "{bad}");
         }
     }

@@ -154,7 +154,9 @@ impl ActionStamp<'_> {
 }
 
 /// The parts of an idempotency key, parsed back (for `action-result` events, which carry only
-/// the key). Names and NICs never contain `/`, so the key splits unambiguously.
+/// the key). Names never contain `/` and the epochs' tail has none, so the key splits
+/// unambiguously even when the NIC does (an Azure NIC is an ARM resource id: everything between
+/// the provider and the tail is the NIC).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedKey {
     /// Pool name.
@@ -179,17 +181,22 @@ impl ParsedKey {
     /// Parses `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<o>:epoch:<c>`.
     #[must_use]
     pub fn parse(key: &str) -> Option<Self> {
-        let parts: Vec<&str> = key.split('/').collect();
-        let [pool, address, verb, holder, provider, nic, tail] = parts.as_slice() else { return None };
+        let mut parts = key.splitn(6, '/');
+        let (pool, address, verb, holder, provider) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let (nic, tail) = parts.next()?.rsplit_once('/')?;
+        if nic.is_empty() {
+            return None;
+        }
         let tail = tail.strip_prefix("owner:")?;
         let (ownership, capture) = tail.split_once(":epoch:")?;
         Some(Self {
-            pool: (*pool).to_owned(),
+            pool: pool.to_owned(),
             address: address.parse().ok()?,
             verb: verb.parse().ok()?,
-            holder: (*holder).to_owned(),
-            provider: (*provider).to_owned(),
-            nic: (*nic).to_owned(),
+            holder: holder.to_owned(),
+            provider: provider.to_owned(),
+            nic: nic.to_owned(),
             ownership_epoch: OwnershipEpoch(ownership.parse().ok()?),
             capture_epoch: CaptureEpoch(capture.parse().ok()?),
         })

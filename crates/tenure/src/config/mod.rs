@@ -470,6 +470,14 @@ fn validate_node_keys(
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
     let (nodes, mut node_errors) = validate_nodes(raws.iter().map(|n| &n.value), &names);
     errors.append(&mut node_errors);
+    // A provider kind's own rule for its NIC ids (an ARM resource id, an OCID), at the `nic`.
+    for (node, source) in &nodes {
+        if let Some(provider) = providers.iter().find(|p| p.name == node.provider)
+            && let Some(message) = provider.settings.check_nic(&node.nic)
+        {
+            errors.push(InputError::at(source.nic, format!("node `{}`: {message}", node.name)));
+        }
+    }
     let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(|(node, _)| node).collect();
     let peers = nodes.split_off(own.min(nodes.len()));
     // A provider that answers on one interface of this host (`onprem`: its proxy entries, and so

@@ -89,6 +89,13 @@ impl ProviderSettings {
     pub fn one_node_per_agent(&self) -> bool {
         self.provider().one_node_per_agent()
     }
+
+    /// Why `nic` cannot be a NIC of this provider's nodes (an Azure NIC is an ARM resource id, an
+    /// OCI VNIC an OCID), if it cannot: the config check puts it at the node's `nic`.
+    #[must_use]
+    pub fn check_nic(&self, nic: &str) -> Option<String> {
+        self.provider().check_nic(nic)
+    }
 }
 
 /// Reads the settings of one `providers:` entry whose `kind` is `kind` from `entry` (the entry's
@@ -160,6 +167,12 @@ pub trait Runtime: fmt::Debug {
     /// Whether at most one of this agent's nodes may be on such a provider.
     fn one_node_per_agent(&self) -> bool {
         false
+    }
+
+    /// Why `nic` is not a NIC id of this kind, if it is not (any non-empty id is, unless the kind
+    /// says otherwise).
+    fn check_nic(&self, _nic: &str) -> Option<String> {
+        None
     }
 }
 
