@@ -16,10 +16,11 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tenure_core::model::LeaderEpoch;
 
 use crate::backend::{Attempt, BackendError, LeaseBackend, REQUEST_TIMEOUT, lease_whole_seconds};
+use crate::etcd_connection::EtcdConnection;
 
 /// One contender in an etcd election.
 pub struct EtcdBackend {
@@ -74,9 +75,26 @@ impl EtcdBackend {
         name: &str,
         lease_duration: Duration,
     ) -> Result<Self, BackendError> {
-        let options =
-            ConnectOptions::new().with_connect_timeout(REQUEST_TIMEOUT).with_timeout(REQUEST_TIMEOUT);
-        let client = Client::connect(endpoints, Some(options)).await.map_err(failed)?;
+        Self::connect_with(
+            &EtcdConnection::plain(endpoints.to_vec(), REQUEST_TIMEOUT),
+            prefix,
+            election,
+            name,
+            lease_duration,
+        )
+        .await
+    }
+
+    /// As [`EtcdBackend::connect`], through `connection` (TLS, authentication: see
+    /// [`crate::etcd_connection`]).
+    pub async fn connect_with(
+        connection: &EtcdConnection,
+        prefix: &str,
+        election: &str,
+        name: &str,
+        lease_duration: Duration,
+    ) -> Result<Self, BackendError> {
+        let client = connection.connect().await.map_err(failed)?;
         let base = format!("{}/elections/{election}", prefix.trim_end_matches('/'));
         Ok(Self {
             client,

@@ -14,6 +14,8 @@
 //! - [`elector`] — the campaign loop: acquire, renew, step down before the lease can expire.
 //! - [`noop`], [`embedded`], `etcd` — the backends (Kubernetes lives in `tenure-kube`). `etcd` is
 //!   built only with the cargo feature `etcd` (etcd-client needs protoc at build time).
+//! - `etcd_connection` (feature `etcd`) — how every etcd client of tenure connects: endpoints,
+//!   deadlines, keepalive, TLS, authentication (the agent's fleet store uses it too).
 //! - [`memory`] — the highest term seen per election, kept in the state directory across
 //!   restarts; `Remembering` wraps a backend with it.
 //! - [`bridge`] — the epoch bridge between a leader-only producer and the pipeline.
@@ -43,6 +45,8 @@ pub mod elector;
 pub mod embedded;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "etcd")]
+pub mod etcd_connection;
 pub mod handle;
 pub mod memory;
 pub mod noop;

@@ -741,3 +741,57 @@ fn a_build_without_kubernetes_refuses_the_kubernetes_backend_in_one_line() {
         "tenure elect: this build has no kubernetes backend; rebuild with --features kubernetes\n"
     );
 }
+
+/// etcd's TLS and authentication flags: each mistake is one line and exit 2, before connecting
+/// (the endpoint is a closed port), and a flag for another backend is refused by name.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_tls_and_password_flags_are_checked_before_connecting() {
+    let dir = std::env::temp_dir().join(format!("tenure-elect-tls-flags-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let empty = dir.join("empty-password");
+    std::fs::write(&empty, "\n").expect("write");
+    let missing = dir.join("missing.pem");
+    let (d, e, m) = (dir.display(), empty.display(), missing.display());
+    let etcd = ["elect", "e", "--name", "a", "--backend", "etcd", "--endpoints", "https://127.0.0.1:1"];
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (vec!["--cert".into(), format!("{d}/c.pem")], "--cert needs --key".into()),
+        (vec!["--key".into(), format!("{d}/k.pem")], "--key needs --cert".into()),
+        (
+            vec!["--cert".into(), format!("{d}/c.pem"), "--key".into(), format!("{d}/k.pem")],
+            "--cert needs --cacert".into(),
+        ),
+        (vec!["--user".into(), "u".into()], "--user needs --password-file".into()),
+        (vec!["--password-file".into(), e.to_string()], "--password-file needs --user".into()),
+        (
+            vec!["--user".into(), "u".into(), "--password-file".into(), e.to_string()],
+            format!("--password-file {e}: the password is empty"),
+        ),
+        (vec!["--cacert".into(), m.to_string()], format!("--cacert {m}: cannot read: ")),
+    ];
+    for (flags, expected) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(etcd)
+            .args(&flags)
+            .env("XDG_STATE_HOME", &dir)
+            .output()
+            .expect("run tenure elect");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{flags:?}");
+        assert_eq!(stderr.lines().count(), 1, "{flags:?}: {stderr}");
+        assert!(stderr.starts_with(&format!("tenure elect: {expected}")), "{flags:?}: {stderr}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["elect", "e", "--name", "a", "--backend", "embedded", "--user", "u"])
+        .env("XDG_STATE_HOME", &dir)
+        .output()
+        .expect("run tenure elect");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "tenure elect: --user is for the etcd backend; --backend embedded takes none\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

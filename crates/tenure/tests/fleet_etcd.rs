@@ -1125,4 +1125,48 @@ fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() 
     post_until_accepted_quietly(listen, "/v1/drain/b");
     assert!(health_ok(listen), "healthy after its first auth token expired: {}", agent.log());
     drop(agent);
+    // `tenure elect` reaches the same secured etcd with the same material, as etcdctl's flags
+    // name it, and leads under term 1; a wrong password is refused by etcd in one line.
+    let elect = |password_file: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["elect", "secured", "--name", "a", "--backend", "etcd", "--endpoints", &etcd.endpoint])
+            .args(["--prefix", "/fleet-test", "--cacert", &p("ca.pem"), "--cert", &p("client.pem")])
+            .args(["--key", &p("client.key"), "--user", "tenure-agent", "--password-file", &p(password_file)])
+            .args(["--lease-duration", "2s", "--renew-deadline", "1s", "--retry-period", "200ms"])
+            .env("XDG_STATE_HOME", d.join("elect-state"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tenure elect starts")
+    };
+    let mut leader = elect("password");
+    let stdout = leader.stdout.take().expect("stdout");
+    let (lines, first) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut leading = None;
+    while leading.is_none() && std::time::Instant::now() < deadline {
+        if let Ok(line) = first.recv_timeout(Duration::from_millis(200))
+            && line.contains("\"leader\":true")
+        {
+            leading = Some(line);
+        }
+    }
+    let _ = leader.kill();
+    let output = leader.wait_with_output().expect("elect's output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let leading = leading.unwrap_or_else(|| panic!("tenure elect never led on the secured etcd: {stderr}"));
+    assert!(leading.contains("\"epoch\":1"), "{leading}");
+    assert!(!stderr.contains(PASSWORD) && !stderr.contains(key_line), "a secret was shown: {stderr}");
+    let refused = elect("wrong-password").wait_with_output().expect("refused elect");
+    let refused_err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a wrong password must not lead: {refused_err}");
+    assert!(!refused_err.contains("not-it"), "the wrong password was shown: {refused_err}");
 }

@@ -68,6 +68,21 @@ pub struct ElectArgs {
     /// kubernetes only: the namespace of the Lease [default: default].
     #[arg(long = "namespace")]
     namespace_flag: Option<String>,
+    /// etcd only: the CA certificate (PEM) that signed etcd's, for https endpoints.
+    #[arg(long)]
+    cacert: Option<PathBuf>,
+    /// etcd only: this contender's client certificate (PEM), with --key and --cacert.
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// etcd only: the private key (PEM) of --cert.
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// etcd only: the etcd user, with --password-file.
+    #[arg(long)]
+    user: Option<String>,
+    /// etcd only: the file holding --user's password (its line end is not part of it).
+    #[arg(long)]
+    password_file: Option<PathBuf>,
 }
 
 impl ElectArgs {
@@ -75,6 +90,36 @@ impl ElectArgs {
     #[cfg(feature = "etcd")]
     fn prefix(&self) -> &str {
         self.prefix_flag.as_deref().unwrap_or("/tenure")
+    }
+
+    /// How to reach etcd: `--endpoints`, and TLS and authentication from `--cacert`, `--cert`,
+    /// `--key`, `--user`, `--password-file` (their files read now).
+    #[cfg(feature = "etcd")]
+    fn etcd_connection(&self) -> Result<tenure_lead::etcd_connection::EtcdConnection, String> {
+        use tenure_lead::etcd_connection::{EtcdConnection, EtcdTlsPem, Secret, password_of, read_file};
+        let read = |flag: &str, path: &PathBuf, text: bool| {
+            read_file(path, text).map_err(|why| format!("{flag} {why}"))
+        };
+        let mut connection =
+            EtcdConnection::plain(self.endpoints.clone(), tenure_lead::backend::REQUEST_TIMEOUT);
+        if let (Some(user), Some(file)) = (&self.user, &self.password_file) {
+            let password = password_of(&read("--password-file", file, true)?);
+            if password.0.is_empty() {
+                return Err(format!("--password-file {}: the password is empty", file.display()));
+            }
+            connection.user = Some((user.clone(), password));
+        }
+        if let Some(ca) = &self.cacert {
+            let identity = match (&self.cert, &self.key) {
+                (Some(cert), Some(key)) => Some((
+                    read("--cert", cert, false)?,
+                    Secret(String::from_utf8_lossy(&read("--key", key, true)?).into_owned()),
+                )),
+                _ => None,
+            };
+            connection.tls = Some(EtcdTlsPem { ca: read("--cacert", ca, false)?, identity });
+        }
+        Ok(connection)
     }
 
     /// `--namespace`, or its default.
@@ -196,12 +241,28 @@ fn config(args: &ElectArgs) -> Result<(Backend, ElectionConfig), Refusal> {
     for (flag, given, only) in [
         ("--prefix", args.prefix_flag.is_some(), "etcd"),
         ("--namespace", args.namespace_flag.is_some(), "kubernetes"),
+        ("--cacert", args.cacert.is_some(), "etcd"),
+        ("--cert", args.cert.is_some(), "etcd"),
+        ("--key", args.key.is_some(), "etcd"),
+        ("--user", args.user.is_some(), "etcd"),
+        ("--password-file", args.password_file.is_some(), "etcd"),
     ] {
         if given && args.backend != only {
             return Err(Refusal::BadInput(format!(
                 "{flag} is for the {only} backend; --backend {} takes none",
                 args.backend
             )));
+        }
+    }
+    for (flag, given, needs, present) in [
+        ("--cert", args.cert.is_some(), "--key", args.key.is_some()),
+        ("--key", args.key.is_some(), "--cert", args.cert.is_some()),
+        ("--cert", args.cert.is_some(), "--cacert", args.cacert.is_some()),
+        ("--user", args.user.is_some(), "--password-file", args.password_file.is_some()),
+        ("--password-file", args.password_file.is_some(), "--user", args.user.is_some()),
+    ] {
+        if given && !present {
+            return Err(Refusal::BadInput(format!("{flag} needs {needs}")));
         }
     }
     if backend == Backend::Noop && args.state_dir.is_some() {
@@ -255,6 +316,18 @@ pub fn run(args: &ElectArgs) -> ExitCode {
             return ExitCode::from(super::EXIT_NOT_BUILT);
         }
     };
+    // etcd's TLS and password files are read before anything starts: a bad one is bad input.
+    #[cfg(feature = "etcd")]
+    let etcd_connection = match backend {
+        Backend::Etcd => match args.etcd_connection() {
+            Ok(connection) => Some(connection),
+            Err(message) => {
+                eprintln!("tenure elect: {message}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        },
+        _ => None,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -305,8 +378,12 @@ pub fn run(args: &ElectArgs) -> ExitCode {
                 let memory = memory(args, state, prefix)?;
                 term_place = format!("the etcd key {prefix}/elections/{}/term", args.election);
                 floor_file = memory.path().to_owned();
-                let backend = EtcdBackend::connect(
-                    &args.endpoints,
+                let connection = etcd_connection.as_ref().ok_or_else(|| BackendError::Unavailable {
+                    backend: "etcd",
+                    message: "no connection settings".to_owned(),
+                })?;
+                let backend = EtcdBackend::connect_with(
+                    connection,
                     args.prefix(),
                     &args.election,
                     &args.name,

@@ -125,23 +125,15 @@ fn read_store_secrets(config: &AgentConfig, file: &str) -> Result<StoreSecrets, 
     };
     let mut lines = Vec::new();
     let mut read = |key: &str, path: &Path, text: bool| -> Option<Vec<u8>> {
-        let refuse = |message: String| InputError::at(config.source.at(key), message).render(file);
-        match std::fs::read(path) {
-            Ok(bytes) if text && std::str::from_utf8(&bytes).is_err() => {
-                lines.push(refuse(format!("{key} {}: not text (UTF-8)", path.display())));
-                None
-            }
-            Ok(bytes) => Some(bytes),
-            Err(e) => {
-                lines.push(refuse(format!("{key} {}: cannot read: {e}", path.display())));
-                None
-            }
-        }
+        tenure_lead::etcd_connection::read_file(path, text)
+            .map_err(|why| {
+                lines.push(InputError::at(config.source.at(key), format!("{key} {why}")).render(file))
+            })
+            .ok()
     };
     let user = user.as_ref().and_then(|(name, password_file)| {
         let bytes = read("store.passwordFile", password_file, true)?;
-        let password = String::from_utf8_lossy(&bytes).trim_end_matches(['\n', '\r']).to_owned();
-        Some((name.clone(), Secret(password)))
+        Some((name.clone(), tenure_lead::etcd_connection::password_of(&bytes)))
     });
     let tls = tls.as_ref().and_then(|tls| {
         let ca = read("store.tls.ca", &tls.ca, false);

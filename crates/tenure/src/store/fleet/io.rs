@@ -9,9 +9,9 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
-    WatchOptions,
+    Client, Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
 };
+use tenure_lead::etcd_connection::EtcdConnection;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -125,9 +125,6 @@ pub(crate) struct Manifest {
     /// xxh3-64 of the bytes, hex.
     xxh3: String,
 }
-
-/// How often the client pings etcd on a connection (see [`connect`]).
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(6);
 
 /// The largest answer the client decodes (tonic's default is 4 MiB): a page of the log's
 /// batches, a watch answer (fragmented by etcd at its request limit, 1.5 MiB by default).
@@ -259,30 +256,15 @@ fn failed(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
 }
 
 async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(settings.request_timeout)
-        .with_timeout(settings.request_timeout)
-        // A link that died quietly (a partition) shows within seconds, also on the watch (where
-        // nothing else would time out). Not more often: etcd drops a connection that pings more
-        // often than its --grpc-keepalive-min-time (5 s by default) while no data flows
-        // ("too_many_pings"), and a quiet watch would break over and over. Appends and head reads
-        // have their own deadlines, so a cut link fails them (and the agent closes) sooner.
-        .with_keep_alive(KEEPALIVE_INTERVAL, Duration::from_secs(2))
-        .with_keep_alive_while_idle(true);
-    if let Some((user, password)) = &settings.user {
-        // An auth token expires (a JWT a fixed time after it was issued, 5 min by default): the
-        // client authenticates again when etcd says so, rather than fail every request after.
-        options = options.with_user(user.clone(), password.0.clone()).with_auto_token_refresh(true);
-    }
-    if let Some(tls) = &settings.tls {
-        let mut config =
-            etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(&tls.ca));
-        if let Some((cert, key)) = &tls.identity {
-            config = config.identity(etcd_client::Identity::from_pem(cert, key.0.as_bytes()));
-        }
-        options = options.with_tls(config);
-    }
-    Client::connect(&settings.endpoints, Some(options)).await.map_err(failed("connect"))
+    // Appends and head reads have their own deadlines, so a cut link fails them (and the agent
+    // closes) sooner than the keepalive notices it; the keepalive covers the watch.
+    let connection = EtcdConnection {
+        endpoints: settings.endpoints.clone(),
+        request_timeout: settings.request_timeout,
+        user: settings.user.clone(),
+        tls: settings.tls.clone(),
+    };
+    connection.connect().await.map_err(failed("connect"))
 }
 
 /// The first key-value of each `get` of a transaction's answer, in order (`None` for an absent

@@ -213,32 +213,7 @@ pub struct EtcdOptions {
     pub fleet: String,
 }
 
-/// A password: never printed (its `Debug` says `<secret>`).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<secret>")
-    }
-}
-
-/// TLS material for etcd, read from the files of `store.tls`.
-#[derive(Clone)]
-pub struct EtcdTlsPem {
-    /// The CA certificate that signed etcd's.
-    pub ca: Vec<u8>,
-    /// This agent's certificate and private key, when etcd asks for a client certificate.
-    pub identity: Option<(Vec<u8>, Secret)>,
-}
-
-impl std::fmt::Debug for EtcdTlsPem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdTlsPem")
-            .field("client_certificate", &self.identity.is_some())
-            .finish_non_exhaustive()
-    }
-}
+pub use tenure_lead::etcd_connection::{EtcdTlsPem, Secret};
 
 pub use tenure_core::fleet_spec::fleet_text;
 
