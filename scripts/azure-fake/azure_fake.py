@@ -15,7 +15,7 @@
 #   - no or another bearer token: 401.
 # Test knobs (the `/_fake/...` admin API, no auth):
 #   POST /_fake/nic      {"group","name","subnet","primary","secondary":[..],"ipForwarding"} make a NIC
-#   POST /_fake/set      {"id", "secondary": [..]}   change a NIC by hand (drift), etag bumped
+#   POST /_fake/set      {"id", "secondary"?: [..], "ipForwarding"?}  change a NIC by hand (drift), etag bumped
 #   POST /_fake/config   {"lroDelayMs","pollMs","staleGetMs","staleListMs","pageSize"}
 #   POST /_fake/faults   {"op": get|put|list|poll|any, "nic": name?, "status", "code"?, "retryAfter"?, "count"}
 #                        the next `count` matching calls answer `status` (429/500/409/403/…)
@@ -285,12 +285,16 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/_fake/set":
                 key = body["id"].lower()
                 new = copy.deepcopy(current(STATE["nics"][key]))
-                ipcs = [c for c in configs(new) if c["properties"].get("primary")]
-                subnet = ipcs[0]["properties"]["subnet"]
-                for i, a in enumerate(body.get("secondary", [])):
-                    ipcs.append({"name": "hand%d" % i, "properties": {"primary": False, "privateIPAddress": a,
-                                                                      "privateIPAllocationMethod": "Static", "subnet": subnet}})
-                new["properties"]["ipConfigurations"] = ipcs
+                if "secondary" in body:
+                    ipcs = [c for c in configs(new) if c["properties"].get("primary")]
+                    subnet = ipcs[0]["properties"]["subnet"]
+                    for i, a in enumerate(body["secondary"]):
+                        ipcs.append({"name": "hand%d" % i, "properties": {
+                            "primary": False, "privateIPAddress": a, "privateIPAllocationMethod": "Static",
+                            "subnet": subnet}})
+                    new["properties"]["ipConfigurations"] = ipcs
+                if "ipForwarding" in body:
+                    new["properties"]["enableIPForwarding"] = bool(body["ipForwarding"])
                 write(key, new)
                 return self.answer(200, {})
             if path == "/_fake/config":

@@ -149,6 +149,11 @@ impl AzureFake {
         self.http("POST", "/_fake/set", &json!({"id": id, "secondary": secondary}));
     }
 
+    /// Turns `enableIPForwarding` on or off on NIC `id` by hand.
+    pub fn set_forwarding(&self, id: &str, on: bool) {
+        self.http("POST", "/_fake/set", &json!({"id": id, "ipForwarding": on}));
+    }
+
     /// A client of the fake with its token.
     pub fn arm(&self) -> Arm {
         Arm::with_fixed_token(&self.url(), TOKEN).expect("a client")
