@@ -18,14 +18,17 @@ pub mod client;
 pub mod nic;
 pub mod ops;
 
+/// The HTTP method of [`Arm::call`].
+pub use azure_core::http::Method;
 pub use client::{API_VERSION, ARM_ENDPOINT, ARM_SCOPE, Arm, TEST_TOKEN_ENV};
 pub use nic::Nic;
 pub use ops::{Forwarding, Released, Seized, group_of};
 
 /// What the role of the agent's identity needs (named in every permission error).
 pub const ROLE_HINT: &str = "the agent's identity needs the role Network Contributor on the NICs and their subnet, or a \
-     custom role with Microsoft.Network/networkInterfaces/read, Microsoft.Network/networkInterfaces/write and \
-     Microsoft.Network/virtualNetworks/subnets/join/action (docs/operations.md, Azure)";
+     custom role with Microsoft.Network/networkInterfaces/read, Microsoft.Network/networkInterfaces/write, \
+     Microsoft.Network/virtualNetworks/subnets/join/action and Microsoft.Network/locations/operations/read, plus \
+     the join action of any resource the NIC links (LinkedAuthorizationFailed: docs/operations.md, Azure)";
 
 /// Why an ARM call did not do what was asked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
