@@ -61,8 +61,10 @@ async fn raw_seize(arm: &Arm, own: &str, other: &str, group: &str) {
         let url = arm.url(&nic.id).expect("url");
         let etag = nic.etag.clone();
         async move {
-            let answer =
-                arm.call("put", Method::Put, &url, Some(&body), etag.as_deref(), deadline).await.expect("put");
+            let answer = arm
+                .call("put", Method::Put, &url, Some(&body), etag.as_deref(), deadline)
+                .await
+                .expect("put");
             assert_eq!(answer.status, 200, "{:?}", answer.body);
         }
     };
@@ -85,8 +87,10 @@ fn main() {
     let arm = fake.arm();
     let executor = AzureExecutor::with_client(fake.arm(), IpForwarding::Check);
     let nics = [a.clone(), b.clone()];
-    let mut criterion =
-        Criterion::default().sample_size(SAMPLES_COUNT).measurement_time(MEASUREMENT_TIME).configure_from_args();
+    let mut criterion = Criterion::default()
+        .sample_size(SAMPLES_COUNT)
+        .measurement_time(MEASUREMENT_TIME)
+        .configure_from_args();
     let mut group_bench = criterion.benchmark_group("azure");
     // The address is on a: the first seize is onto b.
     let mut turn = 0_usize;
