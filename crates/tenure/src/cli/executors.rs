@@ -77,6 +77,19 @@ mod tests {
         assert!(executors["cloud"].executor.withdraw(&withdraw).is_none(), "a sim-cloud one does not");
     }
 
+    /// A build without the cargo feature `azure` refuses an azure provider naming the feature.
+    #[cfg(not(feature = "azure"))]
+    #[test]
+    fn an_azure_provider_in_a_build_without_the_feature_is_refused_naming_it() {
+        let text = "node: {name: a, provider: o, placementGroup: g1, nic: '/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/a'}\n\
+                    store: {path: ./d}\nproviders: [{name: o, kind: azure, subscriptionId: 00000000-0000-0000-0000-000000000001}]\n";
+        let config = parse_config(text, Path::new("agent.yaml")).expect("a valid azure config parses");
+        assert_eq!(
+            executors(&config, "", None).expect_err("no executor"),
+            "provider `o`: this build has no azure executor; rebuild with --features azure"
+        );
+    }
+
     #[test]
     fn a_kind_without_an_executor_is_refused_naming_the_provider() {
         let text = "node: {name: a, provider: o, placementGroup: g1, nic: n}\nstore: {path: ./d}\n\
