@@ -242,3 +242,19 @@ async fn inventory_lists_the_nodes_resource_groups_paged() {
     );
     assert_eq!(fake.counts().get("list"), Some(&2), "three NICs in pages of two");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_lags_is_caught_by_azure_refusing_the_address_in_use_never_two_holders() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    // The list shows NICs as they were 800 ms ago: it does not show a holding the address yet.
+    fake.config(&json!({"staleListMs": 800}));
+    fake.reset_calls();
+    let seized = detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 2)).await);
+    assert_eq!(seized, format!("10.0.0.10 moved to {b} from {a} (confirmed)"));
+    let refused = fake.calls().iter().filter(|c| c["op"] == "put" && c["status"] == 400).count();
+    assert!(refused >= 1, "b's first write was refused: the address was in use on a");
+    assert!(!fake.holds(&a, address()) && fake.holds(&b, address()), "on b only");
+}
