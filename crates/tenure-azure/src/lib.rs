@@ -22,7 +22,7 @@ pub mod ops;
 pub use azure_core::http::Method;
 pub use client::{API_VERSION, ARM_ENDPOINT, ARM_SCOPE, Arm, TEST_TOKEN_ENV};
 pub use nic::Nic;
-pub use ops::{Forwarding, Released, Seized, group_of};
+pub use ops::{Forwarding, Released, Seized};
 
 /// What the role of the agent's identity needs (named in every permission error).
 pub const ROLE_HINT: &str = "the agent's identity needs the role Network Contributor on the NICs and their subnet, or a \

@@ -61,20 +61,6 @@ pub enum Forwarding {
     Off,
 }
 
-/// The resource group scope (`/subscriptions/{s}/resourceGroups/{rg}`) of an ARM resource id.
-#[must_use]
-pub fn group_of(id: &str) -> Option<String> {
-    let parts: Vec<&str> = id.trim_start_matches('/').split('/').collect();
-    match parts.as_slice() {
-        [s, sub, r, group, ..]
-            if s.eq_ignore_ascii_case("subscriptions") && r.eq_ignore_ascii_case("resourceGroups") =>
-        {
-            Some(format!("/subscriptions/{sub}/resourceGroups/{group}"))
-        }
-        _ => None,
-    }
-}
-
 impl Arm {
     /// Reads the NIC `id`.
     ///
@@ -340,15 +326,17 @@ impl Arm {
         }
     }
 
-    /// Where each of `addresses` is held among the NICs of the resource groups of `nics`: for
-    /// every address asked, the ids of the NICs holding it, sorted (a NIC of `nics` spelled as
-    /// given there); held nowhere maps to an empty list. One list per resource group, paged.
+    /// Where each of `addresses` is held among the NICs of resource `groups`
+    /// (`/subscriptions/{s}/resourceGroups/{rg}`, those of the nodes' NICs): for every address
+    /// asked, the ids of the NICs holding it, sorted (a NIC of `nics` spelled as given there);
+    /// held nowhere maps to an empty list. One list per resource group, paged.
     ///
     /// # Errors
     ///
-    /// Those of [`Arm::list_nics`]; [`ArmError::Refused`] when no NIC of `nics` is an ARM id.
+    /// Those of [`Arm::list_nics`]; [`ArmError::Refused`] when `groups` is empty.
     pub async fn holders(
         &self,
+        groups: &[String],
         nics: &[String],
         addresses: &[IpAddr],
         deadline: Instant,
@@ -358,9 +346,6 @@ impl Arm {
         if nics.is_empty() || addresses.is_empty() {
             return Ok(found.into_keys().map(|a| (a, Vec::new())).collect());
         }
-        let mut groups: Vec<String> = nics.iter().filter_map(|n| group_of(n)).collect();
-        groups.sort_by_key(|g| g.to_ascii_lowercase());
-        groups.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
         if groups.is_empty() {
             return Err(ArmError::Refused {
                 operation: "NetworkInterfaces_List",
@@ -369,7 +354,7 @@ impl Arm {
                 message: "no NIC of the nodes is an ARM resource id: nothing to list".into(),
             });
         }
-        for group in &groups {
+        for group in groups {
             for nic in self.list_nics(group, deadline).await? {
                 let name = nics.iter().find(|n| nic.is(n)).cloned().unwrap_or_else(|| nic.id.clone());
                 for address in nic.addresses() {
@@ -401,19 +386,4 @@ async fn pause(backoff: &mut Duration, deadline: Instant) -> Result<(), ArmError
     }
     tokio::time::sleep(wait).await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_group_of_an_arm_id() {
-        assert_eq!(
-            group_of("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/a")
-                .as_deref(),
-            Some("/subscriptions/s/resourceGroups/rg")
-        );
-        assert_eq!(group_of("eni-123"), None);
-    }
 }

@@ -98,6 +98,13 @@ pub fn parse_nic_id(id: &str) -> Option<(&str, &str, &str)> {
     }
 }
 
+/// The resource group scope (`/subscriptions/{sub}/resourceGroups/{rg}`) of an ARM NIC id, or
+/// `None` when `id` is not one: where the executor looks for an address's holders.
+#[must_use]
+pub fn group_of(id: &str) -> Option<String> {
+    parse_nic_id(id).map(|(sub, group, _)| format!("/subscriptions/{sub}/resourceGroups/{group}"))
+}
+
 impl Provider for AzureSettings {
     const KIND: ProviderKind = ProviderKind::Azure;
     type Raw = AzureRaw;
@@ -236,6 +243,8 @@ mod tests {
         let message = settings(Some("other")).check_nic(&id).expect("refused");
         assert!(message.contains("not in the provider's resourceGroup other"), "{message}");
         assert!(settings(None).check_nic(&format!("{id}/ipConfigurations/x")).is_some());
+        assert_eq!(group_of(&id), Some(format!("/subscriptions/{SUB}/resourceGroups/rg")));
+        assert_eq!(group_of("eni-0123"), None);
     }
 
     #[test]

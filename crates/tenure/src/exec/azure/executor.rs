@@ -75,7 +75,7 @@ impl AzureExecutor {
         address: IpAddr,
         deadline: Instant,
     ) -> Result<ExecutionOutcome, ArmError> {
-        let Some(group) = tenure_azure::group_of(nic) else {
+        let Some(group) = super::group_of(nic) else {
             return Ok(ExecutionOutcome::Failed {
                 reason: format!("`{nic}` is not an Azure NIC resource id; not called"),
             });
@@ -172,8 +172,12 @@ impl Executor for AzureExecutor {
             // The agent bounds the read by the provider's call timeout; this bound only keeps the
             // retries' arithmetic finite.
             let deadline = Instant::now() + std::time::Duration::from_secs(3600);
+            // The resource groups of the nodes' NICs, once each (ARM names compare without case).
+            let mut groups: Vec<String> = request.nics.iter().filter_map(|n| super::group_of(n)).collect();
+            groups.sort_by_key(|g| g.to_ascii_lowercase());
+            groups.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
             let result = match self.arm() {
-                Ok(arm) => arm.holders(&request.nics, &request.addresses, deadline).await,
+                Ok(arm) => arm.holders(&groups, &request.nics, &request.addresses, deadline).await,
                 Err(e) => Err(e),
             };
             match result {
