@@ -351,6 +351,17 @@ impl Collector for SnapshotCollector {
             None,
             MetricType::Counter,
         )?)?;
+        let mut family = encoder.encode_descriptor(
+            "tenure_provider_throttled",
+            "Answers of each provider that asked its executor to wait (throttling: HTTP 429, a \
+             resource busy with another operation) since the agent started; each was waited out \
+             within the action's deadline.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (provider, count) in &s.provider_throttled {
+            ConstCounter::new(*count).encode(family.encode_family(&[("provider", provider.as_str())])?)?;
+        }
         gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, u64::from(s.healthy))
     }
 }
@@ -534,6 +545,7 @@ mod tests {
             stamps_capped: 4,
             head_unconfirmed: 6,
             calls_cancelled: 8,
+            provider_throttled: vec![("az1".to_owned(), 11)],
         }
     }
 
@@ -573,6 +585,7 @@ mod tests {
             ("tenure_stamps_capped", "counter"),
             ("tenure_head_unconfirmed", "counter"),
             ("tenure_calls_cancelled", "counter"),
+            ("tenure_provider_throttled", "counter"),
         ] {
             assert_eq!(types.get(family).map(String::as_str), Some(kind), "{family}");
         }
@@ -623,6 +636,9 @@ mod tests {
             [("provider".to_owned(), "lan".to_owned()), ("outcome".to_owned(), "executed".to_owned())]
         );
         assert_eq!(refreshes[0].value, "9");
+        let throttled = values(&samples, "tenure_provider_throttled_total");
+        assert_eq!(throttled[0].labels, [("provider".to_owned(), "az1".to_owned())]);
+        assert_eq!(throttled[0].value, "11");
 
         let rejected = values(&samples, "tenure_requests_rejected_total");
         let count = |reason: &str| {

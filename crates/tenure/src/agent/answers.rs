@@ -168,5 +168,7 @@ pub fn metrics<S: JournalStore>(
         stamps_capped: counters.stamps_capped,
         head_unconfirmed: counters.head_unconfirmed,
         calls_cancelled: counters.calls_cancelled,
+        // Filled by the loop, which holds the executors.
+        provider_throttled: Vec::new(),
     }
 }

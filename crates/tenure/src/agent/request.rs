@@ -91,6 +91,9 @@ pub struct MetricsSnapshot {
     pub head_unconfirmed: u64,
     /// Provider calls cancelled in flight because the view fenced their action (SPEC 9).
     pub calls_cancelled: u64,
+    /// Answers of each provider that asked its executor to wait (throttling), by provider
+    /// ([`crate::exec::Executor::throttled_calls`]).
+    pub provider_throttled: Vec<(String, u64)>,
 }
 
 /// A change asked of the agent through the API: appended to the log as an event.

@@ -1,6 +1,6 @@
 //! The executors of an agent config's providers, each made by its kind's `build()` through the
 //! registry (`exec/registry.rs`). A kind this build lacks (`aws`, `onprem` without their cargo
-//! features; `oci`, `azure` in every build) is a one-line refusal here, which the start checks
+//! features; `oci` in every build) is a one-line refusal here, which the start checks
 //! (`preflight.rs`) turn into exit 3 for both `tenure agent` and `tenure validate`.
 
 use std::collections::BTreeMap;
@@ -77,14 +77,27 @@ mod tests {
         assert!(executors["cloud"].executor.withdraw(&withdraw).is_none(), "a sim-cloud one does not");
     }
 
+    /// A build without the cargo feature `azure` refuses an azure provider naming the feature.
+    #[cfg(not(feature = "azure"))]
+    #[test]
+    fn an_azure_provider_in_a_build_without_the_feature_is_refused_naming_it() {
+        let text = "node: {name: a, provider: o, placementGroup: g1, nic: '/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/a'}\n\
+                    store: {path: ./d}\nproviders: [{name: o, kind: azure, subscriptionId: 00000000-0000-0000-0000-000000000001}]\n";
+        let config = parse_config(text, Path::new("agent.yaml")).expect("a valid azure config parses");
+        assert_eq!(
+            executors(&config, "", None).expect_err("no executor"),
+            "provider `o`: this build has no azure executor; rebuild with --features azure"
+        );
+    }
+
     #[test]
     fn a_kind_without_an_executor_is_refused_naming_the_provider() {
         let text = "node: {name: a, provider: o, placementGroup: g1, nic: n}\nstore: {path: ./d}\n\
-                    providers: [{name: o, kind: azure}]\n";
+                    providers: [{name: o, kind: oci}]\n";
         let config = parse_config(text, Path::new("agent.yaml")).expect("a kind without an executor parses");
         assert_eq!(
             executors(&config, "", None).expect_err("no executor"),
-            "provider `o`: kind azure has no executor in this version (see README.md, Status); use exec to \
+            "provider `o`: kind oci has no executor in this version (see README.md, Status); use exec to \
              drive it with your own command"
         );
     }

@@ -37,7 +37,9 @@
 //!     exec contract), killed with its process group past its timeout.
 //!   - [`sim`] — `sim-cloud`, `sim-onprem`: [`SimExecutor`], the simulated providers behind a
 //!     shared, lock-protected handle.
-//!   - [`oci`], [`azure`] — registered, with no executor in this version.
+//!   - [`azure`] — `azure`: `AzureExecutor`, static secondary ipConfigurations on Azure NICs
+//!     (cargo feature `azure`).
+//!   - [`oci`] — registered, with no executor in this version.
 //! - [`hook_groups`] — `HookGroups`: every hook's process group recorded durably before it can
 //!   act, and killed by that record at the next start (Linux).
 
@@ -173,6 +175,13 @@ pub trait Executor: Send + Sync {
     fn withdraw<'a>(&'a self, request: &'a WithdrawRequest) -> Option<WithdrawFuture<'a>> {
         let _ = request;
         None
+    }
+
+    /// Answers of the provider that asked this executor to wait (throttling, a resource busy
+    /// with another operation) since it was made: `tenure_provider_throttled_total{provider}`.
+    /// 0 (the default) for an executor that does not count them.
+    fn throttled_calls(&self) -> u64 {
+        0
     }
 }
 

@@ -44,7 +44,7 @@ pub enum ProviderSettings {
     Aws(aws::AwsSettings),
     /// `oci`: no executor in this version.
     Oci(oci::OciSettings),
-    /// `azure`: no executor in this version.
+    /// `azure`: secondary ipConfigurations on Azure NICs (cargo feature `azure`).
     Azure(azure::AzureSettings),
 }
 

@@ -203,6 +203,7 @@ impl TestDoubleAgentLoop {
             stamps_capped: 0,
             head_unconfirmed: 0,
             calls_cancelled: 0,
+            provider_throttled: Vec::new(),
         }
     }
 

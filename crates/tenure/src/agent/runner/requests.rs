@@ -64,8 +64,14 @@ impl<S: AgentStore> Agent<S> {
             }
             Request::Metrics { reply } => {
                 let health = self.health();
-                let _ =
-                    reply.send(answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok));
+                let mut snapshot =
+                    answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok);
+                snapshot.provider_throttled = self
+                    .executors
+                    .iter()
+                    .map(|(provider, executor)| (provider.clone(), executor.executor.throttled_calls()))
+                    .collect();
+                let _ = reply.send(snapshot);
                 false
             }
             Request::Backup { reply } => {

@@ -1,0 +1,162 @@
+//! [`Nic`]: a network interface as ARM answers it (`Microsoft.Network/networkInterfaces`), kept
+//! as JSON so that a PUT sends back every property it was given, changed only where asked.
+
+use std::net::IpAddr;
+
+use serde_json::{Value, json};
+
+/// The prefix of the ipConfigurations this crate adds (`tenure-10-0-0-10`).
+pub const CONFIG_PREFIX: &str = "tenure-";
+
+/// A network interface read from ARM.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nic {
+    /// Its resource id, as ARM spells it.
+    pub id: String,
+    /// Its etag (the body's, or the answer's `ETag`).
+    pub etag: Option<String>,
+    /// The resource as read.
+    pub body: Value,
+}
+
+impl Nic {
+    /// The NIC in `body` (an ARM resource), with `etag` when the body has none.
+    #[must_use]
+    pub fn from_body(body: Value, etag: Option<String>) -> Option<Self> {
+        let id = body["id"].as_str()?.to_owned();
+        let etag = body["etag"].as_str().map(str::to_owned).or(etag);
+        Some(Self { id, etag, body })
+    }
+
+    fn configs(&self) -> &[Value] {
+        self.body["properties"]["ipConfigurations"].as_array().map_or(&[], Vec::as_slice)
+    }
+
+    fn address_of(config: &Value) -> Option<IpAddr> {
+        config["properties"]["privateIPAddress"].as_str()?.parse().ok()
+    }
+
+    /// Every private address of its ipConfigurations, primary included.
+    #[must_use]
+    pub fn addresses(&self) -> Vec<IpAddr> {
+        self.configs().iter().filter_map(Self::address_of).collect()
+    }
+
+    /// Whether an ipConfiguration of this NIC has `address`.
+    #[must_use]
+    pub fn holds(&self, address: IpAddr) -> bool {
+        self.configs().iter().any(|c| Self::address_of(c) == Some(address))
+    }
+
+    /// Whether `address` is this NIC's primary ipConfiguration's (never removed).
+    #[must_use]
+    pub fn is_primary(&self, address: IpAddr) -> bool {
+        self.configs().iter().any(|c| {
+            Self::address_of(c) == Some(address) && c["properties"]["primary"].as_bool() == Some(true)
+        })
+    }
+
+    /// `enableIPForwarding`.
+    #[must_use]
+    pub fn ip_forwarding(&self) -> bool {
+        self.body["properties"]["enableIPForwarding"].as_bool() == Some(true)
+    }
+
+    /// Whether this is the NIC `id` names (ARM ids compare without regard to case).
+    #[must_use]
+    pub fn is(&self, id: &str) -> bool {
+        self.id.eq_ignore_ascii_case(id)
+    }
+
+    /// The name of the ipConfiguration this crate gives `address`.
+    #[must_use]
+    pub fn config_name(address: IpAddr) -> String {
+        let text = address.to_string().replace([':', '.'], "-");
+        format!("{CONFIG_PREFIX}{text}")
+    }
+
+    /// The body to PUT for this NIC without `address`'s ipConfiguration.
+    #[must_use]
+    pub fn without(&self, address: IpAddr) -> Value {
+        let mut body = self.body.clone();
+        if let Some(configs) = body["properties"]["ipConfigurations"].as_array_mut() {
+            configs.retain(|c| Self::address_of(c) != Some(address));
+        }
+        body
+    }
+
+    /// The body to PUT for this NIC with a static ipConfiguration for `address`, in the subnet of
+    /// its primary ipConfiguration; `None` when it has no primary with a subnet.
+    #[must_use]
+    pub fn with(&self, address: IpAddr) -> Option<Value> {
+        let primary = self
+            .configs()
+            .iter()
+            .find(|c| c["properties"]["primary"].as_bool() == Some(true))
+            .or_else(|| self.configs().first())?;
+        let subnet = primary["properties"]["subnet"]["id"].as_str()?;
+        let version = if address.is_ipv4() { "IPv4" } else { "IPv6" };
+        let config = json!({
+            "name": Self::config_name(address),
+            "properties": {
+                "privateIPAddress": address.to_string(),
+                "privateIPAllocationMethod": "Static",
+                "privateIPAddressVersion": version,
+                "primary": false,
+                "subnet": {"id": subnet},
+            }
+        });
+        let mut body = self.body.clone();
+        body["properties"]["ipConfigurations"].as_array_mut()?.push(config);
+        Some(body)
+    }
+
+    /// The body to PUT for this NIC with `enableIPForwarding` on.
+    #[must_use]
+    pub fn with_forwarding(&self) -> Value {
+        let mut body = self.body.clone();
+        body["properties"]["enableIPForwarding"] = Value::Bool(true);
+        body
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nic() -> Nic {
+        let body = json!({
+            "id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/a",
+            "etag": "W/\"1\"",
+            "properties": {
+                "enableIPForwarding": false,
+                "ipConfigurations": [
+                    {"name": "ipconfig1", "properties": {"primary": true, "privateIPAddress": "10.0.0.4",
+                        "subnet": {"id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/default"}}},
+                    {"name": "x", "properties": {"primary": false, "privateIPAddress": "10.0.0.10"}}
+                ]
+            }
+        });
+        Nic::from_body(body, None).expect("a NIC")
+    }
+
+    #[test]
+    fn reads_and_changes_ip_configurations() {
+        let nic = nic();
+        let ten: IpAddr = "10.0.0.10".parse().expect("literal");
+        let eleven: IpAddr = "10.0.0.11".parse().expect("literal");
+        assert_eq!(nic.etag.as_deref(), Some("W/\"1\""));
+        assert!(nic.holds(ten) && !nic.holds(eleven));
+        assert!(nic.is_primary("10.0.0.4".parse().expect("literal")) && !nic.is_primary(ten));
+        let without = Nic::from_body(nic.without(ten), None).expect("a NIC");
+        assert_eq!(without.addresses(), vec!["10.0.0.4".parse::<IpAddr>().expect("literal")]);
+        let with = nic.with(eleven).expect("a primary with a subnet");
+        assert_eq!(with["properties"]["ipConfigurations"][2]["name"], "tenure-10-0-0-11");
+        assert_eq!(
+            with["properties"]["ipConfigurations"][2]["properties"]["subnet"]["id"],
+            nic.body["properties"]["ipConfigurations"][0]["properties"]["subnet"]["id"]
+        );
+        assert!(Nic::from_body(nic.with_forwarding(), None).expect("a NIC").ip_forwarding());
+        assert!(nic.is("/SUBSCRIPTIONS/s/resourcegroups/RG/providers/microsoft.network/networkinterfaces/A"));
+    }
+}

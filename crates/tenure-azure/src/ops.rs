@@ -1,0 +1,389 @@
+//! The operations of the `azure` provider on top of [`Arm::call`]: read a NIC, write it with
+//! `If-Match` and follow the write's long-running operation, list a resource group's NICs, and
+//! the verbs made of them (seize, release, forwarding, holders).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use azure_core::http::{Method, Url};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::client::{Answer, BACKOFF_FIRST, BACKOFF_MAX, POLL_DEFAULT};
+use crate::nic::Nic;
+use crate::{Arm, ArmError};
+
+/// Time between confirmation reads after a write.
+pub const CONFIRM_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What a write of a NIC came to.
+#[derive(Debug)]
+enum Put {
+    /// Accepted, and its operation succeeded.
+    Done,
+    /// 412: the NIC changed since it was read.
+    EtagMoved,
+    /// 400 `PrivateIPAddressInUse`: another NIC in the subnet has the address.
+    InUse(String),
+}
+
+/// What a seize did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seized {
+    /// The address was on the NIC already: nothing written.
+    Already,
+    /// The address was added to the NIC (and confirmed by a read), after being removed from
+    /// these NICs.
+    Added {
+        /// The NICs it was removed from first.
+        moved_from: Vec<String>,
+    },
+}
+
+/// What a release did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The ipConfiguration was removed.
+    Removed,
+    /// The address was not on the NIC (released already, or taken by a seize).
+    NotThere,
+}
+
+/// What a forwarding check or set found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forwarding {
+    /// `enableIPForwarding` was on.
+    On,
+    /// It was off and has been turned on.
+    TurnedOn,
+    /// It is off, and was only to be checked.
+    Off,
+}
+
+impl Arm {
+    /// Reads the NIC `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`ArmError::Refused`] for an unknown NIC (404) or another refusal; those of [`Arm::call`].
+    pub async fn get_nic(&self, id: &str, deadline: Instant) -> Result<Nic, ArmError> {
+        let operation = "NetworkInterfaces_Get";
+        let answer = self.call(operation, Method::Get, &self.url(id)?, None, None, deadline).await?;
+        if answer.status != 200 {
+            return Err(refused(operation, &answer));
+        }
+        let etag = answer.etag.clone();
+        Nic::from_body(answer.body, etag).ok_or_else(|| ArmError::Refused {
+            operation,
+            status: 200,
+            code: "NotANic".into(),
+            message: format!("the answer for `{id}` is not a network interface"),
+        })
+    }
+
+    /// Writes `body` as NIC `nic` (If-Match its etag) and follows the operation to its end.
+    async fn put_nic(&self, nic: &Nic, body: &Value, deadline: Instant) -> Result<Put, ArmError> {
+        let operation = "NetworkInterfaces_CreateOrUpdate";
+        let url = self.url(&nic.id)?;
+        let answer =
+            self.call(operation, Method::Put, &url, Some(body), nic.etag.as_deref(), deadline).await?;
+        match answer.status {
+            200..=202 => {
+                self.follow(&answer, &url, deadline).await?;
+                Ok(Put::Done)
+            }
+            412 => Ok(Put::EtagMoved),
+            400 if answer.error().0 == "PrivateIPAddressInUse" => Ok(Put::InUse(answer.error().1)),
+            _ => Err(refused(operation, &answer)),
+        }
+    }
+
+    /// Follows a write's long-running operation: done at once when the answer's
+    /// `provisioningState` is `Succeeded`; else polls `Azure-AsyncOperation` (until `Succeeded`,
+    /// `Failed` or `Canceled`), else `Location` (until not 202), else the resource itself, each
+    /// after the `Retry-After` asked for ([`POLL_DEFAULT`] when none).
+    async fn follow(&self, first: &Answer, resource: &Url, deadline: Instant) -> Result<(), ArmError> {
+        let operation = "NetworkInterfaces_CreateOrUpdate (operation)";
+        if first.body["properties"]["provisioningState"].as_str() == Some("Succeeded") && first.status != 202
+        {
+            return Ok(());
+        }
+        let (url, by) = if let Some(link) = &first.async_operation {
+            (self.followed(operation, link)?, "async")
+        } else if let Some(link) = &first.location {
+            (self.followed(operation, link)?, "location")
+        } else {
+            (resource.clone(), "resource")
+        };
+        let mut wait = first.retry_after.unwrap_or(POLL_DEFAULT);
+        loop {
+            if Instant::now() + wait >= deadline {
+                return Err(ArmError::Deadline {
+                    operation,
+                    message: "the write was accepted; its operation had not ended by the deadline".into(),
+                });
+            }
+            tokio::time::sleep(wait).await;
+            let answer = self.call(operation, Method::Get, &url, None, None, deadline).await?;
+            wait = answer.retry_after.unwrap_or(POLL_DEFAULT);
+            let state = match by {
+                "async" if answer.status == 200 => {
+                    answer.body["status"].as_str().unwrap_or("InProgress").to_owned()
+                }
+                "location" if answer.status == 202 => "InProgress".to_owned(),
+                "location" if answer.status == 200 || answer.status == 204 => "Succeeded".to_owned(),
+                "resource" if answer.status == 200 => {
+                    answer.body["properties"]["provisioningState"].as_str().unwrap_or("Succeeded").to_owned()
+                }
+                _ => return Err(refused(operation, &answer)),
+            };
+            match state.as_str() {
+                "Succeeded" => return Ok(()),
+                "Failed" | "Canceled" => {
+                    let (code, message) = answer.error();
+                    return Err(ArmError::Refused { operation, status: answer.status, code, message });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Every NIC in the resource group `group` (`/subscriptions/{s}/resourceGroups/{rg}`),
+    /// following `nextLink`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Arm::call`]; [`ArmError::Refused`] for an unknown group.
+    pub async fn list_nics(&self, group: &str, deadline: Instant) -> Result<Vec<Nic>, ArmError> {
+        let operation = "NetworkInterfaces_List";
+        let mut url = self.url(&format!("{group}/providers/Microsoft.Network/networkInterfaces"))?;
+        let mut nics = Vec::new();
+        loop {
+            let answer = self.call(operation, Method::Get, &url, None, None, deadline).await?;
+            if answer.status != 200 {
+                return Err(refused(operation, &answer));
+            }
+            let page = answer.body["value"].as_array().cloned().unwrap_or_default();
+            nics.extend(page.into_iter().filter_map(|body| Nic::from_body(body, None)));
+            match answer.body["nextLink"].as_str() {
+                Some(next) if !next.is_empty() => url = self.followed(operation, next)?,
+                _ => return Ok(nics),
+            }
+        }
+    }
+
+    /// Removes `address`'s ipConfiguration from `nic` (read before, maybe by a list), re-reading
+    /// it after a 412; never the primary's.
+    async fn remove_from(
+        &self,
+        mut nic: Nic,
+        address: IpAddr,
+        deadline: Instant,
+    ) -> Result<Released, ArmError> {
+        let mut backoff = BACKOFF_FIRST;
+        loop {
+            if !nic.holds(address) {
+                return Ok(Released::NotThere);
+            }
+            if nic.is_primary(address) {
+                return Err(ArmError::Refused {
+                    operation: "NetworkInterfaces_CreateOrUpdate",
+                    status: 0,
+                    code: "PrimaryIpConfiguration".into(),
+                    message: format!(
+                        "{address} is the primary address of {}: never removed (take it out of the pool)",
+                        nic.id
+                    ),
+                });
+            }
+            match self.put_nic(&nic, &nic.without(address), deadline).await? {
+                Put::Done => return Ok(Released::Removed),
+                Put::EtagMoved => {
+                    pause(&mut backoff, deadline).await?;
+                    nic = self.get_nic(&nic.id, deadline).await?;
+                }
+                Put::InUse(message) => {
+                    return Err(ArmError::Refused {
+                        operation: "NetworkInterfaces_CreateOrUpdate",
+                        status: 400,
+                        code: "PrivateIPAddressInUse".into(),
+                        message,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Moves `address` onto NIC `own`: nothing when it is there already; else removes it from
+    /// every other NIC of `group` that has it, adds it to `own` (a static ipConfiguration in the
+    /// primary's subnet), and reads `own` until the address shows. A crash between the removal
+    /// and the addition leaves the address on no NIC; the next seize then only adds it.
+    ///
+    /// # Errors
+    ///
+    /// Those of the calls; [`ArmError::Deadline`] when the address is not confirmed in time.
+    pub async fn seize(
+        &self,
+        own: &str,
+        group: &str,
+        address: IpAddr,
+        deadline: Instant,
+    ) -> Result<Seized, ArmError> {
+        let mut backoff = BACKOFF_FIRST;
+        let mut moved_from = Vec::new();
+        let mut nic = self.get_nic(own, deadline).await?;
+        loop {
+            if nic.holds(address) {
+                return Ok(if moved_from.is_empty() {
+                    Seized::Already
+                } else {
+                    Seized::Added { moved_from }
+                });
+            }
+            for other in self.list_nics(group, deadline).await? {
+                if !other.is(own) && other.holds(address) {
+                    let id = other.id.clone();
+                    if self.remove_from(other, address, deadline).await? == Released::Removed {
+                        moved_from.push(id);
+                    }
+                }
+            }
+            let Some(body) = nic.with(address) else {
+                return Err(ArmError::Refused {
+                    operation: "NetworkInterfaces_CreateOrUpdate",
+                    status: 0,
+                    code: "NoPrimarySubnet".into(),
+                    message: format!("{own} has no primary ipConfiguration with a subnet"),
+                });
+            };
+            match self.put_nic(&nic, &body, deadline).await? {
+                Put::Done => {
+                    self.confirm(own, address, deadline).await?;
+                    return Ok(Seized::Added { moved_from });
+                }
+                // Someone wrote the NIC since it was read, or a NIC the list did not show yet
+                // has the address: read again, and look again.
+                Put::EtagMoved | Put::InUse(_) => {
+                    pause(&mut backoff, deadline).await?;
+                    nic = self.get_nic(own, deadline).await?;
+                }
+            }
+        }
+    }
+
+    /// Reads `own` until it shows `address` (ARM's reads may lag its writes).
+    async fn confirm(&self, own: &str, address: IpAddr, deadline: Instant) -> Result<(), ArmError> {
+        loop {
+            if self.get_nic(own, deadline).await?.holds(address) {
+                return Ok(());
+            }
+            if Instant::now() + CONFIRM_INTERVAL >= deadline {
+                return Err(ArmError::Deadline {
+                    operation: "NetworkInterfaces_Get",
+                    message: format!(
+                        "{address} was added to {own}, but no read showed it before the deadline"
+                    ),
+                });
+            }
+            tokio::time::sleep(CONFIRM_INTERVAL).await;
+        }
+    }
+
+    /// Removes `address` from NIC `own` if it is still there (never the primary's).
+    ///
+    /// # Errors
+    ///
+    /// Those of the calls; [`ArmError::Refused`] with code `PrimaryIpConfiguration` for the
+    /// primary address.
+    pub async fn release(&self, own: &str, address: IpAddr, deadline: Instant) -> Result<Released, ArmError> {
+        let nic = self.get_nic(own, deadline).await?;
+        self.remove_from(nic, address, deadline).await
+    }
+
+    /// Checks `enableIPForwarding` on NIC `own`, and turns it on when `set`.
+    ///
+    /// # Errors
+    ///
+    /// Those of the calls.
+    pub async fn forwarding(&self, own: &str, set: bool, deadline: Instant) -> Result<Forwarding, ArmError> {
+        let mut backoff = BACKOFF_FIRST;
+        let mut nic = self.get_nic(own, deadline).await?;
+        loop {
+            if nic.ip_forwarding() {
+                return Ok(Forwarding::On);
+            }
+            if !set {
+                return Ok(Forwarding::Off);
+            }
+            match self.put_nic(&nic, &nic.with_forwarding(), deadline).await? {
+                Put::Done => return Ok(Forwarding::TurnedOn),
+                Put::EtagMoved | Put::InUse(_) => {
+                    pause(&mut backoff, deadline).await?;
+                    nic = self.get_nic(own, deadline).await?;
+                }
+            }
+        }
+    }
+
+    /// Where each of `addresses` is held among the NICs of resource `groups`
+    /// (`/subscriptions/{s}/resourceGroups/{rg}`, those of the nodes' NICs): for every address
+    /// asked, the ids of the NICs holding it, sorted (a NIC of `nics` spelled as given there);
+    /// held nowhere maps to an empty list. One list per resource group, paged.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Arm::list_nics`]; [`ArmError::Refused`] when `groups` is empty.
+    pub async fn holders(
+        &self,
+        groups: &[String],
+        nics: &[String],
+        addresses: &[IpAddr],
+        deadline: Instant,
+    ) -> Result<BTreeMap<IpAddr, Vec<String>>, ArmError> {
+        let mut found: BTreeMap<IpAddr, BTreeSet<String>> =
+            addresses.iter().map(|a| (*a, BTreeSet::new())).collect();
+        if nics.is_empty() || addresses.is_empty() {
+            return Ok(found.into_keys().map(|a| (a, Vec::new())).collect());
+        }
+        if groups.is_empty() {
+            return Err(ArmError::Refused {
+                operation: "NetworkInterfaces_List",
+                status: 0,
+                code: "NoNodeNic".into(),
+                message: "no NIC of the nodes is an ARM resource id: nothing to list".into(),
+            });
+        }
+        for group in groups {
+            for nic in self.list_nics(group, deadline).await? {
+                let name = nics.iter().find(|n| nic.is(n)).cloned().unwrap_or_else(|| nic.id.clone());
+                for address in nic.addresses() {
+                    if let Some(holders) = found.get_mut(&address) {
+                        holders.insert(name.clone());
+                    }
+                }
+            }
+        }
+        Ok(found.into_iter().map(|(a, holders)| (a, holders.into_iter().collect())).collect())
+    }
+}
+
+/// A refusal made of an answer.
+fn refused(operation: &'static str, answer: &Answer) -> ArmError {
+    let (code, message) = answer.error();
+    ArmError::Refused { operation, status: answer.status, code, message }
+}
+
+/// Waits before reading again after a conflict (doubling, at most [`BACKOFF_MAX`]).
+async fn pause(backoff: &mut Duration, deadline: Instant) -> Result<(), ArmError> {
+    let wait = *backoff;
+    *backoff = (*backoff * 2).min(BACKOFF_MAX);
+    if Instant::now() + wait >= deadline {
+        return Err(ArmError::Deadline {
+            operation: "NetworkInterfaces_CreateOrUpdate",
+            message: "the NIC kept changing under the write until the deadline".into(),
+        });
+    }
+    tokio::time::sleep(wait).await;
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! The azure executor against the ARM fake (`scripts/azure-fake/azure_fake.py`: a FAKE of the
+//! Azure Resource Manager network interface API, written from the published REST reference; not
+//! Azure — no emulator of ARM can run here). Each verb's calls are counted at the fake.
+//!
+//! What a call count counts: `get` (NetworkInterfaces_Get), `list` (NetworkInterfaces_List of the
+//! resource group, one per page), `put` (NetworkInterfaces_CreateOrUpdate), `poll` (a GET of the
+//! PUT's Azure-AsyncOperation). Fails, never skips, when the fake cannot start.
+
+#![cfg(feature = "azure")]
+
+#[path = "support/azure_fake.rs"]
+mod azure_fake;
+
+use std::time::Duration;
+
+use azure_fake::{AzureFake, action, address};
+use serde_json::json;
+use tenure::exec::azure::{AzureExecutor, IpForwarding};
+use tenure::exec::{ExecutionOutcome, Executor as _, InventoryRequest, execute_within};
+use tenure_core::model::{StampedAction, Verb};
+use tokio::time::Instant;
+
+async fn run_for(executor: &AzureExecutor, action: &StampedAction, within: Duration) -> ExecutionOutcome {
+    execute_within(executor, action, Instant::now() + within).await
+}
+
+async fn run(executor: &AzureExecutor, action: &StampedAction) -> ExecutionOutcome {
+    run_for(executor, action, Duration::from_secs(20)).await
+}
+
+fn detail(outcome: ExecutionOutcome) -> String {
+    match outcome {
+        ExecutionOutcome::Executed { detail } => detail,
+        other => panic!("not executed: {other:?}"),
+    }
+}
+
+/// The ops of the calls since the last reset, polls left out.
+fn ops_without_polls(fake: &AzureFake) -> Vec<(String, String)> {
+    fake.calls()
+        .iter()
+        .filter(|c| c["op"] != "poll")
+        .map(|c| (c["op"].as_str().expect("op").to_owned(), c["nic"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+fn two_nics(fake: &AzureFake) -> (String, String) {
+    (fake.nic("rg", "a", "10.0.0.4", &[]), fake.nic("rg", "b", "10.0.0.5", &[]))
+}
+
+fn executor(fake: &AzureFake, forwarding: IpForwarding) -> AzureExecutor {
+    AzureExecutor::with_client(fake.arm(), forwarding)
+}
+
+fn pair(op: &str, nic: &str) -> (String, String) {
+    (op.to_owned(), nic.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seize_is_two_gets_a_list_and_two_puts_with_their_polls_and_release_only_touches_its_own_nic() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+
+    let took = detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    assert_eq!(took, format!("10.0.0.10 added to {a} (confirmed)"));
+    assert!(fake.holds(&a, address()));
+
+    // b seizes: GET own, list the group, PUT a without it, PUT b with it, GET b to confirm; each
+    // PUT's operation polled until Succeeded (the fake runs it 200 ms, polled every 100 ms).
+    fake.reset_calls();
+    let seized = detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 2)).await);
+    assert_eq!(seized, format!("10.0.0.10 moved to {b} from {a} (confirmed)"));
+    assert_eq!(
+        ops_without_polls(&fake),
+        vec![pair("get", "b"), pair("list", ""), pair("put", "a"), pair("put", "b"), pair("get", "b")]
+    );
+    let counts = fake.counts();
+    let polls = counts.get("poll").copied().unwrap_or(0);
+    assert!((2..=8).contains(&polls), "each of the two operations polled until done: {counts:?}");
+    assert!(!fake.holds(&a, address()) && fake.holds(&b, address()), "on b only");
+
+    // The same acquire again: one read, nothing written.
+    fake.reset_calls();
+    let again = detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 2)).await);
+    assert_eq!(again, format!("10.0.0.10 is on {b} already (confirmed by a read)"));
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "b")]);
+
+    // a's stale release: a read of a's own NIC, nothing taken from b.
+    fake.reset_calls();
+    let stale = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &a, 1)).await);
+    assert!(stale.contains("was not on"), "{stale}");
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "a")]);
+    assert!(fake.holds(&b, address()));
+
+    // b's release: read, write, polled.
+    fake.reset_calls();
+    let released = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "b", &b, 2)).await);
+    assert_eq!(released, format!("10.0.0.10 removed from {b}"));
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "b"), pair("put", "b")]);
+    assert!(!fake.holds(&b, address()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_on_no_nic_is_only_added_and_a_moved_etag_is_read_again() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    // As after a crash between the two writes: on no NIC. The next acquire only adds.
+    fake.fault(&json!({"op": "put", "nic": "b", "status": 412, "code": "PreconditionFailed", "count": 1}));
+    let took = detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 1)).await);
+    assert_eq!(took, format!("10.0.0.10 added to {b} (confirmed)"));
+    assert_eq!(
+        ops_without_polls(&fake),
+        vec![
+            pair("get", "b"),
+            pair("list", ""),
+            pair("put", "b"),
+            pair("get", "b"),
+            pair("list", ""),
+            pair("put", "b"),
+            pair("get", "b")
+        ],
+        "the 412 made it read b again and look for a holder again"
+    );
+    assert!(fake.holds(&b, address()) && !fake.holds(&a, address()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured_and_counted_server_errors_retried_and_the_deadline_kept() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+
+    fake.fault(&json!({"op": "get", "status": 429, "retryAfter": 1, "count": 1}));
+    fake.fault(&json!({"op": "list", "status": 409, "code": "RetryableErrorDueToAnotherOperation", "retryAfter": 1, "count": 1}));
+    fake.fault(&json!({"op": "put", "status": 500, "count": 1}));
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    let calls = fake.calls();
+    let t = |i: usize| calls[i]["t"].as_f64().expect("t");
+    assert_eq!((calls[0]["status"].as_u64(), calls[1]["op"].as_str()), (Some(429), Some("get")));
+    assert!(t(1) - t(0) >= 1.0, "no call before Retry-After: {} s", t(1) - t(0));
+    assert_eq!((calls[2]["status"].as_u64(), calls[3]["op"].as_str()), (Some(409), Some("list")));
+    assert!(t(3) - t(2) >= 1.0, "a busy NIC waits its Retry-After too: {} s", t(3) - t(2));
+    assert_eq!((calls[4]["status"].as_u64(), calls[5]["op"].as_str()), (Some(500), Some("put")));
+    assert_eq!(executor.throttled_calls(), 2, "the 429 and the busy answer, not the 500");
+    assert!(fake.holds(&a, address()));
+
+    // A Retry-After past the deadline: given up at once, no second call, inside the deadline.
+    fake.reset_calls();
+    fake.fault(&json!({"op": "get", "status": 429, "retryAfter": 30, "count": 1}));
+    let started = std::time::Instant::now();
+    let outcome =
+        run_for(&executor, &action(Verb::UnassignSecondaryIp, "a", &a, 1), Duration::from_secs(3)).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "kept the deadline: {:?}", started.elapsed());
+    assert!(
+        matches!(&outcome, ExecutionOutcome::Unknown { reason } if reason.contains("past the deadline")),
+        "{outcome:?}"
+    );
+    assert_eq!(fake.calls().len(), 1, "no call after the 429");
+    assert_eq!(executor.throttled_calls(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_error_fails_at_once_naming_the_role() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    fake.fault(&json!({"op": "any", "status": 403, "code": "AuthorizationFailed", "count": 5}));
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Failed { reason } = outcome else { panic!("failed: {outcome:?}") };
+    assert!(reason.contains("HTTP 403 AuthorizationFailed"), "{reason}");
+    assert!(reason.contains("Network Contributor"), "{reason}");
+    assert!(reason.contains("Microsoft.Network/virtualNetworks/subnets/join/action"), "{reason}");
+    assert_eq!(fake.calls().len(), 1, "not retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_is_checked_or_set_and_the_primary_is_never_removed() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let check = executor(&fake, IpForwarding::Check);
+    let outcome = run(&check, &action(Verb::EnableForwarding, "a", &a, 1)).await;
+    let ExecutionOutcome::Failed { reason } = outcome else { panic!("failed: {outcome:?}") };
+    assert!(reason.starts_with("enableIPForwarding is off on"), "{reason}");
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "a")], "checked, not written");
+
+    fake.reset_calls();
+    let set = executor(&fake, IpForwarding::Set);
+    let done = detail(run(&set, &action(Verb::EnableForwarding, "a", &a, 1)).await);
+    assert_eq!(done, format!("enableIPForwarding turned on on {a}"));
+    assert!(fake.ip_forwarding(&a));
+    detail(run(&check, &action(Verb::EnableForwarding, "a", &a, 1)).await);
+
+    // The primary address of a NIC, in a pool by mistake: never removed.
+    fake.reset_calls();
+    let mut primary = action(Verb::UnassignSecondaryIp, "a", &a, 1);
+    primary.address = "10.0.0.4".parse().expect("literal");
+    let outcome = run(&check, &primary).await;
+    let ExecutionOutcome::Failed { reason } = outcome else { panic!("failed: {outcome:?}") };
+    assert!(reason.contains("PrimaryIpConfiguration") && reason.contains("never removed"), "{reason}");
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "a")]);
+    assert!(fake.holds(&a, "10.0.0.4".parse().expect("literal")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_read_is_confirmed_by_reading_again() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    fake.config(&json!({"staleGetMs": 700}));
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    let gets = fake.calls().iter().filter(|c| c["op"] == "get").count();
+    assert!(gets >= 3, "the write was confirmed only once a read showed it: {gets} reads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_lists_the_nodes_resource_groups_paged() {
+    let fake = AzureFake::start();
+    fake.config(&json!({"pageSize": 2}));
+    let a = fake.nic("rg", "a", "10.0.0.4", &["10.0.0.10"]);
+    let b = fake.nic("rg", "b", "10.0.0.5", &[]);
+    let unmanaged = fake.nic("rg", "c", "10.0.0.6", &["10.0.0.11"]);
+    let _other_group = fake.nic("rg2", "d", "10.0.0.7", &["10.0.0.12"]);
+    let executor = executor(&fake, IpForwarding::Check);
+    // The node's NIC spelled in another case: reported as the config spells it.
+    let a_upper = a.replace("networkInterfaces/a", "networkInterfaces/A");
+    let request = InventoryRequest {
+        addresses: vec![address(), "10.0.0.11".parse().expect("v4"), "10.0.0.12".parse().expect("v4")],
+        nics: vec![a_upper.clone(), b],
+        own_nics: vec![a_upper.clone()],
+    };
+    let found = executor.inventory(&request).expect("azure takes inventory").await.expect("read");
+    assert_eq!(
+        found,
+        vec![
+            (address(), vec![a_upper]),
+            ("10.0.0.11".parse().expect("v4"), vec![unmanaged]),
+            ("10.0.0.12".parse().expect("v4"), vec![]),
+        ],
+        "every NIC of the nodes' resource group, none of another group"
+    );
+    assert_eq!(fake.counts().get("list"), Some(&2), "three NICs in pages of two");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_lags_is_caught_by_azure_refusing_the_address_in_use_never_two_holders() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    // The list shows NICs as they were 800 ms ago: it does not show a holding the address yet.
+    fake.config(&json!({"staleListMs": 800}));
+    fake.reset_calls();
+    let seized = detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 2)).await);
+    assert_eq!(seized, format!("10.0.0.10 moved to {b} from {a} (confirmed)"));
+    let refused = fake.calls().iter().filter(|c| c["op"] == "put" && c["status"] == 400).count();
+    assert!(refused >= 1, "b's first write was refused: the address was in use on a");
+    assert!(!fake.holds(&a, address()) && fake.holds(&b, address()), "on b only");
+}

@@ -1,0 +1,116 @@
+//! `tenure agent` with `kind: azure` as a real process against the ARM fake
+//! (`scripts/azure-fake`: a FAKE of the ARM network interface API, not Azure), and `tenure
+//! validate` on azure configs.
+//!
+//! The crash: the agent is killed (-9) between the two writes of a seize (the fake holds the
+//! second PUT, unapplied): the address is then on no NIC, never on two; the next agent on the
+//! same store completes the seize. Fails, never skips, when the fake cannot start.
+
+#![cfg(feature = "azure")]
+
+#[path = "support/azure_fake.rs"]
+mod azure_fake;
+mod process;
+
+use azure_fake::{AzureFake, SUBSCRIPTION, TOKEN};
+use process::{Agent, TempDir, free_port, pool_yaml, tenure, wait_for};
+use serde_json::json;
+
+/// `agent.yaml` for nodes a (priority 10) and b on NICs `a` and `b`, provider `cloud` with
+/// `provider` (its keys after the kind).
+fn config(
+    dir: &TempDir,
+    listen: std::net::SocketAddr,
+    nics: (&str, &str),
+    provider: &str,
+) -> std::path::PathBuf {
+    dir.write("token", &format!("{}\n", process::TOKEN));
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "cloud", ""));
+    let text = format!(
+        "nodes:\n  - {{name: a, provider: cloud, placementGroup: g1, nic: '{}', priority: 10}}\n  - {{name: b, provider: cloud, placementGroup: g1, nic: '{}'}}\nstore: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: [{{name: cloud, kind: azure{provider}}}]\npools: [pools.yaml]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\nactionTimeout: 10s\napiTokenFile: ./token\n",
+        nics.0, nics.1,
+    );
+    dir.write("agent.yaml", &text)
+}
+
+fn start(dir: &TempDir, config: &std::path::Path, listen: std::net::SocketAddr) -> Agent {
+    let agent = Agent::spawn_wrapped(dir, config, listen, &[], &[("TENURE_AZURE_TEST_TOKEN", TOKEN)]);
+    agent.wait_healthy();
+    agent
+}
+
+#[test]
+fn a_kill_between_the_two_writes_leaves_the_address_on_no_nic_and_the_next_agent_completes_it() {
+    let fake = AzureFake::start();
+    fake.config(&json!({"lroDelayMs": 100, "pollMs": 50}));
+    let a = fake.nic("rg", "a", "10.0.0.4", &[]);
+    let b = fake.nic("rg", "b", "10.0.0.5", &[]);
+    let z = fake.nic("rg", "z", "10.0.0.9", &["10.0.0.10"]);
+    for nic in [&a, &b] {
+        fake.set_forwarding(nic, true);
+    }
+    let address = azure_fake::address();
+    let holders = || [&a, &b, &z].into_iter().filter(|n| fake.holds(n, address)).cloned().collect::<Vec<_>>();
+    fake.http("POST", "/_fake/hold", &json!({"op": "put", "nic": "a"}));
+
+    let dir = TempDir::new("azure-crash");
+    let listen = free_port();
+    let provider = format!(", subscriptionId: {SUBSCRIPTION}, endpointUrl: '{}'", fake.url());
+    let config = config(&dir, listen, (&a, &b), &provider);
+    let agent = start(&dir, &config, listen);
+    wait_for("a's PUT held by the fake, z's done", || fake.held() == 1);
+    assert!(holders().is_empty(), "removed from z, not yet on a: {:?}", holders());
+    agent.kill9();
+    fake.http("POST", "/_fake/release", &json!({"apply": false}));
+    assert!(holders().is_empty(), "the killed agent's second write never applied: {:?}", holders());
+
+    fake.reset_calls();
+    let agent = start(&dir, &config, listen);
+    wait_for("the next agent completed the seize", || holders() == [a.clone()]);
+    let puts: Vec<String> = fake
+        .calls()
+        .iter()
+        .filter(|c| c["op"] == "put")
+        .map(|c| c["nic"].as_str().expect("a NIC").to_owned())
+        .collect();
+    assert_eq!(puts, ["a"], "only the addition: nothing left to remove; log:\n{}", agent.log());
+    assert_eq!(holders(), std::slice::from_ref(&a), "on one NIC");
+    let status = agent.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn validate_refuses_bad_azure_settings_and_nic_ids_in_one_line_at_their_place() {
+    let dir = TempDir::new("azure-validate");
+    let listen = free_port();
+    let id = |sub: &str, name: &str| {
+        format!("/subscriptions/{sub}/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/{name}")
+    };
+    let (a, b) = (id(SUBSCRIPTION, "a"), id(SUBSCRIPTION, "b"));
+    let run = |config: &std::path::Path| {
+        let (code, stdout, stderr) = tenure(&["validate", config.to_str().expect("utf-8")]);
+        assert_eq!(code, 2, "exit 2: {stdout}{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        stderr.trim_end().strip_prefix(&format!("{}:", config.display())).expect("at the config").to_owned()
+    };
+
+    let missing = config(&dir, listen, (&a, &b), "");
+    assert_eq!(
+        run(&missing),
+        "6:13: azure provider `cloud` needs `subscriptionId` (the GUID of the NICs' subscription)"
+    );
+
+    let provider = format!(", subscriptionId: {SUBSCRIPTION}");
+    let not_arm = config(&dir, listen, ("eni-0a1b", &b), &provider);
+    assert_eq!(
+        run(&not_arm),
+        "2:57: node `a`: `eni-0a1b` is not an Azure NIC resource id (/subscriptions/SUBSCRIPTION/resourceGroups/GROUP/providers/Microsoft.Network/networkInterfaces/NAME)"
+    );
+
+    let other = id("11111111-2222-3333-4444-555555555555", "b");
+    let elsewhere = config(&dir, listen, (&a, &other), &provider);
+    let line = run(&elsewhere);
+    assert!(line.starts_with("3:57: node `b`: NIC `/subscriptions/11111111-"), "{line}");
+    assert!(line.ends_with(&format!("not in the provider's subscriptionId {SUBSCRIPTION}")), "{line}");
+    assert!(!dir.path().join("store").exists(), "nothing made");
+}
