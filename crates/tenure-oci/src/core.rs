@@ -138,9 +138,18 @@ impl Core {
     ) -> Result<crate::http::Answer, OciError> {
         let url = format!("{}/20160918{path}", self.base);
         let body = body.map(|b| b.to_string().into_bytes());
+        // A create's 409 means the address is in use: the caller reads again instead.
+        let retry_conflict = operation != "CreatePrivateIp";
         let send = || {
-            self.http
-                .signed(operation, method.clone(), &url, body.as_deref(), deadline, || self.signer(deadline))
+            self.http.signed(
+                operation,
+                method.clone(),
+                &url,
+                body.as_deref(),
+                deadline,
+                retry_conflict,
+                || self.signer(deadline),
+            )
         };
         match send().await {
             // A session token OCI no longer takes: fetch a new one, once.

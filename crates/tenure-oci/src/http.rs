@@ -4,7 +4,7 @@
 //! | answer | what happens |
 //! |---|---|
 //! | 2xx | the answer |
-//! | 429, 409 `Conflict` / `IncorrectState` | waited for (`Retry-After` when given, else a doubling backoff from [`BACKOFF_FIRST`]) and sent again, counted in [`Http::throttled`], unless the wait would pass the deadline: then [`OciError::Refused`] saying so |
+//! | 429, 409 `Conflict` / `IncorrectState` (not for a create) | waited for (`Retry-After` when given, else a doubling backoff from [`BACKOFF_FIRST`]) and sent again, counted in [`Http::throttled`], unless the wait would pass the deadline: then [`OciError::Refused`] saying so |
 //! | 5xx | the same, not counted as throttling |
 //! | 401, 404 `NotAuthorizedOrNotFound` | [`OciError::Permission`] at once (OCI answers 404 for "not authorised" too) |
 //! | any other | [`OciError::Refused`] at once |
@@ -168,7 +168,9 @@ impl Http {
     }
 
     /// Sends `method url` with `body` (JSON), signed by `signer` (which may change between
-    /// attempts: a refreshed session token), retried as the module says until `deadline`.
+    /// attempts: a refreshed session token), retried as the module says until `deadline`; a 409
+    /// is resent only when `retry_conflict` (a create's 409 means the address is in use: the
+    /// caller reads again instead).
     ///
     /// # Errors
     ///
@@ -180,6 +182,7 @@ impl Http {
         url: &str,
         body: Option<&[u8]>,
         deadline: Instant,
+        retry_conflict: bool,
         signer: F,
     ) -> Result<Answer, OciError>
     where
@@ -241,8 +244,10 @@ impl Http {
                 return Ok(answer);
             }
             let (code, _) = error_of(&answer.body);
-            let throttled =
-                status == 429 || (status == 409 && matches!(code.as_str(), "Conflict" | "IncorrectState"));
+            let throttled = status == 429
+                || (status == 409
+                    && retry_conflict
+                    && matches!(code.as_str(), "Conflict" | "IncorrectState"));
             if status == 401 || (status == 404 && code == "NotAuthorizedOrNotFound") {
                 let (code, message) = error_of(&answer.body);
                 return Err(OciError::Permission { operation, status, code, message, hint: POLICY_HINT });

@@ -149,6 +149,7 @@ impl InstancePrincipal {
                 &self.endpoints.federation,
                 Some(body.as_bytes()),
                 deadline,
+                true,
                 || {
                     let signer = (key_id.clone(), instance_key.clone());
                     async move { Ok(signer) }

@@ -311,13 +311,14 @@ fn validate_refuses_what_the_agent_refuses_before_its_store() {
     assert_eq!(validate(&config).0, Some(0), "a good token file");
 
     // A provider kind no build has an executor for yet: exit 3, one line at its `kind`.
-    let config = agent_config("validate_oci", "[{name: sim1, kind: sim-cloud}, {name: o, kind: oci}]", "");
+    let config =
+        agent_config("validate_azure", "[{name: sim1, kind: sim-cloud}, {name: o, kind: azure}]", "");
     let (code, lines, stdout) = validate(&config);
     assert_eq!(code, Some(3), "{lines:?}");
     assert_eq!(
         lines,
         [format!(
-            "{}:3:60: provider `o`: kind oci has no executor in this version (see README.md, Status); \
+            "{}:3:60: provider `o`: kind azure has no executor in this version (see README.md, Status); \
              use exec to drive it with your own command",
             config.display()
         )]
@@ -327,14 +328,14 @@ fn validate_refuses_what_the_agent_refuses_before_its_store() {
     // With bad input beside it, both are reported and the exit is 2 (fixing the build alone
     // would not do).
     let config = agent_config(
-        "validate_oci_and_token",
-        "[{name: sim1, kind: sim-cloud}, {name: o, kind: oci}]",
+        "validate_azure_and_token",
+        "[{name: sim1, kind: sim-cloud}, {name: o, kind: azure}]",
         "apiTokenFile: ./missing-token\n",
     );
     let (code, lines, _) = validate(&config);
     assert_eq!(code, Some(2), "{lines:?}");
     assert_eq!(lines.len(), 2, "{lines:?}");
-    assert!(lines[0].contains(":3:60: provider `o`: kind oci"), "{lines:?}");
+    assert!(lines[0].contains(":3:60: provider `o`: kind azure"), "{lines:?}");
     assert!(lines[1].contains(":4:15: ") && lines[1].contains("cannot read the API token file"), "{lines:?}");
 }
 

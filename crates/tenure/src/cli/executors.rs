@@ -1,6 +1,6 @@
 //! The executors of an agent config's providers, each made by its kind's `build()` through the
-//! registry (`exec/registry.rs`). A kind this build lacks (`aws`, `onprem` without their cargo
-//! features; `oci`, `azure` in every build) is a one-line refusal here, which the start checks
+//! registry (`exec/registry.rs`). A kind this build lacks (`aws`, `oci`, `onprem` without their cargo
+//! features; `azure` in every build) is a one-line refusal here, which the start checks
 //! (`preflight.rs`) turn into exit 3 for both `tenure agent` and `tenure validate`.
 
 use std::collections::BTreeMap;

@@ -15,8 +15,8 @@
 //!   the same file), and must not be inside `store.path` (compared lexically, after resolving `.` and
 //!   `..`; symbolic links are not followed), so that a plain copy of an old store cannot carry its
 //!   identity with it.
-//! - Provider kinds `oci` and `azure` parse (they take no settings) but no build has their
-//!   executor yet (an `exec` provider can drive them); `aws` and `onprem` are parsed and checked
+//! - Provider kind `azure` parses (it takes no settings) but no build has its
+//!   executor yet (an `exec` provider can drive it); `aws`, `oci` and `onprem` are parsed and checked
 //!   in every build. Whether this build can run a kind is decided by the agent's start checks
 //!   (`cli/preflight.rs`, also run by `tenure validate`, through the registry's `build()`): exit
 //!   3, not 2.

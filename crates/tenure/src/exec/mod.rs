@@ -37,7 +37,8 @@
 //!     exec contract), killed with its process group past its timeout.
 //!   - [`sim`] — `sim-cloud`, `sim-onprem`: [`SimExecutor`], the simulated providers behind a
 //!     shared, lock-protected handle.
-//!   - [`oci`], [`azure`] — registered, with no executor in this version.
+//!   - [`oci`] — OCI secondary private IPs on VNICs (cargo feature `oci`).
+//!   - [`azure`] — registered, with no executor in this version.
 //! - [`hook_groups`] — `HookGroups`: every hook's process group recorded durably before it can
 //!   act, and killed by that record at the next start (Linux).
 

@@ -42,7 +42,7 @@ pub enum ProviderSettings {
     Onprem(onprem::OnpremSettings),
     /// `aws`: EC2 secondary private IPs (cargo feature `aws`).
     Aws(aws::AwsSettings),
-    /// `oci`: no executor in this version.
+    /// `oci`: OCI secondary private IPs on VNICs (cargo feature `oci`).
     Oci(oci::OciSettings),
     /// `azure`: no executor in this version.
     Azure(azure::AzureSettings),
