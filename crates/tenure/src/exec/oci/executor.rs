@@ -170,17 +170,21 @@ impl OciExecutor {
         deadline: Instant,
     ) -> Result<ExecutionOutcome, OciError> {
         loop {
-            let object = core.private_ip(id, deadline).await?;
-            if object.vnic_id == vnic {
-                return Ok(ExecutionOutcome::Executed {
-                    detail: format!("{address} assigned to {vnic} (confirmed)"),
-                });
-            }
+            let shown = match core.private_ip(id, deadline).await {
+                Ok(object) if object.vnic_id == vnic => {
+                    return Ok(ExecutionOutcome::Executed {
+                        detail: format!("{address} assigned to {vnic} (confirmed)"),
+                    });
+                }
+                Ok(object) => object.vnic_id,
+                // A read that does not see the object just created yet.
+                Err(OciError::Permission { status: 404, .. }) => "no such object yet".to_owned(),
+                Err(e) => return Err(e),
+            };
             if Instant::now() + CONFIRM_INTERVAL + CONFIRM_MARGIN >= deadline {
                 return Ok(ExecutionOutcome::Unknown {
                     reason: format!(
-                        "{address} moved to {vnic}, but GetPrivateIp still showed {} at the deadline",
-                        object.vnic_id
+                        "{address} moved to {vnic}, but GetPrivateIp still showed {shown} at the deadline"
                     ),
                 });
             }
