@@ -446,6 +446,9 @@ class Handler(BaseHTTPRequestHandler):
                     "retryAfter": request.get("retryAfter"),
                 })
                 return self.answer(200, {})
+            if parts == ["faults"] and method == "DELETE":
+                s.faults.clear()
+                return self.answer(200, {})
             if parts == ["consistency"] and method == "POST":
                 s.lag = float(request.get("lagSeconds", 0))
                 return self.answer(200, {})

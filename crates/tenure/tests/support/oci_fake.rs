@@ -146,6 +146,11 @@ impl OciFake {
         );
     }
 
+    /// Faults not yet used are dropped.
+    pub fn clear_faults(&self) {
+        self.admin("DELETE", "faults", &json!({}));
+    }
+
     /// Reads show the state as it was `seconds` ago.
     pub fn lag(&self, seconds: f64) {
         self.admin("POST", "consistency", &json!({"lagSeconds": seconds}));
