@@ -19,7 +19,7 @@ use http::Method;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::http::{Http, OciError};
+use crate::http::{Call, Http, OciError};
 use crate::principal::{Endpoints, InstancePrincipal};
 use crate::profile::{self, ApiKey, ProfileError};
 use crate::sign::SigningKey;
@@ -141,15 +141,15 @@ impl Core {
         // A create's 409 means the address is in use: the caller reads again instead.
         let retry_conflict = operation != "CreatePrivateIp";
         let send = || {
-            self.http.signed(
+            let call = Call {
                 operation,
-                method.clone(),
-                &url,
-                body.as_deref(),
+                method: method.clone(),
+                url: &url,
+                body: body.as_deref(),
                 deadline,
                 retry_conflict,
-                || self.signer(deadline),
-            )
+            };
+            self.http.signed(call, || self.signer(deadline))
         };
         match send().await {
             // A session token OCI no longer takes: fetch a new one, once.

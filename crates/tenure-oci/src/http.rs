@@ -85,6 +85,23 @@ pub enum OciError {
 pub const POLICY_HINT: &str = "the caller needs, in the VNICs' and subnets' compartment: `use vnics`, `use private-ips`, `use subnets` \
      (e.g. `Allow dynamic-group <dg> to use private-ips in compartment <c>`; see docs/operations.md, OCI)";
 
+/// One signed call to make.
+#[derive(Clone, Debug)]
+pub struct Call<'a> {
+    /// The API operation (for errors and logs).
+    pub operation: &'static str,
+    /// The method.
+    pub method: Method,
+    /// The whole URL.
+    pub url: &'a str,
+    /// The JSON body, for POST and PUT.
+    pub body: Option<&'a [u8]>,
+    /// Nothing is sent, and no wait begins, that would end after it.
+    pub deadline: Instant,
+    /// Whether a 409 `Conflict`/`IncorrectState` is waited for and resent.
+    pub retry_conflict: bool,
+}
+
 /// A signed answer: status, headers, body.
 #[derive(Debug)]
 pub struct Answer {
@@ -175,20 +192,12 @@ impl Http {
     /// # Errors
     ///
     /// Any [`OciError`].
-    pub async fn signed<F, Fut>(
-        &self,
-        operation: &'static str,
-        method: Method,
-        url: &str,
-        body: Option<&[u8]>,
-        deadline: Instant,
-        retry_conflict: bool,
-        signer: F,
-    ) -> Result<Answer, OciError>
+    pub async fn signed<F, Fut>(&self, call: Call<'_>, signer: F) -> Result<Answer, OciError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<(String, SigningKey), OciError>>,
     {
+        let Call { operation, method, url, body, deadline, retry_conflict } = call;
         let uri: Uri = url.parse().map_err(|e| OciError::Refused {
             operation,
             status: 0,

@@ -19,7 +19,7 @@ use sha1::Digest as _;
 use tokio::time::Instant;
 use x509_cert::der::DecodePem as _;
 
-use crate::http::{Http, OciError};
+use crate::http::{Call, Http, OciError};
 use crate::sign::SigningKey;
 
 /// The instance metadata service's identity folder.
@@ -144,12 +144,14 @@ impl InstancePrincipal {
         let key_id = format!("{tenancy}/fed-x509/{fingerprint}");
         let answer = http
             .signed(
-                operation,
-                Method::POST,
-                &self.endpoints.federation,
-                Some(body.as_bytes()),
-                deadline,
-                true,
+                Call {
+                    operation,
+                    method: Method::POST,
+                    url: &self.endpoints.federation,
+                    body: Some(body.as_bytes()),
+                    deadline,
+                    retry_conflict: true,
+                },
                 || {
                     let signer = (key_id.clone(), instance_key.clone());
                     async move { Ok(signer) }

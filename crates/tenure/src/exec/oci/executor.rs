@@ -285,10 +285,10 @@ impl OciExecutor {
                 Err(e) => first_error = first_error.or(Some(e)),
             }
         }
-        if subnets.is_empty() {
-            if let Some(e) = first_error {
-                return Err(e);
-            }
+        if subnets.is_empty()
+            && let Some(e) = first_error
+        {
+            return Err(e);
         }
         let mut found: BTreeMap<IpAddr, BTreeSet<String>> =
             request.addresses.iter().map(|a| (*a, BTreeSet::new())).collect();
