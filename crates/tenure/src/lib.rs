@@ -30,6 +30,7 @@
 //! - `kubernetes` — the Kubernetes Lease backend (`tenure elect --backend kubernetes`), through
 //!   `tenure-kube` (kube, k8s-openapi).
 //! - `aws` — the executor of `kind: aws` providers, through `tenure-aws` (aws-sdk-ec2).
+//! - `oci` — the executor of `kind: oci` providers, through `tenure-oci` (its own request signer).
 //! - `onprem` — the executor of `kind: onprem` providers (rtnetlink, raw sockets; Linux).
 //! - `sim` — the simulator's verbs (`tenure sim`, `tenure replay`), through `tenure-sim`. Nothing
 //!   else in this crate uses the simulator: the report rows, the scenario format and the
