@@ -360,6 +360,26 @@ fn validate_refuses_an_aws_provider_in_a_build_without_aws() {
     );
 }
 
+/// An oci provider in a build without the `oci` feature: exit 3, at its `kind`.
+#[cfg(not(feature = "oci"))]
+#[test]
+fn validate_refuses_an_oci_provider_in_a_build_without_oci() {
+    let config = agent_config(
+        "validate_no_oci",
+        "[{name: sim1, kind: sim-cloud}, {name: cloud, kind: oci, region: us-ashburn-1, auth: instancePrincipal}]",
+        "",
+    );
+    let (code, lines, _) = validate(&config);
+    assert_eq!(code, Some(3), "{lines:?}");
+    assert_eq!(
+        lines,
+        [format!(
+            "{}:3:64: provider `cloud`: this build has no oci executor; rebuild with --features oci",
+            config.display()
+        )]
+    );
+}
+
 /// An etcd store in a build without the `etcd` feature: exit 3, at `store.kind`.
 #[cfg(not(feature = "etcd"))]
 #[test]
