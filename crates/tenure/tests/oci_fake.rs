@@ -329,6 +329,11 @@ fn validate_names_each_oci_mistake_in_one_line() {
             "ocid1.vnic.oc1.iad.aaaa",
             "oci-config has no profile [NOPE] (it has: DEFAULT)",
         ),
+        (
+            "{name: o, kind: oci, region: us-ashburn-1, auth: {configFile: ./oci-config, profil: X}}",
+            "ocid1.vnic.oc1.iad.aaaa",
+            "3:62: auth does not take `profil` (it takes `configFile`, `profile`)",
+        ),
     ];
     for (provider, nic, want) in cases {
         let config = dir.join("agent.yaml");

@@ -73,30 +73,14 @@ pub struct OciSettings {
     pub skip_source_dest_check: SkipSourceDestCheck,
 }
 
-/// `auth` as written: `instancePrincipal`, or `{configFile: PATH, profile: NAME}`.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum OciAuthRaw {
-    /// `instancePrincipal`.
-    Named(String),
-    /// `{configFile, profile}`.
-    ConfigFile(OciConfigFileRaw),
-}
-
-/// `auth: {configFile, profile}` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct OciConfigFileRaw {
-    config_file: Option<String>,
-    profile: Option<String>,
-}
-
 /// `kind: oci` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct OciRaw {
     region: Option<Spanned<String>>,
-    auth: Option<Spanned<OciAuthRaw>>,
+    /// `instancePrincipal`, or `{configFile: PATH, profile: NAME}` (read as any value, checked
+    /// here: a generic untagged-enum error would name no key).
+    auth: Option<Spanned<serde_json::Value>>,
     endpoint_url: Option<Spanned<String>>,
     skip_source_dest_check: Option<Spanned<String>>,
     inventory_interval: Option<Spanned<String>>,
@@ -139,27 +123,52 @@ fn check_region(check: &mut SettingsCheck<'_>, region: Option<Spanned<String>>) 
     }
 }
 
-fn check_auth(check: &mut SettingsCheck<'_>, auth: Option<Spanned<OciAuthRaw>>) -> OciAuth {
+fn check_auth(check: &mut SettingsCheck<'_>, auth: Option<Spanned<serde_json::Value>>) -> OciAuth {
+    use serde_json::Value;
     let at = auth.as_ref().map_or_else(|| check.entry(), Position::of_spanned);
-    let (file, profile) = match auth.map(|a| a.value) {
-        Some(OciAuthRaw::Named(name)) if name == "instancePrincipal" => return OciAuth::InstancePrincipal,
-        Some(OciAuthRaw::Named(other)) => {
-            check.error(
-                at,
-                format!("auth `{other}` is not an OCI auth: use `instancePrincipal` or `{{configFile: PATH, profile: NAME}}`"),
-            );
+    let usage = "use `instancePrincipal` or `{configFile: PATH, profile: NAME}`";
+    let (mut file, mut profile) = (None, None);
+    let mut mistaken = false;
+    match auth.map(|a| a.value) {
+        None => {}
+        Some(Value::String(name)) if name == "instancePrincipal" => return OciAuth::InstancePrincipal,
+        Some(Value::Object(map)) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("configFile", Value::String(v)) => file = Some(v),
+                    ("profile", Value::String(v)) => profile = Some(v),
+                    ("configFile" | "profile", other) => {
+                        mistaken = true;
+                        check.error(at, format!("auth: `{key}` must be a string, not `{other}`"));
+                    }
+                    (other, _) => {
+                        mistaken = true;
+                        check.error(
+                            at,
+                            format!("auth does not take `{other}` (it takes `configFile`, `profile`)"),
+                        );
+                    }
+                }
+            }
+        }
+        Some(Value::String(other)) => {
+            check.error(at, format!("auth `{other}` is not an OCI auth: {usage}"));
             return OciAuth::InstancePrincipal;
         }
-        Some(OciAuthRaw::ConfigFile(raw)) => (raw.config_file, raw.profile),
-        None => (None, None),
-    };
+        Some(other) => {
+            check.error(at, format!("auth `{other}` is not an OCI auth: {usage}"));
+            return OciAuth::InstancePrincipal;
+        }
+    }
     let written = file.unwrap_or_else(|| OCI_CONFIG_FILE_DEFAULT.to_owned());
     let path = if written.starts_with('~') { home(&written) } else { check.resolve(&written) };
     let profile = profile.unwrap_or_else(|| "DEFAULT".to_owned());
+    // The file is read only when the key was written right (one line per mistake).
     #[cfg(feature = "oci")]
-    if let Err(e) = tenure_oci::profile::api_key(&path, &profile) {
+    if !mistaken && let Err(e) = tenure_oci::profile::api_key(&path, &profile) {
         check.error(at, format!("auth: {e}"));
     }
+    let _ = mistaken;
     OciAuth::ConfigFile { path, profile }
 }
 
