@@ -455,6 +455,10 @@ class Handler(BaseHTTPRequestHandler):
             if parts == ["consistency"] and method == "POST":
                 s.lag = float(request.get("lagSeconds", 0))
                 return self.answer(200, {})
+            if parts == ["sessions"] and method == "DELETE":
+                # Every session token is revoked (as a key rotation on OCI's side would).
+                s.sessions.clear()
+                return self.answer(200, {})
             if parts == ["federations"] and method == "GET":
                 return self.answer(200, {"federations": s.federations})
         return self.error(404, "NotFound", "/_fake/" + "/".join(parts))

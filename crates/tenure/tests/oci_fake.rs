@@ -297,6 +297,22 @@ async fn instance_principals_sign_with_a_session_token_refreshed_before_expiry()
     assert!(fake.log().iter().all(|(_, _, status)| *status != 401), "no call refused: {:?}", fake.log());
 }
 
+/// A session token OCI stops taking before its expiry: the 401 fetches a new one at once and the
+/// call is sent again with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_session_token_is_replaced_at_once() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = OciExecutor::with_client(fake.core_instance_principal(), SkipSourceDestCheck::Check);
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    fake.admin("DELETE", "sessions", &json!({}));
+    fake.reset_calls();
+    detail(run(&executor, &action(Verb::EnableForwarding, "a", &vnics[0], 1)).await);
+    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 2, "re-federated after the 401");
+    let statuses: Vec<u16> = fake.log().iter().map(|(_, _, s)| *s).collect();
+    assert_eq!(statuses, [401, 200], "GetVnic refused once, then sent again with the new token");
+}
+
 /// `tenure validate`: a missing region, a VNIC that is not an OCID, a config file or profile that
 /// does not exist: one line each, at its place, exit 2.
 #[test]
