@@ -32,6 +32,7 @@
 //! - `aws` — the executor of `kind: aws` providers, through `tenure-aws` (aws-sdk-ec2).
 //! - `azure` — the executor of `kind: azure` providers, through `tenure-azure` (azure_core,
 //!   azure_identity).
+//! - `oci` — the executor of `kind: oci` providers, through `tenure-oci` (its own request signer).
 //! - `onprem` — the executor of `kind: onprem` providers (rtnetlink, raw sockets; Linux).
 //! - `sim` — the simulator's verbs (`tenure sim`, `tenure replay`), through `tenure-sim`. Nothing
 //!   else in this crate uses the simulator: the report rows, the scenario format and the

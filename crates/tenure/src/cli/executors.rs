@@ -1,6 +1,6 @@
 //! The executors of an agent config's providers, each made by its kind's `build()` through the
-//! registry (`exec/registry.rs`). A kind this build lacks (`aws`, `onprem` without their cargo
-//! features; `oci` in every build) is a one-line refusal here, which the start checks
+//! registry (`exec/registry.rs`). A kind this build lacks (`aws`, `azure`, `oci`, `onprem` without
+//! their cargo features) is a one-line refusal here, which the start checks
 //! (`preflight.rs`) turn into exit 3 for both `tenure agent` and `tenure validate`.
 
 use std::collections::BTreeMap;
@@ -87,18 +87,6 @@ mod tests {
         assert_eq!(
             executors(&config, "", None).expect_err("no executor"),
             "provider `o`: this build has no azure executor; rebuild with --features azure"
-        );
-    }
-
-    #[test]
-    fn a_kind_without_an_executor_is_refused_naming_the_provider() {
-        let text = "node: {name: a, provider: o, placementGroup: g1, nic: n}\nstore: {path: ./d}\n\
-                    providers: [{name: o, kind: oci}]\n";
-        let config = parse_config(text, Path::new("agent.yaml")).expect("a kind without an executor parses");
-        assert_eq!(
-            executors(&config, "", None).expect_err("no executor"),
-            "provider `o`: kind oci has no executor in this version (see README.md, Status); use exec to \
-             drive it with your own command"
         );
     }
 }

@@ -15,8 +15,7 @@
 //!   the same file), and must not be inside `store.path` (compared lexically, after resolving `.` and
 //!   `..`; symbolic links are not followed), so that a plain copy of an old store cannot carry its
 //!   identity with it.
-//! - Provider kind `oci` parses (it takes no settings) but no build has its executor yet (an
-//!   `exec` provider can drive it); `aws`, `azure` and `onprem` are parsed and checked
+//! - Provider kinds `aws`, `azure`, `oci` and `onprem` are parsed and checked
 //!   in every build. Whether this build can run a kind is decided by the agent's start checks
 //!   (`cli/preflight.rs`, also run by `tenure validate`, through the registry's `build()`): exit
 //!   3, not 2.

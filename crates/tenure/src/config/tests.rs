@@ -289,11 +289,14 @@ fn providers_are_checked_by_kind() {
     );
     // A kind no build runs yet parses (it takes no settings); the agent's start checks refuse
     // it with exit 3 (`cli/preflight.rs`).
-    let oci = GOOD.replace("kind: sim-cloud", "kind: oci");
-    let parsed = parse(&oci).expect("a kind without an executor is not a bad config");
+    let azure = GOOD.replace("kind: sim-cloud", "kind: azure");
+    let parsed = parse(&azure).expect("a kind without an executor is not a bad config");
     assert_eq!(parsed.source.provider_kinds[0], tenure_core::input::Position { line: 5, column: 24 });
-    let oci_setting = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: oci, region: x}");
-    assert_eq!(first(&oci_setting, "provider kind `oci` does not take `region` (it takes no settings)"), 5);
+    let azure_setting = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: azure, region: x}");
+    assert_eq!(
+        first(&azure_setting, "provider kind `azure` does not take `region` (it takes no settings)"),
+        5
+    );
     let onprem = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: onprem}");
     assert_eq!(first(&onprem, "needs `interface`"), 5);
     let bad_interface = GOOD.replace(

@@ -39,7 +39,7 @@
 //!     shared, lock-protected handle.
 //!   - [`azure`] — `azure`: `AzureExecutor`, static secondary ipConfigurations on Azure NICs
 //!     (cargo feature `azure`).
-//!   - [`oci`] — registered, with no executor in this version.
+//!   - [`oci`] — `oci`: `OciExecutor`, OCI secondary private IPs on VNICs (cargo feature `oci`).
 //! - [`hook_groups`] — `HookGroups`: every hook's process group recorded durably before it can
 //!   act, and killed by that record at the next start (Linux).
 

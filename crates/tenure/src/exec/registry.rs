@@ -42,7 +42,7 @@ pub enum ProviderSettings {
     Onprem(onprem::OnpremSettings),
     /// `aws`: EC2 secondary private IPs (cargo feature `aws`).
     Aws(aws::AwsSettings),
-    /// `oci`: no executor in this version.
+    /// `oci`: OCI secondary private IPs on VNICs (cargo feature `oci`).
     Oci(oci::OciSettings),
     /// `azure`: secondary ipConfigurations on Azure NICs (cargo feature `azure`).
     Azure(azure::AzureSettings),
@@ -202,15 +202,6 @@ pub enum NotBuilt {
         feature: &'static str,
         /// Where it builds, when not everywhere (` (Linux)`), else empty.
         platform: &'static str,
-    },
-    /// No build of this version has an executor for the kind.
-    #[error(
-        "kind {kind} has no executor in this version (see README.md, Status); use exec to drive it \
-         with your own command"
-    )]
-    NotInThisVersion {
-        /// The kind.
-        kind: &'static str,
     },
 }
 

@@ -1,0 +1,315 @@
+//! [`Core`]: the Core Services (API 20160918) calls of the `oci` provider.
+//!
+//! | call | request |
+//! |---|---|
+//! | [`Core::vnic`] | `GET /20160918/vnics/{vnicId}` (GetVnic) |
+//! | [`Core::private_ip_by_address`] | `GET /20160918/privateIps?subnetId=…&ipAddress=…` (ListPrivateIps) |
+//! | [`Core::private_ip`] | `GET /20160918/privateIps/{id}` (GetPrivateIp) |
+//! | [`Core::move_private_ip`] | `PUT /20160918/privateIps/{id}` `{"vnicId"}` (UpdatePrivateIp) |
+//! | [`Core::create_private_ip`] | `POST /20160918/privateIps` `{"vnicId","ipAddress"}` (CreatePrivateIp) |
+//! | [`Core::delete_private_ip`] | `DELETE /20160918/privateIps/{id}` (DeletePrivateIp) |
+//! | [`Core::private_ips_in_subnet`] | `GET /20160918/privateIps?subnetId=…`, every page (`opc-next-page`) |
+//! | [`Core::set_skip_source_dest_check`] | `PUT /20160918/vnics/{vnicId}` `{"skipSourceDestCheck"}` (UpdateVnic) |
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use http::Method;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use crate::http::{Call, Http, OciError};
+use crate::principal::{Endpoints, InstancePrincipal};
+use crate::profile::{self, ApiKey, ProfileError};
+use crate::sign::SigningKey;
+
+/// Most private IPs one list page asks for.
+pub const PAGE_LIMIT: u32 = 100;
+
+/// How requests are signed.
+#[derive(Debug)]
+pub enum Auth {
+    /// An API key (from an OCI config file's profile).
+    ApiKey(ApiKey),
+    /// Instance principals.
+    InstancePrincipal(InstancePrincipal),
+}
+
+impl Auth {
+    /// The API key of `profile` in the OCI config file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`ProfileError`] when the file, the profile, a key or the key file is missing.
+    pub fn config_file(path: &Path, profile: &str) -> Result<Self, ProfileError> {
+        profile::api_key(path, profile).map(Self::ApiKey)
+    }
+}
+
+/// A VNIC as GetVnic answers (the fields the provider reads).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Vnic {
+    /// Its OCID.
+    pub id: String,
+    /// Its subnet's OCID.
+    pub subnet_id: String,
+    /// Its primary private IP address.
+    #[serde(default)]
+    pub private_ip: Option<String>,
+    /// Whether it forwards for addresses that are not its own.
+    #[serde(default)]
+    pub skip_source_dest_check: bool,
+}
+
+/// A private IP object.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrivateIp {
+    /// Its OCID.
+    pub id: String,
+    /// The VNIC it is on.
+    pub vnic_id: String,
+    /// The address.
+    pub ip_address: String,
+    /// Whether it is its VNIC's primary address (never moved or deleted by tenure).
+    #[serde(default)]
+    pub is_primary: bool,
+    /// Its subnet.
+    #[serde(default)]
+    pub subnet_id: Option<String>,
+}
+
+/// The Core Services client for one region (or one test endpoint).
+#[derive(Clone, Debug)]
+pub struct Core {
+    base: String,
+    auth: Arc<Auth>,
+    http: Http,
+}
+
+impl Core {
+    /// A client of `https://iaas.{region}.oraclecloud.com`, or of `endpoint_url` when given.
+    ///
+    /// # Errors
+    ///
+    /// [`OciError::Credentials`] when TLS cannot be set up.
+    pub fn new(region: &str, endpoint_url: Option<&str>, auth: Auth) -> Result<Self, OciError> {
+        let base = endpoint_url.map_or_else(
+            || format!("https://iaas.{region}.oraclecloud.com"),
+            |u| u.trim_end_matches('/').to_owned(),
+        );
+        Ok(Self { base, auth: Arc::new(auth), http: Http::new()? })
+    }
+
+    /// Instance principals for `region` with OCI's own metadata and federation endpoints.
+    #[must_use]
+    pub fn instance_principal(region: &str) -> Auth {
+        Auth::InstancePrincipal(InstancePrincipal::new(Endpoints::for_region(region)))
+    }
+
+    /// The calls answered 429 or 409 `Conflict`/`IncorrectState` so far.
+    #[must_use]
+    pub fn throttled(&self) -> u64 {
+        self.http.throttled()
+    }
+
+    /// The auth in use.
+    #[must_use]
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    async fn signer(&self, deadline: Instant) -> Result<(String, SigningKey), OciError> {
+        match self.auth.as_ref() {
+            Auth::ApiKey(key) => Ok((key.key_id.clone(), key.key.clone())),
+            Auth::InstancePrincipal(principal) => principal.signer(&self.http, deadline).await,
+        }
+    }
+
+    async fn call(
+        &self,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        deadline: Instant,
+    ) -> Result<crate::http::Answer, OciError> {
+        let url = format!("{}/20160918{path}", self.base);
+        let body = body.map(|b| b.to_string().into_bytes());
+        // A create's 409 means the address is in use: the caller reads again instead.
+        let retry_conflict = operation != "CreatePrivateIp";
+        let send = || {
+            let call = Call {
+                operation,
+                method: method.clone(),
+                url: &url,
+                body: body.as_deref(),
+                deadline,
+                retry_conflict,
+            };
+            self.http.signed(call, || self.signer(deadline))
+        };
+        match send().await {
+            // A session token OCI no longer takes: fetch a new one, once.
+            Err(OciError::Permission { status: 401, .. })
+                if matches!(self.auth.as_ref(), Auth::InstancePrincipal(_)) =>
+            {
+                if let Auth::InstancePrincipal(principal) = self.auth.as_ref() {
+                    principal.forget().await;
+                }
+                send().await
+            }
+            other => other,
+        }
+    }
+
+    fn parse<T: for<'de> Deserialize<'de>>(operation: &'static str, body: &[u8]) -> Result<T, OciError> {
+        serde_json::from_slice(body).map_err(|e| OciError::Refused {
+            operation,
+            status: 200,
+            code: "UnreadableAnswer".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// GetVnic.
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn vnic(&self, vnic: &str, deadline: Instant) -> Result<Vnic, OciError> {
+        let answer = self.call("GetVnic", Method::GET, &format!("/vnics/{vnic}"), None, deadline).await?;
+        Self::parse("GetVnic", &answer.body)
+    }
+
+    /// The private IP object of `address` in `subnet`, if there is one (ListPrivateIps).
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn private_ip_by_address(
+        &self,
+        subnet: &str,
+        address: IpAddr,
+        deadline: Instant,
+    ) -> Result<Option<PrivateIp>, OciError> {
+        let path = format!("/privateIps?subnetId={subnet}&ipAddress={}", encode(&address.to_string()));
+        let answer = self.call("ListPrivateIps", Method::GET, &path, None, deadline).await?;
+        let found: Vec<PrivateIp> = Self::parse("ListPrivateIps", &answer.body)?;
+        Ok(found.into_iter().find(|p| p.ip_address.parse::<IpAddr>().ok() == Some(address)))
+    }
+
+    /// GetPrivateIp.
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn private_ip(&self, id: &str, deadline: Instant) -> Result<PrivateIp, OciError> {
+        let answer =
+            self.call("GetPrivateIp", Method::GET, &format!("/privateIps/{id}"), None, deadline).await?;
+        Self::parse("GetPrivateIp", &answer.body)
+    }
+
+    /// UpdatePrivateIp: moves the object to `vnic`.
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn move_private_ip(
+        &self,
+        id: &str,
+        vnic: &str,
+        deadline: Instant,
+    ) -> Result<PrivateIp, OciError> {
+        let body = serde_json::json!({ "vnicId": vnic });
+        let answer = self
+            .call("UpdatePrivateIp", Method::PUT, &format!("/privateIps/{id}"), Some(body), deadline)
+            .await?;
+        Self::parse("UpdatePrivateIp", &answer.body)
+    }
+
+    /// CreatePrivateIp: `address` as a secondary private IP of `vnic`.
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn create_private_ip(
+        &self,
+        vnic: &str,
+        address: IpAddr,
+        deadline: Instant,
+    ) -> Result<PrivateIp, OciError> {
+        let body = serde_json::json!({ "vnicId": vnic, "ipAddress": address.to_string() });
+        let answer = self.call("CreatePrivateIp", Method::POST, "/privateIps", Some(body), deadline).await?;
+        Self::parse("CreatePrivateIp", &answer.body)
+    }
+
+    /// DeletePrivateIp.
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn delete_private_ip(&self, id: &str, deadline: Instant) -> Result<(), OciError> {
+        self.call("DeletePrivateIp", Method::DELETE, &format!("/privateIps/{id}"), None, deadline)
+            .await
+            .map(|_| ())
+    }
+
+    /// Every private IP of `subnet`, page after page.
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn private_ips_in_subnet(
+        &self,
+        subnet: &str,
+        deadline: Instant,
+    ) -> Result<Vec<PrivateIp>, OciError> {
+        let mut all = Vec::new();
+        let mut page: Option<String> = None;
+        loop {
+            let mut path = format!("/privateIps?subnetId={subnet}&limit={PAGE_LIMIT}");
+            if let Some(token) = &page {
+                path.push_str("&page=");
+                path.push_str(&encode(token));
+            }
+            let answer = self.call("ListPrivateIps", Method::GET, &path, None, deadline).await?;
+            let found: Vec<PrivateIp> = Self::parse("ListPrivateIps", &answer.body)?;
+            all.extend(found);
+            page = answer.headers.get("opc-next-page").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            if page.is_none() {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// UpdateVnic: sets `skipSourceDestCheck`.
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn set_skip_source_dest_check(
+        &self,
+        vnic: &str,
+        skip: bool,
+        deadline: Instant,
+    ) -> Result<Vnic, OciError> {
+        let body = serde_json::json!({ "skipSourceDestCheck": skip });
+        let answer =
+            self.call("UpdateVnic", Method::PUT, &format!("/vnics/{vnic}"), Some(body), deadline).await?;
+        Self::parse("UpdateVnic", &answer.body)
+    }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,371 @@
+//! The oci executor against the OCI FAKE (`scripts/oci-fake/oci_fake.py`: a fake of the published
+//! Core Services private IP API, not OCI; it verifies every request's signature). Each verb's
+//! calls are counted at the fake. What is counted: Core Services calls (GetVnic, ListPrivateIps,
+//! GetPrivateIp, UpdatePrivateIp, CreatePrivateIp, DeletePrivateIp, UpdateVnic); the executor
+//! reads a VNIC's subnet once (GetVnic) and caches it, so a node's first acquire carries one
+//! GetVnic more. Metadata and federation calls are not counted there (federations are, apart).
+//!
+//! Fails, never skips, when the fake cannot start.
+
+#![cfg(feature = "oci")]
+
+#[path = "support/oci_fake.rs"]
+mod oci_fake;
+
+use std::process::Command;
+use std::time::Duration;
+
+use oci_fake::{OciFake, action, temp_dir};
+use serde_json::json;
+use tenure::exec::oci::{OciExecutor, SkipSourceDestCheck};
+use tenure::exec::{ExecutionOutcome, Executor as _, InventoryRequest, execute_within};
+use tenure_core::model::{StampedAction, Verb};
+use tokio::time::Instant;
+
+async fn run_within(executor: &OciExecutor, action: &StampedAction, within: Duration) -> ExecutionOutcome {
+    execute_within(executor, action, Instant::now() + within).await
+}
+
+async fn run(executor: &OciExecutor, action: &StampedAction) -> ExecutionOutcome {
+    run_within(executor, action, Duration::from_secs(20)).await
+}
+
+fn detail(outcome: ExecutionOutcome) -> String {
+    match outcome {
+        ExecutionOutcome::Executed { detail } => detail,
+        other => panic!("not executed: {other:?}"),
+    }
+}
+
+fn failed(outcome: ExecutionOutcome) -> String {
+    match outcome {
+        ExecutionOutcome::Failed { reason } => reason,
+        other => panic!("not failed: {other:?}"),
+    }
+}
+
+fn executor(fake: &OciFake, name: &str) -> OciExecutor {
+    OciExecutor::with_client(fake.core(&temp_dir(name)), SkipSourceDestCheck::Check)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seize_is_one_list_one_update_one_read_and_a_stale_release_deletes_nothing() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let (a, b) = (&vnics[0], &vnics[1]);
+    let executor = executor(&fake, "seize");
+
+    // a takes the address, held by no VNIC: its subnet (GetVnic), the list, a create, a read.
+    let took = detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", a, 1)).await);
+    assert_eq!(took, format!("10.0.0.10 assigned to {a} (confirmed)"));
+    assert_eq!(
+        fake.calls(),
+        json!({"GetVnic": 1, "ListPrivateIps": 1, "CreatePrivateIp": 1, "GetPrivateIp": 1})
+    );
+
+    // b seizes (its subnet not read yet: one GetVnic more).
+    fake.reset_calls();
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", b, 2)).await);
+    assert_eq!(
+        fake.calls(),
+        json!({"GetVnic": 1, "ListPrivateIps": 1, "UpdatePrivateIp": 1, "GetPrivateIp": 1})
+    );
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(b.as_str()));
+
+    // a seizes back: exactly one list, one update, one read.
+    fake.reset_calls();
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", a, 3)).await);
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "UpdatePrivateIp": 1, "GetPrivateIp": 1}));
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(a.as_str()));
+
+    // b's stale release: the object is on a, so nothing is deleted; one list.
+    fake.reset_calls();
+    let stale = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "b", b, 2)).await);
+    assert!(stale.contains("taken by a seize"), "{stale}");
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1}));
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(a.as_str()));
+
+    // a's own release deletes it: a list and a delete; a second release finds nothing.
+    fake.reset_calls();
+    detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", a, 3)).await);
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "DeletePrivateIp": 1}));
+    assert_eq!(fake.holder("10.0.0.10"), None);
+    let again = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", a, 3)).await);
+    assert!(again.contains("released already"), "{again}");
+
+    // Holding it already: one list, nothing written.
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", a, 4)).await);
+    fake.reset_calls();
+    let held = detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", a, 4)).await);
+    assert!(held.contains("is on"), "{held}");
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_refused_as_in_use_reads_again_and_a_primary_ip_is_never_taken() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let executor = executor(&fake, "create-conflict");
+    // The create is answered 409 (in use): the executor reads again instead of resending blind.
+    fake.fault("CreatePrivateIp", 409, "Conflict", 1, None);
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert_eq!(
+        fake.calls(),
+        json!({"GetVnic": 1, "ListPrivateIps": 2, "CreatePrivateIp": 2, "GetPrivateIp": 1})
+    );
+    assert_eq!(executor.throttled_calls(), 0, "a create's 409 is not throttling");
+
+    // 10.0.0.5 is the primary IP of the second VNIC: never moved, never deleted.
+    let mut primary = action(Verb::AssignSecondaryIp, "a", &vnics[0], 2);
+    primary.address = "10.0.0.5".parse().expect("literal");
+    assert!(failed(run(&executor, &primary).await).contains("primary IP"));
+    assert_eq!(fake.holder("10.0.0.5").as_deref(), Some(vnics[1].as_str()));
+}
+
+/// 429 and 409 `IncorrectState` are resent after `Retry-After` — the fake sees no call before it
+/// — and counted; a 500 is resent too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_and_conflicts_are_resent_after_retry_after() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let executor = executor(&fake, "throttle");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    detail(run(&executor, &action(Verb::EnableForwarding, "b", &vnics[1], 1)).await);
+
+    fake.reset_calls();
+    fake.fault("UpdatePrivateIp", 429, "TooManyRequests", 1, Some(1));
+    fake.fault("UpdatePrivateIp", 409, "IncorrectState", 1, Some(1));
+    fake.fault("GetPrivateIp", 500, "InternalServerError", 1, None);
+    let started = Instant::now();
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &vnics[1], 2)).await);
+    assert!(started.elapsed() >= Duration::from_secs(2), "two Retry-After: 1 waited");
+    assert_eq!(executor.throttled_calls(), 2);
+    let log = fake.log();
+    let updates: Vec<&(f64, String, u16)> = log.iter().filter(|(_, op, _)| op == "UpdatePrivateIp").collect();
+    assert_eq!(updates.iter().map(|(_, _, s)| *s).collect::<Vec<_>>(), [429, 409, 200], "{log:?}");
+    for pair in updates.windows(2) {
+        assert!(pair[1].0 - pair[0].0 >= 0.99, "a call came before Retry-After: {log:?}");
+    }
+    assert_eq!(fake.calls()["GetPrivateIp"], 2, "the 500 was resent once");
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(vnics[1].as_str()));
+}
+
+/// A throttle that outlasts the deadline: no call is sent that would have to wait past it, and
+/// the action fails by the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_is_kept_under_throttling() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "deadline");
+    fake.fault("ListPrivateIps", 429, "TooManyRequests", 100, Some(1));
+    let started = Instant::now();
+    let reason = failed(
+        run_within(
+            &executor,
+            &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1),
+            Duration::from_millis(2500),
+        )
+        .await,
+    );
+    assert!(started.elapsed() < Duration::from_millis(2500), "{:?}", started.elapsed());
+    assert!(reason.contains("would pass the deadline"), "{reason}");
+    assert_eq!(fake.calls()["ListPrivateIps"], 3, "at 0 s, 1 s and 2 s; not at 3 s");
+    assert_eq!(executor.throttled_calls(), 3);
+}
+
+/// 401 and 404 `NotAuthorizedOrNotFound` fail at once (one call) naming the policy statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_errors_fail_at_once_naming_the_policy() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "permission");
+    for (status, code) in [(404, "NotAuthorizedOrNotFound"), (401, "NotAuthenticated")] {
+        fake.reset_calls();
+        fake.fault("*", status, code, 1, None);
+        let reason = failed(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+        assert!(reason.contains(code) && reason.contains("use private-ips"), "{reason}");
+        assert_eq!(fake.log().len(), 1, "one call, not resent");
+    }
+    // A key the fake does not know: its own 401, at once.
+    let dir = temp_dir("permission-other-key");
+    let config = dir.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "[DEFAULT]\nuser=ocid1.user.oc1..other\nfingerprint=aa\ntenancy=ocid1.tenancy.oc1..other\nkey_file={}\n",
+            oci_fake::key_file().display()
+        ),
+    )
+    .expect("write");
+    let auth = tenure::exec::oci::tenure_oci::Auth::config_file(&config, "DEFAULT").expect("reads");
+    let core =
+        tenure::exec::oci::tenure_oci::Core::new("us-ashburn-1", Some(&fake.url()), auth).expect("client");
+    let stranger = OciExecutor::with_client(core, SkipSourceDestCheck::Check);
+    let reason = failed(run(&stranger, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(reason.contains("401") && reason.contains("unknown keyId"), "{reason}");
+}
+
+/// Reads that lag the writes: the executor reads until the move shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_read_is_waited_out() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let executor = executor(&fake, "lag");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    detail(run(&executor, &action(Verb::EnableForwarding, "b", &vnics[1], 1)).await);
+    // Let the history settle past the lag, then make reads lag by 1 s.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    fake.lag(1.0);
+    fake.reset_calls();
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &vnics[1], 2)).await);
+    let reads = fake.calls()["GetPrivateIp"].as_u64().expect("count");
+    assert!(reads >= 3, "the move showed only after the lag: {reads} reads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_is_checked_and_set_only_when_asked() {
+    let fake = OciFake::start();
+    let subnet = fake.subnet("10.0.0.0/24");
+    let off = fake.vnic(&subnet, "10.0.0.4", false);
+    let checker = executor(&fake, "forwarding");
+    let reason = failed(run(&checker, &action(Verb::EnableForwarding, "a", &off, 1)).await);
+    assert!(reason.contains(&format!("skipSourceDestCheck is off for {off}")), "{reason}");
+    assert!(fake.calls().get("UpdateVnic").is_none(), "checked, not set");
+    let setter = OciExecutor::with_client(fake.core(&temp_dir("forwarding-set")), SkipSourceDestCheck::Set);
+    detail(run(&setter, &action(Verb::EnableForwarding, "a", &off, 1)).await);
+    assert_eq!(fake.calls()["UpdateVnic"], 1);
+    detail(run(&checker, &action(Verb::EnableForwarding, "a", &off, 1)).await);
+}
+
+/// The inventory reads every page of the nodes' subnets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inventory_reads_every_page_of_the_subnets() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let executor = executor(&fake, "inventory");
+    // 130 secondary addresses by hand on the second VNIC: with the primaries, two pages.
+    for host in 100..230 {
+        fake.drift(&format!("10.0.0.{}", host % 256), Some(&vnics[1]));
+    }
+    fake.drift("10.0.0.10", Some(&vnics[0]));
+    fake.reset_calls();
+    let request = InventoryRequest {
+        addresses: vec![
+            "10.0.0.10".parse().expect("ip"),
+            "10.0.0.200".parse().expect("ip"),
+            "10.0.0.11".parse().expect("ip"),
+        ],
+        nics: vnics.clone(),
+        own_nics: vec![],
+    };
+    let found = executor.inventory(&request).expect("has an inventory").await.expect("reads");
+    assert_eq!(
+        found,
+        vec![
+            ("10.0.0.10".parse().expect("ip"), vec![vnics[0].clone()]),
+            ("10.0.0.11".parse().expect("ip"), vec![]),
+            ("10.0.0.200".parse().expect("ip"), vec![vnics[1].clone()]),
+        ]
+    );
+    assert_eq!(fake.calls(), json!({"GetVnic": 2, "ListPrivateIps": 2}));
+}
+
+/// Instance principals end to end: identity from the (fake) metadata service, a session token
+/// from the (fake) federation endpoint, requests signed with the session key; the token is
+/// refreshed before it expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_principals_sign_with_a_session_token_refreshed_before_expiry() {
+    let fake = OciFake::start_with(4.0);
+    let vnics = fake.vnics(2);
+    let executor = OciExecutor::with_client(fake.core_instance_principal(), SkipSourceDestCheck::Check);
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 1);
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &vnics[1], 2)).await);
+    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 1, "the token is reused");
+    // A 4 s token is refreshed after half its life, before it expires: every call keeps
+    // working and no call is refused for an expired token.
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut epoch = 3;
+    while Instant::now() < until {
+        let holder = if epoch % 2 == 0 { &vnics[1] } else { &vnics[0] };
+        detail(run(&executor, &action(Verb::AssignSecondaryIp, "x", holder, epoch)).await);
+        epoch += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let federations = fake.admin("GET", "federations", &json!({}))["federations"].as_u64().expect("n");
+    assert!(federations >= 3, "refreshed: {federations} federations");
+    assert!(fake.log().iter().all(|(_, _, status)| *status != 401), "no call refused: {:?}", fake.log());
+}
+
+/// A session token OCI stops taking before its expiry: the 401 fetches a new one at once and the
+/// call is sent again with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_session_token_is_replaced_at_once() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = OciExecutor::with_client(fake.core_instance_principal(), SkipSourceDestCheck::Check);
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    fake.admin("DELETE", "sessions", &json!({}));
+    fake.reset_calls();
+    detail(run(&executor, &action(Verb::EnableForwarding, "a", &vnics[0], 1)).await);
+    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 2, "re-federated after the 401");
+    let statuses: Vec<u16> = fake.log().iter().map(|(_, _, s)| *s).collect();
+    assert_eq!(statuses, [401, 200], "GetVnic refused once, then sent again with the new token");
+}
+
+/// `tenure validate`: a missing region, a VNIC that is not an OCID, a config file or profile that
+/// does not exist: one line each, at its place, exit 2.
+#[test]
+fn validate_names_each_oci_mistake_in_one_line() {
+    let dir = temp_dir("validate");
+    let fake_config = dir.join("oci-config");
+    std::fs::write(
+        &fake_config,
+        format!("[DEFAULT]\nuser=u\nfingerprint=f\ntenancy=t\nkey_file={}\n", oci_fake::key_file().display()),
+    )
+    .expect("write");
+    let cases = [
+        (
+            "{name: o, kind: oci, auth: {configFile: ./oci-config}}",
+            "ocid1.vnic.oc1.iad.aaaa",
+            "3:13: oci provider `o` needs `region` (for instance `us-ashburn-1`)",
+        ),
+        (
+            "{name: o, kind: oci, region: us-ashburn-1, auth: {configFile: ./oci-config}}",
+            "eni-a",
+            "1:55: node `a`: `eni-a` is not a VNIC OCID",
+        ),
+        (
+            "{name: o, kind: oci, region: us-ashburn-1, auth: {configFile: ./missing}}",
+            "ocid1.vnic.oc1.iad.aaaa",
+            "3:62: auth: cannot read the OCI config file",
+        ),
+        (
+            "{name: o, kind: oci, region: us-ashburn-1, auth: {configFile: ./oci-config, profile: NOPE}}",
+            "ocid1.vnic.oc1.iad.aaaa",
+            "oci-config has no profile [NOPE] (it has: DEFAULT)",
+        ),
+        (
+            "{name: o, kind: oci, region: us-ashburn-1, auth: {configFile: ./oci-config, profil: X}}",
+            "ocid1.vnic.oc1.iad.aaaa",
+            "3:62: auth does not take `profil` (it takes `configFile`, `profile`)",
+        ),
+    ];
+    for (provider, nic, want) in cases {
+        let config = dir.join("agent.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "node: {{name: a, provider: o, placementGroup: g1, nic: {nic}}}\nstore: {{kind: embedded, path: ./data}}\nproviders: [{provider}]\n"
+            ),
+        )
+        .expect("write");
+        let output =
+            Command::new(env!("CARGO_BIN_EXE_tenure")).arg("validate").arg(&config).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(output.status.code(), Some(2), "{provider}: {stderr}");
+        assert_eq!(lines.len(), 1, "{provider}: {stderr}");
+        assert!(lines[0].contains(want), "{provider}: want `{want}` in {stderr}");
+    }
+}

@@ -1,0 +1,246 @@
+//! The OCI FAKE for the oci tests (`oci_fake.rs`, `oci_agent.rs`, `oci_fleet.rs`) and the bench:
+//! `scripts/oci-fake/oci_fake.py` (Python 3 standard library; a fake of the published Core
+//! Services private IP API, not OCI) started on a free loopback port, killed on drop. Requests
+//! are signed with the published test key of OCI's "Request Signatures" page, which the fake
+//! verifies. A start that fails panics: the tests fail, never skip.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tenure::exec::oci::tenure_oci::{Auth, Core, Endpoints, InstancePrincipal};
+use tenure_core::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
+
+/// The fake's start-up bound (python starts in well under a second; much more while cargo
+/// builds beside it).
+const START_MAX: Duration = Duration::from_secs(60);
+
+/// The API key's id the fake takes.
+pub const KEY_ID: &str =
+    "ocid1.tenancy.oc1..faketenancy/ocid1.user.oc1..fakeuser/20:3b:97:13:55:1c:5b:0d:d3:37:d8:50:4e:c5:3a:34";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The private key of the API key (the published test key).
+pub fn key_file() -> PathBuf {
+    repo().join("crates/tenure-oci/tests/data/oci-doc-test-key.pem")
+}
+
+/// The OCI fake on a free loopback port, killed on drop.
+pub struct OciFake {
+    child: Child,
+    port: u16,
+}
+
+impl OciFake {
+    /// With session tokens valid an hour.
+    pub fn start() -> Self {
+        Self::start_with(3600.0)
+    }
+
+    /// With session tokens valid `token_lifetime` seconds.
+    pub fn start_with(token_lifetime: f64) -> Self {
+        let mut child = Command::new("python3")
+            .arg(repo().join("scripts/oci-fake/oci_fake.py"))
+            .args(["--port", "0", "--api-key-id", KEY_ID])
+            .arg("--api-public-key")
+            .arg(repo().join("crates/tenure-oci/tests/data/oci-doc-test-public.pem"))
+            .arg("--identity-dir")
+            .arg(repo().join("scripts/oci-fake/identity"))
+            .args(["--token-lifetime", &token_lifetime.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs scripts/oci-fake/oci_fake.py");
+        let stdout = child.stdout.take().expect("piped");
+        let (send, ready) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(port) = line.strip_prefix("oci-fake listening on ") {
+                    let _ = send.send(port.trim().parse::<u16>().expect("a port"));
+                }
+            }
+        });
+        let Ok(port) = ready.recv_timeout(START_MAX) else {
+            let _ = child.kill();
+            panic!("the OCI fake did not start within {START_MAX:?} (see its stderr above)");
+        };
+        Self { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// One request to the fake's admin API (`/_fake/…`); its JSON answer.
+    pub fn admin(&self, method: &str, path: &str, body: &Value) -> Value {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("the fake answers");
+        let body = body.to_string();
+        let request = format!(
+            "{method} /_fake/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).expect("request");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("answer");
+        assert!(answer.starts_with("HTTP/1.") && answer.contains(" 200 "), "{method} {path}: {answer}");
+        let text = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        serde_json::from_str(&text).expect("JSON")
+    }
+
+    pub fn subnet(&self, cidr: &str) -> String {
+        self.admin("POST", "subnet", &json!({"cidr": cidr}))["id"].as_str().expect("id").to_owned()
+    }
+
+    pub fn vnic(&self, subnet: &str, primary: &str, skip_source_dest_check: bool) -> String {
+        let answer = self.admin(
+            "POST",
+            "vnic",
+            &json!({"subnetId": subnet, "primaryIp": primary, "skipSourceDestCheck": skip_source_dest_check}),
+        );
+        answer["id"].as_str().expect("id").to_owned()
+    }
+
+    /// A subnet 10.0.0.0/24 and `count` VNICs in it (primary IPs 10.0.0.4, 10.0.0.5, …).
+    pub fn vnics(&self, count: u8) -> Vec<String> {
+        let subnet = self.subnet("10.0.0.0/24");
+        (0..count).map(|i| self.vnic(&subnet, &format!("10.0.0.{}", 4 + i), true)).collect()
+    }
+
+    pub fn calls(&self) -> Value {
+        self.admin("GET", "calls", &json!({}))
+    }
+
+    pub fn reset_calls(&self) {
+        self.admin("DELETE", "calls", &json!({}));
+    }
+
+    /// `[seconds, operation, status]` of every Core Services call since the last reset.
+    pub fn log(&self) -> Vec<(f64, String, u16)> {
+        let log = self.admin("GET", "log", &json!({}));
+        log.as_array()
+            .expect("a list")
+            .iter()
+            .map(|e| {
+                (
+                    e[0].as_f64().expect("time"),
+                    e[1].as_str().expect("op").to_owned(),
+                    u16::try_from(e[2].as_u64().expect("status")).expect("status"),
+                )
+            })
+            .collect()
+    }
+
+    /// The next `count` calls of `op` (or `*`) answer `status` `code`, with `Retry-After`.
+    pub fn fault(&self, op: &str, status: u16, code: &str, count: u32, retry_after: Option<u32>) {
+        self.admin(
+            "POST",
+            "faults",
+            &json!({"op": op, "status": status, "code": code, "count": count, "retryAfter": retry_after}),
+        );
+    }
+
+    /// Faults not yet used are dropped.
+    pub fn clear_faults(&self) {
+        self.admin("DELETE", "faults", &json!({}));
+    }
+
+    /// Reads show the state as it was `seconds` ago.
+    pub fn lag(&self, seconds: f64) {
+        self.admin("POST", "consistency", &json!({"lagSeconds": seconds}));
+    }
+
+    /// By hand: `address` moved to `vnic`, or deleted (`None`).
+    pub fn drift(&self, address: &str, vnic: Option<&str>) {
+        self.admin("POST", "drift", &json!({"ipAddress": address, "vnicId": vnic}));
+    }
+
+    /// The VNIC holding `address`, if any (the fake's own state, not a counted call).
+    pub fn holder(&self, address: &str) -> Option<String> {
+        let state = self.admin("GET", "state", &json!({}));
+        state["privateIps"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .find(|p| p["ipAddress"] == address)
+            .map(|p| p["vnicId"].as_str().expect("vnic").to_owned())
+    }
+
+    /// An OCI config file in `dir` whose `DEFAULT` profile is the fake's API key.
+    pub fn config_file(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("oci-config");
+        let (tenancy, rest) = KEY_ID.split_once('/').expect("key id");
+        let (user, fingerprint) = rest.split_once('/').expect("key id");
+        std::fs::write(
+            &path,
+            format!(
+                "[DEFAULT]\nuser={user}\nfingerprint={fingerprint}\ntenancy={tenancy}\nregion=us-ashburn-1\nkey_file={}\n",
+                key_file().display()
+            ),
+        )
+        .expect("write the OCI config file");
+        path
+    }
+
+    /// A client of the fake signing with the API key.
+    pub fn core(&self, dir: &Path) -> Core {
+        let auth = Auth::config_file(&self.config_file(dir), "DEFAULT").expect("the profile");
+        Core::new("us-ashburn-1", Some(&self.url()), auth).expect("a client")
+    }
+
+    /// A client of the fake signing as an instance principal (the fake's metadata and
+    /// federation endpoints).
+    pub fn core_instance_principal(&self) -> Core {
+        let endpoints = Endpoints {
+            metadata: format!("{}/opc/v2", self.url()),
+            federation: format!("{}/v1/x509", self.url()),
+        };
+        Core::new(
+            "us-ashburn-1",
+            Some(&self.url()),
+            Auth::InstancePrincipal(InstancePrincipal::new(endpoints)),
+        )
+        .expect("a client")
+    }
+}
+
+impl Drop for OciFake {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The floating address the oci tests and the bench move: 10.0.0.10.
+pub fn address() -> std::net::IpAddr {
+    "10.0.0.10".parse().expect("literal")
+}
+
+/// A stamped action of pool `edge` on provider `cloud` for [`address`], both epochs `epoch`.
+pub fn action(verb: Verb, holder: &str, vnic: &str, epoch: u64) -> StampedAction {
+    StampedAction::new(
+        "edge",
+        address(),
+        verb,
+        holder,
+        "cloud",
+        vnic,
+        CaptureDomain::new("cloud", "vcn"),
+        CaptureEpoch::from_stored(epoch),
+        OwnershipEpoch::from_stored(epoch),
+    )
+}
+
+/// A fresh temporary folder for a test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tenure-oci-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
