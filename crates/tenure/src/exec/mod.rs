@@ -38,6 +38,8 @@
 //!   - [`sim`] — `sim-cloud`, `sim-onprem`: [`SimExecutor`], the simulated providers behind a
 //!     shared, lock-protected handle.
 //!   - [`oci`], [`azure`] — registered, with no executor in this version.
+//! - [`notices`] — `maintenanceNotices` of the cloud kinds: the setting's check, and the readers
+//!   of each cloud's instance metadata service (spot interruption, scheduled events, …).
 //! - [`hook_groups`] — `HookGroups`: every hook's process group recorded durably before it can
 //!   act, and killed by that record at the next start (Linux).
 
@@ -47,6 +49,7 @@ pub mod azure;
 pub mod hook;
 #[cfg(unix)]
 pub mod hook_groups;
+pub mod notices;
 pub mod oci;
 pub mod onprem;
 pub mod registry;
