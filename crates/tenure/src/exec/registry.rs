@@ -23,9 +23,9 @@ use serde::de::{DeserializeOwned, MapAccess};
 use tenure_core::model::ProviderKind;
 
 use super::Executor;
-use super::notices::NoticeSource;
 #[cfg(unix)]
 use super::hook_groups::HookGroups;
+use super::notices::NoticeSource;
 use super::{aws, azure, hook, oci, onprem, sim};
 use crate::config::SettingsCheck;
 

@@ -60,7 +60,10 @@ struct Scheduled {
 }
 
 /// The notices IMDSv2 announces now.
-pub(super) async fn poll(http: &Metadata, token: &mut Option<(String, Instant)>) -> Result<Vec<Notice>, String> {
+pub(super) async fn poll(
+    http: &Metadata,
+    token: &mut Option<(String, Instant)>,
+) -> Result<Vec<Notice>, String> {
     let session = match token {
         Some((value, at)) if at.elapsed() < TOKEN_RENEW_AFTER => value.clone(),
         _ => {
@@ -85,7 +88,10 @@ pub(super) async fn poll(http: &Metadata, token: &mut Option<(String, Instant)>)
             404 => continue,
             401 => {
                 *token = None;
-                return Err(unexpected(&format!("{path} (the session token was refused; a new one next time)"), &answer));
+                return Err(unexpected(
+                    &format!("{path} (the session token was refused; a new one next time)"),
+                    &answer,
+                ));
             }
             _ => return Err(unexpected(path, &answer)),
         }

@@ -208,6 +208,68 @@ mod tests {
         assert_eq!(errors[0].message, "maintenanceNotices `sometimes` is neither `ignore` nor `drain`");
     }
 
+    /// Every error of an agent config whose `providers:` line is `providers`, as `(line, column,
+    /// message)`.
+    fn refused(providers: &str) -> Vec<(u64, u64, String)> {
+        let text = format!(
+            "node: {{name: a, provider: p, placementGroup: g1, nic: eni-a}}\nstore: {{path: ./d}}\n{providers}"
+        );
+        crate::config::parse_config(&text, std::path::Path::new("agent.yaml"))
+            .expect_err("must be refused")
+            .into_iter()
+            .map(|e| (e.position.line, e.position.column, e.message))
+            .collect()
+    }
+
+    fn column(line: &str, needle: &str) -> u64 {
+        u64::try_from(line.find(needle).expect("on the line") + 1).expect("small")
+    }
+
+    #[test]
+    fn a_value_other_than_ignore_or_drain_is_one_line_at_the_value() {
+        let line = "providers: [{name: p, kind: aws, region: us-east-1, maintenanceNotices: sometimes}]\n";
+        assert_eq!(
+            refused(line),
+            vec![(
+                3,
+                column(line, "sometimes"),
+                "maintenanceNotices `sometimes` is neither `ignore` nor `drain`".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_kind_without_notices_refuses_the_key_by_name() {
+        for (kind, rest) in [
+            ("sim-cloud", ""),
+            ("sim-onprem", ""),
+            ("exec", ", command: [x]"),
+            ("onprem", ", interface: eth0"),
+        ] {
+            let line = format!("providers: [{{name: p, kind: {kind}{rest}, maintenanceNotices: drain}}]\n");
+            let all = refused(&line);
+            assert_eq!(all.len(), 1, "{kind}: {all:?}");
+            assert_eq!((all[0].0, all[0].1), (3, column(&line, "drain}")), "{kind}: at the value");
+            let expected = format!("provider kind `{kind}` does not take `maintenanceNotices`");
+            assert!(all[0].2.starts_with(&expected), "{kind}: {all:?}");
+        }
+    }
+
+    #[test]
+    fn drain_on_aws_polls_imds_and_the_default_polls_nothing() {
+        let config = |notices: &str| {
+            let text = format!(
+                "node: {{name: a, provider: p, placementGroup: g1, nic: eni-a}}\nstore: {{path: ./d}}\n\
+                 providers: [{{name: p, kind: aws, region: us-east-1{notices}}}]\n"
+            );
+            crate::config::parse_config(&text, std::path::Path::new("agent.yaml")).expect("valid")
+        };
+        let source = |notices: &str| config(notices).providers[0].settings.maintenance_notices();
+        assert_eq!(source(", maintenanceNotices: drain"), Some(NoticeSource::Aws));
+        assert_eq!(source(", maintenanceNotices: ignore"), None);
+        assert_eq!(source(""), None, "off by default");
+    }
+
     #[test]
     fn a_reader_needs_an_http_url() {
         assert!(NoticeReader::new(NoticeSource::Aws, "http://127.0.0.1:8080").is_ok());
