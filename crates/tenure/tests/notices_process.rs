@@ -36,9 +36,7 @@ const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
 /// A counter of `/metrics` with exactly these labels (0 when absent).
 fn counter(listen: SocketAddr, series: &str) -> u64 {
     let (_, body) = http(listen, "GET", "/metrics", None, None).expect("metrics answer");
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0)
+    body.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0)
 }
 
 fn node_drained(listen: SocketAddr, node: &str) -> bool {
@@ -73,7 +71,10 @@ fn a_spot_interruption_on_one_host_drains_its_node_and_the_address_moves_before_
     let endpoints = cluster.endpoints.join(", ");
     let spec = |i: usize| {
         let (name, priority) = [("a", 10), ("b", 0)][i];
-        format!("{{name: {name}, provider: cloud, placementGroup: vpc, nic: {}, priority: {priority}}}", enis[i])
+        format!(
+            "{{name: {name}, provider: cloud, placementGroup: vpc, nic: {}, priority: {priority}}}",
+            enis[i]
+        )
     };
     let listen = [free_port(), free_port()];
     let agents: Vec<Agent> = (0..2)
@@ -127,9 +128,9 @@ fn a_spot_interruption_on_one_host_drains_its_node_and_the_address_moves_before_
     assert_eq!((counter(listen[1], spot), counter(listen[1], drains)), (0, 0), "b's host announced nothing");
     let log = agents[0].log();
     assert!(log.contains("drained for a maintenance notice (spot-interruption)"), "a's log:\n{log}");
-    for i in 0..2 {
-        wait_for("the drain in each agent's view", || node_drained(listen[i], "a"));
-        assert!(!node_drained(listen[i], "b"));
+    for at in listen {
+        wait_for("the drain in each agent's view", || node_drained(at, "a"));
+        assert!(!node_drained(at, "b"));
     }
 
     // The notice goes (the instance survived): polled on, a stays drained, nothing moves back.
