@@ -23,7 +23,7 @@ use metadata_fake::MetadataFake;
 use serde_json::json;
 use tenure::agent::memory::MemoryStore;
 use tenure::agent::notices::{NoticeWatch, watch};
-use tenure::agent::request::AgentHandle;
+use tenure::agent::request::{ActionFilter, AgentHandle};
 use tenure::agent::runner::{NoObserver, run};
 use tenure::agent::status::StatusQuery;
 use tenure::agent::{ProviderExecutor, Settings};
@@ -215,7 +215,8 @@ async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds
         members: vec!["a".into(), "b".into()],
         authority: Authority::None,
         approval: Approval::Auto,
-        deprovision_hold_ms: 0,
+        // a lets go of an address 1.5 s after b took it: the acknowledgement must wait for that.
+        deprovision_hold_ms: 1_500,
         heartbeat_ttl_ms: 3_000,
         promotion_hold_ms: 0,
         epoch_locking: true,
@@ -269,6 +270,14 @@ async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds
     // This VM's event: drained, the addresses move to b, then one acknowledgement.
     fake.set(&json!({"azureEvents": [event("E-b", "vm-b"), event("E-a", "vm-a")]}));
     wait_for("one acknowledgement", || !fake.acks().is_empty()).await;
+    let released = handle
+        .actions(ActionFilter { node: Some("a".into()), state: Some("executed".into()), pool: None })
+        .await
+        .expect("answers")
+        .iter()
+        .filter(|e| e.verb == "unassign-secondary-ip")
+        .count();
+    assert_eq!(released, 2, "a released both addresses (after its hold) before the acknowledgement");
     let moved = holders(&cloud);
     assert!(
         moved.len() == 2 && moved.values().all(|nics| nics == &["nic-b"]),
