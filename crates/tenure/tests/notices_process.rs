@@ -119,9 +119,14 @@ fn a_spot_interruption_on_one_host_drains_its_node_and_the_address_moves_before_
     // Two minutes' notice, as AWS gives, on a's host only.
     let deadline = SystemTime::now() + Duration::from_secs(120);
     let time = jiff::Timestamp::try_from(deadline).expect("in range").to_string();
+    let posted = std::time::Instant::now();
     fakes[0].set(&json!({"awsSpot": {"action": "terminate", "time": time}}));
     wait_for("the address on b's ENI alone", || holders() == [enis[1].clone()]);
     assert!(SystemTime::now() < deadline, "moved before the interruption");
+    eprintln!(
+        "notice posted → address on b's ENI alone: {} ms (poll every 200 ms)",
+        posted.elapsed().as_millis()
+    );
     let spot = "tenure_maintenance_notices_total{provider=\"aws\",kind=\"spot-interruption\"}";
     let drains = "tenure_maintenance_notice_drains_total{provider=\"aws\"}";
     assert_eq!((counter(listen[0], spot), counter(listen[0], drains)), (1, 1), "a: one notice, one drain");
