@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::map::OwnershipQuery;
 use super::request::AgentHandle;
 use crate::exec::notices::{self, Notice, NoticeReader, NoticeSource};
 use crate::metrics::Metrics;
@@ -244,11 +245,12 @@ async fn acknowledge(watch: &NoticeWatch, state: &mut State, handle: &AgentHandl
     }
     let node = watch.node.as_str();
     let source = watch.reader.source().as_str();
-    let holds_nothing = match handle.ownership().await {
-        Ok(rows) => !rows.iter().any(|row| {
-            row.owner.as_deref() == Some(node)
-                || row.held_by.as_ref().is_some_and(|h| h.iter().any(|n| n == node))
-        }),
+    // The map's rows about this node (`tenure ownership --node NODE`: an address it owns, or one
+    // its confirmed acquire still holds); one is enough to say it holds something.
+    let mut query = OwnershipQuery { limit: Some(1), ..OwnershipQuery::default() };
+    query.filter.list.node = Some(node.to_owned());
+    let holds_nothing = match handle.ownership_page(query).await {
+        Ok(page) => page.rows.is_empty(),
         Err(_) => false,
     };
     let now = SystemTime::now();
