@@ -8,7 +8,8 @@
 //! - the watcher in an agent loop (sim-cloud executor, the real drain path through the loop):
 //!   an Azure `Preempt` drains the node, its addresses move before the event's `NotBefore`, the
 //!   acknowledgement is sent exactly once and only once the node holds nothing, and the node
-//!   stays drained when the event goes away.
+//!   stays drained when the event goes away; a node that still holds at `NotBefore` acknowledges
+//!   then, and a service that answers 503 for a while stops nothing.
 //!
 //! Fails, never skips, when python3 cannot start the fake.
 
@@ -193,9 +194,10 @@ async fn drained(handle: &AgentHandle, node: &str) -> bool {
     status.nodes.iter().any(|n| n.name == node && n.drained)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds_nothing() {
-    let fake = MetadataFake::start();
+/// An agent loop running a (priority 10) and b over two addresses of pool `edge` on a sim-cloud
+/// provider, a letting go `hold_ms` after a hand-over; once a holds both. Its handle, the cloud,
+/// the stop switch and the run.
+async fn start_agent(hold_ms: u64) -> (AgentHandle, SimExecutor, oneshot::Sender<()>, Done) {
     let cloud = SimExecutor::new(ProviderKind::SimCloud);
     let mut executors = BTreeMap::new();
     executors.insert(
@@ -215,8 +217,7 @@ async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds
         members: vec!["a".into(), "b".into()],
         authority: Authority::None,
         approval: Approval::Auto,
-        // a lets go of an address 1.5 s after b took it: the acknowledgement must wait for that.
-        deprovision_hold_ms: 1_500,
+        deprovision_hold_ms: hold_ms,
         heartbeat_ttl_ms: 3_000,
         promotion_hold_ms: 0,
         epoch_locking: true,
@@ -242,8 +243,29 @@ async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds
         tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
             let _ = stopped.await;
         }));
-    let on_a = || holders(&cloud).values().all(|nics| nics == &["nic-a"]) && holders(&cloud).len() == 2;
-    wait_for("a holds both addresses", on_a).await;
+    wait_for("a holds both addresses", || {
+        let held = holders(&cloud);
+        held.len() == 2 && held.values().all(|nics| nics == &["nic-a"])
+    })
+    .await;
+    (handle, cloud, stop, done)
+}
+
+type Done =
+    tokio::task::JoinHandle<Result<tenure::agent::runner::RunSummary, tenure::agent::runner::AgentError>>;
+
+/// An Azure `Preempt` of `vm` with id `id`, not before `not_before`.
+fn preempt(id: &str, vm: &str, not_before: &str) -> serde_json::Value {
+    json!({"EventId": id, "EventType": "Preempt", "ResourceType": "VirtualMachine", "Resources": [vm],
+           "EventStatus": "Scheduled", "NotBefore": not_before, "Description": "fake spot eviction",
+           "EventSource": "Platform", "DurationInSeconds": -1})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds_nothing() {
+    let fake = MetadataFake::start();
+    // a lets go of an address 1.5 s after b took it: the acknowledgement must wait for that.
+    let (handle, cloud, stop, done) = start_agent(1_500).await;
 
     let metrics = Arc::new(Metrics::new());
     let watching = CancellationToken::new();
@@ -256,11 +278,7 @@ async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds
     ));
     // Another VM's event: polled, and nothing happens.
     let (not_before, deadline) = rfc1123_in(30);
-    let event = |id: &str, vm: &str| {
-        json!({"EventId": id, "EventType": "Preempt", "ResourceType": "VirtualMachine", "Resources": [vm],
-               "EventStatus": "Scheduled", "NotBefore": not_before, "Description": "fake spot eviction",
-               "EventSource": "Platform", "DurationInSeconds": -1})
-    };
+    let event = |id: &str, vm: &str| preempt(id, vm, &not_before);
     fake.set(&json!({"azureEvents": [event("E-b", "vm-b")]}));
     let polls = || fake.counters()["requests"]["GET /metadata/scheduledevents"].as_u64().unwrap_or(0);
     let before = polls();
@@ -303,6 +321,57 @@ async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds
     ] {
         assert!(scrape.contains(line), "`{line}` in:\n{scrape}");
     }
+    watching.cancel();
+    tokio::time::timeout(WAIT_MAX, watcher).await.expect("the watcher stops").expect("joins");
+    stop.send(()).expect("running");
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_still_holds_at_not_before_acknowledges_then_and_a_silent_service_stops_nothing() {
+    let fake = MetadataFake::start();
+    // a keeps what it held for a minute after the hand-over: longer than the event's notice.
+    let (handle, cloud, stop, done) = start_agent(60_000).await;
+    let metrics = Arc::new(Metrics::new());
+    let watching = CancellationToken::new();
+    let watcher = tokio::spawn(watch(
+        NoticeWatch {
+            node: "a".into(),
+            reader: reader(&fake, NoticeSource::Azure),
+            interval: Duration::from_millis(100),
+        },
+        handle.clone(),
+        Arc::clone(&metrics),
+        watching.clone(),
+    ));
+    // The service answers 503 for a while: polled on, nothing happens, the agent serves on.
+    fake.set(&json!({"down": true}));
+    let polls = || fake.counters()["requests"]["GET /metadata/scheduledevents"].as_u64().unwrap_or(0);
+    let names = || fake.counters()["requests"]["GET /metadata/instance/compute/name"].as_u64().unwrap_or(0);
+    wait_for("five refused polls", || names() >= 5).await;
+    assert!(handle.health().await.expect("answers").ok, "a silent metadata service stops nothing");
+    assert!(!watcher.is_finished(), "the watcher polls on");
+    // It answers again, with this VM's event 2 s away.
+    let (not_before, deadline) = rfc1123_in(2);
+    fake.set(&json!({"down": false, "azureEvents": [preempt("E-a", "vm-a", &not_before)]}));
+    wait_for("drained", || {
+        let held = holders(&cloud);
+        held.len() == 2 && held.values().all(|nics| nics.contains(&"nic-b".to_owned()))
+    })
+    .await;
+    assert!(drained(&handle, "a").await);
+    assert!(fake.acks().is_empty(), "a still holds its addresses (its hold): no acknowledgement yet");
+    wait_for("the acknowledgement at NotBefore", || !fake.acks().is_empty()).await;
+    assert!(SystemTime::now() >= deadline, "not before NotBefore");
+    let mut query = tenure::agent::map::OwnershipQuery::default();
+    query.filter.list.node = Some("a".into());
+    assert!(
+        !handle.ownership_page(query).await.expect("answers").rows.is_empty(),
+        "a still holds: the deadline came first"
+    );
+    let before = polls();
+    wait_for("five more polls", || polls() >= before + 5).await;
+    assert_eq!(fake.acks().len(), 1, "once");
     watching.cancel();
     tokio::time::timeout(WAIT_MAX, watcher).await.expect("the watcher stops").expect("joins");
     stop.send(()).expect("running");
