@@ -151,3 +151,45 @@ fn a_spot_interruption_on_one_host_drains_its_node_and_the_address_moves_before_
     }
     drop(cluster);
 }
+
+/// A test hook set to something unusable stops the agent before it opens its store: exit 2, one
+/// line naming the variable.
+#[test]
+fn an_unusable_metadata_url_exits_2_in_one_line_before_touching_the_store() {
+    let dir = TempDir::new("notices-bad-url");
+    dir.write("token", TOKEN);
+    dir.write(
+        "pools.yaml",
+        "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {name: edge}\nspec:\n  addresses: [10.0.0.10]\n  \
+         provider: cloud\n  placementGroup: vpc\n  members: [a]\n",
+    );
+    let listen = free_port();
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "node: {{name: a, provider: cloud, placementGroup: vpc, nic: eni-a}}\nstore: {{kind: embedded, path: ./store}}\n\
+             providers:\n  - {{name: cloud, kind: aws, region: us-east-1, maintenanceNotices: drain}}\n\
+             pools: [pools.yaml]\nlisten: {listen}\napiTokenFile: token\n"
+        ),
+    );
+    for (name, value, says) in [
+        (
+            "TENURE_METADATA_URL",
+            "https://169.254.169.254",
+            "TENURE_METADATA_URL: `https://169.254.169.254` is not an http:// URL",
+        ),
+        (
+            "TENURE_METADATA_POLL_MS",
+            "soon",
+            "TENURE_METADATA_POLL_MS: `soon` is not a positive number of milliseconds",
+        ),
+    ] {
+        let mut agent = Agent::spawn_wrapped(&dir, &config, listen, &[], &[(name, value)]);
+        let status = process::wait_exit(&mut agent.child);
+        assert_eq!(status.code(), Some(2), "{name}: {}", agent.log());
+        let log = agent.log();
+        assert_eq!(log.lines().count(), 1, "one line: {log}");
+        assert!(log.starts_with(&format!("tenure agent: {says}")), "{log}");
+        assert!(!dir.path().join("store").exists(), "nothing changed");
+    }
+}
