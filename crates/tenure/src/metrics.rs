@@ -52,6 +52,52 @@ struct ReasonLabels {
     reason: String,
 }
 
+// --- Maintenance notices (`maintenanceNotices: drain`): their own block, observed here. ---
+
+/// The label set `{provider, kind}` of a maintenance notice.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NoticeLabels {
+    provider: String,
+    kind: String,
+}
+
+/// The families of the maintenance notice watcher.
+#[derive(Debug)]
+struct NoticeMetrics {
+    /// `tenure_maintenance_notices_total{provider,kind}`.
+    notices: Family<NoticeLabels, Counter>,
+    /// `tenure_maintenance_notice_drains_total{provider}`.
+    drains: Family<ProviderLabels, Counter>,
+    /// `tenure_maintenance_notice_acknowledgements_total{provider}`.
+    acknowledgements: Family<ProviderLabels, Counter>,
+}
+
+impl NoticeMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let notices = Family::<NoticeLabels, Counter>::default();
+        registry.register(
+            "tenure_maintenance_notices",
+            "Maintenance notices the instance metadata service announced for this instance, by cloud and kind",
+            notices.clone(),
+        );
+        let drains = Family::<ProviderLabels, Counter>::default();
+        registry.register(
+            "tenure_maintenance_notice_drains",
+            "Drains of this agent's node a maintenance notice started, by cloud",
+            drains.clone(),
+        );
+        let acknowledgements = Family::<ProviderLabels, Counter>::default();
+        registry.register(
+            "tenure_maintenance_notice_acknowledgements",
+            "Maintenance notices acknowledged to the metadata service once the node held nothing, by cloud",
+            acknowledgements.clone(),
+        );
+        Self { notices, drains, acknowledgements }
+    }
+}
+
+// --- End of the maintenance notices' block. ---
+
 fn reconcile_histogram() -> Histogram {
     Histogram::new(exponential_buckets(RECONCILE_BUCKET_FIRST_SECONDS, 2.0, RECONCILE_BUCKETS_COUNT))
 }
@@ -73,6 +119,8 @@ pub struct Metrics {
     executor_call_duration: Family<ProviderLabels, Histogram, fn() -> Histogram>,
     /// `tenure_requests_rejected_total{reason}`.
     requests_rejected: Family<ReasonLabels, Counter>,
+    /// The maintenance notices' families (`exec/notices`, `agent/notices.rs`).
+    notices: NoticeMetrics,
 }
 
 impl Default for Metrics {
@@ -107,7 +155,8 @@ impl Metrics {
             "HTTP API requests answered with an error, by reason",
             requests_rejected.clone(),
         );
-        Self { registry, reconcile_duration, executor_call_duration, requests_rejected }
+        let notices = NoticeMetrics::register(&mut registry);
+        Self { registry, reconcile_duration, executor_call_duration, requests_rejected, notices }
     }
 
     /// Records how long one reconcile took.
@@ -126,6 +175,23 @@ impl Metrics {
     /// fixed set (the API's reasons are listed in `docs/operations.md`): every value is a series.
     pub fn count_rejected_request(&self, reason: &str) {
         self.requests_rejected.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
+    }
+
+    /// Counts one maintenance notice the metadata service announced (each notice once, when first
+    /// seen): `provider` the cloud (`aws`, `azure`, `oci`), `kind` the notice's kind.
+    pub fn count_maintenance_notice(&self, provider: &str, kind: &str) {
+        let labels = NoticeLabels { provider: provider.to_owned(), kind: kind.to_owned() };
+        self.notices.notices.get_or_create(&labels).inc();
+    }
+
+    /// Counts one drain a maintenance notice started, on `provider`'s cloud.
+    pub fn count_notice_drain(&self, provider: &str) {
+        self.notices.drains.get_or_create(&ProviderLabels { provider: provider.to_owned() }).inc();
+    }
+
+    /// Counts one acknowledgement of a maintenance notice the metadata service took (Azure).
+    pub fn count_notice_acknowledgement(&self, provider: &str) {
+        self.notices.acknowledgements.get_or_create(&ProviderLabels { provider: provider.to_owned() }).inc();
     }
 
     /// The whole scrape: the observed families, then the families of `snapshot` (the agent

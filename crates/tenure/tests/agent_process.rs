@@ -572,7 +572,8 @@ fn a_provider_kind_without_an_executor_exits_3_in_one_line_before_touching_the_s
     let dir = TempDir::new("agent-no-executor");
     let listen = free_port();
     dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "cloud", ""));
-    let config = config(&dir, listen, "cloud", "[{name: cloud, kind: aws, region: us-east-1}]", &["pools.yaml"]);
+    let config =
+        config(&dir, listen, "cloud", "[{name: cloud, kind: aws, region: us-east-1}]", &["pools.yaml"]);
     let log = refused_before_the_store(&dir, &config, listen, 3);
     assert_eq!(
         log,

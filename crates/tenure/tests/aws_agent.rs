@@ -3,12 +3,18 @@
 //! node is what a killed or hung router is to the others: its heartbeats stop. Calls are counted
 //! at the server (`/_tenure/calls`), so a fenced call is one that never arrived.
 //!
-//! Fails, never skips, when moto cannot start (scripts/install-deps installs it).
+//! A spot interruption announced by the FAKE metadata service (`scripts/metadata-fake`, IMDSv2
+//! from its published reference; not a cloud) drains the node it names through the agent loop.
+//!
+//! Fails, never skips, when moto or the fake cannot start (scripts/install-deps installs moto).
 
 #![cfg(feature = "aws")]
 
 #[path = "support/inventory_log.rs"]
 mod inventory_log;
+#[path = "support/metadata_fake.rs"]
+#[allow(dead_code, reason = "each test file uses part of the harness")]
+mod metadata_fake;
 #[path = "support/moto.rs"]
 #[allow(dead_code, reason = "each test file uses part of the harness")]
 mod moto;
@@ -323,5 +329,49 @@ async fn drift_on_ec2_is_recaptured_once_and_repaired() {
     assert_eq!(rig.recaptures().await, 2);
     assert!(rig.handle.health().await.expect("answers").ok, "a blind inventory does not stop the agent");
     rig.moto.http("DELETE", "/_tenure/faults", "");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_interruption_drains_the_node_and_its_address_moves_before_the_deadline() {
+    use tenure::agent::notices::{NoticeWatch, watch};
+    use tenure::exec::notices::{NoticeReader, NoticeSource};
+
+    let rig = start("spot", None).await;
+    rig.wait_settled_on(0, None).await;
+    let fake = metadata_fake::MetadataFake::start();
+    let metrics = Arc::new(tenure::metrics::Metrics::new());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let reader = NoticeReader::new(NoticeSource::Aws, &fake.url()).expect("an http URL");
+    let watcher = tokio::spawn(watch(
+        NoticeWatch { node: "a".into(), reader, interval: Duration::from_millis(100) },
+        rig.handle.clone(),
+        Arc::clone(&metrics),
+        stop.clone(),
+    ));
+    // Two minutes' notice, as AWS gives.
+    let deadline = std::time::SystemTime::now() + Duration::from_secs(120);
+    let time = jiff::Timestamp::try_from(deadline).expect("in range").to_string();
+    rig.moto.http("DELETE", "/_tenure/calls", "");
+    fake.set(&json!({"awsSpot": {"action": "terminate", "time": time}}));
+    rig.wait_settled_on(1, None).await;
+    assert!(std::time::SystemTime::now() < deadline, "moved before the interruption");
+    assert_eq!(rig.owner().await.0.as_deref(), Some("b"), "drained: b (priority 5) takes it");
+    assert_eq!(rig.moto.calls()["AssignPrivateIpAddresses"], 1, "one seize");
+    let polls =
+        || fake.counters()["requests"]["GET /latest/meta-data/spot/instance-action"].as_u64().unwrap_or(0);
+    let before = polls();
+    wait_until("five more polls", || async { polls() >= before + 5 }).await;
+    let scrape = metrics.encode(None);
+    for line in [
+        "tenure_maintenance_notices_total{provider=\"aws\",kind=\"spot-interruption\"} 1",
+        "tenure_maintenance_notice_drains_total{provider=\"aws\"} 1",
+    ] {
+        assert!(scrape.contains(line), "`{line}` once, however often polled:\n{scrape}");
+    }
+    assert!(!scrape.contains("tenure_maintenance_notice_acknowledgements_total{"), "AWS takes none");
+    assert_eq!(fake.counters()["tokenPuts"], 1, "one IMDSv2 session");
+    stop.cancel();
+    tokio::time::timeout(WAIT_MAX, watcher).await.expect("the watcher stops").expect("joins");
     rig.stop().await;
 }

@@ -31,6 +31,8 @@
 //! - [`authority`] — keepalived's authority acted on without the log: calls of `authority: vrrp`
 //!   pools refused and cancelled while not MASTER, the local withdrawal.
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
+//! - [`notices`] — the maintenance notice watcher (`maintenanceNotices: drain`): drains a node
+//!   whose instance the cloud announces the end of, and acknowledges the notice.
 //! - [`memory`] — [`memory::MemoryStore`], the in-memory test double of [`AgentStore`].
 //! - [`request`] — the channel between the API and the loop.
 //! - [`status`] — what the status page shows, read from the loop in one request (the failover
@@ -43,6 +45,7 @@ pub mod keepalived;
 pub mod listing;
 pub mod map;
 pub mod memory;
+pub mod notices;
 pub mod pools;
 pub mod request;
 pub mod runner;

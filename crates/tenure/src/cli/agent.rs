@@ -20,6 +20,7 @@ use tracing::{error, info};
 use super::executors::executors;
 use super::preflight::{Checked, Refusal, StoreSecrets, check_before_store};
 use super::{EXIT_BAD_INPUT, EXIT_NOT_BUILT};
+use crate::agent::notices::NoticeWatch;
 use crate::agent::request::AgentHandle;
 use crate::agent::runner::{AgentError, run};
 use crate::agent::{ProviderExecutor, Settings};
@@ -96,6 +97,15 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // The maintenance notice watches (`maintenanceNotices: drain`), their test hooks read now: a
+    // bad one changes nothing.
+    let watches = match notice_watches(&config) {
+        Ok(watches) => watches,
+        Err(line) => {
+            eprintln!("tenure agent: {line}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let store_path = config.store.path().to_owned();
     let missing =
         if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };
@@ -150,15 +160,28 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
     };
     let code = match &store {
-        Opened::Embedded(store) => runtime.block_on(serve(config, store.clone(), executors, token)),
+        Opened::Embedded(store) => runtime.block_on(serve(config, store.clone(), executors, token, watches)),
         #[cfg(feature = "etcd")]
-        Opened::Etcd(store) => runtime.block_on(serve(config, store.clone(), executors, token)),
+        Opened::Etcd(store) => runtime.block_on(serve(config, store.clone(), executors, token, watches)),
     };
     if let Err(e) = store.close() {
         eprintln!("tenure agent: closing the store: {e}");
         return ExitCode::FAILURE;
     }
     code
+}
+
+/// A watch for each of this agent's nodes whose provider polls for maintenance notices.
+fn notice_watches(config: &AgentConfig) -> Result<Vec<NoticeWatch>, String> {
+    let sources = config
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let provider = config.providers.iter().find(|p| p.name == node.provider)?;
+            Some((node.name.clone(), provider.settings.maintenance_notices()?))
+        })
+        .collect();
+    crate::agent::notices::watches(sources)
 }
 
 /// The store an agent runs on, by the config's `store.kind`.
@@ -241,6 +264,7 @@ async fn serve<S: crate::agent::AgentStore>(
     store: S,
     executors: BTreeMap<String, ProviderExecutor>,
     token: Option<ApiToken>,
+    watches: Vec<NoticeWatch>,
 ) -> ExitCode {
     let listener = match tokio::net::TcpListener::bind(config.listen).await {
         Ok(listener) => listener,
@@ -257,6 +281,9 @@ async fn serve<S: crate::agent::AgentStore>(
     }
     let metrics = Arc::new(Metrics::new());
     let (handle, requests) = AgentHandle::channel();
+    for watch in watches {
+        tokio::spawn(crate::agent::notices::watch(watch, handle.clone(), Arc::clone(&metrics), stop.clone()));
+    }
     let router = api::router(handle, Arc::clone(&metrics), token);
     let api_stop = CancellationToken::new();
     let api_stopped = api_stop.clone();

@@ -8,6 +8,7 @@ use tenure_core::input::InputError;
 use super::*;
 use crate::exec::aws::{AWS_INVENTORY_INTERVAL_DEFAULT_MS, AwsSettings};
 use crate::exec::hook::ExecSettings;
+use crate::exec::notices::MaintenanceNotices;
 use crate::exec::onprem::{ONPREM_INVENTORY_INTERVAL_DEFAULT_MS, OnpremSettings};
 use crate::exec::sim::SimCloudSettings;
 
@@ -116,7 +117,8 @@ journalRetention: 20
             }),
             ProviderSettings::Aws(AwsSettings {
                 region: "us-east-1".to_owned(),
-                endpoint_url: Some("http://127.0.0.1:5000".to_owned())
+                endpoint_url: Some("http://127.0.0.1:5000".to_owned()),
+                maintenance_notices: MaintenanceNotices::Ignore,
             }),
             // A bare program name stays for PATH; the default timeout is bounded by actionTimeout.
             ProviderSettings::Exec(ExecSettings {

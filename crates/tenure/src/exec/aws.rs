@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //!
-//! - this file — [`AwsSettings`] (`region`, `endpointUrl`, `inventoryInterval`), their check, and
+//! - this file — [`AwsSettings`] (`region`, `endpointUrl`, `inventoryInterval`,
+//!   `maintenanceNotices`), their check, and
 //!   `build()`: the registration in [`super::registry`].
 //! - `aws/executor.rs` — `AwsExecutor`: the verbs onto EC2 calls, and the inventory (feature
 //!   `aws`).
@@ -24,6 +25,7 @@ use tenure_core::model::ProviderKind;
 pub use executor::{AwsExecutor, CONFIRM_INTERVAL, Ec2, Ec2Error, Unassigned, tenure_aws};
 
 use super::Executor;
+use super::notices::{self, MaintenanceNotices, NoticeSource};
 use super::registry::{BuildContext, NotBuilt, Provider, ProviderSettings, Runtime};
 use crate::config::SettingsCheck;
 
@@ -37,6 +39,8 @@ pub struct AwsSettings {
     pub region: String,
     /// Another EC2 endpoint (a test double such as moto), if any.
     pub endpoint_url: Option<String>,
+    /// What the agent does when IMDS announces this instance's end (`maintenanceNotices`).
+    pub maintenance_notices: MaintenanceNotices,
 }
 
 /// `kind: aws` as written.
@@ -46,6 +50,7 @@ pub struct AwsRaw {
     region: Option<Spanned<String>>,
     endpoint_url: Option<Spanned<String>>,
     inventory_interval: Option<Spanned<String>>,
+    maintenance_notices: Option<Spanned<String>>,
 }
 
 impl Provider for AwsSettings {
@@ -77,7 +82,8 @@ impl Provider for AwsSettings {
             url.value
         });
         check.inventory_interval(raw.inventory_interval.as_ref(), AWS_INVENTORY_INTERVAL_DEFAULT_MS);
-        Self { region, endpoint_url }
+        let maintenance_notices = notices::check(raw.maintenance_notices.as_ref(), check);
+        Self { region, endpoint_url, maintenance_notices }
     }
 }
 
@@ -90,6 +96,10 @@ impl From<AwsSettings> for ProviderSettings {
 impl Runtime for AwsSettings {
     fn kind(&self) -> ProviderKind {
         Self::KIND
+    }
+
+    fn maintenance_notices(&self) -> Option<NoticeSource> {
+        (self.maintenance_notices == MaintenanceNotices::Drain).then_some(NoticeSource::Aws)
     }
 
     /// An `AwsExecutor` for the region (its client is made on the first call).

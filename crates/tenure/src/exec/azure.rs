@@ -25,6 +25,7 @@ use tenure_core::model::ProviderKind;
 pub use executor::{AzureExecutor, tenure_azure};
 
 use super::Executor;
+use super::notices::{self, MaintenanceNotices, NoticeSource};
 use super::registry::{BuildContext, NotBuilt, Provider, ProviderSettings, Runtime};
 use crate::config::SettingsCheck;
 
@@ -53,6 +54,8 @@ pub struct AzureSettings {
     pub endpoint_url: Option<String>,
     /// What `enable-forwarding` does.
     pub ip_forwarding: IpForwarding,
+    /// What the agent does when Scheduled Events announce this VM's end (`maintenanceNotices`).
+    pub maintenance_notices: MaintenanceNotices,
 }
 
 /// `kind: azure` as written (its fields in the order error messages list them).
@@ -64,6 +67,7 @@ pub struct AzureRaw {
     endpoint_url: Option<Spanned<String>>,
     ip_forwarding: Option<Spanned<String>>,
     inventory_interval: Option<Spanned<String>>,
+    maintenance_notices: Option<Spanned<String>>,
 }
 
 /// Whether `text` is a GUID (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hexadecimal).
@@ -157,7 +161,8 @@ impl Provider for AzureSettings {
             },
         };
         check.inventory_interval(raw.inventory_interval.as_ref(), AZURE_INVENTORY_INTERVAL_DEFAULT_MS);
-        Self { subscription_id, resource_group, endpoint_url, ip_forwarding }
+        let maintenance_notices = notices::check(raw.maintenance_notices.as_ref(), check);
+        Self { subscription_id, resource_group, endpoint_url, ip_forwarding, maintenance_notices }
     }
 }
 
@@ -170,6 +175,10 @@ impl From<AzureSettings> for ProviderSettings {
 impl Runtime for AzureSettings {
     fn kind(&self) -> ProviderKind {
         Self::KIND
+    }
+
+    fn maintenance_notices(&self) -> Option<NoticeSource> {
+        (self.maintenance_notices == MaintenanceNotices::Drain).then_some(NoticeSource::Azure)
     }
 
     /// An `AzureExecutor` (its client is made on the first call).

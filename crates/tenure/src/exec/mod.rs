@@ -40,6 +40,8 @@
 //!   - [`azure`] — `azure`: `AzureExecutor`, static secondary ipConfigurations on Azure NICs
 //!     (cargo feature `azure`).
 //!   - [`oci`] — `oci`: `OciExecutor`, OCI secondary private IPs on VNICs (cargo feature `oci`).
+//! - [`notices`] — `maintenanceNotices` of the cloud kinds: the setting's check, and the readers
+//!   of each cloud's instance metadata service (spot interruption, scheduled events, …).
 //! - [`hook_groups`] — `HookGroups`: every hook's process group recorded durably before it can
 //!   act, and killed by that record at the next start (Linux).
 
@@ -49,6 +51,7 @@ pub mod azure;
 pub mod hook;
 #[cfg(unix)]
 pub mod hook_groups;
+pub mod notices;
 pub mod oci;
 pub mod onprem;
 pub mod registry;

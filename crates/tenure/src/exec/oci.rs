@@ -26,6 +26,7 @@ use tenure_core::model::ProviderKind;
 pub use executor::{CONFIRM_INTERVAL, OciExecutor, tenure_oci};
 
 use super::Executor;
+use super::notices::{self, MaintenanceNotices, NoticeSource};
 use super::registry::{BuildContext, NotBuilt, Provider, ProviderSettings, Runtime};
 use crate::config::SettingsCheck;
 
@@ -71,6 +72,9 @@ pub struct OciSettings {
     pub endpoint_url: Option<String>,
     /// Whether `enable-forwarding` checks or sets the VNIC's `skipSourceDestCheck`.
     pub skip_source_dest_check: SkipSourceDestCheck,
+    /// What the agent does when the instance metadata announces this instance's maintenance
+    /// (`maintenanceNotices`).
+    pub maintenance_notices: MaintenanceNotices,
 }
 
 /// `kind: oci` as written.
@@ -84,6 +88,7 @@ pub struct OciRaw {
     endpoint_url: Option<Spanned<String>>,
     skip_source_dest_check: Option<Spanned<String>>,
     inventory_interval: Option<Spanned<String>>,
+    maintenance_notices: Option<Spanned<String>>,
 }
 
 /// Whether `text` is an OCID of `kind` (`ocid1.<kind>.<realm>.[region][.future].<unique>`).
@@ -208,7 +213,8 @@ impl Provider for OciSettings {
             },
         };
         check.inventory_interval(raw.inventory_interval.as_ref(), OCI_INVENTORY_INTERVAL_DEFAULT_MS);
-        Self { region, auth, endpoint_url, skip_source_dest_check }
+        let maintenance_notices = notices::check(raw.maintenance_notices.as_ref(), check);
+        Self { region, auth, endpoint_url, skip_source_dest_check, maintenance_notices }
     }
 }
 
@@ -221,6 +227,10 @@ impl From<OciSettings> for ProviderSettings {
 impl Runtime for OciSettings {
     fn kind(&self) -> ProviderKind {
         Self::KIND
+    }
+
+    fn maintenance_notices(&self) -> Option<NoticeSource> {
+        (self.maintenance_notices == MaintenanceNotices::Drain).then_some(NoticeSource::Oci)
     }
 
     /// An `OciExecutor` for the region (its key, or its instance principal's session, is read

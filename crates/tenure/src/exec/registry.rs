@@ -25,6 +25,7 @@ use tenure_core::model::ProviderKind;
 use super::Executor;
 #[cfg(unix)]
 use super::hook_groups::HookGroups;
+use super::notices::NoticeSource;
 use super::{aws, azure, hook, oci, onprem, sim};
 use crate::config::SettingsCheck;
 
@@ -88,6 +89,13 @@ impl ProviderSettings {
     #[must_use]
     pub fn one_node_per_agent(&self) -> bool {
         self.provider().one_node_per_agent()
+    }
+
+    /// Which metadata service announces the end of this provider's instances, when its
+    /// `maintenanceNotices` is `drain` (`None`: ignore them, or a kind without notices).
+    #[must_use]
+    pub fn maintenance_notices(&self) -> Option<NoticeSource> {
+        self.provider().maintenance_notices()
     }
 
     /// Why `nic` cannot be a NIC of this provider's nodes (an Azure NIC is an ARM resource id, an
@@ -172,6 +180,13 @@ pub trait Runtime: fmt::Debug {
     /// Why `nic` is not a NIC id of this kind, if it is not (any non-empty id is, unless the kind
     /// says otherwise).
     fn check_nic(&self, _nic: &str) -> Option<String> {
+        None
+    }
+
+    /// Which metadata service the agent polls for notices of this instance's end
+    /// (`maintenanceNotices: drain` of a cloud kind, see [`super::notices`]); `None` (the
+    /// default): none.
+    fn maintenance_notices(&self) -> Option<NoticeSource> {
         None
     }
 }

@@ -29,6 +29,7 @@ use tenure_oci::{Auth, Core, Endpoints, InstancePrincipal, OciError};
 use tokio::time::Instant;
 
 use super::{OciAuth, OciSettings, SkipSourceDestCheck};
+use crate::exec::notices::MaintenanceNotices;
 use crate::exec::{ExecuteFuture, ExecutionOutcome, Executor, InventoryFuture, InventoryRequest};
 
 /// Time between confirmation reads after a move or a create.
@@ -72,6 +73,7 @@ impl OciExecutor {
             auth: OciAuth::InstancePrincipal,
             endpoint_url: None,
             skip_source_dest_check,
+            maintenance_notices: MaintenanceNotices::Ignore,
         };
         Self {
             settings,
@@ -79,13 +81,6 @@ impl OciExecutor {
             subnets: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashSet::new()),
         }
-    }
-
-    /// Calls answered 429 or 409 `Conflict`/`IncorrectState` so far (each waited for and resent,
-    /// or given up at the deadline).
-    #[must_use]
-    pub fn throttled_calls(&self) -> u64 {
-        self.client.get().map_or(0, Core::throttled)
     }
 
     async fn core(&self) -> Result<&Core, OciError> {
@@ -334,5 +329,11 @@ impl Executor for OciExecutor {
                 reason
             })
         }))
+    }
+
+    /// Calls answered 429 or 409 `Conflict`/`IncorrectState` so far (each waited for and resent,
+    /// or given up at the deadline).
+    fn throttled_calls(&self) -> u64 {
+        self.client.get().map_or(0, Core::throttled)
     }
 }
