@@ -54,22 +54,29 @@ struct ReasonLabels {
 
 // --- Maintenance notices (`maintenanceNotices: drain`): their own block, observed here. ---
 
-/// The label set `{provider, kind}` of a maintenance notice.
+/// The label set `{cloud, kind}` of a maintenance notice (`cloud`: `aws`, `azure`, `oci`, the
+/// metadata service's; not a provider's name, which `provider` is in every other family).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NoticeLabels {
-    provider: String,
+    cloud: String,
     kind: String,
+}
+
+/// The label set `{cloud}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloudLabels {
+    cloud: String,
 }
 
 /// The families of the maintenance notice watcher.
 #[derive(Debug)]
 struct NoticeMetrics {
-    /// `tenure_maintenance_notices_total{provider,kind}`.
+    /// `tenure_maintenance_notices_total{cloud,kind}`.
     notices: Family<NoticeLabels, Counter>,
-    /// `tenure_maintenance_notice_drains_total{provider}`.
-    drains: Family<ProviderLabels, Counter>,
-    /// `tenure_maintenance_notice_acknowledgements_total{provider}`.
-    acknowledgements: Family<ProviderLabels, Counter>,
+    /// `tenure_maintenance_notice_drains_total{cloud}`.
+    drains: Family<CloudLabels, Counter>,
+    /// `tenure_maintenance_notice_acknowledgements_total{cloud}`.
+    acknowledgements: Family<CloudLabels, Counter>,
 }
 
 impl NoticeMetrics {
@@ -80,13 +87,13 @@ impl NoticeMetrics {
             "Maintenance notices the instance metadata service announced for this instance, by cloud and kind",
             notices.clone(),
         );
-        let drains = Family::<ProviderLabels, Counter>::default();
+        let drains = Family::<CloudLabels, Counter>::default();
         registry.register(
             "tenure_maintenance_notice_drains",
             "Drains of this agent's node a maintenance notice started, by cloud",
             drains.clone(),
         );
-        let acknowledgements = Family::<ProviderLabels, Counter>::default();
+        let acknowledgements = Family::<CloudLabels, Counter>::default();
         registry.register(
             "tenure_maintenance_notice_acknowledgements",
             "Maintenance notices acknowledged to the metadata service once the node held nothing, by cloud",
@@ -178,20 +185,20 @@ impl Metrics {
     }
 
     /// Counts one maintenance notice the metadata service announced (each notice once, when first
-    /// seen): `provider` the cloud (`aws`, `azure`, `oci`), `kind` the notice's kind.
-    pub fn count_maintenance_notice(&self, provider: &str, kind: &str) {
-        let labels = NoticeLabels { provider: provider.to_owned(), kind: kind.to_owned() };
+    /// seen): `cloud` (`aws`, `azure`, `oci`), `kind` the notice's kind.
+    pub fn count_maintenance_notice(&self, cloud: &str, kind: &str) {
+        let labels = NoticeLabels { cloud: cloud.to_owned(), kind: kind.to_owned() };
         self.notices.notices.get_or_create(&labels).inc();
     }
 
-    /// Counts one drain a maintenance notice started, on `provider`'s cloud.
-    pub fn count_notice_drain(&self, provider: &str) {
-        self.notices.drains.get_or_create(&ProviderLabels { provider: provider.to_owned() }).inc();
+    /// Counts one drain a maintenance notice of `cloud` started.
+    pub fn count_notice_drain(&self, cloud: &str) {
+        self.notices.drains.get_or_create(&CloudLabels { cloud: cloud.to_owned() }).inc();
     }
 
     /// Counts one acknowledgement of a maintenance notice the metadata service took (Azure).
-    pub fn count_notice_acknowledgement(&self, provider: &str) {
-        self.notices.acknowledgements.get_or_create(&ProviderLabels { provider: provider.to_owned() }).inc();
+    pub fn count_notice_acknowledgement(&self, cloud: &str) {
+        self.notices.acknowledgements.get_or_create(&CloudLabels { cloud: cloud.to_owned() }).inc();
     }
 
     /// The whole scrape: the observed families, then the families of `snapshot` (the agent

@@ -364,8 +364,8 @@ async fn a_spot_interruption_drains_the_node_and_its_address_moves_before_the_de
     wait_until("five more polls", || async { polls() >= before + 5 }).await;
     let scrape = metrics.encode(None);
     for line in [
-        "tenure_maintenance_notices_total{provider=\"aws\",kind=\"spot-interruption\"} 1",
-        "tenure_maintenance_notice_drains_total{provider=\"aws\"} 1",
+        "tenure_maintenance_notices_total{cloud=\"aws\",kind=\"spot-interruption\"} 1",
+        "tenure_maintenance_notice_drains_total{cloud=\"aws\"} 1",
     ] {
         assert!(scrape.contains(line), "`{line}` once, however often polled:\n{scrape}");
     }

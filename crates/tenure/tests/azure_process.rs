@@ -112,5 +112,19 @@ fn validate_refuses_bad_azure_settings_and_nic_ids_in_one_line_at_their_place() 
     let line = run(&elsewhere);
     assert!(line.starts_with("3:57: node `b`: NIC `/subscriptions/11111111-"), "{line}");
     assert!(line.ends_with(&format!("not in the provider's subscriptionId {SUBSCRIPTION}")), "{line}");
+
+    // A plain-http endpoint without the test hook: refused at its value, not at every call.
+    let http = config(&dir, listen, (&a, &b), &format!("{provider}, endpointUrl: 'http://127.0.0.1:1'"));
+    let line = run(&http);
+    assert!(
+        line.starts_with("6:107: endpointUrl `http://127.0.0.1:1` is not https: a credential's token is sent over https only"),
+        "{line}"
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["validate", http.to_str().expect("utf-8")])
+        .env("TENURE_AZURE_TEST_TOKEN", TOKEN)
+        .output()
+        .expect("tenure runs");
+    assert!(output.status.success(), "with the test hook: {}", String::from_utf8_lossy(&output.stderr));
     assert!(!dir.path().join("store").exists(), "nothing made");
 }

@@ -315,9 +315,9 @@ async fn an_azure_preempt_drains_the_node_and_is_acknowledged_once_when_it_holds
 
     let scrape = metrics.encode(None);
     for line in [
-        "tenure_maintenance_notices_total{provider=\"azure\",kind=\"preempt\"} 1",
-        "tenure_maintenance_notice_drains_total{provider=\"azure\"} 1",
-        "tenure_maintenance_notice_acknowledgements_total{provider=\"azure\"} 1",
+        "tenure_maintenance_notices_total{cloud=\"azure\",kind=\"preempt\"} 1",
+        "tenure_maintenance_notice_drains_total{cloud=\"azure\"} 1",
+        "tenure_maintenance_notice_acknowledgements_total{cloud=\"azure\"} 1",
     ] {
         assert!(scrape.contains(line), "`{line}` in:\n{scrape}");
     }

@@ -127,8 +127,8 @@ fn a_spot_interruption_on_one_host_drains_its_node_and_the_address_moves_before_
         "notice posted → address on b's ENI alone: {} ms (poll every 200 ms)",
         posted.elapsed().as_millis()
     );
-    let spot = "tenure_maintenance_notices_total{provider=\"aws\",kind=\"spot-interruption\"}";
-    let drains = "tenure_maintenance_notice_drains_total{provider=\"aws\"}";
+    let spot = "tenure_maintenance_notices_total{cloud=\"aws\",kind=\"spot-interruption\"}";
+    let drains = "tenure_maintenance_notice_drains_total{cloud=\"aws\"}";
     assert_eq!((counter(listen[0], spot), counter(listen[0], drains)), (1, 1), "a: one notice, one drain");
     assert_eq!((counter(listen[1], spot), counter(listen[1], drains)), (0, 0), "b's host announced nothing");
     let log = agents[0].log();

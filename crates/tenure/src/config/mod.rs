@@ -477,6 +477,28 @@ fn validate_node_keys(
             errors.push(InputError::at(source.nic, format!("node `{}`: {message}", node.name)));
         }
     }
+    // One NIC spelled two ways (an ARM id in another case) is still one NIC for two nodes (the
+    // same spelling is refused with the node checks).
+    for (i, (node, source)) in nodes.iter().enumerate() {
+        let Some(provider) = providers.iter().find(|p| p.name == node.provider) else { continue };
+        if let Some((earlier, _)) = nodes[..i].iter().find(|(other, _)| {
+            other.provider == node.provider
+                && other.nic != node.nic
+                && provider.settings.same_nic(&other.nic, &node.nic)
+        }) {
+            errors.push(InputError::at(
+                source.nic,
+                format!(
+                    "nic `{}` of provider `{}` belongs to two nodes (node `{}` has it as `{}`: {} NIC ids compare without regard to case)",
+                    node.nic,
+                    node.provider,
+                    earlier.name,
+                    earlier.nic,
+                    provider.kind.as_str()
+                ),
+            ));
+        }
+    }
     let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(|(node, _)| node).collect();
     let peers = nodes.split_off(own.min(nodes.len()));
     // A provider that answers on one interface of this host (`onprem`: its proxy entries, and so
@@ -493,6 +515,25 @@ fn validate_node_keys(
                     second.name,
                     provider.name,
                     kind = provider.kind.as_str(),
+                ),
+            ));
+        }
+    }
+    // A maintenance notice names the host the agent runs on (its metadata service), not a node:
+    // with two of this agent's nodes on a provider that drains on notices, one host's notice
+    // would drain both (and acknowledge its event twice).
+    for provider in providers.iter().filter(|p| p.settings.maintenance_notices().is_some()) {
+        let on_it: Vec<&NodeSpec> = nodes.iter().filter(|n| n.provider == provider.name).collect();
+        if let [first, second, ..] = on_it.as_slice() {
+            errors.push(InputError::at(
+                raw.nodes.as_ref().map_or_else(|| first_content(text), Position::of_spanned),
+                format!(
+                    "nodes `{}` and `{}` both run here on {} provider `{}` with `maintenanceNotices: drain`: \
+                     a notice names this host, not a node, so one node per agent (one per instance)",
+                    first.name,
+                    second.name,
+                    provider.kind.as_str(),
+                    provider.name,
                 ),
             ));
         }

@@ -496,13 +496,13 @@ mod tests {
             )
         );
         assert_eq!(all[2].0, 4, "and the reading went on: {all:?}");
-        let none = "providers: [{name: p, kind: oci, interface: eth0}]\n";
+        let none = "providers: [{name: p, kind: sim-cloud, interface: eth0}]\n";
         assert_eq!(
             errors(none),
             vec![(
                 3,
                 column(none, 3, "eth0"),
-                "provider kind `oci` does not take `interface` (it takes no settings)".into()
+                "provider kind `sim-cloud` does not take `interface` (it takes `inventoryInterval`)".into()
             )]
         );
     }

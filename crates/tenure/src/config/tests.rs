@@ -289,14 +289,43 @@ fn providers_are_checked_by_kind() {
         first(&foreign, "provider kind `sim-cloud` does not take `timeout` (it takes `inventoryInterval`)"),
         5
     );
-    // A kind no build runs yet parses (it takes no settings); the agent's start checks refuse
-    // it with exit 3 (`cli/preflight.rs`).
-    let azure = GOOD.replace("kind: sim-cloud", "kind: azure");
-    let parsed = parse(&azure).expect("a kind without an executor is not a bad config");
+    // A cloud kind parses in every build, whether or not this build has its executor (the
+    // agent's start checks refuse a missing one with exit 3, `cli/preflight.rs`); its settings
+    // and its NIC ids are checked here.
+    let azure = GOOD
+        .replace("kind: sim-cloud", "kind: azure, subscriptionId: 00000000-0000-0000-0000-000000000001")
+        .replace(
+            "nic: eni-a",
+            "nic: /subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/a",
+        );
+    let parsed = parse(&azure).expect("an azure provider with its settings is a good config");
+    // One NIC in two spellings (ARM ids ignore case) is one NIC for two nodes: refused at the
+    // second, naming the first.
+    let twice = format!(
+        "{azure}peers:\n  - {{name: b, provider: sim1, placementGroup: g1, nic: /SUBSCRIPTIONS/00000000-0000-0000-0000-000000000001/resourceGroups/RG/providers/Microsoft.Network/networkInterfaces/A}}\n"
+    )
+    .replace("store: {kind: embedded, path: ./data/a}", "store: {kind: etcd, endpoints: [http://127.0.0.1:2379], path: ./data/a}");
+    let all = errors(&twice);
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(
+        all[0].2.starts_with("nic `/SUBSCRIPTIONS/")
+            && all[0].2.contains("belongs to two nodes (node `a` has it as `/subscriptions/"),
+        "{all:?}"
+    );
+    // A subscriptionId that is no GUID is one line, not one more per NIC.
+    let bad_guid =
+        azure.replace("subscriptionId: 00000000-0000-0000-0000-000000000001", "subscriptionId: 0000-zzzz");
+    let all = errors(&bad_guid);
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(all[0].2.contains("`0000-zzzz` is not a subscription id"), "{all:?}");
     assert_eq!(parsed.source.provider_kinds[0], tenure_core::input::Position { line: 5, column: 24 });
-    let azure_setting = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: azure, region: x}");
+    let azure_setting = azure.replace("kind: azure,", "kind: azure, region: x,");
     assert_eq!(
-        first(&azure_setting, "provider kind `azure` does not take `region` (it takes no settings)"),
+        first(
+            &azure_setting,
+            "provider kind `azure` does not take `region` (it takes `subscriptionId`, `resourceGroup`, `endpointUrl`, \
+             `ipForwarding`, `inventoryInterval`, `maintenanceNotices`)"
+        ),
         5
     );
     let onprem = GOOD.replace("{name: sim1, kind: sim-cloud}", "{name: sim1, kind: onprem}");

@@ -58,6 +58,10 @@ pub struct AzureSettings {
     pub maintenance_notices: MaintenanceNotices,
 }
 
+/// The test hook: a fixed bearer token sent instead of a credential's (the ARM fake), which also
+/// lets `endpointUrl` be plain http (`tenure_azure::TEST_TOKEN_ENV`).
+pub const AZURE_TEST_TOKEN_ENV: &str = "TENURE_AZURE_TEST_TOKEN";
+
 /// `kind: azure` as written (its fields in the order error messages list them).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -144,6 +148,17 @@ impl Provider for AzureSettings {
         });
         let endpoint_url = raw.endpoint_url.map(|url| {
             check.url("endpointUrl", &url);
+            // The client sends a credential's token over https only: a plain-http endpoint is
+            // for the test fake, with the test hook's fixed token (refused here, not at every call).
+            if url.value.starts_with("http://") && std::env::var_os(AZURE_TEST_TOKEN_ENV).is_none() {
+                check.error(
+                    Position::of_spanned(&url),
+                    format!(
+                        "endpointUrl `{}` is not https: a credential's token is sent over https only (set {AZURE_TEST_TOKEN_ENV} for a test endpoint)",
+                        url.value
+                    ),
+                );
+            }
             url.value
         });
         let ip_forwarding = match raw.ip_forwarding {
@@ -193,6 +208,11 @@ impl Runtime for AzureSettings {
         Err(NotBuilt::Feature { kind: Self::KIND.as_str(), feature: "azure", platform: "" })
     }
 
+    /// ARM resource ids compare without regard to case.
+    fn same_nic(&self, a: &str, b: &str) -> bool {
+        a.eq_ignore_ascii_case(b)
+    }
+
     /// A node's `nic` is its NIC's ARM resource id, in this provider's subscription (and resource
     /// group, when `resourceGroup` is set).
     fn check_nic(&self, nic: &str) -> Option<String> {
@@ -201,7 +221,9 @@ impl Runtime for AzureSettings {
                 "`{nic}` is not an Azure NIC resource id (/subscriptions/SUBSCRIPTION/resourceGroups/GROUP/providers/Microsoft.Network/networkInterfaces/NAME)"
             ));
         };
-        if !self.subscription_id.is_empty() && !subscription.eq_ignore_ascii_case(&self.subscription_id) {
+        // A subscriptionId that is no GUID is refused at its own place; comparing NICs to it
+        // would only add lines.
+        if is_guid(&self.subscription_id) && !subscription.eq_ignore_ascii_case(&self.subscription_id) {
             return Some(format!(
                 "NIC `{nic}` is in subscription {subscription}, not in the provider's subscriptionId {}",
                 self.subscription_id
@@ -228,6 +250,13 @@ mod tests {
             resource_group: group.map(str::to_owned),
             ..Default::default()
         }
+    }
+
+    /// The config check and the client name one test hook.
+    #[cfg(feature = "azure")]
+    #[test]
+    fn the_test_hook_is_the_clients() {
+        assert_eq!(AZURE_TEST_TOKEN_ENV, tenure_azure::TEST_TOKEN_ENV);
     }
 
     #[test]

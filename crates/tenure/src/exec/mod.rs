@@ -207,6 +207,11 @@ pub type WithdrawFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, St
 /// - Deadline passes while the call is under way: its future is dropped (cancelling whatever the
 ///   executor was awaiting); [`ExecutionOutcome::Unknown`].
 /// - Otherwise: the executor's own outcome.
+///
+/// The clock is read before every poll of the call's future, and a poll at or past the deadline
+/// never happens: a process resumed after the deadline (paused, starved) does not take one more
+/// step of the call (`tokio::time::timeout_at` polls its future before its timer, so a call
+/// whose own wait had ended would have sent its next request first).
 pub async fn execute_within<E>(executor: &E, action: &StampedAction, deadline: Instant) -> ExecutionOutcome
 where
     E: Executor + ?Sized,
@@ -216,12 +221,23 @@ where
             reason: "deadline passed before the call started; not called".to_owned(),
         };
     }
-    match tokio::time::timeout_at(deadline, executor.execute(action, deadline)).await {
-        Ok(outcome) => outcome,
-        Err(_elapsed) => ExecutionOutcome::Unknown {
-            reason: "deadline passed during the call; it may or may not have taken effect".to_owned(),
-        },
-    }
+    let mut call = executor.execute(action, deadline);
+    let expiry = tokio::time::sleep_until(deadline);
+    tokio::pin!(expiry);
+    let finished = std::future::poll_fn(|cx| {
+        if Instant::now() >= deadline {
+            return std::task::Poll::Ready(None);
+        }
+        if let std::task::Poll::Ready(outcome) = call.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(outcome));
+        }
+        expiry.as_mut().poll(cx).map(|()| None)
+    })
+    .await;
+    drop(call);
+    finished.unwrap_or_else(|| ExecutionOutcome::Unknown {
+        reason: "deadline passed during the call; it may or may not have taken effect".to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -309,6 +325,19 @@ mod tests {
         assert_eq!(known, "failed: outcome unknown: EBUSY");
         assert_eq!(executor.calls.load(Ordering::SeqCst), 1, "the call was started");
         assert_eq!(executor.completed.load(Ordering::SeqCst), 0, "and never finished");
+        assert!(executor.dropped.load(Ordering::SeqCst), "its future was dropped");
+    }
+
+    /// A call whose own wait ends exactly when the deadline does (a process resumed after both)
+    /// takes no further step: its future is not polled again, so the request it would send next
+    /// is never sent.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_whose_wait_ends_at_the_deadline_takes_no_further_step() {
+        let executor = SleepingExecutor::new(Duration::from_secs(10));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let outcome = execute_within(&executor, &action(Verb::AssignSecondaryIp, "eni-a"), deadline).await;
+        assert!(matches!(outcome, ExecutionOutcome::Unknown { .. }), "{outcome:?}");
+        assert_eq!(executor.completed.load(Ordering::SeqCst), 0, "no step after the deadline");
         assert!(executor.dropped.load(Ordering::SeqCst), "its future was dropped");
     }
 

@@ -104,6 +104,12 @@ impl ProviderSettings {
     pub fn check_nic(&self, nic: &str) -> Option<String> {
         self.provider().check_nic(nic)
     }
+
+    /// Whether `a` and `b` name the same NIC of this provider (its kind's comparison).
+    #[must_use]
+    pub fn same_nic(&self, a: &str, b: &str) -> bool {
+        self.provider().same_nic(a, b)
+    }
 }
 
 /// Reads the settings of one `providers:` entry whose `kind` is `kind` from `entry` (the entry's
@@ -181,6 +187,12 @@ pub trait Runtime: fmt::Debug {
     /// says otherwise).
     fn check_nic(&self, _nic: &str) -> Option<String> {
         None
+    }
+
+    /// Whether two NIC ids name the same NIC (byte for byte, unless the kind's ids compare
+    /// otherwise: ARM ids ignore case).
+    fn same_nic(&self, a: &str, b: &str) -> bool {
+        a == b
     }
 
     /// Which metadata service the agent polls for notices of this instance's end

@@ -111,7 +111,7 @@ impl AzureExecutor {
         let set = self.ip_forwarding == IpForwarding::Set;
         Ok(match self.arm()?.forwarding(nic, set, deadline).await? {
             Forwarding::On => {
-                ExecutionOutcome::Executed { detail: format!("enableIPForwarding is on on {nic}") }
+                ExecutionOutcome::Executed { detail: format!("enableIPForwarding is on for {nic}") }
             }
             Forwarding::TurnedOn => {
                 ExecutionOutcome::Executed { detail: format!("enableIPForwarding turned on on {nic}") }

@@ -93,12 +93,20 @@ pub(super) async fn poll(http: &Metadata, vm_name: &mut Option<String>) -> Resul
         notices.push(Notice {
             kind,
             detail: format!(
-                "{} event {} ({}) for {name}, not before {}: {}",
+                "{} event {} ({}) for {name}, {}{}",
                 event.event_type,
                 event.event_id,
                 event.event_status,
-                if event.not_before.is_empty() { "now" } else { &event.not_before },
-                event.description
+                if event.not_before.trim().is_empty() {
+                    "under way".to_owned()
+                } else {
+                    format!("not before {}", event.not_before)
+                },
+                if event.description.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", event.description)
+                }
             ),
             // A started event is under way: it waits for no one.
             acknowledge: event.event_status != "Started",

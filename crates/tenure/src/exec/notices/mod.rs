@@ -270,6 +270,30 @@ mod tests {
         assert_eq!(source(""), None, "off by default");
     }
 
+    /// A notice names the agent's host: two of this agent's nodes on a draining provider would
+    /// both be drained by it, so the config is refused at `nodes`, one line.
+    #[test]
+    fn drain_with_two_nodes_of_this_agent_on_the_provider_is_refused() {
+        let text = "nodes:\n  - {name: a, provider: p, placementGroup: g1, nic: eni-a}\n  \
+                    - {name: b, provider: p, placementGroup: g1, nic: eni-b}\nstore: {path: ./d}\n\
+                    providers: [{name: p, kind: aws, region: us-east-1, maintenanceNotices: drain}]\n";
+        let errors =
+            crate::config::parse_config(text, std::path::Path::new("agent.yaml")).expect_err("refused");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].position.line, 2, "at `nodes`: {errors:?}");
+        assert!(
+            errors[0].message.starts_with(
+                "nodes `a` and `b` both run here on aws provider `p` with `maintenanceNotices: drain`"
+            ),
+            "{errors:?}"
+        );
+        let ignoring = text.replace("drain", "ignore");
+        assert!(
+            crate::config::parse_config(&ignoring, std::path::Path::new("agent.yaml")).is_ok(),
+            "ignore: fine"
+        );
+    }
+
     #[test]
     fn drain_on_azure_and_oci_polls_their_metadata_services() {
         let azure_nic = "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/a";
