@@ -47,6 +47,10 @@ impl Metadata {
                 "`{base_url}` is not an http:// URL with a host (the metadata service is plain HTTP)"
             ));
         }
+        let port = uri.authority().and_then(|a| a.as_str().rsplit_once(':')).map(|(_, port)| port);
+        if port.is_some_and(|port| !port.contains(']') && !matches!(port.parse::<u16>(), Ok(1..))) {
+            return Err(format!("`{base_url}`: the port is not a number from 1 to 65535"));
+        }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(REQUEST_TIMEOUT));
         connector.set_nodelay(true);

@@ -330,5 +330,7 @@ mod tests {
         assert!(NoticeReader::new(NoticeSource::Aws, "http://127.0.0.1:8080").is_ok());
         let refused = NoticeReader::new(NoticeSource::Aws, "https://169.254.169.254").expect_err("https");
         assert!(refused.contains("http://"), "{refused}");
+        let refused = NoticeReader::new(NoticeSource::Aws, "http://x:99999").expect_err("port");
+        assert!(refused.contains("the port is not a number from 1 to 65535"), "{refused}");
     }
 }
