@@ -21,7 +21,8 @@ OCI IMDS v2
 
 The test's admin API (not of any cloud):
   POST /_fake/state     a JSON object merged into the state (keys below); answers the state
-  GET  /_fake/counters  {"tokenPuts", "unauthorized", "acks": [bodies], "requests": {path: n}}
+  GET  /_fake/counters  {"tokenPuts", "unauthorized", "acks": [bodies], "ackTimes": [Unix seconds],
+                         "requests": {path: n}}
   POST /_fake/revoke-tokens   every IMDSv2 token issued so far expires (their GETs get 401)
 State keys: awsSpot (object or null), awsRebalance (object or null), awsScheduled (list),
 azureVmName, azureEvents (list), azureAfterAck ("keep": an acknowledged event stays listed,
@@ -37,6 +38,7 @@ import json
 import secrets
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -52,7 +54,7 @@ STATE = {
     "ociRebootDue": None,
     "down": False,
 }
-COUNTERS = {"tokenPuts": 0, "unauthorized": 0, "acks": [], "requests": {}}
+COUNTERS = {"tokenPuts": 0, "unauthorized": 0, "acks": [], "ackTimes": [], "requests": {}}
 TOKENS = set()
 INCARNATION = [1]
 
@@ -158,6 +160,7 @@ class Handler(BaseHTTPRequestHandler):
                 if any(i not in known for i in ids):
                     return self.answer(400, {"error": "Bad request. Unknown EventId"})
                 COUNTERS["acks"].append(request)
+                COUNTERS["ackTimes"].append(time.time())
                 if STATE["azureAfterAck"] == "remove":
                     STATE["azureEvents"] = [e for e in STATE["azureEvents"] if e.get("EventId") not in ids]
                     INCARNATION[0] += 1

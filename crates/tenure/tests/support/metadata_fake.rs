@@ -85,6 +85,16 @@ impl MetadataFake {
         self.counters()["acks"].as_array().expect("a list").clone()
     }
 
+    /// When each acknowledgement was received (the host's clock), in order.
+    pub fn ack_times(&self) -> Vec<std::time::SystemTime> {
+        self.counters()["ackTimes"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|t| std::time::UNIX_EPOCH + Duration::from_secs_f64(t.as_f64().expect("seconds")))
+            .collect()
+    }
+
     pub fn revoke_tokens(&self) {
         assert_eq!(self.raw("POST", "/_fake/revoke-tokens", &[], "").0, 200);
     }
