@@ -151,6 +151,8 @@ impl InstancePrincipal {
                     body: Some(body.as_bytes()),
                     deadline,
                     retry_conflict: true,
+                    if_match: None,
+                    resend: true,
                 },
                 || {
                     let signer = (key_id.clone(), instance_key.clone());
