@@ -15,6 +15,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Method;
 use serde::Deserialize;
@@ -27,6 +28,12 @@ use crate::sign::SigningKey;
 
 /// Most private IPs one list page asks for.
 pub const PAGE_LIMIT: u32 = 100;
+
+/// Bound of one background federation.
+const FEDERATION_MAX: Duration = Duration::from_secs(30);
+
+/// Wait before the background refresh tries again after a failure.
+const RENEW_RETRY: Duration = Duration::from_secs(10);
 
 /// How requests are signed.
 #[derive(Debug)]
@@ -129,6 +136,33 @@ impl Core {
     #[must_use]
     pub fn throttled(&self) -> u64 {
         self.http.throttled()
+    }
+
+    /// With instance principals, starts a task that fetches the session token now and renews it
+    /// ahead of its refresh time, so that calls find it fresh instead of paying for a federation
+    /// inside their deadline (an API key needs none: nothing is started). The task ends once
+    /// every clone of this client is dropped. Call it within a tokio runtime, once.
+    pub fn keep_session_fresh(&self) {
+        if !matches!(self.auth.as_ref(), Auth::InstancePrincipal(_)) {
+            return;
+        }
+        let auth = Arc::downgrade(&self.auth);
+        let http = self.http.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(auth) = auth.upgrade() else { return };
+                let Auth::InstancePrincipal(principal) = auth.as_ref() else { return };
+                let wait = match principal.refresh_ahead(&http, Instant::now() + FEDERATION_MAX).await {
+                    Ok(next) => next.duration_since(std::time::SystemTime::now()).unwrap_or_default(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "oci: instance principal session not renewed ahead; calls will try");
+                        RENEW_RETRY
+                    }
+                };
+                drop(auth);
+                tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
+            }
+        });
     }
 
     /// The auth in use.

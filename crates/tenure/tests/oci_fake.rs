@@ -297,28 +297,30 @@ async fn the_inventory_reads_every_page_of_the_subnets() {
 
 /// Instance principals end to end: identity from the (fake) metadata service, a session token
 /// from the (fake) federation endpoint, requests signed with the session key; the token is
-/// refreshed before it expires.
+/// renewed in the background before a call would have to (no Core call is made meanwhile), and
+/// before it expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_principals_sign_with_a_session_token_refreshed_before_expiry() {
-    let fake = OciFake::start_with(4.0);
+    let fake = OciFake::start_with(12.0);
     let vnics = fake.vnics(2);
+    let federations = || fake.admin("GET", "federations", &json!({}))["federations"].as_u64().expect("n");
     let executor = OciExecutor::with_client(fake.core_instance_principal(), SkipSourceDestCheck::Check);
     detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
-    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 1);
-    detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &vnics[1], 2)).await);
-    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 1, "the token is reused");
-    // A 4 s token is refreshed after half its life, before it expires: every call keeps
-    // working and no call is refused for an expired token.
-    let until = Instant::now() + Duration::from_secs(6);
+    assert_eq!(federations(), 1);
+    // A 12 s token: renewed in the background 3 s into its life (a call would at 6 s).
+    fake.reset_calls();
+    until("the session is renewed with no call made", || federations() >= 2).await;
+    assert!(fake.log().is_empty(), "renewed off the call path: {:?}", fake.log());
+    // Calls keep working, and none is refused for an expired token.
+    let end = Instant::now() + Duration::from_secs(7);
     let mut epoch = 3;
-    while Instant::now() < until {
+    while Instant::now() < end {
         let holder = if epoch % 2 == 0 { &vnics[1] } else { &vnics[0] };
         detail(run(&executor, &action(Verb::AssignSecondaryIp, "x", holder, epoch)).await);
         epoch += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let federations = fake.admin("GET", "federations", &json!({}))["federations"].as_u64().expect("n");
-    assert!(federations >= 3, "refreshed: {federations} federations");
+    assert!(federations() >= 4, "refreshed: {} federations", federations());
     assert!(fake.log().iter().all(|(_, _, status)| *status != 401), "no call refused: {:?}", fake.log());
 }
 

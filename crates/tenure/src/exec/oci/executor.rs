@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tenure_core::model::{StampedAction, Verb};
@@ -54,6 +55,8 @@ pub struct OciExecutor {
     subnets: Mutex<HashMap<String, String>>,
     /// Permission errors already logged at error.
     reported: Mutex<HashSet<String>>,
+    /// Whether the instance principal's background refresh was started.
+    refreshing: AtomicBool,
 }
 
 impl OciExecutor {
@@ -65,6 +68,7 @@ impl OciExecutor {
             client: tokio::sync::OnceCell::new(),
             subnets: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashSet::new()),
+            refreshing: AtomicBool::new(false),
         }
     }
 
@@ -83,10 +87,21 @@ impl OciExecutor {
             client: tokio::sync::OnceCell::new_with(Some(core)),
             subnets: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashSet::new()),
+            refreshing: AtomicBool::new(false),
         }
     }
 
+    /// The client; the first time, with instance principals, the session's background refresh is
+    /// started (its first federation runs beside the first call, later ones off the call path).
     async fn core(&self) -> Result<&Core, OciError> {
+        let core = self.client_core().await?;
+        if !self.refreshing.swap(true, Ordering::Relaxed) {
+            core.keep_session_fresh();
+        }
+        Ok(core)
+    }
+
+    async fn client_core(&self) -> Result<&Core, OciError> {
         self.client
             .get_or_try_init(|| async {
                 let auth = match &self.settings.auth {
