@@ -332,7 +332,9 @@ impl Core {
         deadline: Instant,
     ) -> Result<(), OciError> {
         let path = format!("/privateIps/{id}");
-        self.call_with("DeletePrivateIp", Method::DELETE, &path, None, etag, false, deadline).await.map(|_| ())
+        self.call_with("DeletePrivateIp", Method::DELETE, &path, None, etag, false, deadline)
+            .await
+            .map(|_| ())
     }
 
     /// PrivateIpVnicDetach: a RESERVED private IP leaves its VNIC and is kept (its OCID too), only

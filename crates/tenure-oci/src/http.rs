@@ -69,7 +69,9 @@ pub enum OciError {
     },
     /// A write (not a GET) answered 5xx — it may have taken effect — and then given up without
     /// an answer saying what happened: the deadline came, or the later tries were throttled.
-    #[error("{operation}: HTTP {status} {code}: {message} (in doubt: an earlier try was answered {first}, and may have taken effect)")]
+    #[error(
+        "{operation}: HTTP {status} {code}: {message} (in doubt: an earlier try was answered {first}, and may have taken effect)"
+    )]
     InDoubt {
         /// The API operation.
         operation: &'static str,
@@ -280,7 +282,9 @@ impl Http {
                     "the deadline passed before it was sent again".to_owned()
                 };
                 return Err(match doubt {
-                    Some((first, code)) => OciError::InDoubt { operation, status: first, code, message, first },
+                    Some((first, code)) => {
+                        OciError::InDoubt { operation, status: first, code, message, first }
+                    }
                     None => OciError::NotSent { operation, message },
                 });
             }

@@ -506,11 +506,9 @@ async fn nothing_is_sent_once_the_deadline_has_passed() {
     use tenure::exec::oci::tenure_oci::http::{Call, Http};
     let fake = OciFake::start();
     let vnics = fake.vnics(1);
-    let key = tenure::exec::oci::tenure_oci::profile::api_key(
-        &fake.config_file(&temp_dir("not-sent")),
-        "DEFAULT",
-    )
-    .expect("the key");
+    let key =
+        tenure::exec::oci::tenure_oci::profile::api_key(&fake.config_file(&temp_dir("not-sent")), "DEFAULT")
+            .expect("the key");
     let http = Http::new().expect("client");
     let url = format!("{}/20160918/vnics/{}", fake.url(), vnics[0]);
     for (method, body) in [(http::Method::GET, None), (http::Method::PUT, Some(&b"{}"[..]))] {
@@ -542,7 +540,9 @@ async fn nothing_is_sent_once_the_deadline_has_passed() {
             .await;
         assert_eq!(fake.log().len(), 1, "{method}: one try only: {:?}", fake.log());
         match (method.as_str(), result) {
-            ("GET", Err(OciError::NotSent { message, .. })) => assert!(message.contains("deadline"), "{message}"),
+            ("GET", Err(OciError::NotSent { message, .. })) => {
+                assert!(message.contains("deadline"), "{message}")
+            }
             ("PUT", Err(e @ OciError::InDoubt { .. })) => assert!(e.to_string().contains("503"), "{e}"),
             (m, other) => panic!("{m}: {other:?}"),
         }
@@ -594,7 +594,10 @@ async fn ipv6_is_refused_before_any_call() {
         let mut ipv6 = action(verb, "a", &vnics[0], 1);
         ipv6.address = "fd00::10".parse().expect("literal");
         let reason = failed(run(&executor, &ipv6).await);
-        assert!(reason.contains("IPv4 secondary private IPs only") && reason.ends_with("not called"), "{reason}");
+        assert!(
+            reason.contains("IPv4 secondary private IPs only") && reason.ends_with("not called"),
+            "{reason}"
+        );
     }
     assert_eq!(fake.calls(), json!({}));
 }

@@ -199,7 +199,9 @@ impl OciExecutor {
                 Err(OciError::Permission { status: 404, .. }) => "no such object yet".to_owned(),
                 Err(e) => {
                     return Ok(ExecutionOutcome::Unknown {
-                        reason: format!("{address}: the write to {vnic} was accepted, but not confirmed: {e}"),
+                        reason: format!(
+                            "{address}: the write to {vnic} was accepted, but not confirmed: {e}"
+                        ),
                     });
                 }
             };
@@ -477,13 +479,9 @@ impl ReleaseTurns {
             (Some(first), OciError::Refused { operation, status, code, message }) => {
                 OciError::InDoubt { operation, status, code, message, first }
             }
-            (Some(first), OciError::NotSent { operation, message }) => OciError::InDoubt {
-                operation,
-                status: first,
-                code: "NotResent".into(),
-                message,
-                first,
-            },
+            (Some(first), OciError::NotSent { operation, message }) => {
+                OciError::InDoubt { operation, status: first, code: "NotResent".into(), message, first }
+            }
             (_, other) => other,
         }
     }
