@@ -5,12 +5,19 @@ It exists because no emulator of OCI can be installed here. It serves, on one lo
 
 - Core Services (API 20160918), the calls tenure's `oci` provider makes: GetVnic, UpdateVnic,
   ListPrivateIps (by subnetId [+ ipAddress], by vnicId; paged with `limit`/`page` and
-  `opc-next-page`), GetPrivateIp, UpdatePrivateIp, CreatePrivateIp, DeletePrivateIp.
+  `opc-next-page`), GetPrivateIp, UpdatePrivateIp, CreatePrivateIp, DeletePrivateIp,
+  PrivateIpVnicDetach (`POST /privateIps/{id}/actions/detach`). Every private IP has an `etag`
+  that each write to it changes; GET, PUT, POST answers carry it in the `etag` header, and PUT,
+  DELETE and detach honour `if-match` (412 `NoEtagMatch` when it differs). Private IPs have a
+  `lifetime` (`EPHEMERAL`, or `RESERVED`: made by hand through the admin API, on a VNIC or on none,
+  with `vnicId` null and `ipState: AVAILABLE`); UpdatePrivateIp `{vnicId}` assigns an unassigned
+  one; detach unassigns a RESERVED one and keeps it (an EPHEMERAL one is refused 400: not checked
+  against OCI).
 - The instance metadata identity files (`/opc/v2/identity/{cert,intermediate,key}.pem`, header
   `Authorization: Bearer Oracle`) and a federation endpoint (`POST /v1/x509`) issuing session
   tokens (a JWT-shaped string with `exp`), so that instance principals are tested end to end.
 - An admin API under `/_fake/` (unsigned, not counted): fixtures, per-operation call counters and a
-  call log with times, fault injection, an eventual-consistency window, drift by hand.
+  call log with times, fault injection, an eventual-consistency window, drift by hand, reserved private IPs.
 
 Every Core Services request's signature is VERIFIED (OCI signature version 1, rsa-sha256): with the
 API key's public key for keyId `<tenancy>/<user>/<fingerprint>`, with the session key a federation
@@ -19,7 +26,7 @@ be signed with the instance key as `<tenancy>/fed-x509/<SHA-1 of the certificate
 
 What it does NOT model (real OCI does): IAM policies (every verified caller may do anything; use
 fault injection for 401/404), compartments, IPv6 objects, VLANs, reserved public IPs, rate limits
-(inject 429s), work requests. Behaviour written from the reference, never compared with OCI.
+(inject 429s), work requests, route rules. Behaviour written from the reference, never compared with OCI.
 
 Python 3 standard library only. Usage:
   oci_fake.py --port 0 --api-key-id KEYID --api-public-key PUB.pem [--identity-dir DIR]
@@ -331,7 +338,9 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, vnic, {}
             if operation == "GetPrivateIp":
                 found = s.read_view().get(parts[1])
-                return (200, found, {}) if found else (404, ("NotAuthorizedOrNotFound", parts[1]), {})
+                if found is None:
+                    return 404, ("NotAuthorizedOrNotFound", parts[1]), {}
+                return 200, public(found), {"etag": found["_etag"]}
             if operation == "ListPrivateIps":
                 return self.list(query)
             if operation == "CreatePrivateIp":
@@ -348,11 +357,13 @@ class Handler(BaseHTTPRequestHandler):
                 created = new_private_ip(vnic, address, False)
                 s.private_ips[created["id"]] = created
                 s.write()
-                return 200, created, {}
+                return 200, public(created), {"etag": created["_etag"]}
             if operation == "UpdatePrivateIp":
                 found = s.private_ips.get(parts[1])
                 if found is None:
                     return 404, ("NotAuthorizedOrNotFound", parts[1]), {}
+                if self.etag_differs(found):
+                    return 412, ("NoEtagMatch", f"if-match {self.headers.get('if-match')} is not the etag"), {}
                 request = json.loads(body)
                 target = s.vnics.get(request.get("vnicId", found["vnicId"]))
                 if target is None:
@@ -362,18 +373,39 @@ class Handler(BaseHTTPRequestHandler):
                 if target["subnetId"] != found["subnetId"]:
                     return 400, ("InvalidParameter", "the VNIC is in another subnet"), {}
                 found["vnicId"] = target["id"]
+                found["ipState"] = "ASSIGNED"
+                bump(found)
                 s.write()
-                return 200, found, {}
+                return 200, public(found), {"etag": found["_etag"]}
+            if operation == "PrivateIpVnicDetach":
+                found = s.private_ips.get(parts[1])
+                if found is None:
+                    return 404, ("NotAuthorizedOrNotFound", parts[1]), {}
+                if self.etag_differs(found):
+                    return 412, ("NoEtagMatch", f"if-match {self.headers.get('if-match')} is not the etag"), {}
+                if found["lifetime"] != "RESERVED" or found["isPrimary"]:
+                    return 400, ("InvalidParameter", "only a RESERVED secondary private IP can be detached"), {}
+                found["vnicId"] = None
+                found["ipState"] = "AVAILABLE"
+                bump(found)
+                s.write()
+                return 200, public(found), {"etag": found["_etag"]}
             if operation == "DeletePrivateIp":
                 found = s.private_ips.get(parts[1])
                 if found is None:
                     return 404, ("NotAuthorizedOrNotFound", parts[1]), {}
+                if self.etag_differs(found):
+                    return 412, ("NoEtagMatch", f"if-match {self.headers.get('if-match')} is not the etag"), {}
                 if found["isPrimary"]:
                     return 400, ("InvalidParameter", "a primary private IP cannot be deleted"), {}
                 del s.private_ips[parts[1]]
                 s.write()
                 return 204, None, {}
         return 404, ("NotAuthorizedOrNotFound", operation), {}
+
+    def etag_differs(self, found):
+        wanted = self.headers.get("if-match")
+        return wanted is not None and wanted != found["_etag"]
 
     def list(self, query):
         s = self.state
@@ -389,7 +421,7 @@ class Handler(BaseHTTPRequestHandler):
         view.sort(key=lambda p: p["id"])
         limit = int(query.get("limit", 100))
         start = int(query.get("page", "0"))
-        page = view[start:start + limit]
+        page = [public(p) for p in view[start:start + limit]]
         headers = {"opc-next-page": str(start + limit)} if start + limit < len(view) else {}
         return 200, page, headers
 
@@ -428,10 +460,21 @@ class Handler(BaseHTTPRequestHandler):
                     s.private_ips[created["id"]] = created
                 else:
                     found["vnicId"] = request["vnicId"]
+                    found["ipState"] = "ASSIGNED"
+                    bump(found)
                 s.write()
                 return self.answer(200, {})
+            if parts == ["reserved"] and method == "POST":
+                # A RESERVED private IP made by hand, on a VNIC or on none (in a subnet).
+                vnic = s.vnics[request["vnicId"]] if request.get("vnicId") else None
+                created = new_private_ip(vnic, request["ipAddress"], False, "RESERVED")
+                if vnic is None:
+                    created["subnetId"] = request["subnetId"]
+                s.private_ips[created["id"]] = created
+                s.write()
+                return self.answer(200, public(created))
             if parts == ["state"] and method == "GET":
-                return self.answer(200, {"privateIps": list(s.private_ips.values()), "vnics": list(s.vnics.values())})
+                return self.answer(200, {"privateIps": [public(p) for p in s.private_ips.values()], "vnics": list(s.vnics.values())})
             if parts == ["calls"] and method == "GET":
                 return self.answer(200, dict(s.calls))
             if parts == ["log"] and method == "GET":
@@ -471,6 +514,8 @@ def operation_of(method, parts, query):
         return {"GET": "ListPrivateIps", "POST": "CreatePrivateIp"}.get(method)
     if parts[:1] == ["privateIps"] and len(parts) == 2:
         return {"GET": "GetPrivateIp", "PUT": "UpdatePrivateIp", "DELETE": "DeletePrivateIp"}.get(method)
+    if parts[:1] == ["privateIps"] and parts[2:] == ["actions", "detach"] and method == "POST":
+        return "PrivateIpVnicDetach"
     return None
 
 
@@ -478,14 +523,28 @@ def ocid(kind):
     return f"ocid1.{kind}.oc1.iad.fake{uuid.uuid4().hex}"
 
 
-def new_private_ip(vnic, address, primary):
-    return {
+def new_private_ip(vnic, address, primary, lifetime="EPHEMERAL"):
+    found = {
         "id": ocid("privateip"),
-        "vnicId": vnic["id"],
-        "subnetId": vnic["subnetId"],
+        "vnicId": vnic["id"] if vnic else None,
+        "subnetId": vnic["subnetId"] if vnic else None,
         "ipAddress": address,
         "isPrimary": primary,
+        "lifetime": lifetime,
+        "ipState": "ASSIGNED" if vnic else "AVAILABLE",
     }
+    bump(found)
+    return found
+
+
+def bump(found):
+    """A write to the object: a new etag (kept in the object, so that lagging reads show the old one)."""
+    found["_etag"] = uuid.uuid4().hex
+
+
+def public(found):
+    """The object as OCI shows it (no etag in the body)."""
+    return {k: v for k, v in found.items() if not k.startswith("_")}
 
 
 def main():

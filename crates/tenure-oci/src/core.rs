@@ -4,16 +4,18 @@
 //! |---|---|
 //! | [`Core::vnic`] | `GET /20160918/vnics/{vnicId}` (GetVnic) |
 //! | [`Core::private_ip_by_address`] | `GET /20160918/privateIps?subnetId=…&ipAddress=…` (ListPrivateIps) |
-//! | [`Core::private_ip`] | `GET /20160918/privateIps/{id}` (GetPrivateIp) |
+//! | [`Core::private_ip`] | `GET /20160918/privateIps/{id}` (GetPrivateIp), with its `etag` |
 //! | [`Core::move_private_ip`] | `PUT /20160918/privateIps/{id}` `{"vnicId"}` (UpdatePrivateIp) |
 //! | [`Core::create_private_ip`] | `POST /20160918/privateIps` `{"vnicId","ipAddress"}` (CreatePrivateIp) |
-//! | [`Core::delete_private_ip`] | `DELETE /20160918/privateIps/{id}` (DeletePrivateIp) |
+//! | [`Core::delete_private_ip`] | `DELETE /20160918/privateIps/{id}` with `if-match` (DeletePrivateIp); never resent here |
+//! | [`Core::detach_private_ip`] | `POST /20160918/privateIps/{id}/actions/detach` with `if-match` (PrivateIpVnicDetach: a RESERVED private IP leaves its VNIC and is kept); never resent here |
 //! | [`Core::private_ips_in_subnet`] | `GET /20160918/privateIps?subnetId=…`, every page (`opc-next-page`) |
 //! | [`Core::set_skip_source_dest_check`] | `PUT /20160918/vnics/{vnicId}` `{"skipSourceDestCheck"}` (UpdateVnic) |
 
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Method;
 use serde::Deserialize;
@@ -26,6 +28,12 @@ use crate::sign::SigningKey;
 
 /// Most private IPs one list page asks for.
 pub const PAGE_LIMIT: u32 = 100;
+
+/// Bound of one background federation.
+const FEDERATION_MAX: Duration = Duration::from_secs(30);
+
+/// Wait before the background refresh tries again after a failure.
+const RENEW_RETRY: Duration = Duration::from_secs(10);
 
 /// How requests are signed.
 #[derive(Debug)]
@@ -69,16 +77,31 @@ pub struct Vnic {
 pub struct PrivateIp {
     /// Its OCID.
     pub id: String,
-    /// The VNIC it is on.
-    pub vnic_id: String,
+    /// The VNIC it is on: none for a RESERVED private IP assigned to no VNIC, or for one on a
+    /// VLAN (Oracle Cloud VMware Solution).
+    #[serde(default)]
+    pub vnic_id: Option<String>,
     /// The address.
+    #[serde(default)]
     pub ip_address: String,
+    /// `EPHEMERAL` (deleted when released) or `RESERVED` (kept, and its OCID with it, when it
+    /// leaves a VNIC); absent in older answers (ephemeral).
+    #[serde(default)]
+    pub lifetime: Option<String>,
     /// Whether it is its VNIC's primary address (never moved or deleted by tenure).
     #[serde(default)]
     pub is_primary: bool,
     /// Its subnet.
     #[serde(default)]
     pub subnet_id: Option<String>,
+}
+
+impl PrivateIp {
+    /// Whether it is a RESERVED private IP (released by leaving its VNIC, never deleted).
+    #[must_use]
+    pub fn is_reserved(&self) -> bool {
+        self.lifetime.as_deref().is_some_and(|l| l.eq_ignore_ascii_case("RESERVED"))
+    }
 }
 
 /// The Core Services client for one region (or one test endpoint).
@@ -109,10 +132,37 @@ impl Core {
         Auth::InstancePrincipal(InstancePrincipal::new(Endpoints::for_region(region)))
     }
 
-    /// The calls answered 429 or 409 `Conflict`/`IncorrectState` so far.
+    /// The calls answered 429 or 409 `IncorrectState` so far.
     #[must_use]
     pub fn throttled(&self) -> u64 {
         self.http.throttled()
+    }
+
+    /// With instance principals, starts a task that fetches the session token now and renews it
+    /// ahead of its refresh time, so that calls find it fresh instead of paying for a federation
+    /// inside their deadline (an API key needs none: nothing is started). The task ends once
+    /// every clone of this client is dropped. Call it within a tokio runtime, once.
+    pub fn keep_session_fresh(&self) {
+        if !matches!(self.auth.as_ref(), Auth::InstancePrincipal(_)) {
+            return;
+        }
+        let auth = Arc::downgrade(&self.auth);
+        let http = self.http.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(auth) = auth.upgrade() else { return };
+                let Auth::InstancePrincipal(principal) = auth.as_ref() else { return };
+                let wait = match principal.refresh_ahead(&http, Instant::now() + FEDERATION_MAX).await {
+                    Ok(next) => next.duration_since(std::time::SystemTime::now()).unwrap_or_default(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "oci: instance principal session not renewed ahead; calls will try");
+                        RENEW_RETRY
+                    }
+                };
+                drop(auth);
+                tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
+            }
+        });
     }
 
     /// The auth in use.
@@ -136,8 +186,23 @@ impl Core {
         body: Option<serde_json::Value>,
         deadline: Instant,
     ) -> Result<crate::http::Answer, OciError> {
-        let url = format!("{}/20160918{path}", self.base);
         let body = body.map(|b| b.to_string().into_bytes());
+        self.call_with(operation, method, path, body, None, true, deadline).await
+    }
+
+    /// One call, with `if-match` when given; resent after 429/409/5xx only when `resend`.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_with(
+        &self,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        if_match: Option<&str>,
+        resend: bool,
+        deadline: Instant,
+    ) -> Result<crate::http::Answer, OciError> {
+        let url = format!("{}/20160918{path}", self.base);
         // A create's 409 means the address is in use: the caller reads again instead.
         let retry_conflict = operation != "CreatePrivateIp";
         let send = || {
@@ -148,6 +213,8 @@ impl Core {
                 body: body.as_deref(),
                 deadline,
                 retry_conflict,
+                if_match,
+                resend,
             };
             self.http.signed(call, || self.signer(deadline))
         };
@@ -201,15 +268,20 @@ impl Core {
         Ok(found.into_iter().find(|p| p.ip_address.parse::<IpAddr>().ok() == Some(address)))
     }
 
-    /// GetPrivateIp.
+    /// GetPrivateIp: the object and its `etag` (for a conditional write), when OCI sends one.
     ///
     /// # Errors
     ///
     /// Any [`OciError`].
-    pub async fn private_ip(&self, id: &str, deadline: Instant) -> Result<PrivateIp, OciError> {
+    pub async fn private_ip(
+        &self,
+        id: &str,
+        deadline: Instant,
+    ) -> Result<(PrivateIp, Option<String>), OciError> {
         let answer =
             self.call("GetPrivateIp", Method::GET, &format!("/privateIps/{id}"), None, deadline).await?;
-        Self::parse("GetPrivateIp", &answer.body)
+        let etag = answer.headers.get("etag").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Ok((Self::parse("GetPrivateIp", &answer.body)?, etag))
     }
 
     /// UpdatePrivateIp: moves the object to `vnic`.
@@ -246,15 +318,42 @@ impl Core {
         Self::parse("CreatePrivateIp", &answer.body)
     }
 
-    /// DeletePrivateIp.
+    /// DeletePrivateIp, only while the object still has `etag` (`if-match`; 412 otherwise). Sent
+    /// once: a 429, 409 or 5xx is [`OciError::Busy`], and the caller reads the object again
+    /// before it decides to send another.
     ///
     /// # Errors
     ///
     /// Any [`OciError`].
-    pub async fn delete_private_ip(&self, id: &str, deadline: Instant) -> Result<(), OciError> {
-        self.call("DeletePrivateIp", Method::DELETE, &format!("/privateIps/{id}"), None, deadline)
+    pub async fn delete_private_ip(
+        &self,
+        id: &str,
+        etag: Option<&str>,
+        deadline: Instant,
+    ) -> Result<(), OciError> {
+        let path = format!("/privateIps/{id}");
+        self.call_with("DeletePrivateIp", Method::DELETE, &path, None, etag, false, deadline)
             .await
             .map(|_| ())
+    }
+
+    /// PrivateIpVnicDetach: a RESERVED private IP leaves its VNIC and is kept (its OCID too), only
+    /// while it still has `etag` (`if-match`). Sent once, as [`Core::delete_private_ip`].
+    ///
+    /// # Errors
+    ///
+    /// Any [`OciError`].
+    pub async fn detach_private_ip(
+        &self,
+        id: &str,
+        etag: Option<&str>,
+        deadline: Instant,
+    ) -> Result<PrivateIp, OciError> {
+        let path = format!("/privateIps/{id}/actions/detach");
+        let answer = self
+            .call_with("PrivateIpVnicDetach", Method::POST, &path, Some(Vec::new()), etag, false, deadline)
+            .await?;
+        Self::parse("PrivateIpVnicDetach", &answer.body)
     }
 
     /// Every private IP of `subnet`, page after page.

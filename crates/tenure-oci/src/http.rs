@@ -4,11 +4,16 @@
 //! | answer | what happens |
 //! |---|---|
 //! | 2xx | the answer |
-//! | 429, 409 `Conflict` / `IncorrectState` (not for a create) | waited for (`Retry-After` when given, else a doubling backoff from [`BACKOFF_FIRST`]) and sent again, counted in [`Http::throttled`], unless the wait would pass the deadline: then [`OciError::Refused`] saying so |
-//! | 5xx | the same, not counted as throttling |
+//! | 429, 409 `Conflict` / `IncorrectState` (not for a create) | waited for (`Retry-After` when given, else a doubling backoff from [`BACKOFF_FIRST`]) and sent again, unless the wait would pass the deadline: then [`OciError::Refused`] saying so (logged at warn with OCI's code); 429 and `IncorrectState` are counted in [`Http::throttled`], `Conflict` is not (OCI also uses it for lasting states) |
+//! | 5xx | the same, not counted as throttling; a write (not a GET) answered 5xx may have taken effect, so giving it up afterwards is [`OciError::InDoubt`] |
 //! | 401, 404 `NotAuthorizedOrNotFound` | [`OciError::Permission`] at once (OCI answers 404 for "not authorised" too) |
-//! | any other | [`OciError::Refused`] at once |
+//! | any other (412 included) | [`OciError::Refused`] at once |
 //! | no answer | [`OciError::NoAnswer`] (the request may have taken effect) |
+//!
+//! A call made with [`Call::resend`] false is never sent twice: its 429, 409 or 5xx comes back as
+//! [`OciError::Busy`] (with `Retry-After`), for the caller to read the object again before it
+//! decides anything (a conditional delete). Nothing is sent once the deadline has passed, the
+//! first try included: [`OciError::NotSent`] (or [`OciError::InDoubt`] after a 5xx to a write).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +67,45 @@ pub enum OciError {
         /// OCI's message.
         message: String,
     },
+    /// A write (not a GET) answered 5xx — it may have taken effect — and then given up without
+    /// an answer saying what happened: the deadline came, or the later tries were throttled.
+    #[error(
+        "{operation}: HTTP {status} {code}: {message} (in doubt: an earlier try was answered {first}, and may have taken effect)"
+    )]
+    InDoubt {
+        /// The API operation.
+        operation: &'static str,
+        /// The HTTP status of the last answer.
+        status: u16,
+        /// OCI's error code of the last answer.
+        code: String,
+        /// OCI's message, and why it was given up.
+        message: String,
+        /// The 5xx status that put the write in doubt.
+        first: u16,
+    },
+    /// Not sent: the call's deadline had passed before it could be (first try or resend).
+    #[error("{operation}: not sent: {message}")]
+    NotSent {
+        /// The API operation.
+        operation: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// A 429, 409 or 5xx to a call made with [`Call::resend`] false: not resent here.
+    #[error("{operation}: HTTP {status} {code}: {message}")]
+    Busy {
+        /// The API operation.
+        operation: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// OCI's error code.
+        code: String,
+        /// OCI's message.
+        message: String,
+        /// The `Retry-After` OCI asked for, if any.
+        retry_after: Option<Duration>,
+    },
     /// No answer (connection refused, reset, timed out): the call may or may not have taken
     /// effect.
     #[error("{operation}: no answer from OCI: {message}")]
@@ -100,6 +144,11 @@ pub struct Call<'a> {
     pub deadline: Instant,
     /// Whether a 409 `Conflict`/`IncorrectState` is waited for and resent.
     pub retry_conflict: bool,
+    /// `if-match`: the etag the object must still have for the write to apply (412 otherwise).
+    pub if_match: Option<&'a str>,
+    /// Whether a 429, 409 or 5xx is waited for and resent here; when false it is returned at
+    /// once as [`OciError::Busy`].
+    pub resend: bool,
 }
 
 /// A signed answer: status, headers, body.
@@ -147,7 +196,7 @@ impl Http {
         })
     }
 
-    /// Calls answered 429 or 409 `Conflict`/`IncorrectState` so far (each resent or given up).
+    /// Calls answered 429 or 409 `IncorrectState` so far (each resent or given up).
     #[must_use]
     pub fn throttled(&self) -> u64 {
         self.throttled.load(Ordering::Relaxed)
@@ -197,7 +246,7 @@ impl Http {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<(String, SigningKey), OciError>>,
     {
-        let Call { operation, method, url, body, deadline, retry_conflict } = call;
+        let Call { operation, method, url, body, deadline, retry_conflict, if_match, resend } = call;
         let uri: Uri = url.parse().map_err(|e| OciError::Refused {
             operation,
             status: 0,
@@ -217,9 +266,29 @@ impl Http {
             }
         };
         let target = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+        let write = method != Method::GET;
         let mut backoff = BACKOFF_FIRST;
+        // The 5xx status of an earlier try of this write, which may have taken effect.
+        let mut doubt: Option<(u16, String)> = None;
+        let mut tries = 0_u32;
         loop {
             let (key_id, key) = signer().await?;
+            // Right before the send (a signer may have waited for a federation, a sleep may
+            // have overrun): nothing goes out past the deadline (SPEC 9).
+            if Instant::now() >= deadline {
+                let message = if tries == 0 {
+                    "the deadline passed before it was sent".to_owned()
+                } else {
+                    "the deadline passed before it was sent again".to_owned()
+                };
+                return Err(match doubt {
+                    Some((first, code)) => {
+                        OciError::InDoubt { operation, status: first, code, message, first }
+                    }
+                    None => OciError::NotSent { operation, message },
+                });
+            }
+            tries += 1;
             let date = httpdate::fmt_http_date(std::time::SystemTime::now());
             let to_sign = sign::Request {
                 method: method.as_str(),
@@ -238,6 +307,9 @@ impl Http {
             for (name, value) in &signed.headers {
                 request = request.header(*name, value);
             }
+            if let Some(etag) = if_match {
+                request = request.header("if-match", etag);
+            }
             let request =
                 request.body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default()))).map_err(|e| {
                     OciError::Refused {
@@ -252,35 +324,41 @@ impl Http {
             if answer.status.is_success() {
                 return Ok(answer);
             }
-            let (code, _) = error_of(&answer.body);
-            let throttled = status == 429
-                || (status == 409
-                    && retry_conflict
-                    && matches!(code.as_str(), "Conflict" | "IncorrectState"));
+            let (code, message) = error_of(&answer.body);
             if status == 401 || (status == 404 && code == "NotAuthorizedOrNotFound") {
-                let (code, message) = error_of(&answer.body);
                 return Err(OciError::Permission { operation, status, code, message, hint: POLICY_HINT });
             }
-            if !(throttled || answer.status.is_server_error()) {
-                return Err(refusal(operation, &answer));
+            let conflict =
+                status == 409 && retry_conflict && matches!(code.as_str(), "Conflict" | "IncorrectState");
+            let server = answer.status.is_server_error();
+            if !(status == 429 || conflict || server) {
+                return Err(OciError::Refused { operation, status, code, message });
             }
-            if throttled {
+            // Only these are throttling: OCI also answers `Conflict` for states that last.
+            if status == 429 || (conflict && code == "IncorrectState") {
                 self.throttled.fetch_add(1, Ordering::Relaxed);
             }
-            let wait = retry_after(&answer.headers).unwrap_or(backoff);
+            if server && write {
+                doubt = doubt.or_else(|| Some((status, code.clone())));
+            }
+            let wait = retry_after(&answer.headers);
+            if !resend {
+                return Err(OciError::Busy { operation, status, code, message, retry_after: wait });
+            }
+            let wait = wait.unwrap_or(backoff);
             backoff = (backoff * 2).min(BACKOFF_MAX);
             if Instant::now() + wait >= deadline {
-                let (code, message) = error_of(&answer.body);
-                return Err(OciError::Refused {
-                    operation,
-                    status,
-                    code,
-                    message: format!("{message} (not resent: waiting {wait:?} would pass the deadline)"),
+                tracing::warn!(operation, status, %code, ?wait, tries, "oci: given up: resending would pass the deadline");
+                let message = format!("{message} (not resent: waiting {wait:?} would pass the deadline)");
+                return Err(match doubt {
+                    Some((first, _)) => OciError::InDoubt { operation, status, code, message, first },
+                    None => OciError::Refused { operation, status, code, message },
                 });
             }
             tracing::debug!(
                 operation,
                 status,
+                %code,
                 ?wait,
                 "oci: resending after a throttle, conflict or server error"
             );

@@ -5,7 +5,9 @@
 //! `<tenancy>/fed-x509/<certificate SHA-1 fingerprint>`) for a session token bound to a session
 //! key generated here; requests are then signed with the session key as `ST$<token>`. The token
 //! is refreshed before it expires (its JWT `exp`: at the earlier of five minutes before it and
-//! half its lifetime), and at once after a 401.
+//! half its lifetime), and at once after a 401. [`crate::Core::keep_session_fresh`] does it off
+//! the call path, a minute earlier still (at the latest a quarter into its lifetime), so that a
+//! call rarely waits for a federation.
 //!
 //! Written from the OCI SDKs' published behaviour and tested against the project's fake only:
 //! unverified against real OCI (docs/operations.md, OCI, gives the manual check).
@@ -27,6 +29,9 @@ pub const METADATA_URL: &str = "http://169.254.169.254/opc/v2";
 
 /// Longest time before a token's expiry at which it is refreshed.
 const REFRESH_BEFORE: Duration = Duration::from_secs(300);
+
+/// How much earlier than a call would, at most, the background refresh renews it.
+const AHEAD: Duration = Duration::from_secs(60);
 
 /// Where an instance principal gets its credentials.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +57,10 @@ impl Endpoints {
 struct Session {
     token: String,
     key: SigningKey,
+    /// When a call renews it.
     refresh_at: SystemTime,
+    /// When the background refresh renews it (earlier).
+    ahead_at: SystemTime,
 }
 
 /// An instance principal's session, fetched on first use and refreshed before expiry.
@@ -104,6 +112,25 @@ impl InstancePrincipal {
         Ok(signer)
     }
 
+    /// Renews the session when the background refresh is due (or there is none yet), and says
+    /// when it is next due.
+    ///
+    /// # Errors
+    ///
+    /// [`OciError::Credentials`] (and the federation call's errors).
+    pub async fn refresh_ahead(&self, http: &Http, deadline: Instant) -> Result<SystemTime, OciError> {
+        let mut session = self.session.lock().await;
+        if let Some(current) = session.as_ref()
+            && SystemTime::now() < current.ahead_at
+        {
+            return Ok(current.ahead_at);
+        }
+        let fresh = self.federate(http, deadline).await?;
+        let next = fresh.ahead_at;
+        *session = Some(fresh);
+        Ok(next)
+    }
+
     async fn federate(&self, http: &Http, deadline: Instant) -> Result<Session, OciError> {
         let operation = "X509Federation";
         let fail = |message: String| OciError::Credentials { operation, message };
@@ -151,6 +178,8 @@ impl InstancePrincipal {
                     body: Some(body.as_bytes()),
                     deadline,
                     retry_conflict: true,
+                    if_match: None,
+                    resend: true,
                 },
                 || {
                     let signer = (key_id.clone(), instance_key.clone());
@@ -169,9 +198,10 @@ impl InstancePrincipal {
         let now = SystemTime::now();
         let lifetime = expiry.duration_since(now).unwrap_or_default();
         let refresh_at = expiry - REFRESH_BEFORE.min(lifetime / 2);
+        let ahead_at = expiry - (REFRESH_BEFORE + AHEAD).min(lifetime * 3 / 4);
         self.federations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(tenancy, ?lifetime, "oci: instance principal session token fetched");
-        Ok(Session { token: token.to_owned(), key: session_key, refresh_at })
+        Ok(Session { token: token.to_owned(), key: session_key, refresh_at, ahead_at })
     }
 }
 

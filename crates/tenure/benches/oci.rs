@@ -66,7 +66,8 @@ fn main() {
                     .expect("list")
                     .expect("exists");
                 let moved = core.move_private_ip(&found.id, vnic, far()).await.expect("update");
-                assert_eq!(&core.private_ip(&moved.id, far()).await.expect("get").vnic_id, vnic);
+                let (shown, _) = core.private_ip(&moved.id, far()).await.expect("get");
+                assert_eq!(shown.vnic_id.as_deref(), Some(vnic.as_str()));
             });
         });
     });

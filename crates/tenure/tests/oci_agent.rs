@@ -222,11 +222,11 @@ async fn a_killed_holder_fails_over_with_one_list_one_update_one_read_and_the_ad
     assert_eq!(rig.owner().await.0.as_deref(), Some("b"), "b (priority 5) before c");
     assert_eq!(rig.holders().await, [rig.enis[1].clone()], "moved, not copied");
 
-    // The old holder comes back: it reads the object on b's VNIC and deletes nothing.
+    // The old holder comes back: it lists and reads the object on b's VNIC and deletes nothing.
     rig.fake.reset_calls();
     rig.handle.control(Control::Resume { node: "a".into() }).await.expect("answers").expect("woke");
     rig.wait_executed("a", "unassign-secondary-ip", 0).await;
-    assert_eq!(rig.fake.calls(), json!({"ListPrivateIps": 1}));
+    assert_eq!(rig.fake.calls(), json!({"ListPrivateIps": 1, "GetPrivateIp": 1}));
     rig.wait_settled_on(1, None).await;
     assert_eq!(rig.holders().await, [rig.enis[1].clone()], "on exactly one VNIC");
     rig.stop().await;

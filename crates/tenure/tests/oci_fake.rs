@@ -13,6 +13,8 @@
 mod oci_fake;
 
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use oci_fake::{OciFake, action, temp_dir};
@@ -42,6 +44,26 @@ fn failed(outcome: ExecutionOutcome) -> String {
         ExecutionOutcome::Failed { reason } => reason,
         other => panic!("not failed: {other:?}"),
     }
+}
+
+fn unknown(outcome: ExecutionOutcome) -> String {
+    match outcome {
+        ExecutionOutcome::Unknown { reason } => reason,
+        other => panic!("not unknown: {other:?}"),
+    }
+}
+
+/// Polls `condition` every 20 ms for at most 10 s.
+async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < end, "not within 10 s: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn statuses(fake: &OciFake, op: &str) -> Vec<u16> {
+    fake.log().into_iter().filter(|(_, o, _)| o == op).map(|(_, _, s)| s).collect()
 }
 
 fn executor(fake: &OciFake, name: &str) -> OciExecutor {
@@ -78,17 +100,18 @@ async fn a_seize_is_one_list_one_update_one_read_and_a_stale_release_deletes_not
     assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "UpdatePrivateIp": 1, "GetPrivateIp": 1}));
     assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(a.as_str()));
 
-    // b's stale release: the object is on a, so nothing is deleted; one list.
+    // b's stale release: the object is on a, so nothing is deleted; one list, one read.
     fake.reset_calls();
     let stale = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "b", b, 2)).await);
     assert!(stale.contains("taken by a seize"), "{stale}");
-    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1}));
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "GetPrivateIp": 1}));
     assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(a.as_str()));
 
-    // a's own release deletes it: a list and a delete; a second release finds nothing.
+    // a's own release deletes it: a list, a read and a conditional delete; a second release
+    // finds nothing.
     fake.reset_calls();
     detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", a, 3)).await);
-    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "DeletePrivateIp": 1}));
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "GetPrivateIp": 1, "DeletePrivateIp": 1}));
     assert_eq!(fake.holder("10.0.0.10"), None);
     let again = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", a, 3)).await);
     assert!(again.contains("released already"), "{again}");
@@ -122,8 +145,9 @@ async fn a_create_refused_as_in_use_reads_again_and_a_primary_ip_is_never_taken(
     assert_eq!(fake.holder("10.0.0.5").as_deref(), Some(vnics[1].as_str()));
 }
 
-/// 429 and 409 `IncorrectState` are resent after `Retry-After` — the fake sees no call before it
-/// — and counted; a 500 is resent too.
+/// 429 and 409 `IncorrectState` / `Conflict` are resent after `Retry-After` — the fake sees no call
+/// before it — and 429 and `IncorrectState` are counted as throttling (`Conflict` is not: OCI also
+/// answers it for states that last); a 500 is resent too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_and_conflicts_are_resent_after_retry_after() {
     let fake = OciFake::start();
@@ -135,14 +159,15 @@ async fn throttling_and_conflicts_are_resent_after_retry_after() {
     fake.reset_calls();
     fake.fault("UpdatePrivateIp", 429, "TooManyRequests", 1, Some(1));
     fake.fault("UpdatePrivateIp", 409, "IncorrectState", 1, Some(1));
+    fake.fault("UpdatePrivateIp", 409, "Conflict", 1, Some(1));
     fake.fault("GetPrivateIp", 500, "InternalServerError", 1, None);
     let started = Instant::now();
     detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &vnics[1], 2)).await);
-    assert!(started.elapsed() >= Duration::from_secs(2), "two Retry-After: 1 waited");
-    assert_eq!(executor.throttled_calls(), 2);
+    assert!(started.elapsed() >= Duration::from_secs(3), "three Retry-After: 1 waited");
+    assert_eq!(executor.throttled_calls(), 2, "429 and IncorrectState, not Conflict");
     let log = fake.log();
     let updates: Vec<&(f64, String, u16)> = log.iter().filter(|(_, op, _)| op == "UpdatePrivateIp").collect();
-    assert_eq!(updates.iter().map(|(_, _, s)| *s).collect::<Vec<_>>(), [429, 409, 200], "{log:?}");
+    assert_eq!(updates.iter().map(|(_, _, s)| *s).collect::<Vec<_>>(), [429, 409, 409, 200], "{log:?}");
     for pair in updates.windows(2) {
         assert!(pair[1].0 - pair[0].0 >= 0.99, "a call came before Retry-After: {log:?}");
     }
@@ -272,28 +297,30 @@ async fn the_inventory_reads_every_page_of_the_subnets() {
 
 /// Instance principals end to end: identity from the (fake) metadata service, a session token
 /// from the (fake) federation endpoint, requests signed with the session key; the token is
-/// refreshed before it expires.
+/// renewed in the background before a call would have to (no Core call is made meanwhile), and
+/// before it expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_principals_sign_with_a_session_token_refreshed_before_expiry() {
-    let fake = OciFake::start_with(4.0);
+    let fake = OciFake::start_with(12.0);
     let vnics = fake.vnics(2);
+    let federations = || fake.admin("GET", "federations", &json!({}))["federations"].as_u64().expect("n");
     let executor = OciExecutor::with_client(fake.core_instance_principal(), SkipSourceDestCheck::Check);
     detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
-    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 1);
-    detail(run(&executor, &action(Verb::AssignSecondaryIp, "b", &vnics[1], 2)).await);
-    assert_eq!(fake.admin("GET", "federations", &json!({}))["federations"], 1, "the token is reused");
-    // A 4 s token is refreshed after half its life, before it expires: every call keeps
-    // working and no call is refused for an expired token.
-    let until = Instant::now() + Duration::from_secs(6);
+    assert_eq!(federations(), 1);
+    // A 12 s token: renewed in the background 3 s into its life (a call would at 6 s).
+    fake.reset_calls();
+    until("the session is renewed with no call made", || federations() >= 2).await;
+    assert!(fake.log().is_empty(), "renewed off the call path: {:?}", fake.log());
+    // Calls keep working, and none is refused for an expired token.
+    let end = Instant::now() + Duration::from_secs(7);
     let mut epoch = 3;
-    while Instant::now() < until {
+    while Instant::now() < end {
         let holder = if epoch % 2 == 0 { &vnics[1] } else { &vnics[0] };
         detail(run(&executor, &action(Verb::AssignSecondaryIp, "x", holder, epoch)).await);
         epoch += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let federations = fake.admin("GET", "federations", &json!({}))["federations"].as_u64().expect("n");
-    assert!(federations >= 3, "refreshed: {federations} federations");
+    assert!(federations() >= 4, "refreshed: {} federations", federations());
     assert!(fake.log().iter().all(|(_, _, status)| *status != 401), "no call refused: {:?}", fake.log());
 }
 
@@ -368,4 +395,209 @@ fn validate_names_each_oci_mistake_in_one_line() {
         assert_eq!(lines.len(), 1, "{provider}: {stderr}");
         assert!(lines[0].contains(want), "{provider}: want `{want}` in {stderr}");
     }
+}
+
+/// Reads that lag (1 s): b moves the object from a, and a's release runs at once. a's list and
+/// read still show the object on a, but its delete carries the etag of that read: 412, read
+/// again, until the read shows b — nothing is deleted from b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_lagging_read_never_deletes_from_the_seizer() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let (a, b) = (&vnics[0], &vnics[1]);
+    let executor = executor(&fake, "lag-release");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", a, 1)).await);
+    fake.lag(1.0);
+    let seizer = fake.core(&temp_dir("lag-release-b"));
+    let subnet = fake.object("10.0.0.4").expect("primary")["subnetId"].as_str().expect("subnet").to_owned();
+    let far = || Instant::now() + Duration::from_secs(10);
+    // Once the lagging reads show a's object, b moves it.
+    let end = far();
+    loop {
+        let found = seizer.private_ip_by_address(&subnet, oci_fake::address(), far()).await.expect("list");
+        if found.and_then(|p| p.vnic_id).as_deref() == Some(a.as_str()) {
+            break;
+        }
+        assert!(Instant::now() < end, "the lagging read never showed a's object");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let id = fake.object("10.0.0.10").expect("object")["id"].as_str().expect("id").to_owned();
+    seizer.move_private_ip(&id, b, far()).await.expect("b's move");
+    fake.reset_calls();
+    let stale = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", a, 1)).await);
+    assert!(stale.contains(&format!("is on {b} (taken by a seize)")), "{stale}");
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(b.as_str()), "b keeps the address");
+    let deletes = statuses(&fake, "DeletePrivateIp");
+    assert!(!deletes.is_empty() && deletes.iter().all(|s| *s == 412), "{deletes:?}");
+}
+
+/// A delete answered 429 (`Retry-After: 2`) while b moves the object: a reads it again after the
+/// wait, finds it on b, and sends no second delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_throttled_while_the_address_moves_reads_again_and_deletes_nothing() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let (a, b) = (vnics[0].clone(), vnics[1].clone());
+    let executor = Arc::new(executor(&fake, "throttled-release"));
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    fake.reset_calls();
+    fake.fault("DeletePrivateIp", 429, "TooManyRequests", 1, Some(2));
+    let releasing = {
+        let executor = Arc::clone(&executor);
+        let release = action(Verb::UnassignSecondaryIp, "a", &a, 1);
+        tokio::spawn(async move { run(&executor, &release).await })
+    };
+    until("a's delete is throttled", || statuses(&fake, "DeletePrivateIp") == [429]).await;
+    let id = fake.object("10.0.0.10").expect("object")["id"].as_str().expect("id").to_owned();
+    let seizer = fake.core(&temp_dir("throttled-release-b"));
+    seizer.move_private_ip(&id, &b, Instant::now() + Duration::from_secs(5)).await.expect("b's move");
+    let stale = detail(releasing.await.expect("joins"));
+    assert!(stale.contains("taken by a seize"), "{stale}");
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(b.as_str()), "b keeps the address");
+    assert_eq!(statuses(&fake, "DeletePrivateIp"), [429], "no second delete");
+    assert_eq!(executor.throttled_calls(), 1);
+}
+
+/// A write answered 5xx may have been applied: given up at the deadline it is `unknown`, not
+/// `failed`. One that was only throttled (429: not applied) stays `failed`. A delete answered
+/// 503 is read again before it is sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_given_up_after_a_5xx_is_in_doubt() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let executor = executor(&fake, "in-doubt");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    let seize = action(Verb::AssignSecondaryIp, "b", &vnics[1], 2);
+    fake.fault("UpdatePrivateIp", 500, "InternalServerError", 100, None);
+    let reason = unknown(run_within(&executor, &seize, Duration::from_millis(1500)).await);
+    assert!(reason.contains("UpdatePrivateIp: HTTP 500") && reason.contains("in doubt"), "{reason}");
+    fake.clear_faults();
+    fake.fault("UpdatePrivateIp", 429, "TooManyRequests", 100, Some(1));
+    let reason = failed(run_within(&executor, &seize, Duration::from_millis(1500)).await);
+    assert!(reason.contains("429") && reason.contains("would pass the deadline"), "{reason}");
+    fake.clear_faults();
+
+    fake.reset_calls();
+    fake.fault("DeletePrivateIp", 503, "ServiceUnavailable", 1, None);
+    detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    let calls: Vec<(String, u16)> = fake.log().into_iter().map(|(_, op, s)| (op, s)).collect();
+    let want = [("ListPrivateIps", 200), ("GetPrivateIp", 200), ("DeletePrivateIp", 503)]
+        .into_iter()
+        .chain([("GetPrivateIp", 200), ("DeletePrivateIp", 204)])
+        .map(|(op, s)| (op.to_owned(), s))
+        .collect::<Vec<_>>();
+    assert_eq!(calls, want);
+    assert_eq!(fake.holder("10.0.0.10"), None);
+
+    // Always answered 503: the delete is in doubt at the deadline.
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 3)).await);
+    fake.fault("DeletePrivateIp", 503, "ServiceUnavailable", 100, None);
+    let release = action(Verb::UnassignSecondaryIp, "a", &vnics[0], 3);
+    let reason = unknown(run_within(&executor, &release, Duration::from_millis(1500)).await);
+    assert!(reason.contains("503") && reason.contains("in doubt"), "{reason}");
+}
+
+/// Nothing is sent once the deadline has passed, a resend included (here the signer is slow, as
+/// a federation or an overrun sleep would be): the fake sees the first try only. A write that
+/// was answered 5xx is then in doubt; a read is not sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_sent_once_the_deadline_has_passed() {
+    use tenure::exec::oci::tenure_oci::OciError;
+    use tenure::exec::oci::tenure_oci::http::{Call, Http};
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let key =
+        tenure::exec::oci::tenure_oci::profile::api_key(&fake.config_file(&temp_dir("not-sent")), "DEFAULT")
+            .expect("the key");
+    let http = Http::new().expect("client");
+    let url = format!("{}/20160918/vnics/{}", fake.url(), vnics[0]);
+    for (method, body) in [(http::Method::GET, None), (http::Method::PUT, Some(&b"{}"[..]))] {
+        fake.reset_calls();
+        fake.fault("*", 503, "ServiceUnavailable", 1, Some(0));
+        let deadline = Instant::now() + Duration::from_millis(400);
+        let signs = AtomicU32::new(0);
+        let call = Call {
+            operation: "Op",
+            method: method.clone(),
+            url: &url,
+            body,
+            deadline,
+            retry_conflict: true,
+            if_match: None,
+            resend: true,
+        };
+        let result = http
+            .signed(call, || {
+                let slow = signs.fetch_add(1, Ordering::SeqCst) > 0;
+                let signer = (key.key_id.clone(), key.key.clone());
+                async move {
+                    if slow {
+                        tokio::time::sleep_until(deadline + Duration::from_millis(100)).await;
+                    }
+                    Ok(signer)
+                }
+            })
+            .await;
+        assert_eq!(fake.log().len(), 1, "{method}: one try only: {:?}", fake.log());
+        match (method.as_str(), result) {
+            ("GET", Err(OciError::NotSent { message, .. })) => {
+                assert!(message.contains("deadline"), "{message}")
+            }
+            ("PUT", Err(e @ OciError::InDoubt { .. })) => assert!(e.to_string().contains("503"), "{e}"),
+            (m, other) => panic!("{m}: {other:?}"),
+        }
+    }
+}
+
+/// RESERVED private IPs: one on no VNIC is "held nowhere" (lists and inventory still read), an
+/// acquire assigns it (UpdatePrivateIp, no create), and a release detaches it
+/// (PrivateIpVnicDetach) and keeps it — same OCID, so route rules targeting it stay valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_private_ip_is_assigned_and_detached_never_deleted() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(2);
+    let subnet = fake.object("10.0.0.4").expect("primary")["subnetId"].as_str().expect("subnet").to_owned();
+    let id = fake.reserved("10.0.0.10", None, &subnet)["id"].as_str().expect("id").to_owned();
+    fake.reserved("10.0.0.20", None, &subnet);
+    let executor = executor(&fake, "reserved");
+    let request = InventoryRequest {
+        addresses: vec!["10.0.0.10".parse().expect("ip"), "fd00::10".parse().expect("ip")],
+        nics: vnics.clone(),
+        own_nics: vec![],
+    };
+    let found = executor.inventory(&request).expect("has an inventory").await.expect("reads");
+    assert_eq!(found, vec![("10.0.0.10".parse().expect("ip"), vec![])], "held nowhere; no IPv6");
+
+    fake.reset_calls();
+    let took = detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert_eq!(took, format!("10.0.0.10 assigned to {} (confirmed)", vnics[0]));
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "UpdatePrivateIp": 1, "GetPrivateIp": 1}));
+
+    fake.reset_calls();
+    let released = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(released.contains("detached") && released.contains("reserved: kept"), "{released}");
+    assert_eq!(fake.calls(), json!({"ListPrivateIps": 1, "GetPrivateIp": 1, "PrivateIpVnicDetach": 1}));
+    let kept = fake.object("10.0.0.10").expect("kept");
+    assert_eq!((kept["id"].as_str(), kept["lifetime"].as_str()), (Some(id.as_str()), Some("RESERVED")));
+    assert!(kept["vnicId"].is_null(), "{kept}");
+    let again = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(again.contains("on no VNIC") && again.contains("released already"), "{again}");
+}
+
+/// IPv6 on an `oci` provider: refused before any call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_is_refused_before_any_call() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "ipv6");
+    for verb in [Verb::AssignSecondaryIp, Verb::UnassignSecondaryIp] {
+        let mut ipv6 = action(verb, "a", &vnics[0], 1);
+        ipv6.address = "fd00::10".parse().expect("literal");
+        let reason = failed(run(&executor, &ipv6).await);
+        assert!(
+            reason.contains("IPv4 secondary private IPs only") && reason.ends_with("not called"),
+            "{reason}"
+        );
+    }
+    assert_eq!(fake.calls(), json!({}));
 }

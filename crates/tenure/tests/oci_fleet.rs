@@ -14,7 +14,7 @@ mod etcd_cluster;
 mod oci_fake;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use etcd_cluster::Cluster;
 use oci_fake::OciFake;
@@ -29,6 +29,15 @@ fn owner(listen: SocketAddr) -> Option<String> {
     }
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
     v["ownership"][0]["owner"].as_str().map(str::to_owned)
+}
+
+/// Whether node a's journal shows its release of the address executed.
+fn released(listen: SocketAddr) -> bool {
+    let Ok((200, body)) = http(listen, "GET", "/v1/actions?node=a&state=executed", None, None) else {
+        return false;
+    };
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["actions"].as_array().is_some_and(|rows| rows.iter().any(|r| r["verb"] == "unassign-secondary-ip"))
 }
 
 fn count(fake: &OciFake, op: &str) -> u64 {
@@ -113,7 +122,9 @@ fn three_agents_on_etcd_fail_over_on_oci_and_the_old_holder_takes_nothing_back()
     let before = writes(&fake);
     agents[0] = Some(start(0));
     wait_for("the restarted agent shows the new owner", || owner(listen[0]).as_deref() == Some(new_owner));
-    std::thread::sleep(Duration::from_secs(1));
+    // A positive sign that it caught up and acted: its release of the address executed (it read
+    // the object on the new holder's VNIC and deleted nothing). Only then are the writes counted.
+    wait_for("the restarted old holder's release executed", || released(listen[0]));
     assert_eq!(writes(&fake), before, "the restarted old holder wrote nothing");
     assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(new_vnic.as_str()));
     let state = fake.admin("GET", "state", &serde_json::json!({}));

@@ -163,13 +163,18 @@ impl OciFake {
 
     /// The VNIC holding `address`, if any (the fake's own state, not a counted call).
     pub fn holder(&self, address: &str) -> Option<String> {
+        self.object(address).and_then(|p| p["vnicId"].as_str().map(str::to_owned))
+    }
+
+    /// The private IP object of `address`, if there is one (the fake's own state).
+    pub fn object(&self, address: &str) -> Option<Value> {
         let state = self.admin("GET", "state", &json!({}));
-        state["privateIps"]
-            .as_array()
-            .expect("list")
-            .iter()
-            .find(|p| p["ipAddress"] == address)
-            .map(|p| p["vnicId"].as_str().expect("vnic").to_owned())
+        state["privateIps"].as_array().expect("list").iter().find(|p| p["ipAddress"] == address).cloned()
+    }
+
+    /// By hand: a RESERVED private IP `address` on `vnic`, or on none (in `subnet`).
+    pub fn reserved(&self, address: &str, vnic: Option<&str>, subnet: &str) -> Value {
+        self.admin("POST", "reserved", &json!({"ipAddress": address, "vnicId": vnic, "subnetId": subnet}))
     }
 
     /// An OCI config file in `dir` whose `DEFAULT` profile is the fake's API key.

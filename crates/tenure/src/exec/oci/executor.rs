@@ -3,23 +3,27 @@
 //!
 //! | verb | calls | reports `executed` when |
 //! |---|---|---|
-//! | `assign-secondary-ip` | GetVnic (once per VNIC: its subnet, cached), ListPrivateIps by subnet and address; then UpdatePrivateIp `{vnicId: own}` when another VNIC has it, CreatePrivateIp when no VNIC has it, nothing when the own VNIC has it; then GetPrivateIp until it shows the own VNIC | the object is confirmed on the own VNIC; `unknown` if not by the deadline; `failed` when the address is another VNIC's primary IP |
+//! | `assign-secondary-ip` | GetVnic (once per VNIC: its subnet, cached), ListPrivateIps by subnet and address; then UpdatePrivateIp `{vnicId: own}` when another VNIC has the object or none does (a RESERVED one), CreatePrivateIp when there is no object, nothing when the own VNIC has it; then GetPrivateIp until it shows the own VNIC | the object is confirmed on the own VNIC; `unknown` if not by the deadline, or when the write was accepted and its confirmation failed; `failed` when the address is another VNIC's primary IP |
 //! | `enable-forwarding` | GetVnic (and UpdateVnic with `skipSourceDestCheck: set`) | `skipSourceDestCheck` is true; `failed`, naming the VNIC, when it is off and not to be set |
 //! | `disable-forwarding` | none: the flag is per VNIC and other addresses may need it | always (it says so) |
-//! | `unassign-secondary-ip` | ListPrivateIps by subnet and address, then DeletePrivateIp only when the object is on the own VNIC and not its primary | deleted, or not there / on another VNIC (taken by a seize) |
+//! | `unassign-secondary-ip` | ListPrivateIps by subnet and address; GetPrivateIp of the object (where it is now, and its `etag`); then, only when it is on the own VNIC and not its primary, DeletePrivateIp — PrivateIpVnicDetach for a RESERVED one — with `if-match: <etag>`, so that it cannot act on the object once anything moved it; a 412, 429, 409 or 5xx reads it again and decides again, never resending blind | deleted (detached), or not there / on no VNIC / on another VNIC (taken by a seize) |
 //!
 //! Inventory ([`Executor::inventory`]): ListPrivateIps of every subnet of the provider's VNICs
 //! (every page), reduced to the pools' addresses.
 //!
 //! The fence gate ran immediately before [`Executor::execute`]; this executor never judges
 //! staleness. 429 and 409 `Conflict`/`IncorrectState` are resent after `Retry-After` within the
-//! action's deadline and counted ([`OciExecutor::throttled_calls`]); 5xx too; 401 and 404
-//! `NotAuthorizedOrNotFound` are `failed` at once with the IAM policy hint, logged at error the
-//! first time each distinct error is seen and at debug after that.
+//! action's deadline (429 and `IncorrectState` counted: [`OciExecutor::throttled_calls`]); 5xx
+//! too; nothing is sent past the deadline. 401 and 404 `NotAuthorizedOrNotFound` are `failed` at
+//! once with the IAM policy hint, logged at error the first time each distinct error is seen and
+//! at debug after that. A write that may have taken effect (no answer, or a 5xx not cleared by a
+//! later answer) is `unknown`, not `failed` (SPEC 6: a call in doubt). IPv6 addresses are refused
+//! before any call: OCI keeps them as `Ipv6` objects, which this provider does not move.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tenure_core::model::{StampedAction, Verb};
@@ -51,6 +55,8 @@ pub struct OciExecutor {
     subnets: Mutex<HashMap<String, String>>,
     /// Permission errors already logged at error.
     reported: Mutex<HashSet<String>>,
+    /// Whether the instance principal's background refresh was started.
+    refreshing: AtomicBool,
 }
 
 impl OciExecutor {
@@ -62,6 +68,7 @@ impl OciExecutor {
             client: tokio::sync::OnceCell::new(),
             subnets: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashSet::new()),
+            refreshing: AtomicBool::new(false),
         }
     }
 
@@ -80,10 +87,21 @@ impl OciExecutor {
             client: tokio::sync::OnceCell::new_with(Some(core)),
             subnets: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashSet::new()),
+            refreshing: AtomicBool::new(false),
         }
     }
 
+    /// The client; the first time, with instance principals, the session's background refresh is
+    /// started (its first federation runs beside the first call, later ones off the call path).
     async fn core(&self) -> Result<&Core, OciError> {
+        let core = self.client_core().await?;
+        if !self.refreshing.swap(true, Ordering::Relaxed) {
+            core.keep_session_fresh();
+        }
+        Ok(core)
+    }
+
+    async fn client_core(&self) -> Result<&Core, OciError> {
         self.client
             .get_or_try_init(|| async {
                 let auth = match &self.settings.auth {
@@ -126,16 +144,20 @@ impl OciExecutor {
         // At most one re-read: a create refused because the address appeared meanwhile.
         for _ in 0..2 {
             let id = match &found {
-                Some(object) if object.vnic_id == vnic => {
+                Some(object) if object.vnic_id.as_deref() == Some(vnic) => {
                     return Ok(ExecutionOutcome::Executed {
                         detail: format!("{address} is on {vnic} ({}, read)", object.id),
                     });
                 }
                 Some(object) if object.is_primary => {
                     return Ok(ExecutionOutcome::Failed {
-                        reason: format!("{address} is the primary IP of {}: never moved", object.vnic_id),
+                        reason: format!(
+                            "{address} is the primary IP of {}: never moved",
+                            object.vnic_id.as_deref().unwrap_or("a VNIC")
+                        ),
                     });
                 }
+                // On another VNIC, or on none (a RESERVED private IP): UpdatePrivateIp assigns it.
                 Some(object) => core.move_private_ip(&object.id, vnic, deadline).await?.id,
                 None => match core.create_private_ip(vnic, address, deadline).await {
                     Ok(created) => created.id,
@@ -155,7 +177,8 @@ impl OciExecutor {
         })
     }
 
-    /// GetPrivateIp until the object shows `vnic` (OCI's reads lag its writes).
+    /// GetPrivateIp until the object shows `vnic` (OCI's reads lag its writes). The write was
+    /// accepted: a confirmation that cannot be had is `unknown`, never `failed`.
     async fn confirm(
         &self,
         core: &Core,
@@ -166,15 +189,21 @@ impl OciExecutor {
     ) -> Result<ExecutionOutcome, OciError> {
         loop {
             let shown = match core.private_ip(id, deadline).await {
-                Ok(object) if object.vnic_id == vnic => {
+                Ok((object, _)) if object.vnic_id.as_deref() == Some(vnic) => {
                     return Ok(ExecutionOutcome::Executed {
                         detail: format!("{address} assigned to {vnic} (confirmed)"),
                     });
                 }
-                Ok(object) => object.vnic_id,
+                Ok((object, _)) => object.vnic_id.unwrap_or_else(|| "no VNIC".to_owned()),
                 // A read that does not see the object just created yet.
                 Err(OciError::Permission { status: 404, .. }) => "no such object yet".to_owned(),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    return Ok(ExecutionOutcome::Unknown {
+                        reason: format!(
+                            "{address}: the write to {vnic} was accepted, but not confirmed: {e}"
+                        ),
+                    });
+                }
             };
             if Instant::now() + CONFIRM_INTERVAL + CONFIRM_MARGIN >= deadline {
                 return Ok(ExecutionOutcome::Unknown {
@@ -187,6 +216,11 @@ impl OciExecutor {
         }
     }
 
+    /// The release: the object is read (GetPrivateIp, after the list found it) and written only
+    /// with `if-match` on the etag of that read, so that a list that lags, or a write answered 429,
+    /// 409 or 5xx and then waited for, cannot delete the object from the VNIC that took it
+    /// meanwhile. Every write that is not answered 2xx is followed by a new read before another
+    /// is sent.
     async fn release(
         &self,
         vnic: &str,
@@ -195,24 +229,82 @@ impl OciExecutor {
     ) -> Result<ExecutionOutcome, OciError> {
         let core = self.core().await?;
         let subnet = self.subnet_of(core, vnic, deadline).await?;
-        let outcome = match core.private_ip_by_address(&subnet, address, deadline).await? {
-            None => {
-                ExecutionOutcome::Executed { detail: format!("{address} was on no VNIC (released already)") }
-            }
-            Some(object) if object.vnic_id != vnic => ExecutionOutcome::Executed {
-                detail: format!("{address} is on {} (taken by a seize): not deleted", object.vnic_id),
-            },
-            Some(object) if object.is_primary => ExecutionOutcome::Failed {
-                reason: format!("{address} is the primary IP of {vnic}: never deleted"),
-            },
-            Some(object) => {
-                core.delete_private_ip(&object.id, deadline).await?;
-                ExecutionOutcome::Executed {
-                    detail: format!("{address} deleted from {vnic} ({})", object.id),
-                }
-            }
+        let Some(listed) = core.private_ip_by_address(&subnet, address, deadline).await? else {
+            return Ok(ExecutionOutcome::Executed {
+                detail: format!("{address} was on no VNIC (released already)"),
+            });
         };
-        Ok(outcome)
+        let id = listed.id;
+        let mut turn = ReleaseTurns::default();
+        loop {
+            let (object, etag) = match core.private_ip(&id, deadline).await {
+                Ok(found) => found,
+                // The list showed it and GetPrivateIp needs no more than ListPrivateIps: gone.
+                Err(OciError::Permission { status: 404, .. }) => {
+                    return Ok(ExecutionOutcome::Executed {
+                        detail: format!("{address} is gone ({id}): released already"),
+                    });
+                }
+                Err(e) => return Err(turn.in_doubt(e)),
+            };
+            match object.vnic_id.as_deref() {
+                None => {
+                    return Ok(ExecutionOutcome::Executed {
+                        detail: format!("{address} is on no VNIC ({id}): released already"),
+                    });
+                }
+                Some(other) if other != vnic => {
+                    return Ok(ExecutionOutcome::Executed {
+                        detail: format!("{address} is on {other} (taken by a seize): not deleted"),
+                    });
+                }
+                Some(_) => {}
+            }
+            if object.is_primary {
+                return Ok(ExecutionOutcome::Failed {
+                    reason: format!("{address} is the primary IP of {vnic}: never deleted"),
+                });
+            }
+            let reserved = object.is_reserved();
+            let sent = if reserved {
+                core.detach_private_ip(&id, etag.as_deref(), deadline).await.map(|_| ())
+            } else {
+                core.delete_private_ip(&id, etag.as_deref(), deadline).await
+            };
+            turn.writes += 1;
+            let wait = match sent {
+                Ok(()) if reserved => {
+                    return Ok(ExecutionOutcome::Executed {
+                        detail: format!("{address} detached from {vnic} ({id}, reserved: kept)"),
+                    });
+                }
+                Ok(()) => {
+                    return Ok(ExecutionOutcome::Executed {
+                        detail: format!("{address} deleted from {vnic} ({id})"),
+                    });
+                }
+                // Changed since the read (moved, or an earlier try of ours landed): read again.
+                Err(OciError::Refused { status: 412, .. }) => CONFIRM_INTERVAL,
+                // A resend not found: the earlier try did it (or someone did).
+                Err(OciError::Permission { status: 404, .. }) if turn.writes > 1 => {
+                    return Ok(ExecutionOutcome::Executed {
+                        detail: format!("{address} is gone ({id}): released already"),
+                    });
+                }
+                Err(OciError::Busy { operation, status, code, message, retry_after }) => {
+                    if status >= 500 {
+                        turn.doubt = turn.doubt.or(Some(status));
+                    }
+                    turn.last = Some(OciError::Refused { operation, status, code, message });
+                    retry_after.unwrap_or_else(|| turn.backoff())
+                }
+                Err(e) => return Err(turn.in_doubt(e)),
+            };
+            if Instant::now() + wait >= deadline {
+                return Err(turn.give_up(wait));
+            }
+            tokio::time::sleep(wait).await;
+        }
     }
 
     async fn forwarding(&self, vnic: &str, deadline: Instant) -> Result<ExecutionOutcome, OciError> {
@@ -260,9 +352,12 @@ impl OciExecutor {
                 self.report_permission(&reason);
                 ExecutionOutcome::Failed { reason }
             }
-            OciError::Refused { .. } => ExecutionOutcome::Failed { reason },
-            // The request may have reached OCI.
-            OciError::NoAnswer { .. } => ExecutionOutcome::Unknown { reason },
+            OciError::Refused { .. } | OciError::NotSent { .. } => ExecutionOutcome::Failed { reason },
+            OciError::Busy { status, .. } if status < 500 => ExecutionOutcome::Failed { reason },
+            // The request may have reached OCI, or been applied.
+            OciError::NoAnswer { .. } | OciError::InDoubt { .. } | OciError::Busy { .. } => {
+                ExecutionOutcome::Unknown { reason }
+            }
         }
     }
 
@@ -285,14 +380,17 @@ impl OciExecutor {
         {
             return Err(e);
         }
+        // IPv4 only: OCI's IPv6 addresses are other objects, which this provider does not move.
         let mut found: BTreeMap<IpAddr, BTreeSet<String>> =
-            request.addresses.iter().map(|a| (*a, BTreeSet::new())).collect();
+            request.addresses.iter().filter(|a| a.is_ipv4()).map(|a| (*a, BTreeSet::new())).collect();
         for subnet in subnets {
             for object in core.private_ips_in_subnet(&subnet, deadline).await? {
+                // An object on no VNIC (RESERVED, unassigned) is held nowhere.
                 if let Ok(address) = object.ip_address.parse::<IpAddr>()
                     && let Some(holders) = found.get_mut(&address)
+                    && let Some(vnic) = object.vnic_id
                 {
-                    holders.insert(object.vnic_id);
+                    holders.insert(vnic);
                 }
             }
         }
@@ -304,6 +402,17 @@ impl Executor for OciExecutor {
     fn execute<'a>(&'a self, action: &'a StampedAction, deadline: Instant) -> ExecuteFuture<'a> {
         Box::pin(async move {
             let vnic = action.nic.as_str();
+            if action.address.is_ipv6()
+                && matches!(action.verb, Verb::AssignSecondaryIp | Verb::UnassignSecondaryIp)
+            {
+                return ExecutionOutcome::Failed {
+                    reason: format!(
+                        "{}: the oci provider moves IPv4 secondary private IPs only (OCI keeps IPv6 addresses \
+                         as Ipv6 objects); not called",
+                        action.address
+                    ),
+                };
+            }
             let result = match action.verb {
                 Verb::AssignSecondaryIp => self.acquire(vnic, action.address, deadline).await,
                 Verb::EnableForwarding => self.forwarding(vnic, deadline).await,
@@ -331,9 +440,66 @@ impl Executor for OciExecutor {
         }))
     }
 
-    /// Calls answered 429 or 409 `Conflict`/`IncorrectState` so far (each waited for and resent,
-    /// or given up at the deadline).
+    /// Calls answered 429 or 409 `IncorrectState` so far (each waited for and resent, or given
+    /// up at the deadline).
     fn throttled_calls(&self) -> u64 {
         self.client.get().map_or(0, Core::throttled)
+    }
+}
+
+/// What a release's writes have met so far.
+#[derive(Debug)]
+struct ReleaseTurns {
+    /// Writes sent (DeletePrivateIp or PrivateIpVnicDetach).
+    writes: u32,
+    /// The 5xx status of a write that may have taken effect.
+    doubt: Option<u16>,
+    /// The last answer that asked to wait (429, 409, 5xx).
+    last: Option<OciError>,
+    next_backoff: Duration,
+}
+
+impl Default for ReleaseTurns {
+    fn default() -> Self {
+        Self { writes: 0, doubt: None, last: None, next_backoff: tenure_oci::http::BACKOFF_FIRST }
+    }
+}
+
+impl ReleaseTurns {
+    /// The wait before the next read when OCI named none (doubling, as `tenure-oci` waits).
+    fn backoff(&mut self) -> Duration {
+        let wait = self.next_backoff;
+        self.next_backoff = (wait * 2).min(tenure_oci::http::BACKOFF_MAX);
+        wait
+    }
+
+    /// `error`, or — after a write answered 5xx — the same error as in doubt (`unknown`).
+    fn in_doubt(&self, error: OciError) -> OciError {
+        match (self.doubt, error) {
+            (Some(first), OciError::Refused { operation, status, code, message }) => {
+                OciError::InDoubt { operation, status, code, message, first }
+            }
+            (Some(first), OciError::NotSent { operation, message }) => {
+                OciError::InDoubt { operation, status: first, code: "NotResent".into(), message, first }
+            }
+            (_, other) => other,
+        }
+    }
+
+    /// Given up: the next read and write would not fit before the deadline.
+    fn give_up(&mut self, wait: Duration) -> OciError {
+        let reason = format!("not resent: waiting {wait:?} would pass the deadline");
+        let error = match self.last.take() {
+            Some(OciError::Refused { operation, status, code, message }) => {
+                OciError::Refused { operation, status, code, message: format!("{message} ({reason})") }
+            }
+            _ => OciError::Refused {
+                operation: "DeletePrivateIp",
+                status: 412,
+                code: "NoEtagMatch".into(),
+                message: format!("the private IP kept changing under the release ({reason})"),
+            },
+        };
+        self.in_doubt(error)
     }
 }
