@@ -163,13 +163,15 @@ fn an_azure_preempt_hands_the_address_over_before_not_before_and_is_acknowledged
     let urls: Vec<String> = fakes.iter().map(MetadataFake::url).collect();
     let agents: Vec<Agent> = (0..3)
         .map(|i| {
-            fleet.start_with(i, &[("TENURE_METADATA_URL", urls[i].as_str()), ("TENURE_METADATA_POLL_MS", "200")])
+            fleet.start_with(
+                i,
+                &[("TENURE_METADATA_URL", urls[i].as_str()), ("TENURE_METADATA_POLL_MS", "200")],
+            )
         })
         .collect();
     wait_for("a holds the address at the fake", || fleet.holders() == ["a"]);
-    let polls = |i: usize| {
-        fakes[i].counters()["requests"]["GET /metadata/scheduledevents"].as_u64().unwrap_or(0)
-    };
+    let polls =
+        |i: usize| fakes[i].counters()["requests"]["GET /metadata/scheduledevents"].as_u64().unwrap_or(0);
     wait_for("every agent polls its own host's Scheduled Events", || (0..3).all(|i| polls(i) >= 2));
 
     // A spot eviction of a's VM, 30 s ahead (Azure gives a Preempt at least 30 s).
