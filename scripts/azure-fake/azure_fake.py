@@ -17,7 +17,8 @@
 #     left visible, as ARM does);
 #   - a PUT while the NIC is Updating: 409 AnotherOperationInProgress with Retry-After;
 #   - a static private IP another NIC of the subnet has: 400 PrivateIPAddressInUse, whose message
-#     names the holder's ipConfiguration id as ARM's does (`inUseNamesHolder: false`: it names none);
+#     names the requesting ipConfiguration and then the holder's (`inUseNamesHolder: false`: none;
+#     the exact wording of ARM's message is unverified, see docs/operations.md);
 #   - no or another bearer token: 401.
 # Test knobs (the `/_fake/...` admin API, no auth):
 #   POST /_fake/nic      {"group","name","subnet","primary","secondary":[..],"ipForwarding"} make a NIC
@@ -296,10 +297,14 @@ class Handler(BaseHTTPRequestHandler):
                 for oc in configs(current(other)):
                     if address_of(oc) == address and subnet_of(oc) == subnet:
                         if STATE["config"]["inUseNamesHolder"]:
-                            message = "Private static IP address %s is already in use by ipconfiguration %s/ipConfigurations/%s." % (
-                                address, current(other)["id"], oc.get("name", "ipconfig"))
+                            # The requesting ipConfiguration first, then the holder's (the
+                            # wording is the fake's; the client takes any NIC id but its own).
+                            message = ("IP configuration %s/ipConfigurations/%s is referencing private IP address %s "
+                                       "which is already in use by another resource %s/ipConfigurations/%s." % (
+                                           old["id"], c.get("name", "ipconfig"), address, current(other)["id"],
+                                           oc.get("name", "ipconfig")))
                         else:
-                            message = "Private static IP address %s is already in use." % address
+                            message = "Private IP address %s is already in use." % address
                         return 400, error("PrivateIPAddressInUse", message), {}
         body = copy.deepcopy(old)
         body["properties"]["ipConfigurations"] = ipcs

@@ -165,25 +165,35 @@ pub fn vnet_of(subnet: &str) -> Option<&str> {
     vnet.to_ascii_lowercase().contains("/virtualnetworks/").then_some(vnet)
 }
 
-/// The NIC id in ARM's `PrivateIPAddressInUse` message, which names the ipConfiguration holding
-/// the address (`… in use by ipconfiguration /subscriptions/…/networkInterfaces/NAME/ipConfigurations/X.`),
-/// or `None` when the message names none.
+/// The NIC ids in ARM's `PrivateIPAddressInUse` message, in order: it names the ipConfiguration
+/// holding the address (`… already in use by … /subscriptions/…/networkInterfaces/NAME/ipConfigurations/X.`),
+/// and may name the requesting one too (the caller skips its own NIC). Empty when it names none.
 #[must_use]
-pub fn holder_in_message(message: &str) -> Option<String> {
+pub fn nics_in_message(message: &str) -> Vec<String> {
     let lower = message.to_ascii_lowercase();
-    let start = lower.find("/subscriptions/")?;
-    let token = message[start..].split(|c: char| c.is_whitespace() || c == '\'' || c == '"').next()?;
-    let parts: Vec<&str> = token.split('/').collect();
-    // "", subscriptions, S, resourceGroups, G, providers, Microsoft.Network, networkInterfaces, N, …
-    let nic = parts.get(..9)?;
-    let named = nic[1].eq_ignore_ascii_case("subscriptions")
-        && nic[3].eq_ignore_ascii_case("resourceGroups")
-        && nic[5].eq_ignore_ascii_case("providers")
-        && nic[6].eq_ignore_ascii_case("Microsoft.Network")
-        && nic[7].eq_ignore_ascii_case("networkInterfaces");
-    let name = nic[8].trim_end_matches(['.', ',', ';', ')']);
-    (named && !name.is_empty() && !nic[2].is_empty() && !nic[4].is_empty())
-        .then(|| format!("{}/{name}", nic[..8].join("/")))
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find("/subscriptions/") {
+        let start = from + at;
+        let token = message[start..]
+            .split(|c: char| c.is_whitespace() || c == '\'' || c == '"' || c == ',')
+            .next()
+            .unwrap_or_default();
+        from = start + token.len().max(1);
+        let parts: Vec<&str> = token.split('/').collect();
+        // "", subscriptions, S, resourceGroups, G, providers, Microsoft.Network, networkInterfaces, N, …
+        let Some(nic) = parts.get(..9) else { continue };
+        let named = nic[1].eq_ignore_ascii_case("subscriptions")
+            && nic[3].eq_ignore_ascii_case("resourceGroups")
+            && nic[5].eq_ignore_ascii_case("providers")
+            && nic[6].eq_ignore_ascii_case("Microsoft.Network")
+            && nic[7].eq_ignore_ascii_case("networkInterfaces");
+        let name = nic[8].trim_end_matches(['.', ';', ')']);
+        if named && !name.is_empty() && !nic[2].is_empty() && !nic[4].is_empty() {
+            found.push(format!("{}/{name}", nic[..8].join("/")));
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -247,9 +257,14 @@ mod tests {
         let message = format!(
             "Private static IP address 10.0.0.10 is already in use by ipconfiguration {id}/ipConfigurations/extra0."
         );
-        assert_eq!(holder_in_message(&message).as_deref(), Some(id));
-        assert_eq!(holder_in_message(&format!("in use by {id}.")).as_deref(), Some(id));
-        assert_eq!(holder_in_message("IP address 10.0.0.10 is in use"), None);
-        assert_eq!(holder_in_message("in use by /subscriptions/s/resourceGroups/rg/providers/x"), None);
+        assert_eq!(nics_in_message(&message), vec![id.to_owned()]);
+        assert_eq!(nics_in_message(&format!("in use by {id}.")), vec![id.to_owned()]);
+        let own = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/b";
+        let both = format!(
+            "IP configuration {own}/ipConfigurations/tenure-10-0-0-10 is referencing private IP address 10.0.0.10 which is already in use by another resource {id}/ipConfigurations/x."
+        );
+        assert_eq!(nics_in_message(&both), vec![own.to_owned(), id.to_owned()]);
+        assert!(nics_in_message("IP address 10.0.0.10 is in use").is_empty());
+        assert!(nics_in_message("in use by /subscriptions/s/resourceGroups/rg/providers/x").is_empty());
     }
 }

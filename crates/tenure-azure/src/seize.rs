@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use tokio::time::Instant;
 
 use crate::client::{BACKOFF_FIRST, not_past};
-use crate::nic::{Nic, holder_in_message, vnet_of};
+use crate::nic::{Nic, nics_in_message, vnet_of};
 use crate::ops::{Put, Released, in_doubt, in_use, pause};
 use crate::{Arm, ArmError};
 
@@ -79,8 +79,8 @@ impl Arm {
     /// (a static ipConfiguration in the primary's subnet), and reads `own` until the address
     /// shows, settled. A holder in another subnet of the virtual network is refused before any
     /// write. When ARM answers `PrivateIPAddressInUse` (a holder the list did not show: it lags,
-    /// or the NIC is in another resource group), the NIC its message names is read and the address
-    /// removed there; a message naming none is looked again once, then refused. A crash between
+    /// or the NIC is in another resource group), the NIC its message names (the first NIC id in it
+    /// other than `own`) is read and the address removed there; a message naming none is looked again once, then refused. A crash between
     /// the removal and the addition leaves the address on no NIC; the next seize then only adds it.
     ///
     /// # Errors
@@ -146,7 +146,7 @@ impl Arm {
                     if in_use_seen > IN_USE_MAX {
                         return Err(in_use(message));
                     }
-                    let named = match holder_in_message(&message).filter(|h| !nic.is(h)) {
+                    let named = match nics_in_message(&message).into_iter().find(|h| !nic.is(h)) {
                         Some(holder) => match self.get_nic(&holder, deadline).await {
                             Ok(holder) => Some(holder),
                             Err(ArmError::Refused { status: 404, .. }) => None,

@@ -414,9 +414,7 @@ async fn an_address_in_use_by_a_holder_arm_does_not_name_is_looked_for_once_then
     let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 1)).await;
     let ExecutionOutcome::Failed { reason } = outcome else { panic!("failed: {outcome:?}") };
     assert!(
-        reason.contains(
-            "HTTP 400 PrivateIPAddressInUse: Private static IP address 10.0.0.10 is already in use"
-        ),
+        reason.contains("HTTP 400 PrivateIPAddressInUse: Private IP address 10.0.0.10 is already in use"),
         "{reason}"
     );
     assert_eq!(fake.counts().get("put"), Some(&2), "one more look, no spin until the deadline");
