@@ -365,8 +365,10 @@ async fn a_wait_that_ends_past_the_deadline_sends_nothing_more() {
             std::thread::sleep(Duration::from_millis(10));
             tokio::task::yield_now().await;
         }
-        for _ in 0..50 {
-            std::thread::sleep(Duration::from_millis(2));
+        // A second of real time for the 429 to reach the client and its wait to begin (the
+        // paused clock does not move meanwhile: the runtime is never idle).
+        for _ in 0..200 {
+            std::thread::sleep(Duration::from_millis(5));
             tokio::task::yield_now().await;
         }
         tokio::time::advance(Duration::from_secs(2)).await;
