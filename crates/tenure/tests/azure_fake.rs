@@ -424,7 +424,7 @@ async fn an_address_in_use_by_a_holder_arm_does_not_name_is_looked_for_once_then
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operation_followed_by_location_or_by_the_resource_itself() {
+async fn an_operation_followed_by_location_and_its_failure_there() {
     let fake = AzureFake::start();
     let (a, b) = two_nics(&fake);
     let executor = executor(&fake, IpForwarding::Check);
@@ -445,7 +445,12 @@ async fn an_operation_followed_by_location_or_by_the_resource_itself() {
         matches!(&outcome, ExecutionOutcome::Unknown { reason } if reason.contains("NetworkInterfaceOperationFailed")),
         "{outcome:?}"
     );
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_followed_by_the_resource_itself() {
+    let fake = AzureFake::start();
+    let executor = executor(&fake, IpForwarding::Check);
     // 201 Updating with no link: the NIC itself is read until Succeeded.
     let c = fake.nic("rg", "c", "10.0.0.6", &[]);
     fake.config(&json!({"lroMode": "resource"}));
