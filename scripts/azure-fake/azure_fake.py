@@ -11,19 +11,29 @@
 #   - a static private IP another NIC of the subnet has: 400 PrivateIPAddressInUse;
 #   - removing the primary ipConfiguration: 400 NicMustHaveAPrimaryIpConfiguration (the fake's code);
 #   - a PUT: 200 with provisioningState Updating, Azure-AsyncOperation and Retry-After headers,
-#     the operation InProgress for `lroDelayMs`, then Succeeded;
+#     the operation InProgress for `lroDelayMs`, then Succeeded (`lroMode` below for the other
+#     shapes); the NIC's provisioningState follows the operation's end whether or not anyone
+#     polls (Updating until then; Failed when the operation failed, its requested configuration
+#     left visible, as ARM does);
+#   - a PUT while the NIC is Updating: 409 AnotherOperationInProgress with Retry-After;
+#   - a static private IP another NIC of the subnet has: 400 PrivateIPAddressInUse, whose message
+#     names the requesting ipConfiguration and then the holder's (`inUseNamesHolder: false`: none;
+#     the exact wording of ARM's message is unverified, see docs/operations.md);
 #   - no or another bearer token: 401.
 # Test knobs (the `/_fake/...` admin API, no auth):
 #   POST /_fake/nic      {"group","name","subnet","primary","secondary":[..],"ipForwarding"} make a NIC
 #   POST /_fake/set      {"id", "secondary"?: [..], "ipForwarding"?}  change a NIC by hand (drift), etag bumped
-#   POST /_fake/config   {"lroDelayMs","pollMs","staleGetMs","staleListMs","pageSize"}
+#   POST /_fake/config   {"lroDelayMs","pollMs","staleGetMs","staleListMs","pageSize","inUseNamesHolder",
+#                         "lroMode": async (200 + Azure-AsyncOperation) | location (202 + Location, polled
+#                         until not 202) | resource (201/200 Updating, no link: the NIC is polled),
+#                         "lroFail": n (the next n operations end Failed)}
 #   POST /_fake/faults   {"op": get|put|list|poll|any, "nic": name?, "status", "code"?, "retryAfter"?, "count"}
 #                        the next `count` matching calls answer `status` (429/500/409/403/…)
 #   POST /_fake/hold     {"op": "put", "nic": name}  the next such PUT waits, unapplied, until released
 #   POST /_fake/release  {"apply": false}            answer the held PUT 500, not applied (or apply it)
 #   GET  /_fake/calls    every call: {"op","method","path","nic","t","status"} (t: time.time())
 #   POST /_fake/reset-calls
-#   GET  /_fake/state    {"nics": {id: {"addresses": [...], "etag", "ipForwarding"}}, "held": n}
+#   GET  /_fake/state    {"nics": {id: {"addresses": [...], "etag", "ipForwarding", "provisioningState"}}, "held": n}
 # Reads can lag writes (`staleGetMs`, `staleListMs`): a read shows the NIC as it was that long ago.
 # Usage: azure_fake.py [--port N] [--token T]; prints "azure-fake listening on PORT" when ready.
 
@@ -44,14 +54,16 @@ NIC_RE = re.compile(
     r"^/subscriptions/([^/]+)/resourceGroups/([^/]+)/providers/Microsoft\.Network/networkInterfaces/([^/]+)$", re.I)
 LIST_RE = re.compile(
     r"^/subscriptions/([^/]+)/resourceGroups/([^/]+)/providers/Microsoft\.Network/networkInterfaces$", re.I)
-OP_RE = re.compile(r"^/subscriptions/([^/]+)/providers/Microsoft\.Network/locations/fake/operations/([^/]+)$", re.I)
+OP_RE = re.compile(
+    r"^/subscriptions/([^/]+)/providers/Microsoft\.Network/locations/fake/(operations|operationResults)/([^/]+)$", re.I)
 
 LOCK = threading.Lock()
 HELD = threading.Condition(LOCK)
 STATE = {
-    "nics": {},  # lower(id) -> {"history": [(t, body)], "etag": n}
-    "ops": {},  # op id -> {"done_at", "nic"}
-    "config": {"lroDelayMs": 200, "pollMs": 100, "staleGetMs": 0, "staleListMs": 0, "pageSize": 50},
+    "nics": {},  # lower(id) -> {"history": [(t, body, op)]}, op: None or the write's {"done_at", "final"}
+    "ops": {},  # op id -> {"done_at", "nic", "final"}
+    "config": {"lroDelayMs": 200, "pollMs": 100, "staleGetMs": 0, "staleListMs": 0, "pageSize": 50,
+               "inUseNamesHolder": True, "lroMode": "async", "lroFail": 0},
     "faults": [],
     "calls": [],
     "hold": None,  # {"op", "nic"} armed
@@ -67,18 +79,28 @@ def now():
     return time.time()
 
 
+def view(entry, at):
+    """A history entry as read at time `at`: its provisioningState follows its operation's end."""
+    _, body, op = entry
+    if op is None:
+        return body
+    body = copy.deepcopy(body)
+    body["properties"]["provisioningState"] = op["final"] if at >= op["done_at"] else "Updating"
+    return body
+
+
 def current(nic):
-    return nic["history"][-1][1]
+    return view(nic["history"][-1], now())
 
 
 def seen(nic, stale_ms):
     """The NIC as a read `stale_ms` late sees it."""
     limit = now() - stale_ms / 1000.0
-    body = nic["history"][0][1]
-    for t, b in nic["history"]:
-        if t <= limit:
-            body = b
-    return body
+    entry = nic["history"][0]
+    for e in nic["history"]:
+        if e[0] <= limit:
+            entry = e
+    return view(entry, limit)
 
 
 def next_etag():
@@ -86,12 +108,12 @@ def next_etag():
     return 'W/"%d"' % STATE["etag"]
 
 
-def write(key, body):
+def write(key, body, op=None):
     body = copy.deepcopy(body)
     body["etag"] = next_etag()
-    STATE["nics"][key]["history"].append((now(), body))
+    STATE["nics"][key]["history"].append((now(), body, op))
     del STATE["nics"][key]["history"][:-20]
-    return body
+    return view((0, body, op), now())
 
 
 def configs(body):
@@ -124,7 +146,7 @@ def make_nic(spec):
             "etag": next_etag(),
             "properties": {"provisioningState": "Succeeded", "enableIPForwarding": bool(spec.get("ipForwarding")),
                            "ipConfigurations": ipcs}}
-    STATE["nics"][nic_id.lower()] = {"history": [(0.0, body)]}
+    STATE["nics"][nic_id.lower()] = {"history": [(0.0, body, None)]}
     return nic_id
 
 
@@ -228,16 +250,21 @@ class Handler(BaseHTTPRequestHandler):
                     self.headers.get("Host"), url.path, API_VERSION, skip + cfg["pageSize"])
             return 200, body, {}
         if op == "poll":
-            record = STATE["ops"].get(match.group(2))
+            record = STATE["ops"].get(match.group(3))
             if not record:
                 return 404, error("NotFound", "no operation"), {}
+            by_location = match.group(2).lower() == "operationresults"
             if now() < record["done_at"]:
+                if by_location:
+                    return 202, None, self.retry_headers()
                 return 200, {"status": "InProgress"}, self.retry_headers()
-            nic = STATE["nics"][record["nic"]]
-            if current(nic)["properties"]["provisioningState"] != "Succeeded":
-                body = copy.deepcopy(current(nic))
-                body["properties"]["provisioningState"] = "Succeeded"
-                nic["history"].append((now(), body))
+            if record["final"] == "Failed":
+                failure = error("NetworkInterfaceOperationFailed", "the fake failed the operation (lroFail)")
+                if by_location:
+                    return 400, failure, {}
+                return 200, dict(failure, status="Failed"), {}
+            if by_location:
+                return 200, current(STATE["nics"][record["nic"]]), {}
             return 200, {"status": "Succeeded"}, {}
         if op == "put":
             return self.put(url, match, payload)
@@ -256,6 +283,8 @@ class Handler(BaseHTTPRequestHandler):
         if_match = self.headers.get("If-Match")
         if if_match is not None and if_match != old["etag"]:
             return 412, error("PreconditionFailed", "etag %s is not %s" % (if_match, old["etag"])), {}
+        if old["properties"].get("provisioningState") == "Updating":
+            return 409, error("AnotherOperationInProgress", "an operation on the NIC is under way"), self.retry_headers()
         new = payload or {}
         ipcs = configs(new)
         if not any(c.get("properties", {}).get("primary") for c in ipcs):
@@ -267,21 +296,42 @@ class Handler(BaseHTTPRequestHandler):
                     continue
                 for oc in configs(current(other)):
                     if address_of(oc) == address and subnet_of(oc) == subnet:
-                        return 400, error("PrivateIPAddressInUse",
-                                          "IP address %s is in use by %s" % (address, current(other)["id"])), {}
+                        if STATE["config"]["inUseNamesHolder"]:
+                            # The requesting ipConfiguration first, then the holder's (the
+                            # wording is the fake's; the client takes any NIC id but its own).
+                            message = ("IP configuration %s/ipConfigurations/%s is referencing private IP address %s "
+                                       "which is already in use by another resource %s/ipConfigurations/%s." % (
+                                           old["id"], c.get("name", "ipconfig"), address, current(other)["id"],
+                                           oc.get("name", "ipconfig")))
+                        else:
+                            message = "Private IP address %s is already in use." % address
+                        return 400, error("PrivateIPAddressInUse", message), {}
         body = copy.deepcopy(old)
         body["properties"]["ipConfigurations"] = ipcs
         body["properties"]["enableIPForwarding"] = bool(new.get("properties", {}).get("enableIPForwarding"))
-        delay = STATE["config"]["lroDelayMs"]
-        body["properties"]["provisioningState"] = "Updating" if delay > 0 else "Succeeded"
-        body = write(key, body)
+        cfg = STATE["config"]
+        delay = cfg["lroDelayMs"]
+        final = "Succeeded"
+        if cfg["lroFail"] > 0:
+            cfg["lroFail"] -= 1
+            final = "Failed"
+        op = {"done_at": now() + delay / 1000.0, "final": final}
+        body = write(key, body, op)
         STATE["op_seq"] += 1
         op_id = "op%d" % STATE["op_seq"]
-        STATE["ops"][op_id] = {"done_at": now() + delay / 1000.0, "nic": key}
+        STATE["ops"][op_id] = dict(op, nic=key)
         sub = NIC_RE.match(url.path).group(1)
-        headers = {"ETag": body["etag"],
-                   "Azure-AsyncOperation": "http://%s/subscriptions/%s/providers/Microsoft.Network/locations/fake/operations/%s?api-version=%s"
-                   % (self.headers.get("Host"), sub, op_id, API_VERSION)}
+        link = "http://%s/subscriptions/%s/providers/Microsoft.Network/locations/fake/%%s/%s?api-version=%s" % (
+            self.headers.get("Host"), sub, op_id, API_VERSION)
+        mode = cfg["lroMode"]
+        if mode == "location":
+            headers = {"Location": link % "operationResults"}
+            headers.update(self.retry_headers())
+            return 202, None, headers
+        headers = {"ETag": body["etag"]}
+        if mode == "resource":
+            return 201, body, headers
+        headers["Azure-AsyncOperation"] = link % "operations"
         headers.update(self.retry_headers())
         return 200, body, headers
 
@@ -325,7 +375,8 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/_fake/state":
                 nics = {current(n)["id"]: {"addresses": [address_of(c) for c in configs(current(n))],
                                            "etag": current(n)["etag"],
-                                           "ipForwarding": current(n)["properties"]["enableIPForwarding"]}
+                                           "ipForwarding": current(n)["properties"]["enableIPForwarding"],
+                                           "provisioningState": current(n)["properties"]["provisioningState"]}
                         for n in STATE["nics"].values()}
                 return self.answer(200, {"nics": nics, "held": STATE["held"]})
         return self.answer(404, error("NotFound", path))

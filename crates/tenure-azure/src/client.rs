@@ -8,6 +8,9 @@
 //! | 401 / 403 | [`ArmError::Permission`] at once, naming the role needed |
 //! | 412 | given back to the caller (it re-reads the NIC and tries again) |
 //! | anything else below 200 or above 299 | [`ArmError::Refused`] |
+//!
+//! The deadline is checked right before every try, the first one included: past it nothing is
+//! sent ([`ArmError::Deadline`], "not sent"), however long a wait overran.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -219,6 +222,7 @@ impl Arm {
     ) -> Result<Answer, ArmError> {
         let mut backoff = BACKOFF_FIRST;
         loop {
+            not_past(operation, deadline)?;
             let wait = match self.once(operation, method, url, body, if_match).await {
                 Err(ArmError::NoAnswer { operation, message }) => {
                     if method != Method::Get {
@@ -310,6 +314,19 @@ impl Arm {
         let body = serde_json::from_slice(bytes).unwrap_or(Value::Null);
         Ok(Answer { status, body, etag, async_operation, location, retry_after })
     }
+}
+
+/// [`ArmError::Deadline`] when `deadline` has passed: checked right before every request, so
+/// that a wait that overran (a starved or stopped process) sends nothing more.
+///
+/// # Errors
+///
+/// [`ArmError::Deadline`] naming `operation`, "not sent".
+pub fn not_past(operation: &'static str, deadline: Instant) -> Result<(), ArmError> {
+    if Instant::now() >= deadline {
+        return Err(ArmError::Deadline { operation, message: "not sent: the deadline had passed".into() });
+    }
+    Ok(())
 }
 
 /// The next wait of a doubling backoff.

@@ -5,24 +5,32 @@
 //!
 //! | operation | ARM calls (`Microsoft.Network`, api-version [`API_VERSION`]) | idempotent as |
 //! |---|---|---|
-//! | [`Arm::seize`] | GET own NIC; list the resource group's NICs; per other holder: PUT without the ipConfiguration (If-Match), its operation polled; PUT own NIC with it (If-Match), polled; GET own NIC to confirm | an address on the NIC already is success with no write; an address on no NIC (a crash between the writes) is only added |
-//! | [`Arm::release`] | GET own NIC; PUT without the ipConfiguration (If-Match), polled | an address not there is success with no write |
-//! | [`Arm::forwarding`] | GET own NIC; with `set`, PUT with `enableIPForwarding` (If-Match), polled | on already: no write |
-//! | [`Arm::holders`] | list each resource group's NICs (paged by `nextLink`) | a read |
+//! | [`Arm::seize`] | GET own NIC; list the resource group's NICs; per other holder in the same virtual network: PUT without the ipConfiguration (If-Match), its operation polled; PUT own NIC with it (If-Match), polled; GET own NIC to confirm (`Succeeded`). On `PrivateIPAddressInUse`: GET the NIC ARM names as the holder (any group), remove it there | an address on the NIC already is success with no write; an address on no NIC (a crash between the writes) is only added |
+//! | [`Arm::release`] | GET own NIC; PUT without the ipConfiguration (If-Match), polled (the operation's `Succeeded` is the confirmation) | an address not there is success with no write |
+//! | [`Arm::forwarding`] | GET own NIC; with `set`, PUT with `enableIPForwarding` (If-Match), polled (likewise) | on already: no write |
+//! | [`Arm::holders`] | list each resource group's NICs (paged by `nextLink`); only holders in the nodes' virtual networks count | a read |
 //!
 //! Retries ([`client`]'s table): throttling and busy resources after `Retry-After`, server
-//! errors with backoff, a 412 by reading again; all within the caller's deadline. 401/403 come
-//! back at once as [`ArmError::Permission`], whose message names the role needed.
+//! errors with backoff, a 412 by reading again; all within the caller's deadline, which is
+//! checked before every request (past it, nothing more is sent). 401/403 come back at once as
+//! [`ArmError::Permission`], whose message names the role needed. Anything that goes wrong after
+//! a write was accepted is [`ArmError::InDoubt`]: the write may have applied.
+//!
+//! Every decision is made on a settled NIC ([`Arm::settled`]): `provisioningState` `Succeeded`;
+//! `Updating` is read again until it settles; `Failed` is written back as read (ARM's recovery)
+//! first. Holders count only in the virtual network of the NIC's primary subnet.
 
 pub mod client;
 pub mod nic;
 pub mod ops;
+pub mod seize;
 
 /// The HTTP method of [`Arm::call`].
 pub use azure_core::http::Method;
 pub use client::{API_VERSION, ARM_ENDPOINT, ARM_SCOPE, Arm, TEST_TOKEN_ENV};
 pub use nic::Nic;
-pub use ops::{Forwarding, Released, Seized};
+pub use ops::{Forwarding, Released};
+pub use seize::Seized;
 
 /// What the role of the agent's identity needs (named in every permission error).
 pub const ROLE_HINT: &str = "the agent's identity needs the role Network Contributor on the NICs and their subnet, or a \
@@ -66,7 +74,17 @@ pub enum ArmError {
         /// What failed.
         message: String,
     },
-    /// The deadline came first (throttled, busy, or an operation still running).
+    /// A write was accepted (200/201/202), and what followed failed (its operation `Failed` or
+    /// `Canceled`, a poll refused, a confirming read refused): it may have taken effect.
+    #[error("{operation}: the write was accepted, then {cause}; it may have taken effect")]
+    InDoubt {
+        /// The ARM operation of the write.
+        operation: &'static str,
+        /// What failed after the write was accepted.
+        cause: Box<ArmError>,
+    },
+    /// The deadline came first (throttled, busy, or an operation still running), or had passed
+    /// before a request was sent (then the request was not sent).
     #[error("{operation}: {message}")]
     Deadline {
         /// The ARM operation.

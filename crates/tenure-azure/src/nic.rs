@@ -42,10 +42,51 @@ impl Nic {
         self.configs().iter().filter_map(Self::address_of).collect()
     }
 
-    /// Whether an ipConfiguration of this NIC has `address`.
+    /// Whether an ipConfiguration of this NIC has `address` (whatever its subnet).
     #[must_use]
     pub fn holds(&self, address: IpAddr) -> bool {
         self.configs().iter().any(|c| Self::address_of(c) == Some(address))
+    }
+
+    /// The subnet id of the ipConfiguration that has `address`, if any.
+    #[must_use]
+    pub fn subnet_holding(&self, address: IpAddr) -> Option<&str> {
+        self.configs()
+            .iter()
+            .find(|c| Self::address_of(c) == Some(address))
+            .and_then(|c| c["properties"]["subnet"]["id"].as_str())
+    }
+
+    /// Whether an ipConfiguration of this NIC has `address` in virtual network `vnet` (an id as
+    /// [`vnet_of`] gives it; ARM ids compare without regard to case): an address in another
+    /// virtual network is another address.
+    #[must_use]
+    pub fn holds_in(&self, address: IpAddr, vnet: &str) -> bool {
+        self.configs().iter().any(|c| {
+            Self::address_of(c) == Some(address)
+                && c["properties"]["subnet"]["id"]
+                    .as_str()
+                    .and_then(vnet_of)
+                    .is_some_and(|v| v.eq_ignore_ascii_case(vnet))
+        })
+    }
+
+    /// The subnet of its primary ipConfiguration (the first one when none says primary): where
+    /// an added address goes.
+    #[must_use]
+    pub fn primary_subnet(&self) -> Option<&str> {
+        self.configs()
+            .iter()
+            .find(|c| c["properties"]["primary"].as_bool() == Some(true))
+            .or_else(|| self.configs().first())?["properties"]["subnet"]["id"]
+            .as_str()
+    }
+
+    /// ARM's `provisioningState` of the NIC (`Succeeded`, `Updating`, `Failed`, …); `Succeeded`
+    /// when the answer has none.
+    #[must_use]
+    pub fn provisioning_state(&self) -> &str {
+        self.body["properties"]["provisioningState"].as_str().unwrap_or("Succeeded")
     }
 
     /// Whether `address` is this NIC's primary ipConfiguration's (never removed).
@@ -89,12 +130,7 @@ impl Nic {
     /// its primary ipConfiguration; `None` when it has no primary with a subnet.
     #[must_use]
     pub fn with(&self, address: IpAddr) -> Option<Value> {
-        let primary = self
-            .configs()
-            .iter()
-            .find(|c| c["properties"]["primary"].as_bool() == Some(true))
-            .or_else(|| self.configs().first())?;
-        let subnet = primary["properties"]["subnet"]["id"].as_str()?;
+        let subnet = self.primary_subnet()?;
         let version = if address.is_ipv4() { "IPv4" } else { "IPv6" };
         let config = json!({
             "name": Self::config_name(address),
@@ -118,6 +154,46 @@ impl Nic {
         body["properties"]["enableIPForwarding"] = Value::Bool(true);
         body
     }
+}
+
+/// The virtual network id of a subnet id (`…/virtualNetworks/{name}/subnets/{subnet}` without
+/// `/subnets/{subnet}`; segment names compare without regard to case), or `None`.
+#[must_use]
+pub fn vnet_of(subnet: &str) -> Option<&str> {
+    let at = subnet.to_ascii_lowercase().rfind("/subnets/")?;
+    let vnet = &subnet[..at];
+    vnet.to_ascii_lowercase().contains("/virtualnetworks/").then_some(vnet)
+}
+
+/// The NIC ids in ARM's `PrivateIPAddressInUse` message, in order: it names the ipConfiguration
+/// holding the address (`… already in use by … /subscriptions/…/networkInterfaces/NAME/ipConfigurations/X.`),
+/// and may name the requesting one too (the caller skips its own NIC). Empty when it names none.
+#[must_use]
+pub fn nics_in_message(message: &str) -> Vec<String> {
+    let lower = message.to_ascii_lowercase();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find("/subscriptions/") {
+        let start = from + at;
+        let token = message[start..]
+            .split(|c: char| c.is_whitespace() || c == '\'' || c == '"' || c == ',')
+            .next()
+            .unwrap_or_default();
+        from = start + token.len().max(1);
+        let parts: Vec<&str> = token.split('/').collect();
+        // "", subscriptions, S, resourceGroups, G, providers, Microsoft.Network, networkInterfaces, N, …
+        let Some(nic) = parts.get(..9) else { continue };
+        let named = nic[1].eq_ignore_ascii_case("subscriptions")
+            && nic[3].eq_ignore_ascii_case("resourceGroups")
+            && nic[5].eq_ignore_ascii_case("providers")
+            && nic[6].eq_ignore_ascii_case("Microsoft.Network")
+            && nic[7].eq_ignore_ascii_case("networkInterfaces");
+        let name = nic[8].trim_end_matches(['.', ';', ')']);
+        if named && !name.is_empty() && !nic[2].is_empty() && !nic[4].is_empty() {
+            found.push(format!("{}/{name}", nic[..8].join("/")));
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -158,5 +234,37 @@ mod tests {
         );
         assert!(Nic::from_body(nic.with_forwarding(), None).expect("a NIC").ip_forwarding());
         assert!(nic.is("/SUBSCRIPTIONS/s/resourcegroups/RG/providers/microsoft.network/networkinterfaces/A"));
+        assert_eq!(nic.provisioning_state(), "Succeeded");
+    }
+
+    #[test]
+    fn virtual_networks_and_holders_named_by_arm() {
+        let vnet = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v";
+        assert_eq!(vnet_of(&format!("{vnet}/subnets/default")), Some(vnet));
+        assert_eq!(vnet_of(&format!("{vnet}/SUBNETS/default")), Some(vnet));
+        assert_eq!(vnet_of("/subscriptions/s/subnets/x"), None);
+        let nic = nic();
+        let ten: IpAddr = "10.0.0.10".parse().expect("literal");
+        let four: IpAddr = "10.0.0.4".parse().expect("literal");
+        assert!(nic.holds_in(four, &vnet.to_ascii_uppercase()));
+        assert!(!nic.holds_in(
+            four,
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/w"
+        ));
+        assert!(!nic.holds_in(ten, vnet), "an ipConfiguration without a subnet is in no virtual network");
+        assert_eq!(nic.primary_subnet(), Some(format!("{vnet}/subnets/default").as_str()));
+        let id = "/subscriptions/s/resourceGroups/rg2/providers/Microsoft.Network/networkInterfaces/z";
+        let message = format!(
+            "Private static IP address 10.0.0.10 is already in use by ipconfiguration {id}/ipConfigurations/extra0."
+        );
+        assert_eq!(nics_in_message(&message), vec![id.to_owned()]);
+        assert_eq!(nics_in_message(&format!("in use by {id}.")), vec![id.to_owned()]);
+        let own = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/b";
+        let both = format!(
+            "IP configuration {own}/ipConfigurations/tenure-10-0-0-10 is referencing private IP address 10.0.0.10 which is already in use by another resource {id}/ipConfigurations/x."
+        );
+        assert_eq!(nics_in_message(&both), vec![own.to_owned(), id.to_owned()]);
+        assert!(nics_in_message("IP address 10.0.0.10 is in use").is_empty());
+        assert!(nics_in_message("in use by /subscriptions/s/resourceGroups/rg/providers/x").is_empty());
     }
 }

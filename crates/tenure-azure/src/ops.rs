@@ -1,8 +1,7 @@
-//! The operations of the `azure` provider on top of [`Arm::call`]: read a NIC, write it with
-//! `If-Match` and follow the write's long-running operation, list a resource group's NICs, and
-//! the verbs made of them (seize, release, forwarding, holders).
+//! The operations of the `azure` provider on top of [`Arm::call`]: read a NIC (settled), write it
+//! with `If-Match` and follow the write's long-running operation, list a resource group's NICs,
+//! and the verbs release and forwarding (seize and holders: [`crate::seize`]).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -19,26 +18,13 @@ pub const CONFIRM_INTERVAL: Duration = Duration::from_millis(200);
 
 /// What a write of a NIC came to.
 #[derive(Debug)]
-enum Put {
+pub(crate) enum Put {
     /// Accepted, and its operation succeeded.
     Done,
     /// 412: the NIC changed since it was read.
     EtagMoved,
     /// 400 `PrivateIPAddressInUse`: another NIC in the subnet has the address.
     InUse(String),
-}
-
-/// What a seize did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Seized {
-    /// The address was on the NIC already: nothing written.
-    Already,
-    /// The address was added to the NIC (and confirmed by a read), after being removed from
-    /// these NICs.
-    Added {
-        /// The NICs it was removed from first.
-        moved_from: Vec<String>,
-    },
 }
 
 /// What a release did.
@@ -82,15 +68,52 @@ impl Arm {
         })
     }
 
+    /// Reads NIC `id` until it is settled (`provisioningState` `Succeeded`), the NIC every
+    /// decision is made on: `Updating` (an earlier write's operation still running) is read again
+    /// every [`CONFIRM_INTERVAL`]; `Failed` (an operation that failed left it so, its requested
+    /// configuration visible) is written back as read, ARM's documented recovery, and read again.
+    ///
+    /// # Errors
+    ///
+    /// Those of the calls; [`ArmError::Deadline`] when it has not settled by `deadline`;
+    /// [`ArmError::InDoubt`] when the recovery's write was accepted and then failed.
+    pub async fn settled(&self, id: &str, deadline: Instant) -> Result<Nic, ArmError> {
+        let mut backoff = BACKOFF_FIRST;
+        loop {
+            let nic = self.get_nic(id, deadline).await?;
+            match nic.provisioning_state() {
+                "Succeeded" => return Ok(nic),
+                "Failed" => {
+                    tracing::info!(nic = %nic.id, "azure: the NIC is Failed; writing it back as read (ARM's recovery)");
+                    match self.put_nic(&nic, &nic.body, deadline).await? {
+                        Put::Done => {}
+                        Put::EtagMoved => pause(&mut backoff, deadline).await?,
+                        Put::InUse(message) => return Err(in_use(message)),
+                    }
+                }
+                state => {
+                    if Instant::now() + CONFIRM_INTERVAL >= deadline {
+                        return Err(ArmError::Deadline {
+                            operation: "NetworkInterfaces_Get",
+                            message: format!("{id} was still {state} at the deadline"),
+                        });
+                    }
+                    tokio::time::sleep(CONFIRM_INTERVAL).await;
+                }
+            }
+        }
+    }
+
     /// Writes `body` as NIC `nic` (If-Match its etag) and follows the operation to its end.
-    async fn put_nic(&self, nic: &Nic, body: &Value, deadline: Instant) -> Result<Put, ArmError> {
+    /// Anything that fails after ARM accepted the write is [`ArmError::InDoubt`].
+    pub(crate) async fn put_nic(&self, nic: &Nic, body: &Value, deadline: Instant) -> Result<Put, ArmError> {
         let operation = "NetworkInterfaces_CreateOrUpdate";
         let url = self.url(&nic.id)?;
         let answer =
             self.call(operation, Method::Put, &url, Some(body), nic.etag.as_deref(), deadline).await?;
         match answer.status {
             200..=202 => {
-                self.follow(&answer, &url, deadline).await?;
+                self.follow(&answer, &url, deadline).await.map_err(|e| in_doubt(operation, e))?;
                 Ok(Put::Done)
             }
             412 => Ok(Put::EtagMoved),
@@ -175,7 +198,7 @@ impl Arm {
 
     /// Removes `address`'s ipConfiguration from `nic` (read before, maybe by a list), re-reading
     /// it after a 412; never the primary's.
-    async fn remove_from(
+    pub(crate) async fn remove_from(
         &self,
         mut nic: Nic,
         address: IpAddr,
@@ -201,81 +224,23 @@ impl Arm {
                 Put::Done => return Ok(Released::Removed),
                 Put::EtagMoved => {
                     pause(&mut backoff, deadline).await?;
-                    nic = self.get_nic(&nic.id, deadline).await?;
+                    nic = self.settled(&nic.id, deadline).await?;
                 }
-                Put::InUse(message) => {
-                    return Err(ArmError::Refused {
-                        operation: "NetworkInterfaces_CreateOrUpdate",
-                        status: 400,
-                        code: "PrivateIPAddressInUse".into(),
-                        message,
-                    });
-                }
+                Put::InUse(message) => return Err(in_use(message)),
             }
         }
     }
 
-    /// Moves `address` onto NIC `own`: nothing when it is there already; else removes it from
-    /// every other NIC of `group` that has it, adds it to `own` (a static ipConfiguration in the
-    /// primary's subnet), and reads `own` until the address shows. A crash between the removal
-    /// and the addition leaves the address on no NIC; the next seize then only adds it.
-    ///
-    /// # Errors
-    ///
-    /// Those of the calls; [`ArmError::Deadline`] when the address is not confirmed in time.
-    pub async fn seize(
+    /// Reads `own` until it shows `address`, settled (ARM's reads may lag its writes, and an
+    /// operation may still be running).
+    pub(crate) async fn confirm(
         &self,
         own: &str,
-        group: &str,
         address: IpAddr,
         deadline: Instant,
-    ) -> Result<Seized, ArmError> {
-        let mut backoff = BACKOFF_FIRST;
-        let mut moved_from = Vec::new();
-        let mut nic = self.get_nic(own, deadline).await?;
+    ) -> Result<(), ArmError> {
         loop {
-            if nic.holds(address) {
-                return Ok(if moved_from.is_empty() {
-                    Seized::Already
-                } else {
-                    Seized::Added { moved_from }
-                });
-            }
-            for other in self.list_nics(group, deadline).await? {
-                if !other.is(own) && other.holds(address) {
-                    let id = other.id.clone();
-                    if self.remove_from(other, address, deadline).await? == Released::Removed {
-                        moved_from.push(id);
-                    }
-                }
-            }
-            let Some(body) = nic.with(address) else {
-                return Err(ArmError::Refused {
-                    operation: "NetworkInterfaces_CreateOrUpdate",
-                    status: 0,
-                    code: "NoPrimarySubnet".into(),
-                    message: format!("{own} has no primary ipConfiguration with a subnet"),
-                });
-            };
-            match self.put_nic(&nic, &body, deadline).await? {
-                Put::Done => {
-                    self.confirm(own, address, deadline).await?;
-                    return Ok(Seized::Added { moved_from });
-                }
-                // Someone wrote the NIC since it was read, or a NIC the list did not show yet
-                // has the address: read again, and look again.
-                Put::EtagMoved | Put::InUse(_) => {
-                    pause(&mut backoff, deadline).await?;
-                    nic = self.get_nic(own, deadline).await?;
-                }
-            }
-        }
-    }
-
-    /// Reads `own` until it shows `address` (ARM's reads may lag its writes).
-    async fn confirm(&self, own: &str, address: IpAddr, deadline: Instant) -> Result<(), ArmError> {
-        loop {
-            if self.get_nic(own, deadline).await?.holds(address) {
+            if self.settled(own, deadline).await?.holds(address) {
                 return Ok(());
             }
             if Instant::now() + CONFIRM_INTERVAL >= deadline {
@@ -297,7 +262,7 @@ impl Arm {
     /// Those of the calls; [`ArmError::Refused`] with code `PrimaryIpConfiguration` for the
     /// primary address.
     pub async fn release(&self, own: &str, address: IpAddr, deadline: Instant) -> Result<Released, ArmError> {
-        let nic = self.get_nic(own, deadline).await?;
+        let nic = self.settled(own, deadline).await?;
         self.remove_from(nic, address, deadline).await
     }
 
@@ -308,7 +273,7 @@ impl Arm {
     /// Those of the calls.
     pub async fn forwarding(&self, own: &str, set: bool, deadline: Instant) -> Result<Forwarding, ArmError> {
         let mut backoff = BACKOFF_FIRST;
-        let mut nic = self.get_nic(own, deadline).await?;
+        let mut nic = self.settled(own, deadline).await?;
         loop {
             if nic.ip_forwarding() {
                 return Ok(Forwarding::On);
@@ -320,62 +285,40 @@ impl Arm {
                 Put::Done => return Ok(Forwarding::TurnedOn),
                 Put::EtagMoved | Put::InUse(_) => {
                     pause(&mut backoff, deadline).await?;
-                    nic = self.get_nic(own, deadline).await?;
+                    nic = self.settled(own, deadline).await?;
                 }
             }
         }
-    }
-
-    /// Where each of `addresses` is held among the NICs of resource `groups`
-    /// (`/subscriptions/{s}/resourceGroups/{rg}`, those of the nodes' NICs): for every address
-    /// asked, the ids of the NICs holding it, sorted (a NIC of `nics` spelled as given there);
-    /// held nowhere maps to an empty list. One list per resource group, paged.
-    ///
-    /// # Errors
-    ///
-    /// Those of [`Arm::list_nics`]; [`ArmError::Refused`] when `groups` is empty.
-    pub async fn holders(
-        &self,
-        groups: &[String],
-        nics: &[String],
-        addresses: &[IpAddr],
-        deadline: Instant,
-    ) -> Result<BTreeMap<IpAddr, Vec<String>>, ArmError> {
-        let mut found: BTreeMap<IpAddr, BTreeSet<String>> =
-            addresses.iter().map(|a| (*a, BTreeSet::new())).collect();
-        if nics.is_empty() || addresses.is_empty() {
-            return Ok(found.into_keys().map(|a| (a, Vec::new())).collect());
-        }
-        if groups.is_empty() {
-            return Err(ArmError::Refused {
-                operation: "NetworkInterfaces_List",
-                status: 0,
-                code: "NoNodeNic".into(),
-                message: "no NIC of the nodes is an ARM resource id: nothing to list".into(),
-            });
-        }
-        for group in groups {
-            for nic in self.list_nics(group, deadline).await? {
-                let name = nics.iter().find(|n| nic.is(n)).cloned().unwrap_or_else(|| nic.id.clone());
-                for address in nic.addresses() {
-                    if let Some(holders) = found.get_mut(&address) {
-                        holders.insert(name.clone());
-                    }
-                }
-            }
-        }
-        Ok(found.into_iter().map(|(a, holders)| (a, holders.into_iter().collect())).collect())
     }
 }
 
 /// A refusal made of an answer.
-fn refused(operation: &'static str, answer: &Answer) -> ArmError {
+pub(crate) fn refused(operation: &'static str, answer: &Answer) -> ArmError {
     let (code, message) = answer.error();
     ArmError::Refused { operation, status: answer.status, code, message }
 }
 
+/// ARM's `PrivateIPAddressInUse` refusal, `message` its own.
+pub(crate) fn in_use(message: String) -> ArmError {
+    ArmError::Refused {
+        operation: "NetworkInterfaces_CreateOrUpdate",
+        status: 400,
+        code: "PrivateIPAddressInUse".into(),
+        message,
+    }
+}
+
+/// What `error`, after a write of `operation` was accepted, means: the write may have applied
+/// ([`ArmError::InDoubt`]); a deadline stays one (unknown as well).
+pub(crate) fn in_doubt(operation: &'static str, error: ArmError) -> ArmError {
+    match error {
+        ArmError::InDoubt { .. } | ArmError::Deadline { .. } => error,
+        cause => ArmError::InDoubt { operation, cause: Box::new(cause) },
+    }
+}
+
 /// Waits before reading again after a conflict (doubling, at most [`BACKOFF_MAX`]).
-async fn pause(backoff: &mut Duration, deadline: Instant) -> Result<(), ArmError> {
+pub(crate) async fn pause(backoff: &mut Duration, deadline: Instant) -> Result<(), ArmError> {
     let wait = *backoff;
     *backoff = (*backoff * 2).min(BACKOFF_MAX);
     if Instant::now() + wait >= deadline {

@@ -13,7 +13,7 @@ mod azure_fake;
 
 use std::time::Duration;
 
-use azure_fake::{AzureFake, action, address};
+use azure_fake::{AzureFake, SUBNET, action, address, subnet};
 use serde_json::json;
 use tenure::exec::azure::{AzureExecutor, IpForwarding};
 use tenure::exec::{ExecutionOutcome, Executor as _, InventoryRequest, execute_within};
@@ -257,4 +257,210 @@ async fn a_list_that_lags_is_caught_by_azure_refusing_the_address_in_use_never_t
     let refused = fake.calls().iter().filter(|c| c["op"] == "put" && c["status"] == 400).count();
     assert!(refused >= 1, "b's first write was refused: the address was in use on a");
     assert!(!fake.holds(&a, address()) && fake.holds(&b, address()), "on b only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nic_of_another_virtual_network_with_the_same_address_is_left_alone_and_not_counted() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    // A staging copy in the same resource group: another VNet, the same range, the same address.
+    let x = fake.nic_in("rg", "x", &subnet("staging", "default"), "10.0.0.4", &["10.0.0.10"]);
+    let executor = executor(&fake, IpForwarding::Check);
+    let took = detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    assert_eq!(took, format!("10.0.0.10 added to {a} (confirmed)"), "nothing moved from x");
+    assert_eq!(
+        ops_without_polls(&fake),
+        vec![pair("get", "a"), pair("list", ""), pair("put", "a"), pair("get", "a")]
+    );
+    assert!(fake.holds(&x, address()) && fake.holds(&a, address()), "x keeps its own 10.0.0.10");
+    let request =
+        InventoryRequest { addresses: vec![address()], nics: vec![a.clone(), b], own_nics: vec![a.clone()] };
+    let found = executor.inventory(&request).expect("azure takes inventory").await.expect("read");
+    assert_eq!(found, vec![(address(), vec![a])], "x's address is in another virtual network");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_in_another_subnet_of_the_virtual_network_fails_the_seize_before_any_write() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let other = subnet("vnet", "other");
+    let y = fake.nic_in("rg", "y", &other, "10.0.1.4", &["10.0.0.10"]);
+    let executor = executor(&fake, IpForwarding::Check);
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Failed { reason } = outcome else { panic!("failed: {outcome:?}") };
+    assert!(!reason.contains('\n'), "one line: {reason}");
+    assert!(reason.contains(&format!("on {y} in subnet {other}")) && reason.contains(SUBNET), "{reason}");
+    assert!(reason.contains("nothing written"), "{reason}");
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "a"), pair("list", "")], "no write");
+    assert!(fake.holds(&y, address()) && !fake.holds(&a, address()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_write_whose_operation_failed_is_unknown_and_the_failed_nic_is_written_back_before_it_counts()
+ {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    fake.config(&json!({"lroFail": 1}));
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Unknown { reason } = outcome else { panic!("unknown: {outcome:?}") };
+    assert!(
+        reason.contains("the write was accepted") && reason.contains("NetworkInterfaceOperationFailed"),
+        "{reason}"
+    );
+    // As ARM leaves it: Failed, the requested configuration visible.
+    assert_eq!(fake.provisioning_state(&a), "Failed");
+    assert!(fake.holds(&a, address()));
+
+    // The retry writes the NIC back as read (ARM's recovery) and counts the address only then.
+    fake.reset_calls();
+    let again = detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    assert_eq!(again, format!("10.0.0.10 is on {a} already (confirmed by a read)"));
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "a"), pair("put", "a"), pair("get", "a")]);
+    assert_eq!(fake.provisioning_state(&a), "Succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_poll_after_an_accepted_write_is_unknown_naming_the_role() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    fake.fault(&json!({"op": "poll", "status": 403, "code": "AuthorizationFailed", "count": 1}));
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Unknown { reason } = outcome else { panic!("unknown: {outcome:?}") };
+    assert!(reason.contains("the write was accepted") && reason.contains("HTTP 403"), "{reason}");
+    assert!(reason.contains("Microsoft.Network/locations/operations/read"), "{reason}");
+    assert!(fake.holds(&a, address()), "it did apply");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_shown_on_a_nic_still_updating_counts_only_once_the_operation_succeeded() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    // The first attempt's deadline comes while its write's operation runs (1.5 s, no more polls).
+    fake.config(&json!({"lroDelayMs": 1500}));
+    let outcome =
+        run_for(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1), Duration::from_millis(600)).await;
+    assert!(matches!(outcome, ExecutionOutcome::Unknown { .. }), "{outcome:?}");
+    assert_eq!(fake.provisioning_state(&a), "Updating");
+    assert!(fake.holds(&a, address()), "the requested configuration shows already");
+    let again = detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    assert_eq!(again, format!("10.0.0.10 is on {a} already (confirmed by a read)"));
+    assert_eq!(fake.provisioning_state(&a), "Succeeded", "not counted while Updating");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_that_ends_past_the_deadline_sends_nothing_more() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let arm = fake.arm();
+    fake.fault(&json!({"op": "get", "status": 429, "retryAfter": 1, "count": 1}));
+    // The clock is tokio's, paused: it moves only when advanced (the runtime is kept busy here,
+    // so it never advances by itself). The 1 s Retry-After fits in the 1.5 s left; the process
+    // then stalls 2 s in that wait (as a starved or stopped one does).
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let control = async {
+        while !fake.calls().iter().any(|c| c["status"] == 429) {
+            std::thread::sleep(Duration::from_millis(10));
+            tokio::task::yield_now().await;
+        }
+        // A second of real time for the 429 to reach the client and its wait to begin (the
+        // paused clock does not move meanwhile: the runtime is never idle).
+        for _ in 0..200 {
+            std::thread::sleep(Duration::from_millis(5));
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(Duration::from_secs(2)).await;
+    };
+    let (result, ()) = tokio::join!(arm.get_nic(&a, deadline), control);
+    let error = result.expect_err("past the deadline");
+    assert_eq!(error.to_string(), "NetworkInterfaces_Get: not sent: the deadline had passed");
+    assert_eq!(fake.calls().len(), 1, "nothing sent after the wait: {:?}", fake.calls());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_arm_names_in_another_resource_group_is_read_and_the_address_removed_there() {
+    let fake = AzureFake::start();
+    let (_a, b) = two_nics(&fake);
+    let z = fake.nic("rg2", "z", "10.0.0.9", &["10.0.0.10"]);
+    let executor = executor(&fake, IpForwarding::Check);
+    let seized = detail(
+        run_for(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 1), Duration::from_secs(5)).await,
+    );
+    assert_eq!(seized, format!("10.0.0.10 moved to {b} from {z} (confirmed)"));
+    assert_eq!(
+        ops_without_polls(&fake),
+        vec![
+            pair("get", "b"),
+            pair("list", ""),
+            pair("put", "b"),
+            pair("get", "z"),
+            pair("put", "z"),
+            pair("get", "b"),
+            pair("list", ""),
+            pair("put", "b"),
+            pair("get", "b")
+        ]
+    );
+    assert!(!fake.holds(&z, address()) && fake.holds(&b, address()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_in_use_by_a_holder_arm_does_not_name_is_looked_for_once_then_failed() {
+    let fake = AzureFake::start();
+    let (_a, b) = two_nics(&fake);
+    let z = fake.nic("rg2", "z", "10.0.0.9", &["10.0.0.10"]);
+    fake.config(&json!({"inUseNamesHolder": false}));
+    let executor = executor(&fake, IpForwarding::Check);
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 1)).await;
+    let ExecutionOutcome::Failed { reason } = outcome else { panic!("failed: {outcome:?}") };
+    assert!(
+        reason.contains("HTTP 400 PrivateIPAddressInUse: Private IP address 10.0.0.10 is already in use"),
+        "{reason}"
+    );
+    assert_eq!(fake.counts().get("put"), Some(&2), "one more look, no spin until the deadline");
+    assert!(fake.holds(&z, address()) && !fake.holds(&b, address()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_followed_by_location_and_its_failure_there() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+
+    // 202 + Location, polled until not 202.
+    fake.config(&json!({"lroMode": "location"}));
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    let calls = fake.calls();
+    let results = calls
+        .iter()
+        .filter(|c| c["op"] == "poll" && c["path"].as_str().expect("path").contains("/operationResults/"));
+    assert!(results.count() >= 2, "polled while 202: {calls:?}");
+    assert!(calls.iter().any(|c| c["op"] == "put" && c["status"] == 202), "{calls:?}");
+    // Its failure (an error status on the Location) after the accepted write: unknown.
+    fake.config(&json!({"lroFail": 1}));
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "b", &b, 2)).await;
+    assert!(
+        matches!(&outcome, ExecutionOutcome::Unknown { reason } if reason.contains("NetworkInterfaceOperationFailed")),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_followed_by_the_resource_itself() {
+    let fake = AzureFake::start();
+    let executor = executor(&fake, IpForwarding::Check);
+    // 201 Updating with no link: the NIC itself is read until Succeeded.
+    let c = fake.nic("rg", "c", "10.0.0.6", &[]);
+    fake.config(&json!({"lroMode": "resource"}));
+    fake.reset_calls();
+    let mut other = action(Verb::AssignSecondaryIp, "c", &c, 3);
+    other.address = "10.0.0.11".parse().expect("literal");
+    detail(run(&executor, &other).await);
+    let calls = fake.calls();
+    assert!(calls.iter().any(|x| x["op"] == "put" && x["status"] == 201), "{calls:?}");
+    assert!(!calls.iter().any(|x| x["op"] == "poll"), "no operation to poll: {calls:?}");
+    let gets = calls.iter().filter(|x| x["op"] == "get" && x["nic"] == "c").count();
+    assert!(gets >= 3, "own NIC read, polled while Updating, confirmed: {calls:?}");
 }

@@ -124,10 +124,15 @@ fn an_azure_fleet_fails_over_a_killed_holder_onto_exactly_one_nic() {
     });
     eprintln!("azure fleet failover: kill -9 to the address on {new_owner}'s NIC in {:?}", killed.elapsed());
 
-    // The old holder restarted takes nothing back (no preemption) and writes no NIC.
+    // The old holder restarted takes nothing back (no preemption) and writes no NIC: once it has
+    // caught up (its view names the new owner) and run its release of the address (a read of its
+    // own NIC, which no longer has it), the fake has seen no write.
     fleet.fake.reset_calls();
-    agents[0] = Some(fleet.start(0));
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    let restarted = fleet.start(0);
+    wait_for("the restarted old holder caught up and ran its release", || {
+        owner(fleet.listen[0]).as_deref() == Some(new_owner) && released(fleet.listen[0])
+    });
+    agents[0] = Some(restarted);
     let puts: Vec<String> = fleet
         .fake
         .calls()
@@ -140,6 +145,25 @@ fn an_azure_fleet_fails_over_a_killed_holder_onto_exactly_one_nic() {
     for agent in agents.into_iter().flatten() {
         agent.kill9();
     }
+}
+
+/// The owner of the address in the view of the agent at `listen`.
+fn owner(listen: SocketAddr) -> Option<String> {
+    let (status, body) = http(listen, "GET", "/v1/ownership", None, None).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+    v["ownership"][0]["owner"].as_str().map(str::to_owned)
+}
+
+/// Whether node a's release of the address (`unassign-secondary-ip`) has executed, in the view of
+/// the agent at `listen`.
+fn released(listen: SocketAddr) -> bool {
+    let Ok((200, body)) = http(listen, "GET", "/v1/actions?node=a&address=10.0.0.10", None, None) else {
+        return false;
+    };
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["actions"].as_array().is_some_and(|rows| {
+        rows.iter().any(|r| r["verb"] == "unassign-secondary-ip" && r["state"] == "executed")
+    })
 }
 
 /// A counter of `/metrics` with exactly these labels (0 when absent).
@@ -193,6 +217,10 @@ fn an_azure_preempt_hands_the_address_over_before_not_before_and_is_acknowledged
         _ => false,
     });
     wait_for("a's agent acknowledges the event", || !fakes[0].acks().is_empty());
+    // The one wall-clock assertion, kept on purpose with a wide margin: NotBefore is 30 s away and
+    // the drain, the seize (operations of 100 ms) and the acknowledgement take about a second here;
+    // acting before NotBefore is the behaviour under test, not a speed figure (those are in the
+    // benches). The order (moved, then acknowledged) is the waits' order above.
     assert!(SystemTime::now() < deadline, "handed over and acknowledged before NotBefore");
     eprintln!(
         "azure Preempt posted → address on {new_owner}'s NIC and the event acknowledged: {} ms (poll every 200 ms)",

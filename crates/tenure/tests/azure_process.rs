@@ -2,9 +2,11 @@
 //! (`scripts/azure-fake`: a FAKE of the ARM network interface API, not Azure), and `tenure
 //! validate` on azure configs.
 //!
-//! The crash: the agent is killed (-9) between the two writes of a seize (the fake holds the
+//! The crashes: the agent is killed (-9) between the two writes of a seize (the fake holds the
 //! second PUT, unapplied): the address is then on no NIC, never on two; the next agent on the
-//! same store completes the seize. Fails, never skips, when the fake cannot start.
+//! same store completes the seize. And the at-least-once side: the second PUT applied, the agent
+//! killed before it recorded that: the next agent reads the NIC and writes nothing. Fails, never
+//! skips, when the fake cannot start.
 
 #![cfg(feature = "azure")]
 
@@ -74,6 +76,61 @@ fn a_kill_between_the_two_writes_leaves_the_address_on_no_nic_and_the_next_agent
         .map(|c| c["nic"].as_str().expect("a NIC").to_owned())
         .collect();
     assert_eq!(puts, ["a"], "only the addition: nothing left to remove; log:\n{}", agent.log());
+    assert_eq!(holders(), std::slice::from_ref(&a), "on one NIC");
+    let status = agent.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+/// Node `a`'s acquire rows (`assign-secondary-ip`) in `agent`'s journal.
+fn a_acquires(agent: &Agent) -> Vec<serde_json::Value> {
+    let actions = agent.get("/v1/actions?node=a&address=10.0.0.10")["actions"].clone();
+    actions.as_array().into_iter().flatten().filter(|r| r["verb"] == "assign-secondary-ip").cloned().collect()
+}
+
+#[test]
+fn a_kill_after_the_second_write_applied_leaves_the_next_agent_nothing_to_write() {
+    let fake = AzureFake::start();
+    fake.config(&json!({"lroDelayMs": 100, "pollMs": 50}));
+    let a = fake.nic("rg", "a", "10.0.0.4", &[]);
+    let b = fake.nic("rg", "b", "10.0.0.5", &[]);
+    let z = fake.nic("rg", "z", "10.0.0.9", &["10.0.0.10"]);
+    for nic in [&a, &b] {
+        fake.set_forwarding(nic, true);
+    }
+    let address = azure_fake::address();
+    let holders = || [&a, &b, &z].into_iter().filter(|n| fake.holds(n, address)).cloned().collect::<Vec<_>>();
+    fake.http("POST", "/_fake/hold", &json!({"op": "put", "nic": "a"}));
+
+    let dir = TempDir::new("azure-applied");
+    let listen = free_port();
+    let provider = format!(", subscriptionId: {SUBSCRIPTION}, endpointUrl: '{}'", fake.url());
+    let config = config(&dir, listen, (&a, &b), &provider);
+    let agent = start(&dir, &config, listen);
+    wait_for("a's PUT held by the fake, z's done", || fake.held() == 1);
+    agent.kill9();
+    // The write lands after all; its answer goes to no one.
+    fake.http("POST", "/_fake/release", &json!({"apply": true}));
+    wait_for("the write applied and its operation ended", || {
+        holders() == [a.clone()] && fake.provisioning_state(&a) == "Succeeded"
+    });
+
+    fake.reset_calls();
+    let agent = start(&dir, &config, listen);
+    wait_for("the next agent ran the acquire in doubt again and recorded it executed", || {
+        a_acquires(&agent).iter().any(|r| r["state"] == "executed")
+    });
+    let acquires = a_acquires(&agent);
+    assert!(
+        acquires.iter().any(|r| r["state"] == "executed" && r["attempts"].as_u64() >= Some(2)),
+        "the same entry, attempted again: {acquires:?}"
+    );
+    let puts: Vec<String> = fake
+        .calls()
+        .iter()
+        .filter(|c| c["op"] == "put")
+        .map(|c| c["nic"].as_str().expect("a NIC").to_owned())
+        .collect();
+    assert!(puts.is_empty(), "the address was on a already: no write; log:\n{}", agent.log());
     assert_eq!(holders(), std::slice::from_ref(&a), "on one NIC");
     let status = agent.terminate();
     assert!(status.success(), "{status:?}");

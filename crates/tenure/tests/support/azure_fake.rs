@@ -25,8 +25,15 @@ pub const TOKEN: &str = "fake-token";
 /// The subscription of the fake's NICs.
 pub const SUBSCRIPTION: &str = "00000000-0000-0000-0000-000000000001";
 
-/// The subnet of the fake's NICs.
+/// The subnet of the fake's NICs (virtual network `vnet`).
 pub const SUBNET: &str = "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/default";
+
+/// A subnet id in virtual network `vnet` of resource group `rg`.
+pub fn subnet(vnet: &str, subnet: &str) -> String {
+    format!(
+        "/subscriptions/{SUBSCRIPTION}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/{vnet}/subnets/{subnet}"
+    )
+}
 
 /// The fake ARM server, killed on drop.
 pub struct AzureFake {
@@ -86,9 +93,20 @@ impl AzureFake {
 
     /// Makes NIC `name` in resource group `group` with `primary` and `secondary` addresses; its id.
     pub fn nic(&self, group: &str, name: &str, primary: &str, secondary: &[&str]) -> String {
-        let spec = json!({"group": group, "name": name, "subnet": SUBNET, "primary": primary, "secondary": secondary,
+        self.nic_in(group, name, SUBNET, primary, secondary)
+    }
+
+    /// [`AzureFake::nic`] in subnet `subnet` (an ARM subnet id).
+    pub fn nic_in(&self, group: &str, name: &str, subnet: &str, primary: &str, secondary: &[&str]) -> String {
+        let spec = json!({"group": group, "name": name, "subnet": subnet, "primary": primary, "secondary": secondary,
                           "subscription": SUBSCRIPTION});
         self.http("POST", "/_fake/nic", &spec)["id"].as_str().expect("an id").to_owned()
+    }
+
+    /// NIC `id`'s `provisioningState` now (not lagging).
+    pub fn provisioning_state(&self, id: &str) -> String {
+        let state = self.http("GET", "/_fake/state", &Value::Null);
+        state["nics"][id]["provisioningState"].as_str().expect("a NIC").to_owned()
     }
 
     pub fn config(&self, config: &Value) {

@@ -3,10 +3,15 @@
 //!
 //! | verb | ARM calls | reports `executed` when |
 //! |---|---|---|
-//! | `assign-secondary-ip` | [`Arm::seize`]: GET own NIC; list the NICs of its resource group; PUT each other holder without the ipConfiguration (If-Match) and poll its operation; PUT own NIC with it (If-Match), poll; GET own NIC | a read shows the address on the NIC |
-//! | `enable-forwarding` | GET own NIC; with `ipForwarding: set` and `enableIPForwarding` off, a PUT (If-Match), polled | `enableIPForwarding` is on; `failed` naming it when off under `ipForwarding: check` |
+//! | `assign-secondary-ip` | [`Arm::seize`]: GET own NIC; list the NICs of its resource group; PUT each other holder in the NIC's virtual network without the ipConfiguration (If-Match) and poll its operation; PUT own NIC with it (If-Match), poll; GET own NIC | a read shows the address on the NIC, `provisioningState` `Succeeded` |
+//! | `enable-forwarding` | GET own NIC; with `ipForwarding: set` and `enableIPForwarding` off, a PUT (If-Match), polled | `enableIPForwarding` is on (after a PUT: its operation `Succeeded`); `failed` naming it when off under `ipForwarding: check` |
 //! | `disable-forwarding` | none: the setting is per NIC and other addresses may need it | always (it says so) |
-//! | `unassign-secondary-ip` | GET own NIC; PUT without the ipConfiguration (If-Match) only if still there, polled | removed, or not there (released already, or taken by a seize); the primary address is never removed (`failed`) |
+//! | `unassign-secondary-ip` | GET own NIC; PUT without the ipConfiguration (If-Match) only if still there, polled | removed (its operation `Succeeded`: that is the confirmation), or not there (released already, or taken by a seize); the primary address is never removed (`failed`) |
+//!
+//! Every NIC is judged settled (`provisioningState` `Succeeded`: `Updating` read again, `Failed`
+//! written back as read first). An error after a write was accepted (its operation `Failed` or
+//! `Canceled`, a poll refused, a confirming read refused) is `unknown`, not `failed`: the write may
+//! have applied (SPEC 6).
 //!
 //! The holder of an address is looked for in the resource group of the node's own NIC (one
 //! list, paged): the NICs that can hold an address of the node's subnet are in the subnet's
@@ -142,7 +147,13 @@ impl AzureExecutor {
                 ExecutionOutcome::Failed { reason }
             }
             ArmError::Refused { .. } | ArmError::Setup { .. } => ExecutionOutcome::Failed { reason },
-            // A write may have been made, or an operation be under way.
+            // A write may have been made, or an operation be under way (SPEC 6: in doubt).
+            ArmError::InDoubt { cause, .. } => {
+                if matches!(*cause, ArmError::Permission { .. }) {
+                    self.report_permission(&reason);
+                }
+                ExecutionOutcome::Unknown { reason }
+            }
             ArmError::NoAnswer { .. } | ArmError::Deadline { .. } => ExecutionOutcome::Unknown { reason },
         }
     }
