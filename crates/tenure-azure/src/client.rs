@@ -92,6 +92,9 @@ pub struct Arm {
     endpoint: Url,
     auth: Auth,
     throttled: AtomicU64,
+    /// No request before this instant: ARM's last 429 asked to wait until then (throttling is per
+    /// subscription and principal, so every call of this client waits, the next action's too).
+    quiet_until: std::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Arm {
@@ -151,7 +154,13 @@ impl Arm {
             Vec::new(),
             None,
         );
-        Ok(Self { pipeline, endpoint, auth, throttled: AtomicU64::new(0) })
+        Ok(Self {
+            pipeline,
+            endpoint,
+            auth,
+            throttled: AtomicU64::new(0),
+            quiet_until: std::sync::Mutex::new(None),
+        })
     }
 
     /// Answers of ARM that asked to wait (429, or another operation under way) since this client
@@ -221,7 +230,22 @@ impl Arm {
         deadline: Instant,
     ) -> Result<Answer, ArmError> {
         let mut backoff = BACKOFF_FIRST;
+        // Why the last try did not do: said when the deadline ends the tries.
+        let mut last = String::new();
         loop {
+            let quiet = *self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(until) = quiet.filter(|until| *until > Instant::now()) {
+                if until >= deadline {
+                    return Err(ArmError::Deadline {
+                        operation,
+                        message: format!(
+                            "not sent: ARM asked (HTTP 429) to wait {} ms more, past the deadline",
+                            until.saturating_duration_since(Instant::now()).as_millis()
+                        ),
+                    });
+                }
+                tokio::time::sleep_until(until).await;
+            }
             not_past(operation, deadline)?;
             let wait = match self.once(operation, method, url, body, if_match).await {
                 Err(ArmError::NoAnswer { operation, message }) => {
@@ -229,6 +253,7 @@ impl Arm {
                         return Err(ArmError::NoAnswer { operation, message });
                     }
                     tracing::debug!(operation, %message, "azure: no answer to a read; trying again");
+                    last = format!("no answer: {message}");
                     next_backoff(&mut backoff)
                 }
                 Err(other) => return Err(other),
@@ -238,9 +263,18 @@ impl Arm {
                     if answer.status == 429 || busy {
                         self.throttled.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(operation, status = answer.status, %code, "azure: asked to wait");
-                        answer.retry_after.unwrap_or_else(|| next_backoff(&mut backoff))
+                        last = format!("HTTP {} {code}", answer.status);
+                        let wait = answer.retry_after.unwrap_or_else(|| next_backoff(&mut backoff));
+                        if answer.status == 429 {
+                            let until = Instant::now() + wait;
+                            let mut quiet =
+                                self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            *quiet = Some(quiet.map_or(until, |earlier| earlier.max(until)));
+                        }
+                        wait
                     } else if answer.status >= 500 {
                         tracing::debug!(operation, status = answer.status, %code, "azure: server error; trying again");
+                        last = format!("HTTP {} {code}", answer.status);
                         answer.retry_after.unwrap_or_else(|| next_backoff(&mut backoff))
                     } else if answer.status == 401 || answer.status == 403 {
                         return Err(ArmError::Permission { operation, status: answer.status, code, message });
@@ -253,7 +287,7 @@ impl Arm {
                 return Err(ArmError::Deadline {
                     operation,
                     message: format!(
-                        "the next try, in {} ms, would start past the deadline",
+                        "the next try, in {} ms, would start past the deadline (last answer: {last})",
                         wait.as_millis()
                     ),
                 });

@@ -129,6 +129,11 @@ pub enum OciError {
 pub const POLICY_HINT: &str = "the caller needs, in the VNICs' and subnets' compartment: `use vnics`, `use private-ips`, `use subnets` \
      (e.g. `Allow dynamic-group <dg> to use private-ips in compartment <c>`; see docs/operations.md, OCI)";
 
+/// The hint of a 401: authentication, not policy.
+pub const AUTHENTICATION_HINT: &str = "OCI did not accept the request's signature: check the profile's key_file, its \
+     fingerprint, user and tenancy OCIDs, and this host's clock (OCI refuses a request dated more than 5 minutes off); \
+     with instancePrincipal, the instance's dynamic group";
+
 /// One signed call to make.
 #[derive(Clone, Debug)]
 pub struct Call<'a> {
@@ -325,7 +330,16 @@ impl Http {
                 return Ok(answer);
             }
             let (code, message) = error_of(&answer.body);
-            if status == 401 || (status == 404 && code == "NotAuthorizedOrNotFound") {
+            if status == 401 {
+                return Err(OciError::Permission {
+                    operation,
+                    status,
+                    code,
+                    message,
+                    hint: AUTHENTICATION_HINT,
+                });
+            }
+            if status == 404 && code == "NotAuthorizedOrNotFound" {
                 return Err(OciError::Permission { operation, status, code, message, hint: POLICY_HINT });
             }
             let conflict =

@@ -159,6 +159,18 @@ async fn retry_after_is_honoured_and_counted_server_errors_retried_and_the_deadl
     );
     assert_eq!(fake.calls().len(), 1, "no call after the 429");
     assert_eq!(executor.throttled_calls(), 3);
+    let ExecutionOutcome::Unknown { reason } = &outcome else { unreachable!() };
+    assert!(reason.contains("(last answer: HTTP 429"), "the cause is said: {reason}");
+
+    // The next attempt (the sweep's retry, another action) within those 30 s sends nothing
+    // either: throttling is the subscription's, not the call's.
+    let outcome =
+        run_for(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 2), Duration::from_secs(3)).await;
+    assert!(
+        matches!(&outcome, ExecutionOutcome::Unknown { reason } if reason.contains("not sent: ARM asked (HTTP 429) to wait")),
+        "{outcome:?}"
+    );
+    assert_eq!(fake.calls().len(), 1, "nothing sent before the Retry-After");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -198,17 +198,20 @@ async fn the_deadline_is_kept_under_throttling() {
     assert_eq!(executor.throttled_calls(), 3);
 }
 
-/// 401 and 404 `NotAuthorizedOrNotFound` fail at once (one call) naming the policy statements.
+/// 401 and 404 `NotAuthorizedOrNotFound` fail at once (one call): a 404 naming the policy
+/// statements, a 401 (authentication) the key, its fingerprint and the clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permission_errors_fail_at_once_naming_the_policy() {
     let fake = OciFake::start();
     let vnics = fake.vnics(1);
     let executor = executor(&fake, "permission");
-    for (status, code) in [(404, "NotAuthorizedOrNotFound"), (401, "NotAuthenticated")] {
+    for (status, code, hint) in
+        [(404, "NotAuthorizedOrNotFound", "use private-ips"), (401, "NotAuthenticated", "fingerprint")]
+    {
         fake.reset_calls();
         fake.fault("*", status, code, 1, None);
         let reason = failed(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
-        assert!(reason.contains(code) && reason.contains("use private-ips"), "{reason}");
+        assert!(reason.contains(code) && reason.contains(hint), "{reason}");
         assert_eq!(fake.log().len(), 1, "one call, not resent");
     }
     // A key the fake does not know: its own 401, at once.

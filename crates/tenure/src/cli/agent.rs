@@ -58,7 +58,13 @@ pub struct AgentArgs {
 /// Sets up `tracing` on stderr. Safe to call once per process.
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // The Azure SDK logs each failed HTTP answer at info in its own words; tenure says what
+        // matters once, with the cause (RUST_LOG overrides all of it).
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(
+                "info,typespec_client_core=warn,azure_core=warn,azure_identity=warn",
+            )
+        });
     // Colours only on a terminal: journald and files get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // A closed stderr (the terminal or pipe gone) must not end the agent: the subscriber's own
