@@ -230,8 +230,6 @@ impl Arm {
         deadline: Instant,
     ) -> Result<Answer, ArmError> {
         let mut backoff = BACKOFF_FIRST;
-        // Why the last try did not do: said when the deadline ends the tries.
-        let mut last = String::new();
         loop {
             let quiet = *self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(until) = quiet.filter(|until| *until > Instant::now()) {
@@ -247,6 +245,8 @@ impl Arm {
                 tokio::time::sleep_until(until).await;
             }
             not_past(operation, deadline)?;
+            // Why this try did not do: said when the deadline ends the tries.
+            let last;
             let wait = match self.once(operation, method, url, body, if_match).await {
                 Err(ArmError::NoAnswer { operation, message }) => {
                     if method != Method::Get {
