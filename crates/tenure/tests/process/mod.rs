@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../support/wait.rs"]
 mod wait;
+#[allow(unused_imports)] // each test binary uses some
 pub use wait::{WAIT_MAX, stays_for, wait_for, wait_for_within};
 
 /// The API token the tests configure.
