@@ -53,11 +53,10 @@ impl EmbeddedBackend {
         }
     }
 
-    /// Writes the term durably (see [`durable::replace`]), then reads it back as a restarted
-    /// contender would.
+    /// Writes the term durably (see [`durable::replace_atomically`]), then reads it back as a
+    /// restarted contender would.
     fn write_term(&self, term: u64) -> Result<(), BackendError> {
-        let tmp = self.dir.join(format!("{}.term.tmp", self.election));
-        durable::replace(&self.term_path(), &tmp, &self.dir, format!("{term}\n").as_bytes())
+        durable::replace_atomically(&self.term_path(), format!("{term}\n").as_bytes())
             .map_err(|e| unavailable(e.to_string()))?;
         let back = self.read_term()?;
         if back != term {

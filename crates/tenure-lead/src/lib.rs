@@ -20,6 +20,8 @@
 //!   restarts; `Remembering` wraps a backend with it.
 //! - [`bridge`] — the epoch bridge between a leader-only producer and the pipeline.
 //! - [`sink`] — the fenced sink, with optional HMAC-signed stamps.
+//! - [`durable`] — durable small files, for all of tenure: the atomic, fsync'd replace and the
+//!   exclusive lock file (the sink's mark, the terms, and in `tenure` the store's files).
 //!
 //! # Example
 //!
@@ -40,7 +42,7 @@
 pub mod backend;
 pub mod bridge;
 pub mod config;
-mod durable;
+pub mod durable;
 pub mod elector;
 pub mod embedded;
 #[cfg(feature = "etcd")]

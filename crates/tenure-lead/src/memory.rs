@@ -8,7 +8,7 @@
 //! Kubernetes namespace) and `<hash>` is the first 16 hex digits of its SHA-256: two elections of
 //! one name in two places never share a floor. The file holds the term on its first line and, for
 //! the operator, the backend, scope and election on a comment line. It is replaced atomically and
-//! fsync'd (`durable::replace`) under an exclusive lock on a sidecar `.lock` file, and
+//! fsync'd ([`durable::replace_atomically`]) under an exclusive lock on a sidecar `.lock` file ([`durable::lock`]), and
 //! only ever raised: contenders on one host may share a state directory.
 //!
 //! [`Remembering`] wraps any backend: it seeds the backend with the floor before the first
@@ -16,7 +16,6 @@
 //! seen *before* the attempt that saw it returns — a term is never led under before it is
 //! durable here.
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -27,10 +26,8 @@ use crate::durable;
 /// The durable floor of one election's term on this node.
 #[derive(Debug)]
 pub struct TermMemory {
-    dir: PathBuf,
     path: PathBuf,
     lock_path: PathBuf,
-    temporary: PathBuf,
     comment: String,
     term: u64,
 }
@@ -52,8 +49,6 @@ impl TermMemory {
         let mut memory = Self {
             path: dir.join(format!("{stem}.term")),
             lock_path: dir.join(format!("{stem}.lock")),
-            temporary: dir.join(format!("{stem}.term.tmp")),
-            dir,
             comment: format!("# highest term seen: backend {backend}, scope {scope}, election {election}"),
             term: 0,
         };
@@ -92,17 +87,11 @@ impl TermMemory {
         if term <= self.term {
             return Ok(());
         }
-        let lock = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.lock_path)
-            .and_then(|file: File| file.lock().map(|()| file))
-            .map_err(|e| unavailable(format!("{}: lock: {e}", self.lock_path.display())))?;
+        let lock = durable::lock(&self.lock_path).map_err(|e| unavailable(e.to_string()))?;
         let stored = self.read()?;
         if term > stored {
             let text = format!("{term}\n{}\n", self.comment);
-            durable::replace(&self.path, &self.temporary, &self.dir, text.as_bytes())
+            durable::replace_atomically(&self.path, text.as_bytes())
                 .map_err(|e| unavailable(e.to_string()))?;
         }
         drop(lock);
@@ -246,7 +235,7 @@ mod tests {
         let d = dir("not-durable");
         let memory = TermMemory::open(&d, "fixed", "/x", "e").expect("opens");
         // The temporary file's path is a directory: the replace fails, even for root.
-        std::fs::create_dir_all(&memory.temporary).expect("mkdir");
+        std::fs::create_dir_all(durable::temporary_path(memory.path())).expect("mkdir");
         let mut backend = Remembering::new(Fixed { term: 4, releases: 0 }, memory);
         let err = backend.try_acquire_or_renew().await.expect_err("not durable");
         assert!(matches!(err, BackendError::Unavailable { .. }), "{err}");

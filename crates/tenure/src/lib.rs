@@ -19,7 +19,11 @@
 //!   executor), listed once in [`exec::registry`].
 //! - [`store`] — the durable embedded store on redb: [`store::EmbeddedStore`] (the log, every
 //!   node's journal with group commit, the identity file, one owning process), backup and
-//!   [`store::restore`].
+//!   [`store::restore`]; with the `etcd` feature, the fleet store `store::fleet` (the log in etcd).
+//! - `main.rs` — the `tenure` binary: [`cli::run`] over the parsed command line.
+//!
+//! Files are replaced atomically and lock files taken through one implementation,
+//! [`tenure_lead::durable`] (the store's files, the hook records, keepalived's kept state).
 //!
 //! # Cargo features
 //!

@@ -5,6 +5,9 @@
 //! anything else announces the held addresses once. The network-namespace version, with real
 //! gratuitous ARPs on a bridge, is `onprem_netns.rs`.
 
+#[path = "support/wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -26,6 +29,7 @@ use tenure_core::model::{
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use wait::wait_until;
 
 /// Most time any condition below may take; the loop itself is much faster.
 const WAIT_MAX: Duration = Duration::from_secs(10);
@@ -226,14 +230,6 @@ impl Agent {
     }
 }
 
-async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, mut condition: F) {
-    let deadline = Instant::now() + WAIT_MAX;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garp_refresh_announces_every_held_address_at_its_interval_and_nothing_else() {
     let agent = start(&Setup {
@@ -243,10 +239,11 @@ async fn garp_refresh_announces_every_held_address_at_its_interval_and_nothing_e
         failing_release_nic: None,
         withdraw_fails: false,
     });
-    wait_until("a announced both addresses", async || agent.announced("a").await).await;
+    wait_until(WAIT_MAX, "a announced both addresses", async || agent.announced("a").await).await;
     let journal = agent.journal().await;
     for address in ADDRESSES {
-        wait_until("three refreshes", async || agent.recorder.garps("eth-a", address).len() >= 4).await;
+        wait_until(WAIT_MAX, "three refreshes", async || agent.recorder.garps("eth-a", address).len() >= 4)
+            .await;
     }
     for address in ADDRESSES {
         // The acquire's own, then the refreshes: one per interval, not one per step. (A timer
@@ -283,15 +280,16 @@ async fn a_deposed_holder_never_refreshes_even_while_its_entry_stays() {
         failing_release_nic: Some("eth-a"),
         withdraw_fails: false,
     });
-    wait_until("a announced both addresses", async || agent.announced("a").await).await;
-    wait_until("a refreshed", async || agent.recorder.garps("eth-a", ADDRESSES[0]).len() >= 2).await;
+    wait_until(WAIT_MAX, "a announced both addresses", async || agent.announced("a").await).await;
+    wait_until(WAIT_MAX, "a refreshed", async || agent.recorder.garps("eth-a", ADDRESSES[0]).len() >= 2)
+        .await;
     let receipt = agent.handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers");
     assert!(receipt.is_ok(), "{receipt:?}");
-    wait_until("b announced both addresses", async || agent.announced("b").await).await;
+    wait_until(WAIT_MAX, "b announced both addresses", async || agent.announced("b").await).await;
     // b's first announcement came after the one view both nodes share applied the drain: from
     // then on, every refresh of a is gated against it.
     let moved = agent.recorder.garps("eth-b", ADDRESSES[0])[0].at;
-    wait_until("a's release failed", async || {
+    wait_until(WAIT_MAX, "a's release failed", async || {
         agent
             .journal()
             .await
@@ -301,7 +299,7 @@ async fn a_deposed_holder_never_refreshes_even_while_its_entry_stays() {
     .await;
     // Five refresh intervals of b's refreshes, while a still has its entries.
     for address in ADDRESSES {
-        wait_until("b refreshes", async || agent.recorder.garps("eth-b", address).len() >= 6).await;
+        wait_until(WAIT_MAX, "b refreshes", async || agent.recorder.garps("eth-b", address).len() >= 6).await;
     }
     assert!(agent.recorder.lan.with_provider(|p| p.holdings().values().all(|nics| nics.contains("eth-a"))));
     for address in ADDRESSES {
@@ -324,19 +322,19 @@ async fn no_refresh_while_keepalived_says_not_master() {
     });
     agent.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
     agent.keepalived_says(VrrpReport::Running).await;
-    wait_until("a announced both addresses", async || agent.announced("a").await).await;
-    wait_until("a refreshed", async || agent.refreshes("executed").await >= 2).await;
+    wait_until(WAIT_MAX, "a announced both addresses", async || agent.announced("a").await).await;
+    wait_until(WAIT_MAX, "a refreshed", async || agent.refreshes("executed").await >= 2).await;
     // keepalived demotes the host; the loop is not told (its report is still on its way), so
     // the log still has a as the holder and the fence passes: keepalived's guard alone refuses.
     agent.authority.observe(&VrrpReport::State(VrrpState::Backup));
-    wait_until("refreshes refused", async || agent.refreshes("refused").await >= 5).await;
+    wait_until(WAIT_MAX, "refreshes refused", async || agent.refreshes("refused").await >= 5).await;
     let calls = agent.recorder.calls();
     let unguarded: Vec<&Call> = calls.iter().filter(|c| c.verb == Verb::Garp && !c.master).collect();
     assert!(unguarded.is_empty(), "announced while not MASTER: {unguarded:?}");
     // MASTER again (the loop never heard of the demotion): the refreshes go on.
     agent.authority.observe(&VrrpReport::State(VrrpState::Master));
     let refreshed = agent.refreshes("executed").await;
-    wait_until("refreshing again", async || agent.refreshes("executed").await > refreshed).await;
+    wait_until(WAIT_MAX, "refreshing again", async || agent.refreshes("executed").await > refreshed).await;
 }
 
 // One thread: the three reports below are all waiting when the loop next runs (nothing yields
@@ -353,7 +351,7 @@ async fn master_again_announces_the_held_addresses_once() {
     });
     agent.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
     agent.keepalived_says(VrrpReport::Running).await;
-    wait_until("a announced both addresses", async || agent.announced("a").await).await;
+    wait_until(WAIT_MAX, "a announced both addresses", async || agent.announced("a").await).await;
     let journal = agent.journal().await;
     let epochs = agent.epochs().await;
     for address in ADDRESSES {
@@ -369,11 +367,11 @@ async fn master_again_announces_the_held_addresses_once() {
         .expect("listens");
     agent.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
     for address in ADDRESSES {
-        wait_until("the burst", async || agent.recorder.garps("eth-a", address).len() >= 2).await;
+        wait_until(WAIT_MAX, "the burst", async || agent.recorder.garps("eth-a", address).len() >= 2).await;
     }
     // Heartbeats go on (every 50 ms) and steps with them: still one burst.
     let settled = agent.handle.metrics().await.expect("answers").log_index;
-    wait_until("ten more log events", async || {
+    wait_until(WAIT_MAX, "ten more log events", async || {
         agent.handle.metrics().await.expect("answers").log_index >= settled + 10
     })
     .await;

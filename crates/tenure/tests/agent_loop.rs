@@ -3,6 +3,9 @@
 //! exec hook script never sees an action the gate fenced right before the call; a call task that
 //! panics does not leave its address stuck.
 
+#[path = "support/wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +18,7 @@ use tenure::exec::SimExecutor;
 use tenure_core::log::EventKind;
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
 use tokio::sync::{mpsc, oneshot};
+use wait::wait_until;
 
 /// Most time any condition below may take; the loop itself is much faster.
 const WAIT_MAX: Duration = Duration::from_secs(10);
@@ -83,14 +87,6 @@ fn start(approval: Approval) -> Running {
     Running { handle, cloud, stop, done }
 }
 
-async fn wait_for<F: Fn() -> bool>(what: &str, condition: F) {
-    let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 type Done = tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>;
 
 /// Runs the loop over a fresh in-memory store: its handle, its stop switch and the run.
@@ -149,7 +145,7 @@ fn holders(cloud: &SimExecutor) -> BTreeMap<String, Vec<String>> {
 async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     let agent = start(Approval::Auto);
     let cloud = agent.cloud.clone();
-    wait_for("both addresses on a's NIC", || {
+    wait_until(WAIT_MAX, "both addresses on a's NIC", async || {
         holders(&cloud).values().filter(|nics| **nics == vec!["eni-a".to_owned()]).count() == 2
     })
     .await;
@@ -175,7 +171,7 @@ async fn the_agent_captures_fails_over_on_drain_and_stops_cleanly() {
     let receipt =
         agent.handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
     assert!(receipt.index > 0);
-    wait_for("both addresses moved to b's NIC alone", || {
+    wait_until(WAIT_MAX, "both addresses moved to b's NIC alone", async || {
         holders(&cloud).values().filter(|nics| **nics == vec!["eni-b".to_owned()]).count() == 2
     })
     .await;
@@ -483,13 +479,13 @@ async fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_
         tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
             let _ = stopped.await;
         }));
-    wait_for("both addresses on a's NIC", || holders(&cloud).len() == 2).await;
+    wait_until(WAIT_MAX, "both addresses on a's NIC", async || holders(&cloud).len() == 2).await;
 
     wanted.store(1, std::sync::atomic::Ordering::SeqCst);
     reload_tx.send(()).await.expect("running");
     // The loop took the reload (it runs it at once) when the channel has room again; then
     // heartbeats go on landing.
-    wait_for("the loop took the reload", || reload_tx.capacity() == 1).await;
+    wait_until(WAIT_MAX, "the loop took the reload", async || reload_tx.capacity() == 1).await;
     let head = handle.health().await.expect("answers").log_head;
     let deadline = tokio::time::Instant::now() + WAIT_MAX;
     loop {
@@ -506,7 +502,8 @@ async fn a_pool_reload_too_large_for_one_record_is_refused_and_the_agent_serves_
 
     wanted.store(2, std::sync::atomic::Ordering::SeqCst);
     reload_tx.send(()).await.expect("running");
-    wait_for("the good file applied after the refused one", || holders(&cloud).len() == 3).await;
+    wait_until(WAIT_MAX, "the good file applied after the refused one", async || holders(&cloud).len() == 3)
+        .await;
     assert!(handle.health().await.expect("answers").ok);
     stop.send(()).expect("running");
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
@@ -571,7 +568,7 @@ async fn a_resumed_node_calls_nothing_while_the_log_head_cannot_be_confirmed() {
         let _ = stopped.await;
     }));
     let calls = || counting.calls.load(std::sync::atomic::Ordering::SeqCst);
-    wait_for("a's acquire ran", || calls() == 1).await;
+    wait_until(WAIT_MAX, "a's acquire ran", async || calls() == 1).await;
 
     // a approves a fresh acquire and freezes before calling it; then etcd becomes unreachable.
     let address = "10.0.0.10".parse().expect("literal");
@@ -596,7 +593,7 @@ async fn a_resumed_node_calls_nothing_while_the_log_head_cannot_be_confirmed() {
     }
     // The head confirmed again: the approved acquire, still current, is called.
     unconfirmed.store(false, std::sync::atomic::Ordering::SeqCst);
-    wait_for("the approved acquire ran once the head was confirmed", || calls() >= 2).await;
+    wait_until(WAIT_MAX, "the approved acquire ran once the head was confirmed", async || calls() >= 2).await;
     stop.send(()).expect("running");
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
 }

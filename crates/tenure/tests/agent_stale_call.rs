@@ -4,6 +4,9 @@
 //! delay, the heartbeats and the waits below are all virtual time, so the run is deterministic
 //! and takes milliseconds.
 
+#[path = "support/wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +23,7 @@ use tenure_core::model::{
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use wait::wait_until;
 
 /// Most virtual time any condition below may take.
 const WAIT_MAX: Duration = Duration::from_secs(30);
@@ -126,14 +130,6 @@ fn spawn_agent(
     (handle, stop, done)
 }
 
-async fn wait_for<F: Fn() -> bool>(what: &str, condition: F) {
-    let deadline = Instant::now() + WAIT_MAX;
-    while !condition() {
-        assert!(Instant::now() < deadline, "not within {WAIT_MAX:?} of virtual time: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 fn slow_for_a() -> Arc<SlowForA> {
     Arc::new(SlowForA {
         cloud: SimExecutor::new(ProviderKind::SimCloud),
@@ -167,7 +163,10 @@ async fn rows(handle: &AgentHandle, node: &str) -> Vec<tenure_core::rows::Action
 async fn a_call_whose_action_the_view_fenced_is_cancelled_and_never_reaches_the_provider() {
     let executor = slow_for_a();
     let (handle, stop, done) = spawn_agent(MemoryStore::new(), Arc::clone(&executor), &["a", "b"], None);
-    wait_for("a's assign is under way", || executor.slow_started.load(Ordering::SeqCst) == 1).await;
+    wait_until(WAIT_MAX, "a's assign is under way", async || {
+        executor.slow_started.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let started = Instant::now();
     let a_assign: Vec<String> = rows(&handle, "a")
         .await
@@ -177,7 +176,7 @@ async fn a_call_whose_action_the_view_fenced_is_cancelled_and_never_reaches_the_
         .collect();
     assert_eq!(a_assign.len(), 1, "{a_assign:?}");
     handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
-    wait_for("b holds the address", || {
+    wait_until(WAIT_MAX, "b holds the address", async || {
         holders(&executor.cloud).get("10.0.0.10") == Some(&vec!["eni-b".into()])
     })
     .await;
@@ -197,7 +196,7 @@ async fn a_call_whose_action_the_view_fenced_is_cancelled_and_never_reaches_the_
     // A cancelled call's outcome is unknown: the log is told it failed, and a — which may hold
     // the address for all it knows (a hook killed after it acted) and will never retry a stale
     // entry — counts it as held and releases it, an idempotent call on its own NIC.
-    wait_for("a's release of the acquire in doubt is executed", || {
+    wait_until(WAIT_MAX, "a's release of the acquire in doubt is executed", async || {
         executor.reached.lock().expect("not poisoned").iter().any(|k| k.contains("/unassign-secondary-ip/a/"))
     })
     .await;
@@ -234,12 +233,15 @@ async fn an_acquire_reported_after_the_hand_over_reads_inventory_at_once_and_dri
     store.append_batch(&[heartbeat]).expect("memory");
     let hour = Duration::from_secs(3_600);
     let (handle, stop, done) = spawn_agent(store.clone(), Arc::clone(&executor), &["b"], Some(hour));
-    wait_for("the start's inventory read", || executor.inventory_reads.load(Ordering::SeqCst) == 1).await;
+    wait_until(WAIT_MAX, "the start's inventory read", async || {
+        executor.inventory_reads.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let map = handle.ownership().await.expect("answers");
     assert_eq!(map.iter().map(|r| r.owner.as_deref()).collect::<Vec<_>>(), vec![Some("a")], "{map:?}");
 
     handle.submit(EventKind::Drain { node: "a".into() }).await.expect("answers").expect("appended");
-    wait_for("b holds the address", || {
+    wait_until(WAIT_MAX, "b holds the address", async || {
         holders(&executor.cloud).get("10.0.0.10") == Some(&vec!["eni-b".into()])
     })
     .await;
@@ -279,11 +281,11 @@ async fn an_acquire_reported_after_the_hand_over_reads_inventory_at_once_and_dri
     };
     store.append_batch(&[result]).expect("memory");
     let reported = Instant::now();
-    wait_for("an inventory read right after a's late acquire", || {
+    wait_until(WAIT_MAX, "an inventory read right after a's late acquire", async || {
         executor.inventory_reads.load(Ordering::SeqCst) >= 2
     })
     .await;
-    wait_for("drift repair moved the address back to b", || {
+    wait_until(WAIT_MAX, "drift repair moved the address back to b", async || {
         holders(&executor.cloud).get("10.0.0.10") == Some(&vec!["eni-b".into()])
     })
     .await;

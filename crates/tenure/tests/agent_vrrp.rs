@@ -5,6 +5,9 @@
 //! address comes back. The network-namespace version with real keepalived and etcd is
 //! `onprem_keepalived.rs`.
 
+#[path = "support/wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +21,7 @@ use tenure::agent::{ProviderExecutor, Settings, VrrpFollow};
 use tenure::exec::SimExecutor;
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
 use tokio::sync::{mpsc, oneshot};
+use wait::wait_until;
 
 /// Most time any condition below may take; the loop itself is much faster.
 const WAIT_MAX: Duration = Duration::from_secs(10);
@@ -121,22 +125,14 @@ impl Router {
     }
 }
 
-async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, mut condition: F) {
-    let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    while !condition().await {
-        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demotion_withdraws_without_the_log_and_journals_a_release() {
     let router = start();
     // As the follower starts: the lines that waited in the FIFO, then "running".
     router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
     router.keepalived_says(VrrpReport::Running).await;
-    wait_until("a answers as master", async || router.answers()).await;
-    wait_until("garp executed", async || {
+    wait_until(WAIT_MAX, "a answers as master", async || router.answers()).await;
+    wait_until(WAIT_MAX, "garp executed", async || {
         router.journal().await.iter().filter(|(_, state, _)| state == "executed").count() == 2
     })
     .await;
@@ -145,8 +141,8 @@ async fn a_demotion_withdraws_without_the_log_and_journals_a_release() {
     // its way): the entry goes all the same, journaled as an executed release stamped with the
     // epoch a held — the log did not move, so no planned release could have done it.
     router.authority.observe(&VrrpReport::State(VrrpState::Backup));
-    wait_until("the entry withdrawn", async || !router.answers()).await;
-    wait_until("the withdrawal journaled", async || {
+    wait_until(WAIT_MAX, "the entry withdrawn", async || !router.answers()).await;
+    wait_until(WAIT_MAX, "the withdrawal journaled", async || {
         router
             .journal()
             .await
@@ -157,17 +153,17 @@ async fn a_demotion_withdraws_without_the_log_and_journals_a_release() {
     // The log has not heard of the demotion, only of the release: a still owns the address,
     // and the release of the desired holder in its own epoch re-captured it (captureEpoch 2), so
     // that a adds it again once it may (its acquire of epoch 1 is executed already).
-    wait_until("the release re-captured", async || router.epochs().await == (1, 2)).await;
+    wait_until(WAIT_MAX, "the release re-captured", async || router.epochs().await == (1, 2)).await;
     assert!(!router.answers(), "not while keepalived says BACKUP: the add is refused");
 
     // The report reaches the loop: the log moves both epochs away from a.
     router.keepalived.send(VrrpReport::State(VrrpState::Backup)).await.expect("listens");
-    wait_until("the epochs moved", async || router.epochs().await == (2, 3)).await;
+    wait_until(WAIT_MAX, "the epochs moved", async || router.epochs().await == (2, 3)).await;
     assert!(!router.answers());
 
     // MASTER again: a re-captures in a new epoch.
     router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
-    wait_until("a answers again", async || router.answers()).await;
+    wait_until(WAIT_MAX, "a answers again", async || router.answers()).await;
     assert_eq!(router.epochs().await, (3, 4));
 }
 
@@ -179,7 +175,7 @@ async fn a_flap_that_reaches_the_log_in_one_batch_still_brings_the_address_back(
     // As the follower starts: the lines that waited in the FIFO, then "running".
     router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
     router.keepalived_says(VrrpReport::Running).await;
-    wait_until("a answers as master", async || router.answers()).await;
+    wait_until(WAIT_MAX, "a answers as master", async || router.answers()).await;
     let before = router.epochs().await;
     // BACKUP and MASTER back to back: the withdrawal runs on BACKUP; both reports reach the loop
     // before its next append, so the log sees neither (MASTER is what it had). The withdrawal's
@@ -187,10 +183,10 @@ async fn a_flap_that_reaches_the_log_in_one_batch_still_brings_the_address_back(
     // adds its entry again (without that rule a would stay the desired holder of an epoch whose
     // acquire it executed, answering for nothing).
     router.authority.observe(&VrrpReport::State(VrrpState::Backup));
-    wait_until("the entry withdrawn", async || !router.answers()).await;
+    wait_until(WAIT_MAX, "the entry withdrawn", async || !router.answers()).await;
     router.keepalived.send(VrrpReport::State(VrrpState::Backup)).await.expect("listens");
     router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
-    wait_until("a answers again", async || router.answers()).await;
+    wait_until(WAIT_MAX, "a answers again", async || router.answers()).await;
     let after = router.epochs().await;
     assert!(after.1 > before.1, "the captureEpoch moved: {before:?} -> {after:?}");
 }

@@ -16,27 +16,16 @@ pub const MARK_FILE_LENGTH_MAX_BYTES: u64 = 4_096;
 
 const MARK_FILE_HEADER: &str = "tenure-fenced-sink v1";
 
-/// The files beside a mark: its lock, its temporary file and its directory.
+/// The files of a mark: the mark and its lock beside it.
 #[derive(Debug)]
 pub(super) struct MarkPaths {
     pub(super) mark: PathBuf,
     pub(super) lock: PathBuf,
-    pub(super) temporary: PathBuf,
-    pub(super) directory: PathBuf,
 }
 
 impl MarkPaths {
     pub(super) fn of(path: &Path) -> Self {
-        let directory = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        Self {
-            mark: path.to_owned(),
-            lock: with_suffix(path, ".lock"),
-            temporary: with_suffix(path, ".tmp"),
-            directory,
-        }
+        Self { mark: path.to_owned(), lock: with_suffix(path, ".lock") }
     }
 
     /// Takes the lock every sink of this mark holds while open; [`SinkError::InUse`] if taken.
@@ -56,7 +45,7 @@ impl MarkPaths {
 
     /// Writes `epoch` durably. The caller holds the lock.
     pub(super) fn replace(&self, epoch: LeaderEpoch) -> Result<(), SinkError> {
-        Ok(durable::replace(&self.mark, &self.temporary, &self.directory, encode_mark(epoch).as_bytes())?)
+        Ok(durable::replace_atomically(&self.mark, encode_mark(epoch).as_bytes())?)
     }
 
     /// Reads the mark back and checks that it is `epoch`.

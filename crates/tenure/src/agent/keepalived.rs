@@ -137,29 +137,23 @@ pub fn lock_file(fifo: &Path) -> PathBuf {
 /// Takes [`lock_file`] for `fifo` without waiting: `Ok(Some(lock))` held, `Err` (one line naming
 /// both paths) when another follower holds it. A lock file that cannot be made (a folder the
 /// agent may not write) is logged and the FIFO followed without it (`Ok(None)`), as before the
-/// lock: it guards against a second reader, and must not stop the only one.
+/// lock: it guards against a second reader, and must not stop the only one. The lock is tenure's
+/// one lock file ([`tenure_lead::durable::try_lock`]).
 #[cfg(unix)]
 fn lock(fifo: &Path) -> Result<Option<std::fs::File>, String> {
-    use std::os::unix::fs::OpenOptionsExt as _;
     let file = lock_file(fifo);
-    let unlocked = |e: &dyn std::fmt::Display| {
-        tracing::warn!(fifo = %fifo.display(), "cannot lock keepalived's notify FIFO ({}: {e}): following it without the lock", file.display());
-        Ok(None)
-    };
-    let handle =
-        match std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&file) {
-            Ok(handle) => handle,
-            Err(e) => return unlocked(&e),
-        };
-    match rustix::fs::flock(&handle, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(Some(handle)),
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(format!(
+    match tenure_lead::durable::try_lock(&file) {
+        Ok(tenure_lead::durable::Lock::Held(handle)) => Ok(Some(handle)),
+        Ok(tenure_lead::durable::Lock::Busy(_)) => Err(format!(
             "another tenure agent follows keepalived's notify FIFO {} (it holds {}): readers of one FIFO \
              split its lines, so give each router's keepalived and agent a FIFO of their own",
             fifo.display(),
             file.display()
         )),
-        Err(e) => unlocked(&e),
+        Err(e) => {
+            tracing::warn!(fifo = %fifo.display(), "cannot lock keepalived's notify FIFO ({}: {}): following it without the lock", file.display(), e.source);
+            Ok(None)
+        }
     }
 }
 

@@ -21,15 +21,22 @@
 //!
 //! # Layout
 //!
-//! - this file — [`AgentStore`] (what the loop needs of a store: the seam the etcd store will
-//!   implement too), [`Settings`], [`ProviderExecutor`].
-//! - [`runner`] — the loop: [`runner::run`].
+//! - this file — [`AgentStore`] (what the loop needs of a store: the seam the embedded store,
+//!   the etcd fleet store `crate::store::fleet::EtcdStore` and [`memory::MemoryStore`]
+//!   implement), [`Settings`], [`ProviderExecutor`].
+//! - [`runner`] — the loop: [`runner::run`]; beside it in `runner/`, its halves of the rules:
+//!   `clock.rs` (the clock-lead rule), `history.rs` (the history it keeps), `refresh.rs` (repeated
+//!   announcements), `requests.rs` (its answers to requests), `stale.rs` (calls whose action went
+//!   stale), `vrrp.rs` (keepalived's reports as `vrrp` events), `withdraw.rs` (the local
+//!   withdrawal).
 //! - [`answers`] — answering API requests from the loop's state.
 //! - [`approval`] — what an `approve` may name: an action pending approval now.
 //! - [`listing`] — the list calls' filters, and pages of the history the loop keeps.
 //! - [`map`] — the ownership map a page at a time (`GET /v1/ownership`, the status page).
 //! - [`authority`] — keepalived's authority acted on without the log: calls of `authority: vrrp`
 //!   pools refused and cancelled while not MASTER, the local withdrawal.
+//! - [`keepalived`] — keepalived's notify FIFO: its lines parsed, and the follower that turns
+//!   them into reports for the loop (locked, its last state kept beside the FIFO).
 //! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
 //! - [`notices`] — the maintenance notice watcher (`maintenanceNotices: drain`): drains a node
 //!   whose instance the cloud announces the end of, and acknowledges the notice.

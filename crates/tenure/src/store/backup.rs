@@ -38,12 +38,11 @@ use redb::{Durability, ReadableDatabase, ReadableTable};
 use tenure_core::codec;
 use tenure_core::journal::JournalChange;
 use tenure_core::log::{Event, EventKind};
+use tenure_lead::durable::{AtomicFile, sync_parent_dir};
 
 use super::backup_reader::{BACKUP_FORMAT, BackupHeader, BackupReader, BackupRecord};
 use super::embedded::{EmbeddedStore, create_store};
-use super::identity::{
-    AtomicFile, RestoreRecord, StoreIdentity, decode_record, encode_record, sync_parent_dir,
-};
+use super::identity::{RestoreRecord, StoreIdentity, decode_record, encode_record};
 use super::journal_rows::{decode_counters, decode_entry, decode_mark};
 use super::lock::StoreLock;
 use super::tables::{COUNTERS, Counters, ENTRIES, LOG, MARKS, META, META_IDENTITY_KEY, mark_key};

@@ -14,9 +14,7 @@
 //! ([`write_file_atomically`]: a temporary file beside it, fsync, rename, fsync of the directory),
 //! so a crash leaves the old file or the new one, never half of one.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -153,70 +151,10 @@ impl StoreIdentity {
     }
 }
 
-/// A file being written beside its final path, renamed over it on [`AtomicFile::commit`]. Dropped
-/// without commit, the temporary file is removed and the final path is untouched.
-pub(crate) struct AtomicFile {
-    /// The temporary file.
-    file: Option<File>,
-    /// Its path.
-    tmp: PathBuf,
-    /// The final path.
-    path: PathBuf,
-}
-
-impl AtomicFile {
-    /// Creates the temporary file `.<name>.tmp-<pid>` in the final path's directory.
-    pub(crate) fn create(path: &Path) -> Result<Self, StoreError> {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(StoreError::io("create", &tmp))?;
-        Ok(Self { file: Some(file), tmp, path: path.to_owned() })
-    }
-
-    /// The temporary file, to write into.
-    pub(crate) fn file(&mut self) -> &mut File {
-        self.file.as_mut().expect("the file is taken only by commit, which consumes self")
-    }
-
-    /// Fsyncs the temporary file, renames it over the final path, fsyncs the directory.
-    pub(crate) fn commit(mut self) -> Result<(), StoreError> {
-        let file = self.file.take().expect("commit runs once");
-        file.sync_all().map_err(StoreError::io("sync", &self.tmp))?;
-        drop(file);
-        std::fs::rename(&self.tmp, &self.path).map_err(StoreError::io("rename", &self.tmp))?;
-        sync_parent_dir(&self.path)
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if self.file.take().is_some() {
-            // Not committed: leave the final path as it was. A failure to remove only leaves a
-            // hidden temporary file behind.
-            let _ = std::fs::remove_file(&self.tmp);
-        }
-    }
-}
-
 /// Writes `bytes` to `path` atomically: a temporary file beside it, fsynced, renamed over it, the
-/// directory fsynced. A crash leaves the old file or the new one, never half of one.
+/// directory fsynced. A crash leaves the old file or the new one, never half of one. The one
+/// implementation is [`tenure_lead::durable::replace_atomically`]; this gives its error in the
+/// store's form (`fsync PATH: …`).
 pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let mut file = AtomicFile::create(path)?;
-    let tmp = file.tmp.clone();
-    file.file().write_all(bytes).map_err(StoreError::io("write", tmp))?;
-    file.commit()
-}
-
-/// Fsyncs the directory holding `path`, so that a rename or creation in it is durable.
-pub(crate) fn sync_parent_dir(path: &Path) -> Result<(), StoreError> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    File::open(&dir).and_then(|d| d.sync_all()).map_err(StoreError::io("sync directory", dir))
+    Ok(tenure_lead::durable::replace_atomically(path, bytes)?)
 }

@@ -1,11 +1,12 @@
-//! One process owns a store: `<dir>/LOCK`, held with an exclusive advisory lock
-//! ([`std::fs::File::try_lock`]) for the store's lifetime. The lock belongs to the open file
-//! description, so a second open refuses whether it comes from another process or from this one.
+//! One process owns a store: `<dir>/LOCK`, held with an exclusive advisory lock for the store's
+//! lifetime ([`tenure_lead::durable::try_lock`], the one lock file of tenure: created `0600`).
+//! The lock belongs to the open file description, so a second open refuses whether it comes from
+//! another process or from this one.
 //! The file says who holds it (pid, host, start time) so that the refusal can name the holder;
 //! it is written only once the lock is held and the store has passed its checks, so a refused
 //! open leaves it as it was.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -29,19 +30,11 @@ impl StoreLock {
     /// the holder. Creates `LOCK` if absent; writes nothing into it (see [`Self::write_holder`]).
     pub(crate) fn acquire(dir: &Path) -> Result<Self, StoreError> {
         let path = dir.join(LOCK_FILE_NAME);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(StoreError::io("open", &path))?;
-        match file.try_lock() {
-            Ok(()) => Ok(Self { file, path }),
-            Err(TryLockError::WouldBlock) => {
+        match tenure_lead::durable::try_lock(&path)? {
+            tenure_lead::durable::Lock::Held(file) => Ok(Self { file, path }),
+            tenure_lead::durable::Lock::Busy(_) => {
                 Err(StoreError::Locked { dir: dir.to_owned(), holder: read_holder(&path) })
             }
-            Err(TryLockError::Error(e)) => Err(StoreError::io("lock", &path)(e)),
         }
     }
 

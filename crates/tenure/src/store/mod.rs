@@ -15,6 +15,12 @@
 //! - `lock.rs` — the `LOCK` file: one process owns a store.
 //! - `backup.rs` — the backup file format, and [`restore`].
 //! - `backup_reader.rs` — [`BackupReader`]: the one parser of a backup file (restore, replay).
+//! - `fleet/` (cargo feature `etcd`) — the fleet store (`store: {kind: etcd}`): `EtcdStore`, the
+//!   federation log in etcd and this agent's journals in an embedded store beside it.
+//!
+//! Atomic file replaces (the identity file, backups) and the `LOCK` file are tenure's one
+//! implementation, [`tenure_lead::durable`]; `identity.rs` and `lock.rs` only give them the
+//! store's errors and meaning.
 //!
 //! # On disk
 //!
@@ -306,6 +312,12 @@ pub enum StoreError {
         /// Which number.
         what: &'static str,
     },
+}
+
+impl From<tenure_lead::durable::FileError> for StoreError {
+    fn from(error: tenure_lead::durable::FileError) -> Self {
+        Self::Io { what: error.operation, path: error.path, source: error.source }
+    }
 }
 
 impl StoreError {

@@ -1,5 +1,6 @@
 //! Shared support of the tests that run `tenure agent` as a real process: a temporary directory
-//! with a config, a running agent, a tiny HTTP/1.1 client on loopback, bounded waits.
+//! with a config, a running agent, a tiny HTTP/1.1 client on loopback, and the bounded waits of
+//! `support/wait.rs`.
 
 #![allow(dead_code, missing_docs)]
 
@@ -10,8 +11,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Most time an agent may take to answer health after it starts, or any condition below.
-pub const WAIT_MAX: Duration = Duration::from_secs(30);
+#[path = "../support/wait.rs"]
+mod wait;
+#[allow(unused_imports)] // each test binary uses some
+pub use wait::{WAIT_MAX, stays_for, wait_for, wait_for_within};
 
 /// The API token the tests configure.
 pub const TOKEN: &str = "test-token-0123456789";
@@ -213,20 +216,6 @@ pub fn tenure(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// Waits until `condition` holds, at most [`WAIT_MAX`].
-pub fn wait_for(what: &str, condition: impl FnMut() -> bool) {
-    wait_for_within(WAIT_MAX, what, condition);
-}
-
-/// [`wait_for`] with another bound.
-pub fn wait_for_within(bound: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + bound;
-    while !condition() {
-        assert!(Instant::now() < deadline, "not within {bound:?}: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// One HTTP/1.1 exchange on loopback: (status, body).
 pub fn http(
     addr: SocketAddr,
@@ -313,13 +302,4 @@ pub fn mgmt_link(root_side: &str, ns: &str, root_cidr: &str, ns_cidr: &str) {
     run(&["ip", "link", "set", root_side, "up"]);
     run(&["ip", "netns", "exec", ns, "ip", "addr", "add", ns_cidr, "dev", "mgmt"]);
     run(&["ip", "netns", "exec", ns, "ip", "link", "set", "mgmt", "up"]);
-}
-
-/// Asserts that `condition` holds at every look during `period` (every 50 ms).
-pub fn stays_for(period: Duration, what: &str, condition: impl Fn() -> bool) {
-    let until = Instant::now() + period;
-    while Instant::now() < until {
-        assert!(condition(), "not so at every look for {period:?}: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
