@@ -898,3 +898,21 @@ async fn follow(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_load_pages_by_key_within_the_log_prefix() {
+        assert_eq!(prefix_end(b"/t/log/"), b"/t/log0".to_vec());
+        assert_eq!(prefix_end(b"a\xff\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff"), vec![0], "every key");
+        let next = after_key(b"/t/log/k");
+        assert_eq!(next, b"/t/log/k\0".to_vec());
+        assert!(
+            next.as_slice() > &b"/t/log/k"[..] && next.as_slice() < &b"/t/log/k\x01"[..],
+            "the very next key"
+        );
+    }
+}

@@ -993,6 +993,31 @@ mod tests {
     }
 
     #[test]
+    fn a_read_of_the_log_waits_for_this_process_s_own_append_until_its_deadline() {
+        let shared = Arc::new(Shared::new());
+        let log = EtcdLog { shared: Arc::clone(&shared) };
+        let event = Event { at_ms: 1, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
+        let value = batch::encode(&[codec::encode_event(&event).expect("must hold")]);
+        // The append completed at etcd's answer (revision 7); its watch delivery comes later.
+        shared.appended(7, Instant::now() + Duration::from_secs(30));
+        let delivery = {
+            let shared = Arc::clone(&shared);
+            let value = value.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                shared.push_batch(b"k7", 7, &value);
+                shared.grew();
+            })
+        };
+        assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1, "its own append read");
+        delivery.join().expect("must hold");
+        // Past its deadline, a read takes what is there.
+        shared.appended(9, Instant::now());
+        assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1);
+        assert_eq!(log.head().expect("must hold"), batch::index_of(7, 0));
+    }
+
+    #[test]
     fn the_replica_reads_in_order_stops_at_a_corrupt_record_and_refuses_below_a_trim() {
         let shared = Arc::new(Shared::new());
         let event =
