@@ -6,6 +6,8 @@
 //! - this file — [`EtcdStore`] (an [`AgentStore`]), the replica every node of this agent reads
 //!   the log from ([`EtcdLog`]), the head confirmation, and the binding to one etcd cluster.
 //! - `io.rs` — the etcd client's own thread: appends, head reads, the initial load, the watch.
+//! - `io/load.rs` — the initial load (and the reload after a compaction): linear, by key, put in
+//!   log order.
 //! - `batch.rs` — one log key's value (a batch of codec events) and the indices of its events.
 
 pub mod batch;
