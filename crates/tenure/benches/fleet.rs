@@ -5,7 +5,8 @@
 //! - `fleet/raw_put_baseline`: one `put` of a value the size of a one-heartbeat batch through
 //!   etcd-client (the least a durable append can cost: one raft round and fsync).
 //! - `fleet/append`: `EtcdStore::append_batch` of one heartbeat: the local journal sync, the
-//!   create-if-absent transaction with the head key, and the wait until the watch delivered it.
+//!   create-if-absent transaction with the head key (complete at etcd's answer; the watch delivery
+//!   is waited for by the next log read, which the bench does not make).
 //! - `fleet/head_confirm`: `confirm_head` with nothing new: the linearizable head read and the
 //!   replica's check (the read the gate makes before each batch of calls).
 //!
