@@ -5,7 +5,8 @@
 //! - `fleet/raw_put_baseline`: one `put` of a value the size of a one-heartbeat batch through
 //!   etcd-client (the least a durable append can cost: one raft round and fsync).
 //! - `fleet/append`: `EtcdStore::append_batch` of one heartbeat: the local journal sync, the
-//!   create-if-absent transaction with the head key, and the wait until the watch delivered it.
+//!   create-if-absent transaction with the head key (complete at etcd's answer; the watch delivery
+//!   is waited for by the next log read, which the bench does not make).
 //! - `fleet/head_confirm`: `confirm_head` with nothing new: the linearizable head read and the
 //!   replica's check (the read the gate makes before each batch of calls).
 //!
@@ -16,6 +17,12 @@
 //! stores (agents) each appending one-heartbeat batches in a loop, against as many threads each
 //! putting raw values through one etcd-client; three rounds of each, alternating, the median
 //! rounds printed as `tenure-bench fleet-throughput: writers=N raw_per_s=X append_per_s=Y`.
+//!
+//! Last, the initial load: for each N of `TENURE_BENCH_FLEET_LOAD` (default `10000,100000`), a
+//! snapshot and then N one-heartbeat batches written by raw puts under a prefix of their own
+//! (keys in random order against their revisions, as many writers' are), then the time a new
+//! store takes to open there (connect, head read, the load of the N batches into its replica),
+//! printed as `tenure-bench fleet-load: batches=N seconds=S`.
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
@@ -27,6 +34,7 @@ use tenure::agent::AgentStore;
 use tenure::store::fleet::{EtcdOptions, EtcdStore, fleet_text};
 use tenure_core::codec;
 use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::Log;
 use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
 
 /// Samples per benchmark.
@@ -137,7 +145,61 @@ fn main() {
         raw_rates[1], append_rates[1]
     );
     drop(stores);
+
+    let sizes = std::env::var("TENURE_BENCH_FLEET_LOAD").unwrap_or_else(|_| "10000,100000".into());
+    for batches in sizes.split(',').filter(|n| !n.trim().is_empty()) {
+        let batches: usize =
+            batches.trim().parse().expect("TENURE_BENCH_FLEET_LOAD: numbers, comma-separated");
+        let prefix = format!("/bench-load-{batches}");
+        runtime.block_on(write_log(&client, &prefix, batches, &value));
+        let path = dir.join(format!("load-{batches}"));
+        let options = EtcdOptions { prefix, request_timeout: Duration::from_secs(60), ..options.clone() };
+        let started = Instant::now();
+        let store =
+            EtcdStore::open(&path.join("store"), &path.join("store.identity"), &options).expect("store");
+        let seconds = started.elapsed().as_secs_f64();
+        let head = store.log().head().expect("read").expect("the load holds the batches");
+        let records = store.log().read_from(head, 1).expect("read");
+        assert_eq!(records.len(), 1, "the last batch is there");
+        println!("tenure-bench fleet-load: batches={batches} seconds={seconds:.2}");
+        drop(store);
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes, under `prefix`, a small snapshot and then `batches` batches of one `record` each (each
+/// its own put, so its own revision; keys hashed, so in no order against the revisions) and the
+/// head key, 64 puts in flight.
+async fn write_log(client: &etcd_client::Client, prefix: &str, batches: usize, record: &[u8]) {
+    use tenure::store::fleet::batch;
+    let mut kv = client.kv_client();
+    let status = kv.get("/", None).await.expect("etcd answers");
+    let revision = status.header().expect("header").revision() + 2;
+    let bytes = b"{}".to_vec();
+    let manifest = format!(
+        r#"{{"v":1,"revision":{revision},"events":0,"chunks":1,"bytes":{},"xxh3":"{:016x}"}}"#,
+        bytes.len(),
+        xxhash_rust::xxh3::xxh3_64(&bytes)
+    );
+    kv.put(format!("{prefix}/snapshots/{revision:020}/00000"), bytes, None).await.expect("chunk");
+    kv.put(format!("{prefix}/snapshot"), manifest, None).await.expect("manifest");
+    let value = batch::encode(&[record.to_vec()]);
+    let mut pending = tokio::task::JoinSet::new();
+    for i in 0..batches {
+        if pending.len() >= 64 {
+            pending.join_next().await.expect("a put").expect("joins");
+        }
+        let mut kv = client.kv_client();
+        let value = value.clone();
+        let key = format!("{prefix}/log/{:016x}", xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()));
+        pending.spawn(async move { kv.put(key, value, None).await.expect("put") });
+    }
+    while let Some(put) = pending.join_next().await {
+        put.expect("joins");
+    }
+    let last = format!("{prefix}/log/last");
+    kv.put(last.clone(), value, None).await.expect("put");
+    kv.put(format!("{prefix}/head"), last, None).await.expect("head");
 }
 
 /// Writers at once in the throughput measurement.

@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
-};
+use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use tenure_lead::etcd_connection::EtcdConnection;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::{Anchor, Shared};
+
+mod load;
+use load::load;
 
 /// Keys and values the I/O thread reads and writes, by role.
 #[derive(Clone, Debug)]
@@ -348,42 +349,6 @@ async fn connect_and_load(
     client.put(keys.writer.as_bytes(), "", None).await.map_err(failed("writer key"))?;
     let head = load(&mut client, keys, shared).await?;
     Ok((client, head))
-}
-
-/// Reads the head, the newest snapshot and every batch after it, all at the head read's
-/// revision, and makes them the replica (replacing what it held) — unless the log went back
-/// below what the agent applied: the replica is then refused ([`Shared::verify`]) as it is.
-async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadRead, String> {
-    let (head, kept) = read_verified_head(client, keys, shared).await?;
-    if !kept {
-        return Ok(head);
-    }
-    let snapshot = read_snapshot(client, keys, head.revision).await?;
-    let mut batches = Vec::new();
-    // A page of batches of up to 1 MiB each stays under the decode limit.
-    const PAGE: i64 = 32;
-    let mut kv = client.kv_client().max_decoding_message_size(DECODE_BYTES_MAX);
-    let mut from = snapshot.as_ref().map_or(1, |(m, _)| m.revision + 1);
-    loop {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_revision(head.revision)
-            .with_min_mod_revision(from)
-            .with_sort(SortTarget::Mod, SortOrder::Ascend)
-            .with_limit(PAGE);
-        let mut response = kv.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log read"))?;
-        let kvs = response.take_kvs();
-        let full = i64::try_from(kvs.len()).unwrap_or(PAGE) >= PAGE;
-        if let Some(last) = kvs.last() {
-            from = last.mod_revision() + 1;
-        }
-        batches.extend(kvs.into_iter().map(|kv| (kv.mod_revision(), kv.into_key_value())));
-        if !full {
-            break;
-        }
-    }
-    shared.reset(snapshot.map(|(m, bytes)| (m.revision, bytes)), batches, head.revision);
-    Ok(head)
 }
 
 /// The manifest under the snapshot key, with its mod revision.

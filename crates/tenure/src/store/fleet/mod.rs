@@ -6,6 +6,8 @@
 //! - this file — [`EtcdStore`] (an [`AgentStore`]), the replica every node of this agent reads
 //!   the log from ([`EtcdLog`]), the head confirmation, and the binding to one etcd cluster.
 //! - `io.rs` — the etcd client's own thread: appends, head reads, the initial load, the watch.
+//! - `io/load.rs` — the initial load (and the reload after a compaction): linear, by key, put in
+//!   log order.
 //! - `batch.rs` — one log key's value (a batch of codec events) and the indices of its events.
 
 pub mod batch;
@@ -260,6 +262,9 @@ struct Replica {
     /// The newest snapshot loaded (at start, or when a compaction made the watch reload): the
     /// index of the last record it holds, and its bytes.
     snapshot: Option<(LogIndex, Arc<Vec<u8>>)>,
+    /// The revision of the newest batch this process appended, and until when a read of the
+    /// replica waits for the watch to deliver it ([`Shared::wait_for_own`]).
+    own: Option<(i64, Instant)>,
 }
 
 /// One log key as read: its revision, key and value.
@@ -407,6 +412,31 @@ impl Shared {
         while replica.records.front().is_some_and(|(index, event)| *index <= upto && event.is_ok()) {
             let (index, _) = replica.records.pop_front().expect("checked just above");
             replica.trimmed_upto = Some(index);
+        }
+    }
+
+    /// This process appended a batch at `revision`: reads of the replica wait (until
+    /// `deadline` at most) for the watch to deliver it.
+    fn appended(&self, revision: i64, deadline: Instant) {
+        let mut replica = self.lock();
+        if replica.own.is_none_or(|(own, _)| own < revision) {
+            replica.own = Some((revision, deadline));
+        }
+    }
+
+    /// Before a read of the replica: waits until the watch delivered the newest batch this
+    /// process appended, so that the agent reads its own appends (as the embedded store's log
+    /// gives them), at most until the deadline [`Self::appended`] set; then reads what is there.
+    /// Only the reader waits: an append completes at etcd's answer. The replica still grows by
+    /// the watch alone, in revision order.
+    fn wait_for_own(&self) {
+        let Some((revision, deadline)) = self.lock().own else { return };
+        if let Err(reason) = blocking(|| self.wait_for(revision, deadline)) {
+            warn!(%reason, "appended, but the watch has not delivered it yet");
+        }
+        let mut replica = self.lock();
+        if replica.own.is_some_and(|(own, _)| own <= revision) {
+            replica.own = None;
         }
     }
 
@@ -648,6 +678,7 @@ impl Log for EtcdLog {
     }
 
     fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
+        self.shared.wait_for_own();
         let replica = self.shared.lock();
         if replica.refused.is_some() {
             // A refused log holds nothing this agent may apply; the agent reports why.
@@ -676,6 +707,7 @@ impl Log for EtcdLog {
     }
 
     fn head(&self) -> Result<Option<LogIndex>, LogError> {
+        self.shared.wait_for_own();
         let replica = self.shared.lock();
         Ok(replica.records.back().map(|(i, _)| *i).or(replica.trimmed_upto))
     }
@@ -694,9 +726,10 @@ impl AgentStore for EtcdStore {
     }
 
     /// Makes the journal changes buffered so far durable locally first (a result is in the
-    /// journal before the log says so), then appends one batch per [`batch::chunks`] range and
-    /// waits (up to the request timeout) until the watch delivered it, so that following the
-    /// log right after sees it.
+    /// journal before the log says so), then appends one batch per [`batch::chunks`] range.
+    /// Complete at etcd's answer: the watch delivers the batches into the replica in log order,
+    /// and the next read of the log waits (up to the request timeout) for them, so that
+    /// following the log right after sees them ([`Shared::wait_for_own`]).
     fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
         if let Some(reason) = self.refused() {
             return Err(LogError::Unavailable { reason });
@@ -715,10 +748,7 @@ impl AgentStore for EtcdStore {
             );
             last_revision = revision;
         }
-        let deadline = Instant::now() + self.request_timeout;
-        if let Err(reason) = blocking(|| self.shared.wait_for(last_revision, deadline)) {
-            warn!(%reason, "appended, but the watch has not delivered it yet");
-        }
+        self.shared.appended(last_revision, Instant::now() + self.request_timeout);
         Ok(indices)
     }
 
@@ -962,6 +992,31 @@ mod tests {
         let gone = HeadRead { head_created: 0, head_revision: 0, ..head(7, 0) };
         assert!(shared.verify(&before, &gone).is_err());
         assert!(shared.lock().refused.as_deref().is_some_and(|r| r.starts_with(WENT_BACK)), "sticky");
+    }
+
+    #[test]
+    fn a_read_of_the_log_waits_for_this_process_s_own_append_until_its_deadline() {
+        let shared = Arc::new(Shared::new());
+        let log = EtcdLog { shared: Arc::clone(&shared) };
+        let event = Event { at_ms: 1, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
+        let value = batch::encode(&[codec::encode_event(&event).expect("must hold")]);
+        // The append completed at etcd's answer (revision 7); its watch delivery comes later.
+        shared.appended(7, Instant::now() + Duration::from_secs(30));
+        let delivery = {
+            let shared = Arc::clone(&shared);
+            let value = value.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                shared.push_batch(b"k7", 7, &value);
+                shared.grew();
+            })
+        };
+        assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1, "its own append read");
+        delivery.join().expect("must hold");
+        // Past its deadline, a read takes what is there.
+        shared.appended(9, Instant::now());
+        assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1);
+        assert_eq!(log.head().expect("must hold"), batch::index_of(7, 0));
     }
 
     #[test]
