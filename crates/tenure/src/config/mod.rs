@@ -521,22 +521,28 @@ fn validate_node_keys(
     }
     // A maintenance notice names the host the agent runs on (its metadata service), not a node:
     // with two of this agent's nodes on a provider that drains on notices, one host's notice
-    // would drain both (and acknowledge its event twice).
-    for provider in providers.iter().filter(|p| p.settings.maintenance_notices().is_some()) {
-        let on_it: Vec<&NodeSpec> = nodes.iter().filter(|n| n.provider == provider.name).collect();
-        if let [first, second, ..] = on_it.as_slice() {
-            errors.push(InputError::at(
-                raw.nodes.as_ref().map_or_else(|| first_content(text), Position::of_spanned),
-                format!(
-                    "nodes `{}` and `{}` both run here on {} provider `{}` with `maintenanceNotices: drain`: \
-                     a notice names this host, not a node, so one node per agent (one per instance)",
-                    first.name,
-                    second.name,
-                    provider.kind.as_str(),
-                    provider.name,
-                ),
-            ));
-        }
+    // would drain both (and acknowledge its event twice); so would two draining providers.
+    let draining: Vec<(&NodeSpec, &ProviderConfig)> = nodes
+        .iter()
+        .filter_map(|n| {
+            let provider = providers.iter().find(|p| p.name == n.provider)?;
+            provider.settings.maintenance_notices().map(|_| (n, provider))
+        })
+        .collect();
+    if let [(first, one), (second, other), ..] = draining.as_slice() {
+        let on = if one.name == other.name {
+            format!("on {} provider `{}`", one.kind.as_str(), one.name)
+        } else {
+            format!("on providers `{}` and `{}`", one.name, other.name)
+        };
+        errors.push(InputError::at(
+            raw.nodes.as_ref().map_or_else(|| first_content(text), Position::of_spanned),
+            format!(
+                "nodes `{}` and `{}` both run here {on} with `maintenanceNotices: drain`: a notice names this \
+                 host, not a node, so one node per agent (one per instance)",
+                first.name, second.name,
+            ),
+        ));
     }
     (nodes, peers)
 }

@@ -287,6 +287,18 @@ mod tests {
             ),
             "{errors:?}"
         );
+        // Two providers that drain, one node each: the same host's notice would drain both.
+        let two = "nodes:\n  - {name: a, provider: p, placementGroup: g1, nic: eni-a}\n  \
+                   - {name: b, provider: q, placementGroup: g1, nic: eni-b}\nstore: {path: ./d}\n\
+                   providers: [{name: p, kind: aws, region: us-east-1, maintenanceNotices: drain}, \
+                   {name: q, kind: aws, region: us-east-2, maintenanceNotices: drain}]\n";
+        let errors =
+            crate::config::parse_config(two, std::path::Path::new("agent.yaml")).expect_err("refused");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].message.starts_with("nodes `a` and `b` both run here on providers `p` and `q`"),
+            "{errors:?}"
+        );
         let ignoring = text.replace("drain", "ignore");
         assert!(
             crate::config::parse_config(&ignoring, std::path::Path::new("agent.yaml")).is_ok(),
