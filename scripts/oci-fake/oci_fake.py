@@ -17,7 +17,7 @@ It exists because no emulator of OCI can be installed here. It serves, on one lo
   `Authorization: Bearer Oracle`) and a federation endpoint (`POST /v1/x509`) issuing session
   tokens (a JWT-shaped string with `exp`), so that instance principals are tested end to end.
 - An admin API under `/_fake/` (unsigned, not counted): fixtures, per-operation call counters and a
-  call log with times, fault injection, an eventual-consistency window, drift by hand, reserved private IPs.
+  call log with times, fault injection, an eventual-consistency window, drift by hand, reserved private IPs, GET answers without their `etag` header (`POST /_fake/etags {"omit": true}`).
 
 Every Core Services request's signature is VERIFIED (OCI signature version 1, rsa-sha256): with the
 API key's public key for keyId `<tenancy>/<user>/<fingerprint>`, with the session key a federation
@@ -104,6 +104,7 @@ class State:
         self.private_ips = {}
         self.history = [(time.monotonic(), {})]  # (time, private IPs) after each write
         self.lag = 0.0
+        self.omit_etag = False  # POST /_fake/etags {"omit": true}: GET answers carry no etag header
         self.calls = {}
         self.log = []  # [monotonic seconds, operation, status]
         self.faults = []  # {"op", "status", "code", "count", "retryAfter"}
@@ -340,7 +341,7 @@ class Handler(BaseHTTPRequestHandler):
                 found = s.read_view().get(parts[1])
                 if found is None:
                     return 404, ("NotAuthorizedOrNotFound", parts[1]), {}
-                return 200, public(found), {"etag": found["_etag"]}
+                return 200, public(found), ({} if s.omit_etag else {"etag": found["_etag"]})
             if operation == "ListPrivateIps":
                 return self.list(query)
             if operation == "CreatePrivateIp":
@@ -491,6 +492,9 @@ class Handler(BaseHTTPRequestHandler):
                     "count": int(request.get("count", 1)),
                     "retryAfter": request.get("retryAfter"),
                 })
+                return self.answer(200, {})
+            if parts == ["etags"] and method == "POST":
+                s.omit_etag = bool(request.get("omit", False))
                 return self.answer(200, {})
             if parts == ["faults"] and method == "DELETE":
                 s.faults.clear()

@@ -434,6 +434,25 @@ async fn a_release_on_a_lagging_read_never_deletes_from_the_seizer() {
     assert!(!deletes.is_empty() && deletes.iter().all(|s| *s == 412), "{deletes:?}");
 }
 
+/// A GetPrivateIp answered without its `etag`: the release sends no delete (one without
+/// `if-match` could remove the address from a VNIC that seized it meanwhile) and fails saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_without_an_etag_sends_no_delete() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "no-etag");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    fake.admin("POST", "etags", &json!({"omit": true}));
+    fake.reset_calls();
+    let reason = failed(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(reason.contains("answered no etag") && reason.contains("not called"), "{reason}");
+    assert!(statuses(&fake, "DeletePrivateIp").is_empty(), "no delete sent");
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(vnics[0].as_str()), "still on a");
+    fake.admin("POST", "etags", &json!({"omit": false}));
+    detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert_eq!(fake.holder("10.0.0.10"), None, "released once the etag is there");
+}
+
 /// A delete answered 429 (`Retry-After: 2`) while b moves the object: a reads it again after the
 /// wait, finds it on b, and sends no second delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -265,11 +265,21 @@ impl OciExecutor {
                     reason: format!("{address} is the primary IP of {vnic}: never deleted"),
                 });
             }
+            // Without the etag the delete would act on the object wherever it is by then (a seize
+            // may move it between this read and the delete): never sent unconditionally.
+            let Some(etag) = etag else {
+                return Ok(ExecutionOutcome::Failed {
+                    reason: format!(
+                        "GetPrivateIp of {id} answered no etag: {address} not released (a delete without if-match \
+                         could remove it from the VNIC that seizes it meanwhile); not called"
+                    ),
+                });
+            };
             let reserved = object.is_reserved();
             let sent = if reserved {
-                core.detach_private_ip(&id, etag.as_deref(), deadline).await.map(|_| ())
+                core.detach_private_ip(&id, Some(&etag), deadline).await.map(|_| ())
             } else {
-                core.delete_private_ip(&id, etag.as_deref(), deadline).await
+                core.delete_private_ip(&id, Some(&etag), deadline).await
             };
             turn.writes += 1;
             let wait = match sent {
