@@ -330,6 +330,15 @@ impl Http {
                 return Ok(answer);
             }
             let (code, message) = error_of(&answer.body);
+            // A write answered 5xx may have landed: whatever refusal its resend gets (a 401 from a
+            // session that expired meanwhile, a 409 "in use" caused by the first try itself), the
+            // call stays in doubt. A 412 is left to the caller, which reads again.
+            if let Some((first, _)) =
+                doubt.as_ref().filter(|_| status != 412 && !answer.status.is_server_error())
+                && !(status == 429 || (status == 409 && retry_conflict))
+            {
+                return Err(OciError::InDoubt { operation, status, code, message, first: *first });
+            }
             if status == 401 {
                 return Err(OciError::Permission {
                     operation,

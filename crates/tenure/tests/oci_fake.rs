@@ -498,6 +498,15 @@ async fn a_write_given_up_after_a_5xx_is_in_doubt() {
     let reason = failed(run_within(&executor, &seize, Duration::from_millis(1500)).await);
     assert!(reason.contains("429") && reason.contains("would pass the deadline"), "{reason}");
     fake.clear_faults();
+    // A 5xx, then a refusal of the resend (a session that expired meanwhile): still in doubt.
+    fake.fault("UpdatePrivateIp", 500, "InternalServerError", 1, None);
+    fake.fault("UpdatePrivateIp", 401, "NotAuthenticated", 1, None);
+    let reason = unknown(run_within(&executor, &seize, Duration::from_millis(3000)).await);
+    assert!(
+        reason.contains("HTTP 401") && reason.contains("in doubt: an earlier try was answered 500"),
+        "{reason}"
+    );
+    fake.clear_faults();
 
     fake.reset_calls();
     fake.fault("DeletePrivateIp", 503, "ServiceUnavailable", 1, None);
