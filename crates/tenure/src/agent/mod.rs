@@ -88,6 +88,13 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// far: group commit).
     fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError>;
 
+    /// Appends heartbeats, from the heartbeat thread (`runner/heartbeat.rs`), while the loop may
+    /// be appending too. A store may skip what only the loop's batches need (the fleet store does
+    /// not sync the local journal first: a heartbeat reports no result).
+    fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_batch(events)
+    }
+
     /// The highest token the agent's view holds, for the store's identity record.
     fn record_highest_token(&self, token: u64);
 

@@ -28,9 +28,11 @@ use super::{AgentStore, HeadUnconfirmed, ProviderExecutor, Settings};
 use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within};
 
 mod clock;
+mod heartbeat;
 mod history;
 mod refresh;
 mod requests;
+mod slow;
 mod stale;
 mod vrrp;
 mod withdraw;
@@ -49,6 +51,8 @@ pub const CLOCK_VOTE_WINDOW: Duration = Duration::from_secs(60);
 
 /// How often the identity record is written while things change.
 pub const IDENTITY_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+pub use heartbeat::LOOP_STALL_MAX;
 
 /// What the loop reports about itself to metrics. Every method has a no-op default.
 pub trait Observe: Send + Sync {
@@ -81,6 +85,9 @@ pub enum AgentError {
     /// The log could not be read or appended to at start.
     #[error("log: {0}")]
     Log(String),
+    /// A setting the agent reads at start is bad (a test hook's environment variable).
+    #[error("{0}")]
+    Setting(String),
 }
 
 /// What a run did, reported when it ends.
@@ -174,7 +181,7 @@ struct Agent<S: AgentStore> {
     call_aborts: stale::CallAborts,
     /// When the last head confirmation was asked for: every call's deadline counts from it.
     head_confirmed_at: Option<Instant>,
-    /// Events to append at the next step (heartbeats).
+    /// Events to append at the next step (the first heartbeats, keepalived's state).
     queued: Vec<EventKind>,
     /// Events stamped already, appended at the next step before `queued` (inventory).
     queued_stamped: Vec<Event>,
@@ -194,8 +201,12 @@ struct Agent<S: AgentStore> {
     head_failure: Option<String>,
     /// The view's applied events at the last snapshot this agent wrote (or at start).
     snapshot_events: u64,
-    /// Other nodes' clocks, for the clock-lead rule.
-    peers: clock::PeerClocks,
+    /// The stamper and what the heartbeat thread is told (`runner/heartbeat.rs`).
+    beat: Arc<heartbeat::Beat>,
+    /// The heartbeat thread, once the first step is done.
+    beater: Option<heartbeat::Beater>,
+    /// Delays put into the loop on purpose by tests (`runner/slow.rs`).
+    slow: slow::Slow,
     /// The names of this agent's nodes.
     own_nodes: BTreeSet<String>,
     /// Why the store cannot be written any more (a failed commit poisons it): sticky, unlike a
@@ -203,8 +214,6 @@ struct Agent<S: AgentStore> {
     /// restarted.
     store_failed: Option<String>,
     shutting_down: bool,
-    /// The `at` of the last event this agent stamped.
-    last_stamp_ms: u64,
     identity_dirty: bool,
     summary: RunSummary,
     heartbeat_interval: Duration,
@@ -309,8 +318,12 @@ pub async fn run<S: AgentStore>(
     }
     agent.step(true);
 
-    let mut heartbeat = tokio::time::interval(agent.heartbeat_interval.max(Duration::from_millis(1)));
-    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Heartbeats from now on go out on their own thread, whatever a step is doing.
+    agent.turned();
+    match heartbeat::Beater::start(agent.store.clone(), Arc::clone(&agent.beat), agent.heartbeat_interval) {
+        Ok(beater) => agent.beater = Some(beater),
+        Err(e) => return Err(AgentError::Setting(format!("cannot start the heartbeat thread: {e}"))),
+    }
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
@@ -323,12 +336,14 @@ pub async fn run<S: AgentStore>(
     loop {
         // What `GET /v1/health` answers while the loop is busy (in a step, waiting on its log).
         board.post(agent.health());
+        agent.turned();
         let mut dirty = false;
         let mut requeue_due = false;
         tokio::select! {
             () = &mut shutdown, if !agent.shutting_down => {
                 info!(in_flight = agent.calls.len(), "shutting down: no new work; waiting for calls in flight");
                 agent.shutting_down = true;
+                agent.beat.stop();
             }
             Some(done) = agent.calls.join_next_with_id(), if !agent.calls.is_empty() => {
                 agent.finish_call(done);
@@ -354,16 +369,8 @@ pub async fn run<S: AgentStore>(
                 }
                 None => reload_open = false,
             },
-            _ = heartbeat.tick(), if !agent.shutting_down => {
-                for driver in agent.drivers.iter().filter(|d| !d.is_paused()) {
-                    let heartbeat = EventKind::Heartbeat { node: driver.name().to_owned() };
-                    // Appends that fail (etcd unreachable) must not pile up heartbeats.
-                    if !agent.queued.contains(&heartbeat) {
-                        agent.queued.push(heartbeat);
-                    }
-                }
-                dirty = true;
-            }
+            // Heartbeats landed (the thread appended them): follow the log.
+            () = agent.beat.landed.notified() => dirty = true,
             _ = requeue.tick() => {
                 dirty = true;
                 requeue_due = true;
@@ -393,6 +400,10 @@ pub async fn run<S: AgentStore>(
             break;
         }
     }
+    // No heartbeat after the last results (the thread is joined: an append under way ends first).
+    agent.beat.stop();
+    drop(agent.beater.take());
+    agent.summary.appended += agent.beat.appended();
     agent.finish();
     Ok(agent.summary)
 }
@@ -416,6 +427,7 @@ impl<S: AgentStore> Agent<S> {
                 .with_retry_backoff(retry_backoff(settings.requeue_interval));
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
+        let retries_appends = store.retries_appends();
         let mut agent = Self {
             history: History::new(registry),
             log: store.log(),
@@ -439,11 +451,18 @@ impl<S: AgentStore> Agent<S> {
             unappended: None,
             head_failure: None,
             snapshot_events: 0,
-            peers: clock::PeerClocks::new(settings.heartbeat_interval / 2, CLOCK_VOTE_WINDOW),
+            beat: Arc::new(heartbeat::Beat::new(
+                clock::Stamper::new(clock::PeerClocks::new(
+                    settings.heartbeat_interval / 2,
+                    CLOCK_VOTE_WINDOW,
+                )),
+                retries_appends,
+            )),
+            beater: None,
+            slow: slow::Slow::from_env().map_err(AgentError::Setting)?,
             own_nodes: settings.nodes.iter().map(|n| n.name.clone()).collect(),
             store_failed: None,
             shutting_down: false,
-            last_stamp_ms: 0,
             identity_dirty: true,
             summary: RunSummary::default(),
             freeze_after_reconcile: BTreeSet::new(),
@@ -459,7 +478,7 @@ impl<S: AgentStore> Agent<S> {
         agent.snapshot_events = agent.view().events_applied();
         let own = agent.own_nodes.clone();
         let until = Instant::now() + agent.heartbeat_interval * 3;
-        agent.peers.baseline(
+        agent.beat.stamper().peers.baseline(
             agent.drivers.first().expect("the agent runs at least one node").view(),
             &own,
             until,
@@ -506,7 +525,7 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         self.unhealthy = None;
-        self.peers.observe(
+        self.beat.stamper().peers.observe(
             self.drivers.first().expect("the agent runs at least one node").view(),
             &self.own_nodes,
             Instant::now(),
@@ -565,30 +584,10 @@ impl<S: AgentStore> Agent<S> {
         self.drivers.first().expect("the agent runs at least one node").view()
     }
 
-    /// The `at` of a new event: this host's clock, held to the clock-lead rule (`clock.rs`), and
-    /// above the last stamp (an inventory read stamped at its start must come strictly before
-    /// every confirmation this agent appends after it). Not raised to the stream time: a
-    /// heartbeat counts as of the stream time the log took it (SPEC 3), so a clock behind makes
-    /// no node look old, and echoing a stream time that one fast clock pushed would let it drag
-    /// every stamp along.
+    /// The `at` of a new event ([`clock::Stamper::stamp`]; the heartbeat thread stamps with the
+    /// same stamper).
     fn stamp(&mut self) -> u64 {
-        let wall = wall_clock_ms();
-        let at_ms = match self.peers.cap(wall, Instant::now()) {
-            Some(cap) if cap < wall => {
-                self.counters.stamps_capped += 1;
-                if self.counters.stamps_capped == 1 || self.counters.stamps_capped.is_power_of_two() {
-                    warn!(
-                        ahead_ms = wall - cap,
-                        "this host's clock runs ahead of the other agents' median: stamping at the cap"
-                    );
-                }
-                cap
-            }
-            _ => wall,
-        }
-        .max(self.last_stamp_ms.saturating_add(1));
-        self.last_stamp_ms = at_ms;
-        at_ms
+        self.beat.stamper().stamp(wall_clock_ms(), Instant::now())
     }
 
     /// Appends `kinds` in one durable commit. Returns the index of each, or why not.
@@ -629,6 +628,7 @@ impl<S: AgentStore> Agent<S> {
     }
 
     fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
+        self.slow.append();
         match self.store.append_batch(&events) {
             Ok(indices) => {
                 self.summary.appended += events.len() as u64;
@@ -664,13 +664,20 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// Appends what is queued: heartbeats, and every node's outbox (action results). A batch
-    /// whose append failed goes first, alone and unchanged (so it lands once); while it does not
-    /// land, nothing else is appended.
+    /// Appends what is queued (the first heartbeats, keepalived's state, inventory news) and
+    /// every node's outbox (action results). A batch whose append failed goes first, alone and
+    /// unchanged (so it lands once); while it does not land, nothing else is appended (the
+    /// heartbeat thread waits too: [`Self::turned`]).
     fn flush_appends(&mut self) {
+        if self.store_failed.is_none()
+            && let Some(reason) = self.beat.failure()
+        {
+            self.store_failed = Some(reason);
+        }
         if self.store_failed.is_some() {
             // A failed or refused store takes nothing more.
             self.queued.clear();
+            self.beat.stop();
             return;
         }
         let mut kinds = std::mem::take(&mut self.queued);
@@ -756,6 +763,7 @@ impl<S: AgentStore> Agent<S> {
     /// from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]); a heartbeat alone
     /// does not re-plan 100k addresses.
     fn step(&mut self, requeue: bool) {
+        self.slow.step();
         self.flush_appends();
         // Whatever the log does (an unreachable etcd must not stop a local withdrawal).
         self.withdraw_if_due();
@@ -1174,6 +1182,13 @@ impl<S: AgentStore> Agent<S> {
                 other => self.journal_failed(node, &other),
             }
         }
+    }
+
+    /// Tells the heartbeat thread the loop turned: which nodes beat (not a frozen one), and
+    /// whether a failed batch waits for its retry.
+    fn turned(&self) {
+        let nodes = self.drivers.iter().filter(|d| !d.is_paused()).map(|d| d.name().to_owned()).collect();
+        self.beat.turned(nodes, self.unappended.is_some());
     }
 
     fn record_highest_token(&mut self) {

@@ -10,6 +10,50 @@ use std::time::Duration;
 
 use tenure_core::federation::Federation;
 use tokio::time::Instant;
+use tracing::warn;
+
+/// The `at` of every event this agent stamps: the loop's and the heartbeat thread's
+/// (`heartbeat.rs`) share one, behind a lock, so that stamps only rise.
+#[derive(Debug)]
+pub(super) struct Stamper {
+    /// Other nodes' clocks.
+    pub(super) peers: PeerClocks,
+    /// The `at` of the last event this agent stamped.
+    last_ms: u64,
+    /// Stamps the clock-lead rule held back (`tenure_stamps_capped_total`).
+    pub(super) capped: u64,
+}
+
+impl Stamper {
+    pub(super) fn new(peers: PeerClocks) -> Self {
+        Self { peers, last_ms: 0, capped: 0 }
+    }
+
+    /// The `at` of a new event, given this host's clock `wall_ms` now: held to the clock-lead
+    /// rule, and above the last stamp (an inventory read stamped at its start must come strictly
+    /// before every confirmation this agent appends after it). Not raised to the stream time: a
+    /// heartbeat counts as of the stream time the log took it (SPEC 3), so a clock behind makes
+    /// no node look old, and echoing a stream time that one fast clock pushed would let it drag
+    /// every stamp along.
+    pub(super) fn stamp(&mut self, wall_ms: u64, now: Instant) -> u64 {
+        let at_ms = match self.peers.cap(wall_ms, now) {
+            Some(cap) if cap < wall_ms => {
+                self.capped += 1;
+                if self.capped == 1 || self.capped.is_power_of_two() {
+                    warn!(
+                        ahead_ms = wall_ms - cap,
+                        "this host's clock runs ahead of the other agents' median: stamping at the cap"
+                    );
+                }
+                cap
+            }
+            _ => wall_ms,
+        }
+        .max(self.last_ms.saturating_add(1));
+        self.last_ms = at_ms;
+        at_ms
+    }
+}
 
 /// Other nodes' clocks, as their heartbeats showed them.
 #[derive(Debug)]
@@ -141,6 +185,19 @@ mod tests {
         assert_eq!(c.cap(900_000, later), None, "then an old stamp from before the start holds nobody back");
         c.seen.insert("b".into(), (899_990, Some(later)));
         assert_eq!(c.cap(900_000, later), Some(900_040));
+    }
+
+    #[test]
+    fn stamps_only_rise_and_a_capped_one_is_counted() {
+        let now = Instant::now();
+        let mut s = Stamper::new(clocks(&[("b", 1_000), ("c", 1_000)], now));
+        assert_eq!(s.stamp(5_000, now), 1_050, "held to the median + 50");
+        assert_eq!(s.capped, 1);
+        assert_eq!(s.stamp(900, now), 1_051, "a clock that stepped back still stamps above the last");
+        let mut alone = Stamper::new(PeerClocks::new(Duration::from_millis(50), Duration::from_secs(60)));
+        assert_eq!(alone.stamp(7, now), 7);
+        assert_eq!(alone.stamp(7, now), 8);
+        assert_eq!(alone.capped, 0);
     }
 
     #[test]

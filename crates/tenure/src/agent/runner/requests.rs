@@ -28,6 +28,7 @@ impl<S: AgentStore> Agent<S> {
                 .or_else(|| self.unhealthy.clone())
                 .or_else(|| self.head_failure.clone())
                 .or_else(|| self.append_failure.clone())
+                .or_else(|| self.beat.last_error())
         };
         Health {
             ok: reason.is_none(),
@@ -63,6 +64,7 @@ impl<S: AgentStore> Agent<S> {
                 false
             }
             Request::Metrics { reply } => {
+                self.counters.stamps_capped = self.beat.stamper().capped;
                 let health = self.health();
                 let mut snapshot =
                     answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok);

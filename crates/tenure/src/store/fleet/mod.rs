@@ -641,6 +641,32 @@ impl EtcdStore {
         Ok(())
     }
 
+    /// Appends `events` in order; with `sync_journal`, the local journal's buffered changes are
+    /// synced first (the loop's batches: a result is in the journal before the log says so).
+    fn append_events(&self, events: &[Event], sync_journal: bool) -> Result<Vec<LogIndex>, LogError> {
+        if let Some(reason) = self.refused() {
+            return Err(LogError::Unavailable { reason });
+        }
+        let mut records = Vec::with_capacity(events.len());
+        for event in events {
+            records.push(encode_record(event)?);
+        }
+        if sync_journal {
+            self.local.sync().map_err(|e| LogError::Unavailable { reason: e.to_string() })?;
+        }
+        let mut indices = Vec::with_capacity(records.len());
+        let mut last_revision = 0;
+        for range in batch::chunks(&records) {
+            let revision = self.append_chunk(&records[range.clone()])?;
+            indices.extend(
+                (0..range.len()).map(|p| batch::index_of(revision, p).expect("a batch fits the index")),
+            );
+            last_revision = revision;
+        }
+        self.shared.appended(last_revision, Instant::now() + self.request_timeout);
+        Ok(indices)
+    }
+
     /// Appends one batch of encoded records; returns its revision.
     fn append_chunk(&self, records: &[Vec<u8>]) -> Result<i64, LogError> {
         let value = batch::encode(records);
@@ -731,25 +757,11 @@ impl AgentStore for EtcdStore {
     /// and the next read of the log waits (up to the request timeout) for them, so that
     /// following the log right after sees them ([`Shared::wait_for_own`]).
     fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
-        if let Some(reason) = self.refused() {
-            return Err(LogError::Unavailable { reason });
-        }
-        let mut records = Vec::with_capacity(events.len());
-        for event in events {
-            records.push(encode_record(event)?);
-        }
-        self.local.sync().map_err(|e| LogError::Unavailable { reason: e.to_string() })?;
-        let mut indices = Vec::with_capacity(records.len());
-        let mut last_revision = 0;
-        for range in batch::chunks(&records) {
-            let revision = self.append_chunk(&records[range.clone()])?;
-            indices.extend(
-                (0..range.len()).map(|p| batch::index_of(revision, p).expect("a batch fits the index")),
-            );
-            last_revision = revision;
-        }
-        self.shared.appended(last_revision, Instant::now() + self.request_timeout);
-        Ok(indices)
+        self.append_events(events, true)
+    }
+
+    fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_events(events, false)
     }
 
     fn record_highest_token(&self, token: u64) {
