@@ -1170,3 +1170,48 @@ fn tls_and_a_password_from_a_file_reach_a_secured_etcd_and_no_secret_is_shown() 
     assert!(!refused.status.success(), "a wrong password must not lead: {refused_err}");
     assert!(!refused_err.contains("not-it"), "the wrong password was shown: {refused_err}");
 }
+
+impl Fleet {
+    /// Starts agent `i` with `env` set (the loop's test hooks).
+    fn start_with(&self, i: usize, env: &[(&str, &str)]) -> Agent {
+        let agent = Agent::spawn_wrapped(&self.dir, &self.config(i), self.listen[i], &[], env);
+        agent.wait_healthy();
+        agent
+    }
+}
+
+/// The holder `a` runs with its loop slowed on purpose (`env`, past the 1 s TTL); `b` and `c`
+/// must not take the address from it: its heartbeats go out on their own thread.
+fn a_slow_holder_keeps_its_address(tag: &str, base_port: u16, env: &[(&str, &str)]) {
+    let fleet = Fleet::new(tag, base_port, "1s");
+    let a = fleet.start_with(0, env);
+    // a alone first: it captures the address (a slow first step must not let b capture it).
+    wait_for("a holds the address in the cloud", || fleet.cloud_holder().as_deref() == Some("a"));
+    let _b = fleet.start(1);
+    let _c = fleet.start(2);
+    // b's and c's maps (a's API answers from its loop, busy for 2.5 s at a time: issue 24's
+    // snapshot reads are not built).
+    let body = converged(&fleet.listen[1..], "a");
+    let before = epochs(&body);
+    // Three TTLs and more: with heartbeats sent only between steps, b or c took over in the first.
+    stays_for(Duration::from_secs(4), "b's and c's maps keep a as the owner, at the same epochs", || {
+        fleet.listen[1..].iter().all(|l| {
+            ownership(*l).is_some_and(|body| owner(&body).as_deref() == Some("a") && epochs(&body) == before)
+        })
+    });
+    assert_eq!(fleet.cloud_holder().as_deref(), Some("a"));
+    assert!(fleet.calls().iter().all(|(holder, ..)| holder == "a"), "only a acted: {:?}", fleet.calls());
+    // And a slow agent is still an agent: killed, its address moves.
+    a.kill9();
+    wait_for("a survivor holds the address in the cloud", || fleet.cloud_holder().is_some_and(|h| h != "a"));
+}
+
+#[test]
+fn a_holder_whose_steps_outlast_the_ttl_keeps_its_address() {
+    a_slow_holder_keeps_its_address("fleet-slow-step", 30300, &[("TENURE_TEST_STEP_DELAY_MS", "2500")]);
+}
+
+#[test]
+fn a_holder_whose_appends_outlast_the_ttl_keeps_its_address() {
+    a_slow_holder_keeps_its_address("fleet-slow-append", 30320, &[("TENURE_TEST_APPEND_DELAY_MS", "2500")]);
+}
