@@ -91,7 +91,7 @@ mod pool;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -239,3 +239,6 @@ pub enum ActionOutcome {
     /// The provider call failed.
     Failed,
 }
+
+#[cfg(test)]
+mod tests;

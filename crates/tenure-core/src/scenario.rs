@@ -434,3 +434,6 @@ fn validate_step(
         .map(StepKind::Log)
         .map_err(|reason| vec![InputError::at(event_position, format!("event `{event}`: {reason}"))])
 }
+
+#[cfg(test)]
+mod tests;
