@@ -37,17 +37,19 @@ pub enum LocalStep {
 }
 
 impl LocalStep {
+    /// Every local step.
+    pub const ALL: [Self; 7] = [
+        Self::Reconcile,
+        Self::Execute,
+        Self::Pause,
+        Self::Resume,
+        Self::Restart,
+        Self::Partition,
+        Self::Heal,
+    ];
+
     fn from_wire(text: &str) -> Option<Self> {
-        Some(match text {
-            "reconcile" => Self::Reconcile,
-            "execute" => Self::Execute,
-            "pause" => Self::Pause,
-            "resume" => Self::Resume,
-            "restart" => Self::Restart,
-            "partition" => Self::Partition,
-            "heal" => Self::Heal,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|step| step.as_str() == text)
     }
 
     /// The wire name.

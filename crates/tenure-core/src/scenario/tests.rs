@@ -124,3 +124,14 @@ fn what_the_scenario_maps_reads_as_documented() {
         assert_eq!(needed.len(), errors.len(), "{entry}: only missing fields: {errors:?}");
     }
 }
+
+#[test]
+fn a_local_step_is_named_apart_from_every_event_kind() {
+    for step in LocalStep::ALL {
+        let name = step.as_str();
+        assert_eq!(LocalStep::from_wire(name), Some(step));
+        assert_eq!(EventKind::named(name), None, "`{name}` is both a local step and an event kind");
+        let entry = format!("{{at: 3, event: {name}, node: b}}");
+        assert_eq!(only_entry(&scenario_of(&entry)), StepKind::Local { at_ms: 3, node: "b".into(), step });
+    }
+}
