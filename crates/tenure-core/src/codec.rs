@@ -91,7 +91,7 @@ mod pool;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -186,6 +186,30 @@ pub fn encode_event(event: &Event) -> Result<Vec<u8>, CodecError> {
 /// Decodes one log event; a `pool-applied` spec is rebuilt through the pool parser.
 pub fn decode_event(bytes: &[u8]) -> Result<Event, CodecError> {
     open::<wire::EventWire<'static>>(RECORD_EVENT, bytes)?.into_event()
+}
+
+/// The event a scenario entry (SPEC 11) names, read through the same wire types as a stored
+/// record: `name` is the kind, `fields` its fields besides `event` and `at` as a record writes
+/// them. The scenario keeps its own forms to itself (`scenario.rs`), so a kind, a field or a
+/// default the store does not know cannot enter a replay.
+pub(crate) fn event_from_fields(
+    at_ms: u64,
+    name: &str,
+    fields: serde_json::Map<String, serde_json::Value>,
+) -> Result<Event, CodecError> {
+    let mut record = serde_json::Map::with_capacity(fields.len() + 2);
+    record.insert("event".to_owned(), name.into());
+    record.insert("at".to_owned(), at_ms.into());
+    record.extend(fields);
+    wire::EventWire::deserialize(serde_json::Value::Object(record))
+        .map_err(|e| CodecError::Malformed { record: RECORD_EVENT, reason: e.to_string() })?
+        .into_event()
+}
+
+/// A validated pool spec as a record writes it (the `spec` of a `pool-applied`).
+pub(crate) fn pool_spec_value(spec: &PoolSpec) -> Result<serde_json::Value, CodecError> {
+    serde_json::to_value(pool::PoolSpecWire::checked(spec)?)
+        .map_err(|e| CodecError::Unwritable { record: RECORD_POOL_SPEC, reason: e.to_string() })
 }
 
 /// Encodes a validated pool spec (refused with [`CodecError::InvalidPool`] if it is not one).

@@ -1,6 +1,7 @@
 //! The events of the federation log (SPEC 2). The log is totally ordered; every node that
 //! applies the same prefix computes the same state ([`crate::federation::Federation`]).
 
+use std::fmt;
 use std::net::IpAddr;
 
 use crate::model::{PoolSpec, VrrpState};
@@ -14,7 +15,7 @@ pub struct Event {
     pub kind: EventKind,
 }
 
-/// The payload of an event; the variant names are the wire names in kebab-case.
+/// The payload of an event; the variant names are the wire names in kebab-case ([`EVENT_KINDS`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// `heartbeat{node}`: the node is alive at `at`.
@@ -109,24 +110,113 @@ pub enum EventKind {
     },
 }
 
+/// One event kind's vocabulary: its name and its fields as a log record and a scenario entry
+/// (SPEC 2, 11) write them. [`EVENT_KINDS`] is the one place they are spelled: the name in the
+/// store's records (`codec/wire.rs`, whose serde names a test checks against this table), the
+/// fields a scenario entry takes and needs (`scenario.rs`), [`EventKind::wire_name`] and
+/// [`EventKind`]'s `Display` all read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindVocabulary {
+    /// The wire name: `event` of a record or a scenario entry.
+    pub name: &'static str,
+    /// The kind's fields besides `event` and `at`, in record order, as written (camelCase).
+    pub fields: &'static [&'static str],
+    /// Those of `fields` a record may leave out.
+    pub optional: &'static [&'static str],
+}
+
+impl KindVocabulary {
+    /// Whether a record must carry `field` (one of [`Self::fields`], not [`Self::optional`]).
+    #[must_use]
+    pub fn needs(&self, field: &str) -> bool {
+        self.fields.contains(&field) && !self.optional.contains(&field)
+    }
+}
+
+/// Declares [`EVENT_KINDS`] and [`EventKind::vocabulary`] from one list: each variant, its wire
+/// name, its fields and, after `?`, those a record may leave out. The `match` it writes is
+/// exhaustive, so a variant cannot be added without its vocabulary.
+macro_rules! event_vocabulary {
+    ($($variant:ident => $name:literal [$($field:literal),*] $(? [$($optional:literal),*])?;)*) => {
+        /// Every event kind's vocabulary, in the order [`EventKind`] declares them.
+        pub const EVENT_KINDS: &[KindVocabulary] = &[$(KindVocabulary {
+            name: $name,
+            fields: &[$($field),*],
+            optional: &[$($($optional),*)?],
+        }),*];
+
+        impl EventKind {
+            /// The kind's name and fields ([`EVENT_KINDS`]).
+            #[must_use]
+            pub fn vocabulary(&self) -> &'static KindVocabulary {
+                match self {
+                    $(Self::$variant { .. } => &KindVocabulary {
+                        name: $name,
+                        fields: &[$($field),*],
+                        optional: &[$($($optional),*)?],
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+event_vocabulary! {
+    Heartbeat => "heartbeat" ["node"];
+    Drain => "drain" ["node"];
+    Undrain => "undrain" ["node"];
+    Health => "health" ["node", "healthy"];
+    Vrrp => "vrrp" ["node", "state"];
+    PoolApplied => "pool-applied" ["spec"];
+    PoolDeleted => "pool-deleted" ["pool"];
+    Desire => "desire" ["pool", "address"];
+    Undesire => "undesire" ["pool", "address"];
+    Approve => "approve" ["idempotencyKey"];
+    ActionResult => "action-result" ["node", "idempotencyKey", "outcome", "detail"];
+    Inventory => "inventory" ["provider", "address", "holders", "scope"] ? ["scope"];
+    TokensRaised => "tokens-raised" ["by"];
+}
+
 impl EventKind {
     /// The wire name of the event kind.
     #[must_use]
     pub fn wire_name(&self) -> &'static str {
+        self.vocabulary().name
+    }
+
+    /// The vocabulary of the kind named `name`, if there is one.
+    #[must_use]
+    pub fn named(name: &str) -> Option<&'static KindVocabulary> {
+        EVENT_KINDS.iter().find(|kind| kind.name == name)
+    }
+}
+
+/// One line for people (replay's narration, the simulator's): the wire name, then what the event
+/// is about (`desire edge/10.0.0.10`, `health a healthy=false`, `tokens-raised by 1000000`).
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.wire_name();
         match self {
-            Self::Heartbeat { .. } => "heartbeat",
-            Self::Drain { .. } => "drain",
-            Self::Undrain { .. } => "undrain",
-            Self::Health { .. } => "health",
-            Self::Vrrp { .. } => "vrrp",
-            Self::PoolApplied { .. } => "pool-applied",
-            Self::PoolDeleted { .. } => "pool-deleted",
-            Self::Desire { .. } => "desire",
-            Self::Undesire { .. } => "undesire",
-            Self::Approve { .. } => "approve",
-            Self::ActionResult { .. } => "action-result",
-            Self::Inventory { .. } => "inventory",
-            Self::TokensRaised { .. } => "tokens-raised",
+            Self::Heartbeat { node } | Self::Drain { node } | Self::Undrain { node } => {
+                write!(f, "{name} {node}")
+            }
+            Self::Health { node, healthy } => write!(f, "{name} {node} healthy={healthy}"),
+            Self::Vrrp { node, state } => {
+                // The serde name (`rename_all = "lowercase"`).
+                let state = format!("{state:?}").to_lowercase();
+                write!(f, "{name} {node} {state}")
+            }
+            Self::PoolApplied { spec } => {
+                write!(f, "{name} {} ({} addresses)", spec.name, spec.addresses.len())
+            }
+            Self::PoolDeleted { pool } => write!(f, "{name} {pool}"),
+            Self::Desire { pool, address } | Self::Undesire { pool, address } => {
+                write!(f, "{name} {pool}/{address}")
+            }
+            Self::Approve { idempotency_key } => write!(f, "{name} {idempotency_key}"),
+            Self::ActionResult { node, idempotency_key, .. } => write!(f, "{name} {node} {idempotency_key}"),
+            Self::Inventory { provider, address, .. } => write!(f, "{name} {provider} {address}"),
+            Self::TokensRaised { by } => write!(f, "{name} by {by}"),
         }
     }
 }
@@ -149,3 +239,6 @@ pub enum ActionOutcome {
     /// The provider call failed.
     Failed,
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,12 +1,15 @@
 //! The replay scenario format (SPEC 11, 13): nodes, providers, pools and a timeline of log
 //! events and local steps. Parsing is strict; every error names `line:column`.
 
-use serde::Deserialize;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
 
 use crate::claims::AddressClaims;
 use crate::fleet_spec::{RawNode, check_provider_name, validate_nodes};
-use crate::input::{InputError, Position, parse_one_address};
+use crate::input::{InputError, Position, canonical_address, parse_one_address};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::model::{NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
 use crate::spec::{PoolSource, RawPoolDocument, validate_pool, validate_pool_documents};
@@ -34,17 +37,19 @@ pub enum LocalStep {
 }
 
 impl LocalStep {
+    /// Every local step.
+    pub const ALL: [Self; 7] = [
+        Self::Reconcile,
+        Self::Execute,
+        Self::Pause,
+        Self::Resume,
+        Self::Restart,
+        Self::Partition,
+        Self::Heal,
+    ];
+
     fn from_wire(text: &str) -> Option<Self> {
-        Some(match text {
-            "reconcile" => Self::Reconcile,
-            "execute" => Self::Execute,
-            "pause" => Self::Pause,
-            "resume" => Self::Resume,
-            "restart" => Self::Restart,
-            "partition" => Self::Partition,
-            "heal" => Self::Heal,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|step| step.as_str() == text)
     }
 
     /// The wire name.
@@ -124,31 +129,64 @@ struct RawProvider {
     kind: Spanned<ProviderKind>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A timeline entry as written: `at`, `event`, and every field any kind takes (which kind takes
+/// which is the log's vocabulary, [`EVENT_KINDS`](crate::log::EVENT_KINDS)). Serialized, it is the
+/// fields a stored record of the event writes, but for `address` and `spec`, read apart
+/// ([`wire_fields`]).
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawStep {
+    #[serde(skip_serializing)]
     at: Spanned<i64>,
+    #[serde(skip_serializing)]
     event: Spanned<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     node: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     healthy: Option<Spanned<bool>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<Spanned<VrrpState>>,
+    #[serde(skip_serializing)]
     spec: Option<Spanned<RawPoolDocument>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pool: Option<Spanned<String>>,
+    #[serde(skip_serializing)]
     address: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     idempotency_key: Option<Spanned<String>>,
-    outcome: Option<Spanned<RawOutcome>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcome: Option<Spanned<ActionOutcome>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     provider: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     holders: Option<Spanned<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     scope: Option<Spanned<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     by: Option<Spanned<u64>>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum RawOutcome {
-    Executed,
-    Failed,
+impl RawStep {
+    /// Each field besides `at` and `event`, by its name as written, and where it was written.
+    fn positions(&self) -> [(&'static str, Option<Position>); 13] {
+        [
+            ("node", self.node.as_ref().map(Position::of_spanned)),
+            ("healthy", self.healthy.as_ref().map(Position::of_spanned)),
+            ("state", self.state.as_ref().map(Position::of_spanned)),
+            ("spec", self.spec.as_ref().map(Position::of_spanned)),
+            ("pool", self.pool.as_ref().map(Position::of_spanned)),
+            ("address", self.address.as_ref().map(Position::of_spanned)),
+            ("idempotencyKey", self.idempotency_key.as_ref().map(Position::of_spanned)),
+            ("outcome", self.outcome.as_ref().map(Position::of_spanned)),
+            ("detail", self.detail.as_ref().map(Position::of_spanned)),
+            ("provider", self.provider.as_ref().map(Position::of_spanned)),
+            ("holders", self.holders.as_ref().map(Position::of_spanned)),
+            ("scope", self.scope.as_ref().map(Position::of_spanned)),
+            ("by", self.by.as_ref().map(Position::of_spanned)),
+        ]
+    }
 }
 
 /// Parses and validates a scenario. Returns every error found.
@@ -267,59 +305,69 @@ fn check_pool_references(
     errors
 }
 
-/// Which optional fields each kind takes; every other field is an error.
-fn allowed_fields(event: &str) -> Option<&'static [&'static str]> {
-    Some(match event {
-        "heartbeat" | "drain" | "undrain" | "reconcile" | "execute" | "pause" | "resume" | "restart"
-        | "partition" | "heal" => &["node"],
-        "health" => &["node", "healthy"],
-        "vrrp" => &["node", "state"],
-        "pool-applied" => &["spec"],
-        "pool-deleted" => &["pool"],
-        "desire" | "undesire" => &["pool", "address"],
-        "approve" => &["idempotencyKey"],
-        "action-result" => &["node", "idempotencyKey", "outcome", "detail"],
-        "inventory" => &["provider", "address", "holders", "scope"],
-        "tokens-raised" => &["by"],
-        _ => return None,
-    })
+/// The fields a local step takes and needs.
+const LOCAL_STEP_FIELDS: &[&str] = &["node"];
+
+/// Where a scenario entry of a log event differs from the event's stored record (SPEC 11 against
+/// the records of `codec.rs`); everything else — the kind's name, its fields and what each
+/// means — is the log's vocabulary ([`EVENT_KINDS`](crate::log::EVENT_KINDS)), and the entry is
+/// read through the store's wire types:
+/// - `at` is signed in the file, and refused negative here, where its position is known;
+/// - `address` is text: one address, a range refused by name ([`parse_one_address`]);
+/// - `spec` is a MobilityPool document (SPEC 10), validated as a pool file is and checked
+///   against the declared nodes and providers; the pool is handed on in its stored form;
+/// - the fields named here may be left out and read as empty (a record always carries them).
+const LEFT_OUT_READS_EMPTY: &[&str] = &["detail"];
+
+/// The fields of an entry as the stored record of its event writes them (see
+/// [`LEFT_OUT_READS_EMPTY`] for what differs).
+fn wire_fields(
+    raw: &RawStep,
+    address: Option<IpAddr>,
+    spec: Option<&PoolSpec>,
+    takes: &[&str],
+) -> Result<Map<String, Value>, String> {
+    let Value::Object(mut fields) = serde_json::to_value(raw).map_err(|e| e.to_string())? else {
+        return Err("a timeline entry is not a map".to_owned());
+    };
+    if let Some(address) = address {
+        fields.insert("address".to_owned(), Value::String(canonical_address(address)));
+    }
+    if let Some(spec) = spec {
+        fields.insert("spec".to_owned(), crate::codec::pool_spec_value(spec).map_err(|e| e.to_string())?);
+    }
+    for field in LEFT_OUT_READS_EMPTY.iter().filter(|f| takes.contains(f)) {
+        fields.entry(*field).or_insert_with(|| Value::String(String::new()));
+    }
+    Ok(fields)
 }
 
 fn validate_step(
-    raw: RawStep,
+    mut raw: RawStep,
     nodes: &[NodeSpec],
     providers: &[ProviderSpec],
 ) -> Result<StepKind, Vec<InputError>> {
     let event_position = Position::of_spanned(&raw.event);
     let event = raw.event.value.as_str();
-    let Some(allowed) = allowed_fields(event) else {
-        return Err(vec![InputError::at(event_position, format!("unknown event kind `{event}`"))]);
+    let local = LocalStep::from_wire(event);
+    let (takes, optional): (&[&str], &[&str]) = match (local, EventKind::named(event)) {
+        (Some(_), _) => (LOCAL_STEP_FIELDS, &[]),
+        (None, Some(kind)) => (kind.fields, kind.optional),
+        (None, None) => {
+            return Err(vec![InputError::at(event_position, format!("unknown event kind `{event}`"))]);
+        }
     };
     let mut errors = Vec::new();
-    let present: [(&str, Option<Position>); 13] = [
-        ("node", raw.node.as_ref().map(Position::of_spanned)),
-        ("healthy", raw.healthy.as_ref().map(Position::of_spanned)),
-        ("state", raw.state.as_ref().map(Position::of_spanned)),
-        ("spec", raw.spec.as_ref().map(Position::of_spanned)),
-        ("pool", raw.pool.as_ref().map(Position::of_spanned)),
-        ("address", raw.address.as_ref().map(Position::of_spanned)),
-        ("idempotencyKey", raw.idempotency_key.as_ref().map(Position::of_spanned)),
-        ("outcome", raw.outcome.as_ref().map(Position::of_spanned)),
-        ("detail", raw.detail.as_ref().map(Position::of_spanned)),
-        ("provider", raw.provider.as_ref().map(Position::of_spanned)),
-        ("holders", raw.holders.as_ref().map(Position::of_spanned)),
-        ("scope", raw.scope.as_ref().map(Position::of_spanned)),
-        ("by", raw.by.as_ref().map(Position::of_spanned)),
-    ];
+    let present = raw.positions();
     for (field, position) in present {
         if let Some(position) = position
-            && !allowed.contains(&field)
+            && !takes.contains(&field)
         {
             errors.push(InputError::at(position, format!("event `{event}` does not take field `{field}`")));
         }
     }
-    // `detail` and `scope` may be left out.
-    for field in allowed.iter().filter(|f| **f != "detail" && **f != "scope") {
+    let may_leave_out = |field: &&str| optional.contains(field) || LEFT_OUT_READS_EMPTY.contains(field);
+    for field in takes.iter().filter(|f| !may_leave_out(f)) {
         if present.iter().any(|(name, position)| name == field && position.is_none()) {
             errors.push(InputError::at(event_position, format!("event `{event}` needs field `{field}`")));
         }
@@ -362,8 +410,8 @@ fn validate_step(
         },
         None => None,
     };
-    let spec = match raw.spec {
-        Some(doc) if allowed.contains(&"spec") => match validate_pool(doc.value) {
+    let spec = match raw.spec.take() {
+        Some(doc) if takes.contains(&"spec") => match validate_pool(doc.value) {
             Ok((pool, source)) => {
                 errors.extend(check_pool_references(&pool, &source, nodes, providers));
                 Some(pool)
@@ -379,46 +427,15 @@ fn validate_step(
         return Err(errors);
     }
     let at_ms = u64::try_from(raw.at.value).expect("checked not negative");
-    let node = || raw.node.as_ref().map(|n| n.value.clone()).expect("checked present");
-    if let Some(step) = LocalStep::from_wire(event) {
-        return Ok(StepKind::Local { at_ms, node: node(), step });
+    if let Some(step) = local {
+        let node = raw.node.map(|n| n.value).expect("checked present");
+        return Ok(StepKind::Local { at_ms, node, step });
     }
-    let pool = || raw.pool.as_ref().map(|p| p.value.clone()).expect("checked present");
-    let key = || raw.idempotency_key.as_ref().map(|k| k.value.clone()).expect("checked present");
-    let address = || address.expect("checked present");
-    let kind = match event {
-        "heartbeat" => EventKind::Heartbeat { node: node() },
-        "drain" => EventKind::Drain { node: node() },
-        "undrain" => EventKind::Undrain { node: node() },
-        "health" => {
-            EventKind::Health { node: node(), healthy: raw.healthy.as_ref().is_some_and(|h| h.value) }
-        }
-        "vrrp" => EventKind::Vrrp {
-            node: node(),
-            state: raw.state.as_ref().map(|s| s.value).expect("checked present"),
-        },
-        "pool-applied" => EventKind::PoolApplied { spec: Box::new(spec.expect("checked present")) },
-        "pool-deleted" => EventKind::PoolDeleted { pool: pool() },
-        "desire" => EventKind::Desire { pool: pool(), address: address() },
-        "undesire" => EventKind::Undesire { pool: pool(), address: address() },
-        "approve" => EventKind::Approve { idempotency_key: key() },
-        "action-result" => EventKind::ActionResult {
-            node: node(),
-            idempotency_key: key(),
-            outcome: match raw.outcome.as_ref().map(|o| &o.value) {
-                Some(RawOutcome::Failed) => ActionOutcome::Failed,
-                _ => ActionOutcome::Executed,
-            },
-            detail: raw.detail.map(|d| d.value).unwrap_or_default(),
-        },
-        "inventory" => EventKind::Inventory {
-            provider: raw.provider.map(|p| p.value).expect("checked present"),
-            address: address(),
-            holders: raw.holders.map(|h| h.value).expect("checked present"),
-            scope: raw.scope.map(|s| s.value),
-        },
-        "tokens-raised" => EventKind::TokensRaised { by: raw.by.map(|b| b.value).expect("checked present") },
-        _ => unreachable!("allowed_fields knows every kind"),
-    };
-    Ok(StepKind::Log(Event { at_ms, kind }))
+    wire_fields(&raw, address, spec.as_ref(), takes)
+        .and_then(|fields| crate::codec::event_from_fields(at_ms, event, fields).map_err(|e| e.to_string()))
+        .map(StepKind::Log)
+        .map_err(|reason| vec![InputError::at(event_position, format!("event `{event}`: {reason}"))])
 }
+
+#[cfg(test)]
+mod tests;

@@ -131,7 +131,7 @@ impl Replay {
         let applied = self.head.apply(&event)?;
         self.checker.after_event(&self.head);
         if let Some(before) = before {
-            let mut line = format!("t={:<6} {}", event.at_ms, describe_event(&event));
+            let mut line = format!("t={:<6} {}", event.at_ms, event.kind);
             if applied == tenure_core::federation::Applied::NoSuchTarget {
                 line.push_str("  (no such pool or address: only moves stream time)");
             }
@@ -421,26 +421,4 @@ fn ownership_changes(before: &[OwnershipRow], after: &[OwnershipRow]) -> Vec<Str
         ));
     }
     changes
-}
-
-fn describe_event(event: &Event) -> String {
-    match &event.kind {
-        EventKind::Heartbeat { node } | EventKind::Drain { node } | EventKind::Undrain { node } => {
-            format!("{} {node}", event.kind.wire_name())
-        }
-        EventKind::Health { node, healthy } => format!("health {node} healthy={healthy}"),
-        EventKind::Vrrp { node, state } => format!("vrrp {node} {state:?}").to_lowercase(),
-        EventKind::PoolApplied { spec } => {
-            format!("pool-applied {} ({} addresses)", spec.name, spec.addresses.len())
-        }
-        EventKind::PoolDeleted { pool } => format!("pool-deleted {pool}"),
-        EventKind::Desire { pool, address } => format!("desire {pool}/{address}"),
-        EventKind::Undesire { pool, address } => format!("undesire {pool}/{address}"),
-        EventKind::Approve { idempotency_key } => format!("approve {idempotency_key}"),
-        EventKind::ActionResult { node, idempotency_key, .. } => {
-            format!("action-result {node} {idempotency_key}")
-        }
-        EventKind::Inventory { provider, address, .. } => format!("inventory {provider} {address}"),
-        EventKind::TokensRaised { by } => format!("tokens-raised by {by}"),
-    }
 }

@@ -47,7 +47,7 @@ fn golden_action(capture: u64, ownership: u64) -> StampedAction {
     )
 }
 
-const KEY: &str = "edge/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1";
+pub(crate) const KEY: &str = "edge/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1";
 const ACTION_JSON: &str = r#"{"pool":"edge","address":"10.0.0.10","verb":"assign-secondary-ip","holder":"a","provider":"sim1","nic":"eni-a","captureDomain":"provider:sim1:placement:g1","captureEpoch":1,"ownershipEpoch":1,"idempotencyKey":"edge/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1"}"#;
 const POOL_JSON: &str = r#"{"name":"edge","addresses":["10.0.0.10","10.0.0.16/29","2001:db8::1"],"provider":"sim1","placementGroup":"g1","members":["a","b"],"authority":"none","approval":"auto","deprovisionHoldMs":5000,"heartbeatTtlMs":3000,"promotionHoldMs":1000,"epochLocking":true,"preferNodes":["a"],"preempt":false,"autoFailover":true}"#;
 
@@ -56,7 +56,7 @@ fn event(at_ms: u64, kind: EventKind) -> Event {
 }
 
 /// One event of each kind and its documented bytes (the module doc of `codec.rs`).
-fn golden_events() -> Vec<(Event, String)> {
+pub(crate) fn golden_events() -> Vec<(Event, String)> {
     let node = || "a".to_owned();
     let pool = || "edge".to_owned();
     vec![

@@ -57,8 +57,9 @@ impl World {
                 } else {
                     EventKind::Undrain { node: self.name(node) }
                 };
+                let line = kind.to_string();
                 self.append(Event { at_ms: self.now_ms, kind });
-                Some(format!("{} {}", if drain { "drain" } else { "undrain" }, self.name(node)))
+                Some(line)
             }
             Fault::Health => {
                 let node = self.random_node();
@@ -82,6 +83,7 @@ impl World {
             Fault::DesireBurst => {
                 let (pool, _) = self.random_address();
                 let desired = self.rng.random_bool(0.5);
+                let mut burst = "";
                 for _ in 0..self.rng.random_range(1..6) {
                     let range = &self.topology.pools[pool].addresses;
                     let address = range[self.rng.random_range(0..range.len())];
@@ -91,10 +93,11 @@ impl World {
                     } else {
                         EventKind::Undesire { pool: name, address }
                     };
+                    burst = kind.wire_name();
                     self.append(Event { at_ms: self.now_ms, kind });
                 }
                 let name = &self.topology.pools[pool].name;
-                Some(format!("{} burst {name}", if desired { "desire" } else { "undesire" }))
+                Some(format!("{burst} burst {name}"))
             }
             _ => None,
         }

@@ -354,3 +354,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_cause_named_after_an_event_kind_is_spelled_as_the_log_spells_it() {
+    let after_events = [
+        Cause::Drain,
+        Cause::Undrain,
+        Cause::Health,
+        Cause::Vrrp,
+        Cause::Desire,
+        Cause::Undesire,
+        Cause::PoolApplied,
+        Cause::PoolDeleted,
+    ];
+    for cause in after_events {
+        assert!(EventKind::named(cause.as_str()).is_some(), "`{}` is no event kind", cause.as_str());
+        assert_eq!(serde_json::to_value(cause).ok(), Some(cause.as_str().into()), "{cause:?}");
+    }
+    for own in [Cause::Liveness, Cause::Recapture] {
+        assert_eq!(EventKind::named(own.as_str()), None, "{own:?}");
+    }
+}
