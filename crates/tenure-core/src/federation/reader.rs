@@ -16,7 +16,7 @@ impl Federation {
         let mut pools = self
             .pools
             .values()
-            .filter(|pool| !pool.deleted && pool.spec.members.iter().any(|m| *m == node.spec.name))
+            .filter(|pool| !pool.deleted && pool.spec.members.contains(&node.spec.name))
             .peekable();
         pools.peek()?;
         Some(pools.all(|pool| is_alive(node, &pool.spec, self.stream_time_ms)))
