@@ -24,8 +24,9 @@ use oci_fake::OciFake;
 use process::{Agent, TOKEN, TempDir, free_port, http, stays_for, wait_for};
 
 const NODES: [&str; 3] = ["a", "b", "c"];
-/// heartbeatTTL (promotionHold is 0s).
-const TTL: Duration = Duration::from_secs(1);
+/// heartbeatTTL (promotionHold is 0s): 20 heartbeat intervals, so that a slow moment on a loaded
+/// machine does not expire a live reader.
+const TTL: Duration = Duration::from_secs(2);
 
 /// The inventory reads of provider `cloud` the agent at `listen` made (ok and failed).
 fn reads(listen: SocketAddr) -> u64 {
@@ -130,11 +131,9 @@ fn only_the_live_node_with_the_smallest_name_reads_and_a_killed_readers_role_pas
     wait_for("b starts reading after a's heartbeat expired", || reads(listen[1]) > b_before);
     let took_over = killed.elapsed();
     eprintln!("inventory reader: kill -9 of a to b's first read in {took_over:?}");
-    // a's last heartbeat went out at most one heartbeatInterval (100 ms) before the kill.
-    assert!(
-        took_over >= TTL - Duration::from_millis(100),
-        "b read {took_over:?} after a's kill, before a expired"
-    );
+    // a's last heartbeat went out shortly before the kill (one heartbeatInterval, 100 ms, unless
+    // its loop ran late): b cannot have seen a expired before most of the TTL passed.
+    assert!(took_over >= TTL / 2, "b read {took_over:?} after a's kill, long before a expired");
     reads_rise(listen[1], 3, "b keeps reading");
     assert_eq!(reads(listen[2]), c_before, "c never read: b was alive throughout");
 
