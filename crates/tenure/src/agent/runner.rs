@@ -961,7 +961,8 @@ impl<S: AgentStore> Agent<S> {
             if scope.is_none() {
                 let ours = reader.as_ref().is_none_or(|r| self.own_nodes.contains(r));
                 if self.inventory.reader_seen(&provider, reader.as_deref()) {
-                    info!(%provider, reader = reader.as_deref().unwrap_or("none alive: every agent"), ours, "inventory reader");
+                    let shown = reader.as_deref().unwrap_or("none alive: every agent reads");
+                    info!(%provider, reader = shown, ours, "inventory reader");
                 }
                 if !ours && !urgent {
                     self.inventory.due.insert(provider, (interval, now + interval));

@@ -123,8 +123,8 @@ impl<S: AgentStore> Agent<S> {
 
 impl super::InventorySchedule {
     /// Reads `provider`'s inventory as soon as possible: now, or right after the read under
-    /// way (which started too early to count), whichever node is the provider's reader. `false` when the provider's inventory is not
-    /// read (none configured, or the executor takes none).
+    /// way (which started too early to count), whichever node is the provider's reader. `false`
+    /// when the provider's inventory is not read (none configured, or the executor takes none).
     pub(super) fn read_now(&mut self, provider: &str) -> bool {
         if !self.due.contains_key(provider) {
             return false;
