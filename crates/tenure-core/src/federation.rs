@@ -21,6 +21,7 @@ pub mod history;
 mod map;
 mod pools;
 mod raise;
+mod reader;
 mod settle;
 mod snapshot;
 mod status;

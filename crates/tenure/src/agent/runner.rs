@@ -143,6 +143,11 @@ struct InventorySchedule {
     last_failure: BTreeMap<String, String>,
     /// Providers to read again as soon as their read under way ends ([`Self::read_now`]).
     rushed: BTreeSet<String>,
+    /// Providers whose next read was asked for at once ([`Self::read_now`]): made by this agent
+    /// even when another node is the provider's reader.
+    urgent: BTreeSet<String>,
+    /// Per provider, the reader this agent last saw in the view ([`Self::reader_seen`]).
+    readers: BTreeMap<String, Option<String>>,
 }
 
 impl InventorySchedule {
@@ -154,6 +159,13 @@ impl InventorySchedule {
     /// The next read that is not under way, if any.
     fn next(&self) -> Option<Instant> {
         self.due.iter().filter(|(p, _)| !self.reading(p)).map(|(_, (_, at))| *at).min()
+    }
+
+    /// Records `reader` as `provider`'s inventory reader; `true` when it differs from the one
+    /// seen before (to log the hand-over once).
+    fn reader_seen(&mut self, provider: &str, reader: Option<&str>) -> bool {
+        let reader = reader.map(str::to_owned);
+        self.readers.insert(provider.to_owned(), reader.clone()) != Some(reader)
     }
 
     /// The next read of `provider` one interval from now (now, when it was rushed meanwhile).
@@ -948,6 +960,22 @@ impl<S: AgentStore> Agent<S> {
                 info!(%provider, "no node of this agent on this provider: its inventory sees only its own host; not read");
                 self.inventory.due.remove(&provider);
                 continue;
+            }
+            // One reader per provider for a read of the whole provider (`Federation::
+            // inventory_reader`); every agent while the log names none, and a read asked for at
+            // once (`read_now`) by the agent that asked.
+            let reader = view.inventory_reader(&provider).map(str::to_owned);
+            let urgent = self.inventory.urgent.remove(&provider);
+            if scope.is_none() {
+                let ours = reader.as_ref().is_none_or(|r| self.own_nodes.contains(r));
+                if self.inventory.reader_seen(&provider, reader.as_deref()) {
+                    let shown = reader.as_deref().unwrap_or("none alive: every agent reads");
+                    info!(%provider, reader = shown, ours, "inventory reader");
+                }
+                if !ours && !urgent {
+                    self.inventory.due.insert(provider, (interval, now + interval));
+                    continue;
+                }
             }
             let started_at_ms = self.stamp();
             // A read of many addresses is several paginated calls: it may take up to its

@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use tenure_core::driver::NodeDriver;
-use tenure_core::eligibility::is_alive;
 use tenure_core::federation::Federation;
 use tenure_core::federation::history::{EntryKind, History, HistoryEntry};
 use tenure_core::journal::JournalStore;
@@ -271,14 +270,10 @@ pub fn node_statuses(view: &Federation, local: &[&str]) -> Vec<NodeStatus> {
     let mut nodes: Vec<NodeStatus> = view
         .nodes()
         .iter()
-        .map(|node| {
+        .enumerate()
+        .map(|(id, node)| {
             let name = node.spec.name.as_str();
-            let mut pools = view
-                .pools()
-                .values()
-                .filter(|pool| !pool.deleted && pool.spec.members.iter().any(|m| m == name))
-                .peekable();
-            let alive = pools.peek().is_some().then(|| pools.all(|pool| is_alive(node, &pool.spec, now_ms)));
+            let alive = view.node_alive(id);
             NodeStatus {
                 name: name.to_owned(),
                 provider: node.spec.provider.clone(),

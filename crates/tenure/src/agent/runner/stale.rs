@@ -123,19 +123,19 @@ impl<S: AgentStore> Agent<S> {
 
 impl super::InventorySchedule {
     /// Reads `provider`'s inventory as soon as possible: now, or right after the read under
-    /// way (which started too early to count). `false` when the provider's inventory is not
-    /// read (none configured, or the executor takes none).
+    /// way (which started too early to count), whichever node is the provider's reader. `false`
+    /// when the provider's inventory is not read (none configured, or the executor takes none).
     pub(super) fn read_now(&mut self, provider: &str) -> bool {
+        if !self.due.contains_key(provider) {
+            return false;
+        }
+        // Made by this agent even when another node is the provider's reader.
+        self.urgent.insert(provider.to_owned());
         if self.reading(provider) {
             self.rushed.insert(provider.to_owned());
-            return self.due.contains_key(provider);
+        } else if let Some((_, next)) = self.due.get_mut(provider) {
+            *next = Instant::now();
         }
-        match self.due.get_mut(provider) {
-            Some((_, next)) => {
-                *next = Instant::now();
-                true
-            }
-            None => false,
-        }
+        true
     }
 }
