@@ -207,6 +207,9 @@ struct Agent<S: AgentStore> {
     /// Why the last append failed, when the store retries appends (etcd): cleared by the next
     /// append that lands.
     append_failure: Option<String>,
+    /// Why the heartbeat thread's last append failed, as the loop saw it at its last step (so
+    /// that health turns ok only once a step followed the log past the heartbeat that landed).
+    heartbeat_failure: Option<String>,
     /// A batch whose append failed and is retried, alone and as it was, before anything else.
     unappended: Option<Vec<Event>>,
     /// Why the last head confirmation failed (fail-closed): cleared by the next that succeeds.
@@ -461,6 +464,7 @@ impl<S: AgentStore> Agent<S> {
             unhealthy: None,
             append_failure: None,
             unappended: None,
+            heartbeat_failure: None,
             head_failure: None,
             snapshot_events: 0,
             beat: Arc::new(heartbeat::Beat::new(
@@ -776,6 +780,7 @@ impl<S: AgentStore> Agent<S> {
     /// does not re-plan 100k addresses.
     fn step(&mut self, requeue: bool) {
         self.slow.step();
+        self.heartbeat_failure = self.beat.last_error();
         self.flush_appends();
         // Whatever the log does (an unreachable etcd must not stop a local withdrawal).
         self.withdraw_if_due();

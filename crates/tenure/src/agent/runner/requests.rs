@@ -28,7 +28,7 @@ impl<S: AgentStore> Agent<S> {
                 .or_else(|| self.unhealthy.clone())
                 .or_else(|| self.head_failure.clone())
                 .or_else(|| self.append_failure.clone())
-                .or_else(|| self.beat.last_error())
+                .or_else(|| self.heartbeat_failure.clone())
         };
         Health {
             ok: reason.is_none(),
