@@ -24,11 +24,14 @@
 //! - this file — [`AgentStore`] (what the loop needs of a store: the seam the embedded store,
 //!   the etcd fleet store `crate::store::fleet::EtcdStore` and [`memory::MemoryStore`]
 //!   implement), [`Settings`], [`ProviderExecutor`].
-//! - [`runner`] — the loop: [`runner::run`]; beside it in `runner/`, its halves of the rules:
-//!   `clock.rs` (the clock-lead rule), `history.rs` (the history it keeps), `refresh.rs` (repeated
-//!   announcements), `requests.rs` (its answers to requests), `stale.rs` (calls whose action went
-//!   stale), `vrrp.rs` (keepalived's reports as `vrrp` events), `withdraw.rs` (the local
-//!   withdrawal).
+//! - [`runner`] — the loop: [`runner::run`] and its step; beside it in `runner/`, its halves of
+//!   the rules: `appends.rs` (commits, the kept batch, pool files applied), `calls.rs` (gated
+//!   batches spawned, results recorded), `clock.rs` (the stamper and the clock-lead rule),
+//!   `heartbeat.rs` (heartbeats on their own thread), `history.rs` (the history it keeps),
+//!   `inventory.rs` (inventory reads), `refresh.rs` (repeated announcements), `requests.rs` (its
+//!   answers to requests), `slow.rs` (test hooks that slow the loop), `stale.rs` (calls whose
+//!   action went stale), `vrrp.rs` (keepalived's reports as `vrrp` events), `withdraw.rs` (the
+//!   local withdrawal).
 //! - [`answers`] — answering API requests from the loop's state.
 //! - [`approval`] — what an `approve` may name: an action pending approval now.
 //! - [`listing`] — the list calls' filters, and pages of the history the loop keeps.

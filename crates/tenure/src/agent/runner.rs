@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,8 +11,8 @@ use tenure_core::federation::history::History;
 use tenure_core::journal::JournalStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogError;
-use tenure_core::model::{NodeSpec, PoolSpec, ProviderSpec, StampedAction, VrrpState};
-use tenure_core::node::{NodeEngine, NodeError};
+use tenure_core::model::{NodeSpec, ProviderSpec, VrrpState};
+use tenure_core::node::NodeEngine;
 use tenure_core::retry::RetryBackoff;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -22,20 +21,25 @@ use tracing::{debug, error, info, warn};
 
 use super::answers::Counters;
 use super::keepalived::VrrpReport;
-use super::pools::{plan_pool_changes, seed_pools};
+use super::pools::seed_pools;
 use super::request::Requests;
 use super::{AgentStore, HeadUnconfirmed, ProviderExecutor, Settings};
-use crate::exec::{ExecutionOutcome, Inventory, InventoryRequest, execute_within};
 
+mod appends;
+mod calls;
 mod clock;
 mod heartbeat;
 mod history;
+mod inventory;
 mod refresh;
 mod requests;
 mod slow;
 mod stale;
 mod vrrp;
 mod withdraw;
+
+use calls::{CallDone, CallTask};
+use inventory::{InventoryDone, InventorySchedule};
 
 /// Most provider calls in flight at once, across the agent's nodes.
 pub const CALLS_IN_FLIGHT_MAX: usize = 256;
@@ -97,84 +101,6 @@ pub struct RunSummary {
     pub calls: u64,
     /// Events appended by this run.
     pub appended: u64,
-}
-
-/// A finished provider call.
-struct CallDone {
-    node: usize,
-    key: String,
-    provider: String,
-    /// A refresh of this address (`runner/refresh.rs`): not journaled.
-    refresh: Option<IpAddr>,
-    outcome: ExecutionOutcome,
-    elapsed: Duration,
-}
-
-/// Which call a task makes, so that a task that panicked or was cancelled still ends its call.
-struct CallTask {
-    node: usize,
-    key: String,
-    provider: String,
-    /// A refresh of this address: ended in the engine, never journaled.
-    refresh: Option<IpAddr>,
-}
-
-/// A finished inventory read (its provider is [`InventorySchedule::tasks`]' entry for the task).
-struct InventoryDone {
-    /// The stamp taken when the read started: the `at` of the events it yields, so that a call
-    /// confirmed while the read was under way is never contradicted by it.
-    started_at_ms: u64,
-    /// `None`: the executor takes no inventory.
-    inventory: Option<Inventory>,
-    /// The NICs the read could see, when it saw only this host's (`onprem`); `None`: the
-    /// provider's whole view.
-    scope: Option<Vec<String>>,
-}
-
-/// When each provider's inventory is read next, and which reads are under way.
-#[derive(Default)]
-struct InventorySchedule {
-    /// Provider → (interval, next read).
-    due: BTreeMap<String, (Duration, Instant)>,
-    /// The reads under way: which provider each task reads (a task that panicked is
-    /// rescheduled too).
-    tasks: HashMap<tokio::task::Id, String>,
-    /// The last failure logged at warn per provider (a repeat is logged at debug).
-    last_failure: BTreeMap<String, String>,
-    /// Providers to read again as soon as their read under way ends ([`Self::read_now`]).
-    rushed: BTreeSet<String>,
-    /// Providers whose next read was asked for at once ([`Self::read_now`]): made by this agent
-    /// even when another node is the provider's reader.
-    urgent: BTreeSet<String>,
-    /// Per provider, the reader this agent last saw in the view ([`Self::reader_seen`]).
-    readers: BTreeMap<String, Option<String>>,
-}
-
-impl InventorySchedule {
-    /// Whether a read of `provider` is under way.
-    fn reading(&self, provider: &str) -> bool {
-        self.tasks.values().any(|p| p == provider)
-    }
-
-    /// The next read that is not under way, if any.
-    fn next(&self) -> Option<Instant> {
-        self.due.iter().filter(|(p, _)| !self.reading(p)).map(|(_, (_, at))| *at).min()
-    }
-
-    /// Records `reader` as `provider`'s inventory reader; `true` when it differs from the one
-    /// seen before (to log the hand-over once).
-    fn reader_seen(&mut self, provider: &str, reader: Option<&str>) -> bool {
-        let reader = reader.map(str::to_owned);
-        self.readers.insert(provider.to_owned(), reader.clone()) != Some(reader)
-    }
-
-    /// The next read of `provider` one interval from now (now, when it was rushed meanwhile).
-    fn reschedule(&mut self, provider: &str) {
-        let rushed = self.rushed.remove(provider);
-        if let Some((interval, next)) = self.due.get_mut(provider) {
-            *next = if rushed { Instant::now() } else { Instant::now() + *interval };
-        }
-    }
 }
 
 /// The loop's state.
@@ -606,174 +532,6 @@ impl<S: AgentStore> Agent<S> {
         self.beat.stamper().stamp(wall_clock_ms(), Instant::now())
     }
 
-    /// Appends `kinds` in one durable commit. Returns the index of each, or why not.
-    /// An operator's or the pool files' events: appended after any batch kept for a retry, and
-    /// never kept for a retry themselves (a caller told "unavailable" must not see them land
-    /// later).
-    fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
-        self.retry_unappended()?;
-        self.append_with(Vec::new(), kinds, false)
-    }
-
-    /// Appends the batch kept from a failed append, alone and as it was; `Err` while it does not
-    /// land (it stays kept).
-    fn retry_unappended(&mut self) -> Result<(), String> {
-        match self.unappended.take() {
-            Some(events) => self.commit(events, true).map(drop),
-            None => Ok(()),
-        }
-    }
-
-    /// Appends `stamped` (as they are) and then `kinds` (stamped now) in one durable commit.
-    /// With `keep`, a batch that could not be appended to a store that retries is kept and
-    /// appended again, alone and unchanged, before anything else.
-    fn append_with(
-        &mut self,
-        mut events: Vec<Event>,
-        kinds: Vec<EventKind>,
-        keep: bool,
-    ) -> Result<Vec<u64>, String> {
-        if events.is_empty() && kinds.is_empty() {
-            return Ok(Vec::new());
-        }
-        if !kinds.is_empty() {
-            let at_ms = self.stamp();
-            events.extend(kinds.into_iter().map(|kind| Event { at_ms, kind }));
-        }
-        self.commit(events, keep)
-    }
-
-    fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
-        self.slow.append();
-        match self.store.append_batch(&events) {
-            Ok(indices) => {
-                self.summary.appended += events.len() as u64;
-                self.identity_dirty = true;
-                self.append_failure = None;
-                Ok(indices.into_iter().map(|i| i.get()).collect())
-            }
-            Err(e @ LogError::Unavailable { .. }) if self.store.retries_appends() => {
-                let reason = format!("cannot append to the log: {e}");
-                if self.append_failure.as_deref() != Some(reason.as_str()) {
-                    error!(%reason, keep, "append failed");
-                }
-                self.append_failure = Some(reason.clone());
-                if keep {
-                    self.unappended = Some(events);
-                }
-                Err(reason)
-            }
-            // A request's events (a pool reload, an operator's request) that the store will not
-            // hold — a record over its size limit, an event the codec refuses — were refused
-            // before anything was written: the request is refused, the store is as it was.
-            Err(e @ (LogError::TooLarge { .. } | LogError::Rejected(_))) if !keep => {
-                let reason = format!("not appended, the store is unchanged: {e}");
-                warn!(%reason, "request refused");
-                Err(reason)
-            }
-            Err(e) => {
-                let reason = format!("cannot append to the log: {e}");
-                error!(%reason);
-                self.store_failed.get_or_insert_with(|| reason.clone());
-                Err(reason)
-            }
-        }
-    }
-
-    /// Appends what is queued (the first heartbeats, keepalived's state, inventory news) and
-    /// every node's outbox (action results). A batch whose append failed goes first, alone and
-    /// unchanged (so it lands once); while it does not land, nothing else is appended (the
-    /// heartbeat thread waits too: [`Self::turned`]).
-    fn flush_appends(&mut self) {
-        if self.store_failed.is_none()
-            && let Some(reason) = self.beat.failure()
-        {
-            self.store_failed = Some(reason);
-        }
-        if self.store_failed.is_some() {
-            // A failed or refused store takes nothing more.
-            self.queued.clear();
-            self.beat.stop();
-            return;
-        }
-        let mut kinds = std::mem::take(&mut self.queued);
-        for driver in &mut self.drivers {
-            while let Some(kind) = driver.poll_append() {
-                kinds.push(kind);
-            }
-        }
-        if self.retry_unappended().is_err() {
-            self.queued = kinds;
-            return;
-        }
-        let stamped = std::mem::take(&mut self.queued_stamped);
-        let _ = self.append_with(stamped, kinds, true);
-    }
-
-    /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]. A rejected one
-    /// is reported (the set was checked as a whole, so it should not happen).
-    fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<(), Vec<String>> {
-        let applied = self.applied_pools();
-        let plan = plan_pool_changes(&applied, wanted);
-        if plan.is_empty() {
-            return Ok(());
-        }
-        info!(events = plan.len(), "applying pool changes");
-        // Said once the events are in the log, one line per pool event, by name.
-        let said: Vec<(String, Option<usize>, &'static str)> = plan
-            .iter()
-            .filter_map(|kind| match kind {
-                EventKind::PoolDeleted { pool } => Some((pool.clone(), None, "pool deleted")),
-                EventKind::PoolApplied { spec } if !wanted.contains(&**spec) => Some((
-                    spec.name.clone(),
-                    Some(spec.addresses.len()),
-                    "pool shrunk first (lets addresses go before another pool takes them)",
-                )),
-                EventKind::PoolApplied { spec } => {
-                    Some((spec.name.clone(), Some(spec.addresses.len()), "pool applied"))
-                }
-                _ => None,
-            })
-            .collect();
-        self.append(plan).map_err(|e| vec![e])?;
-        for (pool, addresses, what) in said {
-            match addresses {
-                Some(addresses) => info!(%pool, addresses, "{what}"),
-                None => info!(%pool, "{what}"),
-            }
-        }
-        Ok(())
-    }
-
-    /// The pools the log has applied now (not deleted), by name.
-    fn applied_pools(&self) -> BTreeMap<String, PoolSpec> {
-        self.view()
-            .pools()
-            .iter()
-            .filter(|(_, p)| !p.deleted)
-            .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
-            .collect()
-    }
-
-    /// SIGHUP: reads the pools again ([`super::Settings::pools`]: for the agent, the config's
-    /// `pools` list and the pool files); a bad config or pool file changes nothing and is
-    /// reported.
-    fn reload(&mut self) {
-        match (self.pools)() {
-            Ok(wanted) => {
-                if let Err(lines) = self.apply_pools(&wanted) {
-                    error!(errors = %lines.join("; "), "pool reload not applied");
-                }
-            }
-            Err(lines) => {
-                *self.counters.rejected_events.entry("pool-reload".to_owned()).or_insert(0) += 1;
-                for line in &lines {
-                    error!(error = %line, "pool reload refused: nothing applied");
-                }
-            }
-        }
-    }
-
     /// One step: append, follow, reconcile, gate, call. A node reconciles when `requeue` says
     /// so (the requeue interval: a journal over its bound) or when its view changed what it plans
     /// from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]); a heartbeat alone
@@ -918,303 +676,10 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// Starts the inventory reads that are due, one per provider at a time, each bounded by the
-    /// provider's call timeout. Not while the agent cannot append what they would find.
-    fn start_inventories(&mut self) {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .inventory
-            .due
-            .iter()
-            .filter(|(p, (_, at))| *at <= now && !self.inventory.reading(p))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for provider in due {
-            let (interval, _) = self.inventory.due[&provider];
-            if self.unhealthy.is_some() || self.store_failed.is_some() {
-                self.inventory.due.insert(provider, (interval, now + interval));
-                continue;
-            }
-            let Some(executor) = self.executors.get(&provider).cloned() else { continue };
-            let view = self.view();
-            let addresses: Vec<std::net::IpAddr> = view
-                .pools()
-                .values()
-                // Every address a pool of the provider lists or listed (deleted pools and
-                // addresses included): what the federation keeps observations of.
-                .filter(|pool| pool.spec.provider == provider)
-                .flat_map(|pool| pool.addresses.keys().copied())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let nics: Vec<String> = view
-                .nodes()
-                .iter()
-                .filter(|node| node.spec.provider == provider)
-                .map(|node| node.spec.nic.clone())
-                .collect();
-            let own_nics: Vec<String> = view
-                .nodes()
-                .iter()
-                .filter(|node| node.spec.provider == provider && self.own_nodes.contains(&node.spec.name))
-                .map(|node| node.spec.nic.clone())
-                .collect();
-            // A read that sees only this host's NICs speaks of nothing else (a scoped event).
-            let scope = executor.executor.inventory_sees_only_own_nics().then(|| own_nics.clone());
-            if scope.as_ref().is_some_and(Vec::is_empty) {
-                info!(%provider, "no node of this agent on this provider: its inventory sees only its own host; not read");
-                self.inventory.due.remove(&provider);
-                continue;
-            }
-            // One reader per provider for a read of the whole provider (`Federation::
-            // inventory_reader`); every agent while the log names none, and a read asked for at
-            // once (`read_now`) by the agent that asked.
-            let reader = view.inventory_reader(&provider).map(str::to_owned);
-            let urgent = self.inventory.urgent.remove(&provider);
-            if scope.is_none() {
-                let ours = reader.as_ref().is_none_or(|r| self.own_nodes.contains(r));
-                if self.inventory.reader_seen(&provider, reader.as_deref()) {
-                    let shown = reader.as_deref().unwrap_or("none alive: every agent reads");
-                    info!(%provider, reader = shown, ours, "inventory reader");
-                }
-                if !ours && !urgent {
-                    self.inventory.due.insert(provider, (interval, now + interval));
-                    continue;
-                }
-            }
-            let started_at_ms = self.stamp();
-            // A read of many addresses is several paginated calls: it may take up to its
-            // interval, and never less than one call's timeout.
-            let deadline = now + executor.call_timeout.max(interval);
-            let handle = self.inventories.spawn(async move {
-                let request = InventoryRequest { addresses, nics, own_nics };
-                let inventory = match executor.executor.inventory(&request) {
-                    None => None,
-                    Some(read) => Some(match tokio::time::timeout_at(deadline, read).await {
-                        Ok(answer) => answer,
-                        Err(_elapsed) => Err("no answer before the read's deadline".to_owned()),
-                    }),
-                };
-                InventoryDone { started_at_ms, inventory, scope }
-            });
-            self.inventory.tasks.insert(handle.id(), provider);
-        }
-    }
-
-    /// Queues what a read found that the log does not know yet ([`Federation::inventory_is_news`]:
-    /// one event per change). Returns whether anything was queued.
-    fn finish_inventory(
-        &mut self,
-        done: Result<(tokio::task::Id, InventoryDone), tokio::task::JoinError>,
-    ) -> bool {
-        let (id, done) = match done {
-            Ok((id, done)) => (id, Ok(done)),
-            Err(e) => (e.id(), Err(e)),
-        };
-        let Some(provider) = self.inventory.tasks.remove(&id) else { return false };
-        self.inventory.reschedule(&provider);
-        let done = match done {
-            Ok(done) => done,
-            Err(e) => {
-                error!(error = %e, %provider, "an inventory read's task failed; read again at its interval");
-                *self.counters.inventory_reads.entry((provider, "failed")).or_insert(0) += 1;
-                return false;
-            }
-        };
-        let Some(inventory) = done.inventory else {
-            info!(%provider, "this provider's executor takes no inventory: drift repair is off for it");
-            self.inventory.due.remove(&provider);
-            return false;
-        };
-        match inventory {
-            Ok(found) => {
-                *self.counters.inventory_reads.entry((provider.clone(), "ok")).or_insert(0) += 1;
-                self.inventory.last_failure.remove(&provider);
-                let view = self.view();
-                let news: Vec<Event> = found
-                    .into_iter()
-                    .filter(|(address, holders)| {
-                        view.inventory_is_news(&provider, *address, holders, done.scope.as_deref())
-                    })
-                    .map(|(address, holders)| Event {
-                        at_ms: done.started_at_ms,
-                        kind: EventKind::Inventory {
-                            provider: provider.clone(),
-                            address,
-                            holders,
-                            scope: done.scope.clone(),
-                        },
-                    })
-                    .collect();
-                if news.is_empty() {
-                    return false;
-                }
-                debug!(%provider, changes = news.len(), "inventory: appending what changed");
-                // A newer read supersedes what an earlier one queued for the same addresses (while
-                // appends fail, reads would otherwise pile up the same news).
-                let addresses: BTreeSet<IpAddr> = news
-                    .iter()
-                    .filter_map(|e| match &e.kind {
-                        EventKind::Inventory { address, .. } => Some(*address),
-                        _ => None,
-                    })
-                    .collect();
-                self.queued_stamped.retain(|e| {
-                    !matches!(&e.kind, EventKind::Inventory { provider: p, address, .. }
-                        if *p == provider && addresses.contains(address))
-                });
-                self.queued_stamped.extend(news);
-                true
-            }
-            Err(reason) => {
-                *self.counters.inventory_reads.entry((provider.clone(), "failed")).or_insert(0) += 1;
-                if self.inventory.last_failure.get(&provider) == Some(&reason) {
-                    debug!(%provider, %reason, "inventory read failed (as before)");
-                } else {
-                    warn!(%provider, %reason, "inventory read failed; drift repair waits for the next read");
-                    self.inventory.last_failure.insert(provider, reason);
-                }
-                false
-            }
-        }
-    }
-
     fn journal_failed<E: std::error::Error>(&mut self, index: usize, error: &E) {
         let reason = format!("node `{}`: journal: {error}", self.drivers[index].name());
         error!(%reason, "not acting");
         self.store_failed.get_or_insert(reason);
-    }
-
-    /// Gates a batch of node `index`'s ready actions against the head and spawns their calls.
-    fn start_calls(&mut self, index: usize) {
-        if self.store_failed.is_some() {
-            return;
-        }
-        loop {
-            let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len()).min(GATE_BATCH_MAX);
-            if room == 0 {
-                return;
-            }
-            let batch = match self.drivers[index].poll_actions_at_head_at(room, Some(wall_clock_ms())) {
-                Ok(batch) => batch,
-                Err(e) => {
-                    self.journal_failed(index, &e);
-                    return;
-                }
-            };
-            if batch.is_empty() {
-                return;
-            }
-            for action in batch {
-                self.spawn_call(index, action, false);
-            }
-        }
-    }
-
-    /// Spawns the provider call of `action` (a refresh of its address with `refresh`).
-    fn spawn_call(&mut self, node: usize, action: StampedAction, refresh: bool) {
-        let refresh = refresh.then_some(action.address);
-        let Some(provider) = self.executors.get(&action.provider).cloned() else {
-            let reason = format!("no executor for provider `{}` in this agent", action.provider);
-            warn!(key = %action.idempotency_key, %reason);
-            let task = CallTask { node, key: action.idempotency_key, provider: action.provider, refresh };
-            self.end_call(&task, &ExecutionOutcome::Failed { reason });
-            return;
-        };
-        self.summary.calls += 1;
-        debug!(node = self.drivers[node].name(), key = %action.idempotency_key, "calling the provider");
-        let deadline = self.call_deadline(provider.call_timeout);
-        let task = CallTask {
-            node,
-            key: action.idempotency_key.clone(),
-            provider: action.provider.clone(),
-            refresh,
-        };
-        let authority = self.guarding(&action);
-        let key = action.idempotency_key.clone();
-        let handle = self.calls.spawn(async move {
-            let started = Instant::now();
-            let call = execute_within(&*provider.executor, &action, deadline);
-            let outcome = match authority {
-                Some(authority) => authority.guard(call).await,
-                None => call.await,
-            };
-            CallDone {
-                node,
-                key: action.idempotency_key,
-                provider: action.provider,
-                refresh,
-                outcome,
-                elapsed: started.elapsed(),
-            }
-        });
-        self.call_tasks.insert(handle.id(), task);
-        self.call_aborts.track(node, key, handle);
-    }
-
-    fn finish_call(&mut self, done: Result<(tokio::task::Id, CallDone), tokio::task::JoinError>) {
-        match done {
-            Ok((id, done)) => {
-                self.call_tasks.remove(&id);
-                // Finished before a cancellation took effect: its own outcome stands.
-                let _ = self.call_aborts.finished(done.node, &done.key, id);
-                self.observer.executor_call(&done.provider, done.elapsed);
-                let task = CallTask {
-                    node: done.node,
-                    key: done.key,
-                    provider: done.provider,
-                    refresh: done.refresh,
-                };
-                self.end_call(&task, &done.outcome);
-            }
-            // A call task panicked (an executor's bug) or was cancelled: the provider may have
-            // acted. Recorded as `unknown`, as a call past its deadline is: the entry leaves
-            // flight and the address is free for the gate's next decision.
-            Err(e) => {
-                let Some(task) = self.call_tasks.remove(&e.id()) else {
-                    error!(error = %e, "a provider call task failed; its call is unknown to the loop");
-                    return;
-                };
-                if let Some(stale) = self.call_aborts.finished(task.node, &task.key, e.id())
-                    && e.is_cancelled()
-                {
-                    self.end_call(&task, &Self::cancelled_outcome(stale));
-                    return;
-                }
-                error!(error = %e, key = %task.key, provider = %task.provider, "a provider call task failed; recorded as unknown");
-                let reason = format!("the call's task failed: {e}");
-                self.end_call(&task, &ExecutionOutcome::Unknown { reason });
-            }
-        }
-    }
-
-    /// A call ended with `outcome`: a journaled call's result is recorded, a refresh's ends in
-    /// the engine.
-    fn end_call(&mut self, task: &CallTask, outcome: &ExecutionOutcome) {
-        match task.refresh {
-            Some(address) => self.refresh_ended(task.node, &task.provider, address, outcome),
-            None => self.record_result(task.node, &task.key, outcome),
-        }
-    }
-
-    fn record_result(&mut self, node: usize, key: &str, outcome: &ExecutionOutcome) {
-        let (outcome_kind, detail) = outcome.for_journal();
-        match outcome {
-            ExecutionOutcome::Executed { .. } => info!(node = self.drivers[node].name(), key, "executed"),
-            ExecutionOutcome::Failed { reason } | ExecutionOutcome::Unknown { reason } => {
-                warn!(node = self.drivers[node].name(), key, %reason, "call failed");
-            }
-        }
-        let recorded = match outcome {
-            ExecutionOutcome::Unknown { reason } => self.drivers[node].handle_in_doubt_result(key, reason),
-            _ => self.drivers[node].handle_result(key, outcome_kind, detail),
-        };
-        if let Err(e) = recorded {
-            match e {
-                NodeError::NotInFlight(_) => warn!(key, "result of a call no longer in flight: ignored"),
-                other => self.journal_failed(node, &other),
-            }
-        }
     }
 
     /// Tells the heartbeat thread the loop turned: which nodes beat (not a frozen one), and

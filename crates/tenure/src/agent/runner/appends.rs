@@ -1,0 +1,184 @@
+//! The loop's appends: one durable commit per batch, a failed batch kept and retried alone and
+//! unchanged before anything else (a store that retries appends), operators' and pool files'
+//! events never kept; and the pool files applied as ordered events (start, SIGHUP).
+
+use std::collections::BTreeMap;
+
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::LogError;
+use tenure_core::model::PoolSpec;
+use tracing::{error, info, warn};
+
+use super::super::pools::plan_pool_changes;
+use super::Agent;
+use crate::agent::AgentStore;
+
+impl<S: AgentStore> Agent<S> {
+    /// Appends `kinds` in one durable commit. Returns the index of each, or why not.
+    /// An operator's or the pool files' events: appended after any batch kept for a retry, and
+    /// never kept for a retry themselves (a caller told "unavailable" must not see them land
+    /// later).
+    pub(super) fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
+        self.retry_unappended()?;
+        self.append_with(Vec::new(), kinds, false)
+    }
+
+    /// Appends the batch kept from a failed append, alone and as it was; `Err` while it does not
+    /// land (it stays kept).
+    pub(super) fn retry_unappended(&mut self) -> Result<(), String> {
+        match self.unappended.take() {
+            Some(events) => self.commit(events, true).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends `stamped` (as they are) and then `kinds` (stamped now) in one durable commit.
+    /// With `keep`, a batch that could not be appended to a store that retries is kept and
+    /// appended again, alone and unchanged, before anything else.
+    pub(super) fn append_with(
+        &mut self,
+        mut events: Vec<Event>,
+        kinds: Vec<EventKind>,
+        keep: bool,
+    ) -> Result<Vec<u64>, String> {
+        if events.is_empty() && kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !kinds.is_empty() {
+            let at_ms = self.stamp();
+            events.extend(kinds.into_iter().map(|kind| Event { at_ms, kind }));
+        }
+        self.commit(events, keep)
+    }
+
+    pub(super) fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
+        self.slow.append();
+        match self.store.append_batch(&events) {
+            Ok(indices) => {
+                self.summary.appended += events.len() as u64;
+                self.identity_dirty = true;
+                self.append_failure = None;
+                Ok(indices.into_iter().map(|i| i.get()).collect())
+            }
+            Err(e @ LogError::Unavailable { .. }) if self.store.retries_appends() => {
+                let reason = format!("cannot append to the log: {e}");
+                if self.append_failure.as_deref() != Some(reason.as_str()) {
+                    error!(%reason, keep, "append failed");
+                }
+                self.append_failure = Some(reason.clone());
+                if keep {
+                    self.unappended = Some(events);
+                }
+                Err(reason)
+            }
+            // A request's events (a pool reload, an operator's request) that the store will not
+            // hold — a record over its size limit, an event the codec refuses — were refused
+            // before anything was written: the request is refused, the store is as it was.
+            Err(e @ (LogError::TooLarge { .. } | LogError::Rejected(_))) if !keep => {
+                let reason = format!("not appended, the store is unchanged: {e}");
+                warn!(%reason, "request refused");
+                Err(reason)
+            }
+            Err(e) => {
+                let reason = format!("cannot append to the log: {e}");
+                error!(%reason);
+                self.store_failed.get_or_insert_with(|| reason.clone());
+                Err(reason)
+            }
+        }
+    }
+
+    /// Appends what is queued (the first heartbeats, keepalived's state, inventory news) and
+    /// every node's outbox (action results). A batch whose append failed goes first, alone and
+    /// unchanged (so it lands once); while it does not land, nothing else is appended (the
+    /// heartbeat thread waits too: [`Self::turned`]).
+    pub(super) fn flush_appends(&mut self) {
+        if self.store_failed.is_none()
+            && let Some(reason) = self.beat.failure()
+        {
+            self.store_failed = Some(reason);
+        }
+        if self.store_failed.is_some() {
+            // A failed or refused store takes nothing more.
+            self.queued.clear();
+            self.beat.stop();
+            return;
+        }
+        let mut kinds = std::mem::take(&mut self.queued);
+        for driver in &mut self.drivers {
+            while let Some(kind) = driver.poll_append() {
+                kinds.push(kind);
+            }
+        }
+        if self.retry_unappended().is_err() {
+            self.queued = kinds;
+            return;
+        }
+        let stamped = std::mem::take(&mut self.queued_stamped);
+        let _ = self.append_with(stamped, kinds, true);
+    }
+
+    /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]. A rejected one
+    /// is reported (the set was checked as a whole, so it should not happen).
+    pub(super) fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<(), Vec<String>> {
+        let applied = self.applied_pools();
+        let plan = plan_pool_changes(&applied, wanted);
+        if plan.is_empty() {
+            return Ok(());
+        }
+        info!(events = plan.len(), "applying pool changes");
+        // Said once the events are in the log, one line per pool event, by name.
+        let said: Vec<(String, Option<usize>, &'static str)> = plan
+            .iter()
+            .filter_map(|kind| match kind {
+                EventKind::PoolDeleted { pool } => Some((pool.clone(), None, "pool deleted")),
+                EventKind::PoolApplied { spec } if !wanted.contains(&**spec) => Some((
+                    spec.name.clone(),
+                    Some(spec.addresses.len()),
+                    "pool shrunk first (lets addresses go before another pool takes them)",
+                )),
+                EventKind::PoolApplied { spec } => {
+                    Some((spec.name.clone(), Some(spec.addresses.len()), "pool applied"))
+                }
+                _ => None,
+            })
+            .collect();
+        self.append(plan).map_err(|e| vec![e])?;
+        for (pool, addresses, what) in said {
+            match addresses {
+                Some(addresses) => info!(%pool, addresses, "{what}"),
+                None => info!(%pool, "{what}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The pools the log has applied now (not deleted), by name.
+    pub(super) fn applied_pools(&self) -> BTreeMap<String, PoolSpec> {
+        self.view()
+            .pools()
+            .iter()
+            .filter(|(_, p)| !p.deleted)
+            .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
+            .collect()
+    }
+
+    /// SIGHUP: reads the pools again ([`super::Settings::pools`]: for the agent, the config's
+    /// `pools` list and the pool files); a bad config or pool file changes nothing and is
+    /// reported.
+    pub(super) fn reload(&mut self) {
+        match (self.pools)() {
+            Ok(wanted) => {
+                if let Err(lines) = self.apply_pools(&wanted) {
+                    error!(errors = %lines.join("; "), "pool reload not applied");
+                }
+            }
+            Err(lines) => {
+                *self.counters.rejected_events.entry("pool-reload".to_owned()).or_insert(0) += 1;
+                for line in &lines {
+                    error!(error = %line, "pool reload refused: nothing applied");
+                }
+            }
+        }
+    }
+}
