@@ -8,7 +8,8 @@
 //! resident set is read from `/proc/self/statm` before the agent starts and once it has executed
 //! every action; the difference divided by the address count is printed, with the part the
 //! ownership map alone takes (a [`Federation`] built from the same pools, measured the same way
-//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… ownership_get_ms_p50=… p99=…`.
+//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=…`
+//! (the largest gap between two of the node's heartbeats in the log while it captured everything).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -186,6 +187,7 @@ async fn main() {
     }));
     wait_all_executed(&handle, &watch, addresses).await;
     let built = started.elapsed();
+    let heartbeat_gap = largest_heartbeat_gap(&store);
     let rss = resident_bytes().saturating_sub(before);
     // One requeue pass with the map built and nothing to do: what an idle agent spends every
     // `requeueInterval`.
@@ -229,7 +231,7 @@ async fn main() {
     let per = |bytes: u64| bytes / addresses.max(1);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} get_ownership_ms_p50={:.1} p99={:.1} in_process_ms_p50={:.1}",
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={:.1} p99={:.1} in_process_ms_p50={:.1}",
         per(rss),
         per(map),
         built.as_secs_f64(),
@@ -238,6 +240,30 @@ async fn main() {
         ms(latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]),
         ms(baselines[baselines.len() / 2]),
     );
+}
+
+/// The largest gap between two consecutive heartbeat stamps of node `a` in the log, in ms: how
+/// long the node went without a heartbeat while it captured every address (issue 24's target:
+/// at most twice `heartbeatInterval`, whatever a step is doing).
+fn largest_heartbeat_gap(store: &EmbeddedStore) -> u64 {
+    use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log as _, LogIndex};
+    let log = store.log();
+    let (mut from, mut last, mut gap) = (LogIndex::FIRST, None::<u64>, 0);
+    loop {
+        let records = log.read_from(from, LOG_READ_BATCH_MAX).expect("the log reads");
+        let Some(end) = records.last().map(|r| r.index) else { return gap };
+        for record in &records {
+            if let EventKind::Heartbeat { node } = &record.event.kind
+                && node == "a"
+            {
+                if let Some(last) = last {
+                    gap = gap.max(record.event.at_ms.saturating_sub(last));
+                }
+                last = Some(record.event.at_ms);
+            }
+        }
+        from = end.next();
+    }
 }
 
 async fn wait_all_executed(handle: &AgentHandle, watch: &Watch, addresses: u64) {
