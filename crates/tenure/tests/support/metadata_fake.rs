@@ -4,6 +4,7 @@
 //! posts notices and reads counters. A start that fails panics: the tests fail, never skip.
 
 #[path = "fake_server.rs"]
+#[allow(clippy::duplicate_mod, reason = "each fake has the starter as its own submodule")]
 mod fake_server;
 
 use std::time::Duration;

@@ -4,6 +4,7 @@
 //! fails panics: the tests fail, never skip.
 
 #[path = "fake_server.rs"]
+#[allow(clippy::duplicate_mod, reason = "each fake has the starter as its own submodule")]
 mod fake_server;
 
 use std::process::Command;

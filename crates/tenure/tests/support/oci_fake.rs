@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 #[path = "fake_server.rs"]
+#[allow(clippy::duplicate_mod, reason = "each fake has the starter as its own submodule")]
 mod fake_server;
 
 use std::path::{Path, PathBuf};
