@@ -98,17 +98,13 @@ impl FakeServer {
             Err(RecvTimeoutError::Disconnected) => "closed its stdout without announcing its port".to_owned(),
         };
         let _ = child.kill();
-        let status = child.wait().map_or_else(|e| format!("unknown ({e})"), |s| s.to_string());
+        let status = child.wait().map_or_else(|e| format!("exit status unknown ({e})"), |s| s.to_string());
         // The readers end with the process; a moment (bounded) for its last lines.
         let grace = Instant::now() + Duration::from_secs(2);
         while Instant::now() < grace && Arc::strong_count(&output.0) > 1 {
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("{what} ({shown}) {failure}; exit status {status}; its output:\n{}", output.text());
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
+        panic!("{what} ({shown}) {failure}; {status}; its output:\n{}", output.text());
     }
 
     pub fn url(&self) -> String {
