@@ -10,8 +10,8 @@
 
 #![cfg(feature = "aws")]
 
-#[path = "support/inventory_log.rs"]
-mod inventory_log;
+#[path = "support/cloud_rig.rs"]
+mod cloud_rig;
 #[path = "support/metadata_fake.rs"]
 #[allow(dead_code, reason = "each test file uses part of the harness")]
 mod metadata_fake;
@@ -19,189 +19,39 @@ mod metadata_fake;
 #[allow(dead_code, reason = "each test file uses part of the harness")]
 mod moto;
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cloud_rig::{ADDRESS, WAIT_MAX, address, wait_until};
 use moto::Moto;
 use serde_json::json;
-use tenure::agent::request::{ActionFilter, AgentHandle, Control};
-use tenure::agent::runner::{NoObserver, RunSummary, run};
-use tenure::agent::{ProviderExecutor, Settings};
+use tenure::agent::request::Control;
 use tenure::exec::aws::{AwsExecutor, Ec2};
-use tenure::store::EmbeddedStore;
 use tenure_core::log::EventKind;
-use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tokio::sync::{mpsc, oneshot};
+use tenure_core::model::ProviderKind;
 
-/// Most time any condition below may take (a failover is 1 s of TTL plus a few calls).
-const WAIT_MAX: Duration = Duration::from_secs(20);
-
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
-
-fn address() -> IpAddr {
-    IpAddr::V4(ADDRESS)
-}
-
-struct Rig {
-    store: EmbeddedStore,
+/// moto and a client of it.
+struct Ec2Fake {
     moto: Moto,
     ec2: Ec2,
-    /// The ENIs of a, b, c, and one no node has.
-    enis: Vec<String>,
-    handle: AgentHandle,
-    stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>,
 }
 
-/// moto, a VPC with four ENIs, and an agent running a (priority 10), b (5) and c (0) over one
-/// address of pool `edge` (TTL 1 s, no holds), reading inventory every `inventory` if given.
-async fn start(test: &str, inventory: Option<Duration>) -> Rig {
+impl cloud_rig::Fake for Ec2Fake {
+    /// The ENIs of `nics` that hold the address, at the server (a counted describe).
+    async fn holders(&self, nics: &[String]) -> Vec<String> {
+        let found = self.ec2.holders(nics, &[ADDRESS]).await.expect("describe");
+        found.get(&ADDRESS).cloned().unwrap_or_default()
+    }
+}
+
+/// moto, a VPC with four ENIs, and the agent of [`cloud_rig::start`].
+async fn start(test: &str, inventory: Option<Duration>) -> cloud_rig::Rig<Ec2Fake> {
     let moto = Moto::start(false);
     let ec2 = moto.ec2().await;
     let enis = moto::enis(&ec2, 4).await;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("aws_agent-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    let store = EmbeddedStore::open(&dir.join("store"), &dir.join("identity")).expect("the store opens");
-    let nodes: Vec<NodeSpec> = [("a", 10), ("b", 5), ("c", 0)]
-        .iter()
-        .zip(&enis)
-        .map(|((name, priority), eni)| NodeSpec {
-            name: (*name).into(),
-            provider: "cloud".into(),
-            placement_group: "vpc".into(),
-            priority: *priority,
-            nic: eni.clone(),
-            capacity: None,
-        })
-        .collect();
-    let pool = PoolSpec {
-        name: "edge".into(),
-        addresses: vec![address()],
-        provider: "cloud".into(),
-        placement_group: "vpc".into(),
-        members: vec!["a".into(), "b".into(), "c".into()],
-        authority: Authority::None,
-        approval: Approval::Auto,
-        deprovision_hold_ms: 0,
-        heartbeat_ttl_ms: 1_000,
-        promotion_hold_ms: 0,
-        epoch_locking: true,
-        prefer_nodes: vec![],
-        preempt: false,
-        auto_failover: true,
-    };
-    let mut executors = BTreeMap::new();
-    executors.insert(
-        "cloud".to_owned(),
-        ProviderExecutor {
-            executor: Arc::new(AwsExecutor::with_client(ec2.clone())),
-            call_timeout: Duration::from_secs(10),
-            inventory_interval: inventory,
-            garp_refresh: None,
-        },
-    );
-    let settings = Settings {
-        peers: Vec::new(),
-        nodes,
-        providers: vec![ProviderSpec { name: "cloud".into(), kind: ProviderKind::Aws }],
-        executors,
-        heartbeat_interval: Duration::from_millis(100),
-        requeue_interval: Duration::from_millis(200),
-        journal_retention: 10_000,
-        pools: Box::new(move || Ok(vec![pool.clone()])),
-        vrrp: None,
-    };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
-    Rig { store, moto, ec2, enis, handle, stop, done }
-}
-
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-impl Rig {
-    /// The ENIs (of all four) that hold the address, at the server.
-    async fn holders(&self) -> Vec<String> {
-        let found = self.ec2.holders(&self.enis, &[ADDRESS]).await.expect("describe");
-        found.get(&ADDRESS).cloned().unwrap_or_default()
-    }
-
-    async fn entries(&self, node: Option<&str>, state: Option<&str>) -> Vec<tenure_core::rows::ActionRow> {
-        let filter =
-            ActionFilter { node: node.map(str::to_owned), state: state.map(str::to_owned), pool: None };
-        self.handle.actions(filter).await.expect("answers")
-    }
-
-    /// Every journal entry of the nodes not `frozen` is final (executed or skipped), and the
-    /// address is on `eni` alone. Asks EC2 only once the journals are final (its calls count).
-    async fn settled_on(&self, eni: &str, frozen: Option<&str>) -> bool {
-        let open = self
-            .entries(None, None)
-            .await
-            .iter()
-            .filter(|e| Some(e.node.as_str()) != frozen && e.state != "executed" && e.state != "skipped")
-            .count();
-        open == 0 && self.holders().await == [eni]
-    }
-
-    async fn wait_settled_on(&self, node: usize, frozen: Option<&str>) {
-        let eni = self.enis[node].clone();
-        wait_until(&format!("the address on {eni} alone, every entry final"), || {
-            self.settled_on(&eni, frozen)
-        })
-        .await;
-    }
-
-    /// Waits until `node` has executed `verb` in a capture epoch above `above` (asking the agent
-    /// only: no call reaches EC2).
-    async fn wait_executed(&self, node: &str, verb: &str, above: u64) {
-        wait_until(&format!("{node} executed {verb} in an epoch above {above}"), || async {
-            self.entries(Some(node), Some("executed"))
-                .await
-                .iter()
-                .any(|e| e.verb == verb && e.capture_epoch > above)
-        })
-        .await;
-    }
-
-    async fn owner(&self) -> (Option<String>, u64, u64) {
-        let rows = self.handle.ownership().await.expect("answers");
-        let row = rows.into_iter().find(|r| r.address == "10.0.0.10").expect("a row");
-        (row.owner, row.ownership_epoch, row.capture_epoch)
-    }
-
-    /// The holders of every `inventory` event in the log, in log order.
-    fn inventory_holders(&self) -> Vec<Vec<String>> {
-        inventory_log::inventory_holders(&self.store.log())
-    }
-
-    async fn recaptures(&self) -> u64 {
-        self.handle.metrics().await.expect("answers").drift_recaptures
-    }
-
-    async fn stop(self) {
-        self.stop.send(()).expect("running");
-        tokio::time::timeout(WAIT_MAX, self.done).await.expect("stops").expect("joins").expect("ran");
-    }
+    let dir = cloud_rig::scratch("aws_agent", test);
+    let executor = Arc::new(AwsExecutor::with_client(ec2.clone()));
+    cloud_rig::start(&dir, Ec2Fake { moto, ec2 }, enis, ProviderKind::Aws, executor, inventory)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,7 +61,7 @@ async fn a_killed_holder_fails_over_with_one_call_of_each_kind_and_the_address_e
     let (owner, _, epoch) = rig.owner().await;
     assert_eq!(owner.as_deref(), Some("a"));
 
-    rig.moto.http("DELETE", "/_tenure/calls", "");
+    rig.fake.moto.http("DELETE", "/_tenure/calls", "");
     let killed = tokio::time::Instant::now();
     rig.handle
         .control(Control::FreezeAfterReconcile { node: "a".into(), events: vec![] })
@@ -223,7 +73,7 @@ async fn a_killed_holder_fails_over_with_one_call_of_each_kind_and_the_address_e
     // The new holder: one assign (its reassignment took the address off a's ENI), one describe
     // to confirm it, one source/dest check change. Nothing else.
     assert_eq!(
-        rig.moto.calls(),
+        rig.fake.moto.calls(),
         json!({"AssignPrivateIpAddresses": 1, "DescribeNetworkInterfaces": 1, "ModifyNetworkInterfaceAttribute": 1}),
         "calls for the failover ({failover:?} from the kill to b's confirmed acquire)"
     );
@@ -231,10 +81,10 @@ async fn a_killed_holder_fails_over_with_one_call_of_each_kind_and_the_address_e
     assert_eq!(rig.holders().await, [rig.enis[1].clone()], "moved, not copied");
 
     // The old holder comes back: it releases on its own ENI, one call, and takes nothing from b.
-    rig.moto.http("DELETE", "/_tenure/calls", "");
+    rig.fake.moto.http("DELETE", "/_tenure/calls", "");
     rig.handle.control(Control::Resume { node: "a".into() }).await.expect("answers").expect("woke");
     rig.wait_executed("a", "unassign-secondary-ip", 0).await;
-    assert_eq!(rig.moto.calls(), json!({"UnassignPrivateIpAddresses": 1}));
+    assert_eq!(rig.fake.moto.calls(), json!({"UnassignPrivateIpAddresses": 1}));
     rig.wait_settled_on(1, None).await;
     assert_eq!(rig.holders().await, [rig.enis[1].clone()], "on exactly one ENI");
     rig.stop().await;
@@ -246,7 +96,7 @@ async fn a_zombies_stale_assign_is_fenced_before_the_call_and_never_reaches_ec2(
     let rig = start("zombie", Some(Duration::from_millis(100))).await;
     rig.wait_settled_on(0, None).await;
     let (_, _, epoch) = rig.owner().await;
-    rig.moto.http("DELETE", "/_tenure/calls", "");
+    rig.fake.moto.http("DELETE", "/_tenure/calls", "");
     // a plans and approves a fresh acquire (the address re-desired: a new epoch), then freezes
     // before calling it: a GC pause, a hung VM.
     let events = vec![
@@ -265,7 +115,7 @@ async fn a_zombies_stale_assign_is_fenced_before_the_call_and_never_reaches_ec2(
         "a approved a fresh assign and froze before calling it: {approved:?}"
     );
     rig.wait_executed("b", "enable-forwarding", epoch).await;
-    assert_eq!(rig.moto.calls()["AssignPrivateIpAddresses"], 1, "b's seize only");
+    assert_eq!(rig.fake.moto.calls()["AssignPrivateIpAddresses"], 1, "b's seize only");
 
     // The zombie wakes up: what it approved meets the gate against the head, and dies there.
     rig.handle.control(Control::Resume { node: "a".into() }).await.expect("answers").expect("woke");
@@ -276,7 +126,7 @@ async fn a_zombies_stale_assign_is_fenced_before_the_call_and_never_reaches_ec2(
     })
     .await;
     rig.wait_settled_on(1, None).await;
-    assert_eq!(rig.moto.calls()["AssignPrivateIpAddresses"], 1, "the zombie's assign never reached EC2");
+    assert_eq!(rig.fake.moto.calls()["AssignPrivateIpAddresses"], 1, "the zombie's assign never reached EC2");
     assert_eq!(rig.owner().await.0.as_deref(), Some("b"));
     assert_eq!(rig.recaptures().await, 0, "a hand-over, with inventory read all along, is no drift");
     rig.stop().await;
@@ -290,13 +140,13 @@ async fn drift_on_ec2_is_recaptured_once_and_repaired() {
     assert_eq!(rig.recaptures().await, 0);
 
     // Removed by hand from the holder's ENI: re-captured once, put back by a.
-    rig.ec2.unassign(&rig.enis[0], address()).await.expect("unassign by hand");
+    rig.fake.ec2.unassign(&rig.enis[0], address()).await.expect("unassign by hand");
     wait_until("one re-capture", || async { rig.recaptures().await == 1 }).await;
     rig.wait_settled_on(0, None).await;
     assert_eq!(rig.owner().await, (Some("a".to_owned()), 1, epoch + 1));
 
     // Reassigned by hand to an ENI no node has (another tool's stale call): repaired once.
-    rig.ec2.assign(&rig.enis[3], address()).await.expect("assign by hand");
+    rig.fake.ec2.assign(&rig.enis[3], address()).await.expect("assign by hand");
     assert_eq!(rig.holders().await, [rig.enis[3].clone()], "moved off a's ENI");
     wait_until("a second re-capture", || async { rig.recaptures().await == 2 }).await;
     rig.wait_settled_on(0, None).await;
@@ -322,13 +172,13 @@ async fn drift_on_ec2_is_recaptured_once_and_repaired() {
     let failed = |m: &tenure::agent::request::MetricsSnapshot| {
         m.inventory_reads.iter().filter(|((_, o), _)| o == "failed").map(|(_, n)| *n).sum::<u64>()
     };
-    rig.moto.fault(&json!({"action": "DescribeNetworkInterfaces", "unauthorized": true}));
+    rig.fake.moto.fault(&json!({"action": "DescribeNetworkInterfaces", "unauthorized": true}));
     wait_until("two failed reads", || async { failed(&rig.handle.metrics().await.expect("answers")) >= 2 })
         .await;
     assert_eq!(rig.inventory_holders().len(), events, "a failed read appends nothing");
     assert_eq!(rig.recaptures().await, 2);
     assert!(rig.handle.health().await.expect("answers").ok, "a blind inventory does not stop the agent");
-    rig.moto.http("DELETE", "/_tenure/faults", "");
+    rig.fake.moto.http("DELETE", "/_tenure/faults", "");
     rig.stop().await;
 }
 
@@ -352,12 +202,12 @@ async fn a_spot_interruption_drains_the_node_and_its_address_moves_before_the_de
     // Two minutes' notice, as AWS gives.
     let deadline = std::time::SystemTime::now() + Duration::from_secs(120);
     let time = jiff::Timestamp::try_from(deadline).expect("in range").to_string();
-    rig.moto.http("DELETE", "/_tenure/calls", "");
+    rig.fake.moto.http("DELETE", "/_tenure/calls", "");
     fake.set(&json!({"awsSpot": {"action": "terminate", "time": time}}));
     rig.wait_settled_on(1, None).await;
     assert!(std::time::SystemTime::now() < deadline, "moved before the interruption");
     assert_eq!(rig.owner().await.0.as_deref(), Some("b"), "drained: b (priority 5) takes it");
-    assert_eq!(rig.moto.calls()["AssignPrivateIpAddresses"], 1, "one seize");
+    assert_eq!(rig.fake.moto.calls()["AssignPrivateIpAddresses"], 1, "one seize");
     let polls =
         || fake.counters()["requests"]["GET /latest/meta-data/spot/instance-action"].as_u64().unwrap_or(0);
     let before = polls();

@@ -10,47 +10,28 @@
 
 #[path = "support/azure_fake.rs"]
 mod azure_fake;
-#[path = "support/inventory_log.rs"]
-mod inventory_log;
+#[path = "support/cloud_rig.rs"]
+mod cloud_rig;
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use azure_fake::AzureFake;
+use cloud_rig::{address, wait_until};
 use serde_json::json;
-use tenure::agent::request::{ActionFilter, AgentHandle, Control};
-use tenure::agent::runner::{NoObserver, RunSummary, run};
-use tenure::agent::{ProviderExecutor, Settings};
+use tenure::agent::request::Control;
 use tenure::exec::azure::{AzureExecutor, IpForwarding};
-use tenure::store::EmbeddedStore;
 use tenure_core::log::EventKind;
-use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tokio::sync::{mpsc, oneshot};
+use tenure_core::model::ProviderKind;
 
-/// Most time any condition below may take (a failover is 1 s of TTL plus a few calls).
-const WAIT_MAX: Duration = Duration::from_secs(20);
+type Rig = cloud_rig::Rig<AzureFake>;
 
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
-
-fn address() -> IpAddr {
-    IpAddr::V4(ADDRESS)
+impl cloud_rig::Fake for AzureFake {
+    async fn holders(&self, nics: &[String]) -> Vec<String> {
+        nics.iter().filter(|n| self.holds(n, address())).cloned().collect()
+    }
 }
 
-struct Rig {
-    store: EmbeddedStore,
-    fake: AzureFake,
-    /// The NICs of a, b, c, and one no node has.
-    enis: Vec<String>,
-    handle: AgentHandle,
-    stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>,
-}
-
-/// The fake, four NICs in one resource group (forwarding on), and an agent running a (priority 10), b (5) and c (0) over one
-/// address of pool `edge` (TTL 1 s, no holds), reading inventory every `inventory` if given.
+/// The fake, four NICs in one resource group (forwarding on), and the agent of [`cloud_rig::start`].
 async fn start(test: &str, inventory: Option<Duration>) -> Rig {
     let fake = AzureFake::start();
     fake.config(&json!({"lroDelayMs": 100, "pollMs": 50}));
@@ -62,88 +43,12 @@ async fn start(test: &str, inventory: Option<Duration>) -> Rig {
     for nic in &enis {
         fake.set_forwarding(nic, true);
     }
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("azure_agent-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    let store = EmbeddedStore::open(&dir.join("store"), &dir.join("identity")).expect("the store opens");
-    let nodes: Vec<NodeSpec> = [("a", 10), ("b", 5), ("c", 0)]
-        .iter()
-        .zip(&enis)
-        .map(|((name, priority), eni)| NodeSpec {
-            name: (*name).into(),
-            provider: "cloud".into(),
-            placement_group: "vpc".into(),
-            priority: *priority,
-            nic: eni.clone(),
-            capacity: None,
-        })
-        .collect();
-    let pool = PoolSpec {
-        name: "edge".into(),
-        addresses: vec![address()],
-        provider: "cloud".into(),
-        placement_group: "vpc".into(),
-        members: vec!["a".into(), "b".into(), "c".into()],
-        authority: Authority::None,
-        approval: Approval::Auto,
-        deprovision_hold_ms: 0,
-        heartbeat_ttl_ms: 1_000,
-        promotion_hold_ms: 0,
-        epoch_locking: true,
-        prefer_nodes: vec![],
-        preempt: false,
-        auto_failover: true,
-    };
-    let mut executors = BTreeMap::new();
-    executors.insert(
-        "cloud".to_owned(),
-        ProviderExecutor {
-            executor: Arc::new(AzureExecutor::with_client(fake.arm(), IpForwarding::Check)),
-            call_timeout: Duration::from_secs(10),
-            inventory_interval: inventory,
-            garp_refresh: None,
-        },
-    );
-    let settings = Settings {
-        peers: Vec::new(),
-        nodes,
-        providers: vec![ProviderSpec { name: "cloud".into(), kind: ProviderKind::Azure }],
-        executors,
-        heartbeat_interval: Duration::from_millis(100),
-        requeue_interval: Duration::from_millis(200),
-        journal_retention: 10_000,
-        pools: Box::new(move || Ok(vec![pool.clone()])),
-        vrrp: None,
-    };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
-    Rig { store, fake, enis, handle, stop, done }
-}
-
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let dir = cloud_rig::scratch("azure_agent", test);
+    let executor = std::sync::Arc::new(AzureExecutor::with_client(fake.arm(), IpForwarding::Check));
+    cloud_rig::start(&dir, fake, enis, ProviderKind::Azure, executor, inventory)
 }
 
 impl Rig {
-    /// The NICs (of all four) that hold the address, at the fake.
-    async fn holders(&self) -> Vec<String> {
-        self.enis.iter().filter(|n| self.fake.holds(n, address())).cloned().collect()
-    }
-
     /// The calls since the last reset, polls left out: (op, NIC name).
     fn ops(&self) -> Vec<(String, String)> {
         self.fake
@@ -157,64 +62,6 @@ impl Rig {
     /// PUTs of NIC `name` since the last reset.
     fn puts_of(&self, name: &str) -> usize {
         self.ops().iter().filter(|(op, nic)| op == "put" && nic == name).count()
-    }
-
-    async fn entries(&self, node: Option<&str>, state: Option<&str>) -> Vec<tenure_core::rows::ActionRow> {
-        let filter =
-            ActionFilter { node: node.map(str::to_owned), state: state.map(str::to_owned), pool: None };
-        self.handle.actions(filter).await.expect("answers")
-    }
-
-    /// Every journal entry of the nodes not `frozen` is final (executed or skipped), and the
-    /// address is on `eni` alone. Asks the fake only once the journals are final (its calls count).
-    async fn settled_on(&self, eni: &str, frozen: Option<&str>) -> bool {
-        let open = self
-            .entries(None, None)
-            .await
-            .iter()
-            .filter(|e| Some(e.node.as_str()) != frozen && e.state != "executed" && e.state != "skipped")
-            .count();
-        open == 0 && self.holders().await == [eni]
-    }
-
-    async fn wait_settled_on(&self, node: usize, frozen: Option<&str>) {
-        let eni = self.enis[node].clone();
-        wait_until(&format!("the address on {eni} alone, every entry final"), || {
-            self.settled_on(&eni, frozen)
-        })
-        .await;
-    }
-
-    /// Waits until `node` has executed `verb` in a capture epoch above `above` (asking the agent
-    /// only: no call reaches the fake).
-    async fn wait_executed(&self, node: &str, verb: &str, above: u64) {
-        wait_until(&format!("{node} executed {verb} in an epoch above {above}"), || async {
-            self.entries(Some(node), Some("executed"))
-                .await
-                .iter()
-                .any(|e| e.verb == verb && e.capture_epoch > above)
-        })
-        .await;
-    }
-
-    async fn owner(&self) -> (Option<String>, u64, u64) {
-        let rows = self.handle.ownership().await.expect("answers");
-        let row = rows.into_iter().find(|r| r.address == "10.0.0.10").expect("a row");
-        (row.owner, row.ownership_epoch, row.capture_epoch)
-    }
-
-    /// The holders of every `inventory` event in the log, in log order.
-    fn inventory_holders(&self) -> Vec<Vec<String>> {
-        inventory_log::inventory_holders(&self.store.log())
-    }
-
-    async fn recaptures(&self) -> u64 {
-        self.handle.metrics().await.expect("answers").drift_recaptures
-    }
-
-    async fn stop(self) {
-        self.stop.send(()).expect("running");
-        tokio::time::timeout(WAIT_MAX, self.done).await.expect("stops").expect("joins").expect("ran");
     }
 }
 

@@ -15,7 +15,7 @@ mod azure_fake;
 mod process;
 
 use azure_fake::{AzureFake, SUBSCRIPTION, TOKEN};
-use process::{Agent, TempDir, free_port, pool_yaml, tenure, wait_for};
+use process::{Agent, TempDir, agent_config_on, free_port, pool_yaml, tenure, wait_for};
 use serde_json::json;
 
 /// `agent.yaml` for nodes a (priority 10) and b on NICs `a` and `b`, provider `cloud` with
@@ -26,13 +26,10 @@ fn config(
     nics: (&str, &str),
     provider: &str,
 ) -> std::path::PathBuf {
-    dir.write("token", &format!("{}\n", process::TOKEN));
     dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "cloud", ""));
-    let text = format!(
-        "nodes:\n  - {{name: a, provider: cloud, placementGroup: g1, nic: '{}', priority: 10}}\n  - {{name: b, provider: cloud, placementGroup: g1, nic: '{}'}}\nstore: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: [{{name: cloud, kind: azure{provider}}}]\npools: [pools.yaml]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\nactionTimeout: 10s\napiTokenFile: ./token\n",
-        nics.0, nics.1,
-    );
-    dir.write("agent.yaml", &text)
+    let providers = format!("[{{name: cloud, kind: azure{provider}}}]");
+    let (a, b) = (format!("'{}'", nics.0), format!("'{}'", nics.1));
+    agent_config_on(dir, listen, "cloud", &providers, &["pools.yaml"], (&a, &b))
 }
 
 fn start(dir: &TempDir, config: &std::path::Path, listen: std::net::SocketAddr) -> Agent {

@@ -8,191 +8,37 @@
 
 #![cfg(feature = "oci")]
 
-#[path = "support/inventory_log.rs"]
-mod inventory_log;
+#[path = "support/cloud_rig.rs"]
+mod cloud_rig;
 #[path = "support/oci_fake.rs"]
 mod oci_fake;
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use std::time::Duration;
 
+use cloud_rig::{address, wait_until};
 use oci_fake::OciFake;
 use serde_json::json;
-use tenure::agent::request::{ActionFilter, AgentHandle, Control};
-use tenure::agent::runner::{NoObserver, RunSummary, run};
-use tenure::agent::{ProviderExecutor, Settings};
+use tenure::agent::request::Control;
 use tenure::exec::oci::{OciExecutor, SkipSourceDestCheck};
-use tenure::store::EmbeddedStore;
 use tenure_core::log::EventKind;
-use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tokio::sync::{mpsc, oneshot};
+use tenure_core::model::ProviderKind;
 
-/// Most time any condition below may take (a failover is 1 s of TTL plus a few calls).
-const WAIT_MAX: Duration = Duration::from_secs(20);
+type Rig = cloud_rig::Rig<OciFake>;
 
-const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 10);
-
-fn address() -> IpAddr {
-    IpAddr::V4(ADDRESS)
+impl cloud_rig::Fake for OciFake {
+    /// The VNIC that holds the address, at the fake (its own state: not a counted call).
+    async fn holders(&self, _: &[String]) -> Vec<String> {
+        self.holder(&address().to_string()).into_iter().collect()
+    }
 }
 
-struct Rig {
-    store: EmbeddedStore,
-    fake: OciFake,
-    /// The VNICs of a, b, c, and one no node has (all in one subnet).
-    enis: Vec<String>,
-    handle: AgentHandle,
-    stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<Result<RunSummary, tenure::agent::runner::AgentError>>,
-}
-
-/// The fake, a subnet with four VNICs, and an agent running a (priority 10), b (5) and c (0) over one
-/// address of pool `edge` (TTL 1 s, no holds), reading inventory every `inventory` if given.
+/// The fake, a subnet with four VNICs, and the agent of [`cloud_rig::start`].
 async fn start(test: &str, inventory: Option<Duration>) -> Rig {
     let fake = OciFake::start();
     let enis = fake.vnics(4);
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("oci_agent-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    let store = EmbeddedStore::open(&dir.join("store"), &dir.join("identity")).expect("the store opens");
-    let nodes: Vec<NodeSpec> = [("a", 10), ("b", 5), ("c", 0)]
-        .iter()
-        .zip(&enis)
-        .map(|((name, priority), eni)| NodeSpec {
-            name: (*name).into(),
-            provider: "cloud".into(),
-            placement_group: "vpc".into(),
-            priority: *priority,
-            nic: eni.clone(),
-            capacity: None,
-        })
-        .collect();
-    let pool = PoolSpec {
-        name: "edge".into(),
-        addresses: vec![address()],
-        provider: "cloud".into(),
-        placement_group: "vpc".into(),
-        members: vec!["a".into(), "b".into(), "c".into()],
-        authority: Authority::None,
-        approval: Approval::Auto,
-        deprovision_hold_ms: 0,
-        heartbeat_ttl_ms: 1_000,
-        promotion_hold_ms: 0,
-        epoch_locking: true,
-        prefer_nodes: vec![],
-        preempt: false,
-        auto_failover: true,
-    };
-    let mut executors = BTreeMap::new();
-    executors.insert(
-        "cloud".to_owned(),
-        ProviderExecutor {
-            executor: Arc::new(OciExecutor::with_client(fake.core(&dir), SkipSourceDestCheck::Check)),
-            call_timeout: Duration::from_secs(10),
-            inventory_interval: inventory,
-            garp_refresh: None,
-        },
-    );
-    let settings = Settings {
-        peers: Vec::new(),
-        nodes,
-        providers: vec![ProviderSpec { name: "cloud".into(), kind: ProviderKind::Oci }],
-        executors,
-        heartbeat_interval: Duration::from_millis(100),
-        requeue_interval: Duration::from_millis(200),
-        journal_retention: 10_000,
-        pools: Box::new(move || Ok(vec![pool.clone()])),
-        vrrp: None,
-    };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
-    Rig { store, fake, enis, handle, stop, done }
-}
-
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-impl Rig {
-    /// The VNIC that holds the address, at the fake (its own state: not a counted call).
-    async fn holders(&self) -> Vec<String> {
-        self.fake.holder("10.0.0.10").into_iter().collect()
-    }
-
-    async fn entries(&self, node: Option<&str>, state: Option<&str>) -> Vec<tenure_core::rows::ActionRow> {
-        let filter =
-            ActionFilter { node: node.map(str::to_owned), state: state.map(str::to_owned), pool: None };
-        self.handle.actions(filter).await.expect("answers")
-    }
-
-    /// Every journal entry of the nodes not `frozen` is final (executed or skipped), and the
-    /// address is on `eni` alone.
-    async fn settled_on(&self, eni: &str, frozen: Option<&str>) -> bool {
-        let open = self
-            .entries(None, None)
-            .await
-            .iter()
-            .filter(|e| Some(e.node.as_str()) != frozen && e.state != "executed" && e.state != "skipped")
-            .count();
-        open == 0 && self.holders().await == [eni]
-    }
-
-    async fn wait_settled_on(&self, node: usize, frozen: Option<&str>) {
-        let eni = self.enis[node].clone();
-        wait_until(&format!("the address on {eni} alone, every entry final"), || {
-            self.settled_on(&eni, frozen)
-        })
-        .await;
-    }
-
-    /// Waits until `node` has executed `verb` in a capture epoch above `above` (asking the agent
-    /// only: no call reaches the fake).
-    async fn wait_executed(&self, node: &str, verb: &str, above: u64) {
-        wait_until(&format!("{node} executed {verb} in an epoch above {above}"), || async {
-            self.entries(Some(node), Some("executed"))
-                .await
-                .iter()
-                .any(|e| e.verb == verb && e.capture_epoch > above)
-        })
-        .await;
-    }
-
-    async fn owner(&self) -> (Option<String>, u64, u64) {
-        let rows = self.handle.ownership().await.expect("answers");
-        let row = rows.into_iter().find(|r| r.address == "10.0.0.10").expect("a row");
-        (row.owner, row.ownership_epoch, row.capture_epoch)
-    }
-
-    /// The holders of every `inventory` event in the log, in log order.
-    fn inventory_holders(&self) -> Vec<Vec<String>> {
-        inventory_log::inventory_holders(&self.store.log())
-    }
-
-    async fn recaptures(&self) -> u64 {
-        self.handle.metrics().await.expect("answers").drift_recaptures
-    }
-
-    async fn stop(self) {
-        self.stop.send(()).expect("running");
-        tokio::time::timeout(WAIT_MAX, self.done).await.expect("stops").expect("joins").expect("ran");
-    }
+    let dir = cloud_rig::scratch("oci_agent", test);
+    let executor = std::sync::Arc::new(OciExecutor::with_client(fake.core(&dir), SkipSourceDestCheck::Check));
+    cloud_rig::start(&dir, fake, enis, ProviderKind::Oci, executor, inventory)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

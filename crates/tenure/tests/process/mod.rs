@@ -75,10 +75,25 @@ pub fn agent_config(
     providers: &str,
     pools: &[&str],
 ) -> std::path::PathBuf {
+    agent_config_on(dir, listen, provider, providers, pools, ("eni-a", "eni-b"))
+}
+
+/// [`agent_config`] with a's and b's NICs `nics` (YAML scalars, as written) for eni-a and eni-b.
+pub fn agent_config_on(
+    dir: &TempDir,
+    listen: std::net::SocketAddr,
+    provider: &str,
+    providers: &str,
+    pools: &[&str],
+    nics: (&str, &str),
+) -> std::path::PathBuf {
     dir.write("token", &format!("{TOKEN}\n"));
+    let nodes = NODES
+        .replace("PROVIDER", provider)
+        .replace("nic: eni-a,", &format!("nic: {},", nics.0))
+        .replace("nic: eni-b}", &format!("nic: {}}}", nics.1));
     let text = format!(
-        "{}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\nactionTimeout: 10s\napiTokenFile: ./token\n",
-        NODES.replace("PROVIDER", provider),
+        "{nodes}store: {{kind: embedded, path: ./store}}\nidentityFile: ./agent.identity\nproviders: {providers}\npools: [{}]\nlisten: {listen}\nheartbeatInterval: 100ms\nrequeueInterval: 200ms\nactionTimeout: 10s\napiTokenFile: ./token\n",
         pools.join(", "),
     );
     dir.write("agent.yaml", &text)

@@ -4,12 +4,14 @@
 //! panics: the tests fail, never skip.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read as _, Write as _};
+#[path = "fake_server.rs"]
+#[allow(clippy::duplicate_mod, reason = "each fake has the starter as its own submodule")]
+mod fake_server;
+
 use std::net::IpAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::channel;
 use std::time::Duration;
+
+use fake_server::FakeServer;
 
 use serde_json::{Value, json};
 use tenure::exec::azure::tenure_azure::Arm;
@@ -37,58 +39,24 @@ pub fn subnet(vnet: &str, subnet: &str) -> String {
 
 /// The fake ARM server, killed on drop.
 pub struct AzureFake {
-    child: Child,
-    port: u16,
-}
-
-/// The fake's script.
-pub fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/azure-fake/azure_fake.py")
+    server: FakeServer,
 }
 
 impl AzureFake {
     pub fn start() -> Self {
-        let mut child = Command::new("python3")
-            .arg(script())
-            .args(["--port", "0", "--token", TOKEN])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs the azure fake (scripts/install-deps)");
-        let stdout = child.stdout.take().expect("piped");
-        let (send, ready) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(port) = line.strip_prefix("azure-fake listening on ") {
-                    let _ = send.send(port.trim().parse::<u16>().expect("a port"));
-                }
-            }
-        });
-        let Ok(port) = ready.recv_timeout(START_MAX) else {
-            let _ = child.kill();
-            panic!("the azure fake did not start within {START_MAX:?} (see its stderr above)");
-        };
-        Self { child, port }
+        let mut command = fake_server::python("scripts/azure-fake/azure_fake.py");
+        command.args(["--port", "0", "--token", TOKEN]);
+        Self { server: FakeServer::start("the azure fake", command, "azure-fake listening on ", START_MAX) }
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
     /// One plain HTTP request to the fake's admin API; the answer's JSON.
     pub fn http(&self, method: &str, path: &str, body: &Value) -> Value {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("the fake answers");
         let body = if body.is_null() { String::new() } else { body.to_string() };
-        let request = format!(
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).expect("request");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("answer");
-        assert!(answer.starts_with("HTTP/1.") && answer.contains(" 200 "), "{method} {path}: {answer}");
-        let text = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-        serde_json::from_str(&text).expect("JSON")
+        serde_json::from_str(&self.server.admin(method, path, &body)).expect("JSON")
     }
 
     /// Makes NIC `name` in resource group `group` with `primary` and `secondary` addresses; its id.
@@ -175,13 +143,6 @@ impl AzureFake {
     /// A client of the fake with its token.
     pub fn arm(&self) -> Arm {
         Arm::with_fixed_token(&self.url(), TOKEN).expect("a client")
-    }
-}
-
-impl Drop for AzureFake {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

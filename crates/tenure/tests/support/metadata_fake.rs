@@ -3,11 +3,13 @@
 //! the maintenance notice tests: started on a free loopback port, killed on drop; its admin API
 //! posts notices and reads counters. A start that fails panics: the tests fail, never skip.
 
-use std::io::{BufRead, BufReader, Read as _, Write as _};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::channel;
+#[path = "fake_server.rs"]
+#[allow(clippy::duplicate_mod, reason = "each fake has the starter as its own submodule")]
+mod fake_server;
+
 use std::time::Duration;
+
+use fake_server::FakeServer;
 
 use serde_json::Value;
 
@@ -16,56 +18,25 @@ const START_MAX: Duration = Duration::from_secs(30);
 
 /// The fake on a loopback port, killed on drop.
 pub struct MetadataFake {
-    child: Child,
-    port: u16,
+    server: FakeServer,
 }
 
 impl MetadataFake {
     pub fn start() -> Self {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/metadata-fake/metadata_fake.py");
-        let mut child = Command::new("python3")
-            .arg(&script)
-            .args(["--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs scripts/metadata-fake/metadata_fake.py");
-        let stdout = child.stdout.take().expect("piped");
-        let (send, ready) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(port) = line.strip_prefix("metadata-fake listening on ") {
-                    let _ = send.send(port.trim().parse::<u16>().expect("a port"));
-                }
-            }
-        });
-        let Ok(port) = ready.recv_timeout(START_MAX) else {
-            let _ = child.kill();
-            panic!("the metadata fake did not start within {START_MAX:?} (see its stderr above)");
-        };
-        Self { child, port }
+        let mut command = fake_server::python("scripts/metadata-fake/metadata_fake.py");
+        command.args(["--port", "0"]);
+        Self {
+            server: FakeServer::start("the metadata fake", command, "metadata-fake listening on ", START_MAX),
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
     /// One plain HTTP request; the status and the body of the answer.
     pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("the fake answers");
-        let mut request =
-            format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n", body.len());
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(body);
-        stream.write_all(request.as_bytes()).expect("request");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("answer");
-        let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status line");
-        (status, answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
+        self.server.request(method, path, headers, body)
     }
 
     /// Merges `change` into the fake's state (`awsSpot`, `azureEvents`, …).
@@ -97,12 +68,5 @@ impl MetadataFake {
 
     pub fn revoke_tokens(&self) {
         assert_eq!(self.raw("POST", "/_fake/revoke-tokens", &[], "").0, 200);
-    }
-}
-
-impl Drop for MetadataFake {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -3,11 +3,14 @@
 //! patch module (docs/moto.md), killed on drop; and EC2 fixtures made with the SDK. A start that
 //! fails panics: the tests fail, never skip.
 
-use std::io::{BufRead, BufReader, Read as _, Write as _};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::channel;
+#[path = "fake_server.rs"]
+#[allow(clippy::duplicate_mod, reason = "each fake has the starter as its own submodule")]
+mod fake_server;
+
+use std::process::Command;
 use std::time::Duration;
+
+use fake_server::FakeServer;
 
 use serde_json::Value;
 use tenure::exec::aws::Ec2;
@@ -18,57 +21,28 @@ const START_MAX: Duration = Duration::from_secs(90);
 
 /// A moto EC2 server on a free loopback port, killed on drop.
 pub struct Moto {
-    child: Child,
-    port: u16,
+    server: FakeServer,
 }
 
 impl Moto {
     pub fn start(plain: bool) -> Self {
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("addr").port();
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/moto-server");
-        let mut command = Command::new(script);
+        let mut command = Command::new(fake_server::repo_path("scripts/moto-server"));
         command.args(["start", &port.to_string()]);
         if plain {
             command.arg("--plain");
         }
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("scripts/moto-server (scripts/install-deps installs moto)");
-        let stdout = child.stdout.take().expect("piped");
-        let (send, ready) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("moto listening on") {
-                    let _ = send.send(());
-                }
-            }
-        });
-        if ready.recv_timeout(START_MAX).is_err() {
-            let _ = child.kill();
-            panic!("moto did not start within {START_MAX:?} (see its stderr above)");
-        }
-        Self { child, port }
+        Self { server: FakeServer::start("moto", command, "moto listening on http://127.0.0.1:", START_MAX) }
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
     /// One plain HTTP request to the server (its `/_tenure` endpoints); the body of the answer.
     pub fn http(&self, method: &str, path: &str, body: &str) -> String {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("moto answers");
-        let request = format!(
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).expect("request");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("answer");
-        assert!(answer.starts_with("HTTP/1.") && answer.contains(" 200 "), "{method} {path}: {answer}");
-        answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+        self.server.admin(method, path, body)
     }
 
     pub fn calls(&self) -> Value {
@@ -81,13 +55,6 @@ impl Moto {
 
     pub async fn ec2(&self) -> Ec2 {
         Ec2::connect_with_credentials("us-east-1", &self.url(), "testing", "testing").await
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -5,11 +5,14 @@
 //! verifies. A start that fails panics: the tests fail, never skip.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read as _, Write as _};
+#[path = "fake_server.rs"]
+#[allow(clippy::duplicate_mod, reason = "each fake has the starter as its own submodule")]
+mod fake_server;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::channel;
 use std::time::Duration;
+
+use fake_server::FakeServer;
 
 use serde_json::{Value, json};
 use tenure::exec::oci::tenure_oci::{Auth, Core, Endpoints, InstancePrincipal};
@@ -23,19 +26,14 @@ const START_MAX: Duration = Duration::from_secs(60);
 pub const KEY_ID: &str =
     "ocid1.tenancy.oc1..faketenancy/ocid1.user.oc1..fakeuser/20:3b:97:13:55:1c:5b:0d:d3:37:d8:50:4e:c5:3a:34";
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// The private key of the API key (the published test key).
 pub fn key_file() -> PathBuf {
-    repo().join("crates/tenure-oci/tests/data/oci-doc-test-key.pem")
+    fake_server::repo_path("crates/tenure-oci/tests/data/oci-doc-test-key.pem")
 }
 
 /// The OCI fake on a free loopback port, killed on drop.
 pub struct OciFake {
-    child: Child,
-    port: u16,
+    server: FakeServer,
 }
 
 impl OciFake {
@@ -46,52 +44,25 @@ impl OciFake {
 
     /// With session tokens valid `token_lifetime` seconds.
     pub fn start_with(token_lifetime: f64) -> Self {
-        let mut child = Command::new("python3")
-            .arg(repo().join("scripts/oci-fake/oci_fake.py"))
+        let mut command = fake_server::python("scripts/oci-fake/oci_fake.py");
+        command
             .args(["--port", "0", "--api-key-id", KEY_ID])
             .arg("--api-public-key")
-            .arg(repo().join("crates/tenure-oci/tests/data/oci-doc-test-public.pem"))
+            .arg(fake_server::repo_path("crates/tenure-oci/tests/data/oci-doc-test-public.pem"))
             .arg("--identity-dir")
-            .arg(repo().join("scripts/oci-fake/identity"))
-            .args(["--token-lifetime", &token_lifetime.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs scripts/oci-fake/oci_fake.py");
-        let stdout = child.stdout.take().expect("piped");
-        let (send, ready) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(port) = line.strip_prefix("oci-fake listening on ") {
-                    let _ = send.send(port.trim().parse::<u16>().expect("a port"));
-                }
-            }
-        });
-        let Ok(port) = ready.recv_timeout(START_MAX) else {
-            let _ = child.kill();
-            panic!("the OCI fake did not start within {START_MAX:?} (see its stderr above)");
-        };
-        Self { child, port }
+            .arg(fake_server::repo_path("scripts/oci-fake/identity"))
+            .args(["--token-lifetime", &token_lifetime.to_string()]);
+        Self { server: FakeServer::start("the OCI fake", command, "oci-fake listening on ", START_MAX) }
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
     /// One request to the fake's admin API (`/_fake/…`); its JSON answer.
     pub fn admin(&self, method: &str, path: &str, body: &Value) -> Value {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("the fake answers");
-        let body = body.to_string();
-        let request = format!(
-            "{method} /_fake/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).expect("request");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("answer");
-        assert!(answer.starts_with("HTTP/1.") && answer.contains(" 200 "), "{method} {path}: {answer}");
-        let text = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-        serde_json::from_str(&text).expect("JSON")
+        let answer = self.server.admin(method, &format!("/_fake/{path}"), &body.to_string());
+        serde_json::from_str(&answer).expect("JSON")
     }
 
     pub fn subnet(&self, cidr: &str) -> String {
@@ -212,13 +183,6 @@ impl OciFake {
             Auth::InstancePrincipal(InstancePrincipal::new(endpoints)),
         )
         .expect("a client")
-    }
-}
-
-impl Drop for OciFake {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
