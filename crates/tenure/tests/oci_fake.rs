@@ -327,6 +327,38 @@ async fn instance_principals_sign_with_a_session_token_refreshed_before_expiry()
     assert!(fake.log().iter().all(|(_, _, status)| *status != 401), "no call refused: {:?}", fake.log());
 }
 
+/// A background renewal whose federation hangs does not hold calls up: they sign with the
+/// current token, both before the time a call would renew it and after it (a renewal is under way
+/// and the token has not expired), and answer at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_made_while_a_renewal_waits_on_the_federation_answer_at_once() {
+    let fake = OciFake::start_with(12.0);
+    let vnics = fake.vnics(1);
+    let federations = || fake.admin("GET", "federations", &json!({}));
+    let executor = OciExecutor::with_client(fake.core_instance_principal(), SkipSourceDestCheck::Check);
+    let issued = Instant::now();
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert_eq!(federations()["federations"], 1);
+    // A 12 s token: renewed in the background about 3 s into its life (a call would at about
+    // 6 s); that federation is held 6 s.
+    fake.admin("POST", "federation", &json!({"delaySeconds": 6}));
+    until("the background renewal waits on the federation", || federations()["federating"] == 1).await;
+    for (when, at) in [("before a call would renew", issued), ("after", issued + Duration::from_millis(7000))]
+    {
+        tokio::time::sleep_until(at).await;
+        let started = Instant::now();
+        let outcome =
+            run_within(&executor, &action(Verb::EnableForwarding, "a", &vnics[0], 1), Duration::from_secs(2))
+                .await;
+        let took = started.elapsed();
+        detail(outcome);
+        assert!(took < Duration::from_secs(1), "{when}: the call took {took:?}");
+        assert_eq!(federations()["federating"], 1, "{when}: made while the renewal was under way");
+    }
+    assert_eq!(federations()["federations"], 1, "no federation finished meanwhile");
+    until("the renewal ends", || federations()["federations"] == 2).await;
+}
+
 /// A session token OCI stops taking before its expiry: the 401 fetches a new one at once and the
 /// call is sent again with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
