@@ -466,6 +466,53 @@ async fn a_release_on_a_lagging_read_never_deletes_from_the_seizer() {
     assert!(!deletes.is_empty() && deletes.iter().all(|s| *s == 412), "{deletes:?}");
 }
 
+/// An earlier release deleted the object, and this one's list and GetPrivateIp lag and still
+/// show it: its delete is answered 404 `NotAuthorizedOrNotFound`. Not "not permitted": no delete
+/// is sent again, and the release reads until a read says gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_not_found_after_a_lagging_read_is_read_again_until_gone() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "gone-lag");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    fake.lag(1.5);
+    let reader = fake.core(&temp_dir("gone-lag-reader"));
+    let subnet = fake.object("10.0.0.4").expect("primary")["subnetId"].as_str().expect("subnet").to_owned();
+    let end = Instant::now() + Duration::from_secs(10);
+    while reader.private_ip_by_address(&subnet, oci_fake::address(), end).await.expect("list").is_none() {
+        assert!(Instant::now() < end, "the lagging read never showed the object");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(first.contains("deleted from"), "{first}");
+    fake.reset_calls();
+    let again = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(again.contains("is gone") && again.contains("released already"), "{again}");
+    assert_eq!(statuses(&fake, "DeletePrivateIp"), [404], "one delete, never sent again");
+    let reads = statuses(&fake, "GetPrivateIp");
+    assert!(reads.len() >= 3 && reads.last() == Some(&404), "read until gone: {reads:?}");
+}
+
+/// A delete answered 404 while GetPrivateIp keeps showing the object on the VNIC (the policy
+/// allows reading but not deleting; or reads that lag): unknown at the deadline, naming both, and
+/// no delete sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_not_found_while_the_object_still_reads_as_ours_is_unknown_naming_the_policy() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "gone-denied");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    fake.fault("DeletePrivateIp", 404, "NotAuthorizedOrNotFound", 100, None);
+    fake.reset_calls();
+    let outcome =
+        run_within(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1), Duration::from_secs(2))
+            .await;
+    let reason = unknown(outcome);
+    assert!(reason.contains("policy does not allow the delete") && reason.contains("HTTP 404"), "{reason}");
+    assert_eq!(statuses(&fake, "DeletePrivateIp"), [404], "one delete, never sent again");
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(vnics[0].as_str()), "still there");
+}
+
 /// A GetPrivateIp answered without its `etag`: the release sends no delete (one without
 /// `if-match` could remove the address from a VNIC that seized it meanwhile) and fails saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
