@@ -380,6 +380,35 @@ async fn a_failed_nic_written_back_is_refused_for_an_address_another_took_and_wr
     assert!(!fake.holds(&a, address()) && fake.holds(&b, address()), "b keeps it");
 }
 
+/// A write answered 5xx may have taken effect: whatever refusal its resend gets (a 403, a 404),
+/// it is unknown, not failed. A 5xx then a 403 to a read is still a permission failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_answered_5xx_then_refused_on_its_resend_is_unknown() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    fake.fault(&json!({"op": "put", "status": 500, "count": 1}));
+    fake.fault(&json!({"op": "put", "status": 403, "count": 1}));
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Unknown { reason } = outcome else { panic!("unknown: {outcome:?}") };
+    assert!(
+        reason.contains("HTTP 403") && reason.contains("an earlier try of the write was answered HTTP 500"),
+        "{reason}"
+    );
+
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    fake.fault(&json!({"op": "put", "status": 503, "count": 1}));
+    fake.fault(&json!({"op": "put", "status": 404, "code": "NotFound", "count": 1}));
+    let outcome = run(&executor, &action(Verb::UnassignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Unknown { reason } = outcome else { panic!("unknown: {outcome:?}") };
+    assert!(reason.contains("HTTP 404 NotFound"), "{reason}");
+
+    fake.fault(&json!({"op": "get", "status": 500, "count": 1}));
+    fake.fault(&json!({"op": "get", "status": 403, "count": 1}));
+    let outcome = run(&executor, &action(Verb::UnassignSecondaryIp, "a", &a, 1)).await;
+    assert!(matches!(outcome, ExecutionOutcome::Failed { .. }), "a read is never in doubt: {outcome:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_poll_after_an_accepted_write_is_unknown_naming_the_role() {
     let fake = AzureFake::start();
