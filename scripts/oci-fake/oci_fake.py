@@ -18,6 +18,8 @@ It exists because no emulator of OCI can be installed here. It serves, on one lo
   tokens (a JWT-shaped string with `exp`), so that instance principals are tested end to end.
 - An admin API under `/_fake/` (unsigned, not counted): fixtures, per-operation call counters and a
   call log with times, fault injection, an eventual-consistency window, drift by hand, reserved private IPs, GET answers without their `etag` header (`POST /_fake/etags {"omit": true}`).
+  A federation held for a while (`POST /_fake/federation {"delaySeconds": x}`; `GET /_fake/federations`
+  says how many are being held, `federating`).
 
 Every Core Services request's signature is VERIFIED (OCI signature version 1, rsa-sha256): with the
 API key's public key for keyId `<tenancy>/<user>/<fingerprint>`, with the session key a federation
@@ -110,6 +112,8 @@ class State:
         self.faults = []  # {"op", "status", "code", "count", "retryAfter"}
         self.sessions = {}  # token -> (public key, exp)
         self.federations = 0
+        self.federation_delay = 0.0  # POST /_fake/federation {"delaySeconds": x}: each federation answers that late
+        self.federating = 0  # federations being held by that delay now
         self.api_key = public_key_of_spki(pem_der(open(args.api_public_key).read()))
         self.identity = {}
         if args.identity_dir:
@@ -305,6 +309,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def federate(self, body):
         s = self.state
+        with s.lock:
+            delay = s.federation_delay
+            s.federating += 1
+        try:
+            time.sleep(delay)
+        finally:
+            with s.lock:
+                s.federating -= 1
         rejected = self.verify(body, federation=True)
         if rejected is not None:
             return self.error(*rejected)
@@ -507,7 +519,10 @@ class Handler(BaseHTTPRequestHandler):
                 s.sessions.clear()
                 return self.answer(200, {})
             if parts == ["federations"] and method == "GET":
-                return self.answer(200, {"federations": s.federations})
+                return self.answer(200, {"federations": s.federations, "federating": s.federating})
+            if parts == ["federation"] and method == "POST":
+                s.federation_delay = float(request.get("delaySeconds", 0))
+                return self.answer(200, {})
         return self.error(404, "NotFound", "/_fake/" + "/".join(parts))
 
 

@@ -6,11 +6,13 @@
 //! | 429, or 409 `RetryableErrorDueToAnotherOperation` / `AnotherOperationInProgress` | wait `Retry-After` (counted in [`Arm::throttled_calls`]), then again; [`ArmError::Deadline`] when the wait would pass the deadline |
 //! | 5xx, or no answer to a read | wait (doubling from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`], or `Retry-After`), then again |
 //! | 401 / 403 | [`ArmError::Permission`] at once, naming the role needed |
+//! | any refusal but 412 to a write an earlier try of which was answered 5xx | [`ArmError::InDoubt`] (the first try may have taken effect) |
 //! | 412 | given back to the caller (it re-reads the NIC and tries again) |
 //! | anything else below 200 or above 299 | [`ArmError::Refused`] |
 //!
-//! The deadline is checked right before every try, the first one included: past it nothing is
-//! sent ([`ArmError::Deadline`], "not sent"), however long a wait overran.
+//! The deadline is checked right before every try, the first one included, and again once the
+//! try has its token: past it nothing is sent ([`ArmError::Deadline`], "not sent"), however long a
+//! wait overran.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -230,6 +232,14 @@ impl Arm {
         deadline: Instant,
     ) -> Result<Answer, ArmError> {
         let mut backoff = BACKOFF_FIRST;
+        // The 5xx status of an earlier try of this write: it may have taken effect, so whatever
+        // refusal a resend gets (401/403 from a token that expired meanwhile, a 404, a 400), the
+        // write stays in doubt. A 412 is left to the caller, which reads again.
+        let mut doubt: Option<u16> = None;
+        let in_doubt = |doubt: Option<u16>, cause: ArmError| match doubt {
+            Some(first) => ArmError::InDoubt { operation, cause: Box::new(after_server_error(cause, first)) },
+            None => cause,
+        };
         loop {
             let quiet = *self.quiet_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(until) = quiet.filter(|until| *until > Instant::now()) {
@@ -247,7 +257,7 @@ impl Arm {
             not_past(operation, deadline)?;
             // Why this try did not do: said when the deadline ends the tries.
             let last;
-            let wait = match self.once(operation, method, url, body, if_match).await {
+            let wait = match self.once(operation, method, url, body, if_match, deadline).await {
                 Err(ArmError::NoAnswer { operation, message }) => {
                     if method != Method::Get {
                         return Err(ArmError::NoAnswer { operation, message });
@@ -256,7 +266,7 @@ impl Arm {
                     last = format!("no answer: {message}");
                     next_backoff(&mut backoff)
                 }
-                Err(other) => return Err(other),
+                Err(other) => return Err(in_doubt(doubt, other)),
                 Ok(answer) => {
                     let (code, message) = answer.error();
                     let busy = answer.status == 409 && BUSY_CODES.contains(&code.as_str());
@@ -273,11 +283,19 @@ impl Arm {
                         }
                         wait
                     } else if answer.status >= 500 {
+                        if method != Method::Get {
+                            doubt = doubt.or(Some(answer.status));
+                        }
                         tracing::debug!(operation, status = answer.status, %code, "azure: server error; trying again");
                         last = format!("HTTP {} {code}", answer.status);
                         answer.retry_after.unwrap_or_else(|| next_backoff(&mut backoff))
                     } else if answer.status == 401 || answer.status == 403 {
-                        return Err(ArmError::Permission { operation, status: answer.status, code, message });
+                        let refused =
+                            ArmError::Permission { operation, status: answer.status, code, message };
+                        return Err(in_doubt(doubt, refused));
+                    } else if doubt.is_some() && answer.status >= 300 && answer.status != 412 {
+                        let refused = ArmError::Refused { operation, status: answer.status, code, message };
+                        return Err(in_doubt(doubt, refused));
                     } else {
                         return Ok(answer);
                     }
@@ -304,6 +322,7 @@ impl Arm {
         url: &Url,
         body: Option<&Value>,
         if_match: Option<&str>,
+        deadline: Instant,
     ) -> Result<Answer, ArmError> {
         let mut request = Request::new(url.clone(), method);
         let token = match &self.auth {
@@ -316,6 +335,8 @@ impl Arm {
                 .secret()
                 .to_owned(),
         };
+        // Getting a token can take seconds (IMDS, AAD): the deadline is checked again after it.
+        not_past(operation, deadline)?;
         request.insert_header("authorization", format!("Bearer {token}"));
         request.insert_header("accept", "application/json");
         if let Some(etag) = if_match {
@@ -363,6 +384,20 @@ pub fn not_past(operation: &'static str, deadline: Instant) -> Result<(), ArmErr
     Ok(())
 }
 
+/// `cause`, a refusal of a resend, saying that an earlier try was answered `first` (a 5xx).
+fn after_server_error(cause: ArmError, first: u16) -> ArmError {
+    let note = |message: String| format!("{message} (an earlier try of the write was answered HTTP {first})");
+    match cause {
+        ArmError::Permission { operation, status, code, message } => {
+            ArmError::Permission { operation, status, code, message: note(message) }
+        }
+        ArmError::Refused { operation, status, code, message } => {
+            ArmError::Refused { operation, status, code, message: note(message) }
+        }
+        other => other,
+    }
+}
+
 /// The next wait of a doubling backoff.
 fn next_backoff(backoff: &mut Duration) -> Duration {
     let wait = *backoff;
@@ -392,4 +427,62 @@ fn credential_from(env: &dyn Fn(&str) -> Option<String>) -> Result<Arc<dyn Token
     let credential = azure_identity::ManagedIdentityCredential::new(Some(options))
         .map_err(|e| setup("managed identity", e))?;
     Ok(credential)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use azure_core::credentials::{AccessToken, TokenRequestOptions};
+    use azure_core::time::{Duration as AzureDuration, OffsetDateTime};
+
+    use super::*;
+
+    /// A credential whose token takes `delay` to come (IMDS or AAD answering slowly).
+    #[derive(Debug)]
+    struct Slow {
+        delay: Duration,
+    }
+
+    impl TokenCredential for Slow {
+        fn get_token<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+            &'life0 self,
+            _scopes: &'life1 [&'life2 str],
+            _options: Option<TokenRequestOptions<'life3>>,
+        ) -> Pin<Box<dyn Future<Output = azure_core::Result<AccessToken>> + Send + 'async_trait>>
+        where
+            'life0: 'async_trait,
+            'life1: 'async_trait,
+            'life2: 'async_trait,
+            'life3: 'async_trait,
+            Self: 'async_trait,
+        {
+            Box::pin(async move {
+                tokio::time::sleep(self.delay).await;
+                Ok(AccessToken::new("slow", OffsetDateTime::now_utc() + AzureDuration::hours(1)))
+            })
+        }
+    }
+
+    /// The deadline passes while the token is being fetched: nothing is sent. (Were the write
+    /// sent, to a port nothing listens on, it would come back as no answer.)
+    #[tokio::test]
+    async fn a_deadline_passed_while_getting_the_token_sends_nothing() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = closed.local_addr().expect("its address").port();
+        drop(closed);
+        let auth = Auth::Credential(Arc::new(Slow { delay: Duration::from_millis(300) }));
+        let arm = Arm::with_auth(Some(&format!("https://127.0.0.1:{port}")), auth).expect("a client");
+        let url = arm.url("/subscriptions/s/resourceGroups/rg").expect("a URL");
+        let body = serde_json::json!({});
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let answer = arm
+            .call("NetworkInterfaces_CreateOrUpdate", Method::Put, &url, Some(&body), None, deadline)
+            .await;
+        match answer {
+            Err(ArmError::Deadline { message, .. }) => assert!(message.contains("not sent"), "{message}"),
+            other => panic!("not sent past the deadline: {other:?}"),
+        }
+    }
 }

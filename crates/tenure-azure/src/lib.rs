@@ -75,7 +75,8 @@ pub enum ArmError {
         message: String,
     },
     /// A write was accepted (200/201/202), and what followed failed (its operation `Failed` or
-    /// `Canceled`, a poll refused, a confirming read refused): it may have taken effect.
+    /// `Canceled`, a poll refused, a confirming read refused): it may have taken effect. Also a
+    /// write an earlier try of which was answered 5xx, and whose resend was refused (but 412).
     #[error("{operation}: the write was accepted, then {cause}; it may have taken effect")]
     InDoubt {
         /// The ARM operation of the write.

@@ -119,9 +119,15 @@ impl Nic {
     /// The body to PUT for this NIC without `address`'s ipConfiguration.
     #[must_use]
     pub fn without(&self, address: IpAddr) -> Value {
+        self.without_all(&[address])
+    }
+
+    /// The body to PUT for this NIC without the ipConfigurations of `addresses`.
+    #[must_use]
+    pub fn without_all(&self, addresses: &[IpAddr]) -> Value {
         let mut body = self.body.clone();
         if let Some(configs) = body["properties"]["ipConfigurations"].as_array_mut() {
-            configs.retain(|c| Self::address_of(c) != Some(address));
+            configs.retain(|c| Self::address_of(c).is_none_or(|a| !addresses.contains(&a)));
         }
         body
     }
@@ -163,6 +169,16 @@ pub fn vnet_of(subnet: &str) -> Option<&str> {
     let at = subnet.to_ascii_lowercase().rfind("/subnets/")?;
     let vnet = &subnet[..at];
     vnet.to_ascii_lowercase().contains("/virtualnetworks/").then_some(vnet)
+}
+
+/// The IP addresses written in ARM's `PrivateIPAddressInUse` message (`… referencing private IP
+/// address 10.0.0.5 which is already in use …`; the exact wording is unverified), in order.
+#[must_use]
+pub fn addresses_in_message(message: &str) -> Vec<IpAddr> {
+    message
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '\'' | '"' | '(' | ')' | '[' | ']'))
+        .filter_map(|word| word.trim_end_matches('.').parse().ok())
+        .collect()
 }
 
 /// The NIC ids in ARM's `PrivateIPAddressInUse` message, in order: it names the ipConfiguration
@@ -266,5 +282,14 @@ mod tests {
         assert_eq!(nics_in_message(&both), vec![own.to_owned(), id.to_owned()]);
         assert!(nics_in_message("IP address 10.0.0.10 is in use").is_empty());
         assert!(nics_in_message("in use by /subscriptions/s/resourceGroups/rg/providers/x").is_empty());
+        assert_eq!(addresses_in_message(&both), vec![ten]);
+        assert_eq!(addresses_in_message(&message), vec![ten]);
+        assert_eq!(
+            addresses_in_message("Private IP address 'fd00::5' is in use."),
+            vec!["fd00::5".parse::<IpAddr>().expect("literal")]
+        );
+        assert!(addresses_in_message("no address here, 10.0.0 either.").is_empty());
+        let without = Nic::from_body(nic.without_all(&[ten, four]), None).expect("a NIC");
+        assert!(without.addresses().is_empty());
     }
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::client::{Answer, BACKOFF_FIRST, BACKOFF_MAX, POLL_DEFAULT};
-use crate::nic::Nic;
+use crate::nic::{Nic, addresses_in_message};
 use crate::{Arm, ArmError};
 
 /// Time between confirmation reads after a write.
@@ -72,23 +72,35 @@ impl Arm {
     /// decision is made on: `Updating` (an earlier write's operation still running) is read again
     /// every [`CONFIRM_INTERVAL`]; `Failed` (an operation that failed left it so, its requested
     /// configuration visible) is written back as read, ARM's documented recovery, and read again.
+    /// When ARM refuses that write back with `PrivateIPAddressInUse` (the failed operation's
+    /// address went to another NIC meanwhile), it is written back without the ipConfigurations
+    /// of the addresses the refusal names: ARM assigns an address to one NIC only, so they are
+    /// not this NIC's, and writing them back would be refused for ever.
     ///
     /// # Errors
     ///
     /// Those of the calls; [`ArmError::Deadline`] when it has not settled by `deadline`;
     /// [`ArmError::InDoubt`] when the recovery's write was accepted and then failed.
     pub async fn settled(&self, id: &str, deadline: Instant) -> Result<Nic, ArmError> {
+        self.settle(id, None, deadline).await
+    }
+
+    /// [`Arm::settled`], except that with `dropping`, a `Failed` NIC showing that address (not
+    /// as its primary) is returned as read: the caller's write without the address recovers the
+    /// NIC as well, where writing it back first could be refused (another NIC has it now).
+    async fn settle(&self, id: &str, dropping: Option<IpAddr>, deadline: Instant) -> Result<Nic, ArmError> {
         let mut backoff = BACKOFF_FIRST;
         loop {
             let nic = self.get_nic(id, deadline).await?;
             match nic.provisioning_state() {
                 "Succeeded" => return Ok(nic),
+                "Failed" if dropping.is_some_and(|a| nic.holds(a) && !nic.is_primary(a)) => return Ok(nic),
                 "Failed" => {
                     tracing::info!(nic = %nic.id, "azure: the NIC is Failed; writing it back as read (ARM's recovery)");
                     match self.put_nic(&nic, &nic.body, deadline).await? {
                         Put::Done => {}
                         Put::EtagMoved => pause(&mut backoff, deadline).await?,
-                        Put::InUse(message) => return Err(in_use(message)),
+                        Put::InUse(message) => self.write_back_without_taken(&nic, message, deadline).await?,
                     }
                 }
                 state => {
@@ -101,6 +113,29 @@ impl Arm {
                     tokio::time::sleep(CONFIRM_INTERVAL).await;
                 }
             }
+        }
+    }
+
+    /// The write back of a `Failed` NIC was refused with `PrivateIPAddressInUse` `message`:
+    /// writes it back without the (non-primary) addresses the message names. A moved etag is left
+    /// to the caller's next read.
+    async fn write_back_without_taken(
+        &self,
+        nic: &Nic,
+        message: String,
+        deadline: Instant,
+    ) -> Result<(), ArmError> {
+        let taken: Vec<IpAddr> = addresses_in_message(&message)
+            .into_iter()
+            .filter(|a| nic.holds(*a) && !nic.is_primary(*a))
+            .collect();
+        if taken.is_empty() {
+            return Err(in_use(message));
+        }
+        tracing::info!(nic = %nic.id, ?taken, "azure: another NIC has an address this Failed NIC shows; writing it back without it");
+        match self.put_nic(nic, &nic.without_all(&taken), deadline).await? {
+            Put::Done | Put::EtagMoved => Ok(()),
+            Put::InUse(message) => Err(in_use(message)),
         }
     }
 
@@ -224,7 +259,7 @@ impl Arm {
                 Put::Done => return Ok(Released::Removed),
                 Put::EtagMoved => {
                     pause(&mut backoff, deadline).await?;
-                    nic = self.settled(&nic.id, deadline).await?;
+                    nic = self.settle(&nic.id, Some(address), deadline).await?;
                 }
                 Put::InUse(message) => return Err(in_use(message)),
             }
@@ -255,14 +290,16 @@ impl Arm {
         }
     }
 
-    /// Removes `address` from NIC `own` if it is still there (never the primary's).
+    /// Removes `address` from NIC `own` if it is still there (never the primary's). A `Failed`
+    /// NIC showing the address is written without it at once (that write recovers it too): its
+    /// write back as read could be refused for ever, when another NIC has the address now.
     ///
     /// # Errors
     ///
     /// Those of the calls; [`ArmError::Refused`] with code `PrimaryIpConfiguration` for the
     /// primary address.
     pub async fn release(&self, own: &str, address: IpAddr, deadline: Instant) -> Result<Released, ArmError> {
-        let nic = self.settled(own, deadline).await?;
+        let nic = self.settle(own, Some(address), deadline).await?;
         self.remove_from(nic, address, deadline).await
     }
 

@@ -53,7 +53,7 @@ impl Endpoints {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Session {
     token: String,
     key: SigningKey,
@@ -61,13 +61,25 @@ struct Session {
     refresh_at: SystemTime,
     /// When the background refresh renews it (earlier).
     ahead_at: SystemTime,
+    /// When it expires (its `exp`): until then a call signs with it while a renewal is under way.
+    expires_at: SystemTime,
 }
 
-/// An instance principal's session, fetched on first use and refreshed before expiry.
+impl Session {
+    fn signer(&self) -> (String, SigningKey) {
+        (format!("ST${}", self.token), self.key.clone())
+    }
+}
+
+/// An instance principal's session, fetched on first use and refreshed before expiry. The
+/// session is read and swapped under a short lock that is never held across a call; one renewal
+/// runs at a time (`renewal`), and calls keep signing with the current token, while it has not
+/// expired, as long as one is under way.
 #[derive(Debug)]
 pub struct InstancePrincipal {
     endpoints: Endpoints,
-    session: tokio::sync::Mutex<Option<Session>>,
+    session: std::sync::Mutex<Option<Session>>,
+    renewal: tokio::sync::Mutex<()>,
     federations: std::sync::atomic::AtomicU64,
 }
 
@@ -77,7 +89,8 @@ impl InstancePrincipal {
     pub fn new(endpoints: Endpoints) -> Self {
         Self {
             endpoints,
-            session: tokio::sync::Mutex::new(None),
+            session: std::sync::Mutex::new(None),
+            renewal: tokio::sync::Mutex::new(()),
             federations: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -90,44 +103,83 @@ impl InstancePrincipal {
 
     /// Drops the session: the next call fetches a new token (after a 401).
     pub async fn forget(&self) {
-        *self.session.lock().await = None;
+        *self.lock() = None;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Session>> {
+        self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The current session, if any.
+    fn current(&self) -> Option<Session> {
+        self.lock().clone()
     }
 
     /// The key id (`ST$<token>`) and session key to sign with, fetching or refreshing the token
-    /// when due.
+    /// when due. While another renewal is under way, the current token is used if it has not
+    /// expired; with none usable, it waits for that renewal (at most until `deadline`).
     ///
     /// # Errors
     ///
-    /// [`OciError::Credentials`] (and the federation call's errors).
+    /// [`OciError::Credentials`] (and the federation call's errors); [`OciError::NotSent`] when
+    /// the deadline comes while waiting for another renewal.
     pub async fn signer(&self, http: &Http, deadline: Instant) -> Result<(String, SigningKey), OciError> {
-        let mut session = self.session.lock().await;
-        if let Some(current) = session.as_ref()
+        let current = self.current();
+        if let Some(current) = &current
             && SystemTime::now() < current.refresh_at
         {
-            return Ok((format!("ST${}", current.token), current.key.clone()));
+            return Ok(current.signer());
+        }
+        let _renewing = match self.renewal.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => {
+                if let Some(current) = &current
+                    && SystemTime::now() < current.expires_at
+                {
+                    return Ok(current.signer());
+                }
+                tokio::time::timeout_at(deadline, self.renewal.lock()).await.map_err(|_| {
+                    OciError::NotSent {
+                        operation: "X509Federation",
+                        message: "the deadline came while waiting for a session renewal under way".into(),
+                    }
+                })?
+            }
+        };
+        // A renewal that ended while this one waited may have left a fresh session.
+        if let Some(current) = self.current()
+            && SystemTime::now() < current.refresh_at
+        {
+            return Ok(current.signer());
         }
         let fresh = self.federate(http, deadline).await?;
-        let signer = (format!("ST${}", fresh.token), fresh.key.clone());
-        *session = Some(fresh);
+        let signer = fresh.signer();
+        *self.lock() = Some(fresh);
         Ok(signer)
     }
 
     /// Renews the session when the background refresh is due (or there is none yet), and says
-    /// when it is next due.
+    /// when it is next due. Calls made meanwhile sign with the current token (see
+    /// [`InstancePrincipal::signer`]).
     ///
     /// # Errors
     ///
     /// [`OciError::Credentials`] (and the federation call's errors).
     pub async fn refresh_ahead(&self, http: &Http, deadline: Instant) -> Result<SystemTime, OciError> {
-        let mut session = self.session.lock().await;
-        if let Some(current) = session.as_ref()
-            && SystemTime::now() < current.ahead_at
-        {
-            return Ok(current.ahead_at);
+        let due = |session: Option<Session>| match session {
+            Some(current) if SystemTime::now() < current.ahead_at => Some(current.ahead_at),
+            _ => None,
+        };
+        if let Some(next) = due(self.current()) {
+            return Ok(next);
+        }
+        let _renewing = self.renewal.lock().await;
+        if let Some(next) = due(self.current()) {
+            return Ok(next);
         }
         let fresh = self.federate(http, deadline).await?;
         let next = fresh.ahead_at;
-        *session = Some(fresh);
+        *self.lock() = Some(fresh);
         Ok(next)
     }
 
@@ -201,7 +253,7 @@ impl InstancePrincipal {
         let ahead_at = expiry - (REFRESH_BEFORE + AHEAD).min(lifetime * 3 / 4);
         self.federations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(tenancy, ?lifetime, "oci: instance principal session token fetched");
-        Ok(Session { token: token.to_owned(), key: session_key, refresh_at, ahead_at })
+        Ok(Session { token: token.to_owned(), key: session_key, refresh_at, ahead_at, expires_at: expiry })
     }
 }
 

@@ -332,6 +332,83 @@ async fn an_accepted_write_whose_operation_failed_is_unknown_and_the_failed_nic_
     assert_eq!(fake.provisioning_state(&a), "Succeeded");
 }
 
+/// a's add of the address was accepted and its operation failed; b has the address meanwhile
+/// (drift, as if b's seize came between): a's NIC is Failed and shows the address, and writing it
+/// back as read is refused with `PrivateIPAddressInUse` for ever.
+async fn a_failed_with_the_address_b_holds(fake: &AzureFake, executor: &AzureExecutor, a: &str, b: &str) {
+    fake.config(&json!({"lroFail": 1}));
+    let outcome = run(executor, &action(Verb::AssignSecondaryIp, "a", a, 1)).await;
+    assert!(matches!(outcome, ExecutionOutcome::Unknown { .. }), "{outcome:?}");
+    fake.set(b, &["10.0.0.10"]);
+    assert_eq!(fake.provisioning_state(a), "Failed");
+    assert!(fake.holds(a, address()) && fake.holds(b, address()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_failed_nic_whose_address_another_took_writes_it_without_the_address() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    a_failed_with_the_address_b_holds(&fake, &executor, &a, &b).await;
+
+    fake.reset_calls();
+    let released = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &a, 1)).await);
+    assert_eq!(released, format!("10.0.0.10 removed from {a}"));
+    assert_eq!(ops_without_polls(&fake), vec![pair("get", "a"), pair("put", "a")], "no write back first");
+    assert_eq!(fake.provisioning_state(&a), "Succeeded", "the write recovered the NIC");
+    assert!(!fake.holds(&a, address()) && fake.holds(&b, address()), "b keeps it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_nic_written_back_is_refused_for_an_address_another_took_and_written_without_it() {
+    let fake = AzureFake::start();
+    let (a, b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    a_failed_with_the_address_b_holds(&fake, &executor, &a, &b).await;
+
+    // Any other action on a's NIC (here the forwarding check) settles it first.
+    fake.reset_calls();
+    let arm = fake.arm();
+    let forwarding = arm.forwarding(&a, false, Instant::now() + Duration::from_secs(20)).await;
+    assert_eq!(forwarding.expect("a's NIC recovered"), tenure::exec::azure::tenure_azure::Forwarding::Off);
+    assert_eq!(
+        ops_without_polls(&fake),
+        vec![pair("get", "a"), pair("put", "a"), pair("put", "a"), pair("get", "a")],
+        "written back as read (refused: b has the address), then without it"
+    );
+    assert_eq!(fake.provisioning_state(&a), "Succeeded");
+    assert!(!fake.holds(&a, address()) && fake.holds(&b, address()), "b keeps it");
+}
+
+/// A write answered 5xx may have taken effect: whatever refusal its resend gets (a 403, a 404),
+/// it is unknown, not failed. A 5xx then a 403 to a read is still a permission failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_answered_5xx_then_refused_on_its_resend_is_unknown() {
+    let fake = AzureFake::start();
+    let (a, _b) = two_nics(&fake);
+    let executor = executor(&fake, IpForwarding::Check);
+    fake.fault(&json!({"op": "put", "status": 500, "count": 1}));
+    fake.fault(&json!({"op": "put", "status": 403, "count": 1}));
+    let outcome = run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Unknown { reason } = outcome else { panic!("unknown: {outcome:?}") };
+    assert!(
+        reason.contains("HTTP 403") && reason.contains("an earlier try of the write was answered HTTP 500"),
+        "{reason}"
+    );
+
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &a, 1)).await);
+    fake.fault(&json!({"op": "put", "status": 503, "count": 1}));
+    fake.fault(&json!({"op": "put", "status": 404, "code": "NotFound", "count": 1}));
+    let outcome = run(&executor, &action(Verb::UnassignSecondaryIp, "a", &a, 1)).await;
+    let ExecutionOutcome::Unknown { reason } = outcome else { panic!("unknown: {outcome:?}") };
+    assert!(reason.contains("HTTP 404 NotFound"), "{reason}");
+
+    fake.fault(&json!({"op": "get", "status": 500, "count": 1}));
+    fake.fault(&json!({"op": "get", "status": 403, "count": 1}));
+    let outcome = run(&executor, &action(Verb::UnassignSecondaryIp, "a", &a, 1)).await;
+    assert!(matches!(outcome, ExecutionOutcome::Failed { .. }), "a read is never in doubt: {outcome:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_poll_after_an_accepted_write_is_unknown_naming_the_role() {
     let fake = AzureFake::start();

@@ -327,6 +327,38 @@ async fn instance_principals_sign_with_a_session_token_refreshed_before_expiry()
     assert!(fake.log().iter().all(|(_, _, status)| *status != 401), "no call refused: {:?}", fake.log());
 }
 
+/// A background renewal whose federation hangs does not hold calls up: they sign with the
+/// current token, both before the time a call would renew it and after it (a renewal is under way
+/// and the token has not expired), and answer at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_made_while_a_renewal_waits_on_the_federation_answer_at_once() {
+    let fake = OciFake::start_with(12.0);
+    let vnics = fake.vnics(1);
+    let federations = || fake.admin("GET", "federations", &json!({}));
+    let executor = OciExecutor::with_client(fake.core_instance_principal(), SkipSourceDestCheck::Check);
+    let issued = Instant::now();
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert_eq!(federations()["federations"], 1);
+    // A 12 s token: renewed in the background about 3 s into its life (a call would at about
+    // 6 s); that federation is held 6 s.
+    fake.admin("POST", "federation", &json!({"delaySeconds": 6}));
+    until("the background renewal waits on the federation", || federations()["federating"] == 1).await;
+    for (when, at) in [("before a call would renew", issued), ("after", issued + Duration::from_millis(7000))]
+    {
+        tokio::time::sleep_until(at).await;
+        let started = Instant::now();
+        let outcome =
+            run_within(&executor, &action(Verb::EnableForwarding, "a", &vnics[0], 1), Duration::from_secs(2))
+                .await;
+        let took = started.elapsed();
+        detail(outcome);
+        assert!(took < Duration::from_secs(1), "{when}: the call took {took:?}");
+        assert_eq!(federations()["federating"], 1, "{when}: made while the renewal was under way");
+    }
+    assert_eq!(federations()["federations"], 1, "no federation finished meanwhile");
+    until("the renewal ends", || federations()["federations"] == 2).await;
+}
+
 /// A session token OCI stops taking before its expiry: the 401 fetches a new one at once and the
 /// call is sent again with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -432,6 +464,53 @@ async fn a_release_on_a_lagging_read_never_deletes_from_the_seizer() {
     assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(b.as_str()), "b keeps the address");
     let deletes = statuses(&fake, "DeletePrivateIp");
     assert!(!deletes.is_empty() && deletes.iter().all(|s| *s == 412), "{deletes:?}");
+}
+
+/// An earlier release deleted the object, and this one's list and GetPrivateIp lag and still
+/// show it: its delete is answered 404 `NotAuthorizedOrNotFound`. Not "not permitted": no delete
+/// is sent again, and the release reads until a read says gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_not_found_after_a_lagging_read_is_read_again_until_gone() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "gone-lag");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    fake.lag(1.5);
+    let reader = fake.core(&temp_dir("gone-lag-reader"));
+    let subnet = fake.object("10.0.0.4").expect("primary")["subnetId"].as_str().expect("subnet").to_owned();
+    let end = Instant::now() + Duration::from_secs(10);
+    while reader.private_ip_by_address(&subnet, oci_fake::address(), end).await.expect("list").is_none() {
+        assert!(Instant::now() < end, "the lagging read never showed the object");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(first.contains("deleted from"), "{first}");
+    fake.reset_calls();
+    let again = detail(run(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1)).await);
+    assert!(again.contains("is gone") && again.contains("released already"), "{again}");
+    assert_eq!(statuses(&fake, "DeletePrivateIp"), [404], "one delete, never sent again");
+    let reads = statuses(&fake, "GetPrivateIp");
+    assert!(reads.len() >= 3 && reads.last() == Some(&404), "read until gone: {reads:?}");
+}
+
+/// A delete answered 404 while GetPrivateIp keeps showing the object on the VNIC (the policy
+/// allows reading but not deleting; or reads that lag): unknown at the deadline, naming both, and
+/// no delete sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_not_found_while_the_object_still_reads_as_ours_is_unknown_naming_the_policy() {
+    let fake = OciFake::start();
+    let vnics = fake.vnics(1);
+    let executor = executor(&fake, "gone-denied");
+    detail(run(&executor, &action(Verb::AssignSecondaryIp, "a", &vnics[0], 1)).await);
+    fake.fault("DeletePrivateIp", 404, "NotAuthorizedOrNotFound", 100, None);
+    fake.reset_calls();
+    let outcome =
+        run_within(&executor, &action(Verb::UnassignSecondaryIp, "a", &vnics[0], 1), Duration::from_secs(2))
+            .await;
+    let reason = unknown(outcome);
+    assert!(reason.contains("policy does not allow the delete") && reason.contains("HTTP 404"), "{reason}");
+    assert_eq!(statuses(&fake, "DeletePrivateIp"), [404], "one delete, never sent again");
+    assert_eq!(fake.holder("10.0.0.10").as_deref(), Some(vnics[0].as_str()), "still there");
 }
 
 /// A GetPrivateIp answered without its `etag`: the release sends no delete (one without

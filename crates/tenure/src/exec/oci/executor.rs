@@ -260,6 +260,15 @@ impl OciExecutor {
                 }
                 Some(_) => {}
             }
+            // A write of ours answered 404 and the object still reads as ours: no write is sent
+            // again; read until a read says gone (a lagging read) or the deadline says unknown.
+            if turn.not_found.is_some() {
+                if Instant::now() + CONFIRM_INTERVAL >= deadline {
+                    return Ok(turn.not_found_at_deadline(address, vnic));
+                }
+                tokio::time::sleep(CONFIRM_INTERVAL).await;
+                continue;
+            }
             if object.is_primary {
                 return Ok(ExecutionOutcome::Failed {
                     reason: format!("{address} is the primary IP of {vnic}: never deleted"),
@@ -295,11 +304,11 @@ impl OciExecutor {
                 }
                 // Changed since the read (moved, or an earlier try of ours landed): read again.
                 Err(OciError::Refused { status: 412, .. }) => CONFIRM_INTERVAL,
-                // A resend not found: the earlier try did it (or someone did).
-                Err(OciError::Permission { status: 404, .. }) if turn.writes > 1 => {
-                    return Ok(ExecutionOutcome::Executed {
-                        detail: format!("{address} is gone ({id}): released already"),
-                    });
+                // 404 NotAuthorizedOrNotFound: gone (an earlier try, ours or of an earlier attempt,
+                // did it, and the last read lagged) or not permitted; the next read decides.
+                Err(e @ OciError::Permission { status: 404, .. }) => {
+                    turn.not_found = Some(e);
+                    CONFIRM_INTERVAL
                 }
                 Err(OciError::Busy { operation, status, code, message, retry_after }) => {
                     if status >= 500 {
@@ -311,6 +320,9 @@ impl OciExecutor {
                 Err(e) => return Err(turn.in_doubt(e)),
             };
             if Instant::now() + wait >= deadline {
+                if turn.not_found.is_some() {
+                    return Ok(turn.not_found_at_deadline(address, vnic));
+                }
                 return Err(turn.give_up(wait));
             }
             tokio::time::sleep(wait).await;
@@ -466,12 +478,20 @@ struct ReleaseTurns {
     doubt: Option<u16>,
     /// The last answer that asked to wait (429, 409, 5xx).
     last: Option<OciError>,
+    /// A write answered 404 `NotAuthorizedOrNotFound`: reads decide whether it is gone.
+    not_found: Option<OciError>,
     next_backoff: Duration,
 }
 
 impl Default for ReleaseTurns {
     fn default() -> Self {
-        Self { writes: 0, doubt: None, last: None, next_backoff: tenure_oci::http::BACKOFF_FIRST }
+        Self {
+            writes: 0,
+            doubt: None,
+            last: None,
+            not_found: None,
+            next_backoff: tenure_oci::http::BACKOFF_FIRST,
+        }
     }
 }
 
@@ -489,10 +509,26 @@ impl ReleaseTurns {
             (Some(first), OciError::Refused { operation, status, code, message }) => {
                 OciError::InDoubt { operation, status, code, message, first }
             }
+            (Some(first), OciError::Permission { operation, status, code, message, hint }) => {
+                OciError::InDoubt { operation, status, code, message: format!("{message} ({hint})"), first }
+            }
             (Some(first), OciError::NotSent { operation, message }) => {
                 OciError::InDoubt { operation, status: first, code: "NotResent".into(), message, first }
             }
             (_, other) => other,
+        }
+    }
+
+    /// A write answered 404 and every read until the deadline still showed the object on `vnic`:
+    /// a read that lags a delete that applied, or no permission to delete. Unknown, not failed:
+    /// the object may be gone.
+    fn not_found_at_deadline(&mut self, address: IpAddr, vnic: &str) -> ExecutionOutcome {
+        let answer = self.not_found.take().map(|e| e.to_string()).unwrap_or_default();
+        ExecutionOutcome::Unknown {
+            reason: format!(
+                "{address}: {answer}; GetPrivateIp still showed it on {vnic} at the deadline: either the reads lag a \
+                 delete that applied, or the policy does not allow the delete"
+            ),
         }
     }
 
