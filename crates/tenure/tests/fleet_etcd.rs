@@ -1197,12 +1197,28 @@ fn a_slow_holder_keeps_its_address(tag: &str, base_port: u16, env: &[(&str, &str
     // snapshot reads are not built).
     let body = converged(&fleet.listen[1..], "a");
     let before = epochs(&body);
+    // a's loop keeps appending meanwhile (an operator's undrain of b, again and again: each an
+    // append of the loop, slowed by the append hook), so that both hooks hold the loop.
+    let posting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poster = {
+        let (posting, listen) = (std::sync::Arc::clone(&posting), fleet.listen[0]);
+        std::thread::spawn(move || {
+            let mut posts = 0_u32;
+            while posting.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = http(listen, "POST", "/v1/undrain/b", Some(TOKEN), None);
+                posts += 1;
+            }
+            posts
+        })
+    };
     // Three TTLs and more: with heartbeats sent only between steps, b or c took over in the first.
     stays_for(Duration::from_secs(4), "b's and c's maps keep a as the owner, at the same epochs", || {
         fleet.listen[1..].iter().all(|l| {
             ownership(*l).is_some_and(|body| owner(&body).as_deref() == Some("a") && epochs(&body) == before)
         })
     });
+    posting.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(poster.join().expect("the poster") > 0, "a was asked to append during the window");
     assert_eq!(fleet.cloud_holder().as_deref(), Some("a"));
     assert!(fleet.calls().iter().all(|(holder, ..)| holder == "a"), "only a acted: {:?}", fleet.calls());
     // And a slow agent is still an agent: killed, its address moves.

@@ -92,6 +92,9 @@ pub enum AgentError {
     /// A setting the agent reads at start is bad (a test hook's environment variable).
     #[error("{0}")]
     Setting(String),
+    /// A thread the agent needs could not be started.
+    #[error("{0}")]
+    Thread(String),
 }
 
 /// What a run did, reported when it ends.
@@ -257,14 +260,17 @@ pub async fn run<S: AgentStore>(
             agent.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
         }
     }
-    agent.step(true);
-
-    // Heartbeats from now on go out on their own thread, whatever a step is doing.
+    if agent.store_failed.is_some() {
+        agent.beat.stop();
+    }
+    // Heartbeats from now on go out on their own thread, whatever a step is doing: the first
+    // step too (a full pass over every address), which also appends the first ones itself.
     agent.turned();
     match heartbeat::Beater::start(agent.store.clone(), Arc::clone(&agent.beat), agent.heartbeat_interval) {
         Ok(beater) => agent.beater = Some(beater),
-        Err(e) => return Err(AgentError::Setting(format!("cannot start the heartbeat thread: {e}"))),
+        Err(e) => return Err(AgentError::Thread(format!("cannot start the heartbeat thread: {e}"))),
     }
+    agent.step(true);
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
@@ -278,6 +284,12 @@ pub async fn run<S: AgentStore>(
         // What `GET /v1/health` answers while the loop is busy (in a step, waiting on its log).
         board.post(agent.health());
         agent.turned();
+        if agent.store_failed.is_none()
+            && let Some(reason) = agent.beater.as_ref().and_then(heartbeat::Beater::died)
+        {
+            error!(%reason, "not acting until restarted");
+            agent.store_failed = Some(reason);
+        }
         let mut dirty = false;
         let mut requeue_due = false;
         tokio::select! {

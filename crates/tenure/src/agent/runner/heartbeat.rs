@@ -167,15 +167,23 @@ impl Beat {
             }
             Err(e @ LogError::Unavailable { .. }) if self.retries_appends => {
                 let reason = format!("cannot append heartbeats to the log: {e}");
+                let first = state.last_error.is_none();
                 if state.last_error.as_deref() != Some(reason.as_str()) {
                     warn!(%reason, "heartbeat not appended; the next one is sent at its interval");
                 }
                 state.last_error = Some(reason);
+                drop(state);
+                if first {
+                    // Health says so now, not at the loop's next turn.
+                    self.landed.notify_one();
+                }
             }
             Err(e) => {
                 let reason = format!("cannot append to the log: {e}");
                 error!(%reason, "heartbeat not appended: the store takes nothing more");
                 state.failure.get_or_insert(reason);
+                drop(state);
+                self.landed.notify_one();
             }
         }
     }
@@ -221,6 +229,17 @@ impl Beater {
     }
 }
 
+impl Beater {
+    /// Why the thread ended though it was not stopped (it panicked), if it did: the agent's
+    /// nodes no longer beat, so the agent must say so and not act.
+    pub(super) fn died(&self) -> Option<String> {
+        let thread = self.thread.as_ref()?;
+        (thread.is_finished() && self.stop.is_some()).then(|| {
+            "the heartbeat thread stopped unexpectedly: this agent's nodes no longer beat".to_owned()
+        })
+    }
+}
+
 impl Drop for Beater {
     fn drop(&mut self) {
         drop(self.stop.take());
@@ -263,7 +282,7 @@ mod tests {
         assert!(beat.due(StdInstant::now()).is_none(), "a failed batch waits for its retry");
         beat.turned(vec!["a".into()], false);
         assert!(beat.due(StdInstant::now() + LOOP_STALL_MAX + Duration::from_secs(1)).is_none(), "stalled");
-        assert!(beat.due(StdInstant::now()).is_some(), "the loop turned since");
+        assert!(beat.due(StdInstant::now()).is_some(), "not stalled as of now");
         beat.stop();
         assert!(beat.due(StdInstant::now()).is_none(), "stopped");
     }

@@ -29,7 +29,17 @@ impl Slow {
     ///
     /// A variable that is set but not a number of milliseconds, in one line naming it.
     pub(super) fn from_env() -> Result<Self, String> {
-        Ok(Self { step: read(STEP_DELAY_ENV)?, append: read(APPEND_DELAY_ENV)? })
+        let slow = Self { step: read(STEP_DELAY_ENV)?, append: read(APPEND_DELAY_ENV)? };
+        for (name, delay) in [(STEP_DELAY_ENV, slow.step), (APPEND_DELAY_ENV, slow.append)] {
+            if !delay.is_zero() {
+                tracing::warn!(
+                    variable = name,
+                    delay_ms = delay.as_millis(),
+                    "a test hook slows this agent on purpose: unset it outside tests"
+                );
+            }
+        }
+        Ok(slow)
     }
 
     /// Blocks as long as a step is asked to take.
