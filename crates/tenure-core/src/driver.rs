@@ -3,14 +3,22 @@
 //! A [`NodeDriver`] owns what one node keeps in memory around its [`NodeEngine`]: its view of
 //! the log (the prefix it applied), whether it is paused (a frozen process) or partitioned (it
 //! cannot read the log head), what it had approved when it froze, and the outbox of log appends
-//! it wants made (`action-result` events). It never calls out: the caller feeds it the log and
-//! the head, calls the provider with what [`NodeDriver::poll_action`] hands out, and appends
-//! what [`NodeDriver::poll_append`] drains. The walk is always the same:
+//! it wants made (`action-result` events). It never calls out: the caller hands it the [`Log`]
+//! to follow, calls the provider with what [`NodeDriver::poll_actions`] hands out, and appends
+//! what [`NodeDriver::poll_append`] drains. There is one walk, and `replay`, the simulator and
+//! the agent all make it through this one API:
 //!
 //! ```text
-//! log ─► catch_up ─► reconcile (plan, import, sweep, compact) ─► start_execution (promote)
-//!     ─► poll_action (the gate, right before the call) ─► provider ─► handle_result ─► poll_append ─► log
+//! log ─► follow ─► reconcile (plan, import, sweep, compact) ─► start_execution (promote)
+//!     ─► follow (to the confirmed head) ─► poll_actions (the gate, right before the calls)
+//!     ─► provider ─► handle_result ─► poll_append ─► log
 //! ```
+//!
+//! The view is the head the gate reads: every gate of the driver (import, sweep, promote, the
+//! gate before the call, stale calls, refreshes) reads the node's own view, so the caller follows
+//! the log to its head right before gating (the agent confirms the head first: SPEC 6). A caller
+//! that wants a lagging view (the simulator's slow replica) follows only part of the log
+//! ([`NodeDriver::follow_at_most`]): it plans from what it saw, as a real replica does.
 //!
 //! The local-step rules of SPEC 13 live here: a partitioned node does nothing, not even a
 //! sweep; a paused node ignores reconcile and execute; `resume` gates only what was approved
@@ -21,7 +29,6 @@ use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
 
 use crate::federation::Federation;
-use crate::fence::HeadTokens;
 use crate::journal::JournalStore;
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
@@ -67,10 +74,7 @@ pub struct NodeDriver<S: JournalStore> {
     /// The projection of the empty log over the registry: where a restarted view starts.
     registry: Federation,
     view: Federation,
-    /// How many events of the log the view applied.
-    cursor: usize,
-    /// The index of the last record applied from a [`Log`] (the agent's path; replay and the
-    /// simulator use positions in their own event vectors instead).
+    /// The index of the last record of the [`Log`] the view applied: the one cursor.
     applied_index: Option<LogIndex>,
     /// Events the view rejected (counted, never stopping the log).
     rejected: u64,
@@ -115,7 +119,6 @@ impl<S: JournalStore> NodeDriver<S> {
             engine,
             view: registry.clone(),
             registry,
-            cursor: 0,
             applied_index: None,
             rejected: 0,
             paused: false,
@@ -195,12 +198,6 @@ impl<S: JournalStore> NodeDriver<S> {
         &self.view
     }
 
-    /// How many log events the view applied.
-    #[must_use]
-    pub fn applied(&self) -> usize {
-        self.cursor
-    }
-
     /// How many log events the view rejected (a malformed event never stops the log).
     #[must_use]
     pub fn rejected(&self) -> u64 {
@@ -225,15 +222,6 @@ impl<S: JournalStore> NodeDriver<S> {
     #[must_use]
     pub fn is_partitioned(&self) -> bool {
         self.partitioned
-    }
-
-    /// Applies the events of `log` (the whole log, from its first event) that the view has not
-    /// applied yet.
-    pub fn catch_up(&mut self, log: &[Event]) {
-        for event in log.iter().skip(self.cursor) {
-            self.apply(event);
-        }
-        self.cursor = self.cursor.max(log.len());
     }
 
     /// Applies one event to the view: a rejected one is counted; an executed acquire that may
@@ -264,13 +252,26 @@ impl<S: JournalStore> NodeDriver<S> {
     /// read. Returns how many were applied. A record that does not decode stops the catch-up
     /// with the log's error (the view keeps what it applied before it): a node whose copy of the
     /// log cannot be trusted must not go on as if the record were not there.
-    pub fn catch_up_from(&mut self, log: &impl Log, batch: usize) -> Result<usize, LogError> {
+    pub fn follow_batched(&mut self, log: &impl Log, batch: usize) -> Result<usize, LogError> {
+        self.follow_at_most(log, batch, usize::MAX)
+    }
+
+    /// Applies at most `max_records` records of `log` after the last one applied from it,
+    /// `batch` per read: a replica that has not received the rest yet (the simulator's lagging
+    /// view). Returns how many were applied; errors as [`NodeDriver::follow_batched`].
+    pub fn follow_at_most(
+        &mut self,
+        log: &impl Log,
+        batch: usize,
+        max_records: usize,
+    ) -> Result<usize, LogError> {
+        let batch = batch.max(1);
         let mut applied = 0;
-        loop {
+        while applied < max_records {
             let from = self.applied_index.map_or(LogIndex::FIRST, LogIndex::next);
-            let records = log.read_from(from, batch)?;
+            let records = log.read_from(from, batch.min(max_records - applied))?;
             if records.is_empty() {
-                return Ok(applied);
+                break;
             }
             for record in records {
                 self.apply(&record.event);
@@ -278,6 +279,7 @@ impl<S: JournalStore> NodeDriver<S> {
                 applied += 1;
             }
         }
+        Ok(applied)
     }
 
     /// Starts the view over again from `snapshot` ([`Federation::snapshot`] of a projection
@@ -299,23 +301,6 @@ impl<S: JournalStore> NodeDriver<S> {
     #[must_use]
     pub fn applied_index(&self) -> Option<LogIndex> {
         self.applied_index
-    }
-
-    /// A local `reconcile`: catch up, plan, import, sweep, compact; then, when reporting results,
-    /// queue what the log has not confirmed (the outbox of results).
-    pub fn reconcile(
-        &mut self,
-        log: &[Event],
-        head: &impl HeadTokens,
-    ) -> Result<Result<ReconcileReport, Blocked>, NodeError<S::Error>> {
-        if let Some(blocked) = self.blocked() {
-            return Ok(Err(blocked));
-        }
-        self.catch_up(log);
-        let report = self.engine.reconcile(&self.view, head)?;
-        self.planned(&report);
-        self.queue_unconfirmed();
-        Ok(Ok(report))
     }
 
     /// When reporting results: queues an `action-result` for every executed entry the log has
@@ -343,43 +328,18 @@ impl<S: JournalStore> NodeDriver<S> {
         }
     }
 
-    /// The start of a local `execute`: pending entries the head shows approved are promoted.
-    /// Then loop [`NodeDriver::poll_action`] until it returns `None`.
-    pub fn start_execution(
-        &mut self,
-        head: &impl HeadTokens,
-    ) -> Result<Result<Vec<String>, Blocked>, NodeError<S::Error>> {
-        if let Some(blocked) = self.blocked() {
-            return Ok(Err(blocked));
-        }
-        self.zombie = None;
-        Ok(Ok(self.engine.promote_approved(head)?))
-    }
-
-    /// The next action that passed the gate against `head` an instant ago, for the provider
-    /// call; `None` when nothing is left, or the node may not act (partitioned, or paused
-    /// outside a resume).
-    pub fn poll_action(
-        &mut self,
-        head: &impl HeadTokens,
-    ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
-        if self.partitioned || (self.paused && self.zombie.is_none()) {
-            return Ok(None);
-        }
-        self.engine.poll_execution(head, self.zombie.as_ref())
-    }
-
     /// Follows `log` to its head: applies every record after the last one applied, in batches
     /// of [`LOG_READ_BATCH_MAX`]. Returns how many were applied. After it, the view holds every
     /// event appended before the call: for a log this process reads directly (the embedded
     /// store) the view **is** the head the fence gate must read.
     pub fn follow(&mut self, log: &impl Log) -> Result<usize, LogError> {
-        self.catch_up_from(log, LOG_READ_BATCH_MAX)
+        self.follow_batched(log, LOG_READ_BATCH_MAX)
     }
 
-    /// A local `reconcile` against the node's own view as the head: the agent's path, right
-    /// after [`NodeDriver::follow`] brought the view to the log's head.
-    pub fn reconcile_at_head(&mut self) -> Result<Result<ReconcileReport, Blocked>, NodeError<S::Error>> {
+    /// A local `reconcile` (plan, import, sweep, compact) against the node's own view as the
+    /// head; then, when reporting results, queue what the log has not confirmed (the outbox of
+    /// results). Follow the log first: the node plans from what it applied.
+    pub fn reconcile(&mut self) -> Result<Result<ReconcileReport, Blocked>, NodeError<S::Error>> {
         if let Some(blocked) = self.blocked() {
             return Ok(Err(blocked));
         }
@@ -389,8 +349,9 @@ impl<S: JournalStore> NodeDriver<S> {
         Ok(Ok(report))
     }
 
-    /// [`NodeDriver::start_execution`] against the node's own view as the head.
-    pub fn start_execution_at_head(&mut self) -> Result<Result<Vec<String>, Blocked>, NodeError<S::Error>> {
+    /// The start of a local `execute`: pending entries the view (the head: follow first) shows
+    /// approved are promoted. Then [`NodeDriver::poll_actions`] until it returns nothing.
+    pub fn start_execution(&mut self) -> Result<Result<Vec<String>, Blocked>, NodeError<S::Error>> {
         if let Some(blocked) = self.blocked() {
             return Ok(Err(blocked));
         }
@@ -399,15 +360,11 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     /// Up to `max` actions that passed the gate against the node's own view an instant ago
-    /// (call [`NodeDriver::follow`] right before, so the view is the head), with one durable
-    /// sync for the batch. Empty when nothing is left or the node may not act.
-    pub fn poll_actions_at_head(&mut self, max: usize) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
-        self.poll_actions_at_head_at(max, None)
-    }
-
-    /// [`NodeDriver::poll_actions_at_head`], each attempt recorded with `wall_ms`, the caller's
-    /// wall clock (unix ms): the agent's path (operators read it in `tenure actions`).
-    pub fn poll_actions_at_head_at(
+    /// (follow the log to its confirmed head right before, so the view is the head), with one
+    /// durable sync for the batch; each attempt recorded with `wall_ms`, the caller's wall clock
+    /// (unix ms, read in `tenure actions`), when given. Empty when nothing is left or the node may
+    /// not act (partitioned, or paused outside a resume's zombie pass).
+    pub fn poll_actions(
         &mut self,
         max: usize,
         wall_ms: Option<u64>,
@@ -418,22 +375,14 @@ impl<S: JournalStore> NodeDriver<S> {
         self.engine.poll_executions(&self.view, self.zombie.as_ref(), max, wall_ms)
     }
 
-    /// The calls in flight that the fence rule refuses against `head` now, each named once
-    /// ([`NodeEngine::poll_stale_in_flight`]): the caller cancels them and reports each through
-    /// [`NodeDriver::handle_result`] (`failed`, outcome unknown) unless it finished first. Empty
-    /// for a node that may not act (partitioned, or frozen: a frozen process cancels nothing).
-    pub fn poll_stale_calls(&mut self, head: &impl HeadTokens) -> Vec<StaleCall> {
-        if self.blocked().is_some() {
-            return Vec::new();
-        }
-        self.engine.poll_stale_in_flight(head)
-    }
-
-    /// [`NodeDriver::poll_stale_calls`] against the node's own view: the agent's path, after
-    /// every [`NodeDriver::follow`]. No head confirmation is needed to cancel: a view behind the
-    /// head names fewer calls (epochs only grow), and a cancelled call that turns out current
-    /// again (a release refused for another pool's sake) is only retried by a later sweep.
-    pub fn poll_stale_calls_at_head(&mut self) -> Vec<StaleCall> {
+    /// The calls in flight that the fence rule refuses against the node's view now, each named
+    /// once ([`NodeEngine::poll_stale_in_flight`]): the caller cancels them and reports each
+    /// through [`NodeDriver::handle_in_doubt_result`] unless it finished first. Ask after every
+    /// [`NodeDriver::follow`]. No head confirmation is needed to cancel: a view behind the head
+    /// names fewer calls (epochs only grow), and a cancelled call that turns out current again (a
+    /// release refused for another pool's sake) is only retried by a later sweep. Empty for a
+    /// node that may not act (partitioned, or frozen: a frozen process cancels nothing).
+    pub fn poll_stale_calls(&mut self) -> Vec<StaleCall> {
         if self.blocked().is_some() {
             return Vec::new();
         }
@@ -441,24 +390,11 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     /// Up to `max` announcements to repeat for addresses this node holds, among those `wanted`
-    /// accepts, each through the gate against `head` ([`NodeEngine::poll_refreshes`]); report
-    /// each back with [`NodeDriver::handle_refresh_result`]. Empty for a node that may not act
-    /// (partitioned, or paused).
+    /// accepts, each through the gate against the node's own view as the head (follow to a
+    /// confirmed head right before; [`NodeEngine::poll_refreshes`]); report each back with
+    /// [`NodeDriver::handle_refresh_result`]. Empty for a node that may not act (partitioned, or
+    /// paused).
     pub fn poll_refreshes(
-        &mut self,
-        head: &impl HeadTokens,
-        wanted: impl Fn(&str, IpAddr) -> bool,
-        max: usize,
-    ) -> Vec<StampedAction> {
-        if self.blocked().is_some() {
-            return Vec::new();
-        }
-        self.engine.poll_refreshes(&self.view, head, wanted, max)
-    }
-
-    /// [`NodeDriver::poll_refreshes`] against the node's own view as the head: the agent's path,
-    /// right after [`NodeDriver::follow`] brought the view to a confirmed head.
-    pub fn poll_refreshes_at_head(
         &mut self,
         wanted: impl Fn(&str, IpAddr) -> bool,
         max: usize,
@@ -475,14 +411,14 @@ impl<S: JournalStore> NodeDriver<S> {
         self.engine.handle_refresh_result(provider, address)
     }
 
-    /// Whether [`NodeDriver::poll_actions_at_head`] would have something to gate: an entry ready
+    /// Whether [`NodeDriver::poll_actions`] would have something to gate: an entry ready
     /// for its call, on a node that may act.
     #[must_use]
     pub fn has_ready_actions(&self) -> bool {
         !(self.partitioned || (self.paused && self.zombie.is_none())) && self.engine.has_ready()
     }
 
-    /// What the provider said about an action `poll_action` handed out.
+    /// What the provider said about an action [`NodeDriver::poll_actions`] handed out.
     pub fn handle_result(
         &mut self,
         idempotency_key: &str,
@@ -590,8 +526,9 @@ impl<S: JournalStore> NodeDriver<S> {
         }
     }
 
-    /// The process wakes up. Unless blocked, the caller then loops [`NodeDriver::poll_action`]
-    /// (which gates only what was approved before the pause: the zombie) and calls
+    /// The process wakes up. Unless blocked, the caller follows the log to its head, then calls
+    /// [`NodeDriver::poll_actions`] until it returns nothing (it gates only what was approved
+    /// before the pause: the zombie; catching up changes no journal entry), and then
     /// [`NodeDriver::finish_resume`]. A partitioned node only clears its pause.
     pub fn resume(&mut self) -> Result<usize, Blocked> {
         if !self.paused {
@@ -608,12 +545,11 @@ impl<S: JournalStore> NodeDriver<S> {
         Ok(count)
     }
 
-    /// The end of a resume: the node catches up with the log, without planning.
-    pub fn finish_resume(&mut self, log: &[Event]) {
+    /// The end of a resume's zombie pass: the node acts again, and plans at its next reconcile.
+    pub fn finish_resume(&mut self) {
         if self.zombie.take().is_some() {
             self.paused = false;
             self.planned_at = None;
-            self.catch_up(log);
         }
     }
 
@@ -622,7 +558,6 @@ impl<S: JournalStore> NodeDriver<S> {
     pub fn restart(&mut self) -> Result<(), NodeError<S::Error>> {
         self.engine.restart()?;
         self.view = self.registry.clone();
-        self.cursor = 0;
         self.applied_index = None;
         self.paused = false;
         self.zombie = None;
@@ -672,12 +607,15 @@ mod tests {
             log.append(&Event { at_ms, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
         }
         log.append(&Event { at_ms: 9, kind: EventKind::Drain { node: "nobody".into() } }).expect("append");
-        assert_eq!(driver.catch_up_from(&log, 2).expect("readable"), 6);
+        assert_eq!(driver.follow_at_most(&log, 2, 3).expect("readable"), 3, "a lagging replica");
+        assert_eq!(driver.applied_index().map(LogIndex::get), Some(3));
+        assert_eq!(driver.follow_batched(&log, 2).expect("readable"), 3);
         assert_eq!(driver.applied_index().map(LogIndex::get), Some(6));
         assert_eq!(driver.rejected(), 1, "an unknown node is counted, the log goes on");
         assert_eq!(driver.view().stream_time_ms(), 4, "a rejected event moves nothing");
-        assert_eq!(driver.catch_up_from(&log, 2).expect("readable"), 0, "nothing new");
+        assert_eq!(driver.follow_batched(&log, 2).expect("readable"), 0, "nothing new");
+        assert_eq!(driver.follow_at_most(&log, 2, 5).expect("readable"), 0, "nothing new");
         driver.restart().expect("memory");
-        assert_eq!(driver.catch_up_from(&log, 100).expect("readable"), 6, "memory lost: from the start");
+        assert_eq!(driver.follow(&log).expect("readable"), 6, "memory lost: from the start");
     }
 }

@@ -17,7 +17,7 @@
 //! - [`log`] — the federation log's events.
 //! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
 //!   high-water marks.
-//! - [`log_store`] — the `Log` interface (append, read from an index, head) and `MemoryLog`.
+//! - [`log_store`] — the `Log` interface (append, read from an index, head), `MemoryLog` (encoded records) and `EventLog` (the events themselves: replay's and the simulator's).
 //! - [`state`] — the state the log builds (nodes, pools, addresses, token lines), as plain data.
 //! - [`claims`] — the one overlap rule: an address in at most one applied pool of a domain.
 //! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here;

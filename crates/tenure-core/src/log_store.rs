@@ -270,6 +270,81 @@ impl Log for MemoryLog {
     }
 }
 
+/// A log in memory holding the events themselves, not their encoded records: the log of
+/// `replay` and of the simulator, whose events were parsed or generated a moment ago and whose
+/// nodes read it millions of times (no codec on the way). Dense indices from 1, never full, never
+/// compacted. Read it as a [`Log`] (the one way a node follows a log) or as a slice
+/// ([`EventLog::events`]: the checker's and the report's).
+#[derive(Clone, Debug, Default)]
+pub struct EventLog {
+    events: Vec<Event>,
+}
+
+impl EventLog {
+    /// An empty log.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every event, in log order (the event at index `i` is at position `i - 1`).
+    #[must_use]
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// How many events the log holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether the log holds no event.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Appends `event` (infallible: nothing is encoded, nothing bounds it).
+    pub fn push(&mut self, event: Event) -> LogIndex {
+        self.events.push(event);
+        MemoryLog::index_at(self.events.len() - 1)
+    }
+
+    /// The events, taken out.
+    #[must_use]
+    pub fn into_events(self) -> Vec<Event> {
+        self.events
+    }
+}
+
+impl Log for EventLog {
+    fn append(&mut self, event: &Event) -> Result<LogIndex, LogError> {
+        Ok(self.push(event.clone()))
+    }
+
+    fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
+        let Some(start) = usize::try_from(from.get() - 1).ok().filter(|start| *start < self.events.len())
+        else {
+            return Ok(Vec::new());
+        };
+        let count = max_records.clamp(1, LOG_READ_BATCH_MAX);
+        Ok(self.events[start..]
+            .iter()
+            .take(count)
+            .enumerate()
+            .map(|(offset, event)| LogRecord {
+                index: MemoryLog::index_at(start + offset),
+                event: event.clone(),
+            })
+            .collect())
+    }
+
+    fn head(&self) -> Result<Option<LogIndex>, LogError> {
+        Ok(self.events.len().checked_sub(1).map(MemoryLog::index_at))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -89,11 +89,11 @@ fn a_batch_is_gated_at_the_head_and_made_durable_with_one_sync() {
     let log = log_with_pool();
     let mut driver = driver();
     assert_eq!(driver.follow(&log).expect("readable"), 2);
-    let report = driver.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = driver.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.imported.len(), 8, "two verbs per address");
-    driver.start_execution_at_head().expect("memory").expect("not blocked");
+    driver.start_execution().expect("memory").expect("not blocked");
     let syncs_before = driver.engine().store().syncs;
-    let batch = driver.poll_actions_at_head(16).expect("memory");
+    let batch = driver.poll_actions(16, None).expect("memory");
     assert_eq!(
         verbs(&batch),
         vec![Verb::AssignSecondaryIp; 4],
@@ -101,16 +101,13 @@ fn a_batch_is_gated_at_the_head_and_made_durable_with_one_sync() {
     );
     assert_eq!(driver.engine().store().syncs - syncs_before, 1, "one sync for the whole batch");
     assert_eq!(driver.engine().in_flight_count(), 4);
-    assert!(
-        driver.poll_actions_at_head(16).expect("memory").is_empty(),
-        "every address has a call in flight"
-    );
+    assert!(driver.poll_actions(16, None).expect("memory").is_empty(), "every address has a call in flight");
     for action in &batch {
         driver
             .handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
             .expect("in flight");
     }
-    let second = driver.poll_actions_at_head(3).expect("memory");
+    let second = driver.poll_actions(3, None).expect("memory");
     assert_eq!(verbs(&second), vec![Verb::EnableForwarding; 3], "at most `max` per batch");
     let mut appended = 0;
     while driver.poll_append().is_some() {
@@ -124,12 +121,12 @@ fn an_action_that_went_stale_at_the_head_is_skipped_not_handed_out() {
     let mut log = log_with_pool();
     let mut driver = driver();
     driver.follow(&log).expect("readable");
-    driver.reconcile_at_head().expect("memory").expect("not blocked");
+    driver.reconcile().expect("memory").expect("not blocked");
     // The node is drained after it planned: following the log right before the call fences
     // every planned acquire (holder-mismatch or stale-epoch), none reaches the provider.
     log.append(&Event { at_ms: 20, kind: EventKind::Drain { node: "a".into() } }).expect("append");
     driver.follow(&log).expect("readable");
-    assert!(driver.poll_actions_at_head(16).expect("memory").is_empty());
+    assert!(driver.poll_actions(16, None).expect("memory").is_empty());
     let skipped = driver.engine().entries().filter(|e| matches!(e.state, EntryState::Skipped(_))).count();
     assert_eq!(skipped, 8, "both verbs of every address are gated out");
 }
@@ -183,13 +180,13 @@ fn reconciling_only_when_due_journals_what_reconciling_always_does() {
             log.append(&Event { at_ms, kind: kind.clone() }).expect("append");
             driver.follow(&*log).expect("readable");
             if always || driver.reconcile_due() {
-                driver.reconcile_at_head().expect("memory").expect("not blocked");
-                driver.start_execution_at_head().expect("memory").expect("not blocked");
+                driver.reconcile().expect("memory").expect("not blocked");
+                driver.start_execution().expect("memory").expect("not blocked");
                 lazy_reconciles += usize::from(!always);
             }
             // Every ready action is called and succeeds; its result goes to the node's own log.
             loop {
-                let batch = driver.poll_actions_at_head(64).expect("memory");
+                let batch = driver.poll_actions(64, None).expect("memory");
                 if batch.is_empty() {
                     break;
                 }
@@ -266,8 +263,8 @@ fn reconciling_only_when_due_keeps_up_with_results_that_land_after_the_view_move
             driver.follow(&*log).expect("readable");
             let plan = |driver: &mut NodeDriver<CountingStore>| {
                 if always || driver.reconcile_due() {
-                    driver.reconcile_at_head().expect("memory").expect("not blocked");
-                    driver.start_execution_at_head().expect("memory").expect("not blocked");
+                    driver.reconcile().expect("memory").expect("not blocked");
+                    driver.start_execution().expect("memory").expect("not blocked");
                 }
             };
             plan(driver);
@@ -281,7 +278,7 @@ fn reconciling_only_when_due_keeps_up_with_results_that_land_after_the_view_move
             driver.follow(&*log).expect("readable");
             plan(driver);
             in_flight[side] = driver
-                .poll_actions_at_head(64)
+                .poll_actions(64, None)
                 .expect("memory")
                 .into_iter()
                 .map(|a| a.idempotency_key)
@@ -317,8 +314,8 @@ fn a_failed_call_makes_a_reconcile_due_when_its_backoff_ends() {
         .with_retry_backoff(RetryBackoff::from_base(500));
     let mut driver = NodeDriver::new(engine, registry, DriverOptions { report_results: true });
     driver.follow(&log).expect("readable");
-    driver.reconcile_at_head().expect("memory").expect("not blocked");
-    let batch = driver.poll_actions_at_head_at(16, Some(1_700_000_000_000)).expect("memory");
+    driver.reconcile().expect("memory").expect("not blocked");
+    let batch = driver.poll_actions(16, Some(1_700_000_000_000)).expect("memory");
     assert_eq!(verbs(&batch), vec![Verb::AssignSecondaryIp]);
     let key = &batch[0].idempotency_key;
     driver.handle_result(key, ActionOutcome::Failed, "throttled".into()).expect("in flight");
@@ -332,7 +329,7 @@ fn a_failed_call_makes_a_reconcile_due_when_its_backoff_ends() {
     log.append(&Event { at_ms: due, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
     driver.follow(&log).expect("readable");
     assert!(driver.reconcile_due(), "its backoff ended at {due}: a reconcile retries it");
-    let report = driver.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = driver.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.retried, vec![key.clone()]);
     assert!(!driver.reconcile_due(), "retried: nothing more is due");
 }

@@ -78,9 +78,9 @@ fn append(log: &mut MemoryLog, at_ms: u64, kind: EventKind) {
 fn in_flight(log: &MemoryLog) -> (NodeDriver<MemoryJournalStore>, Vec<String>) {
     let mut a = driver("a");
     a.follow(log).expect("readable");
-    a.reconcile_at_head().expect("memory").expect("not blocked");
-    a.start_execution_at_head().expect("memory").expect("not blocked");
-    let batch = a.poll_actions_at_head(64).expect("memory");
+    a.reconcile().expect("memory").expect("not blocked");
+    a.start_execution().expect("memory").expect("not blocked");
+    let batch = a.poll_actions(64, None).expect("memory");
     assert!(batch.iter().all(|action| action.verb == Verb::AssignSecondaryIp), "{batch:?}");
     assert_eq!(batch.len(), ADDRESSES.len());
     (a, batch.into_iter().map(|action| action.idempotency_key).collect())
@@ -90,17 +90,17 @@ fn in_flight(log: &MemoryLog) -> (NodeDriver<MemoryJournalStore>, Vec<String>) {
 fn a_call_in_flight_is_named_stale_once_the_view_fences_it_and_only_once() {
     let mut log = log();
     let (mut a, keys) = in_flight(&log);
-    assert!(a.poll_stale_calls_at_head().is_empty(), "nothing moved: every call is current");
+    assert!(a.poll_stale_calls().is_empty(), "nothing moved: every call is current");
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
-    assert!(a.poll_stale_calls_at_head().is_empty(), "the view has not seen the drain yet");
+    assert!(a.poll_stale_calls().is_empty(), "the view has not seen the drain yet");
     a.follow(&log).expect("readable");
-    let stale = a.poll_stale_calls_at_head();
+    let stale = a.poll_stale_calls();
     let expected: Vec<StaleCall> = keys
         .iter()
         .map(|key| StaleCall { idempotency_key: key.clone(), reason: StaleReason::StaleEpoch })
         .collect();
     assert_eq!(stale, expected, "the drain moved every line: the first rule that holds is stale-epoch");
-    assert!(a.poll_stale_calls_at_head().is_empty(), "each call is named once");
+    assert!(a.poll_stale_calls().is_empty(), "each call is named once");
     assert_eq!(a.engine().in_flight_count(), 3, "naming a call changes nothing: it stays in flight");
     // The runtime cancels the call and reports its outcome as unknown: the provider may have
     // acted, and a stale entry is never retried, so the acquire is counted as held and its
@@ -118,13 +118,13 @@ fn a_call_in_flight_is_named_stale_once_the_view_fences_it_and_only_once() {
         );
     }
     assert!(a.reconcile_due(), "counted as held: the release is planned by the next reconcile");
-    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = a.reconcile().expect("memory").expect("not blocked");
     assert!(report.retried.is_empty(), "{report:?}");
     let releases: Vec<&String> =
         report.imported.iter().filter(|k| k.contains("/unassign-secondary-ip/a/")).collect();
     assert_eq!(releases.len(), ADDRESSES.len(), "one release per address in doubt: {report:?}");
     assert_eq!(a.engine().retryable_failures(), 0);
-    assert!(a.poll_stale_calls_at_head().is_empty(), "nothing in flight, nothing to name");
+    assert!(a.poll_stale_calls().is_empty(), "nothing in flight, nothing to name");
     // What the log was told: the call failed, its outcome unknown.
     let told: Vec<EventKind> = std::iter::from_fn(|| a.poll_append()).collect();
     assert!(
@@ -147,11 +147,11 @@ fn an_acquire_in_doubt_is_retried_while_current_and_released_once_stale() {
         .expect("in flight");
     a.handle_result(&keys[2], ActionOutcome::Executed, "assigned".into()).expect("in flight");
     assert_eq!(a.engine().entry(&keys[0]).map(|e| e.state), Some(EntryState::Failed), "current: retried");
-    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = a.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.retried, keys[..2].to_vec(), "both failures are retried while current");
     assert!(report.counted.is_empty());
-    a.start_execution_at_head().expect("memory").expect("not blocked");
-    let batch = a.poll_actions_at_head(64).expect("memory");
+    a.start_execution().expect("memory").expect("not blocked");
+    let batch = a.poll_actions(64, None).expect("memory");
     let retry: Vec<&String> =
         batch.iter().filter(|x| x.verb == Verb::AssignSecondaryIp).map(|x| &x.idempotency_key).collect();
     assert_eq!(retry, vec![&keys[0], &keys[1]], "{batch:?}");
@@ -164,10 +164,10 @@ fn an_acquire_in_doubt_is_retried_while_current_and_released_once_stale() {
         .expect("in flight");
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
-    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = a.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.counted, vec![keys[0].clone()], "only the acquire in doubt: {report:?}");
     assert_eq!(a.engine().entry(&keys[1]).map(|e| e.state), Some(EntryState::Failed), "a known failure");
-    a.reconcile_at_head().expect("memory").expect("not blocked");
+    a.reconcile().expect("memory").expect("not blocked");
     let released: BTreeSet<IpAddr> = a
         .engine()
         .entries()
@@ -189,10 +189,10 @@ fn a_frozen_node_cancels_nothing() {
     a.pause();
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
-    assert!(a.poll_stale_calls_at_head().is_empty(), "a frozen process does not act, not even to cancel");
+    assert!(a.poll_stale_calls().is_empty(), "a frozen process does not act, not even to cancel");
     assert!(a.resume().is_ok());
-    a.finish_resume(&[]);
-    assert_eq!(a.poll_stale_calls_at_head().len(), 3, "awake, it names what the view fenced meanwhile");
+    a.finish_resume();
+    assert_eq!(a.poll_stale_calls().len(), 3, "awake, it names what the view fenced meanwhile");
 }
 
 /// The desired holder confirmed; then another node's executed acquire is reported, run after the
@@ -209,10 +209,10 @@ fn an_acquire_reported_after_the_hand_over_it_outran_is_noted_in_either_order() 
         append(&mut log, 20, EventKind::Drain { node: "a".into() });
         let mut b = driver("b");
         b.follow(&log).expect("readable");
-        b.reconcile_at_head().expect("memory").expect("not blocked");
-        b.start_execution_at_head().expect("memory").expect("not blocked");
+        b.reconcile().expect("memory").expect("not blocked");
+        b.start_execution().expect("memory").expect("not blocked");
         let b_assign = b
-            .poll_actions_at_head(64)
+            .poll_actions(64, None)
             .expect("memory")
             .into_iter()
             .find(|action| action.address == address)
@@ -260,9 +260,9 @@ fn an_acquire_reported_after_the_hand_over_it_outran_is_noted_in_either_order() 
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     let mut b = driver("b");
     b.follow(&log).expect("readable");
-    b.reconcile_at_head().expect("memory").expect("not blocked");
-    b.start_execution_at_head().expect("memory").expect("not blocked");
-    for action in b.poll_actions_at_head(64).expect("memory") {
+    b.reconcile().expect("memory").expect("not blocked");
+    b.start_execution().expect("memory").expect("not blocked");
+    for action in b.poll_actions(64, None).expect("memory") {
         b.handle_result(&action.idempotency_key, ActionOutcome::Executed, "assigned".into())
             .expect("in flight");
     }
@@ -321,7 +321,7 @@ proptest! {
         for (at_ms, step) in (10_u64..).zip(&steps) {
             append(&mut log, at_ms, kind(step));
             a.follow(&log).expect("readable");
-            for call in a.poll_stale_calls_at_head() {
+            for call in a.poll_stale_calls() {
                 let entry = a.engine().entry(&call.idempotency_key).expect("journaled");
                 let verdict = fence::check(&entry.action, a.view(), &a.engine().durable().high_water);
                 prop_assert_eq!(verdict, FenceVerdict::Stale { reason: call.reason });
@@ -338,7 +338,7 @@ proptest! {
         a.restart().expect("memory");
         a.follow(&log).expect("readable");
         let handed: BTreeSet<String> =
-            a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+            a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
         for key in &keys {
             let state = a.engine().entry(key).map(|e| e.state);
             if named.contains(key) {
@@ -361,14 +361,14 @@ fn an_acquire_in_flight_at_a_crash_that_went_stale_is_released() {
     a.restart().expect("memory");
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
-    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = a.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.counted, keys, "every call in flight at the crash is in doubt: {report:?}");
     for key in &keys {
         let entry = a.engine().entry(key).expect("journaled");
         assert_eq!(entry.state, EntryState::Executed, "{key}");
         assert!(entry.detail.as_deref().is_some_and(|d| d.starts_with(COUNTED_AS_HELD)), "{entry:?}");
     }
-    a.reconcile_at_head().expect("memory").expect("not blocked");
+    a.reconcile().expect("memory").expect("not blocked");
     let releases = a.engine().entries().filter(|e| e.action.verb == Verb::UnassignSecondaryIp).count();
     assert_eq!(releases, ADDRESSES.len());
 }
@@ -384,18 +384,18 @@ fn an_acquire_in_doubt_stays_in_doubt_through_its_retry() {
     a.handle_in_doubt_result(&keys[1], "timed out after 2s").expect("in flight");
     a.handle_result(&keys[2], ActionOutcome::Failed, "refused: InvalidParameterValue".into())
         .expect("in flight");
-    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = a.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.retried, keys, "{report:?}");
     // keys[0] retried and failed for a known reason; keys[1] waits approved for its retry.
-    a.start_execution_at_head().expect("memory").expect("not blocked");
-    let batch = a.poll_actions_at_head(1).expect("memory");
+    a.start_execution().expect("memory").expect("not blocked");
+    let batch = a.poll_actions(1, None).expect("memory");
     assert_eq!(batch.iter().map(|x| &x.idempotency_key).collect::<Vec<_>>(), vec![&keys[0]]);
     a.handle_result(&keys[0], ActionOutcome::Failed, "refused: throttled".into()).expect("in flight");
     let detail = a.engine().entry(&keys[0]).and_then(|e| e.detail.clone()).unwrap_or_default();
     assert!(detail.starts_with(OUTCOME_UNKNOWN) && detail.ends_with("refused: throttled"), "{detail}");
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
-    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = a.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.counted, keys[..2].to_vec(), "the two in doubt, not the known failure: {report:?}");
     assert_eq!(
         a.engine().entry(&keys[2]).map(|e| e.state),
@@ -443,7 +443,7 @@ fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
     let mut a = NodeDriver::new(engine, registry(), DriverOptions { report_results: true });
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
-    let report = a.reconcile_at_head().expect("memory").expect("not blocked");
+    let report = a.reconcile().expect("memory").expect("not blocked");
     assert!(report.counted.is_empty(), "{report:?}");
     assert_eq!(a.engine().entry(&keys[0]).map(|e| e.state), Some(EntryState::Failed));
     assert_eq!(a.engine().retryable_failures(), 0, "left out of the retry set");
@@ -487,10 +487,10 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     );
 
     a.follow(&log).expect("readable");
-    a.reconcile_at_head().expect("memory").expect("not blocked");
-    a.start_execution_at_head().expect("memory").expect("not blocked");
+    a.reconcile().expect("memory").expect("not blocked");
+    a.start_execution().expect("memory").expect("not blocked");
     let again: Vec<String> =
-        a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+        a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
     assert!(keys[1..].iter().all(|key| again.contains(key)), "run again: {again:?}");
     for key in &keys[1..] {
         a.handle_result(key, ActionOutcome::Executed, "done".into()).expect("in flight");
@@ -500,10 +500,10 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     }
 
     // A verb that is not a holding acquire: enable-forwarding in flight at a second crash.
-    a.reconcile_at_head().expect("memory").expect("not blocked");
-    a.start_execution_at_head().expect("memory").expect("not blocked");
+    a.reconcile().expect("memory").expect("not blocked");
+    a.start_execution().expect("memory").expect("not blocked");
     let forwarding: Vec<String> =
-        a.poll_actions_at_head(64).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+        a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
     assert!(
         !forwarding.is_empty() && forwarding.iter().all(|k| k.contains("/enable-forwarding/")),
         "{forwarding:?}"

@@ -5,7 +5,7 @@
 //! - `node/reconcile_execute/{4k,16k,64k}`: one alive node, one pool of a /20, /18 or /16 (4,096,
 //!   16,384 or 65,536 addresses) that it owns whole, and an empty journal. One iteration is the
 //!   walk the agent makes through [`NodeDriver`]: a full reconcile (plan, import through the gate,
-//!   sweep, compact), then an execute pass that hands every action through the gate to the
+//!   sweep, compact), then an execute pass that hands every action through the gate (in the agent's batches of 64) to the
 //!   simulated provider and reports its result (2 verbs per address: `assign-secondary-ip`, then
 //!   `enable-forwarding`), the results outbox drained. The driver, its view of the log and the
 //!   provider are built fresh per iteration, outside the timing.
@@ -30,6 +30,7 @@ use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::log_store::EventLog;
 use tenure_core::model::{
     Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction,
 };
@@ -108,30 +109,36 @@ fn registry_and_log(prefix_length: u32) -> (Federation, Vec<Event>) {
 fn fresh(registry: &Federation, log: &[Event]) -> (NodeDriver<MemoryJournalStore>, SimProvider) {
     let engine = NodeEngine::open(NODE_NAME, MemoryJournalStore::new()).expect("a memory store cannot fail");
     let mut driver = NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true });
-    driver.catch_up(log);
+    let mut events = EventLog::new();
+    for event in log {
+        events.push(event.clone());
+    }
+    driver.follow(&events).expect("an event log cannot fail");
     (driver, SimProvider::new(ProviderKind::SimCloud))
 }
 
 /// The measured walk: reconcile, then execute until the gate hands out nothing, results
 /// reported and the outbox drained. Returns how many actions ran.
-fn reconcile_execute(
-    driver: &mut NodeDriver<MemoryJournalStore>,
-    provider: &mut SimProvider,
-    log: &[Event],
-    head: &Federation,
-) -> usize {
-    let report = driver.reconcile(log, head).expect("a memory store cannot fail").expect("not blocked");
+fn reconcile_execute(driver: &mut NodeDriver<MemoryJournalStore>, provider: &mut SimProvider) -> usize {
+    let report = driver.reconcile().expect("a memory store cannot fail").expect("not blocked");
     black_box(report);
-    let promoted = driver.start_execution(head).expect("a memory store cannot fail").expect("not blocked");
+    let promoted = driver.start_execution().expect("a memory store cannot fail").expect("not blocked");
     black_box(promoted);
     let mut executed = 0;
-    while let Some(action) = driver.poll_action(head).expect("a memory store cannot fail") {
-        let (outcome, detail) = match provider.execute(&action) {
-            Ok(detail) => (ActionOutcome::Executed, detail),
-            Err(e) => (ActionOutcome::Failed, e.to_string()),
-        };
-        driver.handle_result(&action.idempotency_key, outcome, detail).expect("the action is in flight");
-        executed += 1;
+    loop {
+        // The agent's batches (`GATE_BATCH_MAX`): one durable sync per 64 actions.
+        let batch = driver.poll_actions(64, None).expect("a memory store cannot fail");
+        if batch.is_empty() {
+            break;
+        }
+        for action in batch {
+            let (outcome, detail) = match provider.execute(&action) {
+                Ok(detail) => (ActionOutcome::Executed, detail),
+                Err(e) => (ActionOutcome::Failed, e.to_string()),
+            };
+            driver.handle_result(&action.idempotency_key, outcome, detail).expect("the action is in flight");
+            executed += 1;
+        }
     }
     while let Some(append) = driver.poll_append() {
         black_box(append);
@@ -142,14 +149,9 @@ fn reconcile_execute(
 /// Outside the timing: one pass leaves every address assigned to the node's NIC, with
 /// forwarding on, and every entry executed. Returns the actions of that pass, in execution
 /// order, for the baseline.
-fn checked_pass(
-    registry: &Federation,
-    log: &[Event],
-    head: &Federation,
-    addresses_count: usize,
-) -> Vec<StampedAction> {
+fn checked_pass(registry: &Federation, log: &[Event], addresses_count: usize) -> Vec<StampedAction> {
     let (mut driver, mut provider) = fresh(registry, log);
-    let executed = reconcile_execute(&mut driver, &mut provider, log, head);
+    let executed = reconcile_execute(&mut driver, &mut provider);
     assert_eq!(executed, addresses_count * VERBS_PER_ADDRESS_COUNT, "2 verbs per address ran");
     assert_eq!(provider.holdings().len(), addresses_count, "every address is held");
     assert!(
@@ -175,18 +177,14 @@ fn bench_node(c: &mut Criterion) {
         .sampling_mode(SamplingMode::Flat);
     for prefix_length in PREFIX_LENGTHS {
         let (registry, log) = registry_and_log(prefix_length);
-        let mut head = registry.clone();
-        for event in &log {
-            head.apply(event).expect("benchmark events are well-formed");
-        }
         let addresses_count = 1_usize << (32 - prefix_length);
-        let actions = checked_pass(&registry, &log, &head, addresses_count);
+        let actions = checked_pass(&registry, &log, addresses_count);
         group.throughput(Throughput::Elements(addresses_count as u64));
         group.bench_function(BenchmarkId::new("reconcile_execute", label(addresses_count)), |b| {
             b.iter_batched(
                 || fresh(&registry, &log),
                 |(mut driver, mut provider)| {
-                    let executed = reconcile_execute(&mut driver, &mut provider, &log, black_box(&head));
+                    let executed = reconcile_execute(&mut driver, &mut provider);
                     (driver, provider, executed)
                 },
                 BatchSize::PerIteration,

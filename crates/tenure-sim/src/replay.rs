@@ -15,6 +15,7 @@ use tenure_core::federation::{EventRejected, Federation, PoolState};
 use tenure_core::input::{InputError, canonical_address};
 use tenure_core::journal::{EntryState, JournalEntry, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::log_store::EventLog;
 use tenure_core::model::VerbFamily;
 use tenure_core::node::NodeEngine;
 pub use tenure_core::rows::{ActionRow, ConditionRow, OwnershipRow};
@@ -52,7 +53,8 @@ pub struct ReplayError {
 /// simulator and the agent use), the simulated providers and the checker.
 pub struct Replay {
     head: Federation,
-    log: Vec<Event>,
+    /// The log every node follows through its driver (the one walk: `tenure_core::driver`).
+    log: EventLog,
     nodes: BTreeMap<String, NodeDriver<MemoryJournalStore>>,
     providers: BTreeMap<String, SimProvider>,
     checker: Checker,
@@ -84,7 +86,7 @@ impl Replay {
             scenario.providers.iter().map(|p| (p.name.clone(), SimProvider::new(p.kind))).collect();
         Self {
             head: registry,
-            log: Vec::new(),
+            log: EventLog::new(),
             nodes,
             providers,
             checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
@@ -122,7 +124,7 @@ impl Replay {
     /// The log appended so far.
     #[must_use]
     pub fn log(&self) -> &[Event] {
-        &self.log
+        self.log.events()
     }
 
     /// Appends a log event and applies it to the head.
@@ -151,8 +153,11 @@ impl Replay {
         let Some(node) = self.nodes.get_mut(name) else { return };
         match step {
             LocalStep::Reconcile => {
-                let report = match node.reconcile(&self.log, &self.head).expect("a memory store cannot fail")
-                {
+                // A node that may not act does not read the log either (SPEC 13).
+                if !node.is_partitioned() && !node.is_paused() {
+                    node.follow(&self.log).expect("an event log cannot fail");
+                }
+                let report = match node.reconcile().expect("a memory store cannot fail") {
                     Err(blocked) => return self.say(|| format!("{prefix}: {}", blocked.as_str())),
                     Ok(report) => report,
                 };
@@ -176,7 +181,12 @@ impl Replay {
                 }
             }
             LocalStep::Execute => {
-                if let Err(blocked) = node.start_execution(&self.head).expect("a memory store cannot fail") {
+                // The gates read the node's view: follow to the head first (catching up changes no
+                // journal entry, and the gate reads the same tokens the head has).
+                if !node.is_partitioned() && !node.is_paused() {
+                    node.follow(&self.log).expect("an event log cannot fail");
+                }
+                if let Err(blocked) = node.start_execution().expect("a memory store cannot fail") {
                     return self.say(|| format!("{prefix}: {}", blocked.as_str()));
                 }
                 self.say(|| prefix);
@@ -195,9 +205,13 @@ impl Replay {
                     self.say(|| {
                         format!("{prefix}: tries {count} action(s) approved before the pause (zombie)")
                     });
+                    // It catches up first (as the agent's resume: it changes no journal entry, and
+                    // the zombie's gate then reads the head's tokens), then gates what it approved.
+                    let node = self.nodes.get_mut(name).expect("exists");
+                    node.follow(&self.log).expect("an event log cannot fail");
                     self.execute(name);
                     let node = self.nodes.get_mut(name).expect("exists");
-                    node.finish_resume(&self.log);
+                    node.finish_resume();
                     self.checker.after_catch_up(name, node.view());
                 }
             },
@@ -223,7 +237,7 @@ impl Replay {
             let node = self.nodes.get_mut(name).expect("exists");
             // Scanning the journal for what the gate skipped is for the narration only.
             let skipped_before = self.narrate.then(|| skipped_keys(node));
-            let next = node.poll_action(&self.head).expect("a memory store cannot fail");
+            let next = node.poll_actions(1, None).expect("a memory store cannot fail").into_iter().next();
             if let Some(before) = skipped_before {
                 let node = &self.nodes[name];
                 for key in skipped_keys(node).difference(&before) {

@@ -11,6 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::EventLog;
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
 use tenure_core::node::NodeEngine;
 use tenure_core::retry::RetryBackoff;
@@ -37,6 +38,18 @@ pub const LIVENESS_ROUND_MS: u64 = 250;
 /// ([`tenure_core::retry`]) with a base shorter than an agent's default `requeueInterval` (5 s),
 /// so that the few seconds of stream time of a safety phase still see failed calls retried.
 pub const RETRY_BASE_MS: u64 = 250;
+/// Most records a node reads from the log at once, drawn at random per follow from 1 to this
+/// (the agent reads up to `LOG_READ_BATCH_MAX`: where reads split must not matter).
+pub const FOLLOW_BATCH_DRAW_MAX: usize = 8;
+/// Most actions a node gates at once, drawn at random per batch from 1 to this (the agent gates
+/// up to `GATE_BATCH_MAX` with one durable sync: where batches split must not matter).
+pub const GATE_BATCH_DRAW_MAX: usize = 8;
+/// The chance that a reconcile follows only part of the log it has not applied (an etcd
+/// agent's mirror plans behind the head; only its gates wait for a confirmed head).
+pub const LAGGING_RECONCILE_CHANCE: f64 = 0.3;
+/// The chance that a node whose driver says no plan is due plans anyway (the agent's requeue
+/// interval); otherwise it plans only when [`NodeDriver::reconcile_due`] says so, as the agent.
+pub const REQUEUE_CHANCE: f64 = 0.2;
 
 /// Per-seed probabilities of the continuous faults, drawn from the seed (0 when disabled).
 #[derive(Clone, Debug, Default)]
@@ -63,6 +76,10 @@ struct SimNode {
     stalled: Vec<StampedAction>,
     /// Bumped at every crash: results of calls from an earlier life are not delivered.
     incarnation: u64,
+    /// How much of the log the node had applied when it last crashed: its replica (the embedded
+    /// store's file, or etcd's range loaded at start) holds at least that much when it restarts,
+    /// so a lagging follow never leaves its view behind what it planned from before.
+    floor: usize,
     skew_ms: i64,
     /// The VRRP state this node's agent last appended to the log (on-prem fleets): the agent
     /// reports its keepalived's transitions itself, so not while paused or cut off.
@@ -163,12 +180,15 @@ pub struct World {
     topology: Topology,
     chances: Chances,
     head: Federation,
-    log: Vec<Event>,
+    /// The one log every node follows through its driver, as the agent follows its store's.
+    log: EventLog,
     head_fingerprints: Vec<u64>,
     checker: Checker,
     nodes: Vec<SimNode>,
     provider: SimProvider,
     calls: Vec<PendingCall>,
+    /// While a gated batch's calls go out: those that take no time, landed once all went out.
+    issuing: Option<Vec<PendingCall>>,
     delayed: Vec<(u64, u64, Event)>,
     delayed_seq: u64,
     pools: Vec<Option<PoolSpec>>,
@@ -216,6 +236,7 @@ impl World {
                 ),
                 stalled: Vec::new(),
                 incarnation: 0,
+                floor: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
                 vrrp_reported: None,
             })
@@ -234,11 +255,12 @@ impl World {
             topology,
             chances,
             head: registry,
-            log: Vec::new(),
+            log: EventLog::new(),
             head_fingerprints: Vec::new(),
             checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             nodes,
             calls: Vec::new(),
+            issuing: None,
             delayed: Vec::new(),
             delayed_seq: 0,
             vrrp_master: None,
@@ -333,15 +355,34 @@ impl World {
 
     // ---------------------------------------------------------------- node steps
 
-    fn catch_up(&mut self, node: usize) {
-        self.nodes[node].driver.catch_up(&self.log);
-        let cursor = self.nodes[node].driver.applied();
+    /// Follows the log with the node's driver (the agent's `follow`), reading a random number of
+    /// records at a time. `lagging`: the node's replica has not received everything yet, and it
+    /// applies a random part of what it has not applied; otherwise it follows to the head.
+    fn follow(&mut self, node: usize, lagging: bool) {
+        let applied = self.applied(node);
+        let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
+        let max = if lagging {
+            let least = self.nodes[node].floor.saturating_sub(applied);
+            self.rng.random_range(least..=self.log.len() - applied)
+        } else {
+            usize::MAX
+        };
+        self.nodes[node].driver.follow_at_most(&self.log, batch, max).expect("an event log cannot fail");
+        let cursor = self.applied(node);
         let name = self.name(node);
         if checker::fingerprint(self.nodes[node].driver.view()) != self.head_fingerprints[cursor] {
             let detail = format!("{name} at log prefix {cursor} differs from the head");
             self.violation(ViolationKind::DivergentMaps, detail);
         }
         self.checker.after_catch_up(&name, self.nodes[node].driver.view());
+    }
+
+    /// How many events of the log the node's view applied.
+    fn applied(&self, node: usize) -> usize {
+        self.nodes[node]
+            .driver
+            .applied_index()
+            .map_or(0, |index| usize::try_from(index.get()).expect("a simulated log fits memory"))
     }
 
     /// Appends what the node's driver wants appended (its outbox), at the node's time.
@@ -352,38 +393,70 @@ impl World {
         }
     }
 
+    /// The agent's reconcile: follow (perhaps only part of the way: a lagging replica), then plan
+    /// when the driver says a plan is due or the requeue interval came round.
     fn reconcile(&mut self, node: usize) {
         if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
             return;
         }
-        self.catch_up(node);
-        let done = self.nodes[node].driver.reconcile(&self.log, &self.head).expect("memory store");
-        debug_assert!(done.is_ok(), "an acting node reconciles");
-        self.check_kept_entries(node);
+        let lagging = self.rng.random_bool(LAGGING_RECONCILE_CHANCE);
+        self.follow(node, lagging);
+        let requeue = self.rng.random_bool(REQUEUE_CHANCE);
+        let planned = requeue || self.nodes[node].driver.reconcile_due();
+        if planned {
+            let done = self.nodes[node].driver.reconcile().expect("memory store");
+            debug_assert!(done.is_ok(), "an acting node reconciles");
+        }
+        // At the head, planned now or (nothing due) before: a hand-over it saw is planned. A
+        // missed re-plan (`reconcile_due` wrong) shows here as a kept entry.
+        if self.applied(node) == self.log.len() {
+            self.check_kept_entries(node);
+        }
         // The outbox of results: what the log has not confirmed is reported again.
         self.drain_outbox(node);
     }
 
+    /// The agent's calls: follow to the head (the agent confirms it first), promote, gate in
+    /// batches, call; then the refreshes.
     fn execute(&mut self, node: usize) {
-        if self.nodes[node].driver.start_execution(&self.head).expect("memory store").is_err() {
+        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
             return;
         }
+        self.follow(node, false);
+        if self.nodes[node].driver.start_execution().expect("memory store").is_err() {
+            return;
+        }
+        // The agent spawns every call of its pass (all batches, then the refreshes) before it
+        // handles any result: what takes no time lands once the pass went out.
+        self.issuing = Some(Vec::new());
         self.execute_polled(node);
         self.refresh(node);
+        self.land_issued();
     }
 
-    /// Loops the driver's gate: a normal pass, or the zombie pass of a resume.
+    /// Gates the node's ready actions in batches of a random size and calls them: a normal pass,
+    /// or the zombie pass of a resume (the caller holds the landings: [`World::land_issued`]). A
+    /// node frozen between a batch's gate and its calls makes the batch's remaining calls when it
+    /// wakes up; what it called before lands.
     fn execute_polled(&mut self, node: usize) {
         loop {
-            let next = self.nodes[node].driver.poll_action(&self.head).expect("memory store");
-            let Some(action) = next else { return };
-            if self.rng.random_bool(self.chances.stall_at_call) {
-                // Frozen between the gate check and the call: the call goes out on resume.
-                self.nodes[node].stalled.push(action);
-                self.pause(node);
+            let max = self.rng.random_range(1..=GATE_BATCH_DRAW_MAX);
+            let batch = self.nodes[node].driver.poll_actions(max, None).expect("memory store");
+            if batch.is_empty() {
                 return;
             }
-            self.call(node, action);
+            let mut batch = batch.into_iter();
+            while let Some(action) = batch.next() {
+                if self.rng.random_bool(self.chances.stall_at_call) {
+                    // Frozen between the gate check and the call: the calls go out on resume.
+                    self.land_issued();
+                    self.nodes[node].stalled.push(action);
+                    self.nodes[node].stalled.extend(batch);
+                    self.pause(node);
+                    return;
+                }
+                self.call(node, action);
+            }
         }
     }
 
@@ -405,15 +478,19 @@ impl World {
         if woken.is_err() {
             return;
         }
+        // As the agent's resume: follow to the head, gate what was approved before the pause
+        // (catching up changes no journal entry), then act again.
+        self.follow(node, false);
+        self.issuing = Some(Vec::new());
         self.execute_polled(node);
-        self.nodes[node].driver.finish_resume(&self.log);
-        if !self.nodes[node].driver.is_paused() {
-            self.catch_up(node);
-        }
+        self.land_issued();
+        self.nodes[node].driver.finish_resume();
     }
 
     fn crash(&mut self, node: usize, lossy: bool) {
+        let applied = self.applied(node);
         let n = &mut self.nodes[node];
+        n.floor = n.floor.max(applied);
         if lossy {
             n.driver.engine_mut().store_mut().lose_unsynced();
         }
@@ -527,7 +604,7 @@ impl World {
         let _ = self.liveness();
         let registry = Federation::new(&self.topology.nodes, std::slice::from_ref(&self.topology.provider))
             .with_drift_repair(true);
-        (registry, self.log)
+        (registry, self.log.into_events())
     }
 
     /// Runs both phases and reports.

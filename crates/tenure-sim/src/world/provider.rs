@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 
 use rand::Rng;
+use tenure_core::journal::EntryState;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
@@ -25,7 +26,7 @@ impl World {
             // host's neighbour table.
             let call =
                 PendingCall { land_at_ms: self.now_ms, node, incarnation, action, failure: Some(NOT_MASTER) };
-            self.land(call);
+            self.land_or_hold(call);
             return;
         }
         self.provider_calls += 1;
@@ -61,7 +62,7 @@ impl World {
         let failure = fail.then_some(PROVIDER_ERROR);
         let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, failure };
         if latency_ms == 0 {
-            self.land(call);
+            self.land_or_hold(call);
         } else {
             self.calls.push(call);
         }
@@ -69,11 +70,12 @@ impl World {
 
     /// The agent's `garpRefresh` (and keepalived's MASTER-again burst) after each execute pass:
     /// every held address's announcement that the core hands out
-    /// (`NodeDriver::poll_refreshes`, gated against the head), checked as any call is — never
+    /// (`NodeDriver::poll_refreshes`, gated against the node's view, followed to the head by
+    /// `execute`), checked as any call is against the true head — never
     /// stale at the head, never from a node cut off — and refused on its host while keepalived
     /// is not MASTER. Draws nothing from the seed, so every seed runs as before.
     pub(super) fn refresh(&mut self, node: usize) {
-        let refreshes = self.nodes[node].driver.poll_refreshes(&self.head, |_, _| true, usize::MAX);
+        let refreshes = self.nodes[node].driver.poll_refreshes(|_, _| true, usize::MAX);
         let name = self.name(node);
         let cut_off = self.nodes[node].cut_off();
         for action in refreshes {
@@ -104,6 +106,25 @@ impl World {
 
     /// The call completes: its effect (unless it failed), the result to the node, and the
     /// `action-result` event to the log.
+    /// Lands a call that takes no time now, or, while an execute pass is being issued, once every
+    /// call of the pass went out ([`World::land_issued`]): the agent spawns a pass's calls right
+    /// after their gates and handles their results only later, so no result of the pass lands
+    /// between a gate of the pass and one of its calls.
+    fn land_or_hold(&mut self, call: PendingCall) {
+        match &mut self.issuing {
+            Some(held) => held.push(call),
+            None => self.land(call),
+        }
+    }
+
+    /// The pass went out (or the node froze in it): what it held lands, in the order it was
+    /// called.
+    pub(super) fn land_issued(&mut self) {
+        for call in self.issuing.take().unwrap_or_default() {
+            self.land(call);
+        }
+    }
+
     pub(super) fn land(&mut self, call: PendingCall) {
         let (outcome, detail) = match call.failure {
             Some(why) => (ActionOutcome::Failed, why.to_owned()),
@@ -189,9 +210,11 @@ impl World {
                 engine.captured().contains_key(&(PROVIDER.to_owned(), **address))
                     && view.desired_pool_of(id, PROVIDER, **address).is_none()
                     && !engine.entries().any(|e| {
+                        // A release that failed is planned too: it is retried when its backoff
+                        // ends (`reconcile_due` wakes the node then).
                         e.action.address == **address
                             && e.action.verb == Verb::ProxyArpDel
-                            && e.state.is_open()
+                            && (e.state.is_open() || e.state == EntryState::Failed)
                     })
             })
             .map(|(address, nics)| (*address, nics.iter().cloned().collect()))

@@ -204,6 +204,7 @@ mod tests {
     use tenure_core::driver::DriverOptions;
     use tenure_core::journal::MemoryJournalStore;
     use tenure_core::log::{ActionOutcome, Event, EventKind};
+    use tenure_core::log_store::EventLog;
     use tenure_core::node::NodeEngine;
     use tenure_core::scenario::parse_scenario;
 
@@ -242,13 +243,13 @@ pools:
 
     /// The log so far and node a's driver (the node this "agent" runs; b runs elsewhere).
     struct Fixture {
-        log: Vec<Event>,
+        log: EventLog,
         a: NodeDriver<MemoryJournalStore>,
     }
 
     impl Fixture {
         fn new() -> Self {
-            let mut fixture = Self { log: Vec::new(), a: driver() };
+            let mut fixture = Self { log: EventLog::new(), a: driver() };
             for pool in parse_scenario(SCENARIO).expect("a valid scenario").pools {
                 fixture.append(EventKind::PoolApplied { spec: Box::new(pool) });
             }
@@ -260,8 +261,8 @@ pools:
         /// Appends `kind` and lets a follow and reconcile.
         fn append(&mut self, kind: EventKind) {
             self.log.push(Event { at_ms: 1, kind });
-            self.a.catch_up(&self.log);
-            self.a.reconcile_at_head().expect("memory").expect("not blocked");
+            self.a.follow(&self.log).expect("an event log cannot fail");
+            self.a.reconcile().expect("memory").expect("not blocked");
         }
 
         fn check(&self, key: &str) -> Result<(), SubmitError> {
@@ -295,7 +296,7 @@ pools:
         // The same log, a's journal empty (it has not reconciled yet): SPEC 13 allows approving
         // before import.
         let mut fresh = driver();
-        fresh.catch_up(&fixture.log);
+        fresh.follow(&fixture.log).expect("an event log cannot fail");
         assert_eq!(fresh.engine().entry(ASSIGN_20), None);
         assert_eq!(check_approve(fresh.view(), std::slice::from_ref(&fresh), ASSIGN_20), Ok(()));
     }
@@ -357,7 +358,7 @@ pools:
         assert_eq!(message, "not pending approval: already approved (it runs once it passes the gate)");
         // Approved in the log, the journal not promoted yet (a remote holder, or before a sweep).
         fixture.log.push(Event { at_ms: 1, kind: EventKind::Approve { idempotency_key: ENABLE_20.into() } });
-        fixture.a.catch_up(&fixture.log);
+        fixture.a.follow(&fixture.log).expect("an event log cannot fail");
         assert_eq!(fixture.state(ENABLE_20), Some(EntryState::Pending));
         assert_eq!(
             refused(fixture.check(ENABLE_20)),
@@ -365,7 +366,7 @@ pools:
         );
 
         // Executed.
-        let polled = fixture.a.poll_actions_at_head(8).expect("memory");
+        let polled = fixture.a.poll_actions(8, None).expect("memory");
         assert!(polled.iter().any(|a| a.idempotency_key == ASSIGN_20), "{polled:?}");
         fixture.a.handle_result(ASSIGN_20, ActionOutcome::Executed, "ok".into()).expect("memory");
         assert_eq!(refused(fixture.check(ASSIGN_20)), "not pending approval: already executed");
@@ -394,7 +395,7 @@ pools:
         for key in [ASSIGN_20, ENABLE_20] {
             fixture.append(EventKind::Approve { idempotency_key: key.into() });
         }
-        let polled = fixture.a.poll_actions_at_head(8).expect("memory");
+        let polled = fixture.a.poll_actions(8, None).expect("memory");
         for action in polled.iter().filter(|a| a.address.to_string() == "10.0.0.20") {
             fixture
                 .a

@@ -566,7 +566,7 @@ impl<S: AgentStore> Agent<S> {
             }
             let started = Instant::now();
             let driver = &mut self.drivers[index];
-            match driver.reconcile_at_head() {
+            match driver.reconcile() {
                 Ok(Ok(report)) => {
                     super::approval::log_waiting(driver, &report.imported);
                     if !report.swept.is_empty() {
@@ -589,7 +589,7 @@ impl<S: AgentStore> Agent<S> {
             }
             self.observer.reconcile(started.elapsed());
             let driver = &mut self.drivers[index];
-            if let Err(e) = driver.start_execution_at_head() {
+            if let Err(e) = driver.start_execution() {
                 self.journal_failed(index, &e);
             }
         }

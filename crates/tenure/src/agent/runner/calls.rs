@@ -45,7 +45,7 @@ impl<S: AgentStore> Agent<S> {
             if room == 0 {
                 return;
             }
-            let batch = match self.drivers[index].poll_actions_at_head_at(room, Some(wall_clock_ms())) {
+            let batch = match self.drivers[index].poll_actions(room, Some(wall_clock_ms())) {
                 Ok(batch) => batch,
                 Err(e) => {
                     self.journal_failed(index, &e);

@@ -105,7 +105,7 @@ impl<S: AgentStore> Agent<S> {
                 // The rest waits for the next round: refreshes never crowd out planned calls.
                 break;
             }
-            let batch = self.drivers[index].poll_refreshes_at_head(&wanted, room);
+            let batch = self.drivers[index].poll_refreshes(&wanted, room);
             started += batch.len();
             for action in batch {
                 self.spawn_call(index, action, true);

@@ -136,7 +136,7 @@ impl<S: AgentStore> Agent<S> {
                 // Like every call: only at a confirmed head (an unconfirmed one calls nothing; the
                 // next step gates what is still approved, after its own confirmation).
                 let confirmed = self.start_calls_at_confirmed_head(index..index + 1);
-                self.drivers[index].finish_resume(&[]);
+                self.drivers[index].finish_resume();
                 let fenced = self.drivers[index].engine().fenced().values().sum::<u64>() - before;
                 if !confirmed {
                     warn!(node = %name, approved, "woke up at a log head it cannot confirm: calling nothing");

@@ -2,7 +2,7 @@
 //!
 //! The rule itself is the core's: after every follow, each node's driver names the calls in
 //! flight that the fence rule now refuses against its view
-//! ([`tenure_core::driver::NodeDriver::poll_stale_calls_at_head`]); the loop only aborts the
+//! ([`tenure_core::driver::NodeDriver::poll_stale_calls`]); the loop only aborts the
 //! tasks it names. Aborting a call's task drops its future: an AWS call stops retrying inside
 //! the SDK, an exec hook's process group is killed (its child is `kill_on_drop` and the group is
 //! killed on drop), a simulated call never lands. The result is recorded as
@@ -69,7 +69,7 @@ impl<S: AgentStore> Agent<S> {
     pub(super) fn after_follow(&mut self) {
         let mut rushed = BTreeSet::new();
         for index in 0..self.drivers.len() {
-            for call in self.drivers[index].poll_stale_calls_at_head() {
+            for call in self.drivers[index].poll_stale_calls() {
                 if self.call_aborts.cancel(index, &call) {
                     warn!(
                         node = self.drivers[index].name(),
