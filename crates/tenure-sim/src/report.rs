@@ -39,8 +39,10 @@ pub fn render(config: &SimConfig, reports: &[SeedReport], json: bool) -> String 
         let calls: u64 = reports.iter().map(|r| r.provider_calls).sum();
         let events: u64 = reports.iter().map(|r| r.events).sum();
         let recaptures: u64 = reports.iter().map(|r| r.recaptures).sum();
+        let in_doubt: u64 = reports.iter().map(|r| r.calls_in_doubt).sum();
         out.push_str(&format!(
-            "mode={} nodes={} addresses={} faults={}: {events} events, {calls} provider calls, {recaptures} re-captures\n",
+            "mode={} nodes={} addresses={} faults={}: {events} events, {calls} provider calls ({in_doubt} in doubt), \
+             {recaptures} re-captures\n",
             config.mode, config.nodes, config.addresses, config.faults
         ));
         let total: u64 = predicted.values().sum();

@@ -50,6 +50,12 @@ pub const LAGGING_RECONCILE_CHANCE: f64 = 0.3;
 /// The chance that a node whose driver says no plan is due plans anyway (the agent's requeue
 /// interval); otherwise it plans only when [`NodeDriver::reconcile_due`] says so, as the agent.
 pub const REQUEUE_CHANCE: f64 = 0.2;
+/// A call's deadline in ms of stream time (the agent's `actionTimeout`): a call slower than this
+/// is given up, in doubt, at its deadline (`provider-slow` draws latencies up to 3 s).
+pub const CALL_DEADLINE_MS: u64 = 2_500;
+/// The chance that a call given up or cancelled in flight had reached the provider anyway (a
+/// given-up call then acts late, at its latency; a cancelled one acts as it is cancelled).
+pub const IN_DOUBT_ACTED_CHANCE: f64 = 0.5;
 
 /// Per-seed probabilities of the continuous faults, drawn from the seed (0 when disabled).
 #[derive(Clone, Debug, Default)]
@@ -94,6 +100,20 @@ struct PendingCall {
     action: StampedAction,
     /// Why the call fails instead of taking effect, if it does.
     failure: Option<&'static str>,
+    /// What the node hears when it lands.
+    heard: Heard,
+}
+
+/// What the node hears of a call when it lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    /// Its result: executed, or failed and why.
+    Result,
+    /// Nothing: the agent gave the call up at its deadline (`actionTimeout`), in doubt. The
+    /// provider did not act by then; it may still act later ([`Heard::Nothing`]).
+    GivenUp,
+    /// Nothing at all: the late effect of a call the node gave up on (the provider acts).
+    Nothing,
 }
 
 /// What one seed produced.
@@ -120,6 +140,9 @@ pub struct SeedReport {
     pub stale_calls: u64,
     /// Re-captures triggered by drift repair.
     pub recaptures: u64,
+    /// Calls whose outcome the node never heard: cancelled in flight because its view fenced
+    /// them, or given up at their deadline (each recorded in doubt, SPEC 6).
+    pub calls_in_doubt: u64,
     /// Faults injected, by name.
     pub faults: BTreeMap<String, u64>,
 }
@@ -139,6 +162,7 @@ impl SeedReport {
             provider_calls: 0,
             stale_calls: 0,
             recaptures: 0,
+            calls_in_doubt: 0,
             faults: BTreeMap::new(),
         }
     }
@@ -198,6 +222,7 @@ pub struct World {
     step: u64,
     provider_calls: u64,
     stale_calls: u64,
+    calls_in_doubt: u64,
     faults: BTreeMap<String, u64>,
     timeline: Option<Timeline>,
 }
@@ -268,6 +293,7 @@ impl World {
             step: 0,
             provider_calls: 0,
             stale_calls: 0,
+            calls_in_doubt: 0,
             faults: BTreeMap::new(),
             timeline,
         };
@@ -375,6 +401,7 @@ impl World {
             self.violation(ViolationKind::DivergentMaps, detail);
         }
         self.checker.after_catch_up(&name, self.nodes[node].driver.view());
+        self.cancel_stale_calls(node);
     }
 
     /// How many events of the log the node's view applied.
@@ -499,8 +526,14 @@ impl World {
         n.incarnation += 1;
         let name = self.name(node);
         self.checker.after_restart(&name);
-        // The agent starts fail-closed: not MASTER here, no proxy entry (a host that crashed
-        // while frozen slept through its transition).
+        // The agent follows its store's log before anything else (what it had applied is there,
+        // whether or not the head can be read now), then starts fail-closed: not MASTER here, no
+        // proxy entry (a host that crashed while frozen slept through its transition). A release
+        // recorded from the empty view would carry epoch 0 and leave the address unanswered.
+        let floor = self.nodes[node].floor;
+        let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
+        self.nodes[node].driver.follow_at_most(&self.log, batch, floor).expect("an event log cannot fail");
+        self.cancel_stale_calls(node);
         self.fail_closed(node);
     }
 
@@ -618,6 +651,7 @@ impl World {
             provider_calls: self.provider_calls,
             stale_calls: self.stale_calls,
             recaptures: self.head.recaptures(),
+            calls_in_doubt: self.calls_in_doubt,
             faults: self.faults,
             ..SeedReport::new(self.config.mode, self.checker.into_violations(), converged_after_rounds)
         };

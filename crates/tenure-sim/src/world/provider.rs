@@ -8,9 +8,12 @@ use tenure_core::journal::EntryState;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
-use super::{PendingCall, World};
+use tenure_core::driver::NodeDriver;
+
+use super::{CALL_DEADLINE_MS, Heard, IN_DOUBT_ACTED_CHANCE, PendingCall, World};
 use crate::checker::Answerer;
 use crate::config::Mode;
+use crate::store::LossyJournalStore;
 use crate::topology::PROVIDER;
 
 /// What a simulated provider error says.
@@ -24,8 +27,14 @@ impl World {
         if self.refused_locally(node, &action) {
             // The executor's local authority check, right before the call: nothing reaches the
             // host's neighbour table.
-            let call =
-                PendingCall { land_at_ms: self.now_ms, node, incarnation, action, failure: Some(NOT_MASTER) };
+            let call = PendingCall {
+                land_at_ms: self.now_ms,
+                node,
+                incarnation,
+                action,
+                failure: Some(NOT_MASTER),
+                heard: Heard::Result,
+            };
             self.land_or_hold(call);
             return;
         }
@@ -60,12 +69,83 @@ impl World {
             }
         }
         let failure = fail.then_some(PROVIDER_ERROR);
-        let call = PendingCall { land_at_ms: self.now_ms + latency_ms, node, incarnation, action, failure };
+        if latency_ms > CALL_DEADLINE_MS {
+            // The agent gives the call up at its deadline, in doubt; the provider may still act.
+            let given_up = self.now_ms + CALL_DEADLINE_MS;
+            if failure.is_none() && self.rng.random_bool(IN_DOUBT_ACTED_CHANCE) {
+                let late = self.now_ms + latency_ms;
+                let effect = PendingCall {
+                    land_at_ms: late,
+                    node,
+                    incarnation,
+                    action: action.clone(),
+                    failure: None,
+                    heard: Heard::Nothing,
+                };
+                self.calls.push(effect);
+            }
+            let call = PendingCall {
+                land_at_ms: given_up,
+                node,
+                incarnation,
+                action,
+                failure,
+                heard: Heard::GivenUp,
+            };
+            self.calls.push(call);
+            return;
+        }
+        let call = PendingCall {
+            land_at_ms: self.now_ms + latency_ms,
+            node,
+            incarnation,
+            action,
+            failure,
+            heard: Heard::Result,
+        };
         if latency_ms == 0 {
             self.land_or_hold(call);
         } else {
             self.calls.push(call);
         }
+    }
+
+    /// After a follow: the calls in flight that the node's view now fences
+    /// (`NodeDriver::poll_stale_calls`) are cancelled, as the agent aborts their tasks
+    /// (`runner/stale.rs`): the call never lands; it may have reached the provider first (it
+    /// acts now); the node records it in doubt. A call whose deadline already passed is left to
+    /// land as given up.
+    pub(super) fn cancel_stale_calls(&mut self, node: usize) {
+        let incarnation = self.nodes[node].incarnation;
+        for stale in self.nodes[node].driver.poll_stale_calls() {
+            let Some(position) = self.calls.iter().position(|c| {
+                c.node == node
+                    && c.incarnation == incarnation
+                    && c.heard == Heard::Result
+                    && c.action.idempotency_key == stale.idempotency_key
+            }) else {
+                continue;
+            };
+            let call = self.calls.remove(position);
+            self.calls_in_doubt += 1;
+            if call.failure.is_none() && self.rng.random_bool(IN_DOUBT_ACTED_CHANCE) {
+                self.take_effect(&call);
+            }
+            let detail = format!(
+                "cancelled in flight: the view fenced it ({}); the provider may have acted",
+                stale.reason
+            );
+            self.report(node, |driver| driver.handle_in_doubt_result(&call.action.idempotency_key, &detail));
+        }
+    }
+
+    /// The provider acts on a call whose result the node does not hear.
+    fn take_effect(&mut self, call: &PendingCall) {
+        let _ = self.provider.execute(&call.action);
+        if call.action.verb == Verb::ProxyArpAdd && !self.nodes[call.node].frozen() {
+            self.fail_closed(call.node);
+        }
+        self.check_provider(call.action.address);
     }
 
     /// The agent's `garpRefresh` (and keepalived's MASTER-again burst) after each execute pass:
@@ -104,8 +184,6 @@ impl World {
         }
     }
 
-    /// The call completes: its effect (unless it failed), the result to the node, and the
-    /// `action-result` event to the log.
     /// Lands a call that takes no time now, or, while an execute pass is being issued, once every
     /// call of the pass went out ([`World::land_issued`]): the agent spawns a pass's calls right
     /// after their gates and handles their results only later, so no result of the pass lands
@@ -125,7 +203,24 @@ impl World {
         }
     }
 
+    /// The call completes: its effect (unless it failed), the result to the node, and the
+    /// `action-result` event to the log. A call given up at its deadline is reported in doubt
+    /// (the provider did not act by then); the late effect of one reaches the provider only.
     pub(super) fn land(&mut self, call: PendingCall) {
+        match call.heard {
+            Heard::Nothing => return self.take_effect(&call),
+            Heard::GivenUp => {
+                if self.nodes[call.node].incarnation == call.incarnation {
+                    self.calls_in_doubt += 1;
+                    let detail = format!("no answer within its deadline ({CALL_DEADLINE_MS} ms)");
+                    self.report(call.node, |driver| {
+                        driver.handle_in_doubt_result(&call.action.idempotency_key, &detail)
+                    });
+                }
+                return;
+            }
+            Heard::Result => {}
+        }
         let (outcome, detail) = match call.failure {
             Some(why) => (ActionOutcome::Failed, why.to_owned()),
             None => match self.provider.execute(&call.action) {
@@ -144,13 +239,23 @@ impl World {
             return;
         }
         let key = call.action.idempotency_key.clone();
-        if self.nodes[node].driver.handle_result(&key, outcome, detail).is_err() {
-            // A result for an entry no longer in flight (a duplicate) is ignored by the engine.
+        self.report(node, |driver| driver.handle_result(&key, outcome, detail));
+    }
+
+    /// Tells the node's driver what became of a call (`handle`), then appends what it reports:
+    /// lost while cut off (the outbox of results reports it again later), late or twice as the
+    /// seed draws. A result for an entry no longer in flight (a duplicate) is ignored by the
+    /// engine, and nothing is appended.
+    fn report<E>(
+        &mut self,
+        node: usize,
+        handle: impl FnOnce(&mut NodeDriver<LossyJournalStore>) -> Result<(), E>,
+    ) {
+        if handle(&mut self.nodes[node].driver).is_err() {
             return;
         }
         while let Some(kind) = self.nodes[node].driver.poll_append() {
             if self.nodes[node].cut_off() {
-                // Lost with the partition; the outbox of results reports it again later.
                 continue;
             }
             let event = Event { at_ms: self.stamp(node), kind };
