@@ -261,24 +261,178 @@ pub enum JournalChange {
     },
 }
 
+/// A change that breaks the journal's rules: what [`check_change`] finds. The engine's memory
+/// ([`DurableNodeState::apply`]) treats it as a bug and panics; a store refuses the commit with
+/// it (`tenure::store`'s rows: the store is inconsistent).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JournalRuleError {
+    /// An appended entry's sequence number does not grow.
+    #[error("appended entry {seq} does not follow the last sequence number {last}")]
+    SeqNotAfter {
+        /// The appended entry's.
+        seq: u64,
+        /// The last one given.
+        last: u64,
+    },
+    /// A state change of an entry the journal does not hold.
+    #[error("set-state of entry {seq}, which the journal does not hold")]
+    SetStateOfMissing {
+        /// The entry.
+        seq: u64,
+    },
+    /// A final state left but as [`EntryState::may_become`] allows.
+    #[error("entry {seq} would leave its final state `{from}` for `{to}`")]
+    FinalStateLeft {
+        /// The entry.
+        seq: u64,
+        /// Its state.
+        from: &'static str,
+        /// The state asked for.
+        to: &'static str,
+    },
+    /// An execution order that does not grow.
+    #[error("entry {seq}'s execution order {executed} does not follow {last}")]
+    ExecutionOrder {
+        /// The entry.
+        seq: u64,
+        /// Its execution order.
+        executed: u64,
+        /// The last one given.
+        last: u64,
+    },
+    /// An attempt of an entry the journal does not hold.
+    #[error("an attempt of entry {seq}, which the journal does not hold")]
+    AttemptOfMissing {
+        /// The entry.
+        seq: u64,
+    },
+    /// An attempt of a finished entry.
+    #[error("an attempt of entry {seq}, which is `{state}` (only an open entry is called)")]
+    AttemptOfFinished {
+        /// The entry.
+        seq: u64,
+        /// Its state.
+        state: &'static str,
+    },
+    /// Compaction of an entry still open.
+    #[error("compaction of entry {seq}, which is still `{state}`")]
+    CompactionOfOpen {
+        /// The entry.
+        seq: u64,
+        /// Its state.
+        state: &'static str,
+    },
+    /// Compaction of an entry the journal does not hold.
+    #[error("compaction of entry {seq}, which it does not hold")]
+    CompactionOfMissing {
+        /// The entry.
+        seq: u64,
+    },
+}
+
+/// The journal as a change finds it: what [`check_change`] reads.
+pub struct JournalFacts<'a> {
+    /// The highest sequence number given so far.
+    pub last_seq: u64,
+    /// The last execution order given so far.
+    pub executions: u64,
+    /// The entry under a sequence number, `None` where the journal does not hold it (asked only
+    /// for the entries the change names: [`JournalChange::named_seqs`]).
+    pub entry: &'a dyn Fn(u64) -> Option<&'a JournalEntry>,
+}
+
+/// The journal's rules, the one place they are written (SPEC 6, 13): sequence numbers only grow;
+/// a final state is left only as [`EntryState::may_become`] allows; execution order only grows;
+/// only an open entry is handed out for a call; only finished entries are compacted; a change
+/// names only entries the journal holds. High-water marks are raised by taking maxima, so a
+/// raise cannot break a rule. The engine's memory and every store apply a change only after it
+/// passed here.
+pub fn check_change(change: &JournalChange, facts: &JournalFacts<'_>) -> Result<(), JournalRuleError> {
+    match change {
+        JournalChange::Append(entry) => {
+            if entry.seq <= facts.last_seq {
+                return Err(JournalRuleError::SeqNotAfter { seq: entry.seq, last: facts.last_seq });
+            }
+        }
+        JournalChange::SetState { seq, state, executed_seq, .. } => {
+            let entry = (facts.entry)(*seq).ok_or(JournalRuleError::SetStateOfMissing { seq: *seq })?;
+            if !entry.state.may_become(*state) {
+                return Err(JournalRuleError::FinalStateLeft {
+                    seq: *seq,
+                    from: entry.state.as_str(),
+                    to: state.as_str(),
+                });
+            }
+            if let Some(executed) = executed_seq
+                && *executed <= facts.executions
+            {
+                return Err(JournalRuleError::ExecutionOrder {
+                    seq: *seq,
+                    executed: *executed,
+                    last: facts.executions,
+                });
+            }
+        }
+        JournalChange::Attempt { seq, .. } => {
+            let entry = (facts.entry)(*seq).ok_or(JournalRuleError::AttemptOfMissing { seq: *seq })?;
+            if !entry.state.is_open() {
+                return Err(JournalRuleError::AttemptOfFinished { seq: *seq, state: entry.state.as_str() });
+            }
+        }
+        JournalChange::Compact { seqs } => {
+            for seq in seqs {
+                match (facts.entry)(*seq) {
+                    None => return Err(JournalRuleError::CompactionOfMissing { seq: *seq }),
+                    Some(entry) if entry.state.is_open() => {
+                        return Err(JournalRuleError::CompactionOfOpen {
+                            seq: *seq,
+                            state: entry.state.as_str(),
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        JournalChange::RaiseHighWater { .. } => {}
+    }
+    Ok(())
+}
+
+impl JournalChange {
+    /// The sequence numbers of the entries this change names, in order (what [`check_change`]
+    /// asks [`JournalFacts::entry`] for): none for an append or a raise.
+    #[must_use]
+    pub fn named_seqs(&self) -> &[u64] {
+        match self {
+            Self::SetState { seq, .. } | Self::Attempt { seq, .. } => std::slice::from_ref(seq),
+            Self::Compact { seqs } => seqs,
+            Self::Append(_) | Self::RaiseHighWater { .. } => &[],
+        }
+    }
+}
+
 impl DurableNodeState {
-    /// Applies one change. Asserts the journal's invariants on the way (a key is journaled once
-    /// under a fresh sequence number, a final state is never left but as
-    /// [`EntryState::may_become`] allows, execution order and high-water marks never go down,
-    /// only finished entries are compacted).
+    /// Applies one change. Panics on a change that breaks the journal's rules
+    /// ([`check_change`]): the engine never makes one.
     pub fn apply(&mut self, change: &JournalChange) {
+        let entries = &self.entries;
+        let facts = JournalFacts {
+            last_seq: self.last_seq,
+            executions: self.executions,
+            entry: &|seq| entries.get(&seq),
+        };
+        if let Err(broken) = check_change(change, &facts) {
+            panic!("the engine broke a journal rule: {broken}");
+        }
         match change {
             JournalChange::Append(entry) => {
-                assert!(entry.seq > self.last_seq, "sequence numbers only grow");
                 self.last_seq = entry.seq;
                 self.entries.insert(entry.seq, entry.clone());
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
-                let entry = self.entries.get_mut(seq).expect("the engine changes only entries it holds");
-                assert!(entry.state.may_become(*state), "a final state is never left: {:?}", entry.state);
+                let entry = self.entries.get_mut(seq).expect("checked: the journal holds it");
                 entry.set_state(*state, detail.as_deref(), *executed_seq);
                 if let Some(executed) = executed_seq {
-                    assert!(*executed > self.executions, "execution order only grows");
                     self.executions = *executed;
                 }
             }
@@ -292,17 +446,12 @@ impl DurableNodeState {
                 self.high_water.raise(pool, *address, capture_domain, *capture_epoch, *ownership_epoch);
             }
             JournalChange::Attempt { seq, at_ms, wall_ms } => {
-                let entry = self.entries.get_mut(seq).expect("the engine changes only entries it holds");
-                assert!(entry.state.is_open(), "only an open entry is handed out: {:?}", entry.state);
+                let entry = self.entries.get_mut(seq).expect("checked: the journal holds it");
                 entry.record_attempt(*at_ms, *wall_ms);
             }
             JournalChange::Compact { seqs } => {
                 for seq in seqs {
-                    let removed = self.entries.remove(seq);
-                    assert!(
-                        removed.is_some_and(|e| !e.state.is_open()),
-                        "only finished entries are compacted"
-                    );
+                    self.entries.remove(seq);
                 }
             }
         }
@@ -360,6 +509,83 @@ impl JournalStore for MemoryJournalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{CaptureDomain, Verb};
+
+    fn entry(seq: u64, state: EntryState) -> JournalEntry {
+        let action = StampedAction::new(
+            "edge",
+            "10.0.0.10".parse().expect("an address"),
+            Verb::AssignSecondaryIp,
+            "a",
+            "sim1",
+            "eni-a",
+            CaptureDomain::new("sim1", "g1"),
+            CaptureEpoch::from_stored(1),
+            OwnershipEpoch::from_stored(1),
+        );
+        JournalEntry { seq, action, state, detail: None, executed_seq: None, attempts: Attempts::default() }
+    }
+
+    fn set_state(seq: u64, state: EntryState, executed_seq: Option<u64>) -> JournalChange {
+        JournalChange::SetState { seq, state, detail: None, executed_seq }
+    }
+
+    /// Every rule, as a store refuses it (the message a store reports) and as memory takes it.
+    #[test]
+    fn each_journal_rule_refuses_what_breaks_it_and_takes_what_keeps_it() {
+        let open = entry(4, EntryState::Approved);
+        let done = entry(5, EntryState::Executed);
+        let entries = [&open, &done];
+        let lookup = |seq: u64| entries.iter().copied().find(|e| e.seq == seq);
+        let facts = JournalFacts { last_seq: 5, executions: 2, entry: &lookup };
+        let check = |change: &JournalChange| check_change(change, &facts).map_err(|e| e.to_string());
+        let refused = [
+            (
+                JournalChange::Append(entry(5, EntryState::Pending)),
+                "appended entry 5 does not follow the last sequence number 5",
+            ),
+            (
+                set_state(9, EntryState::Executed, Some(3)),
+                "set-state of entry 9, which the journal does not hold",
+            ),
+            (
+                set_state(5, EntryState::Approved, None),
+                "entry 5 would leave its final state `executed` for `approved`",
+            ),
+            (set_state(4, EntryState::Executed, Some(2)), "entry 4's execution order 2 does not follow 2"),
+            (
+                JournalChange::Attempt { seq: 9, at_ms: 1, wall_ms: None },
+                "an attempt of entry 9, which the journal does not hold",
+            ),
+            (
+                JournalChange::Attempt { seq: 5, at_ms: 1, wall_ms: None },
+                "an attempt of entry 5, which is `executed` (only an open entry is called)",
+            ),
+            (JournalChange::Compact { seqs: vec![5, 4] }, "compaction of entry 4, which is still `approved`"),
+            (JournalChange::Compact { seqs: vec![5, 9] }, "compaction of entry 9, which it does not hold"),
+        ];
+        for (change, message) in refused {
+            assert_eq!(check(&change), Err(message.to_owned()), "{change:?}");
+        }
+        let kept = [
+            JournalChange::Append(entry(6, EntryState::Pending)),
+            set_state(4, EntryState::Executed, Some(3)),
+            JournalChange::Attempt { seq: 4, at_ms: 1, wall_ms: None },
+            JournalChange::Compact { seqs: vec![5] },
+        ];
+        for change in kept {
+            assert_eq!(check(&change), Ok(()), "{change:?}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "the engine broke a journal rule: entry 1 would leave its final state")]
+    fn memory_panics_on_a_broken_rule() {
+        let mut state = DurableNodeState::default();
+        state.apply(&JournalChange::Append(entry(1, EntryState::Approved)));
+        state.apply(&set_state(1, EntryState::Executed, Some(1)));
+        state.apply(&set_state(1, EntryState::Approved, None));
+    }
 
     #[test]
     fn only_the_gates_own_marks_are_calls_in_flight() {

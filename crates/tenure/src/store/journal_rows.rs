@@ -3,11 +3,11 @@
 //!
 //! Rows, not a change log: an entry is one row rewritten when its state changes and removed when
 //! compacted, a high-water mark one row per (pool, address, capture domain) raised in place, so
-//! the store stays as large as the journal, not as its history. The checks of
-//! [`DurableNodeState::apply`] are made on the rows (a sequence number that grows, no final state
-//! left but for a retry, execution order that grows, attempts only of open entries, only
-//! finished entries compacted), returning
-//! [`StoreError::Inconsistent`] where the in-memory state would assert.
+//! the store stays as large as the journal, not as its history. Every change passes the
+//! journal's rules first ([`check_change`], the one place they are written: a sequence number
+//! that grows, no final state left but for a retry, execution order that grows, attempts only of
+//! open entries, only finished entries compacted) against the rows, and is refused with
+//! [`StoreError::Inconsistent`] where the in-memory state would panic.
 //!
 //! Loading rebuilds the marks row by row with [`HighWater::raise`], which takes maxima, so the
 //! marks loaded are the ones written whatever the order (their codec form is equal; the
@@ -19,7 +19,7 @@ use std::path::Path;
 use redb::{ReadableTable, Table, WriteTransaction};
 use tenure_core::codec;
 use tenure_core::fence::HighWater;
-use tenure_core::journal::{DurableNodeState, JournalChange, JournalEntry};
+use tenure_core::journal::{DurableNodeState, JournalChange, JournalEntry, JournalFacts, check_change};
 
 use super::StoreError;
 use super::identity::encode_record;
@@ -76,38 +76,30 @@ impl<'txn> JournalTables<'txn> {
         counters: &mut Counters,
     ) -> Result<(), StoreError> {
         let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
-        let inconsistent = |reason: String| StoreError::Inconsistent { node: node.to_owned(), reason };
         let rejected = |source| StoreError::Rejected { node: node.to_owned(), source };
+        // The entries the change names, read once: checked by the journal's rules (the one place
+        // they are written: `tenure_core::journal::check_change`), then changed.
+        let mut named = Vec::with_capacity(change.named_seqs().len());
+        for seq in change.named_seqs() {
+            named.push((*seq, self.entry(path, node, *seq)?));
+        }
+        let lookup = |seq: u64| named.iter().find(|(s, _)| *s == seq).and_then(|(_, entry)| entry.as_ref());
+        let facts =
+            JournalFacts { last_seq: counters.last_seq, executions: counters.executions, entry: &lookup };
+        check_change(change, &facts).map_err(|broken| StoreError::Inconsistent {
+            node: node.to_owned(),
+            reason: broken.to_string(),
+        })?;
         match change {
             JournalChange::Append(entry) => {
-                if entry.seq <= counters.last_seq {
-                    return Err(inconsistent(format!(
-                        "appended entry {} does not follow the last sequence number {}",
-                        entry.seq, counters.last_seq
-                    )));
-                }
                 let bytes = codec::encode_journal_entry(entry).map_err(rejected)?;
                 self.entries.insert((node, entry.seq), bytes.as_slice()).map_err(storage)?;
                 counters.last_seq = entry.seq;
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
-                let mut entry = self.entry(path, node, *seq)?.ok_or_else(|| {
-                    inconsistent(format!("set-state of entry {seq}, which the journal does not hold"))
-                })?;
-                if !entry.state.may_become(*state) {
-                    return Err(inconsistent(format!(
-                        "entry {seq} would leave its final state `{}` for `{}`",
-                        entry.state.as_str(),
-                        state.as_str()
-                    )));
-                }
+                let mut entry =
+                    named.pop().and_then(|(_, entry)| entry).expect("checked: the journal holds it");
                 if let Some(executed) = executed_seq {
-                    if *executed <= counters.executions {
-                        return Err(inconsistent(format!(
-                            "entry {seq}'s execution order {executed} does not follow {}",
-                            counters.executions
-                        )));
-                    }
                     counters.executions = *executed;
                 }
                 entry.set_state(*state, detail.as_deref(), *executed_seq);
@@ -115,15 +107,8 @@ impl<'txn> JournalTables<'txn> {
                 self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
             }
             JournalChange::Attempt { seq, at_ms, wall_ms } => {
-                let mut entry = self.entry(path, node, *seq)?.ok_or_else(|| {
-                    inconsistent(format!("an attempt of entry {seq}, which the journal does not hold"))
-                })?;
-                if !entry.state.is_open() {
-                    return Err(inconsistent(format!(
-                        "an attempt of entry {seq}, which is `{}` (only an open entry is called)",
-                        entry.state.as_str()
-                    )));
-                }
+                let mut entry =
+                    named.pop().and_then(|(_, entry)| entry).expect("checked: the journal holds it");
                 entry.record_attempt(*at_ms, *wall_ms);
                 let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
                 self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
@@ -156,22 +141,7 @@ impl<'txn> JournalTables<'txn> {
             }
             JournalChange::Compact { seqs } => {
                 for seq in seqs {
-                    match self.entry(path, node, *seq)? {
-                        Some(entry) if !entry.state.is_open() => {
-                            self.entries.remove((node, *seq)).map_err(storage)?;
-                        }
-                        Some(entry) => {
-                            return Err(inconsistent(format!(
-                                "compaction of entry {seq}, which is still `{}`",
-                                entry.state.as_str()
-                            )));
-                        }
-                        None => {
-                            return Err(inconsistent(format!(
-                                "compaction of entry {seq}, which it does not hold"
-                            )));
-                        }
-                    }
+                    self.entries.remove((node, *seq)).map_err(storage)?;
                 }
             }
         }
