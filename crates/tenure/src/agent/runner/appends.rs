@@ -90,8 +90,8 @@ impl<S: AgentStore> Agent<S> {
 
     /// Appends what is queued (the first heartbeats, keepalived's state, inventory news) and
     /// every node's outbox (action results). A batch whose append failed goes first, alone and
-    /// unchanged (so it lands once); while it does not land, nothing else is appended (the
-    /// heartbeat thread waits too: [`Self::turned`]).
+    /// unchanged (so it lands once); while it does not land, nothing else of the loop is
+    /// appended (the heartbeat thread goes on: [`AgentStore::append_heartbeats`]).
     pub(super) fn flush_appends(&mut self) {
         if self.store_failed.is_none()
             && let Some(reason) = self.beat.failure()
