@@ -1,7 +1,9 @@
 //! The fleet store's appends on a real 3-member etcd cluster (`scripts/etcd-cluster`): a batch
 //! of the loop that is appended again after its answer was lost lands once, also when a snapshot
-//! deleted its key before the retry and heartbeats landed in between (they go on while the loop
-//! holds a failed batch). A cluster that cannot start fails the test, it never skips.
+//! deleted its key before the retry and appends that are not retried landed in between:
+//! heartbeats (they go on while the loop holds a failed batch) and an operator's request (one
+//! whose answer was lost may land late). A cluster that cannot start fails the test, it never
+//! skips.
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
@@ -66,7 +68,7 @@ fn heartbeat(at_ms: u64) -> Vec<Event> {
 }
 
 #[test]
-fn a_retried_batch_lands_once_though_heartbeats_landed_and_a_snapshot_deleted_its_key() {
+fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_appends_landed() {
     let cluster = Cluster::start("fleet-append", 30400);
     let dir = std::env::temp_dir().join(format!("tenure-test-fleet-append-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -103,14 +105,19 @@ fn a_retried_batch_lands_once_though_heartbeats_landed_and_a_snapshot_deleted_it
         .next()
         .expect("the batch's key");
     // Meanwhile the heartbeat thread goes on appending.
-    let mut newest = None;
     for at_ms in 2_000..2_003 {
-        newest = store.append_heartbeats(&heartbeat(at_ms)).expect("a heartbeat is appended").last().copied();
+        store.append_heartbeats(&heartbeat(at_ms)).expect("a heartbeat is appended");
     }
-    let newest = newest.expect("heartbeats appended");
+    // And an operator's request (a drain), appended after the batch: say it was sent before the
+    // batch, its answer lost, and it landed late.
+    store
+        .append_unretried(&[Event { at_ms: 2_500, kind: EventKind::Drain { node: "a".into() } }])
+        .expect("the request is appended");
+    let appended = store.append_heartbeats(&heartbeat(2_600)).expect("a heartbeat is appended");
+    let newest = *appended.last().expect("one index");
     wait_for("the replica applied the heartbeats", || store.log().head().ok().flatten() >= Some(newest));
     // A snapshot up to the last heartbeat deletes every batch, the loop's too.
-    store.write_snapshot(newest, 5, b"not read in this test".to_vec()).expect("a snapshot is written");
+    store.write_snapshot(newest, 7, b"not read in this test".to_vec()).expect("a snapshot is written");
     wait_for("the snapshot deleted the log's batches", || {
         etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/log/")).is_empty()
     });

@@ -53,7 +53,11 @@ impl<S: AgentStore> Agent<S> {
 
     pub(super) fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
         self.slow.append();
-        match self.store.append_batch(&events) {
+        // Only a batch kept for a retry is appended as one: a request's events, not retried, must
+        // not hide a kept batch from its retry ([`AgentStore::append_unretried`]).
+        let appended =
+            if keep { self.store.append_batch(&events) } else { self.store.append_unretried(&events) };
+        match appended {
             Ok(indices) => {
                 self.summary.appended += events.len() as u64;
                 self.identity_dirty = true;

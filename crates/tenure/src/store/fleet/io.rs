@@ -96,9 +96,11 @@ pub(crate) enum Retry {
     /// The writer key names each one appended, so a retry whose first try committed finds it
     /// even after a snapshot deleted its key.
     SameBatch,
-    /// Heartbeats: a failed one is never sent again (the thread sends fresh ones at the next
-    /// interval). The writer key is neither compared nor put: it keeps naming the loop's last
-    /// batch, whatever heartbeats land before that batch's retry.
+    /// Heartbeats, an operator's request, the pool files' events: a failed one is never sent
+    /// again as it was (the heartbeat thread sends fresh ones at the next interval; the caller
+    /// is told). The writer key is neither compared nor put: it keeps naming the loop's last
+    /// batch, whatever of these lands before that batch's retry (also one that lands late,
+    /// after its own answer was lost).
     Never,
 }
 
@@ -582,7 +584,8 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
 /// and puts the writer key; a writer key that is gone (deleted by hand: the compare on its value
 /// then fails whatever it holds) is created again, empty, and the append tried once more. A
 /// heartbeat ([`Retry::Never`]) leaves the key alone: it is never tried again as the same batch,
-/// and moving the key would lose the name a held batch of the loop is found by.
+/// and moving the key would lose the name a held batch of the loop is found by (an operator's
+/// request or the pool files' events, not retried either, append the same way).
 async fn append(
     client: &mut Client,
     keys: &Keys,

@@ -766,6 +766,10 @@ impl AgentStore for EtcdStore {
         self.append_events(events, true, Retry::SameBatch)
     }
 
+    fn append_unretried(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_events(events, true, Retry::Never)
+    }
+
     /// Without syncing the journal (a heartbeat reports no result), and leaving this process's
     /// writer key alone ([`Retry::Never`]): heartbeats may land while a failed batch of the loop
     /// waits for its retry, which still finds that batch by the key.
