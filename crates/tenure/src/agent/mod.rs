@@ -91,9 +91,21 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// far: group commit).
     fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError>;
 
+    /// Appends events that are not appended again if this fails (an operator's request, the pool
+    /// files' events: the caller is told; a request sent again is a new batch). A store may skip
+    /// what only a retried batch needs (the fleet store leaves its writer key alone, as for
+    /// [heartbeats](Self::append_heartbeats): one landing after its answer was lost must not
+    /// hide a held batch of the loop from that batch's retry).
+    fn append_unretried(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_batch(events)
+    }
+
     /// Appends heartbeats, from the heartbeat thread (`runner/heartbeat.rs`), while the loop may
-    /// be appending too. A store may skip what only the loop's batches need (the fleet store does
-    /// not sync the local journal first: a heartbeat reports no result).
+    /// be appending too, or holding a failed batch for its retry. A store may skip what only the
+    /// loop's batches need (the fleet store does not sync the local journal first: a heartbeat
+    /// reports no result); a store that [retries appends](Self::retries_appends) must append
+    /// them so that a held batch's retry still lands once (the fleet store leaves its writer key
+    /// alone: a heartbeat is never retried as the same batch).
     fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
         self.append_batch(events)
     }

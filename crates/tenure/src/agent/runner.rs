@@ -139,7 +139,8 @@ struct Agent<S: AgentStore> {
     /// Why the heartbeat thread's last append failed, as the loop saw it at its last step (so
     /// that health turns ok only once a step followed the log past the heartbeat that landed).
     heartbeat_failure: Option<String>,
-    /// A batch whose append failed and is retried, alone and as it was, before anything else.
+    /// A batch whose append failed and is retried, alone and as it was, before anything else of
+    /// the loop (heartbeats go on: [`AgentStore::append_heartbeats`]).
     unappended: Option<Vec<Event>>,
     /// Why the last head confirmation failed (fail-closed): cleared by the next that succeeds.
     head_failure: Option<String>,
@@ -694,11 +695,10 @@ impl<S: AgentStore> Agent<S> {
         self.store_failed.get_or_insert(reason);
     }
 
-    /// Tells the heartbeat thread the loop turned: which nodes beat (not a frozen one), and
-    /// whether a failed batch waits for its retry.
+    /// Tells the heartbeat thread the loop turned: which nodes beat (not a frozen one).
     fn turned(&self) {
         let nodes = self.drivers.iter().filter(|d| !d.is_paused()).map(|d| d.name().to_owned()).collect();
-        self.beat.turned(nodes, self.unappended.is_some());
+        self.beat.turned(nodes);
     }
 
     fn record_highest_token(&mut self) {

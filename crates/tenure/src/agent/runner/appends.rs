@@ -53,7 +53,11 @@ impl<S: AgentStore> Agent<S> {
 
     pub(super) fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
         self.slow.append();
-        match self.store.append_batch(&events) {
+        // Only a batch kept for a retry is appended as one: a request's events, not retried, must
+        // not hide a kept batch from its retry ([`AgentStore::append_unretried`]).
+        let appended =
+            if keep { self.store.append_batch(&events) } else { self.store.append_unretried(&events) };
+        match appended {
             Ok(indices) => {
                 self.summary.appended += events.len() as u64;
                 self.identity_dirty = true;
@@ -90,8 +94,8 @@ impl<S: AgentStore> Agent<S> {
 
     /// Appends what is queued (the first heartbeats, keepalived's state, inventory news) and
     /// every node's outbox (action results). A batch whose append failed goes first, alone and
-    /// unchanged (so it lands once); while it does not land, nothing else is appended (the
-    /// heartbeat thread waits too: [`Self::turned`]).
+    /// unchanged (so it lands once); while it does not land, nothing else of the loop is
+    /// appended (the heartbeat thread goes on: [`AgentStore::append_heartbeats`]).
     pub(super) fn flush_appends(&mut self) {
         if self.store_failed.is_none()
             && let Some(reason) = self.beat.failure()

@@ -10,9 +10,8 @@
 //!
 //! What the thread may not decide alone, the loop tells it ([`Beat`]):
 //! - which of the agent's nodes beat (a frozen node does not: `Control::FreezeAfterReconcile`);
-//! - that nothing may be appended now: the store failed or was refused, the agent is shutting
-//!   down, or a batch whose append failed waits for its retry (it must land alone and as it
-//!   was, before anything else of this process: `runner.rs`, `unappended`);
+//! - that nothing may be appended now: the store failed or was refused, or the agent is
+//!   shutting down;
 //! - that the loop still turns. A loop that has not turned for [`LOOP_STALL_MAX`] (wedged, not
 //!   merely busy) gets no more heartbeats: its nodes fail over, as an operator expects of an
 //!   agent that stopped working. Safety never depended on this: every action is fenced.
@@ -20,6 +19,9 @@
 //! Heartbeats are stamped by the same [`Stamper`] as every other event of the agent (the
 //! clock-lead rule, stamps only rise). A heartbeat append that fails is not retried: the next
 //! interval's heartbeat replaces it. After one lands, the loop is woken to follow the log.
+//! Heartbeats go on while a batch of the loop whose append failed waits for its retry
+//! (`appends.rs`, `unappended`): the store appends them so that the retry still lands once
+//! ([`AgentStore::append_heartbeats`]; the fleet store leaves its writer key alone).
 
 use std::sync::mpsc::{self as std_mpsc, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -54,8 +56,6 @@ struct State {
     nodes: Vec<String>,
     /// Nothing more is appended: shutting down, or the store failed.
     stopped: bool,
-    /// A failed batch of the loop waits for its retry: nothing else is appended meanwhile.
-    holding: bool,
     /// When the loop last turned (this host's monotonic clock, not the runtime's: a paused
     /// test clock must not make a loop look stalled or alive).
     turned_at: StdInstant,
@@ -80,7 +80,6 @@ impl Beat {
             state: Mutex::new(State {
                 nodes: Vec::new(),
                 stopped: false,
-                holding: false,
                 turned_at: StdInstant::now(),
                 stall_said: false,
                 appended: 0,
@@ -97,9 +96,8 @@ impl Beat {
         lock(&self.stamper)
     }
 
-    /// The loop turned: it is alive, `nodes` beat, and `holding` says whether a failed batch
-    /// waits for its retry.
-    pub(super) fn turned(&self, nodes: Vec<String>, holding: bool) {
+    /// The loop turned: it is alive, and `nodes` beat.
+    pub(super) fn turned(&self, nodes: Vec<String>) {
         let mut state = lock(&self.state);
         state.turned_at = StdInstant::now();
         if state.stall_said {
@@ -107,7 +105,6 @@ impl Beat {
             state.stall_said = false;
         }
         state.nodes = nodes;
-        state.holding = holding;
     }
 
     /// No heartbeat from now on (shutting down, or the store failed).
@@ -134,7 +131,7 @@ impl Beat {
     fn due(&self, now: StdInstant) -> Option<Vec<Event>> {
         let nodes = {
             let mut state = lock(&self.state);
-            if state.stopped || state.holding || state.failure.is_some() || state.nodes.is_empty() {
+            if state.stopped || state.failure.is_some() || state.nodes.is_empty() {
                 return None;
             }
             let quiet = now.saturating_duration_since(state.turned_at);
@@ -261,10 +258,10 @@ mod tests {
     }
 
     #[test]
-    fn only_the_nodes_the_loop_names_beat_and_never_while_held_stopped_or_stalled() {
+    fn only_the_nodes_the_loop_names_beat_and_never_while_stopped_or_stalled() {
         let beat = beat();
         assert!(beat.due(StdInstant::now()).is_none(), "no node named yet");
-        beat.turned(vec!["a".into(), "b".into()], false);
+        beat.turned(vec!["a".into(), "b".into()]);
         let events = beat.due(StdInstant::now()).expect("due");
         let nodes: Vec<_> = events
             .iter()
@@ -278,9 +275,7 @@ mod tests {
         let later = beat.due(StdInstant::now()).expect("due");
         assert!(later[0].at_ms > events[0].at_ms, "stamps rise");
 
-        beat.turned(vec!["a".into()], true);
-        assert!(beat.due(StdInstant::now()).is_none(), "a failed batch waits for its retry");
-        beat.turned(vec!["a".into()], false);
+        beat.turned(vec!["a".into()]);
         assert!(beat.due(StdInstant::now() + LOOP_STALL_MAX + Duration::from_secs(1)).is_none(), "stalled");
         assert!(beat.due(StdInstant::now()).is_some(), "not stalled as of now");
         beat.stop();
@@ -290,7 +285,7 @@ mod tests {
     #[test]
     fn a_failed_heartbeat_is_reported_and_a_store_that_does_not_retry_takes_nothing_more() {
         let beat = beat();
-        beat.turned(vec!["a".into()], false);
+        beat.turned(vec!["a".into()]);
         beat.appended_or_not(1, Err(LogError::Unavailable { reason: "etcd down".into() }));
         assert!(beat.last_error().is_some_and(|e| e.contains("etcd down")));
         assert!(beat.failure().is_none(), "a store that retries is not failed by it");
@@ -298,7 +293,7 @@ mod tests {
         assert_eq!((beat.last_error(), beat.appended()), (None, 1));
 
         let strict = Beat::new(Stamper::new(PeerClocks::new(Duration::ZERO, Duration::ZERO)), false);
-        strict.turned(vec!["a".into()], false);
+        strict.turned(vec!["a".into()]);
         strict.appended_or_not(1, Err(LogError::Unavailable { reason: "commit failed".into() }));
         assert!(strict.failure().is_some());
         assert!(strict.due(StdInstant::now()).is_none());

@@ -88,15 +88,33 @@ pub(crate) enum Appended {
 /// Sees the first head read; a reason refuses the log (the binding does not match).
 pub(crate) type Refuse = Box<dyn FnOnce(&HeadRead) -> Option<String> + Send>;
 
+/// Whether a batch is appended again, unchanged, when its append failed: what decides whether
+/// its transaction compares and puts this process's writer key (see [`append`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The loop's batches: a failed one is kept and appended again as it was until it lands.
+    /// The writer key names each one appended, so a retry whose first try committed finds it
+    /// even after a snapshot deleted its key.
+    SameBatch,
+    /// Heartbeats, an operator's request, the pool files' events: a failed one is never sent
+    /// again as it was (the heartbeat thread sends fresh ones at the next interval; the caller
+    /// is told). The writer key is neither compared nor put: it keeps naming the loop's last
+    /// batch, whatever of these lands before that batch's retry (also one that lands late,
+    /// after its own answer was lost).
+    Never,
+}
+
 /// A request to the I/O thread; each answers on its own channel.
 pub(crate) enum Command {
     /// Put one batch under `key` unless it is there already (a retried append whose first
-    /// answer was lost) or this process's writer key names it already (a snapshot deleted it
-    /// since), and only while etcd's head is still the one `anchor` saw (see [`append`]).
+    /// answer was lost) or, for a batch retried as it was ([`Retry::SameBatch`]), this
+    /// process's writer key names it already (a snapshot deleted it since), and only while
+    /// etcd's head is still the one `anchor` saw (see [`append`]).
     Append {
         key: String,
         value: Vec<u8>,
         anchor: Anchor,
+        retry: Retry,
         reply: std_mpsc::SyncSender<Result<Appended, String>>,
     },
     /// Deletes this process's writer key (a clean stop).
@@ -217,11 +235,18 @@ impl Io {
 
     /// Puts one batch (see [`Command::Append`]), waiting at most the request timeout and a
     /// margin (the client's own timeout answers first).
-    pub(crate) fn append(&self, key: String, value: Vec<u8>, anchor: Anchor) -> Result<Appended, String> {
+    pub(crate) fn append(
+        &self,
+        key: String,
+        value: Vec<u8>,
+        anchor: Anchor,
+        retry: Retry,
+    ) -> Result<Appended, String> {
         self.call(self.request_timeout + Duration::from_millis(500), |reply| Command::Append {
             key,
             value,
             anchor,
+            retry,
             reply,
         })
     }
@@ -514,8 +539,8 @@ async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<()
 
 async fn answer(mut client: Client, keys: Keys, command: Command) {
     match command {
-        Command::Append { key, value, anchor, reply } => {
-            let _ = reply.send(append(&mut client, &keys, &key, value, &anchor).await);
+        Command::Append { key, value, anchor, retry, reply } => {
+            let _ = reply.send(append(&mut client, &keys, &key, value, &anchor, retry).await);
         }
         Command::ForgetWriter { reply } => {
             let deleted = client
@@ -547,31 +572,37 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
     }
 }
 
-/// Puts one batch under `key` unless it is there already or this process's writer key names it
-/// (see [`Command::Append`]), and only while etcd still holds what `anchor` says this agent
-/// applied: the head created at the same revision and written at or after the anchor, and the
-/// anchor's batch at its revision (or, once a snapshot deleted it, a snapshot covering it: then
-/// tried again without that compare). A log that does not ([`super::check_anchor`]: the prefix
-/// deleted, etcd restored from an older snapshot, also when other writers pushed the restored
-/// log past the anchor) appends nothing and answers [`Appended::WentBack`]: landing there would
-/// write into a log with a lost part. A writer key that is gone (deleted by hand: the compare on
-/// its value then fails whatever it holds) is created again, empty, and the append tried once
-/// more.
+/// Puts one batch under `key` unless it is there already or (a batch retried as it was,
+/// [`Retry::SameBatch`]) this process's writer key names it (see [`Command::Append`]), and only
+/// while etcd still holds what `anchor` says this agent applied: the head created at the same
+/// revision and written at or after the anchor, and the anchor's batch at its revision (or, once
+/// a snapshot deleted it, a snapshot covering it: then tried again without that compare). A log
+/// that does not ([`super::check_anchor`]: the prefix deleted, etcd restored from an older
+/// snapshot, also when other writers pushed the restored log past the anchor) appends nothing
+/// and answers [`Appended::WentBack`]: landing there would write into a log with a lost part.
+/// These checks hold for every batch, heartbeats too. Only a batch retried as it was compares
+/// and puts the writer key; a writer key that is gone (deleted by hand: the compare on its value
+/// then fails whatever it holds) is created again, empty, and the append tried once more. A
+/// heartbeat ([`Retry::Never`]) leaves the key alone: it is never tried again as the same batch,
+/// and moving the key would lose the name a held batch of the loop is found by (an operator's
+/// request or the pool files' events, not retried either, append the same way).
 async fn append(
     client: &mut Client,
     keys: &Keys,
     key: &str,
     value: Vec<u8>,
     anchor: &Anchor,
+    retry: Retry,
 ) -> Result<Appended, String> {
-    let writer = keys.writer.as_str();
+    // This process's writer key, when it names this batch.
+    let writer = (retry == Retry::SameBatch).then_some(keys.writer.as_str());
     let head = keys.head.as_bytes();
     let batch_key = anchor.batch_key();
     let txn = |with_batch: bool| {
-        let mut when = vec![
-            Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
-            Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes()),
-        ];
+        let mut when = vec![Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0)];
+        when.extend(
+            writer.map(|writer| Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes())),
+        );
         if anchor.revision > 0 {
             // An absent head compares as mod revision 0.
             when.push(Compare::mod_revision(head, CompareOp::Greater, anchor.revision - 1));
@@ -582,23 +613,20 @@ async fn append(
         if let Some(batch) = batch_key.filter(|_| with_batch) {
             when.push(Compare::mod_revision(batch, CompareOp::Equal, anchor.revision));
         }
+        let mut then =
+            vec![TxnOp::put(key.as_bytes(), value.clone(), None), TxnOp::put(head, key.as_bytes(), None)];
+        then.extend(writer.map(|writer| TxnOp::put(writer.as_bytes(), key.as_bytes(), None)));
+        // Read back in the same transaction: the head's creation revision.
+        then.push(TxnOp::get(head, None));
         let mut otherwise = vec![
             TxnOp::get(key.as_bytes(), None),
-            TxnOp::get(writer.as_bytes(), None),
+            // Read for a heartbeat too (unused then): every answer keeps its place.
+            TxnOp::get(keys.writer.as_bytes(), None),
             TxnOp::get(head, None),
             TxnOp::get(keys.snapshot.as_bytes(), None),
         ];
         otherwise.extend(batch_key.map(|batch| TxnOp::get(batch, None)));
-        Txn::new()
-            .when(when)
-            .and_then([
-                TxnOp::put(key.as_bytes(), value.clone(), None),
-                TxnOp::put(head, key.as_bytes(), None),
-                TxnOp::put(writer.as_bytes(), key.as_bytes(), None),
-                // Read back in the same transaction: the head's creation revision.
-                TxnOp::get(head, None),
-            ])
-            .or_else(otherwise)
+        Txn::new().when(when).and_then(then).or_else(otherwise)
     };
     let mut with_batch = true;
     let mut recreated = false;
@@ -636,12 +664,13 @@ async fn append(
             return Ok(Appended::WentBack(reason));
         }
         let head_created = read.head_created;
-        // An earlier try of this very batch was committed: the batch key is there, or (a
-        // snapshot deleted it since) this process's writer key names it — written in the same
-        // transaction, so at the batch's revision.
-        if let Some(kv) =
-            gets[..2].iter().flatten().find(|kv| kv.key() == key.as_bytes() || kv.value() == key.as_bytes())
-        {
+        // An earlier try of this very batch was committed: the batch key is there, or (a batch
+        // retried as it was, once a snapshot deleted its key) this process's writer key names
+        // it — written in the same transaction, so at the batch's revision.
+        let there = gets.first().cloned().flatten();
+        let named =
+            gets.get(1).cloned().flatten().filter(|kv| writer.is_some() && kv.value() == key.as_bytes());
+        if let Some(kv) = there.or(named) {
             return Ok(Appended::Committed { revision: kv.mod_revision(), head_created });
         }
         if with_batch && batch_key.is_some() && read.batch_revision != Some(anchor.revision) {
@@ -649,6 +678,9 @@ async fn append(
             with_batch = false;
             continue;
         }
+        let Some(writer) = writer else {
+            return Err(format!("etcd append: {key} is not there, and its transaction failed all the same"));
+        };
         let writer_there = gets.get(1).is_some_and(Option::is_some);
         if writer_there || recreated {
             return Err(format!("etcd append: {key} is neither there nor named by {writer}"));

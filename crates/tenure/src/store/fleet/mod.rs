@@ -24,7 +24,7 @@ use tenure_core::log::Event;
 use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRecord, encode_record};
 use tracing::{error, info, warn};
 
-use self::io::{Appended, ConnectSettings, HeadRead, Io, Keys};
+use self::io::{Appended, ConnectSettings, HeadRead, Io, Keys, Retry};
 use super::{EmbeddedJournal, EmbeddedStore, MissingIdentity, StoreError};
 use crate::agent::{AgentStore, HeadUnconfirmed};
 
@@ -643,7 +643,13 @@ impl EtcdStore {
 
     /// Appends `events` in order; with `sync_journal`, the local journal's buffered changes are
     /// synced first (the loop's batches: a result is in the journal before the log says so).
-    fn append_events(&self, events: &[Event], sync_journal: bool) -> Result<Vec<LogIndex>, LogError> {
+    /// `retry` says whether a failed batch is appended again as it was ([`Retry`]).
+    fn append_events(
+        &self,
+        events: &[Event],
+        sync_journal: bool,
+        retry: Retry,
+    ) -> Result<Vec<LogIndex>, LogError> {
         if let Some(reason) = self.refused() {
             return Err(LogError::Unavailable { reason });
         }
@@ -657,7 +663,7 @@ impl EtcdStore {
         let mut indices = Vec::with_capacity(records.len());
         let mut last_revision = 0;
         for range in batch::chunks(&records) {
-            let revision = self.append_chunk(&records[range.clone()])?;
+            let revision = self.append_chunk(&records[range.clone()], retry)?;
             indices.extend(
                 (0..range.len()).map(|p| batch::index_of(revision, p).expect("a batch fits the index")),
             );
@@ -668,18 +674,18 @@ impl EtcdStore {
     }
 
     /// Appends one batch of encoded records; returns its revision.
-    fn append_chunk(&self, records: &[Vec<u8>]) -> Result<i64, LogError> {
+    fn append_chunk(&self, records: &[Vec<u8>], retry: Retry) -> Result<i64, LogError> {
         let value = batch::encode(records);
         // The same batch retried gets the same key: the transaction then finds it (or this
-        // process's writer key naming it, once a snapshot deleted it) and answers its revision
-        // instead of appending it twice.
+        // process's writer key naming it, once a snapshot deleted it: [`Retry::SameBatch`]) and
+        // answers its revision instead of appending it twice.
         let hash = xxhash_rust::xxh3::xxh3_128(&value);
         let key = format!("{}{}-{hash:032x}", self.log_keys, self.instance);
         // The transaction compares etcd's head and the anchor's batch with this anchor: an append
         // never lands on a log that went back (it would rewrite the head past every agent's mark,
         // or add to a restored log other writers pushed past it).
         let anchor = self.shared.anchor();
-        match self.io.append(key, value, anchor).map_err(|reason| LogError::Unavailable { reason })? {
+        match self.io.append(key, value, anchor, retry).map_err(|reason| LogError::Unavailable { reason })? {
             Appended::Committed { revision, head_created } => {
                 self.shared.learn_head_created(head_created);
                 Ok(revision)
@@ -757,11 +763,18 @@ impl AgentStore for EtcdStore {
     /// and the next read of the log waits (up to the request timeout) for them, so that
     /// following the log right after sees them ([`Shared::wait_for_own`]).
     fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
-        self.append_events(events, true)
+        self.append_events(events, true, Retry::SameBatch)
     }
 
+    fn append_unretried(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_events(events, true, Retry::Never)
+    }
+
+    /// Without syncing the journal (a heartbeat reports no result), and leaving this process's
+    /// writer key alone ([`Retry::Never`]): heartbeats may land while a failed batch of the loop
+    /// waits for its retry, which still finds that batch by the key.
     fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
-        self.append_events(events, false)
+        self.append_events(events, false, Retry::Never)
     }
 
     fn record_highest_token(&self, token: u64) {

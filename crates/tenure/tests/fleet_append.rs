@@ -1,0 +1,140 @@
+//! The fleet store's appends on a real 3-member etcd cluster (`scripts/etcd-cluster`): a batch
+//! of the loop that is appended again after its answer was lost lands once, also when a snapshot
+//! deleted its key before the retry and appends that are not retried landed in between:
+//! heartbeats (they go on while the loop holds a failed batch) and an operator's request (one
+//! whose answer was lost may land late). A cluster that cannot start fails the test, it never
+//! skips.
+
+#[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
+mod etcd_cluster;
+
+use std::time::{Duration, Instant};
+
+use etcd_cluster::Cluster;
+use tenure::agent::AgentStore;
+use tenure::store::fleet::{EtcdOptions, EtcdStore, fleet_text};
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogIndex};
+use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
+
+const PREFIX: &str = "/fleet-append";
+
+/// How long the watch, or a snapshot's deletes, may take on a loaded machine.
+const WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Polls `done` every 50 ms until it holds; fails the test after [`WAIT_MAX`].
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT_MAX;
+    while !done() {
+        assert!(Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every event `store`'s replica holds, in log order.
+fn events(store: &EtcdStore) -> Vec<Event> {
+    let log = store.log();
+    let mut all = Vec::new();
+    let mut from = LogIndex::FIRST;
+    loop {
+        let page = log.read_from(from, LOG_READ_BATCH_MAX).expect("the replica reads");
+        let Some(last) = page.last() else { return all };
+        from = last.index.next();
+        all.extend(page.into_iter().map(|record| record.event));
+    }
+}
+
+/// The keys under `prefix` in etcd, with their values.
+fn etcd_keys(runtime: &tokio::runtime::Runtime, endpoints: &[String], prefix: &str) -> Vec<(String, String)> {
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(endpoints, None).await.expect("etcd-client connects");
+        let options = etcd_client::GetOptions::new().with_prefix();
+        let response = client.get(prefix, Some(options)).await.expect("get");
+        response
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                )
+            })
+            .collect()
+    })
+}
+
+fn heartbeat(at_ms: u64) -> Vec<Event> {
+    vec![Event { at_ms, kind: EventKind::Heartbeat { node: "a".into() } }]
+}
+
+#[test]
+fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_appends_landed() {
+    let cluster = Cluster::start("fleet-append", 30400);
+    let dir = std::env::temp_dir().join(format!("tenure-test-fleet-append-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = NodeSpec {
+        name: "a".into(),
+        provider: "hook".into(),
+        placement_group: "g1".into(),
+        priority: 0,
+        nic: "eni-a".into(),
+        capacity: None,
+    };
+    let options = EtcdOptions {
+        endpoints: cluster.endpoints.clone(),
+        prefix: PREFIX.into(),
+        request_timeout: Duration::from_secs(10),
+        user: None,
+        tls: None,
+        snapshot_every: 1,
+        fleet: fleet_text(&[node], &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+    };
+    let store = EtcdStore::open(&dir.join("a"), &dir.join("a.identity"), &options).expect("the store opens");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+
+    // A batch of the loop, appended; say its answer was lost: the agent keeps it and appends it
+    // again, unchanged (the same call with the same events, so the same key).
+    let batch = vec![
+        Event { at_ms: 1_000, kind: EventKind::Health { node: "a".into(), healthy: false } },
+        Event { at_ms: 1_000, kind: EventKind::Health { node: "a".into(), healthy: true } },
+    ];
+    let first = store.append_batch(&batch).expect("the batch is appended");
+    let batch_key = etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/log/"))
+        .into_iter()
+        .map(|(key, _)| key)
+        .next()
+        .expect("the batch's key");
+    // Meanwhile the heartbeat thread goes on appending.
+    for at_ms in 2_000..2_003 {
+        store.append_heartbeats(&heartbeat(at_ms)).expect("a heartbeat is appended");
+    }
+    // And an operator's request (a drain), appended after the batch: say it was sent before the
+    // batch, its answer lost, and it landed late.
+    store
+        .append_unretried(&[Event { at_ms: 2_500, kind: EventKind::Drain { node: "a".into() } }])
+        .expect("the request is appended");
+    let appended = store.append_heartbeats(&heartbeat(2_600)).expect("a heartbeat is appended");
+    let newest = *appended.last().expect("one index");
+    wait_for("the replica applied the heartbeats", || store.log().head().ok().flatten() >= Some(newest));
+    // A snapshot up to the last heartbeat deletes every batch, the loop's too.
+    store.write_snapshot(newest, 7, b"not read in this test".to_vec()).expect("a snapshot is written");
+    wait_for("the snapshot deleted the log's batches", || {
+        etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/log/")).is_empty()
+    });
+    let writers = etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/writers/"));
+
+    let again = store.append_batch(&batch).expect("the retry answers");
+    assert_eq!(
+        again, first,
+        "the retry answers the first try's indices (writer keys {writers:?}, the batch's key {batch_key})"
+    );
+    let after = store.append_heartbeats(&heartbeat(3_000)).expect("a heartbeat is appended");
+    let after = *after.last().expect("one index");
+    wait_for("the replica applied the last heartbeat", || store.log().head().ok().flatten() >= Some(after));
+    let health = events(&store).into_iter().filter(|e| matches!(e.kind, EventKind::Health { .. })).count();
+    assert_eq!(health, batch.len(), "the batch is in the log once");
+    let log = etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/log/"));
+    assert!(!log.iter().any(|(key, _)| *key == batch_key), "the batch's key is not put again: {log:?}");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
