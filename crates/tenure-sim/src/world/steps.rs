@@ -1,0 +1,168 @@
+//! A node's steps, as the agent takes them through the one driver API
+//! (`tenure_core::driver`): follow, reconcile when due, gate in batches and call, pause,
+//! resume, crash — with what the agent leaves to timing drawn from the seed
+//! (docs/simulation.md, "How a node is driven").
+
+use rand::Rng;
+use tenure_core::log::Event;
+
+use super::{FOLLOW_BATCH_DRAW_MAX, GATE_BATCH_DRAW_MAX, LAGGING_RECONCILE_CHANCE, REQUEUE_CHANCE, World};
+use crate::checker::{self, ViolationKind};
+
+impl World {
+    /// Follows the log with the node's driver (the agent's `follow`), reading a random number of
+    /// records at a time. `lagging`: the node's replica has not received everything yet, and it
+    /// applies a random part of what it has not applied; otherwise it follows to the head.
+    pub(super) fn follow(&mut self, node: usize, lagging: bool) {
+        let applied = self.applied(node);
+        let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
+        let max = if lagging {
+            let least = self.nodes[node].floor.saturating_sub(applied);
+            self.rng.random_range(least..=self.log.len() - applied)
+        } else {
+            usize::MAX
+        };
+        self.nodes[node].driver.follow_at_most(&self.log, batch, max).expect("an event log cannot fail");
+        let cursor = self.applied(node);
+        let name = self.name(node);
+        if checker::fingerprint(self.nodes[node].driver.view()) != self.head_fingerprints[cursor] {
+            let detail = format!("{name} at log prefix {cursor} differs from the head");
+            self.violation(ViolationKind::DivergentMaps, detail);
+        }
+        self.checker.after_catch_up(&name, self.nodes[node].driver.view());
+        self.cancel_stale_calls(node);
+    }
+
+    /// How many events of the log the node's view applied.
+    pub(super) fn applied(&self, node: usize) -> usize {
+        self.nodes[node]
+            .driver
+            .applied_index()
+            .map_or(0, |index| usize::try_from(index.get()).expect("a simulated log fits memory"))
+    }
+
+    /// Appends what the node's driver wants appended (its outbox), at the node's time.
+    pub(super) fn drain_outbox(&mut self, node: usize) {
+        while let Some(kind) = self.nodes[node].driver.poll_append() {
+            let event = Event { at_ms: self.stamp(node), kind };
+            self.append(event);
+        }
+    }
+
+    /// The agent's reconcile: follow (perhaps only part of the way: a lagging replica), then plan
+    /// when the driver says a plan is due or the requeue interval came round.
+    pub(super) fn reconcile(&mut self, node: usize) {
+        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
+            return;
+        }
+        let lagging = self.rng.random_bool(LAGGING_RECONCILE_CHANCE);
+        self.follow(node, lagging);
+        let requeue = self.rng.random_bool(REQUEUE_CHANCE);
+        let planned = requeue || self.nodes[node].driver.reconcile_due();
+        if planned {
+            let done = self.nodes[node].driver.reconcile().expect("memory store");
+            debug_assert!(done.is_ok(), "an acting node reconciles");
+        }
+        // At the head, planned now or (nothing due) before: a hand-over it saw is planned. A
+        // missed re-plan (`reconcile_due` wrong) shows here as a kept entry.
+        if self.applied(node) == self.log.len() {
+            self.check_kept_entries(node);
+        }
+        // The outbox of results: what the log has not confirmed is reported again.
+        self.drain_outbox(node);
+    }
+
+    /// The agent's calls: follow to the head (the agent confirms it first), promote, gate in
+    /// batches, call; then the refreshes.
+    pub(super) fn execute(&mut self, node: usize) {
+        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
+            return;
+        }
+        self.follow(node, false);
+        if self.nodes[node].driver.start_execution().expect("memory store").is_err() {
+            return;
+        }
+        // The agent spawns every call of its pass (all batches, then the refreshes) before it
+        // handles any result: what takes no time lands once the pass went out.
+        self.issuing = Some(Vec::new());
+        self.execute_polled(node);
+        self.refresh(node);
+        self.land_issued();
+    }
+
+    /// Gates the node's ready actions in batches of a random size and calls them: a normal pass,
+    /// or the zombie pass of a resume (the caller holds the landings: [`World::land_issued`]). A
+    /// node frozen between a batch's gate and its calls makes the batch's remaining calls when it
+    /// wakes up; what it called before lands.
+    pub(super) fn execute_polled(&mut self, node: usize) {
+        loop {
+            let max = self.rng.random_range(1..=GATE_BATCH_DRAW_MAX);
+            let batch = self.nodes[node].driver.poll_actions(max, None).expect("memory store");
+            if batch.is_empty() {
+                return;
+            }
+            let mut batch = batch.into_iter();
+            while let Some(action) = batch.next() {
+                if self.rng.random_bool(self.chances.stall_at_call) {
+                    // Frozen between the gate check and the call: the calls go out on resume.
+                    self.land_issued();
+                    self.nodes[node].stalled.push(action);
+                    self.nodes[node].stalled.extend(batch);
+                    self.pause(node);
+                    return;
+                }
+                self.call(node, action);
+            }
+        }
+    }
+
+    pub(super) fn pause(&mut self, node: usize) {
+        self.nodes[node].driver.pause();
+    }
+
+    pub(super) fn resume(&mut self, node: usize) {
+        if !self.nodes[node].driver.is_paused() {
+            return;
+        }
+        let woken = self.nodes[node].driver.resume();
+        // The agent handles the VRRP transition it slept through: not MASTER, no proxy entry.
+        self.fail_closed(node);
+        // A frozen process that wakes up finishes the call it was making, connected or not.
+        for action in std::mem::take(&mut self.nodes[node].stalled) {
+            self.call(node, action);
+        }
+        if woken.is_err() {
+            return;
+        }
+        // As the agent's resume: follow to the head, gate what was approved before the pause
+        // (catching up changes no journal entry), then act again.
+        self.follow(node, false);
+        self.issuing = Some(Vec::new());
+        self.execute_polled(node);
+        self.land_issued();
+        self.nodes[node].driver.finish_resume();
+    }
+
+    pub(super) fn crash(&mut self, node: usize, lossy: bool) {
+        let applied = self.applied(node);
+        let n = &mut self.nodes[node];
+        n.floor = n.floor.max(applied);
+        if lossy {
+            n.driver.engine_mut().store_mut().lose_unsynced();
+        }
+        n.driver.restart().expect("memory store");
+        n.stalled.clear();
+        n.incarnation += 1;
+        let name = self.name(node);
+        self.checker.after_restart(&name);
+        // The agent follows its store's log before anything else (what it had applied is there,
+        // whether or not the head can be read now), then starts fail-closed: not MASTER here, no
+        // proxy entry (a host that crashed while frozen slept through its transition). A release
+        // recorded from the empty view would carry epoch 0 and leave the address unanswered.
+        let floor = self.nodes[node].floor;
+        let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
+        self.nodes[node].driver.follow_at_most(&self.log, batch, floor).expect("an event log cannot fail");
+        self.cancel_stale_calls(node);
+        self.fail_closed(node);
+    }
+}
