@@ -24,8 +24,9 @@
 //! - this file — [`AgentStore`] (what the loop needs of a store: the seam the embedded store,
 //!   the etcd fleet store `crate::store::fleet::EtcdStore` and [`memory::MemoryStore`]
 //!   implement), [`Settings`], [`ProviderExecutor`].
-//! - [`runner`] — the loop: [`runner::run`] and its step; beside it in `runner/`, its halves of
-//!   the rules: `appends.rs` (commits, the kept batch, pool files applied), `calls.rs` (gated
+//! - [`runner`] — the loop: [`runner::run`] (its `select!`); beside it in `runner/`: `start.rs`
+//!   (the agent built, the run begun), `step.rs` (one step: follow, reconcile, confirm the head,
+//!   gate and call), and its halves of the rules: `appends.rs` (commits, the kept batch, pool files applied), `calls.rs` (gated
 //!   batches spawned, results recorded), `clock.rs` (the stamper and the clock-lead rule),
 //!   `heartbeat.rs` (heartbeats on their own thread), `history.rs` (the history it keeps),
 //!   `inventory.rs` (inventory reads), `refresh.rs` (repeated announcements), `requests.rs` (its

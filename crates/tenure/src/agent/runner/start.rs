@@ -1,0 +1,176 @@
+//! How the loop starts: the agent's state built from its settings and store (every node's
+//! driver over the registry, the snapshot restored, the log followed), and the run's beginning
+//! (pools seeded, keepalived settled, the heartbeat thread started).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use tenure_core::driver::{DriverOptions, NodeDriver};
+use tenure_core::federation::Federation;
+use tenure_core::federation::history::History;
+use tenure_core::log::EventKind;
+use tenure_core::model::{NodeSpec, ProviderSpec};
+use tenure_core::node::NodeEngine;
+use tenure_core::retry::RetryBackoff;
+use tokio::task::JoinSet;
+use tokio::time::{Duration, Instant};
+use tracing::{error, warn};
+
+use super::super::answers::Counters;
+use super::super::pools::seed_pools;
+use super::super::{AgentStore, Settings};
+use super::inventory::InventorySchedule;
+use super::{
+    Agent, AgentError, CLOCK_VOTE_WINDOW, Observe, RunSummary, clock, heartbeat, refresh, slow, stale,
+};
+
+/// The projection of the empty log an agent follows: its nodes and its peers (the whole fleet),
+/// its providers, drift repair on. `tenure replay BACKUP` projects a backup's log over the same.
+#[must_use]
+pub fn registry(nodes: &[NodeSpec], peers: &[NodeSpec], providers: &[ProviderSpec]) -> Federation {
+    let fleet: Vec<NodeSpec> = nodes.iter().chain(peers).cloned().collect();
+    Federation::new(&fleet, providers).with_drift_repair(true)
+}
+
+/// The retry backoff of the agent's nodes: from the requeue interval (the retry interval before
+/// there was a backoff), doubling per failed attempt, capped ([`RetryBackoff::from_base`]).
+fn retry_backoff(requeue_interval: Duration) -> RetryBackoff {
+    RetryBackoff::from_base(u64::try_from(requeue_interval.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl<S: AgentStore> Agent<S> {
+    pub(super) fn start(
+        store: S,
+        settings: Settings,
+        observer: Arc<dyn Observe>,
+    ) -> Result<Self, AgentError> {
+        let registry = registry(&settings.nodes, &settings.peers, &settings.providers);
+        let mut drivers = Vec::with_capacity(settings.nodes.len());
+        for node in &settings.nodes {
+            let engine = NodeEngine::open(&node.name, store.journal(&node.name))
+                .map_err(|e| AgentError::Journal { node: node.name.clone(), reason: e.to_string() })?
+                .with_retention(settings.journal_retention)
+                .with_retry_backoff(retry_backoff(settings.requeue_interval));
+            drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
+        }
+        let retries_appends = store.retries_appends();
+        let mut agent = Self {
+            history: History::new(registry),
+            log: store.log(),
+            store,
+            drivers,
+            executors: settings.executors,
+            pools: settings.pools,
+            observer,
+            calls: JoinSet::new(),
+            call_tasks: HashMap::new(),
+            call_aborts: stale::CallAborts::default(),
+            head_confirmed_at: None,
+            queued: Vec::new(),
+            queued_stamped: Vec::new(),
+            inventories: JoinSet::new(),
+            inventory: InventorySchedule::default(),
+            recaptures_seen: 0,
+            counters: Counters::default(),
+            unhealthy: None,
+            append_failure: None,
+            unappended: None,
+            heartbeat_failure: None,
+            head_failure: None,
+            snapshot_events: 0,
+            beat: Arc::new(heartbeat::Beat::new(
+                clock::Stamper::new(clock::PeerClocks::new(
+                    settings.heartbeat_interval / 2,
+                    CLOCK_VOTE_WINDOW,
+                )),
+                retries_appends,
+            )),
+            beater: None,
+            slow: slow::Slow::from_env().map_err(AgentError::Setting)?,
+            own_nodes: settings.nodes.iter().map(|n| n.name.clone()).collect(),
+            store_failed: None,
+            shutting_down: false,
+            identity_dirty: true,
+            summary: RunSummary::default(),
+            freeze_after_reconcile: BTreeSet::new(),
+            vrrp: None,
+            vrrp_state: None,
+            local: None,
+            refresh: refresh::RefreshSchedule::default(),
+            heartbeat_interval: settings.heartbeat_interval,
+            requeue_interval: settings.requeue_interval,
+        };
+        agent.restore_snapshot().map_err(AgentError::Log)?;
+        agent.follow().map_err(AgentError::Log)?;
+        agent.snapshot_events = agent.view().events_applied();
+        let own = agent.own_nodes.clone();
+        let until = Instant::now() + agent.heartbeat_interval * 3;
+        agent.beat.stamper().peers.baseline(
+            agent.drivers.first().expect("the agent runs at least one node").view(),
+            &own,
+            until,
+        );
+        agent.recaptures_seen = agent.view().recaptures();
+        if let Some(follow) = settings.vrrp {
+            agent.vrrp = Some(follow.reports);
+            agent.local = Some(agent.start_withdrawals(follow.authority));
+        }
+        let now = Instant::now();
+        for (provider, executor) in &agent.executors {
+            if let Some(interval) = executor.inventory_interval {
+                agent.inventory.due.insert(provider.clone(), (interval, now));
+            }
+        }
+        agent.refresh = refresh::RefreshSchedule::of(&agent.executors, now);
+        Ok(agent)
+    }
+
+    /// The start of a run: the pool files seeded into the log (on a shared log, the log's
+    /// versions are in force), keepalived's state settled, the first heartbeats queued, and the
+    /// heartbeat thread started — before the first step (a full pass over every address).
+    pub(super) async fn begin(&mut self) -> Result<(), AgentError> {
+        let wanted = (self.pools)().map_err(AgentError::Pools)?;
+        if let Some(reason) = self.store.refusal() {
+            error!(%reason, "refusing the store: appending nothing, never acting");
+            self.store_failed = Some(reason);
+        } else {
+            let wanted = if self.store.shared_log() {
+                let deleted: BTreeSet<String> = self
+                    .view()
+                    .pools()
+                    .iter()
+                    .filter(|(_, p)| p.deleted)
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let (seed, differing) = seed_pools(&self.applied_pools(), &deleted, &wanted);
+                if !differing.is_empty() {
+                    warn!(
+                        pools = %differing.join(", "),
+                        "these pools differ between this router's pool files and the fleet's log: the log's \
+                         version is in force (a reload, SIGHUP, applies this router's files to the whole fleet)"
+                    );
+                }
+                seed
+            } else {
+                wanted
+            };
+            self.apply_pools(&wanted).map_err(AgentError::Pools)?;
+            // No step before keepalived's state is known.
+            self.vrrp_settle().await;
+            for driver in &self.drivers {
+                self.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
+            }
+        }
+        if self.store_failed.is_some() {
+            self.beat.stop();
+        }
+        // Heartbeats from now on go out on their own thread, whatever a step is doing: the first
+        // step too (a full pass over every address), which also appends the first ones itself.
+        self.turned();
+        match heartbeat::Beater::start(self.store.clone(), Arc::clone(&self.beat), self.heartbeat_interval) {
+            Ok(beater) => self.beater = Some(beater),
+            Err(e) => return Err(AgentError::Thread(format!("cannot start the heartbeat thread: {e}"))),
+        }
+        Ok(())
+    }
+}
