@@ -14,15 +14,18 @@
 //!     ─► provider ─► handle_result ─► poll_append ─► log
 //! ```
 //!
-//! The view is the head the gate reads: every gate of the driver (import, sweep, promote, the
-//! gate before the call, stale calls, refreshes) reads the node's own view, so the caller follows
-//! the log to its head right before gating (the agent confirms the head first: SPEC 6). A caller
-//! that wants a lagging view (the simulator's slow replica) follows only part of the log
-//! ([`NodeDriver::follow_at_most`]): it plans from what it saw, as a real replica does.
+//! Every check of the driver (import, sweep, promote, the gate before the call, stale calls,
+//! refreshes) reads the node's own view; there is no head-taking variant. Import, sweep and
+//! promotion read the view as the last follow left it — on an etcd fleet the local replica, not
+//! confirmed, and in the simulator perhaps a lagging one ([`NodeDriver::follow_at_most`]): it
+//! plans from what it saw, as a real replica does. The gate before the calls is what must read
+//! the head: the caller follows to a confirmed head right before [`NodeDriver::poll_actions`]
+//! (the agent confirms it first: SPEC 6; replay and the simulator read their one log).
 //!
 //! The local-step rules of SPEC 13 live here: a partitioned node does nothing, not even a
 //! sweep; a paused node ignores reconcile and execute; `resume` gates only what was approved
-//! before the pause, then catches up without planning; `restart` loses memory (the view, the
+//! before the pause (the caller follows first: catching up changes no journal entry), without
+//! planning; `restart` loses memory (the view, the
 //! pause) but not the journal, nor a partition.
 
 use std::collections::{BTreeSet, VecDeque};
@@ -34,6 +37,10 @@ use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::{ParsedKey, StampedAction};
 use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
+
+/// How long after a failure without a backoff (the on-prem verbs) the node plans again, in ms of
+/// stream time ([`NodeDriver::reconcile_due`]): about one heartbeat interval.
+pub const RETRY_WITHOUT_BACKOFF_MS: u64 = 1_000;
 
 /// How a driver reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -161,15 +168,18 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     /// After a call's result: a failure that a sweep may retry wakes the node when its backoff
-    /// ends ([`NodeDriver::reconcile_due`]). One without a backoff ahead waits for the next
-    /// reconcile the node makes anyway (waking at once would retry a failing call in a loop).
+    /// ends ([`NodeDriver::reconcile_due`]). One without a backoff ahead (the on-prem verbs,
+    /// [`crate::model::Verb::backs_off`]) wakes it [`RETRY_WITHOUT_BACKOFF_MS`] of stream time
+    /// later: not at once (a failing call would be retried in a loop, each failure's own result
+    /// moving stream time), and not only at the requeue (a failed on-prem release would leave the
+    /// host answering beside the new holder for a whole `requeueInterval`).
     fn wake_for_retry(&mut self, idempotency_key: &str) {
         let now_ms = self.view.stream_time_ms();
         let due = self
             .engine
             .entry(idempotency_key)
             .and_then(|entry| self.engine.next_attempt_ms(entry))
-            .filter(|due| *due > now_ms);
+            .map(|due| if due > now_ms { due } else { now_ms.saturating_add(RETRY_WITHOUT_BACKOFF_MS) });
         if let (Some(due), Some(at)) = (due, self.planned_at.as_mut()) {
             at.retry_at_ms = Some(at.retry_at_ms.map_or(due, |retry| retry.min(due)));
         }

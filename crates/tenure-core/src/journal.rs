@@ -380,7 +380,11 @@ pub fn check_change(change: &JournalChange, facts: &JournalFacts<'_>) -> Result<
             }
         }
         JournalChange::Compact { seqs } => {
+            let mut seen = std::collections::BTreeSet::new();
             for seq in seqs {
+                if !seen.insert(*seq) {
+                    return Err(JournalRuleError::CompactionOfMissing { seq: *seq });
+                }
                 match (facts.entry)(*seq) {
                     None => return Err(JournalRuleError::CompactionOfMissing { seq: *seq }),
                     Some(entry) if entry.state.is_open() => {
@@ -563,6 +567,7 @@ mod tests {
             ),
             (JournalChange::Compact { seqs: vec![5, 4] }, "compaction of entry 4, which is still `approved`"),
             (JournalChange::Compact { seqs: vec![5, 9] }, "compaction of entry 9, which it does not hold"),
+            (JournalChange::Compact { seqs: vec![5, 5] }, "compaction of entry 5, which it does not hold"),
         ];
         for (change, message) in refused {
             assert_eq!(check(&change), Err(message.to_owned()), "{change:?}");

@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 
-use tenure_core::driver::{DriverOptions, NodeDriver};
+use tenure_core::driver::{DriverOptions, NodeDriver, RETRY_WITHOUT_BACKOFF_MS};
 use tenure_core::federation::Federation;
 use tenure_core::journal::{DurableNodeState, EntryState, JournalChange, JournalStore, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
@@ -332,4 +332,44 @@ fn a_failed_call_makes_a_reconcile_due_when_its_backoff_ends() {
     let report = driver.reconcile().expect("memory").expect("not blocked");
     assert_eq!(report.retried, vec![key.clone()]);
     assert!(!driver.reconcile_due(), "retried: nothing more is due");
+}
+
+/// A failed call of a verb without a backoff (on-prem: this host's own kernel) wakes its node
+/// [`RETRY_WITHOUT_BACKOFF_MS`] of stream time later: not at once (a failing call would loop),
+/// and not only at the requeue (a failed release would leave the host answering beside the new
+/// holder for a whole `requeueInterval`).
+#[test]
+fn a_failed_onprem_call_makes_a_reconcile_due_a_moment_later() {
+    let mut log = MemoryLog::new();
+    let spec = PoolSpec { provider: "lan".into(), ..pool(&["10.0.0.1"]) };
+    log.append(&Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec) } }).expect("append");
+    log.append(&Event { at_ms: 1_000, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    let lan = NodeSpec { provider: "lan".into(), nic: "eth0".into(), ..node() };
+    let registry =
+        Federation::new(&[lan], &[ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }]);
+    let engine = NodeEngine::open("a", CountingStore::default())
+        .expect("memory")
+        .with_retry_backoff(RetryBackoff::from_base(5_000));
+    let mut driver = NodeDriver::new(engine, registry, DriverOptions { report_results: true });
+    driver.follow(&log).expect("readable");
+    driver.reconcile().expect("memory").expect("not blocked");
+    let batch = driver.poll_actions(16, None).expect("memory");
+    assert_eq!(verbs(&batch), vec![Verb::ProxyArpAdd]);
+    let key = &batch[0].idempotency_key;
+    driver
+        .handle_result(key, ActionOutcome::Failed, "netlink: operation not permitted".into())
+        .expect("in flight");
+    assert!(!driver.reconcile_due(), "a failure does not re-plan at once");
+    let wake = 1_000 + RETRY_WITHOUT_BACKOFF_MS;
+    log.append(&Event { at_ms: wake - 1, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    driver.follow(&log).expect("readable");
+    assert!(!driver.reconcile_due(), "nor a moment too soon");
+    log.append(&Event { at_ms: wake, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    driver.follow(&log).expect("readable");
+    assert!(
+        driver.reconcile_due(),
+        "{RETRY_WITHOUT_BACKOFF_MS} ms of stream time later, well before the requeue"
+    );
+    let report = driver.reconcile().expect("memory").expect("not blocked");
+    assert_eq!(report.retried, vec![key.clone()]);
 }

@@ -165,7 +165,21 @@ const PINNED: &[(Mode, u64, &str)] = &[
     (Mode::PausedCall, 5, "same"),
     (Mode::PausedCall, 6, "a retired address captured by a stalled node"),
     (Mode::PausedCall, 14, "an undesired address held by a stalled node"),
+    (Mode::OnpremNoAuthority, 3, "reconcile_due ignoring the plan generation: a hand-over unplanned"),
 ];
+// The seeds above were found with the draws of their day; since the simulator draws read sizes,
+// lagging replicas, batches and requeues (issue 22) they replay other runs, and stay pinned as
+// seeds that must stay green.
+
+/// The calls the agent never hears the end of (cancelled in flight, given up at their deadline)
+/// are modelled: a cloud sweep with all faults records some in doubt.
+#[test]
+fn calls_in_doubt_are_simulated() {
+    let reports = sweep(&config(Mode::Cloud), 0..20);
+    let in_doubt: u64 = reports.iter().map(|r| r.calls_in_doubt).sum();
+    assert!(in_doubt > 0, "no call was cancelled or given up in 20 seeds");
+    assert!(reports.iter().all(|r| !r.failed()));
+}
 
 #[test]
 fn pinned_seeds_stay_green() {

@@ -4,7 +4,6 @@
 use std::net::IpAddr;
 
 use rand::Rng;
-use tenure_core::journal::EntryState;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
@@ -112,16 +111,16 @@ impl World {
 
     /// After a follow: the calls in flight that the node's view now fences
     /// (`NodeDriver::poll_stale_calls`) are cancelled, as the agent aborts their tasks
-    /// (`runner/stale.rs`): the call never lands; it may have reached the provider first (it
-    /// acts now); the node records it in doubt. A call whose deadline already passed is left to
-    /// land as given up.
+    /// (`runner/stale.rs`): the call never lands (nor its deadline: a slow call is cancelled as
+    /// any other; a late effect already on its way stays); it may have reached the provider
+    /// first (it acts now); the node records it in doubt.
     pub(super) fn cancel_stale_calls(&mut self, node: usize) {
         let incarnation = self.nodes[node].incarnation;
         for stale in self.nodes[node].driver.poll_stale_calls() {
             let Some(position) = self.calls.iter().position(|c| {
                 c.node == node
                     && c.incarnation == incarnation
-                    && c.heard == Heard::Result
+                    && c.heard != Heard::Nothing
                     && c.action.idempotency_key == stale.idempotency_key
             }) else {
                 continue;
@@ -153,7 +152,7 @@ impl World {
     /// (`NodeDriver::poll_refreshes`, gated against the node's view, followed to the head by
     /// `execute`), checked as any call is against the true head — never
     /// stale at the head, never from a node cut off — and refused on its host while keepalived
-    /// is not MASTER. Draws nothing from the seed, so every seed runs as before.
+    /// is not MASTER. Draws nothing from the seed.
     pub(super) fn refresh(&mut self, node: usize) {
         let refreshes = self.nodes[node].driver.poll_refreshes(|_, _| true, usize::MAX);
         let name = self.name(node);
@@ -315,11 +314,12 @@ impl World {
                 engine.captured().contains_key(&(PROVIDER.to_owned(), **address))
                     && view.desired_pool_of(id, PROVIDER, **address).is_none()
                     && !engine.entries().any(|e| {
-                        // A release that failed is planned too: it is retried when its backoff
-                        // ends (`reconcile_due` wakes the node then).
+                        // A release that failed and is retried is planned too: the node plans
+                        // again within `RETRY_WITHOUT_BACKOFF_MS` (`NodeDriver::reconcile_due`).
+                        // A stale failure is not (it is never retried).
                         e.action.address == **address
                             && e.action.verb == Verb::ProxyArpDel
-                            && (e.state.is_open() || e.state == EntryState::Failed)
+                            && (e.state.is_open() || engine.next_attempt_ms(e).is_some())
                     })
             })
             .map(|(address, nics)| (*address, nics.iter().cloned().collect()))

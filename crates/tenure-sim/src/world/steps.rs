@@ -62,6 +62,10 @@ impl World {
         if planned {
             let done = self.nodes[node].driver.reconcile().expect("memory store");
             debug_assert!(done.is_ok(), "an acting node reconciles");
+            // As the agent's step: what the (possibly lagging) view shows approved is promoted
+            // right after the plan; the gate before each call reads the head.
+            let promoted = self.nodes[node].driver.start_execution().expect("memory store");
+            debug_assert!(promoted.is_ok(), "an acting node promotes");
         }
         // At the head, planned now or (nothing due) before: a hand-over it saw is planned. A
         // missed re-plan (`reconcile_due` wrong) shows here as a kept entry.
@@ -72,16 +76,13 @@ impl World {
         self.drain_outbox(node);
     }
 
-    /// The agent's calls: follow to the head (the agent confirms it first), promote, gate in
-    /// batches, call; then the refreshes.
+    /// The agent's calls: follow to the head (the agent confirms it first), gate what the last
+    /// reconcile promoted in batches, call; then the refreshes.
     pub(super) fn execute(&mut self, node: usize) {
         if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
             return;
         }
         self.follow(node, false);
-        if self.nodes[node].driver.start_execution().expect("memory store").is_err() {
-            return;
-        }
         // The agent spawns every call of its pass (all batches, then the refreshes) before it
         // handles any result: what takes no time lands once the pass went out.
         self.issuing = Some(Vec::new());

@@ -79,11 +79,12 @@ impl<'txn> JournalTables<'txn> {
         let rejected = |source| StoreError::Rejected { node: node.to_owned(), source };
         // The entries the change names, read once: checked by the journal's rules (the one place
         // they are written: `tenure_core::journal::check_change`), then changed.
-        let mut named = Vec::with_capacity(change.named_seqs().len());
+        // By sequence number: a compaction names up to the whole excess over retention.
+        let mut named = BTreeMap::new();
         for seq in change.named_seqs() {
-            named.push((*seq, self.entry(path, node, *seq)?));
+            named.insert(*seq, self.entry(path, node, *seq)?);
         }
-        let lookup = |seq: u64| named.iter().find(|(s, _)| *s == seq).and_then(|(_, entry)| entry.as_ref());
+        let lookup = |seq: u64| named.get(&seq).and_then(Option::as_ref);
         let facts =
             JournalFacts { last_seq: counters.last_seq, executions: counters.executions, entry: &lookup };
         check_change(change, &facts).map_err(|broken| StoreError::Inconsistent {
@@ -97,8 +98,7 @@ impl<'txn> JournalTables<'txn> {
                 counters.last_seq = entry.seq;
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
-                let mut entry =
-                    named.pop().and_then(|(_, entry)| entry).expect("checked: the journal holds it");
+                let mut entry = named.remove(seq).flatten().expect("checked: the journal holds it");
                 if let Some(executed) = executed_seq {
                     counters.executions = *executed;
                 }
@@ -107,8 +107,7 @@ impl<'txn> JournalTables<'txn> {
                 self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
             }
             JournalChange::Attempt { seq, at_ms, wall_ms } => {
-                let mut entry =
-                    named.pop().and_then(|(_, entry)| entry).expect("checked: the journal holds it");
+                let mut entry = named.remove(seq).flatten().expect("checked: the journal holds it");
                 entry.record_attempt(*at_ms, *wall_ms);
                 let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
                 self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
