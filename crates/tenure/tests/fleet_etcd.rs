@@ -130,8 +130,14 @@ impl Fleet {
     }
 
     /// The holder in the hook's cloud.
+    /// The holder the hook's cloud records, `None` when none. An empty file is the hook's `echo >`
+    /// caught between its truncate and its write (a read saw it once and waited for owner ""):
+    /// no holder yet.
     fn cloud_holder(&self) -> Option<String> {
-        std::fs::read_to_string(self.dir.path().join("cloud").join(ADDRESS)).ok().map(|s| s.trim().to_owned())
+        std::fs::read_to_string(self.dir.path().join("cloud").join(ADDRESS))
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|holder| !holder.is_empty())
     }
 
     /// The hook's calls so far: (holder, verb, ownershipEpoch, captureEpoch).

@@ -152,8 +152,13 @@ impl Fleet {
             .collect()
     }
 
+    /// The holder the hook's cloud records; an empty file (the hook's `echo >` between its
+    /// truncate and its write) is none yet.
     fn cloud_holder(&self) -> Option<String> {
-        std::fs::read_to_string(self.dir.path().join("cloud").join(ADDRESS)).ok().map(|s| s.trim().to_owned())
+        std::fs::read_to_string(self.dir.path().join("cloud").join(ADDRESS))
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|holder| !holder.is_empty())
     }
 
     /// Waits until every agent shows the same map with an owner, and the cloud has that owner;
