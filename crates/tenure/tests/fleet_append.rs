@@ -7,29 +7,19 @@
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
-
-use std::time::{Duration, Instant};
+#[path = "support/etcd_store.rs"]
+mod etcd_store;
+#[path = "support/wait.rs"]
+mod wait;
 
 use etcd_cluster::Cluster;
 use tenure::agent::AgentStore;
-use tenure::store::fleet::{EtcdOptions, EtcdStore, fleet_text};
+use tenure::store::fleet::EtcdStore;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogIndex};
-use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
+use wait::wait_for;
 
 const PREFIX: &str = "/fleet-append";
-
-/// How long the watch, or a snapshot's deletes, may take on a loaded machine.
-const WAIT_MAX: Duration = Duration::from_secs(30);
-
-/// Polls `done` every 50 ms until it holds; fails the test after [`WAIT_MAX`].
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT_MAX;
-    while !done() {
-        assert!(Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Every event `store`'s replica holds, in log order.
 fn events(store: &EtcdStore) -> Vec<Event> {
@@ -70,25 +60,8 @@ fn heartbeat(at_ms: u64) -> Vec<Event> {
 #[test]
 fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_appends_landed() {
     let cluster = Cluster::start("fleet-append", 30400);
-    let dir = std::env::temp_dir().join(format!("tenure-test-fleet-append-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let node = NodeSpec {
-        name: "a".into(),
-        provider: "hook".into(),
-        placement_group: "g1".into(),
-        priority: 0,
-        nic: "eni-a".into(),
-        capacity: None,
-    };
-    let options = EtcdOptions {
-        endpoints: cluster.endpoints.clone(),
-        prefix: PREFIX.into(),
-        request_timeout: Duration::from_secs(10),
-        user: None,
-        tls: None,
-        snapshot_every: 1,
-        fleet: fleet_text(&[node], &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
-    };
+    let dir = etcd_store::fresh_dir("fleet-append");
+    let options = etcd_store::one_node_options(&cluster.endpoints, PREFIX, 1);
     let store = EtcdStore::open(&dir.join("a"), &dir.join("a.identity"), &options).expect("the store opens");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
 

@@ -5,16 +5,17 @@
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
+#[path = "support/etcd_store.rs"]
+mod etcd_store;
 
 use std::time::{Duration, Instant};
 
 use etcd_cluster::Cluster;
 use tenure::agent::AgentStore;
-use tenure::store::fleet::{EtcdOptions, EtcdStore, batch, fleet_text};
+use tenure::store::fleet::{EtcdStore, batch};
 use tenure_core::codec;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogIndex};
-use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
 
 const PREFIX: &str = "/fleet-load";
 /// Batches written one after the other, under keys that sort opposite to their order.
@@ -71,25 +72,8 @@ async fn write_log(endpoints: &[String]) {
 #[test]
 fn the_load_gives_the_batches_in_log_order_whatever_order_their_keys_sort_in() {
     let cluster = Cluster::start("fleet-load", 30100);
-    let dir = std::env::temp_dir().join(format!("tenure-test-fleet-load-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let node = NodeSpec {
-        name: "a".into(),
-        provider: "hook".into(),
-        placement_group: "g1".into(),
-        priority: 0,
-        nic: "eni-a".into(),
-        capacity: None,
-    };
-    let options = EtcdOptions {
-        endpoints: cluster.endpoints.clone(),
-        prefix: PREFIX.into(),
-        request_timeout: Duration::from_secs(10),
-        user: None,
-        tls: None,
-        snapshot_every: 1_000_000,
-        fleet: fleet_text(&[node], &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
-    };
+    let dir = etcd_store::fresh_dir("fleet-load");
+    let options = etcd_store::one_node_options(&cluster.endpoints, PREFIX, 1_000_000);
     let open = |name: &str| {
         EtcdStore::open(&dir.join(name), &dir.join(format!("{name}.identity")), &options)
             .unwrap_or_else(|e| panic!("store {name} opens: {e}"))

@@ -1,0 +1,37 @@
+//! One fleet store on a test etcd cluster, as the fleet store's own tests open it: node `a` on
+//! an exec-hook provider, the store's directory fresh under the system's temporary directory.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tenure::store::fleet::{EtcdOptions, fleet_text};
+use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
+
+/// A fresh directory for the stores of the test named `tag` (removed first if a run left it).
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tenure-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The options of a store of node `a` (provider `hook`, kind `exec`) under `prefix` of
+/// `endpoints`, writing a snapshot every `snapshot_every` events.
+pub fn one_node_options(endpoints: &[String], prefix: &str, snapshot_every: u64) -> EtcdOptions {
+    let node = NodeSpec {
+        name: "a".into(),
+        provider: "hook".into(),
+        placement_group: "g1".into(),
+        priority: 0,
+        nic: "eni-a".into(),
+        capacity: None,
+    };
+    EtcdOptions {
+        endpoints: endpoints.to_vec(),
+        prefix: prefix.into(),
+        request_timeout: Duration::from_secs(10),
+        user: None,
+        tls: None,
+        snapshot_every,
+        fleet: fleet_text(&[node], &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+    }
+}
