@@ -16,22 +16,14 @@ use etcd_cluster::Cluster;
 use tenure::agent::AgentStore;
 use tenure::store::fleet::EtcdStore;
 use tenure_core::log::{Event, EventKind};
-use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogIndex};
+use tenure_core::log_store::Log;
 use wait::wait_for;
 
 const PREFIX: &str = "/fleet-append";
 
 /// Every event `store`'s replica holds, in log order.
 fn events(store: &EtcdStore) -> Vec<Event> {
-    let log = store.log();
-    let mut all = Vec::new();
-    let mut from = LogIndex::FIRST;
-    loop {
-        let page = log.read_from(from, LOG_READ_BATCH_MAX).expect("the replica reads");
-        let Some(last) = page.last() else { return all };
-        from = last.index.next();
-        all.extend(page.into_iter().map(|record| record.event));
-    }
+    etcd_store::replica_records(store).into_iter().map(|record| record.event).collect()
 }
 
 /// The keys under `prefix` in etcd, with their values.

@@ -11,11 +11,9 @@ mod etcd_store;
 use std::time::{Duration, Instant};
 
 use etcd_cluster::Cluster;
-use tenure::agent::AgentStore;
 use tenure::store::fleet::{EtcdStore, batch};
 use tenure_core::codec;
 use tenure_core::log::{Event, EventKind};
-use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogIndex};
 
 const PREFIX: &str = "/fleet-load";
 /// Batches written one after the other, under keys that sort opposite to their order.
@@ -26,15 +24,7 @@ const CONCURRENT: usize = 9_000;
 
 /// Every record `store`'s replica holds, in its order: (index, the heartbeat's `at_ms`).
 fn records(store: &EtcdStore) -> Vec<(u64, u64)> {
-    let log = store.log();
-    let mut all = Vec::new();
-    let mut from = LogIndex::FIRST;
-    loop {
-        let page = log.read_from(from, LOG_READ_BATCH_MAX).expect("the replica reads");
-        let Some(last) = page.last() else { return all };
-        from = last.index.next();
-        all.extend(page.iter().map(|record| (record.index.get(), record.event.at_ms)));
-    }
+    etcd_store::replica_records(store).iter().map(|record| (record.index.get(), record.event.at_ms)).collect()
 }
 
 fn heartbeat(at_ms: u64) -> Vec<u8> {

@@ -35,3 +35,18 @@ pub fn one_node_options(endpoints: &[String], prefix: &str, snapshot_every: u64)
         fleet: fleet_text(&[node], &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
     }
 }
+
+/// Every record `store`'s replica holds, in log order.
+pub fn replica_records(store: &tenure::store::fleet::EtcdStore) -> Vec<tenure_core::log_store::LogRecord> {
+    use tenure::agent::AgentStore as _;
+    use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log as _, LogIndex};
+    let log = store.log();
+    let mut all = Vec::new();
+    let mut from = LogIndex::FIRST;
+    loop {
+        let page = log.read_from(from, LOG_READ_BATCH_MAX).expect("the replica reads");
+        let Some(last) = page.last() else { return all };
+        from = last.index.next();
+        all.extend(page);
+    }
+}
