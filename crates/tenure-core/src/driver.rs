@@ -258,17 +258,11 @@ impl<S: JournalStore> NodeDriver<S> {
         self.outran.pop_first()
     }
 
-    /// Applies every record of `log` after the last one applied from it, `batch` records per
-    /// read. Returns how many were applied. A record that does not decode stops the catch-up
-    /// with the log's error (the view keeps what it applied before it): a node whose copy of the
-    /// log cannot be trusted must not go on as if the record were not there.
-    pub fn follow_batched(&mut self, log: &impl Log, batch: usize) -> Result<usize, LogError> {
-        self.follow_at_most(log, batch, usize::MAX)
-    }
-
     /// Applies at most `max_records` records of `log` after the last one applied from it,
-    /// `batch` per read: a replica that has not received the rest yet (the simulator's lagging
-    /// view). Returns how many were applied; errors as [`NodeDriver::follow_batched`].
+    /// `batch` per read (`usize::MAX` records: to the head; fewer: a replica that has not received
+    /// the rest yet, the simulator's lagging view). Returns how many were applied. A record that
+    /// does not decode stops it with the log's error (the view keeps what it applied before it): a
+    /// node whose copy of the log cannot be trusted must not go on as if the record were not there.
     pub fn follow_at_most(
         &mut self,
         log: &impl Log,
@@ -343,7 +337,7 @@ impl<S: JournalStore> NodeDriver<S> {
     /// event appended before the call: for a log this process reads directly (the embedded
     /// store) the view **is** the head the fence gate must read.
     pub fn follow(&mut self, log: &impl Log) -> Result<usize, LogError> {
-        self.follow_batched(log, LOG_READ_BATCH_MAX)
+        self.follow_at_most(log, LOG_READ_BATCH_MAX, usize::MAX)
     }
 
     /// A local `reconcile` (plan, import, sweep, compact) against the node's own view as the
@@ -619,11 +613,11 @@ mod tests {
         log.append(&Event { at_ms: 9, kind: EventKind::Drain { node: "nobody".into() } }).expect("append");
         assert_eq!(driver.follow_at_most(&log, 2, 3).expect("readable"), 3, "a lagging replica");
         assert_eq!(driver.applied_index().map(LogIndex::get), Some(3));
-        assert_eq!(driver.follow_batched(&log, 2).expect("readable"), 3);
+        assert_eq!(driver.follow_at_most(&log, 2, usize::MAX).expect("readable"), 3);
         assert_eq!(driver.applied_index().map(LogIndex::get), Some(6));
         assert_eq!(driver.rejected(), 1, "an unknown node is counted, the log goes on");
         assert_eq!(driver.view().stream_time_ms(), 4, "a rejected event moves nothing");
-        assert_eq!(driver.follow_batched(&log, 2).expect("readable"), 0, "nothing new");
+        assert_eq!(driver.follow_at_most(&log, 2, usize::MAX).expect("readable"), 0, "nothing new");
         assert_eq!(driver.follow_at_most(&log, 2, 5).expect("readable"), 0, "nothing new");
         driver.restart().expect("memory");
         assert_eq!(driver.follow(&log).expect("readable"), 6, "memory lost: from the start");

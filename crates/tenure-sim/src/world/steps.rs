@@ -22,6 +22,12 @@ impl World {
         } else {
             usize::MAX
         };
+        self.follow_up_to(node, batch, max);
+    }
+
+    /// Applies at most `max` records, `batch` per read, then what every follow does: the view is
+    /// checked against the head at its prefix, and the calls it now fences are cancelled.
+    fn follow_up_to(&mut self, node: usize, batch: usize, max: usize) {
         self.nodes[node].driver.follow_at_most(&self.log, batch, max).expect("an event log cannot fail");
         let cursor = self.applied(node);
         let name = self.name(node);
@@ -162,8 +168,7 @@ impl World {
         // recorded from the empty view would carry epoch 0 and leave the address unanswered.
         let floor = self.nodes[node].floor;
         let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
-        self.nodes[node].driver.follow_at_most(&self.log, batch, floor).expect("an event log cannot fail");
-        self.cancel_stale_calls(node);
+        self.follow_up_to(node, batch, floor);
         self.fail_closed(node);
     }
 }
