@@ -4,6 +4,9 @@
 //! key is approved and runs; every action imported `pending` is logged and counted in a gauge; a
 //! drain that leaves addresses with no eligible member says how many.
 
+#[path = "support/in_process.rs"]
+mod in_process;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,7 +14,7 @@ use std::time::Duration;
 
 use tenure::agent::memory::MemoryStore;
 use tenure::agent::request::{ActionFilter, AgentHandle, SubmitError};
-use tenure::agent::runner::{NoObserver, RunSummary, run};
+use tenure::agent::runner::RunSummary;
 use tenure::agent::{AgentStore as _, ProviderExecutor, Settings};
 use tenure::exec::SimExecutor;
 use tenure::metrics::Metrics;
@@ -19,7 +22,7 @@ use tenure_core::log::EventKind;
 use tenure_core::log_store::{Log as _, LogIndex};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
 use tenure_core::rows::ActionRow;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Most time any condition below may take; the loop itself is much faster.
 const WAIT_MAX: Duration = Duration::from_secs(10);
@@ -92,13 +95,7 @@ fn start() -> Running {
         vrrp: None,
     };
     let store = MemoryStore::new();
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let (handle, stop, done) = in_process::spawn_agent(store.clone(), settings);
     Running { handle, store, stop, done }
 }
 

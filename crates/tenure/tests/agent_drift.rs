@@ -4,6 +4,8 @@
 //! execution re-captures the address once; the fresh actions put things right. The same loop
 //! against moto's EC2 server is in `aws_agent.rs`.
 
+#[path = "support/in_process.rs"]
+mod in_process;
 #[path = "support/inventory_log.rs"]
 mod inventory_log;
 
@@ -14,11 +16,11 @@ use std::time::Duration;
 
 use tenure::agent::memory::MemoryStore;
 use tenure::agent::request::{ActionFilter, AgentHandle};
-use tenure::agent::runner::{NoObserver, RunSummary, run};
+use tenure::agent::runner::RunSummary;
 use tenure::agent::{AgentStore, ProviderExecutor, Settings};
 use tenure::exec::SimExecutor;
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Most time any condition below may take; the loop itself is much faster.
 const WAIT_MAX: Duration = Duration::from_secs(10);
@@ -91,13 +93,7 @@ fn start(kind: ProviderKind) -> Rig {
         vrrp: None,
     };
     let store = MemoryStore::new();
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let (handle, stop, done) = in_process::spawn_agent(store.clone(), settings);
     Rig { handle, provider, store, stop, done }
 }
 

@@ -12,6 +12,8 @@
 
 #[path = "support/cloud_rig.rs"]
 mod cloud_rig;
+#[path = "support/in_process.rs"]
+mod in_process;
 #[path = "support/metadata_fake.rs"]
 #[allow(dead_code, reason = "each test file uses part of the harness")]
 mod metadata_fake;

@@ -12,6 +12,8 @@
 mod azure_fake;
 #[path = "support/cloud_rig.rs"]
 mod cloud_rig;
+#[path = "support/in_process.rs"]
+mod in_process;
 
 use std::time::Duration;
 

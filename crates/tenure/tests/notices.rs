@@ -13,6 +13,8 @@
 //!
 //! Fails, never skips, when python3 cannot start the fake.
 
+#[path = "support/in_process.rs"]
+mod in_process;
 #[path = "support/metadata_fake.rs"]
 mod metadata_fake;
 
@@ -25,14 +27,13 @@ use serde_json::json;
 use tenure::agent::memory::MemoryStore;
 use tenure::agent::notices::{NoticeWatch, watch};
 use tenure::agent::request::{ActionFilter, AgentHandle};
-use tenure::agent::runner::{NoObserver, run};
 use tenure::agent::status::StatusQuery;
 use tenure::agent::{ProviderExecutor, Settings};
 use tenure::exec::SimExecutor;
 use tenure::exec::notices::{NoticeReader, NoticeSource, parse_time};
 use tenure::metrics::Metrics;
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 /// Most time any condition below may take.
@@ -236,13 +237,7 @@ async fn start_agent(hold_ms: u64) -> (AgentHandle, SimExecutor, oneshot::Sender
         pools: Box::new(move || Ok(vec![pool.clone()])),
         vrrp: None,
     };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let (handle, stop, done) = in_process::spawn_agent(MemoryStore::new(), settings);
     wait_for("a holds both addresses", || {
         let held = holders(&cloud);
         held.len() == 2 && held.values().all(|nics| nics == &["nic-a"])

@@ -10,6 +10,8 @@
 
 #[path = "support/cloud_rig.rs"]
 mod cloud_rig;
+#[path = "support/in_process.rs"]
+mod in_process;
 #[path = "support/oci_fake.rs"]
 mod oci_fake;
 

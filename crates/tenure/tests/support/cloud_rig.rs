@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure::agent::request::{ActionFilter, AgentHandle};
-use tenure::agent::runner::{AgentError, NoObserver, RunSummary, run};
+use tenure::agent::runner::{AgentError, RunSummary};
 use tenure::agent::{ProviderExecutor, Settings};
 use tenure::exec::Executor;
 use tenure::store::EmbeddedStore;
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Most time any condition below may take (a failover is 1 s of TTL plus a few calls).
 pub const WAIT_MAX: Duration = Duration::from_secs(20);
@@ -122,13 +122,7 @@ pub fn start<F: Fake>(
         pools: Box::new(move || Ok(vec![pool.clone()])),
         vrrp: None,
     };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let (handle, stop, done) = super::in_process::spawn_agent(store.clone(), settings);
     Rig { store, fake, enis, handle, stop, done }
 }
 
