@@ -18,6 +18,8 @@
 //! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
 //!   high-water marks.
 //! - [`log_store`] — the `Log` interface (append, read from an index, head), `MemoryLog` (encoded records) and `EventLog` (the events themselves: replay's and the simulator's).
+//! - [`anchor`] — how far a follower applied a shared log, and the one check that the log still
+//!   holds it (a wiped or restored etcd; the simulator's rolled-back logs).
 //! - [`state`] — the state the log builds (nodes, pools, addresses, token lines), as plain data.
 //! - [`claims`] — the one overlap rule: an address in at most one applied pool of a domain.
 //! - [`federation`] — the state the log builds; the epoch rules (SPEC 1) are enforced here;
@@ -44,6 +46,7 @@
 //! [`node::NodeEngine::poll_execution`] until it returns `None`, each answered by
 //! [`node::NodeEngine::handle_execution_result`].
 
+pub mod anchor;
 pub mod arbitration;
 pub mod claims;
 pub mod codec;

@@ -311,6 +311,12 @@ impl EventLog {
         MemoryLog::index_at(self.events.len() - 1)
     }
 
+    /// Keeps the first `len` events and drops the rest: the simulator's log that went back (an
+    /// etcd wiped, or restored from an older snapshot; `tenure_core::anchor`).
+    pub fn truncate(&mut self, len: usize) {
+        self.events.truncate(len);
+    }
+
     /// The events, taken out.
     #[must_use]
     pub fn into_events(self) -> Vec<Event> {

@@ -299,6 +299,24 @@ impl Checker {
         }
     }
 
+    /// The log went back (the simulator's `store-rollback`): the head is what the shorter log
+    /// builds, its tokens below what the lost part had raised them to — the fault itself, not a
+    /// node's doing. The head's watch starts from it; each node's view and executions are still
+    /// held to what that node saw and did (a node that acted on the shorter log would show).
+    pub fn after_log_reset(&mut self, head: &Federation) {
+        self.head_tokens = TokenWatch::default();
+        let _ = self.head_tokens.update(head);
+    }
+
+    /// The operator's recovery from a log that went back: a new log, every node on a new store;
+    /// tokens start again from 1, and nothing fences the old epochs any more (docs/operations.md).
+    /// Everything the checker remembers of tokens starts afresh.
+    pub fn after_fleet_recovery(&mut self, head: &Federation) {
+        self.after_log_reset(head);
+        self.view_tokens.clear();
+        self.executed_epochs.clear();
+    }
+
     /// `node` restarted: its view starts from the empty registry again.
     pub fn after_restart(&mut self, node: &str) {
         self.view_tokens.remove(node);

@@ -8,13 +8,12 @@ use std::net::IpAddr;
 use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use tenure_core::driver::{DriverOptions, NodeDriver};
+use tenure_core::anchor::Anchor;
+use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::EventLog;
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
-use tenure_core::node::NodeEngine;
-use tenure_core::retry::RetryBackoff;
 use tenure_core::sim_provider::SimProvider;
 
 use crate::checker::{self, Checker, Violation, ViolationKind, Violations};
@@ -26,6 +25,7 @@ use crate::topology::{self, Topology};
 mod faults;
 mod liveness;
 mod provider;
+mod rollback;
 mod steps;
 mod vrrp;
 
@@ -91,6 +91,11 @@ struct SimNode {
     /// The VRRP state this node's agent last appended to the log (on-prem fleets): the agent
     /// reports its keepalived's transitions itself, so not while paused or cut off.
     vrrp_reported: Option<VrrpState>,
+    /// How far the node applied the log, as its store records it (durable: kept by a crash).
+    anchor: Anchor,
+    /// Why the node's store refused the log (it went back): the node does nothing more until
+    /// the operator's recovery (`world/rollback.rs`).
+    refused: Option<String>,
 }
 
 /// A provider call on its way.
@@ -144,6 +149,8 @@ pub struct SeedReport {
     /// Calls whose outcome the node never heard: cancelled in flight because its view fenced
     /// them, or given up at their deadline (each recorded in doubt, SPEC 6).
     pub calls_in_doubt: u64,
+    /// Nodes whose store refused the log because it went back (`store-rollback`).
+    pub refusals: u64,
     /// Faults injected, by name.
     pub faults: BTreeMap<String, u64>,
 }
@@ -164,6 +171,7 @@ impl SeedReport {
             stale_calls: 0,
             recaptures: 0,
             calls_in_doubt: 0,
+            refusals: 0,
             faults: BTreeMap::new(),
         }
     }
@@ -205,8 +213,18 @@ pub struct World {
     topology: Topology,
     chances: Chances,
     head: Federation,
+    /// The empty federation of the seed's nodes and provider: what the log is applied over.
+    registry: Federation,
     /// The one log every node follows through its driver, as the agent follows its store's.
     log: EventLog,
+    /// Each record's serial (its key: no two records ever share one, as etcd's batch keys).
+    serials: Vec<u64>,
+    /// The last serial given.
+    next_serial: u64,
+    /// Nodes whose store refused a log that went back.
+    refusals: u64,
+    /// The log went back since the last recovery (the operator recovers before the liveness phase).
+    went_back: bool,
     head_fingerprints: Vec<u64>,
     checker: Checker,
     nodes: Vec<SimNode>,
@@ -253,18 +271,14 @@ impl World {
             .nodes
             .iter()
             .map(|spec| SimNode {
-                driver: NodeDriver::new(
-                    NodeEngine::open(&spec.name, LossyJournalStore::new())
-                        .expect("memory store")
-                        .with_retry_backoff(RetryBackoff::from_base(RETRY_BASE_MS)),
-                    registry.clone(),
-                    DriverOptions { report_results: true },
-                ),
+                driver: rollback::fresh_driver(&spec.name, &registry),
                 stalled: Vec::new(),
                 incarnation: 0,
                 floor: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
                 vrrp_reported: None,
+                anchor: Anchor::default(),
+                refused: None,
             })
             .collect();
         let timeline = plot.then(|| {
@@ -280,8 +294,13 @@ impl World {
             pools: topology.pools.iter().cloned().map(Some).collect(),
             topology,
             chances,
-            head: registry,
+            head: registry.clone(),
+            registry,
             log: EventLog::new(),
+            serials: Vec::new(),
+            next_serial: 0,
+            refusals: 0,
+            went_back: false,
             head_fingerprints: Vec::new(),
             checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             nodes,
@@ -355,6 +374,8 @@ impl World {
             panic!("the head rejected a generated event: {rejected}");
         }
         self.log.push(event);
+        self.next_serial += 1;
+        self.serials.push(self.next_serial);
         self.head_fingerprints.push(checker::fingerprint(&self.head));
         self.checker.after_event(&self.head);
     }
@@ -388,11 +409,11 @@ impl World {
         self.now_ms += self.rng.random_range(1..150);
         for node in 0..self.nodes.len() {
             let n = &self.nodes[node];
-            if n.cut_off() || n.driver.is_paused() {
+            if n.cut_off() || n.driver.is_paused() || n.refused.is_some() {
                 continue;
             }
             self.report_vrrp(node);
-            if self.rng.random_bool(self.chances.heartbeat_loss) {
+            if self.rng.random_bool(self.chances.heartbeat_loss) || !self.anchor_holds(node) {
                 continue;
             }
             let event =
@@ -495,6 +516,7 @@ impl World {
             stale_calls: self.stale_calls,
             recaptures: self.head.recaptures(),
             calls_in_doubt: self.calls_in_doubt,
+            refusals: self.refusals,
             faults: self.faults,
             ..SeedReport::new(self.config.mode, self.checker.into_violations(), converged_after_rounds)
         };
@@ -536,6 +558,10 @@ fn draw_chances(rng: &mut ChaCha8Rng, config: &SimConfig) -> Chances {
         if faults.has(fault) {
             chances.discrete.push((fault, rng.random_range(1..10)));
         }
+    }
+    // Rare: it ends the fleet's log (every node refuses it until the operator's recovery).
+    if faults.has(Fault::StoreRollback) {
+        chances.discrete.push((Fault::StoreRollback, 1));
     }
     chances
 }

@@ -171,6 +171,38 @@ const PINNED: &[(Mode, u64, &str)] = &[
 // lagging replicas, batches and requeues (issue 22) they replay other runs, and stay pinned as
 // seeds that must stay green.
 
+/// `store-rollback`: the log goes back under the running fleet (etcd wiped, or restored from an
+/// older snapshot). Every node's store checks the log against its anchor with the fleet store's
+/// own check (`tenure_core::anchor`) and refuses it; nothing acts on the shorter log, and after
+/// the operator's recovery the fleet converges. With the check off (the safety issue's fix
+/// reverted), seed 1 of either mode shows nodes acting on a log that is not the head's.
+/// `TENURE_SIM_ROLLBACK_SEEDS=N` scales the sweep (default 300 per mode).
+#[test]
+fn a_log_that_went_back_is_refused_by_every_node() {
+    let seeds = env_u64("TENURE_SIM_ROLLBACK_SEEDS", 300);
+    let faults: FaultSet = "all,store-rollback".parse().expect("fault names");
+    for mode in [Mode::Cloud, Mode::Onprem] {
+        let config = SimConfig { mode, faults: faults.clone(), ..SimConfig::default() };
+        let reports = sweep(&config, 0..seeds);
+        assert_eq!(report_failures(&config, &reports), Vec::<u64>::new(), "{mode}: failing seeds");
+        let rollbacks: u64 = reports.iter().filter_map(|r| r.faults.get("store-rollback")).sum();
+        let refusals: u64 = reports.iter().map(|r| r.refusals).sum();
+        assert!(rollbacks > 0 && refusals > 0, "{mode}: {rollbacks} rollbacks, {refusals} refusals");
+        let unchecked = SimConfig { check_anchor: false, ..config };
+        let r = run_seed(1, &unchecked);
+        assert!(
+            r.refusals == 0 && r.failed(),
+            "{mode} seed 1 without the anchor check: {:?}",
+            r.violation_counts
+        );
+        assert!(
+            count(std::slice::from_ref(&r), ViolationKind::DivergentMaps) > 0,
+            "{mode}: {:?}",
+            r.violation_counts
+        );
+    }
+}
+
 /// The calls the agent never hears the end of (cancelled in flight, given up at their deadline)
 /// are modelled: a cloud sweep with all faults records some in doubt.
 #[test]

@@ -76,6 +76,7 @@ impl World {
                 self.set_vrrp_master(node);
                 Some(format!("vrrp master {}", self.name(node)))
             }
+            Fault::StoreRollback => Some(self.roll_back_log()),
             Fault::PoolChurn => {
                 self.churn_pool();
                 None

@@ -16,6 +16,9 @@ impl World {
     /// reconciles, executions and inventory until the fleet converges or the bound is reached.
     pub(super) fn liveness(&mut self) -> Option<u32> {
         self.chances = Chances::default();
+        if self.went_back {
+            self.recover_fleet();
+        }
         for node in 0..self.nodes.len() {
             self.nodes[node].driver.heal();
             self.resume(node);
@@ -27,6 +30,9 @@ impl World {
             self.land_due(false);
             for node in 0..self.nodes.len() {
                 self.report_vrrp(node);
+                if !self.anchor_holds(node) {
+                    continue;
+                }
                 let at_ms = self.stamp(node);
                 self.append(Event { at_ms, kind: EventKind::Heartbeat { node: self.name(node) } });
             }

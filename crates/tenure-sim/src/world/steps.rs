@@ -17,8 +17,10 @@ impl World {
         let applied = self.applied(node);
         let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
         let max = if lagging {
-            let least = self.nodes[node].floor.saturating_sub(applied);
-            self.rng.random_range(least..=self.log.len() - applied)
+            // (A view past the end of a log that went back, unchecked, has nothing to read.)
+            let unread = self.log.len().saturating_sub(applied);
+            let least = self.nodes[node].floor.saturating_sub(applied).min(unread);
+            self.rng.random_range(least..=unread)
         } else {
             usize::MAX
         };
@@ -26,12 +28,19 @@ impl World {
     }
 
     /// Applies at most `max` records, `batch` per read, then what every follow does: the view is
-    /// checked against the head at its prefix, and the calls it now fences are cancelled.
+    /// checked against the head at its prefix, and the calls it now fences are cancelled. The
+    /// node's store first checks the log against its anchor (a log that went back is refused:
+    /// nothing is applied) and then moves it.
     fn follow_up_to(&mut self, node: usize, batch: usize, max: usize) {
+        if !self.anchor_holds(node) {
+            return;
+        }
         self.nodes[node].driver.follow_at_most(&self.log, batch, max).expect("an event log cannot fail");
+        self.move_anchor(node);
         let cursor = self.applied(node);
         let name = self.name(node);
-        if checker::fingerprint(self.nodes[node].driver.view()) != self.head_fingerprints[cursor] {
+        // A view past the log's end (one that went back, unchecked) is no prefix of the head.
+        if self.head_fingerprints.get(cursor) != Some(&checker::fingerprint(self.nodes[node].driver.view())) {
             let detail = format!("{name} at log prefix {cursor} differs from the head");
             self.violation(ViolationKind::DivergentMaps, detail);
         }
@@ -49,6 +58,9 @@ impl World {
 
     /// Appends what the node's driver wants appended (its outbox), at the node's time.
     pub(super) fn drain_outbox(&mut self, node: usize) {
+        if !self.anchor_holds(node) {
+            return;
+        }
         while let Some(kind) = self.nodes[node].driver.poll_append() {
             let event = Event { at_ms: self.stamp(node), kind };
             self.append(event);
@@ -58,11 +70,14 @@ impl World {
     /// The agent's reconcile: follow (perhaps only part of the way: a lagging replica), then plan
     /// when the driver says a plan is due or the requeue interval came round.
     pub(super) fn reconcile(&mut self, node: usize) {
-        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
+        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() || self.refused(node) {
             return;
         }
         let lagging = self.rng.random_bool(LAGGING_RECONCILE_CHANCE);
         self.follow(node, lagging);
+        if self.refused(node) {
+            return;
+        }
         let requeue = self.rng.random_bool(REQUEUE_CHANCE);
         let planned = requeue || self.nodes[node].driver.reconcile_due();
         if planned {
@@ -85,10 +100,13 @@ impl World {
     /// The agent's calls: follow to the head (the agent confirms it first), gate what the last
     /// reconcile promoted in batches, call; then the refreshes.
     pub(super) fn execute(&mut self, node: usize) {
-        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() {
+        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() || self.refused(node) {
             return;
         }
         self.follow(node, false);
+        if self.refused(node) {
+            return;
+        }
         // The agent spawns every call of its pass (all batches, then the refreshes) before it
         // handles any result: what takes no time lands once the pass went out.
         self.issuing = Some(Vec::new());
@@ -144,6 +162,10 @@ impl World {
         // As the agent's resume: follow to the head, gate what was approved before the pause
         // (catching up changes no journal entry), then act again.
         self.follow(node, false);
+        if self.refused(node) {
+            self.nodes[node].driver.finish_resume();
+            return;
+        }
         self.issuing = Some(Vec::new());
         self.execute_polled(node);
         self.land_issued();

@@ -45,7 +45,7 @@ impl World {
     /// report and the agent can write (not paused, not cut off).
     pub(super) fn report_vrrp(&mut self, node: usize) {
         let n = &self.nodes[node];
-        if self.vrrp_master.is_none() || n.frozen() || n.cut_off() {
+        if self.vrrp_master.is_none() || n.frozen() || n.cut_off() || n.refused.is_some() {
             return;
         }
         let state = self.local_vrrp(node);

@@ -34,7 +34,8 @@ pub struct SimArgs {
     /// Addresses per seed.
     #[arg(long, default_value_t = 100)]
     pub(super) addresses: usize,
-    /// `all`, `none`, or a comma-separated list of faults.
+    /// `all`, `none`, or a comma-separated list of faults (`all` leaves out `store-rollback`: add it
+    /// by name, `all,store-rollback`).
     #[arg(long, default_value = "all")]
     pub(super) faults: String,
     /// cloud | onprem | onprem-no-authority | paused-call (the last two show documented limits).
