@@ -322,6 +322,12 @@ impl<S: JournalStore> NodeDriver<S> {
         }
     }
 
+    /// Cut off from the log, or frozen outside a resume's zombie pass: no call starts, none is
+    /// cancelled.
+    fn frozen_or_cut_off(&self) -> bool {
+        self.partitioned || (self.paused && self.zombie.is_none())
+    }
+
     fn blocked(&self) -> Option<Blocked> {
         if self.partitioned {
             Some(Blocked::Partitioned)
@@ -373,7 +379,7 @@ impl<S: JournalStore> NodeDriver<S> {
         max: usize,
         wall_ms: Option<u64>,
     ) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
-        if self.partitioned || (self.paused && self.zombie.is_none()) {
+        if self.frozen_or_cut_off() {
             return Ok(Vec::new());
         }
         self.engine.poll_executions(&self.view, self.zombie.as_ref(), max, wall_ms)
@@ -385,9 +391,11 @@ impl<S: JournalStore> NodeDriver<S> {
     /// [`NodeDriver::follow`]. No head confirmation is needed to cancel: a view behind the head
     /// names fewer calls (epochs only grow), and a cancelled call that turns out current again (a
     /// release refused for another pool's sake) is only retried by a later sweep. Empty for a
-    /// node that may not act (partitioned, or frozen: a frozen process cancels nothing).
+    /// node that may not act (partitioned, or frozen: a frozen process cancels nothing); a
+    /// resume's zombie pass is awake and cancels what its view now fences (the simulator found a
+    /// call that landed after the pass's follow had fenced it).
     pub fn poll_stale_calls(&mut self) -> Vec<StaleCall> {
-        if self.blocked().is_some() {
+        if self.frozen_or_cut_off() {
             return Vec::new();
         }
         self.engine.poll_stale_in_flight(&self.view)

@@ -195,6 +195,22 @@ fn a_frozen_node_cancels_nothing() {
     assert_eq!(a.poll_stale_calls().len(), 3, "awake, it names what the view fenced meanwhile");
 }
 
+/// A resume's zombie pass is awake: having followed past a fence, it names the calls in flight
+/// the view now fences (the simulator found a call that landed after the pass had followed past
+/// its fence: cloud seed 60, before the zombie pass could cancel).
+#[test]
+fn a_resumed_node_cancels_in_its_zombie_pass() {
+    let mut log = log();
+    let (mut a, _keys) = in_flight(&log);
+    a.pause();
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    assert!(a.resume().is_ok());
+    a.follow(&log).expect("readable");
+    assert_eq!(a.poll_stale_calls().len(), 3, "the zombie pass names what the view fenced");
+    a.finish_resume();
+    assert!(a.poll_stale_calls().is_empty(), "each call is named once");
+}
+
 /// The desired holder confirmed; then another node's executed acquire is reported, run after the
 /// line moved away from it: the driver notes the provider for an inventory read at once — in
 /// either order of the two results. A normal hand-over (the old holder's acquire confirmed before

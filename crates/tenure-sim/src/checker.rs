@@ -27,6 +27,10 @@ pub use tokens::TokenWatch;
 pub enum ViolationKind {
     /// An action reached a provider while it was stale at the log head (SPEC 6 rule).
     StaleExecution,
+    /// A call reached a provider after its own node's view had fenced it: the node followed past
+    /// the fence and let the call go on (SPEC 9: a call whose action the view fences is
+    /// cancelled; only a call given up in doubt at its deadline may still act late).
+    StaleCallLanded,
     /// A node executed below an epoch it had executed before (its high-water mark was lost).
     BelowHighWater,
     /// A provider call came from a node cut off from the log head.
@@ -58,8 +62,9 @@ pub enum ViolationKind {
 
 impl ViolationKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::StaleExecution,
+        Self::StaleCallLanded,
         Self::BelowHighWater,
         Self::PartitionedExecution,
         Self::TokenDecrease,
@@ -77,6 +82,7 @@ impl ViolationKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::StaleExecution => "stale-execution",
+            Self::StaleCallLanded => "stale-call-landed",
             Self::BelowHighWater => "below-high-water",
             Self::PartitionedExecution => "partitioned-execution",
             Self::TokenDecrease => "token-decrease",

@@ -166,6 +166,11 @@ const PINNED: &[(Mode, u64, &str)] = &[
     (Mode::PausedCall, 6, "a retired address captured by a stalled node"),
     (Mode::PausedCall, 14, "an undesired address held by a stalled node"),
     (Mode::OnpremNoAuthority, 3, "reconcile_due ignoring the plan generation: a hand-over unplanned"),
+    (
+        Mode::Cloud,
+        60,
+        "a resume's zombie pass followed past a fence and let the call in flight land (stale-call-landed)",
+    ),
 ];
 // The seeds above were found with the draws of their day; since the simulator draws read sizes,
 // lagging replicas, batches and requeues (issue 22) they replay other runs, and stay pinned as

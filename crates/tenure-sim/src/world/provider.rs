@@ -10,7 +10,7 @@ use tenure_core::model::{ProviderKind, StampedAction, Verb};
 use tenure_core::driver::NodeDriver;
 
 use super::{CALL_DEADLINE_MS, Heard, IN_DOUBT_ACTED_CHANCE, PendingCall, World};
-use crate::checker::Answerer;
+use crate::checker::{self, Answerer, ViolationKind};
 use crate::config::Mode;
 use crate::store::LossyJournalStore;
 use crate::topology::PROVIDER;
@@ -219,6 +219,17 @@ impl World {
                 return;
             }
             Heard::Result => {}
+        }
+        if call.failure.is_none()
+            && self.nodes[call.node].incarnation == call.incarnation
+            && let Some(why) = checker::staleness(&call.action, self.nodes[call.node].driver.view())
+        {
+            let detail = format!(
+                "{} landed after {}'s own view fenced it ({why})",
+                call.action.idempotency_key,
+                self.name(call.node)
+            );
+            self.violation(ViolationKind::StaleCallLanded, detail);
         }
         let (outcome, detail) = match call.failure {
             Some(why) => (ActionOutcome::Failed, why.to_owned()),
