@@ -8,6 +8,9 @@
 //!   executors run with a deadline each, heartbeats, the HTTP API's requests.
 //! - [`api`] — the HTTP API (axum): [`api::router`] over an [`agent::request::AgentHandle`],
 //!   [`api::serve`], the bearer [`api::ApiToken`], strict bodies and JSON errors.
+//! - [`ops`] — the operator commands (`drain`, `undrain`, `approve`, `desire`, `undesire`), one
+//!   module each: its route, its input and checks, its event, its done line; the API and the CLI
+//!   both run them through [`ops::OperatorCommand`].
 //! - [`metrics`] — [`metrics::Metrics`]: the Prometheus families, observed and read from the loop.
 //! - [`cli`] — the command line of SPEC 10: parsing ([`cli::Cli`]) and dispatch ([`cli::run`]),
 //!   one file per subcommand, and the exit codes.
@@ -54,4 +57,5 @@ pub mod cli;
 pub mod config;
 pub mod exec;
 pub mod metrics;
+pub mod ops;
 pub mod store;

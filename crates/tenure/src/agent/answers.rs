@@ -35,7 +35,9 @@ pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter
 /// Checks an event a client asked to append against the view and the journals of the nodes this
 /// agent runs (`local`), before anything is appended: a node must be in the registry; a pool must
 /// be applied and list the address; an approval must name an action pending approval now
-/// ([`check_approve`]: it may be approved before it is journaled, SPEC 13).
+/// ([`check_approve`]: it may be approved before it is journaled, SPEC 13). How each operator
+/// command's input was read and checked before it became the event is its module's, in
+/// [`crate::ops`].
 pub fn check_submit<S: JournalStore>(
     view: &Federation,
     local: &[NodeDriver<S>],

@@ -20,16 +20,17 @@
 //!
 //! The `POST`s need `Authorization: Bearer <token>` ([`ApiToken`]): 401 without, 403 with a wrong
 //! one or when the agent has no token (fail closed). Their inputs are checked strictly before
-//! anything is submitted (see [`body`] and [`mutate`]): a 4xx changes nothing. Every error is JSON
-//! `{"error": "…", "field": "…"}` ([`ApiFailure`]), counted in
-//! `tenure_requests_rejected_total{reason}` and logged at info; every request is logged at debug.
-//! The token is never logged.
+//! anything is submitted (see [`body`], [`mutate`] and each command's module in [`crate::ops`]): a
+//! 4xx changes nothing. Every error is JSON `{"error": "…", "field": "…"}` ([`ApiFailure`]),
+//! counted in `tenure_requests_rejected_total{reason}` and logged at info; every request is
+//! logged at debug. The token is never logged.
 //!
 //! # Layout
 //! - [`auth`] — [`ApiToken`], the constant-time compare, the `Authorization` header.
 //! - [`body`] — size, time and content-type limits; strict JSON object fields.
 //! - [`list`] — the list calls' query, continue tokens and pages.
-//! - [`mutate`] — the mutating routes.
+//! - [`mutate`] — the mutating routes: one handler for every operator command of
+//!   [`crate::ops`] (each module names its route and checks its input), and the backup.
 //! - [`failure`] — the error answer and its reasons.
 //! - [`page`] — the status page (`GET /`).
 
@@ -65,6 +66,7 @@ use crate::agent::listing::HistoryQuery;
 use crate::agent::map::{MapFilter, OwnershipQuery};
 use crate::agent::request::{ActionFilter, AgentHandle, HandleError, Health};
 use crate::metrics::{METRICS_CONTENT_TYPE, Metrics};
+use crate::ops::{self, OperatorCommand as _};
 use failure::{Rejected, reason};
 
 /// What every handler shares.
@@ -88,11 +90,11 @@ pub fn router(handle: AgentHandle, metrics: Arc<Metrics>, token: Option<ApiToken
         .route("/v1/history", get(history))
         .route("/v1/health", get(health))
         .route("/metrics", get(scrape))
-        .route("/v1/drain/{node}", post(mutate::drain))
-        .route("/v1/undrain/{node}", post(mutate::undrain))
-        .route("/v1/approve/{*key}", post(mutate::approve))
-        .route("/v1/desire", post(mutate::desire))
-        .route("/v1/undesire", post(mutate::undesire))
+        .route(ops::Drain::ROUTE, post(mutate::operator::<ops::Drain>))
+        .route(ops::Undrain::ROUTE, post(mutate::operator::<ops::Undrain>))
+        .route(ops::Approve::ROUTE, post(mutate::operator::<ops::Approve>))
+        .route(ops::Desire::ROUTE, post(mutate::operator::<ops::Desire>))
+        .route(ops::Undesire::ROUTE, post(mutate::operator::<ops::Undesire>))
         .route("/v1/store/backup", post(mutate::backup))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)

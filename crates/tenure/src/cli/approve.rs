@@ -1,7 +1,8 @@
 //! `tenure approve --pool P --address A`: approves every action of one address that waits for
 //! approval on the agent asked — `GET /v1/actions?state=pending&pool=P`, then
-//! `POST /v1/approve/{key}` for each of the address's keys, in journal order (an address's verbs
-//! in one stamp are a sequence). One line per key; a clear line when none waits.
+//! `POST /v1/approve/{key}` for each of the address's keys ([`Approve`]'s route and done
+//! line), in journal order (an address's verbs in one stamp are a sequence). One line per key; a
+//! clear line when none waits.
 //!
 //! Exit codes as the other verbs (`remote.rs`): 0 when every key was approved or none waited; 1
 //! when the agent refused one (the others are still tried) or did not answer; 2 for bad input.
@@ -17,11 +18,12 @@ use tenure_core::input::check_name;
 
 use super::EXIT_BAD_INPUT;
 use super::client::path_segment;
-use super::remote::{EXIT_REFUSED, RemoteArgs, RemoteOutput, Session, rows};
+use super::remote::{EXIT_REFUSED, RemoteArgs, RemoteOutput, Session, change_request, rows};
 use crate::agent::listing::parse_address;
+use crate::ops::{Approve, OperatorCommand as _};
 
 /// What the verb is called in messages.
-const COMMAND: &str = "approve";
+const COMMAND: &str = Approve::NAME;
 
 /// A row of `GET /v1/actions` (the fields this verb reads).
 #[derive(Deserialize)]
@@ -90,18 +92,19 @@ pub fn run(pool: &str, address: &str, args: &RemoteArgs) -> ExitCode {
         }
         eprintln!("No action of pool \"{pool}\" address {wanted} is waiting for approval on this agent.");
     }
-    let outcomes: Vec<(String, Outcome)> = keys
+    let outcomes: Vec<(Approve, Outcome)> = keys
         .into_iter()
         .map(|key| {
-            let path = format!("/v1/approve/{}", path_segment(&key));
-            let outcome = match session.exchange(Method::POST, &path, None) {
+            let approve = Approve { key };
+            let (path, body) = change_request(&approve);
+            let outcome = match session.exchange(Method::POST, &path, body) {
                 Ok(value) => match value.get("index").and_then(Value::as_u64) {
                     Some(index) => Outcome::Approved(index),
                     None => Outcome::Refused(EXIT_REFUSED, "the agent's answer has no `index`".to_owned()),
                 },
                 Err((code, message)) => Outcome::Refused(code, message),
             };
-            (key, outcome)
+            (approve, outcome)
         })
         .collect();
     print(&outcomes, args.output());
@@ -133,27 +136,27 @@ fn unknown(session: &Session, pool: &str, address: IpAddr) -> Option<String> {
 
 /// One line per key (approved on stdout, refused on stderr), or for `-o json|yaml` one document
 /// `{"approved": [{idempotencyKey, index}], "refused": [{idempotencyKey, error}]}` on stdout.
-fn print(outcomes: &[(String, Outcome)], output: RemoteOutput) {
+fn print(outcomes: &[(Approve, Outcome)], output: RemoteOutput) {
     if matches!(output, RemoteOutput::Table | RemoteOutput::Wide) {
-        for (key, outcome) in outcomes {
+        for (approve, outcome) in outcomes {
             match outcome {
-                Outcome::Approved(index) => println!("action/{key} approved (log index {index})"),
-                Outcome::Refused(_, message) => eprintln!("tenure {COMMAND}: {key}: {message}"),
+                Outcome::Approved(index) => println!("{} (log index {index})", approve.done()),
+                Outcome::Refused(_, message) => eprintln!("tenure {COMMAND}: {}: {message}", approve.key),
             }
         }
         return;
     }
     let approved: Vec<Value> = outcomes
         .iter()
-        .filter_map(|(key, o)| match o {
-            Outcome::Approved(index) => Some(json!({"idempotencyKey": key, "index": index})),
+        .filter_map(|(approve, o)| match o {
+            Outcome::Approved(index) => Some(json!({"idempotencyKey": approve.key, "index": index})),
             Outcome::Refused(..) => None,
         })
         .collect();
     let refused: Vec<Value> = outcomes
         .iter()
-        .filter_map(|(key, o)| match o {
-            Outcome::Refused(_, message) => Some(json!({"idempotencyKey": key, "error": message})),
+        .filter_map(|(approve, o)| match o {
+            Outcome::Refused(_, message) => Some(json!({"idempotencyKey": approve.key, "error": message})),
             Outcome::Approved(_) => None,
         })
         .collect();

@@ -26,6 +26,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::ops;
+
 /// Exit code for bad input (SPEC 10, 11): a spec, scenario or argument was refused (for the
 /// verbs that talk to an agent, also an answer of 400, 413 or 415).
 pub const EXIT_BAD_INPUT: u8 = 2;
@@ -268,18 +270,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(code) => code,
             }
         }
-        Command::Drain { node, remote } => remote::run(&remote::Verb::Drain { node }, &remote.into_remote()),
+        Command::Drain { node, remote } => remote::run_change(&ops::Drain { node }, &remote.into_remote()),
         Command::Undrain { node, remote } => {
-            remote::run(&remote::Verb::Undrain { node }, &remote.into_remote())
-        }
-        Command::Approve { key: Some(key), .. } if key.trim().is_empty() => {
-            eprintln!(
-                "tenure approve: the key is empty; give one as `tenure actions --state pending` shows it"
-            );
-            ExitCode::from(EXIT_BAD_INPUT)
+            remote::run_change(&ops::Undrain { node }, &remote.into_remote())
         }
         Command::Approve { key: Some(key), remote, .. } => {
-            remote::run(&remote::Verb::Approve { key }, &remote.into_remote())
+            remote::run_change(&ops::Approve { key }, &remote.into_remote())
         }
         Command::Approve { key: None, pool: Some(pool), address: Some(address), remote } => {
             approve::run(&pool, &address, &remote.into_remote())
@@ -289,10 +285,10 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(EXIT_BAD_INPUT)
         }
         Command::Desire { pool, address, remote } => {
-            remote::run(&remote::Verb::Desire { pool, address }, &remote.into_remote())
+            remote::run_change(&ops::Desire { pool, address }, &remote.into_remote())
         }
         Command::Undesire { pool, address, remote } => {
-            remote::run(&remote::Verb::Undesire { pool, address }, &remote.into_remote())
+            remote::run_change(&ops::Undesire { pool, address }, &remote.into_remote())
         }
         Command::Store(args) => store::run(&args),
         Command::SinkMark(args) => sink_mark::run(&args),

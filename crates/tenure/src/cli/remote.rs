@@ -24,6 +24,7 @@ use super::client::{Answer, Client, DEFAULT_ENDPOINT, path_segment};
 use crate::agent::listing::ListFilter;
 use crate::agent::request::no_eligible_member_note;
 use crate::api::ApiToken;
+use crate::ops::{Input, OperatorCommand};
 
 /// Exit code when the agent refused, failed, or did not answer.
 pub const EXIT_REFUSED: u8 = 1;
@@ -76,7 +77,8 @@ impl RemoteArgs {
     }
 }
 
-/// What to ask of the agent.
+/// What a reading verb asks of the agent (the verbs that change something are
+/// [`crate::ops`]' operator commands, run by [`run_change`]).
 #[derive(Debug)]
 pub enum Verb {
     /// `GET /v1/ownership` with filters (`?pool=&node=&address=`).
@@ -96,35 +98,6 @@ pub enum Verb {
         /// The filters.
         filter: ListFilter,
     },
-    /// `POST /v1/drain/{node}`.
-    Drain {
-        /// The node.
-        node: String,
-    },
-    /// `POST /v1/undrain/{node}`.
-    Undrain {
-        /// The node.
-        node: String,
-    },
-    /// `POST /v1/approve/{key}`.
-    Approve {
-        /// The idempotency key.
-        key: String,
-    },
-    /// `POST /v1/desire`.
-    Desire {
-        /// The pool.
-        pool: String,
-        /// The address.
-        address: String,
-    },
-    /// `POST /v1/undesire`.
-    Undesire {
-        /// The pool.
-        pool: String,
-        /// The address.
-        address: String,
-    },
 }
 
 impl Verb {
@@ -133,65 +106,47 @@ impl Verb {
             Self::Ownership { .. } => "ownership",
             Self::Actions { .. } => "actions",
             Self::History { .. } => "history",
-            Self::Drain { .. } => "drain",
-            Self::Undrain { .. } => "undrain",
-            Self::Approve { .. } => "approve",
-            Self::Desire { .. } => "desire",
-            Self::Undesire { .. } => "undesire",
         }
     }
 
-    fn mutates(&self) -> bool {
-        self.list_key().is_none()
-    }
-
-    /// The key of the list a reading verb's answer holds (`ownership`, `actions`, `history`);
-    /// `None` for the verbs that change something.
-    fn list_key(&self) -> Option<&'static str> {
+    /// The path of the request (percent-encoded, with the filters as its query), a `GET`.
+    fn path(&self) -> String {
         match self {
-            Self::Ownership { .. } => Some("ownership"),
-            Self::Actions { .. } => Some("actions"),
-            Self::History { .. } => Some("history"),
-            _ => None,
-        }
-    }
-
-    /// The method, the path (percent-encoded) and the JSON body of the request.
-    fn request(&self) -> (Method, String, Option<Vec<u8>>) {
-        let pool_address = |pool: &str, address: &str| {
-            Some(serde_json::json!({"pool": pool, "address": address}).to_string().into_bytes())
-        };
-        match self {
-            Self::Ownership { filter } => {
-                (Method::GET, with_query("/v1/ownership", filter.query_pairs()), None)
-            }
+            Self::Ownership { filter } => with_query("/v1/ownership", filter.query_pairs()),
             Self::Actions { filter, state } => {
                 let mut query = filter.query_pairs();
                 query.extend(state.iter().map(|state| ("state", state.clone())));
-                (Method::GET, with_query("/v1/actions", query), None)
+                with_query("/v1/actions", query)
             }
-            Self::History { filter } => (Method::GET, with_query("/v1/history", filter.query_pairs()), None),
-            Self::Drain { node } => (Method::POST, format!("/v1/drain/{}", path_segment(node)), None),
-            Self::Undrain { node } => (Method::POST, format!("/v1/undrain/{}", path_segment(node)), None),
-            Self::Approve { key } => (Method::POST, format!("/v1/approve/{}", path_segment(key)), None),
-            Self::Desire { pool, address } => {
-                (Method::POST, "/v1/desire".to_owned(), pool_address(pool, address))
-            }
-            Self::Undesire { pool, address } => {
-                (Method::POST, "/v1/undesire".to_owned(), pool_address(pool, address))
-            }
+            Self::History { filter } => with_query("/v1/history", filter.query_pairs()),
         }
     }
 
-    /// What a successful change says in a table: `node/a drained`.
-    fn done(&self) -> String {
+    /// The answer's list as a table (`wide`: every column).
+    fn table(&self, value: &Value, wide: bool) -> Result<Rendered, String> {
         match self {
-            Self::Ownership { .. } | Self::Actions { .. } | Self::History { .. } => String::new(),
-            Self::Drain { node } => format!("node/{node} drained"),
-            Self::Undrain { node } => format!("node/{node} undrained"),
-            Self::Approve { key } => format!("action/{key} approved"),
-            Self::Desire { pool, address } => format!("address/{pool}/{address} desired"),
-            Self::Undesire { pool, address } => format!("address/{pool}/{address} undesired"),
+            Self::Ownership { .. } => ownership_table(value, wide),
+            Self::Actions { .. } => actions::actions_table(value, wide, actions::now_ms()),
+            Self::History { .. } => super::history::history_table(value),
+        }
+    }
+}
+
+/// The path (percent-encoded) and the JSON body of operator command `C`'s request, from its
+/// route and values: the one value in place of the route's path parameter, or the values as the
+/// body's fields.
+pub(super) fn change_request<C: OperatorCommand>(command: &C) -> (String, Option<Vec<u8>>) {
+    let values = command.values();
+    match C::INPUT {
+        Input::Path(_) => {
+            let prefix = C::ROUTE.split_once('{').map_or(C::ROUTE, |(prefix, _)| prefix);
+            let segments: String = values.iter().map(|value| path_segment(value)).collect();
+            (format!("{prefix}{segments}"), None)
+        }
+        Input::Body(fields) => {
+            let body: serde_json::Map<String, Value> =
+                fields.iter().zip(values).map(|(field, value)| ((*field).to_owned(), value.into())).collect();
+            (C::ROUTE.to_owned(), Some(Value::Object(body).to_string().into_bytes()))
         }
     }
 }
@@ -275,40 +230,69 @@ impl Session {
     }
 }
 
-/// Runs `verb` against the agent `args` name; prints the answer or a one-line error. A verb
-/// that lists reads the whole list.
-pub fn run(verb: &Verb, args: &RemoteArgs) -> ExitCode {
-    run_list(verb, args, &super::list::ListArgs::default())
-}
-
-/// [`run`], a verb that lists reading the list as `list` asks (every page, or one:
-/// `cli/list.rs`).
+/// Runs reading verb `verb` against the agent `args` name, reading the list as `list` asks
+/// (every page, or one: `cli/list.rs`); prints the answer or a one-line error.
 pub fn run_list(verb: &Verb, args: &RemoteArgs, list: &super::list::ListArgs) -> ExitCode {
     let command = verb.name();
     let fail = |code: u8, message: &str| {
         eprintln!("tenure {command}: {message}");
         ExitCode::from(code)
     };
-    let session = match Session::open(command, verb.mutates(), args) {
+    let session = match Session::open(command, false, args) {
         Ok(session) => session,
         Err(code) => return code,
     };
-    let (method, path, body) = verb.request();
-    let answer = match verb.list_key() {
-        Some(key) => super::list::fetch(&session, &path, key, list),
-        None => session.exchange(method, &path, body),
-    };
-    let value = match answer {
+    // The list in the answer is under the verb's name.
+    let value = match super::list::fetch(&session, &verb.path(), command, list) {
         Ok(value) => value,
         Err((code, message)) => return fail(code, &message),
     };
-    match render(verb, args.output, &value) {
+    match render(args.output, &value, |wide| verb.table(&value, wide)) {
         Ok(Rendered::Out(text)) => super::print_out(&text),
         Ok(Rendered::Empty) => eprintln!("No resources found."),
         Err(message) => return fail(EXIT_REFUSED, &message),
     }
     if let Some(note) = super::list::more_note(&value) {
         eprintln!("tenure {command}: {note}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs operator command `command` ([`crate::ops`]) against the agent `args` name: its own check,
+/// then `POST` its input to its route; prints its done line with the log index
+/// (`node/a drained (log index 7)`), or the answer for `-o json|yaml`, or a one-line error.
+pub fn run_change<C: OperatorCommand>(command: &C, args: &RemoteArgs) -> ExitCode {
+    let fail = |code: u8, message: &str| {
+        eprintln!("tenure {}: {message}", C::NAME);
+        ExitCode::from(code)
+    };
+    if let Err(message) = command.check() {
+        return fail(EXIT_BAD_INPUT, &message);
+    }
+    let session = match Session::open(C::NAME, true, args) {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let (path, body) = change_request(command);
+    let value = match session.exchange(Method::POST, &path, body) {
+        Ok(value) => value,
+        Err((code, message)) => return fail(code, &message),
+    };
+    let done = |_wide| {
+        let index = value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
+        // A drain that left addresses with no eligible member says so (older agents answer
+        // without the field: nothing to add).
+        let note = value
+            .get("addressesWithNoEligibleMember")
+            .and_then(Value::as_u64)
+            .map(no_eligible_member_note)
+            .unwrap_or_default();
+        Ok(Rendered::Out(format!("{} (log index {index}){note}\n", command.done())))
+    };
+    match render(args.output, &value, done) {
+        Ok(Rendered::Out(text)) => super::print_out(&text),
+        Ok(Rendered::Empty) => eprintln!("No resources found."),
+        Err(message) => return fail(EXIT_REFUSED, &message),
     }
     ExitCode::SUCCESS
 }
@@ -373,8 +357,13 @@ pub(super) enum Rendered {
     Empty,
 }
 
-/// The answer in the asked format.
-fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, String> {
+/// The answer in the asked format: for `table` and `wide`, as `table` writes it (given whether
+/// wide).
+fn render(
+    output: RemoteOutput,
+    value: &Value,
+    table: impl FnOnce(bool) -> Result<Rendered, String>,
+) -> Result<Rendered, String> {
     match output {
         RemoteOutput::Json => {
             let mut text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
@@ -382,25 +371,7 @@ fn render(verb: &Verb, output: RemoteOutput, value: &Value) -> Result<Rendered, 
             Ok(Rendered::Out(text))
         }
         RemoteOutput::Yaml => serde_saphyr::to_string(value).map(Rendered::Out).map_err(|e| e.to_string()),
-        RemoteOutput::Table | RemoteOutput::Wide => match verb {
-            Verb::Ownership { .. } => ownership_table(value, output == RemoteOutput::Wide),
-            Verb::Actions { .. } => {
-                actions::actions_table(value, output == RemoteOutput::Wide, actions::now_ms())
-            }
-            Verb::History { .. } => super::history::history_table(value),
-            _ => {
-                let index =
-                    value.get("index").and_then(Value::as_u64).ok_or("the agent's answer has no `index`")?;
-                // A drain that left addresses with no eligible member says so (older agents
-                // answer without the field: nothing to add).
-                let note = value
-                    .get("addressesWithNoEligibleMember")
-                    .and_then(Value::as_u64)
-                    .map(no_eligible_member_note)
-                    .unwrap_or_default();
-                Ok(Rendered::Out(format!("{} (log index {index}){note}\n", verb.done())))
-            }
-        },
+        RemoteOutput::Table | RemoteOutput::Wide => table(output == RemoteOutput::Wide),
     }
 }
 
@@ -501,6 +472,7 @@ pub(super) fn table(headers: &[&str], rows: Vec<Vec<String>>) -> Rendered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops;
 
     #[test]
     fn tables_align_columns_to_their_widest_cell() {
@@ -512,6 +484,31 @@ mod tests {
         };
         assert_eq!(text, "A      LONG-HEADER   C\nxxxx   y             z\nx      yy\n");
         assert_eq!(table(&["A"], Vec::new()), Rendered::Empty);
+    }
+
+    #[test]
+    fn operator_commands_send_their_input_to_their_route() {
+        let drain = ops::Drain { node: "a b".into() };
+        assert_eq!(change_request(&drain), ("/v1/drain/a%20b".to_owned(), None));
+        assert_eq!(change_request(&ops::Undrain { node: "a".into() }), ("/v1/undrain/a".to_owned(), None));
+        let key = "p/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1";
+        let (path, body) = change_request(&ops::Approve { key: key.into() });
+        assert_eq!(
+            path,
+            "/v1/approve/p%2F10.0.0.10%2Fassign-secondary-ip%2Fa%2Fsim1%2Feni-a%2Fowner%3A1%3Aepoch%3A1"
+        );
+        assert_eq!(body, None);
+        for (path, body) in [
+            change_request(&ops::Desire { pool: "p".into(), address: "10.0.0.10".into() }),
+            change_request(&ops::Undesire { pool: "p".into(), address: "10.0.0.10".into() }),
+        ] {
+            let body: Value = serde_json::from_slice(&body.expect("a body")).expect("JSON");
+            assert_eq!(body, serde_json::json!({"pool": "p", "address": "10.0.0.10"}), "{path}");
+        }
+        assert_eq!(
+            change_request(&ops::Undesire { pool: "p".into(), address: "a".into() }).0,
+            "/v1/undesire"
+        );
     }
 
     #[test]
