@@ -8,6 +8,9 @@
 //! - `anchor.rs` — the rollback checks: how far this agent applied the log ([`Anchor`]), the
 //!   binding record, and the refusals of another cluster or a log that went back.
 //! - `io.rs` — the etcd client's own thread: appends, head reads, the initial load, the watch.
+//! - `io/append.rs` — one append, compared against what this agent applied and its writer key.
+//! - `io/snapshot.rs` — the snapshot in etcd (manifest and chunks): read, write, and the
+//!   compaction of what it replaces.
 //! - `io/load.rs` — the initial load (and the reload after a compaction): linear, by key, put in
 //!   log order.
 //! - `replica.rs` — the replica of the log the watch fills ([`Shared`]), and [`EtcdLog`], the
@@ -27,7 +30,7 @@ use tenure_core::log::Event;
 use tenure_core::log_store::{LogError, LogIndex, encode_record};
 use tracing::{error, info, warn};
 
-use self::anchor::{Anchor, Binding, Newest, SNAPSHOT, check_anchor, check_binding};
+use self::anchor::{Anchor, Binding, Newest, SNAPSHOT, check_binding};
 use self::io::{Appended, ConnectSettings, Io, Keys, Retry};
 pub use self::replica::EtcdLog;
 use self::replica::{Shared, StoredBatch};
