@@ -38,6 +38,14 @@
 //! headers writes `header` → [`Stamped::header_value`] and, when signed,
 //! [`SIGNATURE_HEADER_DEFAULT`](crate::sink::SIGNATURE_HEADER_DEFAULT) →
 //! [`Stamped::signature_header_value`] (the format is in [`crate::sink`]).
+//!
+//! # Layout
+//!
+//! - this file — the options, [`Stamped`] and the stampers, [`BridgeHandle`], the spawn
+//!   functions and the bridge's task.
+//! - `bridge/ends.rs` — the two ends: [`Producer`] (and [`FallibleReceiver`]) and [`Pipeline`]
+//!   (and [`Handler`]).
+//! - `bridge/supervisor.rs` — [`BridgeSupervisor`]: one bridge per leadership term.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
