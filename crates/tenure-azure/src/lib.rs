@@ -19,6 +19,14 @@
 //! Every decision is made on a settled NIC ([`Arm::settled`]): `provisioningState` `Succeeded`;
 //! `Updating` is read again until it settles; `Failed` is written back as read (ARM's recovery)
 //! first. Holders count only in the virtual network of the NIC's primary subnet.
+//!
+//! # Layout
+//!
+//! - [`client`] — [`Arm`]: one ARM call through `azure_core`'s pipeline, and the retry rules.
+//! - [`nic`] — [`nic::Nic`]: a network interface as ARM answers it, kept as JSON.
+//! - [`ops`] — reading a settled NIC, writing it with `If-Match`, listing a group's NICs, and
+//!   the verbs release and forwarding.
+//! - [`seize`] — the seize and the inventory: where an address is held, and moving it.
 
 pub mod client;
 pub mod nic;

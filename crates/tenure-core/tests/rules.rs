@@ -1,4 +1,6 @@
 //! One test per rule of SPEC sections 1–6 and 13 that the scenario files do not already pin.
+//!
+//! Over 600 lines: one test per rule, sharing one rig (`World`); a second binary would cost a link.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;

@@ -24,6 +24,8 @@
 //!
 //! - [`backend`] — `KubernetesBackend`: takeover, renewal, release; the expiry rule; adopting a
 //!   takeover whose answer was lost; refusing a term that went back.
+//! - [`client`] — building the kube client (`client_for_url`, `client_inferred`) and
+//!   `SetupError`.
 //! - [`record`] — reading a Lease as an election record: term and nonce annotations, holder,
 //!   expiry (pure).
 //! - [`names`] — the API server's rules for Lease names and namespaces (pure).
@@ -45,6 +47,7 @@
 //! ```
 
 pub mod backend;
+pub mod client;
 pub mod double;
 pub mod names;
 pub mod record;

@@ -1,5 +1,8 @@
 //! The epoch bridge and its supervisor (SPEC 8): snapshot stamping, drain, abort, timeouts, and
 //! one bridge per leadership term.
+//!
+//! Over 600 lines: one rig (scripted producers and pipelines), many cases; a second binary would
+//! cost a link.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

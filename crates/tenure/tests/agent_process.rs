@@ -1,6 +1,9 @@
 //! `tenure agent` as a real process on a temporary embedded store, on loopback: ownership over
 //! HTTP and the CLI, changes compared with `replay` of the same events, the exec hook with a
 //! stale action that never reaches it, SIGHUP, SIGTERM with a call in flight, refusals.
+//!
+//! Over 600 lines: one rig (an agent process and its API), many cases;
+//! a second binary would cost a link.
 
 mod process;
 

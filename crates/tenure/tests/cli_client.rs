@@ -1,6 +1,9 @@
 //! The real `tenure` binary's verbs against the API in front of a test-double agent loop
 //! (`support`): table, json and yaml output, exit codes 0 (done), 1 (refused, no agent) and 2
 //! (bad input), and the one-line messages.
+//!
+//! Over 600 lines: one rig (the CLI against a running agent), many cases;
+//! a second binary would cost a link.
 
 mod support;
 

@@ -3,6 +3,9 @@
 //! epoch — on the embedded backend, on a real 3-member etcd cluster (cargo feature `etcd`) and
 //! against the Lease API double (cargo feature `kubernetes`). A build without one of those
 //! features refuses its backend in one line, exit 3.
+//!
+//! Over 600 lines: one rig (`tenure elect` processes against each backend), many cases; a second
+//! binary would cost a link.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

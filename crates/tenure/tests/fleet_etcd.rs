@@ -3,6 +3,9 @@
 //! hook that keeps a file-backed "cloud" (one holder per address, reassigned by an acquire) and
 //! logs every call it receives, so executions are counted where they happen, across processes.
 //! Nothing here skips: a cluster or agent that cannot start fails the test.
+//!
+//! Over 600 lines: one rig (an etcd cluster and agent processes), many cases; a second binary would
+//! cost a link.
 
 mod process;
 

@@ -6,6 +6,9 @@
 //! GetVnic more. Metadata and federation calls are not counted there (federations are, apart).
 //!
 //! Fails, never skips, when the fake cannot start.
+//!
+//! Over 600 lines: one rig (the OCI fake and an agent), many cases;
+//! a second binary would cost a link.
 
 #![cfg(feature = "oci")]
 

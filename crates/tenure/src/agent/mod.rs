@@ -31,8 +31,8 @@
 //!   `heartbeat.rs` (heartbeats on their own thread), `history.rs` (the history it keeps),
 //!   `inventory.rs` (inventory reads), `refresh.rs` (repeated announcements), `requests.rs` (its
 //!   answers to requests), `slow.rs` (test hooks that slow the loop), `stale.rs` (calls whose
-//!   action went stale), `vrrp.rs` (keepalived's reports as `vrrp` events), `withdraw.rs` (the
-//!   local withdrawal).
+//!   action went stale), `vrrp.rs` (keepalived's reports as `vrrp` events), `wait.rs` (the
+//!   `select!`'s waits on what may be absent), `withdraw.rs` (the local withdrawal).
 //! - [`answers`] — answering API requests from the loop's state.
 //! - [`approval`] — what an `approve` may name: an action pending approval now.
 //! - [`listing`] — the list calls' filters, and pages of the history the loop keeps.

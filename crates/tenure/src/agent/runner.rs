@@ -32,10 +32,12 @@ mod stale;
 mod start;
 mod step;
 mod vrrp;
+mod wait;
 mod withdraw;
 
 use calls::{CallDone, CallTask};
 use inventory::{InventoryDone, InventorySchedule};
+use wait::{notified_or_never, recv_or_never, sleep_until_or_never};
 
 /// Most provider calls in flight at once, across the agent's nodes.
 pub const CALLS_IN_FLIGHT_MAX: usize = 256;
@@ -172,30 +174,6 @@ struct Agent<S: AgentStore> {
     history: History,
     /// When announcements of held addresses are repeated (`runner/refresh.rs`).
     refresh: refresh::RefreshSchedule,
-}
-
-/// Sleeps until `at`, or forever when there is nothing to wait for.
-async fn sleep_until_or_never(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Waits for `notify`, or forever when there is none.
-async fn notified_or_never(notify: Option<&tokio::sync::Notify>) {
-    match notify {
-        Some(notify) => notify.notified().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The next message of `receiver`, or never when there is none.
-async fn recv_or_never<T>(receiver: Option<&mut mpsc::Receiver<T>>) -> Option<T> {
-    match receiver {
-        Some(receiver) => receiver.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Milliseconds since the Unix epoch by this host's clock.

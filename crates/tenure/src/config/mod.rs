@@ -32,15 +32,19 @@
 //! - `providers.rs` — `providers:` entries, read in two steps (name and kind, then the kind's own
 //!   settings struct, chosen through `exec/registry.rs`), and [`SettingsCheck`], what each kind's
 //!   check reports to. What a kind takes, its defaults and checks are its module's, in `exec/`.
+//! - `nodes.rs` — `node:`/`nodes:` and `peers:`, checked against the providers and each other.
+//! - `store.rs` — the `store` section (embedded or etcd) and `identityFile` with its default.
 //! - `pools.rs` — [`load_pools`]: the pool files, checked together and against the config.
 //! - `reload.rs` — [`reload_pools`]: what a reload (SIGHUP) takes from the edited config file (its
 //!   `pools` list), and [`changed_keys`]: the keys it names as needing a restart.
 
+mod nodes;
 mod paths;
 mod pools;
 mod providers;
 mod raw;
 mod reload;
+mod store;
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -48,7 +52,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde_saphyr::Spanned;
-use tenure_core::fleet_spec::validate_nodes;
 use tenure_core::input::{InputError, Position, parse_duration_ms, utf8_text};
 use tenure_core::journal::{JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT};
 use tenure_core::model::{NodeSpec, ProviderKind};
@@ -58,10 +61,12 @@ pub use pools::{POOL_FILE_BYTES_MAX, check_record_size, load_pools};
 pub use providers::SettingsCheck;
 pub use reload::{changed_keys, reload_pools};
 
+use nodes::validate_node_keys;
+use paths::path_field;
 #[cfg(test)]
 pub(crate) use paths::resolve;
-use paths::{is_inside, path_field};
-use raw::{RawConfig, RawStoreKind};
+use raw::RawConfig;
+use store::{validate_identity_file, validate_store};
 
 /// Largest config file read, in bytes: a config is a few hundred bytes; anything this large is
 /// the wrong file.
@@ -416,320 +421,6 @@ fn key_positions(raw: &RawConfig) -> BTreeMap<&'static str, Position> {
     keys.into_iter().filter_map(|(key, position)| Some((key, position?))).collect()
 }
 
-/// `node:` or `nodes:`, exactly one of them, and `peers:` (with an etcd store only), validated
-/// against the providers and each other (names and NICs unique across all of them).
-fn validate_node_keys(
-    raw: &RawConfig,
-    text: &str,
-    providers: &[ProviderConfig],
-    errors: &mut Vec<InputError>,
-) -> (Vec<NodeSpec>, Vec<NodeSpec>) {
-    let raws: Vec<&Spanned<tenure_core::fleet_spec::RawNode>> = match (&raw.node, &raw.nodes) {
-        (Some(_), Some(nodes)) => {
-            errors.push(InputError::at(
-                Position::of_spanned(nodes),
-                "give `node` (this host's node) or `nodes` (several nodes in one process, for demos \
-                 and tests), not both"
-                    .to_owned(),
-            ));
-            return (Vec::new(), Vec::new());
-        }
-        (None, None) => {
-            errors.push(InputError::at(
-                first_content(text),
-                "missing `node`: the node this agent runs, like `node: {name: a, provider: sim1, \
-                 placementGroup: g1, nic: eni-a}` (or `nodes:` for several in one process)"
-                    .to_owned(),
-            ));
-            return (Vec::new(), Vec::new());
-        }
-        (Some(node), None) => vec![node],
-        (None, Some(nodes)) => {
-            if nodes.value.is_empty() {
-                errors.push(InputError::at(
-                    Position::of_spanned(nodes),
-                    "nodes must list at least one node".to_owned(),
-                ));
-            }
-            nodes.value.iter().collect()
-        }
-    };
-    let own = raws.len();
-    let mut raws = raws;
-    if let Some(peers) = &raw.peers {
-        if raw.store.value.kind.as_ref().map(|k| k.value) != Some(raw::RawStoreKind::Etcd) {
-            errors.push(InputError::at(
-                Position::of_spanned(peers),
-                "peers are the other nodes of a fleet sharing one log: they need `store: {kind: etcd, …}`"
-                    .to_owned(),
-            ));
-        }
-        raws.extend(peers.value.iter());
-    }
-    let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
-    let (nodes, mut node_errors) = validate_nodes(raws.iter().map(|n| &n.value), &names);
-    errors.append(&mut node_errors);
-    // A provider kind's own rule for its NIC ids (an ARM resource id, an OCID), at the `nic`.
-    for (node, source) in &nodes {
-        if let Some(provider) = providers.iter().find(|p| p.name == node.provider)
-            && let Some(message) = provider.settings.check_nic(&node.nic)
-        {
-            errors.push(InputError::at(source.nic, format!("node `{}`: {message}", node.name)));
-        }
-    }
-    // One NIC spelled two ways (an ARM id in another case) is still one NIC for two nodes (the
-    // same spelling is refused with the node checks).
-    for (i, (node, source)) in nodes.iter().enumerate() {
-        let Some(provider) = providers.iter().find(|p| p.name == node.provider) else { continue };
-        if let Some((earlier, _)) = nodes[..i].iter().find(|(other, _)| {
-            other.provider == node.provider
-                && other.nic != node.nic
-                && provider.settings.same_nic(&other.nic, &node.nic)
-        }) {
-            errors.push(InputError::at(
-                source.nic,
-                format!(
-                    "nic `{}` of provider `{}` belongs to two nodes (node `{}` has it as `{}`: {} NIC ids compare without regard to case)",
-                    node.nic,
-                    node.provider,
-                    earlier.name,
-                    earlier.nic,
-                    provider.kind.as_str()
-                ),
-            ));
-        }
-    }
-    let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(|(node, _)| node).collect();
-    let peers = nodes.split_off(own.min(nodes.len()));
-    // A provider that answers on one interface of this host (`onprem`: its proxy entries, and so
-    // its inventory, cannot tell two of this agent's nodes apart) takes one node per agent.
-    for provider in providers.iter().filter(|p| p.settings.one_node_per_agent()) {
-        let on_it: Vec<&NodeSpec> = nodes.iter().filter(|n| n.provider == provider.name).collect();
-        if let [first, second, ..] = on_it.as_slice() {
-            errors.push(InputError::at(
-                raw.nodes.as_ref().map_or_else(|| first_content(text), Position::of_spanned),
-                format!(
-                    "nodes `{}` and `{}` both run here on {kind} provider `{}`: an {kind} provider \
-                     answers on one interface of this host, so one node per agent (one per router)",
-                    first.name,
-                    second.name,
-                    provider.name,
-                    kind = provider.kind.as_str(),
-                ),
-            ));
-        }
-    }
-    // A maintenance notice names the host the agent runs on (its metadata service), not a node:
-    // with two of this agent's nodes on a provider that drains on notices, one host's notice
-    // would drain both (and acknowledge its event twice); so would two draining providers.
-    let draining: Vec<(&NodeSpec, &ProviderConfig)> = nodes
-        .iter()
-        .filter_map(|n| {
-            let provider = providers.iter().find(|p| p.name == n.provider)?;
-            provider.settings.maintenance_notices().map(|_| (n, provider))
-        })
-        .collect();
-    if let [(first, one), (second, other), ..] = draining.as_slice() {
-        let on = if one.name == other.name {
-            format!("on {} provider `{}`", one.kind.as_str(), one.name)
-        } else {
-            format!("on providers `{}` and `{}`", one.name, other.name)
-        };
-        errors.push(InputError::at(
-            raw.nodes.as_ref().map_or_else(|| first_content(text), Position::of_spanned),
-            format!(
-                "nodes `{}` and `{}` both run here {on} with `maintenanceNotices: drain`: a notice names this \
-                 host, not a node, so one node per agent (one per instance)",
-                first.name, second.name,
-            ),
-        ));
-    }
-    (nodes, peers)
-}
-
-fn validate_store(store: &Spanned<raw::RawStore>, base: &Path, errors: &mut Vec<InputError>) -> StoreConfig {
-    let s = &store.value;
-    let path = path_field(errors, "store.path", &s.path, base);
-    let kind = s.kind.as_ref().map_or(RawStoreKind::Embedded, |k| k.value);
-    match kind {
-        RawStoreKind::Embedded => {
-            for (field, position) in [
-                ("endpoints", s.endpoints.as_ref().map(Position::of_spanned)),
-                ("prefix", s.prefix.as_ref().map(Position::of_spanned)),
-                ("snapshotEvery", s.snapshot_every.as_ref().map(Position::of_spanned)),
-                ("tls", s.tls.as_ref().map(Position::of_spanned)),
-                ("user", s.user.as_ref().map(Position::of_spanned)),
-                ("passwordFile", s.password_file.as_ref().map(Position::of_spanned)),
-            ] {
-                if let Some(position) = position {
-                    errors.push(InputError::at(
-                        position,
-                        format!("store kind `embedded` does not take `{field}` (only `kind: etcd` does)"),
-                    ));
-                }
-            }
-            StoreConfig::Embedded { path }
-        }
-        RawStoreKind::Etcd => {
-            let mut endpoints = Vec::new();
-            match &s.endpoints {
-                None => errors.push(InputError::at(
-                    Position::of_spanned(store),
-                    "an etcd store needs `endpoints`, like `[http://127.0.0.1:2379]`".to_owned(),
-                )),
-                Some(list) if list.value.is_empty() => errors.push(InputError::at(
-                    Position::of_spanned(list),
-                    "store.endpoints must list at least one etcd URL".to_owned(),
-                )),
-                Some(list) => {
-                    for url in &list.value {
-                        if let Err(m) = check_url(&url.value) {
-                            errors.push(InputError::at(
-                                Position::of_spanned(url),
-                                format!("store.endpoints: {m}"),
-                            ));
-                        }
-                        endpoints.push(url.value.clone());
-                    }
-                }
-            }
-            let prefix = match &s.prefix {
-                None => ETCD_PREFIX_DEFAULT.to_owned(),
-                Some(prefix) => {
-                    if !prefix.value.starts_with('/') {
-                        errors.push(InputError::at(
-                            Position::of_spanned(prefix),
-                            format!("store.prefix `{}` must start with `/`", prefix.value),
-                        ));
-                    }
-                    prefix.value.clone()
-                }
-            };
-            let snapshot_every = match &s.snapshot_every {
-                None => SNAPSHOT_EVERY_DEFAULT,
-                Some(n) if n.value == 0 => {
-                    errors.push(InputError::at(
-                        Position::of_spanned(n),
-                        "store.snapshotEvery must be at least 1 (events between two snapshots)".to_owned(),
-                    ));
-                    SNAPSHOT_EVERY_DEFAULT
-                }
-                Some(n) => n.value,
-            };
-            let tls = s.tls.as_ref().map(|tls| {
-                let t = &tls.value;
-                if t.cert.is_some() != t.key.is_some() {
-                    errors.push(InputError::at(
-                        Position::of_spanned(tls),
-                        "store.tls: give both `cert` and `key` (a client certificate), or neither".to_owned(),
-                    ));
-                }
-                EtcdTls {
-                    ca: path_field(errors, "store.tls.ca", &t.ca, base),
-                    cert: t.cert.as_ref().map(|c| path_field(errors, "store.tls.cert", c, base)),
-                    key: t.key.as_ref().map(|k| path_field(errors, "store.tls.key", k, base)),
-                }
-            });
-            for url in &endpoints {
-                if url.starts_with("https://") && tls.is_none() {
-                    errors.push(InputError::at(
-                        Position::of_spanned(store),
-                        format!("store.endpoints: `{url}` is https: give `tls: {{ca: FILE}}` (the CA that signed etcd's certificate)"),
-                    ));
-                    break;
-                }
-                if url.starts_with("http://") && tls.is_some() {
-                    errors.push(InputError::at(
-                        Position::of_spanned(store),
-                        format!("store.endpoints: `{url}` is plain http, but `tls` is set: use https URLs"),
-                    ));
-                    break;
-                }
-            }
-            let user = match (&s.user, &s.password_file) {
-                (Some(user), Some(file)) => {
-                    Some((user.value.clone(), path_field(errors, "store.passwordFile", file, base)))
-                }
-                (None, None) => None,
-                (Some(user), None) => {
-                    errors.push(InputError::at(
-                        Position::of_spanned(user),
-                        "store.user needs `passwordFile` (the file holding its etcd password)".to_owned(),
-                    ));
-                    None
-                }
-                (None, Some(file)) => {
-                    errors.push(InputError::at(
-                        Position::of_spanned(file),
-                        "store.passwordFile needs `user` (the etcd user it is the password of)".to_owned(),
-                    ));
-                    None
-                }
-            };
-            StoreConfig::Etcd { endpoints, prefix, path, snapshot_every, tls, user }
-        }
-    }
-}
-
-/// `identityFile`, or its default beside the config file, named after the store's folder
-/// (`<store folder name>.identity`, whatever the config file is called); never inside the
-/// store's folder.
-fn validate_identity_file(
-    raw: &RawConfig,
-    base: &Path,
-    store: &StoreConfig,
-    errors: &mut Vec<InputError>,
-) -> PathBuf {
-    let store_path = store.path();
-    let (identity, position) = match &raw.identity_file {
-        Some(file) => (path_field(errors, "identityFile", file, base), Position::of_spanned(file)),
-        None => {
-            let position = Position::of_spanned(&raw.store.value.path);
-            match default_identity_file(base, store_path) {
-                Some(identity) => (identity, position),
-                None => {
-                    errors.push(InputError::at(
-                        position,
-                        format!(
-                            "store.path `{}` has no folder name to name the default identity file after \
-                             (`<store folder name>.identity` beside this config file): set identityFile",
-                            store_path.display()
-                        ),
-                    ));
-                    return PathBuf::new();
-                }
-            }
-        }
-    };
-    if is_inside(&identity, store_path) {
-        let what = if raw.identity_file.is_some() {
-            format!("identityFile `{}`", identity.display())
-        } else {
-            format!("the default identityFile `{}` (beside this config file)", identity.display())
-        };
-        errors.push(InputError::at(
-            position,
-            format!(
-                "{what} is inside store.path `{}`: a copy of an old store would carry it along; keep it \
-                 outside",
-                store_path.display()
-            ),
-        ));
-    }
-    identity
-}
-
-/// The default identity file of a store in folder `store_path`, for a config file in folder
-/// `base`: `<store folder name>.identity` in the config's folder — kept apart from the data
-/// (a restore of the data disk, a copy of the store's folder do not take it along) and named
-/// after the store, never after the config file (a copy of the config under another name finds
-/// the same file). `None` when the store path ends in no folder name (`/`, `..`).
-fn default_identity_file(base: &Path, store_path: &Path) -> Option<PathBuf> {
-    let mut file = store_path.file_name()?.to_os_string();
-    file.push(format!(".{IDENTITY_FILE_EXTENSION}"));
-    Some(base.join(file))
-}
-
 /// A duration value (Go style), or `default_ms` when absent; `positive` refuses 0.
 fn duration_field(
     errors: &mut Vec<InputError>,
@@ -766,27 +457,6 @@ fn check_url(text: &str) -> Result<(), String> {
 /// A duration in the config's own notation: `10s`, `1500ms`.
 pub(crate) fn format_ms(ms: u64) -> String {
     if ms.is_multiple_of(1_000) { format!("{}s", ms / 1_000) } else { format!("{ms}ms") }
-}
-
-/// Where the first key of a text is (its first line that is not blank, a comment or a document
-/// marker), for errors about something missing from the whole file.
-fn first_content(text: &str) -> Position {
-    for (index, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if trimmed.is_empty()
-            || trimmed.starts_with('#')
-            || trimmed.starts_with("---")
-            || trimmed.starts_with('%')
-        {
-            continue;
-        }
-        let column = line.chars().count() - trimmed.chars().count() + 1;
-        return Position {
-            line: u64::try_from(index + 1).unwrap_or(u64::MAX),
-            column: u64::try_from(column).unwrap_or(u64::MAX),
-        };
-    }
-    Position { line: 1, column: 1 }
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
 //! Unit tests of the agent config: defaults, every located mistake, and the pool files.
+//!
+//! Over 600 lines: one test per located mistake, sharing the parse and error helpers; they test one
+//! module.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
-//! [`EmbeddedStore`]: opening (with the refusals of the module doc), group commit, and the
-//! [`EmbeddedLog`] and [`EmbeddedJournal`] handles the core drives.
+//! [`EmbeddedStore`]: opening (with the refusals of the module doc) and group commit. The
+//! handles the core drives, [`EmbeddedLog`] and [`EmbeddedJournal`], are in `handles.rs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use redb::{Database, Durability, ReadableDatabase};
 use tenure_core::codec;
-use tenure_core::journal::{DurableNodeState, JournalChange, JournalStore};
+use tenure_core::journal::{DurableNodeState, JournalChange};
 use tenure_core::log::{Event, EventKind};
-use tenure_core::log_store::{self, LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRecord};
+use tenure_core::log_store::{self, LOG_READ_BATCH_MAX, LogError, LogIndex, LogRecord};
 
 use super::checks::{check_against, corrupt, inspect_read_only, verify_contents};
+use super::handles::{EmbeddedJournal, EmbeddedLog};
 use super::identity::{StoreIdentity, encode_record};
 use super::journal_rows::{self, JournalTables, change_token};
 use super::lock::StoreLock;
@@ -367,7 +368,7 @@ impl EmbeddedStore {
     }
 
     /// Buffers one change of `node` (checked by the codec first) until the next commit.
-    fn buffer(&self, node: &str, change: &JournalChange) -> Result<(), StoreError> {
+    pub(super) fn buffer(&self, node: &str, change: &JournalChange) -> Result<(), StoreError> {
         codec::encode_journal_change(change)
             .map_err(|source| StoreError::Rejected { node: node.to_owned(), source })?;
         self.check_not_failed()?;
@@ -379,7 +380,7 @@ impl EmbeddedStore {
 
     /// `node`'s journal as committed, after committing what is buffered (so that a node
     /// restarted inside this process sees every change it made).
-    fn load_node(&self, node: &str) -> Result<DurableNodeState, StoreError> {
+    pub(super) fn load_node(&self, node: &str) -> Result<DurableNodeState, StoreError> {
         self.sync()?;
         let path = &self.inner.db_path;
         let storage = |e: redb::Error| StoreError::storage(path)(e);
@@ -393,7 +394,7 @@ impl EmbeddedStore {
     }
 
     /// Reads log records (see [`Log::read_from`]).
-    fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
+    pub(super) fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
         let db = self.read_db().map_err(unavailable)?;
         let db =
             db.as_ref().ok_or_else(|| unavailable(StoreError::Closed { dir: self.inner.dir.clone() }))?;
@@ -543,95 +544,4 @@ pub(crate) fn create_store(
     }
     txn.commit().map_err(|e| storage(e.into()))?;
     Ok((db, identity))
-}
-
-/// The log of an [`EmbeddedStore`]: a cheap handle; appends are durable commits (group commit:
-/// each also writes the journal changes buffered so far).
-#[derive(Clone, Debug)]
-pub struct EmbeddedLog {
-    store: EmbeddedStore,
-}
-
-impl EmbeddedLog {
-    /// The store this log lives in.
-    #[must_use]
-    pub fn store(&self) -> &EmbeddedStore {
-        &self.store
-    }
-}
-
-impl Log for EmbeddedLog {
-    fn append(&mut self, event: &Event) -> Result<LogIndex, LogError> {
-        let indices = self.store.append_batch(std::slice::from_ref(event))?;
-        Ok(*indices.first().expect("one event appended, one index"))
-    }
-
-    fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
-        self.store.read_from(from, max_records)
-    }
-
-    fn head(&self) -> Result<Option<LogIndex>, LogError> {
-        self.store.head()
-    }
-}
-
-/// One node's journal in an [`EmbeddedStore`]: `commit` buffers, `sync` writes every node's
-/// buffered changes in one durable commit, `load` reads back what is committed.
-#[derive(Clone, Debug)]
-pub struct EmbeddedJournal {
-    store: EmbeddedStore,
-    node: String,
-}
-
-impl JournalStore for EmbeddedJournal {
-    type Error = StoreError;
-
-    fn load(&self) -> Result<DurableNodeState, StoreError> {
-        self.store.load_node(&self.node)
-    }
-
-    fn commit(&mut self, change: &JournalChange) -> Result<(), StoreError> {
-        self.store.buffer(&self.node, change)
-    }
-
-    fn sync(&mut self) -> Result<(), StoreError> {
-        self.store.sync()
-    }
-}
-
-impl crate::agent::AgentStore for EmbeddedStore {
-    type Journal = EmbeddedJournal;
-    type Log = EmbeddedLog;
-
-    fn log(&self) -> EmbeddedLog {
-        EmbeddedStore::log(self)
-    }
-
-    fn journal(&self, node: &str) -> EmbeddedJournal {
-        EmbeddedStore::journal(self, node)
-    }
-
-    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
-        EmbeddedStore::append_batch(self, events)
-    }
-
-    fn record_highest_token(&self, token: u64) {
-        EmbeddedStore::record_highest_token(self, token);
-    }
-
-    fn backup(&self) -> Result<Vec<u8>, String> {
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let file = self.dir().join(format!("api-backup-{}-{nanos}.tmp", std::process::id()));
-        let result = self
-            .backup_to(&file)
-            .map_err(|e| e.to_string())
-            .and_then(|_| std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display())));
-        let _ = std::fs::remove_file(&file);
-        result
-    }
-
-    fn flush_identity(&self) -> Result<(), String> {
-        EmbeddedStore::flush_identity(self).map_err(|e| e.to_string())
-    }
 }

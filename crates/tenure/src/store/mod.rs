@@ -7,7 +7,9 @@
 //!
 //! # Layout
 //!
-//! - `embedded.rs` — [`EmbeddedStore`]: open, group commit, the log and the journals' handles.
+//! - `embedded.rs` — [`EmbeddedStore`]: open, group commit.
+//! - `handles.rs` — [`EmbeddedLog`] and [`EmbeddedJournal`], the handles the core drives, and the
+//!   store as an `AgentStore`.
 //! - `checks.rs` — what open checks before it writes anything (the refusals below).
 //! - `tables.rs` — the redb tables and the stored form of each row.
 //! - `journal_rows.rs` — a node's journal as rows: applying changes, loading them back.
@@ -64,6 +66,7 @@ mod checks;
 mod embedded;
 #[cfg(feature = "etcd")]
 pub mod fleet;
+mod handles;
 mod identity;
 mod journal_rows;
 mod lock;
@@ -75,7 +78,8 @@ use tenure_core::codec::CodecError;
 
 pub use backup::{BackupSummary, RestoreSummary, restore};
 pub use backup_reader::{BackupHeader, BackupReader, BackupRecord, is_backup_header};
-pub use embedded::{EmbeddedJournal, EmbeddedLog, EmbeddedStore, MissingIdentity};
+pub use embedded::{EmbeddedStore, MissingIdentity};
+pub use handles::{EmbeddedJournal, EmbeddedLog};
 pub use identity::{RestoreRecord, StoreIdentity, write_file_atomically};
 
 /// The comparisons of a store with its identity file that failed, for [`StoreError::Behind`]:

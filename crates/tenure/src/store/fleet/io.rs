@@ -8,15 +8,19 @@ use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Client, Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
 use tenure_lead::etcd_connection::EtcdConnection;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::{Anchor, Shared};
 
+mod append;
 mod load;
+mod snapshot;
+use append::append;
 use load::load;
+use snapshot::{decode_manifest, read_snapshot, write_snapshot};
 
 /// Keys and values the I/O thread reads and writes, by role.
 #[derive(Clone, Debug)]
@@ -80,7 +84,7 @@ pub(crate) enum Appended {
     /// The batch is in the log at `revision` (committed now, or by an earlier try); the head key
     /// was created at `head_created`.
     Committed { revision: i64, head_created: i64 },
-    /// Not appended: etcd no longer holds what the agent applied ([`super::check_anchor`]'s
+    /// Not appended: etcd no longer holds what the agent applied ([`super::anchor::check_anchor`]'s
     /// reason).
     WentBack(String),
 }
@@ -128,29 +132,9 @@ pub(crate) enum Command {
     WriteSnapshot { revision: i64, events: u64, every: u64, bytes: Arc<Vec<u8>> },
 }
 
-/// The snapshot manifest under `<prefix>/snapshot`: `{"v":1,"revision":R,…}`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct Manifest {
-    v: u64,
-    /// The snapshot holds every batch with a revision up to this one.
-    pub(crate) revision: i64,
-    /// The projection's applied events (its `eventsApplied`).
-    events: u64,
-    /// Chunk keys `<revision>/<0..chunks>`.
-    chunks: usize,
-    /// Total bytes.
-    bytes: usize,
-    /// xxh3-64 of the bytes, hex.
-    xxh3: String,
-}
-
 /// The largest answer the client decodes (tonic's default is 4 MiB): a page of the log's
 /// batches, a watch answer (fragmented by etcd at its request limit, 1.5 MiB by default).
 const DECODE_BYTES_MAX: usize = 64 * 1024 * 1024;
-
-/// Bytes per snapshot chunk (one etcd value).
-const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// How the thread connects.
 #[derive(Clone, Debug)]
@@ -295,7 +279,7 @@ async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
 
 /// The first key-value of each `get` of a transaction's answer, in order (`None` for an absent
 /// key and for an operation that is not a `get`).
-fn got(response: etcd_client::TxnResponse) -> Vec<Option<etcd_client::KeyValue>> {
+pub(super) fn got(response: etcd_client::TxnResponse) -> Vec<Option<etcd_client::KeyValue>> {
     response
         .op_responses()
         .into_iter()
@@ -376,145 +360,6 @@ async fn connect_and_load(
     Ok((client, head))
 }
 
-/// The manifest under the snapshot key, with its mod revision.
-async fn read_manifest(
-    client: &mut Client,
-    keys: &Keys,
-    at: Option<i64>,
-) -> Result<Option<(Manifest, i64)>, String> {
-    let options = at.map(|at| GetOptions::new().with_revision(at));
-    let response = client.get(keys.snapshot.as_bytes(), options).await.map_err(failed("snapshot read"))?;
-    let Some(kv) = response.kvs().first() else { return Ok(None) };
-    Ok(Some((decode_manifest(keys, kv.value())?, kv.mod_revision())))
-}
-
-/// The manifest stored under the snapshot key, or why it is not one (one line).
-fn decode_manifest(keys: &Keys, value: &[u8]) -> Result<Manifest, String> {
-    let manifest: Manifest = serde_json::from_slice(value)
-        .map_err(|e| format!("the snapshot manifest {} does not decode: {e}", keys.snapshot))?;
-    if manifest.v != 1 {
-        return Err(format!(
-            "the snapshot manifest {} has format version {}, not 1",
-            keys.snapshot, manifest.v
-        ));
-    }
-    Ok(manifest)
-}
-
-/// The newest snapshot at revision `at`, checked whole against its manifest.
-async fn read_snapshot(
-    client: &mut Client,
-    keys: &Keys,
-    at: i64,
-) -> Result<Option<(Manifest, Vec<u8>)>, String> {
-    let Some((manifest, _)) = read_manifest(client, keys, Some(at)).await? else { return Ok(None) };
-    let mut bytes = Vec::with_capacity(manifest.bytes);
-    for chunk in 0..manifest.chunks {
-        let key = format!("{}{chunk:05}", keys.chunks_of(manifest.revision));
-        let response = client
-            .get(key.as_bytes(), Some(GetOptions::new().with_revision(at)))
-            .await
-            .map_err(failed("snapshot chunk read"))?;
-        let kv = response.kvs().first().ok_or_else(|| format!("snapshot chunk {key} is missing"))?;
-        bytes.extend_from_slice(kv.value());
-    }
-    let hash = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes));
-    if bytes.len() != manifest.bytes || hash != manifest.xxh3 {
-        return Err(format!(
-            "the snapshot at revision {} is damaged: {} bytes with xxh3 {hash}, its manifest says {} bytes with {}",
-            manifest.revision,
-            bytes.len(),
-            manifest.bytes,
-            manifest.xxh3
-        ));
-    }
-    Ok(Some((manifest, bytes)))
-}
-
-/// Writes the snapshot of the log up to `revision`: its chunks, then the manifest with a compare
-/// on the manifest read first (the highest revision wins; equal snapshots are equal bytes, as
-/// every agent projects the same log). Then deletes the older snapshot's chunks and every log
-/// batch the new one holds. `Ok(false)`: a snapshot as new or newer was there already.
-async fn write_snapshot(
-    client: &mut Client,
-    keys: &Keys,
-    revision: i64,
-    events: u64,
-    every: u64,
-    bytes: &[u8],
-) -> Result<bool, String> {
-    let manifest = Manifest {
-        v: 1,
-        revision,
-        events,
-        chunks: bytes.len().div_ceil(SNAPSHOT_CHUNK_BYTES),
-        bytes: bytes.len(),
-        xxh3: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes)),
-    };
-    let mut written = false;
-    for _ in 0..3 {
-        let current = read_manifest(client, keys, None).await?;
-        if current
-            .as_ref()
-            .is_some_and(|(m, _)| m.revision >= revision || m.events.saturating_add(every) > events)
-        {
-            // As new, or new enough: another agent got there first.
-            break;
-        }
-        if !written {
-            for (i, chunk) in bytes.chunks(SNAPSHOT_CHUNK_BYTES).enumerate() {
-                let key = format!("{}{i:05}", keys.chunks_of(revision));
-                client.put(key, chunk, None).await.map_err(failed("snapshot chunk write"))?;
-            }
-            written = true;
-        }
-        let compare = match &current {
-            Some((_, mod_revision)) => {
-                Compare::mod_revision(keys.snapshot.as_bytes(), CompareOp::Equal, *mod_revision)
-            }
-            None => Compare::create_revision(keys.snapshot.as_bytes(), CompareOp::Equal, 0),
-        };
-        let value = serde_json::to_vec(&manifest).expect("a manifest serializes");
-        let txn = Txn::new().when([compare]).and_then([TxnOp::put(keys.snapshot.as_bytes(), value, None)]);
-        if client.txn(txn).await.map_err(failed("snapshot manifest write"))?.succeeded() {
-            if let Some((old, _)) = current {
-                delete_prefix(client, &keys.chunks_of(old.revision)).await?;
-            }
-            delete_log_up_to(client, keys, revision).await?;
-            return Ok(true);
-        }
-    }
-    // A newer snapshot won: ours is not needed (unless it is the very one that won: equal bytes
-    // under the same keys).
-    if written && read_manifest(client, keys, None).await?.is_some_and(|(m, _)| m.revision != revision) {
-        delete_prefix(client, &keys.chunks_of(revision)).await?;
-    }
-    Ok(false)
-}
-
-async fn delete_prefix(client: &mut Client, prefix: &str) -> Result<(), String> {
-    client
-        .delete(prefix.as_bytes(), Some(etcd_client::DeleteOptions::new().with_prefix()))
-        .await
-        .map_err(failed("delete"))
-        .map(drop)
-}
-
-/// Deletes the log batches at revision `revision` or before, a page at a time.
-async fn delete_log_up_to(client: &mut Client, keys: &Keys, revision: i64) -> Result<(), String> {
-    loop {
-        let options =
-            GetOptions::new().with_prefix().with_keys_only().with_max_mod_revision(revision).with_limit(64);
-        let response =
-            client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log compaction read"))?;
-        if response.kvs().is_empty() {
-            return Ok(());
-        }
-        let deletes: Vec<TxnOp> = response.kvs().iter().map(|kv| TxnOp::delete(kv.key(), None)).collect();
-        client.txn(Txn::new().and_then(deletes)).await.map_err(failed("log compaction"))?;
-    }
-}
-
 /// Writes this agent's fleet under the fleet key unless one is there; one that is there must be
 /// the same (every agent computes the map from the same nodes).
 async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<(), String> {
@@ -569,128 +414,6 @@ async fn answer(mut client: Client, keys: Keys, command: Command) {
                 }
             }
         }
-    }
-}
-
-/// Puts one batch under `key` unless it is there already or (a batch retried as it was,
-/// [`Retry::SameBatch`]) this process's writer key names it (see [`Command::Append`]), and only
-/// while etcd still holds what `anchor` says this agent applied: the head created at the same
-/// revision and written at or after the anchor, and the anchor's batch at its revision (or, once
-/// a snapshot deleted it, a snapshot covering it: then tried again without that compare). A log
-/// that does not ([`super::check_anchor`]: the prefix deleted, etcd restored from an older
-/// snapshot, also when other writers pushed the restored log past the anchor) appends nothing
-/// and answers [`Appended::WentBack`]: landing there would write into a log with a lost part.
-/// These checks hold for every batch, heartbeats too. Only a batch retried as it was compares
-/// and puts the writer key; a writer key that is gone (deleted by hand: the compare on its value
-/// then fails whatever it holds) is created again, empty, and the append tried once more. A
-/// heartbeat ([`Retry::Never`]) leaves the key alone: it is never tried again as the same batch,
-/// and moving the key would lose the name a held batch of the loop is found by (an operator's
-/// request or the pool files' events, not retried either, append the same way).
-async fn append(
-    client: &mut Client,
-    keys: &Keys,
-    key: &str,
-    value: Vec<u8>,
-    anchor: &Anchor,
-    retry: Retry,
-) -> Result<Appended, String> {
-    // This process's writer key, when it names this batch.
-    let writer = (retry == Retry::SameBatch).then_some(keys.writer.as_str());
-    let head = keys.head.as_bytes();
-    let batch_key = anchor.batch_key();
-    let txn = |with_batch: bool| {
-        let mut when = vec![Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0)];
-        when.extend(
-            writer.map(|writer| Compare::value(writer.as_bytes(), CompareOp::NotEqual, key.as_bytes())),
-        );
-        if anchor.revision > 0 {
-            // An absent head compares as mod revision 0.
-            when.push(Compare::mod_revision(head, CompareOp::Greater, anchor.revision - 1));
-        }
-        if let Some(created) = anchor.head_created {
-            when.push(Compare::create_revision(head, CompareOp::Equal, created));
-        }
-        if let Some(batch) = batch_key.filter(|_| with_batch) {
-            when.push(Compare::mod_revision(batch, CompareOp::Equal, anchor.revision));
-        }
-        let mut then =
-            vec![TxnOp::put(key.as_bytes(), value.clone(), None), TxnOp::put(head, key.as_bytes(), None)];
-        then.extend(writer.map(|writer| TxnOp::put(writer.as_bytes(), key.as_bytes(), None)));
-        // Read back in the same transaction: the head's creation revision.
-        then.push(TxnOp::get(head, None));
-        let mut otherwise = vec![
-            TxnOp::get(key.as_bytes(), None),
-            // Read for a heartbeat too (unused then): every answer keeps its place.
-            TxnOp::get(keys.writer.as_bytes(), None),
-            TxnOp::get(head, None),
-            TxnOp::get(keys.snapshot.as_bytes(), None),
-        ];
-        otherwise.extend(batch_key.map(|batch| TxnOp::get(batch, None)));
-        Txn::new().when(when).and_then(then).or_else(otherwise)
-    };
-    let mut with_batch = true;
-    let mut recreated = false;
-    loop {
-        let txn = txn(with_batch);
-        let response = retry_quick_failures(|| {
-            let mut client = client.clone();
-            let txn = txn.clone();
-            async move { client.txn(txn).await }
-        })
-        .await
-        .map_err(failed("append"))?;
-        let succeeded = response.succeeded();
-        let header = response.header().map(|h| (h.cluster_id(), h.revision()));
-        let gets = got(response);
-        if succeeded {
-            let head_created = gets.last().cloned().flatten().map_or(0, |kv| kv.create_revision());
-            let (_, revision) = header.ok_or("etcd append: no header")?;
-            return Ok(Appended::Committed { revision, head_created });
-        }
-        let (cluster_id, revision) = header.ok_or("etcd append: no header")?;
-        let head_kv = gets.get(2).cloned().flatten();
-        let read = HeadRead {
-            cluster_id,
-            revision,
-            head_revision: head_kv.as_ref().map_or(0, etcd_client::KeyValue::mod_revision),
-            head_created: head_kv.as_ref().map_or(0, etcd_client::KeyValue::create_revision),
-            batch_revision: gets.get(4).cloned().flatten().map(|kv| kv.mod_revision()),
-            snapshot_revision: match gets.get(3).cloned().flatten() {
-                Some(kv) => Some(decode_manifest(keys, kv.value())?.revision),
-                None => None,
-            },
-        };
-        if let Err(reason) = super::check_anchor(anchor, &read) {
-            return Ok(Appended::WentBack(reason));
-        }
-        let head_created = read.head_created;
-        // An earlier try of this very batch was committed: the batch key is there, or (a batch
-        // retried as it was, once a snapshot deleted its key) this process's writer key names
-        // it — written in the same transaction, so at the batch's revision.
-        let there = gets.first().cloned().flatten();
-        let named =
-            gets.get(1).cloned().flatten().filter(|kv| writer.is_some() && kv.value() == key.as_bytes());
-        if let Some(kv) = there.or(named) {
-            return Ok(Appended::Committed { revision: kv.mod_revision(), head_created });
-        }
-        if with_batch && batch_key.is_some() && read.batch_revision != Some(anchor.revision) {
-            // The anchor's batch is gone, and a snapshot covers it (checked just above).
-            with_batch = false;
-            continue;
-        }
-        let Some(writer) = writer else {
-            return Err(format!("etcd append: {key} is not there, and its transaction failed all the same"));
-        };
-        let writer_there = gets.get(1).is_some_and(Option::is_some);
-        if writer_there || recreated {
-            return Err(format!("etcd append: {key} is neither there nor named by {writer}"));
-        }
-        warn!(%writer, "this agent's writer key is gone (deleted by hand?); creating it again");
-        let create = Txn::new()
-            .when([Compare::create_revision(writer.as_bytes(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(writer.as_bytes(), "", None)]);
-        client.txn(create).await.map_err(failed("writer key"))?;
-        recreated = true;
     }
 }
 

@@ -3,28 +3,37 @@
 //! `store.path` (SPEC 10). See `docs/architecture.md`, "Fleet mode on etcd", for the key layout,
 //! the ordering and the refusals; this module is that text as code.
 //!
-//! - this file — [`EtcdStore`] (an [`AgentStore`]), the replica every node of this agent reads
-//!   the log from ([`EtcdLog`]), the head confirmation, and the binding to one etcd cluster.
+//! - this file — [`EtcdStore`] (an [`AgentStore`]): opening, appends, the head confirmation,
+//!   snapshots, and the binding to one etcd cluster.
+//! - `anchor.rs` — the rollback checks: how far this agent applied the log ([`Anchor`]), the
+//!   binding record, and the refusals of another cluster or a log that went back.
 //! - `io.rs` — the etcd client's own thread: appends, head reads, the initial load, the watch.
+//! - `io/append.rs` — one append, compared against what this agent applied and its writer key.
+//! - `io/snapshot.rs` — the snapshot in etcd (manifest and chunks): read, write, and the
+//!   compaction of what it replaces.
 //! - `io/load.rs` — the initial load (and the reload after a compaction): linear, by key, put in
 //!   log order.
+//! - `replica.rs` — the replica of the log the watch fills ([`Shared`]), and [`EtcdLog`], the
+//!   log every node of this agent reads from it.
 //! - `batch.rs` — one log key's value (a batch of codec events) and the indices of its events.
 
+mod anchor;
 pub mod batch;
 mod io;
+mod replica;
 
-use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use tenure_core::codec::{self, CodecError};
 use tenure_core::log::Event;
-use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRecord, encode_record};
+use tenure_core::log_store::{LogError, LogIndex, encode_record};
 use tracing::{error, info, warn};
 
-use self::io::{Appended, ConnectSettings, HeadRead, Io, Keys, Retry};
+use self::anchor::{Anchor, Binding, Newest, SNAPSHOT, check_binding};
+use self::io::{Appended, ConnectSettings, Io, Keys, Retry};
+pub use self::replica::EtcdLog;
+use self::replica::{Shared, StoredBatch};
 use super::{EmbeddedJournal, EmbeddedStore, MissingIdentity, StoreError};
 use crate::agent::{AgentStore, HeadUnconfirmed};
 
@@ -33,168 +42,6 @@ const BINDING_KEY: &str = "etcd";
 
 /// Default time one etcd request may take (connect, append, head read).
 pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
-
-/// What the agent was bound to: the etcd cluster, the prefix, and how far it applied the log
-/// (its [`Anchor`]). Stored as
-/// `{"v":1,"clusterId":…,"prefix":…,"revision":…,"newest":…,"headCreated":…}` (the last two
-/// absent until known; a record without them, from an older tenure, reads as such).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Binding {
-    v: u64,
-    cluster_id: u64,
-    prefix: String,
-    /// [`Anchor::revision`].
-    revision: i64,
-    /// [`Anchor::newest`]: the batch's key (it starts with the prefix, so with `/`), or
-    /// `snapshot`; absent: [`Newest::Unrecorded`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    newest: Option<String>,
-    /// [`Anchor::head_created`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    head_created: Option<i64>,
-}
-
-impl Binding {
-    fn anchor(&self) -> Anchor {
-        let newest = match self.newest.as_deref() {
-            None => Newest::Unrecorded,
-            Some(SNAPSHOT) => Newest::Snapshot,
-            Some(key) => Newest::Batch(key.as_bytes().to_vec()),
-        };
-        Anchor { revision: self.revision, newest, head_created: self.head_created }
-    }
-}
-
-/// [`Binding::newest`] of an anchor that came from a snapshot.
-const SNAPSHOT: &str = "snapshot";
-
-/// Where an anchor's revision came from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Newest {
-    /// Nothing applied yet, or a binding written by an older tenure (which recorded no key):
-    /// only the head is checked.
-    #[default]
-    Unrecorded,
-    /// The batch under this key.
-    Batch(Vec<u8>),
-    /// The snapshot that started the replica (or a reload).
-    Snapshot,
-}
-
-/// How far this agent applied the log, as etcd must still show it: the newest batch it applied
-/// (revision and key) and the revision the log's head key was created at. The binding records
-/// it; every start, reload, head read and append checks etcd against it ([`check_head`],
-/// [`check_anchor`]), so that a log that went back (the prefix deleted, etcd restored from an
-/// older snapshot) is refused before anything is appended to it or done on it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Anchor {
-    /// The revision of the newest batch (or snapshot) applied; 0: none.
-    pub(crate) revision: i64,
-    /// What is at that revision.
-    pub(crate) newest: Newest,
-    /// The revision the log's head key was created at: the same for the log's whole life (only
-    /// deleting the prefix deletes the head); `None` until this agent saw the head.
-    pub(crate) head_created: Option<i64>,
-}
-
-impl Anchor {
-    /// The key of the newest batch applied, when known (a head read looks for it).
-    pub(crate) fn batch_key(&self) -> Option<&[u8]> {
-        match &self.newest {
-            Newest::Batch(key) => Some(key),
-            Newest::Snapshot | Newest::Unrecorded => None,
-        }
-    }
-}
-
-/// The start of every refusal of a log that went back.
-const WENT_BACK: &str = "the log in etcd went back";
-
-/// The refusal of a log that went back: one line naming what this agent applied and what etcd
-/// shows (`found`).
-fn went_back(anchor: &Anchor, found: &str) -> String {
-    let batch = match &anchor.newest {
-        Newest::Batch(key) => String::from_utf8_lossy(key).into_owned(),
-        Newest::Snapshot => "from a snapshot".to_owned(),
-        Newest::Unrecorded => "as recorded by an older tenure".to_owned(),
-    };
-    format!(
-        "{WENT_BACK}: this agent applied it up to revision {} ({batch}), but {found} (etcd wiped, or restored \
-         from an older backup?); refusing to act rather than restart tokens",
-        anchor.revision
-    )
-}
-
-/// Whether etcd's head key (created at `head_created`, last written at `head_revision`; 0, 0:
-/// absent) is still the head this agent saw: the same key, not created again, at or past the
-/// newest batch it applied. An agent that saw no head yet checks nothing.
-pub(crate) fn check_head(anchor: &Anchor, head_created: i64, head_revision: i64) -> Result<(), String> {
-    if anchor.revision == 0 && anchor.head_created.is_none() {
-        return Ok(());
-    }
-    if head_created == 0 {
-        return Err(went_back(anchor, "etcd's log has no head any more"));
-    }
-    if let Some(created) = anchor.head_created
-        && created != head_created
-    {
-        return Err(went_back(
-            anchor,
-            &format!(
-                "etcd's log head was created again at revision {head_created} (this agent's was created at \
-                 {created}): the prefix deleted and written anew"
-            ),
-        ));
-    }
-    if head_revision < anchor.revision {
-        return Err(went_back(anchor, &format!("etcd's log ends at revision {head_revision}")));
-    }
-    Ok(())
-}
-
-/// [`check_head`] on a head read, then: the newest batch this agent applied is still in etcd at
-/// its revision, or a snapshot covers it (snapshots delete the batches they hold).
-pub(crate) fn check_anchor(anchor: &Anchor, read: &HeadRead) -> Result<(), String> {
-    check_head(anchor, read.head_created, read.head_revision)?;
-    let covered = read.snapshot_revision.is_some_and(|s| s >= anchor.revision);
-    let kept = match &anchor.newest {
-        // Nothing to look for: the head was checked.
-        Newest::Unrecorded => true,
-        Newest::Batch(_) => read.batch_revision == Some(anchor.revision) || covered,
-        Newest::Snapshot => covered,
-    };
-    if anchor.revision == 0 || kept {
-        return Ok(());
-    }
-    let snapshot = read
-        .snapshot_revision
-        .map_or_else(|| "there is no snapshot".to_owned(), |s| format!("its snapshot covers revision {s}"));
-    Err(went_back(
-        anchor,
-        &format!("etcd's log ends at revision {} without that batch, and {snapshot}", read.head_revision),
-    ))
-}
-
-/// Why a fleet agent refuses its etcd at start: the binding's cluster and prefix against what
-/// etcd says (how far it applied: [`check_anchor`]).
-fn check_binding(binding: &Binding, prefix: &str, head: &HeadRead) -> Result<(), String> {
-    // `/tenure` and `/tenure/` name the same keys ([`Keys::new`]).
-    if binding.prefix.trim_end_matches('/') != prefix.trim_end_matches('/') {
-        return Err(format!(
-            "this agent's store was bound to etcd prefix `{}`, not `{prefix}`: use the prefix it ran with, or a new store.path",
-            binding.prefix
-        ));
-    }
-    if binding.cluster_id != head.cluster_id {
-        return Err(format!(
-            "etcd cluster {:x} is not the cluster {:x} this agent applied the log of (wiped, replaced or restored \
-             from a backup?); refusing to act rather than restart tokens",
-            head.cluster_id, binding.cluster_id
-        ));
-    }
-    Ok(())
-}
 
 /// How to reach etcd (from the agent config's `store`).
 #[derive(Clone, Debug)]
@@ -238,231 +85,6 @@ pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
             tokio::task::block_in_place(f)
         }
         _ => f(),
-    }
-}
-
-/// The log as this agent holds it: every batch the watch delivered, decoded, in revision order.
-#[derive(Debug, Default)]
-struct Replica {
-    /// Events after what every node already applied, each with its index (a record that does
-    /// not decode is kept as its error: the reader stops there).
-    records: VecDeque<(LogIndex, Result<Event, CodecError>)>,
-    /// Every log key with a revision up to this one is in `records` (or was trimmed).
-    seen_revision: i64,
-    /// How far this agent applied the log (the newest batch or snapshot this replica holds, or
-    /// the binding's at start): what the binding records, and what etcd must still show.
-    anchor: Anchor,
-    /// Records up to this index were dropped once every node had applied them.
-    trimmed_upto: Option<LogIndex>,
-    /// Why the log cannot be followed now (the watch is broken): cleared when it is back.
-    down: Option<String>,
-    /// Why this agent refuses the log for good (another cluster, a log gone back, a batch that
-    /// does not decode): sticky until restarted.
-    refused: Option<String>,
-    /// The newest snapshot loaded (at start, or when a compaction made the watch reload): the
-    /// index of the last record it holds, and its bytes.
-    snapshot: Option<(LogIndex, Arc<Vec<u8>>)>,
-    /// The revision of the newest batch this process appended, and until when a read of the
-    /// replica waits for the watch to deliver it ([`Shared::wait_for_own`]).
-    own: Option<(i64, Instant)>,
-}
-
-/// One log key as read: its revision, key and value.
-pub(crate) type StoredBatch = (i64, (Vec<u8>, Vec<u8>));
-
-/// What the store and its I/O thread share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    replica: Mutex<Replica>,
-    /// Signalled whenever the replica grew (waiters for an append or a head confirmation).
-    grown: Condvar,
-    /// Wakes the agent loop when someone appended.
-    changed: Arc<tokio::sync::Notify>,
-}
-
-impl Shared {
-    fn new() -> Self {
-        Self {
-            replica: Mutex::new(Replica::default()),
-            grown: Condvar::new(),
-            changed: Arc::new(tokio::sync::Notify::new()),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Replica> {
-        self.replica.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Adds the batch stored under `key` at `revision` (ignored when it is not newer than what
-    /// was seen: a watch re-created from a revision already read).
-    fn push_batch(&self, key: &[u8], revision: i64, value: &[u8]) {
-        let mut replica = self.lock();
-        if revision <= replica.seen_revision {
-            return;
-        }
-        replica.seen_revision = revision;
-        if revision > replica.anchor.revision {
-            replica.anchor.revision = revision;
-            replica.anchor.newest = Newest::Batch(key.to_vec());
-        }
-        match batch::decode(value) {
-            Ok(records) => {
-                for (position, record) in records.into_iter().enumerate() {
-                    let index = batch::index_of(revision, position).expect("a decoded batch fits the index");
-                    replica.records.push_back((index, codec::decode_event(record)));
-                }
-            }
-            Err(reason) => {
-                let key = String::from_utf8_lossy(key);
-                error!(%key, revision, %reason, "a log batch in etcd does not decode");
-                replica.refused.get_or_insert(format!(
-                    "log batch {key} at revision {revision} does not decode: {reason}"
-                ));
-            }
-        }
-    }
-
-    /// Makes the replica what a load read at revision `at`: the snapshot (its revision and
-    /// bytes) and the batches after it, in revision order. Whatever the replica held goes; its
-    /// anchor only moves forward (the load checked etcd against it first: [`Self::verify`]).
-    fn reset(&self, snapshot: Option<(i64, Vec<u8>)>, batches: Vec<StoredBatch>, at: i64) {
-        {
-            let mut replica = self.lock();
-            replica.records.clear();
-            replica.seen_revision = 0;
-            replica.trimmed_upto = None;
-            replica.snapshot = None;
-            if let Some((revision, bytes)) = snapshot {
-                let index =
-                    batch::index_of(revision, batch::BATCH_EVENTS_MAX - 1).expect("a stored revision fits");
-                replica.snapshot = Some((index, Arc::new(bytes)));
-                replica.trimmed_upto = Some(index);
-                replica.seen_revision = revision;
-                if revision >= replica.anchor.revision {
-                    replica.anchor.revision = revision;
-                    replica.anchor.newest = Newest::Snapshot;
-                }
-            }
-        }
-        for (revision, (key, value)) in batches {
-            self.push_batch(&key, revision, &value);
-        }
-        let mut replica = self.lock();
-        replica.seen_revision = replica.seen_revision.max(at);
-        drop(replica);
-        self.grew();
-    }
-
-    fn seen_revision(&self) -> i64 {
-        self.lock().seen_revision
-    }
-
-    /// How far this agent applied the log (sample it before a read that is checked against it:
-    /// a batch the watch brings while the read is under way must not count).
-    pub(crate) fn anchor(&self) -> Anchor {
-        self.lock().anchor.clone()
-    }
-
-    fn is_refused(&self) -> bool {
-        self.lock().refused.is_some()
-    }
-
-    /// Checks `read` against `anchor` (sampled before the read was sent: [`check_anchor`]); a
-    /// log that went back refuses the replica for good. Learns the head's creation revision.
-    pub(crate) fn verify(&self, anchor: &Anchor, read: &HeadRead) -> Result<(), String> {
-        match check_anchor(anchor, read) {
-            Ok(()) => {
-                self.learn_head_created(read.head_created);
-                Ok(())
-            }
-            Err(reason) => {
-                self.break_replica(reason.clone());
-                Err(reason)
-            }
-        }
-    }
-
-    /// The log's head key was created at `created` (0: not there; ignored).
-    pub(crate) fn learn_head_created(&self, created: i64) {
-        if created > 0 {
-            self.lock().anchor.head_created.get_or_insert(created);
-        }
-    }
-
-    fn grew(&self) {
-        self.grown.notify_all();
-        self.changed.notify_one();
-    }
-
-    fn set_down(&self, reason: Option<String>) {
-        self.lock().down = reason;
-        self.grew();
-    }
-
-    fn break_replica(&self, reason: String) {
-        error!(%reason, "not following the log any more");
-        self.lock().refused.get_or_insert(reason);
-        self.grew();
-    }
-
-    /// Drops the records up to `upto`, which every node applied (never a corrupt one: the
-    /// readers stop there).
-    fn trim(&self, upto: LogIndex) {
-        let mut replica = self.lock();
-        while replica.records.front().is_some_and(|(index, event)| *index <= upto && event.is_ok()) {
-            let (index, _) = replica.records.pop_front().expect("checked just above");
-            replica.trimmed_upto = Some(index);
-        }
-    }
-
-    /// This process appended a batch at `revision`: reads of the replica wait (until
-    /// `deadline` at most) for the watch to deliver it.
-    fn appended(&self, revision: i64, deadline: Instant) {
-        let mut replica = self.lock();
-        if replica.own.is_none_or(|(own, _)| own < revision) {
-            replica.own = Some((revision, deadline));
-        }
-    }
-
-    /// Before a read of the replica: waits until the watch delivered the newest batch this
-    /// process appended, so that the agent reads its own appends (as the embedded store's log
-    /// gives them), at most until the deadline [`Self::appended`] set; then reads what is there.
-    /// Only the reader waits: an append completes at etcd's answer. The replica still grows by
-    /// the watch alone, in revision order.
-    fn wait_for_own(&self) {
-        let Some((revision, deadline)) = self.lock().own else { return };
-        if let Err(reason) = blocking(|| self.wait_for(revision, deadline)) {
-            warn!(%reason, "appended, but the watch has not delivered it yet");
-        }
-        let mut replica = self.lock();
-        if replica.own.is_some_and(|(own, _)| own <= revision) {
-            replica.own = None;
-        }
-    }
-
-    /// Waits until the replica holds every batch up to `revision`, at most until `deadline`.
-    fn wait_for(&self, revision: i64, deadline: Instant) -> Result<(), String> {
-        let mut replica = self.lock();
-        loop {
-            if let Some(reason) = &replica.refused {
-                return Err(reason.clone());
-            }
-            if replica.seen_revision >= revision {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(format!(
-                    "this agent has the log up to revision {} but etcd's head is at {revision}",
-                    replica.seen_revision
-                ));
-            }
-            replica = self
-                .grown
-                .wait_timeout(replica, deadline - now)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
-        }
     }
 }
 
@@ -698,53 +320,6 @@ impl EtcdStore {
     }
 }
 
-/// The log of an [`EtcdStore`], as its replica holds it.
-#[derive(Clone, Debug)]
-pub struct EtcdLog {
-    shared: Arc<Shared>,
-}
-
-impl Log for EtcdLog {
-    fn append(&mut self, _event: &Event) -> Result<LogIndex, LogError> {
-        Err(LogError::Unavailable { reason: "append through the store (EtcdStore::append_batch)".into() })
-    }
-
-    fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
-        self.shared.wait_for_own();
-        let replica = self.shared.lock();
-        if replica.refused.is_some() {
-            // A refused log holds nothing this agent may apply; the agent reports why.
-            return Ok(Vec::new());
-        }
-        if let Some(reason) = &replica.down {
-            return Err(LogError::Unavailable { reason: reason.clone() });
-        }
-        if let Some(trimmed) = replica.trimmed_upto
-            && from <= trimmed
-        {
-            let oldest = replica.records.front().map_or(trimmed.next(), |(i, _)| *i);
-            return Err(LogError::Compacted { requested: from, oldest });
-        }
-        let start = replica.records.partition_point(|(index, _)| *index < from);
-        replica
-            .records
-            .iter()
-            .skip(start)
-            .take(max_records.clamp(1, LOG_READ_BATCH_MAX))
-            .map(|(index, event)| match event {
-                Ok(event) => Ok(LogRecord { index: *index, event: event.clone() }),
-                Err(source) => Err(LogError::Corrupt { index: *index, source: source.clone() }),
-            })
-            .collect()
-    }
-
-    fn head(&self) -> Result<Option<LogIndex>, LogError> {
-        self.shared.wait_for_own();
-        let replica = self.shared.lock();
-        Ok(replica.records.back().map(|(i, _)| *i).or(replica.trimmed_upto))
-    }
-}
-
 impl AgentStore for EtcdStore {
     type Journal = EmbeddedJournal;
     type Log = EtcdLog;
@@ -859,17 +434,6 @@ impl AgentStore for EtcdStore {
 mod tests {
     use super::*;
 
-    fn head(cluster_id: u64, head_revision: i64) -> HeadRead {
-        HeadRead {
-            cluster_id,
-            revision: head_revision + 5,
-            head_revision,
-            head_created: 2,
-            batch_revision: None,
-            snapshot_revision: None,
-        }
-    }
-
     #[test]
     fn fleets_compare_by_what_arbitration_reads() {
         use tenure_core::model::{NodeSpec, ProviderKind, ProviderSpec};
@@ -905,172 +469,5 @@ mod tests {
             "{e}"
         );
         assert_eq!(compare_fleets(&a, &a, "k"), Ok(()));
-    }
-
-    #[test]
-    fn the_binding_refuses_another_cluster_and_another_prefix() {
-        let binding = Binding {
-            v: 1,
-            cluster_id: 7,
-            prefix: "/tenure".into(),
-            revision: 100,
-            newest: None,
-            head_created: None,
-        };
-        assert_eq!(check_binding(&binding, "/tenure", &head(7, 100)), Ok(()));
-        assert_eq!(check_binding(&binding, "/tenure/", &head(7, 100)), Ok(()), "the same keys");
-        let other = check_binding(&binding, "/tenure", &head(8, 250)).expect_err("must fail");
-        assert!(other.contains("etcd cluster 8 is not the cluster 7"), "{other}");
-        let prefix = check_binding(&binding, "/other", &head(7, 100)).expect_err("must fail");
-        assert!(prefix.contains("prefix `/tenure`, not `/other`"), "{prefix}");
-        // A record of an older tenure (no batch key, no head creation) reads; a new one round-trips.
-        let old: Binding = serde_json::from_str(r#"{"v":1,"clusterId":7,"prefix":"/tenure","revision":100}"#)
-            .expect("must hold");
-        assert_eq!(old, binding);
-        assert_eq!(old.anchor().newest, Newest::Unrecorded);
-        let new = Binding { newest: Some("/tenure/log/x".into()), head_created: Some(2), ..binding.clone() };
-        let back: Binding =
-            serde_json::from_slice(&serde_json::to_vec(&new).expect("must hold")).expect("must hold");
-        assert_eq!(back, new);
-        assert_eq!(back.anchor().batch_key(), Some(&b"/tenure/log/x"[..]));
-        let snapshot = Binding { newest: Some(SNAPSHOT.into()), ..binding };
-        assert_eq!(snapshot.anchor().newest, Newest::Snapshot);
-    }
-
-    #[test]
-    fn a_log_below_what_the_agent_applied_is_refused_naming_both_positions() {
-        let anchor =
-            Anchor { revision: 100, newest: Newest::Batch(b"/t/log/k".to_vec()), head_created: Some(2) };
-        let read = |head_created, head_revision, batch_revision, snapshot_revision| HeadRead {
-            head_created,
-            batch_revision,
-            snapshot_revision,
-            ..head(7, head_revision)
-        };
-        // Its batch still there, or covered by a snapshot (which deleted it): the log is the same.
-        assert_eq!(check_anchor(&anchor, &read(2, 100, Some(100), None)), Ok(()));
-        assert_eq!(check_anchor(&anchor, &read(2, 250, None, Some(180))), Ok(()));
-        assert_eq!(check_anchor(&anchor, &read(2, 250, None, Some(100))), Ok(()));
-        // Nothing applied yet: nothing to lose.
-        assert_eq!(check_anchor(&Anchor::default(), &read(0, 0, None, None)), Ok(()));
-        let refused_with = |anchor: &Anchor, read: HeadRead| {
-            let reason = check_anchor(anchor, &read).expect_err("must fail");
-            assert!(reason.starts_with(WENT_BACK), "{reason}");
-            assert!(reason.contains("this agent applied it up to revision 100 ("), "{reason}");
-            assert_eq!(reason.lines().count(), 1, "{reason}");
-            reason
-        };
-        let refused = |read: HeadRead| {
-            let reason = refused_with(&anchor, read);
-            assert!(reason.contains("up to revision 100 (/t/log/k)"), "{reason}");
-            reason
-        };
-        // The prefix deleted; deleted and written again by an agent that saw none of it.
-        assert!(refused(read(0, 0, None, None)).contains("etcd's log has no head any more"));
-        assert!(refused(read(300, 301, None, None)).contains("created again at revision 300"));
-        // Restored from a snapshot taken before revision 100.
-        assert!(refused(read(2, 90, None, Some(50))).contains("etcd's log ends at revision 90"));
-        // Restored, and written past revision 100 since (by agents that had not seen it): the
-        // batch is gone and no snapshot covers it.
-        let past = refused(read(2, 140, None, Some(60)));
-        assert!(
-            past.contains("ends at revision 140 without that batch, and its snapshot covers revision 60"),
-            "{past}"
-        );
-        let other = refused(read(2, 140, Some(101), None));
-        assert!(other.contains("there is no snapshot"), "{other}");
-        // The append's compare is the head part of the same rule.
-        // From a snapshot: only a snapshot covers it; recorded by an older tenure: the head only.
-        let from_snapshot = Anchor { newest: Newest::Snapshot, ..anchor.clone() };
-        assert_eq!(check_anchor(&from_snapshot, &read(2, 150, None, Some(120))), Ok(()));
-        assert!(refused_with(&from_snapshot, read(2, 150, None, None)).contains("(from a snapshot)"));
-        let unrecorded = Anchor { newest: Newest::Unrecorded, head_created: None, ..anchor.clone() };
-        assert_eq!(check_anchor(&unrecorded, &read(2, 150, None, None)), Ok(()));
-        assert!(refused_with(&unrecorded, read(2, 90, None, None)).contains("ends at revision 90"));
-        assert_eq!(check_head(&anchor, 2, 100), Ok(()));
-        assert!(check_head(&anchor, 2, 99).is_err());
-        assert!(check_head(&Anchor { head_created: None, ..anchor.clone() }, 0, 0).is_err());
-        assert_eq!(check_head(&Anchor::default(), 0, 0), Ok(()));
-    }
-
-    #[test]
-    fn the_anchor_follows_batches_and_snapshots_and_never_goes_back() {
-        let shared = Shared::new();
-        let value = batch::encode(&[]);
-        shared.push_batch(b"k5", 5, &value);
-        assert_eq!(
-            shared.anchor(),
-            Anchor { revision: 5, newest: Newest::Batch(b"k5".to_vec()), head_created: None }
-        );
-        shared.learn_head_created(3);
-        shared.learn_head_created(9);
-        assert_eq!(shared.anchor().head_created, Some(3), "learnt once");
-        shared.reset(Some((5, b"{}".to_vec())), vec![], 20);
-        assert_eq!(
-            shared.anchor(),
-            Anchor { revision: 5, newest: Newest::Snapshot, head_created: Some(3) },
-            "covered"
-        );
-        shared.reset(None, vec![(8, (b"k8".to_vec(), value.clone()))], 20);
-        assert_eq!(shared.anchor().revision, 8);
-        let before = shared.anchor();
-        let gone = HeadRead { head_created: 0, head_revision: 0, ..head(7, 0) };
-        assert!(shared.verify(&before, &gone).is_err());
-        assert!(shared.lock().refused.as_deref().is_some_and(|r| r.starts_with(WENT_BACK)), "sticky");
-    }
-
-    #[test]
-    fn a_read_of_the_log_waits_for_this_process_s_own_append_until_its_deadline() {
-        let shared = Arc::new(Shared::new());
-        let log = EtcdLog { shared: Arc::clone(&shared) };
-        let event = Event { at_ms: 1, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
-        let value = batch::encode(&[codec::encode_event(&event).expect("must hold")]);
-        // The append completed at etcd's answer (revision 7); its watch delivery comes later.
-        shared.appended(7, Instant::now() + Duration::from_secs(30));
-        let delivery = {
-            let shared = Arc::clone(&shared);
-            let value = value.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(200));
-                shared.push_batch(b"k7", 7, &value);
-                shared.grew();
-            })
-        };
-        assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1, "its own append read");
-        delivery.join().expect("must hold");
-        // Past its deadline, a read takes what is there.
-        shared.appended(9, Instant::now());
-        assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1);
-        assert_eq!(log.head().expect("must hold"), batch::index_of(7, 0));
-    }
-
-    #[test]
-    fn the_replica_reads_in_order_stops_at_a_corrupt_record_and_refuses_below_a_trim() {
-        let shared = Arc::new(Shared::new());
-        let event =
-            |at_ms| Event { at_ms, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
-        let encoded = |at| codec::encode_event(&event(at)).expect("must hold");
-        shared.push_batch(b"k1", 3, &batch::encode(&[encoded(1), encoded(2)]));
-        shared.push_batch(b"k0", 3, &batch::encode(&[encoded(9)]));
-        shared.push_batch(b"k2", 9, &batch::encode(&[encoded(3)]));
-        let log = EtcdLog { shared: Arc::clone(&shared) };
-        let all = log.read_from(LogIndex::FIRST, 100).expect("must hold");
-        assert_eq!(
-            all.iter().map(|r| r.event.at_ms).collect::<Vec<_>>(),
-            vec![1, 2, 3],
-            "a revision seen is not applied twice"
-        );
-        assert_eq!(log.read_from(all[1].index.next(), 100).expect("must hold").len(), 1);
-        assert_eq!(log.head().expect("must hold"), Some(all[2].index));
-        shared.push_batch(b"k3", 10, &batch::encode(&[b"{\"v\":1,\"bad\":true}".to_vec()]));
-        assert!(matches!(log.read_from(all[2].index.next(), 10), Err(LogError::Corrupt { .. })));
-        shared.trim(all[1].index);
-        assert!(matches!(log.read_from(LogIndex::FIRST, 10), Err(LogError::Compacted { .. })));
-        assert_eq!(log.read_from(all[1].index.next(), 1).expect("must hold")[0].event.at_ms, 3);
-        shared.set_down(Some("watch broke".into()));
-        assert!(matches!(log.read_from(all[2].index, 10), Err(LogError::Unavailable { .. })));
-        shared.set_down(None);
-        shared.break_replica("gone".into());
-        assert_eq!(log.read_from(all[2].index, 10), Ok(Vec::new()), "a refused log gives nothing to apply");
     }
 }
