@@ -240,7 +240,7 @@ impl Shared {
     }
 }
 
-/// The log of an [`EtcdStore`], as its replica holds it.
+/// The log of an [`super::EtcdStore`], as its replica holds it.
 #[derive(Clone, Debug)]
 pub struct EtcdLog {
     pub(super) shared: Arc<Shared>,
