@@ -43,7 +43,7 @@ pub trait Producer: Send + 'static {
     ) -> impl Future<Output = Received<Self::Error>> + Send;
 
     /// Refuses further messages while keeping those already handed over readable (what
-    /// [`BridgeHandle::stop`] does). The default does nothing.
+    /// [`super::BridgeHandle::stop`] does). The default does nothing.
     fn close(&mut self) {}
 }
 
@@ -181,7 +181,7 @@ impl<T: Send + 'static> Pipeline<T> for mpsc::Sender<Stamped<T>> {
 /// term), hand the message to a non-blocking writer, or `try_send` into a queue. A handler that
 /// sheds load (a full queue) returns `Ok` and counts its own sheds: to the bridge, a message the
 /// handler took is delivered. The bridge sees a stop or an abort between batches of at most
-/// [`BridgeOptions::capacity`] calls; a panic in the handler ends the bridge and resurfaces where
+/// [`super::BridgeOptions::capacity`] calls; a panic in the handler ends the bridge and resurfaces where
 /// it is stopped or aborted. A pipeline that waits belongs behind an `mpsc::Sender` instead. The
 /// supervisor clones the handler as given for every bridge it starts: state a closure keeps by
 /// value starts afresh each term (share it through an `Arc` to keep it).

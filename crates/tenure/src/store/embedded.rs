@@ -240,13 +240,13 @@ impl EmbeddedStore {
         lock(&self.inner.writer).identity.clone()
     }
 
-    /// A handle on the log (implements [`Log`]).
+    /// A handle on the log (implements [`Log`](tenure_core::log_store::Log)).
     #[must_use]
     pub fn log(&self) -> EmbeddedLog {
         EmbeddedLog { store: self.clone() }
     }
 
-    /// A handle on `node`'s journal (implements [`JournalStore`]).
+    /// A handle on `node`'s journal (implements [`JournalStore`](tenure_core::journal::JournalStore)).
     #[must_use]
     pub fn journal(&self, node: &str) -> EmbeddedJournal {
         EmbeddedJournal { store: self.clone(), node: node.to_owned() }
@@ -393,7 +393,7 @@ impl EmbeddedStore {
         journal_rows::load_node(path, node, &entries, &marks, &counters)
     }
 
-    /// Reads log records (see [`Log::read_from`]).
+    /// Reads log records (see [`Log::read_from`](tenure_core::log_store::Log::read_from)).
     pub(super) fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
         let db = self.read_db().map_err(unavailable)?;
         let db =

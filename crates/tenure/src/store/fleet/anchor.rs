@@ -170,10 +170,11 @@ pub(super) fn check_binding(binding: &Binding, prefix: &str, head: &HeadRead) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn head(cluster_id: u64, head_revision: i64) -> HeadRead {
+    /// A head read of cluster `cluster_id` whose log ends at `head_revision`.
+    pub(in crate::store::fleet) fn head(cluster_id: u64, head_revision: i64) -> HeadRead {
         HeadRead {
             cluster_id,
             revision: head_revision + 5,

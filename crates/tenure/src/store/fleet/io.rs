@@ -93,7 +93,7 @@ pub(crate) enum Appended {
 pub(crate) type Refuse = Box<dyn FnOnce(&HeadRead) -> Option<String> + Send>;
 
 /// Whether a batch is appended again, unchanged, when its append failed: what decides whether
-/// its transaction compares and puts this process's writer key (see [`append`]).
+/// its transaction compares and puts this process's writer key (see [`append()`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Retry {
     /// The loop's batches: a failed one is kept and appended again as it was until it lands.
@@ -113,7 +113,7 @@ pub(crate) enum Command {
     /// Put one batch under `key` unless it is there already (a retried append whose first
     /// answer was lost) or, for a batch retried as it was ([`Retry::SameBatch`]), this
     /// process's writer key names it already (a snapshot deleted it since), and only while
-    /// etcd's head is still the one `anchor` saw (see [`append`]).
+    /// etcd's head is still the one `anchor` saw (see [`append()`]).
     Append {
         key: String,
         value: Vec<u8>,

@@ -5,7 +5,7 @@
 //!
 //! - this file — [`EtcdStore`] (an [`AgentStore`]): opening, appends, the head confirmation,
 //!   snapshots, and the binding to one etcd cluster.
-//! - `anchor.rs` — the rollback checks: how far this agent applied the log ([`Anchor`]), the
+//! - `anchor.rs` — the rollback checks: how far this agent applied the log (`Anchor`), the
 //!   binding record, and the refusals of another cluster or a log that went back.
 //! - `io.rs` — the etcd client's own thread: appends, head reads, the initial load, the watch.
 //! - `io/append.rs` — one append, compared against what this agent applied and its writer key.
@@ -13,7 +13,7 @@
 //!   compaction of what it replaces.
 //! - `io/load.rs` — the initial load (and the reload after a compaction): linear, by key, put in
 //!   log order.
-//! - `replica.rs` — the replica of the log the watch fills ([`Shared`]), and [`EtcdLog`], the
+//! - `replica.rs` — the replica of the log the watch fills (`Shared`), and [`EtcdLog`], the
 //!   log every node of this agent reads from it.
 //! - `batch.rs` — one log key's value (a batch of codec events) and the indices of its events.
 

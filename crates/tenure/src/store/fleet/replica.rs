@@ -240,7 +240,7 @@ impl Shared {
     }
 }
 
-/// The log of an [`EtcdStore`], as its replica holds it.
+/// The log of an [`super::EtcdStore`], as its replica holds it.
 #[derive(Clone, Debug)]
 pub struct EtcdLog {
     pub(super) shared: Arc<Shared>,
@@ -292,18 +292,8 @@ mod tests {
     use std::time::Duration;
 
     use super::super::anchor::WENT_BACK;
+    use super::super::anchor::tests::head;
     use super::*;
-
-    fn head(cluster_id: u64, head_revision: i64) -> HeadRead {
-        HeadRead {
-            cluster_id,
-            revision: head_revision + 5,
-            head_revision,
-            head_created: 2,
-            batch_revision: None,
-            snapshot_revision: None,
-        }
-    }
 
     #[test]
     fn the_anchor_follows_batches_and_snapshots_and_never_goes_back() {

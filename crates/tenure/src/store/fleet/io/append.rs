@@ -10,7 +10,7 @@ use super::super::anchor::{Anchor, check_anchor};
 use super::{Appended, HeadRead, Keys, Retry, decode_manifest, failed, got, retry_quick_failures};
 
 /// Puts one batch under `key` unless it is there already or (a batch retried as it was,
-/// [`Retry::SameBatch`]) this process's writer key names it (see [`Command::Append`]), and only
+/// [`Retry::SameBatch`]) this process's writer key names it (see [`super::Command::Append`]), and only
 /// while etcd still holds what `anchor` says this agent applied: the head created at the same
 /// revision and written at or after the anchor, and the anchor's batch at its revision (or, once
 /// a snapshot deleted it, a snapshot covering it: then tried again without that compare). A log
