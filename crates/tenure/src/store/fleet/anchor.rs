@@ -1,9 +1,10 @@
 //! The rollback checks of the fleet store: how far this agent applied the log ([`Anchor`]), the
 //! binding that records it in the local store ([`Binding`]), and the refusals of an etcd that
-//! is not the one it was bound to or whose log went back ([`check_head`], [`check_anchor`],
-//! [`check_binding`]). `docs/architecture.md`, "Fleet mode on etcd", says why.
+//! is not the one it was bound to or whose log went back ([`check_anchor`], the core's rule,
+//! and [`check_binding`]). `docs/architecture.md`, "Fleet mode on etcd", says why.
 
 use serde::{Deserialize, Serialize};
+use tenure_core::anchor::HeadSeen;
 
 use super::io::HeadRead;
 
@@ -42,111 +43,25 @@ impl Binding {
 /// [`Binding::newest`] of an anchor that came from a snapshot.
 pub(super) const SNAPSHOT: &str = "snapshot";
 
-/// Where an anchor's revision came from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Newest {
-    /// Nothing applied yet, or a binding written by an older tenure (which recorded no key):
-    /// only the head is checked.
-    #[default]
-    Unrecorded,
-    /// The batch under this key.
-    Batch(Vec<u8>),
-    /// The snapshot that started the replica (or a reload).
-    Snapshot,
-}
+// How far this agent applied the log, and the one rule that etcd still holds it: the core's
+// (`tenure_core::anchor`), which the simulator's rolled-back logs are checked with too.
+#[cfg(test)]
+pub(super) use tenure_core::anchor::WENT_BACK;
+pub(crate) use tenure_core::anchor::{Anchor, Newest};
 
-/// How far this agent applied the log, as etcd must still show it: the newest batch it applied
-/// (revision and key) and the revision the log's head key was created at. The binding records
-/// it; every start, reload, head read and append checks etcd against it ([`check_head`],
-/// [`check_anchor`]), so that a log that went back (the prefix deleted, etcd restored from an
-/// older snapshot) is refused before anything is appended to it or done on it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Anchor {
-    /// The revision of the newest batch (or snapshot) applied; 0: none.
-    pub(crate) revision: i64,
-    /// What is at that revision.
-    pub(crate) newest: Newest,
-    /// The revision the log's head key was created at: the same for the log's whole life (only
-    /// deleting the prefix deletes the head); `None` until this agent saw the head.
-    pub(crate) head_created: Option<i64>,
-}
-
-impl Anchor {
-    /// The key of the newest batch applied, when known (a head read looks for it).
-    pub(crate) fn batch_key(&self) -> Option<&[u8]> {
-        match &self.newest {
-            Newest::Batch(key) => Some(key),
-            Newest::Snapshot | Newest::Unrecorded => None,
-        }
-    }
-}
-
-/// The start of every refusal of a log that went back.
-pub(super) const WENT_BACK: &str = "the log in etcd went back";
-
-/// The refusal of a log that went back: one line naming what this agent applied and what etcd
-/// shows (`found`).
-pub(super) fn went_back(anchor: &Anchor, found: &str) -> String {
-    let batch = match &anchor.newest {
-        Newest::Batch(key) => String::from_utf8_lossy(key).into_owned(),
-        Newest::Snapshot => "from a snapshot".to_owned(),
-        Newest::Unrecorded => "as recorded by an older tenure".to_owned(),
-    };
-    format!(
-        "{WENT_BACK}: this agent applied it up to revision {} ({batch}), but {found} (etcd wiped, or restored \
-         from an older backup?); refusing to act rather than restart tokens",
-        anchor.revision
-    )
-}
-
-/// Whether etcd's head key (created at `head_created`, last written at `head_revision`; 0, 0:
-/// absent) is still the head this agent saw: the same key, not created again, at or past the
-/// newest batch it applied. An agent that saw no head yet checks nothing.
-pub(crate) fn check_head(anchor: &Anchor, head_created: i64, head_revision: i64) -> Result<(), String> {
-    if anchor.revision == 0 && anchor.head_created.is_none() {
-        return Ok(());
-    }
-    if head_created == 0 {
-        return Err(went_back(anchor, "etcd's log has no head any more"));
-    }
-    if let Some(created) = anchor.head_created
-        && created != head_created
-    {
-        return Err(went_back(
-            anchor,
-            &format!(
-                "etcd's log head was created again at revision {head_created} (this agent's was created at \
-                 {created}): the prefix deleted and written anew"
-            ),
-        ));
-    }
-    if head_revision < anchor.revision {
-        return Err(went_back(anchor, &format!("etcd's log ends at revision {head_revision}")));
-    }
-    Ok(())
-}
-
-/// [`check_head`] on a head read, then: the newest batch this agent applied is still in etcd at
-/// its revision, or a snapshot covers it (snapshots delete the batches they hold).
+/// [`tenure_core::anchor::check_anchor`] on a head read of etcd: the head is still the one this
+/// agent saw, at or past the newest batch it applied, and that batch is still in etcd at its
+/// revision or a snapshot covers it.
 pub(crate) fn check_anchor(anchor: &Anchor, read: &HeadRead) -> Result<(), String> {
-    check_head(anchor, read.head_created, read.head_revision)?;
-    let covered = read.snapshot_revision.is_some_and(|s| s >= anchor.revision);
-    let kept = match &anchor.newest {
-        // Nothing to look for: the head was checked.
-        Newest::Unrecorded => true,
-        Newest::Batch(_) => read.batch_revision == Some(anchor.revision) || covered,
-        Newest::Snapshot => covered,
-    };
-    if anchor.revision == 0 || kept {
-        return Ok(());
-    }
-    let snapshot = read
-        .snapshot_revision
-        .map_or_else(|| "there is no snapshot".to_owned(), |s| format!("its snapshot covers revision {s}"));
-    Err(went_back(
+    tenure_core::anchor::check_anchor(
         anchor,
-        &format!("etcd's log ends at revision {} without that batch, and {snapshot}", read.head_revision),
-    ))
+        &HeadSeen {
+            head_created: read.head_created,
+            head_revision: read.head_revision,
+            batch_revision: read.batch_revision,
+            snapshot_revision: read.snapshot_revision,
+        },
+    )
 }
 
 /// Why a fleet agent refuses its etcd at start: the binding's cluster and prefix against what
@@ -171,6 +86,8 @@ pub(super) fn check_binding(binding: &Binding, prefix: &str, head: &HeadRead) ->
 
 #[cfg(test)]
 pub(super) mod tests {
+    use tenure_core::anchor::check_head;
+
     use super::*;
 
     /// A head read of cluster `cluster_id` whose log ends at `head_revision`.
