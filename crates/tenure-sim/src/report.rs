@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::checker::ViolationKind;
-use crate::config::SimConfig;
+use crate::config::{Fault, SimConfig};
 use crate::world::SeedReport;
 
 /// Failing seeds print at most this many of their kept unexpected violations.
@@ -42,8 +42,12 @@ pub fn render(config: &SimConfig, reports: &[SeedReport], json: bool) -> String 
         let in_doubt: u64 = reports.iter().map(|r| r.calls_in_doubt).sum();
         out.push_str(&format!(
             "mode={} nodes={} addresses={} faults={}: {events} events, {calls} provider calls ({in_doubt} in doubt), \
-             {recaptures} re-captures\n",
-            config.mode, config.nodes, config.addresses, config.faults
+             {recaptures} re-captures{rollbacks}\n",
+            config.mode,
+            config.nodes,
+            config.addresses,
+            config.faults,
+            rollbacks = gone_back(config, reports)
         ));
         let total: u64 = predicted.values().sum();
         if total > 0 {
@@ -60,6 +64,16 @@ pub fn render(config: &SimConfig, reports: &[SeedReport], json: bool) -> String 
     }
     out.push('\n');
     out
+}
+
+/// With `store-rollback`: how often the log went back, and how many nodes refused it.
+fn gone_back(config: &SimConfig, reports: &[SeedReport]) -> String {
+    if !config.faults.has(Fault::StoreRollback) {
+        return String::new();
+    }
+    let rollbacks: u64 = reports.iter().filter_map(|r| r.faults.get(Fault::StoreRollback.name())).sum();
+    let refusals: u64 = reports.iter().map(|r| r.refusals).sum();
+    format!(", the log went back {rollbacks} times ({refusals} node refusals)")
 }
 
 /// A failing seed: `SEED=<s>`, the command that reproduces it, its unexpected counts per kind
