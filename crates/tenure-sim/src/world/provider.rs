@@ -264,6 +264,11 @@ impl World {
         if handle(&mut self.nodes[node].driver).is_err() {
             return;
         }
+        // A store that refused the log (it went back) appends nothing: the results stay in the
+        // outbox, lost with the node's store at the operator's recovery.
+        if !self.anchor_holds(node) {
+            return;
+        }
         while let Some(kind) = self.nodes[node].driver.poll_append() {
             if self.nodes[node].cut_off() {
                 continue;
