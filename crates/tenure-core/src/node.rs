@@ -234,6 +234,58 @@ impl<S: JournalStore> NodeEngine<S> {
                 EntryState::Executed | EntryState::Skipped(_) => {}
             }
         }
+        self.check_sets();
+    }
+
+    /// The rules the execution sets keep between public calls (a no-op without debug
+    /// assertions): `pending`, `approved`, `in_flight` and `failed` are disjoint, and each holds
+    /// entries of the journal in the matching state; `ready` and the successors in `blocked` are
+    /// approved and never both; `cancelling` is in flight; every call in flight and every refresh
+    /// keeps its (provider, address) busy; `refreshes_cancelling` is refreshing. Linear in the
+    /// open entries (never in the journal's length).
+    fn check_sets(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let state = |seq: &u64| self.state.entries.get(seq).map(|e| e.state);
+            for seq in &self.pending {
+                debug_assert_eq!(state(seq), Some(EntryState::Pending), "pending entry {seq}");
+                debug_assert!(!self.approved.contains(seq), "entry {seq} both pending and approved");
+                debug_assert!(!self.in_flight.contains(seq), "entry {seq} both pending and in flight");
+                debug_assert!(!self.failed.contains(seq), "entry {seq} both pending and failed");
+            }
+            for seq in &self.approved {
+                debug_assert_eq!(state(seq), Some(EntryState::Approved), "approved entry {seq}");
+                debug_assert!(!self.in_flight.contains(seq), "entry {seq} both approved and in flight");
+                debug_assert!(!self.failed.contains(seq), "entry {seq} both approved and failed");
+            }
+            for seq in &self.in_flight {
+                debug_assert_eq!(state(seq), Some(EntryState::Approved), "in-flight entry {seq}");
+                debug_assert!(!self.failed.contains(seq), "entry {seq} both in flight and failed");
+                debug_assert!(self.is_busy(*seq), "in-flight entry {seq} leaves its address free");
+            }
+            for seq in &self.failed {
+                debug_assert_eq!(state(seq), Some(EntryState::Failed), "failed entry {seq}");
+            }
+            for seq in &self.ready {
+                debug_assert!(self.approved.contains(seq), "ready entry {seq} is not approved");
+            }
+            for (before, seq) in &self.blocked {
+                debug_assert!(self.approved.contains(seq), "entry {seq} blocked on {before} is not approved");
+                debug_assert!(!self.ready.contains(seq), "entry {seq} both ready and blocked on {before}");
+            }
+            for seq in &self.cancelling {
+                debug_assert!(self.in_flight.contains(seq), "cancelling entry {seq} is not in flight");
+            }
+            for (provider, address) in self.refreshing.keys() {
+                debug_assert!(
+                    self.call_in_flight(provider, *address),
+                    "refresh of {provider} {address} not busy"
+                );
+            }
+            for at in &self.refreshes_cancelling {
+                debug_assert!(self.refreshing.contains_key(at), "cancelling refresh {at:?} is not in flight");
+            }
+        }
     }
 
     /// Records an executed entry in "captured" and the last-executed indexes.
@@ -495,6 +547,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.sweep(head, &mut report)?;
         self.compact(head, &mut report)?;
         self.store.sync().map_err(NodeError::Store)?;
+        self.check_sets();
         Ok(report)
     }
 

@@ -50,6 +50,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.cancelling.extend(stale.iter().map(|(seq, _)| *seq));
         let mut calls: Vec<StaleCall> = stale.into_iter().map(|(_, call)| call).collect();
         calls.extend(self.poll_stale_refreshes(head));
+        self.check_sets();
         calls
     }
 
@@ -67,6 +68,7 @@ impl<S: JournalStore> NodeEngine<S> {
             self.set_state(seq, EntryState::Approved, None)?;
             keys.push(self.state.entries[&seq].action.idempotency_key.clone());
         }
+        self.check_sets();
         Ok(keys)
     }
 
@@ -137,6 +139,7 @@ impl<S: JournalStore> NodeEngine<S> {
             }
         }
         if batch.is_empty() {
+            self.check_sets();
             return Ok(Vec::new());
         }
         if let Err(error) = self.store.sync() {
@@ -145,8 +148,10 @@ impl<S: JournalStore> NodeEngine<S> {
                 self.in_flight.remove(seq);
                 self.admit(*seq);
             }
+            self.check_sets();
             return Err(NodeError::Store(error));
         }
+        self.check_sets();
         Ok(batch.into_iter().map(|(_, action)| action).collect())
     }
 
@@ -221,7 +226,7 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// Whether a call for the entry's (provider, address) is in flight.
-    fn is_busy(&self, seq: u64) -> bool {
+    pub(super) fn is_busy(&self, seq: u64) -> bool {
         let action = &self.state.entries[&seq].action;
         self.busy.get(&action.address).is_some_and(|providers| providers.contains(&action.provider))
     }
@@ -258,7 +263,9 @@ impl<S: JournalStore> NodeEngine<S> {
         self.in_flight.remove(&seq);
         self.cancelling.remove(&seq);
         self.release_busy(seq);
-        self.set_state(seq, state, detail)
+        self.set_state(seq, state, detail)?;
+        self.check_sets();
+        Ok(())
     }
 
     /// Records a call whose outcome is unknown (cancelled in flight, past its deadline, its
@@ -277,6 +284,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.handle_execution_result(idempotency_key, ActionOutcome::Failed, Some(detail.clone()))?;
         let seq = self.index[idempotency_key];
         self.count_in_doubt_acquire(seq, head)?;
+        self.check_sets();
         Ok(detail)
     }
 

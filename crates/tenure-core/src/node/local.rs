@@ -90,6 +90,7 @@ impl<S: JournalStore> NodeEngine<S> {
             "a recorded release leaves nothing captured"
         );
         self.store.sync().map_err(NodeError::Store)?;
+        self.check_sets();
         Ok(recorded)
     }
 }
