@@ -11,7 +11,7 @@ use super::pool::PoolSpecWire;
 use super::{CodecError, RECORD_EVENT, RECORD_HIGH_WATER, RECORD_JOURNAL_CHANGE};
 use crate::fence::{HighWater, StaleReason};
 use crate::input::check_name;
-use crate::journal::{Attempts, EntryState, JournalChange, JournalEntry};
+use crate::journal::{Attempts, EntryState, JournalChange, JournalEntry, JournalSeq};
 use crate::log::{ActionOutcome, Event, EventKind, holder_outside_scope};
 use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb, VrrpState};
 
@@ -291,8 +291,8 @@ fn state_from_wire(
 }
 
 /// A sequence number (the journal's key, SPEC 13 "bounded journals"): 1 or more.
-fn check_seq(record: &'static str, seq: u64) -> Result<u64, CodecError> {
-    if seq == 0 {
+fn check_seq(record: &'static str, seq: JournalSeq) -> Result<JournalSeq, CodecError> {
+    if seq == JournalSeq::NONE {
         return Err(CodecError::Inconsistent {
             record,
             reason: "sequence number 0 (they start at 1)".into(),
@@ -303,7 +303,7 @@ fn check_seq(record: &'static str, seq: u64) -> Result<u64, CodecError> {
 
 /// The sequence numbers of a compaction, as the engine writes them: each 1 or more, ascending,
 /// none twice.
-fn check_seqs(record: &'static str, seqs: &[u64]) -> Result<(), CodecError> {
+fn check_seqs(record: &'static str, seqs: &[JournalSeq]) -> Result<(), CodecError> {
     if let Some(&first) = seqs.first() {
         check_seq(record, first)?;
     }
@@ -321,7 +321,7 @@ fn check_seqs(record: &'static str, seqs: &[u64]) -> Result<(), CodecError> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct EntryWire<'a> {
     /// The sequence number: the journal's key.
-    seq: u64,
+    seq: JournalSeq,
     /// The stamped action.
     action: ActionWire<'a>,
     /// The state's name.
@@ -459,7 +459,7 @@ pub(super) enum ChangeWire<'a> {
     /// `set-state`.
     SetState {
         /// The entry's sequence number.
-        seq: u64,
+        seq: JournalSeq,
         /// The new state's name.
         state: StateName,
         /// Why, for `skipped`.
@@ -477,7 +477,7 @@ pub(super) enum ChangeWire<'a> {
     /// `attempt`: a provider call handed out.
     Attempt {
         /// The entry's sequence number.
-        seq: u64,
+        seq: JournalSeq,
         /// Stream time of its gate (ms).
         at_ms: u64,
         /// The caller's wall clock (unix ms), if it gave one.
@@ -487,7 +487,7 @@ pub(super) enum ChangeWire<'a> {
     /// `compact`: finished, superseded entries dropped.
     Compact {
         /// Their sequence numbers, ascending.
-        seqs: Cow<'a, [u64]>,
+        seqs: Cow<'a, [JournalSeq]>,
     },
 }
 
