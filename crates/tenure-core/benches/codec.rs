@@ -109,7 +109,7 @@ fn event_mix() -> Vec<Event> {
 
 fn journal_entry() -> JournalEntry {
     JournalEntry {
-        seq: 4_712,
+        seq: tenure_core::journal::JournalSeq::new(4_712),
         action: action(7),
         state: EntryState::Executed,
         detail: Some("assigned".into()),
@@ -352,7 +352,7 @@ fn from_bin_event(event: BinEvent<'_>) -> Event {
 fn bin_entry(entry: &JournalEntry) -> BinEntry<'_> {
     let action = &entry.action;
     BinEntry {
-        seq: entry.seq,
+        seq: entry.seq.get(),
         action: BinAction {
             pool: b(&action.pool),
             address: action.address,
@@ -397,7 +397,7 @@ fn from_bin_entry(entry: BinEntry<'_>) -> JournalEntry {
     );
     assert_eq!(action.idempotency_key, wire.key, "the key its fields give");
     JournalEntry {
-        seq: entry.seq,
+        seq: tenure_core::journal::JournalSeq::new(entry.seq),
         action,
         state: match entry.state {
             BinState::Pending => EntryState::Pending,

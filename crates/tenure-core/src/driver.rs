@@ -32,7 +32,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
 
 use crate::federation::Federation;
-use crate::journal::JournalStore;
+use crate::journal::{JournalSeq, JournalStore};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::{ParsedKey, StampedAction};
@@ -89,9 +89,9 @@ pub struct NodeDriver<S: JournalStore> {
     rejected: u64,
     paused: bool,
     partitioned: bool,
-    approved_before_pause: BTreeSet<u64>,
+    approved_before_pause: BTreeSet<JournalSeq>,
     /// During a resume: the keys it may still gate (approved before the pause).
-    zombie: Option<BTreeSet<u64>>,
+    zombie: Option<BTreeSet<JournalSeq>>,
     options: DriverOptions,
     outbox: VecDeque<EventKind>,
     /// What the last completed reconcile planned from: see [`NodeDriver::reconcile_due`].

@@ -188,6 +188,8 @@ impl HighWater {
             first: (ix, CaptureEpoch::NEVER),
             others: Vec::new(),
         });
+        #[cfg(debug_assertions)]
+        let before = (marks.ownership, marks.capture(ix));
         marks.ownership = marks.ownership.max(ownership);
         if marks.first.0 == ix {
             marks.first.1 = marks.first.1.max(capture);
@@ -196,6 +198,22 @@ impl HighWater {
                 Some((_, epoch)) => *epoch = (*epoch).max(capture),
                 None => marks.others.push((ix, capture)),
             }
+        }
+        #[cfg(debug_assertions)]
+        {
+            let after = (marks.ownership, marks.capture(ix));
+            debug_assert!(
+                after.0 >= before.0 && after.0 >= ownership,
+                "the ownershipEpoch mark of {pool} {address} went from {:?} to {:?} (raised to {ownership:?})",
+                before.0,
+                after.0
+            );
+            debug_assert!(
+                after.1 >= before.1 && after.1 >= capture,
+                "the captureEpoch mark of {pool} {address} line {domain:?} went from {:?} to {:?} (raised to {capture:?})",
+                before.1,
+                after.1
+            );
         }
     }
 

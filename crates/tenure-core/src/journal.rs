@@ -31,6 +31,45 @@ pub const JOURNAL_ENTRIES_MAX: usize = 16 * 1024 * 1024;
 /// per engine ([`crate::node::NodeEngine::with_retention`]).
 pub const JOURNAL_RETENTION_DEFAULT: usize = 10_000;
 
+/// The sequence number of a journal entry: the journal's key, given in journal order (1-based,
+/// never reused; compaction leaves gaps). Its own type so that it is never confused with the
+/// other counters an entry carries (execution order, attempts, stream times). Stored as the bare
+/// number (the codec and the store's row keys write [`JournalSeq::get`]), and displayed as it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct JournalSeq(u64);
+
+impl JournalSeq {
+    /// Before the first entry (what a new journal's `last_seq` is).
+    pub const NONE: Self = Self(0);
+
+    /// The sequence number `seq` as stored (or as a test writes it).
+    #[must_use]
+    pub const fn new(seq: u64) -> Self {
+        Self(seq)
+    }
+
+    /// The number, as stored.
+    #[must_use]
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The sequence number after this one (what the next append gets).
+    #[must_use]
+    pub const fn next(self) -> Self {
+        Self(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for JournalSeq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// The state of a journal entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryState {
@@ -142,7 +181,7 @@ pub const COUNTED_AS_HELD: &str =
 pub struct JournalEntry {
     /// Its sequence number: the journal's key, given in journal order (1-based, never reused;
     /// compaction leaves gaps).
-    pub seq: u64,
+    pub seq: JournalSeq,
     /// The stamped action.
     pub action: StampedAction,
     /// Where it is in its life.
@@ -203,9 +242,9 @@ impl JournalEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurableNodeState {
     /// Entries by sequence number (journal order).
-    pub entries: BTreeMap<u64, JournalEntry>,
+    pub entries: BTreeMap<JournalSeq, JournalEntry>,
     /// The highest sequence number ever given (compacted entries included).
-    pub last_seq: u64,
+    pub last_seq: JournalSeq,
     /// Highest tokens seen per key.
     pub high_water: HighWater,
     /// Number of executed entries so far.
@@ -224,7 +263,7 @@ pub enum JournalChange {
     /// Entry `seq` moved to a new state.
     SetState {
         /// The entry's sequence number.
-        seq: u64,
+        seq: JournalSeq,
         /// The new state.
         state: EntryState,
         /// Executor detail, if any.
@@ -248,7 +287,7 @@ pub enum JournalChange {
     /// Entry `seq` was handed out for a provider call ([`JournalEntry::record_attempt`]).
     Attempt {
         /// The entry's sequence number.
-        seq: u64,
+        seq: JournalSeq,
         /// Stream time of the head it was gated against (ms).
         at_ms: u64,
         /// The caller's wall clock then (unix ms), if it gave one.
@@ -257,7 +296,7 @@ pub enum JournalChange {
     /// Finished, superseded entries dropped by compaction (SPEC 13 "bounded journals").
     Compact {
         /// Their sequence numbers.
-        seqs: Vec<u64>,
+        seqs: Vec<JournalSeq>,
     },
 }
 
@@ -270,21 +309,21 @@ pub enum JournalRuleError {
     #[error("appended entry {seq} does not follow the last sequence number {last}")]
     SeqNotAfter {
         /// The appended entry's.
-        seq: u64,
+        seq: JournalSeq,
         /// The last one given.
-        last: u64,
+        last: JournalSeq,
     },
     /// A state change of an entry the journal does not hold.
     #[error("set-state of entry {seq}, which the journal does not hold")]
     SetStateOfMissing {
         /// The entry.
-        seq: u64,
+        seq: JournalSeq,
     },
     /// A final state left but as [`EntryState::may_become`] allows.
     #[error("entry {seq} would leave its final state `{from}` for `{to}`")]
     FinalStateLeft {
         /// The entry.
-        seq: u64,
+        seq: JournalSeq,
         /// Its state.
         from: &'static str,
         /// The state asked for.
@@ -294,7 +333,7 @@ pub enum JournalRuleError {
     #[error("entry {seq}'s execution order {executed} does not follow {last}")]
     ExecutionOrder {
         /// The entry.
-        seq: u64,
+        seq: JournalSeq,
         /// Its execution order.
         executed: u64,
         /// The last one given.
@@ -304,13 +343,13 @@ pub enum JournalRuleError {
     #[error("an attempt of entry {seq}, which the journal does not hold")]
     AttemptOfMissing {
         /// The entry.
-        seq: u64,
+        seq: JournalSeq,
     },
     /// An attempt of a finished entry.
     #[error("an attempt of entry {seq}, which is `{state}` (only an open entry is called)")]
     AttemptOfFinished {
         /// The entry.
-        seq: u64,
+        seq: JournalSeq,
         /// Its state.
         state: &'static str,
     },
@@ -318,7 +357,7 @@ pub enum JournalRuleError {
     #[error("compaction of entry {seq}, which is still `{state}`")]
     CompactionOfOpen {
         /// The entry.
-        seq: u64,
+        seq: JournalSeq,
         /// Its state.
         state: &'static str,
     },
@@ -326,19 +365,19 @@ pub enum JournalRuleError {
     #[error("compaction of entry {seq}, which it does not hold")]
     CompactionOfMissing {
         /// The entry.
-        seq: u64,
+        seq: JournalSeq,
     },
 }
 
 /// The journal as a change finds it: what [`check_change`] reads.
 pub struct JournalFacts<'a> {
     /// The highest sequence number given so far.
-    pub last_seq: u64,
+    pub last_seq: JournalSeq,
     /// The last execution order given so far.
     pub executions: u64,
     /// The entry under a sequence number, `None` where the journal does not hold it (asked only
     /// for the entries the change names: [`JournalChange::named_seqs`]).
-    pub entry: &'a dyn Fn(u64) -> Option<&'a JournalEntry>,
+    pub entry: &'a dyn Fn(JournalSeq) -> Option<&'a JournalEntry>,
 }
 
 /// The journal's rules, the one place they are written (SPEC 6, 13): sequence numbers only grow;
@@ -406,7 +445,7 @@ impl JournalChange {
     /// The sequence numbers of the entries this change names, in order (what [`check_change`]
     /// asks [`JournalFacts::entry`] for): none for an append or a raise.
     #[must_use]
-    pub fn named_seqs(&self) -> &[u64] {
+    pub fn named_seqs(&self) -> &[JournalSeq] {
         match self {
             Self::SetState { seq, .. } | Self::Attempt { seq, .. } => std::slice::from_ref(seq),
             Self::Compact { seqs } => seqs,
@@ -516,6 +555,7 @@ mod tests {
     use crate::model::{CaptureDomain, Verb};
 
     fn entry(seq: u64, state: EntryState) -> JournalEntry {
+        let seq = JournalSeq::new(seq);
         let action = StampedAction::new(
             "edge",
             "10.0.0.10".parse().expect("an address"),
@@ -531,7 +571,7 @@ mod tests {
     }
 
     fn set_state(seq: u64, state: EntryState, executed_seq: Option<u64>) -> JournalChange {
-        JournalChange::SetState { seq, state, detail: None, executed_seq }
+        JournalChange::SetState { seq: JournalSeq::new(seq), state, detail: None, executed_seq }
     }
 
     /// Every rule, as a store refuses it (the message a store reports) and as memory takes it.
@@ -540,8 +580,9 @@ mod tests {
         let open = entry(4, EntryState::Approved);
         let done = entry(5, EntryState::Executed);
         let entries = [&open, &done];
-        let lookup = |seq: u64| entries.iter().copied().find(|e| e.seq == seq);
-        let facts = JournalFacts { last_seq: 5, executions: 2, entry: &lookup };
+        let lookup = |seq: JournalSeq| entries.iter().copied().find(|e| e.seq == seq);
+        let facts = JournalFacts { last_seq: JournalSeq::new(5), executions: 2, entry: &lookup };
+        let seqs = |seqs: &[u64]| seqs.iter().copied().map(JournalSeq::new).collect::<Vec<_>>();
         let check = |change: &JournalChange| check_change(change, &facts).map_err(|e| e.to_string());
         let refused = [
             (
@@ -558,16 +599,19 @@ mod tests {
             ),
             (set_state(4, EntryState::Executed, Some(2)), "entry 4's execution order 2 does not follow 2"),
             (
-                JournalChange::Attempt { seq: 9, at_ms: 1, wall_ms: None },
+                JournalChange::Attempt { seq: JournalSeq::new(9), at_ms: 1, wall_ms: None },
                 "an attempt of entry 9, which the journal does not hold",
             ),
             (
-                JournalChange::Attempt { seq: 5, at_ms: 1, wall_ms: None },
+                JournalChange::Attempt { seq: JournalSeq::new(5), at_ms: 1, wall_ms: None },
                 "an attempt of entry 5, which is `executed` (only an open entry is called)",
             ),
-            (JournalChange::Compact { seqs: vec![5, 4] }, "compaction of entry 4, which is still `approved`"),
-            (JournalChange::Compact { seqs: vec![5, 9] }, "compaction of entry 9, which it does not hold"),
-            (JournalChange::Compact { seqs: vec![5, 5] }, "compaction of entry 5, which it does not hold"),
+            (
+                JournalChange::Compact { seqs: seqs(&[5, 4]) },
+                "compaction of entry 4, which is still `approved`",
+            ),
+            (JournalChange::Compact { seqs: seqs(&[5, 9]) }, "compaction of entry 9, which it does not hold"),
+            (JournalChange::Compact { seqs: seqs(&[5, 5]) }, "compaction of entry 5, which it does not hold"),
         ];
         for (change, message) in refused {
             assert_eq!(check(&change), Err(message.to_owned()), "{change:?}");
@@ -575,8 +619,8 @@ mod tests {
         let kept = [
             JournalChange::Append(entry(6, EntryState::Pending)),
             set_state(4, EntryState::Executed, Some(3)),
-            JournalChange::Attempt { seq: 4, at_ms: 1, wall_ms: None },
-            JournalChange::Compact { seqs: vec![5] },
+            JournalChange::Attempt { seq: JournalSeq::new(4), at_ms: 1, wall_ms: None },
+            JournalChange::Compact { seqs: seqs(&[5]) },
         ];
         for change in kept {
             assert_eq!(check(&change), Ok(()), "{change:?}");

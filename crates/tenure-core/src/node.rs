@@ -29,7 +29,7 @@ use crate::federation::{Federation, NodeId};
 use crate::fence::{self, FenceVerdict, HeadTokens, HeadView, StaleReason};
 use crate::journal::{
     Attempts, COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_ENTRIES_MAX, JOURNAL_RETENTION_DEFAULT,
-    JournalChange, JournalEntry, JournalStore, outcome_unknown,
+    JournalChange, JournalEntry, JournalSeq, JournalStore, outcome_unknown,
 };
 use crate::model::{Approval, StampedAction};
 use crate::planner::{self, CaptureRecord, Captured};
@@ -99,21 +99,21 @@ pub struct NodeEngine<S: JournalStore> {
     retention: usize,
     /// How long a failed entry waits before a sweep retries it.
     backoff: RetryBackoff,
-    index: HashMap<String, u64>,
+    index: HashMap<String, JournalSeq>,
     /// Entries waiting for an approval.
-    pending: BTreeSet<u64>,
+    pending: BTreeSet<JournalSeq>,
     /// Approved entries not in flight (ready or blocked or waiting for a predecessor that is
     /// not in the journal).
-    approved: BTreeSet<u64>,
+    approved: BTreeSet<JournalSeq>,
     /// Approved entries whose predecessor verb executed (or that have none).
-    ready: BTreeSet<u64>,
+    ready: BTreeSet<JournalSeq>,
     /// Approved entries by the sequence number of their predecessor, until it executes.
-    blocked: BTreeMap<u64, u64>,
+    blocked: BTreeMap<JournalSeq, JournalSeq>,
     /// Entries handed to the driver by `poll_execution` and not yet reported back.
-    in_flight: BTreeSet<u64>,
+    in_flight: BTreeSet<JournalSeq>,
     /// In-flight entries already named stale by [`NodeEngine::poll_stale_in_flight`] (each is
     /// named once), until their result comes back.
-    cancelling: BTreeSet<u64>,
+    cancelling: BTreeSet<JournalSeq>,
     /// Addresses with a call in flight, with the providers of those calls (looked up without
     /// building a key: the execute loop asks for every entry it considers). A refresh in flight
     /// counts too: no other call of its address starts before it ends.
@@ -125,16 +125,16 @@ pub struct NodeEngine<S: JournalStore> {
     refreshes_cancelling: BTreeSet<ProviderAddress>,
     /// Failed entries a sweep retries while they are current; dropped once stale by an epoch
     /// (tokens only grow, so such an entry is stale for ever).
-    failed: BTreeSet<u64>,
+    failed: BTreeSet<JournalSeq>,
     captured: Captured,
     /// The last executed entry per (provider, address), and the last executed one that changed
     /// holding (assign/unassign, proxy-ARP add/del): what "captured" and the outbox of results
     /// are derived from, so compaction keeps them.
-    last_executed: BTreeMap<ProviderAddress, u64>,
-    last_holding: BTreeMap<ProviderAddress, u64>,
+    last_executed: BTreeMap<ProviderAddress, JournalSeq>,
+    last_holding: BTreeMap<ProviderAddress, JournalSeq>,
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
-    predecessors: HashMap<u64, Option<u64>>,
+    predecessors: HashMap<JournalSeq, Option<JournalSeq>>,
     /// An acquire in doubt was counted as held since the last plan ([`NodeEngine::replan_due`]).
     replan: bool,
     /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
@@ -215,13 +215,14 @@ impl<S: JournalStore> NodeEngine<S> {
         self.last_executed.clear();
         self.last_holding.clear();
         self.predecessors.clear();
-        let mut executed: Vec<(u64, u64)> =
+        let mut executed: Vec<(u64, JournalSeq)> =
             self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x, e.seq))).collect();
         executed.sort_unstable();
         for (_, seq) in executed {
             self.track_execution(seq);
         }
-        let seqs: Vec<(u64, EntryState)> = self.state.entries.values().map(|e| (e.seq, e.state)).collect();
+        let seqs: Vec<(JournalSeq, EntryState)> =
+            self.state.entries.values().map(|e| (e.seq, e.state)).collect();
         for (seq, state) in seqs {
             match state {
                 EntryState::Pending => {
@@ -234,10 +235,62 @@ impl<S: JournalStore> NodeEngine<S> {
                 EntryState::Executed | EntryState::Skipped(_) => {}
             }
         }
+        self.check_sets();
+    }
+
+    /// The rules the execution sets keep between public calls (a no-op without debug
+    /// assertions): `pending`, `approved`, `in_flight` and `failed` are disjoint, and each holds
+    /// entries of the journal in the matching state; `ready` and the successors in `blocked` are
+    /// approved and never both; `cancelling` is in flight; every call in flight and every refresh
+    /// keeps its (provider, address) busy; `refreshes_cancelling` is refreshing. Linear in the
+    /// open entries (never in the journal's length).
+    fn check_sets(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let state = |seq: &JournalSeq| self.state.entries.get(seq).map(|e| e.state);
+            for seq in &self.pending {
+                debug_assert_eq!(state(seq), Some(EntryState::Pending), "pending entry {seq}");
+                debug_assert!(!self.approved.contains(seq), "entry {seq} both pending and approved");
+                debug_assert!(!self.in_flight.contains(seq), "entry {seq} both pending and in flight");
+                debug_assert!(!self.failed.contains(seq), "entry {seq} both pending and failed");
+            }
+            for seq in &self.approved {
+                debug_assert_eq!(state(seq), Some(EntryState::Approved), "approved entry {seq}");
+                debug_assert!(!self.in_flight.contains(seq), "entry {seq} both approved and in flight");
+                debug_assert!(!self.failed.contains(seq), "entry {seq} both approved and failed");
+            }
+            for seq in &self.in_flight {
+                debug_assert_eq!(state(seq), Some(EntryState::Approved), "in-flight entry {seq}");
+                debug_assert!(!self.failed.contains(seq), "entry {seq} both in flight and failed");
+                debug_assert!(self.is_busy(*seq), "in-flight entry {seq} leaves its address free");
+            }
+            for seq in &self.failed {
+                debug_assert_eq!(state(seq), Some(EntryState::Failed), "failed entry {seq}");
+            }
+            for seq in &self.ready {
+                debug_assert!(self.approved.contains(seq), "ready entry {seq} is not approved");
+            }
+            for (before, seq) in &self.blocked {
+                debug_assert!(self.approved.contains(seq), "entry {seq} blocked on {before} is not approved");
+                debug_assert!(!self.ready.contains(seq), "entry {seq} both ready and blocked on {before}");
+            }
+            for seq in &self.cancelling {
+                debug_assert!(self.in_flight.contains(seq), "cancelling entry {seq} is not in flight");
+            }
+            for (provider, address) in self.refreshing.keys() {
+                debug_assert!(
+                    self.call_in_flight(provider, *address),
+                    "refresh of {provider} {address} not busy"
+                );
+            }
+            for at in &self.refreshes_cancelling {
+                debug_assert!(self.refreshing.contains_key(at), "cancelling refresh {at:?} is not in flight");
+            }
+        }
     }
 
     /// Records an executed entry in "captured" and the last-executed indexes.
-    fn track_execution(&mut self, seq: u64) {
+    fn track_execution(&mut self, seq: JournalSeq) {
         let action = &self.state.entries[&seq].action;
         let key = provider_address(action);
         if action.verb.is_acquire() {
@@ -357,7 +410,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// Sequence numbers of the entries that are `approved` now, in flight included (for
     /// `resume`'s "approved before the pause").
     #[must_use]
-    pub fn approved_seqs(&self) -> BTreeSet<u64> {
+    pub fn approved_seqs(&self) -> BTreeSet<JournalSeq> {
         self.approved.iter().chain(&self.in_flight).copied().collect()
     }
 
@@ -369,7 +422,7 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// The sequence number of the entry whose verb must execute before `seq`'s may run:
     /// `None` for a first verb, `Some(None)` when the predecessor is not in the journal.
-    fn predecessor(&mut self, seq: u64) -> Option<Option<u64>> {
+    fn predecessor(&mut self, seq: JournalSeq) -> Option<Option<JournalSeq>> {
         if let Some(known) = self.predecessors.get(&seq) {
             return Some(*known);
         }
@@ -381,7 +434,7 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// Files an approved entry (not in flight) into `ready` or `blocked`.
-    fn admit(&mut self, seq: u64) {
+    fn admit(&mut self, seq: JournalSeq) {
         self.approved.insert(seq);
         match self.predecessor(seq) {
             None => {
@@ -404,7 +457,7 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// Takes an entry out of the approved indexes.
-    fn withdraw(&mut self, seq: u64) {
+    fn withdraw(&mut self, seq: JournalSeq) {
         if self.approved.remove(&seq) {
             self.ready.remove(&seq);
             if let Some(Some(before)) = self.predecessor(seq)
@@ -417,7 +470,7 @@ impl<S: JournalStore> NodeEngine<S> {
 
     fn set_state(
         &mut self,
-        seq: u64,
+        seq: JournalSeq,
         state: EntryState,
         detail: Option<String>,
     ) -> Result<(), NodeError<S::Error>> {
@@ -495,6 +548,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.sweep(head, &mut report)?;
         self.compact(head, &mut report)?;
         self.store.sync().map_err(NodeError::Store)?;
+        self.check_sets();
         Ok(report)
     }
 
@@ -533,7 +587,7 @@ impl<S: JournalStore> NodeEngine<S> {
             };
             self.raise_high_water(&action, &current)?;
             let key = action.idempotency_key.clone();
-            let seq = self.state.last_seq + 1;
+            let seq = self.state.last_seq.next();
             self.commit(JournalChange::Append(JournalEntry {
                 seq,
                 action,
@@ -560,7 +614,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// on other pools — the holder was desired through another pool, and is not any more). Such
     /// a release is planned again under its key as a new entry, or the address would stay on
     /// the NIC for ever (its old line's epoch may never move again).
-    fn refused_release_replanned(&self, seq: u64, head: &impl HeadTokens) -> bool {
+    fn refused_release_replanned(&self, seq: JournalSeq, head: &impl HeadTokens) -> bool {
         let entry = &self.state.entries[&seq];
         entry.state == EntryState::Skipped(StaleReason::ReleaseOfCurrent)
             && fence::check(&entry.action, head, &self.state.high_water) == FenceVerdict::Current
@@ -575,7 +629,7 @@ impl<S: JournalStore> NodeEngine<S> {
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
-        let failed: Vec<u64> = self.failed.iter().copied().collect();
+        let failed: Vec<JournalSeq> = self.failed.iter().copied().collect();
         let now_ms = head.stream_time_ms();
         // Acquires in doubt that are stale were counted as held before the plan
         // (`count_stale_in_doubt`, same head): what is left here is retried or let go.
@@ -600,7 +654,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 FenceVerdict::Stale { .. } => {}
             }
         }
-        let open: Vec<u64> = self.pending.iter().chain(&self.approved).copied().collect();
+        let open: Vec<JournalSeq> = self.pending.iter().chain(&self.approved).copied().collect();
         for seq in open {
             let entry = &self.state.entries[&seq];
             let key = &entry.action.idempotency_key;
@@ -627,7 +681,7 @@ impl<S: JournalStore> NodeEngine<S> {
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
-        let candidates: Vec<u64> = self
+        let candidates: Vec<JournalSeq> = self
             .failed
             .iter()
             .chain(&self.approved)

@@ -155,7 +155,7 @@ pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
         last_attempt_wall_ms: None,
         last_error: None,
         next_attempt_ms: None,
-        seq: e.seq,
+        seq: e.seq.get(),
     }
 }
 

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use tenure_core::driver::{DriverOptions, NodeDriver, OutranAcquire};
 use tenure_core::federation::Federation;
 use tenure_core::fence::{self, FenceVerdict, StaleReason};
-use tenure_core::journal::{COUNTED_AS_HELD, EntryState, MemoryJournalStore, OUTCOME_UNKNOWN};
+use tenure_core::journal::{COUNTED_AS_HELD, EntryState, JournalSeq, MemoryJournalStore, OUTCOME_UNKNOWN};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log, MemoryLog};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, Verb};
@@ -435,7 +435,7 @@ fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
         acquire.action.idempotency_key.replace("assign-secondary-ip", "unassign-secondary-ip");
     let mut store = MemoryJournalStore::new();
     let entry = |seq: u64, action: tenure_core::model::StampedAction| JournalEntry {
-        seq,
+        seq: JournalSeq::new(seq),
         action,
         state: EntryState::Approved,
         detail: None,
@@ -445,13 +445,18 @@ fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
     for change in [
         JournalChange::Append(entry(1, acquire.action.clone())),
         JournalChange::SetState {
-            seq: 1,
+            seq: JournalSeq::new(1),
             state: EntryState::Failed,
             detail: Some(format!("{OUTCOME_UNKNOWN}timed out")),
             executed_seq: None,
         },
         JournalChange::Append(entry(2, release)),
-        JournalChange::SetState { seq: 2, state: EntryState::Executed, detail: None, executed_seq: Some(1) },
+        JournalChange::SetState {
+            seq: JournalSeq::new(2),
+            state: EntryState::Executed,
+            detail: None,
+            executed_seq: Some(1),
+        },
     ] {
         store.commit(&change).expect("memory");
     }

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use support::*;
 use tenure::store::{self, EmbeddedStore, StoreError};
 use tenure_core::codec;
-use tenure_core::journal::{Attempts, EntryState, JournalChange, JournalStore};
+use tenure_core::journal::{Attempts, EntryState, JournalChange, JournalSeq, JournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log, LogIndex};
 use tenure_core::node::NodeEngine;
@@ -73,7 +73,7 @@ fn one_sync_commits_every_nodes_changes_and_unsynced_ones_are_lost_in_a_crash() 
     b.commit(&JournalChange::Append(entry(1, action("b", "10.0.0.2", 5, 4)))).expect("buffers");
     b.commit(&raise("10.0.0.2", 5, 4)).expect("buffers");
     a.commit(&JournalChange::SetState {
-        seq: 1,
+        seq: JournalSeq::new(1),
         state: EntryState::Executed,
         detail: Some("ok".into()),
         executed_seq: Some(1),
@@ -91,12 +91,16 @@ fn one_sync_commits_every_nodes_changes_and_unsynced_ones_are_lost_in_a_crash() 
     let store = dir.open().expect("reopens after the crash");
     let a = store.journal("a").load().expect("loads");
     let b = store.journal("b").load().expect("loads");
-    assert_eq!(a.entries.keys().copied().collect::<Vec<_>>(), [1]);
-    assert_eq!(a.entries[&1].state, EntryState::Executed);
-    assert_eq!(a.entries[&1].detail.as_deref(), Some("ok"));
-    assert_eq!((a.last_seq, a.executions), (1, 1));
-    assert_eq!(b.entries.keys().copied().collect::<Vec<_>>(), [1, 2], "b's second entry came with a's sync");
-    assert_eq!((b.last_seq, b.executions), (2, 0));
+    assert_eq!(a.entries.keys().copied().collect::<Vec<_>>(), [JournalSeq::new(1)]);
+    assert_eq!(a.entries[&JournalSeq::new(1)].state, EntryState::Executed);
+    assert_eq!(a.entries[&JournalSeq::new(1)].detail.as_deref(), Some("ok"));
+    assert_eq!((a.last_seq, a.executions), (JournalSeq::new(1), 1));
+    assert_eq!(
+        b.entries.keys().copied().collect::<Vec<_>>(),
+        [JournalSeq::new(1), JournalSeq::new(2)],
+        "b's second entry came with a's sync"
+    );
+    assert_eq!((b.last_seq, b.executions), (JournalSeq::new(2), 0));
     let marks = |state: &tenure_core::journal::DurableNodeState| {
         String::from_utf8(codec::encode_high_water(&state.high_water).expect("encodes")).expect("utf-8")
     };
@@ -113,7 +117,7 @@ fn a_journal_change_that_contradicts_the_store_fails_the_store() {
     let store = dir.open().expect("opens");
     let mut a = store.journal("a");
     a.commit(&JournalChange::SetState {
-        seq: 7,
+        seq: JournalSeq::new(7),
         state: EntryState::Executed,
         detail: None,
         executed_seq: Some(1),
@@ -444,16 +448,21 @@ fn a_journal_row_written_before_attempts_were_kept_loads_and_keeps_the_attempts_
     let store = dir.open().expect("an old row does not stop the store");
     let mut a = store.journal("a");
     let loaded = a.load().expect("loads");
-    let entry = &loaded.entries[&1];
+    let entry = &loaded.entries[&JournalSeq::new(1)];
     assert_eq!((entry.state, entry.detail.as_deref()), (EntryState::Failed, Some("no route")));
     assert_eq!(entry.attempts, Attempts::default(), "never attempted, as far as it says");
 
     // A retry: approved again, handed out, failed again.
     for change in [
-        JournalChange::SetState { seq: 1, state: EntryState::Approved, detail: None, executed_seq: None },
-        JournalChange::Attempt { seq: 1, at_ms: 5_000, wall_ms: Some(1_700_000_000_000) },
         JournalChange::SetState {
-            seq: 1,
+            seq: JournalSeq::new(1),
+            state: EntryState::Approved,
+            detail: None,
+            executed_seq: None,
+        },
+        JournalChange::Attempt { seq: JournalSeq::new(1), at_ms: 5_000, wall_ms: Some(1_700_000_000_000) },
+        JournalChange::SetState {
+            seq: JournalSeq::new(1),
             state: EntryState::Failed,
             detail: Some("no route, again".into()),
             executed_seq: None,
@@ -465,14 +474,15 @@ fn a_journal_row_written_before_attempts_were_kept_loads_and_keeps_the_attempts_
     store.close().expect("closes");
     let store = dir.open().expect("reopens");
     let loaded = store.journal("a").load().expect("loads");
-    let attempts = &loaded.entries[&1].attempts;
+    let attempts = &loaded.entries[&JournalSeq::new(1)].attempts;
     assert_eq!(
         (attempts.count, attempts.last_at_ms, attempts.last_wall_ms, attempts.last_error.as_deref()),
         (1, Some(5_000), Some(1_700_000_000_000), Some("no route, again")),
     );
     // An attempt of a finished entry contradicts the journal: the store refuses it.
     let mut a = store.journal("a");
-    a.commit(&JournalChange::Attempt { seq: 1, at_ms: 6_000, wall_ms: None }).expect("buffers");
+    a.commit(&JournalChange::Attempt { seq: JournalSeq::new(1), at_ms: 6_000, wall_ms: None })
+        .expect("buffers");
     assert!(matches!(a.sync(), Err(StoreError::Inconsistent { .. })), "only an open entry is called");
 }
 

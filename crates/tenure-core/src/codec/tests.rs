@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::fence::StaleReason;
-use crate::journal::{Attempts, EntryState};
+use crate::journal::{Attempts, EntryState, JournalSeq};
 use crate::log::{ActionOutcome, EventKind};
 use crate::model::{Approval, Authority, CaptureDomain, CaptureEpoch, OwnershipEpoch, Verb, VrrpState};
 
@@ -173,7 +173,7 @@ fn golden_records_have_their_documented_bytes() {
     assert_eq!(decode_stamped_action(&bytes), Ok(action.clone()));
 
     let executed = JournalEntry {
-        seq: 1,
+        seq: JournalSeq::new(1),
         action: action.clone(),
         state: EntryState::Executed,
         detail: Some("ok".into()),
@@ -190,7 +190,7 @@ fn golden_records_have_their_documented_bytes() {
     assert_eq!(decode_journal_entry(&bytes), Ok(executed));
 
     let skipped = JournalEntry {
-        seq: 2,
+        seq: JournalSeq::new(2),
         action: action.clone(),
         state: EntryState::Skipped(StaleReason::StaleEpoch),
         detail: None,
@@ -205,7 +205,7 @@ fn golden_records_have_their_documented_bytes() {
     assert_eq!(decode_journal_entry(&bytes), Ok(skipped));
 
     let failed = JournalEntry {
-        seq: 3,
+        seq: JournalSeq::new(3),
         action: action.clone(),
         state: EntryState::Failed,
         detail: Some("exit status 1: no route".into()),
@@ -230,7 +230,7 @@ fn golden_records_have_their_documented_bytes() {
     let changes = [
         (
             JournalChange::Append(JournalEntry {
-                seq: 1,
+                seq: JournalSeq::new(1),
                 action,
                 state: EntryState::Approved,
                 detail: None,
@@ -240,16 +240,16 @@ fn golden_records_have_their_documented_bytes() {
             format!(r#"{{"v":1,"change":"append","seq":1,"action":{ACTION_JSON},"state":"approved"}}"#),
         ),
         (
-            JournalChange::Attempt { seq: 1, at_ms: 1_000, wall_ms: Some(1_700_000_000_000) },
+            JournalChange::Attempt { seq: JournalSeq::new(1), at_ms: 1_000, wall_ms: Some(1_700_000_000_000) },
             r#"{"v":1,"change":"attempt","seq":1,"atMs":1000,"wallMs":1700000000000}"#.into(),
         ),
         (
-            JournalChange::Attempt { seq: 1, at_ms: 1_000, wall_ms: None },
+            JournalChange::Attempt { seq: JournalSeq::new(1), at_ms: 1_000, wall_ms: None },
             r#"{"v":1,"change":"attempt","seq":1,"atMs":1000}"#.into(),
         ),
         (
             JournalChange::SetState {
-                seq: 1,
+                seq: JournalSeq::new(1),
                 state: EntryState::Executed,
                 detail: Some("ok".into()),
                 executed_seq: Some(1),
@@ -266,7 +266,7 @@ fn golden_records_have_their_documented_bytes() {
             },
             r#"{"v":1,"change":"raise-high-water","pool":"edge","address":"10.0.0.10","captureDomain":"provider:sim1:placement:g1","captureEpoch":2,"ownershipEpoch":1}"#.into(),
         ),
-        (JournalChange::Compact { seqs: vec![3, 4] }, r#"{"v":1,"change":"compact","seqs":[3,4]}"#.into()),
+        (JournalChange::Compact { seqs: vec![JournalSeq::new(3), JournalSeq::new(4)] }, r#"{"v":1,"change":"compact","seqs":[3,4]}"#.into()),
     ];
     for (change, json) in changes {
         let bytes = encode_journal_change(&change).expect("encodes");
@@ -500,7 +500,10 @@ fn records_that_contradict_themselves_are_inconsistent() {
             other => panic!("{json}: {other:?}"),
         }
     }
-    for change in [JournalChange::Compact { seqs: vec![2, 1] }, JournalChange::Compact { seqs: vec![0] }] {
+    for change in [
+        JournalChange::Compact { seqs: vec![JournalSeq::new(2), JournalSeq::new(1)] },
+        JournalChange::Compact { seqs: vec![JournalSeq::new(0)] },
+    ] {
         assert!(
             matches!(encode_journal_change(&change), Err(CodecError::Inconsistent { .. })),
             "refused before it is written: {change:?}"
@@ -709,7 +712,7 @@ fn attempts() -> impl Strategy<Value = Attempts> {
 fn journal_entry() -> impl Strategy<Value = JournalEntry> {
     (1u64.., stamped_action(), state_and_seq(), prop::option::of(free_text()), attempts()).prop_map(
         |(seq, action, (state, executed_seq), detail, attempts)| JournalEntry {
-            seq,
+            seq: JournalSeq::new(seq),
             action,
             state,
             detail,
@@ -724,7 +727,7 @@ fn journal_change() -> impl Strategy<Value = JournalChange> {
         journal_entry().prop_map(JournalChange::Append),
         (1u64.., state_and_seq(), prop::option::of(free_text())).prop_map(
             |(seq, (state, executed_seq), detail)| JournalChange::SetState {
-                seq,
+                seq: JournalSeq::new(seq),
                 state,
                 detail,
                 executed_seq
@@ -739,10 +742,12 @@ fn journal_change() -> impl Strategy<Value = JournalChange> {
                 ownership_epoch: OwnershipEpoch::from_stored(ownership),
             }
         ),
-        (1u64.., any::<u64>(), prop::option::of(any::<u64>()))
-            .prop_map(|(seq, at_ms, wall_ms)| JournalChange::Attempt { seq, at_ms, wall_ms }),
-        prop::collection::btree_set(1u64.., 0..20)
-            .prop_map(|seqs| JournalChange::Compact { seqs: seqs.into_iter().collect() }),
+        (1u64.., any::<u64>(), prop::option::of(any::<u64>())).prop_map(|(seq, at_ms, wall_ms)| {
+            JournalChange::Attempt { seq: JournalSeq::new(seq), at_ms, wall_ms }
+        }),
+        prop::collection::btree_set(1u64.., 0..20).prop_map(|seqs| JournalChange::Compact {
+            seqs: seqs.into_iter().map(JournalSeq::new).collect()
+        }),
     ]
 }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use super::{NodeEngine, NodeError};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
 use crate::journal::{
-    COUNTED_AS_HELD, EntryState, JournalChange, JournalStore, OUTCOME_UNKNOWN, agent_stopped_detail,
-    call_started, call_started_detail, outcome_unknown,
+    COUNTED_AS_HELD, EntryState, JournalChange, JournalSeq, JournalStore, OUTCOME_UNKNOWN,
+    agent_stopped_detail, call_started, call_started_detail, outcome_unknown,
 };
 use crate::log::ActionOutcome;
 use crate::model::StampedAction;
@@ -33,7 +33,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// flight, and cancel what it names. Linear in the calls in flight. Changes nothing durable:
     /// the entry stays in flight until its result comes back.
     pub fn poll_stale_in_flight(&mut self, head: &impl HeadTokens) -> Vec<StaleCall> {
-        let stale: Vec<(u64, StaleCall)> = self
+        let stale: Vec<(JournalSeq, StaleCall)> = self
             .in_flight
             .iter()
             .filter(|seq| !self.cancelling.contains(seq))
@@ -50,13 +50,14 @@ impl<S: JournalStore> NodeEngine<S> {
         self.cancelling.extend(stale.iter().map(|(seq, _)| *seq));
         let mut calls: Vec<StaleCall> = stale.into_iter().map(|(_, call)| call).collect();
         calls.extend(self.poll_stale_refreshes(head));
+        self.check_sets();
         calls
     }
 
     /// Promotes pending entries that the head shows approved (the start of an execute pass).
     /// Returns their keys.
     pub fn promote_approved(&mut self, head: &impl HeadTokens) -> Result<Vec<String>, NodeError<S::Error>> {
-        let approved: Vec<u64> = self
+        let approved: Vec<JournalSeq> = self
             .pending
             .iter()
             .copied()
@@ -67,6 +68,7 @@ impl<S: JournalStore> NodeEngine<S> {
             self.set_state(seq, EntryState::Approved, None)?;
             keys.push(self.state.entries[&seq].action.idempotency_key.clone());
         }
+        self.check_sets();
         Ok(keys)
     }
 
@@ -79,7 +81,7 @@ impl<S: JournalStore> NodeEngine<S> {
     pub fn poll_execution(
         &mut self,
         head: &impl HeadTokens,
-        only: Option<&BTreeSet<u64>>,
+        only: Option<&BTreeSet<JournalSeq>>,
     ) -> Result<Option<StampedAction>, NodeError<S::Error>> {
         Ok(self.poll_executions(head, only, 1, None)?.pop())
     }
@@ -93,11 +95,11 @@ impl<S: JournalStore> NodeEngine<S> {
     pub fn poll_executions(
         &mut self,
         head: &impl HeadTokens,
-        only: Option<&BTreeSet<u64>>,
+        only: Option<&BTreeSet<JournalSeq>>,
         max: usize,
         wall_ms: Option<u64>,
     ) -> Result<Vec<StampedAction>, NodeError<S::Error>> {
-        let mut batch: Vec<(u64, StampedAction)> = Vec::new();
+        let mut batch: Vec<(JournalSeq, StampedAction)> = Vec::new();
         while batch.len() < max {
             let next = self
                 .ready
@@ -137,6 +139,7 @@ impl<S: JournalStore> NodeEngine<S> {
             }
         }
         if batch.is_empty() {
+            self.check_sets();
             return Ok(Vec::new());
         }
         if let Err(error) = self.store.sync() {
@@ -145,8 +148,10 @@ impl<S: JournalStore> NodeEngine<S> {
                 self.in_flight.remove(seq);
                 self.admit(*seq);
             }
+            self.check_sets();
             return Err(NodeError::Store(error));
         }
+        self.check_sets();
         Ok(batch.into_iter().map(|(_, action)| action).collect())
     }
 
@@ -154,7 +159,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// in-doubt mark it may carry, which stays), synced with the batch, so that a restart knows
     /// the call may have run ([`NodeEngine::recover_in_flight`]; for a holding acquire, that it
     /// may hold the address).
-    fn mark_call_started(&mut self, seq: u64) -> Result<(), NodeError<S::Error>> {
+    fn mark_call_started(&mut self, seq: JournalSeq) -> Result<(), NodeError<S::Error>> {
         let entry = &self.state.entries[&seq];
         let detail = call_started_detail(outcome_unknown(entry.detail.as_deref()));
         if entry.detail.as_deref() == Some(detail.as_str()) {
@@ -175,7 +180,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// run again (executors are idempotent). A holding acquire so marked is in doubt
     /// ([`NodeEngine::is_acquire_in_doubt`]). Returns how many entries it marked.
     pub(super) fn recover_in_flight(&mut self) -> Result<usize, NodeError<S::Error>> {
-        let stopped: Vec<(u64, u32)> = self
+        let stopped: Vec<(JournalSeq, u32)> = self
             .state
             .entries
             .values()
@@ -198,7 +203,7 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// Frees the entry's (provider, address) for the next call.
-    fn release_busy(&mut self, seq: u64) {
+    fn release_busy(&mut self, seq: JournalSeq) {
         let (provider, address) = super::provider_address(&self.state.entries[&seq].action);
         self.release_busy_at(&provider, address);
     }
@@ -221,7 +226,7 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// Whether a call for the entry's (provider, address) is in flight.
-    fn is_busy(&self, seq: u64) -> bool {
+    pub(super) fn is_busy(&self, seq: JournalSeq) -> bool {
         let action = &self.state.entries[&seq].action;
         self.busy.get(&action.address).is_some_and(|providers| providers.contains(&action.provider))
     }
@@ -258,7 +263,9 @@ impl<S: JournalStore> NodeEngine<S> {
         self.in_flight.remove(&seq);
         self.cancelling.remove(&seq);
         self.release_busy(seq);
-        self.set_state(seq, state, detail)
+        self.set_state(seq, state, detail)?;
+        self.check_sets();
+        Ok(())
     }
 
     /// Records a call whose outcome is unknown (cancelled in flight, past its deadline, its
@@ -277,6 +284,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.handle_execution_result(idempotency_key, ActionOutcome::Failed, Some(detail.clone()))?;
         let seq = self.index[idempotency_key];
         self.count_in_doubt_acquire(seq, head)?;
+        self.check_sets();
         Ok(detail)
     }
 
@@ -287,7 +295,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// process died: [`NodeEngine::recover_in_flight`], which runs at every open and restart
     /// before anything is gated). A bare [`CALL_STARTED`](crate::journal::CALL_STARTED) is not doubt: past recovery it only
     /// stays on an entry whose batch sync failed, so its call never left.
-    pub(super) fn is_acquire_in_doubt(&self, seq: u64) -> bool {
+    pub(super) fn is_acquire_in_doubt(&self, seq: JournalSeq) -> bool {
         let entry = &self.state.entries[&seq];
         entry.action.verb.is_acquire()
             && entry.action.verb.changes_holding()
@@ -305,7 +313,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// a result comes back, at every sweep and at the gate. Returns whether it counted the entry.
     pub(super) fn count_in_doubt_acquire(
         &mut self,
-        seq: u64,
+        seq: JournalSeq,
         head: &impl HeadTokens,
     ) -> Result<bool, NodeError<S::Error>> {
         let entry = &self.state.entries[&seq];

@@ -69,7 +69,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 // Fenced earlier (`release-of-current`: the node was the desired holder) or never
                 // journaled: a new entry under the key, as a release planned again is.
                 Some((_, EntryState::Skipped(_))) | None => {
-                    let seq = self.state.last_seq + 1;
+                    let seq = self.state.last_seq.next();
                     self.commit(JournalChange::Append(JournalEntry {
                         seq,
                         action,
@@ -90,6 +90,7 @@ impl<S: JournalStore> NodeEngine<S> {
             "a recorded release leaves nothing captured"
         );
         self.store.sync().map_err(NodeError::Store)?;
+        self.check_sets();
         Ok(recorded)
     }
 }

@@ -74,6 +74,7 @@ impl<S: JournalStore> NodeEngine<S> {
             self.busy.entry(action.address).or_default().push(action.provider.clone());
             self.refreshing.insert(super::provider_address(action), action.clone());
         }
+        self.check_sets();
         refreshes
     }
 
@@ -87,6 +88,7 @@ impl<S: JournalStore> NodeEngine<S> {
         }
         self.refreshes_cancelling.remove(&at);
         self.release_busy_at(provider, address);
+        self.check_sets();
         true
     }
 

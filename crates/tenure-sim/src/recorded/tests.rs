@@ -94,7 +94,7 @@ fn acquire(head: &Federation, holder: &str, capture_epoch: Option<u64>) -> Stamp
 /// An executed entry, gated at stream time `gated_at_ms` (`None`: no attempt recorded).
 fn executed(seq: u64, action: StampedAction, gated_at_ms: Option<u64>) -> JournalEntry {
     JournalEntry {
-        seq,
+        seq: tenure_core::journal::JournalSeq::new(seq),
         action,
         state: EntryState::Executed,
         detail: Some("ok".into()),

@@ -379,7 +379,7 @@ fn build(
                 }
                 BackupRecord::Entry { node, entry, stored } => {
                     entries
-                        .insert((node.as_str(), entry.seq), stored.as_slice())
+                        .insert((node.as_str(), entry.seq.get()), stored.as_slice())
                         .map_err(|e| storage(e.into()))?;
                     summary.journal_entries += 1;
                 }

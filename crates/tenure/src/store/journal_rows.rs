@@ -19,7 +19,9 @@ use std::path::Path;
 use redb::{ReadableTable, Table, WriteTransaction};
 use tenure_core::codec;
 use tenure_core::fence::HighWater;
-use tenure_core::journal::{DurableNodeState, JournalChange, JournalEntry, JournalFacts, check_change};
+use tenure_core::journal::{
+    DurableNodeState, JournalChange, JournalEntry, JournalFacts, JournalSeq, check_change,
+};
 
 use super::StoreError;
 use super::identity::encode_record;
@@ -84,9 +86,12 @@ impl<'txn> JournalTables<'txn> {
         for seq in change.named_seqs() {
             named.insert(*seq, self.entry(path, node, *seq)?);
         }
-        let lookup = |seq: u64| named.get(&seq).and_then(Option::as_ref);
-        let facts =
-            JournalFacts { last_seq: counters.last_seq, executions: counters.executions, entry: &lookup };
+        let lookup = |seq: JournalSeq| named.get(&seq).and_then(Option::as_ref);
+        let facts = JournalFacts {
+            last_seq: JournalSeq::new(counters.last_seq),
+            executions: counters.executions,
+            entry: &lookup,
+        };
         check_change(change, &facts).map_err(|broken| StoreError::Inconsistent {
             node: node.to_owned(),
             reason: broken.to_string(),
@@ -94,8 +99,8 @@ impl<'txn> JournalTables<'txn> {
         match change {
             JournalChange::Append(entry) => {
                 let bytes = codec::encode_journal_entry(entry).map_err(rejected)?;
-                self.entries.insert((node, entry.seq), bytes.as_slice()).map_err(storage)?;
-                counters.last_seq = entry.seq;
+                self.entries.insert((node, entry.seq.get()), bytes.as_slice()).map_err(storage)?;
+                counters.last_seq = entry.seq.get();
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
                 let mut entry = named.remove(seq).flatten().expect("checked: the journal holds it");
@@ -104,13 +109,13 @@ impl<'txn> JournalTables<'txn> {
                 }
                 entry.set_state(*state, detail.as_deref(), *executed_seq);
                 let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
-                self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
+                self.entries.insert((node, seq.get()), bytes.as_slice()).map_err(storage)?;
             }
             JournalChange::Attempt { seq, at_ms, wall_ms } => {
                 let mut entry = named.remove(seq).flatten().expect("checked: the journal holds it");
                 entry.record_attempt(*at_ms, *wall_ms);
                 let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
-                self.entries.insert((node, *seq), bytes.as_slice()).map_err(storage)?;
+                self.entries.insert((node, seq.get()), bytes.as_slice()).map_err(storage)?;
             }
             JournalChange::RaiseHighWater {
                 pool,
@@ -140,7 +145,7 @@ impl<'txn> JournalTables<'txn> {
             }
             JournalChange::Compact { seqs } => {
                 for seq in seqs {
-                    self.entries.remove((node, *seq)).map_err(storage)?;
+                    self.entries.remove((node, seq.get())).map_err(storage)?;
                 }
             }
         }
@@ -148,10 +153,10 @@ impl<'txn> JournalTables<'txn> {
     }
 
     /// The entry `seq` of `node`, decoded.
-    fn entry(&self, path: &Path, node: &str, seq: u64) -> Result<Option<JournalEntry>, StoreError> {
+    fn entry(&self, path: &Path, node: &str, seq: JournalSeq) -> Result<Option<JournalEntry>, StoreError> {
         let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
-        match self.entries.get((node, seq)).map_err(storage)? {
-            Some(row) => decode_entry(path, node, seq, row.value()).map(Some),
+        match self.entries.get((node, seq.get())).map_err(storage)? {
+            Some(row) => decode_entry(path, node, seq.get(), row.value()).map(Some),
             None => Ok(None),
         }
     }
@@ -169,14 +174,14 @@ pub(crate) fn load_node(
     let mut state = DurableNodeState::default();
     if let Some(row) = counters.get(node).map_err(storage)? {
         let counters = decode_counters(path, node, row.value())?;
-        state.last_seq = counters.last_seq;
+        state.last_seq = JournalSeq::new(counters.last_seq);
         state.executions = counters.executions;
     }
-    let mut rows: BTreeMap<u64, JournalEntry> = BTreeMap::new();
+    let mut rows: BTreeMap<JournalSeq, JournalEntry> = BTreeMap::new();
     for row in entries.range((node, 0)..=(node, u64::MAX)).map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
         let seq = key.value().1;
-        rows.insert(seq, decode_entry(path, node, seq, value.value())?);
+        rows.insert(JournalSeq::new(seq), decode_entry(path, node, seq, value.value())?);
     }
     state.entries = rows;
     let mut high_water = HighWater::default();
@@ -215,7 +220,7 @@ pub(crate) fn decode_entry(
         reason,
     };
     let entry = codec::decode_journal_entry(bytes).map_err(|e| corrupt(e.to_string()))?;
-    if entry.seq != seq {
+    if entry.seq.get() != seq {
         return Err(corrupt(format!("the entry says sequence number {}", entry.seq)));
     }
     Ok(entry)

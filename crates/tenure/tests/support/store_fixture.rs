@@ -125,7 +125,7 @@ pub fn action(node: &str, address: &str, capture: u64, ownership: u64) -> Stampe
 
 pub fn entry(seq: u64, action: StampedAction) -> JournalEntry {
     JournalEntry {
-        seq,
+        seq: tenure_core::journal::JournalSeq::new(seq),
         action,
         state: EntryState::Approved,
         detail: None,

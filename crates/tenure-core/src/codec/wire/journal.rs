@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::super::{CodecError, RECORD_JOURNAL_CHANGE};
 use super::{ActionWire, MarkWire};
 use crate::fence::StaleReason;
-use crate::journal::{Attempts, EntryState, JournalChange, JournalEntry};
+use crate::journal::{Attempts, EntryState, JournalChange, JournalEntry, JournalSeq};
 
 /// The name of a journal state; `skipped` carries its reason in a field beside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,8 +70,8 @@ fn state_from_wire(
 }
 
 /// A sequence number (the journal's key, SPEC 13 "bounded journals"): 1 or more.
-fn check_seq(record: &'static str, seq: u64) -> Result<u64, CodecError> {
-    if seq == 0 {
+fn check_seq(record: &'static str, seq: JournalSeq) -> Result<JournalSeq, CodecError> {
+    if seq == JournalSeq::NONE {
         return Err(CodecError::Inconsistent {
             record,
             reason: "sequence number 0 (they start at 1)".into(),
@@ -82,7 +82,7 @@ fn check_seq(record: &'static str, seq: u64) -> Result<u64, CodecError> {
 
 /// The sequence numbers of a compaction, as the engine writes them: each 1 or more, ascending,
 /// none twice.
-fn check_seqs(record: &'static str, seqs: &[u64]) -> Result<(), CodecError> {
+fn check_seqs(record: &'static str, seqs: &[JournalSeq]) -> Result<(), CodecError> {
     if let Some(&first) = seqs.first() {
         check_seq(record, first)?;
     }
@@ -100,7 +100,7 @@ fn check_seqs(record: &'static str, seqs: &[u64]) -> Result<(), CodecError> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(in crate::codec) struct EntryWire<'a> {
     /// The sequence number: the journal's key.
-    seq: u64,
+    seq: JournalSeq,
     /// The stamped action.
     action: ActionWire<'a>,
     /// The state's name.
@@ -200,7 +200,7 @@ pub(in crate::codec) enum ChangeWire<'a> {
     /// `set-state`.
     SetState {
         /// The entry's sequence number.
-        seq: u64,
+        seq: JournalSeq,
         /// The new state's name.
         state: StateName,
         /// Why, for `skipped`.
@@ -218,7 +218,7 @@ pub(in crate::codec) enum ChangeWire<'a> {
     /// `attempt`: a provider call handed out.
     Attempt {
         /// The entry's sequence number.
-        seq: u64,
+        seq: JournalSeq,
         /// Stream time of its gate (ms).
         at_ms: u64,
         /// The caller's wall clock (unix ms), if it gave one.
@@ -228,7 +228,7 @@ pub(in crate::codec) enum ChangeWire<'a> {
     /// `compact`: finished, superseded entries dropped.
     Compact {
         /// Their sequence numbers, ascending.
-        seqs: Cow<'a, [u64]>,
+        seqs: Cow<'a, [JournalSeq]>,
     },
 }
 
