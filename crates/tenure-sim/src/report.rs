@@ -71,7 +71,7 @@ fn gone_back(config: &SimConfig, reports: &[SeedReport]) -> String {
     if !config.faults.has(Fault::StoreRollback) {
         return String::new();
     }
-    let rollbacks: u64 = reports.iter().filter_map(|r| r.faults.get(Fault::StoreRollback.name())).sum();
+    let rollbacks: u64 = reports.iter().map(|r| r.rollbacks).sum();
     let refusals: u64 = reports.iter().map(|r| r.refusals).sum();
     format!(", the log went back {rollbacks} times ({refusals} node refusals)")
 }

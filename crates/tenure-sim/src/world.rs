@@ -96,6 +96,9 @@ struct SimNode {
     /// Why the node's store refused the log (it went back): the node does nothing more until
     /// the operator's recovery (`world/rollback.rs`).
     refused: Option<String>,
+    /// The node's watch of the log broke (a restore breaks it): its next follow reconnects and
+    /// checks the anchor first.
+    watch_broken: bool,
 }
 
 /// A provider call on its way.
@@ -151,6 +154,8 @@ pub struct SeedReport {
     pub calls_in_doubt: u64,
     /// Nodes whose store refused the log because it went back (`store-rollback`).
     pub refusals: u64,
+    /// How many times the log went back (`store-rollback` faults that truncated it).
+    pub rollbacks: u64,
     /// Faults injected, by name.
     pub faults: BTreeMap<String, u64>,
 }
@@ -172,6 +177,7 @@ impl SeedReport {
             recaptures: 0,
             calls_in_doubt: 0,
             refusals: 0,
+            rollbacks: 0,
             faults: BTreeMap::new(),
         }
     }
@@ -225,6 +231,8 @@ pub struct World {
     refusals: u64,
     /// The log went back since the last recovery (the operator recovers before the liveness phase).
     went_back: bool,
+    /// How many times the log went back (a `store-rollback` that truncated something).
+    rollbacks: u64,
     head_fingerprints: Vec<u64>,
     checker: Checker,
     nodes: Vec<SimNode>,
@@ -279,6 +287,7 @@ impl World {
                 vrrp_reported: None,
                 anchor: Anchor::default(),
                 refused: None,
+                watch_broken: false,
             })
             .collect();
         let timeline = plot.then(|| {
@@ -301,6 +310,7 @@ impl World {
             next_serial: 0,
             refusals: 0,
             went_back: false,
+            rollbacks: 0,
             head_fingerprints: Vec::new(),
             checker: Checker::new(VIOLATIONS_KEPT_PER_KIND_MAX),
             nodes,
@@ -517,6 +527,7 @@ impl World {
             recaptures: self.head.recaptures(),
             calls_in_doubt: self.calls_in_doubt,
             refusals: self.refusals,
+            rollbacks: self.rollbacks,
             faults: self.faults,
             ..SeedReport::new(self.config.mode, self.checker.into_violations(), converged_after_rounds)
         };

@@ -180,7 +180,8 @@ const PINNED: &[(Mode, u64, &str)] = &[
 /// older snapshot). Every node's store checks the log against its anchor with the fleet store's
 /// own check (`tenure_core::anchor`) and refuses it; nothing acts on the shorter log, and after
 /// the operator's recovery the fleet converges. With the check off (the safety issue's fix
-/// reverted), seed 1 of either mode shows nodes acting on a log that is not the head's.
+/// reverted), nodes act on a log that is not the head's: cloud seed 3 and onprem seed 2 make
+/// stale calls.
 /// `TENURE_SIM_ROLLBACK_SEEDS=N` scales the sweep (default 300 per mode).
 #[test]
 fn a_log_that_went_back_is_refused_by_every_node() {
@@ -190,19 +191,16 @@ fn a_log_that_went_back_is_refused_by_every_node() {
         let config = SimConfig { mode, faults: faults.clone(), ..SimConfig::default() };
         let reports = sweep(&config, 0..seeds);
         assert_eq!(report_failures(&config, &reports), Vec::<u64>::new(), "{mode}: failing seeds");
-        let rollbacks: u64 = reports.iter().filter_map(|r| r.faults.get("store-rollback")).sum();
+        let rollbacks: u64 = reports.iter().map(|r| r.rollbacks).sum();
         let refusals: u64 = reports.iter().map(|r| r.refusals).sum();
         assert!(rollbacks > 0 && refusals > 0, "{mode}: {rollbacks} rollbacks, {refusals} refusals");
         let unchecked = SimConfig { check_anchor: false, ..config };
-        let r = run_seed(1, &unchecked);
+        let seed = if mode == Mode::Cloud { 3 } else { 2 };
+        let r = run_seed(seed, &unchecked);
+        assert!(r.rollbacks > 0, "{mode} seed {seed}: the log went back");
         assert!(
-            r.refusals == 0 && r.failed(),
-            "{mode} seed 1 without the anchor check: {:?}",
-            r.violation_counts
-        );
-        assert!(
-            count(std::slice::from_ref(&r), ViolationKind::DivergentMaps) > 0,
-            "{mode}: {:?}",
+            count(std::slice::from_ref(&r), ViolationKind::StaleExecution) > 0,
+            "{mode} seed {seed} without the anchor check: {:?}",
             r.violation_counts
         );
     }

@@ -52,6 +52,9 @@ impl World {
             Fault::Drain => {
                 let node = self.random_node();
                 let drain = self.rng.random_bool(0.5);
+                if !self.writer_holds() {
+                    return Some("drain (refused: every store refused the log)".to_owned());
+                }
                 let kind = if drain {
                     EventKind::Drain { node: self.name(node) }
                 } else {
@@ -64,6 +67,9 @@ impl World {
             Fault::Health => {
                 let node = self.random_node();
                 let healthy = self.rng.random_bool(0.6);
+                if !self.anchor_holds(node) {
+                    return Some(format!("health {} (its store refused the log)", self.name(node)));
+                }
                 let at_ms = self.stamp(node);
                 self.append(Event { at_ms, kind: EventKind::Health { node: self.name(node), healthy } });
                 Some(format!("health {} {}", self.name(node), if healthy { "ok" } else { "failing" }))
@@ -84,6 +90,9 @@ impl World {
             Fault::DesireBurst => {
                 let (pool, _) = self.random_address();
                 let desired = self.rng.random_bool(0.5);
+                if !self.writer_holds() {
+                    return Some("desire-burst (refused: every store refused the log)".to_owned());
+                }
                 let mut burst = "";
                 for _ in 0..self.rng.random_range(1..6) {
                     let range = &self.topology.pools[pool].addresses;
@@ -106,6 +115,9 @@ impl World {
 
     pub(super) fn churn_pool(&mut self) {
         let pool = self.rng.random_range(0..self.pools.len());
+        if !self.writer_holds() {
+            return;
+        }
         let name = self.topology.pools[pool].name.clone();
         let roll = self.rng.random_range(0..10);
         let current = self.pools[pool].clone();

@@ -353,8 +353,11 @@ impl World {
         };
         if delayed {
             let at = self.now_ms + self.rng.random_range(50..1_500);
-            self.delay(at, event);
-        } else {
+            if self.writer_holds() {
+                self.delay(at, event);
+            }
+        } else if self.writer_holds() {
+            // The inventory reader is an agent: its store's append checks the log too.
             self.append(event);
         }
     }

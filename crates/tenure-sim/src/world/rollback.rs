@@ -5,9 +5,12 @@
 //!
 //! The model's log positions are log indices and each record's key is its serial (a number no
 //! other record ever had, as etcd's batch keys): a record appended after the log went back is
-//! another record at the same index. A node checks before it follows (a watch that reconnects),
-//! before it appends (an append's transaction) and when it starts; a refused node appends
-//! nothing and calls nothing again, as the agent (`store_failed`), until the operator's recovery.
+//! another record at the same index. As the fleet store, a node checks at a head read (before its
+//! calls, and when it starts), before it appends (an append's transaction: heartbeats, VRRP
+//! reports, results; operators' requests and inventory reads through some agent's store) and
+//! when its watch reconnects (a restore breaks it); a live watch applies what it receives
+//! unchecked. A refused node appends nothing and calls nothing again, as the agent
+//! (`store_failed`), until the operator's recovery.
 
 use rand::Rng;
 use tenure_core::anchor::{Anchor, HeadSeen, Newest, check_anchor};
@@ -65,6 +68,13 @@ impl World {
         }
     }
 
+    /// Whether the log still holds what the node applied (the rule as an oracle: nothing is
+    /// refused).
+    pub(super) fn log_holds_anchor(&self, node: usize) -> bool {
+        let anchor = &self.nodes[node].anchor;
+        check_anchor(anchor, &self.head_seen(anchor)).is_ok()
+    }
+
     /// The node's store checks the log against its anchor (a head read, an append's
     /// transaction, a watch that reconnects, a start); a log that went back is refused for good.
     /// Whether the node may go on.
@@ -91,14 +101,28 @@ impl World {
         self.nodes[node].refused.is_some()
     }
 
+    /// Whether an event written through some agent (an operator's request, an inventory read) is
+    /// appended: it goes through an agent's store, whose append checks the log. Once the log went
+    /// back, the first agent (by index) that has not refused it writes it, and checks first;
+    /// when every agent refused, nothing is written.
+    pub(super) fn writer_holds(&mut self) -> bool {
+        if !self.went_back {
+            return true;
+        }
+        (0..self.nodes.len()).any(|node| !self.refused(node) && self.anchor_holds(node))
+    }
+
     /// After a follow: the anchor is the newest record the node applied.
     pub(super) fn move_anchor(&mut self, node: usize) {
         let applied = self.applied(node);
         let Some(key) = self.key_at(applied) else { return };
+        // The head's creation is learned once (as the fleet store's `learn_head_created`); a
+        // watch that applied the records of a log written anew does not learn it again.
+        let head_created = self.nodes[node].anchor.head_created.or(Some(self.head_created()));
         self.nodes[node].anchor = Anchor {
             revision: i64::try_from(applied).expect("a simulated log fits"),
             newest: Newest::Batch(key),
-            head_created: Some(self.head_created()),
+            head_created,
         };
     }
 
@@ -114,6 +138,13 @@ impl World {
             if least == 1 || self.rng.random_bool(WIPE_CHANCE) { 0 } else { self.rng.random_range(1..least) };
         let lost = self.log.len() - keep;
         self.went_back = true;
+        self.rollbacks += 1;
+        if keep > 0 {
+            // A restored etcd breaks every watch (a wiped prefix does not: the watch goes on).
+            for n in &mut self.nodes {
+                n.watch_broken = true;
+            }
+        }
         self.log.truncate(keep);
         self.serials.truncate(keep);
         self.head_fingerprints.truncate(keep + 1);
@@ -167,6 +198,7 @@ impl World {
             n.floor = 0;
             n.anchor = Anchor::default();
             n.refused = None;
+            n.watch_broken = false;
             n.vrrp_reported = None;
         }
         for spec in self.pools.clone().into_iter().flatten() {

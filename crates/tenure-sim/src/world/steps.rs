@@ -13,7 +13,7 @@ impl World {
     /// Follows the log with the node's driver (the agent's `follow`), reading a random number of
     /// records at a time. `lagging`: the node's replica has not received everything yet, and it
     /// applies a random part of what it has not applied; otherwise it follows to the head.
-    pub(super) fn follow(&mut self, node: usize, lagging: bool) {
+    pub(super) fn follow(&mut self, node: usize, lagging: bool, head_read: bool) {
         let applied = self.applied(node);
         let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
         let max = if lagging {
@@ -24,23 +24,32 @@ impl World {
         } else {
             usize::MAX
         };
-        self.follow_up_to(node, batch, max);
+        self.follow_up_to(node, batch, max, head_read);
     }
 
     /// Applies at most `max` records, `batch` per read, then what every follow does: the view is
-    /// checked against the head at its prefix, and the calls it now fences are cancelled. The
-    /// node's store first checks the log against its anchor (a log that went back is refused:
-    /// nothing is applied) and then moves it.
-    fn follow_up_to(&mut self, node: usize, batch: usize, max: usize) {
-        if !self.anchor_holds(node) {
+    /// checked against the head at its prefix, and the calls it now fences are cancelled. As the
+    /// fleet store: a live watch applies what it receives unchecked; a head read (`head_read`:
+    /// before calls, at start) or a watch that reconnects (a restore breaks it) first checks the
+    /// log against the node's anchor (a log that went back is refused: nothing is applied). The
+    /// anchor then moves onto what was applied.
+    fn follow_up_to(&mut self, node: usize, batch: usize, max: usize, head_read: bool) {
+        let reconnect = std::mem::take(&mut self.nodes[node].watch_broken);
+        if self.refused(node) || ((head_read || reconnect) && !self.anchor_holds(node)) {
             return;
         }
         self.nodes[node].driver.follow_at_most(&self.log, batch, max).expect("an event log cannot fail");
         self.move_anchor(node);
         let cursor = self.applied(node);
         let name = self.name(node);
-        // A view past the log's end (one that went back, unchecked) is no prefix of the head.
-        if self.head_fingerprints.get(cursor) != Some(&checker::fingerprint(self.nodes[node].driver.view())) {
+        // A node whose log went back under it (its anchor is gone; it has not checked since) has
+        // a view that is no prefix of the head by the fault, not by its doing: what it does with
+        // it is judged (stale calls, tokens below what it executed), not the view.
+        let lost = self.went_back && !self.log_holds_anchor(node);
+        if !lost
+            && self.head_fingerprints.get(cursor)
+                != Some(&checker::fingerprint(self.nodes[node].driver.view()))
+        {
             let detail = format!("{name} at log prefix {cursor} differs from the head");
             self.violation(ViolationKind::DivergentMaps, detail);
         }
@@ -74,7 +83,8 @@ impl World {
             return;
         }
         let lagging = self.rng.random_bool(LAGGING_RECONCILE_CHANCE);
-        self.follow(node, lagging);
+        // The watch's replica: no head read before a plan.
+        self.follow(node, lagging, false);
         if self.refused(node) {
             return;
         }
@@ -103,7 +113,7 @@ impl World {
         if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() || self.refused(node) {
             return;
         }
-        self.follow(node, false);
+        self.follow(node, false, true);
         if self.refused(node) {
             return;
         }
@@ -161,7 +171,7 @@ impl World {
         }
         // As the agent's resume: follow to the head, gate what was approved before the pause
         // (catching up changes no journal entry), then act again.
-        self.follow(node, false);
+        self.follow(node, false, true);
         if self.refused(node) {
             self.nodes[node].driver.finish_resume();
             return;
@@ -190,7 +200,12 @@ impl World {
         // recorded from the empty view would carry epoch 0 and leave the address unanswered.
         let floor = self.nodes[node].floor;
         let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
-        self.follow_up_to(node, batch, floor);
+        self.follow_up_to(node, batch, floor, true);
+        if self.refused(node) {
+            // A store that refuses the log stops the agent at start: nothing more, no withdrawal
+            // from an empty view.
+            return;
+        }
         self.fail_closed(node);
     }
 }

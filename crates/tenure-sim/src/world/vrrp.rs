@@ -49,7 +49,7 @@ impl World {
             return;
         }
         let state = self.local_vrrp(node);
-        if n.vrrp_reported == Some(state) {
+        if n.vrrp_reported == Some(state) || !self.anchor_holds(node) {
             return;
         }
         self.nodes[node].vrrp_reported = Some(state);
