@@ -4,6 +4,8 @@
 //! delay, the heartbeats and the waits below are all virtual time, so the run is deterministic
 //! and takes milliseconds.
 
+#[path = "support/in_process.rs"]
+mod in_process;
 #[path = "support/wait.rs"]
 mod wait;
 
@@ -14,14 +16,14 @@ use std::time::Duration;
 
 use tenure::agent::memory::MemoryStore;
 use tenure::agent::request::{ActionFilter, AgentHandle};
-use tenure::agent::runner::{NoObserver, RunSummary, run};
+use tenure::agent::runner::RunSummary;
 use tenure::agent::{ProviderExecutor, Settings};
 use tenure::exec::{ExecuteFuture, Executor, InventoryFuture, InventoryRequest, SimExecutor};
 use tenure_core::log::EventKind;
 use tenure_core::model::{
     Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, Verb,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use wait::wait_until;
 
@@ -121,13 +123,7 @@ fn spawn_agent(
         pools: Box::new(|| Ok(vec![pool()])),
         vrrp: None,
     };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
-        let _ = stopped.await;
-    }));
-    (handle, stop, done)
+    in_process::spawn_agent(store, settings)
 }
 
 fn slow_for_a() -> Arc<SlowForA> {
