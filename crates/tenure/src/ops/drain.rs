@@ -17,6 +17,12 @@ pub(super) fn node(values: Vec<String>) -> Result<String, ApiFailure> {
     Ok(node)
 }
 
+/// The CLI's check of a `drain` or `undrain` node: the agent's rule, before anything is sent (an
+/// empty name or one with a `/` would make another route).
+pub(super) fn check_node(node: &str) -> Result<(), String> {
+    check_name("node", node)
+}
+
 /// `tenure drain NODE`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Drain {
@@ -31,6 +37,10 @@ impl OperatorCommand for Drain {
 
     fn values(&self) -> Vec<&str> {
         vec![&self.node]
+    }
+
+    fn check(&self) -> Result<(), String> {
+        check_node(&self.node)
     }
 
     fn event(values: Vec<String>) -> Result<EventKind, ApiFailure> {
@@ -54,5 +64,10 @@ mod tests {
             assert_eq!((refused.status.as_u16(), refused.field.as_deref()), (400, Some("node")), "{bad:?}");
         }
         assert_eq!(Drain { node: "a".into() }.done(), "node/a drained");
+        // The CLI refuses the same names before it sends anything.
+        assert_eq!(Drain { node: "a".into() }.check(), Ok(()));
+        for bad in ["", "a b", "a/b"] {
+            assert!(Drain { node: bad.into() }.check().is_err(), "{bad:?}");
+        }
     }
 }

@@ -57,7 +57,8 @@ pub trait OperatorCommand {
     fn values(&self) -> Vec<&str>;
 
     /// The CLI's own check, before anything is read or sent: `Err` is the one-line reason (exit
-    /// 2). Most commands have none: the agent checks the input.
+    /// 2). approve (an empty key), drain and undrain (the node, by the agent's name rule: a bad one
+    /// would make another route) have one; desire and undesire leave their body to the agent.
     fn check(&self) -> Result<(), String> {
         Ok(())
     }

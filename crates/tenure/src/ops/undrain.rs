@@ -3,7 +3,7 @@
 
 use tenure_core::log::EventKind;
 
-use super::drain::{NODE, node};
+use super::drain::{NODE, check_node, node};
 use super::{Input, OperatorCommand};
 use crate::api::ApiFailure;
 
@@ -21,6 +21,10 @@ impl OperatorCommand for Undrain {
 
     fn values(&self) -> Vec<&str> {
         vec![&self.node]
+    }
+
+    fn check(&self) -> Result<(), String> {
+        check_node(&self.node)
     }
 
     fn event(values: Vec<String>) -> Result<EventKind, ApiFailure> {
@@ -41,5 +45,6 @@ mod tests {
         assert_eq!(Undrain::event(vec!["a".into()]), Ok(EventKind::Undrain { node: "a".into() }));
         assert!(Undrain::event(vec!["a b".into()]).is_err());
         assert_eq!(Undrain { node: "a".into() }.done(), "node/a undrained");
+        assert!(Undrain { node: String::new() }.check().is_err(), "refused before anything is sent");
     }
 }
