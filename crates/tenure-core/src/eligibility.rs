@@ -14,16 +14,24 @@ pub fn is_alive(node: &NodeState, pool: &PoolSpec, now_ms: u64) -> bool {
 }
 
 /// Everything of eligibility except liveness: not drained, not unhealthy, VRRP master when the
-/// pool's authority is `vrrp` (no report means not master), and in the pool's capture domain.
+/// pool's authority is `vrrp` (no report means not master; a MASTER that another member's newer
+/// MASTER report superseded is not: [`is_vrrp_master`]), and in the pool's capture domain.
 #[must_use]
 pub fn is_admissible(node: &NodeState, pool: &PoolSpec, pool_domain: &CaptureDomain) -> bool {
     if node.drained || !node.healthy {
         return false;
     }
-    if pool.authority == Authority::Vrrp && node.vrrp != Some(VrrpState::Master) {
+    if pool.authority == Authority::Vrrp && !is_vrrp_master(node) {
         return false;
     }
     node.capture_domain == *pool_domain
+}
+
+/// Whether the log counts `node` as VRRP master: its latest report says MASTER and no member of
+/// a pool under `authority: vrrp` it is in reported MASTER since.
+#[must_use]
+pub fn is_vrrp_master(node: &NodeState) -> bool {
+    node.vrrp == Some(VrrpState::Master) && !node.vrrp_superseded
 }
 
 /// Full eligibility at stream time `now_ms` (SPEC 3). Membership is checked by the caller.
@@ -108,6 +116,9 @@ mod tests {
         assert!(!is_eligible(&n, &p, &d, 1));
         n.vrrp = Some(VrrpState::Master);
         assert!(is_eligible(&n, &p, &d, 1));
+        n.vrrp_superseded = true;
+        assert!(!is_eligible(&n, &p, &d, 1), "a newer MASTER report of another member");
+        n.vrrp_superseded = false;
         assert!(!is_eligible(&n, &p, &CaptureDomain::new("sim1", "g2"), 1));
     }
 

@@ -25,6 +25,7 @@ mod reader;
 mod settle;
 mod snapshot;
 mod status;
+mod vrrp;
 
 pub use map::{MapAddress, MapStatus};
 pub use settle::TokenMove;
@@ -290,7 +291,7 @@ impl Federation {
                 Applied::Applied
             }
             EventKind::Vrrp { node, state } => {
-                self.node_mut(node).vrrp = Some(*state);
+                self.apply_vrrp(node, *state);
                 Applied::Applied
             }
             EventKind::PoolApplied { spec } => {

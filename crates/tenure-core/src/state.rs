@@ -29,8 +29,13 @@ pub struct NodeState {
     pub drained: bool,
     /// Latest `health` verdict; healthy until told otherwise.
     pub healthy: bool,
-    /// Latest VRRP state; `None` until keepalived reported one.
+    /// Latest VRRP state this node reported; `None` until keepalived reported one.
     pub vrrp: Option<VrrpState>,
+    /// Whether another member of a pool under `authority: vrrp` that this node is in reported
+    /// MASTER after this node's latest report (`docs/decisions.md`, "A newer MASTER report ends
+    /// the older one's"): keepalived elected that router, so this one counts as BACKUP until it
+    /// reports MASTER again. Only ever true while `vrrp` is MASTER.
+    pub vrrp_superseded: bool,
 }
 
 impl NodeState {
@@ -45,6 +50,7 @@ impl NodeState {
             drained: false,
             healthy: true,
             vrrp: None,
+            vrrp_superseded: false,
         }
     }
 }

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::time::{SystemTime, UNIX_EPOCH};
+use tenure::agent::AgentStore;
 use tenure::agent::authority::LocalAuthority;
 use tenure::agent::keepalived::VrrpReport;
 use tenure::agent::memory::MemoryStore;
@@ -19,6 +21,8 @@ use tenure::agent::request::{ActionFilter, AgentHandle};
 use tenure::agent::runner::{NoObserver, RunSummary, run};
 use tenure::agent::{ProviderExecutor, Settings, VrrpFollow};
 use tenure::exec::SimExecutor;
+use tenure_core::log::{Event, EventKind};
+use tenure_core::log_store::{Log, LogIndex};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
 use tokio::sync::{mpsc, oneshot};
 use wait::wait_until;
@@ -30,6 +34,7 @@ const ADDRESS: &str = "192.0.2.10";
 
 struct Router {
     handle: AgentHandle,
+    store: MemoryStore,
     lan: SimExecutor,
     keepalived: mpsc::Sender<VrrpReport>,
     authority: Arc<LocalAuthority>,
@@ -40,6 +45,23 @@ struct Router {
 /// One router `a` answering on `eth-a` for one address of a pool under VRRP authority, with the
 /// default 5 s deprovision hold (never applied on-prem), beside keepalived's reports.
 fn start() -> Router {
+    start_with(&[])
+}
+
+fn node(name: &str) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        provider: "lan".into(),
+        placement_group: "rack1".into(),
+        priority: 0,
+        nic: format!("eth-{name}"),
+        capacity: None,
+    }
+}
+
+/// [`start`], the pool's members also `peers`: routers of the fleet that other agents run (the
+/// test writes their events to the log).
+fn start_with(peers: &[&str]) -> Router {
     let lan = SimExecutor::new(ProviderKind::SimOnprem);
     let mut executors = BTreeMap::new();
     executors.insert(
@@ -56,7 +78,7 @@ fn start() -> Router {
         addresses: vec![ADDRESS.parse().expect("literal")],
         provider: "lan".into(),
         placement_group: "rack1".into(),
-        members: vec!["a".into()],
+        members: std::iter::once("a").chain(peers.iter().copied()).map(str::to_owned).collect(),
         authority: Authority::Vrrp,
         approval: Approval::Auto,
         deprovision_hold_ms: 5_000,
@@ -70,15 +92,8 @@ fn start() -> Router {
     let (keepalived, reports) = mpsc::channel(16);
     let authority = LocalAuthority::new();
     let settings = Settings {
-        peers: Vec::new(),
-        nodes: vec![NodeSpec {
-            name: "a".into(),
-            provider: "lan".into(),
-            placement_group: "rack1".into(),
-            priority: 0,
-            nic: "eth-a".into(),
-            capacity: None,
-        }],
+        peers: peers.iter().map(|name| node(name)).collect(),
+        nodes: vec![node("a")],
         providers: vec![ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }],
         executors,
         heartbeat_interval: Duration::from_millis(50),
@@ -91,11 +106,12 @@ fn start() -> Router {
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);
     let (stop, stopped) = oneshot::channel::<()>();
+    let store = MemoryStore::new();
     let done =
-        tokio::spawn(run(MemoryStore::new(), settings, requests, reload, Arc::new(NoObserver), async move {
+        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
             let _ = stopped.await;
         }));
-    Router { handle, lan, keepalived, authority, _stop: stop, _done: done }
+    Router { handle, store, lan, keepalived, authority, _stop: stop, _done: done }
 }
 
 impl Router {
@@ -116,6 +132,25 @@ impl Router {
         let filter = ActionFilter { node: Some("a".into()), state: None, pool: None };
         let rows = self.handle.actions(filter).await.expect("answers");
         rows.into_iter().map(|r| (r.verb, r.state, r.capture_epoch)).collect()
+    }
+
+    /// Appends `kind` to the log as another router's agent would.
+    fn peer_appends(&self, kind: EventKind) {
+        let at_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis();
+        let at_ms = u64::try_from(at_ms).expect("fits");
+        self.store.log().append(&Event { at_ms, kind }).expect("the memory log appends");
+    }
+
+    /// The `vrrp` events of node `name` in the log, in order.
+    fn vrrp_reports(&self, name: &str) -> Vec<VrrpState> {
+        let records = self.store.log().read_from(LogIndex::FIRST, usize::MAX).expect("reads");
+        records
+            .into_iter()
+            .filter_map(|record| match record.event.kind {
+                EventKind::Vrrp { node, state } if node == name => Some(state),
+                _ => None,
+            })
+            .collect()
     }
 
     async fn epochs(&self) -> (u64, u64) {
@@ -189,4 +224,30 @@ async fn a_flap_that_reaches_the_log_in_one_batch_still_brings_the_address_back(
     wait_until(WAIT_MAX, "a answers again", async || router.answers()).await;
     let after = router.epochs().await;
     assert!(after.1 > before.1, "the captureEpoch moved: {before:?} -> {after:?}");
+}
+
+/// Issue 24, `docs/decisions.md` ("A newer MASTER report ends the older one's"): another
+/// router's MASTER report takes the address from `a` at once, though `a`'s keepalived never said
+/// BACKUP (a VRRP split, or `a` killed); when that router steps down, `a`'s agent — its
+/// keepalived still MASTER, so no transition to report — says MASTER again, once, and answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_master_takes_the_address_and_a_superseded_master_says_master_again() {
+    let router = start_with(&["b"]);
+    router.keepalived_says(VrrpReport::State(VrrpState::Master)).await;
+    router.keepalived_says(VrrpReport::Running).await;
+    wait_until(WAIT_MAX, "a answers as master", async || router.answers()).await;
+
+    // b's agent: alive, and its keepalived says MASTER. a's keepalived says nothing.
+    router.peer_appends(EventKind::Heartbeat { node: "b".into() });
+    router.peer_appends(EventKind::Vrrp { node: "b".into(), state: VrrpState::Master });
+    wait_until(WAIT_MAX, "a released its entry (b owns)", async || !router.answers()).await;
+    assert_eq!(router.vrrp_reports("a"), [VrrpState::Master], "no reassertion while b is master and alive");
+
+    // b steps down (the split healed in a's favour): a says MASTER again and answers.
+    router.peer_appends(EventKind::Vrrp { node: "b".into(), state: VrrpState::Backup });
+    wait_until(WAIT_MAX, "a answers again", async || router.answers()).await;
+    assert_eq!(router.vrrp_reports("a"), [VrrpState::Master, VrrpState::Master]);
+    // Once: the log took it, nothing more to say (heartbeats every 50 ms step the loop).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(router.vrrp_reports("a"), [VrrpState::Master, VrrpState::Master], "said once");
 }

@@ -58,6 +58,9 @@ struct NodeWire {
     drained: bool,
     healthy: bool,
     vrrp: Option<VrrpState>,
+    /// Written only when true: a snapshot with no superseded MASTER reads as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    vrrp_superseded: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -174,6 +177,7 @@ impl Federation {
                     drained: n.drained,
                     healthy: n.healthy,
                     vrrp: n.vrrp,
+                    vrrp_superseded: n.vrrp_superseded,
                 })
                 .collect(),
             pools: self
@@ -294,6 +298,7 @@ impl Federation {
             state.drained = n.drained;
             state.healthy = n.healthy;
             state.vrrp = n.vrrp;
+            state.vrrp_superseded = n.vrrp_superseded;
         }
         let mut pools = BTreeMap::new();
         for p in &wire.pools {
