@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::eligibility::{is_admissible, is_eligible, may_keep};
+use crate::eligibility::{is_admissible, is_eligible, may_keep, vrrp_floor};
 use std::collections::BTreeMap;
 
 use crate::model::PoolSpec;
@@ -55,14 +55,15 @@ pub fn eligibility(nodes: &[NodeState], pools: &BTreeMap<String, PoolState>, now
         .values()
         .filter(|p| !p.deleted)
         .map(|pool| {
+            let floor = vrrp_floor(nodes, pool, now_ms);
             pool.member_ids
                 .iter()
                 .flat_map(|id| {
                     let node = &nodes[*id];
                     [
-                        is_eligible(node, &pool.spec, &pool.capture_domain, now_ms),
-                        may_keep(node, &pool.spec, &pool.capture_domain, now_ms),
-                        is_admissible(node, &pool.spec, &pool.capture_domain),
+                        is_eligible(node, &pool.spec, &pool.capture_domain, floor, now_ms),
+                        may_keep(node, &pool.spec, &pool.capture_domain, floor, now_ms),
+                        is_admissible(node, &pool.spec, &pool.capture_domain, floor),
                     ]
                 })
                 .collect()
@@ -86,9 +87,10 @@ impl<'a> PoolView<'a> {
     fn new(pool: &'a PoolState, nodes: &[NodeState], now_ms: u64) -> Self {
         let mut eligible = vec![false; nodes.len()];
         let mut keepable = vec![false; nodes.len()];
+        let floor = vrrp_floor(nodes, pool, now_ms);
         for id in &pool.member_ids {
-            eligible[*id] = is_eligible(&nodes[*id], &pool.spec, &pool.capture_domain, now_ms);
-            keepable[*id] = may_keep(&nodes[*id], &pool.spec, &pool.capture_domain, now_ms);
+            eligible[*id] = is_eligible(&nodes[*id], &pool.spec, &pool.capture_domain, floor, now_ms);
+            keepable[*id] = may_keep(&nodes[*id], &pool.spec, &pool.capture_domain, floor, now_ms);
         }
         let mut groups = Vec::new();
         let mut start = 0;

@@ -1,7 +1,7 @@
 //! Eligibility and liveness (SPEC 3), relative to stream time only.
 
 use crate::model::{Authority, CaptureDomain, PoolSpec, VrrpState};
-use crate::state::NodeState;
+use crate::state::{NodeState, PoolState};
 
 /// True when the node's last heartbeat still covers stream time `now_ms`:
 /// `lastHeartbeat + heartbeatTTL + promotionHold > now` (equality means expired).
@@ -13,41 +13,83 @@ pub fn is_alive(node: &NodeState, pool: &PoolSpec, now_ms: u64) -> bool {
     })
 }
 
-/// Everything of eligibility except liveness: not drained, not unhealthy, VRRP master when the
-/// pool's authority is `vrrp` (no report means not master; a MASTER that another member's newer
-/// MASTER report superseded is not: [`is_vrrp_master`]), and in the pool's capture domain.
+/// The pool-wide part of VRRP authority (issue 24; `docs/decisions.md`, "The newest MASTER report
+/// counts"): the log order of the newest MASTER report, among the pool's members that could hold
+/// (alive, not drained, healthy, in the pool's capture domain), that the log took at least
+/// `promotionHold` ago. A member whose own MASTER report is older does not count as master in
+/// this pool: keepalived elected the newer one (a killed router never reports BACKUP itself). `None`
+/// when the pool is not under `authority: vrrp` or no such report exists. Compute it once per pool
+/// and pass it to [`is_admissible`], [`is_eligible`] and [`may_keep`].
 #[must_use]
-pub fn is_admissible(node: &NodeState, pool: &PoolSpec, pool_domain: &CaptureDomain) -> bool {
-    if node.drained || !node.healthy {
-        return false;
+pub fn vrrp_floor(nodes: &[NodeState], pool: &PoolState, now_ms: u64) -> Option<u64> {
+    if pool.spec.authority != Authority::Vrrp {
+        return None;
     }
-    if pool.authority == Authority::Vrrp && !is_vrrp_master(node) {
-        return false;
-    }
-    node.capture_domain == *pool_domain
+    pool.member_ids
+        .iter()
+        .map(|id| &nodes[*id])
+        .filter(|node| could_hold(node, &pool.capture_domain) && is_alive(node, &pool.spec, now_ms))
+        .filter_map(|node| node.vrrp_master)
+        .filter(|report| report.taken_ms.saturating_add(pool.spec.promotion_hold_ms) <= now_ms)
+        .map(|report| report.seq)
+        .max()
 }
 
-/// Whether the log counts `node` as VRRP master: its latest report says MASTER and no member of
-/// a pool under `authority: vrrp` it is in reported MASTER since.
+/// Not drained, not unhealthy, in the pool's capture domain.
+fn could_hold(node: &NodeState, pool_domain: &CaptureDomain) -> bool {
+    !node.drained && node.healthy && node.capture_domain == *pool_domain
+}
+
+/// Everything of eligibility except liveness: not drained, not unhealthy, VRRP master when the
+/// pool's authority is `vrrp` (no report means not master; a MASTER report older than the pool's
+/// `vrrp_floor` does not count), and in the pool's capture domain.
 #[must_use]
-pub fn is_vrrp_master(node: &NodeState) -> bool {
-    node.vrrp == Some(VrrpState::Master) && !node.vrrp_superseded
+pub fn is_admissible(
+    node: &NodeState,
+    pool: &PoolSpec,
+    pool_domain: &CaptureDomain,
+    vrrp_floor: Option<u64>,
+) -> bool {
+    if pool.authority == Authority::Vrrp && !is_vrrp_master(node, vrrp_floor) {
+        return false;
+    }
+    could_hold(node, pool_domain)
+}
+
+/// Whether the log counts `node` as VRRP master in a pool whose [`vrrp_floor`] is `floor`: its
+/// latest report is MASTER and not older than the floor.
+#[must_use]
+pub fn is_vrrp_master(node: &NodeState, floor: Option<u64>) -> bool {
+    debug_assert_eq!(node.vrrp_master.is_some(), node.vrrp == Some(VrrpState::Master));
+    node.vrrp_master.is_some_and(|report| floor.is_none_or(|floor| report.seq >= floor))
 }
 
 /// Full eligibility at stream time `now_ms` (SPEC 3). Membership is checked by the caller.
 #[must_use]
-pub fn is_eligible(node: &NodeState, pool: &PoolSpec, pool_domain: &CaptureDomain, now_ms: u64) -> bool {
-    is_admissible(node, pool, pool_domain) && is_alive(node, pool, now_ms)
+pub fn is_eligible(
+    node: &NodeState,
+    pool: &PoolSpec,
+    pool_domain: &CaptureDomain,
+    vrrp_floor: Option<u64>,
+    now_ms: u64,
+) -> bool {
+    is_admissible(node, pool, pool_domain, vrrp_floor) && is_alive(node, pool, now_ms)
 }
 
 /// Whether a current owner may keep its addresses. With `autoFailover: false` an expired
 /// heartbeat does not take addresses away; drain, health and VRRP still do.
 #[must_use]
-pub fn may_keep(node: &NodeState, pool: &PoolSpec, pool_domain: &CaptureDomain, now_ms: u64) -> bool {
+pub fn may_keep(
+    node: &NodeState,
+    pool: &PoolSpec,
+    pool_domain: &CaptureDomain,
+    vrrp_floor: Option<u64>,
+    now_ms: u64,
+) -> bool {
     if pool.auto_failover {
-        is_eligible(node, pool, pool_domain, now_ms)
+        is_eligible(node, pool, pool_domain, vrrp_floor, now_ms)
     } else {
-        is_admissible(node, pool, pool_domain)
+        is_admissible(node, pool, pool_domain, vrrp_floor)
     }
 }
 
@@ -91,10 +133,10 @@ mod tests {
         let mut n = node();
         let p = pool();
         let d = p.capture_domain();
-        assert!(!is_eligible(&n, &p, &d, 0), "no heartbeat: not alive");
+        assert!(!is_eligible(&n, &p, &d, None, 0), "no heartbeat: not alive");
         n.last_heartbeat_ms = Some(100);
-        assert!(is_eligible(&n, &p, &d, 4_099));
-        assert!(!is_eligible(&n, &p, &d, 4_100), "equality means expired");
+        assert!(is_eligible(&n, &p, &d, None, 4_099));
+        assert!(!is_eligible(&n, &p, &d, None, 4_100), "equality means expired");
     }
 
     #[test]
@@ -103,23 +145,23 @@ mod tests {
         n.last_heartbeat_ms = Some(0);
         let mut p = pool();
         let d = p.capture_domain();
-        assert!(is_eligible(&n, &p, &d, 1));
+        assert!(is_eligible(&n, &p, &d, None, 1));
         n.drained = true;
-        assert!(!is_eligible(&n, &p, &d, 1));
+        assert!(!is_eligible(&n, &p, &d, None, 1));
         n.drained = false;
         n.healthy = false;
-        assert!(!is_eligible(&n, &p, &d, 1));
+        assert!(!is_eligible(&n, &p, &d, None, 1));
         n.healthy = true;
         p.authority = Authority::Vrrp;
-        assert!(!is_eligible(&n, &p, &d, 1), "no VRRP report: fail closed");
+        assert!(!is_eligible(&n, &p, &d, None, 1), "no VRRP report: fail closed");
         n.vrrp = Some(VrrpState::Backup);
-        assert!(!is_eligible(&n, &p, &d, 1));
+        assert!(!is_eligible(&n, &p, &d, None, 1));
         n.vrrp = Some(VrrpState::Master);
-        assert!(is_eligible(&n, &p, &d, 1));
-        n.vrrp_superseded = true;
-        assert!(!is_eligible(&n, &p, &d, 1), "a newer MASTER report of another member");
-        n.vrrp_superseded = false;
-        assert!(!is_eligible(&n, &p, &CaptureDomain::new("sim1", "g2"), 1));
+        n.vrrp_master = Some(crate::state::MasterReport { seq: 7, taken_ms: 0 });
+        assert!(is_eligible(&n, &p, &d, None, 1));
+        assert!(is_eligible(&n, &p, &d, Some(7), 1), "its own report is the floor");
+        assert!(!is_eligible(&n, &p, &d, Some(8), 1), "a newer MASTER report of another member");
+        assert!(!is_eligible(&n, &p, &CaptureDomain::new("sim1", "g2"), None, 1));
     }
 
     #[test]
@@ -129,8 +171,8 @@ mod tests {
         let mut p = pool();
         p.auto_failover = false;
         let d = p.capture_domain();
-        assert!(may_keep(&n, &p, &d, 1_000_000));
+        assert!(may_keep(&n, &p, &d, None, 1_000_000));
         n.drained = true;
-        assert!(!may_keep(&n, &p, &d, 1));
+        assert!(!may_keep(&n, &p, &d, None, 1));
     }
 }

@@ -31,11 +31,20 @@ pub struct NodeState {
     pub healthy: bool,
     /// Latest VRRP state this node reported; `None` until keepalived reported one.
     pub vrrp: Option<VrrpState>,
-    /// Whether another member of a pool under `authority: vrrp` that this node is in reported
-    /// MASTER after this node's latest report (`docs/decisions.md`, "A newer MASTER report ends
-    /// the older one's"): keepalived elected that router, so this one counts as BACKUP until it
-    /// reports MASTER again. Only ever true while `vrrp` is MASTER.
-    pub vrrp_superseded: bool,
+    /// When its latest report is MASTER: where the log took that report. Among a pool's members
+    /// that say MASTER, the newest report counts ([`crate::eligibility::vrrp_floor`]; issue 24).
+    pub vrrp_master: Option<MasterReport>,
+}
+
+/// Where the log took a node's latest MASTER report (`docs/decisions.md`, "The newest MASTER
+/// report counts").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MasterReport {
+    /// The federation's `events_applied` count when it was applied: the log's order. 0 for a
+    /// report restored from a snapshot that did not record it (every such report ties).
+    pub seq: u64,
+    /// Stream time when it was applied.
+    pub taken_ms: u64,
 }
 
 impl NodeState {
@@ -50,7 +59,7 @@ impl NodeState {
             drained: false,
             healthy: true,
             vrrp: None,
-            vrrp_superseded: false,
+            vrrp_master: None,
         }
     }
 }

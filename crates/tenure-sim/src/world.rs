@@ -91,9 +91,6 @@ struct SimNode {
     /// The VRRP state this node's agent last appended to the log (on-prem fleets): the agent
     /// reports its keepalived's transitions itself, so not while paused or cut off.
     vrrp_reported: Option<VrrpState>,
-    /// The agent said MASTER again since its view last said its MASTER was superseded (the
-    /// agent's `vrrp_reasserted`: once, until the log took it).
-    vrrp_reasserted: bool,
     /// How far the node applied the log, as its store records it (durable: kept by a crash).
     anchor: Anchor,
     /// Why the node's store refused the log (it went back): the node does nothing more until
@@ -288,7 +285,6 @@ impl World {
                 floor: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
                 vrrp_reported: None,
-                vrrp_reasserted: false,
                 anchor: Anchor::default(),
                 refused: None,
                 watch_broken: false,

@@ -95,10 +95,10 @@ fn simulated_runs_with_every_fault_at_many_splits() {
 fn a_snapshot_of_another_version_or_registry_is_refused() {
     let registry = Federation::new(&[], &[]);
     let snapshot = String::from_utf8(registry.snapshot()).expect("utf-8");
-    assert!(snapshot.starts_with("{\"v\":2,"), "this build writes format 2: {snapshot}");
-    let newer = snapshot.replacen("{\"v\":2", "{\"v\":3", 1);
+    assert!(snapshot.starts_with("{\"v\":3,"), "this build writes format 3: {snapshot}");
+    let newer = snapshot.replacen("{\"v\":3", "{\"v\":4", 1);
     let e = registry.restore(newer.as_bytes()).expect_err("refused");
-    assert!(e.to_string().contains("format version 3 is not 1 or 2"), "{e}");
+    assert!(e.to_string().contains("format version 4 is not 1, 2 or 3"), "{e}");
     let stranger = snapshot.replacen("\"nodes\":[]", "\"nodes\":[{\"name\":\"zed\",\"lastHeartbeatMs\":null,\"heartbeatStampMs\":null,\"drained\":false,\"healthy\":true,\"vrrp\":null}]", 1);
     let e = registry.restore(stranger.as_bytes()).expect_err("refused");
     assert!(e.to_string().contains("node `zed` is not in this registry"), "{e}");

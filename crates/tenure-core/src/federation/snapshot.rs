@@ -4,7 +4,7 @@
 //! the example scenarios and simulated runs). The fleet store writes one under its prefix and
 //! compacts the log below it, so a new agent does not replay history.
 //!
-//! The form is versioned JSON like the codec's records (`{"v":2,…}`, camelCase, unknown fields
+//! The form is versioned JSON like the codec's records (`{"v":3,…}`, camelCase, unknown fields
 //! refused): nodes by name (the registry itself comes from the agent's config, which the fleet
 //! store checks is the same on every agent), pools with their spec in the codec's pool form and
 //! every address's lines, approvals, observations, counters and tokens. What is derived from
@@ -20,11 +20,15 @@ use super::approvals::{Approvals, Kept};
 use super::{Federation, Touched};
 use crate::codec;
 use crate::model::{CaptureEpoch, OwnershipEpoch, VrrpState};
-use crate::state::{AddressState, CaptureLine, Confirmation, NodeId, PoolConditions, PoolState};
+use crate::state::{
+    AddressState, CaptureLine, Confirmation, MasterReport, NodeId, PoolConditions, PoolState,
+};
 
-/// The snapshot format this build writes. It reads this one and version 1 (whose observations
-/// were whole views: holders and one `atMs` per address, before scoped inventory).
-pub const SNAPSHOT_VERSION: u64 = 2;
+/// The snapshot format this build writes. It reads this one, version 2 (no `vrrpMaster`: its
+/// MASTER reports read as the oldest) and version 1 (whose observations were whole views: holders
+/// and one `atMs` per address, before scoped inventory). Version 3 exists so that an agent that
+/// does not know the newest-MASTER rule refuses a snapshot written by one that does (issue 24).
+pub const SNAPSHOT_VERSION: u64 = 3;
 
 /// Why a snapshot could not be read (one line).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -58,9 +62,17 @@ struct NodeWire {
     drained: bool,
     healthy: bool,
     vrrp: Option<VrrpState>,
-    /// Written only when true: a snapshot with no superseded MASTER reads as before.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    vrrp_superseded: bool,
+    /// Where the log took its latest report when that is MASTER (format 3). Missing in formats 1
+    /// and 2: such a MASTER reads as the oldest (order 0, stream time 0), so every one ties.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    vrrp_master: Option<MasterWire>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MasterWire {
+    seq: u64,
+    taken_ms: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -177,7 +189,7 @@ impl Federation {
                     drained: n.drained,
                     healthy: n.healthy,
                     vrrp: n.vrrp,
-                    vrrp_superseded: n.vrrp_superseded,
+                    vrrp_master: n.vrrp_master.map(|m| MasterWire { seq: m.seq, taken_ms: m.taken_ms }),
                 })
                 .collect(),
             pools: self
@@ -269,9 +281,9 @@ impl Federation {
     pub fn restore(&self, bytes: &[u8]) -> Result<Self, SnapshotError> {
         let version: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
-        if !matches!(version.get("v").and_then(serde_json::Value::as_u64), Some(1 | SNAPSHOT_VERSION)) {
+        if !matches!(version.get("v").and_then(serde_json::Value::as_u64), Some(1 | 2 | SNAPSHOT_VERSION)) {
             return Err(bad(format!(
-                "format version {} is not 1 or {SNAPSHOT_VERSION}",
+                "format version {} is not 1, 2 or {SNAPSHOT_VERSION}",
                 version.get("v").map_or_else(|| "none".to_owned(), ToString::to_string)
             )));
         }
@@ -298,7 +310,14 @@ impl Federation {
             state.drained = n.drained;
             state.healthy = n.healthy;
             state.vrrp = n.vrrp;
-            state.vrrp_superseded = n.vrrp_superseded;
+            state.vrrp_master = match (&n.vrrp_master, n.vrrp) {
+                (Some(m), Some(VrrpState::Master)) => Some(MasterReport { seq: m.seq, taken_ms: m.taken_ms }),
+                (None, Some(VrrpState::Master)) => Some(MasterReport::default()),
+                (Some(_), _) => {
+                    return Err(bad(format!("node `{}`: `vrrpMaster` without a MASTER state", n.name)));
+                }
+                (None, _) => None,
+            };
         }
         let mut pools = BTreeMap::new();
         for p in &wire.pools {

@@ -200,7 +200,6 @@ impl World {
             n.refused = None;
             n.watch_broken = false;
             n.vrrp_reported = None;
-            n.vrrp_reasserted = false;
         }
         for spec in self.pools.clone().into_iter().flatten() {
             self.append(Event { at_ms: self.now_ms, kind: EventKind::PoolApplied { spec: Box::new(spec) } });

@@ -42,26 +42,16 @@ impl World {
     }
 
     /// `node`'s agent appends its keepalived state to the log if it changed since its last
-    /// report and the agent can write (not paused, not cut off) — or, still MASTER, when its view
-    /// says another member's newer MASTER superseded it and that member stepped down or died
-    /// (`Federation::vrrp_reassert_due`, what the agent's `vrrp_reassert_if_due` asks), once
-    /// until its view took it.
+    /// report and the agent can write (not paused, not cut off).
     pub(super) fn report_vrrp(&mut self, node: usize) {
-        let name = self.name(node);
-        let n = &mut self.nodes[node];
+        let n = &self.nodes[node];
         if self.vrrp_master.is_none() || n.frozen() || n.cut_off() || n.refused.is_some() {
             return;
         }
-        let state = if self.vrrp_master == Some(node) { VrrpState::Master } else { VrrpState::Backup };
-        let reassert_due = state == VrrpState::Master && n.driver.view().vrrp_reassert_due(&name);
-        if !reassert_due {
-            n.vrrp_reasserted = false;
-        }
-        let reassert = reassert_due && !n.vrrp_reasserted && n.vrrp_reported == Some(state);
-        if (n.vrrp_reported == Some(state) && !reassert) || !self.anchor_holds(node) {
+        let state = self.local_vrrp(node);
+        if n.vrrp_reported == Some(state) || !self.anchor_holds(node) {
             return;
         }
-        self.nodes[node].vrrp_reasserted |= reassert;
         self.nodes[node].vrrp_reported = Some(state);
         let at_ms = self.stamp(node);
         self.append(Event { at_ms, kind: EventKind::Vrrp { node: self.name(node), state } });

@@ -167,8 +167,6 @@ struct Agent<S: AgentStore> {
     vrrp: Option<mpsc::Receiver<VrrpReport>>,
     /// The VRRP state this agent last queued for its nodes.
     vrrp_state: Option<VrrpState>,
-    /// A MASTER said again since the log last said it was superseded (`runner/vrrp.rs`).
-    vrrp_reasserted: bool,
     /// keepalived's authority acted on without the log, and the local withdrawal's channels
     /// (`runner/withdraw.rs`), when the config has a `vrrp` section.
     local: Option<withdraw::Local>,

@@ -68,8 +68,7 @@ pub struct NodeStatus {
     pub drained: bool,
     /// Its latest `health` verdict.
     pub healthy: bool,
-    /// Its latest VRRP state (`master`, `backup`, `fault`; `master (superseded)` when another
-    /// member reported MASTER since); `None` until keepalived reported one.
+    /// Its latest VRRP state (`master`, `backup`, `fault`); `None` until keepalived reported one.
     pub vrrp: Option<&'static str>,
 }
 
@@ -286,9 +285,6 @@ pub fn node_statuses(view: &Federation, local: &[&str]) -> Vec<NodeStatus> {
                 drained: node.drained,
                 healthy: node.healthy,
                 vrrp: node.vrrp.map(|state| match state {
-                    // Another member's newer MASTER report: counted as backup until it says
-                    // MASTER again (`tenure_core::federation::vrrp`).
-                    VrrpState::Master if node.vrrp_superseded => "master (superseded)",
                     VrrpState::Master => "master",
                     VrrpState::Backup => "backup",
                     VrrpState::Fault => "fault",

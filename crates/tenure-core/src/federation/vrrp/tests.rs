@@ -1,6 +1,7 @@
 use super::*;
 use crate::log::{Event, EventKind};
-use crate::model::{Approval, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
+use crate::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, VrrpState};
+use crate::state::MasterReport;
 
 fn node(name: &str) -> NodeSpec {
     NodeSpec {
@@ -33,7 +34,7 @@ fn pool(name: &str, address: &str, members: &[&str], authority: Authority) -> Po
 }
 
 /// Routers `a`, `b` (pool `p`, VRRP), `c`, `d` (pool `q`, VRRP: another instance) and `e`
-/// (with `a` in pool `n`, no authority); all heartbeat at 0 (TTL 3 s).
+/// (with `a` in pool `n`, no authority); all heartbeat at 0 (TTL 3 s, promotionHold 0).
 fn lan() -> Federation {
     let nodes = ["a", "b", "c", "d", "e"].map(node);
     let providers = [ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }];
@@ -65,12 +66,12 @@ fn owner(fed: &Federation, pool: &str) -> Option<String> {
     address.owner.map(|id| fed.node_name(id).to_owned())
 }
 
-fn superseded(fed: &Federation, name: &str) -> bool {
-    fed.nodes()[fed.node_id(name).expect("node")].vrrp_superseded
+fn with_pool(fed: &mut Federation, spec: PoolSpec) {
+    apply(fed, fed.stream_time_ms(), EventKind::PoolApplied { spec: Box::new(spec) });
 }
 
 #[test]
-fn a_newer_master_report_moves_the_address_while_the_old_master_is_still_alive() {
+fn the_newest_master_report_takes_the_address_while_the_old_master_is_still_alive() {
     let mut fed = lan();
     report(&mut fed, 10, "a", VrrpState::Master);
     assert_eq!(owner(&fed, "p").as_deref(), Some("a"));
@@ -78,76 +79,129 @@ fn a_newer_master_report_moves_the_address_while_the_old_master_is_still_alive()
     // elected `b`, which says so at 400.
     report(&mut fed, 400, "b", VrrpState::Master);
     assert_eq!(owner(&fed, "p").as_deref(), Some("b"), "at once, not at a's heartbeat expiry");
-    assert!(superseded(&fed, "a"));
     assert_eq!(
         fed.nodes()[fed.node_id("a").expect("a")].vrrp,
         Some(VrrpState::Master),
         "a's own report stays"
     );
-    // `a` reports MASTER again (its keepalived took mastership back): it supersedes `b`.
+    // `a` reports MASTER again (its keepalived took mastership back): the newest again.
     report(&mut fed, 500, "a", VrrpState::Master);
-    assert!(!superseded(&fed, "a"));
-    assert!(superseded(&fed, "b"));
     assert_eq!(owner(&fed, "p").as_deref(), Some("a"));
 }
 
 #[test]
-fn only_members_of_a_shared_pool_under_vrrp_are_superseded() {
+fn when_the_newer_master_steps_down_or_dies_the_older_one_counts_again_without_a_report() {
     let mut fed = lan();
+    report(&mut fed, 10, "a", VrrpState::Master);
+    // A split healed in a's favour: b was MASTER briefly, a's keepalived never left MASTER.
+    report(&mut fed, 20, "b", VrrpState::Master);
+    assert_eq!(owner(&fed, "p").as_deref(), Some("b"));
+    report(&mut fed, 30, "b", VrrpState::Backup);
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "no report from a needed");
+    // b says MASTER again and dies saying nothing more: a counts again once b's heartbeat (at
+    // 0) expired, without a report of its own.
+    report(&mut fed, 40, "b", VrrpState::Master);
+    assert_eq!(owner(&fed, "p").as_deref(), Some("b"));
+    apply(&mut fed, 2_999, EventKind::Heartbeat { node: "a".into() });
+    assert_eq!(owner(&fed, "p").as_deref(), Some("b"), "b's heartbeat covers 2,999");
+    apply(&mut fed, 3_000, EventKind::Heartbeat { node: "a".into() });
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "b expired at 3,000");
+}
+
+#[test]
+fn each_pool_counts_its_own_members_reports() {
+    let mut fed = lan();
+    // `a` is also in pool `r` with `c`; `c` is in `q` with `d`; `e` shares only `n` (no authority).
+    with_pool(&mut fed, pool("r", "10.0.0.40", &["a", "c"], Authority::Vrrp));
     report(&mut fed, 10, "a", VrrpState::Master);
     report(&mut fed, 20, "c", VrrpState::Master);
-    assert!(!superseded(&fed, "a"), "c is another instance's router (pool q)");
-    // `e` shares only a pool without authority with `a`.
-    report(&mut fed, 30, "e", VrrpState::Master);
-    assert!(!superseded(&fed, "a"));
-    assert_eq!(owner(&fed, "p").as_deref(), Some("a"));
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "c is not in p: a still counts there");
+    assert_eq!(owner(&fed, "r").as_deref(), Some("c"), "in r, c's report is the newer");
     assert_eq!(owner(&fed, "q").as_deref(), Some("c"));
-    // A BACKUP supersedes no one; a BACKUP that was MASTER is not marked.
-    report(&mut fed, 40, "d", VrrpState::Backup);
-    report(&mut fed, 50, "b", VrrpState::Backup);
-    assert!(!superseded(&fed, "c") && !superseded(&fed, "a"));
-    report(&mut fed, 60, "d", VrrpState::Master);
-    assert!(superseded(&fed, "c"));
-    assert!(!superseded(&fed, "b"), "b said BACKUP: nothing to supersede");
-}
-
-#[test]
-fn a_superseded_master_reasserts_only_when_no_other_member_is_master_and_alive() {
-    let mut fed = lan();
-    report(&mut fed, 10, "a", VrrpState::Master);
-    assert!(!fed.vrrp_reassert_due("a"), "not superseded");
-    report(&mut fed, 20, "b", VrrpState::Master);
-    assert!(!fed.vrrp_reassert_due("b") && !fed.vrrp_reassert_due("a"), "b is master and alive");
-    // A split healed in a's favour: b steps down, a's keepalived never left MASTER.
-    report(&mut fed, 30, "b", VrrpState::Backup);
-    assert!(fed.vrrp_reassert_due("a"));
-    assert_eq!(owner(&fed, "p"), None, "no one until a says MASTER again");
-    report(&mut fed, 40, "a", VrrpState::Master);
-    assert!(!fed.vrrp_reassert_due("a"));
+    report(&mut fed, 30, "e", VrrpState::Master);
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "e shares no pool under vrrp with a");
+    // A deleted pool counts no one's report.
+    apply(&mut fed, 40, EventKind::PoolDeleted { pool: "r".into() });
+    report(&mut fed, 50, "c", VrrpState::Master);
     assert_eq!(owner(&fed, "p").as_deref(), Some("a"));
-    // b supersedes a, then dies saying nothing: a may reassert once b's heartbeat expired.
-    report(&mut fed, 50, "b", VrrpState::Master);
-    apply(&mut fed, 2_999, EventKind::Heartbeat { node: "a".into() });
-    assert!(!fed.vrrp_reassert_due("a"), "b's heartbeat (at 0) covers 2,999");
-    apply(&mut fed, 3_000, EventKind::Heartbeat { node: "a".into() });
-    assert!(fed.vrrp_reassert_due("a"), "b expired at 3,000");
-    assert!(!fed.vrrp_reassert_due("nobody"));
 }
 
 #[test]
-fn a_snapshot_keeps_who_was_superseded() {
+fn a_newer_master_that_could_not_hold_does_not_count() {
+    for exclude in
+        [EventKind::Drain { node: "b".into() }, EventKind::Health { node: "b".into(), healthy: false }]
+    {
+        let mut fed = lan();
+        report(&mut fed, 10, "a", VrrpState::Master);
+        apply(&mut fed, 15, exclude.clone());
+        report(&mut fed, 20, "b", VrrpState::Master);
+        assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "{exclude:?}");
+    }
+    // In another capture domain (a member listed in a pool of another placement group).
+    let mut fed = lan();
+    let mut other = pool("s", "10.0.0.50", &["a", "b"], Authority::Vrrp);
+    other.placement_group = "g2".into();
+    with_pool(&mut fed, other);
+    report(&mut fed, 10, "a", VrrpState::Master);
+    report(&mut fed, 20, "b", VrrpState::Master);
+    assert_eq!(owner(&fed, "p").as_deref(), Some("b"));
+    assert_eq!(owner(&fed, "s"), None, "neither router is in g2");
+}
+
+#[test]
+fn a_newer_master_counts_over_the_older_only_after_promotion_hold() {
+    let mut fed = lan();
+    let mut held = pool("p", "10.0.0.10", &["a", "b"], Authority::Vrrp);
+    held.promotion_hold_ms = 500;
+    with_pool(&mut fed, held);
+    report(&mut fed, 10, "a", VrrpState::Master);
+    assert_eq!(
+        owner(&fed, "p").as_deref(),
+        Some("a"),
+        "the only MASTER counts at once: the hold is for a newer one"
+    );
+    report(&mut fed, 1_000, "b", VrrpState::Master);
+    apply(&mut fed, 1_499, EventKind::Heartbeat { node: "a".into() });
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "b's report is 499 ms old: both count, a keeps");
+    apply(&mut fed, 1_500, EventKind::Heartbeat { node: "a".into() });
+    assert_eq!(owner(&fed, "p").as_deref(), Some("b"), "500 ms: b's is the newest that counts");
+}
+
+#[test]
+fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
     let mut fed = lan();
     report(&mut fed, 10, "a", VrrpState::Master);
-    let plain = fed.snapshot();
-    assert!(
-        !String::from_utf8_lossy(&plain).contains("vrrpSuperseded"),
-        "written only when true: older agents read it"
-    );
     report(&mut fed, 20, "b", VrrpState::Master);
-    let restored = lan_registry().restore(&fed.snapshot()).expect("restores");
-    assert!(superseded(&restored, "a"));
+    let bytes = fed.snapshot();
+    let restored = lan_registry().restore(&bytes).expect("restores");
     assert_eq!(owner(&restored, "p").as_deref(), Some("b"));
-    assert_eq!(restored.snapshot(), fed.snapshot());
+    assert_eq!(restored.snapshot(), bytes);
+    // Format 2 had no order: both MASTERs tie and count, the owner stays (sticky) as written.
+    let text = String::from_utf8(bytes).expect("utf-8");
+    let older = strip_master_orders(&text.replacen("{\"v\":3", "{\"v\":2", 1));
+    let restored = lan_registry().restore(older.as_bytes()).expect("restores");
+    assert!(
+        restored
+            .nodes()
+            .iter()
+            .filter(|n| n.vrrp_master.is_some())
+            .all(|n| n.vrrp_master == Some(MasterReport::default()))
+    );
+    assert_eq!(owner(&restored, "p").as_deref(), Some("b"));
+    // A MASTER order on a node whose state is not MASTER is refused.
+    let bad = text.replacen("\"vrrp\":\"master\"", "\"vrrp\":\"backup\"", 1);
+    let e = lan_registry().restore(bad.as_bytes()).expect_err("refused");
+    assert!(e.to_string().contains("`vrrpMaster` without a MASTER state"), "{e}");
+}
+
+/// `text` without its `"vrrpMaster":{…}` fields (what format 2 wrote).
+fn strip_master_orders(text: &str) -> String {
+    let mut out = text.to_owned();
+    while let Some(start) = out.find(",\"vrrpMaster\":{") {
+        let end = start + out[start..].find('}').expect("closed") + 1;
+        out.replace_range(start..end, "");
+    }
+    out
 }
 
 fn lan_registry() -> Federation {

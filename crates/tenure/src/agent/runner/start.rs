@@ -95,7 +95,6 @@ impl<S: AgentStore> Agent<S> {
             freeze_after_reconcile: BTreeSet::new(),
             vrrp: None,
             vrrp_state: None,
-            vrrp_reasserted: false,
             local: None,
             refresh: refresh::RefreshSchedule::default(),
             heartbeat_interval: settings.heartbeat_interval,

@@ -54,7 +54,6 @@ impl<S: AgentStore> Agent<S> {
             self.store.followed(upto);
         }
         self.after_follow();
-        self.vrrp_reassert_if_due();
         Ok(())
     }
 

@@ -101,32 +101,6 @@ impl<S: AgentStore> Agent<S> {
         self.view().nodes().iter().find(|n| n.spec.name == name).and_then(|n| n.vrrp)
     }
 
-    /// After a follow: keepalived still says MASTER but the log says another member's newer
-    /// MASTER superseded this host's, and no other member is master and alive
-    /// ([`tenure_core::federation::Federation::vrrp_reassert_due`]: the router that superseded
-    /// it stepped down or died). keepalived reports no transition then, so the agent says MASTER
-    /// again — once, until the log took it (`docs/decisions.md`, "A newer MASTER report ends the
-    /// older one's").
-    pub(super) fn vrrp_reassert_if_due(&mut self) {
-        let view = self.view();
-        let due = self.vrrp_state == Some(VrrpState::Master)
-            && self.drivers.iter().any(|driver| view.vrrp_reassert_due(driver.name()));
-        if !due {
-            self.vrrp_reasserted = false;
-            return;
-        }
-        if self.vrrp_reasserted || self.queued.iter().any(|e| matches!(e, EventKind::Vrrp { .. })) {
-            return;
-        }
-        info!(
-            "keepalived says this host is VRRP master and the router whose newer MASTER superseded it is not: saying MASTER again"
-        );
-        self.vrrp_reasserted = true;
-        for driver in &self.drivers {
-            self.queued.push(EventKind::Vrrp { node: driver.name().to_owned(), state: VrrpState::Master });
-        }
-    }
-
     /// Queues a `vrrp` event of every node of this agent when `state` differs from the last one
     /// queued (an earlier one not appended yet is replaced: only the latest state matters; a
     /// demotion collapsed away after the host withdrew its entries locally is still seen by the
