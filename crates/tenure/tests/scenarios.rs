@@ -204,6 +204,39 @@ fn vrrp_authority_fails_closed() {
     assert_eq!(conditions, vec!["NoEligibleMember"], "b faulted; never HeldByMany");
 }
 
+/// Issue 24: among a pool's members that say MASTER, the newest report counts — the address moves
+/// to b at b's MASTER though a is alive and never said BACKUP, and back to a, which reports
+/// nothing, when b steps down.
+#[test]
+fn the_newest_master_report_counts() {
+    let r = report("vrrp-newest-master");
+    let v = row(&r, "vip", "192.0.2.10");
+    assert_eq!(v["owner"], "a", "b stepped down: a's MASTER counts again without a new report");
+    let verbs = |node: &str| {
+        actions(&r, node)
+            .iter()
+            .map(|x| (x["verb"].as_str().expect("verb"), x["state"].as_str().expect("state")))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        verbs("b"),
+        vec![("proxy-arp-add", "executed"), ("garp", "executed"), ("proxy-arp-del", "executed")],
+        "b captured at its MASTER report (stream time 311, a's heartbeat alive until 3,000) and let go"
+    );
+    assert_eq!(
+        verbs("a"),
+        vec![
+            ("proxy-arp-add", "executed"),
+            ("garp", "executed"),
+            ("proxy-arp-del", "executed"),
+            ("proxy-arp-add", "executed"),
+            ("garp", "executed"),
+        ],
+        "a let go when b's newer MASTER counted, and took the address back"
+    );
+    assert_eq!(r["provider"]["lan"], serde_json::json!({"192.0.2.10": ["eth-a"]}), "a alone answers");
+}
+
 /// A scenario that ends between the new holder's add and the old holder's release reports the
 /// on-prem address as `HeldByMany` (two routers answer it): a condition, not a violation.
 #[test]
