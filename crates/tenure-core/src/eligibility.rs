@@ -16,20 +16,22 @@ pub fn is_alive(node: &NodeState, pool: &PoolSpec, now_ms: u64) -> bool {
 /// The pool-wide part of VRRP authority (issue 24; `docs/decisions.md`, "The newest MASTER report
 /// counts"): the log order of the newest MASTER report, among the pool's members that could hold
 /// (alive, not drained, healthy, in the pool's capture domain), that the log took at least
-/// `promotionHold` ago. A member whose own MASTER report is older does not count as master in
-/// this pool: keepalived elected the newer one (a killed router never reports BACKUP itself). `None`
-/// when the pool is not under `authority: vrrp` or no such report exists. Compute it once per pool
-/// and pass it to [`is_admissible`], [`is_eligible`] and [`may_keep`].
+/// `promotionHold` ago and after the member's last revival (a heartbeat that found it expired:
+/// its keepalived may have left MASTER while it could not write). A member whose own MASTER
+/// report is older does not count as master in this pool: keepalived elected the newer one (a
+/// killed router never reports BACKUP itself). `None` when the pool is not under `authority:
+/// vrrp` on an on-prem provider ([`PoolState::newest_master_counts`]) or no such report exists.
+/// Compute it once per pool and pass it to [`is_admissible`], [`is_eligible`] and [`may_keep`].
 #[must_use]
 pub fn vrrp_floor(nodes: &[NodeState], pool: &PoolState, now_ms: u64) -> Option<u64> {
-    if pool.spec.authority != Authority::Vrrp {
+    if !pool.newest_master_counts {
         return None;
     }
     pool.member_ids
         .iter()
         .map(|id| &nodes[*id])
         .filter(|node| could_hold(node, &pool.capture_domain) && is_alive(node, &pool.spec, now_ms))
-        .filter_map(|node| node.vrrp_master)
+        .filter_map(|node| node.vrrp_master.filter(|report| report.seq > node.revived_seq))
         .filter(|report| report.taken_ms.saturating_add(pool.spec.promotion_hold_ms) <= now_ms)
         .map(|report| report.seq)
         .max()

@@ -270,6 +270,7 @@ impl Federation {
         let mut structure_changed = false;
         let applied = match &event.kind {
             EventKind::Heartbeat { node } => {
+                self.note_revival(node);
                 // Counted as of the stream time the log took it (SPEC 3; "Time in a fleet").
                 let taken_ms = self.stream_time_ms;
                 let state = self.node_mut(node);

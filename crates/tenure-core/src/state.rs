@@ -34,11 +34,15 @@ pub struct NodeState {
     /// When its latest report is MASTER: where the log took that report. Among a pool's members
     /// that say MASTER, the newest report counts ([`crate::eligibility::vrrp_floor`]; issue 24).
     pub vrrp_master: Option<MasterReport>,
+    /// The log order (`events_applied`) of the heartbeat that found this node expired, when it
+    /// had a MASTER report then (0: never): a MASTER report from before it does not set a pool's
+    /// floor — the router may have left MASTER while it could not write.
+    pub revived_seq: u64,
 }
 
 /// Where the log took a node's latest MASTER report (`docs/decisions.md`, "The newest MASTER
 /// report counts").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MasterReport {
     /// The federation's `events_applied` count when it was applied: the log's order. 0 for a
     /// report restored from a snapshot that did not record it (every such report ties).
@@ -60,6 +64,7 @@ impl NodeState {
             healthy: true,
             vrrp: None,
             vrrp_master: None,
+            revived_seq: 0,
         }
     }
 }
@@ -175,6 +180,10 @@ pub struct PoolState {
     pub capture_domain: CaptureDomain,
     /// Declared members, by node id, in rank-group order (see [`crate::arbitration`]).
     pub member_ids: Vec<NodeId>,
+    /// Whether the newest MASTER report among the members counts ([`crate::eligibility::vrrp_floor`]):
+    /// `authority: vrrp` on an on-prem provider, where keepalived's election is what decides and
+    /// the host refuses adds while not MASTER. Derived from the spec and the provider's kind.
+    pub newest_master_counts: bool,
     /// Every address ever listed, in canonical order.
     pub addresses: BTreeMap<IpAddr, AddressState>,
     /// The conditions of the latest arbitration.

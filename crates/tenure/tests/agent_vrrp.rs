@@ -154,6 +154,11 @@ impl Router {
             .collect()
     }
 
+    async fn owner(&self) -> Option<String> {
+        let rows = self.handle.ownership().await.expect("answers");
+        rows.into_iter().find(|r| r.address == ADDRESS).expect("row").owner
+    }
+
     async fn epochs(&self) -> (u64, u64) {
         let rows = self.handle.ownership().await.expect("answers");
         let row = rows.iter().find(|r| r.address == ADDRESS).expect("row");
@@ -241,7 +246,8 @@ async fn the_newest_master_report_takes_the_address_and_the_older_counts_again_w
     // b's agent: alive (the pool's heartbeatTTL is a minute here), its keepalived says MASTER.
     router.peer_appends(EventKind::Heartbeat { node: "b".into() });
     router.peer_appends(EventKind::Vrrp { node: "b".into(), state: VrrpState::Master });
-    wait_until(WAIT_MAX, "a released its entry (b owns)", async || !router.answers()).await;
+    wait_until(WAIT_MAX, "b owns", async || router.owner().await.as_deref() == Some("b")).await;
+    wait_until(WAIT_MAX, "a released its entry", async || !router.answers()).await;
 
     // b steps down (the split healed in a's favour): a answers again.
     router.peer_appends(EventKind::Vrrp { node: "b".into(), state: VrrpState::Backup });

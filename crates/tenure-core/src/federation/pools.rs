@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{Applied, Federation};
 use crate::arbitration;
-use crate::model::PoolSpec;
+use crate::model::{Authority, PoolSpec, VerbFamily};
 use crate::model::{CaptureEpoch, OwnershipEpoch};
 use crate::state::{AddressState, CaptureLine, NodeId, PoolConditions, PoolState};
 
@@ -41,12 +41,14 @@ impl Federation {
         let domain = spec.capture_domain();
         let member_ids = arbitration::rank_members(spec, &self.member_ids(spec), &self.nodes);
         let listed: BTreeSet<IpAddr> = spec.addresses.iter().copied().collect();
+        let newest_master_counts = self.newest_master_counts(spec);
         self.claims.apply(spec);
         let pool = self.pools.entry(spec.name.clone()).or_insert_with(|| PoolState {
             spec: Arc::new(spec.clone()),
             deleted: true,
             capture_domain: domain.clone(),
             member_ids: Vec::new(),
+            newest_master_counts,
             addresses: listed.iter().map(|a| (*a, fresh_address(floor))).collect(),
             conditions: PoolConditions::default(),
         });
@@ -86,6 +88,13 @@ impl Federation {
         pool.deleted = false;
         pool.capture_domain = domain;
         pool.member_ids = member_ids;
+        pool.newest_master_counts = newest_master_counts;
+    }
+
+    /// [`PoolState::newest_master_counts`] for `spec`.
+    pub(super) fn newest_master_counts(&self, spec: &PoolSpec) -> bool {
+        spec.authority == Authority::Vrrp
+            && self.providers.get(&spec.provider).is_some_and(|kind| kind.verb_family() == VerbFamily::Onprem)
     }
 
     /// Retires every address of a pool: owner and desired holder become none.

@@ -66,6 +66,32 @@ struct NodeWire {
     /// and 2: such a MASTER reads as the oldest (order 0, stream time 0), so every one ties.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     vrrp_master: Option<MasterWire>,
+    /// Format 3; written only when not 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    revived_seq: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+/// A node's MASTER report as the snapshot has it: format 3 carries it for every MASTER, and only
+/// within the snapshot's own order and stream time; formats 1 and 2 carry none, and their MASTERs
+/// read as the oldest (order 0: they tie).
+fn master_report(wire: &Wire, n: &NodeWire) -> Result<Option<MasterReport>, SnapshotError> {
+    let refuse = |what: &str| Err(bad(format!("node `{}`: {what}", n.name)));
+    match (&n.vrrp_master, n.vrrp == Some(VrrpState::Master)) {
+        (Some(_), _) if wire.v < SNAPSHOT_VERSION => refuse("`vrrpMaster` in a snapshot of format 1 or 2"),
+        (Some(_), false) => refuse("`vrrpMaster` without a MASTER state"),
+        (Some(m), true) if m.seq > wire.events_applied || m.taken_ms > wire.stream_time_ms => {
+            refuse("`vrrpMaster` outside this snapshot's order or stream time")
+        }
+        (Some(m), true) => Ok(Some(MasterReport { seq: m.seq, taken_ms: m.taken_ms })),
+        (None, true) if wire.v == SNAPSHOT_VERSION => refuse("a MASTER state without `vrrpMaster`"),
+        (None, true) => Ok(Some(MasterReport::default())),
+        (None, false) => Ok(None),
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -190,6 +216,7 @@ impl Federation {
                     healthy: n.healthy,
                     vrrp: n.vrrp,
                     vrrp_master: n.vrrp_master.map(|m| MasterWire { seq: m.seq, taken_ms: m.taken_ms }),
+                    revived_seq: n.revived_seq,
                 })
                 .collect(),
             pools: self
@@ -310,14 +337,14 @@ impl Federation {
             state.drained = n.drained;
             state.healthy = n.healthy;
             state.vrrp = n.vrrp;
-            state.vrrp_master = match (&n.vrrp_master, n.vrrp) {
-                (Some(m), Some(VrrpState::Master)) => Some(MasterReport { seq: m.seq, taken_ms: m.taken_ms }),
-                (None, Some(VrrpState::Master)) => Some(MasterReport::default()),
-                (Some(_), _) => {
-                    return Err(bad(format!("node `{}`: `vrrpMaster` without a MASTER state", n.name)));
-                }
-                (None, _) => None,
-            };
+            state.vrrp_master = master_report(&wire, n)?;
+            if n.revived_seq > wire.events_applied || (wire.v < SNAPSHOT_VERSION && n.revived_seq != 0) {
+                return Err(bad(format!(
+                    "node `{}`: `revivedSeq` {} is not in this snapshot",
+                    n.name, n.revived_seq
+                )));
+            }
+            state.revived_seq = n.revived_seq;
         }
         let mut pools = BTreeMap::new();
         for p in &wire.pools {
@@ -367,6 +394,7 @@ impl Federation {
                 addresses.insert(a.address, state);
             }
             let state = PoolState {
+                newest_master_counts: fed.newest_master_counts(&spec),
                 capture_domain: spec.capture_domain(),
                 member_ids: p.members.iter().map(|m| id(m)).collect::<Result<_, _>>()?,
                 spec: Arc::new(spec),

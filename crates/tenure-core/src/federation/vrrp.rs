@@ -16,6 +16,16 @@ impl Federation {
         reporter.vrrp = Some(state);
         reporter.vrrp_master = (state == VrrpState::Master).then_some(report);
     }
+
+    /// Before a heartbeat of `node` is applied: if the node has a MASTER report and this
+    /// heartbeat finds it expired ([`Federation::node_alive`] at the stream time that took it),
+    /// records the revival, so that the report from before it sets no pool's floor.
+    pub(super) fn note_revival(&mut self, node: &str) {
+        let id = self.node_ids[node];
+        if self.nodes[id].vrrp_master.is_some() && self.node_alive(id) == Some(false) {
+            self.nodes[id].revived_seq = self.events_applied;
+        }
+    }
 }
 
 #[cfg(test)]

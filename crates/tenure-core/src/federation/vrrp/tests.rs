@@ -33,12 +33,24 @@ fn pool(name: &str, address: &str, members: &[&str], authority: Authority) -> Po
     }
 }
 
+/// The registry: routers `a`…`e` on `lan` in `g1`, `x` on `lan` in `g2`, hosts `m`, `n` on
+/// `cloud` (`sim-cloud`) in `g1`.
+fn registry() -> Federation {
+    let mut nodes: Vec<NodeSpec> = ["a", "b", "c", "d", "e"].map(node).into();
+    nodes.push(NodeSpec { placement_group: "g2".into(), ..node("x") });
+    nodes.push(NodeSpec { provider: "cloud".into(), ..node("m") });
+    nodes.push(NodeSpec { provider: "cloud".into(), ..node("n") });
+    let providers = [
+        ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem },
+        ProviderSpec { name: "cloud".into(), kind: ProviderKind::SimCloud },
+    ];
+    Federation::new(&nodes, &providers)
+}
+
 /// Routers `a`, `b` (pool `p`, VRRP), `c`, `d` (pool `q`, VRRP: another instance) and `e`
 /// (with `a` in pool `n`, no authority); all heartbeat at 0 (TTL 3 s, promotionHold 0).
 fn lan() -> Federation {
-    let nodes = ["a", "b", "c", "d", "e"].map(node);
-    let providers = [ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }];
-    let mut fed = Federation::new(&nodes, &providers);
+    let mut fed = registry();
     for spec in [
         pool("p", "10.0.0.10", &["a", "b"], Authority::Vrrp),
         pool("q", "10.0.0.20", &["c", "d"], Authority::Vrrp),
@@ -120,10 +132,6 @@ fn each_pool_counts_its_own_members_reports() {
     assert_eq!(owner(&fed, "q").as_deref(), Some("c"));
     report(&mut fed, 30, "e", VrrpState::Master);
     assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "e shares no pool under vrrp with a");
-    // A deleted pool counts no one's report.
-    apply(&mut fed, 40, EventKind::PoolDeleted { pool: "r".into() });
-    report(&mut fed, 50, "c", VrrpState::Master);
-    assert_eq!(owner(&fed, "p").as_deref(), Some("a"));
 }
 
 #[test]
@@ -137,15 +145,47 @@ fn a_newer_master_that_could_not_hold_does_not_count() {
         report(&mut fed, 20, "b", VrrpState::Master);
         assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "{exclude:?}");
     }
-    // In another capture domain (a member listed in a pool of another placement group).
+    // A member in another capture domain (`x`, in g2, listed by the g1 pool `p`).
     let mut fed = lan();
-    let mut other = pool("s", "10.0.0.50", &["a", "b"], Authority::Vrrp);
-    other.placement_group = "g2".into();
-    with_pool(&mut fed, other);
+    with_pool(&mut fed, pool("p", "10.0.0.10", &["a", "b", "x"], Authority::Vrrp));
+    apply(&mut fed, 5, EventKind::Heartbeat { node: "x".into() });
+    report(&mut fed, 10, "a", VrrpState::Master);
+    report(&mut fed, 20, "x", VrrpState::Master);
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "x could never hold p's address");
+}
+
+#[test]
+fn a_master_report_from_before_its_router_expired_sets_no_floor() {
+    let mut fed = lan();
     report(&mut fed, 10, "a", VrrpState::Master);
     report(&mut fed, 20, "b", VrrpState::Master);
     assert_eq!(owner(&fed, "p").as_deref(), Some("b"));
-    assert_eq!(owner(&fed, "s"), None, "neither router is in g2");
+    // b is cut off from the log: its heartbeat (at 0) expires at 3,000 and a counts again.
+    apply(&mut fed, 3_000, EventKind::Heartbeat { node: "a".into() });
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"));
+    // b's first heartbeat back lands before its BACKUP (its keepalived may have stepped down
+    // meanwhile): its old MASTER report does not take the address back.
+    apply(&mut fed, 3_500, EventKind::Heartbeat { node: "b".into() });
+    assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "b's report predates its revival");
+    // A MASTER report after the revival counts as any other.
+    report(&mut fed, 3_600, "b", VrrpState::Master);
+    assert_eq!(owner(&fed, "p").as_deref(), Some("b"));
+    // A heartbeat of a live node is no revival.
+    apply(&mut fed, 3_700, EventKind::Heartbeat { node: "b".into() });
+    assert_eq!(owner(&fed, "p").as_deref(), Some("b"));
+}
+
+#[test]
+fn off_prem_vrrp_pools_keep_spec_3s_rule() {
+    let mut fed = lan();
+    let mut spec = pool("c1", "10.0.1.10", &["m", "n"], Authority::Vrrp);
+    spec.provider = "cloud".into();
+    with_pool(&mut fed, spec);
+    apply(&mut fed, 5, EventKind::Heartbeat { node: "m".into() });
+    apply(&mut fed, 5, EventKind::Heartbeat { node: "n".into() });
+    report(&mut fed, 10, "m", VrrpState::Master);
+    report(&mut fed, 20, "n", VrrpState::Master);
+    assert_eq!(owner(&fed, "c1").as_deref(), Some("m"), "both count; the owner keeps the address");
 }
 
 #[test]
@@ -171,6 +211,10 @@ fn a_newer_master_counts_over_the_older_only_after_promotion_hold() {
 fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
     let mut fed = lan();
     report(&mut fed, 10, "a", VrrpState::Master);
+    // A restored federation applies the rule to what follows (the pool's flag is rebuilt).
+    let mut restored = lan_registry().restore(&fed.snapshot()).expect("restores");
+    report(&mut restored, 20, "b", VrrpState::Master);
+    assert_eq!(owner(&restored, "p").as_deref(), Some("b"));
     report(&mut fed, 20, "b", VrrpState::Master);
     let bytes = fed.snapshot();
     let restored = lan_registry().restore(&bytes).expect("restores");
@@ -188,10 +232,26 @@ fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
             .all(|n| n.vrrp_master == Some(MasterReport::default()))
     );
     assert_eq!(owner(&restored, "p").as_deref(), Some("b"));
-    // A MASTER order on a node whose state is not MASTER is refused.
-    let bad = text.replacen("\"vrrp\":\"master\"", "\"vrrp\":\"backup\"", 1);
-    let e = lan_registry().restore(bad.as_bytes()).expect_err("refused");
-    assert!(e.to_string().contains("`vrrpMaster` without a MASTER state"), "{e}");
+    // Refused: a MASTER order on a node whose state is not MASTER; a format-3 MASTER without
+    // one; one in a format-2 snapshot; one past the snapshot's own order.
+    for (bad, why) in [
+        (
+            text.replacen("\"vrrp\":\"master\"", "\"vrrp\":\"backup\"", 1),
+            "`vrrpMaster` without a MASTER state",
+        ),
+        (strip_master_orders(&text), "a MASTER state without `vrrpMaster`"),
+        (text.replacen("{\"v\":3", "{\"v\":2", 1), "`vrrpMaster` in a snapshot of format 1 or 2"),
+        (
+            text.replacen("\"vrrpMaster\":{\"seq\":", "\"vrrpMaster\":{\"seq\":9999", 1),
+            "outside this snapshot's order",
+        ),
+    ] {
+        let e = lan_registry().restore(bad.as_bytes()).expect_err(why);
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    // A federation restored from format 2 writes its ties back in format 3, and reads them.
+    let again = lan_registry().restore(older.as_bytes()).expect("restores").snapshot();
+    assert!(lan_registry().restore(&again).is_ok());
 }
 
 /// `text` without its `"vrrpMaster":{…}` fields (what format 2 wrote).
@@ -205,7 +265,5 @@ fn strip_master_orders(text: &str) -> String {
 }
 
 fn lan_registry() -> Federation {
-    let nodes = ["a", "b", "c", "d", "e"].map(node);
-    let providers = [ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }];
-    Federation::new(&nodes, &providers)
+    registry()
 }
