@@ -284,10 +284,14 @@ impl Federation {
                 Applied::Applied
             }
             EventKind::Undrain { node } => {
+                self.note_return(node);
                 self.node_mut(node).drained = false;
                 Applied::Applied
             }
             EventKind::Health { node, healthy } => {
+                if *healthy {
+                    self.note_return(node);
+                }
                 self.node_mut(node).healthy = *healthy;
                 Applied::Applied
             }

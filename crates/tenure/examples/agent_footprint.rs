@@ -8,8 +8,9 @@
 //! resident set is read from `/proc/self/statm` before the agent starts and once it has executed
 //! every action; the difference divided by the address count is printed, with the part the
 //! ownership map alone takes (a [`Federation`] built from the same pools, measured the same way
-//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=…`
-//! (the largest gap between two of the node's heartbeats in the log while it captured everything).
+//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=… capture_probes=… capture_health_ms_p50=… p99=… capture_page500_ms_p50=… p99=…`
+//! (the largest gap between two of the node's heartbeats in the log while it captured everything;
+//! `GET /v1/health` and `GET /v1/ownership?limit=500`, asked every 100 ms during the capture).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -182,11 +183,27 @@ async fn main() {
     let started = Instant::now();
     let watch = Arc::new(Watch::default());
     let observer: Arc<dyn Observe> = watch.clone();
+    // The API from the start: while the agent captures, a prober asks `GET /v1/health` and
+    // `GET /v1/ownership?limit=500` every 100 ms (issue 24's targets: health ≤ 10 ms, a page
+    // ≤ 20 ms at p99 during capture).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let router = tenure::api::router(handle.clone(), Arc::new(tenure::metrics::Metrics::new()), None);
+    let (api_stop, api_stopped) = oneshot::channel::<()>();
+    let api = tokio::spawn(tenure::api::serve(listener, router, async move {
+        let _ = api_stopped.await;
+    }));
     let agent = tokio::spawn(run(store.clone(), settings, requests, reloads, observer, async move {
         let _ = stopped.await;
     }));
+    let capturing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let prober = tokio::spawn(probe_while(Arc::clone(&capturing), address));
     wait_all_executed(&handle, &watch, addresses).await;
     let built = started.elapsed();
+    capturing.store(false, Ordering::Relaxed);
+    let (mut health, mut page) = prober.await.expect("the prober joins");
+    health.sort();
+    page.sort();
     let heartbeat_gap = largest_heartbeat_gap(&store);
     let rss = resident_bytes().saturating_sub(before);
     // One requeue pass with the map built and nothing to do: what an idle agent spends every
@@ -196,14 +213,20 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let idle_reconcile = Duration::from_micros(watch.last_reconcile_us.load(Ordering::Relaxed));
+    // The capture's figures first (a long whole-map phase follows).
+    eprintln!(
+        "captured: addresses={addresses} rss_per_address_bytes={} built_s={:.1} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} capture_probes={} health_ms_p50={:?} p99={:?} page500_ms_p50={:?} p99={:?}",
+        rss / addresses.max(1),
+        built.as_secs_f64(),
+        idle_reconcile.as_secs_f64() * 1e3,
+        health.len(),
+        health.get(health.len() / 2),
+        health.get((health.len() * 99 / 100).min(health.len().saturating_sub(1))),
+        page.get(page.len() / 2),
+        page.get((page.len() * 99 / 100).min(page.len().saturating_sub(1))),
+    );
     // GET /v1/ownership over loopback HTTP, against the baseline of serialising the same rows.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let address = listener.local_addr().expect("address");
-    let router = tenure::api::router(handle.clone(), Arc::new(tenure::metrics::Metrics::new()), None);
-    let (api_stop, api_stopped) = oneshot::channel::<()>();
-    let api = tokio::spawn(tenure::api::serve(listener, router, async move {
-        let _ = api_stopped.await;
-    }));
+    let mut whole_map_failures = 0_u32;
     let mut latencies = Vec::with_capacity(samples);
     let mut baselines = Vec::with_capacity(samples);
     for _ in 0..samples {
@@ -211,14 +234,21 @@ async fn main() {
         let body =
             tokio::task::spawn_blocking(move || http_get(address, "/v1/ownership")).await.expect("joins");
         latencies.push(t.elapsed());
-        assert!(body.len() as u64 > addresses * 50, "a row per address");
+        // At 1M the whole map can outlast the API's request timeout: counted, not fatal.
+        if (body.len() as u64) < addresses * 50 {
+            whole_map_failures += 1;
+        }
         // The baseline: the same rows asked of the loop in-process and serialised the way the
         // handler does (a struct straight to bytes), without HTTP.
         let t = Instant::now();
-        let rows = handle.ownership().await.expect("answers");
-        let bytes = serde_json::to_vec(&OwnershipBody { ownership: rows }).expect("serialises");
+        // At 1M the loop may not answer the whole map within the handle's timeout: counted.
+        if let Ok(rows) = handle.ownership().await {
+            let bytes = serde_json::to_vec(&OwnershipBody { ownership: rows }).expect("serialises");
+            assert!(!bytes.is_empty());
+        } else {
+            whole_map_failures += 1;
+        }
         baselines.push(t.elapsed());
-        assert!(!bytes.is_empty());
     }
     latencies.sort();
     baselines.sort();
@@ -230,8 +260,13 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     let per = |bytes: u64| bytes / addresses.max(1);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p99 = |sorted: &[Duration]| {
+        sorted.get((sorted.len() * 99 / 100).min(sorted.len().saturating_sub(1))).copied()
+    };
+    let p50 = |sorted: &[Duration]| sorted.get(sorted.len() / 2).copied();
+    let show = |d: Option<Duration>| d.map_or_else(|| "none".to_owned(), |d| format!("{:.1}", ms(d)));
     println!(
-        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={:.1} p99={:.1} in_process_ms_p50={:.1}",
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={:.1} p99={:.1} in_process_ms_p50={:.1} whole_map_failures={whole_map_failures} capture_probes={} capture_health_ms_p50={} p99={} capture_page500_ms_p50={} p99={}",
         per(rss),
         per(map),
         built.as_secs_f64(),
@@ -239,7 +274,31 @@ async fn main() {
         ms(latencies[latencies.len() / 2]),
         ms(latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]),
         ms(baselines[baselines.len() / 2]),
+        health.len(),
+        show(p50(&health)),
+        show(p99(&health)),
+        show(p50(&page)),
+        show(p99(&page)),
     );
+}
+
+/// While `capturing`, every 100 ms: one `GET /v1/health` and one `GET /v1/ownership?limit=500`
+/// over loopback HTTP, each timed to its whole answer. Returns both lists of latencies.
+async fn probe_while(
+    capturing: Arc<std::sync::atomic::AtomicBool>,
+    address: std::net::SocketAddr,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut health, mut page) = (Vec::new(), Vec::new());
+    while capturing.load(Ordering::Relaxed) {
+        for (path, into) in [("/v1/health", &mut health), ("/v1/ownership?limit=500", &mut page)] {
+            let t = Instant::now();
+            let body = tokio::task::spawn_blocking(move || http_get(address, path)).await.expect("joins");
+            into.push(t.elapsed());
+            assert!(body.starts_with(b"HTTP/1.1 "), "{path} answers HTTP");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (health, page)
 }
 
 /// The largest gap between two consecutive heartbeat stamps of node `a` in the log, in ms: how

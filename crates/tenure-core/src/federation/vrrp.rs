@@ -26,6 +26,18 @@ impl Federation {
             self.nodes[id].revived_seq = self.events_applied;
         }
     }
+
+    /// Before an `undrain` or a healthy `health` of `node` is applied: a node with a MASTER
+    /// report that was drained or unhealthy comes back like a revived one — its report from
+    /// before sets no pool's floor, so an undrain takes addresses only as others fail (with
+    /// `preempt: false`), as it does without VRRP.
+    pub(super) fn note_return(&mut self, node: &str) {
+        let id = self.node_ids[node];
+        let state = &mut self.nodes[id];
+        if state.vrrp_master.is_some() && (state.drained || !state.healthy) {
+            state.revived_seq = self.events_applied;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -176,6 +176,30 @@ fn a_master_report_from_before_its_router_expired_sets_no_floor() {
 }
 
 #[test]
+fn an_undrained_or_healthy_again_master_does_not_take_the_address_back() {
+    for (out, back) in [
+        (EventKind::Drain { node: "b".into() }, EventKind::Undrain { node: "b".into() }),
+        (
+            EventKind::Health { node: "b".into(), healthy: false },
+            EventKind::Health { node: "b".into(), healthy: true },
+        ),
+    ] {
+        let mut fed = lan();
+        report(&mut fed, 10, "a", VrrpState::Master);
+        report(&mut fed, 20, "b", VrrpState::Master);
+        assert_eq!(owner(&fed, "p").as_deref(), Some("b"));
+        apply(&mut fed, 30, out.clone());
+        assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "{out:?}");
+        apply(&mut fed, 40, back.clone());
+        assert_eq!(owner(&fed, "p").as_deref(), Some("a"), "{back:?}: only as others fail (preempt false)");
+        // A second healthy verdict or undrain of a node already back is no return.
+        apply(&mut fed, 50, back.clone());
+        report(&mut fed, 60, "b", VrrpState::Master);
+        assert_eq!(owner(&fed, "p").as_deref(), Some("b"), "a MASTER report after the return counts");
+    }
+}
+
+#[test]
 fn off_prem_vrrp_pools_keep_spec_3s_rule() {
     let mut fed = lan();
     let mut spec = pool("c1", "10.0.1.10", &["m", "n"], Authority::Vrrp);
