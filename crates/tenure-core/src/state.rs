@@ -34,9 +34,10 @@ pub struct NodeState {
     /// When its latest report is MASTER: where the log took that report. Among a pool's members
     /// that say MASTER, the newest report counts ([`crate::eligibility::vrrp_floor`]; issue 24).
     pub vrrp_master: Option<MasterReport>,
-    /// The log order (`events_applied`) of the heartbeat that found this node expired, when it
-    /// had a MASTER report then (0: never): a MASTER report from before it does not set a pool's
-    /// floor — the router may have left MASTER while it could not write.
+    /// The log order (`events_applied`) of this node's last return while it had a MASTER report
+    /// (0: never): a heartbeat that found it expired, or an `undrain` / healthy `health` after a
+    /// drain / unhealthy verdict. A MASTER report from before it sets no pool's floor — the
+    /// router may have left MASTER while it was away (`federation/vrrp.rs`).
     pub revived_seq: u64,
 }
 

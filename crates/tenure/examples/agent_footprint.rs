@@ -213,17 +213,27 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let idle_reconcile = Duration::from_micros(watch.last_reconcile_us.load(Ordering::Relaxed));
+    let per = |bytes: u64| bytes / addresses.max(1);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p50 = |sorted: &[Duration]| sorted.get(sorted.len() / 2).copied();
+    let p99 = |sorted: &[Duration]| {
+        sorted.get((sorted.len() * 99 / 100).min(sorted.len().saturating_sub(1))).copied()
+    };
+    let show = |d: Option<Duration>| d.map_or_else(|| "none".to_owned(), |d| format!("{:.1}", ms(d)));
+    let capture = format!(
+        "capture_probes={} capture_health_ms_p50={} p99={} capture_page500_ms_p50={} p99={}",
+        health.len(),
+        show(p50(&health)),
+        show(p99(&health)),
+        show(p50(&page)),
+        show(p99(&page)),
+    );
     // The capture's figures first (a long whole-map phase follows).
     eprintln!(
-        "captured: addresses={addresses} rss_per_address_bytes={} built_s={:.1} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} capture_probes={} health_ms_p50={:?} p99={:?} page500_ms_p50={:?} p99={:?}",
-        rss / addresses.max(1),
+        "captured: addresses={addresses} rss_per_address_bytes={} built_s={:.1} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} {capture}",
+        per(rss),
         built.as_secs_f64(),
-        idle_reconcile.as_secs_f64() * 1e3,
-        health.len(),
-        health.get(health.len() / 2),
-        health.get((health.len() * 99 / 100).min(health.len().saturating_sub(1))),
-        page.get(page.len() / 2),
-        page.get((page.len() * 99 / 100).min(page.len().saturating_sub(1))),
+        ms(idle_reconcile),
     );
     // GET /v1/ownership over loopback HTTP, against the baseline of serialising the same rows.
     let mut whole_map_failures = 0_u32;
@@ -258,27 +268,15 @@ async fn main() {
     let _ = agent.await;
     let _ = store.close();
     let _ = std::fs::remove_dir_all(&dir);
-    let per = |bytes: u64| bytes / addresses.max(1);
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let p99 = |sorted: &[Duration]| {
-        sorted.get((sorted.len() * 99 / 100).min(sorted.len().saturating_sub(1))).copied()
-    };
-    let p50 = |sorted: &[Duration]| sorted.get(sorted.len() / 2).copied();
-    let show = |d: Option<Duration>| d.map_or_else(|| "none".to_owned(), |d| format!("{:.1}", ms(d)));
     println!(
-        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={:.1} p99={:.1} in_process_ms_p50={:.1} whole_map_failures={whole_map_failures} capture_probes={} capture_health_ms_p50={} p99={} capture_page500_ms_p50={} p99={}",
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures} {capture}",
         per(rss),
         per(map),
         built.as_secs_f64(),
         ms(idle_reconcile),
-        ms(latencies[latencies.len() / 2]),
-        ms(latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]),
-        ms(baselines[baselines.len() / 2]),
-        health.len(),
-        show(p50(&health)),
-        show(p99(&health)),
-        show(p50(&page)),
-        show(p99(&page)),
+        show(p50(&latencies)),
+        show(p99(&latencies)),
+        show(p50(&baselines)),
     );
 }
 
