@@ -27,6 +27,9 @@
 //! before the pause (the caller follows first: catching up changes no journal entry), without
 //! planning; `restart` loses memory (the view, the
 //! pause) but not the journal, nor a partition.
+//!
+//! The requeue's safety net, a slice at a time, is [`NodeDriver::requeue`] (`driver/requeue.rs`);
+//! the node's life (pause, resume, restart, partition) is `driver/lifecycle.rs`.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
@@ -39,6 +42,8 @@ use crate::model::{ParsedKey, StampedAction};
 use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
 
 mod lifecycle;
+mod requeue;
+pub use requeue::Requeued;
 
 /// How long after a failure without a backoff (the on-prem verbs) the node plans again, in ms of
 /// stream time ([`NodeDriver::reconcile_due`]): about one heartbeat interval.
@@ -96,6 +101,8 @@ pub struct NodeDriver<S: JournalStore> {
     outbox: VecDeque<EventKind>,
     /// What the last completed reconcile planned from: see [`NodeDriver::reconcile_due`].
     planned_at: Option<PlannedAt>,
+    /// Where the requeue's safety net goes on ([`NodeDriver::requeue`]); `None`: no pass under way.
+    requeue_at: Option<crate::planner::PlanCursor>,
     /// Acquires that may have outrun a hand-over, seen while applying the log, until polled
     /// ([`NodeDriver::poll_outran_acquire`]). A set: one entry per (provider, address).
     outran: BTreeSet<OutranAcquire>,
@@ -137,6 +144,7 @@ impl<S: JournalStore> NodeDriver<S> {
             options,
             outbox: VecDeque::new(),
             planned_at: None,
+            requeue_at: None,
             outran: BTreeSet::new(),
         }
     }
@@ -350,12 +358,14 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// A local `reconcile` (plan, import, sweep, compact) against the node's own view as the
     /// head; then, when reporting results, queue what the log has not confirmed (the outbox of
-    /// results). Follow the log first: the node plans from what it applied.
+    /// results). Follow the log first: the node plans from what it applied. A whole plan ends a
+    /// [requeue](NodeDriver::requeue) pass under way.
     pub fn reconcile(&mut self) -> Result<Result<ReconcileReport, Blocked>, NodeError<S::Error>> {
         if let Some(blocked) = self.blocked() {
             return Ok(Err(blocked));
         }
         let report = self.engine.reconcile(&self.view, &self.view)?;
+        self.requeue_at = None;
         self.planned(&report);
         self.queue_unconfirmed();
         Ok(Ok(report))

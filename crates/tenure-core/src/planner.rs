@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::ops::Bound;
 
 use crate::federation::{Federation, NodeId};
 use crate::model::{ActionStamp, Approval, CaptureDomain, VerbFamily};
@@ -74,74 +75,138 @@ pub enum Release<'a> {
 /// Plans node `node`'s actions from `view` (its applied prefix of the log), in canonical order
 /// (pool, address), each address's verbs in execution order. A captured address that the node is
 /// now the desired holder of on the same provider, through any applied pool, is not released;
-/// when a release is due and how it is stamped is [`release_plan`].
+/// when a release is due and how it is stamped is [`release_plan`]. The whole walk of
+/// [`plan_slice`], in one slice.
 #[must_use]
 pub fn plan<'a>(view: &'a Federation, node: NodeId, captured: &'a Captured) -> Plan<'a> {
-    let node_state = &view.nodes()[node];
-    let node_name = node_state.spec.name.as_str();
-    let mut planned: Vec<((&'a str, IpAddr), Vec<PlannedAction<'a>>)> = Vec::new();
+    plan_slice(view, node, captured, &PlanCursor::default(), usize::MAX).0
+}
 
-    for (pool_name, pool) in view.pools().iter().filter(|(_, p)| !p.deleted) {
-        let Some(kind) = view.provider_kind(&pool.spec.provider) else { continue };
-        for (address, state) in pool.addresses.iter().filter(|(_, a)| a.active) {
-            if state.line.desired_holder != Some(node) {
-                continue;
-            }
-            let actions = kind
-                .verb_family()
-                .acquire_verbs()
-                .iter()
-                .map(|verb| PlannedAction {
-                    stamp: ActionStamp {
-                        pool: pool_name,
-                        address: *address,
-                        verb: *verb,
-                        holder: node_name,
-                        provider: &pool.spec.provider,
-                        nic: &node_state.spec.nic,
-                        capture_domain: &pool.capture_domain,
-                        capture_epoch: state.line.epoch,
-                        ownership_epoch: state.ownership_epoch,
-                    },
-                    approval: pool.spec.approval,
-                })
-                .collect();
-            planned.push(((pool_name.as_str(), *address), actions));
+/// Where a walk of [`plan_slice`] stands: before a position, or done.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Walk {
+    /// At the first position.
+    #[default]
+    Start,
+    /// At this key (the next to visit).
+    At(String, IpAddr),
+    /// Every position visited.
+    Done,
+}
+
+impl Walk {
+    /// The lower bound of what is left to visit, `None` when nothing is.
+    fn from(&self) -> Option<Bound<(String, IpAddr)>> {
+        match self {
+            Self::Start => Some(Bound::Unbounded),
+            Self::At(name, address) => Some(Bound::Included((name.clone(), *address))),
+            Self::Done => None,
         }
     }
+}
 
-    // With drift repair on, what the provider last showed on this node's NIC counts as captured
-    // too: a call that landed while the node crashed before recording it must still be released.
-    let mut observed_only: BTreeMap<(&'a str, IpAddr), CaptureRef<'a>> = BTreeMap::new();
-    if view.drift_repair() {
-        let provider = &node_state.spec.provider;
-        for (pool_name, pool) in view.pools().iter().filter(|(_, p)| p.spec.provider == *provider) {
-            for address in pool.addresses.keys() {
-                if !view.observed_on(provider, *address, &node_state.spec.nic) {
-                    continue;
+/// Where the next [`plan_slice`] resumes: in the walk over every pool's addresses (its
+/// acquires, and what drift repair saw on the node's NIC) and in the walk over the node's
+/// captured set (its releases). `Default`: both at their start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlanCursor {
+    pools: Walk,
+    captured: Walk,
+}
+
+impl PlanCursor {
+    /// Whether both walks are done: the slices since the start planned every position once.
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.pools == Walk::Done && self.captured == Walk::Done
+    }
+}
+
+/// A slice of node `node`'s plan: what [`plan`] plans for the next `max` (pool, address)
+/// positions of the walk over every pool (including deleted pools and retired addresses: drift
+/// repair may release those) and the next `max` entries of its captured set, from `cursor`, in
+/// [`plan`]'s order; and where the next slice resumes. The slices from the start until
+/// [`PlanCursor::is_done`], over one unchanged view and captured set, plan exactly what one
+/// [`plan`] does (the requeue's safety net, bounded in work per step: `tests/plan_slices.rs`);
+/// each position's plan depends on the view and that position alone. The slice's `wake_at_ms`
+/// is the earliest hold ending among its releases.
+#[must_use]
+pub fn plan_slice<'a>(
+    view: &'a Federation,
+    node: NodeId,
+    captured: &'a Captured,
+    cursor: &PlanCursor,
+    max: usize,
+) -> (Plan<'a>, PlanCursor) {
+    let node_state = &view.nodes()[node];
+    let node_name = node_state.spec.name.as_str();
+    let provider = node_state.spec.provider.as_str();
+    let mut planned: Vec<((&'a str, IpAddr), Vec<PlannedAction<'a>>)> = Vec::new();
+    let mut observed_only: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
+    let mut next = PlanCursor { pools: Walk::Done, captured: Walk::Done };
+
+    if let Some(from) = cursor.pools.from() {
+        let (first_pool, first_address) = match &from {
+            Bound::Included((pool, address)) => (Bound::Included(pool.clone()), Some((pool.as_str(), *address))),
+            _ => (Bound::Unbounded, None),
+        };
+        let mut visited = 0_usize;
+        'pools: for (pool_name, pool) in view.pools().range::<String, _>((first_pool, Bound::Unbounded)) {
+            let addresses: Box<dyn Iterator<Item = (&IpAddr, &crate::state::AddressState)>> =
+                match first_address {
+                    Some((first, address)) if first == pool_name => Box::new(pool.addresses.range(address..)),
+                    _ => Box::new(pool.addresses.iter()),
+                };
+            for (address, state) in addresses {
+                if visited == max {
+                    next.pools = Walk::At(pool_name.clone(), *address);
+                    break 'pools;
                 }
-                // Only an address seen on this NIC builds a key.
-                let key = (provider.as_str(), *address);
-                if !captured.contains_key(&(provider.clone(), *address)) && !observed_only.contains_key(&key)
+                visited += 1;
+                if let Some(actions) = acquires(view, node, node_name, pool_name, pool, *address, state) {
+                    planned.push(((pool_name.as_str(), *address), actions));
+                }
+                // With drift repair on, what the provider last showed on this node's NIC counts as
+                // captured too: a call that landed while the node crashed before recording it must
+                // still be released. Once per (provider, address): through the first pool (by
+                // name) of the provider that has the address.
+                if view.drift_repair()
+                    && pool.spec.provider == provider
+                    && view.observed_on(provider, *address, &node_state.spec.nic)
+                    && !captured.contains_key(&(provider.to_owned(), *address))
+                    && !view
+                        .pools()
+                        .range::<String, _>(..pool_name.clone())
+                        .any(|(_, p)| p.spec.provider == provider && p.addresses.contains_key(address))
                 {
                     let record = CaptureRef {
                         pool: pool_name,
                         nic: &node_state.spec.nic,
                         capture_domain: &pool.capture_domain,
                     };
-                    observed_only.insert(key, record);
+                    observed_only.push(((provider, *address), record));
                 }
             }
         }
     }
 
+    let mut captured_slice: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
+    if let Some(from) = cursor.captured.from() {
+        for (visited, ((record_provider, address), record)) in
+            captured.range::<(String, IpAddr), _>((from, Bound::Unbounded)).enumerate()
+        {
+            if visited == max {
+                next.captured = Walk::At(record_provider.clone(), *address);
+                break;
+            }
+            let record =
+                CaptureRef { pool: &record.pool, nic: &record.nic, capture_domain: &record.capture_domain };
+            captured_slice.push(((record_provider.as_str(), *address), record));
+        }
+    }
+
     let mut wake_at_ms: Option<u64> = None;
-    let captured_refs = captured.iter().map(|((provider, address), record)| {
-        let record =
-            CaptureRef { pool: &record.pool, nic: &record.nic, capture_domain: &record.capture_domain };
-        ((provider.as_str(), *address), record)
-    });
-    for ((provider, address), record) in captured_refs.chain(observed_only) {
+    for ((provider, address), record) in captured_slice.into_iter().chain(observed_only) {
         match release_plan(view, node, provider, address, record) {
             None => {}
             Some(Release::Held { due_ms }) => {
@@ -152,7 +217,46 @@ pub fn plan<'a>(view: &'a Federation, node: NodeId, captured: &'a Captured) -> P
     }
 
     planned.sort_by(|a, b| a.0.cmp(&b.0));
-    Plan { actions: planned.into_iter().flat_map(|(_, actions)| actions).collect(), wake_at_ms }
+    let plan = Plan { actions: planned.into_iter().flat_map(|(_, actions)| actions).collect(), wake_at_ms };
+    (plan, next)
+}
+
+/// Node `node`'s acquire of `address` in `pool`, in execution order, when it is the address's
+/// desired holder there (the pool applied and the address active); `None` otherwise.
+fn acquires<'a>(
+    view: &'a Federation,
+    node: NodeId,
+    node_name: &'a str,
+    pool_name: &'a str,
+    pool: &'a crate::state::PoolState,
+    address: IpAddr,
+    state: &'a crate::state::AddressState,
+) -> Option<Vec<PlannedAction<'a>>> {
+    if pool.deleted || !state.active || state.line.desired_holder != Some(node) {
+        return None;
+    }
+    let kind = view.provider_kind(&pool.spec.provider)?;
+    let node_state = &view.nodes()[node];
+    let actions = kind
+        .verb_family()
+        .acquire_verbs()
+        .iter()
+        .map(|verb| PlannedAction {
+            stamp: ActionStamp {
+                pool: pool_name,
+                address,
+                verb: *verb,
+                holder: node_name,
+                provider: &pool.spec.provider,
+                nic: &node_state.spec.nic,
+                capture_domain: &pool.capture_domain,
+                capture_epoch: state.line.epoch,
+                ownership_epoch: state.ownership_epoch,
+            },
+            approval: pool.spec.approval,
+        })
+        .collect();
+    Some(actions)
 }
 
 /// Node `node`'s release of `address` on `provider`, captured as `record` says — the one rule

@@ -210,7 +210,7 @@ async fn health_is_200_when_ok_and_503_with_its_reason_when_not() {
     assert_eq!(health["logIndex"], server.state.log_len());
     assert!(health.get("reason").is_none(), "no reason when ok");
 
-    server.state.healthy.store(false, std::sync::atomic::Ordering::SeqCst);
+    server.state.set_healthy(false);
     let reply = get(&server, "/v1/health").await;
     assert_eq!(reply.status, 503);
     assert_eq!(reply.json()["ok"], false);

@@ -297,7 +297,12 @@ fn name_both_positions(health: &[String]) {
 fn nothing_acts_and_a_restart_refuses(fleet: &Fleet, agents: &mut [Option<Agent>], calls_before: usize) {
     let head = fleet.head_revision();
     stays_for(Duration::from_secs(1), "no agent calls its provider or appends to the log", || {
-        fleet.calls().len() == calls_before && fleet.head_revision() == head
+        let (calls, now) = (fleet.calls(), fleet.head_revision());
+        let still = calls.len() == calls_before && now == head;
+        if !still {
+            eprintln!("after the refusals: head {head} → {now}; calls {calls:#?}");
+        }
+        still
     });
     agents[1].take().expect("b runs").kill9();
     let b = fleet.spawn(1);

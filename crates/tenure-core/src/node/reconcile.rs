@@ -9,7 +9,7 @@ use crate::journal::{
     outcome_unknown,
 };
 use crate::model::Approval;
-use crate::planner;
+use crate::planner::{self, PlanCursor};
 
 impl<S: JournalStore> NodeEngine<S> {
     /// Plan from `view`, import through the gate against `head`, sweep open entries, compact.
@@ -18,17 +18,33 @@ impl<S: JournalStore> NodeEngine<S> {
         view: &Federation,
         head: &impl HeadTokens,
     ) -> Result<ReconcileReport, NodeError<S::Error>> {
+        self.reconcile_slice(view, head, &PlanCursor::default(), usize::MAX).map(|(report, _)| report)
+    }
+
+    /// [`NodeEngine::reconcile`] with a slice of the plan ([`planner::plan_slice`] from `cursor`,
+    /// `max` positions of each walk): what the slice plans is imported; the sweep and the
+    /// compaction are those of a whole reconcile. Returns where the next slice resumes.
+    pub fn reconcile_slice(
+        &mut self,
+        view: &Federation,
+        head: &impl HeadTokens,
+        cursor: &PlanCursor,
+        max: usize,
+    ) -> Result<(ReconcileReport, PlanCursor), NodeError<S::Error>> {
         let node: NodeId =
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
         let mut report = ReconcileReport::default();
         // Acquires in doubt that went stale count as held before the plan, so that it releases
         // them in this reconcile.
         self.count_stale_in_doubt(head, &mut report)?;
-        self.replan = false;
         // The plan borrows the captured set while the import below commits: it is taken out for
         // the import (nothing there executes, so nothing there changes it) and always put back.
         let captured = std::mem::take(&mut self.captured);
-        let plan = planner::plan(view, node, &captured);
+        let (plan, next) = planner::plan_slice(view, node, &captured, cursor, max);
+        // Only a plan of everything plans the releases of what was counted as held.
+        if *cursor == PlanCursor::default() && next.is_done() {
+            self.replan = false;
+        }
         report.wake_at_ms = plan.wake_at_ms;
         let imported = self.import(&plan.actions, head, &mut report);
         drop(plan);
@@ -38,7 +54,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.compact(head, &mut report)?;
         self.store.sync().map_err(NodeError::Store)?;
         self.check_sets();
-        Ok(report)
+        Ok((report, next))
     }
 
     /// Journals what `planned` holds that the journal does not (by key), each through the gate

@@ -4,7 +4,7 @@
 //! Reads are answered from the loop's current view; writes are appended to the log durably before
 //! the reply says so.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -12,7 +12,7 @@ use tenure_core::log::EventKind;
 
 use super::listing::{HistoryAnswer, HistoryQuery};
 use tenure_core::rows::{ActionRow, OwnershipRow};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::map::{OwnershipQuery, RowsPage};
 use super::status::{StatusQuery, StatusSnapshot};
@@ -23,10 +23,6 @@ pub const REQUESTS_QUEUED_MAX: usize = 1024;
 /// How long a caller waits for the agent loop before it says the agent is not answering (the
 /// default of [`AgentHandle::with_timeout`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long `GET /v1/health` waits for the loop before it answers from the health the loop last
-/// posted (the loop may be waiting on an unreachable log for seconds: health must still say why).
-pub const HEALTH_ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long a caller waits for a backup of the running agent's store.
 pub const BACKUP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -199,11 +195,6 @@ pub enum Request {
         /// Where the answer goes.
         reply: oneshot::Sender<HistoryAnswer>,
     },
-    /// Health (`GET /v1/health`).
-    Health {
-        /// Where the answer goes.
-        reply: oneshot::Sender<Health>,
-    },
     /// Everything the status page shows, of one moment (`GET /`).
     Status {
         /// The page's filters and which page.
@@ -249,19 +240,27 @@ pub enum HandleError {
     Timeout(Duration),
 }
 
-/// The health the loop posted last, and when: what `GET /v1/health` answers while the loop is
-/// busy. Cheap to clone.
-#[derive(Clone, Debug, Default)]
-pub struct HealthBoard(Arc<Mutex<Option<(Health, tokio::time::Instant)>>>);
+/// The health the loop posted last, and when: what `GET /v1/health` answers. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct HealthBoard(Arc<watch::Sender<Option<(Health, tokio::time::Instant)>>>);
+
+impl Default for HealthBoard {
+    fn default() -> Self {
+        Self(Arc::new(watch::Sender::new(None)))
+    }
+}
 
 impl HealthBoard {
     /// Posts `health` as of now.
     pub fn post(&self, health: Health) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((health, tokio::time::Instant::now()));
+        self.0.send_replace(Some((health, tokio::time::Instant::now())));
     }
 
-    fn last(&self) -> Option<(Health, tokio::time::Instant)> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    /// The last post; before the first, waits up to `bound` for it (a loop starting).
+    async fn last(&self, bound: Duration) -> Option<(Health, tokio::time::Instant)> {
+        let mut posts = self.0.subscribe();
+        let first = tokio::time::timeout(bound, posts.wait_for(Option::is_some)).await;
+        first.ok().and_then(Result::ok).and_then(|post| post.clone())
     }
 }
 
@@ -344,30 +343,29 @@ impl AgentHandle {
         self.ask(|reply| Request::History { query, reply }).await
     }
 
-    /// Health. A loop that does not answer within [`HEALTH_ASK_TIMEOUT`] (a long pass, or
-    /// waiting on its log) is answered for by the health it posted last: as it was while that is
-    /// at most the handle's timeout old (a long pass does not flap health), else unhealthy, with
-    /// what it said and how long ago. A loop that never posted is not answering.
+    /// Health, from what the loop posted last ([`HealthBoard`]): never a wait on the loop, which
+    /// may be in a long step or waiting on its log. The loop posts before every wait, so a post
+    /// is at most one step old; one older than the handle's timeout says the loop is busy,
+    /// with what it said then, and is never healthy. Before the loop's first post (it is
+    /// starting) this waits for it up to the handle's timeout, then says the loop is not
+    /// answering; a loop that stopped says so.
     pub async fn health(&self) -> Result<Health, HandleError> {
-        let quick = Self { timeout: self.timeout.min(HEALTH_ASK_TIMEOUT), ..self.clone() };
-        match quick.ask(|reply| Request::Health { reply }).await {
-            Err(HandleError::Timeout(waited)) => {
-                let Some((mut health, at)) = self.board.last() else {
-                    return Err(HandleError::Timeout(waited));
-                };
-                let age = at.elapsed();
-                if age > self.timeout {
-                    let last = health.reason.take().unwrap_or_else(|| "ok".to_owned());
-                    health.ok = false;
-                    health.reason = Some(format!(
-                        "the agent loop is busy (no answer for {} ms); then it said: {last}",
-                        age.as_millis()
-                    ));
-                }
-                Ok(health)
-            }
-            answer => answer,
+        if self.requests.is_closed() {
+            return Err(HandleError::Stopped);
         }
+        let Some((mut health, at)) = self.board.last(self.timeout).await else {
+            return Err(HandleError::Timeout(self.timeout));
+        };
+        let age = at.elapsed();
+        if age > self.timeout {
+            let last = health.reason.take().unwrap_or_else(|| "ok".to_owned());
+            health.ok = false;
+            health.reason = Some(format!(
+                "the agent loop is busy (no answer for {} ms); then it said: {last}",
+                age.as_millis()
+            ));
+        }
+        Ok(health)
     }
 
     /// What the status page shows, for `query`.
@@ -411,21 +409,25 @@ mod tests {
         }
     }
 
-    // Paused time: the waits pass at once.
+    // Paused time: any wait would show as elapsed time; none may.
     #[tokio::test(start_paused = true)]
-    async fn a_busy_loop_is_answered_for_by_what_it_posted_last() {
+    async fn health_is_answered_from_what_the_loop_posted_last_without_waiting_for_it() {
         let (handle, requests) = AgentHandle::channel();
-        // Never posted, never answering: not answering (the API's 503 "agent loop not answering").
+        // Never posted (a loop still starting, or hung before its first post): waits for the
+        // first post up to the handle's timeout, then says the loop is not answering (the API's
+        // 503 "agent loop not answering").
         assert!(matches!(handle.health().await, Err(HandleError::Timeout(_))));
+        let asked = tokio::time::Instant::now();
         // A recent post stands for the busy loop, as it was: healthy or not.
         requests.board().post(health(None));
         assert_eq!(handle.health().await.expect("answered from the board"), health(None));
         let failing = health(Some("fail-closed: cannot confirm the log head"));
         requests.board().post(failing.clone());
         assert_eq!(handle.health().await.expect("answered from the board"), failing);
+        assert_eq!(asked.elapsed(), Duration::ZERO, "health never waits for the loop");
         // An old one says the loop is busy, and what it said then; never healthy.
         requests.board().post(health(None));
-        tokio::time::advance(REQUEST_TIMEOUT).await;
+        tokio::time::advance(REQUEST_TIMEOUT + Duration::from_secs(1)).await;
         let busy = handle.health().await.expect("answered from the board");
         assert!(!busy.ok);
         let reason = busy.reason.expect("a reason");
@@ -435,6 +437,8 @@ mod tests {
             "{reason}"
         );
         assert_eq!((busy.log_index, busy.log_head), (7, 9));
+        // A loop that stopped says so.
         drop(requests);
+        assert_eq!(handle.health().await, Err(HandleError::Stopped));
     }
 }

@@ -45,6 +45,11 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 /// Most actions gated in one batch (one durable sync per batch).
 pub const GATE_BATCH_MAX: usize = 64;
 
+/// Addresses (of each of the planner's two walks) one step of a requeue pass re-plans per node
+/// ([`NodeDriver::requeue`]): a pass over a million addresses is a thousand short steps, with
+/// requests, results and heartbeats answered between them.
+pub const REQUEUE_SLICE: usize = 1024;
+
 /// When no pool names a heartbeat TTL, how long the agent waits to confirm the log head.
 pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);
 
@@ -161,6 +166,8 @@ struct Agent<S: AgentStore> {
     summary: RunSummary,
     heartbeat_interval: Duration,
     requeue_interval: Duration,
+    /// A requeue pass is under way: a node has slices of it left ([`NodeDriver::requeue`]).
+    requeue_pass: bool,
     /// Nodes to freeze right after their next reconcile ([`Control::FreezeAfterReconcile`]).
     freeze_after_reconcile: BTreeSet<usize>,
     /// keepalived's reports, when the config has a `vrrp` section.
@@ -219,7 +226,7 @@ pub async fn run<S: AgentStore>(
             agent.store_failed = Some(reason);
         }
         let mut dirty = false;
-        let mut requeue_due = false;
+        let pass_under_way = agent.requeue_pass;
         tokio::select! {
             () = &mut shutdown, if !agent.shutting_down => {
                 info!(in_flight = agent.calls.len(), "shutting down: no new work; waiting for calls in flight");
@@ -252,10 +259,13 @@ pub async fn run<S: AgentStore>(
             },
             // Heartbeats landed (the thread appended them): follow the log.
             () = agent.beat.landed.notified() => dirty = true,
-            _ = requeue.tick() => {
+            _ = requeue.tick(), if !agent.requeue_pass => {
                 dirty = true;
-                requeue_due = true;
+                agent.requeue_pass = true;
             }
+            // The next slice of a requeue pass, after whatever else is ready (the branches are
+            // polled in random order: requests and results are answered between the slices).
+            () = std::future::ready(()), if agent.requeue_pass && !agent.shutting_down => dirty = true,
             () = sleep_until_or_never(agent.inventory.next()), if !agent.shutting_down => agent.start_inventories(),
             () = sleep_until_or_never(agent.refresh.next()), if !agent.shutting_down => agent.refresh_due(),
             Some(done) = agent.inventories.join_next_with_id(), if !agent.inventories.is_empty() => {
@@ -269,11 +279,10 @@ pub async fn run<S: AgentStore>(
             () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {
-            agent.step(requeue_due);
-            if requeue_due {
-                // The interval runs from the end of a full pass: a pass longer than the interval
-                // (a million addresses) must not be followed at once by another, or the loop
-                // would do nothing else.
+            agent.step(agent.requeue_pass);
+            if pass_under_way && !agent.requeue_pass {
+                // The interval runs from the end of a pass: a pass longer than the interval (a
+                // million addresses) is not followed at once by another.
                 requeue.reset();
             }
         }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tenure::agent::answers::{check_submit, lost_their_desired_holder, with_desired_holder};
 use tenure::agent::listing::history_page;
 use tenure::agent::request::{
-    ActionFilter, AgentHandle, Health, MetricsSnapshot, Receipt, Request, SubmitError,
+    ActionFilter, AgentHandle, Health, HealthBoard, MetricsSnapshot, Receipt, Request, SubmitError,
 };
 use tenure::agent::status::StatusSnapshot;
 use tenure::api::{ApiToken, router, serve};
@@ -67,14 +67,42 @@ pub enum Mode {
 pub struct DoubleState {
     /// Records in the double's log.
     pub log_len: Arc<AtomicU64>,
-    /// What `health` says; `false` makes it "cannot act".
-    pub healthy: Arc<AtomicBool>,
+    /// What `health` says; `false` makes it "cannot act" ([`DoubleState::set_healthy`]).
+    healthy: Arc<AtomicBool>,
+    /// Stream time of the double's view (ms).
+    stream_time_ms: Arc<AtomicU64>,
+    /// Where the double posts its health, as the agent loop does.
+    board: HealthBoard,
 }
 
 impl DoubleState {
     /// Records in the double's log now.
     pub fn log_len(&self) -> u64 {
         self.log_len.load(Ordering::SeqCst)
+    }
+
+    /// Makes `health` say the double can act, or not, at once.
+    pub fn set_healthy(&self, ok: bool) {
+        self.healthy.store(ok, Ordering::SeqCst);
+        self.post();
+    }
+
+    fn health(&self) -> Health {
+        let ok = self.healthy.load(Ordering::SeqCst);
+        let index = self.log_len();
+        Health {
+            ok,
+            reason: (!ok).then(|| "cannot read the log head (test double)".to_owned()),
+            nodes: vec!["a".to_owned(), "b".to_owned()],
+            log_index: index,
+            log_head: index,
+            stream_time_ms: self.stream_time_ms.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Posts the double's health on the board `GET /v1/health` reads.
+    fn post(&self) {
+        self.board.post(self.health());
     }
 }
 
@@ -115,8 +143,10 @@ impl TestDoubleAgentLoop {
         for node in ["a", "b"] {
             self.replay.local(self.at_ms, node, LocalStep::Reconcile);
         }
+        self.state.stream_time_ms.store(self.at_ms, Ordering::SeqCst);
         self.at_ms += 1;
         self.state.log_len.store(index, Ordering::SeqCst);
+        self.state.post();
         index
     }
 
@@ -167,16 +197,7 @@ impl TestDoubleAgentLoop {
     }
 
     fn health(&self) -> Health {
-        let ok = self.state.healthy.load(Ordering::SeqCst);
-        let index = self.state.log_len();
-        Health {
-            ok,
-            reason: (!ok).then(|| "cannot read the log head (test double)".to_owned()),
-            nodes: vec!["a".to_owned(), "b".to_owned()],
-            log_index: index,
-            log_head: index,
-            stream_time_ms: self.at_ms.saturating_sub(1),
-        }
+        self.state.health()
     }
 
     fn metrics(&self) -> MetricsSnapshot {
@@ -233,7 +254,6 @@ impl TestDoubleAgentLoop {
             }
             Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
             Request::History { query, reply } => drop(reply.send(history_page(&self.history, &query))),
-            Request::Health { reply } => drop(reply.send(self.health())),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
             Request::Status { query, reply } => drop(reply.send(self.status(&query))),
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
@@ -270,7 +290,7 @@ impl Drop for Server {
 pub async fn start(mode: Mode, token: Option<&str>, timeout: Duration) -> Server {
     let (handle, receiver) = AgentHandle::channel();
     let handle = handle.with_timeout(timeout);
-    let state = DoubleState::default();
+    let state = DoubleState { board: receiver.board(), ..DoubleState::default() };
     state.healthy.store(true, Ordering::SeqCst);
     let mut silent = None;
     match mode {

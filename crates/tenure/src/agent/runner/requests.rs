@@ -57,10 +57,6 @@ impl<S: AgentStore> Agent<S> {
                 let _ = reply.send(listing::history_page(&self.history, &query));
                 false
             }
-            Request::Health { reply } => {
-                let _ = reply.send(self.health());
-                false
-            }
             Request::Status { query, reply } => {
                 let _ = reply.send(status::status(&self.drivers, self.health(), &self.history, &query));
                 false

@@ -99,6 +99,7 @@ impl<S: AgentStore> Agent<S> {
             refresh: refresh::RefreshSchedule::default(),
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
+            requeue_pass: false,
         };
         agent.restore_snapshot().map_err(AgentError::Log)?;
         agent.follow().map_err(AgentError::Log)?;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::super::{AgentStore, HeadUnconfirmed};
-use super::{Agent, HEAD_CONFIRM_BOUND_DEFAULT, wall_clock_ms};
+use super::{Agent, HEAD_CONFIRM_BOUND_DEFAULT, REQUEUE_SLICE, wall_clock_ms};
 
 impl<S: AgentStore> Agent<S> {
     /// Follows the log to its head with every node's driver. A log that cannot be read makes the
@@ -107,10 +107,12 @@ impl<S: AgentStore> Agent<S> {
         self.beat.stamper().stamp(wall_clock_ms(), Instant::now())
     }
 
-    /// One step: append, follow, reconcile, gate, call. A node reconciles when `requeue` says
-    /// so (the requeue interval: a journal over its bound) or when its view changed what it plans
-    /// from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]); a heartbeat alone
-    /// does not re-plan 100k addresses.
+    /// One step: append, follow, reconcile, gate, call. A node reconciles when its view changed
+    /// what it plans from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]); a
+    /// heartbeat alone does not re-plan 100k addresses. While a requeue pass is under way
+    /// (`requeue`: the requeue interval began one, and a node has slices left), each step
+    /// re-plans one slice of [`REQUEUE_SLICE`] addresses of every node ([`NodeDriver::requeue`]):
+    /// the level-triggered safety net, never a pass over every address in one step.
     pub(super) fn step(&mut self, requeue: bool) {
         self.slow.step();
         self.heartbeat_failure = self.beat.last_error();
@@ -121,15 +123,18 @@ impl<S: AgentStore> Agent<S> {
             return;
         }
         for index in 0..self.drivers.len() {
-            if !requeue
-                && !self.drivers[index].reconcile_due()
-                && !self.freeze_after_reconcile.contains(&index)
-            {
+            let whole = self.freeze_after_reconcile.contains(&index) || self.drivers[index].reconcile_due();
+            if !requeue && !whole {
                 continue;
             }
             let started = Instant::now();
             let driver = &mut self.drivers[index];
-            match driver.reconcile() {
+            let reconciled = if whole {
+                driver.reconcile()
+            } else {
+                driver.requeue(REQUEUE_SLICE).map(|r| r.map(|requeued| requeued.report))
+            };
+            match reconciled {
                 Ok(Ok(report)) => {
                     super::super::approval::log_waiting(driver, &report.imported);
                     if !report.swept.is_empty() {
@@ -156,6 +161,7 @@ impl<S: AgentStore> Agent<S> {
                 self.journal_failed(index, &e);
             }
         }
+        self.requeue_pass = self.drivers.iter().any(NodeDriver::requeue_under_way);
         for index in std::mem::take(&mut self.freeze_after_reconcile) {
             self.drivers[index].pause();
             warn!(node = self.drivers[index].name(), "frozen: no heartbeats, no reconcile, no calls");

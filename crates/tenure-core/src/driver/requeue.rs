@@ -1,0 +1,57 @@
+//! The requeue's safety net, bounded in work per call: the agent re-plans every address at least
+//! once per `requeueInterval` (level-triggered, SPEC 5), a slice at a time, so that a pass over a
+//! million addresses never holds its loop for seconds.
+
+use super::{Blocked, NodeDriver};
+use crate::journal::JournalStore;
+use crate::node::{NodeError, ReconcileReport};
+
+/// What one [`NodeDriver::requeue`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requeued {
+    /// The reconcile's report (of a slice, or of a whole reconcile).
+    pub report: ReconcileReport,
+    /// Whether the pass is over: every position was re-planned since it began (or a whole
+    /// reconcile just ran). `false`: call again for the next slice.
+    pub done: bool,
+}
+
+impl<S: JournalStore> NodeDriver<S> {
+    /// One turn of the requeue's safety net. A node whose reconcile is due
+    /// ([`NodeDriver::reconcile_due`]) reconciles whole, which ends the pass. Otherwise the next
+    /// slice of the pass re-plans the next `max` positions of each of the planner's walks
+    /// ([`crate::planner::plan_slice`]) and imports what the journal lacks; the sweep and the
+    /// compaction are a whole reconcile's. The slices of one pass over an unchanged view plan
+    /// exactly what one whole reconcile plans; a change in between makes the reconcile due, and
+    /// the next call plans whole. A slice leaves [`NodeDriver::reconcile_due`]'s record of the
+    /// last whole plan as it was, but for an earlier hold ending (none is expected: the slices
+    /// plan what the last whole plan did) and the sweep's earliest retry.
+    pub fn requeue(&mut self, max: usize) -> Result<Result<Requeued, Blocked>, NodeError<S::Error>> {
+        if self.reconcile_due() {
+            return Ok(self.reconcile()?.map(|report| Requeued { report, done: true }));
+        }
+        if let Some(blocked) = self.blocked() {
+            return Ok(Err(blocked));
+        }
+        let cursor = self.requeue_at.take().unwrap_or_default();
+        let (report, next) = self.engine.reconcile_slice(&self.view, &self.view, &cursor, max)?;
+        if let Some(at) = self.planned_at.as_mut() {
+            if let Some(wake) = report.wake_at_ms {
+                at.wake_at_ms = Some(at.wake_at_ms.map_or(wake, |w| w.min(wake)));
+            }
+            at.retry_at_ms = report.retry_at_ms;
+        }
+        self.queue_unconfirmed();
+        let done = next.is_done();
+        if !done {
+            self.requeue_at = Some(next);
+        }
+        Ok(Ok(Requeued { report, done }))
+    }
+
+    /// Whether a requeue pass is under way: [`NodeDriver::requeue`] has slices left.
+    #[must_use]
+    pub fn requeue_under_way(&self) -> bool {
+        self.requeue_at.is_some()
+    }
+}

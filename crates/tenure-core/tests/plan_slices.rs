@@ -1,0 +1,317 @@
+//! The requeue's safety net a slice at a time (issue 24): the slices of one pass over an
+//! unchanged view plan exactly what one whole plan does — whatever the slice size, over random
+//! logs with pools applied and deleted, two of them listing the same addresses on one provider,
+//! drift repair's observations, holds, approvals, and executed calls — and a driver's pass of
+//! slices ends, imports nothing a whole reconcile did not, and gives way to a whole reconcile
+//! when the view moves.
+
+use std::net::IpAddr;
+
+use proptest::prelude::*;
+use tenure_core::driver::{DriverOptions, NodeDriver};
+use tenure_core::federation::Federation;
+use tenure_core::journal::MemoryJournalStore;
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::log_store::{Log, MemoryLog};
+use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
+use tenure_core::node::NodeEngine;
+use tenure_core::planner::{self, PlanCursor};
+
+/// Addresses 10.0.0.1 to 10.0.0.9: `edge` has the first six, `west` the last three, `east` (in
+/// another capture domain of the same provider) the middle six.
+fn address(i: usize) -> IpAddr {
+    format!("10.0.0.{}", i + 1).parse().expect("address")
+}
+
+fn node(name: &str, priority: i64) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        priority,
+        nic: format!("eni-{name}"),
+        capacity: None,
+    }
+}
+
+fn registry() -> Federation {
+    Federation::new(
+        &[node("a", 10), node("b", 0)],
+        &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+    )
+    .with_drift_repair(true)
+}
+
+fn pool(name: &str, addresses: std::ops::Range<usize>, hold_ms: u64, approval: Approval) -> PoolSpec {
+    PoolSpec {
+        name: name.into(),
+        addresses: addresses.map(address).collect(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        members: vec!["a".into(), "b".into()],
+        authority: Authority::None,
+        approval,
+        deprovision_hold_ms: hold_ms,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 0,
+        epoch_locking: true,
+        prefer_nodes: vec![],
+        preempt: false,
+        auto_failover: true,
+    }
+}
+
+fn driver(name: &str) -> NodeDriver<MemoryJournalStore> {
+    let engine = NodeEngine::open(name, MemoryJournalStore::new()).expect("memory");
+    NodeDriver::new(engine, registry(), DriverOptions::default())
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Drain(&'static str),
+    Undrain(&'static str),
+    Desire(&'static str, usize),
+    Undesire(&'static str, usize),
+    Heartbeat(&'static str),
+    /// The provider shows the address on these nodes' NICs.
+    Inventory(usize, Vec<&'static str>),
+    /// `a` calls what it has ready, and each call succeeds.
+    Execute,
+    /// Stream time moves on by this much (a heartbeat of both nodes).
+    Wait(u64),
+    /// A pool deleted (its addresses retire, still released by drift repair).
+    Delete(&'static str),
+    /// A pool applied (refused while another pool claims one of its addresses).
+    Apply(&'static str),
+}
+
+fn spec(name: &str) -> PoolSpec {
+    match name {
+        "edge" => pool("edge", 0..6, 500, Approval::Auto),
+        "west" => pool("west", 6..9, 0, Approval::Manual),
+        // Another capture domain (placement group g2, where no node is): it may list edge's
+        // addresses while edge is applied.
+        _ => PoolSpec { placement_group: "g2".into(), ..pool("east", 3..9, 0, Approval::Auto) },
+    }
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let node = prop_oneof![Just("a"), Just("b")];
+    let pool_address =
+        prop_oneof![(Just("edge"), 0..6_usize), (Just("west"), 6..9_usize), (Just("east"), 3..9_usize)];
+    let pool = prop_oneof![Just("edge"), Just("west"), Just("east")];
+    prop_oneof![
+        node.clone().prop_map(Step::Drain),
+        node.clone().prop_map(Step::Undrain),
+        pool_address.clone().prop_map(|(p, i)| Step::Desire(p, i)),
+        pool_address.prop_map(|(p, i)| Step::Undesire(p, i)),
+        node.clone().prop_map(Step::Heartbeat),
+        (0..9_usize, prop::collection::vec(node, 0..2)).prop_map(|(i, on)| Step::Inventory(i, on)),
+        Just(Step::Execute),
+        Just(Step::Execute),
+        (1..2_000_u64).prop_map(Step::Wait),
+        pool.clone().prop_map(Step::Delete),
+        pool.prop_map(Step::Apply),
+    ]
+}
+
+fn append(log: &mut MemoryLog, at_ms: u64, kind: EventKind) {
+    log.append(&Event { at_ms, kind }).expect("append");
+}
+
+/// A log with both pools applied and both nodes alive; `edge` holds its releases back 500 ms,
+/// `west` asks for approval.
+fn log() -> MemoryLog {
+    let mut log = MemoryLog::new();
+    append(&mut log, 0, EventKind::PoolApplied { spec: Box::new(spec("edge")) });
+    append(&mut log, 0, EventKind::PoolApplied { spec: Box::new(spec("west")) });
+    append(&mut log, 1, EventKind::Heartbeat { node: "a".into() });
+    append(&mut log, 1, EventKind::Heartbeat { node: "b".into() });
+    log
+}
+
+/// Applies `step` at `at_ms` (and runs `a`'s calls for [`Step::Execute`]); returns the stream
+/// time after it.
+fn apply(log: &mut MemoryLog, a: &mut NodeDriver<MemoryJournalStore>, at_ms: u64, step: &Step) -> u64 {
+    let kind = match step {
+        Step::Drain(n) => EventKind::Drain { node: (*n).into() },
+        Step::Undrain(n) => EventKind::Undrain { node: (*n).into() },
+        Step::Desire(p, i) => EventKind::Desire { pool: (*p).into(), address: address(*i) },
+        Step::Undesire(p, i) => EventKind::Undesire { pool: (*p).into(), address: address(*i) },
+        Step::Heartbeat(n) => EventKind::Heartbeat { node: (*n).into() },
+        Step::Delete(p) => EventKind::PoolDeleted { pool: (*p).into() },
+        Step::Apply(p) => EventKind::PoolApplied { spec: Box::new(spec(p)) },
+        Step::Inventory(i, on) => EventKind::Inventory {
+            provider: "sim1".into(),
+            address: address(*i),
+            holders: on.iter().map(|n| format!("eni-{n}")).collect(),
+            scope: None,
+        },
+        Step::Wait(ms) => {
+            let at_ms = at_ms + ms;
+            append(log, at_ms, EventKind::Heartbeat { node: "a".into() });
+            append(log, at_ms, EventKind::Heartbeat { node: "b".into() });
+            return at_ms;
+        }
+        Step::Execute => {
+            a.follow(log).expect("readable");
+            a.reconcile().expect("memory").expect("not blocked");
+            a.start_execution().expect("memory").expect("not blocked");
+            for action in a.poll_actions(64, None).expect("memory") {
+                a.handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+                    .expect("in flight");
+            }
+            while let Some(kind) = a.poll_append() {
+                append(log, at_ms, kind);
+            }
+            return at_ms;
+        }
+    };
+    append(log, at_ms, kind);
+    at_ms
+}
+
+/// A plan as comparable rows: each action's key and approval, in key order; and its wake.
+fn rows(actions: &[planner::PlannedAction<'_>]) -> Vec<(String, Approval)> {
+    let mut rows: Vec<(String, Approval)> = actions
+        .iter()
+        .map(|planned| {
+            let mut key = String::new();
+            planned.stamp.write_key(&mut key);
+            (key, planned.approval)
+        })
+        .collect();
+    rows.sort_by(|x, y| x.0.cmp(&y.0));
+    rows
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// After every step of a random log, the slices of `max` positions from the start until
+    /// the cursor is done plan what the whole plan plans (as a set of keys, with their
+    /// approval, and the same earliest hold ending), every position once.
+    #[test]
+    fn the_slices_of_a_pass_plan_what_the_whole_plan_plans(
+        steps in prop::collection::vec(step(), 0..24),
+        max in 1..5_usize,
+    ) {
+        let mut log = log();
+        let mut a = driver("a");
+        let mut at_ms = 10;
+        for step in &steps {
+            at_ms = apply(&mut log, &mut a, at_ms + 1, step);
+            a.follow(&log).expect("readable");
+            let view = a.view();
+            let node = view.node_id("a").expect("a is known");
+            let captured = a.engine().captured();
+            let whole = planner::plan(view, node, captured);
+            let (mut sliced, mut wake, mut cursor, mut slices) = (Vec::new(), None::<u64>, PlanCursor::default(), 0);
+            loop {
+                let (plan, next) = planner::plan_slice(view, node, captured, &cursor, max);
+                slices += 1;
+                sliced.extend(plan.actions);
+                wake = match (wake, plan.wake_at_ms) {
+                    (Some(w), Some(p)) => Some(w.min(p)),
+                    (w, p) => w.or(p),
+                };
+                prop_assert!(slices <= 64, "the pass ends");
+                if next.is_done() {
+                    break;
+                }
+                cursor = next;
+            }
+            let positions = view.pools().values().map(|p| p.addresses.len()).sum::<usize>().max(captured.len());
+            prop_assert!(slices <= positions / max + 1, "{} slices for {} positions of {}", slices, positions, max);
+            prop_assert_eq!(rows(&sliced), rows(&whole.actions), "after {:?}", step);
+            // A NIC holds an address, not a pool's copy of it (SPEC 13): what drift repair saw
+            // is released through one pool, even when a deleted pool and a live one both list it.
+            let mut released: Vec<(IpAddr, &str)> = whole
+                .actions
+                .iter()
+                .filter(|planned| !planned.stamp.verb.is_acquire())
+                .map(|planned| (planned.stamp.address, planned.stamp.pool))
+                .collect();
+            released.sort_unstable();
+            released.dedup();
+            let addresses: std::collections::BTreeSet<IpAddr> = released.iter().map(|(a, _)| *a).collect();
+            prop_assert_eq!(addresses.len(), released.len(), "released through two pools: {:?}", released);
+            prop_assert_eq!(wake, whole.wake_at_ms, "the earliest hold ending, after {:?}", step);
+        }
+    }
+}
+
+/// A driver's pass of slices over an unchanged view ends after as many slices as its walks
+/// need, imports nothing the whole reconcile before it did not, and leaves the reconcile not
+/// due; a change in between makes the next turn a whole reconcile, which ends the pass.
+#[test]
+fn a_pass_of_slices_ends_imports_nothing_new_and_gives_way_to_a_whole_reconcile() {
+    let mut log = log();
+    let mut a = driver("a");
+    let mut at_ms = 10;
+    for step in [Step::Execute, Step::Execute] {
+        at_ms = apply(&mut log, &mut a, at_ms + 1, &step);
+    }
+    a.follow(&log).expect("readable");
+    a.reconcile().expect("memory").expect("not blocked");
+    assert!(!a.reconcile_due());
+    // Nine positions in the pools' walk (6 + 3 addresses), six in the captured set: slices of 4.
+    let mut turns = 0;
+    loop {
+        let requeued = a.requeue(4).expect("memory").expect("not blocked");
+        turns += 1;
+        assert!(requeued.report.imported.is_empty(), "nothing new: {:?}", requeued.report);
+        assert!(!a.reconcile_due(), "a slice leaves the last whole plan's record");
+        if requeued.done {
+            break;
+        }
+        assert!(a.requeue_under_way());
+        assert!(turns < 10, "the pass ends");
+    }
+    assert_eq!(a.engine().captured().len(), 6, "a holds edge's addresses");
+    assert_eq!(turns, 3, "9 positions of the pools' walk, 4 a slice");
+    assert!(!a.requeue_under_way());
+    // A pass begun, then the view moves: the next turn is a whole reconcile, and the pass ends.
+    assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
+    append(&mut log, at_ms + 1, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    assert!(a.reconcile_due());
+    let requeued = a.requeue(4).expect("memory").expect("not blocked");
+    // A slice from where the pass stood (4 of 9 positions done) could not end it in one turn.
+    assert!(requeued.done, "a whole reconcile ends the pass");
+    assert_eq!(requeued.report.wake_at_ms, Some(at_ms + 1 + 500), "edge's releases wait out its hold");
+    assert!(!a.reconcile_due());
+    assert!(!a.requeue_under_way());
+}
+
+/// What drift repair saw on the NIC is released once, through the first pool (by name) of the
+/// provider that lists the address — here `east` and `edge` both do — by
+/// the whole plan and by every slicing of it.
+#[test]
+fn an_address_seen_on_the_nic_and_listed_by_two_pools_is_released_through_one() {
+    let mut log = log();
+    let mut a = driver("a");
+    let mut at_ms = 10;
+    for step in [Step::Apply("east"), Step::Drain("a"), Step::Inventory(4, vec!["a"]), Step::Wait(600)] {
+        at_ms = apply(&mut log, &mut a, at_ms + 1, &step);
+    }
+    a.follow(&log).expect("readable");
+    let view = a.view();
+    assert!(view.pools().get("east").is_some_and(|east| east.addresses.contains_key(&address(4))));
+    let node = view.node_id("a").expect("a is known");
+    let captured = a.engine().captured();
+    assert!(captured.is_empty());
+    for max in [1, 2, 5, usize::MAX] {
+        let (mut pools, mut cursor) = (Vec::new(), PlanCursor::default());
+        loop {
+            let (plan, next) = planner::plan_slice(view, node, captured, &cursor, max);
+            pools.extend(plan.actions.iter().map(|p| (p.stamp.pool.to_owned(), p.stamp.address)));
+            if next.is_done() {
+                break;
+            }
+            cursor = next;
+        }
+        pools.dedup();
+        assert_eq!(pools, vec![("east".to_owned(), address(4))], "slices of {max}");
+    }
+}
