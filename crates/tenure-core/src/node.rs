@@ -138,6 +138,9 @@ pub struct NodeEngine<S: JournalStore> {
     predecessors: HashMap<JournalSeq, Option<JournalSeq>>,
     /// An acquire in doubt was counted as held since the last plan ([`NodeEngine::replan_due`]).
     replan: bool,
+    /// Where a slice's bounded compaction scan resumes ([`NodeEngine::reconcile_slice`]); `None`:
+    /// at the oldest entry.
+    compact_from: Option<JournalSeq>,
     /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
     /// for metrics (the journal keeps each entry's reason until compaction).
     fenced: BTreeMap<StaleReason, u64>,
@@ -169,6 +172,7 @@ impl<S: JournalStore> NodeEngine<S> {
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
             replan: false,
+            compact_from: None,
             fenced: BTreeMap::new(),
         };
         engine.rebuild(state);

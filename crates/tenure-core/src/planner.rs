@@ -147,7 +147,9 @@ pub fn plan_slice<'a>(
 
     if let Some(from) = cursor.pools.from() {
         let (first_pool, first_address) = match &from {
-            Bound::Included((pool, address)) => (Bound::Included(pool.clone()), Some((pool.as_str(), *address))),
+            Bound::Included((pool, address)) => {
+                (Bound::Included(pool.clone()), Some((pool.as_str(), *address)))
+            }
             _ => (Bound::Unbounded, None),
         };
         let mut visited = 0_usize;

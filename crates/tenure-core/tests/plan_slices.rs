@@ -315,3 +315,55 @@ fn an_address_seen_on_the_nic_and_listed_by_two_pools_is_released_through_one() 
         assert_eq!(pools, vec![("east".to_owned(), address(4))], "slices of {max}");
     }
 }
+
+/// A slice's compaction looks at a few entries at a time, from where the last look stopped:
+/// over enough slices it drops what one whole reconcile's compaction drops (the oldest finished,
+/// superseded entries), even when the oldest entries of the journal may never go.
+#[test]
+fn the_compaction_of_slices_drops_what_a_whole_compaction_drops() {
+    // a captures 10.0.0.1 first (its entries, the oldest, stay current: never dropped), then the
+    // other five, releases them and captures them again: the first captures of those five and
+    // their releases are superseded. Journaled with room for all of it.
+    let mut roomy = driver("a");
+    let mut log = log();
+    let mut at_ms = 10;
+    let others = |make: fn(&'static str, usize) -> Step| (1..6).map(move |i| make("edge", i));
+    let steps: Vec<Step> = others(Step::Undesire)
+        .chain([Step::Execute])
+        .chain(others(Step::Desire))
+        .chain([Step::Execute])
+        .chain(others(Step::Undesire))
+        .chain([Step::Wait(600), Step::Execute])
+        .chain(others(Step::Desire))
+        .chain([Step::Execute])
+        .collect();
+    for step in &steps {
+        at_ms = apply(&mut log, &mut roomy, at_ms + 1, step);
+    }
+    // The same journal opened twice with a retention of 8 entries.
+    let reopened = || {
+        let store = roomy.engine().store().clone();
+        let engine = NodeEngine::open("a", store).expect("memory").with_retention(8);
+        let mut driver = NodeDriver::new(engine, registry(), DriverOptions::default());
+        driver.follow(&log).expect("readable");
+        driver
+    };
+    let (mut whole, mut sliced) = (reopened(), reopened());
+    let keys = |driver: &NodeDriver<MemoryJournalStore>| -> Vec<String> {
+        driver.engine().entries().map(|e| e.action.idempotency_key.clone()).collect()
+    };
+    let view = whole.view().clone();
+    let before = whole.engine().entries().count();
+    let report = whole.engine_mut().reconcile(&view, &view).expect("memory");
+    assert!(report.compacted > 0, "the whole reconcile compacts: {before} entries, {report:?}");
+    let (mut cursor, mut slices, mut compacted) = (PlanCursor::default(), 0, 0);
+    while compacted < report.compacted {
+        let (slice, next) = sliced.engine_mut().reconcile_slice(&view, &view, &cursor, 2).expect("memory");
+        compacted += slice.compacted;
+        cursor = if next.is_done() { PlanCursor::default() } else { next };
+        slices += 1;
+        assert!(slices < 200, "compacted {compacted} of {} in {slices} slices", report.compacted);
+    }
+    assert!(slices > 1, "a look of 2 entries at a time takes more than one slice");
+    assert_eq!(keys(&sliced), keys(&whole), "the same entries dropped");
+}

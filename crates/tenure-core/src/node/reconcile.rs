@@ -22,8 +22,11 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// [`NodeEngine::reconcile`] with a slice of the plan ([`planner::plan_slice`] from `cursor`,
-    /// `max` positions of each walk): what the slice plans is imported; the sweep and the
-    /// compaction are those of a whole reconcile. Returns where the next slice resumes.
+    /// `max` positions of each walk): what the slice plans is imported; the sweep is a whole
+    /// reconcile's; the compaction of a slice (`max` not `usize::MAX`) looks at `max` entries at
+    /// most, from where the last slice's look stopped (round the journal, oldest first), where a
+    /// whole reconcile's looks from the oldest entry until it found enough. Returns where the next
+    /// slice resumes.
     pub fn reconcile_slice(
         &mut self,
         view: &Federation,
@@ -51,7 +54,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.captured = captured;
         imported?;
         self.sweep(head, &mut report)?;
-        self.compact(head, &mut report)?;
+        self.compact(head, (max != usize::MAX).then_some(max), &mut report)?;
         self.store.sync().map_err(NodeError::Store)?;
         self.check_sets();
         Ok((report, next))
@@ -212,21 +215,32 @@ impl<S: JournalStore> NodeEngine<S> {
     /// that are finished (executed, skipped, or failed and stale) and superseded (neither the
     /// last executed verb of their (provider, address), nor its last executed holding verb, nor
     /// stamped with the current captureEpoch of their line) are dropped until the journal is
-    /// back at the limit. Open entries are never dropped.
+    /// back at the limit. Open entries are never dropped. `scan`: look at that many entries at
+    /// most, from where the last bounded look stopped (a requeue slice: a journal of a million
+    /// entries none of which may go is not walked whole at every slice).
     fn compact(
         &mut self,
         head: &impl HeadTokens,
+        scan: Option<usize>,
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
         let excess = self.state.entries.len().saturating_sub(self.retention);
         if excess == 0 {
             return Ok(());
         }
+        let from = if scan.is_some() { self.compact_from.take() } else { None };
+        let window = self.state.entries.range(from.unwrap_or(JournalSeq::NONE)..);
         let mut seqs = Vec::new();
-        for entry in self.state.entries.values() {
+        let mut looked = 0_usize;
+        for (seq, entry) in window {
             if seqs.len() == excess {
                 break;
             }
+            if scan.is_some_and(|scan| looked == scan) {
+                self.compact_from = Some(*seq);
+                break;
+            }
+            looked += 1;
             let finished = match entry.state {
                 EntryState::Executed | EntryState::Skipped(_) => true,
                 EntryState::Failed => !self.failed.contains(&entry.seq),
