@@ -89,9 +89,18 @@ impl World {
             return;
         }
         let requeue = self.rng.random_bool(REQUEUE_CHANCE);
-        let planned = requeue || self.nodes[node].driver.reconcile_due();
-        if planned {
-            let done = self.nodes[node].driver.reconcile().expect("memory store");
+        let due = self.nodes[node].driver.reconcile_due();
+        if requeue || due {
+            let driver = &mut self.nodes[node].driver;
+            // As the agent's step: a node due reconciles whole; during the requeue pass, one
+            // slice (`NodeDriver::requeue`) of 1 to 4 positions — the agent's 1,024 over the
+            // simulator's few addresses — taken from the log's length, not the seed's draws.
+            let done = if due {
+                driver.reconcile().map(|done| done.map(drop))
+            } else {
+                driver.requeue(1 + self.log.len() % 4).map(|done| done.map(drop))
+            }
+            .expect("memory store");
             debug_assert!(done.is_ok(), "an acting node reconciles");
             // As the agent's step: what the (possibly lagging) view shows approved is promoted
             // right after the plan; the gate before each call reads the head.
