@@ -367,3 +367,22 @@ fn the_compaction_of_slices_drops_what_a_whole_compaction_drops() {
     assert!(slices > 1, "a look of 2 entries at a time takes more than one slice");
     assert_eq!(keys(&sliced), keys(&whole), "the same entries dropped");
 }
+
+/// A node that may not reconcile has no pass under way: a caller that comes back while one is
+/// would spin on a frozen node.
+#[test]
+fn a_paused_node_has_no_requeue_pass_under_way() {
+    let mut log = log();
+    let mut a = driver("a");
+    apply(&mut log, &mut a, 11, &Step::Execute);
+    a.follow(&log).expect("readable");
+    a.reconcile().expect("memory").expect("not blocked");
+    assert!(!a.requeue(2).expect("memory").expect("not blocked").done);
+    assert!(a.requeue_under_way());
+    a.pause();
+    assert!(!a.requeue_under_way(), "paused: nothing under way");
+    assert!(a.requeue(2).expect("memory").is_err(), "blocked");
+    a.resume().expect("paused");
+    a.finish_resume();
+    assert!(!a.requeue_under_way(), "the blocked turn ended the pass");
+}

@@ -26,12 +26,15 @@ impl<S: JournalStore> NodeDriver<S> {
     /// the next call plans whole. A slice leaves [`NodeDriver::reconcile_due`]'s record of the
     /// last whole plan as it was, but for an earlier hold ending (none is expected: the slices
     /// plan what the last whole plan did) and the sweep's earliest retry.
+    /// A node that may not reconcile (paused, partitioned) ends its pass: nothing is under way
+    /// for a caller to come back for.
     pub fn requeue(&mut self, max: usize) -> Result<Result<Requeued, Blocked>, NodeError<S::Error>> {
+        if let Some(blocked) = self.blocked() {
+            self.requeue_at = None;
+            return Ok(Err(blocked));
+        }
         if self.reconcile_due() {
             return Ok(self.reconcile()?.map(|report| Requeued { report, done: true }));
-        }
-        if let Some(blocked) = self.blocked() {
-            return Ok(Err(blocked));
         }
         let cursor = self.requeue_at.take().unwrap_or_default();
         let (report, next) = self.engine.reconcile_slice(&self.view, &self.view, &cursor, max)?;
@@ -49,9 +52,10 @@ impl<S: JournalStore> NodeDriver<S> {
         Ok(Ok(Requeued { report, done }))
     }
 
-    /// Whether a requeue pass is under way: [`NodeDriver::requeue`] has slices left.
+    /// Whether a requeue pass is under way: [`NodeDriver::requeue`] has slices left, and the node
+    /// may reconcile (a paused or partitioned node has nothing under way to come back for).
     #[must_use]
     pub fn requeue_under_way(&self) -> bool {
-        self.requeue_at.is_some()
+        self.requeue_at.is_some() && self.blocked().is_none()
     }
 }

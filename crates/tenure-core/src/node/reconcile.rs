@@ -231,8 +231,7 @@ impl<S: JournalStore> NodeEngine<S> {
         let from = if scan.is_some() { self.compact_from.take() } else { None };
         let window = self.state.entries.range(from.unwrap_or(JournalSeq::NONE)..);
         let mut seqs = Vec::new();
-        let mut looked = 0_usize;
-        for (seq, entry) in window {
+        for (looked, (seq, entry)) in window.enumerate() {
             if seqs.len() == excess {
                 break;
             }
@@ -240,7 +239,6 @@ impl<S: JournalStore> NodeEngine<S> {
                 self.compact_from = Some(*seq);
                 break;
             }
-            looked += 1;
             let finished = match entry.state {
                 EntryState::Executed | EntryState::Skipped(_) => true,
                 EntryState::Failed => !self.failed.contains(&entry.seq),

@@ -114,6 +114,11 @@ impl<S: AgentStore> Agent<S> {
     /// re-plans one slice of [`REQUEUE_SLICE`] addresses of every node ([`NodeDriver::requeue`]):
     /// the level-triggered safety net, never a pass over every address in one step.
     pub(super) fn step(&mut self, requeue: bool) {
+        // A step of the pass that cannot follow the log ends it (the loop does not spin on it);
+        // the next requeue tick begins another, each node from where its slices stopped.
+        if requeue {
+            self.requeue_pass = false;
+        }
         self.slow.step();
         self.heartbeat_failure = self.beat.last_error();
         self.flush_appends();
