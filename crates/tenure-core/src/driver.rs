@@ -39,7 +39,7 @@ use crate::journal::{JournalSeq, JournalStore};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::{ParsedKey, StampedAction};
-use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
+use crate::node::{NodeEngine, NodeError, ProviderAddress, ReconcileReport, StaleCall};
 
 mod lifecycle;
 mod requeue;
@@ -320,8 +320,17 @@ impl<S: JournalStore> NodeDriver<S> {
     /// When reporting results: queues an `action-result` for every executed entry the log has
     /// not confirmed (the outbox of results).
     fn queue_unconfirmed(&mut self) {
+        self.queue_unconfirmed_in((std::ops::Bound::Unbounded, std::ops::Bound::Unbounded));
+    }
+
+    /// [`Self::queue_unconfirmed`] for the (provider, address) keys in `window` (a requeue
+    /// slice's part of the captured set).
+    fn queue_unconfirmed_in(
+        &mut self,
+        window: (std::ops::Bound<ProviderAddress>, std::ops::Bound<ProviderAddress>),
+    ) {
         if self.options.report_results {
-            for key in self.engine.unconfirmed_results(&self.view) {
+            for key in self.engine.unconfirmed_results_in(&self.view, window) {
                 self.outbox.push_back(EventKind::ActionResult {
                     node: self.name().to_owned(),
                     idempotency_key: key,

@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::ops::Bound;
 
 use crate::federation::Federation;
 use crate::fence::{HeadView, StaleReason};
@@ -84,7 +85,8 @@ pub enum NodeError<E: std::error::Error + 'static> {
 
 /// Where an address is on a provider: the unit of "one call in flight at a time" and of
 /// "captured" (SPEC 13: a NIC holds an address, not a pool's copy of it).
-type ProviderAddress = (String, IpAddr);
+/// A (provider, address) key.
+pub type ProviderAddress = (String, IpAddr);
 
 fn provider_address(action: &StampedAction) -> ProviderAddress {
     (action.provider.clone(), action.address)
@@ -138,9 +140,9 @@ pub struct NodeEngine<S: JournalStore> {
     predecessors: HashMap<JournalSeq, Option<JournalSeq>>,
     /// An acquire in doubt was counted as held since the last plan ([`NodeEngine::replan_due`]).
     replan: bool,
-    /// Where a slice's bounded compaction scan resumes ([`NodeEngine::reconcile_slice`]); `None`:
-    /// at the oldest entry.
-    compact_from: Option<JournalSeq>,
+    /// A requeue pass's compaction look under way ([`NodeEngine::reconcile_slice`]): the next
+    /// entry to look at, and the droppable entries found so far, oldest first. `None`: none.
+    compact_look: Option<(JournalSeq, Vec<JournalSeq>)>,
     /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
     /// for metrics (the journal keeps each entry's reason until compaction).
     fenced: BTreeMap<StaleReason, u64>,
@@ -172,7 +174,7 @@ impl<S: JournalStore> NodeEngine<S> {
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
             replan: false,
-            compact_from: None,
+            compact_look: None,
             fenced: BTreeMap::new(),
         };
         engine.rebuild(state);
@@ -392,10 +394,21 @@ impl<S: JournalStore> NodeEngine<S> {
     /// partition or a crash still reaches the log and drift repair can rely on confirmations.
     #[must_use]
     pub fn unconfirmed_results(&self, view: &Federation) -> Vec<String> {
+        self.unconfirmed_results_in(view, (Bound::Unbounded, Bound::Unbounded))
+    }
+
+    /// [`NodeEngine::unconfirmed_results`] of the (provider, address) keys in `window` (a requeue
+    /// slice's part of the captured walk, [`crate::planner::PlanCursor::captured_window`]).
+    #[must_use]
+    pub fn unconfirmed_results_in(
+        &self,
+        view: &Federation,
+        window: (Bound<ProviderAddress>, Bound<ProviderAddress>),
+    ) -> Vec<String> {
         let Some(node) = view.node_id(&self.name) else { return Vec::new() };
         self.last_holding
-            .values()
-            .map(|seq| &self.state.entries[seq])
+            .range(window)
+            .map(|(_, seq)| &self.state.entries[seq])
             // An acquire in doubt counted as held: the log was told the truth (failed, outcome
             // unknown); it is counted only so that this node releases it.
             .filter(|entry| !entry.detail.as_deref().is_some_and(|d| d.starts_with(COUNTED_AS_HELD)))

@@ -120,12 +120,24 @@ impl PlanCursor {
     pub fn is_done(&self) -> bool {
         self.pools == Walk::Done && self.captured == Walk::Done
     }
+
+    /// The (provider, address) keys of the captured walk a slice from `self` to `next` visited;
+    /// `None`: none (the walk was done).
+    #[must_use]
+    pub fn captured_window(&self, next: &Self) -> Option<(Bound<(String, IpAddr)>, Bound<(String, IpAddr)>)> {
+        let from = self.captured.from()?;
+        let to = match &next.captured {
+            Walk::At(provider, address) => Bound::Excluded((provider.clone(), *address)),
+            Walk::Start | Walk::Done => Bound::Unbounded,
+        };
+        Some((from, to))
+    }
 }
 
 /// A slice of node `node`'s plan: what [`plan`] plans for the next `max` (pool, address)
 /// positions of the walk over every pool (including deleted pools and retired addresses: drift
 /// repair may release those) and the next `max` entries of its captured set, from `cursor`, in
-/// [`plan`]'s order; and where the next slice resumes. The slices from the start until
+/// [`plan`]'s order within the slice; and where the next slice resumes. The slices from the start until
 /// [`PlanCursor::is_done`], over one unchanged view and captured set, plan exactly what one
 /// [`plan`] does (the requeue's safety net, bounded in work per step: `tests/plan_slices.rs`);
 /// each position's plan depends on the view and that position alone. The slice's `wake_at_ms`
@@ -138,6 +150,7 @@ pub fn plan_slice<'a>(
     cursor: &PlanCursor,
     max: usize,
 ) -> (Plan<'a>, PlanCursor) {
+    debug_assert!(max > 0, "a slice of nothing never moves on");
     let node_state = &view.nodes()[node];
     let node_name = node_state.spec.name.as_str();
     let provider = node_state.spec.provider.as_str();

@@ -14,7 +14,7 @@ use tenure_core::journal::MemoryJournalStore;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log, MemoryLog};
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tenure_core::node::NodeEngine;
+use tenure_core::node::{NodeEngine, ReconcileReport};
 use tenure_core::planner::{self, PlanCursor};
 
 /// Addresses 10.0.0.1 to 10.0.0.9: `edge` has the first six, `west` the last three, `east` (in
@@ -255,6 +255,11 @@ fn a_pass_of_slices_ends_imports_nothing_new_and_gives_way_to_a_whole_reconcile(
     a.follow(&log).expect("readable");
     a.reconcile().expect("memory").expect("not blocked");
     assert!(!a.reconcile_due());
+    // No pass begun: nothing to do.
+    let idle = a.requeue(4).expect("memory").expect("not blocked");
+    assert!(idle.done && idle.report == ReconcileReport::default(), "{idle:?}");
+    assert!(!a.requeue_under_way());
+    a.begin_requeue();
     // Nine positions in the pools' walk (6 + 3 addresses), six in the captured set: slices of 4.
     let mut turns = 0;
     loop {
@@ -271,7 +276,9 @@ fn a_pass_of_slices_ends_imports_nothing_new_and_gives_way_to_a_whole_reconcile(
     assert_eq!(a.engine().captured().len(), 6, "a holds edge's addresses");
     assert_eq!(turns, 3, "9 positions of the pools' walk, 4 a slice");
     assert!(!a.requeue_under_way());
+    assert!(a.requeue(4).expect("memory").expect("not blocked").done, "the pass is over: nothing more");
     // A pass begun, then the view moves: the next turn is a whole reconcile, and the pass ends.
+    a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
     append(&mut log, at_ms + 1, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
@@ -359,6 +366,13 @@ fn the_compaction_of_slices_drops_what_a_whole_compaction_drops() {
     let (mut cursor, mut slices, mut compacted) = (PlanCursor::default(), 0, 0);
     while compacted < report.compacted {
         let (slice, next) = sliced.engine_mut().reconcile_slice(&view, &view, &cursor, 2).expect("memory");
+        // The look drops what it found at its end, all at once, the oldest first.
+        assert!(
+            slice.compacted == 0 || slice.compacted == report.compacted,
+            "dropped {} of {} in one slice",
+            slice.compacted,
+            report.compacted
+        );
         compacted += slice.compacted;
         cursor = if next.is_done() { PlanCursor::default() } else { next };
         slices += 1;
@@ -377,6 +391,7 @@ fn a_paused_node_has_no_requeue_pass_under_way() {
     apply(&mut log, &mut a, 11, &Step::Execute);
     a.follow(&log).expect("readable");
     a.reconcile().expect("memory").expect("not blocked");
+    a.begin_requeue();
     assert!(!a.requeue(2).expect("memory").expect("not blocked").done);
     assert!(a.requeue_under_way());
     a.pause();
@@ -385,4 +400,99 @@ fn a_paused_node_has_no_requeue_pass_under_way() {
     a.resume().expect("paused");
     a.finish_resume();
     assert!(!a.requeue_under_way(), "the blocked turn ended the pass");
+}
+
+/// The sweep runs once per pass, on its first slice: a failed on-prem call (no backoff) is
+/// approved again by that slice, and a failure of it after does not make every later slice of
+/// the pass approve it again (each would be a retry at once, in a loop: `RETRY_WITHOUT_BACKOFF_MS`
+/// spaces them).
+#[test]
+fn the_sweep_of_a_pass_runs_on_its_first_slice_only() {
+    let registry = Federation::new(
+        &[NodeSpec { provider: "lan".into(), ..node("a", 10) }],
+        &[ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }],
+    );
+    let mut a = NodeDriver::new(
+        NodeEngine::open("a", MemoryJournalStore::new()).expect("memory"),
+        registry,
+        DriverOptions::default(),
+    );
+    let mut log = MemoryLog::new();
+    let lan = PoolSpec {
+        provider: "lan".into(),
+        members: vec!["a".into()],
+        ..pool("lan", 0..6, 0, Approval::Auto)
+    };
+    append(&mut log, 0, EventKind::PoolApplied { spec: Box::new(lan) });
+    append(&mut log, 1, EventKind::Heartbeat { node: "a".into() });
+    a.follow(&log).expect("readable");
+    a.reconcile().expect("memory").expect("not blocked");
+    a.start_execution().expect("memory").expect("not blocked");
+    let first = a.poll_actions(1, None).expect("memory").remove(0).idempotency_key;
+    a.handle_result(&first, ActionOutcome::Failed, "refused".into()).expect("in flight");
+    assert!(!a.reconcile_due(), "the retry waits RETRY_WITHOUT_BACKOFF_MS of stream time");
+    a.begin_requeue();
+    let (mut retried, mut slices) = (Vec::new(), 0);
+    loop {
+        let turn = a.requeue(1).expect("memory").expect("not blocked");
+        slices += 1;
+        retried.extend(turn.report.retried.clone());
+        if slices == 1 {
+            assert_eq!(turn.report.retried, vec![first.clone()], "the first slice sweeps: {turn:?}");
+            // It fails again at once.
+            a.start_execution().expect("memory").expect("not blocked");
+            let again = a.poll_actions(1, None).expect("memory");
+            assert_eq!(again.iter().map(|x| &x.idempotency_key).collect::<Vec<_>>(), vec![&first]);
+            a.handle_result(&first, ActionOutcome::Failed, "refused".into()).expect("in flight");
+        }
+        if turn.done {
+            break;
+        }
+    }
+    assert!(slices > 2, "{slices} slices");
+    assert_eq!(retried, vec![first], "approved again once in the pass");
+}
+
+/// Results the log never confirmed are re-reported by a pass of slices, each by the slice whose
+/// part of the captured set holds it, once: together what a whole reconcile re-reports.
+#[test]
+fn a_pass_of_slices_re_reports_every_unconfirmed_result_once() {
+    let mut a = NodeDriver::new(
+        NodeEngine::open("a", MemoryJournalStore::new()).expect("memory"),
+        registry(),
+        DriverOptions { report_results: true },
+    );
+    let mut log = log();
+    a.follow(&log).expect("readable");
+    a.reconcile().expect("memory").expect("not blocked");
+    a.start_execution().expect("memory").expect("not blocked");
+    for action in a.poll_actions(64, None).expect("memory") {
+        a.handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into()).expect("in flight");
+    }
+    // The results are lost (never appended): the log confirms nothing.
+    while a.poll_append().is_some() {}
+    append(&mut log, 20, EventKind::Heartbeat { node: "a".into() });
+    a.follow(&log).expect("readable");
+    let outbox = |a: &mut NodeDriver<MemoryJournalStore>| -> Vec<String> {
+        std::iter::from_fn(|| a.poll_append())
+            .map(|kind| match kind {
+                EventKind::ActionResult { idempotency_key, .. } => idempotency_key,
+                other => panic!("only results: {other:?}"),
+            })
+            .collect()
+    };
+    let mut whole = a.engine().unconfirmed_results(a.view());
+    assert_eq!(whole.len(), 6, "edge's six addresses, each its last holding verb: {whole:?}");
+    a.begin_requeue();
+    let mut sliced = Vec::new();
+    loop {
+        let turn = a.requeue(4).expect("memory").expect("not blocked");
+        sliced.extend(outbox(&mut a));
+        if turn.done {
+            break;
+        }
+    }
+    whole.sort();
+    sliced.sort();
+    assert_eq!(sliced, whole);
 }

@@ -8,8 +8,9 @@
 //! resident set is read from `/proc/self/statm` before the agent starts and once it has executed
 //! every action; the difference divided by the address count is printed, with the part the
 //! ownership map alone takes (a [`Federation`] built from the same pools, measured the same way
-//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=… capture_probes=… capture_health_ms_p50=… p99=… capture_page500_ms_p50=… p99=…`
-//! (the largest gap between two of the node's heartbeats in the log while it captured everything;
+//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … idle_reconcile_ms=… idle_pass_ms=… idle_slice_max_ms=… heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=… capture_probes=… capture_health_ms_p50=… p99=… capture_page500_ms_p50=… p99=…`
+//! (the first step of a requeue pass with nothing to do, one slice; the pass's slices added up,
+//! and the longest of them; the largest gap between two of the node's heartbeats in the log while it captured everything;
 //! `GET /v1/health` and `GET /v1/ownership?limit=500`, asked every 100 ms during the capture).
 
 use std::collections::BTreeMap;
@@ -39,13 +40,18 @@ struct Watch {
     calls: AtomicU64,
     reconciles: AtomicU64,
     last_reconcile_us: AtomicU64,
+    /// Every reconcile's time added up, and the longest one, since the start.
+    reconcile_us_total: AtomicU64,
+    reconcile_us_max: AtomicU64,
 }
 
 impl Observe for Watch {
     fn reconcile(&self, duration: Duration) {
+        let us = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
         self.reconciles.fetch_add(1, Ordering::Relaxed);
-        self.last_reconcile_us
-            .store(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.last_reconcile_us.store(us, Ordering::Relaxed);
+        self.reconcile_us_total.fetch_add(us, Ordering::Relaxed);
+        self.reconcile_us_max.fetch_max(us, Ordering::Relaxed);
     }
     fn executor_call(&self, _provider: &str, _duration: Duration) {
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -207,12 +213,24 @@ async fn main() {
     let heartbeat_gap = largest_heartbeat_gap(&store);
     let rss = resident_bytes().saturating_sub(before);
     // One requeue pass with the map built and nothing to do: what an idle agent spends every
-    // `requeueInterval`.
+    // `requeueInterval`, a slice (`REQUEUE_SLICE` addresses) per step. The first slice after the
+    // capture is one idle step; the pass's slices added up are its work, and the longest one is
+    // the longest the loop answered nothing for.
     let reconciles = watch.reconciles.load(Ordering::Relaxed);
     while watch.reconciles.load(Ordering::Relaxed) == reconciles {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let idle_reconcile = Duration::from_micros(watch.last_reconcile_us.load(Ordering::Relaxed));
+    let slices = addresses.div_ceil(tenure::agent::runner::REQUEUE_SLICE as u64).max(1);
+    let (from, total_from) =
+        (watch.reconciles.load(Ordering::Relaxed), watch.reconcile_us_total.load(Ordering::Relaxed));
+    watch.reconcile_us_max.store(0, Ordering::Relaxed);
+    while watch.reconciles.load(Ordering::Relaxed) < from + slices {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let idle_pass =
+        Duration::from_micros(watch.reconcile_us_total.load(Ordering::Relaxed).saturating_sub(total_from));
+    let idle_slice_max = Duration::from_micros(watch.reconcile_us_max.load(Ordering::Relaxed));
     let per = |bytes: u64| bytes / addresses.max(1);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let p50 = |sorted: &[Duration]| sorted.get(sorted.len() / 2).copied();
@@ -230,10 +248,12 @@ async fn main() {
     );
     // The capture's figures first (a long whole-map phase follows).
     eprintln!(
-        "captured: addresses={addresses} rss_per_address_bytes={} built_s={:.1} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} {capture}",
+        "captured: addresses={addresses} rss_per_address_bytes={} built_s={:.1} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} {capture}",
         per(rss),
         built.as_secs_f64(),
         ms(idle_reconcile),
+        ms(idle_pass),
+        ms(idle_slice_max),
     );
     // GET /v1/ownership over loopback HTTP, against the baseline of serialising the same rows.
     let mut whole_map_failures = 0_u32;
@@ -269,11 +289,13 @@ async fn main() {
     let _ = store.close();
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures} {capture}",
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures} {capture}",
         per(rss),
         per(map),
         built.as_secs_f64(),
         ms(idle_reconcile),
+        ms(idle_pass),
+        ms(idle_slice_max),
         show(p50(&latencies)),
         show(p99(&latencies)),
         show(p50(&baselines)),

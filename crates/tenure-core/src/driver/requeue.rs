@@ -5,6 +5,7 @@
 use super::{Blocked, NodeDriver};
 use crate::journal::JournalStore;
 use crate::node::{NodeError, ReconcileReport};
+use crate::planner::PlanCursor;
 
 /// What one [`NodeDriver::requeue`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -17,17 +18,26 @@ pub struct Requeued {
 }
 
 impl<S: JournalStore> NodeDriver<S> {
-    /// One turn of the requeue's safety net. A node whose reconcile is due
-    /// ([`NodeDriver::reconcile_due`]) reconciles whole, which ends the pass. Otherwise the next
-    /// slice of the pass re-plans the next `max` positions of each of the planner's walks
-    /// ([`crate::planner::plan_slice`]) and imports what the journal lacks; the sweep and the
-    /// compaction are a whole reconcile's. The slices of one pass over an unchanged view plan
-    /// exactly what one whole reconcile plans; a change in between makes the reconcile due, and
-    /// the next call plans whole. A slice leaves [`NodeDriver::reconcile_due`]'s record of the
-    /// last whole plan as it was, but for an earlier hold ending (none is expected: the slices
-    /// plan what the last whole plan did) and the sweep's earliest retry.
-    /// A node that may not reconcile (paused, partitioned) ends its pass: nothing is under way
-    /// for a caller to come back for.
+    /// Begins a requeue pass (the requeue interval came round), unless one is under way: the next
+    /// [`NodeDriver::requeue`] calls take its slices.
+    pub fn begin_requeue(&mut self) {
+        if self.requeue_at.is_none() {
+            self.requeue_at = Some(PlanCursor::default());
+        }
+    }
+
+    /// One turn of the requeue's safety net. A node that may not reconcile (paused,
+    /// partitioned) ends its pass. A node whose reconcile is due ([`NodeDriver::reconcile_due`])
+    /// reconciles whole, which ends the pass. With no pass under way, nothing is done. Otherwise
+    /// the next slice of the pass re-plans the next `max` positions of each of the planner's
+    /// walks ([`crate::planner::plan_slice`]), imports what the journal lacks and re-reports the
+    /// results of its part of the captured set the log has not confirmed; the first slice also
+    /// sweeps, once per pass ([`crate::node::NodeEngine::reconcile_slice`]). The slices of one
+    /// pass over an unchanged view plan exactly what one whole reconcile plans; a change in
+    /// between makes the reconcile due, and the next call plans whole. A slice leaves
+    /// [`NodeDriver::reconcile_due`]'s record of the last whole plan as it was, but for an
+    /// earlier hold ending (none is expected: the slices plan what the last whole plan did) and
+    /// the first slice's sweep's earliest retry.
     pub fn requeue(&mut self, max: usize) -> Result<Result<Requeued, Blocked>, NodeError<S::Error>> {
         if let Some(blocked) = self.blocked() {
             self.requeue_at = None;
@@ -36,15 +46,22 @@ impl<S: JournalStore> NodeDriver<S> {
         if self.reconcile_due() {
             return Ok(self.reconcile()?.map(|report| Requeued { report, done: true }));
         }
-        let cursor = self.requeue_at.take().unwrap_or_default();
+        let Some(cursor) = self.requeue_at.take() else {
+            return Ok(Ok(Requeued { report: ReconcileReport::default(), done: true }));
+        };
+        let first = cursor == PlanCursor::default();
         let (report, next) = self.engine.reconcile_slice(&self.view, &self.view, &cursor, max)?;
         if let Some(at) = self.planned_at.as_mut() {
             if let Some(wake) = report.wake_at_ms {
                 at.wake_at_ms = Some(at.wake_at_ms.map_or(wake, |w| w.min(wake)));
             }
-            at.retry_at_ms = report.retry_at_ms;
+            if first {
+                at.retry_at_ms = report.retry_at_ms;
+            }
         }
-        self.queue_unconfirmed();
+        if let Some(window) = cursor.captured_window(&next) {
+            self.queue_unconfirmed_in(window);
+        }
         let done = next.is_done();
         if !done {
             self.requeue_at = Some(next);

@@ -22,11 +22,13 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// [`NodeEngine::reconcile`] with a slice of the plan ([`planner::plan_slice`] from `cursor`,
-    /// `max` positions of each walk): what the slice plans is imported; the sweep is a whole
-    /// reconcile's; the compaction of a slice (`max` not `usize::MAX`) looks at `max` entries at
-    /// most, from where the last slice's look stopped (round the journal, oldest first), where a
-    /// whole reconcile's looks from the oldest entry until it found enough. Returns where the next
-    /// slice resumes.
+    /// `max` positions of each walk): what the slice plans is imported. The first slice of a
+    /// pass (`cursor` at the start) also counts stale acquires in doubt and sweeps, as a whole
+    /// reconcile does, once per pass; the others only plan and import. The compaction of a slice
+    /// (`max` not `usize::MAX`) looks at `max` entries at most, oldest first from where the last
+    /// slice's look stopped, and drops what its look found (the oldest droppable entries) only
+    /// once the look reached the end or found enough; a whole reconcile's looks from the oldest
+    /// entry until it found enough. Returns where the next slice resumes.
     pub fn reconcile_slice(
         &mut self,
         view: &Federation,
@@ -37,15 +39,18 @@ impl<S: JournalStore> NodeEngine<S> {
         let node: NodeId =
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
         let mut report = ReconcileReport::default();
+        let first = *cursor == PlanCursor::default();
         // Acquires in doubt that went stale count as held before the plan, so that it releases
         // them in this reconcile.
-        self.count_stale_in_doubt(head, &mut report)?;
+        if first {
+            self.count_stale_in_doubt(head, &mut report)?;
+        }
         // The plan borrows the captured set while the import below commits: it is taken out for
         // the import (nothing there executes, so nothing there changes it) and always put back.
         let captured = std::mem::take(&mut self.captured);
         let (plan, next) = planner::plan_slice(view, node, &captured, cursor, max);
         // Only a plan of everything plans the releases of what was counted as held.
-        if *cursor == PlanCursor::default() && next.is_done() {
+        if first && next.is_done() {
             self.replan = false;
         }
         report.wake_at_ms = plan.wake_at_ms;
@@ -53,8 +58,15 @@ impl<S: JournalStore> NodeEngine<S> {
         drop(plan);
         self.captured = captured;
         imported?;
-        self.sweep(head, &mut report)?;
-        self.compact(head, (max != usize::MAX).then_some(max), &mut report)?;
+        if first {
+            self.sweep(head, &mut report)?;
+        }
+        if max == usize::MAX {
+            self.compact_look = None;
+            self.compact(head, &mut report)?;
+        } else {
+            self.compact_a_slice(head, max, &mut report)?;
+        }
         self.store.sync().map_err(NodeError::Store)?;
         self.check_sets();
         Ok((report, next))
@@ -211,50 +223,97 @@ impl<S: JournalStore> NodeEngine<S> {
         self.replan
     }
 
-    /// Compaction (SPEC 13 "bounded journals"): past the retention limit, the oldest entries
-    /// that are finished (executed, skipped, or failed and stale) and superseded (neither the
-    /// last executed verb of their (provider, address), nor its last executed holding verb, nor
-    /// stamped with the current captureEpoch of their line) are dropped until the journal is
-    /// back at the limit. Open entries are never dropped. `scan`: look at that many entries at
-    /// most, from where the last bounded look stopped (a requeue slice: a journal of a million
-    /// entries none of which may go is not walked whole at every slice).
+    /// Whether `entry` may be compacted: finished (executed, skipped, or failed and stale) and
+    /// superseded (neither the last executed verb of its (provider, address), nor its last
+    /// executed holding verb, nor stamped with the current captureEpoch of its line).
+    fn droppable(&self, entry: &JournalEntry, head: &impl HeadTokens) -> bool {
+        let finished = match entry.state {
+            EntryState::Executed | EntryState::Skipped(_) => true,
+            EntryState::Failed => !self.failed.contains(&entry.seq),
+            EntryState::Pending | EntryState::Approved => false,
+        };
+        if !finished {
+            return false;
+        }
+        let key = provider_address(&entry.action);
+        let last = self.last_executed.get(&key) == Some(&entry.seq)
+            || self.last_holding.get(&key) == Some(&entry.seq);
+        !last && head.view(&entry.action).capture_epoch != entry.action.capture_epoch
+    }
+
+    /// Compaction (SPEC 13 "bounded journals"): past the retention limit, the oldest droppable
+    /// entries ([`Self::droppable`]) are dropped until the journal is back at the limit. Open
+    /// entries are never dropped.
     fn compact(
         &mut self,
         head: &impl HeadTokens,
-        scan: Option<usize>,
         report: &mut ReconcileReport,
     ) -> Result<(), NodeError<S::Error>> {
         let excess = self.state.entries.len().saturating_sub(self.retention);
         if excess == 0 {
             return Ok(());
         }
-        let from = if scan.is_some() { self.compact_from.take() } else { None };
-        let window = self.state.entries.range(from.unwrap_or(JournalSeq::NONE)..);
-        let mut seqs = Vec::new();
-        for (looked, (seq, entry)) in window.enumerate() {
-            if seqs.len() == excess {
-                break;
-            }
-            if scan.is_some_and(|scan| looked == scan) {
-                self.compact_from = Some(*seq);
-                break;
-            }
-            let finished = match entry.state {
-                EntryState::Executed | EntryState::Skipped(_) => true,
-                EntryState::Failed => !self.failed.contains(&entry.seq),
-                EntryState::Pending | EntryState::Approved => false,
-            };
-            if !finished {
-                continue;
-            }
-            let key = provider_address(&entry.action);
-            let last = self.last_executed.get(&key) == Some(&entry.seq)
-                || self.last_holding.get(&key) == Some(&entry.seq);
-            if last || head.view(&entry.action).capture_epoch == entry.action.capture_epoch {
-                continue;
-            }
-            seqs.push(entry.seq);
+        let seqs: Vec<JournalSeq> = self
+            .state
+            .entries
+            .values()
+            .filter(|entry| self.droppable(entry, head))
+            .map(|entry| entry.seq)
+            .take(excess)
+            .collect();
+        self.drop_entries(seqs, report)
+    }
+
+    /// The compaction of a requeue slice: the same rule as [`Self::compact`], looked at `scan`
+    /// entries at a time (a journal of a million entries none of which may go is not walked
+    /// whole at every slice). The look goes on from where the last slice's stopped, collecting
+    /// the droppable entries it finds, oldest first; once it reached the end of the journal or
+    /// found as many as the journal is over its limit, what it found — still there and still
+    /// droppable — is dropped, the oldest first, down to the limit: the entries a whole compaction
+    /// would drop, bar those that became droppable behind the look.
+    fn compact_a_slice(
+        &mut self,
+        head: &impl HeadTokens,
+        scan: usize,
+        report: &mut ReconcileReport,
+    ) -> Result<(), NodeError<S::Error>> {
+        let excess = self.state.entries.len().saturating_sub(self.retention);
+        if excess == 0 {
+            self.compact_look = None;
+            return Ok(());
         }
+        let (from, mut found) = self.compact_look.take().unwrap_or((JournalSeq::NONE, Vec::new()));
+        let mut window = self.state.entries.range(from..);
+        let mut stopped_at = None;
+        for (looked, (seq, entry)) in window.by_ref().enumerate() {
+            if found.len() >= excess {
+                break;
+            }
+            if looked == scan {
+                stopped_at = Some(*seq);
+                break;
+            }
+            if self.droppable(entry, head) {
+                found.push(*seq);
+            }
+        }
+        if let Some(next) = stopped_at {
+            self.compact_look = Some((next, found));
+            return Ok(());
+        }
+        let seqs: Vec<JournalSeq> = found
+            .into_iter()
+            .filter(|seq| self.state.entries.get(seq).is_some_and(|entry| self.droppable(entry, head)))
+            .take(excess)
+            .collect();
+        self.drop_entries(seqs, report)
+    }
+
+    fn drop_entries(
+        &mut self,
+        seqs: Vec<JournalSeq>,
+        report: &mut ReconcileReport,
+    ) -> Result<(), NodeError<S::Error>> {
         if seqs.is_empty() {
             return Ok(());
         }

@@ -89,12 +89,16 @@ impl World {
             return;
         }
         let requeue = self.rng.random_bool(REQUEUE_CHANCE);
-        let due = self.nodes[node].driver.reconcile_due();
-        if requeue || due {
-            let driver = &mut self.nodes[node].driver;
-            // As the agent's step: a node due reconciles whole; during the requeue pass, one
-            // slice (`NodeDriver::requeue`) of 1 to 4 positions — the agent's 1,024 over the
-            // simulator's few addresses — taken from the log's length, not the seed's draws.
+        let driver = &mut self.nodes[node].driver;
+        if requeue {
+            driver.begin_requeue();
+        }
+        let due = driver.reconcile_due();
+        if due || driver.requeue_under_way() {
+            // As the agent's step: a node due reconciles whole; one with a requeue pass under
+            // way takes a slice (`NodeDriver::requeue`) of 1 to 4 positions — the agent's 1,024
+            // over the simulator's few addresses — taken from the log's length, not the seed's
+            // draws.
             let done = if due {
                 driver.reconcile().map(|done| done.map(drop))
             } else {

@@ -205,7 +205,7 @@ pub async fn run<S: AgentStore>(
     // Health probes during a long start are answered from here.
     requests.board().post(agent.health());
     agent.begin().await?;
-    agent.step(true);
+    agent.step();
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
@@ -243,7 +243,7 @@ pub async fn run<S: AgentStore>(
                 // after its backoff (`NodeDriver::reconcile_due` wakes the node then).
                 // So a step after results reconciles only a node whose plan it changed (the view
                 // moved while the call was in flight: `NodeDriver::reconcile_due`).
-                agent.step(false);
+                agent.step();
             }
             request = requests.recv(), if requests_open => match request {
                 Some(request) => dirty = agent.answer(request),
@@ -261,10 +261,10 @@ pub async fn run<S: AgentStore>(
             () = agent.beat.landed.notified() => dirty = true,
             _ = requeue.tick(), if !agent.requeue_pass => {
                 dirty = true;
-                agent.requeue_pass = true;
+                agent.begin_requeue();
             }
-            // The next slice of a requeue pass, after whatever else is ready (the branches are
-            // polled in random order: requests and results are answered between the slices).
+            // The next slice of a requeue pass. `select!` polls its ready branches in random
+            // order, so requests, results and reports are taken between the slices.
             () = std::future::ready(()), if agent.requeue_pass && !agent.shutting_down => dirty = true,
             () = sleep_until_or_never(agent.inventory.next()), if !agent.shutting_down => agent.start_inventories(),
             () = sleep_until_or_never(agent.refresh.next()), if !agent.shutting_down => agent.refresh_due(),
@@ -279,7 +279,7 @@ pub async fn run<S: AgentStore>(
             () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {
-            agent.step(agent.requeue_pass);
+            agent.step();
             if pass_under_way && !agent.requeue_pass {
                 // The interval runs from the end of a pass: a pass longer than the interval (a
                 // million addresses) is not followed at once by another.

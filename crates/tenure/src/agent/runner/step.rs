@@ -107,18 +107,26 @@ impl<S: AgentStore> Agent<S> {
         self.beat.stamper().stamp(wall_clock_ms(), Instant::now())
     }
 
+    /// Begins a requeue pass on every node that has none under way (the requeue interval came
+    /// round); [`Self::step`] takes its slices.
+    pub(super) fn begin_requeue(&mut self) {
+        for driver in &mut self.drivers {
+            driver.begin_requeue();
+        }
+        self.requeue_pass = self.drivers.iter().any(NodeDriver::requeue_under_way);
+    }
+
     /// One step: append, follow, reconcile, gate, call. A node reconciles when its view changed
     /// what it plans from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]); a
-    /// heartbeat alone does not re-plan 100k addresses. While a requeue pass is under way
-    /// (`requeue`: the requeue interval began one, and a node has slices left), each step
-    /// re-plans one slice of [`REQUEUE_SLICE`] addresses of every node ([`NodeDriver::requeue`]):
-    /// the level-triggered safety net, never a pass over every address in one step.
-    pub(super) fn step(&mut self, requeue: bool) {
-        // A step of the pass that cannot follow the log ends it (the loop does not spin on it);
-        // the next requeue tick begins another, each node from where its slices stopped.
-        if requeue {
-            self.requeue_pass = false;
-        }
+    /// heartbeat alone does not re-plan 100k addresses. A node with a requeue pass under way
+    /// ([`Self::begin_requeue`]: the requeue interval came round) re-plans one slice of
+    /// [`REQUEUE_SLICE`] addresses of it ([`NodeDriver::requeue`]): the level-triggered safety
+    /// net, never a pass over every address in one step.
+    pub(super) fn step(&mut self) {
+        // A step that cannot follow the log leaves the pass where it is without the loop coming
+        // back for it at once (it does not spin on an unreadable log); the next step that
+        // follows takes the next slice.
+        self.requeue_pass = false;
         self.slow.step();
         self.heartbeat_failure = self.beat.last_error();
         self.flush_appends();
@@ -129,7 +137,7 @@ impl<S: AgentStore> Agent<S> {
         }
         for index in 0..self.drivers.len() {
             let whole = self.freeze_after_reconcile.contains(&index) || self.drivers[index].reconcile_due();
-            if !requeue && !whole {
+            if !whole && !self.drivers[index].requeue_under_way() {
                 continue;
             }
             let started = Instant::now();
