@@ -39,7 +39,7 @@ use crate::journal::{JournalSeq, JournalStore};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::{ParsedKey, StampedAction};
-use crate::node::{NodeEngine, NodeError, ProviderAddress, ReconcileReport, StaleCall};
+use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
 
 mod lifecycle;
 mod requeue;
@@ -325,10 +325,7 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// [`Self::queue_unconfirmed`] for the (provider, address) keys in `window` (a requeue
     /// slice's part of the captured set).
-    fn queue_unconfirmed_in(
-        &mut self,
-        window: (std::ops::Bound<ProviderAddress>, std::ops::Bound<ProviderAddress>),
-    ) {
+    fn queue_unconfirmed_in(&mut self, window: crate::planner::KeyWindow) {
         if self.options.report_results {
             for key in self.engine.unconfirmed_results_in(&self.view, window) {
                 self.outbox.push_back(EventKind::ActionResult {

@@ -403,7 +403,7 @@ impl<S: JournalStore> NodeEngine<S> {
     pub fn unconfirmed_results_in(
         &self,
         view: &Federation,
-        window: (Bound<ProviderAddress>, Bound<ProviderAddress>),
+        window: crate::planner::KeyWindow,
     ) -> Vec<String> {
         let Some(node) = view.node_id(&self.name) else { return Vec::new() };
         self.last_holding

@@ -105,6 +105,9 @@ impl Walk {
     }
 }
 
+/// A window of (provider, address) keys: what a slice of the captured walk visited.
+pub type KeyWindow = (Bound<(String, IpAddr)>, Bound<(String, IpAddr)>);
+
 /// Where the next [`plan_slice`] resumes: in the walk over every pool's addresses (its
 /// acquires, and what drift repair saw on the node's NIC) and in the walk over the node's
 /// captured set (its releases). `Default`: both at their start.
@@ -124,7 +127,7 @@ impl PlanCursor {
     /// The (provider, address) keys of the captured walk a slice from `self` to `next` visited;
     /// `None`: none (the walk was done).
     #[must_use]
-    pub fn captured_window(&self, next: &Self) -> Option<(Bound<(String, IpAddr)>, Bound<(String, IpAddr)>)> {
+    pub fn captured_window(&self, next: &Self) -> Option<KeyWindow> {
         let from = self.captured.from()?;
         let to = match &next.captured {
             Walk::At(provider, address) => Bound::Excluded((provider.clone(), *address)),
