@@ -28,8 +28,8 @@ impl<S: AgentStore> Agent<S> {
                 .or_else(|| self.unhealthy.clone())
                 .or_else(|| self.head_failure.clone())
                 .or_else(|| self.append_failure.clone())
-                // A heartbeat failing now is said at once; one that landed since counts once a step
-                // followed past it.
+                // A heartbeat failing now is said at the loop's next turn (the health it posts); one
+                // that landed since counts once a step followed past it.
                 .or_else(|| self.beat.last_error().or_else(|| self.heartbeat_failure.clone()))
         };
         Health {
