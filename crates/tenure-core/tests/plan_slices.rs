@@ -195,9 +195,14 @@ proptest! {
     fn the_slices_of_a_pass_plan_what_the_whole_plan_plans(
         steps in prop::collection::vec(step(), 0..24),
         max in 1..5_usize,
+        drift_repair in any::<bool>(),
     ) {
         let mut log = log();
-        let mut a = driver("a");
+        let mut a = NodeDriver::new(
+            NodeEngine::open("a", MemoryJournalStore::new()).expect("memory"),
+            registry().with_drift_repair(drift_repair),
+            DriverOptions::default(),
+        );
         let mut at_ms = 10;
         for step in &steps {
             at_ms = apply(&mut log, &mut a, at_ms + 1, step);

@@ -1,0 +1,134 @@
+//! The requeue pass of the agent loop, a slice at a time (issue 24), in-process over the
+//! in-memory store double and the simulated cloud: with more addresses than a slice and two
+//! nodes in one agent, every pass takes several slices and ends, the loop rests between passes
+//! (it does not spin on a pass that never ends), and the agent answers all along.
+
+#[path = "support/wait.rs"]
+mod wait;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tenure::agent::memory::MemoryStore;
+use tenure::agent::request::AgentHandle;
+use tenure::agent::runner::{Observe, REQUEUE_SLICE, run};
+use tenure::agent::{ProviderExecutor, Settings};
+use tenure::exec::SimExecutor;
+use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
+use tokio::sync::{mpsc, oneshot};
+use wait::wait_until;
+
+/// Addresses: three slices of the pools' walk (and of a's captured set).
+const ADDRESSES: usize = 2 * REQUEUE_SLICE + 500;
+
+/// The requeue interval: a pass begins this long after the last one ended.
+const REQUEUE: Duration = Duration::from_millis(100);
+
+/// Counts the loop's reconciles (whole, or a slice of a pass).
+#[derive(Default)]
+struct Reconciles(AtomicU64);
+
+impl Observe for Reconciles {
+    fn reconcile(&self, _duration: Duration) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn node(name: &str, priority: i64) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        priority,
+        nic: format!("eni-{name}"),
+        capacity: None,
+    }
+}
+
+fn pool() -> PoolSpec {
+    let address = |i: usize| IpAddr::V4(Ipv4Addr::from(0x0a01_0000_u32 + u32::try_from(i).expect("small")));
+    PoolSpec {
+        name: "edge".into(),
+        addresses: (0..ADDRESSES).map(address).collect(),
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        members: vec!["a".into(), "b".into()],
+        authority: Authority::None,
+        approval: Approval::Auto,
+        deprovision_hold_ms: 0,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 0,
+        epoch_locking: true,
+        prefer_nodes: vec!["a".into()],
+        preempt: false,
+        auto_failover: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() {
+    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor {
+            executor: Arc::new(cloud.clone()),
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+            garp_refresh: None,
+        },
+    );
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![node("a", 10), node("b", 0)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors,
+        heartbeat_interval: Duration::from_millis(100),
+        requeue_interval: REQUEUE,
+        journal_retention: 10_000,
+        pools: Box::new(|| Ok(vec![pool()])),
+        vrrp: None,
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let reconciles = Arc::new(Reconciles::default());
+    let observer: Arc<dyn Observe> = reconciles.clone();
+    let done = tokio::spawn(run(MemoryStore::new(), settings, requests, reload, observer, async move {
+        let _ = stopped.await;
+    }));
+    wait_until(Duration::from_secs(120), "a captures every address", async || {
+        handle.ownership().await.is_ok_and(|rows| {
+            rows.len() == ADDRESSES
+                && rows.iter().all(|r| r.owner.as_deref() == Some("a") && r.phase.as_deref() == Some("held"))
+        })
+    })
+    .await;
+
+    // Idle: only requeue passes reconcile. Each takes three slices on each node (a's captured set
+    // is three slices too), then rests `REQUEUE`: over 2 s at most 20 passes, 6 slices each, and
+    // a whole reconcile or two. A pass that never ended would reconcile as fast as the loop turns.
+    let window = Duration::from_secs(2);
+    let before = reconciles.0.load(Ordering::Relaxed);
+    let started = tokio::time::Instant::now();
+    let mut answered = 0_u32;
+    while started.elapsed() < window {
+        assert!(handle.health().await.expect("answers").ok);
+        assert_eq!(handle.ownership().await.expect("answers").len(), ADDRESSES);
+        answered += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let during = reconciles.0.load(Ordering::Relaxed) - before;
+    let passes_max = u64::try_from(window.as_millis() / REQUEUE.as_millis()).expect("small");
+    assert!(during >= 6, "at least one pass of 3 slices on each node in {window:?}: {during} reconciles");
+    assert!(
+        during <= passes_max * 6 + 10,
+        "{during} reconciles in {window:?}: the loop does not rest between passes (at most {passes_max} passes of 6 slices)"
+    );
+    assert!(answered >= 10, "the agent answered {answered} times in {window:?}");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");
+}
