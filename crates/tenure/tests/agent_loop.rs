@@ -274,7 +274,7 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
     let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
         let _ = stopped.await;
     }));
-    assert!(handle.health().await.expect("answers").ok);
+    wait_until(WAIT_MAX, "healthy once started", async || handle.health().await.is_ok_and(|h| h.ok)).await;
     failing.store(true, std::sync::atomic::Ordering::SeqCst);
     // The next heartbeat cannot be appended; the log is still readable, health stays 503.
     let deadline = tokio::time::Instant::now() + WAIT_MAX;

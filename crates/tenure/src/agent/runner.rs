@@ -16,7 +16,7 @@ use tracing::{error, info};
 
 use super::answers::Counters;
 use super::keepalived::VrrpReport;
-use super::request::Requests;
+use super::request::{Health, Requests};
 use super::{AgentStore, ProviderExecutor, Settings};
 
 mod appends;
@@ -55,6 +55,9 @@ pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);
 
 /// How long another node's last heartbeat stamp still votes in the clock-lead rule.
 pub const CLOCK_VOTE_WINDOW: Duration = Duration::from_secs(60);
+
+/// What health says before the agent's first step: it is opening its store and following the log.
+pub const STARTING: &str = "starting: opening the store and following the log";
 
 /// How often the identity record is written while things change.
 pub const IDENTITY_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -201,8 +204,18 @@ pub async fn run<S: AgentStore>(
     observer: Arc<dyn Observe>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunSummary, AgentError> {
+    // Health probes while the store opens and the log is followed (seconds at a million
+    // addresses) are answered at once: starting, not ok.
+    requests.board().post(Health {
+        ok: false,
+        reason: Some(STARTING.to_owned()),
+        nodes: settings.nodes.iter().map(|n| n.name.clone()).collect(),
+        log_index: 0,
+        log_head: 0,
+        stream_time_ms: 0,
+    });
     let mut agent = Agent::start(store, settings, observer)?;
-    // Health probes during a long start are answered from here.
+    // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
     agent.begin().await?;
     agent.step();
