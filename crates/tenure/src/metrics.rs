@@ -213,10 +213,18 @@ impl Metrics {
     /// left out except `tenure_healthy`, which is 0.
     #[must_use]
     pub fn encode(&self, snapshot: Option<MetricsSnapshot>) -> String {
+        self.encode_with(snapshot, false)
+    }
+
+    /// [`Metrics::encode`], with `tenure_healthy` set from `healthy` when `snapshot` is `None`:
+    /// what `GET /v1/health` says of a loop that is busy (the health it posted, while under the
+    /// handle's timeout old), so that the gauge and the route agree.
+    #[must_use]
+    pub fn encode_with(&self, snapshot: Option<MetricsSnapshot>, healthy: bool) -> String {
         let rows = snapshot.as_ref().map_or(0, |s| s.ownership.len());
         let mut text = String::with_capacity(SCRAPE_BYTES_FIXED + rows * SCRAPE_BYTES_PER_ADDRESS);
         let mut loop_state = Registry::default();
-        loop_state.register_collector(Box::new(SnapshotCollector { snapshot }));
+        loop_state.register_collector(Box::new(SnapshotCollector { snapshot, healthy_when_busy: healthy }));
         encode_registry(&mut text, &self.registry)
             .and_then(|()| encode_registry(&mut text, &loop_state))
             .and_then(|()| encode_eof(&mut text))

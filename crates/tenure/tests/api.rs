@@ -241,6 +241,24 @@ async fn a_loop_that_does_not_answer_is_503_within_the_timeout() {
     }
 }
 
+/// A loop busy in a long step (here: one that never reads its requests) answers health from
+/// the health it posted, and `/metrics`' `tenure_healthy` says the same, not 0 because the loop
+/// did not hand over its snapshot: an alert on the gauge and a probe of the route agree.
+#[tokio::test]
+async fn a_busy_loop_scrapes_as_healthy_as_its_health_says() {
+    let server = start(Mode::Silent, Some(TOKEN), SILENT_TIMEOUT).await;
+    for ok in [true, false] {
+        server.state.set_healthy(ok);
+        let reply = get(&server, "/v1/health").await;
+        assert_eq!(reply.status, if ok { 200 } else { 503 });
+        let scrape = get(&server, "/metrics").await;
+        assert_eq!(scrape.status, 200);
+        let gauge = format!("\ntenure_healthy {}\n", u8::from(ok));
+        assert!(scrape.body.contains(&gauge), "{gauge:?} in {}", scrape.body);
+        assert!(!scrape.body.contains("tenure_ownership_epoch{"), "no snapshot: {}", scrape.body);
+    }
+}
+
 #[tokio::test]
 async fn mutating_calls_need_the_right_bearer_token() {
     let server = start(Mode::Answering, Some(TOKEN), ANSWER_TIMEOUT).await;

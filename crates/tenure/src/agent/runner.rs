@@ -16,7 +16,7 @@ use tracing::{error, info};
 
 use super::answers::Counters;
 use super::keepalived::VrrpReport;
-use super::request::{Health, Requests};
+use super::request::Requests;
 use super::{AgentStore, ProviderExecutor, Settings};
 
 mod appends;
@@ -45,24 +45,18 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 /// Most actions gated in one batch (one durable sync per batch).
 pub const GATE_BATCH_MAX: usize = 64;
 
-/// Addresses (of each of the planner's two walks) one step of a requeue pass re-plans per node
-/// ([`NodeDriver::requeue`]): a pass over a million addresses is a thousand short steps, with
-/// requests, results and heartbeats answered between them.
-pub const REQUEUE_SLICE: usize = 1024;
-
 /// When no pool names a heartbeat TTL, how long the agent waits to confirm the log head.
 pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);
 
 /// How long another node's last heartbeat stamp still votes in the clock-lead rule.
 pub const CLOCK_VOTE_WINDOW: Duration = Duration::from_secs(60);
 
-/// What health says before the agent's first step: it is opening its store and following the log.
-pub const STARTING: &str = "starting: opening the store and following the log";
-
 /// How often the identity record is written while things change.
 pub const IDENTITY_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 pub use heartbeat::LOOP_STALL_MAX;
+pub use requests::STARTING;
+pub use step::REQUEUE_SLICE;
 
 /// What the loop reports about itself to metrics. Every method has a no-op default.
 pub trait Observe: Send + Sync {
@@ -204,16 +198,8 @@ pub async fn run<S: AgentStore>(
     observer: Arc<dyn Observe>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunSummary, AgentError> {
-    // Health probes while the store opens and the log is followed (seconds at a million
-    // addresses) are answered at once: starting, not ok.
-    requests.board().post(Health {
-        ok: false,
-        reason: Some(STARTING.to_owned()),
-        nodes: settings.nodes.iter().map(|n| n.name.clone()).collect(),
-        log_index: 0,
-        log_head: 0,
-        stream_time_ms: 0,
-    });
+    // Health probes while the store opens and the log is followed are answered at once.
+    requests.board().post(requests::starting(&settings.nodes));
     let mut agent = Agent::start(store, settings, observer)?;
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());

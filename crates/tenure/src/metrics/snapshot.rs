@@ -13,12 +13,14 @@ use crate::agent::request::MetricsSnapshot;
 #[derive(Debug)]
 pub(super) struct SnapshotCollector {
     pub(super) snapshot: Option<MetricsSnapshot>,
+    /// `tenure_healthy` when there is no snapshot (the loop is busy).
+    pub(super) healthy_when_busy: bool,
 }
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(s) = &self.snapshot else {
-            return gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, 0);
+            return gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, u64::from(self.healthy_when_busy));
         };
         let mut family = encoder.encode_descriptor(
             "tenure_ownership_epoch",

@@ -17,6 +17,22 @@ use super::super::request::{Control, Health, Receipt, Request, SubmitError, no_e
 use super::super::status;
 use super::Agent;
 
+/// What health says before the agent's first step: it is opening its store and following the log.
+pub const STARTING: &str = "starting: opening the store and following the log";
+
+/// The health posted before the agent opens its store (seconds at a million addresses): not ok,
+/// [`STARTING`], naming the nodes it runs.
+pub(super) fn starting(nodes: &[tenure_core::model::NodeSpec]) -> Health {
+    Health {
+        ok: false,
+        reason: Some(STARTING.to_owned()),
+        nodes: nodes.iter().map(|n| n.name.clone()).collect(),
+        log_index: 0,
+        log_head: 0,
+        stream_time_ms: 0,
+    }
+}
+
 impl<S: AgentStore> Agent<S> {
     pub(super) fn health(&self) -> Health {
         let head = self.log.head().ok().flatten().map_or(0, |i| i.get());

@@ -12,7 +12,12 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::super::{AgentStore, HeadUnconfirmed};
-use super::{Agent, HEAD_CONFIRM_BOUND_DEFAULT, REQUEUE_SLICE, wall_clock_ms};
+use super::{Agent, HEAD_CONFIRM_BOUND_DEFAULT, wall_clock_ms};
+
+/// Addresses (of each of the planner's two walks) one step of a requeue pass re-plans per node
+/// ([`NodeDriver::requeue`]): a pass over a million addresses is a thousand short steps, with
+/// requests, results and heartbeats answered between them.
+pub const REQUEUE_SLICE: usize = 1024;
 
 impl<S: AgentStore> Agent<S> {
     /// Follows the log to its head with every node's driver. A log that cannot be read makes the
