@@ -241,22 +241,38 @@ async fn a_loop_that_does_not_answer_is_503_within_the_timeout() {
     }
 }
 
-/// A loop busy in a long step (here: one that never reads its requests) answers health from
-/// the health it posted, and `/metrics`' `tenure_healthy` says the same, not 0 because the loop
-/// did not hand over its snapshot: an alert on the gauge and a probe of the route agree.
+/// A loop busy in long steps (here: one that never reads its requests, and posts its health
+/// between them) answers health from the health it posted, and `/metrics`' `tenure_healthy`
+/// says the same, not 0 because the loop did not hand over its snapshot: an alert on the gauge
+/// and a probe of the route agree. A loop that posts nothing for the handle's timeout (hung)
+/// is unhealthy on both.
 #[tokio::test]
 async fn a_busy_loop_scrapes_as_healthy_as_its_health_says() {
     let server = start(Mode::Silent, Some(TOKEN), SILENT_TIMEOUT).await;
+    let scrape_says = async |server: &Server| {
+        let scrape = get(server, "/metrics").await;
+        assert_eq!(scrape.status, 200);
+        assert!(!scrape.body.contains("tenure_ownership_epoch{"), "no snapshot: {}", scrape.body);
+        let line = scrape.body.lines().find(|l| l.starts_with("tenure_healthy ")).map(str::to_owned);
+        line.unwrap_or_else(|| panic!("tenure_healthy in {}", scrape.body))
+    };
     for ok in [true, false] {
-        server.state.set_healthy(ok);
+        // Posting between its steps, as a busy loop does.
+        let state = server.state.clone();
+        let posting = tokio::spawn(async move {
+            loop {
+                state.set_healthy(ok);
+                tokio::time::sleep(SILENT_TIMEOUT / 10).await;
+            }
+        });
         let reply = get(&server, "/v1/health").await;
         assert_eq!(reply.status, if ok { 200 } else { 503 });
-        let scrape = get(&server, "/metrics").await;
-        assert_eq!(scrape.status, 200);
-        let gauge = format!("\ntenure_healthy {}\n", u8::from(ok));
-        assert!(scrape.body.contains(&gauge), "{gauge:?} in {}", scrape.body);
-        assert!(!scrape.body.contains("tenure_ownership_epoch{"), "no snapshot: {}", scrape.body);
+        assert_eq!(scrape_says(&server).await, format!("tenure_healthy {}", u8::from(ok)));
+        posting.abort();
     }
+    // Hung: its last post (ok) grows older than the timeout while the scrape waits.
+    server.state.set_healthy(true);
+    assert_eq!(scrape_says(&server).await, "tenure_healthy 0");
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// One turn of the requeue's safety net. A node that may not reconcile (paused,
     /// partitioned) ends its pass. A node whose reconcile is due ([`NodeDriver::reconcile_due`])
-    /// reconciles whole, which ends the pass. With no pass under way, nothing is done. Otherwise
+    /// reconciles whole, which ends the pass. With no pass under way, nothing is done; with one,
     /// the next slice of the pass re-plans the next `max` positions of each of the planner's
     /// walks ([`crate::planner::plan_slice`]), imports what the journal lacks and re-reports the
     /// results of its part of the captured set the log has not confirmed; the first slice also

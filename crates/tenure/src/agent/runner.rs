@@ -279,11 +279,11 @@ pub async fn run<S: AgentStore>(
         }
         if dirty {
             agent.step();
-            if pass_under_way && !agent.requeue_pass {
-                // The interval runs from the end of a pass: a pass longer than the interval (a
-                // million addresses) is not followed at once by another.
-                requeue.reset();
-            }
+        }
+        if pass_under_way && !agent.requeue_pass {
+            // The interval runs from the end of a pass (whichever step ended it): a pass longer
+            // than the interval (a million addresses) is not followed at once by another.
+            requeue.reset();
         }
         if agent.shutting_down && agent.calls.is_empty() {
             break;

@@ -261,10 +261,11 @@ async fn health(State(state): State<ApiState>) -> Response {
 
 /// `GET /metrics`: encoded off the async workers (a large map takes a while).
 async fn scrape(State(state): State<ApiState>) -> Response {
-    // A loop too busy to answer is as healthy as `GET /v1/health` said when the scrape began
-    // (the health it posted; read first: the ask below may take the handle's whole timeout).
-    let healthy = state.handle.health().await.is_ok_and(|health| health.ok);
+    // A loop too busy to answer is as healthy as `GET /v1/health` says once the ask gave up
+    // (the health the loop posted: a loop that posted nothing for the handle's timeout, hung or
+    // stopped, is not healthy).
     let snapshot = state.handle.metrics().await.ok();
+    let healthy = snapshot.is_none() && state.handle.health().await.is_ok_and(|health| health.ok);
     let metrics = Arc::clone(&state.metrics);
     let text = match tokio::task::spawn_blocking(move || metrics.encode_with(snapshot, healthy)).await {
         Ok(text) => text,

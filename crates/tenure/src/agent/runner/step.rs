@@ -174,8 +174,10 @@ impl<S: AgentStore> Agent<S> {
                 Err(e) => self.journal_failed(index, &e),
             }
             self.observer.reconcile(started.elapsed());
-            let driver = &mut self.drivers[index];
-            if let Err(e) = driver.start_execution() {
+            // Promotion reads every pending entry: after a whole reconcile only (a slice imports
+            // what the view already approved as approved, and the pass's first slice sweeps,
+            // which promotes).
+            if whole && let Err(e) = self.drivers[index].start_execution() {
                 self.journal_failed(index, &e);
             }
         }
