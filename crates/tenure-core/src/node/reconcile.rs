@@ -283,9 +283,8 @@ impl<S: JournalStore> NodeEngine<S> {
             return Ok(());
         }
         let (from, mut found) = self.compact_look.take().unwrap_or((JournalSeq::NONE, Vec::new()));
-        let mut window = self.state.entries.range(from..);
         let mut stopped_at = None;
-        for (looked, (seq, entry)) in window.by_ref().enumerate() {
+        for (looked, (seq, entry)) in self.state.entries.range(from..).enumerate() {
             if found.len() >= excess {
                 break;
             }

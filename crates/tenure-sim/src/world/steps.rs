@@ -93,18 +93,11 @@ impl World {
         if requeue {
             driver.begin_requeue();
         }
-        let due = driver.reconcile_due();
-        if due || driver.requeue_under_way() {
-            // As the agent's step: a node due reconciles whole; one with a requeue pass under
-            // way takes a slice (`NodeDriver::requeue`) of 1 to 4 positions — the agent's 1,024
-            // over the simulator's few addresses — taken from the log's length, not the seed's
-            // draws.
-            let done = if due {
-                driver.reconcile().map(|done| done.map(drop))
-            } else {
-                driver.requeue(1 + self.log.len() % 4).map(|done| done.map(drop))
-            }
-            .expect("memory store");
+        if driver.reconcile_due() || driver.requeue_under_way() {
+            // As the agent's step: `NodeDriver::requeue` reconciles a node due whole, else takes
+            // a slice of its pass of 1 to 4 positions — the agent's 1,024 over the simulator's
+            // few addresses — taken from the log's length, not the seed's draws.
+            let done = driver.requeue(1 + self.log.len() % 4).expect("memory store");
             debug_assert!(done.is_ok(), "an acting node reconciles");
             // As the agent's step: what the (possibly lagging) view shows approved is promoted
             // right after the plan; the gate before each call reads the head.
