@@ -248,6 +248,13 @@ pub fn encode_journal_change(change: &JournalChange) -> Result<Vec<u8>, CodecErr
     seal(RECORD_JOURNAL_CHANGE, &wire::ChangeWire::of(change)?)
 }
 
+/// Whether [`encode_journal_change`] would encode `change`: its checks (sequence numbers a
+/// record can carry), without the encoding. A store that buffers changes until a commit refuses
+/// one here, before anything is buffered.
+pub fn check_journal_change(change: &JournalChange) -> Result<(), CodecError> {
+    wire::ChangeWire::of(change).map(drop)
+}
+
 /// Decodes one durable journal change, with the checks of its parts.
 pub fn decode_journal_change(bytes: &[u8]) -> Result<JournalChange, CodecError> {
     open::<wire::ChangeWire<'static>>(RECORD_JOURNAL_CHANGE, bytes)?.into_change()

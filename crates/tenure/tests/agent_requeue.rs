@@ -1,7 +1,8 @@
 //! The requeue pass of the agent loop, a slice at a time (issue 24), in-process over the
 //! in-memory store double and the simulated cloud: with more addresses than a slice and two
 //! nodes in one agent, every pass takes several slices and ends, the loop rests between passes
-//! (it does not spin on a pass that never ends), and the agent answers all along.
+//! (it does not spin on a pass that never ends), and the agent answers all along; and while call
+//! results keep the loop busy (a capture), an ask waits for one step at most.
 
 #[path = "support/wait.rs"]
 mod wait;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tenure::agent::map::OwnershipQuery;
 use tenure::agent::memory::MemoryStore;
 use tenure::agent::request::AgentHandle;
 use tenure::agent::runner::{Observe, REQUEUE_SLICE, run};
@@ -27,13 +29,16 @@ const ADDRESSES: usize = 2 * REQUEUE_SLICE + 500;
 /// The requeue interval: a pass begins this long after the last one ended.
 const REQUEUE: Duration = Duration::from_millis(100);
 
-/// Counts the loop's reconciles (whole, or a slice of a pass).
+/// Counts the loop's reconciles (whole, or a slice of a pass) and its steps.
 #[derive(Default)]
-struct Reconciles(AtomicU64);
+struct Reconciles(AtomicU64, AtomicU64);
 
 impl Observe for Reconciles {
     fn reconcile(&self, _duration: Duration) {
         self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    fn step(&self) {
+        self.1.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -48,11 +53,14 @@ fn node(name: &str, priority: i64) -> NodeSpec {
     }
 }
 
-fn pool() -> PoolSpec {
-    let address = |i: usize| IpAddr::V4(Ipv4Addr::from(0x0a01_0000_u32 + u32::try_from(i).expect("small")));
+fn address(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a01_0000_u32 + u32::try_from(i).expect("small")))
+}
+
+fn pool(addresses: usize) -> PoolSpec {
     PoolSpec {
         name: "edge".into(),
-        addresses: (0..ADDRESSES).map(address).collect(),
+        addresses: (0..addresses).map(address).collect(),
         provider: "sim1".into(),
         placement_group: "g1".into(),
         members: vec!["a".into(), "b".into()],
@@ -68,14 +76,17 @@ fn pool() -> PoolSpec {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() {
+/// An agent running nodes a and b over one pool of `addresses` on the simulated cloud (calls
+/// answer at once), requeue every [`REQUEUE`]. Returns its handle, its observer, and what stops it.
+fn start(
+    addresses: usize,
+) -> (AgentHandle, Arc<Reconciles>, oneshot::Sender<()>, tokio::task::JoinHandle<impl Sized>) {
     let cloud = SimExecutor::new(ProviderKind::SimCloud);
     let mut executors = BTreeMap::new();
     executors.insert(
         "sim1".to_owned(),
         ProviderExecutor {
-            executor: Arc::new(cloud.clone()),
+            executor: Arc::new(cloud),
             call_timeout: Duration::from_secs(5),
             inventory_interval: None,
             garp_refresh: None,
@@ -89,7 +100,7 @@ async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() 
         heartbeat_interval: Duration::from_millis(100),
         requeue_interval: REQUEUE,
         journal_retention: 10_000,
-        pools: Box::new(|| Ok(vec![pool()])),
+        pools: Box::new(move || Ok(vec![pool(addresses)])),
         vrrp: None,
     };
     let (handle, requests) = AgentHandle::channel();
@@ -98,8 +109,15 @@ async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() 
     let reconciles = Arc::new(Reconciles::default());
     let observer: Arc<dyn Observe> = reconciles.clone();
     let done = tokio::spawn(run(MemoryStore::new(), settings, requests, reload, observer, async move {
+        let _reload_tx = _reload_tx;
         let _ = stopped.await;
     }));
+    (handle, reconciles, stop, done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() {
+    let (handle, reconciles, stop, done) = start(ADDRESSES);
     wait_until(Duration::from_secs(120), "a captures every address", async || {
         handle.ownership().await.is_ok_and(|rows| {
             rows.len() == ADDRESSES
@@ -126,6 +144,42 @@ async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() 
         during <= passes_max * 6 + 10,
         "{during} reconciles in {window:?}: the loop does not rest between passes (at most {passes_max} passes of 6 slices)"
     );
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");
+}
+
+/// Addresses of the busy loop's capture: 4,096 calls, their results a few hundred at a time.
+const CAPTURED: usize = 2_048;
+
+/// Asks made while the capture keeps the loop busy.
+const ASKS: usize = 40;
+
+/// While call results are ready at every turn of the loop (a capture on a cloud that answers at
+/// once), a page of the map is answered after at most one step more than the one under way when
+/// it was asked (the loop answers waiting asks after every step, whatever branch it took): one
+/// begun between reading the count and asking, one after. Without that, the loop's `select!`
+/// picks among its ready branches at random, and an ask often waits two steps or more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_waits_for_one_step_at_most_while_results_keep_the_loop_busy() {
+    let (handle, observer, stop, done) = start(CAPTURED);
+    let page = || OwnershipQuery { filter: Default::default(), after: None, limit: Some(10) };
+    // The first page answers once the start's first step (the whole initial plan) is over.
+    handle.ownership_page(page()).await.expect("answers");
+    let mut waits = Vec::new();
+    let mut captured = false;
+    while waits.len() < ASKS && !captured {
+        let before = observer.1.load(Ordering::Relaxed);
+        let answer = handle.ownership_page(page()).await.expect("answers");
+        waits.push(observer.1.load(Ordering::Relaxed) - before);
+        assert_eq!(answer.rows.len(), 10);
+        // The last address is among the last captured (the plan and the journal go in the map's
+        // order).
+        let last = OwnershipQuery { after: Some(("edge".into(), address(CAPTURED - 2))), ..page() };
+        let last = handle.ownership_page(last).await.expect("answers");
+        captured = last.rows.iter().all(|r| r.phase.as_deref() == Some("held"));
+    }
+    assert!(waits.len() >= 8, "the capture kept the loop busy for {} asks only: {waits:?}", waits.len());
+    assert!(waits.iter().all(|&steps| steps <= 2), "steps begun while a page was asked: {waits:?}");
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");
 }

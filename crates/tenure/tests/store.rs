@@ -111,6 +111,59 @@ fn one_sync_commits_every_nodes_changes_and_unsynced_ones_are_lost_in_a_crash() 
     store.close().expect("closes");
 }
 
+/// One commit writes each row it touches once, as the batch's last change left it: an entry
+/// appended, handed out, attempted and executed in one batch, and a mark raised and then offered
+/// a lower one, load as the changes made one at a time would have left them; entries compacted
+/// in the batch (one appended in it, one written by an earlier commit) leave no row.
+#[test]
+fn a_batch_that_changes_a_row_several_times_leaves_its_last_state() {
+    let dir = TempDir::new("batch");
+    let store = dir.open().expect("opens");
+    let mut a = store.journal("a");
+    let set =
+        |seq: u64, state: EntryState, detail: &str, executed_seq: Option<u64>| JournalChange::SetState {
+            seq: JournalSeq::new(seq),
+            state,
+            detail: Some(detail.into()),
+            executed_seq,
+        };
+    // An earlier commit's row, compacted below.
+    a.commit(&JournalChange::Append(entry(1, action("a", "10.0.0.9", 1, 1)))).expect("buffers");
+    a.commit(&set(1, EntryState::Executed, "ok", Some(1))).expect("buffers");
+    a.sync().expect("syncs");
+    a.commit(&JournalChange::Append(entry(2, action("a", "10.0.0.1", 3, 2)))).expect("buffers");
+    a.commit(&JournalChange::Append(entry(3, action("a", "10.0.0.2", 3, 2)))).expect("buffers");
+    a.commit(&raise("10.0.0.1", 5, 4)).expect("buffers");
+    a.commit(&raise("10.0.0.1", 3, 2)).expect("buffers");
+    a.commit(&set(2, EntryState::Approved, "call started", None)).expect("buffers");
+    a.commit(&JournalChange::Attempt { seq: JournalSeq::new(2), at_ms: 70, wall_ms: Some(80) })
+        .expect("buffers");
+    a.commit(&set(2, EntryState::Executed, "ok", Some(2))).expect("buffers");
+    a.commit(&set(3, EntryState::Skipped(tenure_core::fence::StaleReason::StaleOwnerEpoch), "stale", None))
+        .expect("buffers");
+    a.commit(&JournalChange::Compact { seqs: vec![JournalSeq::new(1), JournalSeq::new(3)] })
+        .expect("buffers");
+    a.sync().expect("syncs");
+    drop((a, store));
+
+    let store = dir.open().expect("reopens");
+    let a = store.journal("a").load().expect("loads");
+    assert_eq!(a.entries.keys().copied().collect::<Vec<_>>(), [JournalSeq::new(2)], "1 and 3 were compacted");
+    let two = &a.entries[&JournalSeq::new(2)];
+    assert_eq!(
+        (two.state, two.detail.as_deref(), two.executed_seq),
+        (EntryState::Executed, Some("ok"), Some(2))
+    );
+    assert_eq!(
+        (two.attempts.count, two.attempts.last_at_ms, two.attempts.last_wall_ms),
+        (1, Some(70), Some(80))
+    );
+    assert_eq!((a.last_seq, a.executions), (JournalSeq::new(3), 2));
+    let marks = String::from_utf8(codec::encode_high_water(&a.high_water).expect("encodes")).expect("utf-8");
+    assert!(marks.contains(r#""address":"10.0.0.1","captureDomain":"provider:sim1:placement:g1","captureEpoch":5,"ownershipEpoch":4"#), "the higher raise stays: {marks}");
+    store.close().expect("closes");
+}
+
 #[test]
 fn a_journal_change_that_contradicts_the_store_fails_the_store() {
     let dir = TempDir::new("inconsistent");

@@ -277,6 +277,11 @@ impl Requests {
         self.receiver.recv().await
     }
 
+    /// A request already waiting, if any (never waits).
+    pub fn try_recv(&mut self) -> Option<Request> {
+        self.receiver.try_recv().ok()
+    }
+
     /// [`Requests::recv`] outside a runtime.
     pub fn blocking_recv(&mut self) -> Option<Request> {
         self.receiver.blocking_recv()

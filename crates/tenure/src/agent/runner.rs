@@ -25,6 +25,7 @@ mod clock;
 mod heartbeat;
 mod history;
 mod inventory;
+mod observe;
 mod refresh;
 mod requests;
 mod slow;
@@ -55,22 +56,9 @@ pub const CLOCK_VOTE_WINDOW: Duration = Duration::from_secs(60);
 pub const IDENTITY_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 pub use heartbeat::LOOP_STALL_MAX;
-pub use requests::STARTING;
+pub use observe::{NoObserver, Observe};
+pub use requests::{REQUESTS_BETWEEN_STEPS_MAX, STARTING};
 pub use step::REQUEUE_SLICE;
-
-/// What the loop reports about itself to metrics. Every method has a no-op default.
-pub trait Observe: Send + Sync {
-    /// One reconcile pass of one node took `duration`.
-    fn reconcile(&self, _duration: Duration) {}
-    /// One provider call of `provider` took `duration`.
-    fn executor_call(&self, _provider: &str, _duration: Duration) {}
-}
-
-/// An observer that records nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoObserver;
-
-impl Observe for NoObserver {}
 
 /// Why the agent could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -278,6 +266,9 @@ pub async fn run<S: AgentStore>(
             () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {
+            agent.step();
+        }
+        if agent.answer_waiting(&mut requests) {
             agent.step();
         }
         if pass_under_way && !agent.requeue_pass {

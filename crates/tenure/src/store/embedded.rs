@@ -369,7 +369,7 @@ impl EmbeddedStore {
 
     /// Buffers one change of `node` (checked by the codec first) until the next commit.
     pub(super) fn buffer(&self, node: &str, change: &JournalChange) -> Result<(), StoreError> {
-        codec::encode_journal_change(change)
+        codec::check_journal_change(change)
             .map_err(|source| StoreError::Rejected { node: node.to_owned(), source })?;
         self.check_not_failed()?;
         let mut pending = lock(&self.inner.pending);
@@ -484,11 +484,11 @@ impl EmbeddedStore {
                 indices.push(index);
             }
         }
-        let mut by_node: BTreeMap<&str, Vec<JournalChange>> = BTreeMap::new();
+        let mut by_node: BTreeMap<&str, Vec<&JournalChange>> = BTreeMap::new();
         let mut token = self.inner.recorded_token.load(Ordering::Acquire);
         for (node, change) in changes {
             token = token.max(change_token(change));
-            by_node.entry(node.as_str()).or_default().push(change.clone());
+            by_node.entry(node.as_str()).or_default().push(change);
         }
         if !by_node.is_empty() {
             let mut tables = JournalTables::open(&txn, path)?;

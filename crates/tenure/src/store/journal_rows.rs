@@ -48,21 +48,41 @@ impl<'txn> JournalTables<'txn> {
         })
     }
 
-    /// Applies one node's changes, in order, to its rows.
+    /// Applies one node's changes, in order, to its rows. The rows a batch touches are read
+    /// (decoded) once and written (encoded) once, whatever number of changes name them: a call
+    /// handed out and reported in one batch changes its entry three or four times (the gate's
+    /// mark, the attempt, the outcome) and its high-water row once per verb.
     pub(crate) fn apply(
         &mut self,
         path: &Path,
         node: &str,
-        changes: &[JournalChange],
+        changes: &[&JournalChange],
     ) -> Result<(), StoreError> {
         let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
+        let rejected = |source| StoreError::Rejected { node: node.to_owned(), source };
         let mut counters = match self.counters.get(node).map_err(storage)? {
             Some(row) => decode_counters(path, node, row.value())?,
             None => Counters::default(),
         };
         let before = counters;
+        let mut batch = Batch::default();
         for change in changes {
-            self.apply_one(path, node, change, &mut counters)?;
+            self.apply_one(path, node, change, &mut counters, &mut batch)?;
+        }
+        for (seq, row) in batch.entries {
+            match row {
+                Some(entry) => {
+                    let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
+                    self.entries.insert((node, seq.get()), bytes.as_slice()).map_err(storage)?;
+                }
+                None => {
+                    self.entries.remove((node, seq.get())).map_err(storage)?;
+                }
+            }
+        }
+        for (key, raised) in batch.marks {
+            let bytes = codec::encode_journal_change(&raised).map_err(rejected)?;
+            self.marks.insert((node, key.as_str()), bytes.as_slice()).map_err(storage)?;
         }
         if counters != before {
             self.counters.insert(node, encode_record(&counters).as_slice()).map_err(storage)?;
@@ -76,16 +96,17 @@ impl<'txn> JournalTables<'txn> {
         node: &str,
         change: &JournalChange,
         counters: &mut Counters,
+        batch: &mut Batch,
     ) -> Result<(), StoreError> {
-        let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
-        let rejected = |source| StoreError::Rejected { node: node.to_owned(), source };
-        // The entries the change names, read once: checked by the journal's rules (the one place
-        // they are written: `tenure_core::journal::check_change`), then changed.
-        // By sequence number: a compaction names up to the whole excess over retention.
-        let mut named = BTreeMap::new();
+        // The entries the change names, read once per batch: checked by the journal's rules (the
+        // one place they are written: `tenure_core::journal::check_change`), then changed.
         for seq in change.named_seqs() {
-            named.insert(*seq, self.entry(path, node, *seq)?);
+            if !batch.entries.contains_key(seq) {
+                let row = self.entry(path, node, *seq)?;
+                batch.entries.insert(*seq, row);
+            }
         }
+        let named = &batch.entries;
         let lookup = |seq: JournalSeq| named.get(&seq).and_then(Option::as_ref);
         let facts = JournalFacts {
             last_seq: JournalSeq::new(counters.last_seq),
@@ -98,24 +119,17 @@ impl<'txn> JournalTables<'txn> {
         })?;
         match change {
             JournalChange::Append(entry) => {
-                let bytes = codec::encode_journal_entry(entry).map_err(rejected)?;
-                self.entries.insert((node, entry.seq.get()), bytes.as_slice()).map_err(storage)?;
+                batch.entries.insert(entry.seq, Some(entry.clone()));
                 counters.last_seq = entry.seq.get();
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
-                let mut entry = named.remove(seq).flatten().expect("checked: the journal holds it");
                 if let Some(executed) = executed_seq {
                     counters.executions = *executed;
                 }
-                entry.set_state(*state, detail.as_deref(), *executed_seq);
-                let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
-                self.entries.insert((node, seq.get()), bytes.as_slice()).map_err(storage)?;
+                checked(&mut batch.entries, *seq).set_state(*state, detail.as_deref(), *executed_seq);
             }
             JournalChange::Attempt { seq, at_ms, wall_ms } => {
-                let mut entry = named.remove(seq).flatten().expect("checked: the journal holds it");
-                entry.record_attempt(*at_ms, *wall_ms);
-                let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
-                self.entries.insert((node, seq.get()), bytes.as_slice()).map_err(storage)?;
+                checked(&mut batch.entries, *seq).record_attempt(*at_ms, *wall_ms);
             }
             JournalChange::RaiseHighWater {
                 pool,
@@ -125,11 +139,12 @@ impl<'txn> JournalTables<'txn> {
                 ownership_epoch,
             } => {
                 let key = mark_key(pool, *address, capture_domain.as_str());
+                let stored = match batch.marks.remove(&key) {
+                    Some(raised) => Some(raised),
+                    None => self.mark(path, node, &key)?,
+                };
                 let (mut capture, mut ownership) = (*capture_epoch, *ownership_epoch);
-                if let Some(row) = self.marks.get((node, key.as_str())).map_err(storage)?
-                    && let JournalChange::RaiseHighWater { capture_epoch, ownership_epoch, .. } =
-                        decode_mark(path, node, &key, row.value())?
-                {
+                if let Some(JournalChange::RaiseHighWater { capture_epoch, ownership_epoch, .. }) = stored {
                     capture = capture.max(capture_epoch);
                     ownership = ownership.max(ownership_epoch);
                 }
@@ -140,12 +155,11 @@ impl<'txn> JournalTables<'txn> {
                     capture_epoch: capture,
                     ownership_epoch: ownership,
                 };
-                let bytes = codec::encode_journal_change(&raised).map_err(rejected)?;
-                self.marks.insert((node, key.as_str()), bytes.as_slice()).map_err(storage)?;
+                batch.marks.insert(key, raised);
             }
             JournalChange::Compact { seqs } => {
                 for seq in seqs {
-                    self.entries.remove((node, seq.get())).map_err(storage)?;
+                    batch.entries.insert(*seq, None);
                 }
             }
         }
@@ -160,6 +174,28 @@ impl<'txn> JournalTables<'txn> {
             None => Ok(None),
         }
     }
+
+    /// The high-water row `key` of `node`, decoded.
+    fn mark(&self, path: &Path, node: &str, key: &str) -> Result<Option<JournalChange>, StoreError> {
+        let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
+        match self.marks.get((node, key)).map_err(storage)? {
+            Some(row) => decode_mark(path, node, key, row.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The entry a checked change names (the rules refused a change naming a missing one).
+fn checked(entries: &mut BTreeMap<JournalSeq, Option<JournalEntry>>, seq: JournalSeq) -> &mut JournalEntry {
+    entries.get_mut(&seq).and_then(Option::as_mut).expect("checked: the journal holds it")
+}
+
+/// The rows one batch of a node's changes touched, as they end: written once each when the batch
+/// is applied. An entry is `None` once compacted (its row removed).
+#[derive(Default)]
+struct Batch {
+    entries: BTreeMap<JournalSeq, Option<JournalEntry>>,
+    marks: BTreeMap<String, JournalChange>,
 }
 
 /// Reads `node`'s journal back from the three journal tables.

@@ -13,12 +13,18 @@ use super::super::AgentStore;
 use super::super::answers;
 use super::super::listing;
 use super::super::map;
-use super::super::request::{Control, Health, Receipt, Request, SubmitError, no_eligible_member_note};
+use super::super::request::{
+    Control, Health, Receipt, Request, Requests, SubmitError, no_eligible_member_note,
+};
 use super::super::status;
 use super::Agent;
 
 /// What health says before the agent's first step: it is opening its store and following the log.
 pub const STARTING: &str = "starting: opening the store and following the log";
+
+/// Most requests answered between two turns of the loop, over the one its branch took
+/// ([`Agent::answer_waiting`]).
+pub const REQUESTS_BETWEEN_STEPS_MAX: usize = 16;
 
 /// The health posted before the agent opens its store (seconds at a million addresses): not ok,
 /// [`STARTING`], naming the nodes it runs.
@@ -56,6 +62,18 @@ impl<S: AgentStore> Agent<S> {
             log_head: head,
             stream_time_ms: self.view().stream_time_ms(),
         }
+    }
+
+    /// Answers the requests already waiting, up to [`REQUESTS_BETWEEN_STEPS_MAX`], after whatever
+    /// branch the loop took: an ask waits for one step at most however busy the loop is (its
+    /// `select!` picks among ready branches at random, and call results are ready all through a
+    /// capture), and a flood of asks cannot hold results back. Returns whether the state changed.
+    pub(super) fn answer_waiting(&mut self, requests: &mut Requests) -> bool {
+        let mut dirty = false;
+        for request in std::iter::from_fn(|| requests.try_recv()).take(REQUESTS_BETWEEN_STEPS_MAX) {
+            dirty |= self.answer(request);
+        }
+        dirty
     }
 
     /// Answers one request. Returns whether the state changed (a step is due).

@@ -132,6 +132,7 @@ impl<S: AgentStore> Agent<S> {
         // back for it at once (it does not spin on an unreadable log); the next step that
         // follows takes the next slice.
         self.requeue_pass = false;
+        self.observer.step();
         self.slow.step();
         self.heartbeat_failure = self.beat.last_error();
         self.flush_appends();
