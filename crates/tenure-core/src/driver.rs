@@ -101,8 +101,8 @@ pub struct NodeDriver<S: JournalStore> {
     outbox: VecDeque<EventKind>,
     /// What the last completed reconcile planned from: see [`NodeDriver::reconcile_due`].
     planned_at: Option<PlannedAt>,
-    /// Where the requeue's safety net goes on ([`NodeDriver::requeue`]); `None`: no pass under way.
-    requeue_at: Option<crate::planner::PlanCursor>,
+    /// A pass of slices under way ([`NodeDriver::requeue`]); `None`: none.
+    pass: Option<requeue::Pass>,
     /// Acquires that may have outrun a hand-over, seen while applying the log, until polled
     /// ([`NodeDriver::poll_outran_acquire`]). A set: one entry per (provider, address).
     outran: BTreeSet<OutranAcquire>,
@@ -144,7 +144,7 @@ impl<S: JournalStore> NodeDriver<S> {
             options,
             outbox: VecDeque::new(),
             planned_at: None,
-            requeue_at: None,
+            pass: None,
             outran: BTreeSet::new(),
         }
     }
@@ -190,8 +190,11 @@ impl<S: JournalStore> NodeDriver<S> {
             .entry(idempotency_key)
             .and_then(|entry| self.engine.next_attempt_ms(entry))
             .map(|due| if due > now_ms { due } else { now_ms.saturating_add(RETRY_WITHOUT_BACKOFF_MS) });
-        if let (Some(due), Some(at)) = (due, self.planned_at.as_mut()) {
-            at.retry_at_ms = Some(at.retry_at_ms.map_or(due, |retry| retry.min(due)));
+        let pass = self.pass.as_mut().and_then(|pass| pass.planned.as_mut());
+        for at in [self.planned_at.as_mut(), pass].into_iter().flatten() {
+            if let Some(due) = due {
+                at.retry_at_ms = Some(at.retry_at_ms.map_or(due, |retry| retry.min(due)));
+            }
         }
     }
 
@@ -307,7 +310,7 @@ impl<S: JournalStore> NodeDriver<S> {
     ) -> Result<(), crate::federation::SnapshotError> {
         self.view = self.registry.restore(snapshot)?;
         self.applied_index = Some(applied);
-        self.planned_at = None;
+        self.plan_again();
         Ok(())
     }
 
@@ -371,7 +374,7 @@ impl<S: JournalStore> NodeDriver<S> {
             return Ok(Err(blocked));
         }
         let report = self.engine.reconcile(&self.view, &self.view)?;
-        self.requeue_at = None;
+        self.pass = None;
         self.planned(&report);
         self.queue_unconfirmed();
         Ok(Ok(report))
@@ -457,7 +460,7 @@ impl<S: JournalStore> NodeDriver<S> {
     ) -> Result<(), NodeError<S::Error>> {
         self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
         if outcome == ActionOutcome::Executed && self.result_contradicts_view(idempotency_key) {
-            self.planned_at = None;
+            self.plan_again();
         }
         self.wake_for_retry(idempotency_key);
         self.report_result(idempotency_key, outcome, detail);
@@ -506,7 +509,7 @@ impl<S: JournalStore> NodeDriver<S> {
             return Ok(keys);
         }
         // What the node captured changed under the last plan.
-        self.planned_at = None;
+        self.plan_again();
         if self.options.report_results {
             for key in &keys {
                 self.outbox.push_back(EventKind::ActionResult {

@@ -139,6 +139,9 @@ pub struct NodeEngine<S: JournalStore> {
     predecessors: HashMap<JournalSeq, Option<JournalSeq>>,
     /// An acquire in doubt was counted as held since the last plan ([`NodeEngine::replan_due`]).
     replan: bool,
+    /// How many times `replan` was set, and that count when the first slice of the pass under
+    /// way had counted ([`NodeEngine::end_pass`]).
+    replan_marks: (u64, u64),
     /// A requeue pass's compaction look under way ([`NodeEngine::reconcile_slice`]): the next
     /// entry to look at, and the droppable entries found so far, oldest first. `None`: none.
     compact_look: Option<(JournalSeq, Vec<JournalSeq>)>,
@@ -173,6 +176,7 @@ impl<S: JournalStore> NodeEngine<S> {
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
             replan: false,
+            replan_marks: (0, 0),
             compact_look: None,
             fenced: BTreeMap::new(),
         };

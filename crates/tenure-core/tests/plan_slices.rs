@@ -248,9 +248,9 @@ proptest! {
 
 /// A driver's pass of slices over an unchanged view ends after as many slices as its walks
 /// need, imports nothing the whole reconcile before it did not, and leaves the reconcile not
-/// due; a change in between makes the next turn a whole reconcile, which ends the pass.
+/// due; a change in between does not stop it, and another pass follows it.
 #[test]
-fn a_pass_of_slices_ends_imports_nothing_new_and_gives_way_to_a_whole_reconcile() {
+fn a_pass_of_slices_ends_imports_nothing_new_and_another_follows_a_change() {
     let mut log = log();
     let mut a = driver("a");
     let mut at_ms = 10;
@@ -282,18 +282,114 @@ fn a_pass_of_slices_ends_imports_nothing_new_and_gives_way_to_a_whole_reconcile(
     assert_eq!(turns, 3, "9 positions of the pools' walk, 4 a slice");
     assert!(!a.requeue_under_way());
     assert!(a.requeue(4).expect("memory").expect("not blocked").done, "the pass is over: nothing more");
-    // A pass begun, then the view moves: the next turn is a whole reconcile, and the pass ends.
+    // A pass begun, then the view moves: the pass goes on to its end (its later slices plan
+    // from the new view), which leaves the plan due; the next call begins another pass, whose
+    // end records the new plan.
     a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
     append(&mut log, at_ms + 1, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
     assert!(a.reconcile_due());
-    let requeued = a.requeue(4).expect("memory").expect("not blocked");
-    // A slice from where the pass stood (4 of 9 positions done) could not end it in one turn.
-    assert!(requeued.done, "a whole reconcile ends the pass");
-    assert_eq!(requeued.report.wake_at_ms, Some(at_ms + 1 + 500), "edge's releases wait out its hold");
+    let (turns, _) = pass(&mut a);
+    assert_eq!(turns, 2, "the pass ends where it would have: 4 of 9 positions were done");
+    assert!(a.reconcile_due(), "its first slice planned from the view before the drain");
+    assert!(!a.requeue_under_way());
+    let (turns, wake) = pass(&mut a);
+    assert_eq!(turns, 3, "a whole pass");
+    assert_eq!(wake, Some(at_ms + 1 + 500), "edge's releases wait out its hold");
     assert!(!a.reconcile_due());
     assert!(!a.requeue_under_way());
+}
+
+/// A plan that is due begins a pass of slices, and its end records the plan — unless something
+/// the pass's earlier slices could not see made the node plan again (here a view restored from a
+/// snapshot): then the plan stays due and another pass follows. A failed call's retry woken
+/// during a pass is not lost when the pass's end records its plan.
+#[test]
+fn a_due_plan_is_a_pass_and_its_end_records_the_plan_unless_the_node_must_plan_again() {
+    let mut log = log();
+    let mut a = driver("a");
+    a.follow(&log).expect("readable");
+    assert!(a.reconcile_due(), "never planned");
+    let (turns, _) = pass(&mut a);
+    assert_eq!(turns, 3, "the due plan is a pass of slices");
+    assert!(!a.reconcile_due() && !a.requeue_under_way());
+    // Plan again during a pass: its end does not count as the plan.
+    a.begin_requeue();
+    assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
+    let snapshot = a.view().snapshot();
+    let applied = a.applied_index().expect("applied");
+    a.restore_snapshot(&snapshot, applied).expect("restores");
+    let (turns, _) = pass(&mut a);
+    assert_eq!(turns, 2, "the pass goes on to its end");
+    assert!(a.reconcile_due(), "the plan is due again");
+    pass(&mut a);
+    assert!(!a.reconcile_due());
+    // A call fails during a pass: it is retried a second of stream time later (no backoff in
+    // this engine), pass or not.
+    a.start_execution().expect("memory").expect("not blocked");
+    let call = a.poll_actions(1, None).expect("memory").pop().expect("a call is ready");
+    a.begin_requeue();
+    assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
+    a.handle_result(&call.idempotency_key, ActionOutcome::Failed, "refused".into()).expect("in flight");
+    pass(&mut a);
+    assert!(!a.reconcile_due(), "the retry is not due yet");
+    let now = a.view().stream_time_ms();
+    append(&mut log, now + 1_000, EventKind::Heartbeat { node: "a".into() });
+    a.follow(&log).expect("readable");
+    assert!(a.reconcile_due(), "the failed call's retry woke the node");
+}
+
+/// An acquire in doubt counted as held during a pass, after the slice that planned its address
+/// (its call came back cancelled, stale since before the pass began), leaves the plan due at the
+/// pass's end — the view did not move during the pass — and the next pass plans its release.
+#[test]
+fn an_acquire_counted_as_held_during_a_pass_leaves_the_plan_due() {
+    let mut log = log();
+    let mut a = driver("a");
+    a.follow(&log).expect("readable");
+    pass(&mut a);
+    a.start_execution().expect("memory").expect("not blocked");
+    let call = a.poll_actions(1, None).expect("memory").pop().expect("a call is ready");
+    assert_eq!(call.address, address(0), "the first position's acquire");
+    append(&mut log, 20, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    assert!(a.reconcile_due());
+    assert!(!a.requeue(4).expect("memory").expect("not blocked").done, "the first slice passed it");
+    a.handle_in_doubt_result(&call.idempotency_key, "cancelled: stale").expect("in flight");
+    assert!(a.engine().captured().contains_key(&("sim1".to_owned(), address(0))), "counted as held");
+    pass(&mut a);
+    assert!(a.reconcile_due(), "its release is not planned yet");
+    // Past edge's 500 ms hold: the release is due when planned.
+    append(&mut log, 1_000, EventKind::Heartbeat { node: "a".into() });
+    a.follow(&log).expect("readable");
+    let mut released = false;
+    loop {
+        let requeued = a.requeue(4).expect("memory").expect("not blocked");
+        released |= requeued.report.imported.iter().any(|key| key.starts_with("edge/10.0.0.1/unassign"));
+        if requeued.done {
+            break;
+        }
+    }
+    assert!(released, "the next pass plans the release");
+    assert!(!a.reconcile_due());
+}
+
+/// Calls [`NodeDriver::requeue`] with slices of 4 until the pass ends. Returns how many calls it
+/// took and the earliest hold ending the slices planned.
+fn pass(a: &mut NodeDriver<MemoryJournalStore>) -> (usize, Option<u64>) {
+    let (mut turns, mut wake) = (0, None::<u64>);
+    loop {
+        let requeued = a.requeue(4).expect("memory").expect("not blocked");
+        turns += 1;
+        if let Some(at) = requeued.report.wake_at_ms {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        if requeued.done {
+            return (turns, wake);
+        }
+        assert!(turns < 10, "the pass ends");
+    }
 }
 
 /// What drift repair saw on the NIC is released once, through the first pool (by name) of the

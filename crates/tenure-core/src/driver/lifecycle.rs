@@ -40,7 +40,7 @@ impl<S: JournalStore> NodeDriver<S> {
     pub fn finish_resume(&mut self) {
         if self.zombie.take().is_some() {
             self.paused = false;
-            self.planned_at = None;
+            self.plan_again();
         }
     }
 
@@ -55,6 +55,7 @@ impl<S: JournalStore> NodeDriver<S> {
         self.approved_before_pause.clear();
         self.outbox.clear();
         self.planned_at = None;
+        self.pass = None;
         self.outran.clear();
         Ok(())
     }

@@ -335,6 +335,7 @@ impl<S: JournalStore> NodeEngine<S> {
             .map_or_else(|| COUNTED_AS_HELD.to_owned(), |earlier| format!("{COUNTED_AS_HELD}; {earlier}"));
         self.set_state(seq, EntryState::Executed, Some(detail))?;
         self.replan = true;
+        self.replan_marks.0 += 1;
         Ok(true)
     }
 }

@@ -44,6 +44,7 @@ impl<S: JournalStore> NodeEngine<S> {
         // them in this reconcile.
         if first {
             self.count_stale_in_doubt(head, &mut report)?;
+            self.replan_marks.1 = self.replan_marks.0;
         }
         // The plan borrows the captured set while the import below commits: it is taken out for
         // the import (nothing there executes, so nothing there changes it) and always put back.
@@ -221,6 +222,15 @@ impl<S: JournalStore> NodeEngine<S> {
     #[must_use]
     pub fn replan_due(&self) -> bool {
         self.replan
+    }
+
+    /// The last slice of a pass of [`NodeEngine::reconcile_slice`] planned: the pass planned the
+    /// releases of what was counted as held before its first slice, so no plan is due for them
+    /// (one counted since may not have been planned: it stays due).
+    pub fn end_pass(&mut self) {
+        if self.replan_marks.0 == self.replan_marks.1 {
+            self.replan = false;
+        }
     }
 
     /// Whether `entry` may be compacted: finished (executed, skipped, or failed and stale) and

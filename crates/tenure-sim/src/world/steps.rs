@@ -94,19 +94,23 @@ impl World {
             driver.begin_requeue();
         }
         if driver.reconcile_due() || driver.requeue_under_way() {
-            // As the agent's step: `NodeDriver::requeue` reconciles a node due whole, else takes
-            // a slice of its pass of 1 to 4 positions — the agent's 1,024 over the simulator's
-            // few addresses — taken from the log's length, not the seed's draws.
-            let done = driver.requeue(1 + self.log.len() % 4).expect("memory store");
+            // As the agent's step: `NodeDriver::requeue` begins a pass when the plan is due and
+            // takes a slice of the pass under way. A pass takes 1 to 4 slices (as the agent's
+            // slices of 1,024 over a map of up to 4,096 addresses), their number taken from the
+            // log's length, not the seed's draws.
+            let positions: usize = self.topology.pools.iter().map(|p| p.addresses.len()).sum();
+            let max = positions.div_ceil(1 + self.log.len() % 4).max(1);
+            let done = driver.requeue(max).expect("memory store");
             debug_assert!(done.is_ok(), "an acting node reconciles");
             // As the agent's step: what the (possibly lagging) view shows approved is promoted
             // right after the plan; the gate before each call reads the head.
             let promoted = self.nodes[node].driver.start_execution().expect("memory store");
             debug_assert!(promoted.is_ok(), "an acting node promotes");
         }
-        // At the head, planned now or (nothing due) before: a hand-over it saw is planned. A
-        // missed re-plan (`reconcile_due` wrong) shows here as a kept entry.
-        if self.applied(node) == self.log.len() {
+        // At the head, planned now or (nothing due) before, no pass under way: a hand-over it
+        // saw is planned. A missed re-plan (`reconcile_due` wrong) shows here as a kept entry.
+        let driver = &self.nodes[node].driver;
+        if self.applied(node) == self.log.len() && !driver.requeue_under_way() && !driver.reconcile_due() {
             self.check_kept_entries(node);
         }
         // The outbox of results: what the log has not confirmed is reported again.

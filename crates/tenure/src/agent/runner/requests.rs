@@ -67,13 +67,16 @@ impl<S: AgentStore> Agent<S> {
     /// Answers the requests already waiting, up to [`REQUESTS_BETWEEN_STEPS_MAX`], after whatever
     /// branch the loop took: an ask waits for one step at most however busy the loop is (its
     /// `select!` picks among ready branches at random, and call results are ready all through a
-    /// capture), and a flood of asks cannot hold results back. Returns whether the state changed.
+    /// capture), and a flood of asks cannot hold results back. One that changed the state ends
+    /// it: the step it needs runs before the next ask is answered (an ask sees what the one
+    /// before it did). Returns whether the state changed.
     pub(super) fn answer_waiting(&mut self, requests: &mut Requests) -> bool {
-        let mut dirty = false;
         for request in std::iter::from_fn(|| requests.try_recv()).take(REQUESTS_BETWEEN_STEPS_MAX) {
-            dirty |= self.answer(request);
+            if self.answer(request) {
+                return true;
+            }
         }
-        dirty
+        false
     }
 
     /// Answers one request. Returns whether the state changed (a step is due).

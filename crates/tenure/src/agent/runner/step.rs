@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tenure_core::driver::NodeDriver;
+use tenure_core::driver::{NodeDriver, Requeued};
 use tenure_core::federation::Federation;
 use tenure_core::journal::JournalStore as _;
 use tenure_core::log_store::LogError;
@@ -121,12 +121,12 @@ impl<S: AgentStore> Agent<S> {
         self.requeue_pass = self.drivers.iter().any(NodeDriver::requeue_under_way);
     }
 
-    /// One step: append, follow, reconcile, gate, call. A node reconciles when its view changed
-    /// what it plans from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]); a
-    /// heartbeat alone does not re-plan 100k addresses. A node with a requeue pass under way
-    /// ([`Self::begin_requeue`]: the requeue interval came round) re-plans one slice of
-    /// [`REQUEUE_SLICE`] addresses of it ([`NodeDriver::requeue`]): the level-triggered safety
-    /// net, never a pass over every address in one step.
+    /// One step: append, follow, reconcile, gate, call. A node plans when its view changed what
+    /// it plans from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]; a
+    /// heartbeat alone does not re-plan 100k addresses), and when the requeue interval came round
+    /// ([`Self::begin_requeue`]: the level-triggered safety net): in passes of slices of
+    /// [`REQUEUE_SLICE`] addresses, one slice per step ([`NodeDriver::requeue`]), never every
+    /// address in one step — requests, results and reports are taken between the slices.
     pub(super) fn step(&mut self) {
         // A step that cannot follow the log leaves the pass where it is without the loop coming
         // back for it at once (it does not spin on an unreadable log); the next step that
@@ -142,19 +142,22 @@ impl<S: AgentStore> Agent<S> {
             return;
         }
         for index in 0..self.drivers.len() {
-            let whole = self.freeze_after_reconcile.contains(&index) || self.drivers[index].reconcile_due();
-            if !whole && !self.drivers[index].requeue_under_way() {
+            // A node frozen by the test hook plans whole first (what it then keeps is its plan).
+            let whole = self.freeze_after_reconcile.contains(&index);
+            let driver = &mut self.drivers[index];
+            if !whole && !driver.reconcile_due() && !driver.requeue_under_way() {
                 continue;
             }
             let started = Instant::now();
-            let driver = &mut self.drivers[index];
             let reconciled = if whole {
-                driver.reconcile()
+                driver.reconcile().map(|r| r.map(|report| Requeued { report, done: true }))
             } else {
-                driver.requeue(REQUEUE_SLICE).map(|r| r.map(|requeued| requeued.report))
+                driver.requeue(REQUEUE_SLICE)
             };
+            let mut done = false;
             match reconciled {
-                Ok(Ok(report)) => {
+                Ok(Ok(Requeued { report, done: ended })) => {
+                    done = ended;
                     super::super::approval::log_waiting(driver, &report.imported);
                     if !report.swept.is_empty() {
                         info!(
@@ -175,10 +178,10 @@ impl<S: AgentStore> Agent<S> {
                 Err(e) => self.journal_failed(index, &e),
             }
             self.observer.reconcile(started.elapsed());
-            // Promotion reads every pending entry: after a whole reconcile only (a slice imports
+            // Promotion reads every pending entry: at the end of a pass only (a slice imports
             // what the view already approved as approved, and the pass's first slice sweeps,
             // which promotes).
-            if whole && let Err(e) = self.drivers[index].start_execution() {
+            if done && let Err(e) = self.drivers[index].start_execution() {
                 self.journal_failed(index, &e);
             }
         }
