@@ -28,7 +28,8 @@
 //! planning; `restart` loses memory (the view, the
 //! pause) but not the journal, nor a partition.
 //!
-//! The requeue's safety net, a slice at a time, is [`NodeDriver::requeue`] (`driver/requeue.rs`);
+//! Planning a slice at a time — a due plan, and the requeue's safety net — is
+//! [`NodeDriver::requeue`] (`driver/requeue.rs`);
 //! the node's life (pause, resume, restart, partition) is `driver/lifecycle.rs`.
 
 use std::collections::{BTreeSet, VecDeque};
@@ -103,6 +104,8 @@ pub struct NodeDriver<S: JournalStore> {
     planned_at: Option<PlannedAt>,
     /// A pass of slices under way ([`NodeDriver::requeue`]); `None`: none.
     pass: Option<requeue::Pass>,
+    /// The view's plan generation at the last promotion ([`NodeDriver::promotion_due`]).
+    promoted_at: Option<u64>,
     /// Acquires that may have outrun a hand-over, seen while applying the log, until polled
     /// ([`NodeDriver::poll_outran_acquire`]). A set: one entry per (provider, address).
     outran: BTreeSet<OutranAcquire>,
@@ -145,6 +148,7 @@ impl<S: JournalStore> NodeDriver<S> {
             outbox: VecDeque::new(),
             planned_at: None,
             pass: None,
+            promoted_at: None,
             outran: BTreeSet::new(),
         }
     }
@@ -154,9 +158,11 @@ impl<S: JournalStore> NodeDriver<S> {
     /// stream time reached a held-back release or the end of a failed action's backoff
     /// ([`NodeEngine::next_attempt_ms`]), or a call result left the node holding what its
     /// view no longer wants (or the reverse: the view moved while the call was in flight), or an
-    /// acquire in doubt was counted as held ([`NodeEngine::replan_due`]). A node that reconciles only when this says so
-    /// (plus on a requeue interval) plans as a node that reconciles after
-    /// every event; heartbeats and its own results alone do not make it plan 100k addresses
+    /// acquire in doubt was counted as held ([`NodeEngine::replan_due`]). A node that reconciles
+    /// whole only when this says so (plus on a requeue interval) plans as a node that reconciles
+    /// after every event; one that plans in passes ([`NodeDriver::requeue`]) plans the same once
+    /// the view stops moving, a change during a pass waiting for the next pass for the positions
+    /// already passed. Heartbeats and its own results alone do not make it plan 100k addresses
     /// again.
     #[must_use]
     pub fn reconcile_due(&self) -> bool {
@@ -310,7 +316,7 @@ impl<S: JournalStore> NodeDriver<S> {
     ) -> Result<(), crate::federation::SnapshotError> {
         self.view = self.registry.restore(snapshot)?;
         self.applied_index = Some(applied);
-        self.plan_again();
+        self.start_over();
         Ok(())
     }
 
@@ -387,6 +393,7 @@ impl<S: JournalStore> NodeDriver<S> {
             return Ok(Err(blocked));
         }
         self.zombie = None;
+        self.promoted_at = Some(self.view.plan_generation());
         Ok(Ok(self.engine.promote_approved(&self.view)?))
     }
 

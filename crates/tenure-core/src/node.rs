@@ -372,6 +372,12 @@ impl<S: JournalStore> NodeEngine<S> {
         &self.captured
     }
 
+    /// How many entries wait for an approval.
+    #[must_use]
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
     /// How many failed entries a sweep may still retry.
     #[must_use]
     pub fn retryable_failures(&self) -> usize {

@@ -1,9 +1,9 @@
-//! The requeue's safety net a slice at a time (issue 24): the slices of one pass over an
-//! unchanged view plan exactly what one whole plan does — whatever the slice size, over random
-//! logs with pools applied and deleted, two of them listing the same addresses on one provider,
-//! drift repair's observations, holds, approvals, and executed calls — and a driver's pass of
-//! slices ends, imports nothing a whole reconcile did not, and gives way to a whole reconcile
-//! when the view moves.
+//! Planning a slice at a time (issue 24): the slices of one pass over an unchanged view plan
+//! exactly what one whole plan does — whatever the slice size, over random logs with pools
+//! applied and deleted, two of them listing the same addresses on one provider, drift repair's
+//! observations, holds, approvals, and executed calls — and a driver's pass of slices (a due
+//! plan, or the requeue's) ends, imports nothing a whole reconcile did not, and is followed by
+//! another when the view moves or the node must plan again.
 
 use std::net::IpAddr;
 
@@ -248,7 +248,7 @@ proptest! {
 
 /// A driver's pass of slices over an unchanged view ends after as many slices as its walks
 /// need, imports nothing the whole reconcile before it did not, and leaves the reconcile not
-/// due; a change in between does not stop it, and another pass follows it.
+/// due; a change in between does not stop it, and another pass begins at its end.
 #[test]
 fn a_pass_of_slices_ends_imports_nothing_new_and_another_follows_a_change() {
     let mut log = log();
@@ -293,7 +293,7 @@ fn a_pass_of_slices_ends_imports_nothing_new_and_another_follows_a_change() {
     let (turns, _) = pass(&mut a);
     assert_eq!(turns, 2, "the pass ends where it would have: 4 of 9 positions were done");
     assert!(a.reconcile_due(), "its first slice planned from the view before the drain");
-    assert!(!a.requeue_under_way());
+    assert!(a.requeue_under_way(), "the next pass began at once");
     let (turns, wake) = pass(&mut a);
     assert_eq!(turns, 3, "a whole pass");
     assert_eq!(wake, Some(at_ms + 1 + 500), "edge's releases wait out its hold");
@@ -302,9 +302,10 @@ fn a_pass_of_slices_ends_imports_nothing_new_and_another_follows_a_change() {
 }
 
 /// A plan that is due begins a pass of slices, and its end records the plan — unless something
-/// the pass's earlier slices could not see made the node plan again (here a view restored from a
-/// snapshot): then the plan stays due and another pass follows. A failed call's retry woken
-/// during a pass is not lost when the pass's end records its plan.
+/// the pass's earlier slices could not see made the node plan again (a result that contradicts
+/// the view): then the plan stays due and another pass begins at once. A restored view drops a
+/// pass under way. A failed call's retry woken during a pass is not lost when the pass's end
+/// records its plan.
 #[test]
 fn a_due_plan_is_a_pass_and_its_end_records_the_plan_unless_the_node_must_plan_again() {
     let mut log = log();
@@ -314,16 +315,31 @@ fn a_due_plan_is_a_pass_and_its_end_records_the_plan_unless_the_node_must_plan_a
     let (turns, _) = pass(&mut a);
     assert_eq!(turns, 3, "the due plan is a pass of slices");
     assert!(!a.reconcile_due() && !a.requeue_under_way());
-    // Plan again during a pass: its end does not count as the plan.
+    // A result that contradicts the view during a pass (an acquire lands after its address was
+    // undesired, before the pass began): the pass's end does not count as the plan, and the
+    // next pass begins at once.
+    a.start_execution().expect("memory").expect("not blocked");
+    let call = a.poll_actions(1, None).expect("memory").pop().expect("a call is ready");
+    assert_eq!(call.address, address(0));
+    let now = a.view().stream_time_ms();
+    append(&mut log, now + 1, EventKind::Undesire { pool: "edge".into(), address: address(0) });
+    a.follow(&log).expect("readable");
+    assert!(!a.requeue(4).expect("memory").expect("not blocked").done, "the first slice");
+    a.handle_result(&call.idempotency_key, ActionOutcome::Executed, "ok".into()).expect("in flight");
+    let (turns, _) = pass(&mut a);
+    assert_eq!(turns, 2, "the pass goes on to its end");
+    assert!(a.reconcile_due() && a.requeue_under_way(), "the plan is due again: the next pass began");
+    pass(&mut a);
+    assert!(!a.reconcile_due() && !a.requeue_under_way());
+    // A view restored during a pass drops the pass: the next begins from the first position.
     a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
     let snapshot = a.view().snapshot();
     let applied = a.applied_index().expect("applied");
     a.restore_snapshot(&snapshot, applied).expect("restores");
+    assert!(a.reconcile_due() && !a.requeue_under_way());
     let (turns, _) = pass(&mut a);
-    assert_eq!(turns, 2, "the pass goes on to its end");
-    assert!(a.reconcile_due(), "the plan is due again");
-    pass(&mut a);
+    assert_eq!(turns, 3, "a whole pass");
     assert!(!a.reconcile_due());
     // A call fails during a pass: it is retried a second of stream time later (no backoff in
     // this engine), pass or not.
@@ -373,6 +389,34 @@ fn an_acquire_counted_as_held_during_a_pass_leaves_the_plan_due() {
     }
     assert!(released, "the next pass plans the release");
     assert!(!a.reconcile_due());
+}
+
+/// An approval that lands during a pass is promoted without waiting for the pass's end: the
+/// view moved while entries were pending.
+#[test]
+fn an_approval_during_a_pass_is_due_for_promotion_at_once() {
+    let mut log = log();
+    let mut a = driver("a");
+    a.follow(&log).expect("readable");
+    pass(&mut a);
+    a.start_execution().expect("memory").expect("not blocked");
+    assert!(!a.promotion_due(), "promoted on this view");
+    let pending: Vec<String> = a
+        .engine()
+        .entries()
+        .filter(|e| e.state == tenure_core::journal::EntryState::Pending)
+        .map(|e| e.action.idempotency_key.clone())
+        .collect();
+    assert!(!pending.is_empty(), "west asks for approval");
+    a.begin_requeue();
+    assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
+    let now = a.view().stream_time_ms();
+    append(&mut log, now + 1, EventKind::Approve { idempotency_key: pending[0].clone() });
+    a.follow(&log).expect("readable");
+    assert!(a.requeue_under_way() && a.promotion_due(), "due while the pass goes on");
+    let promoted = a.start_execution().expect("memory").expect("not blocked");
+    assert_eq!(promoted, vec![pending[0].clone()]);
+    assert!(!a.promotion_due());
 }
 
 /// Calls [`NodeDriver::requeue`] with slices of 4 until the pass ends. Returns how many calls it

@@ -128,7 +128,7 @@ async fn requeue_passes_of_several_slices_end_and_the_loop_rests_between_them() 
 
     // Idle: only requeue passes reconcile. Each takes three slices on each node (a's captured set
     // is three slices too), then rests `REQUEUE`: over 2 s at most 20 passes, 6 slices each, and
-    // a whole reconcile or two. A pass that never ended would reconcile as fast as the loop turns.
+    // a due pass or two. A pass that never ended would reconcile as fast as the loop turns.
     let window = Duration::from_secs(2);
     let before = reconciles.0.load(Ordering::Relaxed);
     let started = tokio::time::Instant::now();
@@ -178,7 +178,7 @@ async fn an_ask_waits_for_one_step_at_most_while_results_keep_the_loop_busy() {
         let last = handle.ownership_page(last).await.expect("answers");
         captured = last.rows.iter().all(|r| r.phase.as_deref() == Some("held"));
     }
-    assert!(waits.len() >= 8, "the capture kept the loop busy for {} asks only: {waits:?}", waits.len());
+    assert!(waits.len() >= 2, "the capture kept the loop busy for {} asks only: {waits:?}", waits.len());
     assert!(waits.iter().all(|&steps| steps <= 2), "steps begun while a page was asked: {waits:?}");
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");

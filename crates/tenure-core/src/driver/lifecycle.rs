@@ -40,7 +40,7 @@ impl<S: JournalStore> NodeDriver<S> {
     pub fn finish_resume(&mut self) {
         if self.zombie.take().is_some() {
             self.paused = false;
-            self.plan_again();
+            self.start_over();
         }
     }
 

@@ -91,11 +91,27 @@ impl<S: JournalStore> NodeDriver<S> {
                 self.planned_at = pass.planned;
                 self.engine.end_pass();
             }
+            // Still due (the view moved during the pass, or the node must plan again): the next
+            // pass begins at once, not at the next wake-up of the caller. It cannot go on for
+            // ever with nothing new: what this end recorded is due again only when something
+            // arrives (a hold ending and a retry are recorded as times to come).
+            if self.reconcile_due() {
+                self.pass = Some(Pass::default());
+            }
         } else {
             pass.cursor = next;
             self.pass = Some(pass);
         }
         Ok(Ok(Requeued { report, done }))
+    }
+
+    /// Whether pending entries may have been approved since the last promotion
+    /// ([`NodeDriver::start_execution`]): some are pending and the view moved since (an
+    /// `approve`, or a pool switched to automatic approval, moves it). The agent promotes then,
+    /// not only at the end of a pass: an approval is not held up by a long pass.
+    #[must_use]
+    pub fn promotion_due(&self) -> bool {
+        self.engine.pending_count() > 0 && self.promoted_at != Some(self.view.plan_generation())
     }
 
     /// Whether a pass is under way: [`NodeDriver::requeue`] has slices left, and the node may
@@ -106,12 +122,22 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     /// Something the last plan did not see changed what the node must do (a result that
-    /// contradicts the view, a local release, a resume, a restored view): the plan is due, and
-    /// a pass under way does not count as the plan at its end.
+    /// contradicts the view, a local release): the plan is due, and a pass under way whose first
+    /// slice planned already does not count as the plan at its end (one that has not begun will
+    /// see it).
     pub(super) fn plan_again(&mut self) {
         self.planned_at = None;
-        if let Some(pass) = self.pass.as_mut() {
+        if let Some(pass) = self.pass.as_mut()
+            && pass.planned.is_some()
+        {
             pass.again = true;
         }
+    }
+
+    /// The view is not the one the node planned from (a resume, a restored snapshot): the plan
+    /// is due, and a pass under way is dropped — the next begins from the first position.
+    pub(super) fn start_over(&mut self) {
+        self.planned_at = None;
+        self.pass = None;
     }
 }

@@ -100,12 +100,16 @@ impl World {
             // log's length, not the seed's draws.
             let positions: usize = self.topology.pools.iter().map(|p| p.addresses.len()).sum();
             let max = positions.div_ceil(1 + self.log.len() % 4).max(1);
-            let done = driver.requeue(max).expect("memory store");
-            debug_assert!(done.is_ok(), "an acting node reconciles");
-            // As the agent's step: what the (possibly lagging) view shows approved is promoted
-            // right after the plan; the gate before each call reads the head.
-            let promoted = self.nodes[node].driver.start_execution().expect("memory store");
-            debug_assert!(promoted.is_ok(), "an acting node promotes");
+            let requeued = driver.requeue(max).expect("memory store");
+            debug_assert!(requeued.is_ok(), "an acting node reconciles");
+            // As the agent's step: what the (possibly lagging) view shows approved is promoted at
+            // the end of a pass, or when the view moved while entries are pending; the gate
+            // before each call reads the head.
+            let done = requeued.is_ok_and(|r| r.done);
+            if done || self.nodes[node].driver.promotion_due() {
+                let promoted = self.nodes[node].driver.start_execution().expect("memory store");
+                debug_assert!(promoted.is_ok(), "an acting node promotes");
+            }
         }
         // At the head, planned now or (nothing due) before, no pass under way: a hand-over it
         // saw is planned. A missed re-plan (`reconcile_due` wrong) shows here as a kept entry.

@@ -26,6 +26,10 @@ pub const STARTING: &str = "starting: opening the store and following the log";
 /// ([`Agent::answer_waiting`]).
 pub const REQUESTS_BETWEEN_STEPS_MAX: usize = 16;
 
+/// How long the loop goes on answering waiting requests between two turns: it stops after the
+/// request that took it past this ([`Agent::answer_waiting`]).
+pub const REQUESTS_BETWEEN_STEPS_BUDGET: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// The health posted before the agent opens its store (seconds at a million addresses): not ok,
 /// [`STARTING`], naming the nodes it runs.
 pub(super) fn starting(nodes: &[tenure_core::model::NodeSpec]) -> Health {
@@ -64,16 +68,23 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// Answers the requests already waiting, up to [`REQUESTS_BETWEEN_STEPS_MAX`], after whatever
-    /// branch the loop took: an ask waits for one step at most however busy the loop is (its
-    /// `select!` picks among ready branches at random, and call results are ready all through a
-    /// capture), and a flood of asks cannot hold results back. One that changed the state ends
+    /// Answers the requests already waiting, up to [`REQUESTS_BETWEEN_STEPS_MAX`] or for about
+    /// [`REQUESTS_BETWEEN_STEPS_BUDGET`], after whatever branch the loop took: an ask waits for
+    /// one step at most behind the asks before it, however busy the loop is (its `select!` picks
+    /// among ready branches at random, and call results are ready all through a capture), and a
+    /// flood of asks cannot hold results back. One that changed the state ends
     /// it: the step it needs runs before the next ask is answered (an ask sees what the one
     /// before it did). Returns whether the state changed.
     pub(super) fn answer_waiting(&mut self, requests: &mut Requests) -> bool {
+        let started = std::time::Instant::now();
         for request in std::iter::from_fn(|| requests.try_recv()).take(REQUESTS_BETWEEN_STEPS_MAX) {
             if self.answer(request) {
                 return true;
+            }
+            // A list of every journal entry at a million addresses takes a while: a burst of
+            // those is answered across steps, not in one go.
+            if started.elapsed() >= REQUESTS_BETWEEN_STEPS_BUDGET {
+                break;
             }
         }
         false

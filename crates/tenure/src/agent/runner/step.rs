@@ -178,10 +178,12 @@ impl<S: AgentStore> Agent<S> {
                 Err(e) => self.journal_failed(index, &e),
             }
             self.observer.reconcile(started.elapsed());
-            // Promotion reads every pending entry: at the end of a pass only (a slice imports
-            // what the view already approved as approved, and the pass's first slice sweeps,
-            // which promotes).
-            if done && let Err(e) = self.drivers[index].start_execution() {
+            // Promotion reads every pending entry: at the end of a pass, and when the view moved
+            // since the last one while entries are pending (an approval is not held up by a long
+            // pass; a slice imports what the view already approved as approved, and the pass's
+            // first slice sweeps, which promotes).
+            let promote = done || self.drivers[index].promotion_due();
+            if promote && let Err(e) = self.drivers[index].start_execution() {
                 self.journal_failed(index, &e);
             }
         }
