@@ -393,8 +393,9 @@ impl<S: JournalStore> NodeDriver<S> {
             return Ok(Err(blocked));
         }
         self.zombie = None;
+        let promoted = self.engine.promote_approved(&self.view)?;
         self.promoted_at = Some(self.view.plan_generation());
-        Ok(Ok(self.engine.promote_approved(&self.view)?))
+        Ok(Ok(promoted))
     }
 
     /// Up to `max` actions that passed the gate against the node's own view an instant ago

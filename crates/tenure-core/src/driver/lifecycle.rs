@@ -56,6 +56,7 @@ impl<S: JournalStore> NodeDriver<S> {
         self.outbox.clear();
         self.planned_at = None;
         self.pass = None;
+        self.promoted_at = None;
         self.outran.clear();
         Ok(())
     }

@@ -107,8 +107,9 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// Whether pending entries may have been approved since the last promotion
     /// ([`NodeDriver::start_execution`]): some are pending and the view moved since (an
-    /// `approve`, or a pool switched to automatic approval, moves it). The agent promotes then,
-    /// not only at the end of a pass: an approval is not held up by a long pass.
+    /// `approve` moves it). The agent promotes then, not only at the end of a pass: an approval
+    /// is not held up by a long pass. (Entries of a pool switched to automatic approval are
+    /// promoted by the sweep of the pass that the switch begins.)
     #[must_use]
     pub fn promotion_due(&self) -> bool {
         self.engine.pending_count() > 0 && self.promoted_at != Some(self.view.plan_generation())
@@ -139,5 +140,6 @@ impl<S: JournalStore> NodeDriver<S> {
     pub(super) fn start_over(&mut self) {
         self.planned_at = None;
         self.pass = None;
+        self.promoted_at = None;
     }
 }
