@@ -379,15 +379,11 @@ fn an_acquire_counted_as_held_during_a_pass_leaves_the_plan_due() {
     // Past edge's 500 ms hold: the release is due when planned.
     append(&mut log, 1_000, EventKind::Heartbeat { node: "a".into() });
     a.follow(&log).expect("readable");
-    let mut released = false;
-    loop {
-        let requeued = a.requeue(4).expect("memory").expect("not blocked");
-        released |= requeued.report.imported.iter().any(|key| key.starts_with("edge/10.0.0.1/unassign"));
-        if requeued.done {
-            break;
-        }
-    }
-    assert!(released, "the next pass plans the release");
+    let (_, _, imported) = pass_imports(&mut a);
+    assert!(
+        imported.iter().any(|key| key.starts_with("edge/10.0.0.1/unassign")),
+        "the next pass plans the release"
+    );
     assert!(!a.reconcile_due());
 }
 
@@ -422,15 +418,22 @@ fn an_approval_during_a_pass_is_due_for_promotion_at_once() {
 /// Calls [`NodeDriver::requeue`] with slices of 4 until the pass ends. Returns how many calls it
 /// took and the earliest hold ending the slices planned.
 fn pass(a: &mut NodeDriver<MemoryJournalStore>) -> (usize, Option<u64>) {
-    let (mut turns, mut wake) = (0, None::<u64>);
+    let (turns, wake, _) = pass_imports(a);
+    (turns, wake)
+}
+
+/// [`pass`], and the keys its slices imported.
+fn pass_imports(a: &mut NodeDriver<MemoryJournalStore>) -> (usize, Option<u64>, Vec<String>) {
+    let (mut turns, mut wake, mut imported) = (0, None::<u64>, Vec::new());
     loop {
         let requeued = a.requeue(4).expect("memory").expect("not blocked");
         turns += 1;
         if let Some(at) = requeued.report.wake_at_ms {
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
+        imported.extend(requeued.report.imported);
         if requeued.done {
-            return (turns, wake);
+            return (turns, wake, imported);
         }
         assert!(turns < 10, "the pass ends");
     }
