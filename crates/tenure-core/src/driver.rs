@@ -42,8 +42,10 @@ use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
 use crate::model::{ParsedKey, StampedAction};
 use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
 
+mod due;
 mod lifecycle;
 mod requeue;
+use due::PlannedAt;
 pub use requeue::Requeued;
 
 /// How long after a failure without a backoff (the on-prem verbs) the node plans again, in ms of
@@ -100,8 +102,15 @@ pub struct NodeDriver<S: JournalStore> {
     zombie: Option<BTreeSet<JournalSeq>>,
     options: DriverOptions,
     outbox: VecDeque<EventKind>,
-    /// What the last completed reconcile planned from: see [`NodeDriver::reconcile_due`].
+    /// What the last completed plan of everything planned from: see
+    /// [`NodeDriver::whole_plan_due`].
     planned_at: Option<PlannedAt>,
+    /// Positions the view named as changed, taken from it and not planned yet (more than a
+    /// call's `max`): see [`NodeDriver::reconcile_due`].
+    changed: BTreeSet<(String, IpAddr)>,
+    /// The positions of releases held back by a deprovision hold, by the stream time the hold
+    /// ends: named as changed then ([`NodeDriver::reconcile_due`]).
+    holds: std::collections::BTreeMap<u64, BTreeSet<(String, IpAddr)>>,
     /// A pass of slices under way ([`NodeDriver::requeue`]); `None`: none.
     pass: Option<requeue::Pass>,
     /// The view's plan generation at the last promotion ([`NodeDriver::promotion_due`]).
@@ -121,15 +130,6 @@ pub struct OutranAcquire {
     pub address: std::net::IpAddr,
 }
 
-/// The view's plan generation and the plan's wake time at the last completed reconcile, and the
-/// earliest end of a failed action's backoff since (that reconcile's sweep, or a failure after).
-#[derive(Clone, Copy, Debug)]
-struct PlannedAt {
-    generation: u64,
-    wake_at_ms: Option<u64>,
-    retry_at_ms: Option<u64>,
-}
-
 impl<S: JournalStore> NodeDriver<S> {
     /// A driver of `engine` over the empty log `registry` (nodes and providers known).
     #[must_use]
@@ -147,60 +147,11 @@ impl<S: JournalStore> NodeDriver<S> {
             options,
             outbox: VecDeque::new(),
             planned_at: None,
+            changed: BTreeSet::new(),
+            holds: std::collections::BTreeMap::new(),
             pass: None,
             promoted_at: None,
             outran: BTreeSet::new(),
-        }
-    }
-
-    /// Whether planning again could change anything the last reconcile did: never reconciled
-    /// (or restarted, or resumed) since, the view's [`Federation::plan_generation`] moved,
-    /// stream time reached a held-back release or the end of a failed action's backoff
-    /// ([`NodeEngine::next_attempt_ms`]), or a call result left the node holding what its
-    /// view no longer wants (or the reverse: the view moved while the call was in flight), or an
-    /// acquire in doubt was counted as held ([`NodeEngine::replan_due`]). A node that reconciles
-    /// whole only when this says so (plus on a requeue interval) plans as a node that reconciles
-    /// after every event; one that plans in passes ([`NodeDriver::requeue`]) plans the same once
-    /// the view stops moving, a change during a pass waiting for the next pass for the positions
-    /// already passed. Heartbeats and its own results alone do not make it plan 100k addresses
-    /// again.
-    #[must_use]
-    pub fn reconcile_due(&self) -> bool {
-        self.engine.replan_due()
-            || self.planned_at.is_none_or(|at| {
-                let now_ms = self.view.stream_time_ms();
-                at.generation != self.view.plan_generation()
-                    || at.wake_at_ms.is_some_and(|wake| now_ms >= wake)
-                    || at.retry_at_ms.is_some_and(|retry| now_ms >= retry)
-            })
-    }
-
-    fn planned(&mut self, report: &ReconcileReport) {
-        self.planned_at = Some(PlannedAt {
-            generation: self.view.plan_generation(),
-            wake_at_ms: report.wake_at_ms,
-            retry_at_ms: report.retry_at_ms,
-        });
-    }
-
-    /// After a call's result: a failure that a sweep may retry wakes the node when its backoff
-    /// ends ([`NodeDriver::reconcile_due`]). One without a backoff ahead (the on-prem verbs,
-    /// [`crate::model::Verb::backs_off`]) wakes it [`RETRY_WITHOUT_BACKOFF_MS`] of stream time
-    /// later: not at once (a failing call would be retried in a loop, each failure's own result
-    /// moving stream time), and not only at the requeue (a failed on-prem release would leave the
-    /// host answering beside the new holder for a whole `requeueInterval`).
-    fn wake_for_retry(&mut self, idempotency_key: &str) {
-        let now_ms = self.view.stream_time_ms();
-        let due = self
-            .engine
-            .entry(idempotency_key)
-            .and_then(|entry| self.engine.next_attempt_ms(entry))
-            .map(|due| if due > now_ms { due } else { now_ms.saturating_add(RETRY_WITHOUT_BACKOFF_MS) });
-        let pass = self.pass.as_mut().and_then(|pass| pass.planned.as_mut());
-        for at in [self.planned_at.as_mut(), pass].into_iter().flatten() {
-            if let Some(due) = due {
-                at.retry_at_ms = Some(at.retry_at_ms.map_or(due, |retry| retry.min(due)));
-            }
         }
     }
 
@@ -469,6 +420,9 @@ impl<S: JournalStore> NodeDriver<S> {
         self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
         if outcome == ActionOutcome::Executed && self.result_contradicts_view(idempotency_key) {
             self.plan_again();
+        }
+        if outcome == ActionOutcome::Executed {
+            self.released(idempotency_key);
         }
         self.wake_for_retry(idempotency_key);
         self.report_result(idempotency_key, outcome, detail);

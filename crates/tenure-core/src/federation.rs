@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 mod approvals;
+mod changes;
 mod drift;
 pub mod history;
 mod map;
@@ -27,6 +28,7 @@ mod snapshot;
 mod status;
 mod vrrp;
 
+pub use changes::PLAN_CHANGES_MAX;
 pub use map::{MapAddress, MapStatus};
 pub use settle::TokenMove;
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
@@ -43,6 +45,7 @@ pub use crate::state::{
     AddressState, CaptureLine, Confirmation, NodeId, NodeState, PoolConditions, PoolState,
 };
 use approvals::Approvals;
+use changes::PlanChanges;
 use settle::Touched;
 
 /// Why an event was rejected. A rejected event changes nothing, not even stream time.
@@ -101,6 +104,9 @@ pub struct Federation {
     /// Bumped by every applied event that can change what a node plans: every kind but a
     /// heartbeat or an action result, and those too when they changed the arbitration's inputs.
     plan_generation: u64,
+    /// The positions whose plan the events applied since a reader last took them may have
+    /// changed, and a count of changes no position names (`changes`: incremental planning).
+    plan_changes: PlanChanges,
     /// Per pool (in name order), the eligible flags of the last arbitration, to skip arbitration
     /// when an event changed nothing that it reads.
     last_eligibility: Vec<Vec<bool>>,
@@ -150,6 +156,7 @@ impl Federation {
             stream_time_ms: 0,
             events_applied: 0,
             plan_generation: 0,
+            plan_changes: PlanChanges::default(),
             last_eligibility: Vec::new(),
             drift_repair: false,
             recaptures: 0,
@@ -189,11 +196,12 @@ impl Federation {
         self.events_applied
     }
 
-    /// A counter that moves whenever an applied event may change a node's plan: any event but a
-    /// heartbeat or an action result, and those when they changed who is eligible (a node came
-    /// alive or expired). While it stays, planning again gives the same plan — except where a
-    /// deprovision hold ends with stream time ([`crate::planner::Plan::wake_at_ms`]) and for a
-    /// node's own journal (failures to retry), which the agent's requeue interval covers.
+    /// A counter that moves whenever an applied event may change a node's plan or what it may
+    /// promote: any event but a heartbeat or an action result, and those when they changed who is
+    /// eligible (a node came alive or expired). The driver plans from finer accounts (the
+    /// positions named, [`Federation::take_plan_changes`], and [`Federation::whole_plan_generation`]);
+    /// this one tells it that pending entries may have been approved since its last promotion
+    /// ([`crate::driver::NodeDriver::promotion_due`]).
     #[must_use]
     pub fn plan_generation(&self) -> u64 {
         self.plan_generation
@@ -332,7 +340,12 @@ impl Federation {
             }
         };
         let rearbitrated = self.arbitrate_if_needed(structure_changed);
-        self.settle();
+        // A whole change subsumes the names: `settle` names what it touched only otherwise.
+        let whole = structure_changed || matches!(event.kind, EventKind::TokensRaised { .. });
+        if whole {
+            self.plan_changed_whole();
+        }
+        self.settle(!whole);
         let liveness_only =
             matches!(event.kind, EventKind::Heartbeat { .. } | EventKind::ActionResult { .. });
         if rearbitrated || !liveness_only {

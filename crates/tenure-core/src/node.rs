@@ -42,6 +42,8 @@ mod reconcile;
 mod refresh;
 
 pub use execute::StaleCall;
+pub use reconcile::KEYS_SWEEP_PENDING_MAX;
+pub(crate) use reconcile::earlier;
 
 /// What one reconcile did, for narration and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,8 +67,16 @@ pub struct ReconcileReport {
     pub deferred: u64,
     /// Finished, superseded entries compacted away.
     pub compacted: u64,
-    /// The plan's [`planner::Plan::wake_at_ms`]: when a held-back release becomes due.
-    pub wake_at_ms: Option<u64>,
+    /// The plan's [`planner::Plan::held`]: (due, provider, address) of each release held back.
+    pub held: Vec<(u64, String, std::net::IpAddr)>,
+}
+
+impl ReconcileReport {
+    /// The earliest stream time at which a release this plan held back becomes due.
+    #[must_use]
+    pub fn wake_at_ms(&self) -> Option<u64> {
+        self.held.iter().map(|(due, _, _)| *due).min()
+    }
 }
 
 /// Errors of the engine.
@@ -137,6 +147,10 @@ pub struct NodeEngine<S: JournalStore> {
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
     predecessors: HashMap<JournalSeq, Option<JournalSeq>>,
+    /// Entries `failed` or `approved` in the journal that are acquires in doubt
+    /// ([`NodeEngine::is_acquire_in_doubt`]), kept where entries change (`commit`): what the
+    /// count of stale acquires in doubt walks, not every open entry.
+    in_doubt: BTreeSet<JournalSeq>,
     /// An acquire in doubt was counted as held since the last plan ([`NodeEngine::replan_due`]).
     replan: bool,
     /// How many times `replan` was set, and that count when the first slice of the pass under
@@ -175,6 +189,7 @@ impl<S: JournalStore> NodeEngine<S> {
             last_executed: BTreeMap::new(),
             last_holding: BTreeMap::new(),
             predecessors: HashMap::new(),
+            in_doubt: BTreeSet::new(),
             replan: false,
             replan_marks: (0, 0),
             compact_look: None,
@@ -225,6 +240,11 @@ impl<S: JournalStore> NodeEngine<S> {
         self.last_executed.clear();
         self.last_holding.clear();
         self.predecessors.clear();
+        self.in_doubt.clear();
+        let all: Vec<JournalSeq> = self.state.entries.keys().copied().collect();
+        for seq in all {
+            self.file_doubt(seq);
+        }
         let mut executed: Vec<(u64, JournalSeq)> =
             self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x, e.seq))).collect();
         executed.sort_unstable();
@@ -276,6 +296,13 @@ impl<S: JournalStore> NodeEngine<S> {
             }
             for seq in &self.failed {
                 debug_assert_eq!(state(seq), Some(EntryState::Failed), "failed entry {seq}");
+            }
+            for seq in self.failed.iter().chain(&self.approved) {
+                debug_assert_eq!(
+                    self.in_doubt.contains(seq),
+                    self.is_acquire_in_doubt(*seq),
+                    "entry {seq}: the index of acquires in doubt"
+                );
             }
             for seq in &self.ready {
                 debug_assert!(self.approved.contains(seq), "ready entry {seq} is not approved");
@@ -444,7 +471,34 @@ impl<S: JournalStore> NodeEngine<S> {
     fn commit(&mut self, change: JournalChange) -> Result<(), NodeError<S::Error>> {
         self.store.commit(&change).map_err(NodeError::Store)?;
         self.state.apply(&change);
+        match &change {
+            JournalChange::Append(entry) => self.file_doubt(entry.seq),
+            JournalChange::Compact { seqs } => {
+                for seq in seqs {
+                    self.in_doubt.remove(seq);
+                }
+            }
+            other => {
+                for seq in other.named_seqs() {
+                    self.file_doubt(*seq);
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Files `seq` in or out of the acquires in doubt, as the journal holds it now.
+    fn file_doubt(&mut self, seq: JournalSeq) {
+        let open = self
+            .state
+            .entries
+            .get(&seq)
+            .is_some_and(|entry| matches!(entry.state, EntryState::Failed | EntryState::Approved));
+        if open && self.is_acquire_in_doubt(seq) {
+            self.in_doubt.insert(seq);
+        } else {
+            self.in_doubt.remove(&seq);
+        }
     }
 
     /// The sequence number of the entry whose verb must execute before `seq`'s may run:

@@ -41,9 +41,18 @@ pub type Captured = BTreeMap<(String, IpAddr), CaptureRecord>;
 pub struct Plan<'a> {
     /// The actions, in canonical order (pool, address), each address's verbs in execution order.
     pub actions: Vec<PlannedAction<'a>>,
-    /// The earliest stream time at which a release held back by its pool's deprovision hold
-    /// becomes due: planning again before it (with nothing else changed) gives the same plan.
-    pub wake_at_ms: Option<u64>,
+    /// Every release held back by its pool's deprovision hold, with when it becomes due: (due,
+    /// provider, address), the position to plan again then.
+    pub held: Vec<(u64, &'a str, IpAddr)>,
+}
+
+impl Plan<'_> {
+    /// The earliest stream time at which a release held back becomes due: planning again before
+    /// it (with nothing else changed) gives the same plan.
+    #[must_use]
+    pub fn wake_at_ms(&self) -> Option<u64> {
+        self.held.iter().map(|(due, _, _)| *due).min()
+    }
 }
 
 /// A capture record's fields, borrowed: from a node's captured set, from what the provider
@@ -143,8 +152,8 @@ impl PlanCursor {
 /// [`plan`]'s order within the slice; and where the next slice resumes. The slices from the start until
 /// [`PlanCursor::is_done`], over one unchanged view and captured set, plan exactly what one
 /// [`plan`] does (the requeue's safety net, bounded in work per step: `tests/plan_slices.rs`);
-/// each position's plan depends on the view and that position alone. The slice's `wake_at_ms`
-/// is the earliest hold ending among its releases.
+/// each position's plan depends on the view and that position alone. The slice's `held`
+/// lists the releases it holds back, with their due times.
 #[must_use]
 pub fn plan_slice<'a>(
     view: &'a Federation,
@@ -222,20 +231,80 @@ pub fn plan_slice<'a>(
         }
     }
 
-    let mut wake_at_ms: Option<u64> = None;
-    for ((provider, address), record) in captured_slice.into_iter().chain(observed_only) {
+    (finish(view, node, planned, captured_slice.into_iter().chain(observed_only)), next)
+}
+
+/// A plan's end: the releases of `releases` (what the node captured, as [`release_plan`] rules:
+/// due ones planned, held ones listed with their due time) joined to `planned` (the acquires), in
+/// canonical order (pool, address).
+fn finish<'a>(
+    view: &'a Federation,
+    node: NodeId,
+    mut planned: Vec<((&'a str, IpAddr), Vec<PlannedAction<'a>>)>,
+    releases: impl IntoIterator<Item = ((&'a str, IpAddr), CaptureRef<'a>)>,
+) -> Plan<'a> {
+    let mut held = Vec::new();
+    for ((provider, address), record) in releases {
         match release_plan(view, node, provider, address, record) {
             None => {}
-            Some(Release::Held { due_ms }) => {
-                wake_at_ms = Some(wake_at_ms.map_or(due_ms, |w| w.min(due_ms)));
-            }
+            Some(Release::Held { due_ms }) => held.push((due_ms, provider, address)),
             Some(Release::Due(actions)) => planned.push(((record.pool, address), actions)),
         }
     }
-
     planned.sort_by(|a, b| a.0.cmp(&b.0));
-    let plan = Plan { actions: planned.into_iter().flat_map(|(_, actions)| actions).collect(), wake_at_ms };
-    (plan, next)
+    Plan { actions: planned.into_iter().flat_map(|(_, actions)| actions).collect(), held }
+}
+
+/// Node `node`'s plan of the positions of `keys` alone — (provider, address) keys, as
+/// [`Federation::take_plan_changes`] names them: for each, the acquires of every pool of the
+/// provider that lists the address, and the release of what the node captured of it (or, with
+/// drift repair, what its NIC showed) — in [`plan`]'s order. What [`plan`] plans for those
+/// positions, and nothing else: incremental planning (`tests/plan_changes.rs`). Costs the pools
+/// per key, not the addresses.
+#[must_use]
+pub fn plan_keys<'a, 'k>(
+    view: &'a Federation,
+    node: NodeId,
+    captured: &'a Captured,
+    keys: impl IntoIterator<Item = &'k (String, IpAddr)>,
+) -> Plan<'a> {
+    let node_state = &view.nodes()[node];
+    let node_name = node_state.spec.name.as_str();
+    let mut planned: Vec<((&'a str, IpAddr), Vec<PlannedAction<'a>>)> = Vec::new();
+    let mut releases: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
+    for (provider, address) in keys {
+        let address = *address;
+        let mut first_listing = true;
+        for (pool_name, pool) in view.pools() {
+            if pool.spec.provider != *provider {
+                continue;
+            }
+            let Some(state) = pool.addresses.get(&address) else { continue };
+            if let Some(actions) = acquires(view, node, node_name, pool_name, pool, address, state) {
+                planned.push(((pool_name.as_str(), address), actions));
+            }
+            // As `plan_slice`: through the first pool (by name) of the provider that lists it.
+            if std::mem::take(&mut first_listing)
+                && view.drift_repair()
+                && pool.spec.provider == node_state.spec.provider
+                && view.observed_on(&pool.spec.provider, address, &node_state.spec.nic)
+                && !captured.contains_key(&(pool.spec.provider.clone(), address))
+            {
+                let record = CaptureRef {
+                    pool: pool_name,
+                    nic: &node_state.spec.nic,
+                    capture_domain: &pool.capture_domain,
+                };
+                releases.push(((pool.spec.provider.as_str(), address), record));
+            }
+        }
+        if let Some(((record_provider, _), record)) = captured.get_key_value(&(provider.clone(), address)) {
+            let record =
+                CaptureRef { pool: &record.pool, nic: &record.nic, capture_domain: &record.capture_domain };
+            releases.push(((record_provider.as_str(), address), record));
+        }
+    }
+    finish(view, node, planned, releases)
 }
 
 /// Node `node`'s acquire of `address` in `pool`, in execution order, when it is the address's

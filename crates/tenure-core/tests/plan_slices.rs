@@ -11,179 +11,16 @@ use proptest::prelude::*;
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::journal::MemoryJournalStore;
-use tenure_core::log::{ActionOutcome, Event, EventKind};
-use tenure_core::log_store::{Log, MemoryLog};
-use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
+use tenure_core::log::{ActionOutcome, EventKind};
+use tenure_core::log_store::MemoryLog;
+use tenure_core::model::{Approval, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
 use tenure_core::node::{NodeEngine, ReconcileReport};
 use tenure_core::planner::{self, PlanCursor};
 
-/// Addresses 10.0.0.1 to 10.0.0.9: `edge` has the first six, `west` the last three, `east` (in
-/// another capture domain of the same provider) the middle six.
-fn address(i: usize) -> IpAddr {
-    format!("10.0.0.{}", i + 1).parse().expect("address")
-}
-
-fn node(name: &str, priority: i64) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        provider: "sim1".into(),
-        placement_group: "g1".into(),
-        priority,
-        nic: format!("eni-{name}"),
-        capacity: None,
-    }
-}
-
-fn registry() -> Federation {
-    Federation::new(
-        &[node("a", 10), node("b", 0)],
-        &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
-    )
-    .with_drift_repair(true)
-}
-
-fn pool(name: &str, addresses: std::ops::Range<usize>, hold_ms: u64, approval: Approval) -> PoolSpec {
-    PoolSpec {
-        name: name.into(),
-        addresses: addresses.map(address).collect(),
-        provider: "sim1".into(),
-        placement_group: "g1".into(),
-        members: vec!["a".into(), "b".into()],
-        authority: Authority::None,
-        approval,
-        deprovision_hold_ms: hold_ms,
-        heartbeat_ttl_ms: 3_000,
-        promotion_hold_ms: 0,
-        epoch_locking: true,
-        prefer_nodes: vec![],
-        preempt: false,
-        auto_failover: true,
-    }
-}
-
-fn driver(name: &str) -> NodeDriver<MemoryJournalStore> {
-    let engine = NodeEngine::open(name, MemoryJournalStore::new()).expect("memory");
-    NodeDriver::new(engine, registry(), DriverOptions::default())
-}
-
-#[derive(Clone, Debug)]
-enum Step {
-    Drain(&'static str),
-    Undrain(&'static str),
-    Desire(&'static str, usize),
-    Undesire(&'static str, usize),
-    Heartbeat(&'static str),
-    /// The provider shows the address on these nodes' NICs.
-    Inventory(usize, Vec<&'static str>),
-    /// `a` calls what it has ready, and each call succeeds.
-    Execute,
-    /// Stream time moves on by this much (a heartbeat of both nodes).
-    Wait(u64),
-    /// A pool deleted (its addresses retire, still released by drift repair).
-    Delete(&'static str),
-    /// A pool applied (refused while another pool claims one of its addresses).
-    Apply(&'static str),
-}
-
-fn spec(name: &str) -> PoolSpec {
-    match name {
-        "edge" => pool("edge", 0..6, 500, Approval::Auto),
-        "west" => pool("west", 6..9, 0, Approval::Manual),
-        // Another capture domain (placement group g2, where no node is): it may list edge's
-        // addresses while edge is applied.
-        _ => PoolSpec { placement_group: "g2".into(), ..pool("east", 3..9, 0, Approval::Auto) },
-    }
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    let node = prop_oneof![Just("a"), Just("b")];
-    let pool_address =
-        prop_oneof![(Just("edge"), 0..6_usize), (Just("west"), 6..9_usize), (Just("east"), 3..9_usize)];
-    let pool = prop_oneof![Just("edge"), Just("west"), Just("east")];
-    prop_oneof![
-        node.clone().prop_map(Step::Drain),
-        node.clone().prop_map(Step::Undrain),
-        pool_address.clone().prop_map(|(p, i)| Step::Desire(p, i)),
-        pool_address.prop_map(|(p, i)| Step::Undesire(p, i)),
-        node.clone().prop_map(Step::Heartbeat),
-        (0..9_usize, prop::collection::vec(node, 0..2)).prop_map(|(i, on)| Step::Inventory(i, on)),
-        Just(Step::Execute),
-        Just(Step::Execute),
-        (1..2_000_u64).prop_map(Step::Wait),
-        pool.clone().prop_map(Step::Delete),
-        pool.prop_map(Step::Apply),
-    ]
-}
-
-fn append(log: &mut MemoryLog, at_ms: u64, kind: EventKind) {
-    log.append(&Event { at_ms, kind }).expect("append");
-}
-
-/// A log with both pools applied and both nodes alive; `edge` holds its releases back 500 ms,
-/// `west` asks for approval.
-fn log() -> MemoryLog {
-    let mut log = MemoryLog::new();
-    append(&mut log, 0, EventKind::PoolApplied { spec: Box::new(spec("edge")) });
-    append(&mut log, 0, EventKind::PoolApplied { spec: Box::new(spec("west")) });
-    append(&mut log, 1, EventKind::Heartbeat { node: "a".into() });
-    append(&mut log, 1, EventKind::Heartbeat { node: "b".into() });
-    log
-}
-
-/// Applies `step` at `at_ms` (and runs `a`'s calls for [`Step::Execute`]); returns the stream
-/// time after it.
-fn apply(log: &mut MemoryLog, a: &mut NodeDriver<MemoryJournalStore>, at_ms: u64, step: &Step) -> u64 {
-    let kind = match step {
-        Step::Drain(n) => EventKind::Drain { node: (*n).into() },
-        Step::Undrain(n) => EventKind::Undrain { node: (*n).into() },
-        Step::Desire(p, i) => EventKind::Desire { pool: (*p).into(), address: address(*i) },
-        Step::Undesire(p, i) => EventKind::Undesire { pool: (*p).into(), address: address(*i) },
-        Step::Heartbeat(n) => EventKind::Heartbeat { node: (*n).into() },
-        Step::Delete(p) => EventKind::PoolDeleted { pool: (*p).into() },
-        Step::Apply(p) => EventKind::PoolApplied { spec: Box::new(spec(p)) },
-        Step::Inventory(i, on) => EventKind::Inventory {
-            provider: "sim1".into(),
-            address: address(*i),
-            holders: on.iter().map(|n| format!("eni-{n}")).collect(),
-            scope: None,
-        },
-        Step::Wait(ms) => {
-            let at_ms = at_ms + ms;
-            append(log, at_ms, EventKind::Heartbeat { node: "a".into() });
-            append(log, at_ms, EventKind::Heartbeat { node: "b".into() });
-            return at_ms;
-        }
-        Step::Execute => {
-            a.follow(log).expect("readable");
-            a.reconcile().expect("memory").expect("not blocked");
-            a.start_execution().expect("memory").expect("not blocked");
-            for action in a.poll_actions(64, None).expect("memory") {
-                a.handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
-                    .expect("in flight");
-            }
-            while let Some(kind) = a.poll_append() {
-                append(log, at_ms, kind);
-            }
-            return at_ms;
-        }
-    };
-    append(log, at_ms, kind);
-    at_ms
-}
-
-/// A plan as comparable rows: each action's key and approval, in key order; and its wake.
-fn rows(actions: &[planner::PlannedAction<'_>]) -> Vec<(String, Approval)> {
-    let mut rows: Vec<(String, Approval)> = actions
-        .iter()
-        .map(|planned| {
-            let mut key = String::new();
-            planned.stamp.write_key(&mut key);
-            (key, planned.approval)
-        })
-        .collect();
-    rows.sort_by(|x, y| x.0.cmp(&y.0));
-    rows
-}
+mod common;
+use common::{
+    Step, address, append, apply, driver, driver_with_drift, log, node, pool, registry, rows, step,
+};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
@@ -198,11 +35,7 @@ proptest! {
         drift_repair in any::<bool>(),
     ) {
         let mut log = log();
-        let mut a = NodeDriver::new(
-            NodeEngine::open("a", MemoryJournalStore::new()).expect("memory"),
-            registry().with_drift_repair(drift_repair),
-            DriverOptions::default(),
-        );
+        let mut a = driver_with_drift("a", drift_repair);
         let mut at_ms = 10;
         for step in &steps {
             at_ms = apply(&mut log, &mut a, at_ms + 1, step);
@@ -215,11 +48,11 @@ proptest! {
             loop {
                 let (plan, next) = planner::plan_slice(view, node, captured, &cursor, max);
                 slices += 1;
-                sliced.extend(plan.actions);
-                wake = match (wake, plan.wake_at_ms) {
+                wake = match (wake, plan.wake_at_ms()) {
                     (Some(w), Some(p)) => Some(w.min(p)),
                     (w, p) => w.or(p),
                 };
+                sliced.extend(plan.actions);
                 prop_assert!(slices <= 64, "the pass ends");
                 if next.is_done() {
                     break;
@@ -241,7 +74,7 @@ proptest! {
             released.dedup();
             let addresses: std::collections::BTreeSet<IpAddr> = released.iter().map(|(a, _)| *a).collect();
             prop_assert_eq!(addresses.len(), released.len(), "released through two pools: {:?}", released);
-            prop_assert_eq!(wake, whole.wake_at_ms, "the earliest hold ending, after {:?}", step);
+            prop_assert_eq!(wake, whole.wake_at_ms(), "the earliest hold ending, after {:?}", step);
         }
     }
 }
@@ -282,23 +115,70 @@ fn a_pass_of_slices_ends_imports_nothing_new_and_another_follows_a_change() {
     assert_eq!(turns, 3, "9 positions of the pools' walk, 4 a slice");
     assert!(!a.requeue_under_way());
     assert!(a.requeue(4).expect("memory").expect("not blocked").done, "the pass is over: nothing more");
-    // A pass begun, then the view moves: the pass goes on to its end (its later slices plan
-    // from the new view), which leaves the plan due; the next call begins another pass, whose
-    // end records the new plan.
+    // A pass begun, then the view moves in a way it cannot name by position (a restore's
+    // `tokens-raised`: every token): the pass goes on to its end (its later slices plan from the
+    // new view), which leaves the plan due; the next call begins another pass, whose end records
+    // the new plan.
     a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
-    append(&mut log, at_ms + 1, EventKind::Drain { node: "a".into() });
+    append(&mut log, at_ms + 1, EventKind::TokensRaised { by: 1 });
     a.follow(&log).expect("readable");
-    assert!(a.reconcile_due());
+    assert!(a.whole_plan_due());
     let (turns, _) = pass(&mut a);
     assert_eq!(turns, 2, "the pass ends where it would have: 4 of 9 positions were done");
-    assert!(a.reconcile_due(), "its first slice planned from the view before the drain");
+    assert!(a.whole_plan_due(), "its first slice planned from the view before the raise");
     assert!(a.requeue_under_way(), "the next pass began at once");
-    let (turns, wake) = pass(&mut a);
+    let (turns, _, imported) = pass_imports(&mut a);
     assert_eq!(turns, 3, "a whole pass");
-    assert_eq!(wake, Some(at_ms + 1 + 500), "edge's releases wait out its hold");
+    assert!(
+        imported.iter().filter(|key| key.starts_with("edge/10.0.0.1/")).count() == 2,
+        "the acquires under the raised tokens: {imported:?}"
+    );
     assert!(!a.reconcile_due());
     assert!(!a.requeue_under_way());
+}
+
+/// A change the view names by position (an address undesired and desired again, a drain) is
+/// planned at the next call, those positions alone, `max` at a time — no pass: the plan of
+/// everything is not due. Entries waiting for an approval that the change made stale are swept.
+#[test]
+fn a_change_the_view_names_is_planned_at_the_next_call_without_a_pass() {
+    let mut log = log();
+    let mut a = driver("a");
+    a.follow(&log).expect("readable");
+    pass(&mut a);
+    assert!(!a.reconcile_due());
+    let now = a.view().stream_time_ms();
+    append(&mut log, now + 1, EventKind::Undesire { pool: "edge".into(), address: address(0) });
+    append(&mut log, now + 2, EventKind::Desire { pool: "edge".into(), address: address(0) });
+    append(&mut log, now + 3, EventKind::Undesire { pool: "west".into(), address: address(6) });
+    a.follow(&log).expect("readable");
+    assert!(a.reconcile_due() && a.requeue_under_way() && !a.whole_plan_due());
+    let requeued = a.requeue(4).expect("memory").expect("not blocked");
+    assert!(!requeued.done, "positions were planned: call again");
+    let imported = &requeued.report.imported;
+    assert_eq!(imported.len(), 2, "the new acquire of 10.0.0.1 alone: {imported:?}");
+    assert!(
+        imported.iter().all(|key| key.starts_with("edge/10.0.0.1/") && key.ends_with("epoch:3")),
+        "{imported:?}"
+    );
+    let swept = &requeued.report.swept;
+    assert!(!swept.is_empty() && swept.iter().all(|key| key.starts_with("west/10.0.0.7/")), "{swept:?}");
+    assert!(!a.reconcile_due() && !a.requeue_under_way(), "nothing else is due");
+    let requeued = a.requeue(4).expect("memory").expect("not blocked");
+    assert!(requeued.done && requeued.report == ReconcileReport::default(), "{requeued:?}");
+    // A drain names every address of the node: four positions a call.
+    append(&mut log, now + 4, EventKind::Drain { node: "a".into() });
+    a.follow(&log).expect("readable");
+    let mut calls = 0;
+    while a.requeue_under_way() {
+        let requeued = a.requeue(4).expect("memory").expect("not blocked");
+        calls += 1;
+        assert!(requeued.report.imported.len() <= 8, "four positions at most: {requeued:?}");
+        assert!(calls < 10);
+    }
+    assert_eq!(calls, 3, "nine addresses named, four a call");
+    assert!(!a.reconcile_due());
 }
 
 /// A plan that is due begins a pass of slices, and its end records the plan — unless something
@@ -324,6 +204,7 @@ fn a_due_plan_is_a_pass_and_its_end_records_the_plan_unless_the_node_must_plan_a
     let now = a.view().stream_time_ms();
     append(&mut log, now + 1, EventKind::Undesire { pool: "edge".into(), address: address(0) });
     a.follow(&log).expect("readable");
+    a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done, "the first slice");
     a.handle_result(&call.idempotency_key, ActionOutcome::Executed, "ok".into()).expect("in flight");
     let (turns, _) = pass(&mut a);
@@ -371,6 +252,9 @@ fn an_acquire_counted_as_held_during_a_pass_leaves_the_plan_due() {
     append(&mut log, 20, EventKind::Drain { node: "a".into() });
     a.follow(&log).expect("readable");
     assert!(a.reconcile_due());
+    // The drain names the addresses (the first four are planned at the first call, before the
+    // call's result): a pass under way as the result comes back.
+    a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done, "the first slice passed it");
     a.handle_in_doubt_result(&call.idempotency_key, "cancelled: stale").expect("in flight");
     assert!(a.engine().captured().contains_key(&("sim1".to_owned(), address(0))), "counted as held");
@@ -428,7 +312,7 @@ fn pass_imports(a: &mut NodeDriver<MemoryJournalStore>) -> (usize, Option<u64>, 
     loop {
         let requeued = a.requeue(4).expect("memory").expect("not blocked");
         turns += 1;
-        if let Some(at) = requeued.report.wake_at_ms {
+        if let Some(at) = requeued.report.wake_at_ms() {
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
         imported.extend(requeued.report.imported);

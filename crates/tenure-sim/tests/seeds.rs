@@ -129,7 +129,7 @@ fn onprem_with_vrrp_authority_answers_from_two_hosts_only_through_a_frozen_one()
     assert!(kinds(&reports).is_subset(&limit), "only the predicted limit: {:?}", kinds(&reports));
     assert!(reports.iter().all(|r| !r.failed()));
     // The limit is shown: pinned seeds in which a frozen host answers beside the new holder.
-    for seed in [22, 43] {
+    for seed in [22, 24] {
         let pinned = sweep(&config(Mode::Onprem), seed..seed + 1);
         assert_eq!(kinds(&pinned), limit, "seed {seed}: a frozen host's answer, and nothing else");
         assert!(pinned.iter().all(|r| !r.failed()), "seed {seed}");

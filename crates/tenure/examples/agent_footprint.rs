@@ -11,6 +11,8 @@
 //! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … idle_reconcile_ms=… idle_pass_ms=… idle_slice_max_ms=… heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=… capture_probes=… capture_health_ms_p50=… p99=… capture_page500_ms_p50=… p99=…`
 //! (the first step of a requeue pass with nothing to do, one slice; the pass's slices added up,
 //! and the longest of them; the largest gap between two of the node's heartbeats in the log while it captured everything;
+//! `change_undesire_ms=… change_desire_ms=…`: one address undesired, then desired again, once the
+//! map is built, each from its submit to its calls' results;
 //! `GET /v1/health` and `GET /v1/ownership?limit=500`, asked every 100 ms during the capture).
 
 use std::collections::BTreeMap;
@@ -28,7 +30,7 @@ use tenure_core::federation::Federation;
 use tenure_core::input::POOL_ADDRESSES_MAX;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::model::{
-    Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction,
+    Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, VerbFamily,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -77,6 +79,13 @@ impl Executor for RemoteProvider {
     ) -> ExecuteFuture<'a> {
         Box::pin(async { ExecutionOutcome::Executed { detail: "ok".to_owned() } })
     }
+}
+
+/// The address whose change is timed: the middle of the first pool (a pass reaches it after
+/// half the pool's slices).
+fn address_of_change(addresses: u64) -> IpAddr {
+    let middle = u32::try_from(addresses.min(POOL_ADDRESSES_MAX) / 2).expect("under 2^32");
+    IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 0, 0)) + middle))
 }
 
 fn resident_bytes() -> u64 {
@@ -231,6 +240,24 @@ async fn main() {
     let idle_pass =
         Duration::from_micros(watch.reconcile_us_total.load(Ordering::Relaxed).saturating_sub(total_from));
     let idle_slice_max = Duration::from_micros(watch.reconcile_us_max.load(Ordering::Relaxed));
+    // A change of one address once the map is built: undesired (its release), then desired
+    // again (a new acquire), each timed from its submit to its calls' results. Planned by itself
+    // (incremental planning), not by a pass over the map.
+    let change = address_of_change(addresses);
+    let mut change_ms = Vec::new();
+    for (kind, verbs) in [
+        (EventKind::Undesire { pool: "p0".into(), address: change }, VerbFamily::Cloud.release_verbs().len()),
+        (EventKind::Desire { pool: "p0".into(), address: change }, VerbFamily::Cloud.acquire_verbs().len()),
+    ] {
+        let calls = watch.calls.load(Ordering::Relaxed);
+        let t = Instant::now();
+        handle.submit(kind).await.expect("answers").expect("accepted");
+        while watch.calls.load(Ordering::Relaxed) < calls + verbs as u64 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        change_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let change = format!("change_undesire_ms={:.1} change_desire_ms={:.1}", change_ms[0], change_ms[1]);
     let per = |bytes: u64| bytes / addresses.max(1);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let p50 = |sorted: &[Duration]| sorted.get(sorted.len() / 2).copied();
@@ -248,7 +275,7 @@ async fn main() {
     );
     // The capture's figures first (a long whole-map phase follows).
     eprintln!(
-        "captured: addresses={addresses} rss_per_address_bytes={} built_s={:.1} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} {capture}",
+        "captured: addresses={addresses} rss_per_address_bytes={} built_s={:.1} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} {change} {capture}",
         per(rss),
         built.as_secs_f64(),
         ms(idle_reconcile),
@@ -289,7 +316,7 @@ async fn main() {
     let _ = store.close();
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures} {capture}",
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures} {change} {capture}",
         per(rss),
         per(map),
         built.as_secs_f64(),

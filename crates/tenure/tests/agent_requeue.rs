@@ -1,8 +1,9 @@
 //! The requeue pass of the agent loop, a slice at a time (issue 24), in-process over the
 //! in-memory store double and the simulated cloud: with more addresses than a slice and two
 //! nodes in one agent, every pass takes several slices and ends, the loop rests between passes
-//! (it does not spin on a pass that never ends), and the agent answers all along; and while call
-//! results keep the loop busy (a capture), an ask waits for one step at most.
+//! (it does not spin on a pass that never ends), and the agent answers all along; while call
+//! results keep the loop busy (a capture), an ask waits for one step at most; and a change of one
+//! address is planned alone, without a pass over the map.
 
 #[path = "support/wait.rs"]
 mod wait;
@@ -15,10 +16,11 @@ use std::time::Duration;
 
 use tenure::agent::map::OwnershipQuery;
 use tenure::agent::memory::MemoryStore;
-use tenure::agent::request::AgentHandle;
+use tenure::agent::request::{ActionFilter, AgentHandle};
 use tenure::agent::runner::{Observe, REQUEUE_SLICE, run};
 use tenure::agent::{ProviderExecutor, Settings};
 use tenure::exec::SimExecutor;
+use tenure_core::log::EventKind;
 use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
 use tokio::sync::{mpsc, oneshot};
 use wait::wait_until;
@@ -57,7 +59,7 @@ fn address(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(0x0a01_0000_u32 + u32::try_from(i).expect("small")))
 }
 
-fn pool(addresses: usize) -> PoolSpec {
+fn pool(addresses: usize, approval: Approval) -> PoolSpec {
     PoolSpec {
         name: "edge".into(),
         addresses: (0..addresses).map(address).collect(),
@@ -65,7 +67,7 @@ fn pool(addresses: usize) -> PoolSpec {
         placement_group: "g1".into(),
         members: vec!["a".into(), "b".into()],
         authority: Authority::None,
-        approval: Approval::Auto,
+        approval,
         deprovision_hold_ms: 0,
         heartbeat_ttl_ms: 3_000,
         promotion_hold_ms: 0,
@@ -80,6 +82,15 @@ fn pool(addresses: usize) -> PoolSpec {
 /// answer at once), requeue every [`REQUEUE`]. Returns its handle, its observer, and what stops it.
 fn start(
     addresses: usize,
+) -> (AgentHandle, Arc<Reconciles>, oneshot::Sender<()>, tokio::task::JoinHandle<impl Sized>) {
+    start_with(addresses, REQUEUE, Approval::Auto)
+}
+
+/// [`start`] with a requeue interval of `requeue` and the pool's `approval`.
+fn start_with(
+    addresses: usize,
+    requeue: Duration,
+    approval: Approval,
 ) -> (AgentHandle, Arc<Reconciles>, oneshot::Sender<()>, tokio::task::JoinHandle<impl Sized>) {
     let cloud = SimExecutor::new(ProviderKind::SimCloud);
     let mut executors = BTreeMap::new();
@@ -98,9 +109,9 @@ fn start(
         providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
         executors,
         heartbeat_interval: Duration::from_millis(100),
-        requeue_interval: REQUEUE,
+        requeue_interval: requeue,
         journal_retention: 10_000,
-        pools: Box::new(move || Ok(vec![pool(addresses)])),
+        pools: Box::new(move || Ok(vec![pool(addresses, approval)])),
         vrrp: None,
     };
     let (handle, requests) = AgentHandle::channel();
@@ -185,6 +196,83 @@ async fn an_ask_waits_for_one_step_at_most_while_results_keep_the_loop_busy() {
     let mut sorted = waits.clone();
     sorted.sort_unstable();
     assert!(sorted[sorted.len() / 2] <= 1, "steps begun while a page was asked: {waits:?}");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");
+}
+
+/// A change of one address in a map of three slices (an undesire, then a desire) is planned by
+/// itself: its release, then its new acquire, each executed without a pass over the map (a pass
+/// takes three slices on each node; the requeue interval is longer than the test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_one_address_is_planned_without_a_pass() {
+    let (handle, reconciles, stop, done) = start_with(ADDRESSES, Duration::from_secs(3_600), Approval::Auto);
+    let changed = address(7);
+    let phase = async |want: &str| {
+        let query = OwnershipQuery { filter: Default::default(), after: None, limit: Some(10) };
+        handle.ownership_page(query).await.is_ok_and(|page| {
+            page.rows.iter().any(|r| r.address == changed.to_string() && r.phase.as_deref() == Some(want))
+        })
+    };
+    wait_until(Duration::from_secs(120), "a captures every address", async || {
+        handle.ownership().await.is_ok_and(|rows| {
+            rows.len() == ADDRESSES
+                && rows.iter().all(|r| r.owner.as_deref() == Some("a") && r.phase.as_deref() == Some("held"))
+        })
+    })
+    .await;
+    for (kind, want) in [
+        (EventKind::Undesire { pool: "edge".into(), address: changed }, "released"),
+        (EventKind::Desire { pool: "edge".into(), address: changed }, "held"),
+    ] {
+        let before = reconciles.0.load(Ordering::Relaxed);
+        handle.submit(kind).await.expect("answers").expect("accepted");
+        wait_until(Duration::from_secs(30), want, async || phase(want).await).await;
+        // Each node plans the named position once, a once more after its release verb executed:
+        // three or four plans of one position; a pass is three slices on each node.
+        let during = reconciles.0.load(Ordering::Relaxed) - before;
+        assert!(during <= 4, "{during} reconciles for one change of one address: a pass takes 6 slices");
+    }
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");
+}
+
+/// An approval reaches an idle agent's calls at once: nothing is due to plan (an `approve` names
+/// no position), but the entries waiting for it are promoted at the next step — not at the next
+/// requeue pass (an hour here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_promoted_without_waiting_for_a_pass() {
+    let (handle, observer, stop, done) = start_with(4, Duration::from_secs(3_600), Approval::Manual);
+    let pending = ActionFilter { node: None, state: Some("pending".into()), pool: None };
+    let first = async || {
+        let rows = handle.actions(pending.clone()).await.ok()?;
+        rows.into_iter()
+            .find(|r| r.address == address(0).to_string() && r.verb == "assign-secondary-ip")
+            .map(|r| r.idempotency_key)
+    };
+    wait_until(Duration::from_secs(30), "a's acquires wait for an approval", async || {
+        first().await.is_some()
+    })
+    .await;
+    let key = first().await.expect("a pending acquire");
+    // Idle: three steps (heartbeats land every 100 ms) begin with no reconcile among them.
+    wait_until(Duration::from_secs(30), "the loop plans nothing", async || {
+        let (reconciles, steps) = (observer.0.load(Ordering::Relaxed), observer.1.load(Ordering::Relaxed));
+        while observer.1.load(Ordering::Relaxed) < steps + 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        observer.0.load(Ordering::Relaxed) == reconciles
+    })
+    .await;
+    handle
+        .submit(EventKind::Approve { idempotency_key: key.clone() })
+        .await
+        .expect("answers")
+        .expect("accepted");
+    wait_until(Duration::from_secs(30), "the approved acquire executed", async || {
+        let executed = ActionFilter { node: None, state: Some("executed".into()), pool: None };
+        handle.actions(executed).await.is_ok_and(|rows| rows.iter().any(|r| r.idempotency_key == key))
+    })
+    .await;
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), done).await.expect("stops");
 }

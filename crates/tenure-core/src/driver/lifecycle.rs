@@ -55,6 +55,8 @@ impl<S: JournalStore> NodeDriver<S> {
         self.approved_before_pause.clear();
         self.outbox.clear();
         self.planned_at = None;
+        self.changed.clear();
+        self.holds.clear();
         self.pass = None;
         self.promoted_at = None;
         self.outran.clear();

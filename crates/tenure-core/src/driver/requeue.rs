@@ -11,10 +11,10 @@ use crate::planner::PlanCursor;
 /// What one [`NodeDriver::requeue`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Requeued {
-    /// The report of the slice.
+    /// The report of the changed positions planned and of the slice.
     pub report: ReconcileReport,
-    /// Whether the pass is over (or none was under way or due): every position was planned
-    /// since it began. `false`: call again for the next slice.
+    /// Whether a pass ended (every position was planned since it began), or nothing was to be
+    /// done. `false`: call again (for the next slice, or the changed positions left).
     pub done: bool,
 }
 
@@ -22,9 +22,9 @@ pub struct Requeued {
 #[derive(Clone, Debug, Default)]
 pub(super) struct Pass {
     cursor: PlanCursor,
-    /// What the pass planned from, set by its first slice: the view's plan generation then, the
-    /// earliest hold ending any slice planned, and the earliest retry (the first slice's sweep,
-    /// or a failure since). Recorded as the node's last plan when the pass ends.
+    /// What the pass planned from, set by its first slice: the view's whole plan generation
+    /// then, and the earliest retry (the first slice's sweep, or a failure since). Recorded as
+    /// the node's last plan when the pass ends.
     pub(super) planned: Option<PlannedAt>,
     /// Something made the node plan again that positions already passed may have missed (a
     /// result that contradicts the view, a local release): the pass's end records nothing, so
@@ -41,47 +41,64 @@ impl<S: JournalStore> NodeDriver<S> {
         }
     }
 
+    /// A pass begins: it plans every position from the view as it finds it, so the positions
+    /// named as changed so far need no plan of their own when they are more than a call plans
+    /// (`max`): a pool of 65,536 addresses applied is one pass, not also 65,536 positions
+    /// planned one by one. Fewer are planned at once all the same (the pass may reach them
+    /// seconds later); those named during the pass are kept (it may have passed them).
+    fn begin_pass(&mut self, max: usize) {
+        self.pass = Some(Pass::default());
+        self.changed.extend(self.view.take_plan_changes());
+        if self.changed.len() > max {
+            self.changed.clear();
+        }
+    }
+
     /// The next slice of planning. A node that may not reconcile (paused, partitioned) ends its
-    /// pass. With no pass under way, one begins when the node's plan is due
-    /// ([`NodeDriver::reconcile_due`]); with none under way or due, nothing is done. A slice
-    /// plans the next `max` positions of each of the planner's walks
-    /// ([`crate::planner::plan_slice`]), imports what the journal lacks and re-reports the results
-    /// of its part of the captured set the log has not confirmed; the first slice of a pass also
-    /// counts stale acquires in doubt and sweeps ([`crate::node::NodeEngine::reconcile_slice`]).
+    /// pass. First the positions the view named as changed ([`crate::federation::Federation::take_plan_changes`])
+    /// are planned alone, `max` at most ([`crate::node::NodeEngine::reconcile_keys`]: incremental
+    /// planning, a hand-over planned at once whatever the size of the map). Then, with no pass
+    /// under way, one begins when a plan of everything is due ([`NodeDriver::whole_plan_due`]);
+    /// with none under way or due, nothing more is done. A slice plans the next `max` positions
+    /// of each of the planner's walks ([`crate::planner::plan_slice`]), imports what the journal
+    /// lacks and re-reports the results of its part of the captured set the log has not
+    /// confirmed; the first slice of a pass also counts stale acquires in doubt and sweeps
+    /// ([`crate::node::NodeEngine::reconcile_slice`]).
     ///
     /// The slices of one pass over an unchanged view plan exactly what one whole reconcile plans
     /// ([`NodeDriver::reconcile`]). A change of the view during a pass does not stop it: the
-    /// slices after it plan from the new view, and its end records the generation its first
-    /// slice planned from, so the plan is due again and the next call begins another pass (what
-    /// a whole reconcile does when the view moves while it plans: the positions it passed wait for
-    /// the next). A pass of `usize::MAX` is a whole reconcile.
+    /// positions it names are planned at the next call, the slices after it plan from the new
+    /// view, and a change it cannot name leaves the plan of everything due at the pass's end (the
+    /// generation its first slice planned from), so the next call begins another pass. A pass of
+    /// `usize::MAX` is a whole reconcile.
     pub fn requeue(&mut self, max: usize) -> Result<Result<Requeued, Blocked>, NodeError<S::Error>> {
         if let Some(blocked) = self.blocked() {
-            self.pass = None;
+            // A pass dropped before its end planned nothing for good: the plan of everything
+            // stays due (its beginning may have dropped named positions).
+            if self.pass.take().is_some() {
+                self.planned_at = None;
+            }
             return Ok(Err(blocked));
         }
-        if self.pass.is_none() && self.reconcile_due() {
-            self.pass = Some(Pass::default());
+        if self.pass.is_none() && self.whole_plan_due() {
+            self.begin_pass(max);
         }
+        let mut report = self.plan_changes(max)?;
+        let keys_planned = report != ReconcileReport::default();
         let Some(mut pass) = self.pass.take() else {
-            return Ok(Ok(Requeued { report: ReconcileReport::default(), done: true }));
+            let done = !keys_planned && self.changed.is_empty();
+            return Ok(Ok(Requeued { report, done }));
         };
         let cursor = pass.cursor.clone();
-        let (report, next) = self.engine.reconcile_slice(&self.view, &self.view, &cursor, max)?;
-        match pass.planned.as_mut() {
-            None => {
-                pass.planned = Some(PlannedAt {
-                    generation: self.view.plan_generation(),
-                    wake_at_ms: report.wake_at_ms,
-                    retry_at_ms: report.retry_at_ms,
-                });
-            }
-            Some(planned) => {
-                if let Some(wake) = report.wake_at_ms {
-                    planned.wake_at_ms = Some(planned.wake_at_ms.map_or(wake, |w| w.min(wake)));
-                }
-            }
+        let (slice, next) = self.engine.reconcile_slice(&self.view, &self.view, &cursor, max)?;
+        if pass.planned.is_none() {
+            pass.planned = Some(PlannedAt {
+                generation: self.view.whole_plan_generation(),
+                retry_at_ms: slice.retry_at_ms,
+            });
         }
+        self.hold(&slice);
+        report.absorb(slice);
         if let Some(window) = cursor.captured_window(&next) {
             self.queue_unconfirmed_in(window);
         }
@@ -94,9 +111,9 @@ impl<S: JournalStore> NodeDriver<S> {
             // Still due (the view moved during the pass, or the node must plan again): the next
             // pass begins at once, not at the next wake-up of the caller. It cannot go on for
             // ever with nothing new: what this end recorded is due again only when something
-            // arrives (a hold ending and a retry are recorded as times to come).
-            if self.reconcile_due() {
-                self.pass = Some(Pass::default());
+            // arrives (a retry is recorded as a time to come; a hold's end names its position).
+            if self.whole_plan_due() {
+                self.begin_pass(max);
             }
         } else {
             pass.cursor = next;
@@ -115,10 +132,27 @@ impl<S: JournalStore> NodeDriver<S> {
         self.engine.pending_count() > 0 && self.promoted_at != Some(self.view.plan_generation())
     }
 
-    /// Whether a pass is under way: [`NodeDriver::requeue`] has slices left, and the node may
-    /// reconcile (a paused or partitioned node has nothing under way to come back for).
+    /// Whether planning is under way: [`NodeDriver::requeue`] has slices of a pass left, or
+    /// positions the view named as changed to plan, and the node may reconcile (a paused or
+    /// partitioned node has nothing under way to come back for).
     #[must_use]
     pub fn requeue_under_way(&self) -> bool {
+        (self.pass.is_some() || self.changes_due()) && self.blocked().is_none()
+    }
+
+    /// Whether a step should take this node: planning is due or under way
+    /// ([`Self::reconcile_due`], [`Self::requeue_under_way`]: call [`Self::requeue`]), or
+    /// approvals may wait to be promoted ([`Self::promotion_due`]: an `approve` names no
+    /// position, so nothing else says so). The agent's step and the simulator ask this.
+    #[must_use]
+    pub fn step_due(&self) -> bool {
+        self.reconcile_due() || self.requeue_under_way() || self.promotion_due()
+    }
+
+    /// Whether a pass of slices is under way (changed positions waiting aside) and the node may
+    /// reconcile: the agent times its requeue interval from the end of a pass.
+    #[must_use]
+    pub fn pass_under_way(&self) -> bool {
         self.pass.is_some() && self.blocked().is_none()
     }
 

@@ -202,6 +202,8 @@ impl Federation {
         at_ms: u64,
     ) {
         self.repair_drift(provider, address, holders, scope, at_ms);
+        // What a NIC shows counts as captured: every node's release of it may change.
+        self.plan_changed(provider, address);
         let listed =
             self.pools.values().any(|p| p.spec.provider == provider && p.addresses.contains_key(&address));
         if !listed {

@@ -105,10 +105,18 @@ impl Federation {
     /// node, when the desired holder moved away from it (the release hold), and forgets
     /// approvals the moved tokens made useless. Every address whose tokens moved is listed in
     /// [`Federation::last_moves`], in canonical order (pool name, then address).
-    pub(super) fn settle(&mut self) {
+    pub(super) fn settle(&mut self, name_changes: bool) {
         let now_ms = self.stream_time_ms;
         let touched = std::mem::take(&mut self.touched);
         for (name, pool_touched) in touched.pools {
+            // Every touched address may plan differently (incremental planning: `changes`),
+            // unless the event is a change of everything.
+            if name_changes {
+                let provider = self.pools[&name].spec.provider.clone();
+                for address in pool_touched.addresses.keys() {
+                    self.plan_changed(&provider, *address);
+                }
+            }
             let pool = self.pools.get_mut(&name).expect("a touched pool exists");
             let domain_after = pool.capture_domain.clone();
             let epoch_locking = pool.spec.epoch_locking;

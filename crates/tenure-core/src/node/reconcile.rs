@@ -1,6 +1,9 @@
 //! A node's reconcile: plan from its view, import the plan through the gate against the head,
 //! sweep open entries the head fences, compact finished ones (SPEC 5, 6, 13).
 
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
 use super::{NodeEngine, NodeError, ReconcileReport, provider_address};
 use crate::federation::{Federation, NodeId};
 use crate::fence::{self, FenceVerdict, HeadTokens, StaleReason};
@@ -10,6 +13,34 @@ use crate::journal::{
 };
 use crate::model::Approval;
 use crate::planner::{self, PlanCursor};
+
+/// How many entries waiting for an approval [`NodeEngine::reconcile_keys`] looks through for
+/// those of its keys that went stale; with more, the next pass's sweep finds them.
+pub const KEYS_SWEEP_PENDING_MAX: usize = 4_096;
+
+impl ReconcileReport {
+    /// Adds what a later plan of the same step did: its lists after this one's, the earlier of
+    /// the two retry times, the counts summed.
+    pub fn absorb(&mut self, later: Self) {
+        self.imported.extend(later.imported);
+        self.swept.extend(later.swept);
+        self.promoted.extend(later.promoted);
+        self.retried.extend(later.retried);
+        self.counted.extend(later.counted);
+        self.deferred += later.deferred;
+        self.compacted += later.compacted;
+        self.retry_at_ms = earlier(self.retry_at_ms, later.retry_at_ms);
+        self.held.extend(later.held);
+    }
+}
+
+/// The earlier of two optional times (either when the other is `None`).
+pub(crate) fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
 
 impl<S: JournalStore> NodeEngine<S> {
     /// Plan from `view`, import through the gate against `head`, sweep open entries, compact.
@@ -43,7 +74,7 @@ impl<S: JournalStore> NodeEngine<S> {
         // Acquires in doubt that went stale count as held before the plan, so that it releases
         // them in this reconcile.
         if first {
-            self.count_stale_in_doubt(head, &mut report)?;
+            self.count_stale_in_doubt(head, &mut report, None)?;
             self.replan_marks.1 = self.replan_marks.0;
         }
         // The plan borrows the captured set while the import below commits: it is taken out for
@@ -54,8 +85,7 @@ impl<S: JournalStore> NodeEngine<S> {
         if first && next.is_done() {
             self.replan = false;
         }
-        report.wake_at_ms = plan.wake_at_ms;
-        let imported = self.import(&plan.actions, head, &mut report);
+        let imported = self.import_plan(&plan, head, &mut report);
         drop(plan);
         self.captured = captured;
         imported?;
@@ -71,6 +101,71 @@ impl<S: JournalStore> NodeEngine<S> {
         self.store.sync().map_err(NodeError::Store)?;
         self.check_sets();
         Ok((report, next))
+    }
+
+    /// Plans the positions of `keys` alone — (provider, address) keys whose plan the view's
+    /// events may have changed ([`Federation::take_plan_changes`]) — and imports what the journal
+    /// lacks, each through the gate against `head` ([`planner::plan_keys`]): incremental
+    /// planning, between the passes. First the acquires in doubt of those keys that the fence
+    /// rule now refuses are counted as held, so that this plan releases them (as a pass's first
+    /// slice does for every key); then, when the entries waiting for an approval are few
+    /// ([`KEYS_SWEEP_PENDING_MAX`]), those of the keys that went stale are swept (more are left
+    /// to the next pass's sweep; an approved one goes through the gate before its call anyway).
+    /// No compaction, no retry: those are the passes'.
+    pub fn reconcile_keys(
+        &mut self,
+        view: &Federation,
+        head: &impl HeadTokens,
+        keys: &BTreeSet<(String, IpAddr)>,
+    ) -> Result<ReconcileReport, NodeError<S::Error>> {
+        let node: NodeId =
+            view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
+        let mut report = ReconcileReport::default();
+        let replan = self.replan;
+        self.count_stale_in_doubt(head, &mut report, Some(keys))?;
+        // What was counted here is released by this plan: no other plan is due for it.
+        self.replan = replan;
+        let captured = std::mem::take(&mut self.captured);
+        let plan = planner::plan_keys(view, node, &captured, keys);
+        let imported = self.import_plan(&plan, head, &mut report);
+        drop(plan);
+        self.captured = captured;
+        imported?;
+        if self.pending.len() <= KEYS_SWEEP_PENDING_MAX {
+            let stale: Vec<(JournalSeq, StaleReason)> = self
+                .pending
+                .iter()
+                .map(|seq| &self.state.entries[seq])
+                .filter(|entry| keys.contains(&provider_address(&entry.action)))
+                .filter_map(|entry| match fence::check(&entry.action, head, &self.state.high_water) {
+                    FenceVerdict::Stale { reason } => Some((entry.seq, reason)),
+                    FenceVerdict::Current => None,
+                })
+                .collect();
+            for (seq, reason) in stale {
+                let key = self.state.entries[&seq].action.idempotency_key.clone();
+                self.set_state(seq, EntryState::Skipped(reason), None)?;
+                report.swept.push(key);
+            }
+        }
+        self.store.sync().map_err(NodeError::Store)?;
+        self.check_sets();
+        Ok(report)
+    }
+
+    /// Imports `plan` ([`Self::import`]); the releases it held back go into `report`.
+    fn import_plan(
+        &mut self,
+        plan: &planner::Plan<'_>,
+        head: &impl HeadTokens,
+        report: &mut ReconcileReport,
+    ) -> Result<(), NodeError<S::Error>> {
+        report.held = plan
+            .held
+            .iter()
+            .map(|(due, provider, address)| (*due, (*provider).to_owned(), *address))
+            .collect();
+        self.import(&plan.actions, head, report)
     }
 
     /// Journals what `planned` holds that the journal does not (by key), each through the gate
@@ -195,19 +290,22 @@ impl<S: JournalStore> NodeEngine<S> {
         Ok(())
     }
 
-    /// Counts every acquire in doubt (`failed` or `approved`) that the fence rule refuses
-    /// against `head` as held ([`NodeEngine::count_in_doubt_acquire`]).
+    /// Counts every acquire in doubt (`failed` or `approved`; of `keys` only, when given) that
+    /// the fence rule refuses against `head` as held ([`NodeEngine::count_in_doubt_acquire`]).
     fn count_stale_in_doubt(
         &mut self,
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
+        keys: Option<&BTreeSet<(String, IpAddr)>>,
     ) -> Result<(), NodeError<S::Error>> {
         let candidates: Vec<JournalSeq> = self
-            .failed
+            .in_doubt
             .iter()
-            .chain(&self.approved)
             .copied()
-            .filter(|seq| self.is_acquire_in_doubt(*seq))
+            .filter(|seq| self.failed.contains(seq) || self.approved.contains(seq))
+            .filter(|seq| {
+                keys.is_none_or(|keys| keys.contains(&provider_address(&self.state.entries[seq].action)))
+            })
             .collect();
         for seq in candidates {
             if self.count_in_doubt_acquire(seq, head)? {

@@ -93,7 +93,7 @@ impl World {
         if requeue {
             driver.begin_requeue();
         }
-        if driver.reconcile_due() || driver.requeue_under_way() {
+        if driver.step_due() {
             // As the agent's step: `NodeDriver::requeue` begins a pass when the plan is due and
             // takes a slice of the pass under way. A pass takes 1 to 4 slices (as the agent's
             // slices of 1,024 over a map of up to 4,096 addresses), their number taken from the

@@ -151,7 +151,8 @@ struct Agent<S: AgentStore> {
     summary: RunSummary,
     heartbeat_interval: Duration,
     requeue_interval: Duration,
-    /// A requeue pass is under way: a node has slices of it left ([`NodeDriver::requeue`]).
+    /// Planning is under way: a node has slices of a pass or changed positions left
+    /// ([`NodeDriver::requeue_under_way`]): the loop comes back for them at once.
     requeue_pass: bool,
     /// Nodes to freeze right after their next reconcile ([`Control::FreezeAfterReconcile`]).
     freeze_after_reconcile: BTreeSet<usize>,
@@ -213,7 +214,7 @@ pub async fn run<S: AgentStore>(
             agent.store_failed = Some(reason);
         }
         let mut dirty = false;
-        let pass_under_way = agent.requeue_pass;
+        let pass_under_way = agent.pass_under_way();
         tokio::select! {
             () = &mut shutdown, if !agent.shutting_down => {
                 info!(in_flight = agent.calls.len(), "shutting down: no new work; waiting for calls in flight");
@@ -246,7 +247,7 @@ pub async fn run<S: AgentStore>(
             },
             // Heartbeats landed (the thread appended them): follow the log.
             () = agent.beat.landed.notified() => dirty = true,
-            _ = requeue.tick(), if !agent.requeue_pass => {
+            _ = requeue.tick(), if !pass_under_way => {
                 dirty = true;
                 agent.begin_requeue();
             }
@@ -271,7 +272,7 @@ pub async fn run<S: AgentStore>(
         if agent.answer_waiting(&mut requests) {
             agent.step();
         }
-        if pass_under_way && !agent.requeue_pass {
+        if pass_under_way && !agent.pass_under_way() {
             // The interval runs from the end of a pass (whichever step ended it): a pass longer
             // than the interval (a million addresses) is not followed at once by another.
             requeue.reset();

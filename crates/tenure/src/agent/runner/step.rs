@@ -118,7 +118,19 @@ impl<S: AgentStore> Agent<S> {
         for driver in &mut self.drivers {
             driver.begin_requeue();
         }
-        self.requeue_pass = self.drivers.iter().any(NodeDriver::requeue_under_way);
+        self.requeue_pass = self.planning_left();
+    }
+
+    /// Whether planning is left for the loop to come back for at once: a node has a pass under
+    /// way or positions to plan, and the journal has not failed (then nothing is planned).
+    fn planning_left(&self) -> bool {
+        self.store_failed.is_none() && self.drivers.iter().any(NodeDriver::requeue_under_way)
+    }
+
+    /// Whether a node has a requeue pass under way (changed positions waiting aside): the
+    /// requeue interval runs from the end of a pass.
+    pub(super) fn pass_under_way(&self) -> bool {
+        self.drivers.iter().any(NodeDriver::pass_under_way)
     }
 
     /// One step: append, follow, reconcile, gate, call. A node plans when its view changed what
@@ -142,10 +154,14 @@ impl<S: AgentStore> Agent<S> {
             return;
         }
         for index in 0..self.drivers.len() {
+            // A failed journal plans nothing more (the loop would come back for it at once).
+            if self.store_failed.is_some() {
+                break;
+            }
             // A node frozen by the test hook plans whole first (what it then keeps is its plan).
             let whole = self.freeze_after_reconcile.contains(&index);
             let driver = &mut self.drivers[index];
-            if !whole && !driver.reconcile_due() && !driver.requeue_under_way() {
+            if !whole && !driver.step_due() {
                 continue;
             }
             let started = Instant::now();
@@ -187,7 +203,7 @@ impl<S: AgentStore> Agent<S> {
                 self.journal_failed(index, &e);
             }
         }
-        self.requeue_pass = self.drivers.iter().any(NodeDriver::requeue_under_way);
+        self.requeue_pass = self.planning_left();
         for index in std::mem::take(&mut self.freeze_after_reconcile) {
             self.drivers[index].pause();
             warn!(node = self.drivers[index].name(), "frozen: no heartbeats, no reconcile, no calls");
@@ -198,6 +214,9 @@ impl<S: AgentStore> Agent<S> {
             self.record_highest_token();
             return;
         }
+        // What that follow named (a hold that ended, a change) is planned without waiting for
+        // the loop's next wake-up.
+        self.requeue_pass = self.planning_left();
         // The addresses under VRRP authority as the view now has them, before any add of them
         // starts.
         self.withdraw_if_due();

@@ -1,0 +1,79 @@
+//! What an applied event changed for planning (issue 24: incremental planning). The planner
+//! plans each (pool, address) position from the view and that position alone
+//! ([`crate::planner::plan_slice`]); an event changes the plan of the positions whose inputs it
+//! changed. This is the projection's own account of them, kept where they change:
+//!
+//! - every address [`super::settle`] settles (its owner, desired flag, activity or line was
+//!   touched: the acquire of its pool, and every node's release of it on its provider, which
+//!   reads every pool of the provider: [`crate::planner::release_plan`]);
+//! - every address an `inventory` event speaks of, with drift repair on (what a node's NIC shows
+//!   counts as captured: the planner releases it);
+//! - and changes it cannot name by address — a pool applied or deleted (its spec, its addresses'
+//!   activity, which pool of a provider is the first to list an address), `tokens-raised` (every
+//!   token) — move [`Federation::whole_plan_generation`] instead.
+//!
+//! Keyed by (provider, address): the unit of "captured" (SPEC 13), and of a node's release. A
+//! reader takes the keys ([`Federation::take_plan_changes`]) and plans those positions
+//! ([`crate::planner::plan_keys`]); more than [`PLAN_CHANGES_MAX`] untaken keys are forgotten and
+//! counted as a whole change (a view nobody takes from, as `replay`'s, stays bounded; a change
+//! of that many positions is planned by a pass). Stream time is not here: a
+//! release held back until a time is in the plan's [`crate::planner::Plan::held`], and the driver
+//! names its position when the time comes.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::Federation;
+
+/// How many (provider, address) keys a view keeps untaken before it counts the lot as a whole
+/// change: the largest pool's addresses ([`crate::input::POOL_ADDRESSES_MAX`]), a few MB at
+/// most. A drain or a failover of up to that many addresses is planned position by position (64
+/// steps of 1,024 at most), not by a pass over every address of the map.
+pub const PLAN_CHANGES_MAX: usize = 65_536;
+
+/// The keys changed since the last take, and the count of whole changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct PlanChanges {
+    keys: BTreeSet<(String, IpAddr)>,
+    whole_generation: u64,
+}
+
+impl Federation {
+    /// A counter that moves when an applied event may change the plan of positions it cannot
+    /// name ([`Federation::take_plan_changes`] names the others): a pool applied or deleted,
+    /// `tokens-raised`, or more than [`PLAN_CHANGES_MAX`] keys untaken. While it stays, and the
+    /// changed keys are planned as they are taken, planning everything again gives the same plan
+    /// — but for a release whose hold ends with stream time ([`crate::planner::Plan::held`]).
+    #[must_use]
+    pub fn whole_plan_generation(&self) -> u64 {
+        self.plan_changes.whole_generation
+    }
+
+    /// The (provider, address) keys whose plan the events applied since the last take may have
+    /// changed, in order; the view keeps none after it.
+    pub fn take_plan_changes(&mut self) -> BTreeSet<(String, IpAddr)> {
+        std::mem::take(&mut self.plan_changes.keys)
+    }
+
+    /// Whether keys are waiting to be taken.
+    #[must_use]
+    pub fn has_plan_changes(&self) -> bool {
+        !self.plan_changes.keys.is_empty()
+    }
+
+    /// The plan of (`provider`, `address`) may have changed.
+    pub(super) fn plan_changed(&mut self, provider: &str, address: IpAddr) {
+        if self.plan_changes.keys.len() >= PLAN_CHANGES_MAX {
+            self.plan_changed_whole();
+        }
+        self.plan_changes.keys.insert((provider.to_owned(), address));
+    }
+
+    /// The plan of positions no key names may have changed: everything is planned again, so
+    /// the keys named so far are dropped (a pool of 65,536 addresses applied is one pass, not
+    /// also 65,536 positions planned one by one).
+    pub(super) fn plan_changed_whole(&mut self) {
+        self.plan_changes.keys.clear();
+        self.plan_changes.whole_generation += 1;
+    }
+}
