@@ -40,44 +40,12 @@ mod execute;
 mod local;
 mod reconcile;
 mod refresh;
+mod report;
 
 pub use execute::StaleCall;
-pub use reconcile::KEYS_SWEEP_PENDING_MAX;
 pub(crate) use reconcile::earlier;
-
-/// What one reconcile did, for narration and metrics.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReconcileReport {
-    /// Keys newly journaled (in any state).
-    pub imported: Vec<String>,
-    /// Open entries the sweep turned into `skipped`.
-    pub swept: Vec<String>,
-    /// Pending entries promoted because the head shows their approval (or their pool no longer
-    /// asks for one: switched to `approval: auto`).
-    pub promoted: Vec<String>,
-    /// Failed entries still current whose backoff was over, approved again for a retry.
-    pub retried: Vec<String>,
-    /// The earliest stream time at which a failed entry still current, left waiting by this
-    /// sweep, may be retried ([`NodeEngine::next_attempt_ms`]): a sweep at or after it retries it.
-    pub retry_at_ms: Option<u64>,
-    /// Acquires in doubt that the fence rule now refuses, counted as held before the plan
-    /// ([`NodeEngine::count_in_doubt_acquire`]): this reconcile plans their release.
-    pub counted: Vec<String>,
-    /// Planned actions not imported because the journal is at `JOURNAL_ENTRIES_MAX`.
-    pub deferred: u64,
-    /// Finished, superseded entries compacted away.
-    pub compacted: u64,
-    /// The plan's [`planner::Plan::held`]: (due, provider, address) of each release held back.
-    pub held: Vec<(u64, String, std::net::IpAddr)>,
-}
-
-impl ReconcileReport {
-    /// The earliest stream time at which a release this plan held back becomes due.
-    #[must_use]
-    pub fn wake_at_ms(&self) -> Option<u64> {
-        self.held.iter().map(|(due, _, _)| *due).min()
-    }
-}
+pub use reconcile::{KEYS_SWEEP_PENDING_MAX, SWEEP_ENTRIES_PER_POSITION};
+pub use report::ReconcileReport;
 
 /// Errors of the engine.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +127,10 @@ pub struct NodeEngine<S: JournalStore> {
     /// A requeue pass's compaction look under way ([`NodeEngine::reconcile_slice`]): the next
     /// entry to look at, and the droppable entries found so far, oldest first. `None`: none.
     compact_look: Option<(JournalSeq, Vec<JournalSeq>)>,
+    /// A pass's sweep of open entries under way ([`NodeEngine::reconcile_slice`]): the next
+    /// entry to sweep, and the last entry the journal held when the pass's first slice swept.
+    /// `None`: no sweep is under way.
+    sweep_look: Option<(JournalSeq, JournalSeq)>,
     /// Entries fenced (turned `skipped`) since this engine was opened, by reason: in memory only,
     /// for metrics (the journal keeps each entry's reason until compaction).
     fenced: BTreeMap<StaleReason, u64>,
@@ -193,6 +165,7 @@ impl<S: JournalStore> NodeEngine<S> {
             replan: false,
             replan_marks: (0, 0),
             compact_look: None,
+            sweep_look: None,
             fenced: BTreeMap::new(),
         };
         engine.rebuild(state);

@@ -10,11 +10,12 @@ use std::net::IpAddr;
 use proptest::prelude::*;
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
+use tenure_core::journal::EntryState;
 use tenure_core::journal::MemoryJournalStore;
 use tenure_core::log::{ActionOutcome, EventKind};
 use tenure_core::log_store::MemoryLog;
 use tenure_core::model::{Approval, NodeSpec, PoolSpec, ProviderKind, ProviderSpec};
-use tenure_core::node::{NodeEngine, ReconcileReport};
+use tenure_core::node::{NodeEngine, ReconcileReport, SWEEP_ENTRIES_PER_POSITION};
 use tenure_core::planner::{self, PlanCursor};
 
 mod common;
@@ -434,12 +435,12 @@ fn a_paused_node_has_no_requeue_pass_under_way() {
     assert!(!a.requeue_under_way(), "the blocked turn ended the pass");
 }
 
-/// The sweep runs once per pass, on its first slice: a failed on-prem call (no backoff) is
-/// approved again by that slice, and a failure of it after does not make every later slice of
-/// the pass approve it again (each would be a retry at once, in a loop: `RETRY_WITHOUT_BACKOFF_MS`
-/// spaces them).
+/// The retries of failed entries run once per pass, on its first slice: a failed on-prem call
+/// (no backoff) is approved again by that slice, and a failure of it after does not make every
+/// later slice of the pass approve it again (each would be a retry at once, in a loop:
+/// `RETRY_WITHOUT_BACKOFF_MS` spaces them).
 #[test]
-fn the_sweep_of_a_pass_runs_on_its_first_slice_only() {
+fn the_retries_of_a_pass_run_on_its_first_slice_only() {
     let registry = Federation::new(
         &[NodeSpec { provider: "lan".into(), ..node("a", 10) }],
         &[ProviderSpec { name: "lan".into(), kind: ProviderKind::SimOnprem }],
@@ -483,6 +484,70 @@ fn the_sweep_of_a_pass_runs_on_its_first_slice_only() {
     }
     assert!(slices > 2, "{slices} slices");
     assert_eq!(retried, vec![first], "approved again once in the pass");
+}
+
+/// A pass sweeps the open entries its first slice found a window at a time
+/// ([`SWEEP_ENTRIES_PER_POSITION`] × `max` a slice), and does not end before its sweep did: no
+/// slice goes through more (early in a capture of a million addresses, millions are open), and
+/// together the slices sweep what one whole reconcile sweeps. Approved entries made stale by
+/// changes planned position by position stay open until a pass's sweep (the gate refuses them
+/// before any call): here ten desire cycles of two addresses leave forty, for a walk of two
+/// positions.
+#[test]
+fn a_pass_sweeps_the_open_entries_a_window_a_slice_and_ends_after_its_sweep() {
+    let mut log = MemoryLog::new();
+    append(&mut log, 0, EventKind::PoolApplied { spec: Box::new(pool("pair", 0..2, 0, Approval::Auto)) });
+    append(&mut log, 1, EventKind::Heartbeat { node: "a".into() });
+    append(&mut log, 1, EventKind::Heartbeat { node: "b".into() });
+    let (mut whole, mut sliced) = (driver("a"), driver("a"));
+    for d in [&mut whole, &mut sliced] {
+        d.follow(&log).expect("readable");
+        d.reconcile().expect("memory").expect("not blocked");
+    }
+    for cycle in 0..10 {
+        for i in 0..2 {
+            let at_ms = 2 + cycle * 4 + i * 2;
+            append(
+                &mut log,
+                at_ms,
+                EventKind::Undesire { pool: "pair".into(), address: address(i as usize) },
+            );
+            append(
+                &mut log,
+                at_ms + 1,
+                EventKind::Desire { pool: "pair".into(), address: address(i as usize) },
+            );
+        }
+        for d in [&mut whole, &mut sliced] {
+            d.follow(&log).expect("readable");
+            while d.requeue_under_way() {
+                d.requeue(1).expect("memory").expect("not blocked");
+            }
+        }
+    }
+    assert!(!sliced.whole_plan_due(), "named changes: no pass");
+    let open = sliced.engine().entries().filter(|e| e.state == EntryState::Approved).count();
+    assert_eq!(open, 44, "each cycle journaled two new acquires per address, none executed");
+    let mut expected = whole.reconcile().expect("memory").expect("not blocked").swept;
+    sliced.begin_requeue();
+    let (mut swept, mut calls) = (Vec::new(), 0);
+    loop {
+        let requeued = sliced.requeue(1).expect("memory").expect("not blocked");
+        calls += 1;
+        let looked = requeued.report.swept.len() + requeued.report.promoted.len();
+        assert!(looked <= SWEEP_ENTRIES_PER_POSITION, "one window a slice: {requeued:?}");
+        swept.extend(requeued.report.swept);
+        if requeued.done {
+            break;
+        }
+        assert!(calls < 50, "the pass ends");
+    }
+    assert!(calls > 2, "the sweep outlasts the plan's two slices of one position: {calls} calls");
+    swept.sort();
+    expected.sort();
+    assert_eq!(expected.len(), 40, "the whole reconcile swept every entry of the old lines");
+    assert_eq!(swept, expected, "the slices sweep what the whole reconcile swept");
+    assert!(!sliced.reconcile_due() && sliced.engine().sweep_done());
 }
 
 /// Results the log never confirmed are re-reported by a pass of slices, each by the slice whose

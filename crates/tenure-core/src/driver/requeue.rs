@@ -62,8 +62,10 @@ impl<S: JournalStore> NodeDriver<S> {
     /// with none under way or due, nothing more is done. A slice plans the next `max` positions
     /// of each of the planner's walks ([`crate::planner::plan_slice`]), imports what the journal
     /// lacks and re-reports the results of its part of the captured set the log has not
-    /// confirmed; the first slice of a pass also counts stale acquires in doubt and sweeps
-    /// ([`crate::node::NodeEngine::reconcile_slice`]).
+    /// confirmed, and sweeps the next open entries (`max` × [`crate::node::SWEEP_ENTRIES_PER_POSITION`]); the first slice of a pass also counts
+    /// stale acquires in doubt and retries failed entries
+    /// ([`crate::node::NodeEngine::reconcile_slice`]). A pass ends when its plan and its sweep
+    /// are both done.
     ///
     /// The slices of one pass over an unchanged view plan exactly what one whole reconcile plans
     /// ([`NodeDriver::reconcile`]). A change of the view during a pass does not stop it: the
@@ -102,7 +104,8 @@ impl<S: JournalStore> NodeDriver<S> {
         if let Some(window) = cursor.captured_window(&next) {
             self.queue_unconfirmed_in(window);
         }
-        let done = next.is_done();
+        // The pass's sweep of open entries goes on after its plan is done, if it must.
+        let done = next.is_done() && self.engine.sweep_done();
         if done {
             if !pass.again {
                 self.planned_at = pass.planned;

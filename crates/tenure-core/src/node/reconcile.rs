@@ -18,21 +18,11 @@ use crate::planner::{self, PlanCursor};
 /// those of its keys that went stale; with more, the next pass's sweep finds them.
 pub const KEYS_SWEEP_PENDING_MAX: usize = 4_096;
 
-impl ReconcileReport {
-    /// Adds what a later plan of the same step did: its lists after this one's, the earlier of
-    /// the two retry times, the counts summed.
-    pub fn absorb(&mut self, later: Self) {
-        self.imported.extend(later.imported);
-        self.swept.extend(later.swept);
-        self.promoted.extend(later.promoted);
-        self.retried.extend(later.retried);
-        self.counted.extend(later.counted);
-        self.deferred += later.deferred;
-        self.compacted += later.compacted;
-        self.retry_at_ms = earlier(self.retry_at_ms, later.retry_at_ms);
-        self.held.extend(later.held);
-    }
-}
+/// How many open entries a slice of a pass sweeps per position it plans: an entry's check
+/// against the head costs a fraction of a position's plan, and an address has two open entries
+/// per line (two verbs), so a pass over a journal with a line's entries open for every address
+/// ends with its plan's walk, not after it.
+pub const SWEEP_ENTRIES_PER_POSITION: usize = 4;
 
 /// The earlier of two optional times (either when the other is `None`).
 pub(crate) fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -54,8 +44,12 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// [`NodeEngine::reconcile`] with a slice of the plan ([`planner::plan_slice`] from `cursor`,
     /// `max` positions of each walk): what the slice plans is imported. The first slice of a
-    /// pass (`cursor` at the start) also counts stale acquires in doubt and sweeps, as a whole
-    /// reconcile does, once per pass; the others only plan and import. The compaction of a slice
+    /// pass (`cursor` at the start) also counts stale acquires in doubt and retries or lets go
+    /// failed entries, as a whole reconcile does, once per pass, and begins the pass's sweep of
+    /// the open entries the journal then holds; every slice sweeps the next `max` ×
+    /// [`SWEEP_ENTRIES_PER_POSITION`] of those
+    /// ([`NodeEngine::sweep_done`]: the pass ends when its plan and its sweep are both done), so
+    /// that no slice walks a million open entries early in a capture. The compaction of a slice
     /// (`max` not `usize::MAX`) looks at `max` entries at most, oldest first from where the last
     /// slice's look stopped, and drops what its look found (the oldest droppable entries) only
     /// once the look reached the end or found enough; a whole reconcile's looks from the oldest
@@ -90,8 +84,10 @@ impl<S: JournalStore> NodeEngine<S> {
         self.captured = captured;
         imported?;
         if first {
-            self.sweep(head, &mut report)?;
+            self.sweep_failed(head, &mut report)?;
+            self.sweep_look = Some((JournalSeq::NONE, self.state.last_seq));
         }
+        self.sweep_open(head, max.saturating_mul(SWEEP_ENTRIES_PER_POSITION), &mut report)?;
         if max == usize::MAX {
             self.compact_look = None;
             self.compact(head, &mut report)?;
@@ -236,11 +232,10 @@ impl<S: JournalStore> NodeEngine<S> {
             && fence::check(&entry.action, head, &self.state.high_water) == FenceVerdict::Current
     }
 
-    /// The sweep: failed entries that are still current are approved again (a retry) once their
-    /// backoff is over at the head's stream time (else the earliest end goes into the report),
-    /// those stale by an epoch leave the retry set at once; then every open entry goes through
-    /// the gate, and pending entries approved at the head move on.
-    fn sweep(
+    /// The sweep's first part: failed entries that are still current are approved again (a
+    /// retry) once their backoff is over at the head's stream time (else the earliest end goes
+    /// into the report), those stale by an epoch leave the retry set at once.
+    fn sweep_failed(
         &mut self,
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
@@ -270,8 +265,39 @@ impl<S: JournalStore> NodeEngine<S> {
                 FenceVerdict::Stale { .. } => {}
             }
         }
-        let open: Vec<JournalSeq> = self.pending.iter().chain(&self.approved).copied().collect();
-        for seq in open {
+        Ok(())
+    }
+
+    /// The sweep's second part, `max` entries at a time: the next `max` open entries (pending or
+    /// approved, oldest first) of the sweep under way go through the gate, and pending entries
+    /// approved at the head (or whose pool no longer asks for an approval) move on. An entry
+    /// opened after the sweep began is not its business (it went through the gate at its import,
+    /// and goes through it again before its call).
+    fn sweep_open(
+        &mut self,
+        head: &impl HeadTokens,
+        max: usize,
+        report: &mut ReconcileReport,
+    ) -> Result<(), NodeError<S::Error>> {
+        let Some((from, until)) = self.sweep_look.take() else {
+            return Ok(());
+        };
+        // The first `max + 1` of each set hold the first `max + 1` of both: the window, and
+        // whether anything is left after it.
+        let look = max.saturating_add(1);
+        let mut window: Vec<JournalSeq> = self
+            .pending
+            .range(from..=until)
+            .take(look)
+            .chain(self.approved.range(from..=until).take(look))
+            .copied()
+            .collect();
+        window.sort_unstable();
+        if window.len() > max {
+            self.sweep_look = Some((window[max], until));
+            window.truncate(max);
+        }
+        for seq in window {
             let entry = &self.state.entries[&seq];
             let key = &entry.action.idempotency_key;
             if let FenceVerdict::Stale { reason } = fence::check(&entry.action, head, &self.state.high_water)
@@ -288,6 +314,13 @@ impl<S: JournalStore> NodeEngine<S> {
             }
         }
         Ok(())
+    }
+
+    /// Whether no sweep of open entries is under way: the last pass's sweep went through every
+    /// open entry its first slice found ([`NodeEngine::reconcile_slice`]).
+    #[must_use]
+    pub fn sweep_done(&self) -> bool {
+        self.sweep_look.is_none()
     }
 
     /// Counts every acquire in doubt (`failed` or `approved`; of `keys` only, when given) that
