@@ -22,7 +22,7 @@
 //! sequence) and in `blocked`, keyed by that predecessor, until then; nothing rescans the journal.
 //! A reconcile is linear in what it plans plus the open entries it sweeps.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::ops::Bound;
 
@@ -41,6 +41,7 @@ mod local;
 mod reconcile;
 mod refresh;
 mod report;
+mod sharded;
 
 pub use execute::StaleCall;
 pub(crate) use reconcile::earlier;
@@ -79,7 +80,9 @@ pub struct NodeEngine<S: JournalStore> {
     retention: usize,
     /// How long a failed entry waits before a sweep retries it.
     backoff: RetryBackoff,
-    index: HashMap<String, JournalSeq>,
+    /// Every entry by its idempotency key, in shards ([`sharded::ShardedMap`]): a growth of a
+    /// map of two million keys never holds a step for a second.
+    index: sharded::ShardedMap<String, JournalSeq>,
     /// Entries waiting for an approval.
     pending: BTreeSet<JournalSeq>,
     /// Approved entries not in flight (ready or blocked or waiting for a predecessor that is
@@ -114,7 +117,7 @@ pub struct NodeEngine<S: JournalStore> {
     last_holding: BTreeMap<ProviderAddress, JournalSeq>,
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
-    predecessors: HashMap<JournalSeq, Option<JournalSeq>>,
+    predecessors: sharded::ShardedMap<JournalSeq, Option<JournalSeq>>,
     /// Entries `failed` or `approved` in the journal that are acquires in doubt
     /// ([`NodeEngine::is_acquire_in_doubt`]), kept where entries change (`commit`): what the
     /// count of stale acquires in doubt walks, not every open entry.
@@ -146,7 +149,7 @@ impl<S: JournalStore> NodeEngine<S> {
             state: DurableNodeState::default(),
             retention: JOURNAL_RETENTION_DEFAULT,
             backoff: RetryBackoff::NONE,
-            index: HashMap::new(),
+            index: sharded::ShardedMap::new(),
             pending: BTreeSet::new(),
             approved: BTreeSet::new(),
             ready: BTreeSet::new(),
@@ -160,7 +163,7 @@ impl<S: JournalStore> NodeEngine<S> {
             captured: BTreeMap::new(),
             last_executed: BTreeMap::new(),
             last_holding: BTreeMap::new(),
-            predecessors: HashMap::new(),
+            predecessors: sharded::ShardedMap::new(),
             in_doubt: BTreeSet::new(),
             replan: false,
             replan_marks: (0, 0),

@@ -282,7 +282,7 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<String, NodeError<S::Error>> {
         let detail = format!("{OUTCOME_UNKNOWN}{detail}");
         self.handle_execution_result(idempotency_key, ActionOutcome::Failed, Some(detail.clone()))?;
-        let seq = self.index[idempotency_key];
+        let seq = *self.index.get(idempotency_key).expect("a key in flight is journaled");
         self.count_in_doubt_acquire(seq, head)?;
         self.check_sets();
         Ok(detail)

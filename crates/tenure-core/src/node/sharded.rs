@@ -1,0 +1,130 @@
+//! A hash map kept in shards, for the engine's indexes over every journal entry. A hash map grows
+//! by doubling and moves every key when it does: at a million addresses (two million entries)
+//! one insert of a slice's import moved them all and held the agent's loop for over a second
+//! (measured: slices of 0.06, 0.2, 0.5 and 1.1 s at each doubling during a capture). A shard
+//! holds about a 256th of the keys, so a growth moves that many, and every key is looked up in
+//! the one shard its own hash names.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::journal::JournalSeq;
+
+/// How many shards: a growth moves at most about 1/`SHARDS` of the keys.
+const SHARDS: usize = 256;
+
+/// Which shard a key lives in: the same for a key and every form it is looked up by
+/// (`String` and `str`).
+pub(crate) trait Shard {
+    /// Any number: the shard is this modulo [`SHARDS`].
+    fn shard(&self) -> usize;
+}
+
+impl Shard for str {
+    fn shard(&self) -> usize {
+        // Truncation is what is wanted: only the low bits pick the shard.
+        #[allow(clippy::cast_possible_truncation)]
+        let hash = xxh3_64(self.as_bytes()) as usize;
+        hash
+    }
+}
+
+impl Shard for String {
+    fn shard(&self) -> usize {
+        self.as_str().shard()
+    }
+}
+
+impl Shard for JournalSeq {
+    fn shard(&self) -> usize {
+        // Sequence numbers are dense: consecutive ones go to consecutive shards.
+        #[allow(clippy::cast_possible_truncation)]
+        let low = self.get() as usize;
+        low
+    }
+}
+
+/// A `HashMap` in [`SHARDS`] shards (see the module's header).
+#[derive(Debug)]
+pub(crate) struct ShardedMap<K, V> {
+    shards: Vec<HashMap<K, V>>,
+}
+
+impl<K: Hash + Eq + Shard, V> ShardedMap<K, V> {
+    pub(crate) fn new() -> Self {
+        Self { shards: (0..SHARDS).map(|_| HashMap::new()).collect() }
+    }
+
+    fn of<Q: Shard + ?Sized>(key: &Q) -> usize {
+        key.shard() % SHARDS
+    }
+
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Shard + ?Sized,
+    {
+        self.shards[Self::of(key)].get(key)
+    }
+
+    pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
+        let shard = Self::of(&key);
+        self.shards[shard].insert(key, value)
+    }
+
+    pub(crate) fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + Shard + ?Sized,
+    {
+        self.shards[Self::of(key)].remove(key)
+    }
+
+    pub(crate) fn clear(&mut self) {
+        for shard in &mut self.shards {
+            shard.clear();
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards.iter().map(HashMap::len).sum()
+    }
+}
+
+impl<K: Hash + Eq + Shard, V> FromIterator<(K, V)> for ShardedMap<K, V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut map = Self::new();
+        for (key, value) in iter {
+            map.insert(key, value);
+        }
+        map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_found_by_its_borrowed_form_and_the_shards_share_the_keys() {
+        let mut map: ShardedMap<String, u64> =
+            (0..10_000).map(|i| (format!("pool/10.0.{i}/assign"), i)).collect();
+        assert_eq!(map.len(), 10_000);
+        assert_eq!(map.get("pool/10.0.42/assign"), Some(&42));
+        assert_eq!(map.remove("pool/10.0.42/assign"), Some(42));
+        assert_eq!(map.get("pool/10.0.42/assign"), None);
+        assert_eq!(map.insert("pool/10.0.7/assign".to_owned(), 8), Some(7));
+        // Every shard holds some, none holds many: a growth moves a small part.
+        let largest = map.shards.iter().map(HashMap::len).max().expect("shards");
+        let smallest = map.shards.iter().map(HashMap::len).min().expect("shards");
+        assert!(smallest > 0 && largest < 100, "{smallest}..{largest} of 10,000 in 256 shards");
+        map.clear();
+        assert_eq!(map.len(), 0);
+        let seqs: ShardedMap<JournalSeq, u64> = (1..=512).map(|i| (JournalSeq::new(i), i)).collect();
+        assert!(seqs.shards.iter().all(|shard| shard.len() == 2), "dense numbers spread evenly");
+    }
+}
