@@ -321,9 +321,23 @@ pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputErro
             continue;
         }
         names.insert(&pool.name, source.name);
+        // One error per pool it overlaps, at the first shared address: two pools that share a
+        // /18 are one mistake, not 16,384 lines.
+        let mut groups: Vec<(crate::claims::Overlap, usize)> = Vec::new();
         for overlap in claims.overlaps(pool) {
-            let position = source.addresses.get(&overlap.address).copied().unwrap_or(source.name);
-            errors.push((index, InputError::at(position, overlap.to_string())));
+            match groups.iter_mut().find(|(first, _)| first.other == overlap.other) {
+                Some((_, more)) => *more += 1,
+                None => groups.push((overlap, 0)),
+            }
+        }
+        for (first, more) in groups {
+            let position = source.addresses.get(&first.address).copied().unwrap_or(source.name);
+            let message = match more {
+                0 => first.to_string(),
+                1 => format!("{first} (and 1 more address of `{}` is in `{}`)", first.pool, first.other),
+                n => format!("{first} (and {n} more addresses of `{}` are in `{}`)", first.pool, first.other),
+            };
+            errors.push((index, InputError::at(position, message)));
         }
         claims.apply(pool);
     }
@@ -411,5 +425,26 @@ spec:
         assert_eq!(e.position.line, 18);
         let other_domain = two.replacen("placementGroup: g1", "placementGroup: g2", 1);
         assert!(parse_pool_documents(&other_domain).is_ok());
+    }
+
+    /// Two pools that share a range are one mistake: one error per pool overlapped, at its first
+    /// shared address, with how many more it shares — not one line per address (two /18s would
+    /// print 16,384).
+    #[test]
+    fn an_overlap_of_many_addresses_is_one_error_per_pool_overlapped() {
+        let shares_range =
+            GOOD.replace("edge-vips", "wide").replace("10.0.0.10/32, 10.0.0.16/29", "10.0.0.16/28");
+        let shares_one = GOOD.replace("edge-vips", "one").replace("10.0.0.10/32, 10.0.0.16/29", "10.0.0.10");
+        let errors = parse_pool_documents(&format!("{GOOD}---\n{shares_range}---\n{shares_one}"))
+            .expect_err("overlaps are refused");
+        let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "address 10.0.0.16 of pool `wide` is also in pool `edge-vips` of capture domain provider:aws-use1:placement:g1 \
+                 (and 7 more addresses of `wide` are in `edge-vips`)",
+                "address 10.0.0.10 of pool `one` is also in pool `edge-vips` of capture domain provider:aws-use1:placement:g1",
+            ],
+        );
     }
 }
