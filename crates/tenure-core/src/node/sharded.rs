@@ -40,10 +40,12 @@ impl Shard for String {
 
 impl Shard for JournalSeq {
     fn shard(&self) -> usize {
-        // Sequence numbers are dense: consecutive ones go to consecutive shards.
+        // Hashed, not taken modulo: numbers taken in a regular step (every other one, in the
+        // predecessor index) would fill their shards in lockstep, and every shard would grow in
+        // the same slice — the stall the shards are for.
         #[allow(clippy::cast_possible_truncation)]
-        let low = self.get() as usize;
-        low
+        let hash = xxh3_64(&self.get().to_le_bytes()) as usize;
+        hash
     }
 }
 
@@ -124,7 +126,44 @@ mod tests {
         assert!(smallest > 0 && largest < 100, "{smallest}..{largest} of 10,000 in 256 shards");
         map.clear();
         assert_eq!(map.len(), 0);
-        let seqs: ShardedMap<JournalSeq, u64> = (1..=512).map(|i| (JournalSeq::new(i), i)).collect();
-        assert!(seqs.shards.iter().all(|shard| shard.len() == 2), "dense numbers spread evenly");
+    }
+
+    /// The most keys that growths moved within one run of `window` inserts, as a share of the
+    /// keys there were (runs once there are 16,384 keys): a single map moves them all when it
+    /// doubles; shards that fill in lockstep grow together and do the same.
+    fn most_moved_in_a_window<K: Hash + Eq + Shard>(keys: impl Iterator<Item = K>, window: usize) -> f64 {
+        let mut map: ShardedMap<K, ()> = ShardedMap::new();
+        let (mut most, mut moved) = (0.0_f64, 0_usize);
+        for (inserted, key) in keys.enumerate() {
+            let shard = ShardedMap::<K, ()>::of(&key);
+            let (before, len) = (map.shards[shard].capacity(), map.shards[shard].len());
+            map.insert(key, ());
+            if map.shards[shard].capacity() != before {
+                moved += len;
+            }
+            if (inserted + 1) % window == 0 {
+                if inserted >= 16_384 {
+                    #[allow(clippy::cast_precision_loss)]
+                    let share = moved as f64 / (inserted + 1) as f64;
+                    most = most.max(share);
+                }
+                moved = 0;
+            }
+        }
+        most
+    }
+
+    /// Keys of either kind fill the shards unevenly enough that a run of 1,024 inserts never
+    /// moves a large share of the keys — also sequence numbers taken every other one (the
+    /// predecessor index), which modulo the shard count filled 128 shards in lockstep.
+    #[test]
+    fn the_shards_do_not_grow_in_lockstep() {
+        let seqs = most_moved_in_a_window((1..=400_000_u64).step_by(2).map(JournalSeq::new), 1_024);
+        assert!(seqs < 0.25, "a run of 1,024 sequence numbers moved {:.0} % of the keys", seqs * 100.0);
+        let keys = most_moved_in_a_window(
+            (0..200_000).map(|i| format!("pool/10.{}.{}/assign", i / 256, i % 256)),
+            1_024,
+        );
+        assert!(keys < 0.25, "a run of 1,024 keys moved {:.0} % of the keys", keys * 100.0);
     }
 }

@@ -269,17 +269,30 @@ impl HealthBoard {
 pub struct Requests {
     receiver: mpsc::Receiver<Request>,
     board: HealthBoard,
+    /// Requests taken so far ([`Requests::taken`]).
+    taken: u64,
 }
 
 impl Requests {
     /// The next request (`None`: every handle is gone).
     pub async fn recv(&mut self) -> Option<Request> {
-        self.receiver.recv().await
+        let request = self.receiver.recv().await;
+        self.taken += u64::from(request.is_some());
+        request
     }
 
     /// A request already waiting, if any (never waits).
     pub fn try_recv(&mut self) -> Option<Request> {
-        self.receiver.try_recv().ok()
+        let request = self.receiver.try_recv().ok();
+        self.taken += u64::from(request.is_some());
+        request
+    }
+
+    /// How many requests were taken so far: the loop yields after a turn that took one, so
+    /// that the task waiting for its answer runs.
+    #[must_use]
+    pub fn taken(&self) -> u64 {
+        self.taken
     }
 
     /// [`Requests::recv`] outside a runtime.
@@ -309,7 +322,10 @@ impl AgentHandle {
     pub fn channel() -> (Self, Requests) {
         let (requests, receiver) = mpsc::channel(REQUESTS_QUEUED_MAX);
         let board = HealthBoard::default();
-        (Self { requests, timeout: REQUEST_TIMEOUT, board: board.clone() }, Requests { receiver, board })
+        (
+            Self { requests, timeout: REQUEST_TIMEOUT, board: board.clone() },
+            Requests { receiver, board, taken: 0 },
+        )
     }
 
     /// The same channel with another bound on how long each request waits for its answer
