@@ -185,18 +185,32 @@ pub fn validate_pool(raw: RawPoolDocument) -> Result<(PoolSpec, PoolSource), Vec
                     );
                     break;
                 }
+                // One error per entry, at its first address listed before: a /18 listed twice
+                // is one mistake, not 16,384 lines.
+                let mut twice: Option<(IpAddr, Position, usize)> = None;
                 for address in expanded {
                     if let Some(first) = source.addresses.get(&address) {
-                        err(
-                            position,
-                            format!(
-                                "address {address} is listed twice in pool `{name}` (first at line {} column {})",
-                                first.line, first.column
-                            ),
-                        );
+                        match twice.as_mut() {
+                            Some((_, _, more)) => *more += 1,
+                            None => twice = Some((address, *first, 0)),
+                        }
                     } else {
                         source.addresses.insert(address, position);
                     }
+                }
+                if let Some((address, first, more)) = twice {
+                    let more = match more {
+                        0 => String::new(),
+                        1 => " (and 1 more address of this entry)".to_owned(),
+                        n => format!(" (and {n} more addresses of this entry)"),
+                    };
+                    err(
+                        position,
+                        format!(
+                            "address {address} is listed twice in pool `{name}` (first at line {} column {}){more}",
+                            first.line, first.column
+                        ),
+                    );
                 }
             }
         }
@@ -425,6 +439,21 @@ spec:
         assert_eq!(e.position.line, 18);
         let other_domain = two.replacen("placementGroup: g1", "placementGroup: g2", 1);
         assert!(parse_pool_documents(&other_domain).is_ok());
+    }
+
+    /// A range listed twice is one mistake: one error at the second entry, with how many more
+    /// addresses it repeats.
+    #[test]
+    fn a_range_listed_twice_is_one_error() {
+        let e =
+            parse_pool_documents(&GOOD.replace("10.0.0.10/32, 10.0.0.16/29", "10.0.0.16/29, 10.0.0.16/30"))
+                .expect_err("listed twice");
+        let messages: Vec<&str> = e.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            ["address 10.0.0.16 is listed twice in pool `edge-vips` (first at line 5 column 15) \
+              (and 3 more addresses of this entry)"],
+        );
     }
 
     /// Two pools that share a range are one mistake: one error per pool overlapped, at its first

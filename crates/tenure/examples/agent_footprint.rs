@@ -155,8 +155,16 @@ fn map_bytes(pools: &[PoolSpec]) -> u64 {
     after.saturating_sub(before)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+/// The runtime as `tenure agent` builds it, and the agent's loop awaited on the thread that
+/// blocks on it, as `tenure agent` awaits it (`cli/agent.rs`, `serve`): a loop spawned as a task
+/// instead runs on a worker, where the tasks it wakes (the API's answers) wait in that worker's
+/// LIFO slot — another setup than the one measured.
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(measure());
+}
+
+async fn measure() {
     let mut args = std::env::args().skip(1);
     let addresses: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let samples: usize = match (args.next().as_deref(), args.next()) {
@@ -208,9 +216,45 @@ async fn main() {
     let api = tokio::spawn(tenure::api::serve(listener, router, async move {
         let _ = api_stopped.await;
     }));
-    let agent = tokio::spawn(run(store.clone(), settings, requests, reloads, observer, async move {
+    let agent = run(store.clone(), settings, requests, reloads, observer, async move {
         let _ = stopped.await;
-    }));
+    });
+    let measured = tokio::spawn(measure_while_running(
+        handle,
+        watch,
+        address,
+        store.clone(),
+        started,
+        before,
+        addresses,
+        samples,
+        map,
+        api_stop,
+        api,
+        stop,
+    ));
+    let _ = agent.await;
+    measured.await.expect("the measurement joins");
+    let _ = store.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Everything measured while the agent runs; stops the API and then the agent at its end.
+#[allow(clippy::too_many_arguments)]
+async fn measure_while_running(
+    handle: AgentHandle,
+    watch: Arc<Watch>,
+    address: std::net::SocketAddr,
+    store: EmbeddedStore,
+    started: Instant,
+    before: u64,
+    addresses: u64,
+    samples: usize,
+    map: u64,
+    api_stop: oneshot::Sender<()>,
+    api: tokio::task::JoinHandle<std::io::Result<()>>,
+    stop: oneshot::Sender<()>,
+) {
     let capturing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let prober = tokio::spawn(probe_while(Arc::clone(&capturing), address));
     wait_all_executed(&handle, &watch, addresses).await;
@@ -312,9 +356,6 @@ async fn main() {
     let _ = api_stop.send(());
     let _ = api.await;
     let _ = stop.send(());
-    let _ = agent.await;
-    let _ = store.close();
-    let _ = std::fs::remove_dir_all(&dir);
     println!(
         "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures} {change} {capture}",
         per(rss),
