@@ -192,26 +192,21 @@ pub fn plan_slice<'a>(
                 if let Some(actions) = acquires(view, node, node_name, pool_name, pool, *address, state) {
                     planned.push(((pool_name.as_str(), *address), actions));
                 }
-                // With drift repair on, what the provider last showed on this node's NIC counts as
-                // captured too: a call that landed while the node crashed before recording it must
-                // still be released. Once per (provider, address): through the first pool (by
-                // name) of the provider that has the address.
-                if view.drift_repair()
-                    && pool.spec.provider == provider
-                    && view.observed_on(provider, *address, &node_state.spec.nic)
-                    && !captured.contains_key(&(provider.to_owned(), *address))
-                    && !view
+                let first_listing = || {
+                    !view
                         .pools()
                         .range::<str, _>((Bound::Unbounded, Bound::Excluded(pool_name.as_str())))
                         .any(|(_, p)| p.spec.provider == provider && p.addresses.contains_key(address))
-                {
-                    let record = CaptureRef {
-                        pool: pool_name,
-                        nic: &node_state.spec.nic,
-                        capture_domain: &pool.capture_domain,
-                    };
-                    observed_only.push(((provider, *address), record));
-                }
+                };
+                observed_only.extend(observed_release(
+                    view,
+                    node_state,
+                    captured,
+                    pool_name,
+                    pool,
+                    *address,
+                    first_listing,
+                ));
             }
         }
     }
@@ -283,20 +278,9 @@ pub fn plan_keys<'a, 'k>(
             if let Some(actions) = acquires(view, node, node_name, pool_name, pool, address, state) {
                 planned.push(((pool_name.as_str(), address), actions));
             }
-            // As `plan_slice`: through the first pool (by name) of the provider that lists it.
-            if std::mem::take(&mut first_listing)
-                && view.drift_repair()
-                && pool.spec.provider == node_state.spec.provider
-                && view.observed_on(&pool.spec.provider, address, &node_state.spec.nic)
-                && !captured.contains_key(&(pool.spec.provider.clone(), address))
-            {
-                let record = CaptureRef {
-                    pool: pool_name,
-                    nic: &node_state.spec.nic,
-                    capture_domain: &pool.capture_domain,
-                };
-                releases.push(((pool.spec.provider.as_str(), address), record));
-            }
+            // The pools are walked by name: the first that lists it here is the first by name.
+            let first = std::mem::take(&mut first_listing);
+            releases.extend(observed_release(view, node_state, captured, pool_name, pool, address, || first));
         }
         if let Some(((record_provider, _), record)) = captured.get_key_value(&(provider.clone(), address)) {
             let record =
@@ -305,6 +289,33 @@ pub fn plan_keys<'a, 'k>(
         }
     }
     finish(view, node, planned, releases)
+}
+
+/// With drift repair on, what the provider last showed on the node's NIC counts as captured
+/// too: a call that landed while the node crashed before recording it must still be released.
+/// Once per (provider, address), through the first pool (by name) of the provider that lists the
+/// address: `first_listing` says whether `pool` is that one (asked last: it may walk pools). The
+/// one rule for [`plan_slice`] and [`plan_keys`].
+fn observed_release<'a>(
+    view: &'a Federation,
+    node_state: &'a crate::federation::NodeState,
+    captured: &Captured,
+    pool_name: &'a str,
+    pool: &'a crate::state::PoolState,
+    address: IpAddr,
+    first_listing: impl FnOnce() -> bool,
+) -> Option<((&'a str, IpAddr), CaptureRef<'a>)> {
+    let provider = node_state.spec.provider.as_str();
+    let observed = view.drift_repair()
+        && pool.spec.provider == provider
+        && view.observed_on(provider, address, &node_state.spec.nic)
+        && !captured.contains_key(&(provider.to_owned(), address))
+        && first_listing();
+    observed.then(|| {
+        let record =
+            CaptureRef { pool: pool_name, nic: &node_state.spec.nic, capture_domain: &pool.capture_domain };
+        ((provider, address), record)
+    })
 }
 
 /// Node `node`'s acquire of `address` in `pool`, in execution order, when it is the address's

@@ -250,7 +250,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 FenceVerdict::Current => {
                     let due_ms = self.next_attempt_ms(entry).expect("a failed entry of the retry set");
                     if due_ms > now_ms {
-                        report.retry_at_ms = Some(report.retry_at_ms.map_or(due_ms, |at| at.min(due_ms)));
+                        report.retry_at_ms = earlier(report.retry_at_ms, Some(due_ms));
                         continue;
                     }
                     let key = entry.action.idempotency_key.clone();
