@@ -5,8 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::model::{CaptureDomain, PoolSpec};
+use crate::state::push_exact;
 
 /// An address that another applied pool of the same capture domain already lists.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -26,7 +28,7 @@ pub struct Overlap {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressClaims {
     /// Per address: the (domain, pool) pairs that list it (one per domain).
-    by_address: BTreeMap<IpAddr, Vec<(CaptureDomain, String)>>,
+    by_address: BTreeMap<IpAddr, Vec<(CaptureDomain, Arc<str>)>>,
     /// Per applied pool: its domain and addresses, to let them go on an update or a deletion.
     by_pool: BTreeMap<String, (CaptureDomain, Vec<IpAddr>)>,
 }
@@ -46,10 +48,10 @@ impl AddressClaims {
         let mut found = Vec::new();
         for address in &spec.addresses {
             let Some(claims) = self.by_address.get(address) else { continue };
-            if let Some((_, other)) = claims.iter().find(|(d, p)| *d == domain && *p != spec.name) {
+            if let Some((_, other)) = claims.iter().find(|(d, p)| *d == domain && **p != *spec.name) {
                 found.push(Overlap {
                     pool: spec.name.clone(),
-                    other: other.clone(),
+                    other: other.to_string(),
                     address: *address,
                     domain: domain.clone(),
                 });
@@ -71,10 +73,12 @@ impl AddressClaims {
     pub fn apply(&mut self, spec: &PoolSpec) {
         self.delete(&spec.name);
         let domain = spec.capture_domain();
+        // One copy of the pool's name and domain for all its addresses.
+        let name: Arc<str> = Arc::from(spec.name.as_str());
         for address in &spec.addresses {
             let claims = self.by_address.entry(*address).or_default();
             if !claims.iter().any(|(d, _)| *d == domain) {
-                claims.push((domain.clone(), spec.name.clone()));
+                push_exact(claims, (domain.clone(), Arc::clone(&name)));
             }
         }
         self.by_pool.insert(spec.name.clone(), (domain, spec.addresses.clone()));
@@ -85,7 +89,7 @@ impl AddressClaims {
         let Some((domain, addresses)) = self.by_pool.remove(name) else { return };
         for address in addresses {
             if let Some(claims) = self.by_address.get_mut(&address) {
-                claims.retain(|(d, p)| !(*d == domain && p == name));
+                claims.retain(|(d, p)| !(*d == domain && **p == *name));
                 if claims.is_empty() {
                     self.by_address.remove(&address);
                 }

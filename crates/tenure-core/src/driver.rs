@@ -107,10 +107,10 @@ pub struct NodeDriver<S: JournalStore> {
     planned_at: Option<PlannedAt>,
     /// Positions the view named as changed, taken from it and not planned yet (more than a
     /// call's `max`): see [`NodeDriver::reconcile_due`].
-    changed: BTreeSet<(String, IpAddr)>,
+    changed: BTreeSet<crate::model::ProviderAddress>,
     /// The positions of releases held back by a deprovision hold, by the stream time the hold
     /// ends: named as changed then ([`NodeDriver::reconcile_due`]).
-    holds: std::collections::BTreeMap<u64, BTreeSet<(String, IpAddr)>>,
+    holds: std::collections::BTreeMap<u64, BTreeSet<crate::model::ProviderAddress>>,
     /// A pass of slices under way ([`NodeDriver::requeue`]); `None`: none.
     pass: Option<requeue::Pass>,
     /// The view's plan generation at the last promotion ([`NodeDriver::promotion_due`]).

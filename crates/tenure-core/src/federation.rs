@@ -495,7 +495,7 @@ impl HeadTokens for Federation {
             view.holder_desired_on_provider =
                 self.desired_pool_of(node, &action.provider, action.address).is_some();
         }
-        let Some(p) = self.pools.get(&action.pool) else { return view };
+        let Some(p) = self.pools.get(&*action.pool) else { return view };
         view.epoch_locking = p.spec.epoch_locking;
         let Some(state) = p.addresses.get(&action.address) else { return view };
         view.ownership_epoch = state.ownership_epoch;

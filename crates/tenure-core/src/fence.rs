@@ -243,7 +243,7 @@ pub fn check_view(action: &StampedAction, current: &HeadView<'_>, high_water: &H
             return FenceVerdict::Stale { reason: StaleReason::StaleOwnerEpoch };
         }
     }
-    let is_current_holder = current.desired_holder == Some(action.holder.as_str());
+    let is_current_holder = current.desired_holder == Some(&*action.holder);
     if action.verb.is_acquire() && !is_current_holder {
         return FenceVerdict::Stale { reason: StaleReason::HolderMismatch };
     }

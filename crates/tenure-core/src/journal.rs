@@ -245,8 +245,10 @@ impl JournalEntry {
 /// Everything a node keeps across a crash.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurableNodeState {
-    /// Entries by sequence number (journal order).
-    pub entries: BTreeMap<JournalSeq, JournalEntry>,
+    /// Entries by sequence number (journal order). Boxed: a B-tree filled in order keeps its
+    /// nodes about half full, and an entry is ~300 bytes (docs/benchmarks.md, "Where the memory
+    /// goes").
+    pub entries: BTreeMap<JournalSeq, Box<JournalEntry>>,
     /// The highest sequence number ever given (compacted entries included).
     pub last_seq: JournalSeq,
     /// Highest tokens seen per key.
@@ -256,10 +258,6 @@ pub struct DurableNodeState {
 }
 
 /// One durable change, written before memory changes. A store applies changes in order.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "appends, the largest, are the most frequent change: boxing them would allocate on every import"
-)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JournalChange {
     /// A new entry at the end of the journal; its `seq` is above every earlier one.
@@ -325,7 +323,7 @@ impl DurableNodeState {
         let facts = JournalFacts {
             last_seq: self.last_seq,
             executions: self.executions,
-            entry: &|seq| entries.get(&seq),
+            entry: &|seq| entries.get(&seq).map(|e| &**e),
         };
         if let Err(broken) = check_change(change, &facts) {
             panic!("the engine broke a journal rule: {broken}");
@@ -333,7 +331,7 @@ impl DurableNodeState {
         match change {
             JournalChange::Append(entry) => {
                 self.last_seq = entry.seq;
-                self.entries.insert(entry.seq, entry.clone());
+                self.entries.insert(entry.seq, Box::new(entry.clone()));
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
                 let entry = self.entries.get_mut(seq).expect("checked: the journal holds it");

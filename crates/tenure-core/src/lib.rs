@@ -11,6 +11,7 @@
 //!
 //! - [`model`] — fencing tokens (`CaptureEpoch`, `OwnershipEpoch`, `LeaderEpoch`), nodes,
 //!   providers, pools, verbs, stamped actions and their idempotency keys.
+//! - [`names`] — one shared copy of each pool, node, provider and NIC name (memory, not meaning).
 //! - [`input`] — located input errors; names, Go-style durations, address ranges.
 //! - [`spec`] — strict MobilityPool parsing and validation.
 //! - [`fleet_spec`] — strict node declarations and provider names (scenarios and agent configs).
@@ -60,6 +61,7 @@ pub mod journal;
 pub mod log;
 pub mod log_store;
 pub mod model;
+pub mod names;
 pub mod node;
 pub mod planner;
 pub mod report;

@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -81,23 +82,35 @@ token!(
     LeaderEpoch
 );
 
+/// A (provider, address) pair: what a node's engine tracks per address it acts on, the provider's
+/// name shared ([`crate::names`]).
+pub type ProviderAddress = (Arc<str>, IpAddr);
+
 /// `provider:<provider>:placement:<placementGroup>`: the nodes contending for an address in one
 /// domain share one capture-epoch line.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct CaptureDomain(String);
+///
+/// Shared text ([`crate::names`]): the many addresses and journal entries of one domain hold one
+/// copy of its name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CaptureDomain(Arc<str>);
 
 impl CaptureDomain {
     /// The domain of `provider` and `placement_group`.
     #[must_use]
     pub fn new(provider: &str, placement_group: &str) -> Self {
-        Self(format!("provider:{provider}:placement:{placement_group}"))
+        Self(crate::names::shared(&format!("provider:{provider}:placement:{placement_group}")))
     }
 
     /// The domain's text form.
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl Serialize for CaptureDomain {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
     }
 }
 

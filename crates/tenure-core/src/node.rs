@@ -25,6 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use crate::federation::Federation;
 use crate::fence::{HeadView, StaleReason};
@@ -64,7 +65,7 @@ pub enum NodeError<E: std::error::Error + 'static> {
 
 /// Where an address is on a provider: the unit of "one call in flight at a time" and of
 /// "captured" (SPEC 13: a NIC holds an address, not a pool's copy of it).
-type ProviderAddress = (String, IpAddr);
+use crate::model::ProviderAddress;
 
 fn provider_address(action: &StampedAction) -> ProviderAddress {
     (action.provider.clone(), action.address)
@@ -100,7 +101,7 @@ pub struct NodeEngine<S: JournalStore> {
     /// Addresses with a call in flight, with the providers of those calls (looked up without
     /// building a key: the execute loop asks for every entry it considers). A refresh in flight
     /// counts too: no other call of its address starts before it ends.
-    busy: BTreeMap<IpAddr, Vec<String>>,
+    busy: BTreeMap<IpAddr, Vec<Arc<str>>>,
     /// Announcements repeated for a held address ([`NodeEngine::poll_refreshes`]), in flight,
     /// by (provider, address): in memory only, never journaled.
     refreshing: BTreeMap<ProviderAddress, StampedAction>,
@@ -342,13 +343,13 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// Every journal entry kept, in journal order.
     pub fn entries(&self) -> impl DoubleEndedIterator<Item = &JournalEntry> + ExactSizeIterator + '_ {
-        self.state.entries.values()
+        self.state.entries.values().map(|e| &**e)
     }
 
     /// The entry journaled under `key`, if it is kept.
     #[must_use]
     pub fn entry(&self, key: &str) -> Option<&JournalEntry> {
-        self.index.get(key).and_then(|seq| self.state.entries.get(seq))
+        self.index.get(key).and_then(|seq| self.state.entries.get(seq)).map(|e| &**e)
     }
 
     /// The durable state as the engine holds it in memory.
@@ -572,7 +573,7 @@ impl<S: JournalStore> NodeEngine<S> {
             return Ok(());
         }
         self.commit(JournalChange::RaiseHighWater {
-            pool: action.pool.clone(),
+            pool: action.pool.to_string(),
             address: action.address,
             capture_domain: action.capture_domain.clone(),
             capture_epoch,

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use crate::federation::{Federation, NodeId};
 use crate::model::{ActionStamp, Approval, CaptureDomain, VerbFamily};
@@ -16,9 +17,9 @@ use crate::model::{ActionStamp, Approval, CaptureDomain, VerbFamily};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CaptureRecord {
     /// Pool of the acquire.
-    pub pool: String,
+    pub pool: Arc<str>,
     /// NIC of the acquire.
-    pub nic: String,
+    pub nic: Arc<str>,
     /// Epoch line of the acquire.
     pub capture_domain: CaptureDomain,
 }
@@ -34,7 +35,7 @@ pub struct PlannedAction<'a> {
 }
 
 /// What a node captured, keyed by (provider, address).
-pub type Captured = BTreeMap<(String, IpAddr), CaptureRecord>;
+pub type Captured = BTreeMap<(Arc<str>, IpAddr), CaptureRecord>;
 
 /// A node's plan.
 #[derive(Clone, Debug, Default)]
@@ -98,14 +99,14 @@ enum Walk {
     #[default]
     Start,
     /// At this key (the next to visit).
-    At(String, IpAddr),
+    At(Arc<str>, IpAddr),
     /// Every position visited.
     Done,
 }
 
 impl Walk {
     /// The lower bound of what is left to visit, `None` when nothing is.
-    fn from(&self) -> Option<Bound<(String, IpAddr)>> {
+    fn from(&self) -> Option<Bound<crate::model::ProviderAddress>> {
         match self {
             Self::Start => Some(Bound::Unbounded),
             Self::At(name, address) => Some(Bound::Included((name.clone(), *address))),
@@ -115,7 +116,7 @@ impl Walk {
 }
 
 /// A window of (provider, address) keys: what a slice of the captured walk visited.
-pub type KeyWindow = (Bound<(String, IpAddr)>, Bound<(String, IpAddr)>);
+pub type KeyWindow = (Bound<crate::model::ProviderAddress>, Bound<crate::model::ProviderAddress>);
 
 /// Where the next [`plan_slice`] resumes: in the walk over every pool's addresses (its
 /// acquires, and what drift repair saw on the node's NIC) and in the walk over the node's
@@ -172,20 +173,18 @@ pub fn plan_slice<'a>(
 
     if let Some(from) = cursor.pools.from() {
         let (first_pool, first_address) = match &from {
-            Bound::Included((pool, address)) => {
-                (Bound::Included(pool.clone()), Some((pool.as_str(), *address)))
-            }
+            Bound::Included((pool, address)) => (Bound::Included(&**pool), Some((&**pool, *address))),
             _ => (Bound::Unbounded, None),
         };
         let mut visited = 0_usize;
-        'pools: for (pool_name, pool) in view.pools().range::<String, _>((first_pool, Bound::Unbounded)) {
+        'pools: for (pool_name, pool) in view.pools().range::<str, _>((first_pool, Bound::Unbounded)) {
             let lower = match first_address {
                 Some((first, address)) if first == pool_name => Bound::Included(address),
                 _ => Bound::Unbounded,
             };
             for (address, state) in pool.addresses.range((lower, Bound::Unbounded)) {
                 if visited == max {
-                    next.pools = Walk::At(pool_name.clone(), *address);
+                    next.pools = Walk::At(crate::names::shared(pool_name), *address);
                     break 'pools;
                 }
                 visited += 1;
@@ -214,7 +213,7 @@ pub fn plan_slice<'a>(
     let mut captured_slice: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
     if let Some(from) = cursor.captured.from() {
         for (visited, ((record_provider, address), record)) in
-            captured.range::<(String, IpAddr), _>((from, Bound::Unbounded)).enumerate()
+            captured.range::<crate::model::ProviderAddress, _>((from, Bound::Unbounded)).enumerate()
         {
             if visited == max {
                 next.captured = Walk::At(record_provider.clone(), *address);
@@ -222,7 +221,7 @@ pub fn plan_slice<'a>(
             }
             let record =
                 CaptureRef { pool: &record.pool, nic: &record.nic, capture_domain: &record.capture_domain };
-            captured_slice.push(((record_provider.as_str(), *address), record));
+            captured_slice.push(((&**record_provider, *address), record));
         }
     }
 
@@ -261,7 +260,7 @@ pub fn plan_keys<'a, 'k>(
     view: &'a Federation,
     node: NodeId,
     captured: &'a Captured,
-    keys: impl IntoIterator<Item = &'k (String, IpAddr)>,
+    keys: impl IntoIterator<Item = &'k crate::model::ProviderAddress>,
 ) -> Plan<'a> {
     let node_state = &view.nodes()[node];
     let node_name = node_state.spec.name.as_str();
@@ -271,7 +270,7 @@ pub fn plan_keys<'a, 'k>(
         let address = *address;
         let mut first_listing = true;
         for (pool_name, pool) in view.pools() {
-            if pool.spec.provider != *provider {
+            if *pool.spec.provider != **provider {
                 continue;
             }
             let Some(state) = pool.addresses.get(&address) else { continue };
@@ -285,7 +284,7 @@ pub fn plan_keys<'a, 'k>(
         if let Some(((record_provider, _), record)) = captured.get_key_value(&(provider.clone(), address)) {
             let record =
                 CaptureRef { pool: &record.pool, nic: &record.nic, capture_domain: &record.capture_domain };
-            releases.push(((record_provider.as_str(), address), record));
+            releases.push(((&**record_provider, address), record));
         }
     }
     finish(view, node, planned, releases)
@@ -309,7 +308,7 @@ fn observed_release<'a>(
     let observed = view.drift_repair()
         && pool.spec.provider == provider
         && view.observed_on(provider, address, &node_state.spec.nic)
-        && !captured.contains_key(&(provider.to_owned(), address))
+        && !captured.contains_key(&(crate::names::shared(provider), address))
         && first_listing();
     observed.then(|| {
         let record =

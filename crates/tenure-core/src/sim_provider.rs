@@ -39,7 +39,7 @@ impl SimProvider {
 
     /// Runs one action. Idempotent: running it twice leaves the same holdings.
     pub fn execute(&mut self, action: &StampedAction) -> Result<String, SimProviderError> {
-        let nic = action.nic.clone();
+        let nic = action.nic.to_string();
         let unsupported =
             || SimProviderError::UnsupportedVerb { provider: self.kind.as_str(), verb: action.verb };
         match (self.kind, action.verb) {

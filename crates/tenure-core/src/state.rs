@@ -128,7 +128,7 @@ impl AddressState {
     pub(crate) fn record_moved_away(&mut self, node: NodeId, now_ms: u64) {
         match self.moved_away_ms.iter_mut().find(|(n, _)| *n == node) {
             Some(entry) => entry.1 = now_ms,
-            None => self.moved_away_ms.push((node, now_ms)),
+            None => push_exact(&mut self.moved_away_ms, (node, now_ms)),
         }
     }
 
@@ -189,4 +189,13 @@ pub struct PoolState {
     pub addresses: BTreeMap<IpAddr, AddressState>,
     /// The conditions of the latest arbitration.
     pub conditions: PoolConditions,
+}
+
+/// Pushes `item` growing `items` by exactly one: the per-address lists (confirmations, claims,
+/// moved-away times, retired lines) hold one or two items, and `Vec::push`'s first allocation
+/// is room for four — a million addresses' worth of empty slots (docs/benchmarks.md, "Where the
+/// memory goes").
+pub fn push_exact<T>(items: &mut Vec<T>, item: T) {
+    items.reserve_exact(1);
+    items.push(item);
 }

@@ -17,7 +17,7 @@ use tenure_core::planner::{self, Captured};
 mod common;
 use common::{apply, driver_with_drift, log, registry, step};
 
-type Key = (String, IpAddr);
+type Key = tenure_core::model::ProviderAddress;
 
 /// A plan as rows per (provider, address): each action's key and approval, in key order.
 fn by_key(actions: &[planner::PlannedAction<'_>]) -> BTreeMap<Key, Vec<(String, Approval)>> {
@@ -25,7 +25,7 @@ fn by_key(actions: &[planner::PlannedAction<'_>]) -> BTreeMap<Key, Vec<(String, 
     for planned in actions {
         let mut key = String::new();
         planned.stamp.write_key(&mut key);
-        rows.entry((planned.stamp.provider.to_owned(), planned.stamp.address))
+        rows.entry((tenure_core::names::shared(planned.stamp.provider), planned.stamp.address))
             .or_default()
             .push((key, planned.approval));
     }
@@ -37,10 +37,9 @@ fn by_key(actions: &[planner::PlannedAction<'_>]) -> BTreeMap<Key, Vec<(String, 
 
 /// Every position of the view and the captured set.
 fn every_key(view: &Federation, captured: &Captured) -> BTreeSet<Key> {
-    let pools = view
-        .pools()
-        .values()
-        .flat_map(|pool| pool.addresses.keys().map(|address| (pool.spec.provider.clone(), *address)));
+    let pools = view.pools().values().flat_map(|pool| {
+        pool.addresses.keys().map(|address| (tenure_core::names::shared(&pool.spec.provider), *address))
+    });
     pools.chain(captured.keys().cloned()).collect()
 }
 

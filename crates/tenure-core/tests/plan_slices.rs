@@ -258,7 +258,10 @@ fn an_acquire_counted_as_held_during_a_pass_leaves_the_plan_due() {
     a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done, "the first slice passed it");
     a.handle_in_doubt_result(&call.idempotency_key, "cancelled: stale").expect("in flight");
-    assert!(a.engine().captured().contains_key(&("sim1".to_owned(), address(0))), "counted as held");
+    assert!(
+        a.engine().captured().contains_key(&(tenure_core::names::shared("sim1"), address(0))),
+        "counted as held"
+    );
     pass(&mut a);
     assert!(a.reconcile_due(), "its release is not planned yet");
     // Past edge's 500 ms hold: the release is due when planned.

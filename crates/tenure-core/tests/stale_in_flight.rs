@@ -171,7 +171,7 @@ fn an_acquire_in_doubt_is_retried_while_current_and_released_once_stale() {
     let released: BTreeSet<IpAddr> = a
         .engine()
         .entries()
-        .filter(|e| e.action.verb == Verb::UnassignSecondaryIp && e.action.holder == "a")
+        .filter(|e| e.action.verb == Verb::UnassignSecondaryIp && &*e.action.holder == "a")
         .map(|e| e.action.address)
         .collect();
     let address = |key: &String| a.engine().entry(key).expect("journaled").action.address;

@@ -351,7 +351,7 @@ impl Checker {
             Some(lines) => lines,
             None => self.executed_epochs.entry(node.to_owned()).or_default(),
         };
-        let line = (action.pool.clone(), action.address, action.capture_domain.clone());
+        let line = (action.pool.to_string(), action.address, action.capture_domain.clone());
         let highest = lines.entry(line).or_default();
         let before = *highest;
         *highest = before.max(action.capture_epoch.get());
@@ -430,18 +430,18 @@ pub fn staleness(action: &StampedAction, head: &Federation) -> Option<String> {
     if head.epoch_locking(&action.pool) && action.ownership_epoch != ownership {
         wrong.push(format!("ownershipEpoch {} but head has {ownership}", action.ownership_epoch));
     }
-    if action.verb.is_acquire() != (holder == Some(action.holder.as_str())) {
+    if action.verb.is_acquire() != (holder == Some(&*action.holder)) {
         wrong.push(format!("holder {} but desired holder is {}", action.holder, holder.unwrap_or("none")));
     }
     if !action.verb.is_acquire() {
         // SPEC 13: a NIC holds an address, not a pool's copy of it. Re-derived by walking every
         // applied pool of the provider, not through the federation's own lookup.
         let elsewhere = head.pools().iter().find(|(name, pool)| {
-            **name != action.pool
+            **name != *action.pool
                 && !pool.deleted
-                && pool.spec.provider == action.provider
+                && *pool.spec.provider == *action.provider
                 && pool.addresses.get(&action.address).is_some_and(|a| {
-                    a.line.desired_holder.is_some_and(|id| head.node_name(id) == action.holder)
+                    a.line.desired_holder.is_some_and(|id| head.node_name(id) == &*action.holder)
                 })
         });
         if let Some((name, _)) = elsewhere {

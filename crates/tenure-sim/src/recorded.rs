@@ -198,7 +198,7 @@ pub fn check_high_water(journals: &BTreeMap<String, Vec<JournalEntry>>, checker:
         let mut highest: BTreeMap<(&str, IpAddr, &CaptureDomain), (u64, &str)> = BTreeMap::new();
         for entry in executed {
             let action = &entry.action;
-            let line = (action.pool.as_str(), action.address, &action.capture_domain);
+            let line = (&*action.pool, action.address, &action.capture_domain);
             let epoch = action.capture_epoch.get();
             match highest.get(&line) {
                 Some((before, key)) if epoch < *before => {

@@ -248,14 +248,14 @@ impl Replay {
             let Some(action) = next else { break };
             let cut_off = self.nodes[name].is_partitioned();
             self.checker.before_provider_call(name, &action, &self.head, cut_off);
-            let (outcome, detail) = match self.providers.get_mut(&action.provider) {
+            let (outcome, detail) = match self.providers.get_mut(&*action.provider) {
                 Some(p) => match p.execute(&action) {
                     Ok(detail) => (ActionOutcome::Executed, detail),
                     Err(e) => (ActionOutcome::Failed, e.to_string()),
                 },
                 None => (ActionOutcome::Failed, format!("no provider `{}`", action.provider)),
             };
-            if let Some(p) = self.providers.get(&action.provider) {
+            if let Some(p) = self.providers.get(&*action.provider) {
                 self.checker.after_provider_call(&action.provider, p, action.address);
             }
             let node = self.nodes.get_mut(name).expect("exists");
@@ -299,12 +299,7 @@ impl Replay {
                     .entries()
                     .filter(|e| e.state == EntryState::Executed && e.action.verb.is_acquire())
                     .map(move |e| {
-                        (
-                            name.as_str(),
-                            e.action.pool.as_str(),
-                            e.action.address,
-                            e.action.capture_epoch.get(),
-                        )
+                        (name.as_str(), &*e.action.pool, e.action.address, e.action.capture_epoch.get())
                     })
             })
             .collect();

@@ -83,13 +83,11 @@ impl Executor for Recorder {
         self.calls.lock().expect("not poisoned").push(Call {
             verb: action.verb,
             address: action.address,
-            nic: action.nic.clone(),
+            nic: action.nic.to_string(),
             master: self.authority.as_ref().is_none_or(|a| a.is_master()),
             at: Instant::now(),
         });
-        if action.verb == Verb::ProxyArpDel
-            && self.failing_release_nic.as_deref() == Some(action.nic.as_str())
-        {
+        if action.verb == Verb::ProxyArpDel && self.failing_release_nic.as_deref() == Some(&*action.nic) {
             return Box::pin(async {
                 ExecutionOutcome::Failed { reason: "injected: netlink refused".into() }
             });

@@ -80,7 +80,7 @@ struct SlowForA {
 impl Executor for SlowForA {
     fn execute<'a>(&'a self, action: &'a StampedAction, deadline: Instant) -> ExecuteFuture<'a> {
         Box::pin(async move {
-            if action.holder == "a" && action.verb == Verb::AssignSecondaryIp {
+            if &*action.holder == "a" && action.verb == Verb::AssignSecondaryIp {
                 self.slow_started.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(SLOW_ASSIGN).await;
             }

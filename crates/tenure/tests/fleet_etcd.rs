@@ -887,7 +887,7 @@ fn soak_of_kills_freezes_and_cuts() {
         .unwrap_or_else(|e| panic!("node {node}'s store: {e}"));
         let journal = tenure_core::journal::JournalStore::load(&store.journal(node)).expect("journal");
         let mut executed: Vec<&tenure_core::journal::JournalEntry> =
-            journal.entries.values().filter(|e| e.executed_seq.is_some()).collect();
+            journal.entries.values().map(|e| &**e).filter(|e| e.executed_seq.is_some()).collect();
         executed.sort_by_key(|e| e.executed_seq);
         let mut newest = 0;
         for entry in &executed {

@@ -3,7 +3,6 @@
 //! planned at once and alone, or everything (a pass of slices: [`NodeDriver::requeue`]).
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 
 use super::{NodeDriver, RETRY_WITHOUT_BACKOFF_MS};
 use crate::journal::JournalStore;
@@ -62,7 +61,7 @@ impl<S: JournalStore> NodeDriver<S> {
     /// again then, alone (a hold's end is not a plan of everything).
     pub(super) fn hold(&mut self, report: &ReconcileReport) {
         for (due, provider, address) in &report.held {
-            self.holds.entry(*due).or_default().insert((provider.clone(), *address));
+            self.holds.entry(*due).or_default().insert((crate::names::shared(provider), *address));
         }
     }
 
@@ -87,7 +86,7 @@ impl<S: JournalStore> NodeDriver<S> {
         if let Some(key) = crate::model::ParsedKey::parse(idempotency_key)
             && !key.verb.is_acquire()
         {
-            self.changed.insert((key.provider, key.address));
+            self.changed.insert((crate::names::shared(&key.provider), key.address));
         }
     }
 
@@ -105,7 +104,7 @@ impl<S: JournalStore> NodeDriver<S> {
         if self.changed.is_empty() {
             return Ok(ReconcileReport::default());
         }
-        let keys: BTreeSet<(String, IpAddr)> = if self.changed.len() <= max {
+        let keys: BTreeSet<crate::model::ProviderAddress> = if self.changed.len() <= max {
             std::mem::take(&mut self.changed)
         } else {
             let rest = self.changed.split_off(&self.changed.iter().nth(max).expect("more than max").clone());

@@ -34,7 +34,7 @@ pub const PLAN_CHANGES_MAX: usize = 65_536;
 /// The keys changed since the last take, and the count of whole changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct PlanChanges {
-    keys: BTreeSet<(String, IpAddr)>,
+    keys: BTreeSet<crate::model::ProviderAddress>,
     whole_generation: u64,
 }
 
@@ -51,7 +51,7 @@ impl Federation {
 
     /// The (provider, address) keys whose plan the events applied since the last take may have
     /// changed, in order; the view keeps none after it.
-    pub fn take_plan_changes(&mut self) -> BTreeSet<(String, IpAddr)> {
+    pub fn take_plan_changes(&mut self) -> BTreeSet<crate::model::ProviderAddress> {
         std::mem::take(&mut self.plan_changes.keys)
     }
 
@@ -66,7 +66,7 @@ impl Federation {
         if self.plan_changes.keys.len() >= PLAN_CHANGES_MAX {
             self.plan_changed_whole();
         }
-        self.plan_changes.keys.insert((provider.to_owned(), address));
+        self.plan_changes.keys.insert((crate::names::shared(provider), address));
     }
 
     /// The plan of positions no key names may have changed: everything is planned again, so

@@ -122,26 +122,21 @@ impl Federation {
         // an agent killed before its append). With drift repair on, a re-capture: a fresh epoch
         // and fresh actions, through the same planner and gate (refused locally while the host
         // is still not MASTER).
+        let node_domain =
+            crate::model::CaptureDomain::new(&parsed.provider, &self.nodes[node_id].spec.placement_group);
         let released_by_holder = !acquired
             && self.drift_repair
             && state.active
             && state.line.desired_holder == Some(node_id)
             && parsed.capture_epoch == state.line.epoch
-            && domain
-                == crate::model::CaptureDomain::new(
-                    &parsed.provider,
-                    &self.nodes[node_id].spec.placement_group,
-                );
+            && domain == node_domain;
         if released_by_holder {
             self.touched.recapture(&parsed.pool, &domain, parsed.address, state);
             self.recaptures += 1;
         }
         let confirmation = Confirmation {
             node: node_id,
-            capture_domain: crate::model::CaptureDomain::new(
-                &parsed.provider,
-                &self.nodes[node_id].spec.placement_group,
-            ),
+            capture_domain: node_domain,
             nic: parsed.nic,
             capture_epoch: parsed.capture_epoch,
             acquired,
@@ -151,7 +146,7 @@ impl Federation {
             // A late or duplicated result never overrides a newer confirmation.
             Some(existing) if existing.at_ms > at_ms => {}
             Some(existing) => *existing = confirmation,
-            None => state.confirmations.push(confirmation),
+            None => crate::state::push_exact(&mut state.confirmations, confirmation),
         }
     }
 

@@ -66,7 +66,7 @@ impl Federation {
             }
             if domain_changed {
                 let old_line = std::mem::replace(&mut state.line, fresh_line(floor));
-                state.retired_lines.push((domain_before.clone(), old_line));
+                crate::state::push_exact(&mut state.retired_lines, (domain_before.clone(), old_line));
                 if let Some(index) = state.retired_lines.iter().position(|(d, _)| *d == domain) {
                     state.line = state.retired_lines.remove(index).1;
                 }

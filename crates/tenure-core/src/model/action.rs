@@ -2,6 +2,7 @@
 //! one place ([`ActionStamp::write_key`]) and parsed back ([`ParsedKey`]).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::{CaptureDomain, CaptureEpoch, OwnershipEpoch, Verb};
 
@@ -9,17 +10,17 @@ use super::{CaptureDomain, CaptureEpoch, OwnershipEpoch, Verb};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StampedAction {
     /// Pool name.
-    pub pool: String,
+    pub pool: Arc<str>,
     /// The address acted on.
     pub address: IpAddr,
     /// The provider verb.
     pub verb: Verb,
     /// Acquire: the desired holder; release: the leaving node.
-    pub holder: String,
+    pub holder: Arc<str>,
     /// Provider name.
-    pub provider: String,
+    pub provider: Arc<str>,
     /// The holder's NIC.
-    pub nic: String,
+    pub nic: Arc<str>,
     /// The epoch line this action belongs to.
     pub capture_domain: CaptureDomain,
     /// The capture epoch at planning time.
@@ -75,12 +76,12 @@ impl StampedAction {
         };
         let idempotency_key = stamp.key();
         Self {
-            pool: pool.to_owned(),
+            pool: crate::names::shared(pool),
             address,
             verb,
-            holder: holder.to_owned(),
-            provider: provider.to_owned(),
-            nic: nic.to_owned(),
+            holder: crate::names::shared(holder),
+            provider: crate::names::shared(provider),
+            nic: crate::names::shared(nic),
             capture_domain,
             capture_epoch,
             ownership_epoch,
@@ -139,12 +140,12 @@ impl ActionStamp<'_> {
     #[must_use]
     pub fn to_action(&self) -> StampedAction {
         StampedAction {
-            pool: self.pool.to_owned(),
+            pool: crate::names::shared(self.pool),
             address: self.address,
             verb: self.verb,
-            holder: self.holder.to_owned(),
-            provider: self.provider.to_owned(),
-            nic: self.nic.to_owned(),
+            holder: crate::names::shared(self.holder),
+            provider: crate::names::shared(self.provider),
+            nic: crate::names::shared(self.nic),
             capture_domain: self.capture_domain.clone(),
             capture_epoch: self.capture_epoch,
             ownership_epoch: self.ownership_epoch,

@@ -211,7 +211,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// Frees (`provider`, `address`) for the next call.
     pub(super) fn release_busy_at(&mut self, provider: &str, address: std::net::IpAddr) {
         if let Some(providers) = self.busy.get_mut(&address) {
-            providers.retain(|p| p != provider);
+            providers.retain(|p| **p != *provider);
             if providers.is_empty() {
                 self.busy.remove(&address);
             }

@@ -17,7 +17,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// Whether a call for (`provider`, `address`) is in flight: its result comes first.
     #[must_use]
     pub fn call_in_flight(&self, provider: &str, address: IpAddr) -> bool {
-        self.busy.get(&address).is_some_and(|providers| providers.iter().any(|p| p == provider))
+        self.busy.get(&address).is_some_and(|providers| providers.iter().any(|p| **p == *provider))
     }
 
     /// Journals the release verbs of what this node captured at (`provider`, `address`) as
@@ -34,7 +34,7 @@ impl<S: JournalStore> NodeEngine<S> {
         address: IpAddr,
         detail: &str,
     ) -> Result<Vec<String>, NodeError<S::Error>> {
-        let at = (provider.to_owned(), address);
+        let at = (crate::names::shared(provider), address);
         let Some(record) = self.captured.get(&at).cloned() else { return Ok(Vec::new()) };
         if self.call_in_flight(provider, address) {
             return Ok(Vec::new());

@@ -2,7 +2,6 @@
 //! sweep open entries the head fences, compact finished ones (SPEC 5, 6, 13).
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 
 use super::{NodeEngine, NodeError, ReconcileReport, provider_address};
 use crate::federation::{Federation, NodeId};
@@ -112,7 +111,7 @@ impl<S: JournalStore> NodeEngine<S> {
         &mut self,
         view: &Federation,
         head: &impl HeadTokens,
-        keys: &BTreeSet<(String, IpAddr)>,
+        keys: &BTreeSet<crate::model::ProviderAddress>,
     ) -> Result<ReconcileReport, NodeError<S::Error>> {
         let node: NodeId =
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
@@ -329,7 +328,7 @@ impl<S: JournalStore> NodeEngine<S> {
         &mut self,
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
-        keys: Option<&BTreeSet<(String, IpAddr)>>,
+        keys: Option<&BTreeSet<crate::model::ProviderAddress>>,
     ) -> Result<(), NodeError<S::Error>> {
         let candidates: Vec<JournalSeq> = self
             .in_doubt

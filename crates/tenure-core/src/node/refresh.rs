@@ -82,7 +82,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// refresh is never retried, the next one is due at its time). Frees its (provider, address).
     /// Returns whether it was in flight.
     pub fn handle_refresh_result(&mut self, provider: &str, address: IpAddr) -> bool {
-        let at: ProviderAddress = (provider.to_owned(), address);
+        let at: ProviderAddress = (crate::names::shared(provider), address);
         if self.refreshing.remove(&at).is_none() {
             return false;
         }

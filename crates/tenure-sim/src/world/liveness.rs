@@ -83,7 +83,7 @@ impl World {
                 .driver
                 .engine()
                 .entries()
-                .filter(|e| e.action.pool == pool && e.action.address == address)
+                .filter(|e| *e.action.pool == *pool && e.action.address == address)
                 .map(|e| format!("{}@{}:{:?}", e.action.verb, e.action.capture_epoch, e.state))
                 .collect();
             if !entries.is_empty() {

@@ -57,7 +57,7 @@ impl World {
                     .provider
                     .holdings()
                     .get(&action.address)
-                    .map(|nics| nics.iter().filter(|n| **n != action.nic).cloned().collect())
+                    .map(|nics| nics.iter().filter(|n| **n != *action.nic).cloned().collect())
                     .unwrap_or_default();
                 for nic in others {
                     self.provider.inject_loss(action.address, &nic);
@@ -327,7 +327,7 @@ impl World {
             .iter()
             .filter(|(_, nics)| nics.len() > 1 && nics.contains(nic))
             .filter(|(address, _)| {
-                engine.captured().contains_key(&(PROVIDER.to_owned(), **address))
+                engine.captured().contains_key(&(tenure_core::names::shared(PROVIDER), **address))
                     && view.desired_pool_of(id, PROVIDER, **address).is_none()
                     && !engine.entries().any(|e| {
                         // A release that failed and is retried is planned too: the node plans

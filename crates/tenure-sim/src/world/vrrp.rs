@@ -77,7 +77,7 @@ impl World {
             .engine()
             .captured()
             .keys()
-            .filter(|(provider, _)| provider == PROVIDER)
+            .filter(|(provider, _)| &**provider == PROVIDER)
             .map(|(_, address)| *address)
             .collect();
         for address in captured {

@@ -20,7 +20,7 @@ pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter
     for driver in drivers.iter().filter(|d| filter.node.as_deref().is_none_or(|n| n == d.name())) {
         for entry in driver.engine().entries() {
             if filter.state.as_deref().is_some_and(|s| s != entry.state.as_str())
-                || filter.pool.as_deref().is_some_and(|p| p != entry.action.pool)
+                || filter.pool.as_deref().is_some_and(|p| p != &*entry.action.pool)
             {
                 continue;
             }

@@ -96,7 +96,7 @@ pub fn check_approve<S: JournalStore>(
             s.holders.contains(&holder) || s.nics.iter().any(|n| *n == view.nodes()[holder].spec.nic)
         });
         let by_journal = journal.is_some_and(|driver| {
-            driver.engine().captured().contains_key(&(parsed.provider.clone(), address))
+            driver.engine().captured().contains_key(&(tenure_core::names::shared(&parsed.provider), address))
         });
         if !by_log && !by_journal {
             return refused(format!(

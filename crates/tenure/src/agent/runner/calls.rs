@@ -64,10 +64,15 @@ impl<S: AgentStore> Agent<S> {
     /// Spawns the provider call of `action` (a refresh of its address with `refresh`).
     pub(super) fn spawn_call(&mut self, node: usize, action: StampedAction, refresh: bool) {
         let refresh = refresh.then_some(action.address);
-        let Some(provider) = self.executors.get(&action.provider).cloned() else {
+        let Some(provider) = self.executors.get(&*action.provider).cloned() else {
             let reason = format!("no executor for provider `{}` in this agent", action.provider);
             warn!(key = %action.idempotency_key, %reason);
-            let task = CallTask { node, key: action.idempotency_key, provider: action.provider, refresh };
+            let task = CallTask {
+                node,
+                key: action.idempotency_key,
+                provider: action.provider.to_string(),
+                refresh,
+            };
             self.end_call(&task, &ExecutionOutcome::Failed { reason });
             return;
         };
@@ -77,7 +82,7 @@ impl<S: AgentStore> Agent<S> {
         let task = CallTask {
             node,
             key: action.idempotency_key.clone(),
-            provider: action.provider.clone(),
+            provider: action.provider.to_string(),
             refresh,
         };
         let authority = self.guarding(&action);
@@ -92,7 +97,7 @@ impl<S: AgentStore> Agent<S> {
             CallDone {
                 node,
                 key: action.idempotency_key,
-                provider: action.provider,
+                provider: action.provider.to_string(),
                 refresh,
                 outcome,
                 elapsed: started.elapsed(),

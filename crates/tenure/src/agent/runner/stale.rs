@@ -84,7 +84,7 @@ impl<S: AgentStore> Agent<S> {
                         && entry.action.verb.is_acquire()
                         && entry.action.verb.changes_holding()
                     {
-                        rushed.insert((entry.action.provider.clone(), entry.action.address));
+                        rushed.insert((entry.action.provider.to_string(), entry.action.address));
                     }
                 }
             }

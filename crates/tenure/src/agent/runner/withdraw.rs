@@ -81,7 +81,8 @@ impl<S: AgentStore> Agent<S> {
     /// `garp` of a pool under `authority: vrrp` ([`LocalAuthority::guard`]); none otherwise.
     pub(super) fn guarding(&self, action: &StampedAction) -> Option<Arc<LocalAuthority>> {
         let local = self.local.as_ref()?;
-        let vrrp = self.view().pools().get(&action.pool).is_some_and(|p| p.spec.authority == Authority::Vrrp);
+        let vrrp =
+            self.view().pools().get(&*action.pool).is_some_and(|p| p.spec.authority == Authority::Vrrp);
         (vrrp && action.verb.needs_vrrp_master()).then(|| Arc::clone(&local.authority))
     }
 
@@ -105,8 +106,8 @@ impl<S: AgentStore> Agent<S> {
         }
         let due = self.drivers.iter().any(|driver| {
             driver.engine().captured().keys().any(|(provider, address)| {
-                local.providers.contains(provider)
-                    && wanted.get(provider).is_some_and(|a| a.contains(address))
+                local.providers.contains(&**provider)
+                    && wanted.get(&**provider).is_some_and(|a| a.contains(address))
                     && !driver.engine().call_in_flight(provider, *address)
             })
         });
@@ -135,7 +136,9 @@ impl<S: AgentStore> Agent<S> {
                 .engine()
                 .captured()
                 .keys()
-                .filter(|(provider, address)| *provider == done.provider && done.addresses.contains(address))
+                .filter(|(provider, address)| {
+                    **provider == *done.provider && done.addresses.contains(address)
+                })
                 .map(|(_, address)| *address)
                 .collect();
             for address in captured {

@@ -144,7 +144,7 @@ impl AwsExecutor {
 impl Executor for AwsExecutor {
     fn execute<'a>(&'a self, action: &'a StampedAction, deadline: Instant) -> ExecuteFuture<'a> {
         Box::pin(async move {
-            let eni = action.nic.as_str();
+            let eni = &*action.nic;
             match action.verb {
                 Verb::AssignSecondaryIp => self.acquire(eni, action, deadline).await,
                 Verb::EnableForwarding => match self.ec2().await.set_source_dest_check(eni, false).await {

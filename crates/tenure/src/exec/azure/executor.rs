@@ -162,7 +162,7 @@ impl AzureExecutor {
 impl Executor for AzureExecutor {
     fn execute<'a>(&'a self, action: &'a StampedAction, deadline: Instant) -> ExecuteFuture<'a> {
         Box::pin(async move {
-            let nic = action.nic.as_str();
+            let nic = &*action.nic;
             let result = match action.verb {
                 Verb::AssignSecondaryIp => self.acquire(nic, action.address, deadline).await,
                 Verb::EnableForwarding => self.forwarding(nic, deadline).await,

@@ -423,7 +423,7 @@ impl OciExecutor {
 impl Executor for OciExecutor {
     fn execute<'a>(&'a self, action: &'a StampedAction, deadline: Instant) -> ExecuteFuture<'a> {
         Box::pin(async move {
-            let vnic = action.nic.as_str();
+            let vnic = &*action.nic;
             if action.address.is_ipv6()
                 && matches!(action.verb, Verb::AssignSecondaryIp | Verb::UnassignSecondaryIp)
             {
