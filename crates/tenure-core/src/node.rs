@@ -38,6 +38,7 @@ use crate::planner::{CaptureRecord, Captured};
 use crate::retry::RetryBackoff;
 
 mod execute;
+mod key_index;
 mod local;
 mod reconcile;
 mod refresh;
@@ -83,7 +84,7 @@ pub struct NodeEngine<S: JournalStore> {
     backoff: RetryBackoff,
     /// Every entry by its idempotency key, in shards ([`sharded::ShardedMap`]): a growth of a
     /// map of two million keys never holds a step for a second.
-    index: sharded::ShardedMap<String, JournalSeq>,
+    index: key_index::KeyIndex,
     /// Entries waiting for an approval.
     pending: BTreeSet<JournalSeq>,
     /// Approved entries not in flight (ready or blocked or waiting for a predecessor that is
@@ -150,7 +151,7 @@ impl<S: JournalStore> NodeEngine<S> {
             state: DurableNodeState::default(),
             retention: JOURNAL_RETENTION_DEFAULT,
             backoff: RetryBackoff::NONE,
-            index: sharded::ShardedMap::new(),
+            index: key_index::KeyIndex::new(),
             pending: BTreeSet::new(),
             approved: BTreeSet::new(),
             ready: BTreeSet::new(),
@@ -202,7 +203,7 @@ impl<S: JournalStore> NodeEngine<S> {
 
     fn rebuild(&mut self, state: DurableNodeState) {
         self.state = state;
-        self.index = self.state.entries.values().map(|e| (e.action.idempotency_key.clone(), e.seq)).collect();
+        self.index.rebuild(&self.state.entries);
         self.pending.clear();
         self.approved.clear();
         self.ready.clear();
@@ -349,7 +350,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// The entry journaled under `key`, if it is kept.
     #[must_use]
     pub fn entry(&self, key: &str) -> Option<&JournalEntry> {
-        self.index.get(key).and_then(|seq| self.state.entries.get(seq)).map(|e| &**e)
+        self.index.get(key, &self.state.entries).and_then(|seq| self.state.entries.get(&seq)).map(|e| &**e)
     }
 
     /// The durable state as the engine holds it in memory.
@@ -486,7 +487,7 @@ impl<S: JournalStore> NodeEngine<S> {
         }
         let action = &self.state.entries[&seq].action;
         let verb = action.verb.predecessor()?;
-        let before = self.index.get(&action.with_verb(verb).idempotency_key).copied();
+        let before = self.index.get(&action.with_verb(verb).idempotency_key, &self.state.entries);
         self.predecessors.insert(seq, before);
         Some(before)
     }

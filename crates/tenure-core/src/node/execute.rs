@@ -240,8 +240,7 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<(), NodeError<S::Error>> {
         let seq = self
             .index
-            .get(idempotency_key)
-            .copied()
+            .get(idempotency_key, &self.state.entries)
             .filter(|seq| self.in_flight.contains(seq))
             .ok_or_else(|| NodeError::NotInFlight(idempotency_key.to_owned()))?;
         let state = match outcome {
@@ -282,7 +281,7 @@ impl<S: JournalStore> NodeEngine<S> {
     ) -> Result<String, NodeError<S::Error>> {
         let detail = format!("{OUTCOME_UNKNOWN}{detail}");
         self.handle_execution_result(idempotency_key, ActionOutcome::Failed, Some(detail.clone()))?;
-        let seq = *self.index.get(idempotency_key).expect("a key in flight is journaled");
+        let seq = self.index.get(idempotency_key, &self.state.entries).expect("a key in flight is journaled");
         self.count_in_doubt_acquire(seq, head)?;
         self.check_sets();
         Ok(detail)

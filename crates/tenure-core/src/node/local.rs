@@ -56,7 +56,11 @@ impl<S: JournalStore> NodeEngine<S> {
                 ownership_epoch,
             );
             let key = action.idempotency_key.clone();
-            let seq = match self.index.get(&key).map(|seq| (*seq, self.state.entries[seq].state)) {
+            let seq = match self
+                .index
+                .get(&key, &self.state.entries)
+                .map(|seq| (seq, self.state.entries[&seq].state))
+            {
                 Some((_, EntryState::Executed)) => continue,
                 // A planned release of this stamp, not started: it is done now.
                 Some((seq, EntryState::Pending | EntryState::Approved)) => seq,
@@ -78,7 +82,7 @@ impl<S: JournalStore> NodeEngine<S> {
                         executed_seq: None,
                         attempts: crate::journal::Attempts::default(),
                     }))?;
-                    self.index.insert(key.clone(), seq);
+                    self.index.insert(&key, seq, &self.state.entries);
                     seq
                 }
             };

@@ -176,8 +176,8 @@ impl<S: JournalStore> NodeEngine<S> {
         for planned in planned {
             key.clear();
             planned.stamp.write_key(&mut key);
-            if let Some(seq) = self.index.get(key.as_str())
-                && !self.refused_release_replanned(*seq, head)
+            if let Some(seq) = self.index.get(&key, &self.state.entries)
+                && !self.refused_release_replanned(seq, head)
             {
                 continue;
             }
@@ -207,7 +207,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 executed_seq: None,
                 attempts: Attempts::default(),
             }))?;
-            self.index.insert(key.clone(), seq);
+            self.index.insert(&key, seq, &self.state.entries);
             match state {
                 EntryState::Pending => {
                     self.pending.insert(seq);
@@ -457,10 +457,7 @@ impl<S: JournalStore> NodeEngine<S> {
             return Ok(());
         }
         for seq in &seqs {
-            let key = &self.state.entries[seq].action.idempotency_key;
-            if self.index.get(key) == Some(seq) {
-                self.index.remove(key);
-            }
+            self.index.remove(&self.state.entries[seq].action.idempotency_key, *seq);
             self.predecessors.remove(seq);
         }
         report.compacted = seqs.len() as u64;

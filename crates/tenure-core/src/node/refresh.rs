@@ -64,8 +64,8 @@ impl<S: JournalStore> NodeEngine<S> {
             let action = holding.action.with_verb(verb);
             let announced = self
                 .index
-                .get(&action.idempotency_key)
-                .is_some_and(|seq| self.state.entries[seq].state == EntryState::Executed);
+                .get(&action.idempotency_key, &self.state.entries)
+                .is_some_and(|seq| self.state.entries[&seq].state == EntryState::Executed);
             if announced && fence::check(&action, head, &self.state.high_water) == FenceVerdict::Current {
                 refreshes.push(action);
             }
