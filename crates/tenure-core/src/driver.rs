@@ -36,6 +36,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
 
 use crate::federation::Federation;
+use crate::federation::history::History;
 use crate::journal::{JournalSeq, JournalStore};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
@@ -206,10 +207,11 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// Applies one event to the view: a rejected one is counted; an executed acquire that may
     /// have outrun a hand-over is noted for [`NodeDriver::poll_outran_acquire`].
-    fn apply(&mut self, event: &Event) {
+    /// Applies one record; `false`: the projection refused it (nothing changed).
+    fn apply(&mut self, event: &Event) -> bool {
         if self.view.apply(event).is_err() {
             self.rejected += 1;
-            return;
+            return false;
         }
         if let EventKind::ActionResult { idempotency_key, outcome: ActionOutcome::Executed, .. } = &event.kind
             && let Some(key) = ParsedKey::parse(idempotency_key)
@@ -219,6 +221,7 @@ impl<S: JournalStore> NodeDriver<S> {
         {
             self.outran.insert(OutranAcquire { provider: key.provider, address: key.address });
         }
+        true
     }
 
     /// The next executed acquire, seen in the log since the last poll, that may have outrun a
@@ -320,6 +323,28 @@ impl<S: JournalStore> NodeDriver<S> {
     /// store) the view **is** the head the fence gate must read.
     pub fn follow(&mut self, log: &impl Log) -> Result<usize, LogError> {
         self.follow_at_most(log, LOG_READ_BATCH_MAX, usize::MAX)
+    }
+
+    /// [`Self::follow`], folding every record applied into `history` from this view as it
+    /// applied it (one projection of the log for both: the agent's history rides on its first
+    /// node). `history` must have folded in what this view applied, no more, no less.
+    pub fn follow_recording(&mut self, log: &impl Log, history: &mut History) -> Result<usize, LogError> {
+        debug_assert_eq!(history.applied_index(), self.applied_index, "the history rides on this view");
+        let mut applied = 0;
+        loop {
+            let from = self.applied_index.map_or(LogIndex::FIRST, LogIndex::next);
+            let records = log.read_from(from, LOG_READ_BATCH_MAX)?;
+            if records.is_empty() {
+                return Ok(applied);
+            }
+            for record in records {
+                let stream_before_ms = self.view.stream_time_ms();
+                let changed = self.apply(&record.event);
+                self.applied_index = Some(record.index);
+                history.record(record.index, &record.event, stream_before_ms, changed.then_some(&self.view));
+                applied += 1;
+            }
+        }
     }
 
     /// A local `reconcile` (plan, import, sweep, compact) against the node's own view as the

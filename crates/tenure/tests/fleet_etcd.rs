@@ -688,6 +688,16 @@ fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
         log.contains("started from the log's snapshot"),
         "a did not start again from the snapshot:\n{log}"
     );
+    // Its history, which rides on its node's view, starts over with it: it reaches back to the
+    // record after the snapshot, and goes on from there.
+    assert!(log.contains("the history starts after the log's snapshot"), "{log}");
+    let history = |at: u16| -> serde_json::Value {
+        let (status, body) = http(fleet.listen[0], "GET", "/v1/history", None, None).expect("a's API");
+        assert_eq!(status, 200, "{body} ({at})");
+        serde_json::from_str(&body).expect("JSON")
+    };
+    let reaches = history(0)["reachesBackTo"].as_u64().expect("reachesBackTo");
+    assert!(reaches > 1, "a's history still reaches back to the compacted records: {reaches}");
     converged(&fleet.listen, &new_owner);
     std::thread::sleep(Duration::from_secs(1));
     let late: Vec<_> = fleet.calls()[calls_before..].iter().filter(|(h, ..)| h == "a").cloned().collect();
@@ -696,6 +706,14 @@ fn an_agent_cut_off_from_etcd_stops_acting_fails_closed_and_rejoins_cleanly() {
         "after rejoining, a only releases in the current epochs {current:?}: {late:?}"
     );
     assert_eq!(fleet.cloud_holder().as_deref(), Some(new_owner.as_str()), "one holder, the owner");
+    post_until_accepted_quietly(fleet.listen[1], &format!("/v1/drain/{new_owner}"));
+    wait_for("a's history folds in the move appended after it rejoined", || {
+        history(1)["history"].as_array().is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e["kind"] == "ownership" && e["cause"] == "drain" && e["from"] == new_owner.as_str())
+        })
+    });
     drop(agents);
 }
 

@@ -396,6 +396,33 @@ impl History {
         self.trim();
     }
 
+    /// Folds in one record that another projection applied: `view` right after it applied
+    /// `event` (`rejected`: it refused it, and nothing changed), `stream_before_ms` its stream time
+    /// before. The agent's history rides on its first node's view this way
+    /// ([`crate::driver::NodeDriver::follow_recording`]) instead of projecting the log a second
+    /// time; this history's own view is then left as it was made.
+    pub fn record(
+        &mut self,
+        index: LogIndex,
+        event: &Event,
+        stream_before_ms: u64,
+        view: Option<&Federation>,
+    ) {
+        self.applied_index = Some(index);
+        let Some(view) = view else { return };
+        self.entries.extend(entries_of(index, event, stream_before_ms, view));
+        self.trim();
+    }
+
+    /// Starts over after record `applied`, for a history fed by [`Self::record`] whose
+    /// projection started again from a snapshot of the log up to `applied`: the entries go, and
+    /// the history reaches back to the record after it.
+    pub fn restart_after(&mut self, applied: LogIndex) {
+        self.entries.clear();
+        self.reaches_back_to = applied.next().get();
+        self.applied_index = Some(applied);
+    }
+
     /// Drops the oldest entries past the bound, every entry of a record at a time; the newest
     /// record's are kept even when they alone pass it (a pool of many addresses applied at once).
     fn trim(&mut self) {

@@ -23,7 +23,6 @@ mod appends;
 mod calls;
 mod clock;
 mod heartbeat;
-mod history;
 mod inventory;
 mod observe;
 mod refresh;
@@ -163,7 +162,8 @@ struct Agent<S: AgentStore> {
     /// keepalived's authority acted on without the log, and the local withdrawal's channels
     /// (`runner/withdraw.rs`), when the config has a `vrrp` section.
     local: Option<withdraw::Local>,
-    /// The log's history (`GET /v1/history`), folded as the log is followed (`runner/history.rs`).
+    /// The log's history (`GET /v1/history`). It rides on the first node's view: that driver folds
+    /// each record in as it applies it (`NodeDriver::follow_recording`), one projection for both.
     history: History,
     /// When announcements of held addresses are repeated (`runner/refresh.rs`).
     refresh: refresh::RefreshSchedule,

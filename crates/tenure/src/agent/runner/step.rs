@@ -30,12 +30,12 @@ impl<S: AgentStore> Agent<S> {
             self.store_failed = Some(reason);
         }
         for index in 0..self.drivers.len() {
-            let mut followed = self.drivers[index].follow(&self.log);
+            let mut followed = self.follow_node(index);
             // A node whose next record was compacted away (the watch fell behind an etcd
             // compaction) starts again from the store's newest snapshot.
             if matches!(followed, Err(LogError::Compacted { .. })) {
                 self.restore_snapshot()?;
-                followed = self.drivers[index].follow(&self.log);
+                followed = self.follow_node(index);
             }
             if let Err(e) = followed {
                 let reason = format!("cannot follow the log: {e}");
@@ -52,9 +52,6 @@ impl<S: AgentStore> Agent<S> {
             &self.own_nodes,
             Instant::now(),
         );
-        // Before the store may drop the records the nodes applied (an etcd fleet's store trims
-        // what every node followed: read after it, the history would find them gone).
-        self.follow_history();
         if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
@@ -62,11 +59,21 @@ impl<S: AgentStore> Agent<S> {
         Ok(())
     }
 
+    /// Follows the log with node `index`'s driver; the first node's folds the log's history in
+    /// as it goes (`runner/history.rs`).
+    fn follow_node(&mut self, index: usize) -> Result<usize, LogError> {
+        if index == 0 {
+            self.drivers[0].follow_recording(&self.log, &mut self.history)
+        } else {
+            self.drivers[index].follow(&self.log)
+        }
+    }
+
     /// Starts every node's view from the store's newest snapshot when it has one and a node has
     /// not applied that far (at start, or after a compaction it fell behind).
     pub(super) fn restore_snapshot(&mut self) -> Result<(), String> {
         let Some((index, bytes)) = self.store.snapshot() else { return Ok(()) };
-        for driver in &mut self.drivers {
+        for (position, driver) in self.drivers.iter_mut().enumerate() {
             if driver.applied_index().is_some_and(|applied| applied >= index) {
                 continue;
             }
@@ -74,6 +81,13 @@ impl<S: AgentStore> Agent<S> {
                 .restore_snapshot(&bytes, index)
                 .map_err(|e| format!("cannot start from the log's snapshot at index {index}: {e}"))?;
             info!(node = driver.name(), index = index.get(), "started from the log's snapshot");
+            if position == 0 {
+                self.history.restart_after(index);
+                info!(
+                    index = index.get(),
+                    "the history starts after the log's snapshot (older records were compacted)"
+                );
+            }
         }
         Ok(())
     }
