@@ -104,7 +104,7 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// Appends heartbeats, from the heartbeat thread (`runner/heartbeat.rs`), while the loop may
     /// be appending too, or holding a failed batch for its retry. A store may skip what only the
     /// loop's batches need (the fleet store does not sync the local journal first: a heartbeat
-    /// reports no result); a store that [retries appends](Self::retries_appends) must append
+    /// reports no result); a store that [retries appends](StoreCapabilities::retries_appends) must append
     /// them so that a held batch's retry still lands once (the fleet store leaves its writer key
     /// alone: a heartbeat is never retried as the same batch).
     fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
@@ -151,11 +151,6 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
         None
     }
 
-    /// How many applied events between two snapshots the agent writes; `None`: it writes none.
-    fn snapshot_every(&self) -> Option<u64> {
-        None
-    }
-
     /// Starts storing `bytes` as the snapshot of the log up to `applied` (`events` applied in
     /// all) and compacting the log below it, in the background (the outcome is logged); one as
     /// new or newer already there wins.
@@ -167,20 +162,28 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// for them.
     fn followed(&self, _upto: LogIndex) {}
 
-    /// Whether an append that failed as [`LogError::Unavailable`] may be retried (the same
-    /// batch, exactly once in the log): a remote log after a lost answer. The embedded store's
-    /// failed commit poisons it instead.
-    fn retries_appends(&self) -> bool {
-        false
+    /// What this store does ([`StoreCapabilities`]), read once when the agent starts.
+    fn capabilities(&self) -> StoreCapabilities {
+        StoreCapabilities::default()
     }
+}
 
-    /// Whether other agents share this log (a fleet): then a starting agent's pool files only
-    /// seed the pools the log lacks ([`pools::seed_pools`]); the log's version of
-    /// a pool is the fleet's, changed on purpose by a reload (SIGHUP), never reverted by a
-    /// router that restarts with an old file.
-    fn shared_log(&self) -> bool {
-        false
-    }
+/// What a store does, read once when the agent starts: the loop asks no policy question of the
+/// store as it runs. `Default`: the embedded store (this process alone writes a log it keeps
+/// whole).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreCapabilities {
+    /// Other agents share this log (a fleet): then a starting agent's pool files only seed the
+    /// pools the log lacks ([`pools::seed_pools`]); the log's version of a pool is the fleet's,
+    /// changed on purpose by a reload (SIGHUP), never reverted by a router that restarts with an
+    /// old file.
+    pub shared_log: bool,
+    /// An append that failed as [`LogError::Unavailable`] may be retried (the same batch,
+    /// exactly once in the log): a remote log after a lost answer. The embedded store's failed
+    /// commit poisons it instead.
+    pub retries_appends: bool,
+    /// How many applied events between two snapshots the agent writes; `None`: it writes none.
+    pub snapshot_every: Option<u64>,
 }
 
 /// Why the head could not be confirmed.

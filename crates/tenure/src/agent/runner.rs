@@ -120,8 +120,7 @@ struct Agent<S: AgentStore> {
     counters: Counters,
     /// Why the agent cannot act now (health), if it cannot.
     unhealthy: Option<String>,
-    /// Why the last append failed, when the store retries appends (etcd): cleared by the next
-    /// append that lands.
+    /// Why the last append failed, when the store retries appends (etcd): cleared when one lands.
     append_failure: Option<String>,
     /// Why the heartbeat thread's last append failed, as the loop saw it at its last step (so
     /// that health turns ok only once a step followed the log past the heartbeat that landed).
@@ -133,6 +132,8 @@ struct Agent<S: AgentStore> {
     head_failure: Option<String>,
     /// The view's applied events at the last snapshot this agent wrote (or at start).
     snapshot_events: u64,
+    /// What the store does, read at start ([`StoreCapabilities`](super::StoreCapabilities)).
+    capabilities: super::StoreCapabilities,
     /// The stamper and what the heartbeat thread is told (`runner/heartbeat.rs`).
     beat: Arc<heartbeat::Beat>,
     /// The heartbeat thread, once the first step is done.
@@ -142,8 +143,7 @@ struct Agent<S: AgentStore> {
     /// The names of this agent's nodes.
     own_nodes: BTreeSet<String>,
     /// Why the store cannot be written any more (a failed commit poisons it): sticky, unlike a
-    /// log that could not be read a moment ago. The agent does not act and says so until it is
-    /// restarted.
+    /// log unreadable a moment ago; the agent does not act, and says so, until restarted.
     store_failed: Option<String>,
     shutting_down: bool,
     identity_dirty: bool,

@@ -64,7 +64,7 @@ impl<S: AgentStore> Agent<S> {
                 self.append_failure = None;
                 Ok(indices.into_iter().map(|i| i.get()).collect())
             }
-            Err(e @ LogError::Unavailable { .. }) if self.store.retries_appends() => {
+            Err(e @ LogError::Unavailable { .. }) if self.capabilities.retries_appends => {
                 let reason = format!("cannot append to the log: {e}");
                 if self.append_failure.as_deref() != Some(reason.as_str()) {
                     error!(%reason, keep, "append failed");

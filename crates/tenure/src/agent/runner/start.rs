@@ -53,7 +53,7 @@ impl<S: AgentStore> Agent<S> {
                 .with_retry_backoff(retry_backoff(settings.requeue_interval));
             drivers.push(NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true }));
         }
-        let retries_appends = store.retries_appends();
+        let capabilities = store.capabilities();
         let mut agent = Self {
             history: History::new(registry),
             log: store.log(),
@@ -78,12 +78,13 @@ impl<S: AgentStore> Agent<S> {
             heartbeat_failure: None,
             head_failure: None,
             snapshot_events: 0,
+            capabilities,
             beat: Arc::new(heartbeat::Beat::new(
                 clock::Stamper::new(clock::PeerClocks::new(
                     settings.heartbeat_interval / 2,
                     CLOCK_VOTE_WINDOW,
                 )),
-                retries_appends,
+                capabilities.retries_appends,
             )),
             beater: None,
             slow: slow::Slow::from_env().map_err(AgentError::Setting)?,
@@ -135,7 +136,7 @@ impl<S: AgentStore> Agent<S> {
             error!(%reason, "refusing the store: appending nothing, never acting");
             self.store_failed = Some(reason);
         } else {
-            let wanted = if self.store.shared_log() {
+            let wanted = if self.capabilities.shared_log {
                 let deleted: BTreeSet<String> = self
                     .view()
                     .pools()

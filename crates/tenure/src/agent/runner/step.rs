@@ -96,7 +96,7 @@ impl<S: AgentStore> Agent<S> {
     /// last one this agent took (every agent does; the store keeps the newest, and agents that
     /// project the same log write the same bytes). The store writes it in the background.
     pub(super) fn maybe_snapshot(&mut self) {
-        let Some(every) = self.store.snapshot_every() else { return };
+        let Some(every) = self.capabilities.snapshot_every else { return };
         let events = self.view().events_applied();
         if events < self.snapshot_events.saturating_add(every) || self.store_failed.is_some() {
             return;

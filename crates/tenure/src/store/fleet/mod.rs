@@ -35,7 +35,7 @@ use self::io::{Appended, ConnectSettings, Io, Keys, Retry};
 pub use self::replica::EtcdLog;
 use self::replica::{Shared, StoredBatch};
 use super::{EmbeddedJournal, EmbeddedStore, MissingIdentity, StoreError};
-use crate::agent::{AgentStore, HeadUnconfirmed};
+use crate::agent::{AgentStore, HeadUnconfirmed, StoreCapabilities};
 
 /// The `meta` record (in the local store) binding this agent to one etcd cluster and prefix.
 const BINDING_KEY: &str = "etcd";
@@ -410,10 +410,6 @@ impl AgentStore for EtcdStore {
         self.shared.lock().snapshot.clone()
     }
 
-    fn snapshot_every(&self) -> Option<u64> {
-        Some(self.snapshot_every)
-    }
-
     fn write_snapshot(&self, applied: LogIndex, events: u64, bytes: Vec<u8>) -> Result<(), String> {
         if let Some(reason) = self.refused() {
             return Err(reason);
@@ -421,12 +417,12 @@ impl AgentStore for EtcdStore {
         self.io.write_snapshot(batch::revision_of(applied), events, self.snapshot_every, Arc::new(bytes))
     }
 
-    fn shared_log(&self) -> bool {
-        true
-    }
-
-    fn retries_appends(&self) -> bool {
-        true
+    fn capabilities(&self) -> StoreCapabilities {
+        StoreCapabilities {
+            shared_log: true,
+            retries_appends: true,
+            snapshot_every: Some(self.snapshot_every),
+        }
     }
 }
 
