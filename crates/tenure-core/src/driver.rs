@@ -205,9 +205,9 @@ impl<S: JournalStore> NodeDriver<S> {
         self.partitioned
     }
 
-    /// Applies one event to the view: a rejected one is counted; an executed acquire that may
-    /// have outrun a hand-over is noted for [`NodeDriver::poll_outran_acquire`].
-    /// Applies one record; `false`: the projection refused it (nothing changed).
+    /// Applies one event to the view: a rejected one is counted (and `false` returned: nothing
+    /// changed); an executed acquire that may have outrun a hand-over is noted for
+    /// [`NodeDriver::poll_outran_acquire`].
     fn apply(&mut self, event: &Event) -> bool {
         if self.view.apply(event).is_err() {
             self.rejected += 1;
@@ -242,6 +242,18 @@ impl<S: JournalStore> NodeDriver<S> {
         batch: usize,
         max_records: usize,
     ) -> Result<usize, LogError> {
+        self.follow_into(log, batch, max_records, None)
+    }
+
+    /// The one follow loop: [`Self::follow_at_most`], folding each record into `history` too
+    /// when there is one ([`Self::follow_recording`]).
+    fn follow_into(
+        &mut self,
+        log: &impl Log,
+        batch: usize,
+        max_records: usize,
+        mut history: Option<&mut History>,
+    ) -> Result<usize, LogError> {
         let batch = batch.max(1);
         let mut applied = 0;
         while applied < max_records {
@@ -251,8 +263,13 @@ impl<S: JournalStore> NodeDriver<S> {
                 break;
             }
             for record in records {
-                self.apply(&record.event);
+                let stream_before_ms = self.view.stream_time_ms();
+                let accepted = self.apply(&record.event);
                 self.applied_index = Some(record.index);
+                if let Some(history) = history.as_deref_mut() {
+                    let view = accepted.then_some(&self.view);
+                    history.record(record.index, &record.event, stream_before_ms, view);
+                }
                 applied += 1;
             }
         }
@@ -327,24 +344,14 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// [`Self::follow`], folding every record applied into `history` from this view as it
     /// applied it (one projection of the log for both: the agent's history rides on its first
-    /// node). `history` must have folded in what this view applied, no more, no less.
+    /// node). A history that has not folded in exactly what this view applied (the view started
+    /// over from a snapshot, or the history was fed elsewhere) starts over after the view's last
+    /// record first: it never holds a record twice or skips one silently.
     pub fn follow_recording(&mut self, log: &impl Log, history: &mut History) -> Result<usize, LogError> {
-        debug_assert_eq!(history.applied_index(), self.applied_index, "the history rides on this view");
-        let mut applied = 0;
-        loop {
-            let from = self.applied_index.map_or(LogIndex::FIRST, LogIndex::next);
-            let records = log.read_from(from, LOG_READ_BATCH_MAX)?;
-            if records.is_empty() {
-                return Ok(applied);
-            }
-            for record in records {
-                let stream_before_ms = self.view.stream_time_ms();
-                let changed = self.apply(&record.event);
-                self.applied_index = Some(record.index);
-                history.record(record.index, &record.event, stream_before_ms, changed.then_some(&self.view));
-                applied += 1;
-            }
+        if history.applied_index() != self.applied_index {
+            history.restart_after(self.applied_index);
         }
+        self.follow_into(log, LOG_READ_BATCH_MAX, usize::MAX, Some(history))
     }
 
     /// A local `reconcile` (plan, import, sweep, compact) against the node's own view as the

@@ -7,7 +7,7 @@
 //! already holds, or keeps a new one. It is a cache, not a registry: two equal names compare
 //! equal whether or not they are shared, so nothing but memory depends on it. The set is per
 //! thread (no lock on the planner's path) and forgets the names nothing else holds any more once
-//! it grows past [`NAMES_KEPT_MAX`], so a stream of new names (pools renamed, NICs replaced)
+//! it grows past [`NAMES_KEPT_MAX`] (or twice what it kept at its last look), so a stream of new names (pools renamed, NICs replaced)
 //! cannot grow it without bound.
 
 use std::cell::RefCell;
@@ -17,8 +17,15 @@ use std::sync::Arc;
 /// How many names a thread's set holds before it forgets the unused ones.
 pub const NAMES_KEPT_MAX: usize = 4096;
 
+/// A thread's names, and the size at which it next looks for unused ones.
+struct Names {
+    kept: HashSet<Arc<str>>,
+    scan_at: usize,
+}
+
 thread_local! {
-    static NAMES: RefCell<HashSet<Arc<str>>> = RefCell::new(HashSet::new());
+    static NAMES: RefCell<Names> =
+        RefCell::new(Names { kept: HashSet::new(), scan_at: NAMES_KEPT_MAX });
 }
 
 /// `name` as the shared copy this thread holds (a reference count, no allocation), or a new
@@ -26,14 +33,17 @@ thread_local! {
 #[must_use]
 pub fn shared(name: &str) -> Arc<str> {
     NAMES.with_borrow_mut(|names| {
-        if let Some(kept) = names.get(name) {
+        if let Some(kept) = names.kept.get(name) {
             return Arc::clone(kept);
         }
-        if names.len() >= NAMES_KEPT_MAX {
-            names.retain(|kept| Arc::strong_count(kept) > 1);
+        if names.kept.len() >= names.scan_at {
+            names.kept.retain(|kept| Arc::strong_count(kept) > 1);
+            // Names all still in use are not scanned again until the set doubles: a scan per
+            // new name would make each O(names).
+            names.scan_at = NAMES_KEPT_MAX.max(names.kept.len() * 2);
         }
         let kept: Arc<str> = Arc::from(name);
-        names.insert(Arc::clone(&kept));
+        names.kept.insert(Arc::clone(&kept));
         kept
     })
 }
@@ -56,7 +66,7 @@ mod tests {
         for i in 0..NAMES_KEPT_MAX * 3 {
             let _ = shared(&format!("transient-{i}"));
         }
-        let kept = NAMES.with_borrow(HashSet::len);
+        let kept = NAMES.with_borrow(|names| names.kept.len());
         assert!(kept <= NAMES_KEPT_MAX, "the set stays bounded: {kept} names");
         assert!(Arc::ptr_eq(&held, &shared("held-name")), "a name still held is kept");
     }

@@ -64,10 +64,10 @@ pub enum NodeError<E: std::error::Error + 'static> {
     NotInFlight(String),
 }
 
-/// Where an address is on a provider: the unit of "one call in flight at a time" and of
-/// "captured" (SPEC 13: a NIC holds an address, not a pool's copy of it).
 use crate::model::ProviderAddress;
 
+/// Where an address is on a provider: the unit of "one call in flight at a time" and of
+/// "captured" (SPEC 13: a NIC holds an address, not a pool's copy of it).
 fn provider_address(action: &StampedAction) -> ProviderAddress {
     (action.provider.clone(), action.address)
 }
@@ -82,8 +82,8 @@ pub struct NodeEngine<S: JournalStore> {
     retention: usize,
     /// How long a failed entry waits before a sweep retries it.
     backoff: RetryBackoff,
-    /// Every entry by its idempotency key, in shards ([`sharded::ShardedMap`]): a growth of a
-    /// map of two million keys never holds a step for a second.
+    /// The newest entry of each idempotency key, by the key's hash ([`key_index::KeyIndex`],
+    /// sharded: a growth of a map of two million keys never holds a step for a second).
     index: key_index::KeyIndex,
     /// Entries waiting for an approval.
     pending: BTreeSet<JournalSeq>,

@@ -5,7 +5,10 @@
 //! It is a fold of the log over its own projection: [`History::apply`] applies one record to a
 //! [`Federation`] and turns what the core itself moved in that step
 //! ([`Federation::last_moves`], written where tokens move) into entries, so nothing is guessed
-//! from outside the core. Same log in, same history out.
+//! from outside the core. Same log in, same history out. Or it rides on another projection of
+//! the same log: [`History::record`] takes that projection right after each record (the agent's
+//! history is fed by its first node's view, [`crate::driver::NodeDriver::follow_recording`], so
+//! the log is projected once).
 //!
 //! # Kinds and causes
 //!
@@ -371,9 +374,7 @@ impl History {
     /// after `applied`. A snapshot that does not restore changes nothing.
     pub fn restart_from_snapshot(&mut self, snapshot: &[u8], applied: LogIndex) -> Result<(), SnapshotError> {
         self.view = self.registry.restore(snapshot)?;
-        self.entries.clear();
-        self.reaches_back_to = applied.next().get();
-        self.applied_index = Some(applied);
+        self.restart_after(Some(applied));
         Ok(())
     }
 
@@ -396,11 +397,12 @@ impl History {
         self.trim();
     }
 
-    /// Folds in one record that another projection applied: `view` right after it applied
-    /// `event` (`rejected`: it refused it, and nothing changed), `stream_before_ms` its stream time
-    /// before. The agent's history rides on its first node's view this way
+    /// Folds in one record that another projection applied: `view` is that projection right
+    /// after it applied `event` (`None`: it refused it, and nothing changed), `stream_before_ms`
+    /// its stream time before. The agent's history rides on its first node's view this way
     /// ([`crate::driver::NodeDriver::follow_recording`]) instead of projecting the log a second
-    /// time; this history's own view is then left as it was made.
+    /// time; this history's own view ([`Self::view`]) is then left as it was made, and
+    /// [`Self::apply`] must not be mixed in.
     pub fn record(
         &mut self,
         index: LogIndex,
@@ -414,13 +416,13 @@ impl History {
         self.trim();
     }
 
-    /// Starts over after record `applied`, for a history fed by [`Self::record`] whose
-    /// projection started again from a snapshot of the log up to `applied`: the entries go, and
-    /// the history reaches back to the record after it.
-    pub fn restart_after(&mut self, applied: LogIndex) {
+    /// Starts over after record `applied` (`None`: before the first), for a history fed by
+    /// [`Self::record`] whose projection started again from a snapshot of the log up to
+    /// `applied`: the entries go, and the history reaches back to the record after it.
+    pub fn restart_after(&mut self, applied: Option<LogIndex>) {
         self.entries.clear();
-        self.reaches_back_to = applied.next().get();
-        self.applied_index = Some(applied);
+        self.reaches_back_to = applied.map_or(1, |a| a.next().get());
+        self.applied_index = applied;
     }
 
     /// Drops the oldest entries past the bound, every entry of a record at a time; the newest
@@ -473,7 +475,8 @@ impl History {
         self.applied_index
     }
 
-    /// The projection after the records folded in.
+    /// The projection after the records folded in by [`Self::apply`] (a history fed by
+    /// [`Self::record`] keeps the view it was made with: the projection is its feeder's).
     #[must_use]
     pub fn view(&self) -> &Federation {
         &self.view

@@ -34,8 +34,8 @@ impl Shard for KeyHash {
 #[derive(Debug)]
 enum Seqs {
     One(JournalSeq),
-    /// Keys whose hashes collide, one entry each.
-    Many(Vec<JournalSeq>),
+    /// Keys whose hashes collide, one entry each (boxed: a slot stays 16 bytes).
+    Many(Box<[JournalSeq]>),
 }
 
 /// Idempotency key → the newest entry journaled under it.
@@ -86,11 +86,12 @@ impl KeyIndex {
         let next = match self.by_hash.remove(&hash) {
             None => Seqs::One(seq),
             Some(Seqs::One(other)) if key_of(entries, other) == key => Seqs::One(seq),
-            Some(Seqs::One(other)) => Seqs::Many(vec![other, seq]),
-            Some(Seqs::Many(mut seqs)) => {
+            Some(Seqs::One(other)) => Seqs::Many(Box::new([other, seq])),
+            Some(Seqs::Many(seqs)) => {
+                let mut seqs = seqs.into_vec();
                 seqs.retain(|other| key_of(entries, *other) != key);
                 seqs.push(seq);
-                Seqs::Many(seqs)
+                Seqs::Many(seqs.into_boxed_slice())
             }
         };
         self.by_hash.insert(hash, next);
@@ -106,12 +107,13 @@ impl KeyIndex {
             Some(Seqs::One(other)) => {
                 self.by_hash.insert(hash, Seqs::One(other));
             }
-            Some(Seqs::Many(mut seqs)) => {
+            Some(Seqs::Many(seqs)) => {
+                let mut seqs = seqs.into_vec();
                 seqs.retain(|other| *other != seq);
                 let rest = match seqs.as_slice() {
                     [] => return,
                     [one] => Seqs::One(*one),
-                    _ => Seqs::Many(seqs),
+                    _ => Seqs::Many(seqs.into_boxed_slice()),
                 };
                 self.by_hash.insert(hash, rest);
             }

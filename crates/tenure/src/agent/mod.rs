@@ -28,7 +28,7 @@
 //!   (the agent built, the run begun), `step.rs` (one step: follow, reconcile, confirm the head,
 //!   gate and call), and its halves of the rules: `appends.rs` (commits, the kept batch, pool files applied), `calls.rs` (gated
 //!   batches spawned, results recorded), `clock.rs` (the stamper and the clock-lead rule),
-//!   `heartbeat.rs` (heartbeats on their own thread), `history.rs` (the history it keeps),
+//!   `heartbeat.rs` (heartbeats on their own thread),
 //!   `inventory.rs` (inventory reads), `refresh.rs` (repeated announcements), `requests.rs` (its
 //!   answers to requests), `slow.rs` (test hooks that slow the loop), `stale.rs` (calls whose
 //!   action went stale), `vrrp.rs` (keepalived's reports as `vrrp` events), `wait.rs` (the
@@ -104,9 +104,9 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// Appends heartbeats, from the heartbeat thread (`runner/heartbeat.rs`), while the loop may
     /// be appending too, or holding a failed batch for its retry. A store may skip what only the
     /// loop's batches need (the fleet store does not sync the local journal first: a heartbeat
-    /// reports no result); a store that [retries appends](StoreCapabilities::retries_appends) must append
-    /// them so that a held batch's retry still lands once (the fleet store leaves its writer key
-    /// alone: a heartbeat is never retried as the same batch).
+    /// reports no result); a store that [retries appends](StoreCapabilities::retries_appends)
+    /// must append them so that a held batch's retry still lands once (the fleet store leaves
+    /// its writer key alone: a heartbeat is never retried as the same batch).
     fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
         self.append_batch(events)
     }

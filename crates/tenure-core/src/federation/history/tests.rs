@@ -375,3 +375,81 @@ fn a_cause_named_after_an_event_kind_is_spelled_as_the_log_spells_it() {
         assert_eq!(EventKind::named(own.as_str()), None, "{own:?}");
     }
 }
+
+proptest! {
+    /// The agent's history rides on its first node's view (`NodeDriver::follow_recording`),
+    /// which may start over from a snapshot part way; the offline fold projects the log itself
+    /// and starts over from the same snapshot. Both give the same entries and reach back as far,
+    /// read in batches of any size, with refused records among them.
+    #[test]
+    fn a_history_fed_by_a_nodes_view_is_the_history_of_its_own_projection(
+        steps in prop::collection::vec(prop_oneof![4 => event(), 1 => result()], 1..60),
+        restart_at in any::<prop::sample::Index>(),
+        read in 1_usize..8,
+    ) {
+        use crate::driver::{DriverOptions, NodeDriver};
+        use crate::journal::MemoryJournalStore;
+        use crate::log_store::{EventLog, Log as _};
+        use crate::node::NodeEngine;
+
+        let mut log = EventLog::new();
+        log.push(Event {
+            at_ms: 0,
+            kind: EventKind::PoolApplied { spec: Box::new(pool("p", &["10.0.0.10", "10.0.0.11", "10.0.0.12"])) },
+        });
+        let mut at_ms = 0;
+        for (step, kind) in steps {
+            at_ms += step;
+            log.push(Event { at_ms, kind });
+        }
+        let events = log.events().to_vec();
+        let restart = restart_at.index(events.len());
+        let index = |position: usize| LogIndex::from_stored(position as u64 + 1).expect("not 0");
+
+        // The offline fold: its own projection, started over from the snapshot after `restart`.
+        let mut own = History::new(registry());
+        for (position, event) in events.iter().enumerate().take(restart + 1) {
+            own.apply(index(position), event);
+        }
+        let snapshot = own.view().snapshot();
+        own.restart_from_snapshot(&snapshot, index(restart)).expect("restores");
+        for (position, event) in events.iter().enumerate().skip(restart + 1) {
+            own.apply(index(position), event);
+        }
+
+        // The agent's: a node's driver following the log, its view restored from that snapshot.
+        let engine = NodeEngine::open("a", MemoryJournalStore::new()).expect("memory");
+        let mut driver = NodeDriver::new(engine, registry(), DriverOptions::default());
+        let mut riding = History::new(registry());
+        let mut partial = EventLog::new();
+        for event in &events[..=restart] {
+            partial.push(event.clone());
+            if partial.len().is_multiple_of(read) {
+                driver.follow_recording(&partial, &mut riding).expect("an event log");
+            }
+        }
+        driver.follow_recording(&partial, &mut riding).expect("an event log");
+        prop_assert_eq!(riding.applied_index(), Some(index(restart)));
+        driver.restore_snapshot(&snapshot, index(restart)).expect("restores");
+        riding.restart_after(Some(index(restart)));
+        driver.follow_recording(&log, &mut riding).expect("an event log");
+        prop_assert_eq!(log.head().expect("an event log"), riding.applied_index());
+
+        prop_assert_eq!(riding.reaches_back_to(), restart as u64 + 2, "the record after the snapshot");
+        prop_assert_eq!(riding.reaches_back_to(), own.reaches_back_to());
+        let entries = |history: &History| history.entries().cloned().collect::<Vec<_>>();
+        prop_assert_eq!(entries(&riding), entries(&own));
+        prop_assert_eq!(driver.view().snapshot(), own.view().snapshot(), "one projection, the same state");
+    }
+}
+
+/// An executor's result, from a node of the registry (an entry) or from one it does not know
+/// (refused by the projection: no entry).
+fn result() -> impl Strategy<Value = (u64, EventKind)> {
+    let node = prop::sample::select(vec!["a", "b", "stranger"]);
+    (0_u64..500, node, 1_u64..4).prop_map(|(step, node, epoch)| {
+        let idempotency_key = key(Verb::AssignSecondaryIp, node, epoch, epoch);
+        let outcome = crate::log::ActionOutcome::Executed;
+        (step, EventKind::ActionResult { node: node.into(), idempotency_key, outcome, detail: String::new() })
+    })
+}

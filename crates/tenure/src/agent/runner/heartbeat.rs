@@ -45,8 +45,9 @@ pub(super) struct Beat {
     state: Mutex<State>,
     /// Woken after heartbeats landed: the loop follows the log then.
     pub(super) landed: tokio::sync::Notify,
-    /// Whether a failed append may be tried again ([`StoreCapabilities::retries_appends`](super::super::StoreCapabilities)); if not, a
-    /// heartbeat that cannot be appended means the store failed.
+    /// Whether a failed append may be tried again (the store's
+    /// [`StoreCapabilities`](super::super::StoreCapabilities)); if not, a heartbeat that cannot
+    /// be appended means the store failed.
     retries_appends: bool,
 }
 

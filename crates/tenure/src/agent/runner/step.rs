@@ -60,7 +60,7 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// Follows the log with node `index`'s driver; the first node's folds the log's history in
-    /// as it goes (`runner/history.rs`).
+    /// as it goes ([`NodeDriver::follow_recording`]).
     fn follow_node(&mut self, index: usize) -> Result<usize, LogError> {
         if index == 0 {
             self.drivers[0].follow_recording(&self.log, &mut self.history)
@@ -82,7 +82,7 @@ impl<S: AgentStore> Agent<S> {
                 .map_err(|e| format!("cannot start from the log's snapshot at index {index}: {e}"))?;
             info!(node = driver.name(), index = index.get(), "started from the log's snapshot");
             if position == 0 {
-                self.history.restart_after(index);
+                self.history.restart_after(Some(index));
                 info!(
                     index = index.get(),
                     "the history starts after the log's snapshot (older records were compacted)"
