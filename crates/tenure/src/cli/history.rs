@@ -48,7 +48,10 @@ pub(super) fn history_table(value: &Value) -> Result<Rendered, String> {
             text.push('\n');
             Rendered::Out(text)
         }
-        (rendered, _) => rendered,
+        // No entries, but the history does not reach back to the start: "nothing happened" is not
+        // what it knows (an operator trial read `No resources found.` as that).
+        (Rendered::Empty, Some(footer)) => Rendered::Out(format!("No entries: {footer}\n")),
+        (rendered, None) => rendered,
     })
 }
 
@@ -141,5 +144,8 @@ mod tests {
         assert!(lines[3].starts_with("history starts at log index 5"), "{text}");
         let whole = serde_json::json!({"history": [], "reachesBackTo": 1});
         assert_eq!(history_table(&whole), Ok(Rendered::Empty));
+        let short = serde_json::json!({"history": [], "reachesBackTo": 5});
+        let Ok(Rendered::Out(text)) = history_table(&short) else { panic!("a note") };
+        assert!(text.starts_with("No entries: history starts at log index 5"), "{text}");
     }
 }
