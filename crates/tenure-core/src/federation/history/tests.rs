@@ -287,6 +287,20 @@ fn event() -> impl Strategy<Value = (u64, EventKind)> {
         .prop_map(|(step, back, kind)| (if back { step / 10 } else { step }, kind))
 }
 
+/// Pool `p` applied, then `steps`: each `(step, kind)` an event `step` ms after the one before.
+fn log_of(steps: Vec<(u64, EventKind)>) -> Vec<Event> {
+    let mut log = vec![Event {
+        at_ms: 0,
+        kind: EventKind::PoolApplied { spec: Box::new(pool("p", &["10.0.0.10", "10.0.0.11", "10.0.0.12"])) },
+    }];
+    let mut at_ms = 0;
+    for (step, kind) in steps {
+        at_ms += step;
+        log.push(Event { at_ms, kind });
+    }
+    log
+}
+
 /// Every (pool, address) → owner of a projection, by name.
 fn owners(view: &Federation) -> BTreeMap<(String, IpAddr), Option<String>> {
     let mut owners = BTreeMap::new();
@@ -303,15 +317,7 @@ proptest! {
     fn every_ownership_change_appears_once_in_order_and_the_same_log_gives_the_same_history(
         steps in prop::collection::vec(event(), 1..80)
     ) {
-        let mut log = vec![Event {
-            at_ms: 0,
-            kind: EventKind::PoolApplied { spec: Box::new(pool("p", &["10.0.0.10", "10.0.0.11", "10.0.0.12"])) },
-        }];
-        let mut at_ms = 0;
-        for (step, kind) in steps {
-            at_ms += step;
-            log.push(Event { at_ms, kind });
-        }
+        let log = log_of(steps);
         // What changed owner, event by event, seen from outside: the whole map before and after.
         let mut expected = Vec::new();
         let mut outside = registry();
@@ -392,17 +398,11 @@ proptest! {
         use crate::log_store::{EventLog, Log as _};
         use crate::node::NodeEngine;
 
+        let events = log_of(steps);
         let mut log = EventLog::new();
-        log.push(Event {
-            at_ms: 0,
-            kind: EventKind::PoolApplied { spec: Box::new(pool("p", &["10.0.0.10", "10.0.0.11", "10.0.0.12"])) },
-        });
-        let mut at_ms = 0;
-        for (step, kind) in steps {
-            at_ms += step;
-            log.push(Event { at_ms, kind });
+        for event in &events {
+            log.push(event.clone());
         }
-        let events = log.events().to_vec();
         let restart = restart_at.index(events.len());
         let index = |position: usize| LogIndex::from_stored(position as u64 + 1).expect("not 0");
 
