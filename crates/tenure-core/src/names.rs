@@ -7,14 +7,15 @@
 //! already holds, or keeps a new one. It is a cache, not a registry: two equal names compare
 //! equal whether or not they are shared, so nothing but memory depends on it. The set is per
 //! thread (no lock on the planner's path) and forgets the names nothing else holds any more once
-//! it grows past [`NAMES_KEPT_MAX`] (or twice what it kept at its last look), so a stream of new names (pools renamed, NICs replaced)
-//! cannot grow it without bound.
+//! it grows past [`NAMES_KEPT_MAX`] (or twice what it kept at its last look), so a stream of new
+//! names (pools renamed, NICs replaced) cannot grow it without bound, and a look costs O(1) per
+//! name kept since the last.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// How many names a thread's set holds before it forgets the unused ones.
+/// The fewest names a thread's set holds before it looks for unused ones to forget.
 pub const NAMES_KEPT_MAX: usize = 4096;
 
 /// A thread's names, and the size at which it next looks for unused ones.
@@ -69,5 +70,16 @@ mod tests {
         let kept = NAMES.with_borrow(|names| names.kept.len());
         assert!(kept <= NAMES_KEPT_MAX, "the set stays bounded: {kept} names");
         assert!(Arc::ptr_eq(&held, &shared("held-name")), "a name still held is kept");
+    }
+
+    /// More names in use than the bound: they are kept, and the next look waits until the set has
+    /// doubled (a look per new name would make each O(names)).
+    #[test]
+    fn names_all_in_use_are_looked_at_again_only_once_the_set_doubled() {
+        let held: Vec<Arc<str>> = (0..NAMES_KEPT_MAX + 10).map(|i| shared(&format!("held-{i}"))).collect();
+        let (kept, scan_at) = NAMES.with_borrow(|names| (names.kept.len(), names.scan_at));
+        assert_eq!(kept, held.len(), "every name in use is kept");
+        assert_eq!(scan_at, 2 * NAMES_KEPT_MAX, "looked once, at the bound: next at twice what it kept");
+        assert!(held.iter().all(|name| Arc::ptr_eq(name, &shared(name))));
     }
 }

@@ -38,6 +38,9 @@ enum Seqs {
     Many(Box<[JournalSeq]>),
 }
 
+// A slot of the index is as small as the sequence number beside its tag.
+const _: () = assert!(std::mem::size_of::<Seqs>() == 16);
+
 /// Idempotency key → the newest entry journaled under it.
 #[derive(Debug)]
 pub(crate) struct KeyIndex {

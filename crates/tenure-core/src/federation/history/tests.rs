@@ -386,7 +386,7 @@ proptest! {
     /// The agent's history rides on its first node's view (`NodeDriver::follow_recording`),
     /// which may start over from a snapshot part way; the offline fold projects the log itself
     /// and starts over from the same snapshot. Both give the same entries and reach back as far,
-    /// read in batches of any size, with refused records among them.
+    /// followed at any points of the log, with refused records among them.
     #[test]
     fn a_history_fed_by_a_nodes_view_is_the_history_of_its_own_projection(
         steps in prop::collection::vec(prop_oneof![4 => event(), 1 => result()], 1..60),
@@ -452,4 +452,53 @@ fn result() -> impl Strategy<Value = (u64, EventKind)> {
         let outcome = crate::log::ActionOutcome::Executed;
         (step, EventKind::ActionResult { node: node.into(), idempotency_key, outcome, detail: String::new() })
     })
+}
+
+/// A history that is not at its view's index when a follow begins (the view started over from a
+/// snapshot and nobody told the history) starts over after the view's last record: no record
+/// twice, none skipped silently.
+#[test]
+fn a_history_behind_its_view_starts_over_where_the_view_is() {
+    use crate::driver::{DriverOptions, NodeDriver};
+    use crate::journal::MemoryJournalStore;
+    use crate::log_store::{EventLog, Log as _};
+    use crate::node::NodeEngine;
+
+    let events = log_of(vec![
+        (10, EventKind::Heartbeat { node: "a".into() }),
+        (10, EventKind::Drain { node: "a".into() }),
+        (10, EventKind::Undrain { node: "a".into() }),
+        (10, EventKind::Drain { node: "a".into() }),
+        (10, EventKind::Undrain { node: "a".into() }),
+    ]);
+    let index = |position: usize| LogIndex::from_stored(position as u64 + 1).expect("not 0");
+    let mut log = EventLog::new();
+    let mut own = History::new(registry());
+    for (position, event) in events.iter().enumerate() {
+        log.push(event.clone());
+        own.apply(index(position), event);
+        if position == 3 {
+            break;
+        }
+    }
+    // The snapshot after record 4; the node has followed only the first two.
+    let snapshot = own.view().snapshot();
+    let mut first_two = EventLog::new();
+    first_two.push(events[0].clone());
+    first_two.push(events[1].clone());
+    let engine = NodeEngine::open("a", MemoryJournalStore::new()).expect("memory");
+    let mut driver = NodeDriver::new(engine, registry(), DriverOptions::default());
+    let mut history = History::new(registry());
+    driver.follow_recording(&first_two, &mut history).expect("an event log");
+    assert_eq!(history.applied_index(), Some(index(1)));
+    assert!(history.entries().len() > 0, "the pool's placement and the drain moved addresses");
+    driver.restore_snapshot(&snapshot, index(3)).expect("restores");
+    for event in &events[4..] {
+        log.push(event.clone());
+    }
+    driver.follow_recording(&log, &mut history).expect("an event log");
+    assert_eq!(history.reaches_back_to(), 5, "the record after the view's snapshot");
+    assert_eq!(history.applied_index(), log.head().expect("an event log"));
+    assert!(history.entries().all(|e| e.log_index >= 5), "nothing kept from before the restart");
+    assert!(history.entries().any(|e| e.log_index == 5), "a's second drain moved addresses");
 }

@@ -63,6 +63,15 @@ impl<S: AgentStore> Agent<S> {
     /// as it goes ([`NodeDriver::follow_recording`]).
     fn follow_node(&mut self, index: usize) -> Result<usize, LogError> {
         if index == 0 {
+            // Never on a path of the loop: a history behind or past its view is a wiring fault.
+            // The driver starts it over at the view's index; this says so.
+            if self.history.applied_index() != self.drivers[0].applied_index() {
+                warn!(
+                    history = ?self.history.applied_index().map(|i| i.get()),
+                    view = ?self.drivers[0].applied_index().map(|i| i.get()),
+                    "the history was not at its node's view: it starts over there"
+                );
+            }
             self.drivers[0].follow_recording(&self.log, &mut self.history)
         } else {
             self.drivers[index].follow(&self.log)
