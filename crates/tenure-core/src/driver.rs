@@ -40,7 +40,7 @@ use crate::federation::history::History;
 use crate::journal::{JournalSeq, JournalStore};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
-use crate::model::{ParsedKey, StampedAction};
+use crate::model::{ParsedKey, ProviderAddress, StampedAction};
 use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
 
 mod due;
@@ -108,10 +108,10 @@ pub struct NodeDriver<S: JournalStore> {
     planned_at: Option<PlannedAt>,
     /// Positions the view named as changed, taken from it and not planned yet (more than a
     /// call's `max`): see [`NodeDriver::reconcile_due`].
-    changed: BTreeSet<crate::model::ProviderAddress>,
+    changed: BTreeSet<ProviderAddress>,
     /// The positions of releases held back by a deprovision hold, by the stream time the hold
     /// ends: named as changed then ([`NodeDriver::reconcile_due`]).
-    holds: std::collections::BTreeMap<u64, BTreeSet<crate::model::ProviderAddress>>,
+    holds: std::collections::BTreeMap<u64, BTreeSet<ProviderAddress>>,
     /// A pass of slices under way ([`NodeDriver::requeue`]); `None`: none.
     pass: Option<requeue::Pass>,
     /// The view's plan generation at the last promotion ([`NodeDriver::promotion_due`]).
@@ -344,9 +344,10 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// [`Self::follow`], folding every record applied into `history` from this view as it
     /// applied it (one projection of the log for both: the agent's history rides on its first
-    /// node). A history that has not folded in exactly what this view applied (the view started
-    /// over from a snapshot, or the history was fed elsewhere) starts over after the view's last
-    /// record first: it never holds a record twice or skips one silently.
+    /// node). A history that has not folded in exactly what this view applied — the view started
+    /// over from a snapshot ([`Self::restore_snapshot`]) since the last follow — starts over after
+    /// the view's last record first: the one place the two are kept together, so the history
+    /// never holds a record twice or skips one, and reaches back only as far as the view.
     pub fn follow_recording(&mut self, log: &impl Log, history: &mut History) -> Result<usize, LogError> {
         if history.applied_index() != self.applied_index {
             history.restart_after(self.applied_index);

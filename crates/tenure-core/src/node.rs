@@ -33,7 +33,7 @@ use crate::journal::{
     Attempts, COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_RETENTION_DEFAULT, JournalChange,
     JournalEntry, JournalSeq, JournalStore,
 };
-use crate::model::StampedAction;
+use crate::model::{ProviderAddress, StampedAction};
 use crate::planner::{CaptureRecord, Captured};
 use crate::retry::RetryBackoff;
 
@@ -63,8 +63,6 @@ pub enum NodeError<E: std::error::Error + 'static> {
     #[error("no action `{0}` is in flight")]
     NotInFlight(String),
 }
-
-use crate::model::ProviderAddress;
 
 /// Where an address is on a provider: the unit of "one call in flight at a time" and of
 /// "captured" (SPEC 13: a NIC holds an address, not a pool's copy of it).

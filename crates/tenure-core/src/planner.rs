@@ -9,7 +9,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::federation::{Federation, NodeId};
-use crate::model::{ActionStamp, Approval, CaptureDomain, VerbFamily};
+use crate::model::{ActionStamp, Approval, CaptureDomain, ProviderAddress, VerbFamily};
 
 /// What a node captured, per (provider, address) — SPEC 13: a NIC holds an address, not a
 /// pool's copy of it. Its last executed verb for the address on that provider, in any pool, was
@@ -106,7 +106,7 @@ enum Walk {
 
 impl Walk {
     /// The lower bound of what is left to visit, `None` when nothing is.
-    fn from(&self) -> Option<Bound<crate::model::ProviderAddress>> {
+    fn from(&self) -> Option<Bound<ProviderAddress>> {
         match self {
             Self::Start => Some(Bound::Unbounded),
             Self::At(name, address) => Some(Bound::Included((name.clone(), *address))),
@@ -116,7 +116,7 @@ impl Walk {
 }
 
 /// A window of (provider, address) keys: what a slice of the captured walk visited.
-pub type KeyWindow = (Bound<crate::model::ProviderAddress>, Bound<crate::model::ProviderAddress>);
+pub type KeyWindow = (Bound<ProviderAddress>, Bound<ProviderAddress>);
 
 /// Where the next [`plan_slice`] resumes: in the walk over every pool's addresses (its
 /// acquires, and what drift repair saw on the node's NIC) and in the walk over the node's
@@ -213,7 +213,7 @@ pub fn plan_slice<'a>(
     let mut captured_slice: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
     if let Some(from) = cursor.captured.from() {
         for (visited, ((record_provider, address), record)) in
-            captured.range::<crate::model::ProviderAddress, _>((from, Bound::Unbounded)).enumerate()
+            captured.range::<ProviderAddress, _>((from, Bound::Unbounded)).enumerate()
         {
             if visited == max {
                 next.captured = Walk::At(record_provider.clone(), *address);
@@ -260,7 +260,7 @@ pub fn plan_keys<'a, 'k>(
     view: &'a Federation,
     node: NodeId,
     captured: &'a Captured,
-    keys: impl IntoIterator<Item = &'k crate::model::ProviderAddress>,
+    keys: impl IntoIterator<Item = &'k ProviderAddress>,
 ) -> Plan<'a> {
     let node_state = &view.nodes()[node];
     let node_name = node_state.spec.name.as_str();

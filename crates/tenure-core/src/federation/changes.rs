@@ -24,6 +24,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::Federation;
+use crate::model::ProviderAddress;
 
 /// How many (provider, address) keys a view keeps untaken before it counts the lot as a whole
 /// change: the largest pool's addresses ([`crate::input::POOL_ADDRESSES_MAX`]), a few MB at
@@ -34,7 +35,7 @@ pub const PLAN_CHANGES_MAX: usize = 65_536;
 /// The keys changed since the last take, and the count of whole changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct PlanChanges {
-    keys: BTreeSet<crate::model::ProviderAddress>,
+    keys: BTreeSet<ProviderAddress>,
     whole_generation: u64,
 }
 
@@ -51,7 +52,7 @@ impl Federation {
 
     /// The (provider, address) keys whose plan the events applied since the last take may have
     /// changed, in order; the view keeps none after it.
-    pub fn take_plan_changes(&mut self) -> BTreeSet<crate::model::ProviderAddress> {
+    pub fn take_plan_changes(&mut self) -> BTreeSet<ProviderAddress> {
         std::mem::take(&mut self.plan_changes.keys)
     }
 

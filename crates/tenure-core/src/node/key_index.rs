@@ -19,7 +19,15 @@ pub(crate) type Entries = BTreeMap<JournalSeq, Box<JournalEntry>>;
 
 /// An idempotency key's hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct KeyHash(u64);
+pub(super) struct KeyHash(u64);
+
+impl KeyHash {
+    /// `key`'s hash as the index keeps it.
+    #[cfg(test)]
+    pub(super) fn of(key: &str) -> Self {
+        Self(xxh3_64(key.as_bytes()))
+    }
+}
 
 impl Shard for KeyHash {
     fn shard(&self) -> usize {

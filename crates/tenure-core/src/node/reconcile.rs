@@ -10,7 +10,7 @@ use crate::journal::{
     Attempts, EntryState, JOURNAL_ENTRIES_MAX, JournalChange, JournalEntry, JournalSeq, JournalStore,
     outcome_unknown,
 };
-use crate::model::Approval;
+use crate::model::{Approval, ProviderAddress};
 use crate::planner::{self, PlanCursor};
 
 /// How many entries waiting for an approval [`NodeEngine::reconcile_keys`] looks through for
@@ -111,7 +111,7 @@ impl<S: JournalStore> NodeEngine<S> {
         &mut self,
         view: &Federation,
         head: &impl HeadTokens,
-        keys: &BTreeSet<crate::model::ProviderAddress>,
+        keys: &BTreeSet<ProviderAddress>,
     ) -> Result<ReconcileReport, NodeError<S::Error>> {
         let node: NodeId =
             view.node_id(&self.name).ok_or_else(|| NodeError::UnknownNode(self.name.clone()))?;
@@ -328,7 +328,7 @@ impl<S: JournalStore> NodeEngine<S> {
         &mut self,
         head: &impl HeadTokens,
         report: &mut ReconcileReport,
-        keys: Option<&BTreeSet<crate::model::ProviderAddress>>,
+        keys: Option<&BTreeSet<ProviderAddress>>,
     ) -> Result<(), NodeError<S::Error>> {
         let candidates: Vec<JournalSeq> = self
             .in_doubt

@@ -5,7 +5,6 @@
 //! holds about a 256th of the keys, so a growth moves that many, and every key is looked up in
 //! the one shard its own hash names.
 
-use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 
@@ -16,26 +15,10 @@ use crate::journal::JournalSeq;
 /// How many shards: a growth moves at most about 1/`SHARDS` of the keys.
 const SHARDS: usize = 256;
 
-/// Which shard a key lives in: the same for a key and every form it is looked up by
-/// (`String` and `str`).
+/// Which shard a key lives in.
 pub(crate) trait Shard {
     /// Any number: the shard is this modulo [`SHARDS`].
     fn shard(&self) -> usize;
-}
-
-impl Shard for str {
-    fn shard(&self) -> usize {
-        // Truncation is what is wanted: only the low bits pick the shard.
-        #[allow(clippy::cast_possible_truncation)]
-        let hash = xxh3_64(self.as_bytes()) as usize;
-        hash
-    }
-}
-
-impl Shard for String {
-    fn shard(&self) -> usize {
-        self.as_str().shard()
-    }
 }
 
 impl Shard for JournalSeq {
@@ -60,15 +43,11 @@ impl<K: Hash + Eq + Shard, V> ShardedMap<K, V> {
         Self { shards: (0..SHARDS).map(|_| HashMap::new()).collect() }
     }
 
-    fn of<Q: Shard + ?Sized>(key: &Q) -> usize {
+    fn of(key: &K) -> usize {
         key.shard() % SHARDS
     }
 
-    pub(crate) fn get<Q>(&self, key: &Q) -> Option<&V>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + Shard + ?Sized,
-    {
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
         self.shards[Self::of(key)].get(key)
     }
 
@@ -77,11 +56,7 @@ impl<K: Hash + Eq + Shard, V> ShardedMap<K, V> {
         self.shards[shard].insert(key, value)
     }
 
-    pub(crate) fn remove<Q>(&mut self, key: &Q) -> Option<V>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + Shard + ?Sized,
-    {
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         self.shards[Self::of(key)].remove(key)
     }
 
@@ -97,29 +72,27 @@ impl<K: Hash + Eq + Shard, V> ShardedMap<K, V> {
     }
 }
 
-impl<K: Hash + Eq + Shard, V> FromIterator<(K, V)> for ShardedMap<K, V> {
-    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let mut map = Self::new();
-        for (key, value) in iter {
-            map.insert(key, value);
-        }
-        map
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use crate::node::key_index::KeyHash;
+
+    fn key(i: u64) -> KeyHash {
+        KeyHash::of(&format!("pool/10.{}.{}/assign", i / 256, i % 256))
+    }
+
     #[test]
-    fn a_key_is_found_by_its_borrowed_form_and_the_shards_share_the_keys() {
-        let mut map: ShardedMap<String, u64> =
-            (0..10_000).map(|i| (format!("pool/10.0.{i}/assign"), i)).collect();
+    fn a_key_is_found_in_its_shard_and_the_shards_share_the_keys() {
+        let mut map: ShardedMap<KeyHash, u64> = ShardedMap::new();
+        for i in 0..10_000 {
+            map.insert(key(i), i);
+        }
         assert_eq!(map.len(), 10_000);
-        assert_eq!(map.get("pool/10.0.42/assign"), Some(&42));
-        assert_eq!(map.remove("pool/10.0.42/assign"), Some(42));
-        assert_eq!(map.get("pool/10.0.42/assign"), None);
-        assert_eq!(map.insert("pool/10.0.7/assign".to_owned(), 8), Some(7));
+        assert_eq!(map.get(&key(42)), Some(&42));
+        assert_eq!(map.remove(&key(42)), Some(42));
+        assert_eq!(map.get(&key(42)), None);
+        assert_eq!(map.insert(key(7), 8), Some(7));
         // Every shard holds some, none holds many: a growth moves a small part.
         let largest = map.shards.iter().map(HashMap::len).max().expect("shards");
         let smallest = map.shards.iter().map(HashMap::len).min().expect("shards");
@@ -160,10 +133,7 @@ mod tests {
     fn the_shards_do_not_grow_in_lockstep() {
         let seqs = most_moved_in_a_window((1..=400_000_u64).step_by(2).map(JournalSeq::new), 1_024);
         assert!(seqs < 0.25, "a run of 1,024 sequence numbers moved {:.0} % of the keys", seqs * 100.0);
-        let keys = most_moved_in_a_window(
-            (0..200_000).map(|i| format!("pool/10.{}.{}/assign", i / 256, i % 256)),
-            1_024,
-        );
+        let keys = most_moved_in_a_window((0..200_000).map(key), 1_024);
         assert!(keys < 0.25, "a run of 1,024 keys moved {:.0} % of the keys", keys * 100.0);
     }
 }

@@ -3,6 +3,7 @@
 //! node's journal, to be appended as an `action-result`.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::model::StampedAction;
@@ -18,7 +19,7 @@ use crate::exec::{ExecutionOutcome, execute_within};
 pub(super) struct CallDone {
     pub(super) node: usize,
     pub(super) key: String,
-    pub(super) provider: String,
+    pub(super) provider: Arc<str>,
     /// A refresh of this address (`runner/refresh.rs`): not journaled.
     pub(super) refresh: Option<IpAddr>,
     pub(super) outcome: ExecutionOutcome,
@@ -29,7 +30,7 @@ pub(super) struct CallDone {
 pub(super) struct CallTask {
     pub(super) node: usize,
     pub(super) key: String,
-    pub(super) provider: String,
+    pub(super) provider: Arc<str>,
     /// A refresh of this address: ended in the engine, never journaled.
     pub(super) refresh: Option<IpAddr>,
 }
@@ -67,12 +68,7 @@ impl<S: AgentStore> Agent<S> {
         let Some(provider) = self.executors.get(&*action.provider).cloned() else {
             let reason = format!("no executor for provider `{}` in this agent", action.provider);
             warn!(key = %action.idempotency_key, %reason);
-            let task = CallTask {
-                node,
-                key: action.idempotency_key,
-                provider: action.provider.to_string(),
-                refresh,
-            };
+            let task = CallTask { node, key: action.idempotency_key, provider: action.provider, refresh };
             self.end_call(&task, &ExecutionOutcome::Failed { reason });
             return;
         };
@@ -82,7 +78,7 @@ impl<S: AgentStore> Agent<S> {
         let task = CallTask {
             node,
             key: action.idempotency_key.clone(),
-            provider: action.provider.to_string(),
+            provider: Arc::clone(&action.provider),
             refresh,
         };
         let authority = self.guarding(&action);
@@ -97,7 +93,7 @@ impl<S: AgentStore> Agent<S> {
             CallDone {
                 node,
                 key: action.idempotency_key,
-                provider: action.provider.to_string(),
+                provider: action.provider,
                 refresh,
                 outcome,
                 elapsed: started.elapsed(),

@@ -60,18 +60,10 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// Follows the log with node `index`'s driver; the first node's folds the log's history in
-    /// as it goes ([`NodeDriver::follow_recording`]).
+    /// as it goes, and starts it over where its view starts over from the log's snapshot
+    /// ([`NodeDriver::follow_recording`]: the one place the two are kept together).
     fn follow_node(&mut self, index: usize) -> Result<usize, LogError> {
         if index == 0 {
-            // Never on a path of the loop: a history behind or past its view is a wiring fault.
-            // The driver starts it over at the view's index; this says so.
-            if self.history.applied_index() != self.drivers[0].applied_index() {
-                warn!(
-                    history = ?self.history.applied_index().map(|i| i.get()),
-                    view = ?self.drivers[0].applied_index().map(|i| i.get()),
-                    "the history was not at its node's view: it starts over there"
-                );
-            }
             self.drivers[0].follow_recording(&self.log, &mut self.history)
         } else {
             self.drivers[index].follow(&self.log)
@@ -91,7 +83,7 @@ impl<S: AgentStore> Agent<S> {
                 .map_err(|e| format!("cannot start from the log's snapshot at index {index}: {e}"))?;
             info!(node = driver.name(), index = index.get(), "started from the log's snapshot");
             if position == 0 {
-                self.history.restart_after(Some(index));
+                // Its next follow starts the history over after `index` (`follow_node`).
                 info!(
                     index = index.get(),
                     "the history starts after the log's snapshot (older records were compacted)"
