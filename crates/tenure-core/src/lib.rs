@@ -19,6 +19,8 @@
 //! - [`codec`] — the stable, versioned stored form of events, pool specs, journal records and
 //!   high-water marks.
 //! - [`log_store`] — the `Log` interface (append, read from an index, head), `MemoryLog` (encoded records) and `EventLog` (the events themselves: replay's and the simulator's).
+//! - [`agent`] — the agent's core: the rules of a step the daemon and the simulator both run
+//!   (which nodes plan, promotion, head confirmation, gating, stale calls), and the clock-lead rule.
 //! - [`anchor`] — how far a follower applied a shared log, and the one check that the log still
 //!   holds it (a wiped or restored etcd; the simulator's rolled-back logs).
 //! - [`state`] — the state the log builds (nodes, pools, addresses, token lines), as plain data.
@@ -47,6 +49,7 @@
 //! [`node::NodeEngine::poll_execution`] until it returns `None`, each answered by
 //! [`node::NodeEngine::handle_execution_result`].
 
+pub mod agent;
 pub mod anchor;
 pub mod arbitration;
 pub mod claims;

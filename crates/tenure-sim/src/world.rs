@@ -2,12 +2,14 @@
 //! the simulated provider with its in-flight calls, the message delays — and the driver that
 //! moves it step by step, every choice drawn from one seeded generator.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use tenure_core::agent::AgentCore;
+use tenure_core::agent::clock::{PeerClocks, Stamper};
 use tenure_core::anchor::Anchor;
 use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
@@ -51,6 +53,19 @@ pub const LAGGING_RECONCILE_CHANCE: f64 = 0.3;
 /// The chance that a node whose driver says no plan is due plans anyway (the agent's requeue
 /// interval); otherwise it plans only when [`NodeDriver::reconcile_due`] says so, as the agent.
 pub const REQUEUE_CHANCE: f64 = 0.2;
+/// The agent's heartbeat interval in the simulation (a liveness round's heartbeat): the clock-lead
+/// rule lets a node stamp at most half of it ahead of the lower median of the clocks it sees, as
+/// the agent does (`heartbeatInterval / 2`).
+pub const HEARTBEAT_INTERVAL_MS: u64 = LIVENESS_ROUND_MS;
+/// How long another node's heartbeat stamp still votes in the clock-lead rule (the agent's
+/// `CLOCK_VOTE_WINDOW`).
+pub const CLOCK_VOTE_WINDOW_MS: u64 = 60_000;
+
+/// A stamper as an agent starts with: no peer heard.
+fn new_stamper() -> Stamper {
+    Stamper::new(PeerClocks::new(HEARTBEAT_INTERVAL_MS / 2, CLOCK_VOTE_WINDOW_MS))
+}
+
 /// A call's deadline in ms of stream time (the agent's `actionTimeout`): a call slower than this
 /// is given up, in doubt, at its deadline (`provider-slow` draws latencies up to 3 s).
 pub const CALL_DEADLINE_MS: u64 = 2_500;
@@ -75,10 +90,16 @@ struct Chances {
     discrete: Vec<(Fault, u32)>,
 }
 
-/// One node of the simulation: the core's driver (the same one replay and the agent use), and
+/// One node of the simulation: the agent's core over the node's driver (what `tenure agent` runs,
+/// [`AgentCore`]), its stamper (the agent's clock-lead rule over the node's skewed clock), and
 /// what only the simulated world knows of the node.
 struct SimNode {
-    driver: NodeDriver<LossyJournalStore>,
+    /// The core of the node's agent (one node per agent).
+    core: AgentCore<LossyJournalStore>,
+    /// The agent's stamper: every event the node appends is stamped by it.
+    stamper: Stamper,
+    /// The node's own name, as the clock-lead rule leaves it out of the peers.
+    own: BTreeSet<String>,
     /// Calls that passed the gate just before the node froze (paused-call mode).
     stalled: Vec<StampedAction>,
     /// Bumped at every crash: results of calls from an earlier life are not delivered.
@@ -255,14 +276,32 @@ pub struct World {
 }
 
 impl SimNode {
+    /// The node's driver (its agent runs one node).
+    fn driver(&self) -> &NodeDriver<LossyJournalStore> {
+        &self.core.drivers()[0]
+    }
+
+    /// The node's driver, to follow the log and act on it.
+    fn driver_mut(&mut self) -> &mut NodeDriver<LossyJournalStore> {
+        &mut self.core.drivers_mut()[0]
+    }
+
+    /// A new agent's stamper (at the start of a run, or a restart): the stamps in its view vote
+    /// until `until_ms` (the agent's three heartbeat intervals), then only once they move.
+    fn restart_stamper(&mut self, until_ms: u64) {
+        self.stamper = new_stamper();
+        let view = &self.core.drivers()[0].view();
+        self.stamper.peers.baseline(view, &self.own, until_ms);
+    }
+
     /// The process is frozen (paused and not in a resume's zombie pass).
     fn frozen(&self) -> bool {
-        self.driver.is_paused() && !self.driver.is_resuming()
+        self.driver().is_paused() && !self.driver().is_resuming()
     }
 
     /// The node cannot read the log head.
     fn cut_off(&self) -> bool {
-        self.driver.is_partitioned()
+        self.driver().is_partitioned()
     }
 }
 
@@ -279,7 +318,9 @@ impl World {
             .nodes
             .iter()
             .map(|spec| SimNode {
-                driver: rollback::fresh_driver(&spec.name, &registry),
+                core: AgentCore::new(vec![rollback::fresh_driver(&spec.name, &registry)]),
+                stamper: new_stamper(),
+                own: BTreeSet::from([spec.name.clone()]),
                 stalled: Vec::new(),
                 incarnation: 0,
                 floor: 0,
@@ -373,8 +414,9 @@ impl World {
     }
 
     /// The event time a node stamps: the true time plus its clock skew.
-    fn stamp(&self, node: usize) -> u64 {
-        self.now_ms.saturating_add_signed(self.nodes[node].skew_ms)
+    fn stamp(&mut self, node: usize) -> u64 {
+        let wall_ms = self.now_ms.saturating_add_signed(self.nodes[node].skew_ms);
+        self.nodes[node].stamper.stamp(wall_ms, self.now_ms).at_ms
     }
 
     /// Appends an event to the log, applies it to the head and checks the head.
@@ -419,7 +461,7 @@ impl World {
         self.now_ms += self.rng.random_range(1..150);
         for node in 0..self.nodes.len() {
             let n = &self.nodes[node];
-            if n.cut_off() || n.driver.is_paused() || n.refused.is_some() {
+            if n.cut_off() || n.driver().is_paused() || n.refused.is_some() {
                 continue;
             }
             self.report_vrrp(node);

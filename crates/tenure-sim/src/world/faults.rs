@@ -28,7 +28,7 @@ impl World {
             }
             Fault::Pause => {
                 let node = self.random_node();
-                let verb = if self.nodes[node].driver.is_paused() {
+                let verb = if self.nodes[node].driver().is_paused() {
                     self.resume(node);
                     "resume"
                 } else {
@@ -39,7 +39,7 @@ impl World {
             }
             Fault::Partition => {
                 let node = self.random_node();
-                let driver = &mut self.nodes[node].driver;
+                let driver = self.nodes[node].driver_mut();
                 let verb = if driver.is_partitioned() {
                     driver.heal();
                     "heal"

@@ -20,7 +20,7 @@ impl World {
             self.recover_fleet();
         }
         for node in 0..self.nodes.len() {
-            self.nodes[node].driver.heal();
+            self.nodes[node].driver_mut().heal();
             self.resume(node);
         }
         for round in 0..LIVENESS_ROUNDS_MAX {
@@ -80,14 +80,14 @@ impl World {
         }
         for n in &self.nodes {
             let entries: Vec<String> = n
-                .driver
+                .driver()
                 .engine()
                 .entries()
                 .filter(|e| *e.action.pool == *pool && e.action.address == address)
                 .map(|e| format!("{}@{}:{:?}", e.action.verb, e.action.capture_epoch, e.state))
                 .collect();
             if !entries.is_empty() {
-                out.push_str(&format!(" | {} [{}]", n.driver.engine().name(), entries.join(" ")));
+                out.push_str(&format!(" | {} [{}]", n.driver().engine().name(), entries.join(" ")));
             }
         }
         out
@@ -96,7 +96,7 @@ impl World {
     pub(super) fn approve_pending(&mut self) {
         let mut keys = BTreeSet::new();
         for n in &self.nodes {
-            for entry in n.driver.engine().entries().filter(|e| e.state == EntryState::Pending) {
+            for entry in n.driver().engine().entries().filter(|e| e.state == EntryState::Pending) {
                 if !self.head.is_approved(&entry.action.idempotency_key) {
                     keys.insert(entry.action.idempotency_key.clone());
                 }
@@ -142,11 +142,11 @@ impl World {
             }
         }
         for n in &self.nodes {
-            for entry in n.driver.engine().entries().filter(|e| e.state.is_open()) {
+            for entry in n.driver().engine().entries().filter(|e| e.state.is_open()) {
                 if checker::staleness(&entry.action, &self.head).is_some() {
                     return Err(format!(
                         "{}: stale open entry {}",
-                        n.driver.engine().name(),
+                        n.driver().engine().name(),
                         entry.action.idempotency_key
                     ));
                 }

@@ -7,12 +7,11 @@ use rand::Rng;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
-use tenure_core::driver::NodeDriver;
+use tenure_core::agent::CallOutcome;
 
 use super::{CALL_DEADLINE_MS, Heard, IN_DOUBT_ACTED_CHANCE, PendingCall, World};
 use crate::checker::{self, Answerer, ViolationKind};
 use crate::config::Mode;
-use crate::store::LossyJournalStore;
 use crate::topology::PROVIDER;
 
 /// What a simulated provider error says.
@@ -116,7 +115,9 @@ impl World {
     /// first (it acts now); the node records it in doubt.
     pub(super) fn cancel_stale_calls(&mut self, node: usize) {
         let incarnation = self.nodes[node].incarnation;
-        for stale in self.nodes[node].driver.poll_stale_calls() {
+        // (The inventory read an outrun acquire asks for: the simulator reads inventories at random.)
+        let (stale, _outran) = self.nodes[node].core.poll_stale_calls();
+        for (_, stale) in stale {
             let Some(position) = self.calls.iter().position(|c| {
                 c.node == node
                     && c.incarnation == incarnation
@@ -134,7 +135,7 @@ impl World {
                 "cancelled in flight: the view fenced it ({}); the provider may have acted",
                 stale.reason
             );
-            self.report(node, |driver| driver.handle_in_doubt_result(&call.action.idempotency_key, &detail));
+            self.report(node, &call.action.idempotency_key, CallOutcome::InDoubt { reason: &detail });
         }
     }
 
@@ -154,7 +155,7 @@ impl World {
     /// stale at the head, never from a node cut off — and refused on its host while keepalived
     /// is not MASTER. Draws nothing from the seed.
     pub(super) fn refresh(&mut self, node: usize) {
-        let refreshes = self.nodes[node].driver.poll_refreshes(|_, _| true, usize::MAX);
+        let refreshes = self.nodes[node].driver_mut().poll_refreshes(|_, _| true, usize::MAX);
         let name = self.name(node);
         let cut_off = self.nodes[node].cut_off();
         for action in refreshes {
@@ -165,7 +166,7 @@ impl World {
                 // An announcement changes no holding; the simulated provider counts it.
                 let _ = self.provider.execute(&action);
             }
-            self.nodes[node].driver.handle_refresh_result(&action.provider, action.address);
+            self.nodes[node].driver_mut().handle_refresh_result(&action.provider, action.address);
         }
     }
 
@@ -212,9 +213,8 @@ impl World {
                 if self.nodes[call.node].incarnation == call.incarnation {
                     self.calls_in_doubt += 1;
                     let detail = format!("no answer within its deadline ({CALL_DEADLINE_MS} ms)");
-                    self.report(call.node, |driver| {
-                        driver.handle_in_doubt_result(&call.action.idempotency_key, &detail)
-                    });
+                    let outcome = CallOutcome::InDoubt { reason: &detail };
+                    self.report(call.node, &call.action.idempotency_key, outcome);
                 }
                 return;
             }
@@ -222,7 +222,7 @@ impl World {
         }
         if call.failure.is_none()
             && self.nodes[call.node].incarnation == call.incarnation
-            && let Some(why) = checker::staleness(&call.action, self.nodes[call.node].driver.view())
+            && let Some(why) = checker::staleness(&call.action, self.nodes[call.node].driver().view())
         {
             let detail = format!(
                 "{} landed after {}'s own view fenced it ({why})",
@@ -249,19 +249,15 @@ impl World {
             return;
         }
         let key = call.action.idempotency_key.clone();
-        self.report(node, |driver| driver.handle_result(&key, outcome, detail));
+        self.report(node, &key, CallOutcome::Result { outcome, detail });
     }
 
-    /// Tells the node's driver what became of a call (`handle`), then appends what it reports:
+    /// Tells the node's core what became of a call (as the agent does), then appends what it reports:
     /// lost while cut off (the outbox of results reports it again later), late or twice as the
     /// seed draws. A result for an entry no longer in flight (a duplicate) is ignored by the
     /// engine, and nothing is appended.
-    fn report<E>(
-        &mut self,
-        node: usize,
-        handle: impl FnOnce(&mut NodeDriver<LossyJournalStore>) -> Result<(), E>,
-    ) {
-        if handle(&mut self.nodes[node].driver).is_err() {
+    fn report(&mut self, node: usize, key: &str, outcome: CallOutcome<'_>) {
+        if !self.nodes[node].core.handle_result(0, key, outcome).expect("a memory journal cannot fail") {
             return;
         }
         // A store that refused the log (it went back) appends nothing: the results stay in the
@@ -269,7 +265,7 @@ impl World {
         if !self.anchor_holds(node) {
             return;
         }
-        while let Some(kind) = self.nodes[node].driver.poll_append() {
+        while let Some(kind) = self.nodes[node].driver_mut().poll_append() {
             if self.nodes[node].cut_off() {
                 continue;
             }
@@ -317,7 +313,7 @@ impl World {
             return;
         }
         let nic = &self.topology.nodes[node].nic;
-        let driver = &self.nodes[node].driver;
+        let driver = self.nodes[node].driver();
         let view = driver.view();
         let Some(id) = view.node_id(&self.topology.nodes[node].name) else { return };
         let engine = driver.engine();

@@ -13,6 +13,7 @@
 //! (`store_failed`), until the operator's recovery.
 
 use rand::Rng;
+use tenure_core::agent::AgentCore;
 use tenure_core::anchor::{Anchor, HeadSeen, Newest, check_anchor};
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::log::{Event, EventKind};
@@ -192,7 +193,8 @@ impl World {
         for node in 0..self.nodes.len() {
             let name = self.name(node);
             let n = &mut self.nodes[node];
-            n.driver = fresh_driver(&name, &self.registry);
+            n.core = AgentCore::new(vec![fresh_driver(&name, &self.registry)]);
+            n.restart_stamper(0);
             n.stalled.clear();
             n.incarnation += 1;
             n.floor = 0;

@@ -4,9 +4,13 @@
 //! (docs/simulation.md, "How a node is driven").
 
 use rand::Rng;
+use tenure_core::agent::Planned;
 use tenure_core::log::Event;
 
-use super::{FOLLOW_BATCH_DRAW_MAX, GATE_BATCH_DRAW_MAX, LAGGING_RECONCILE_CHANCE, REQUEUE_CHANCE, World};
+use super::{
+    FOLLOW_BATCH_DRAW_MAX, GATE_BATCH_DRAW_MAX, HEARTBEAT_INTERVAL_MS, LAGGING_RECONCILE_CHANCE,
+    REQUEUE_CHANCE, World,
+};
 use crate::checker::{self, ViolationKind};
 
 impl World {
@@ -38,7 +42,10 @@ impl World {
         if self.refused(node) || ((head_read || reconnect) && !self.anchor_holds(node)) {
             return;
         }
-        self.nodes[node].driver.follow_at_most(&self.log, batch, max).expect("an event log cannot fail");
+        self.nodes[node]
+            .driver_mut()
+            .follow_at_most(&self.log, batch, max)
+            .expect("an event log cannot fail");
         self.move_anchor(node);
         let cursor = self.applied(node);
         let name = self.name(node);
@@ -48,19 +55,22 @@ impl World {
         let lost = self.went_back && !self.log_holds_anchor(node);
         if !lost
             && self.head_fingerprints.get(cursor)
-                != Some(&checker::fingerprint(self.nodes[node].driver.view()))
+                != Some(&checker::fingerprint(self.nodes[node].driver().view()))
         {
             let detail = format!("{name} at log prefix {cursor} differs from the head");
             self.violation(ViolationKind::DivergentMaps, detail);
         }
-        self.checker.after_catch_up(&name, self.nodes[node].driver.view());
+        self.checker.after_catch_up(&name, self.nodes[node].driver().view());
+        // As the agent's follow: the peers' clocks it now sees, then the calls it fences.
+        let n = &mut self.nodes[node];
+        n.stamper.peers.observe(n.core.drivers()[0].view(), &n.own, self.now_ms);
         self.cancel_stale_calls(node);
     }
 
     /// How many events of the log the node's view applied.
     pub(super) fn applied(&self, node: usize) -> usize {
         self.nodes[node]
-            .driver
+            .driver()
             .applied_index()
             .map_or(0, |index| usize::try_from(index.get()).expect("a simulated log fits memory"))
     }
@@ -70,7 +80,7 @@ impl World {
         if !self.anchor_holds(node) {
             return;
         }
-        while let Some(kind) = self.nodes[node].driver.poll_append() {
+        while let Some(kind) = self.nodes[node].driver_mut().poll_append() {
             let event = Event { at_ms: self.stamp(node), kind };
             self.append(event);
         }
@@ -79,7 +89,7 @@ impl World {
     /// The agent's reconcile: follow (perhaps only part of the way: a lagging replica), then plan
     /// when the driver says a plan is due or the requeue interval came round.
     pub(super) fn reconcile(&mut self, node: usize) {
-        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() || self.refused(node) {
+        if self.nodes[node].cut_off() || self.nodes[node].driver().is_paused() || self.refused(node) {
             return;
         }
         let lagging = self.rng.random_bool(LAGGING_RECONCILE_CHANCE);
@@ -88,32 +98,24 @@ impl World {
         if self.refused(node) {
             return;
         }
-        let requeue = self.rng.random_bool(REQUEUE_CHANCE);
-        let driver = &mut self.nodes[node].driver;
-        if requeue {
-            driver.begin_requeue();
+        if self.rng.random_bool(REQUEUE_CHANCE) {
+            self.nodes[node].core.begin_requeue();
         }
-        if driver.step_due() {
-            // As the agent's step: `NodeDriver::requeue` begins a pass when the plan is due and
-            // takes a slice of the pass under way. A pass takes 1 to 4 slices (as the agent's
-            // slices of 1,024 over a map of up to 4,096 addresses), their number taken from the
-            // log's length, not the seed's draws.
-            let positions: usize = self.topology.pools.iter().map(|p| p.addresses.len()).sum();
-            let max = positions.div_ceil(1 + self.log.len() % 4).max(1);
-            let requeued = driver.requeue(max).expect("memory store");
-            debug_assert!(requeued.is_ok(), "an acting node reconciles");
-            // As the agent's step: what the (possibly lagging) view shows approved is promoted at
-            // the end of a pass, or when the view moved while entries are pending; the gate
-            // before each call reads the head.
-            let done = requeued.is_ok_and(|r| r.done);
-            if done || self.nodes[node].driver.promotion_due() {
-                let promoted = self.nodes[node].driver.start_execution().expect("memory store");
-                debug_assert!(promoted.is_ok(), "an acting node promotes");
-            }
-        }
+        // The agent's step's planning, by the agent's core (`AgentCore::plan`): a due node plans
+        // a slice of a pass and promotes what its (possibly lagging) view shows approved; the
+        // gate before each call reads the head. A pass takes 1 to 4 slices (as the agent's slices
+        // of 1,024 over a map of up to 4,096 addresses), their number taken from the log's
+        // length, not the seed's draws.
+        let positions: usize = self.topology.pools.iter().map(|p| p.addresses.len()).sum();
+        let slice = positions.div_ceil(1 + self.log.len() % 4).max(1);
+        let planned = self.nodes[node].core.plan(slice);
+        debug_assert!(
+            planned.iter().all(|(_, p)| matches!(p, Planned::Planned(_))),
+            "an acting node plans: {planned:?}"
+        );
         // At the head, planned now or (nothing due) before, no pass under way: a hand-over it
         // saw is planned. A missed re-plan (`reconcile_due` wrong) shows here as a kept entry.
-        let driver = &self.nodes[node].driver;
+        let driver = self.nodes[node].driver();
         if self.applied(node) == self.log.len() && !driver.requeue_under_way() && !driver.reconcile_due() {
             self.check_kept_entries(node);
         }
@@ -124,7 +126,7 @@ impl World {
     /// The agent's calls: follow to the head (the agent confirms it first), gate what the last
     /// reconcile promoted in batches, call; then the refreshes.
     pub(super) fn execute(&mut self, node: usize) {
-        if self.nodes[node].cut_off() || self.nodes[node].driver.is_paused() || self.refused(node) {
+        if self.nodes[node].cut_off() || self.nodes[node].driver().is_paused() || self.refused(node) {
             return;
         }
         self.follow(node, false, true);
@@ -146,7 +148,8 @@ impl World {
     pub(super) fn execute_polled(&mut self, node: usize) {
         loop {
             let max = self.rng.random_range(1..=GATE_BATCH_DRAW_MAX);
-            let batch = self.nodes[node].driver.poll_actions(max, None).expect("memory store");
+            let batch = self.nodes[node].core.poll_calls(0, max, None);
+            assert!(self.nodes[node].core.failed().is_none(), "a memory journal cannot fail");
             if batch.is_empty() {
                 return;
             }
@@ -166,14 +169,14 @@ impl World {
     }
 
     pub(super) fn pause(&mut self, node: usize) {
-        self.nodes[node].driver.pause();
+        self.nodes[node].driver_mut().pause();
     }
 
     pub(super) fn resume(&mut self, node: usize) {
-        if !self.nodes[node].driver.is_paused() {
+        if !self.nodes[node].driver().is_paused() {
             return;
         }
-        let woken = self.nodes[node].driver.resume();
+        let woken = self.nodes[node].driver_mut().resume();
         // The agent handles the VRRP transition it slept through: not MASTER, no proxy entry.
         self.fail_closed(node);
         // A frozen process that wakes up finishes the call it was making, connected or not.
@@ -187,13 +190,13 @@ impl World {
         // (catching up changes no journal entry), then act again.
         self.follow(node, false, true);
         if self.refused(node) {
-            self.nodes[node].driver.finish_resume();
+            self.nodes[node].driver_mut().finish_resume();
             return;
         }
         self.issuing = Some(Vec::new());
         self.execute_polled(node);
         self.land_issued();
-        self.nodes[node].driver.finish_resume();
+        self.nodes[node].driver_mut().finish_resume();
     }
 
     pub(super) fn crash(&mut self, node: usize, lossy: bool) {
@@ -201,9 +204,9 @@ impl World {
         let n = &mut self.nodes[node];
         n.floor = n.floor.max(applied);
         if lossy {
-            n.driver.engine_mut().store_mut().lose_unsynced();
+            n.driver_mut().engine_mut().store_mut().lose_unsynced();
         }
-        n.driver.restart().expect("memory store");
+        n.driver_mut().restart().expect("memory store");
         n.stalled.clear();
         n.incarnation += 1;
         let name = self.name(node);
@@ -215,6 +218,9 @@ impl World {
         let floor = self.nodes[node].floor;
         let batch = self.rng.random_range(1..=FOLLOW_BATCH_DRAW_MAX);
         self.follow_up_to(node, batch, floor, true);
+        // A new agent's stamper: the stamps its view holds vote for three heartbeat intervals.
+        let until_ms = self.now_ms + 3 * HEARTBEAT_INTERVAL_MS;
+        self.nodes[node].restart_stamper(until_ms);
         if self.refused(node) {
             // A store that refuses the log stops the agent at start: nothing more, no withdrawal
             // from an empty view.

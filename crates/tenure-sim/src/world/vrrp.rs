@@ -3,6 +3,7 @@
 //! can write; with VRRP authority it withdraws its proxy entries on leaving MASTER and refuses to
 //! add them while not MASTER. A frozen agent does neither (docs/simulation.md).
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use tenure_core::log::{Event, EventKind};
@@ -72,23 +73,12 @@ impl World {
     pub(super) fn withdraw(&mut self, node: usize) {
         let nic = self.topology.nodes[node].nic.clone();
         self.provider.remove_nic(&nic);
-        let driver = &mut self.nodes[node].driver;
-        let captured: Vec<IpAddr> = driver
-            .engine()
-            .captured()
-            .keys()
-            .filter(|(provider, _)| &**provider == PROVIDER)
-            .map(|(_, address)| *address)
-            .collect();
-        for address in captured {
-            driver
-                .record_local_release(
-                    PROVIDER,
-                    address,
-                    "withdrawn locally: keepalived says this host is not VRRP master",
-                )
-                .expect("memory store");
-        }
+        // As the agent records its withdrawal task's report (`AgentCore::record_withdrawal`): the
+        // addresses asked are every pool's (all under VRRP authority here).
+        let asked: BTreeSet<IpAddr> =
+            self.topology.pools.iter().flat_map(|p| p.addresses.iter().copied()).collect();
+        self.nodes[node].core.record_withdrawal(PROVIDER, &asked);
+        assert!(self.nodes[node].core.failed().is_none(), "a memory journal cannot fail");
     }
 
     /// Whether `node`'s executor refuses `action` on its own authority: with VRRP authority,

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tenure_core::driver::NodeDriver;
+use tenure_core::agent::AgentCore;
 use tenure_core::federation::history::History;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::model::VrrpState;
@@ -97,7 +97,11 @@ pub struct RunSummary {
 struct Agent<S: AgentStore> {
     store: S,
     log: S::Log,
-    drivers: Vec<NodeDriver<S::Journal>>,
+    /// The nodes' drivers and the rules of a step: the core the simulator runs too
+    /// ([`AgentCore`]). Its failure is sticky (a failed commit poisons the store, a log that went
+    /// back is refused), unlike a log unreadable a moment ago: the agent does not act, and says
+    /// so, until restarted.
+    core: AgentCore<S::Journal>,
     executors: BTreeMap<String, ProviderExecutor>,
     pools: super::PoolSource,
     observer: Arc<dyn Observe>,
@@ -142,9 +146,6 @@ struct Agent<S: AgentStore> {
     slow: slow::Slow,
     /// The names of this agent's nodes.
     own_nodes: BTreeSet<String>,
-    /// Why the store cannot be written any more (a failed commit poisons it): sticky, unlike a
-    /// log unreadable a moment ago; the agent does not act, and says so, until restarted.
-    store_failed: Option<String>,
     shutting_down: bool,
     identity_dirty: bool,
     summary: RunSummary,
@@ -153,8 +154,6 @@ struct Agent<S: AgentStore> {
     /// Planning is under way: a node has slices of a pass or changed positions left
     /// ([`NodeDriver::requeue_under_way`]): the loop comes back for them at once.
     requeue_pass: bool,
-    /// Nodes to freeze right after their next reconcile ([`Control::FreezeAfterReconcile`]).
-    freeze_after_reconcile: BTreeSet<usize>,
     /// keepalived's reports, when the config has a `vrrp` section.
     vrrp: Option<mpsc::Receiver<VrrpReport>>,
     /// The VRRP state this agent last queued for its nodes.
@@ -207,15 +206,15 @@ pub async fn run<S: AgentStore>(
         // What `GET /v1/health` answers while the loop is busy (in a step, waiting on its log).
         board.post(agent.health());
         agent.turned();
-        if agent.store_failed.is_none()
+        if agent.core.failed().is_none()
             && let Some(reason) = agent.beater.as_ref().and_then(heartbeat::Beater::died)
         {
             error!(%reason, "not acting until restarted");
-            agent.store_failed = Some(reason);
+            agent.core.fail(reason);
         }
         let mut dirty = false;
         let taken = requests.taken();
-        let pass_under_way = agent.pass_under_way();
+        let pass_under_way = agent.core.pass_under_way();
         tokio::select! {
             () = &mut shutdown, if !agent.shutting_down => {
                 info!(in_flight = agent.calls.len(), "shutting down: no new work; waiting for calls in flight");
@@ -273,7 +272,7 @@ pub async fn run<S: AgentStore>(
         if agent.answer_waiting(&mut requests) {
             agent.step();
         }
-        if pass_under_way && !agent.pass_under_way() {
+        if pass_under_way && !agent.core.pass_under_way() {
             // The interval runs from the end of a pass (whichever step ended it): a pass longer
             // than the interval (a million addresses) is not followed at once by another.
             requeue.reset();

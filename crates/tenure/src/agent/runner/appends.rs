@@ -86,7 +86,7 @@ impl<S: AgentStore> Agent<S> {
             Err(e) => {
                 let reason = format!("cannot append to the log: {e}");
                 error!(%reason);
-                self.store_failed.get_or_insert_with(|| reason.clone());
+                self.core.fail(reason.clone());
                 Err(reason)
             }
         }
@@ -97,19 +97,19 @@ impl<S: AgentStore> Agent<S> {
     /// unchanged (so it lands once); while it does not land, nothing else of the loop is
     /// appended (the heartbeat thread goes on: [`AgentStore::append_heartbeats`]).
     pub(super) fn flush_appends(&mut self) {
-        if self.store_failed.is_none()
+        if self.core.failed().is_none()
             && let Some(reason) = self.beat.failure()
         {
-            self.store_failed = Some(reason);
+            self.core.fail(reason);
         }
-        if self.store_failed.is_some() {
+        if self.core.failed().is_some() {
             // A failed or refused store takes nothing more.
             self.queued.clear();
             self.beat.stop();
             return;
         }
         let mut kinds = std::mem::take(&mut self.queued);
-        for driver in &mut self.drivers {
+        for driver in self.core.drivers_mut() {
             while let Some(kind) = driver.poll_append() {
                 kinds.push(kind);
             }

@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_core::agent::CallOutcome;
 use tenure_core::model::StampedAction;
-use tenure_core::node::NodeError;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
@@ -38,22 +38,16 @@ pub(super) struct CallTask {
 impl<S: AgentStore> Agent<S> {
     /// Gates a batch of node `index`'s ready actions against the head and spawns their calls.
     pub(super) fn start_calls(&mut self, index: usize) {
-        if self.store_failed.is_some() {
-            return;
-        }
         loop {
             let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len()).min(GATE_BATCH_MAX);
             if room == 0 {
                 return;
             }
-            let batch = match self.drivers[index].poll_actions(room, Some(wall_clock_ms())) {
-                Ok(batch) => batch,
-                Err(e) => {
-                    self.journal_failed(index, &e);
-                    return;
-                }
-            };
+            let batch = self.core.poll_calls(index, room, Some(wall_clock_ms()));
             if batch.is_empty() {
+                if let Some(reason) = self.core.failed() {
+                    debug!(reason, "no calls: the agent does not act");
+                }
                 return;
             }
             for action in batch {
@@ -73,7 +67,7 @@ impl<S: AgentStore> Agent<S> {
             return;
         };
         self.summary.calls += 1;
-        debug!(node = self.drivers[node].name(), key = %action.idempotency_key, "calling the provider");
+        debug!(node = self.core.drivers()[node].name(), key = %action.idempotency_key, "calling the provider");
         let deadline = self.call_deadline(provider.call_timeout);
         let task = CallTask {
             node,
@@ -151,20 +145,21 @@ impl<S: AgentStore> Agent<S> {
     pub(super) fn record_result(&mut self, node: usize, key: &str, outcome: &ExecutionOutcome) {
         let (outcome_kind, detail) = outcome.for_journal();
         match outcome {
-            ExecutionOutcome::Executed { .. } => info!(node = self.drivers[node].name(), key, "executed"),
+            ExecutionOutcome::Executed { .. } => {
+                info!(node = self.core.drivers()[node].name(), key, "executed")
+            }
             ExecutionOutcome::Failed { reason } | ExecutionOutcome::Unknown { reason } => {
-                warn!(node = self.drivers[node].name(), key, %reason, "call failed");
+                warn!(node = self.core.drivers()[node].name(), key, %reason, "call failed");
             }
         }
-        let recorded = match outcome {
-            ExecutionOutcome::Unknown { reason } => self.drivers[node].handle_in_doubt_result(key, reason),
-            _ => self.drivers[node].handle_result(key, outcome_kind, detail),
+        let outcome = match outcome {
+            ExecutionOutcome::Unknown { reason } => CallOutcome::InDoubt { reason },
+            _ => CallOutcome::Result { outcome: outcome_kind, detail },
         };
-        if let Err(e) = recorded {
-            match e {
-                NodeError::NotInFlight(_) => warn!(key, "result of a call no longer in flight: ignored"),
-                other => self.journal_failed(node, &other),
-            }
+        match self.core.handle_result(node, key, outcome) {
+            Ok(true) => {}
+            Ok(false) => warn!(key, "result of a call no longer in flight: ignored"),
+            Err(reason) => error!(%reason, "not acting"),
         }
     }
 }

@@ -32,7 +32,6 @@ use tenure_core::log_store::{LogError, LogIndex};
 use tracing::{error, info, warn};
 
 use super::clock::Stamper;
-use super::wall_clock_ms;
 use crate::agent::AgentStore;
 
 /// How long the loop may go without turning before its nodes stop beating.
@@ -149,7 +148,7 @@ impl Beat {
             }
             state.nodes.clone()
         };
-        let at_ms = self.stamper().stamp(wall_clock_ms(), tokio::time::Instant::now());
+        let at_ms = super::clock::stamp(&mut self.stamper());
         Some(nodes.into_iter().map(|node| Event { at_ms, kind: EventKind::Heartbeat { node } }).collect())
     }
 
@@ -255,7 +254,7 @@ mod tests {
     use super::*;
 
     fn beat() -> Beat {
-        Beat::new(Stamper::new(PeerClocks::new(Duration::from_millis(50), Duration::from_secs(60))), true)
+        Beat::new(Stamper::new(PeerClocks::new(50, 60_000)), true)
     }
 
     #[test]
@@ -293,7 +292,7 @@ mod tests {
         beat.appended_or_not(1, Ok(Vec::new()));
         assert_eq!((beat.last_error(), beat.appended()), (None, 1));
 
-        let strict = Beat::new(Stamper::new(PeerClocks::new(Duration::ZERO, Duration::ZERO)), false);
+        let strict = Beat::new(Stamper::new(PeerClocks::new(0, 0)), false);
         strict.turned(vec!["a".into()]);
         strict.appended_or_not(1, Err(LogError::Unavailable { reason: "commit failed".into() }));
         assert!(strict.failure().is_some());

@@ -86,7 +86,7 @@ impl<S: AgentStore> Agent<S> {
             .collect();
         for provider in due {
             let (interval, _) = self.inventory.due[&provider];
-            if self.unhealthy.is_some() || self.store_failed.is_some() {
+            if self.unhealthy.is_some() || self.core.failed().is_some() {
                 self.inventory.due.insert(provider, (interval, now + interval));
                 continue;
             }

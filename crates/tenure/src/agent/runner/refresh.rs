@@ -95,17 +95,17 @@ impl<S: AgentStore> Agent<S> {
     /// Starts the refreshes `wanted` accepts, on every node, after confirming the log head.
     /// Returns how many started (none while the agent may not act).
     fn start_refreshes(&mut self, wanted: impl Fn(&str, IpAddr) -> bool) -> usize {
-        if self.shutting_down || self.store_failed.is_some() || !self.confirm_head(true) {
+        if self.shutting_down || self.core.failed().is_some() || !self.confirm_head(true) {
             return 0;
         }
         let mut started = 0;
-        for index in 0..self.drivers.len() {
+        for index in 0..self.core.drivers().len() {
             let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len());
             if room == 0 {
                 // The rest waits for the next round: refreshes never crowd out planned calls.
                 break;
             }
-            let batch = self.drivers[index].poll_refreshes(&wanted, room);
+            let batch = self.core.drivers_mut()[index].poll_refreshes(&wanted, room);
             started += batch.len();
             for action in batch {
                 self.spawn_call(index, action, true);
@@ -122,8 +122,8 @@ impl<S: AgentStore> Agent<S> {
         address: IpAddr,
         outcome: &ExecutionOutcome,
     ) {
-        let name = self.drivers[node].name().to_owned();
-        if !self.drivers[node].handle_refresh_result(provider, address) {
+        let name = self.core.drivers()[node].name().to_owned();
+        if !self.core.drivers_mut()[node].handle_refresh_result(provider, address) {
             warn!(node = %name, %provider, %address, "result of a refresh no longer in flight: ignored");
         }
         let label = match outcome {

@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use tenure_core::driver::NodeDriver;
 use tenure_core::log::EventKind;
 use tenure_core::log_store::Log as _;
 use tracing::{info, warn};
@@ -49,8 +48,9 @@ impl<S: AgentStore> Agent<S> {
         let reason = if self.shutting_down {
             Some("shutting down: taking no new work".to_owned())
         } else {
-            self.store_failed
-                .clone()
+            self.core
+                .failed()
+                .map(str::to_owned)
                 .or_else(|| self.unhealthy.clone())
                 .or_else(|| self.head_failure.clone())
                 .or_else(|| self.append_failure.clone())
@@ -61,8 +61,8 @@ impl<S: AgentStore> Agent<S> {
         Health {
             ok: reason.is_none(),
             reason,
-            nodes: self.drivers.iter().map(|d| d.name().to_owned()).collect(),
-            log_index: self.drivers.first().and_then(NodeDriver::applied_index).map_or(0, |i| i.get()),
+            nodes: self.core.drivers().iter().map(|d| d.name().to_owned()).collect(),
+            log_index: self.core.drivers()[0].applied_index().map_or(0, |i| i.get()),
             log_head: head,
             stream_time_ms: self.view().stream_time_ms(),
         }
@@ -98,7 +98,7 @@ impl<S: AgentStore> Agent<S> {
                 false
             }
             Request::Actions { filter, reply } => {
-                let _ = reply.send(answers::actions(&self.drivers, &filter));
+                let _ = reply.send(answers::actions(self.core.drivers(), &filter));
                 false
             }
             Request::History { query, reply } => {
@@ -106,14 +106,14 @@ impl<S: AgentStore> Agent<S> {
                 false
             }
             Request::Status { query, reply } => {
-                let _ = reply.send(status::status(&self.drivers, self.health(), &self.history, &query));
+                let _ = reply.send(status::status(self.core.drivers(), self.health(), &self.history, &query));
                 false
             }
             Request::Metrics { reply } => {
-                self.counters.stamps_capped = self.beat.stamper().capped;
+                self.counters.stamps_capped = self.beat.stamper().capped();
                 let health = self.health();
                 let mut snapshot =
-                    answers::metrics(&self.drivers, &self.counters, health.log_head, health.ok);
+                    answers::metrics(self.core.drivers(), &self.counters, health.log_head, health.ok);
                 snapshot.provider_throttled = self
                     .executors
                     .iter()
@@ -158,7 +158,8 @@ impl<S: AgentStore> Agent<S> {
             Control::FreezeAfterReconcile { node, .. } | Control::Resume { node } => node.clone(),
         };
         let index = self
-            .drivers
+            .core
+            .drivers()
             .iter()
             .position(|d| d.name() == name)
             .ok_or_else(|| format!("node \"{name}\" does not run in this agent"))?;
@@ -166,22 +167,24 @@ impl<S: AgentStore> Agent<S> {
             Control::FreezeAfterReconcile { events, .. } => {
                 self.follow()?;
                 for event in &events {
-                    answers::check_submit(self.view(), &self.drivers, event).map_err(|e| e.to_string())?;
+                    answers::check_submit(self.view(), self.core.drivers(), event)
+                        .map_err(|e| e.to_string())?;
                 }
                 let count = events.len();
                 self.append(events)?;
-                self.freeze_after_reconcile.insert(index);
+                self.core.freeze_after_plan(index);
                 Ok(format!("{count} event(s) appended; {name} freezes after its next reconcile"))
             }
             Control::Resume { .. } => {
                 self.follow()?;
-                let approved = self.drivers[index].resume().map_err(|blocked| blocked.as_str().to_owned())?;
-                let before = self.drivers[index].engine().fenced().values().sum::<u64>();
+                let approved =
+                    self.core.drivers_mut()[index].resume().map_err(|blocked| blocked.as_str().to_owned())?;
+                let before = self.core.drivers()[index].engine().fenced().values().sum::<u64>();
                 // Like every call: only at a confirmed head (an unconfirmed one calls nothing; the
                 // next step gates what is still approved, after its own confirmation).
                 let confirmed = self.start_calls_at_confirmed_head(index..index + 1);
-                self.drivers[index].finish_resume();
-                let fenced = self.drivers[index].engine().fenced().values().sum::<u64>() - before;
+                self.core.drivers_mut()[index].finish_resume();
+                let fenced = self.core.drivers()[index].engine().fenced().values().sum::<u64>() - before;
                 if !confirmed {
                     warn!(node = %name, approved, "woke up at a log head it cannot confirm: calling nothing");
                     return Ok(format!(
@@ -203,7 +206,7 @@ impl<S: AgentStore> Agent<S> {
         }
         // Check against the head: follow first, so a pool applied an instant ago is known.
         self.follow().map_err(SubmitError::Unavailable)?;
-        answers::check_submit(self.view(), &self.drivers, &event)?;
+        answers::check_submit(self.view(), self.core.drivers(), &event)?;
         let drained = match &event {
             EventKind::Drain { node } => Some((node.clone(), answers::with_desired_holder(self.view()))),
             _ => None,
@@ -230,7 +233,7 @@ impl<S: AgentStore> Agent<S> {
     /// follow the log that far now.
     fn left_without_holder(&mut self, index: u64, before: &BTreeSet<(String, IpAddr)>) -> Option<u64> {
         self.follow().ok()?;
-        let applied = self.drivers.first().and_then(NodeDriver::applied_index).map_or(0, |i| i.get());
+        let applied = self.core.drivers()[0].applied_index().map_or(0, |i| i.get());
         (applied >= index).then(|| answers::lost_their_desired_holder(before, self.view()))
     }
 }

@@ -68,32 +68,27 @@ impl<S: AgentStore> Agent<S> {
     /// asks for the inventory reads the log calls for at once.
     pub(super) fn after_follow(&mut self) {
         let mut rushed = BTreeSet::new();
-        for index in 0..self.drivers.len() {
-            for call in self.drivers[index].poll_stale_calls() {
-                if self.call_aborts.cancel(index, &call) {
-                    warn!(
-                        node = self.drivers[index].name(),
-                        key = %call.idempotency_key,
-                        reason = %call.reason,
-                        "cancelling a call in flight: the view fenced its action"
-                    );
-                    self.counters.calls_cancelled += 1;
-                    // A cancelled acquire may have reached the provider before it was dropped:
-                    // its result is unknown, so no executed result will ever ask for a read.
-                    if let Some(entry) = self.drivers[index].engine().entry(&call.idempotency_key)
-                        && entry.action.verb.is_acquire()
-                        && entry.action.verb.changes_holding()
-                    {
-                        rushed.insert((entry.action.provider.to_string(), entry.action.address));
-                    }
+        let (stale, outran) = self.core.poll_stale_calls();
+        for (index, call) in stale {
+            if self.call_aborts.cancel(index, &call) {
+                warn!(
+                    node = self.core.drivers()[index].name(),
+                    key = %call.idempotency_key,
+                    reason = %call.reason,
+                    "cancelling a call in flight: the view fenced its action"
+                );
+                self.counters.calls_cancelled += 1;
+                // A cancelled acquire may have reached the provider before it was dropped:
+                // its result is unknown, so no executed result will ever ask for a read.
+                if let Some(entry) = self.core.drivers()[index].engine().entry(&call.idempotency_key)
+                    && entry.action.verb.is_acquire()
+                    && entry.action.verb.changes_holding()
+                {
+                    rushed.insert((entry.action.provider.to_string(), entry.action.address));
                 }
             }
         }
-        for driver in &mut self.drivers {
-            while let Some(outran) = driver.poll_outran_acquire() {
-                rushed.insert((outran.provider, outran.address));
-            }
-        }
+        rushed.extend(outran.into_iter().map(|o| (o.provider, o.address)));
         for (provider, address) in rushed {
             if self.inventory.read_now(&provider) {
                 info!(

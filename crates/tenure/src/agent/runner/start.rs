@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use tenure_core::agent::AgentCore;
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::federation::history::History;
@@ -38,6 +39,11 @@ fn retry_backoff(requeue_interval: Duration) -> RetryBackoff {
     RetryBackoff::from_base(u64::try_from(requeue_interval.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// `duration` in whole milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl<S: AgentStore> Agent<S> {
     pub(super) fn start(
         store: S,
@@ -58,7 +64,7 @@ impl<S: AgentStore> Agent<S> {
             history: History::new(registry),
             log: store.log(),
             store,
-            drivers,
+            core: AgentCore::new(drivers),
             executors: settings.executors,
             pools: settings.pools,
             observer,
@@ -81,19 +87,17 @@ impl<S: AgentStore> Agent<S> {
             capabilities,
             beat: Arc::new(heartbeat::Beat::new(
                 clock::Stamper::new(clock::PeerClocks::new(
-                    settings.heartbeat_interval / 2,
-                    CLOCK_VOTE_WINDOW,
+                    millis(settings.heartbeat_interval / 2),
+                    millis(CLOCK_VOTE_WINDOW),
                 )),
                 capabilities.retries_appends,
             )),
             beater: None,
             slow: slow::Slow::from_env().map_err(AgentError::Setting)?,
             own_nodes: settings.nodes.iter().map(|n| n.name.clone()).collect(),
-            store_failed: None,
             shutting_down: false,
             identity_dirty: true,
             summary: RunSummary::default(),
-            freeze_after_reconcile: BTreeSet::new(),
             vrrp: None,
             vrrp_state: None,
             local: None,
@@ -106,12 +110,8 @@ impl<S: AgentStore> Agent<S> {
         agent.follow().map_err(AgentError::Log)?;
         agent.snapshot_events = agent.view().events_applied();
         let own = agent.own_nodes.clone();
-        let until = Instant::now() + agent.heartbeat_interval * 3;
-        agent.beat.stamper().peers.baseline(
-            agent.drivers.first().expect("the agent runs at least one node").view(),
-            &own,
-            until,
-        );
+        let until = clock::monotonic_ms(Instant::now() + agent.heartbeat_interval * 3);
+        agent.beat.stamper().peers.baseline(agent.core.drivers()[0].view(), &own, until);
         agent.recaptures_seen = agent.view().recaptures();
         if let Some(follow) = settings.vrrp {
             agent.vrrp = Some(follow.reports);
@@ -134,7 +134,7 @@ impl<S: AgentStore> Agent<S> {
         let wanted = (self.pools)().map_err(AgentError::Pools)?;
         if let Some(reason) = self.store.refusal() {
             error!(%reason, "refusing the store: appending nothing, never acting");
-            self.store_failed = Some(reason);
+            self.core.fail(reason);
         } else {
             let wanted = if self.capabilities.shared_log {
                 let deleted: BTreeSet<String> = self
@@ -159,11 +159,11 @@ impl<S: AgentStore> Agent<S> {
             self.apply_pools(&wanted).map_err(AgentError::Pools)?;
             // No step before keepalived's state is known.
             self.vrrp_settle().await;
-            for driver in &self.drivers {
+            for driver in self.core.drivers() {
                 self.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
             }
         }
-        if self.store_failed.is_some() {
+        if self.core.failed().is_some() {
             self.beat.stop();
         }
         // Heartbeats from now on go out on their own thread, whatever a step is doing: the first

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tenure_core::agent::{HeadWanted, Planned};
 use tenure_core::driver::{NodeDriver, Requeued};
 use tenure_core::federation::Federation;
 use tenure_core::journal::JournalStore as _;
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::super::{AgentStore, HeadUnconfirmed};
-use super::{Agent, HEAD_CONFIRM_BOUND_DEFAULT, wall_clock_ms};
+use super::{Agent, HEAD_CONFIRM_BOUND_DEFAULT};
 
 /// Addresses (of each of the planner's two walks) one step of a requeue pass re-plans per node
 /// ([`NodeDriver::requeue`]): a pass over a million addresses is a thousand short steps, with
@@ -23,13 +24,13 @@ impl<S: AgentStore> Agent<S> {
     /// Follows the log to its head with every node's driver. A log that cannot be read makes the
     /// agent unhealthy: it does not act until it can read the head again.
     pub(super) fn follow(&mut self) -> Result<(), String> {
-        if self.store_failed.is_none()
+        if self.core.failed().is_none()
             && let Some(reason) = self.store.refusal()
         {
             error!(%reason, "refusing the store from now on: never acting until restarted");
-            self.store_failed = Some(reason);
+            self.core.fail(reason);
         }
-        for index in 0..self.drivers.len() {
+        for index in 0..self.core.drivers().len() {
             let mut followed = self.follow_node(index);
             // A node whose next record was compacted away (the watch fell behind an etcd
             // compaction) starts again from the store's newest snapshot.
@@ -48,11 +49,11 @@ impl<S: AgentStore> Agent<S> {
         }
         self.unhealthy = None;
         self.beat.stamper().peers.observe(
-            self.drivers.first().expect("the agent runs at least one node").view(),
+            self.core.drivers()[0].view(),
             &self.own_nodes,
-            Instant::now(),
+            super::clock::monotonic_ms(Instant::now()),
         );
-        if let Some(upto) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() {
+        if let Some(upto) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
         self.after_follow();
@@ -64,9 +65,9 @@ impl<S: AgentStore> Agent<S> {
     /// ([`NodeDriver::follow_recording`]: the one place the two are kept together).
     fn follow_node(&mut self, index: usize) -> Result<usize, LogError> {
         if index == 0 {
-            self.drivers[0].follow_recording(&self.log, &mut self.history)
+            self.core.drivers_mut()[0].follow_recording(&self.log, &mut self.history)
         } else {
-            self.drivers[index].follow(&self.log)
+            self.core.drivers_mut()[index].follow(&self.log)
         }
     }
 
@@ -74,7 +75,7 @@ impl<S: AgentStore> Agent<S> {
     /// not applied that far (at start, or after a compaction it fell behind).
     pub(super) fn restore_snapshot(&mut self) -> Result<(), String> {
         let Some((index, bytes)) = self.store.snapshot() else { return Ok(()) };
-        for (position, driver) in self.drivers.iter_mut().enumerate() {
+        for (position, driver) in self.core.drivers_mut().iter_mut().enumerate() {
             if driver.applied_index().is_some_and(|applied| applied >= index) {
                 continue;
             }
@@ -99,14 +100,18 @@ impl<S: AgentStore> Agent<S> {
     pub(super) fn maybe_snapshot(&mut self) {
         let Some(every) = self.capabilities.snapshot_every else { return };
         let events = self.view().events_applied();
-        if events < self.snapshot_events.saturating_add(every) || self.store_failed.is_some() {
+        if events < self.snapshot_events.saturating_add(every) || self.core.failed().is_some() {
             return;
         }
-        let Some(applied) = self.drivers.iter().map(NodeDriver::applied_index).min().flatten() else {
+        let Some(applied) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() else {
             return;
         };
-        let driver =
-            self.drivers.iter().find(|d| d.applied_index() == Some(applied)).expect("the min is one of them");
+        let driver = self
+            .core
+            .drivers()
+            .iter()
+            .find(|d| d.applied_index() == Some(applied))
+            .expect("the min is one of them");
         let bytes = driver.view().snapshot();
         let size = bytes.len();
         self.snapshot_events = events;
@@ -118,34 +123,20 @@ impl<S: AgentStore> Agent<S> {
 
     /// The view all nodes share (they follow the same log).
     pub(super) fn view(&self) -> &Federation {
-        self.drivers.first().expect("the agent runs at least one node").view()
+        self.core.drivers()[0].view()
     }
 
-    /// The `at` of a new event ([`clock::Stamper::stamp`]; the heartbeat thread stamps with the
+    /// The `at` of a new event ([`super::clock::stamp`]; the heartbeat thread stamps with the
     /// same stamper).
     pub(super) fn stamp(&mut self) -> u64 {
-        self.beat.stamper().stamp(wall_clock_ms(), Instant::now())
+        super::clock::stamp(&mut self.beat.stamper())
     }
 
     /// Begins a requeue pass on every node that has none under way (the requeue interval came
     /// round); [`Self::step`] takes its slices.
     pub(super) fn begin_requeue(&mut self) {
-        for driver in &mut self.drivers {
-            driver.begin_requeue();
-        }
-        self.requeue_pass = self.planning_left();
-    }
-
-    /// Whether planning is left for the loop to come back for at once: a node has a pass under
-    /// way or positions to plan, and the journal has not failed (then nothing is planned).
-    fn planning_left(&self) -> bool {
-        self.store_failed.is_none() && self.drivers.iter().any(NodeDriver::requeue_under_way)
-    }
-
-    /// Whether a node has a requeue pass under way (changed positions waiting aside): the
-    /// requeue interval runs from the end of a pass.
-    pub(super) fn pass_under_way(&self) -> bool {
-        self.drivers.iter().any(NodeDriver::pass_under_way)
+        self.core.begin_requeue();
+        self.requeue_pass = self.core.planning_left();
     }
 
     /// One step: append, follow, reconcile, gate, call. A node plans when its view changed what
@@ -168,61 +159,13 @@ impl<S: AgentStore> Agent<S> {
         if self.follow().is_err() {
             return;
         }
-        for index in 0..self.drivers.len() {
-            // A failed journal plans nothing more (the loop would come back for it at once).
-            if self.store_failed.is_some() {
-                break;
-            }
-            // A node frozen by the test hook plans whole first (what it then keeps is its plan).
-            let whole = self.freeze_after_reconcile.contains(&index);
-            let driver = &mut self.drivers[index];
-            if !whole && !driver.step_due() {
-                continue;
-            }
-            let started = Instant::now();
-            let reconciled = if whole {
-                driver.reconcile().map(|r| r.map(|report| Requeued { report, done: true }))
-            } else {
-                driver.requeue(REQUEUE_SLICE)
-            };
-            let mut done = false;
-            match reconciled {
-                Ok(Ok(Requeued { report, done: ended })) => {
-                    done = ended;
-                    super::super::approval::log_waiting(driver, &report.imported);
-                    if !report.swept.is_empty() {
-                        info!(
-                            node = driver.name(),
-                            fenced = report.swept.len(),
-                            "sweep fenced stale entries"
-                        );
-                    }
-                    for key in &report.counted {
-                        warn!(
-                            node = driver.name(),
-                            key,
-                            "an acquire whose outcome is unknown went stale: counted as held, its release is planned"
-                        );
-                    }
-                }
-                Ok(Err(blocked)) => debug!(node = driver.name(), "reconcile: {}", blocked.as_str()),
-                Err(e) => self.journal_failed(index, &e),
-            }
+        let started = Instant::now();
+        let planned = self.core.plan(REQUEUE_SLICE);
+        if !planned.is_empty() {
             self.observer.reconcile(started.elapsed());
-            // Promotion reads every pending entry: at the end of a pass, and when the view moved
-            // since the last one while entries are pending (an approval is not held up by a long
-            // pass; a slice imports what the view already approved as approved, and the pass's
-            // first slice sweeps, which promotes).
-            let promote = done || self.drivers[index].promotion_due();
-            if promote && let Err(e) = self.drivers[index].start_execution() {
-                self.journal_failed(index, &e);
-            }
         }
-        self.requeue_pass = self.planning_left();
-        for index in std::mem::take(&mut self.freeze_after_reconcile) {
-            self.drivers[index].pause();
-            warn!(node = self.drivers[index].name(), "frozen: no heartbeats, no reconcile, no calls");
-        }
+        self.log_planned(planned);
+        self.requeue_pass = self.core.planning_left();
         // The reconcile may have queued results the log has not confirmed yet.
         self.flush_appends();
         if self.follow().is_err() || self.shutting_down {
@@ -231,11 +174,11 @@ impl<S: AgentStore> Agent<S> {
         }
         // What that follow named (a hold that ended, a change) is planned without waiting for
         // the loop's next wake-up.
-        self.requeue_pass = self.planning_left();
+        self.requeue_pass = self.core.planning_left();
         // The addresses under VRRP authority as the view now has them, before any add of them
         // starts.
         self.withdraw_if_due();
-        if !self.start_calls_at_confirmed_head(0..self.drivers.len()) {
+        if !self.start_calls_at_confirmed_head(0..self.core.drivers().len()) {
             self.record_highest_token();
             return;
         }
@@ -256,14 +199,14 @@ impl<S: AgentStore> Agent<S> {
     /// confirmed first ([`Self::confirm_head`]), then their ready actions are gated and called.
     /// `false`: the head could not be confirmed and nothing was called.
     pub(super) fn start_calls_at_confirmed_head(&mut self, nodes: std::ops::Range<usize>) -> bool {
-        if self.drivers[nodes.clone()].iter().any(NodeDriver::has_ready_actions) {
-            if !self.confirm_head(true) {
-                return false;
-            }
-        } else if self.head_failure.is_some() && self.store_failed.is_none() {
+        match self.core.head_wanted(self.head_failure.is_some()) {
+            Some(HeadWanted::BeforeCalls) if !self.confirm_head(true) => return false,
             // Nothing to call, but health still says fail-closed: confirm again so that it clears
             // once etcd answers (only while failed: a quiet agent reads nothing).
-            self.confirm_head(false);
+            Some(HeadWanted::ToClear) => {
+                self.confirm_head(false);
+            }
+            Some(HeadWanted::BeforeCalls) | None => {}
         }
         for index in nodes {
             self.start_calls(index);
@@ -311,21 +254,54 @@ impl<S: AgentStore> Agent<S> {
                 self.counters.head_unconfirmed += u64::from(before_calls);
                 error!(%reason, "not acting until restarted");
                 self.head_failure = None;
-                self.store_failed.get_or_insert(reason);
+                self.core.fail(reason);
                 false
             }
         }
     }
 
     pub(super) fn journal_failed<E: std::error::Error>(&mut self, index: usize, error: &E) {
-        let reason = format!("node `{}`: journal: {error}", self.drivers[index].name());
+        let reason = self.core.journal_failed(index, error);
         error!(%reason, "not acting");
-        self.store_failed.get_or_insert(reason);
+    }
+
+    /// Logs what a step's planning did ([`AgentCore::plan`](tenure_core::agent::AgentCore::plan)).
+    fn log_planned(&self, planned: Vec<(usize, Planned)>) {
+        for (index, planned) in planned {
+            let driver = &self.core.drivers()[index];
+            match planned {
+                Planned::Planned(Requeued { report, .. }) => {
+                    super::super::approval::log_waiting(driver, &report.imported);
+                    if !report.swept.is_empty() {
+                        info!(
+                            node = driver.name(),
+                            fenced = report.swept.len(),
+                            "sweep fenced stale entries"
+                        );
+                    }
+                    for key in &report.counted {
+                        warn!(
+                            node = driver.name(),
+                            key,
+                            "an acquire whose outcome is unknown went stale: counted as held, its release is planned"
+                        );
+                    }
+                }
+                Planned::Blocked(blocked) => debug!(node = driver.name(), "reconcile: {}", blocked.as_str()),
+                Planned::Failed => {
+                    error!(reason = self.core.failed().unwrap_or_default(), "not acting");
+                }
+                Planned::Frozen => {
+                    warn!(node = driver.name(), "frozen: no heartbeats, no reconcile, no calls")
+                }
+            }
+        }
     }
 
     /// Tells the heartbeat thread the loop turned: which nodes beat (not a frozen one).
     pub(super) fn turned(&self) {
-        let nodes = self.drivers.iter().filter(|d| !d.is_paused()).map(|d| d.name().to_owned()).collect();
+        let nodes =
+            self.core.drivers().iter().filter(|d| !d.is_paused()).map(|d| d.name().to_owned()).collect();
         self.beat.turned(nodes);
     }
 
@@ -346,8 +322,8 @@ impl<S: AgentStore> Agent<S> {
     /// The end of a run: results recorded, journals synced, identity written.
     pub(super) fn finish(&mut self) {
         self.flush_appends();
-        for index in 0..self.drivers.len() {
-            if let Err(e) = self.drivers[index].engine_mut().store_mut().sync() {
+        for index in 0..self.core.drivers().len() {
+            if let Err(e) = self.core.drivers_mut()[index].engine_mut().store_mut().sync() {
                 self.journal_failed(index, &e);
             }
         }

@@ -97,7 +97,7 @@ impl<S: AgentStore> Agent<S> {
 
     /// The VRRP state the log recorded for this agent's (first) node.
     fn recorded_vrrp(&self) -> Option<VrrpState> {
-        let name = self.drivers.first().map(|d| d.name().to_owned()).unwrap_or_default();
+        let name = self.core.drivers()[0].name().to_owned();
         self.view().nodes().iter().find(|n| n.spec.name == name).and_then(|n| n.vrrp)
     }
 
@@ -121,7 +121,7 @@ impl<S: AgentStore> Agent<S> {
         self.refresh.burst = state == VrrpState::Master && self.vrrp_state.is_some();
         self.vrrp_state = Some(state);
         self.queued.retain(|e| !matches!(e, EventKind::Vrrp { .. }));
-        for driver in &self.drivers {
+        for driver in self.core.drivers() {
             self.queued.push(EventKind::Vrrp { node: driver.name().to_owned(), state });
         }
         true

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use tenure_core::agent::WITHDRAWN;
 use tenure_core::model::{Authority, StampedAction, VerbFamily};
 use tokio::sync::{mpsc, watch};
-use tracing::warn;
+use tracing::{error, warn};
 
 use super::super::AgentStore;
 use super::super::authority::{
@@ -20,9 +21,6 @@ use super::Agent;
 
 /// Most withdrawal reports waiting for the loop.
 const WITHDRAWALS_QUEUED_MAX: usize = 16;
-
-/// What a release made on the host's own authority says in the journal and the log.
-const WITHDRAWN: &str = "withdrawn locally: keepalived says this host is not VRRP master";
 
 /// The loop's side of the local withdrawal.
 pub(super) struct Local {
@@ -104,12 +102,8 @@ impl<S: AgentStore> Agent<S> {
         if !local.authority.is_demoted() {
             return;
         }
-        let due = self.drivers.iter().any(|driver| {
-            driver.engine().captured().keys().any(|(provider, address)| {
-                local.providers.contains(&**provider)
-                    && wanted.get(&**provider).is_some_and(|a| a.contains(address))
-                    && !driver.engine().call_in_flight(provider, *address)
-            })
+        let due = self.core.captured_without_call(|provider, address| {
+            local.providers.contains(provider) && wanted.get(provider).is_some_and(|a| a.contains(&address))
         });
         if due {
             local.authority.withdraw_again();
@@ -130,23 +124,10 @@ impl<S: AgentStore> Agent<S> {
         if self.local.as_ref().is_some_and(|l| !l.authority.is_demoted()) {
             return false;
         }
-        let mut recorded = 0;
-        for index in 0..self.drivers.len() {
-            let captured: Vec<IpAddr> = self.drivers[index]
-                .engine()
-                .captured()
-                .keys()
-                .filter(|(provider, address)| {
-                    **provider == *done.provider && done.addresses.contains(address)
-                })
-                .map(|(_, address)| *address)
-                .collect();
-            for address in captured {
-                match self.drivers[index].record_local_release(&done.provider, address, WITHDRAWN) {
-                    Ok(keys) => recorded += keys.len(),
-                    Err(e) => self.journal_failed(index, &e),
-                }
-            }
+        let asked: BTreeSet<IpAddr> = done.addresses.iter().copied().collect();
+        let recorded = self.core.record_withdrawal(&done.provider, &asked);
+        if let Some(reason) = self.core.failed() {
+            error!(reason, "not acting");
         }
         if recorded > 0 {
             warn!(provider = %done.provider, releases = recorded, "{WITHDRAWN}: journaled as executed releases");
