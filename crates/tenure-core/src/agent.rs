@@ -182,12 +182,15 @@ impl<J: JournalStore> AgentCore<J> {
         planned
     }
 
-    /// Whether the shell must confirm the log head now, and why; `None`: it need not.
+    /// Whether the shell must confirm the log head now, and why; `None`: it need not (nothing to
+    /// call and no failing confirmation to clear, or the agent failed: it calls nothing more).
     #[must_use]
     pub fn head_wanted(&self, head_failing: bool) -> Option<HeadWanted> {
-        if self.drivers.iter().any(NodeDriver::has_ready_actions) {
+        if self.failed.is_some() {
+            None
+        } else if self.drivers.iter().any(NodeDriver::has_ready_actions) {
             Some(HeadWanted::BeforeCalls)
-        } else if head_failing && self.failed.is_none() {
+        } else if head_failing {
             Some(HeadWanted::ToClear)
         } else {
             None

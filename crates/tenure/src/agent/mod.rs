@@ -26,8 +26,9 @@
 //!   implement), [`Settings`], [`ProviderExecutor`].
 //! - [`runner`] — the loop: [`runner::run`] (its `select!`); beside it in `runner/`: `start.rs`
 //!   (the agent built, the run begun), `step.rs` (one step: follow, reconcile, confirm the head,
-//!   gate and call), and its halves of the rules: `appends.rs` (commits, the kept batch, pool files applied), `calls.rs` (gated
-//!   batches spawned, results recorded), `clock.rs` (the stamper and the clock-lead rule),
+//!   gate and call, the rules of which are the core's `tenure_core::agent::AgentCore`, the one
+//!   the simulator runs too), and its halves of the rules: `appends.rs` (commits, the kept batch, pool files applied), `calls.rs` (gated
+//!   batches spawned, results recorded), `clock.rs` (this host's clocks for the core's clock-lead rule),
 //!   `heartbeat.rs` (heartbeats on their own thread),
 //!   `inventory.rs` (inventory reads), `refresh.rs` (repeated announcements), `requests.rs` (its
 //!   answers to requests), `slow.rs` (test hooks that slow the loop), `stale.rs` (calls whose

@@ -1,0 +1,234 @@
+//! The agent's core ([`AgentCore`]): the rules of a step that `tenure agent` and the simulator
+//! both run — which nodes plan and how much, promotion, the sticky failure, when the head must be
+//! confirmed, gating, results, and the journaling of a local withdrawal.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use tenure_core::agent::{AgentCore, CallOutcome, HeadWanted, Planned, WITHDRAWN};
+use tenure_core::driver::{DriverOptions, NodeDriver};
+use tenure_core::federation::Federation;
+use tenure_core::journal::{DurableNodeState, EntryState, JournalChange, JournalStore, MemoryJournalStore};
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::log_store::{Log, MemoryLog};
+use tenure_core::model::{
+    Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, Verb,
+};
+use tenure_core::node::NodeEngine;
+
+/// A memory store whose commits fail once `failing` is set (a test double of a disk that fails).
+#[derive(Debug, Default)]
+struct FlakyStore {
+    inner: MemoryJournalStore,
+    failing: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("disk full")]
+struct DiskFull;
+
+impl JournalStore for FlakyStore {
+    type Error = DiskFull;
+    fn load(&self) -> Result<DurableNodeState, DiskFull> {
+        Ok(self.inner.load().expect("memory"))
+    }
+    fn commit(&mut self, change: &JournalChange) -> Result<(), DiskFull> {
+        if self.failing {
+            return Err(DiskFull);
+        }
+        self.inner.commit(change).expect("memory");
+        Ok(())
+    }
+    fn sync(&mut self) -> Result<(), DiskFull> {
+        if self.failing { Err(DiskFull) } else { Ok(()) }
+    }
+}
+
+const PROVIDER: &str = "sim1";
+
+fn node() -> NodeSpec {
+    NodeSpec {
+        name: "a".into(),
+        provider: PROVIDER.into(),
+        placement_group: "g1".into(),
+        priority: 0,
+        nic: "eni-a".into(),
+        capacity: None,
+    }
+}
+
+fn addresses() -> Vec<IpAddr> {
+    (1..=4).map(|i| format!("10.0.0.{i}").parse().expect("address")).collect()
+}
+
+fn log_with_pool() -> MemoryLog {
+    let spec = PoolSpec {
+        name: "edge".into(),
+        addresses: addresses(),
+        provider: PROVIDER.into(),
+        placement_group: "g1".into(),
+        members: vec!["a".into()],
+        authority: Authority::None,
+        approval: Approval::Auto,
+        deprovision_hold_ms: 0,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 0,
+        epoch_locking: true,
+        prefer_nodes: vec![],
+        preempt: false,
+        auto_failover: true,
+    };
+    let mut log = MemoryLog::new();
+    log.append(&Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec) } }).expect("append");
+    log.append(&Event { at_ms: 10, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    log
+}
+
+/// An agent of one node `a` that followed a log with a pool of four addresses.
+fn core() -> (AgentCore<FlakyStore>, MemoryLog) {
+    let registry =
+        Federation::new(&[node()], &[ProviderSpec { name: PROVIDER.into(), kind: ProviderKind::SimCloud }]);
+    let engine = NodeEngine::open("a", FlakyStore::default()).expect("memory");
+    let mut core =
+        AgentCore::new(vec![NodeDriver::new(engine, registry, DriverOptions { report_results: true })]);
+    let log = log_with_pool();
+    core.drivers_mut()[0].follow(&log).expect("readable");
+    (core, log)
+}
+
+/// Plans slices of `slice` until a pass ends; returns how many steps it took.
+fn plan_to_the_end(core: &mut AgentCore<FlakyStore>, slice: usize) -> usize {
+    for steps in 1..=100 {
+        let planned = core.plan(slice);
+        assert!(planned.iter().all(|(_, p)| matches!(p, Planned::Planned(_))), "{planned:?}");
+        if !core.planning_left() {
+            return steps;
+        }
+    }
+    panic!("a pass of four addresses never ended");
+}
+
+fn verbs(actions: &[StampedAction]) -> Vec<Verb> {
+    actions.iter().map(|a| a.verb).collect()
+}
+
+#[test]
+fn a_due_node_plans_in_slices_promotes_and_wants_the_head_confirmed_before_its_calls() {
+    let (mut core, _log) = core();
+    assert_eq!(core.head_wanted(false), None, "nothing planned: nothing to confirm");
+    assert!(core.drivers()[0].step_due(), "a pool applied: a plan is due");
+    plan_to_the_end(&mut core, 1);
+    assert_eq!(core.plan(1).len(), 0, "nothing due any more: no node plans");
+    assert_eq!(core.head_wanted(false), Some(HeadWanted::BeforeCalls), "calls wait for a confirmed head");
+    let batch = core.poll_calls(0, 16, None);
+    assert_eq!(verbs(&batch), vec![Verb::AssignSecondaryIp; 4]);
+    assert_eq!(core.head_wanted(false), None, "every address has its call in flight");
+}
+
+#[test]
+fn a_journal_that_fails_a_plan_fails_the_agent() {
+    let (mut core, _log) = core();
+    core.drivers_mut()[0].engine_mut().store_mut().failing = true;
+    let planned = core.plan(1024);
+    assert!(planned.iter().any(|(node, p)| *node == 0 && matches!(p, Planned::Failed)), "{planned:?}");
+    assert_eq!(core.failed(), Some("node `a`: journal: journal store: disk full"));
+    assert!(!core.fail("another reason".into()), "the first reason stays");
+    assert_eq!(core.failed(), Some("node `a`: journal: journal store: disk full"));
+}
+
+#[test]
+fn a_failed_journal_gates_and_plans_nothing_more_even_once_the_disk_recovers() {
+    let (mut core, _log) = core();
+    plan_to_the_end(&mut core, 1024);
+    core.drivers_mut()[0].engine_mut().store_mut().failing = true;
+    assert!(core.poll_calls(0, 16, None).is_empty(), "the gate's sync failed: nothing is called");
+    assert_eq!(core.failed(), Some("node `a`: journal: journal store: disk full"));
+    // The disk recovers; the agent does not, until restarted (a failed commit poisons the store).
+    core.drivers_mut()[0].engine_mut().store_mut().failing = false;
+    assert!(core.poll_calls(0, 16, None).is_empty(), "a failed agent calls nothing");
+    core.begin_requeue();
+    assert!(core.plan(1024).is_empty(), "nor plans anything");
+    assert!(!core.planning_left(), "and the loop does not come back for planning");
+    assert_eq!(core.head_wanted(true), None, "nor confirms a head for the actions it still has ready");
+}
+
+#[test]
+fn a_failed_agent_with_nothing_to_call_confirms_no_head() {
+    let (mut core, _log) = core();
+    core.fail("the log went back".into());
+    assert_eq!(core.head_wanted(true), None, "a failed agent does not clear its health by a confirmation");
+}
+
+#[test]
+fn a_failing_head_confirmation_is_asked_again_to_clear_with_nothing_to_call() {
+    let (core, _log) = core();
+    assert_eq!(core.head_wanted(true), Some(HeadWanted::ToClear));
+    assert_eq!(core.head_wanted(false), None);
+}
+
+#[test]
+fn a_node_frozen_after_its_plan_plans_whole_then_freezes() {
+    let (mut core, _log) = core();
+    core.freeze_after_plan(0);
+    let planned = core.plan(1);
+    match &planned[..] {
+        [(0, Planned::Planned(requeued)), (0, Planned::Frozen)] => {
+            assert!(requeued.done, "a whole plan, not a slice of one");
+            assert_eq!(requeued.report.imported.len(), 8, "two verbs for each of four addresses");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(core.drivers()[0].is_paused());
+    assert!(core.plan(1).is_empty(), "frozen: it plans nothing");
+}
+
+#[test]
+fn results_are_recorded_and_one_for_a_call_not_in_flight_is_ignored() {
+    let (mut core, _log) = core();
+    plan_to_the_end(&mut core, 1024);
+    let batch = core.poll_calls(0, 16, None);
+    let key = &batch[0].idempotency_key;
+    let executed = CallOutcome::Result { outcome: ActionOutcome::Executed, detail: "ok".into() };
+    assert_eq!(core.handle_result(0, key, executed.clone()), Ok(true));
+    assert_eq!(core.handle_result(0, key, executed), Ok(false), "a duplicate is ignored");
+    let in_doubt = CallOutcome::InDoubt { reason: "deadline passed" };
+    assert_eq!(core.handle_result(0, &batch[1].idempotency_key, in_doubt), Ok(true));
+    assert!(core.failed().is_none());
+}
+
+#[test]
+fn a_local_withdrawal_journals_each_capture_withdrawn_as_an_executed_release() {
+    let (mut core, _log) = core();
+    plan_to_the_end(&mut core, 1024);
+    let batch = core.poll_calls(0, 16, None);
+    let first = batch[0].address;
+    // The first address's acquire executed (captured); the three others are in flight.
+    let executed = CallOutcome::Result { outcome: ActionOutcome::Executed, detail: "ok".into() };
+    core.handle_result(0, &batch[0].idempotency_key, executed.clone()).expect("recorded");
+    let all: BTreeSet<IpAddr> = addresses().into_iter().collect();
+    assert!(!core.captured_without_call(|p, a| p == PROVIDER && a != first), "no other capture yet");
+    assert!(core.captured_without_call(|p, a| p == PROVIDER && a == first));
+    // Its second verb goes out: captured, with a call in flight. A withdrawal records nothing for
+    // it (the withdrawal goes round again once that call landed).
+    let second = core.poll_calls(0, 16, None);
+    assert_eq!(second.iter().map(|a| a.address).collect::<Vec<_>>(), vec![first]);
+    assert!(!core.captured_without_call(|p, _| p == PROVIDER), "its call is in flight");
+    assert_eq!(core.record_withdrawal(PROVIDER, &all), 0);
+    core.handle_result(0, &second[0].idempotency_key, executed).expect("recorded");
+    assert!(core.captured_without_call(|p, a| p == PROVIDER && a == first), "the call landed");
+    assert_eq!(core.record_withdrawal("another", &all), 0, "another provider's withdrawal records nothing");
+    assert_eq!(
+        core.record_withdrawal(PROVIDER, &all),
+        2,
+        "the one capture without a call in flight: both verbs of its release"
+    );
+    assert!(!core.captured_without_call(|p, _| p == PROVIDER), "nothing captured is left without a call");
+    let released = core.drivers()[0]
+        .engine()
+        .entries()
+        .filter(|e| e.action.address == first && !e.action.verb.is_acquire())
+        .filter(|e| e.state == EntryState::Executed && e.detail.as_deref() == Some(WITHDRAWN))
+        .count();
+    assert_eq!(released, 2, "an executed release that says why");
+    assert!(core.failed().is_none());
+}
