@@ -15,6 +15,9 @@
 //! heartbeat thread, and each simulated node).
 
 pub mod clock;
+mod step;
+
+pub use step::{Step, StepOp};
 
 use std::collections::BTreeSet;
 
@@ -57,6 +60,8 @@ pub struct AgentCore<J: JournalStore> {
     failed: Option<String>,
     /// Nodes to freeze right after their next plan (a test hook).
     freeze_after_plan: BTreeSet<usize>,
+    /// The step under way, if one is ([`Self::begin_step`]).
+    step: Option<step::StepState>,
 }
 
 impl<J: JournalStore> AgentCore<J> {
@@ -68,7 +73,7 @@ impl<J: JournalStore> AgentCore<J> {
     #[must_use]
     pub fn new(drivers: Vec<NodeDriver<J>>) -> Self {
         assert!(!drivers.is_empty(), "an agent runs at least one node");
-        Self { drivers, failed: None, freeze_after_plan: BTreeSet::new() }
+        Self { drivers, failed: None, freeze_after_plan: BTreeSet::new(), step: None }
     }
 
     /// The nodes' drivers, in the agent's order.

@@ -496,13 +496,9 @@ impl World {
         let roll = self.rng.random_range(0..100);
         match roll {
             0..30 => self.tick(),
-            30..52 => {
+            30..74 => {
                 let node = self.random_node();
-                self.reconcile(node);
-            }
-            52..74 => {
-                let node = self.random_node();
-                self.execute(node);
+                self.advance(node);
             }
             74..82 => {
                 let (_, address) = self.random_address();

@@ -129,7 +129,9 @@ fn onprem_with_vrrp_authority_answers_from_two_hosts_only_through_a_frozen_one()
     assert!(kinds(&reports).is_subset(&limit), "only the predicted limit: {:?}", kinds(&reports));
     assert!(reports.iter().all(|r| !r.failed()));
     // The limit is shown: pinned seeds in which a frozen host answers beside the new holder.
-    for seed in [22, 24] {
+    // (Since the simulator runs the agent's step from its core, `AgentCore::poll_step`, such
+    // seeds are rarer: 3 in the first 322, where 22 and 24 were before.)
+    for seed in [93, 304] {
         let pinned = sweep(&config(Mode::Onprem), seed..seed + 1);
         assert_eq!(kinds(&pinned), limit, "seed {seed}: a frozen host's answer, and nothing else");
         assert!(pinned.iter().all(|r| !r.failed()), "seed {seed}");
@@ -180,8 +182,8 @@ const PINNED: &[(Mode, u64, &str)] = &[
 /// older snapshot). Every node's store checks the log against its anchor with the fleet store's
 /// own check (`tenure_core::anchor`) and refuses it; nothing acts on the shorter log, and after
 /// the operator's recovery the fleet converges. With the check off (the safety issue's fix
-/// reverted), nodes act on a log that is not the head's: cloud seed 3 and onprem seed 2 make
-/// stale calls.
+/// reverted), nodes act on a log that is not the head's: cloud seed 0 and onprem seed 5 make
+/// stale calls (cloud 3 and onprem 2 before the simulator ran the agent's step from its core).
 /// `TENURE_SIM_ROLLBACK_SEEDS=N` scales the sweep (default 300 per mode).
 #[test]
 fn a_log_that_went_back_is_refused_by_every_node() {
@@ -195,7 +197,7 @@ fn a_log_that_went_back_is_refused_by_every_node() {
         let refusals: u64 = reports.iter().map(|r| r.refusals).sum();
         assert!(rollbacks > 0 && refusals > 0, "{mode}: {rollbacks} rollbacks, {refusals} refusals");
         let unchecked = SimConfig { check_anchor: false, ..config };
-        let seed = if mode == Mode::Cloud { 3 } else { 2 };
+        let seed = if mode == Mode::Cloud { 0 } else { 5 };
         let r = run_seed(seed, &unchecked);
         assert!(r.rollbacks > 0, "{mode} seed {seed}: the log went back");
         assert!(

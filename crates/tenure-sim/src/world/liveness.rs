@@ -38,8 +38,7 @@ impl World {
             }
             self.approve_pending();
             for node in 0..self.nodes.len() {
-                self.reconcile(node);
-                self.execute(node);
+                self.whole_step(node);
             }
             let addresses: Vec<IpAddr> =
                 self.topology.pools.iter().flat_map(|p| p.addresses.iter().copied()).collect();

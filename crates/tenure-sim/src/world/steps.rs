@@ -4,14 +4,16 @@
 //! (docs/simulation.md, "How a node is driven").
 
 use rand::Rng;
-use tenure_core::agent::Planned;
+use tenure_core::agent::{Planned, Step, StepOp};
 use tenure_core::log::Event;
+use tenure_core::model::VrrpState;
 
 use super::{
     FOLLOW_BATCH_DRAW_MAX, GATE_BATCH_DRAW_MAX, HEARTBEAT_INTERVAL_MS, LAGGING_RECONCILE_CHANCE,
     REQUEUE_CHANCE, World,
 };
 use crate::checker::{self, ViolationKind};
+use crate::topology::PROVIDER;
 
 impl World {
     /// Follows the log with the node's driver (the agent's `follow`), reading a random number of
@@ -86,59 +88,102 @@ impl World {
         }
     }
 
-    /// The agent's reconcile: follow (perhaps only part of the way: a lagging replica), then plan
-    /// when the driver says a plan is due or the requeue interval came round.
-    pub(super) fn reconcile(&mut self, node: usize) {
-        if self.nodes[node].cut_off() || self.nodes[node].driver().is_paused() || self.refused(node) {
+    /// Advances the node's agent step ([`AgentCore::poll_step`]: the order `tenure agent` takes)
+    /// to its next follow, beginning one when none is under way; the world moves between (other
+    /// nodes append, calls land, faults strike), as it does while an agent waits on its store. A
+    /// step's first part ends with the follow of its replica, its second with planning, its
+    /// appends and a second follow; its last confirms the head (a head read) and calls. A node
+    /// that is frozen, cut off from the log or refused takes no step (one under way waits).
+    pub(super) fn advance(&mut self, node: usize) {
+        let n = &self.nodes[node];
+        if n.cut_off() || n.driver().is_paused() || self.refused(node) {
             return;
         }
-        let lagging = self.rng.random_bool(LAGGING_RECONCILE_CHANCE);
-        // The watch's replica: no head read before a plan.
-        self.follow(node, lagging, false);
-        if self.refused(node) {
-            return;
+        if !self.nodes[node].core.step_under_way() {
+            let positions: usize = self.topology.pools.iter().map(|p| p.addresses.len()).sum();
+            // A pass takes 1 to 4 slices (as the agent's slices of 1,024 over a map of up to
+            // 4,096 addresses), their number taken from the log's length, not the seed's draws.
+            let slice = positions.div_ceil(1 + self.log.len() % 4).max(1);
+            self.nodes[node].core.begin_step(Step { slice, calls: true, head_failing: false });
         }
+        while let Some(op) = self.nodes[node].core.poll_step() {
+            match op {
+                // The outbox of results: what the log has not confirmed is reported again.
+                StepOp::Append => self.drain_outbox(node),
+                StepOp::Withdraw => self.withdraw_if_due(node),
+                StepOp::Follow => {
+                    // The watch's replica: no head read; it may lag.
+                    let lagging = self.rng.random_bool(LAGGING_RECONCILE_CHANCE);
+                    self.follow(node, lagging, false);
+                    let ok = !self.refused(node);
+                    self.nodes[node].core.followed(ok);
+                    if ok {
+                        self.after_step_follow(node);
+                    }
+                    return;
+                }
+                StepOp::Planned(planned) => debug_assert!(
+                    planned.iter().all(|(_, p)| matches!(p, Planned::Planned(_))),
+                    "an acting node plans: {planned:?}"
+                ),
+                StepOp::ConfirmHead(_) => {
+                    self.follow(node, false, true);
+                    let ok = !self.refused(node);
+                    self.nodes[node].core.head_confirmed(ok);
+                }
+                StepOp::Call => {
+                    // The agent spawns every call of its pass before it handles any result: what
+                    // takes no time lands once the pass went out.
+                    self.issuing = Some(Vec::new());
+                    self.execute_polled(node);
+                    self.land_issued();
+                    // Then, as the agent's refresh timer (`runner/refresh.rs`): its own head
+                    // confirmation (no head was confirmed when nothing was ready to call), then
+                    // the announcements repeated.
+                    self.follow(node, false, true);
+                    if !self.refused(node) {
+                        self.issuing = Some(Vec::new());
+                        self.refresh(node);
+                        self.land_issued();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the node's step under way to its end, or a whole new one (the liveness phase).
+    pub(super) fn whole_step(&mut self, node: usize) {
+        for _ in 0..3 {
+            self.advance(node);
+            if !self.nodes[node].core.step_under_way() {
+                return;
+            }
+        }
+    }
+
+    /// After a step's follow: the requeue interval may come round (a node plans when its driver
+    /// says a plan is due, or with [`REQUEUE_CHANCE`] anyway); and at the head, with nothing left
+    /// to plan, a hand-over it saw is planned — a missed re-plan (`reconcile_due` wrong) shows
+    /// here as a kept entry.
+    fn after_step_follow(&mut self, node: usize) {
         if self.rng.random_bool(REQUEUE_CHANCE) {
             self.nodes[node].core.begin_requeue();
         }
-        // The agent's step's planning, by the agent's core (`AgentCore::plan`): a due node plans
-        // a slice of a pass and promotes what its (possibly lagging) view shows approved; the
-        // gate before each call reads the head. A pass takes 1 to 4 slices (as the agent's slices
-        // of 1,024 over a map of up to 4,096 addresses), their number taken from the log's
-        // length, not the seed's draws.
-        let positions: usize = self.topology.pools.iter().map(|p| p.addresses.len()).sum();
-        let slice = positions.div_ceil(1 + self.log.len() % 4).max(1);
-        let planned = self.nodes[node].core.plan(slice);
-        debug_assert!(
-            planned.iter().all(|(_, p)| matches!(p, Planned::Planned(_))),
-            "an acting node plans: {planned:?}"
-        );
-        // At the head, planned now or (nothing due) before, no pass under way: a hand-over it
-        // saw is planned. A missed re-plan (`reconcile_due` wrong) shows here as a kept entry.
         let driver = self.nodes[node].driver();
         if self.applied(node) == self.log.len() && !driver.requeue_under_way() && !driver.reconcile_due() {
             self.check_kept_entries(node);
         }
-        // The outbox of results: what the log has not confirmed is reported again.
-        self.drain_outbox(node);
     }
 
-    /// The agent's calls: follow to the head (the agent confirms it first), gate what the last
-    /// reconcile promoted in batches, call; then the refreshes.
-    pub(super) fn execute(&mut self, node: usize) {
-        if self.nodes[node].cut_off() || self.nodes[node].driver().is_paused() || self.refused(node) {
-            return;
+    /// The agent's local withdrawal goes round again on a host keepalived demoted while the node
+    /// still records a capture with no call in flight (`runner/withdraw.rs`).
+    fn withdraw_if_due(&mut self, node: usize) {
+        if self.honours_vrrp_locally()
+            && self.local_vrrp(node) != VrrpState::Master
+            && self.nodes[node].core.captured_without_call(|provider, _| provider == PROVIDER)
+        {
+            self.withdraw(node);
         }
-        self.follow(node, false, true);
-        if self.refused(node) {
-            return;
-        }
-        // The agent spawns every call of its pass (all batches, then the refreshes) before it
-        // handles any result: what takes no time lands once the pass went out.
-        self.issuing = Some(Vec::new());
-        self.execute_polled(node);
-        self.refresh(node);
-        self.land_issued();
     }
 
     /// Gates the node's ready actions in batches of a random size and calls them: a normal pass,
@@ -207,6 +252,7 @@ impl World {
             n.driver_mut().engine_mut().store_mut().lose_unsynced();
         }
         n.driver_mut().restart().expect("memory store");
+        n.core.abandon_step();
         n.stalled.clear();
         n.incarnation += 1;
         let name = self.name(node);

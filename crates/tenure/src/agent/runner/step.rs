@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tenure_core::agent::{HeadWanted, Planned};
+use tenure_core::agent::{HeadWanted, Planned, Step, StepOp};
 use tenure_core::driver::{NodeDriver, Requeued};
 use tenure_core::federation::Federation;
 use tenure_core::journal::JournalStore as _;
@@ -139,50 +139,64 @@ impl<S: AgentStore> Agent<S> {
         self.requeue_pass = self.core.planning_left();
     }
 
-    /// One step: append, follow, reconcile, gate, call. A node plans when its view changed what
-    /// it plans from, or a failed action's backoff ended ([`NodeDriver::reconcile_due`]; a
-    /// heartbeat alone does not re-plan 100k addresses), and when the requeue interval came round
-    /// ([`Self::begin_requeue`]: the level-triggered safety net): in passes of slices of
-    /// [`REQUEUE_SLICE`] addresses, one slice per step ([`NodeDriver::requeue`]), never every
-    /// address in one step — requests, results and reports are taken between the slices.
+    /// One step, in the order the core sets ([`AgentCore::poll_step`](tenure_core::agent::AgentCore::poll_step):
+    /// append, withdraw if due, follow, plan, append, follow, withdraw if due, confirm the head,
+    /// call). A node plans when its view changed what it plans from, or a failed action's
+    /// backoff ended ([`NodeDriver::reconcile_due`]; a heartbeat alone does not re-plan 100k
+    /// addresses), and when the requeue interval came round ([`Self::begin_requeue`]: the
+    /// level-triggered safety net): in passes of slices of [`REQUEUE_SLICE`] addresses, one
+    /// slice per step, never every address in one step — requests, results and reports are
+    /// taken between the slices.
     pub(super) fn step(&mut self) {
-        // A step that cannot follow the log leaves the pass where it is without the loop coming
-        // back for it at once (it does not spin on an unreadable log); the next step that
-        // follows takes the next slice.
-        self.requeue_pass = false;
         self.observer.step();
         self.slow.step();
         self.heartbeat_failure = self.beat.last_error();
-        self.flush_appends();
-        // Whatever the log does (an unreachable etcd must not stop a local withdrawal).
-        self.withdraw_if_due();
-        if self.follow().is_err() {
-            return;
+        self.core.begin_step(Step {
+            slice: REQUEUE_SLICE,
+            calls: !self.shutting_down,
+            head_failing: self.head_failure.is_some(),
+        });
+        let mut followed = false;
+        let mut called = false;
+        loop {
+            let started = Instant::now();
+            let Some(op) = self.core.poll_step() else { break };
+            match op {
+                StepOp::Append => self.flush_appends(),
+                // Whatever the log does (an unreachable etcd must not stop a local withdrawal).
+                StepOp::Withdraw => self.withdraw_if_due(),
+                StepOp::Follow => {
+                    let ok = self.follow().is_ok();
+                    followed |= ok;
+                    self.core.followed(ok);
+                }
+                StepOp::Planned(planned) => {
+                    self.observer.reconcile(started.elapsed());
+                    self.log_planned(planned);
+                }
+                StepOp::ConfirmHead(why) => {
+                    let ok = self.confirm_head(why == HeadWanted::BeforeCalls);
+                    self.core.head_confirmed(ok);
+                }
+                StepOp::Call => {
+                    called = true;
+                    for index in 0..self.core.drivers().len() {
+                        self.start_calls(index);
+                    }
+                }
+            }
         }
-        let started = Instant::now();
-        let planned = self.core.plan(REQUEUE_SLICE);
-        if !planned.is_empty() {
-            self.observer.reconcile(started.elapsed());
-        }
-        self.log_planned(planned);
-        self.requeue_pass = self.core.planning_left();
-        // The reconcile may have queued results the log has not confirmed yet.
-        self.flush_appends();
-        if self.follow().is_err() || self.shutting_down {
-            self.record_highest_token();
-            return;
-        }
-        // What that follow named (a hold that ended, a change) is planned without waiting for
-        // the loop's next wake-up.
-        self.requeue_pass = self.core.planning_left();
-        // The addresses under VRRP authority as the view now has them, before any add of them
-        // starts.
-        self.withdraw_if_due();
-        if !self.start_calls_at_confirmed_head(0..self.core.drivers().len()) {
-            self.record_highest_token();
+        // What the step's follows named (a hold that ended, a change) is planned without waiting
+        // for the loop's next wake-up; a step that could not follow the log leaves the pass where
+        // it is without the loop coming back for it at once (it does not spin on an unreadable log).
+        self.requeue_pass = followed && self.core.planning_left();
+        if !followed {
             return;
         }
         self.record_highest_token();
+        if !called {
+            return;
+        }
         self.maybe_snapshot();
         self.burst_if_due();
         let recaptures = self.view().recaptures();
