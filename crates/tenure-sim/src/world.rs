@@ -9,23 +9,22 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tenure_core::agent::AgentCore;
-use tenure_core::agent::clock::{PeerClocks, Stamper};
 use tenure_core::anchor::Anchor;
-use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::EventLog;
-use tenure_core::model::{PoolSpec, ProviderKind, StampedAction, VrrpState};
+use tenure_core::model::{PoolSpec, ProviderKind, StampedAction};
 use tenure_core::sim_provider::SimProvider;
 
 use crate::checker::{self, Checker, Violation, ViolationKind, Violations};
 use crate::config::{Fault, Mode, SimConfig};
 use crate::plot::Timeline;
-use crate::store::LossyJournalStore;
 use crate::topology::{self, Topology};
+use node::{SimNode, new_stamper};
 
 mod faults;
 mod liveness;
+mod node;
 mod provider;
 mod rollback;
 mod steps;
@@ -61,11 +60,6 @@ pub const HEARTBEAT_INTERVAL_MS: u64 = LIVENESS_ROUND_MS;
 /// `CLOCK_VOTE_WINDOW`).
 pub const CLOCK_VOTE_WINDOW_MS: u64 = 60_000;
 
-/// A stamper as an agent starts with: no peer heard.
-fn new_stamper() -> Stamper {
-    Stamper::new(PeerClocks::new(HEARTBEAT_INTERVAL_MS / 2, CLOCK_VOTE_WINDOW_MS))
-}
-
 /// A call's deadline in ms of stream time (the agent's `actionTimeout`): a call slower than this
 /// is given up, in doubt, at its deadline (`provider-slow` draws latencies up to 3 s).
 pub const CALL_DEADLINE_MS: u64 = 2_500;
@@ -88,38 +82,6 @@ struct Chances {
     stall_at_call: f64,
     /// Discrete faults and their relative weights.
     discrete: Vec<(Fault, u32)>,
-}
-
-/// One node of the simulation: the agent's core over the node's driver (what `tenure agent` runs,
-/// [`AgentCore`]), its stamper (the agent's clock-lead rule over the node's skewed clock), and
-/// what only the simulated world knows of the node.
-struct SimNode {
-    /// The core of the node's agent (one node per agent).
-    core: AgentCore<LossyJournalStore>,
-    /// The agent's stamper: every event the node appends is stamped by it.
-    stamper: Stamper,
-    /// The node's own name, as the clock-lead rule leaves it out of the peers.
-    own: BTreeSet<String>,
-    /// Calls that passed the gate just before the node froze (paused-call mode).
-    stalled: Vec<StampedAction>,
-    /// Bumped at every crash: results of calls from an earlier life are not delivered.
-    incarnation: u64,
-    /// How much of the log the node had applied when it last crashed: its replica (the embedded
-    /// store's file, or etcd's range loaded at start) holds at least that much when it restarts,
-    /// so a lagging follow never leaves its view behind what it planned from before.
-    floor: usize,
-    skew_ms: i64,
-    /// The VRRP state this node's agent last appended to the log (on-prem fleets): the agent
-    /// reports its keepalived's transitions itself, so not while paused or cut off.
-    vrrp_reported: Option<VrrpState>,
-    /// How far the node applied the log, as its store records it (durable: kept by a crash).
-    anchor: Anchor,
-    /// Why the node's store refused the log (it went back): the node does nothing more until
-    /// the operator's recovery (`world/rollback.rs`).
-    refused: Option<String>,
-    /// The node's watch of the log broke (a restore breaks it): its next follow reconnects and
-    /// checks the anchor first.
-    watch_broken: bool,
 }
 
 /// A provider call on its way.
@@ -273,36 +235,6 @@ pub struct World {
     calls_in_doubt: u64,
     faults: BTreeMap<String, u64>,
     timeline: Option<Timeline>,
-}
-
-impl SimNode {
-    /// The node's driver (its agent runs one node).
-    fn driver(&self) -> &NodeDriver<LossyJournalStore> {
-        &self.core.drivers()[0]
-    }
-
-    /// The node's driver, to follow the log and act on it.
-    fn driver_mut(&mut self) -> &mut NodeDriver<LossyJournalStore> {
-        &mut self.core.drivers_mut()[0]
-    }
-
-    /// A new agent's stamper (at the start of a run, or a restart): the stamps in its view vote
-    /// until `until_ms` (the agent's three heartbeat intervals), then only once they move.
-    fn restart_stamper(&mut self, until_ms: u64) {
-        self.stamper = new_stamper();
-        let view = &self.core.drivers()[0].view();
-        self.stamper.peers.baseline(view, &self.own, until_ms);
-    }
-
-    /// The process is frozen (paused and not in a resume's zombie pass).
-    fn frozen(&self) -> bool {
-        self.driver().is_paused() && !self.driver().is_resuming()
-    }
-
-    /// The node cannot read the log head.
-    fn cut_off(&self) -> bool {
-        self.driver().is_partitioned()
-    }
 }
 
 impl World {
