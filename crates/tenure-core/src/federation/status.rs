@@ -66,7 +66,7 @@ impl Federation {
     pub fn address_status(&self, pool: &str, address: IpAddr) -> Option<AddressStatus> {
         let pool_state = self.pools().get(pool)?;
         let state = pool_state.addresses.get(&address)?;
-        let holders = Self::holders_of(state);
+        let holders = self.holders_of(pool, &pool_state.spec.provider, address, state);
         let nics = self.nics_holding(&pool_state.spec.provider, address, &holders);
         let phase = self.phase(pool, pool_state, address, state, &holders);
         Some(AddressStatus { phase, holders, nics })
@@ -84,12 +84,49 @@ impl Federation {
         nics.into_iter().collect()
     }
 
-    /// The nodes whose last confirmed holding verb for the address is an acquire, in node order.
-    pub(super) fn holders_of(state: &AddressState) -> Vec<NodeId> {
-        let mut holders: Vec<NodeId> =
-            state.confirmations.iter().filter(|c| c.acquired).map(|c| c.node).collect();
+    /// The nodes whose last confirmed holding verb for the address in `pool` is an acquire, in
+    /// node order — unless the node confirmed a holding verb of the same address on the same
+    /// provider for another pool since: a NIC holds an address, not a pool's copy of it (SPEC 13),
+    /// so a renamed pool (deleted, its addresses applied again under another name) stops showing
+    /// its old holding once the new pool's acquire or release is confirmed. Before, the old pool's
+    /// row said `releasing … HELD-BY` for ever once the new pool released the address (an
+    /// operator trial), since no release ever names the old pool. Only what is shown: drift
+    /// repair and the outbox of results read each pool's own confirmations.
+    pub(super) fn holders_of(
+        &self,
+        pool: &str,
+        provider: &str,
+        address: IpAddr,
+        state: &AddressState,
+    ) -> Vec<NodeId> {
+        let mut holders: Vec<NodeId> = state
+            .confirmations
+            .iter()
+            .filter(|c| {
+                c.acquired && !self.confirmed_elsewhere_since(pool, provider, address, c.node, c.at_ms)
+            })
+            .map(|c| c.node)
+            .collect();
         holders.sort_unstable();
         holders
+    }
+
+    /// Whether `node` confirmed a holding verb of `address` on `provider` for a pool other than
+    /// `pool` after `at_ms`.
+    fn confirmed_elsewhere_since(
+        &self,
+        pool: &str,
+        provider: &str,
+        address: IpAddr,
+        node: NodeId,
+        at_ms: u64,
+    ) -> bool {
+        self.pools()
+            .iter()
+            .filter(|(name, other)| name.as_str() != pool && other.spec.provider == provider)
+            .filter_map(|(_, other)| other.addresses.get(&address))
+            .flat_map(|state| &state.confirmations)
+            .any(|c| c.node == node && c.at_ms > at_ms)
     }
 
     /// The address's phase, of its `holders` ([`Self::holders_of`]).

@@ -1,0 +1,124 @@
+//! A NIC holds an address, not a pool's copy of it (SPEC 13): when a pool is renamed (deleted,
+//! and its addresses applied again under another name), the holding a node confirmed for the old
+//! pool is the new pool's once the node confirms a holding verb there — the old pool's row does
+//! not say `releasing … HELD-BY` for ever (an operator trial found it did, after the new pool
+//! released the address).
+
+use std::net::IpAddr;
+
+use tenure_core::federation::Federation;
+use tenure_core::log::{ActionOutcome, Event, EventKind};
+use tenure_core::model::{
+    Approval, Authority, CaptureDomain, NodeSpec, PoolSpec, ProviderKind, ProviderSpec,
+};
+use tenure_core::rows::{OwnershipRow, ownership_rows_with_status};
+
+const ADDRESS: &str = "10.0.0.1";
+
+fn ip() -> IpAddr {
+    ADDRESS.parse().expect("address")
+}
+
+fn pool(name: &str) -> PoolSpec {
+    PoolSpec {
+        name: name.into(),
+        addresses: vec![ip()],
+        provider: "sim1".into(),
+        placement_group: "g1".into(),
+        members: vec!["a".into()],
+        authority: Authority::None,
+        approval: Approval::Auto,
+        deprovision_hold_ms: 0,
+        heartbeat_ttl_ms: 3_000,
+        promotion_hold_ms: 0,
+        epoch_locking: true,
+        prefer_nodes: vec![],
+        preempt: false,
+        auto_failover: true,
+    }
+}
+
+struct World {
+    fed: Federation,
+}
+
+impl World {
+    fn new() -> Self {
+        let node = NodeSpec {
+            name: "a".into(),
+            provider: "sim1".into(),
+            placement_group: "g1".into(),
+            priority: 0,
+            nic: "eni-a".into(),
+            capacity: None,
+        };
+        let provider = ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud };
+        Self { fed: Federation::new(&[node], &[provider]) }
+    }
+
+    fn apply(&mut self, at_ms: u64, kind: EventKind) {
+        self.fed.apply(&Event { at_ms, kind }).expect("accepted");
+    }
+
+    /// `a` reports `verb` of `pool`'s address executed, with the tokens of the pool's lines now
+    /// (`epochs`: the line it was captured on, for a release).
+    fn executed(&mut self, at_ms: u64, pool: &str, verb: &str, epochs: (u64, u64)) {
+        let (o, c) = epochs;
+        let idempotency_key = format!("{pool}/{ADDRESS}/{verb}/a/sim1/eni-a/owner:{o}:epoch:{c}");
+        let kind = EventKind::ActionResult {
+            node: "a".into(),
+            idempotency_key,
+            outcome: ActionOutcome::Executed,
+            detail: "done".into(),
+        };
+        self.apply(at_ms, kind);
+    }
+
+    fn epochs(&self, pool: &str) -> (u64, u64) {
+        let domain = CaptureDomain::new("sim1", "g1");
+        (self.fed.ownership_epoch(pool, ip()).get(), self.fed.capture_epoch(pool, ip(), &domain).get())
+    }
+
+    /// Each pool's row of the address: (pool, phase, held by).
+    fn rows(&self) -> Vec<(String, Option<String>, Option<Vec<String>>)> {
+        ownership_rows_with_status(&self.fed)
+            .into_iter()
+            .map(|OwnershipRow { pool, phase, held_by, .. }| (pool, phase, held_by))
+            .collect()
+    }
+}
+
+fn row(pool: &str, phase: &str, held_by: &[&str]) -> (String, Option<String>, Option<Vec<String>>) {
+    (pool.into(), Some(phase.into()), Some(held_by.iter().map(|n| (*n).to_owned()).collect()))
+}
+
+#[test]
+fn a_renamed_pools_old_rows_leave_once_the_new_pool_holds_and_stay_gone_after_its_release() {
+    let mut w = World::new();
+    w.apply(0, EventKind::PoolApplied { spec: Box::new(pool("old")) });
+    w.apply(0, EventKind::Heartbeat { node: "a".into() });
+    let old = w.epochs("old");
+    w.executed(1, "old", "assign-secondary-ip", old);
+    w.executed(1, "old", "enable-forwarding", old);
+    assert_eq!(w.rows(), vec![row("old", "held", &["a"])]);
+
+    // Renamed: `old` deleted, its address applied as `new`. a's NIC holds it still, for `old`
+    // until a confirms a holding verb for `new`; the map shows `new`'s row alone meanwhile (an
+    // address no longer listed shows only while its holder holds it where no pool wants it).
+    w.apply(2, EventKind::PoolDeleted { pool: "old".into() });
+    w.apply(2, EventKind::PoolApplied { spec: Box::new(pool("new")) });
+    assert_eq!(w.rows(), vec![row("new", "acquiring", &[])]);
+
+    let new = w.epochs("new");
+    w.executed(3, "new", "assign-secondary-ip", new);
+    w.executed(3, "new", "enable-forwarding", new);
+    assert_eq!(w.rows(), vec![row("new", "held", &["a"])], "the holding is `new`'s now");
+
+    // `new` lets the address go: a releases it, and no pool's row says anyone holds it.
+    w.apply(4, EventKind::Undesire { pool: "new".into(), address: ip() });
+    w.executed(5, "new", "disable-forwarding", new);
+    w.executed(5, "new", "unassign-secondary-ip", new);
+    let rows = w.rows();
+    assert!(rows.iter().all(|(_, _, held_by)| held_by.as_ref().is_none_or(Vec::is_empty)), "{rows:?}");
+    assert!(!rows.iter().any(|(pool, _, _)| pool == "old"), "{rows:?}");
+}
