@@ -174,7 +174,7 @@ impl<J: JournalStore> AgentCore<J> {
                     false
                 }
             };
-            let promote = done || self.drivers[index].promotion_due();
+            let promote = self.failed.is_none() && (done || self.drivers[index].promotion_due());
             if promote && let Err(e) = self.drivers[index].start_execution() {
                 self.journal_failed(index, &e);
                 planned.push((index, Planned::Failed));

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use tenure_core::agent::{AgentCore, CallOutcome, HeadWanted, Planned, WITHDRAWN};
+use tenure_core::agent::{AgentCore, CallOutcome, HeadWanted, Planned, Step, StepOp, WITHDRAWN};
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::journal::{DurableNodeState, EntryState, JournalChange, JournalStore, MemoryJournalStore};
@@ -231,4 +231,104 @@ fn a_local_withdrawal_journals_each_capture_withdrawn_as_an_executed_release() {
         .count();
     assert_eq!(released, 2, "an executed release that says why");
     assert!(core.failed().is_none());
+}
+
+/// Runs one step of `core`, answering its follows in turn from `follows` and its head
+/// confirmation with `head`; returns the operations it asked for, by name.
+fn run_step(core: &mut AgentCore<FlakyStore>, step: Step, follows: &[bool], head: bool) -> Vec<String> {
+    core.begin_step(step);
+    let mut follows = follows.iter();
+    let mut ops = Vec::new();
+    while let Some(op) = core.poll_step() {
+        ops.push(match op {
+            StepOp::Append => "append".to_owned(),
+            StepOp::Withdraw => "withdraw".to_owned(),
+            StepOp::Follow => {
+                core.followed(*follows.next().expect("a follow answered"));
+                "follow".to_owned()
+            }
+            StepOp::Planned(_) => "planned".to_owned(),
+            StepOp::ConfirmHead(why) => {
+                core.head_confirmed(head);
+                format!("confirm-head {why:?}")
+            }
+            StepOp::Call => "call".to_owned(),
+        });
+    }
+    assert!(!core.step_under_way(), "a step that answered None is over");
+    ops
+}
+
+const STEP: Step = Step { slice: 1024, calls: true, head_failing: false };
+
+#[test]
+fn a_step_appends_follows_plans_appends_follows_and_calls_at_a_confirmed_head() {
+    let (mut core, _log) = core();
+    let ops = run_step(&mut core, STEP, &[true, true], true);
+    assert_eq!(
+        ops,
+        [
+            "append",
+            "withdraw",
+            "follow",
+            "planned",
+            "append",
+            "follow",
+            "withdraw",
+            "confirm-head BeforeCalls",
+            "call"
+        ]
+    );
+    assert_eq!(core.poll_calls(0, 16, None).len(), 4, "the calls the step asked for");
+}
+
+#[test]
+fn a_step_calls_nothing_on_a_view_it_cannot_stand_behind() {
+    let (mut core, _log) = core();
+    assert_eq!(
+        run_step(&mut core, STEP, &[false], true),
+        ["append", "withdraw", "follow"],
+        "first follow failed"
+    );
+    let ops = run_step(&mut core, STEP, &[true, false], true);
+    assert_eq!(ops, ["append", "withdraw", "follow", "planned", "append", "follow"], "second follow failed");
+    let ops = run_step(&mut core, STEP, &[true, true], false);
+    assert_eq!(
+        ops.last().map(String::as_str),
+        Some("confirm-head BeforeCalls"),
+        "unconfirmed: no call: {ops:?}"
+    );
+    let shutting_down = Step { calls: false, ..STEP };
+    let ops = run_step(&mut core, shutting_down, &[true, true], true);
+    assert_eq!(ops, ["append", "withdraw", "follow", "append", "follow"], "shutting down: nothing called");
+    core.fail("the log went back".into());
+    let ops = run_step(&mut core, STEP, &[true, true], true);
+    assert!(!ops.iter().any(|op| op.starts_with("confirm") || op == "call"), "failed: {ops:?}");
+}
+
+#[test]
+fn a_step_with_nothing_to_call_confirms_the_head_only_to_clear_a_failing_confirmation() {
+    let (mut core, _log) = core();
+    core.drivers_mut()[0].pause();
+    let quiet = run_step(&mut core, STEP, &[true, true], true);
+    assert_eq!(quiet, ["append", "withdraw", "follow", "planned", "append", "follow", "withdraw", "call"]);
+    let failing = Step { head_failing: true, ..STEP };
+    for confirmed in [true, false] {
+        let ops = run_step(&mut core, failing, &[true, true], confirmed);
+        assert_eq!(ops[ops.len() - 2..], ["confirm-head ToClear", "call"], "confirmed {confirmed}: {ops:?}");
+    }
+}
+
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "not answered")]
+fn a_shell_that_does_not_answer_a_follow_is_caught_in_a_debug_build() {
+    let (mut core, _log) = core();
+    core.begin_step(STEP);
+    while let Some(op) = core.poll_step() {
+        if matches!(op, StepOp::Follow) {
+            break;
+        }
+    }
+    core.poll_step();
 }

@@ -20,12 +20,16 @@ fn ip() -> IpAddr {
 }
 
 fn pool(name: &str) -> PoolSpec {
+    pool_of(name, &["a"])
+}
+
+fn pool_of(name: &str, members: &[&str]) -> PoolSpec {
     PoolSpec {
         name: name.into(),
         addresses: vec![ip()],
         provider: "sim1".into(),
         placement_group: "g1".into(),
-        members: vec!["a".into()],
+        members: members.iter().map(|m| (*m).to_owned()).collect(),
         authority: Authority::None,
         approval: Approval::Auto,
         deprovision_hold_ms: 0,
@@ -44,16 +48,16 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let node = NodeSpec {
-            name: "a".into(),
+        let node = |name: &str, priority: i64| NodeSpec {
+            name: name.into(),
             provider: "sim1".into(),
             placement_group: "g1".into(),
-            priority: 0,
-            nic: "eni-a".into(),
+            priority,
+            nic: format!("eni-{name}"),
             capacity: None,
         };
         let provider = ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud };
-        Self { fed: Federation::new(&[node], &[provider]) }
+        Self { fed: Federation::new(&[node("a", 10), node("b", 0)], &[provider]) }
     }
 
     fn apply(&mut self, at_ms: u64, kind: EventKind) {
@@ -63,10 +67,14 @@ impl World {
     /// `a` reports `verb` of `pool`'s address executed, with the tokens of the pool's lines now
     /// (`epochs`: the line it was captured on, for a release).
     fn executed(&mut self, at_ms: u64, pool: &str, verb: &str, epochs: (u64, u64)) {
+        self.executed_by(at_ms, "a", pool, verb, epochs);
+    }
+
+    fn executed_by(&mut self, at_ms: u64, node: &str, pool: &str, verb: &str, epochs: (u64, u64)) {
         let (o, c) = epochs;
-        let idempotency_key = format!("{pool}/{ADDRESS}/{verb}/a/sim1/eni-a/owner:{o}:epoch:{c}");
+        let idempotency_key = format!("{pool}/{ADDRESS}/{verb}/{node}/sim1/eni-{node}/owner:{o}:epoch:{c}");
         let kind = EventKind::ActionResult {
-            node: "a".into(),
+            node: node.into(),
             idempotency_key,
             outcome: ActionOutcome::Executed,
             detail: "done".into(),
@@ -121,4 +129,48 @@ fn a_renamed_pools_old_rows_leave_once_the_new_pool_holds_and_stay_gone_after_it
     let rows = w.rows();
     assert!(rows.iter().all(|(_, _, held_by)| held_by.as_ref().is_none_or(Vec::is_empty)), "{rows:?}");
     assert!(!rows.iter().any(|(pool, _, _)| pool == "old"), "{rows:?}");
+}
+
+/// Another node's holding of the old pool is not the new pool's: it stays shown (that node must
+/// release it), and a pool that lists the address shows its own holders as they are.
+#[test]
+fn another_nodes_holding_of_the_old_pool_stays_shown() {
+    let mut w = World::new();
+    w.apply(0, EventKind::PoolApplied { spec: Box::new(pool_of("old", &["b"])) });
+    w.apply(0, EventKind::Heartbeat { node: "a".into() });
+    w.apply(0, EventKind::Heartbeat { node: "b".into() });
+    let old = w.epochs("old");
+    w.executed_by(1, "b", "old", "assign-secondary-ip", old);
+    w.executed_by(1, "b", "old", "enable-forwarding", old);
+    w.apply(2, EventKind::PoolDeleted { pool: "old".into() });
+    w.apply(2, EventKind::PoolApplied { spec: Box::new(pool("new")) });
+    let new = w.epochs("new");
+    w.executed(3, "new", "assign-secondary-ip", new);
+    w.executed(3, "new", "enable-forwarding", new);
+    let rows = w.rows();
+    assert!(rows.contains(&row("old", "releasing", &["b"])), "b still holds old's address: {rows:?}");
+    assert!(rows.contains(&row("new", "held", &["a"])), "the new pool's own holders: {rows:?}");
+}
+
+/// Renamed back: a pool that lists the address again shows its own confirmations as they are,
+/// whatever another pool confirmed since (the NIC still holds it).
+#[test]
+fn a_pool_renamed_back_shows_its_holder() {
+    let mut w = World::new();
+    w.apply(0, EventKind::PoolApplied { spec: Box::new(pool("old")) });
+    w.apply(0, EventKind::Heartbeat { node: "a".into() });
+    let old = w.epochs("old");
+    w.executed(1, "old", "assign-secondary-ip", old);
+    w.executed(1, "old", "enable-forwarding", old);
+    w.apply(2, EventKind::PoolDeleted { pool: "old".into() });
+    w.apply(2, EventKind::PoolApplied { spec: Box::new(pool("new")) });
+    let new = w.epochs("new");
+    w.executed(3, "new", "assign-secondary-ip", new);
+    w.executed(3, "new", "enable-forwarding", new);
+    w.apply(4, EventKind::PoolDeleted { pool: "new".into() });
+    w.apply(4, EventKind::PoolApplied { spec: Box::new(pool("old")) });
+    let rows = w.rows();
+    let shown =
+        |pool: &str| rows.iter().find(|(p, _, _)| p == pool).and_then(|(_, _, held_by)| held_by.clone());
+    assert_eq!(shown("old"), Some(vec!["a".to_owned()]), "{rows:?}");
 }

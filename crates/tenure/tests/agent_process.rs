@@ -211,6 +211,12 @@ fn sighup_applies_a_good_change_refuses_a_bad_file_and_moves_an_address_between_
     dir.write("y.yaml", &pool_yaml("y", &["10.0.0.3", "10.0.0.4"], &["a", "b"], "sim1", ""));
     agent.hangup();
     wait_for("y gained 10.0.0.4", || addresses("y") == ["10.0.0.3", "10.0.0.4"]);
+    // And its acquire landed: the map below must not move by itself while the bad file is read.
+    wait_for("every address held", || {
+        agent.get("/v1/ownership")["ownership"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().all(|row| row["phase"] == "held"))
+    });
 
     // A bad file: nothing applied, the agent keeps running and says why.
     dir.write(

@@ -100,12 +100,9 @@ impl<J: JournalStore> AgentCore<J> {
         self.step.is_some()
     }
 
-    /// The step's next operation; `None`: the step is over.
-    ///
-    /// # Panics
-    ///
-    /// When the last operation asked for an answer ([`StepOp::Follow`],
-    /// [`StepOp::ConfirmHead`]) that was not given.
+    /// The step's next operation; `None`: the step is over. When the last operation asked for an
+    /// answer ([`StepOp::Follow`], [`StepOp::ConfirmHead`]) that was not given — a shell's bug —
+    /// the step ends there, calling nothing (and a debug build panics).
     pub fn poll_step(&mut self) -> Option<StepOp> {
         let state = self.step.as_mut()?;
         let step = state.step;
@@ -114,7 +111,11 @@ impl<J: JournalStore> AgentCore<J> {
             Phase::Withdraw => (Some(StepOp::Withdraw), Phase::Follow),
             Phase::Follow => (Some(StepOp::Follow), Phase::Following(After::Plan)),
             Phase::Following(_) | Phase::Confirming(_) => {
-                panic!("a step's follow or head confirmation was not answered")
+                if cfg!(debug_assertions) {
+                    panic!("a step's follow or head confirmation was not answered");
+                }
+                self.step = None;
+                return None;
             }
             Phase::Plan => {
                 let planned = self.plan(step.slice);

@@ -108,7 +108,7 @@ impl Federation {
         let (phase, holders) = match status {
             MapStatus::OwnersOnly => (None, Vec::new()),
             MapStatus::WithPhase => {
-                let holders = self.holders_of(name, &pool_state.spec.provider, address, state);
+                let holders = self.holders_of(name, pool_state, address, state);
                 (Some(self.phase(name, pool_state, address, state, &holders)), holders)
             }
         };

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use super::{Federation, NodeId};
 use crate::model::{ActionStamp, Approval, CaptureDomain, CaptureEpoch, Verb};
 use crate::planner::{self, CaptureRef, Release};
-use crate::state::{AddressState, PoolState};
+use crate::state::{AddressState, Confirmation, PoolState};
 
 /// An address's phase, derived from the view: the desired holder, the nodes' last confirmed
 /// holding verbs (`action-result: executed`), and the pool's approval mode.
@@ -66,7 +66,7 @@ impl Federation {
     pub fn address_status(&self, pool: &str, address: IpAddr) -> Option<AddressStatus> {
         let pool_state = self.pools().get(pool)?;
         let state = pool_state.addresses.get(&address)?;
-        let holders = self.holders_of(pool, &pool_state.spec.provider, address, state);
+        let holders = self.holders_of(pool, pool_state, address, state);
         let nics = self.nics_holding(&pool_state.spec.provider, address, &holders);
         let phase = self.phase(pool, pool_state, address, state, &holders);
         Some(AddressStatus { phase, holders, nics })
@@ -85,25 +85,31 @@ impl Federation {
     }
 
     /// The nodes whose last confirmed holding verb for the address in `pool` is an acquire, in
-    /// node order — unless the node confirmed a holding verb of the same address on the same
-    /// provider for another pool since: a NIC holds an address, not a pool's copy of it (SPEC 13),
-    /// so a renamed pool (deleted, its addresses applied again under another name) stops showing
-    /// its old holding once the new pool's acquire or release is confirmed. Before, the old pool's
-    /// row said `releasing … HELD-BY` for ever once the new pool released the address (an
-    /// operator trial), since no release ever names the old pool. Only what is shown: drift
-    /// repair and the outbox of results read each pool's own confirmations.
+    /// node order. A pool that no longer lists the address (deleted, or it left the spec) leaves
+    /// out a node that has since confirmed a holding verb of the same address, on the same
+    /// provider, NIC and capture domain, for another pool: a NIC holds an address, not a pool's
+    /// copy of it (SPEC 13), so a renamed pool (deleted, its addresses applied again under another
+    /// name) stops showing the old holding once the new pool's acquire or release is confirmed.
+    /// Before, the old pool's row said `releasing … HELD-BY` for ever once the new pool released
+    /// the address (an operator trial), since no release names the old pool. A pool that lists
+    /// the address shows its own confirmations as they are. What reads this: the map, `tenure
+    /// status`, and `tenure approve` of a release this agent does not run (for the old pool none
+    /// is planned: the holding is the new pool's). Drift repair and the outbox of results read each
+    /// pool's own confirmations.
     pub(super) fn holders_of(
         &self,
         pool: &str,
-        provider: &str,
+        pool_state: &PoolState,
         address: IpAddr,
         state: &AddressState,
     ) -> Vec<NodeId> {
+        let listed = !pool_state.deleted && state.active;
         let mut holders: Vec<NodeId> = state
             .confirmations
             .iter()
+            .filter(|c| c.acquired)
             .filter(|c| {
-                c.acquired && !self.confirmed_elsewhere_since(pool, provider, address, c.node, c.at_ms)
+                listed || !self.confirmed_elsewhere_since(pool, &pool_state.spec.provider, address, c)
             })
             .map(|c| c.node)
             .collect();
@@ -111,22 +117,26 @@ impl Federation {
         holders
     }
 
-    /// Whether `node` confirmed a holding verb of `address` on `provider` for a pool other than
-    /// `pool` after `at_ms`.
+    /// Whether the node of `held` confirmed a holding verb of `address` on `provider`, on the same
+    /// NIC and capture domain, for a pool other than `pool`, after `held`.
     fn confirmed_elsewhere_since(
         &self,
         pool: &str,
         provider: &str,
         address: IpAddr,
-        node: NodeId,
-        at_ms: u64,
+        held: &Confirmation,
     ) -> bool {
         self.pools()
             .iter()
             .filter(|(name, other)| name.as_str() != pool && other.spec.provider == provider)
             .filter_map(|(_, other)| other.addresses.get(&address))
             .flat_map(|state| &state.confirmations)
-            .any(|c| c.node == node && c.at_ms > at_ms)
+            .any(|c| {
+                c.node == held.node
+                    && c.nic == held.nic
+                    && c.capture_domain == held.capture_domain
+                    && c.at_ms > held.at_ms
+            })
     }
 
     /// The address's phase, of its `holders` ([`Self::holders_of`]).

@@ -10,7 +10,7 @@
 //! reports, results; operators' requests and inventory reads through some agent's store) and
 //! when its watch reconnects (a restore breaks it); a live watch applies what it receives
 //! unchecked. A refused node appends nothing and calls nothing again, as the agent
-//! (`store_failed`), until the operator's recovery.
+//! (its core fails for good, `AgentCore::fail`), until the operator's recovery.
 
 use rand::Rng;
 use tenure_core::agent::AgentCore;

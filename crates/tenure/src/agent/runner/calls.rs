@@ -43,10 +43,11 @@ impl<S: AgentStore> Agent<S> {
             if room == 0 {
                 return;
             }
+            let failed_before = self.core.failed().is_some();
             let batch = self.core.poll_calls(index, room, Some(wall_clock_ms()));
             if batch.is_empty() {
-                if let Some(reason) = self.core.failed() {
-                    debug!(reason, "no calls: the agent does not act");
+                if !failed_before && let Some(reason) = self.core.failed() {
+                    error!(reason, "not acting");
                 }
                 return;
             }

@@ -31,7 +31,7 @@ use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{LogError, LogIndex};
 use tracing::{error, info, warn};
 
-use super::clock::Stamper;
+use super::clock::{HostStamper, Stamper};
 use crate::agent::AgentStore;
 
 /// How long the loop may go without turning before its nodes stop beating.
@@ -40,7 +40,7 @@ pub const LOOP_STALL_MAX: Duration = Duration::from_secs(60);
 /// What the loop and the heartbeat thread share.
 #[derive(Debug)]
 pub(super) struct Beat {
-    stamper: Mutex<Stamper>,
+    stamper: Mutex<HostStamper>,
     state: Mutex<State>,
     /// Woken after heartbeats landed: the loop follows the log then.
     pub(super) landed: tokio::sync::Notify,
@@ -76,7 +76,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Beat {
     pub(super) fn new(stamper: Stamper, retries_appends: bool) -> Self {
         Self {
-            stamper: Mutex::new(stamper),
+            stamper: Mutex::new(HostStamper::new(stamper)),
             state: Mutex::new(State {
                 nodes: Vec::new(),
                 stopped: false,
@@ -92,7 +92,7 @@ impl Beat {
     }
 
     /// The stamper, for the loop's own stamps and the clock-lead rule's observations.
-    pub(super) fn stamper(&self) -> MutexGuard<'_, Stamper> {
+    pub(super) fn stamper(&self) -> MutexGuard<'_, HostStamper> {
         lock(&self.stamper)
     }
 
@@ -148,7 +148,7 @@ impl Beat {
             }
             state.nodes.clone()
         };
-        let at_ms = super::clock::stamp(&mut self.stamper());
+        let at_ms = self.stamper().stamp();
         Some(nodes.into_iter().map(|node| Event { at_ms, kind: EventKind::Heartbeat { node } }).collect())
     }
 

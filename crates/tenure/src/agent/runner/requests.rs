@@ -110,7 +110,7 @@ impl<S: AgentStore> Agent<S> {
                 false
             }
             Request::Metrics { reply } => {
-                self.counters.stamps_capped = self.beat.stamper().capped();
+                self.counters.stamps_capped = self.beat.stamper().stamper.capped();
                 let health = self.health();
                 let mut snapshot =
                     answers::metrics(self.core.drivers(), &self.counters, health.log_head, health.ok);

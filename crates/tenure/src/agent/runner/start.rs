@@ -110,8 +110,10 @@ impl<S: AgentStore> Agent<S> {
         agent.follow().map_err(AgentError::Log)?;
         agent.snapshot_events = agent.view().events_applied();
         let own = agent.own_nodes.clone();
-        let until = clock::monotonic_ms(Instant::now() + agent.heartbeat_interval * 3);
-        agent.beat.stamper().peers.baseline(agent.core.drivers()[0].view(), &own, until);
+        let mut stamper = agent.beat.stamper();
+        let until = stamper.mono_ms(Instant::now() + agent.heartbeat_interval * 3);
+        stamper.stamper.peers.baseline(agent.core.drivers()[0].view(), &own, until);
+        drop(stamper);
         agent.recaptures_seen = agent.view().recaptures();
         if let Some(follow) = settings.vrrp {
             agent.vrrp = Some(follow.reports);

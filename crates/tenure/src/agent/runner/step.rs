@@ -48,11 +48,10 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         self.unhealthy = None;
-        self.beat.stamper().peers.observe(
-            self.core.drivers()[0].view(),
-            &self.own_nodes,
-            super::clock::monotonic_ms(Instant::now()),
-        );
+        let mut stamper = self.beat.stamper();
+        let mono_ms = stamper.mono_ms(Instant::now());
+        stamper.stamper.peers.observe(self.core.drivers()[0].view(), &self.own_nodes, mono_ms);
+        drop(stamper);
         if let Some(upto) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
@@ -126,10 +125,10 @@ impl<S: AgentStore> Agent<S> {
         self.core.drivers()[0].view()
     }
 
-    /// The `at` of a new event ([`super::clock::stamp`]; the heartbeat thread stamps with the
+    /// The `at` of a new event ([`super::clock::HostStamper::stamp`]; the heartbeat thread stamps with the
     /// same stamper).
     pub(super) fn stamp(&mut self) -> u64 {
-        super::clock::stamp(&mut self.beat.stamper())
+        self.beat.stamper().stamp()
     }
 
     /// Begins a requeue pass on every node that has none under way (the requeue interval came
@@ -209,8 +208,9 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// The one way calls start: when any of `nodes` has an action ready, the log head is
-    /// confirmed first ([`Self::confirm_head`]), then their ready actions are gated and called.
+    /// Calls outside a step (a resume's zombie pass): when any node has an action ready, the log
+    /// head is confirmed first ([`Self::confirm_head`], as the core's step asks:
+    /// `AgentCore::head_wanted`), then the ready actions of `nodes` are gated and called.
     /// `false`: the head could not be confirmed and nothing was called.
     pub(super) fn start_calls_at_confirmed_head(&mut self, nodes: std::ops::Range<usize>) -> bool {
         match self.core.head_wanted(self.head_failure.is_some()) {

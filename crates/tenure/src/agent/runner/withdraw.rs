@@ -125,8 +125,9 @@ impl<S: AgentStore> Agent<S> {
             return false;
         }
         let asked: BTreeSet<IpAddr> = done.addresses.iter().copied().collect();
+        let failed_before = self.core.failed().is_some();
         let recorded = self.core.record_withdrawal(&done.provider, &asked);
-        if let Some(reason) = self.core.failed() {
+        if !failed_before && let Some(reason) = self.core.failed() {
             error!(reason, "not acting");
         }
         if recorded > 0 {
