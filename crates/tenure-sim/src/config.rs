@@ -54,6 +54,14 @@ pub enum Fault {
     DesireBurst,
     /// Inventory observations are appended late.
     InventoryDelay,
+    /// A step's append to the shared log is not heard to land (the store's request timed out):
+    /// it was lost, or it landed anyway, at once or late. The node keeps the batch and appends it
+    /// again, alone and unchanged, before anything else; it lands once (the fleet store's batch
+    /// key).
+    AppendInDoubt,
+    /// A node's loop is stuck in a slow store call (an fsync, an etcd request) for longer than the
+    /// heartbeat TTL, part way through a step; its heartbeat thread goes on.
+    SlowStep,
     /// The log goes back under the running fleet: etcd's prefix wiped, or etcd restored from a
     /// snapshot older than what every node applied. Not in `all` (every node refuses it and the
     /// fleet stops until the operator's recovery): asked for by name, `all,store-rollback`.
@@ -62,7 +70,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in a fixed order.
-    pub const ALL: [Fault; 19] = [
+    pub const ALL: [Fault; 21] = [
         Fault::Crash,
         Fault::CrashLossy,
         Fault::Pause,
@@ -82,6 +90,8 @@ impl Fault {
         Fault::PoolChurn,
         Fault::DesireBurst,
         Fault::InventoryDelay,
+        Fault::AppendInDoubt,
+        Fault::SlowStep,
     ];
 
     /// Faults that `all` leaves out, asked for by name.
@@ -110,6 +120,8 @@ impl Fault {
             Fault::PoolChurn => "pool-churn",
             Fault::DesireBurst => "desire-burst",
             Fault::InventoryDelay => "inventory-delay",
+            Fault::AppendInDoubt => "append-in-doubt",
+            Fault::SlowStep => "slow-step",
             Fault::StoreRollback => "store-rollback",
         }
     }

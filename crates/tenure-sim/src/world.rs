@@ -22,6 +22,7 @@ use crate::plot::Timeline;
 use crate::topology::{self, Topology};
 use node::{SimNode, new_stamper};
 
+mod appends;
 mod faults;
 mod liveness;
 mod node;
@@ -79,6 +80,7 @@ struct Chances {
     async_assign: f64,
     azure_two_step: f64,
     inventory_delay: f64,
+    append_in_doubt: f64,
     stall_at_call: f64,
     /// Discrete faults and their relative weights.
     discrete: Vec<(Fault, u32)>,
@@ -225,6 +227,9 @@ pub struct World {
     issuing: Option<Vec<PendingCall>>,
     delayed: Vec<(u64, u64, Event)>,
     delayed_seq: u64,
+    /// Step batches on their way to the log that their node did not hear land
+    /// (`append-in-doubt`; `world/appends.rs`).
+    appends: appends::InDoubt,
     pools: Vec<Option<PoolSpec>>,
     /// The one host whose keepalived is MASTER (on-prem fleets; a LAN that is not partitioned).
     vrrp_master: Option<usize>,
@@ -254,6 +259,8 @@ impl World {
                 stamper: new_stamper(),
                 own: BTreeSet::from([spec.name.clone()]),
                 stalled: Vec::new(),
+                unappended: None,
+                stuck_until_ms: 0,
                 incarnation: 0,
                 floor: 0,
                 skew_ms: if config.faults.has(Fault::ClockSkew) { rng.random_range(-300..=300) } else { 0 },
@@ -291,6 +298,7 @@ impl World {
             issuing: None,
             delayed: Vec::new(),
             delayed_seq: 0,
+            appends: appends::InDoubt::default(),
             vrrp_master: None,
             now_ms: 0,
             step: 0,
@@ -383,6 +391,7 @@ impl World {
         for (_, _, event) in due {
             self.append(event);
         }
+        self.land_late_appends();
     }
 
     // ---------------------------------------------------------------- the provider
@@ -519,6 +528,7 @@ fn draw_chances(rng: &mut ChaCha8Rng, config: &SimConfig) -> Chances {
         async_assign: chance(Fault::AsyncAssign, 0.5),
         azure_two_step: chance(Fault::AzureTwoStep, 0.3),
         inventory_delay: chance(Fault::InventoryDelay, 0.5),
+        append_in_doubt: 0.0,
         stall_at_call: 0.0,
         discrete: Vec::new(),
     };
@@ -535,10 +545,15 @@ fn draw_chances(rng: &mut ChaCha8Rng, config: &SimConfig) -> Chances {
         Fault::Vrrp,
         Fault::PoolChurn,
         Fault::DesireBurst,
+        Fault::SlowStep,
     ] {
         if faults.has(fault) {
             chances.discrete.push((fault, rng.random_range(1..10)));
         }
+    }
+    // (Drawn after the others: the chances drawn before it stay what they were for every seed.)
+    if faults.has(Fault::AppendInDoubt) {
+        chances.append_in_doubt = rng.random_range(0.0..0.5);
     }
     // Rare: it ends the fleet's log (every node refuses it until the operator's recovery).
     if faults.has(Fault::StoreRollback) {

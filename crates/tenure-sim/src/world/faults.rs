@@ -83,6 +83,7 @@ impl World {
                 Some(format!("vrrp master {}", self.name(node)))
             }
             Fault::StoreRollback => Some(self.roll_back_log()),
+            Fault::SlowStep => Some(self.slow_step()),
             Fault::PoolChurn => {
                 self.churn_pool();
                 None

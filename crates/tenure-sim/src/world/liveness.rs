@@ -21,6 +21,7 @@ impl World {
         }
         for node in 0..self.nodes.len() {
             self.nodes[node].driver_mut().heal();
+            self.nodes[node].stuck_until_ms = 0;
             self.resume(node);
         }
         for round in 0..LIVENESS_ROUNDS_MAX {
@@ -115,6 +116,9 @@ impl World {
                 self.calls.len(),
                 self.delayed.len()
             ));
+        }
+        if !self.appends.settled() || self.nodes.iter().any(|n| n.unappended.is_some()) {
+            return Err("a step's batch is still on its way to the log".to_owned());
         }
         for (pool_index, range) in self.topology.pools.iter().map(|p| &p.addresses).enumerate() {
             let pool_name = &self.topology.pools[pool_index].name;

@@ -9,6 +9,7 @@ use tenure_core::anchor::Anchor;
 use tenure_core::driver::NodeDriver;
 use tenure_core::model::{StampedAction, VrrpState};
 
+use super::appends::Batch;
 use super::{CLOCK_VOTE_WINDOW_MS, HEARTBEAT_INTERVAL_MS};
 use crate::store::LossyJournalStore;
 
@@ -29,6 +30,12 @@ pub(super) struct SimNode {
     pub(super) own: BTreeSet<String>,
     /// Calls that passed the gate just before the node froze (paused-call mode).
     pub(super) stalled: Vec<StampedAction>,
+    /// A step's batch the node did not hear land (`append-in-doubt`): appended again, alone and
+    /// unchanged, before anything else of its loop (in memory: a crash forgets it).
+    pub(super) unappended: Option<Batch>,
+    /// The node's loop is stuck in a slow store call until this stream time (`slow-step`): its
+    /// step under way waits; its heartbeat thread goes on.
+    pub(super) stuck_until_ms: u64,
     /// Bumped at every crash: results of calls from an earlier life are not delivered.
     pub(super) incarnation: u64,
     /// How much of the log the node had applied when it last crashed: its replica (the embedded

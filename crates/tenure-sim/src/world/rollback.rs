@@ -189,6 +189,7 @@ impl World {
         self.head = self.registry.clone();
         self.head_fingerprints = vec![checker::fingerprint(&self.head)];
         self.delayed.clear();
+        self.appends.forget_late();
         self.checker.after_fleet_recovery(&self.head);
         for node in 0..self.nodes.len() {
             let name = self.name(node);
@@ -196,6 +197,8 @@ impl World {
             n.core = AgentCore::new(vec![fresh_driver(&name, &self.registry)]);
             n.restart_stamper(0);
             n.stalled.clear();
+            n.unappended = None;
+            n.stuck_until_ms = 0;
             n.incarnation += 1;
             n.floor = 0;
             n.anchor = Anchor::default();

@@ -5,7 +5,6 @@
 
 use rand::Rng;
 use tenure_core::agent::{Planned, Step, StepOp};
-use tenure_core::log::Event;
 use tenure_core::model::VrrpState;
 
 use super::{
@@ -77,17 +76,6 @@ impl World {
             .map_or(0, |index| usize::try_from(index.get()).expect("a simulated log fits memory"))
     }
 
-    /// Appends what the node's driver wants appended (its outbox), at the node's time.
-    pub(super) fn drain_outbox(&mut self, node: usize) {
-        if !self.anchor_holds(node) {
-            return;
-        }
-        while let Some(kind) = self.nodes[node].driver_mut().poll_append() {
-            let event = Event { at_ms: self.stamp(node), kind };
-            self.append(event);
-        }
-    }
-
     /// Advances the node's agent step ([`AgentCore::poll_step`]: the order `tenure agent` takes)
     /// to its next follow, beginning one when none is under way; the world moves between (other
     /// nodes append, calls land, faults strike), as it does while an agent waits on its store. A
@@ -96,7 +84,7 @@ impl World {
     /// that is frozen, cut off from the log or refused takes no step (one under way waits).
     pub(super) fn advance(&mut self, node: usize) {
         let n = &self.nodes[node];
-        if n.cut_off() || n.driver().is_paused() || self.refused(node) {
+        if n.cut_off() || n.driver().is_paused() || self.refused(node) || self.stuck(node) {
             return;
         }
         if !self.nodes[node].core.step_under_way() {
@@ -254,6 +242,8 @@ impl World {
         n.driver_mut().restart().expect("memory store");
         n.core.abandon_step();
         n.stalled.clear();
+        n.unappended = None;
+        n.stuck_until_ms = 0;
         n.incarnation += 1;
         let name = self.name(node);
         self.checker.after_restart(&name);

@@ -43,10 +43,15 @@ impl World {
     }
 
     /// `node`'s agent appends its keepalived state to the log if it changed since its last
-    /// report and the agent can write (not paused, not cut off).
+    /// report and the agent can write (not paused, not cut off). Its loop appends it: not while
+    /// the loop is stuck in a slow store call, nor while a batch it did not hear land waits for
+    /// its retry (the withdrawal on a demotion is a task of its own, [`World::withdraw`]).
     pub(super) fn report_vrrp(&mut self, node: usize) {
         let n = &self.nodes[node];
         if self.vrrp_master.is_none() || n.frozen() || n.cut_off() || n.refused.is_some() {
+            return;
+        }
+        if n.unappended.is_some() || self.stuck(node) {
             return;
         }
         let state = self.local_vrrp(node);
