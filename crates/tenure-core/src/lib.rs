@@ -30,6 +30,8 @@
 //! - [`eligibility`] — who may own an address at a stream time (SPEC 3).
 //! - [`arbitration`] — who owns each address (SPEC 4).
 //! - [`planner`] — the level-triggered acquire and release sets (SPEC 5).
+//! - [`pool_changes`] — pool files to ordered `pool-applied` / `pool-deleted` events (the agent's
+//!   start and reloads, the simulator's operators).
 //! - [`report`] — how an error reads to an operator: one line with its causes.
 //! - [`fence`] — the one fence rule and the durable high-water marks (SPEC 6).
 //! - [`journal`] — the outbox state machine and the `JournalStore` persistence trait.
@@ -67,6 +69,7 @@ pub mod model;
 pub mod names;
 pub mod node;
 pub mod planner;
+pub mod pool_changes;
 pub mod report;
 pub mod retry;
 pub mod rows;

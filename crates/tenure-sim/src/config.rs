@@ -62,6 +62,9 @@ pub enum Fault {
     /// A node's loop is stuck in a slow store call (an fsync, an etcd request) for longer than the
     /// heartbeat TTL, part way through a step; its heartbeat thread goes on.
     SlowStep,
+    /// Operators move addresses from one pool to another in the pool files and reload: the
+    /// events the agent plans for it (`tenure_core::pool_changes`), in its order.
+    PoolMove,
     /// The log goes back under the running fleet: etcd's prefix wiped, or etcd restored from a
     /// snapshot older than what every node applied. Not in `all` (every node refuses it and the
     /// fleet stops until the operator's recovery): asked for by name, `all,store-rollback`.
@@ -70,7 +73,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in a fixed order.
-    pub const ALL: [Fault; 21] = [
+    pub const ALL: [Fault; 22] = [
         Fault::Crash,
         Fault::CrashLossy,
         Fault::Pause,
@@ -92,6 +95,7 @@ impl Fault {
         Fault::InventoryDelay,
         Fault::AppendInDoubt,
         Fault::SlowStep,
+        Fault::PoolMove,
     ];
 
     /// Faults that `all` leaves out, asked for by name.
@@ -122,6 +126,7 @@ impl Fault {
             Fault::InventoryDelay => "inventory-delay",
             Fault::AppendInDoubt => "append-in-doubt",
             Fault::SlowStep => "slow-step",
+            Fault::PoolMove => "pool-move",
             Fault::StoreRollback => "store-rollback",
         }
     }

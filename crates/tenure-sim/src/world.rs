@@ -546,6 +546,7 @@ fn draw_chances(rng: &mut ChaCha8Rng, config: &SimConfig) -> Chances {
         Fault::PoolChurn,
         Fault::DesireBurst,
         Fault::SlowStep,
+        Fault::PoolMove,
     ] {
         if faults.has(fault) {
             chances.discrete.push((fault, rng.random_range(1..10)));

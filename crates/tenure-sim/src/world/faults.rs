@@ -1,10 +1,12 @@
 //! Injecting the discrete faults: crashes, pauses, partitions, operator actions, pool churn.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use rand::Rng;
 use tenure_core::log::{Event, EventKind};
-use tenure_core::model::ProviderKind;
+use tenure_core::model::{PoolSpec, ProviderKind};
+use tenure_core::pool_changes::plan_pool_changes;
 
 use super::World;
 use crate::config::Fault;
@@ -84,6 +86,7 @@ impl World {
             }
             Fault::StoreRollback => Some(self.roll_back_log()),
             Fault::SlowStep => Some(self.slow_step()),
+            Fault::PoolMove => Some(self.move_addresses()),
             Fault::PoolChurn => {
                 self.churn_pool();
                 None
@@ -122,6 +125,12 @@ impl World {
         let name = self.topology.pools[pool].name.clone();
         let roll = self.rng.random_range(0..10);
         let current = self.pools[pool].clone();
+        // What another pool lists now (moved there by `pool-move`) is not this pool's to list.
+        let elsewhere: BTreeSet<IpAddr> = (0..self.pools.len())
+            .filter(|other| *other != pool)
+            .filter_map(|other| self.pools[other].as_ref())
+            .flat_map(|spec| spec.addresses.iter().copied())
+            .collect();
         let event = match current {
             Some(_) if roll < 2 => {
                 self.pools[pool] = None;
@@ -129,9 +138,17 @@ impl World {
             }
             _ => {
                 let mut spec = current.unwrap_or_else(|| self.topology.pools[pool].clone());
-                let range = &self.topology.pools[pool].addresses;
+                let range: Vec<IpAddr> = self.topology.pools[pool]
+                    .addresses
+                    .iter()
+                    .copied()
+                    .filter(|a| !elsewhere.contains(a))
+                    .collect();
+                if range.is_empty() {
+                    return;
+                }
                 let keep: Vec<IpAddr> = range.iter().copied().filter(|_| self.rng.random_bool(0.9)).collect();
-                spec.addresses = if keep.is_empty() { range.clone() } else { keep };
+                spec.addresses = if keep.is_empty() { range } else { keep };
                 if roll >= 8 {
                     spec.preempt = !spec.preempt;
                 }
@@ -140,5 +157,50 @@ impl World {
             }
         };
         self.append(Event { at_ms: self.now_ms, kind: event });
+    }
+
+    /// The `pool-move` fault: an operator moves one to three addresses from one applied pool to
+    /// another in the pool files and reloads. The events are the ones the agent appends for it
+    /// (`tenure_core::pool_changes::plan_pool_changes`: the pool letting them go shrinks first),
+    /// over the pools the log has applied; each must pass the head's overlap check. Returns how
+    /// the plot names it.
+    pub(super) fn move_addresses(&mut self) -> String {
+        let applied: BTreeMap<String, PoolSpec> = self
+            .head
+            .pools()
+            .iter()
+            .filter(|(_, p)| !p.deleted)
+            .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
+            .collect();
+        let names: Vec<&String> = applied.keys().collect();
+        if names.len() < 2 || !self.writer_holds() {
+            return "pool-move (nothing to move, or every store refused the log)".to_owned();
+        }
+        let from = names[self.rng.random_range(0..names.len())].clone();
+        let to = loop {
+            let to = names[self.rng.random_range(0..names.len())];
+            if *to != from {
+                break to.clone();
+            }
+        };
+        let mut wanted = applied.clone();
+        let listed = &wanted[&from].addresses;
+        if listed.len() < 2 {
+            return format!("pool-move (pool {from} lists too few addresses)");
+        }
+        let count = self.rng.random_range(1..=3usize.min(listed.len() - 1));
+        let mut moved = Vec::new();
+        for _ in 0..count {
+            let listed = &mut wanted.get_mut(&from).expect("picked from the map").addresses;
+            moved.push(listed.remove(self.rng.random_range(0..listed.len())));
+        }
+        wanted.get_mut(&to).expect("picked from the map").addresses.extend(moved.iter().copied());
+        let wanted: Vec<PoolSpec> = wanted.into_values().collect();
+        for kind in plan_pool_changes(&applied, &wanted) {
+            self.append(Event { at_ms: self.now_ms, kind });
+        }
+        self.resync_pools();
+        let moved: Vec<String> = moved.iter().map(ToString::to_string).collect();
+        format!("pool-move {} from {from} to {to}", moved.join(","))
     }
 }

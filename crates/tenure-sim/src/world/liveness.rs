@@ -123,12 +123,14 @@ impl World {
         for (pool_index, range) in self.topology.pools.iter().map(|p| &p.addresses).enumerate() {
             let pool_name = &self.topology.pools[pool_index].name;
             for address in range {
+                // The pool that lists the address now (`pool-move` moves addresses between
+                // pools): its owner's NIC, if it is desired.
                 let expected: Vec<String> = self
                     .head
                     .pools()
-                    .get(pool_name)
-                    .filter(|p| !p.deleted)
-                    .and_then(|p| p.addresses.get(address))
+                    .values()
+                    .filter(|p| !p.deleted && p.spec.addresses.contains(address))
+                    .find_map(|p| p.addresses.get(address))
                     .filter(|a| a.active && a.desired)
                     .and_then(|a| a.owner)
                     .map(|owner| vec![self.head.nodes()[owner].spec.nic.clone()])

@@ -165,7 +165,7 @@ impl World {
 
     /// The world's record of each pool's current spec, as the head now has it (the operator's
     /// next churn applies to what the log says).
-    fn resync_pools(&mut self) {
+    pub(super) fn resync_pools(&mut self) {
         for (index, pool) in self.topology.pools.iter().enumerate() {
             self.pools[index] =
                 self.head.pools().get(&pool.name).filter(|p| !p.deleted).map(|p| p.spec.as_ref().clone());

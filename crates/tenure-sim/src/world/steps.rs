@@ -39,6 +39,9 @@ impl World {
     /// log against the node's anchor (a log that went back is refused: nothing is applied). The
     /// anchor then moves onto what was applied.
     fn follow_up_to(&mut self, node: usize, batch: usize, max: usize, head_read: bool) {
+        // (Its view would move without the cancel of the calls it fences: `poll_stale_calls`
+        // names none while frozen.)
+        debug_assert!(!self.nodes[node].frozen(), "a frozen node follows the log");
         let reconnect = std::mem::take(&mut self.nodes[node].watch_broken);
         if self.refused(node) || ((head_read || reconnect) && !self.anchor_holds(node)) {
             return;
@@ -125,6 +128,12 @@ impl World {
                     self.issuing = Some(Vec::new());
                     self.execute_polled(node);
                     self.land_issued();
+                    if self.nodes[node].frozen() {
+                        // Frozen at a call (`paused-call`): the process does nothing more until
+                        // it wakes up — no head read, no refresh (a frozen node's follow would
+                        // move its view without the cancel of what that view fences).
+                        continue;
+                    }
                     // Then, as the agent's refresh timer (`runner/refresh.rs`): its own head
                     // confirmation (no head was confirmed when nothing was ready to call), then
                     // the announcements repeated.

@@ -42,7 +42,6 @@
 //!   pools refused and cancelled while not MASTER, the local withdrawal.
 //! - [`keepalived`] — keepalived's notify FIFO: its lines parsed, and the follower that turns
 //!   them into reports for the loop (locked, its last state kept beside the FIFO).
-//! - [`pools`] — pool files to ordered `pool-applied` / `pool-deleted` events.
 //! - [`notices`] — the maintenance notice watcher (`maintenanceNotices: drain`): drains a node
 //!   whose instance the cloud announces the end of, and acknowledges the notice.
 //! - [`memory`] — [`memory::MemoryStore`], the in-memory test double of [`AgentStore`].
@@ -58,7 +57,6 @@ pub mod listing;
 pub mod map;
 pub mod memory;
 pub mod notices;
-pub mod pools;
 pub mod request;
 pub mod runner;
 pub mod status;
@@ -175,7 +173,7 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreCapabilities {
     /// Other agents share this log (a fleet): then a starting agent's pool files only seed the
-    /// pools the log lacks ([`pools::seed_pools`]); the log's version of a pool is the fleet's,
+    /// pools the log lacks ([`tenure_core::pool_changes::seed_pools`]); the log's version of a pool is the fleet's,
     /// changed on purpose by a reload (SIGHUP), never reverted by a router that restarts with an
     /// old file.
     pub shared_log: bool,

@@ -9,9 +9,9 @@ use tenure_core::log_store::LogError;
 use tenure_core::model::PoolSpec;
 use tracing::{error, info, warn};
 
-use super::super::pools::plan_pool_changes;
 use super::Agent;
 use crate::agent::AgentStore;
+use tenure_core::pool_changes::plan_pool_changes;
 
 impl<S: AgentStore> Agent<S> {
     /// Appends `kinds` in one durable commit. Returns the index of each, or why not.

@@ -18,12 +18,12 @@ use tokio::time::{Duration, Instant};
 use tracing::{error, warn};
 
 use super::super::answers::Counters;
-use super::super::pools::seed_pools;
 use super::super::{AgentStore, Settings};
 use super::inventory::InventorySchedule;
 use super::{
     Agent, AgentError, CLOCK_VOTE_WINDOW, Observe, RunSummary, clock, heartbeat, refresh, slow, stale,
 };
+use tenure_core::pool_changes::seed_pools;
 
 /// The projection of the empty log an agent follows: its nodes and its peers (the whole fleet),
 /// its providers, drift repair on. `tenure replay BACKUP` projects a backup's log over the same.

@@ -18,13 +18,15 @@
 //! the plan passes the overlap check when it is applied: in phase 1 pools only shrink, and in
 //! phase 2 an address a pool takes is either free or listed by a pool whose new spec (already
 //! applied, or about to be) also lists it — which the set check refused. Planning is pure; the
-//! caller appends the events in order and reports rejects.
+//! caller appends the events in order and reports rejects. The agent plans its start and its
+//! reloads with it (`runner/start.rs`, `runner/appends.rs`); the simulator's operators move
+//! addresses between pools with it (`pool-move`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use tenure_core::log::EventKind;
-use tenure_core::model::PoolSpec;
+use crate::log::EventKind;
+use crate::model::PoolSpec;
 
 /// The events that turn `applied` (the pools the log has applied now, by name) into `wanted`
 /// (the files' pools), in the order to append them. Unchanged pools produce nothing.
@@ -109,9 +111,9 @@ fn same_domain(a: &PoolSpec, b: &PoolSpec) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use tenure_core::federation::Federation;
-    use tenure_core::log::Event;
-    use tenure_core::model::{Approval, Authority, NodeSpec, ProviderKind, ProviderSpec};
+    use crate::federation::Federation;
+    use crate::log::Event;
+    use crate::model::{Approval, Authority, NodeSpec, ProviderKind, ProviderSpec};
 
     use super::*;
 
