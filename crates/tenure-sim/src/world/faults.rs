@@ -11,6 +11,9 @@ use tenure_core::pool_changes::plan_pool_changes;
 use super::World;
 use crate::config::Fault;
 
+/// The chance that a `pool-move` renames a pool instead of moving addresses between two.
+const RENAME_CHANCE: f64 = 0.25;
+
 impl World {
     pub(super) fn inject(&mut self, fault: Fault) {
         self.count_fault(fault);
@@ -125,11 +128,14 @@ impl World {
         let name = self.topology.pools[pool].name.clone();
         let roll = self.rng.random_range(0..10);
         let current = self.pools[pool].clone();
-        // What another pool lists now (moved there by `pool-move`) is not this pool's to list.
-        let elsewhere: BTreeSet<IpAddr> = (0..self.pools.len())
-            .filter(|other| *other != pool)
-            .filter_map(|other| self.pools[other].as_ref())
-            .flat_map(|spec| spec.addresses.iter().copied())
+        // What another pool lists now (moved there or renamed by `pool-move`) is not this pool's
+        // to list.
+        let elsewhere: BTreeSet<IpAddr> = self
+            .head
+            .pools()
+            .iter()
+            .filter(|(other, p)| **other != name && !p.deleted)
+            .flat_map(|(_, p)| p.spec.addresses.iter().copied())
             .collect();
         let event = match current {
             Some(_) if roll < 2 => {
@@ -173,10 +179,13 @@ impl World {
             .map(|(name, p)| (name.clone(), p.spec.as_ref().clone()))
             .collect();
         let names: Vec<&String> = applied.keys().collect();
-        if names.len() < 2 || !self.writer_holds() {
-            return "pool-move (nothing to move, or every store refused the log)".to_owned();
+        if names.is_empty() || !self.writer_holds() {
+            return "pool-move (no pool, or every store refused the log)".to_owned();
         }
         let from = names[self.rng.random_range(0..names.len())].clone();
+        if names.len() < 2 || self.rng.random_bool(RENAME_CHANCE) {
+            return self.rename_pool(&applied, &from);
+        }
         let to = loop {
             let to = names[self.rng.random_range(0..names.len())];
             if *to != from {
@@ -202,5 +211,28 @@ impl World {
         self.resync_pools();
         let moved: Vec<String> = moved.iter().map(ToString::to_string).collect();
         format!("pool-move {} from {from} to {to}", moved.join(","))
+    }
+
+    /// An operator renames pool `from` in its file and reloads (part of `pool-move`): the pool is
+    /// deleted and its spec applied under the new name, in the agent's order. The new name is
+    /// new (`<topology name>-r<step>`), or, half the time, the topology's own name back when no
+    /// pool has it now. Returns how the plot names it.
+    fn rename_pool(&mut self, applied: &BTreeMap<String, PoolSpec>, from: &str) -> String {
+        let base = from.split_once("-r").map_or(from, |(base, _)| base).to_owned();
+        let to = if from != base && !applied.contains_key(&base) && self.rng.random_bool(0.5) {
+            base
+        } else {
+            format!("{base}-r{}", self.step)
+        };
+        let mut wanted = applied.clone();
+        let mut spec = wanted.remove(from).expect("a pool the log applied");
+        spec.name.clone_from(&to);
+        wanted.insert(to.clone(), spec);
+        let wanted: Vec<PoolSpec> = wanted.into_values().collect();
+        for kind in plan_pool_changes(applied, &wanted) {
+            self.append(Event { at_ms: self.now_ms, kind });
+        }
+        self.resync_pools();
+        format!("pool-move: {from} renamed {to}")
     }
 }
