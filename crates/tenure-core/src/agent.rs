@@ -285,7 +285,9 @@ impl<J: JournalStore> AgentCore<J> {
                 match self.drivers[index].record_local_release(provider, address, WITHDRAWN) {
                     Ok(keys) => recorded += keys.len(),
                     Err(e) => {
+                        // A failed journal takes nothing more (the agent has failed).
                         self.journal_failed(index, &e);
+                        return recorded;
                     }
                 }
             }

@@ -425,6 +425,7 @@ fn scaled(number: &str, unit_ns: u128) -> Option<u128> {
 /// broadcast included). Refuses host bits below the prefix and ranges over [`POOL_ADDRESSES_MAX`].
 pub fn expand_addresses(text: &str) -> Result<Vec<IpAddr>, String> {
     if let Ok(address) = text.parse::<IpAddr>() {
+        check_floating(text, address)?;
         return Ok(vec![address]);
     }
     let network: IpNet =
@@ -439,7 +440,7 @@ pub fn expand_addresses(text: &str) -> Result<Vec<IpAddr>, String> {
         ));
     }
     let count = 1u32 << host_bits;
-    let addresses = match network {
+    let addresses: Vec<IpAddr> = match network {
         IpNet::V4(v4) => {
             let base = u32::from(v4.network());
             (0..count).map(|offset| IpAddr::from((base + offset).to_be_bytes())).collect()
@@ -449,7 +450,28 @@ pub fn expand_addresses(text: &str) -> Result<Vec<IpAddr>, String> {
             (0..count).map(|offset| IpAddr::from((base + u128::from(offset)).to_be_bytes())).collect()
         }
     };
+    for address in &addresses {
+        check_floating(text, *address)?;
+    }
     Ok(addresses)
+}
+
+/// Whether `address` (from `text`) can be a floating address: not unspecified, multicast or the
+/// IPv4 limited broadcast, and not an IPv4-mapped IPv6 address (`::ffff:10.1.0.1` is `10.1.0.1`
+/// written another way: two pools listing both would pass the overlap check as two addresses).
+fn check_floating(text: &str, address: IpAddr) -> Result<(), String> {
+    let why = match address {
+        IpAddr::V6(v6) if let Some(v4) = v6.to_ipv4_mapped() => {
+            return Err(format!(
+                "`{text}` holds the IPv4-mapped IPv6 address {v6}; write the IPv4 address `{v4}`"
+            ));
+        }
+        a if a.is_unspecified() => "the unspecified address",
+        a if a.is_multicast() => "a multicast address",
+        IpAddr::V4(v4) if v4.is_broadcast() => "the IPv4 limited broadcast address",
+        _ => return Ok(()),
+    };
+    Err(format!("`{text}` holds {address}, {why}: it cannot be a floating address"))
 }
 
 /// The canonical text of an address: RFC 5952, no prefix length.
@@ -469,6 +491,26 @@ pub fn parse_one_address(text: &str) -> Result<IpAddr, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn addresses_that_cannot_float_are_refused_in_one_line() {
+        let refused = |text: &str| expand_addresses(text).expect_err(text);
+        assert!(refused("::ffff:10.1.0.1").contains("write the IPv4 address `10.1.0.1`"));
+        assert!(refused("::ffff:10.1.0.0/120").contains("IPv4-mapped"));
+        assert!(refused("0.0.0.0").contains("the unspecified address"));
+        assert!(refused("0.0.0.0/30").contains("0.0.0.0, the unspecified address"));
+        assert!(refused("::").contains("the unspecified address"));
+        assert!(refused("255.255.255.255").contains("limited broadcast"));
+        assert!(refused("224.0.0.18").contains("multicast"));
+        assert!(refused("ff02::1").contains("multicast"));
+        assert_eq!(expand_addresses("10.1.0.1").map(|a| a.len()), Ok(1));
+        assert_eq!(expand_addresses("2001:db8::/126").map(|a| a.len()), Ok(4));
+        assert_eq!(
+            expand_addresses("10.255.255.255").map(|a| a.len()),
+            Ok(1),
+            "a subnet's broadcast may float"
+        );
+    }
     use super::*;
 
     #[test]

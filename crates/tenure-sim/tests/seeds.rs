@@ -131,8 +131,8 @@ fn onprem_with_vrrp_authority_answers_from_two_hosts_only_through_a_frozen_one()
     // The limit is shown: pinned seeds in which a frozen host answers beside the new holder.
     // (Since the simulator runs the agent's step from its core, `AgentCore::poll_step`, such
     // seeds are rarer: 3 in the first 322, where 22 and 24 were before; 93, 304 and 321 until
-    // `append-in-doubt`, `slow-step` and `pool-move` joined `all`.)
-    for seed in [20, 39, 163] {
+    // `append-in-doubt`, `slow-step` and `pool-move` joined `all`: 3 in the first 651 now.)
+    for seed in [262, 278, 650] {
         let pinned = sweep(&config(Mode::Onprem), seed..seed + 1);
         assert_eq!(kinds(&pinned), limit, "seed {seed}: a frozen host's answer, and nothing else");
         assert!(pinned.iter().all(|r| !r.failed()), "seed {seed}");
@@ -183,7 +183,7 @@ const PINNED: &[(Mode, u64, &str)] = &[
 /// older snapshot). Every node's store checks the log against its anchor with the fleet store's
 /// own check (`tenure_core::anchor`) and refuses it; nothing acts on the shorter log, and after
 /// the operator's recovery the fleet converges. With the check off (the safety issue's fix
-/// reverted), nodes act on a log that is not the head's: cloud seed 0 and onprem seed 2 make
+/// reverted), nodes act on a log that is not the head's: cloud seed 0 and onprem seed 4 make
 /// stale calls (cloud 0 and onprem 5 before `append-in-doubt`, `slow-step` and `pool-move` joined `all`; cloud 3
 /// and onprem 2 before the simulator ran the agent's step from its core).
 /// `TENURE_SIM_ROLLBACK_SEEDS=N` scales the sweep (default 300 per mode).
@@ -199,7 +199,7 @@ fn a_log_that_went_back_is_refused_by_every_node() {
         let refusals: u64 = reports.iter().map(|r| r.refusals).sum();
         assert!(rollbacks > 0 && refusals > 0, "{mode}: {rollbacks} rollbacks, {refusals} refusals");
         let unchecked = SimConfig { check_anchor: false, ..config };
-        let seed = if mode == Mode::Cloud { 0 } else { 2 };
+        let seed = if mode == Mode::Cloud { 0 } else { 4 };
         let r = run_seed(seed, &unchecked);
         assert!(r.rollbacks > 0, "{mode} seed {seed}: the log went back");
         assert!(

@@ -10,7 +10,7 @@
 //! back) to project the peers' stamps by. The agent passes its host's clocks; the simulator its
 //! stream time and each node's skewed view of it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::federation::Federation;
 
@@ -83,7 +83,7 @@ pub struct PeerClocks {
     /// Node → (its newest heartbeat stamp, the monotonic time this agent first saw that stamp;
     /// `None` for a stamp already in the log when the agent started: it says nothing about that
     /// clock now).
-    seen: HashMap<String, (u64, Option<u64>)>,
+    seen: BTreeMap<String, (u64, Option<u64>)>,
     /// How far ahead of the median an agent may stamp.
     lead_max_ms: u64,
     /// A node not heard from for this long no longer votes.
@@ -100,7 +100,7 @@ impl PeerClocks {
     /// `window_ms` no longer votes.
     #[must_use]
     pub fn new(lead_max_ms: u64, window_ms: u64) -> Self {
-        Self { seen: HashMap::new(), lead_max_ms, window_ms, baseline_until_ms: None }
+        Self { seen: BTreeMap::new(), lead_max_ms, window_ms, baseline_until_ms: None }
     }
 
     /// Takes note of the stamps in the log when the agent starts: they vote, unprojected, until

@@ -104,44 +104,53 @@ impl<J: JournalStore> AgentCore<J> {
     /// answer ([`StepOp::Follow`], [`StepOp::ConfirmHead`]) that was not given — a shell's bug —
     /// the step ends there, calling nothing (and a debug build panics).
     pub fn poll_step(&mut self) -> Option<StepOp> {
-        let state = self.step.as_mut()?;
-        let step = state.step;
-        let (op, next) = match state.next {
-            Phase::Append => (Some(StepOp::Append), Phase::Withdraw),
-            Phase::Withdraw => (Some(StepOp::Withdraw), Phase::Follow),
-            Phase::Follow => (Some(StepOp::Follow), Phase::Following(After::Plan)),
-            Phase::Following(_) | Phase::Confirming(_) => {
-                if cfg!(debug_assertions) {
-                    panic!("a step's follow or head confirmation was not answered");
-                }
-                self.step = None;
-                return None;
-            }
-            Phase::Plan => {
-                let planned = self.plan(step.slice);
-                let op = (!planned.is_empty()).then_some(StepOp::Planned(planned));
-                (op, Phase::AppendPlanned)
-            }
-            Phase::AppendPlanned => (Some(StepOp::Append), Phase::FollowAgain),
-            Phase::FollowAgain => (Some(StepOp::Follow), Phase::Following(After::WithdrawAgain)),
-            Phase::WithdrawAgain if !step.calls => {
-                self.step = None;
-                return None;
-            }
-            Phase::WithdrawAgain => (Some(StepOp::Withdraw), Phase::Head),
-            Phase::Head => match self.head_wanted(step.head_failing) {
-                Some(why) => (Some(StepOp::ConfirmHead(why)), Phase::Confirming(why)),
-                None => (None, Phase::Call),
-            },
-            Phase::Call => {
-                self.step = None;
-                return (self.failed.is_none()).then_some(StepOp::Call);
-            }
-        };
-        let state = self.step.as_mut().expect("a step under way");
-        state.next = next;
         // A phase with nothing to do (no plan reported, no head to confirm) goes on to the next.
-        op.or_else(|| self.poll_step())
+        loop {
+            let state = self.step.as_mut()?;
+            let step = state.step;
+            let (op, next) = match state.next {
+                Phase::Append => (Some(StepOp::Append), Phase::Withdraw),
+                Phase::Withdraw => (Some(StepOp::Withdraw), Phase::Follow),
+                Phase::Follow => (Some(StepOp::Follow), Phase::Following(After::Plan)),
+                Phase::Following(_) | Phase::Confirming(_) => {
+                    self.unanswered("a step's follow or head confirmation was not answered");
+                    return None;
+                }
+                Phase::Plan => {
+                    let planned = self.plan(step.slice);
+                    let op = (!planned.is_empty()).then_some(StepOp::Planned(planned));
+                    (op, Phase::AppendPlanned)
+                }
+                Phase::AppendPlanned => (Some(StepOp::Append), Phase::FollowAgain),
+                Phase::FollowAgain => (Some(StepOp::Follow), Phase::Following(After::WithdrawAgain)),
+                Phase::WithdrawAgain if !step.calls => {
+                    self.step = None;
+                    return None;
+                }
+                Phase::WithdrawAgain => (Some(StepOp::Withdraw), Phase::Head),
+                Phase::Head => match self.head_wanted(step.head_failing) {
+                    Some(why) => (Some(StepOp::ConfirmHead(why)), Phase::Confirming(why)),
+                    None => (None, Phase::Call),
+                },
+                Phase::Call => {
+                    self.step = None;
+                    return (self.failed.is_none()).then_some(StepOp::Call);
+                }
+            };
+            self.step.as_mut().expect("a step under way").next = next;
+            if op.is_some() {
+                return op;
+            }
+        }
+    }
+
+    /// A shell's bug: an answer missing, or given where none was asked. The step ends there,
+    /// calling nothing; a debug build panics.
+    fn unanswered(&mut self, what: &str) {
+        self.step = None;
+        if cfg!(debug_assertions) {
+            panic!("{what}");
+        }
     }
 
     /// The answer to [`StepOp::Follow`]: whether every node followed the log. A follow that
@@ -149,7 +158,7 @@ impl<J: JournalStore> AgentCore<J> {
     pub fn followed(&mut self, ok: bool) {
         let Some(state) = self.step.as_mut() else { return };
         let Phase::Following(after) = state.next else {
-            panic!("`followed` answers a step's follow");
+            return self.unanswered("`followed` answers a step's follow");
         };
         if !ok {
             self.step = None;
@@ -162,14 +171,15 @@ impl<J: JournalStore> AgentCore<J> {
     }
 
     /// The answer to [`StepOp::ConfirmHead`]: whether the head was confirmed (and followed to).
-    /// Unconfirmed before calls, the step ends: nothing is called. A confirmation asked only to
-    /// clear a failing one goes on to the calls either way (there are none to make).
+    /// Unconfirmed, the step ends: nothing is called (also after a confirmation asked only to
+    /// clear a failing one: nothing was ready then, and nothing is gated on a view the agent
+    /// could not stand behind).
     pub fn head_confirmed(&mut self, ok: bool) {
         let Some(state) = self.step.as_mut() else { return };
-        let Phase::Confirming(why) = state.next else {
-            panic!("`head_confirmed` answers a step's head confirmation");
+        let Phase::Confirming(_) = state.next else {
+            return self.unanswered("`head_confirmed` answers a step's head confirmation");
         };
-        if !ok && why == HeadWanted::BeforeCalls {
+        if !ok {
             self.step = None;
             return;
         }

@@ -69,6 +69,11 @@ impl World {
         while let Some(kind) = self.nodes[node].driver_mut().poll_append() {
             events.push(Event { at_ms: self.stamp(node), kind });
         }
+        self.send_batch(node, events);
+    }
+
+    /// Appends `events` of `node` as one new batch (nothing when there are none).
+    pub(super) fn send_batch(&mut self, node: usize, events: Vec<Event>) {
         if events.is_empty() {
             return;
         }

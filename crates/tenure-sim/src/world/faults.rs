@@ -95,25 +95,32 @@ impl World {
                 None
             }
             Fault::DesireBurst => {
-                let (pool, _) = self.random_address();
+                // Among the pools the log has applied now (renamed ones and moved addresses too).
+                let applied: Vec<(String, Vec<IpAddr>)> = self
+                    .head
+                    .pools()
+                    .iter()
+                    .filter(|(_, p)| !p.deleted && !p.spec.addresses.is_empty())
+                    .map(|(name, p)| (name.clone(), p.spec.addresses.clone()))
+                    .collect();
                 let desired = self.rng.random_bool(0.5);
-                if !self.writer_holds() {
-                    return Some("desire-burst (refused: every store refused the log)".to_owned());
+                if !self.writer_holds() || applied.is_empty() {
+                    return Some(
+                        "desire-burst (refused: no pool, or every store refused the log)".to_owned(),
+                    );
                 }
+                let (name, range) = &applied[self.rng.random_range(0..applied.len())];
                 let mut burst = "";
                 for _ in 0..self.rng.random_range(1..6) {
-                    let range = &self.topology.pools[pool].addresses;
                     let address = range[self.rng.random_range(0..range.len())];
-                    let name = self.topology.pools[pool].name.clone();
                     let kind = if desired {
-                        EventKind::Desire { pool: name, address }
+                        EventKind::Desire { pool: name.clone(), address }
                     } else {
-                        EventKind::Undesire { pool: name, address }
+                        EventKind::Undesire { pool: name.clone(), address }
                     };
                     burst = kind.wire_name();
                     self.append(Event { at_ms: self.now_ms, kind });
                 }
-                let name = &self.topology.pools[pool].name;
                 Some(format!("{burst} burst {name}"))
             }
             _ => None,

@@ -261,10 +261,13 @@ impl World {
             return;
         }
         // A store that refused the log (it went back) appends nothing: the results stay in the
-        // outbox, lost with the node's store at the operator's recovery.
-        if !self.anchor_holds(node) {
+        // outbox, lost with the node's store at the operator's recovery. Nor does a loop stuck in
+        // a store call, or one whose batch not heard to land waits for its retry: the results
+        // wait in the outbox for the step's `Append` (`runner/appends.rs`).
+        if !self.anchor_holds(node) || self.nodes[node].unappended.is_some() || self.stuck(node) {
             return;
         }
+        let mut batch = Vec::new();
         while let Some(kind) = self.nodes[node].driver_mut().poll_append() {
             if self.nodes[node].cut_off() {
                 continue;
@@ -276,10 +279,12 @@ impl World {
                     let at = self.now_ms + self.rng.random_range(50..2_000);
                     self.delay(at, event.clone());
                 } else {
-                    self.append(event.clone());
+                    batch.push(event.clone());
                 }
             }
         }
+        // One batch, as the agent's: its answer may be lost too (`append-in-doubt`).
+        self.send_batch(node, batch);
     }
 
     pub(super) fn check_provider(&mut self, address: IpAddr) {

@@ -41,7 +41,7 @@ impl World {
     fn follow_up_to(&mut self, node: usize, batch: usize, max: usize, head_read: bool) {
         // (Its view would move without the cancel of the calls it fences: `poll_stale_calls`
         // names none while frozen.)
-        debug_assert!(!self.nodes[node].frozen(), "a frozen node follows the log");
+        assert!(!self.nodes[node].frozen(), "a frozen node follows the log");
         let reconnect = std::mem::take(&mut self.nodes[node].watch_broken);
         if self.refused(node) || ((head_read || reconnect) && !self.anchor_holds(node)) {
             return;

@@ -176,6 +176,10 @@ impl<S: AgentStore> Agent<S> {
                 Ok(format!("{count} event(s) appended; {name} freezes after its next reconcile"))
             }
             Control::Resume { .. } => {
+                // A stopping agent starts no call, a zombie pass's neither.
+                if self.shutting_down {
+                    return Err(format!("{name} stays frozen: the agent is shutting down"));
+                }
                 self.follow()?;
                 let approved =
                     self.core.drivers_mut()[index].resume().map_err(|blocked| blocked.as_str().to_owned())?;
