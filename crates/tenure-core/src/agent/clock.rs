@@ -33,15 +33,9 @@ pub struct Stamp {
     pub at_ms: u64,
     /// How far ahead of the cap this host's clock ran, when the rule held the stamp back.
     pub held_back_ms: Option<u64>,
-}
-
-impl Stamp {
-    /// Whether this stamp is one to tell the operator about: the first one held back, then only
-    /// every power of two of them (`capped` is the count including this one).
-    #[must_use]
-    pub fn worth_saying(&self, capped: u64) -> bool {
-        self.held_back_ms.is_some() && (capped == 1 || capped.is_power_of_two())
-    }
+    /// Whether the stamps found in the log at start still voted, unprojected (right after a
+    /// start: they are as old as the peers' last heartbeat).
+    pub baseline: bool,
 }
 
 impl Stamper {
@@ -67,7 +61,22 @@ impl Stamper {
         };
         let at_ms = at_ms.max(self.last_ms.saturating_add(1));
         self.last_ms = at_ms;
-        Stamp { at_ms, held_back_ms }
+        let baseline = self.peers.baseline_until_ms.is_some_and(|until| mono_ms < until);
+        Stamp { at_ms, held_back_ms, baseline }
+    }
+
+    /// Whether `stamp` (the last one) is one to tell the operator about: the first one held back,
+    /// then only every power of two of them. Right after a start, while the log's stamps vote
+    /// unprojected, only a hold-back of more than twice the lead: those stamps are up to a
+    /// heartbeat interval old on an honest fleet, so a host in step with its peers is held back
+    /// by up to that much (a new agent beside live peers warned of a clock `124 ms` ahead).
+    #[must_use]
+    pub fn worth_saying(&self, stamp: &Stamp) -> bool {
+        let Some(held_back_ms) = stamp.held_back_ms else { return false };
+        if stamp.baseline && held_back_ms <= 2 * self.peers.lead_max_ms {
+            return false;
+        }
+        self.capped == 1 || self.capped.is_power_of_two()
     }
 
     /// Stamps the rule held back so far.
@@ -206,12 +215,12 @@ mod tests {
     fn stamps_only_rise_and_a_capped_one_is_counted() {
         let mut s = Stamper::new(clocks(&[("b", 1_000), ("c", 1_000)], 0));
         let first = s.stamp(5_000, 0);
-        assert_eq!(first, Stamp { at_ms: 1_050, held_back_ms: Some(3_950) }, "held to the median + 50");
+        assert_eq!(first, Stamp { at_ms: 1_050, held_back_ms: Some(3_950), baseline: false }, "median + 50");
         assert_eq!(s.capped(), 1);
-        assert!(first.worth_saying(s.capped()));
+        assert!(s.worth_saying(&first));
         assert_eq!(s.stamp(900, 0).at_ms, 1_051, "a clock that stepped back still stamps above the last");
         let mut alone = Stamper::new(PeerClocks::new(50, 60_000));
-        assert_eq!(alone.stamp(7, 0), Stamp { at_ms: 7, held_back_ms: None });
+        assert_eq!(alone.stamp(7, 0), Stamp { at_ms: 7, held_back_ms: None, baseline: false });
         assert_eq!(alone.stamp(7, 0).at_ms, 8);
         assert_eq!(alone.capped(), 0);
     }
@@ -219,5 +228,24 @@ mod tests {
     #[test]
     fn alone_there_is_no_cap() {
         assert_eq!(PeerClocks::new(50, 60_000).cap(5, 0), None);
+    }
+
+    #[test]
+    fn right_after_a_start_a_clock_in_step_with_its_peers_is_not_called_ahead() {
+        // The log's newest peer stamp is a heartbeat interval (100) old; lead 50.
+        let mut peers = PeerClocks::new(50, 60_000);
+        peers.baseline_until_ms = Some(300);
+        peers.seen.insert("b".into(), (1_000, None));
+        let mut s = Stamper::new(peers);
+        let in_step = s.stamp(1_100, 0);
+        assert_eq!(in_step.held_back_ms, Some(50), "held to the old stamp + 50");
+        assert!(in_step.baseline);
+        assert!(!s.worth_saying(&in_step), "an honest clock at start is not called ahead");
+        let mut peers = PeerClocks::new(50, 60_000);
+        peers.baseline_until_ms = Some(300);
+        peers.seen.insert("b".into(), (1_000, None));
+        let mut s = Stamper::new(peers);
+        let ahead = s.stamp(11_000, 0);
+        assert!(s.worth_saying(&ahead), "a clock 10 s ahead is, at start too");
     }
 }

@@ -35,7 +35,7 @@ impl HostStamper {
     pub(super) fn stamp(&mut self) -> u64 {
         let mono_ms = self.mono_ms(Instant::now());
         let stamp = self.stamper.stamp(wall_clock_ms(), mono_ms);
-        if stamp.worth_saying(self.stamper.capped())
+        if self.stamper.worth_saying(&stamp)
             && let Some(ahead_ms) = stamp.held_back_ms
         {
             warn!(ahead_ms, "this host's clock runs ahead of the other agents' median: stamping at the cap");
