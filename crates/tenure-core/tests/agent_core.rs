@@ -2,6 +2,8 @@
 //! both run — which nodes plan and how much, promotion, the sticky failure, when the head must be
 //! confirmed, gating, results, and the journaling of a local withdrawal.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -11,9 +13,7 @@ use tenure_core::federation::Federation;
 use tenure_core::journal::{DurableNodeState, EntryState, JournalChange, JournalStore, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log, MemoryLog};
-use tenure_core::model::{
-    Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, Verb,
-};
+use tenure_core::model::{Approval, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, Verb};
 use tenure_core::node::NodeEngine;
 
 /// A memory store whose commits fail once `failing` is set (a test double of a disk that fails).
@@ -47,37 +47,15 @@ impl JournalStore for FlakyStore {
 const PROVIDER: &str = "sim1";
 
 fn node() -> NodeSpec {
-    NodeSpec {
-        name: "a".into(),
-        provider: PROVIDER.into(),
-        placement_group: "g1".into(),
-        priority: 0,
-        nic: "eni-a".into(),
-        capacity: None,
-    }
+    common::node("a", 0)
 }
 
 fn addresses() -> Vec<IpAddr> {
-    (1..=4).map(|i| format!("10.0.0.{i}").parse().expect("address")).collect()
+    (0..4).map(common::address).collect()
 }
 
 fn log_with_pool() -> MemoryLog {
-    let spec = PoolSpec {
-        name: "edge".into(),
-        addresses: addresses(),
-        provider: PROVIDER.into(),
-        placement_group: "g1".into(),
-        members: vec!["a".into()],
-        authority: Authority::None,
-        approval: Approval::Auto,
-        deprovision_hold_ms: 0,
-        heartbeat_ttl_ms: 3_000,
-        promotion_hold_ms: 0,
-        epoch_locking: true,
-        prefer_nodes: vec![],
-        preempt: false,
-        auto_failover: true,
-    };
+    let spec = PoolSpec { members: vec!["a".into()], ..common::pool("edge", 0..4, 0, Approval::Auto) };
     let mut log = MemoryLog::new();
     log.append(&Event { at_ms: 0, kind: EventKind::PoolApplied { spec: Box::new(spec) } }).expect("append");
     log.append(&Event { at_ms: 10, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");

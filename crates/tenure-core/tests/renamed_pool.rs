@@ -4,13 +4,13 @@
 //! not say `releasing … HELD-BY` for ever (an operator trial found it did, after the new pool
 //! released the address).
 
+mod common;
+
 use std::net::IpAddr;
 
 use tenure_core::federation::Federation;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
-use tenure_core::model::{
-    Approval, Authority, CaptureDomain, NodeSpec, PoolSpec, ProviderKind, ProviderSpec,
-};
+use tenure_core::model::{Approval, CaptureDomain, PoolSpec, ProviderKind, ProviderSpec};
 use tenure_core::rows::{OwnershipRow, ownership_rows_with_status};
 
 const ADDRESS: &str = "10.0.0.1";
@@ -25,20 +25,9 @@ fn pool(name: &str) -> PoolSpec {
 
 fn pool_of(name: &str, members: &[&str]) -> PoolSpec {
     PoolSpec {
-        name: name.into(),
         addresses: vec![ip()],
-        provider: "sim1".into(),
-        placement_group: "g1".into(),
         members: members.iter().map(|m| (*m).to_owned()).collect(),
-        authority: Authority::None,
-        approval: Approval::Auto,
-        deprovision_hold_ms: 0,
-        heartbeat_ttl_ms: 3_000,
-        promotion_hold_ms: 0,
-        epoch_locking: true,
-        prefer_nodes: vec![],
-        preempt: false,
-        auto_failover: true,
+        ..common::pool(name, 0..0, 0, Approval::Auto)
     }
 }
 
@@ -48,14 +37,7 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let node = |name: &str, priority: i64| NodeSpec {
-            name: name.into(),
-            provider: "sim1".into(),
-            placement_group: "g1".into(),
-            priority,
-            nic: format!("eni-{name}"),
-            capacity: None,
-        };
+        let node = common::node;
         let provider = ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud };
         Self { fed: Federation::new(&[node("a", 10), node("b", 0)], &[provider]) }
     }
