@@ -425,7 +425,6 @@ fn scaled(number: &str, unit_ns: u128) -> Option<u128> {
 /// broadcast included). Refuses host bits below the prefix and ranges over [`POOL_ADDRESSES_MAX`].
 pub fn expand_addresses(text: &str) -> Result<Vec<IpAddr>, String> {
     if let Ok(address) = text.parse::<IpAddr>() {
-        check_floating(text, address)?;
         return Ok(vec![address]);
     }
     let network: IpNet =
@@ -450,16 +449,17 @@ pub fn expand_addresses(text: &str) -> Result<Vec<IpAddr>, String> {
             (0..count).map(|offset| IpAddr::from((base + u128::from(offset)).to_be_bytes())).collect()
         }
     };
-    for address in &addresses {
-        check_floating(text, *address)?;
-    }
     Ok(addresses)
 }
 
 /// Whether `address` (from `text`) can be a floating address: not unspecified, multicast or the
 /// IPv4 limited broadcast, and not an IPv4-mapped IPv6 address (`::ffff:10.1.0.1` is `10.1.0.1`
 /// written another way: two pools listing both would pass the overlap check as two addresses).
-fn check_floating(text: &str, address: IpAddr) -> Result<(), String> {
+/// Asked of new input only — a pool set as written ([`crate::spec::check_pool_set`]: `tenure
+/// validate`, the agent's pool files) and a single address of a request or scenario
+/// ([`parse_one_address`]) — never of a stored pool read back (the codec re-parses it with
+/// [`expand_addresses`]: a log written before this rule stays readable).
+pub fn check_floating(text: &str, address: IpAddr) -> Result<(), String> {
     let why = match address {
         IpAddr::V6(v6) if let Some(v4) = v6.to_ipv4_mapped() => {
             return Err(format!(
@@ -484,17 +484,24 @@ pub fn canonical_address(address: IpAddr) -> String {
 /// list of more than one is refused).
 pub fn parse_one_address(text: &str) -> Result<IpAddr, String> {
     match expand_addresses(text.trim())? {
-        list if list.len() == 1 => Ok(list[0]),
+        list if list.len() == 1 => {
+            check_floating(text.trim(), list[0])?;
+            Ok(list[0])
+        }
         _ => Err(format!("`{text}` is a range; name one address")),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn addresses_that_cannot_float_are_refused_in_one_line() {
-        let refused = |text: &str| expand_addresses(text).expect_err(text);
+        let refused = |text: &str| {
+            let addresses = expand_addresses(text).expect("it parses");
+            addresses.iter().find_map(|a| check_floating(text, *a).err()).expect(text)
+        };
         assert!(refused("::ffff:10.1.0.1").contains("write the IPv4 address `10.1.0.1`"));
         assert!(refused("::ffff:10.1.0.0/120").contains("IPv4-mapped"));
         assert!(refused("0.0.0.0").contains("the unspecified address"));
@@ -503,15 +510,12 @@ mod tests {
         assert!(refused("255.255.255.255").contains("limited broadcast"));
         assert!(refused("224.0.0.18").contains("multicast"));
         assert!(refused("ff02::1").contains("multicast"));
-        assert_eq!(expand_addresses("10.1.0.1").map(|a| a.len()), Ok(1));
-        assert_eq!(expand_addresses("2001:db8::/126").map(|a| a.len()), Ok(4));
-        assert_eq!(
-            expand_addresses("10.255.255.255").map(|a| a.len()),
-            Ok(1),
-            "a subnet's broadcast may float"
-        );
+        for text in ["10.1.0.1", "2001:db8::1", "10.255.255.255"] {
+            assert_eq!(check_floating(text, text.parse().expect("address")), Ok(()), "{text} may float");
+        }
+        assert!(parse_one_address("::ffff:10.1.0.1").is_err(), "a request's address is new input");
+        assert_eq!(expand_addresses("::ffff:10.1.0.1").map(|a| a.len()), Ok(1), "a stored pool reads back");
     }
-    use super::*;
 
     #[test]
     fn durations_are_go_style_whole_milliseconds() {

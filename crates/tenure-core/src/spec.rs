@@ -358,6 +358,24 @@ pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputErro
     errors
 }
 
+/// Checks pools written now (`tenure validate`, the agent's pool files) for addresses that cannot
+/// float ([`crate::input::check_floating`]): one error per pool, at its first such address (a
+/// /24 of them is one mistake), with the index of its pool. Not part of the pool parser: a pool
+/// stored before this rule is read back by it ([`crate::codec`]) and must stay readable.
+#[must_use]
+pub fn check_new_pools(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputError)> {
+    pools
+        .iter()
+        .enumerate()
+        .filter_map(|(index, (_, source))| {
+            source.addresses.iter().find_map(|(address, position)| {
+                let refused = crate::input::check_floating(&address.to_string(), *address).err();
+                refused.map(|message| (index, InputError::at(*position, message)))
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,6 +394,19 @@ spec:
     type: centralized
     preferNodes: [aws-router-a]
 ";
+
+    #[test]
+    fn a_pool_set_with_an_address_that_cannot_float_is_refused_where_it_is_written() {
+        let text = GOOD.replace("[10.0.0.10/32, 10.0.0.16/29]", "[10.0.0.10/32, \"::ffff:10.0.0.1\"]");
+        // The pool parser (what reads a stored pool back too) takes it ...
+        let pools = parse_pool_documents(&text).expect("it parses");
+        // ... and the check of what is written now refuses it, where it is written.
+        let errors = check_new_pools(&pools);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].1.message.contains("write the IPv4 address `10.0.0.1`"), "{errors:?}");
+        assert_eq!(errors[0].1.position.line, 5, "at the addresses' line");
+        assert!(check_new_pools(&parse_pool_documents(GOOD).expect("good")).is_empty());
+    }
 
     #[test]
     fn a_good_pool_gets_its_defaults() {

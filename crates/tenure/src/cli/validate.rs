@@ -31,7 +31,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tenure_core::input::InputError;
 use tenure_core::scenario::parse_scenario;
-use tenure_core::spec::{check_pool_set, parse_pool_documents};
+use tenure_core::spec::{check_new_pools, check_pool_set, parse_pool_documents};
 
 use super::preflight::check_before_store;
 use super::{EXIT_BAD_INPUT, EXIT_NOT_BUILT};
@@ -147,11 +147,12 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
             }
             FileKind::Pools => match parse_pool_documents(&text) {
                 Ok(pools) => {
-                    let too_large: Vec<InputError> =
-                        pools.iter().filter_map(|(pool, source)| check_record_size(pool, source)).collect();
+                    let mut refused: Vec<InputError> =
+                        check_new_pools(&pools).into_iter().map(|(_, e)| e).collect();
+                    refused.extend(pools.iter().filter_map(|(pool, source)| check_record_size(pool, source)));
                     pool_files.push((file.clone(), pools.len()));
                     all_pools.extend(pools);
-                    too_large
+                    refused
                 }
                 Err(errors) => errors,
             },

@@ -13,7 +13,7 @@ use tenure_core::input::{InputError, Position, utf8_text};
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{LogError, encode_record};
 use tenure_core::model::{Authority, PoolSpec};
-use tenure_core::spec::{PoolSource, check_pool_set, parse_pool_documents};
+use tenure_core::spec::{PoolSource, check_new_pools, check_pool_set, parse_pool_documents};
 
 use super::{AgentConfig, format_ms, read_bounded};
 
@@ -58,7 +58,7 @@ pub fn load_pools(config: &AgentConfig) -> Result<Vec<PoolSpec>, Vec<String>> {
     }
     // The pools of all files are applied together, so they are checked together; an error points
     // at the later of two places, in the file that pool came from.
-    for (index, e) in check_pool_set(&pools) {
+    for (index, e) in check_pool_set(&pools).into_iter().chain(check_new_pools(&pools)) {
         errors.push(e.render(&files[file_of_pool[index]]));
     }
     for (index, (pool, source)) in pools.iter().enumerate() {
