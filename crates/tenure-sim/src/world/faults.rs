@@ -210,7 +210,12 @@ impl World {
             let listed = &mut wanted.get_mut(&from).expect("picked from the map").addresses;
             moved.push(listed.remove(self.rng.random_range(0..listed.len())));
         }
-        wanted.get_mut(&to).expect("picked from the map").addresses.extend(moved.iter().copied());
+        // In the order the pool parser gives a pool's addresses (sorted, once): the codec stores
+        // no other (`tests/snapshot.rs` encodes every applied pool).
+        let listed = &mut wanted.get_mut(&to).expect("picked from the map").addresses;
+        listed.extend(moved.iter().copied());
+        listed.sort_unstable();
+        listed.dedup();
         let wanted: Vec<PoolSpec> = wanted.into_values().collect();
         for kind in plan_pool_changes(&applied, &wanted) {
             self.append(Event { at_ms: self.now_ms, kind });
