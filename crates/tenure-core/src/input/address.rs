@@ -1,0 +1,105 @@
+//! Addresses as they are written: one `addresses` entry expanded, one address of a request, the
+//! canonical text, and what may float (new input only).
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::POOL_ADDRESSES_MAX;
+
+/// Expands one `addresses` entry: a bare address, `/32`, `/128`, or a CIDR range (network and
+/// broadcast included). Refuses host bits below the prefix and ranges over [`POOL_ADDRESSES_MAX`].
+pub fn expand_addresses(text: &str) -> Result<Vec<IpAddr>, String> {
+    if let Ok(address) = text.parse::<IpAddr>() {
+        return Ok(vec![address]);
+    }
+    let network: IpNet =
+        text.parse().map_err(|_| format!("`{text}` is not an IPv4/IPv6 address or CIDR range"))?;
+    if network.trunc() != network {
+        return Err(format!("`{text}` has bits set below its prefix; did you mean `{}`?", network.trunc()));
+    }
+    let host_bits = u32::from(network.max_prefix_len() - network.prefix_len());
+    if host_bits > 16 {
+        return Err(format!(
+            "`{text}` expands to more than {POOL_ADDRESSES_MAX} addresses, the most one pool may hold"
+        ));
+    }
+    let count = 1u32 << host_bits;
+    let addresses: Vec<IpAddr> = match network {
+        IpNet::V4(v4) => {
+            let base = u32::from(v4.network());
+            (0..count).map(|offset| IpAddr::from((base + offset).to_be_bytes())).collect()
+        }
+        IpNet::V6(v6) => {
+            let base = u128::from(v6.network());
+            (0..count).map(|offset| IpAddr::from((base + u128::from(offset)).to_be_bytes())).collect()
+        }
+    };
+    Ok(addresses)
+}
+
+/// Whether `address` (from `text`) can be a floating address: not unspecified, multicast or the
+/// IPv4 limited broadcast, and not an IPv4-mapped IPv6 address (`::ffff:10.1.0.1` is `10.1.0.1`
+/// written another way: two pools listing both would pass the overlap check as two addresses).
+/// Asked of new input only — a pool set as written ([`crate::spec::check_pool_set`]: `tenure
+/// validate`, the agent's pool files) and a single address of a request or scenario
+/// ([`parse_one_address`]) — never of a stored pool read back (the codec re-parses it with
+/// [`expand_addresses`]: a log written before this rule stays readable).
+pub fn check_floating(text: &str, address: IpAddr) -> Result<(), String> {
+    let why = match address {
+        IpAddr::V6(v6) if let Some(v4) = v6.to_ipv4_mapped() => {
+            return Err(format!(
+                "`{text}` holds the IPv4-mapped IPv6 address {v6}; write the IPv4 address `{v4}`"
+            ));
+        }
+        a if a.is_unspecified() => "the unspecified address",
+        a if a.is_multicast() => "a multicast address",
+        IpAddr::V4(v4) if v4.is_broadcast() => "the IPv4 limited broadcast address",
+        _ => return Ok(()),
+    };
+    Err(format!("`{text}` holds {address}, {why}: it cannot be a floating address"))
+}
+
+/// The canonical text of an address: RFC 5952, no prefix length.
+#[must_use]
+pub fn canonical_address(address: IpAddr) -> String {
+    address.to_string()
+}
+
+/// Parses a single address the way scenario events and HTTP bodies accept it (a range or a
+/// list of more than one is refused).
+pub fn parse_one_address(text: &str) -> Result<IpAddr, String> {
+    match expand_addresses(text.trim())? {
+        list if list.len() == 1 => {
+            check_floating(text.trim(), list[0])?;
+            Ok(list[0])
+        }
+        _ => Err(format!("`{text}` is a range; name one address")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_that_cannot_float_are_refused_in_one_line() {
+        let refused = |text: &str| {
+            let addresses = expand_addresses(text).expect("it parses");
+            addresses.iter().find_map(|a| check_floating(text, *a).err()).expect(text)
+        };
+        assert!(refused("::ffff:10.1.0.1").contains("write the IPv4 address `10.1.0.1`"));
+        assert!(refused("::ffff:10.1.0.0/120").contains("IPv4-mapped"));
+        assert!(refused("0.0.0.0").contains("the unspecified address"));
+        assert!(refused("0.0.0.0/30").contains("0.0.0.0, the unspecified address"));
+        assert!(refused("::").contains("the unspecified address"));
+        assert!(refused("255.255.255.255").contains("limited broadcast"));
+        assert!(refused("224.0.0.18").contains("multicast"));
+        assert!(refused("ff02::1").contains("multicast"));
+        for text in ["10.1.0.1", "2001:db8::1", "10.255.255.255"] {
+            assert_eq!(check_floating(text, text.parse().expect("address")), Ok(()), "{text} may float");
+        }
+        assert!(parse_one_address("::ffff:10.1.0.1").is_err(), "a request's address is new input");
+        assert_eq!(expand_addresses("::ffff:10.1.0.1").map(|a| a.len()), Ok(1), "a stored pool reads back");
+    }
+}
