@@ -48,7 +48,7 @@ fn the_log_appends_reads_and_survives_a_reopen() {
         "a handle that outlives close fails"
     );
 
-    let reopened = dir.open().expect("reopens");
+    let reopened = dir.reopen().expect("reopens");
     assert_eq!(reopened.cluster_id(), cluster, "the cluster id is kept");
     let read = read_all(&reopened.log());
     assert_eq!(read.into_iter().map(|r| r.event).collect::<Vec<_>>(), events);
@@ -88,7 +88,7 @@ fn one_sync_commits_every_nodes_changes_and_unsynced_ones_are_lost_in_a_crash() 
     b.commit(&raise("10.0.0.3", 7, 7)).expect("buffers");
     drop((a, b, store));
 
-    let store = dir.open().expect("reopens after the crash");
+    let store = dir.reopen().expect("reopens after the crash");
     let a = store.journal("a").load().expect("loads");
     let b = store.journal("b").load().expect("loads");
     assert_eq!(a.entries.keys().copied().collect::<Vec<_>>(), [JournalSeq::new(1)]);
@@ -146,7 +146,7 @@ fn a_batch_that_changes_a_row_several_times_leaves_its_last_state() {
     a.sync().expect("syncs");
     drop((a, store));
 
-    let store = dir.open().expect("reopens");
+    let store = dir.reopen().expect("reopens");
     let a = store.journal("a").load().expect("loads");
     assert_eq!(a.entries.keys().copied().collect::<Vec<_>>(), [JournalSeq::new(2)], "1 and 3 were compacted");
     let two = &a.entries[&JournalSeq::new(2)];
@@ -212,7 +212,7 @@ fn a_node_engine_round_trips_through_the_store() {
     drop(engine);
     store.close().expect("closes");
 
-    let store = dir.open().expect("reopens");
+    let store = dir.reopen().expect("reopens");
     let engine = NodeEngine::open("a", store.journal("a")).expect("opens");
     let after = engine.durable();
     assert_eq!(after.entries, before.entries);
@@ -525,7 +525,7 @@ fn a_journal_row_written_before_attempts_were_kept_loads_and_keeps_the_attempts_
     }
     a.sync().expect("syncs");
     store.close().expect("closes");
-    let store = dir.open().expect("reopens");
+    let store = dir.reopen().expect("reopens");
     let loaded = store.journal("a").load().expect("loads");
     let attempts = &loaded.entries[&JournalSeq::new(1)].attempts;
     assert_eq!(

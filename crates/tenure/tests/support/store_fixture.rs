@@ -5,6 +5,9 @@
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
+#[path = "wait.rs"]
+mod wait;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -44,6 +47,26 @@ impl TempDir {
 
     pub fn open(&self) -> Result<EmbeddedStore, StoreError> {
         EmbeddedStore::open(&self.store(), &self.identity())
+    }
+
+    /// Opens the store again after this process dropped it. The lock is an `flock`, held by an
+    /// open file description: a child process another test of this binary forks in the meantime
+    /// holds a copy of the descriptor until it execs (`O_CLOEXEC` acts at the exec), so the
+    /// dropped store's lock can read as held by this very process for that moment. Waits,
+    /// bounded ([`wait::wait_for`]), while it does; any other refusal is returned at once.
+    pub fn reopen(&self) -> Result<EmbeddedStore, StoreError> {
+        let mine = format!("pid {} ", std::process::id());
+        let mut opened = None;
+        wait::wait_for("the dropped store's lock to be free (a forked child's copy closed)", || {
+            match self.open() {
+                Err(StoreError::Locked { holder, .. }) if holder.starts_with(&mine) => false,
+                other => {
+                    opened = Some(other);
+                    true
+                }
+            }
+        });
+        opened.expect("the wait ended with an answer")
     }
 }
 
