@@ -36,6 +36,17 @@ struct World {
 }
 
 impl World {
+    /// Pool `old` applied and `a` holding its address (both verbs of the acquire executed).
+    fn holding_old() -> Self {
+        let mut w = Self::new();
+        w.apply(0, EventKind::PoolApplied { spec: Box::new(pool("old")) });
+        w.apply(0, EventKind::Heartbeat { node: "a".into() });
+        let old = w.epochs("old");
+        w.executed(1, "old", "assign-secondary-ip", old);
+        w.executed(1, "old", "enable-forwarding", old);
+        w
+    }
+
     fn new() -> Self {
         let node = common::node;
         let provider = ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud };
@@ -84,12 +95,7 @@ fn row(pool: &str, phase: &str, held_by: &[&str]) -> (String, Option<String>, Op
 
 #[test]
 fn a_renamed_pools_old_rows_leave_once_the_new_pool_holds_and_stay_gone_after_its_release() {
-    let mut w = World::new();
-    w.apply(0, EventKind::PoolApplied { spec: Box::new(pool("old")) });
-    w.apply(0, EventKind::Heartbeat { node: "a".into() });
-    let old = w.epochs("old");
-    w.executed(1, "old", "assign-secondary-ip", old);
-    w.executed(1, "old", "enable-forwarding", old);
+    let mut w = World::holding_old();
     assert_eq!(w.rows(), vec![row("old", "held", &["a"])]);
 
     // Renamed: `old` deleted, its address applied as `new`. a's NIC holds it still, for `old`
@@ -138,12 +144,7 @@ fn another_nodes_holding_of_the_old_pool_stays_shown() {
 /// whatever another pool confirmed since (the NIC still holds it).
 #[test]
 fn a_pool_renamed_back_shows_its_holder() {
-    let mut w = World::new();
-    w.apply(0, EventKind::PoolApplied { spec: Box::new(pool("old")) });
-    w.apply(0, EventKind::Heartbeat { node: "a".into() });
-    let old = w.epochs("old");
-    w.executed(1, "old", "assign-secondary-ip", old);
-    w.executed(1, "old", "enable-forwarding", old);
+    let mut w = World::holding_old();
     w.apply(2, EventKind::PoolDeleted { pool: "old".into() });
     w.apply(2, EventKind::PoolApplied { spec: Box::new(pool("new")) });
     let new = w.epochs("new");
