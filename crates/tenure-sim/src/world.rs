@@ -11,6 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use tenure_core::agent::AgentCore;
 use tenure_core::anchor::Anchor;
 use tenure_core::federation::Federation;
+use tenure_core::fence::StaleReason;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::EventLog;
 use tenure_core::model::{PoolSpec, ProviderKind, StampedAction};
@@ -108,6 +109,11 @@ enum Heard {
     GivenUp,
     /// Nothing at all: the late effect of a call the node gave up on (the provider acts).
     Nothing,
+    /// The end of a call the node cancelled because its view fenced it
+    /// ([`World::cancel_stale_calls`]): the aborted task reports back, in doubt, as the agent's
+    /// loop takes results — after the step that cancelled it, never inside it (between its head
+    /// confirmation and its calls).
+    Cancelled(StaleReason),
 }
 
 /// What one seed produced.

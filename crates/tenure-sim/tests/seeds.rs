@@ -174,6 +174,12 @@ const PINNED: &[(Mode, u64, &str)] = &[
         60,
         "a resume's zombie pass followed past a fence and let the call in flight land (stale-call-landed)",
     ),
+    (
+        Mode::Cloud,
+        40723,
+        "the model appended a cancelled call's result between a head confirmation and its calls",
+    ),
+    (Mode::Cloud, 55712, "same, in a resume's zombie pass"),
 ];
 // The seeds above were found with the draws of their day; since the simulator draws read sizes,
 // lagging replicas, batches and requeues (issue 22) they replay other runs, and stay pinned as

@@ -112,7 +112,11 @@ impl World {
     /// (`NodeDriver::poll_stale_calls`) are cancelled, as the agent aborts their tasks
     /// (`runner/stale.rs`): the call never lands (nor its deadline: a slow call is cancelled as
     /// any other; a late effect already on its way stays); it may have reached the provider
-    /// first (it acts now); the node records it in doubt.
+    /// first (it acts now); the node records it in doubt when the aborted task reports back,
+    /// as the agent's loop takes a result: after this step, not within it. (Reported here, the
+    /// result's append — its stamp moves the log's time — would change the head between this
+    /// follow, a head confirmation's, and the calls it authorises: the agent appends nothing
+    /// there.)
     pub(super) fn cancel_stale_calls(&mut self, node: usize) {
         let incarnation = self.nodes[node].incarnation;
         // (The inventory read an outrun acquire asks for: the simulator reads inventories at random.)
@@ -121,7 +125,7 @@ impl World {
             let Some(position) = self.calls.iter().position(|c| {
                 c.node == node
                     && c.incarnation == incarnation
-                    && c.heard != Heard::Nothing
+                    && matches!(c.heard, Heard::Result | Heard::GivenUp)
                     && c.action.idempotency_key == stale.idempotency_key
             }) else {
                 continue;
@@ -131,11 +135,8 @@ impl World {
             if call.failure.is_none() && self.rng.random_bool(IN_DOUBT_ACTED_CHANCE) {
                 self.take_effect(&call);
             }
-            let detail = format!(
-                "cancelled in flight: the view fenced it ({}); the provider may have acted",
-                stale.reason
-            );
-            self.report(node, &call.action.idempotency_key, CallOutcome::InDoubt { reason: &detail });
+            let heard = Heard::Cancelled(stale.reason);
+            self.calls.push(PendingCall { land_at_ms: self.now_ms, failure: None, heard, ..call });
         }
     }
 
@@ -213,6 +214,16 @@ impl World {
                 if self.nodes[call.node].incarnation == call.incarnation {
                     self.calls_in_doubt += 1;
                     let detail = format!("no answer within its deadline ({CALL_DEADLINE_MS} ms)");
+                    let outcome = CallOutcome::InDoubt { reason: &detail };
+                    self.report(call.node, &call.action.idempotency_key, outcome);
+                }
+                return;
+            }
+            Heard::Cancelled(reason) => {
+                if self.nodes[call.node].incarnation == call.incarnation {
+                    let detail = format!(
+                        "cancelled in flight: the view fenced it ({reason}); the provider may have acted"
+                    );
                     let outcome = CallOutcome::InDoubt { reason: &detail };
                     self.report(call.node, &call.action.idempotency_key, outcome);
                 }
