@@ -6,24 +6,30 @@
 //! slice, a node frozen by the test hook plans whole and then freezes), when what the view shows
 //! approved is promoted, when the journal's failure stops all planning and calling for good
 //! ([`AgentCore::fail`]), whether a head confirmation must come first
-//! ([`AgentCore::head_wanted`]), which calls a batch gates ([`AgentCore::poll_calls`]) and which
-//! calls in flight the view now fences ([`AgentCore::poll_stale_calls`]). The shell (the agent's
+//! ([`AgentCore::head_wanted`]) and that it was made ([`HeadConfirmed`]), which calls a batch
+//! gates ([`AgentCore::poll_calls`], only at a confirmed head) and which
+//! calls in flight the view now fences ([`AgentCore::poll_stale_calls`]), and what an operator
+//! may append ([`AgentCore::check_submit`]). The shell (the agent's
 //! tokio loop, or the simulator's world) reads the log, confirms the head, makes the calls and
 //! logs what the core reports; the simulator draws the sizes the agent takes from its settings.
 //!
 //! [`clock`] is the clock-lead rule every stamp of an agent follows (the daemon's loop and
 //! heartbeat thread, and each simulated node).
 
+mod approve;
 pub mod clock;
+mod confirm;
 mod step;
+mod submit;
 
+pub use confirm::HeadConfirmed;
 pub use step::{Step, StepOp};
+pub use submit::{SubmitRefusal, check_submit};
 
 use std::collections::BTreeSet;
 
 use crate::driver::{Blocked, NodeDriver, OutranAcquire, Requeued};
 use crate::journal::JournalStore;
-use crate::model::StampedAction;
 use crate::node::{NodeError, StaleCall};
 
 /// What [`AgentCore::plan`] did for one node, for the shell to log.
@@ -62,6 +68,8 @@ pub struct AgentCore<J: JournalStore> {
     freeze_after_plan: BTreeSet<usize>,
     /// The step under way, if one is ([`Self::begin_step`]).
     step: Option<step::StepState>,
+    /// How many steps began: a [`HeadConfirmed`] is good only in the step it was made in.
+    steps: u64,
 }
 
 impl<J: JournalStore> AgentCore<J> {
@@ -73,7 +81,7 @@ impl<J: JournalStore> AgentCore<J> {
     #[must_use]
     pub fn new(drivers: Vec<NodeDriver<J>>) -> Self {
         assert!(!drivers.is_empty(), "an agent runs at least one node");
-        Self { drivers, failed: None, freeze_after_plan: BTreeSet::new(), step: None }
+        Self { drivers, failed: None, freeze_after_plan: BTreeSet::new(), step: None, steps: 0 }
     }
 
     /// The nodes' drivers, in the agent's order.
@@ -199,23 +207,6 @@ impl<J: JournalStore> AgentCore<J> {
             Some(HeadWanted::ToClear)
         } else {
             None
-        }
-    }
-
-    /// Gates up to `max` of node `index`'s ready actions against its view (follow to a confirmed
-    /// head first) and returns them to call: none once the agent failed. `wall_ms`: this host's
-    /// clock, for the actions' deadlines ([`NodeDriver::poll_actions`]). A journal that fails
-    /// here fails the agent ([`Self::fail`]) and gates nothing.
-    pub fn poll_calls(&mut self, index: usize, max: usize, wall_ms: Option<u64>) -> Vec<StampedAction> {
-        if self.failed.is_some() {
-            return Vec::new();
-        }
-        match self.drivers[index].poll_actions(max, wall_ms) {
-            Ok(batch) => batch,
-            Err(e) => {
-                self.journal_failed(index, &e);
-                Vec::new()
-            }
         }
     }
 

@@ -7,7 +7,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use tenure_core::agent::{AgentCore, CallOutcome, HeadWanted, Planned, Step, StepOp, WITHDRAWN};
+use tenure_core::agent::{
+    AgentCore, CallOutcome, HeadConfirmed, HeadWanted, Planned, Step, StepOp, WITHDRAWN,
+};
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::journal::{DurableNodeState, EntryState, JournalChange, JournalStore, MemoryJournalStore};
@@ -86,19 +88,24 @@ fn plan_to_the_end(core: &mut AgentCore<FlakyStore>, slice: usize) -> usize {
     panic!("a pass of four addresses never ended");
 }
 
+/// The proof that `core` followed `log` to its head (the shell confirmed it).
+fn at_head(core: &AgentCore<FlakyStore>, log: &MemoryLog) -> HeadConfirmed {
+    core.confirmed_at(log.head().expect("readable")).expect("every node followed the log")
+}
+
 fn verbs(actions: &[StampedAction]) -> Vec<Verb> {
     actions.iter().map(|a| a.verb).collect()
 }
 
 #[test]
 fn a_due_node_plans_in_slices_promotes_and_wants_the_head_confirmed_before_its_calls() {
-    let (mut core, _log) = core();
+    let (mut core, log) = core();
     assert_eq!(core.head_wanted(false), None, "nothing planned: nothing to confirm");
     assert!(core.drivers()[0].step_due(), "a pool applied: a plan is due");
     plan_to_the_end(&mut core, 1);
     assert_eq!(core.plan(1).len(), 0, "nothing due any more: no node plans");
     assert_eq!(core.head_wanted(false), Some(HeadWanted::BeforeCalls), "calls wait for a confirmed head");
-    let batch = core.poll_calls(0, 16, None);
+    let batch = core.poll_calls(&at_head(&core, &log), 0, 16, None);
     assert_eq!(verbs(&batch), vec![Verb::AssignSecondaryIp; 4]);
     assert_eq!(core.head_wanted(false), None, "every address has its call in flight");
 }
@@ -116,14 +123,16 @@ fn a_journal_that_fails_a_plan_fails_the_agent() {
 
 #[test]
 fn a_failed_journal_gates_and_plans_nothing_more_even_once_the_disk_recovers() {
-    let (mut core, _log) = core();
+    let (mut core, log) = core();
     plan_to_the_end(&mut core, 1024);
     core.drivers_mut()[0].engine_mut().store_mut().failing = true;
-    assert!(core.poll_calls(0, 16, None).is_empty(), "the gate's sync failed: nothing is called");
+    let proof = at_head(&core, &log);
+    assert!(core.poll_calls(&proof, 0, 16, None).is_empty(), "the gate's sync failed: nothing is called");
     assert_eq!(core.failed(), Some("node `a`: journal: journal store: disk full"));
     // The disk recovers; the agent does not, until restarted (a failed commit poisons the store).
     core.drivers_mut()[0].engine_mut().store_mut().failing = false;
-    assert!(core.poll_calls(0, 16, None).is_empty(), "a failed agent calls nothing");
+    assert!(core.poll_calls(&proof, 0, 16, None).is_empty(), "a failed agent calls nothing");
+    assert!(core.poll_refreshes(&proof, 0, |_, _| true, 16).is_empty(), "nor announces anything");
     core.begin_requeue();
     assert!(core.plan(1024).is_empty(), "nor plans anything");
     assert!(!core.planning_left(), "and the loop does not come back for planning");
@@ -162,9 +171,9 @@ fn a_node_frozen_after_its_plan_plans_whole_then_freezes() {
 
 #[test]
 fn results_are_recorded_and_one_for_a_call_not_in_flight_is_ignored() {
-    let (mut core, _log) = core();
+    let (mut core, log) = core();
     plan_to_the_end(&mut core, 1024);
-    let batch = core.poll_calls(0, 16, None);
+    let batch = core.poll_calls(&at_head(&core, &log), 0, 16, None);
     let key = &batch[0].idempotency_key;
     let executed = CallOutcome::Result { outcome: ActionOutcome::Executed, detail: "ok".into() };
     assert_eq!(core.handle_result(0, key, executed.clone()), Ok(true));
@@ -176,9 +185,10 @@ fn results_are_recorded_and_one_for_a_call_not_in_flight_is_ignored() {
 
 #[test]
 fn a_local_withdrawal_journals_each_capture_withdrawn_as_an_executed_release() {
-    let (mut core, _log) = core();
+    let (mut core, log) = core();
     plan_to_the_end(&mut core, 1024);
-    let batch = core.poll_calls(0, 16, None);
+    let proof = at_head(&core, &log);
+    let batch = core.poll_calls(&proof, 0, 16, None);
     let first = batch[0].address;
     // The first address's acquire executed (captured); the three others are in flight.
     let executed = CallOutcome::Result { outcome: ActionOutcome::Executed, detail: "ok".into() };
@@ -188,7 +198,7 @@ fn a_local_withdrawal_journals_each_capture_withdrawn_as_an_executed_release() {
     assert!(core.captured_without_call(|p, a| p == PROVIDER && a == first));
     // Its second verb goes out: captured, with a call in flight. A withdrawal records nothing for
     // it (the withdrawal goes round again once that call landed).
-    let second = core.poll_calls(0, 16, None);
+    let second = core.poll_calls(&proof, 0, 16, None);
     assert_eq!(second.iter().map(|a| a.address).collect::<Vec<_>>(), vec![first]);
     assert!(!core.captured_without_call(|p, _| p == PROVIDER), "its call is in flight");
     assert_eq!(core.record_withdrawal(PROVIDER, &all), 0);
@@ -212,11 +222,25 @@ fn a_local_withdrawal_journals_each_capture_withdrawn_as_an_executed_release() {
 }
 
 /// Runs one step of `core`, answering its follows in turn from `follows` and its head
-/// confirmation with `head`; returns the operations it asked for, by name.
+/// confirmation with `head` (confirmed, `log`'s head: the node followed it); returns the
+/// operations it asked for, by name (`call` with the step's proof of a confirmed head,
+/// `call unconfirmed` without).
 fn run_step(core: &mut AgentCore<FlakyStore>, step: Step, follows: &[bool], head: bool) -> Vec<String> {
+    run_step_at(core, step, follows, head, &log_with_pool()).0
+}
+
+/// [`run_step`] against `log`, and the proof its `Call` carried.
+fn run_step_at(
+    core: &mut AgentCore<FlakyStore>,
+    step: Step,
+    follows: &[bool],
+    head: bool,
+    log: &MemoryLog,
+) -> (Vec<String>, Option<HeadConfirmed>) {
     core.begin_step(step);
     let mut follows = follows.iter();
     let mut ops = Vec::new();
+    let mut called = None;
     while let Some(op) = core.poll_step() {
         ops.push(match op {
             StepOp::Append => "append".to_owned(),
@@ -227,22 +251,27 @@ fn run_step(core: &mut AgentCore<FlakyStore>, step: Step, follows: &[bool], head
             }
             StepOp::Planned(_) => "planned".to_owned(),
             StepOp::ConfirmHead(why) => {
-                core.head_confirmed(head);
+                let proof = if head { Some(at_head(core, log)) } else { None };
+                core.head_confirmed(proof);
                 format!("confirm-head {why:?}")
             }
-            StepOp::Call => "call".to_owned(),
+            StepOp::Call(proof) => {
+                let name = if proof.is_some() { "call" } else { "call unconfirmed" };
+                called = proof;
+                name.to_owned()
+            }
         });
     }
     assert!(!core.step_under_way(), "a step that answered None is over");
-    ops
+    (ops, called)
 }
 
 const STEP: Step = Step { slice: 1024, calls: true, head_failing: false };
 
 #[test]
 fn a_step_appends_follows_plans_appends_follows_and_calls_at_a_confirmed_head() {
-    let (mut core, _log) = core();
-    let ops = run_step(&mut core, STEP, &[true, true], true);
+    let (mut core, log) = core();
+    let (ops, proof) = run_step_at(&mut core, STEP, &[true, true], true, &log);
     assert_eq!(
         ops,
         [
@@ -257,7 +286,8 @@ fn a_step_appends_follows_plans_appends_follows_and_calls_at_a_confirmed_head() 
             "call"
         ]
     );
-    assert_eq!(core.poll_calls(0, 16, None).len(), 4, "the calls the step asked for");
+    let proof = proof.expect("the step's proof of its head confirmation");
+    assert_eq!(core.poll_calls(&proof, 0, 16, None).len(), 4, "the calls the step asked for");
 }
 
 #[test]
@@ -289,7 +319,11 @@ fn a_step_with_nothing_to_call_confirms_the_head_only_to_clear_a_failing_confirm
     let (mut core, _log) = core();
     core.drivers_mut()[0].pause();
     let quiet = run_step(&mut core, STEP, &[true, true], true);
-    assert_eq!(quiet, ["append", "withdraw", "follow", "planned", "append", "follow", "withdraw", "call"]);
+    assert_eq!(
+        quiet,
+        ["append", "withdraw", "follow", "planned", "append", "follow", "withdraw", "call unconfirmed"],
+        "nothing to call: no confirmation, and the call pass gates nothing"
+    );
     let failing = Step { head_failing: true, ..STEP };
     let ops = run_step(&mut core, failing, &[true, true], true);
     assert_eq!(ops[ops.len() - 2..], ["confirm-head ToClear", "call"], "confirmed: {ops:?}");
@@ -310,4 +344,23 @@ fn a_shell_that_does_not_answer_a_follow_is_caught_in_a_debug_build() {
         }
     }
     core.poll_step();
+}
+
+#[test]
+fn calls_are_gated_only_at_a_head_every_node_followed_to() {
+    let (mut core, mut log) = core();
+    plan_to_the_end(&mut core, 1024);
+    log.append(&Event { at_ms: 20, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");
+    let head = log.head().expect("readable");
+    assert_eq!(core.confirmed_at(head), None, "the node has not followed to the head the shell confirmed");
+    core.drivers_mut()[0].follow(&log).expect("readable");
+    let proof = core.confirmed_at(head).expect("followed to it");
+    assert_eq!(core.poll_calls(&proof, 0, 1, None).len(), 1, "one ready action gated");
+    // A new step: the last step's proof gates nothing, calls or announcements.
+    core.begin_step(STEP);
+    assert!(core.poll_calls(&proof, 0, 16, None).is_empty(), "a proof of an earlier step");
+    assert!(core.poll_refreshes(&proof, 0, |_, _| true, 16).is_empty(), "a proof of an earlier step");
+    core.abandon_step();
+    let proof = at_head(&core, &log);
+    assert_eq!(core.poll_calls(&proof, 0, 16, None).len(), 3, "a new proof: the three left");
 }

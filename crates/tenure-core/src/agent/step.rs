@@ -12,7 +12,7 @@
 //! A follow that fails, or a head that cannot be confirmed, ends the step there: nothing is called
 //! on a view the agent cannot stand behind.
 
-use super::{AgentCore, HeadWanted, Planned};
+use super::{AgentCore, HeadConfirmed, HeadWanted, Planned};
 use crate::journal::JournalStore;
 
 /// One operation of a step, for the shell to do.
@@ -31,11 +31,12 @@ pub enum StepOp {
     /// What each node's planning did ([`AgentCore::plan`]), for the shell to log and check.
     Planned(Vec<(usize, Planned)>),
     /// Confirm the log head (a linearizable read) and follow to it; then
-    /// [`AgentCore::head_confirmed`].
+    /// [`AgentCore::head_confirmed`] with the proof of [`AgentCore::confirmed_at`].
     ConfirmHead(HeadWanted),
     /// Gate and call the nodes' ready actions ([`AgentCore::poll_calls`]) as far as the shell has
-    /// room.
-    Call,
+    /// room, with the step's proof of a confirmed head: `None` when the step confirmed none
+    /// (nothing was ready to call), and then nothing is gated.
+    Call(Option<HeadConfirmed>),
 }
 
 /// How a step runs.
@@ -56,6 +57,8 @@ pub struct Step {
 pub(super) struct StepState {
     step: Step,
     next: Phase,
+    /// The head confirmation's proof, for the step's calls.
+    confirmed: Option<HeadConfirmed>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,8 +87,10 @@ enum After {
 impl<J: JournalStore> AgentCore<J> {
     /// Begins a step (one under way is abandoned: the shell begins a step only once the last
     /// answered `None`).
+    /// A proof of a confirmed head made before ([`HeadConfirmed`]) gates nothing from now on.
     pub fn begin_step(&mut self, step: Step) {
-        self.step = Some(StepState { step, next: Phase::Append });
+        self.steps += 1;
+        self.step = Some(StepState { step, next: Phase::Append, confirmed: None });
     }
 
     /// Ends the step under way, if any, where it is (the agent restarted: a new process begins
@@ -133,8 +138,8 @@ impl<J: JournalStore> AgentCore<J> {
                     None => (None, Phase::Call),
                 },
                 Phase::Call => {
-                    self.step = None;
-                    return (self.failed.is_none()).then_some(StepOp::Call);
+                    let confirmed = self.step.take().and_then(|state| state.confirmed);
+                    return (self.failed.is_none()).then_some(StepOp::Call(confirmed));
                 }
             };
             self.step.as_mut().expect("a step under way").next = next;
@@ -170,19 +175,20 @@ impl<J: JournalStore> AgentCore<J> {
         };
     }
 
-    /// The answer to [`StepOp::ConfirmHead`]: whether the head was confirmed (and followed to).
-    /// Unconfirmed, the step ends: nothing is called (also after a confirmation asked only to
-    /// clear a failing one: nothing was ready then, and nothing is gated on a view the agent
-    /// could not stand behind).
-    pub fn head_confirmed(&mut self, ok: bool) {
+    /// The answer to [`StepOp::ConfirmHead`]: the proof that the head was confirmed and every
+    /// node followed to it ([`AgentCore::confirmed_at`]), or `None`. Unconfirmed, the step ends:
+    /// nothing is called (also after a confirmation asked only to clear a failing one: nothing
+    /// was ready then, and nothing is gated on a view the agent could not stand behind).
+    pub fn head_confirmed(&mut self, proof: Option<HeadConfirmed>) {
         let Some(state) = self.step.as_mut() else { return };
         let Phase::Confirming(_) = state.next else {
             return self.unanswered("`head_confirmed` answers a step's head confirmation");
         };
-        if !ok {
+        let Some(proof) = proof else {
             self.step = None;
             return;
-        }
+        };
+        state.confirmed = Some(proof);
         state.next = Phase::Call;
     }
 }

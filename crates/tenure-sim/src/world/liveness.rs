@@ -93,12 +93,18 @@ impl World {
         out
     }
 
+    /// The operator approves every action waiting for approval that the agent running its node
+    /// accepts (an approval it refuses waits for the next round: a stale one is swept meanwhile).
     pub(super) fn approve_pending(&mut self) {
         let mut keys = BTreeSet::new();
         for n in &self.nodes {
             for entry in n.driver().engine().entries().filter(|e| e.state == EntryState::Pending) {
-                if !self.head.is_approved(&entry.action.idempotency_key) {
-                    keys.insert(entry.action.idempotency_key.clone());
+                let key = &entry.action.idempotency_key;
+                // Through the agent that runs the node, as `tenure approve` goes: its check
+                // (`AgentCore::check_submit`) against its view and journal.
+                let approve = EventKind::Approve { idempotency_key: key.clone() };
+                if !self.head.is_approved(key) && n.core.check_submit(&approve).is_ok() {
+                    keys.insert(key.clone());
                 }
             }
         }

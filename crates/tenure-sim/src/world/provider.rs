@@ -7,7 +7,7 @@ use rand::Rng;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::model::{ProviderKind, StampedAction, Verb};
 
-use tenure_core::agent::CallOutcome;
+use tenure_core::agent::{CallOutcome, HeadConfirmed};
 
 use super::{CALL_DEADLINE_MS, Heard, IN_DOUBT_ACTED_CHANCE, PendingCall, World};
 use crate::checker::{self, Answerer, ViolationKind};
@@ -151,12 +151,12 @@ impl World {
 
     /// The agent's `garpRefresh` (and keepalived's MASTER-again burst) after each execute pass:
     /// every held address's announcement that the core hands out
-    /// (`NodeDriver::poll_refreshes`, gated against the node's view, followed to the head by
-    /// `execute`), checked as any call is against the true head — never
+    /// (`AgentCore::poll_refreshes`, gated against the node's view at the head `proof`
+    /// confirmed), checked as any call is against the true head — never
     /// stale at the head, never from a node cut off — and refused on its host while keepalived
     /// is not MASTER. Draws nothing from the seed.
-    pub(super) fn refresh(&mut self, node: usize) {
-        let refreshes = self.nodes[node].driver_mut().poll_refreshes(|_, _| true, usize::MAX);
+    pub(super) fn refresh(&mut self, node: usize, proof: &HeadConfirmed) {
+        let refreshes = self.nodes[node].core.poll_refreshes(proof, 0, |_, _| true, usize::MAX);
         let name = self.name(node);
         let cut_off = self.nodes[node].cut_off();
         for action in refreshes {

@@ -4,7 +4,8 @@
 //! (docs/simulation.md, "How a node is driven").
 
 use rand::Rng;
-use tenure_core::agent::{Planned, Step, StepOp};
+use tenure_core::agent::{HeadConfirmed, Planned, Step, StepOp};
+use tenure_core::log_store::Log as _;
 use tenure_core::model::VrrpState;
 
 use super::{
@@ -118,15 +119,14 @@ impl World {
                     "an acting node plans: {planned:?}"
                 ),
                 StepOp::ConfirmHead(_) => {
-                    self.follow(node, false, true);
-                    let ok = !self.refused(node);
-                    self.nodes[node].core.head_confirmed(ok);
+                    let proof = self.confirm_head(node);
+                    self.nodes[node].core.head_confirmed(proof);
                 }
-                StepOp::Call => {
+                StepOp::Call(proof) => {
                     // The agent spawns every call of its pass before it handles any result: what
                     // takes no time lands once the pass went out.
                     self.issuing = Some(Vec::new());
-                    self.execute_polled(node);
+                    self.execute_polled(node, proof.as_ref());
                     self.land_issued();
                     if self.nodes[node].frozen() {
                         // Frozen at a call (`paused-call`): the process does nothing more until
@@ -137,10 +137,9 @@ impl World {
                     // Then, as the agent's refresh timer (`runner/refresh.rs`): its own head
                     // confirmation (no head was confirmed when nothing was ready to call), then
                     // the announcements repeated.
-                    self.follow(node, false, true);
-                    if !self.refused(node) {
+                    if let Some(proof) = self.confirm_head(node) {
                         self.issuing = Some(Vec::new());
-                        self.refresh(node);
+                        self.refresh(node, &proof);
                         self.land_issued();
                     }
                 }
@@ -183,14 +182,31 @@ impl World {
         }
     }
 
+    /// The agent's head confirmation (`runner/step.rs::confirm_head`): the store's head read,
+    /// checked against the node's anchor, then a follow to it; the core's proof that calls may be
+    /// gated ([`tenure_core::agent::AgentCore::confirmed_at`]), or `None`: the store refused the
+    /// log (it went back), and nothing is called.
+    pub(super) fn confirm_head(&mut self, node: usize) -> Option<HeadConfirmed> {
+        let head = self.log.head().expect("an event log cannot fail");
+        self.follow(node, false, true);
+        if self.refused(node) {
+            return None;
+        }
+        self.nodes[node].core.confirmed_at(head)
+    }
+
     /// Gates the node's ready actions in batches of a random size and calls them: a normal pass,
-    /// or the zombie pass of a resume (the caller holds the landings: [`World::land_issued`]). A
-    /// node frozen between a batch's gate and its calls makes the batch's remaining calls when it
-    /// wakes up; what it called before lands.
-    pub(super) fn execute_polled(&mut self, node: usize) {
+    /// or the zombie pass of a resume (the caller holds the landings: [`World::land_issued`]), at
+    /// the head `proof` confirmed (none: nothing was confirmed, nothing is gated). A node frozen
+    /// between a batch's gate and its calls makes the batch's remaining calls when it wakes up;
+    /// what it called before lands.
+    pub(super) fn execute_polled(&mut self, node: usize, proof: Option<&HeadConfirmed>) {
         loop {
             let max = self.rng.random_range(1..=GATE_BATCH_DRAW_MAX);
-            let batch = self.nodes[node].core.poll_calls(0, max, None);
+            let batch = match proof {
+                Some(proof) => self.nodes[node].core.poll_calls(proof, 0, max, None),
+                None => Vec::new(),
+            };
             assert!(self.nodes[node].core.failed().is_none(), "a memory journal cannot fail");
             if batch.is_empty() {
                 return;
@@ -228,15 +244,14 @@ impl World {
         if woken.is_err() {
             return;
         }
-        // As the agent's resume: follow to the head, gate what was approved before the pause
-        // (catching up changes no journal entry), then act again.
-        self.follow(node, false, true);
-        if self.refused(node) {
+        // As the agent's resume: follow to a confirmed head, gate what was approved before the
+        // pause (catching up changes no journal entry), then act again.
+        let Some(proof) = self.confirm_head(node) else {
             self.nodes[node].driver_mut().finish_resume();
             return;
-        }
+        };
         self.issuing = Some(Vec::new());
-        self.execute_polled(node);
+        self.execute_polled(node, Some(&proof));
         self.land_issued();
         self.nodes[node].driver_mut().finish_resume();
     }

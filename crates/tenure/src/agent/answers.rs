@@ -7,11 +7,9 @@ use std::net::IpAddr;
 use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, JournalStore};
-use tenure_core::log::EventKind;
 use tenure_core::rows::{ActionRow, action_row_with_attempts, ownership_rows};
 
-use super::approval::check_approve;
-use super::request::{ActionFilter, MetricsSnapshot, SubmitError};
+use super::request::{ActionFilter, MetricsSnapshot};
 
 /// The journal entries of every node that match `filter`, by node name, then in journal order.
 #[must_use]
@@ -30,43 +28,6 @@ pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter
     // By node name (the drivers are in the config's order), each node's in journal order.
     rows.sort_by(|a, b| a.node.cmp(&b.node).then(a.seq.cmp(&b.seq)));
     rows
-}
-
-/// Checks an event a client asked to append against the view and the journals of the nodes this
-/// agent runs (`local`), before anything is appended: a node must be in the registry; a pool must
-/// be applied and list the address; an approval must name an action pending approval now
-/// ([`check_approve`]: it may be approved before it is journaled, SPEC 13). How each operator
-/// command's input was read and checked before it became the event is its module's, in
-/// [`crate::ops`].
-pub fn check_submit<S: JournalStore>(
-    view: &Federation,
-    local: &[NodeDriver<S>],
-    event: &EventKind,
-) -> Result<(), SubmitError> {
-    match event {
-        EventKind::Drain { node } | EventKind::Undrain { node } => {
-            if view.node_id(node).is_none() {
-                return Err(SubmitError::NotFound(format!("node \"{node}\" is not in the registry")));
-            }
-        }
-        EventKind::Desire { pool, address } | EventKind::Undesire { pool, address } => {
-            let applied = view.pools().get(pool).filter(|p| !p.deleted);
-            let Some(state) = applied else {
-                return Err(SubmitError::NotFound(format!("pool \"{pool}\" is not applied")));
-            };
-            if !state.addresses.get(address).is_some_and(|a| a.active) {
-                return Err(SubmitError::NotFound(format!("pool \"{pool}\" does not list {address}")));
-            }
-        }
-        EventKind::Approve { idempotency_key } => check_approve(view, local, idempotency_key)?,
-        other => {
-            return Err(SubmitError::Refused(format!(
-                "{} cannot be submitted through the API",
-                other.wire_name()
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// Every (pool, address) of the applied pools that has a desired holder now.

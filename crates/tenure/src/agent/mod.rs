@@ -35,7 +35,6 @@
 //!   action went stale), `vrrp.rs` (keepalived's reports as `vrrp` events), `wait.rs` (the
 //!   `select!`'s waits on what may be absent), `withdraw.rs` (the local withdrawal).
 //! - [`answers`] — answering API requests from the loop's state.
-//! - [`approval`] — what an `approve` may name: an action pending approval now.
 //! - [`listing`] — the list calls' filters, and pages of the history the loop keeps.
 //! - [`map`] — the ownership map a page at a time (`GET /v1/ownership`, the status page).
 //! - [`authority`] — keepalived's authority acted on without the log: calls of `authority: vrrp`
@@ -50,7 +49,6 @@
 //!   timeline's lanes from the history the loop keeps).
 
 pub mod answers;
-pub mod approval;
 pub mod authority;
 pub mod keepalived;
 pub mod listing;

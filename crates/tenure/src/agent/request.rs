@@ -150,6 +150,15 @@ pub enum SubmitError {
     ShuttingDown,
 }
 
+impl From<tenure_core::agent::SubmitRefusal> for SubmitError {
+    fn from(refusal: tenure_core::agent::SubmitRefusal) -> Self {
+        match refusal {
+            tenure_core::agent::SubmitRefusal::NotFound(message) => Self::NotFound(message),
+            tenure_core::agent::SubmitRefusal::Refused(message) => Self::Refused(message),
+        }
+    }
+}
+
 /// A control of the process's own nodes, for the demo and tests (not on the HTTP API): what a
 /// frozen process (a GC pause, a hung VM) does, shown on purpose.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@
 //! with one function (`cli/remote.rs`, `run_change`: [`OperatorCommand::check`], send
 //! [`OperatorCommand::values`] to the route, print [`OperatorCommand::done`]). Every operator
 //! command is a `POST` that appends one event through the agent loop, which checks the event
-//! against its view before anything is appended (`agent/answers.rs`, `check_submit`: the node,
+//! against its view before anything is appended (`tenure_core::agent::check_submit`: the node,
 //! the pool and address, or the pending action must exist).
 //!
 //! # Layout

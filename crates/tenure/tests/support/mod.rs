@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tenure::agent::answers::{check_submit, lost_their_desired_holder, with_desired_holder};
+use tenure::agent::answers::{lost_their_desired_holder, with_desired_holder};
 use tenure::agent::listing::history_page;
 use tenure::agent::request::{
     ActionFilter, AgentHandle, Health, HealthBoard, MetricsSnapshot, Receipt, Request, SubmitError,
@@ -168,7 +168,9 @@ impl TestDoubleAgentLoop {
             }
             // The agent's own check, against the double's head (its journals are the replay's,
             // which the check does not see: as for a holder another agent runs).
-            EventKind::Approve { .. } => check_submit::<MemoryJournalStore>(self.replay.head(), &[], &event)?,
+            EventKind::Approve { .. } => {
+                tenure_core::agent::check_submit::<MemoryJournalStore>(self.replay.head(), &[], &event)?
+            }
             EventKind::Drain { .. } => {
                 let before = with_desired_holder(self.replay.head());
                 let mut receipt = Receipt::at(self.append(event));

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::agent::CallOutcome;
+use tenure_core::agent::{CallOutcome, HeadConfirmed};
 use tenure_core::model::StampedAction;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -36,15 +36,16 @@ pub(super) struct CallTask {
 }
 
 impl<S: AgentStore> Agent<S> {
-    /// Gates a batch of node `index`'s ready actions against the head and spawns their calls.
-    pub(super) fn start_calls(&mut self, index: usize) {
+    /// Gates batches of node `index`'s ready actions against its view, at the head `proof`
+    /// confirmed, and spawns their calls as far as there is room.
+    pub(super) fn start_calls(&mut self, proof: &HeadConfirmed, index: usize) {
         loop {
             let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len()).min(GATE_BATCH_MAX);
             if room == 0 {
                 return;
             }
             let failed_before = self.core.failed().is_some();
-            let batch = self.core.poll_calls(index, room, Some(wall_clock_ms()));
+            let batch = self.core.poll_calls(proof, index, room, Some(wall_clock_ms()));
             if batch.is_empty() {
                 if !failed_before && let Some(reason) = self.core.failed() {
                     error!(reason, "not acting");

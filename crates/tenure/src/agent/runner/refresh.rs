@@ -95,9 +95,10 @@ impl<S: AgentStore> Agent<S> {
     /// Starts the refreshes `wanted` accepts, on every node, after confirming the log head.
     /// Returns how many started (none while the agent may not act).
     fn start_refreshes(&mut self, wanted: impl Fn(&str, IpAddr) -> bool) -> usize {
-        if self.shutting_down || self.core.failed().is_some() || !self.confirm_head(true) {
+        if self.shutting_down || self.core.failed().is_some() {
             return 0;
         }
+        let Some(proof) = self.confirm_head(true) else { return 0 };
         let mut started = 0;
         for index in 0..self.core.drivers().len() {
             let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len());
@@ -105,7 +106,7 @@ impl<S: AgentStore> Agent<S> {
                 // The rest waits for the next round: refreshes never crowd out planned calls.
                 break;
             }
-            let batch = self.core.drivers_mut()[index].poll_refreshes(&wanted, room);
+            let batch = self.core.poll_refreshes(&proof, index, &wanted, room);
             started += batch.len();
             for action in batch {
                 self.spawn_call(index, action, true);

@@ -167,8 +167,7 @@ impl<S: AgentStore> Agent<S> {
             Control::FreezeAfterReconcile { events, .. } => {
                 self.follow()?;
                 for event in &events {
-                    answers::check_submit(self.view(), self.core.drivers(), event)
-                        .map_err(|e| e.to_string())?;
+                    self.core.check_submit(event).map_err(|e| e.to_string())?;
                 }
                 let count = events.len();
                 self.append(events)?;
@@ -210,7 +209,7 @@ impl<S: AgentStore> Agent<S> {
         }
         // Check against the head: follow first, so a pool applied an instant ago is known.
         self.follow().map_err(SubmitError::Unavailable)?;
-        answers::check_submit(self.view(), self.core.drivers(), &event)?;
+        self.core.check_submit(&event)?;
         let drained = match &event {
             EventKind::Drain { node } => Some((node.clone(), answers::with_desired_holder(self.view()))),
             _ => None,

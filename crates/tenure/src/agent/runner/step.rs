@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use tenure_core::agent::{HeadWanted, Planned, Step, StepOp};
+use tenure_core::agent::{HeadConfirmed, HeadWanted, Planned, Step, StepOp};
 use tenure_core::driver::{NodeDriver, Requeued};
 use tenure_core::federation::Federation;
-use tenure_core::journal::JournalStore as _;
-use tenure_core::log_store::LogError;
+use tenure_core::journal::{EntryState, JournalStore};
+use tenure_core::log_store::{Log as _, LogError};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
@@ -174,13 +174,15 @@ impl<S: AgentStore> Agent<S> {
                     self.log_planned(planned);
                 }
                 StepOp::ConfirmHead(why) => {
-                    let ok = self.confirm_head(why == HeadWanted::BeforeCalls);
-                    self.core.head_confirmed(ok);
+                    let proof = self.confirm_head(why == HeadWanted::BeforeCalls);
+                    self.core.head_confirmed(proof);
                 }
-                StepOp::Call => {
+                StepOp::Call(proof) => {
                     called = true;
-                    for index in 0..self.core.drivers().len() {
-                        self.start_calls(index);
+                    if let Some(proof) = proof {
+                        for index in 0..self.core.drivers().len() {
+                            self.start_calls(&proof, index);
+                        }
                     }
                 }
             }
@@ -214,26 +216,30 @@ impl<S: AgentStore> Agent<S> {
     /// `false`: the head could not be confirmed and nothing was called.
     pub(super) fn start_calls_at_confirmed_head(&mut self, nodes: std::ops::Range<usize>) -> bool {
         match self.core.head_wanted(self.head_failure.is_some()) {
-            Some(HeadWanted::BeforeCalls) if !self.confirm_head(true) => return false,
+            Some(HeadWanted::BeforeCalls) => {
+                let Some(proof) = self.confirm_head(true) else { return false };
+                for index in nodes {
+                    self.start_calls(&proof, index);
+                }
+            }
             // Nothing to call, but health still says fail-closed: confirm again so that it clears
             // once etcd answers (only while failed: a quiet agent reads nothing).
             Some(HeadWanted::ToClear) => {
-                self.confirm_head(false);
+                let _ = self.confirm_head(false);
             }
-            Some(HeadWanted::BeforeCalls) | None => {}
-        }
-        for index in nodes {
-            self.start_calls(index);
+            None => {}
         }
         true
     }
 
     /// Before a batch of provider calls: confirms the log head is current (the store's
     /// linearizable read; at once for the embedded store) within half the smallest heartbeat TTL
-    /// of the applied pools, then follows to it. `false`: the agent does not act now and says why.
-    /// `before_calls`: a batch of calls waits on it (only those refusals are counted in
+    /// of the applied pools, then follows to it. The core's proof that calls may be gated
+    /// ([`tenure_core::agent::AgentCore::confirmed_at`]: every node applied the log as far as it
+    /// held after the read); `None`: the agent does not act now and says why. `before_calls`: a
+    /// batch of calls waits on it (only those refusals are counted in
     /// `tenure_head_unconfirmed_total`; a check that only clears health is not).
-    pub(super) fn confirm_head(&mut self, before_calls: bool) -> bool {
+    pub(super) fn confirm_head(&mut self, before_calls: bool) -> Option<HeadConfirmed> {
         let bound = self
             .view()
             .pools()
@@ -250,7 +256,21 @@ impl<S: AgentStore> Agent<S> {
                 if self.head_failure.take().is_some() {
                     info!("the log head is confirmed again: acting");
                 }
-                self.follow().is_ok()
+                // How far the log held the head, read before the follow (the watch may bring
+                // more meanwhile: the follow takes that too).
+                let head = match self.log.head() {
+                    Ok(head) => head,
+                    Err(e) => {
+                        warn!(error = %e, "cannot read the log's head index: not acting now");
+                        return None;
+                    }
+                };
+                self.follow().ok()?;
+                let proof = self.core.confirmed_at(head);
+                if proof.is_none() {
+                    warn!(head = ?head, "a node did not follow the log to the head just confirmed: not acting now");
+                }
+                proof
             }
             Err(HeadUnconfirmed::Behind(reason)) => {
                 self.counters.head_unconfirmed += u64::from(before_calls);
@@ -262,14 +282,14 @@ impl<S: AgentStore> Agent<S> {
                     warn!(%reason, "not acting");
                 }
                 self.head_failure = Some(reason);
-                false
+                None
             }
             Err(HeadUnconfirmed::Refused(reason)) => {
                 self.counters.head_unconfirmed += u64::from(before_calls);
                 error!(%reason, "not acting until restarted");
                 self.head_failure = None;
                 self.core.fail(reason);
-                false
+                None
             }
         }
     }
@@ -285,7 +305,7 @@ impl<S: AgentStore> Agent<S> {
             let driver = &self.core.drivers()[index];
             match planned {
                 Planned::Planned(Requeued { report, .. }) => {
-                    super::super::approval::log_waiting(driver, &report.imported);
+                    log_waiting(driver, &report.imported);
                     if !report.swept.is_empty() {
                         info!(
                             node = driver.name(),
@@ -344,5 +364,16 @@ impl<S: AgentStore> Agent<S> {
         self.identity_dirty = true;
         self.flush_identity();
         info!(calls = self.summary.calls, appended = self.summary.appended, "stopped");
+    }
+}
+
+/// Logs at INFO each of `imported` (keys a reconcile of `driver`'s node just journaled) that
+/// waits for approval, with the command that approves it.
+fn log_waiting<S: JournalStore>(driver: &NodeDriver<S>, imported: &[String]) {
+    let waiting = imported
+        .iter()
+        .filter(|key| driver.engine().entry(key).is_some_and(|entry| entry.state == EntryState::Pending));
+    for key in waiting {
+        info!(node = driver.name(), key = %key, "waiting for approval: tenure approve {key}");
     }
 }

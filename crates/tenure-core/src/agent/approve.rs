@@ -4,14 +4,14 @@
 //! "Bounded approvals"; this check is about what the operator is told.)
 //!
 //! The first that holds answers:
-//! - **404** (`SubmitError::NotFound`): the key names a pool never applied; an address the pool
+//! - **404** (`SubmitRefusal::NotFound`): the key names a pool never applied; an address the pool
 //!   never listed; an acquire of a deleted pool or of an address the pool no longer lists (a
 //!   release of one may still wait: its holder releases it with the last spec, SPEC 13); a holder
 //!   not in the registry; a provider that is not the pool's; a verb the provider's kind never runs;
 //!   a NIC that is not the holder's
 //!   (unless the holder is a node this agent runs and its journal holds the key: a release
 //!   carries the NIC of the acquire it undoes).
-//! - **409** (`SubmitError::Refused`), the key is not pending approval now: the pool approves
+//! - **409** (`SubmitRefusal::Refused`), the key is not pending approval now: the pool approves
 //!   automatically (`approval: auto`) and no journal here holds the key pending (a pool switched
 //!   to `auto` leaves what it imported `pending` waiting); a release by a node that holds the
 //!   address neither by the log's results and inventories nor by its journal here; the holder is
@@ -19,36 +19,33 @@
 //!   and its journal entry is not `pending` (already approved or executed, failed, skipped); the
 //!   log already holds an approval of it; its tokens are above what the log has issued for its
 //!   address (no such action was planned yet); it is stale by the one fence rule
-//!   ([`tenure_core::fence::check_view`]) against the view, with the holder's high-water marks
+//!   ([`crate::fence::check_view`]) against the view, with the holder's high-water marks
 //!   when this agent runs it.
 //!
 //! A key that is current but not journaled yet is accepted: it may be approved before it is
 //! imported (SPEC 13), e.g. for a holder that another agent of the fleet runs.
 
-use tenure_core::driver::NodeDriver;
-use tenure_core::federation::Federation;
-use tenure_core::fence::{self, FenceVerdict, HeadTokens as _, HeadView, HighWater, StaleReason};
-use tenure_core::journal::{EntryState, JournalEntry, JournalStore};
-use tenure_core::model::{Approval, ParsedKey, StampedAction};
-
-use tracing::info;
-
-use super::request::SubmitError;
+use super::submit::SubmitRefusal;
+use crate::driver::NodeDriver;
+use crate::federation::Federation;
+use crate::fence::{self, FenceVerdict, HeadTokens as _, HeadView, HighWater, StaleReason};
+use crate::journal::{EntryState, JournalEntry, JournalStore};
+use crate::model::{Approval, ParsedKey, StampedAction};
 
 /// How a refusal of a key not pending approval begins.
 const NOT_PENDING: &str = "not pending approval";
 
 /// Checks `approve{key}` against the view and the journals of the nodes this agent runs
 /// (`local`), before anything is appended (see the module's list).
-pub fn check_approve<S: JournalStore>(
+pub(super) fn check_approve<S: JournalStore>(
     view: &Federation,
     local: &[NodeDriver<S>],
     key: &str,
-) -> Result<(), SubmitError> {
-    let not_found = |message: String| Err(SubmitError::NotFound(message));
-    let refused = |why: String| Err(SubmitError::Refused(format!("{NOT_PENDING}: {why}")));
+) -> Result<(), SubmitRefusal> {
+    let not_found = |message: String| Err(SubmitRefusal::NotFound(message));
+    let refused = |why: String| Err(SubmitRefusal::Refused(format!("{NOT_PENDING}: {why}")));
     let Some(parsed) = ParsedKey::parse(key) else {
-        return Err(SubmitError::Refused(format!("\"{key}\" is not an idempotency key tenure plans")));
+        return Err(SubmitRefusal::Refused(format!("\"{key}\" is not an idempotency key tenure plans")));
     };
     let (pool_name, address) = (&parsed.pool, parsed.address);
     let Some(pool) = view.pools().get(pool_name) else {
@@ -96,7 +93,7 @@ pub fn check_approve<S: JournalStore>(
             s.holders.contains(&holder) || s.nics.iter().any(|n| *n == view.nodes()[holder].spec.nic)
         });
         let by_journal = journal.is_some_and(|driver| {
-            driver.engine().captured().contains_key(&(tenure_core::names::shared(&parsed.provider), address))
+            driver.engine().captured().contains_key(&(crate::names::shared(&parsed.provider), address))
         });
         if !by_log && !by_journal {
             return refused(format!(
@@ -151,17 +148,6 @@ pub fn check_approve<S: JournalStore>(
     Ok(())
 }
 
-/// Logs at INFO each of `imported` (keys a reconcile of `driver`'s node just journaled) that
-/// waits for approval, with the command that approves it.
-pub fn log_waiting<S: JournalStore>(driver: &NodeDriver<S>, imported: &[String]) {
-    let waiting = imported
-        .iter()
-        .filter(|key| driver.engine().entry(key).is_some_and(|entry| entry.state == EntryState::Pending));
-    for key in waiting {
-        info!(node = driver.name(), key = %key, "waiting for approval: tenure approve {key}");
-    }
-}
-
 /// Why a journaled entry that is not pending takes no approval, in words.
 fn journaled(entry: &JournalEntry) -> String {
     match entry.state {
@@ -201,12 +187,12 @@ fn stale(reason: StaleReason, action: &StampedAction, current: &HeadView<'_>) ->
 
 #[cfg(test)]
 mod tests {
-    use tenure_core::driver::DriverOptions;
-    use tenure_core::journal::MemoryJournalStore;
-    use tenure_core::log::{ActionOutcome, Event, EventKind};
-    use tenure_core::log_store::EventLog;
-    use tenure_core::node::NodeEngine;
-    use tenure_core::scenario::parse_scenario;
+    use crate::driver::DriverOptions;
+    use crate::journal::MemoryJournalStore;
+    use crate::log::{ActionOutcome, Event, EventKind};
+    use crate::log_store::EventLog;
+    use crate::node::NodeEngine;
+    use crate::scenario::parse_scenario;
 
     use super::*;
 
@@ -265,7 +251,7 @@ pools:
             self.a.reconcile().expect("memory").expect("not blocked");
         }
 
-        fn check(&self, key: &str) -> Result<(), SubmitError> {
+        fn check(&self, key: &str) -> Result<(), SubmitRefusal> {
             check_approve(self.a.view(), std::slice::from_ref(&self.a), key)
         }
 
@@ -274,16 +260,16 @@ pools:
         }
     }
 
-    fn not_found(result: Result<(), SubmitError>) -> String {
+    fn not_found(result: Result<(), SubmitRefusal>) -> String {
         match result {
-            Err(SubmitError::NotFound(message)) => message,
+            Err(SubmitRefusal::NotFound(message)) => message,
             other => panic!("expected 404, got {other:?}"),
         }
     }
 
-    fn refused(result: Result<(), SubmitError>) -> String {
+    fn refused(result: Result<(), SubmitRefusal>) -> String {
         match result {
-            Err(SubmitError::Refused(message)) => message,
+            Err(SubmitRefusal::Refused(message)) => message,
             other => panic!("expected 409, got {other:?}"),
         }
     }

@@ -1,0 +1,77 @@
+//! What an operator may append through an agent (`POST /v1/…`, the CLI's commands, the demo's
+//! controls): the one check an event passes against the agent's view and the journals of the
+//! nodes it runs before anything is appended. A refused event changes nothing. How each
+//! command's input was read before it became the event is the daemon's (`ops`); what the event
+//! may name is the core's, so that the simulator's operator goes through the same check.
+
+use super::AgentCore;
+use super::approve::check_approve;
+use crate::driver::NodeDriver;
+use crate::federation::Federation;
+use crate::journal::JournalStore;
+use crate::log::EventKind;
+
+/// Why an operator's event is not appended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitRefusal {
+    /// The event names something the agent does not know: a node not in the registry, a pool
+    /// not applied, an address not in the pool (HTTP 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The event is well formed but not allowed now (HTTP 409): an approval of a key that is not
+    /// pending approval (the message says why), an event kind operators do not submit.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl<J: JournalStore> AgentCore<J> {
+    /// Checks `event`, which an operator asked this agent to append, against its view and the
+    /// journals of its nodes ([`check_submit`]).
+    ///
+    /// # Errors
+    ///
+    /// Why it is refused, in one line.
+    pub fn check_submit(&self, event: &EventKind) -> Result<(), SubmitRefusal> {
+        check_submit(self.drivers[0].view(), &self.drivers, event)
+    }
+}
+
+/// Checks `event`, which an operator asked an agent to append, against `view` and the journals
+/// of the nodes the agent runs (`local`): a node must be in the registry; a pool must be applied
+/// and list the address; an approval must name an action pending approval now (`approve.rs`: it
+/// may be approved before it is journaled, SPEC 13); no other kind is an operator's. (An API
+/// double with no journals passes none.)
+///
+/// # Errors
+///
+/// Why it is refused, in one line.
+pub fn check_submit<J: JournalStore>(
+    view: &Federation,
+    local: &[NodeDriver<J>],
+    event: &EventKind,
+) -> Result<(), SubmitRefusal> {
+    match event {
+        EventKind::Drain { node } | EventKind::Undrain { node } => {
+            if view.node_id(node).is_none() {
+                return Err(SubmitRefusal::NotFound(format!("node \"{node}\" is not in the registry")));
+            }
+        }
+        EventKind::Desire { pool, address } | EventKind::Undesire { pool, address } => {
+            let applied = view.pools().get(pool).filter(|p| !p.deleted);
+            let Some(state) = applied else {
+                return Err(SubmitRefusal::NotFound(format!("pool \"{pool}\" is not applied")));
+            };
+            if !state.addresses.get(address).is_some_and(|a| a.active) {
+                return Err(SubmitRefusal::NotFound(format!("pool \"{pool}\" does not list {address}")));
+            }
+        }
+        EventKind::Approve { idempotency_key } => check_approve(view, local, idempotency_key)?,
+        other => {
+            return Err(SubmitRefusal::Refused(format!(
+                "{} cannot be submitted through the API",
+                other.wire_name()
+            )));
+        }
+    }
+    Ok(())
+}
