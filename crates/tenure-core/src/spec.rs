@@ -129,7 +129,7 @@ pub fn validate_pool_documents(
             Err(mut e) => errors.append(&mut e),
         }
     }
-    errors.extend(check_pool_set(&pools).into_iter().map(|(_, e)| e));
+    errors.extend(check_pool_set(&pools, &[]).into_iter().map(|(_, e)| e));
     if errors.is_empty() { Ok(pools) } else { Err(errors) }
 }
 
@@ -315,26 +315,39 @@ fn duration_with(
 
 /// Checks pools against each other: unique names, and no address in two pools of one capture
 /// domain. Errors point at the later of the two places and carry the index of its pool.
+/// `files`: the file each pool came from, when they came from several (empty: one text); an
+/// error names the other place's file when it is not the one the error is rendered in.
 #[must_use]
-pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputError)> {
+pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)], files: &[&str]) -> Vec<(usize, InputError)> {
     let mut errors = Vec::new();
-    let mut names: BTreeMap<&str, Position> = BTreeMap::new();
+    let mut names: BTreeMap<&str, (usize, Position)> = BTreeMap::new();
     let mut claims = AddressClaims::new();
+    // Which pool of the set defined each name, for the file of an overlap's other pool.
+    let mut index_of: BTreeMap<&str, usize> = BTreeMap::new();
+    // The file of pool `other` when it is not the file of pool `index`.
+    let elsewhere = |index: usize, other: usize| match (files.get(index), files.get(other)) {
+        (Some(here), Some(there)) if here != there => Some(*there),
+        _ => None,
+    };
     for (index, (pool, source)) in pools.iter().enumerate() {
-        if let Some(first) = names.get(pool.name.as_str()) {
+        if let Some((first_index, first)) = names.get(pool.name.as_str()) {
             errors.push((
                 index,
                 InputError::at(
                     source.name,
                     format!(
-                        "pool `{}` is defined twice (first at line {} column {})",
-                        pool.name, first.line, first.column
+                        "pool `{}` is defined twice (first at line {} column {}{})",
+                        pool.name,
+                        first.line,
+                        first.column,
+                        elsewhere(index, *first_index).map(|file| format!(" of {file}")).unwrap_or_default()
                     ),
                 ),
             ));
             continue;
         }
-        names.insert(&pool.name, source.name);
+        names.insert(&pool.name, (index, source.name));
+        index_of.insert(&pool.name, index);
         // One error per pool it overlaps, at the first shared address: two pools that share a
         // /18 are one mistake, not 16,384 lines.
         let mut groups: Vec<(crate::claims::Overlap, usize)> = Vec::new();
@@ -346,11 +359,15 @@ pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)]) -> Vec<(usize, InputErro
         }
         for (first, more) in groups {
             let position = source.addresses.get(&first.address).copied().unwrap_or(source.name);
-            let message = match more {
+            let mut message = match more {
                 0 => first.to_string(),
                 1 => format!("{first} (and 1 more address of `{}` is in `{}`)", first.pool, first.other),
                 n => format!("{first} (and {n} more addresses of `{}` are in `{}`)", first.pool, first.other),
             };
+            if let Some(there) = index_of.get(first.other.as_str()).and_then(|other| elsewhere(index, *other))
+            {
+                message.push_str(&format!(" (pool `{}` is defined in {there})", first.other));
+            }
             errors.push((index, InputError::at(position, message)));
         }
         claims.apply(pool);

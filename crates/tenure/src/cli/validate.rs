@@ -168,7 +168,8 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
         for (file, count) in &pool_files {
             owner_file.extend(std::iter::repeat_n(file.clone(), *count));
         }
-        let cross = check_pool_set(&all_pools);
+        let origins: Vec<&str> = owner_file.iter().map(String::as_str).collect();
+        let cross = check_pool_set(&all_pools, &origins);
         for (index, e) in cross {
             // Errors point at the later pool; name the file it came from.
             eprintln!("{}", e.render(&owner_file[index]));

@@ -58,7 +58,8 @@ pub fn load_pools(config: &AgentConfig) -> Result<Vec<PoolSpec>, Vec<String>> {
     }
     // The pools of all files are applied together, so they are checked together; an error points
     // at the later of two places, in the file that pool came from.
-    for (index, e) in check_pool_set(&pools).into_iter().chain(check_new_pools(&pools)) {
+    let origins: Vec<&str> = file_of_pool.iter().map(|file| files[*file].as_str()).collect();
+    for (index, e) in check_pool_set(&pools, &origins).into_iter().chain(check_new_pools(&pools)) {
         errors.push(e.render(&files[file_of_pool[index]]));
     }
     for (index, (pool, source)) in pools.iter().enumerate() {

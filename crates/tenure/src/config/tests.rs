@@ -590,6 +590,24 @@ fn pools_are_checked_together_and_against_the_config() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].starts_with(&format!("{more_file}:5:")), "{errors:?}");
     assert!(errors[0].contains("10.0.0.17") && errors[0].contains("also in pool `edge`"), "{errors:?}");
+    let edge_file = dir.join("pools/edge.yaml").display().to_string();
+    assert!(errors[0].ends_with(&format!("(pool `edge` is defined in {edge_file})")), "{errors:?}");
+    let _ = fs::remove_dir_all(dir);
+
+    // The same pool name in two files: the error names the first file too.
+    let again = POOL.replace("[10.0.0.10, 10.0.0.16/30]", "[10.0.0.99]");
+    let (dir, result) = load("twice", &config, &[("pools/edge.yaml", POOL), ("pools/more.yaml", &again)]);
+    let errors = result.expect_err("defined twice across files");
+    let (more_file, edge_file) = (
+        dir.join("pools/more.yaml").display().to_string(),
+        dir.join("pools/edge.yaml").display().to_string(),
+    );
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with(&format!("{more_file}:")), "{errors:?}");
+    assert!(
+        errors[0].ends_with(&format!("is defined twice (first at line 3 column 18 of {edge_file})")),
+        "{errors:?}"
+    );
     let _ = fs::remove_dir_all(dir);
 
     let unknown_provider = POOL.replace("provider: sim1", "provider: sim9");
