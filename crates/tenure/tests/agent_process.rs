@@ -235,6 +235,11 @@ fn sighup_applies_a_good_change_refuses_a_bad_file_and_moves_an_address_between_
     agent.hangup();
     wait_for("10.0.0.2 moved to y", || addresses("x") == ["10.0.0.1"] && addresses("y").len() == 3);
     assert!(!agent.log().contains("pool reload not applied"), "{}", agent.log());
+
+    // Nothing changed: the reload says so (an operator's SIGHUP is never met by silence).
+    assert!(!agent.log().contains("nothing to apply"), "{}", agent.log());
+    agent.hangup();
+    wait_for("a reload with nothing to change says so", || agent.log().contains("nothing to apply"));
     assert!(agent.terminate().success());
 }
 

@@ -122,14 +122,16 @@ impl<S: AgentStore> Agent<S> {
         let _ = self.append_with(stamped, kinds, true);
     }
 
-    /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]. A rejected one
-    /// is reported (the set was checked as a whole, so it should not happen).
-    pub(super) fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<(), Vec<String>> {
+    /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]; returns how many
+    /// were appended (0: the log holds the set already). A rejected one is reported (the set was
+    /// checked as a whole, so it should not happen).
+    pub(super) fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<usize, Vec<String>> {
         let applied = self.applied_pools();
         let plan = plan_pool_changes(&applied, wanted);
         if plan.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
+        let events = plan.len();
         info!(events = plan.len(), "applying pool changes");
         // Said once the events are in the log, one line per pool event, by name.
         let said: Vec<(String, Option<usize>, &'static str)> = plan
@@ -154,7 +156,7 @@ impl<S: AgentStore> Agent<S> {
                 None => info!(%pool, "{what}"),
             }
         }
-        Ok(())
+        Ok(events)
     }
 
     /// The pools the log has applied now (not deleted), by name.
@@ -172,11 +174,14 @@ impl<S: AgentStore> Agent<S> {
     /// reported.
     pub(super) fn reload(&mut self) {
         match (self.pools)() {
-            Ok(wanted) => {
-                if let Err(lines) = self.apply_pools(&wanted) {
-                    error!(errors = %lines.join("; "), "pool reload not applied");
-                }
-            }
+            Ok(wanted) => match self.apply_pools(&wanted) {
+                Ok(0) => info!(
+                    pools = wanted.len(),
+                    "pool reload: the log already holds these pools; nothing to apply"
+                ),
+                Ok(_) => {}
+                Err(lines) => error!(errors = %lines.join("; "), "pool reload not applied"),
+            },
             Err(lines) => {
                 *self.counters.rejected_events.entry("pool-reload".to_owned()).or_insert(0) += 1;
                 for line in &lines {
