@@ -107,6 +107,29 @@ fn refused(dir: &TempDir, config: &Path, listen: std::net::SocketAddr, what: &st
     lines[0].to_owned()
 }
 
+/// An agent that cannot listen (its port taken) says so in one line and leaves nothing behind:
+/// no store, no identity file — the next start, on a free port, is a first start.
+#[test]
+fn an_agent_that_cannot_listen_leaves_no_store_behind() {
+    let dir = TempDir::new("port-taken");
+    let listen = free_port();
+    let taken = std::net::TcpListener::bind(listen).expect("the port is free");
+    let config = config_named(&dir, "agent.yaml", listen, "sim1", SIM);
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.1"], &["a", "b"], "sim1", ""));
+    let line = refused(&dir, &config, listen, "an agent whose port is taken");
+    assert!(line.contains(&format!("cannot listen on {listen}")), "{line}");
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("readable")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("store") || name.contains("identity"))
+        .collect();
+    assert!(left.is_empty(), "a refused start left {left:?} behind");
+    drop(taken);
+    let agent = Agent::start(&dir, &config, listen);
+    assert_eq!(health(&agent).0, 200, "the port free again: a first start");
+    assert!(agent.terminate().success());
+}
+
 /// Copies `from` over `to` in `dir` (`cp -a`, what an operator does), `to` removed first.
 fn copy(dir: &TempDir, from: &str, to: &str) {
     let _ = std::fs::remove_dir_all(dir.path().join(to));

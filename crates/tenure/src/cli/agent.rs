@@ -112,6 +112,18 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    // The API's port before the store: an agent that cannot listen (the port in use) leaves no
+    // store or identity file behind.
+    let listener = match std::net::TcpListener::bind(config.listen).and_then(|listener| {
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    }) {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("tenure agent: cannot listen on {}: {e}", config.listen);
+            return ExitCode::FAILURE;
+        }
+    };
     let store_path = config.store.path().to_owned();
     let missing =
         if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };
@@ -166,9 +178,13 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
     };
     let code = match &store {
-        Opened::Embedded(store) => runtime.block_on(serve(config, store.clone(), executors, token, watches)),
+        Opened::Embedded(store) => {
+            runtime.block_on(serve(config, listener, store.clone(), executors, token, watches))
+        }
         #[cfg(feature = "etcd")]
-        Opened::Etcd(store) => runtime.block_on(serve(config, store.clone(), executors, token, watches)),
+        Opened::Etcd(store) => {
+            runtime.block_on(serve(config, listener, store.clone(), executors, token, watches))
+        }
     };
     if let Err(e) = store.close() {
         eprintln!("tenure agent: closing the store: {e}");
@@ -267,12 +283,13 @@ impl Opened {
 
 async fn serve<S: crate::agent::AgentStore>(
     config: AgentConfig,
+    listener: std::net::TcpListener,
     store: S,
     executors: BTreeMap<String, ProviderExecutor>,
     token: Option<ApiToken>,
     watches: Vec<NoticeWatch>,
 ) -> ExitCode {
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(e) => {
             eprintln!("tenure agent: cannot listen on {}: {e}", config.listen);
