@@ -171,7 +171,7 @@ fn bench_fence(c: &mut Criterion) {
         "every benchmark action is current"
     );
     let baseline: HashMap<String, u64> =
-        actions.iter().map(|a| (a.idempotency_key.clone(), a.capture_epoch.get())).collect();
+        actions.iter().map(|a| (a.idempotency_key.to_string(), a.capture_epoch.get())).collect();
 
     let mut group = c.benchmark_group("fence");
     group

@@ -40,7 +40,7 @@ use crate::federation::history::History;
 use crate::journal::{JournalSeq, JournalStore};
 use crate::log::{ActionOutcome, Event, EventKind};
 use crate::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex};
-use crate::model::{ParsedKey, ProviderAddress, StampedAction};
+use crate::model::{IdempotencyKey, ParsedKey, ProviderAddress, StampedAction};
 use crate::node::{NodeEngine, NodeError, ReconcileReport, StaleCall};
 
 mod due;
@@ -310,7 +310,7 @@ impl<S: JournalStore> NodeDriver<S> {
             for key in self.engine.unconfirmed_results_in(&self.view, window) {
                 self.outbox.push_back(EventKind::ActionResult {
                     node: self.name().to_owned(),
-                    idempotency_key: key,
+                    idempotency_key: key.into(),
                     outcome: ActionOutcome::Executed,
                     detail: "re-reported".to_owned(),
                 });
@@ -372,7 +372,7 @@ impl<S: JournalStore> NodeDriver<S> {
 
     /// The start of a local `execute`: pending entries the view (the head: follow first) shows
     /// approved are promoted. Then [`NodeDriver::poll_actions`] until it returns nothing.
-    pub fn start_execution(&mut self) -> Result<Result<Vec<String>, Blocked>, NodeError<S::Error>> {
+    pub fn start_execution(&mut self) -> Result<Result<Vec<IdempotencyKey>, Blocked>, NodeError<S::Error>> {
         if let Some(blocked) = self.blocked() {
             return Ok(Err(blocked));
         }
@@ -498,7 +498,7 @@ impl<S: JournalStore> NodeDriver<S> {
         provider: &str,
         address: IpAddr,
         detail: &str,
-    ) -> Result<Vec<String>, NodeError<S::Error>> {
+    ) -> Result<Vec<IdempotencyKey>, NodeError<S::Error>> {
         let keys = self.engine.record_local_release(&self.view, provider, address, detail)?;
         if keys.is_empty() {
             return Ok(keys);
@@ -509,7 +509,7 @@ impl<S: JournalStore> NodeDriver<S> {
             for key in &keys {
                 self.outbox.push_back(EventKind::ActionResult {
                     node: self.name().to_owned(),
-                    idempotency_key: key.clone(),
+                    idempotency_key: key.to_string(),
                     outcome: ActionOutcome::Executed,
                     detail: detail.to_owned(),
                 });

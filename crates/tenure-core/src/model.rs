@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 mod action;
-pub use action::{ActionStamp, ParsedKey, StampedAction};
+pub use action::{ActionStamp, IdempotencyKey, ParsedKey, StampedAction};
 
 macro_rules! token {
     ($(#[$doc:meta])* $name:ident) => {

@@ -33,7 +33,7 @@ use crate::journal::{
     Attempts, COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_RETENTION_DEFAULT, JournalChange,
     JournalEntry, JournalSeq, JournalStore,
 };
-use crate::model::{ProviderAddress, StampedAction};
+use crate::model::{IdempotencyKey, ProviderAddress, StampedAction};
 use crate::planner::{CaptureRecord, Captured};
 use crate::retry::RetryBackoff;
 
@@ -405,7 +405,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// show. The agent re-reports them (the outbox of results), so that a result lost with a
     /// partition or a crash still reaches the log and drift repair can rely on confirmations.
     #[must_use]
-    pub fn unconfirmed_results(&self, view: &Federation) -> Vec<String> {
+    pub fn unconfirmed_results(&self, view: &Federation) -> Vec<IdempotencyKey> {
         self.unconfirmed_results_in(view, (Bound::Unbounded, Bound::Unbounded))
     }
 
@@ -416,7 +416,7 @@ impl<S: JournalStore> NodeEngine<S> {
         &self,
         view: &Federation,
         window: crate::planner::KeyWindow,
-    ) -> Vec<String> {
+    ) -> Vec<IdempotencyKey> {
         let Some(node) = view.node_id(&self.name) else { return Vec::new() };
         self.last_holding
             .range(window)

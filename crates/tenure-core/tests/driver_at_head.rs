@@ -281,7 +281,7 @@ fn reconciling_only_when_due_keeps_up_with_results_that_land_after_the_view_move
                 .poll_actions(64, None)
                 .expect("memory")
                 .into_iter()
-                .map(|a| a.idempotency_key)
+                .map(|a| a.idempotency_key.to_string())
                 .collect();
         }
         let journal = |d: &NodeDriver<CountingStore>| {

@@ -289,7 +289,7 @@ fn an_approval_during_a_pass_is_due_for_promotion_at_once() {
         .engine()
         .entries()
         .filter(|e| e.state == tenure_core::journal::EntryState::Pending)
-        .map(|e| e.action.idempotency_key.clone())
+        .map(|e| e.action.idempotency_key.to_string())
         .collect();
     assert!(!pending.is_empty(), "west asks for approval");
     a.begin_requeue();
@@ -319,7 +319,7 @@ fn pass_imports(a: &mut NodeDriver<MemoryJournalStore>) -> (usize, Option<u64>, 
         if let Some(at) = requeued.report.wake_at_ms() {
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
-        imported.extend(requeued.report.imported);
+        imported.extend(requeued.report.imported.iter().map(ToString::to_string));
         if requeued.done {
             return (turns, wake, imported);
         }
@@ -393,7 +393,7 @@ fn the_compaction_of_slices_drops_what_a_whole_compaction_drops() {
     };
     let (mut whole, mut sliced) = (reopened(), reopened());
     let keys = |driver: &NodeDriver<MemoryJournalStore>| -> Vec<String> {
-        driver.engine().entries().map(|e| e.action.idempotency_key.clone()).collect()
+        driver.engine().entries().map(|e| e.action.idempotency_key.to_string()).collect()
     };
     let view = whole.view().clone();
     let before = whole.engine().entries().count();

@@ -416,7 +416,7 @@ fn a_local_release_of_the_desired_holder_re_captures() {
                 10,
                 EventKind::ActionResult {
                     node: "a".into(),
-                    idempotency_key: key.clone(),
+                    idempotency_key: key.to_string(),
                     outcome: ActionOutcome::Executed,
                     detail: "withdrawn".into(),
                 },
@@ -1184,7 +1184,7 @@ fn a_pending_approval_release_is_pending_in_the_leaving_nodes_journal() {
                     let pending: Vec<String> = engine
                         .entries()
                         .filter(|e| e.state == EntryState::Pending)
-                        .map(|e| e.action.idempotency_key.clone())
+                        .map(|e| e.action.idempotency_key.to_string())
                         .collect();
                     for key in pending {
                         log.push(Event { at_ms, kind: EventKind::Approve { idempotency_key: key } });
@@ -1199,7 +1199,7 @@ fn a_pending_approval_release_is_pending_in_the_leaving_nodes_journal() {
                         .expect("in flight");
                     let kind = EventKind::ActionResult {
                         node: engine.name().to_owned(),
-                        idempotency_key: action.idempotency_key.clone(),
+                        idempotency_key: action.idempotency_key.to_string(),
                         outcome: ActionOutcome::Executed,
                         detail: String::new(),
                     };
@@ -1213,7 +1213,7 @@ fn a_pending_approval_release_is_pending_in_the_leaving_nodes_journal() {
                 engine
                     .entries()
                     .filter(|e| e.state == EntryState::Pending && !e.action.verb.is_acquire())
-                    .map(|e| e.action.idempotency_key.clone())
+                    .map(|e| e.action.idempotency_key.to_string())
                     .collect()
             };
 

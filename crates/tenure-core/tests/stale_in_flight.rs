@@ -13,7 +13,9 @@ use tenure_core::fence::{self, FenceVerdict, StaleReason};
 use tenure_core::journal::{COUNTED_AS_HELD, EntryState, JournalSeq, MemoryJournalStore, OUTCOME_UNKNOWN};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log, MemoryLog};
-use tenure_core::model::{Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, Verb};
+use tenure_core::model::{
+    Approval, Authority, IdempotencyKey, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, Verb,
+};
 use tenure_core::node::{NodeEngine, StaleCall};
 
 const ADDRESSES: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
@@ -83,7 +85,7 @@ fn in_flight(log: &MemoryLog) -> (NodeDriver<MemoryJournalStore>, Vec<String>) {
     let batch = a.poll_actions(64, None).expect("memory");
     assert!(batch.iter().all(|action| action.verb == Verb::AssignSecondaryIp), "{batch:?}");
     assert_eq!(batch.len(), ADDRESSES.len());
-    (a, batch.into_iter().map(|action| action.idempotency_key).collect())
+    (a, batch.into_iter().map(|action| action.idempotency_key.to_string()).collect())
 }
 
 #[test]
@@ -97,7 +99,10 @@ fn a_call_in_flight_is_named_stale_once_the_view_fences_it_and_only_once() {
     let stale = a.poll_stale_calls();
     let expected: Vec<StaleCall> = keys
         .iter()
-        .map(|key| StaleCall { idempotency_key: key.clone(), reason: StaleReason::StaleEpoch })
+        .map(|key| StaleCall {
+            idempotency_key: IdempotencyKey::parse(key).expect("a key"),
+            reason: StaleReason::StaleEpoch,
+        })
         .collect();
     assert_eq!(stale, expected, "the drain moved every line: the first rule that holds is stale-epoch");
     assert!(a.poll_stale_calls().is_empty(), "each call is named once");
@@ -120,8 +125,12 @@ fn a_call_in_flight_is_named_stale_once_the_view_fences_it_and_only_once() {
     assert!(a.reconcile_due(), "counted as held: the release is planned by the next reconcile");
     let report = a.reconcile().expect("memory").expect("not blocked");
     assert!(report.retried.is_empty(), "{report:?}");
-    let releases: Vec<&String> =
-        report.imported.iter().filter(|k| k.contains("/unassign-secondary-ip/a/")).collect();
+    let releases: Vec<&str> = report
+        .imported
+        .iter()
+        .map(IdempotencyKey::as_str)
+        .filter(|k| k.contains("/unassign-secondary-ip/a/"))
+        .collect();
     assert_eq!(releases.len(), ADDRESSES.len(), "one release per address in doubt: {report:?}");
     assert_eq!(a.engine().retryable_failures(), 0);
     assert!(a.poll_stale_calls().is_empty(), "nothing in flight, nothing to name");
@@ -152,8 +161,11 @@ fn an_acquire_in_doubt_is_retried_while_current_and_released_once_stale() {
     assert!(report.counted.is_empty());
     a.start_execution().expect("memory").expect("not blocked");
     let batch = a.poll_actions(64, None).expect("memory");
-    let retry: Vec<&String> =
-        batch.iter().filter(|x| x.verb == Verb::AssignSecondaryIp).map(|x| &x.idempotency_key).collect();
+    let retry: Vec<&str> = batch
+        .iter()
+        .filter(|x| x.verb == Verb::AssignSecondaryIp)
+        .map(|x| x.idempotency_key.as_str())
+        .collect();
     assert_eq!(retry, vec![&keys[0], &keys[1]], "{batch:?}");
     for other in batch.iter().filter(|x| x.verb != Verb::AssignSecondaryIp) {
         a.handle_result(&other.idempotency_key, ActionOutcome::Executed, "forwarding".into())
@@ -341,7 +353,7 @@ proptest! {
                 let entry = a.engine().entry(&call.idempotency_key).expect("journaled");
                 let verdict = fence::check(&entry.action, a.view(), &a.engine().durable().high_water);
                 prop_assert_eq!(verdict, FenceVerdict::Stale { reason: call.reason });
-                prop_assert!(named.insert(call.idempotency_key.clone()), "named twice: {}", call.idempotency_key);
+                prop_assert!(named.insert(call.idempotency_key.to_string()), "named twice: {}", call.idempotency_key);
             }
             for key in keys.iter().filter(|key| !named.contains(*key)) {
                 let entry = a.engine().entry(key).expect("journaled");
@@ -354,7 +366,7 @@ proptest! {
         a.restart().expect("memory");
         a.follow(&log).expect("readable");
         let handed: BTreeSet<String> =
-            a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+            a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key.to_string()).collect();
         for key in &keys {
             let state = a.engine().entry(key).map(|e| e.state);
             if named.contains(key) {
@@ -431,8 +443,10 @@ fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
     let acquire = a.engine().entry(&keys[0]).expect("journaled").clone();
     let mut release = acquire.action.clone();
     release.verb = Verb::UnassignSecondaryIp;
-    release.idempotency_key =
-        acquire.action.idempotency_key.replace("assign-secondary-ip", "unassign-secondary-ip");
+    release.idempotency_key = IdempotencyKey::parse(
+        &acquire.action.idempotency_key.replace("assign-secondary-ip", "unassign-secondary-ip"),
+    )
+    .expect("a key");
     let mut store = MemoryJournalStore::new();
     let entry = |seq: u64, action: tenure_core::model::StampedAction| JournalEntry {
         seq: JournalSeq::new(seq),
@@ -510,8 +524,12 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     a.follow(&log).expect("readable");
     a.reconcile().expect("memory").expect("not blocked");
     a.start_execution().expect("memory").expect("not blocked");
-    let again: Vec<String> =
-        a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+    let again: Vec<String> = a
+        .poll_actions(64, None)
+        .expect("memory")
+        .into_iter()
+        .map(|x| x.idempotency_key.to_string())
+        .collect();
     assert!(keys[1..].iter().all(|key| again.contains(key)), "run again: {again:?}");
     for key in &keys[1..] {
         a.handle_result(key, ActionOutcome::Executed, "done".into()).expect("in flight");
@@ -523,8 +541,12 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     // A verb that is not a holding acquire: enable-forwarding in flight at a second crash.
     a.reconcile().expect("memory").expect("not blocked");
     a.start_execution().expect("memory").expect("not blocked");
-    let forwarding: Vec<String> =
-        a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key).collect();
+    let forwarding: Vec<String> = a
+        .poll_actions(64, None)
+        .expect("memory")
+        .into_iter()
+        .map(|x| x.idempotency_key.to_string())
+        .collect();
     assert!(
         !forwarding.is_empty() && forwarding.iter().all(|k| k.contains("/enable-forwarding/")),
         "{forwarding:?}"

@@ -16,7 +16,7 @@ use tenure_core::input::{InputError, canonical_address};
 use tenure_core::journal::{EntryState, JournalEntry, MemoryJournalStore};
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::EventLog;
-use tenure_core::model::VerbFamily;
+use tenure_core::model::{IdempotencyKey, VerbFamily};
 use tenure_core::node::NodeEngine;
 pub use tenure_core::rows::{ActionRow, ConditionRow, OwnershipRow};
 use tenure_core::rows::{action_row, ownership_rows, pool_conditions};
@@ -392,7 +392,7 @@ impl Replay {
     }
 }
 
-fn skipped_keys(node: &NodeDriver<MemoryJournalStore>) -> BTreeSet<String> {
+fn skipped_keys(node: &NodeDriver<MemoryJournalStore>) -> BTreeSet<IdempotencyKey> {
     node.engine()
         .entries()
         .filter(|e| matches!(e.state, EntryState::Skipped(_)))

@@ -122,7 +122,7 @@ echo"#,
     assert_eq!(stdin.lines().count(), 1, "one JSON object on one line: {stdin:?}");
     let json: serde_json::Value = serde_json::from_str(&stdin).expect("stdin is JSON");
     let expected = serde_json::json!({
-        "idempotencyKey": acquire.idempotency_key,
+        "idempotencyKey": acquire.idempotency_key.as_str(),
         "verb": "acquire",
         "pool": "edge",
         "address": "10.0.0.10",

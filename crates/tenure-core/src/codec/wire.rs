@@ -225,7 +225,7 @@ impl<'a> ActionWire<'a> {
             CaptureEpoch::from_stored(self.capture_epoch),
             OwnershipEpoch::from_stored(self.ownership_epoch),
         );
-        if action.idempotency_key != self.idempotency_key {
+        if *action.idempotency_key != *self.idempotency_key {
             return Err(CodecError::Inconsistent {
                 record,
                 reason: format!(

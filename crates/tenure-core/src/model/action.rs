@@ -28,7 +28,91 @@ pub struct StampedAction {
     /// The ownership epoch at planning time.
     pub ownership_epoch: OwnershipEpoch,
     /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
+}
+
+/// An action's idempotency key (SPEC 5): written only from its stamp ([`ActionStamp::write_key`],
+/// through [`StampedAction::new`]), so a key in a [`StampedAction`] is never a node name, a
+/// pool's or any other text. Reads as the `str` it is (`Deref`); log events and API requests,
+/// which carry keys an operator or another agent wrote, keep plain strings and are parsed
+/// ([`ParsedKey`]) or compared where they meet one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// A key read back from text (a test's, a tool's): `None` unless it parses as one
+    /// ([`ParsedKey::parse`]).
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        ParsedKey::parse(text).map(|_| Self(text.to_owned()))
+    }
+
+    /// The key's text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for IdempotencyKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for IdempotencyKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for IdempotencyKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for IdempotencyKey {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for IdempotencyKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for IdempotencyKey {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<IdempotencyKey> for String {
+    fn eq(&self, other: &IdempotencyKey) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<IdempotencyKey> for &str {
+    fn eq(&self, other: &IdempotencyKey) -> bool {
+        *self == other.0
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(key: IdempotencyKey) -> Self {
+        key.0
+    }
 }
 
 impl StampedAction {
@@ -74,7 +158,7 @@ impl StampedAction {
             capture_epoch,
             ownership_epoch,
         };
-        let idempotency_key = stamp.key();
+        let idempotency_key = IdempotencyKey(stamp.key());
         Self {
             pool: crate::names::shared(pool),
             address,
@@ -149,7 +233,7 @@ impl ActionStamp<'_> {
             capture_domain: self.capture_domain.clone(),
             capture_epoch: self.capture_epoch,
             ownership_epoch: self.ownership_epoch,
-            idempotency_key: self.key(),
+            idempotency_key: IdempotencyKey(self.key()),
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::journal::{
     agent_stopped_detail, call_started, call_started_detail, outcome_unknown,
 };
 use crate::log::ActionOutcome;
-use crate::model::StampedAction;
+use crate::model::{IdempotencyKey, StampedAction};
 
 /// A call in flight whose action the fence rule now refuses against the head (SPEC 9): the
 /// runtime cancels it — drops its future, which stops an SDK's retries and kills a hook's
@@ -22,7 +22,7 @@ use crate::model::StampedAction;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StaleCall {
     /// The entry's idempotency key.
-    pub idempotency_key: String,
+    pub idempotency_key: IdempotencyKey,
     /// The first fence rule that refuses it now.
     pub reason: StaleReason,
 }
@@ -56,7 +56,10 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// Promotes pending entries that the head shows approved (the start of an execute pass).
     /// Returns their keys.
-    pub fn promote_approved(&mut self, head: &impl HeadTokens) -> Result<Vec<String>, NodeError<S::Error>> {
+    pub fn promote_approved(
+        &mut self,
+        head: &impl HeadTokens,
+    ) -> Result<Vec<IdempotencyKey>, NodeError<S::Error>> {
         let approved: Vec<JournalSeq> = self
             .pending
             .iter()

@@ -140,7 +140,7 @@ impl KeyIndex {
 mod tests {
     use super::*;
     use crate::journal::{Attempts, EntryState};
-    use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb};
+    use crate::model::{CaptureDomain, CaptureEpoch, IdempotencyKey, OwnershipEpoch, StampedAction, Verb};
 
     fn entry(seq: u64, holder: &str) -> (JournalSeq, Box<JournalEntry>) {
         let seq = JournalSeq::new(seq);
@@ -167,7 +167,7 @@ mod tests {
     }
 
     /// Entries 1 and 3 share a key (`a`'s), entry 2 has `b`'s.
-    fn journal() -> (Entries, String, String) {
+    fn journal() -> (Entries, IdempotencyKey, IdempotencyKey) {
         let entries: Entries = [entry(1, "a"), entry(2, "b"), entry(3, "a")].into_iter().collect();
         let key = |seq: u64| entries[&JournalSeq::new(seq)].action.idempotency_key.clone();
         let (a, b) = (key(1), key(2));

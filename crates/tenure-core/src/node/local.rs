@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use super::{NodeEngine, NodeError};
 use crate::federation::Federation;
 use crate::journal::{EntryState, JournalChange, JournalEntry, JournalStore};
-use crate::model::{StampedAction, VerbFamily};
+use crate::model::{IdempotencyKey, StampedAction, VerbFamily};
 
 impl<S: JournalStore> NodeEngine<S> {
     /// Whether a call for (`provider`, `address`) is in flight: its result comes first.
@@ -33,7 +33,7 @@ impl<S: JournalStore> NodeEngine<S> {
         provider: &str,
         address: IpAddr,
         detail: &str,
-    ) -> Result<Vec<String>, NodeError<S::Error>> {
+    ) -> Result<Vec<IdempotencyKey>, NodeError<S::Error>> {
         let at = (crate::names::shared(provider), address);
         let Some(record) = self.captured.get(&at).cloned() else { return Ok(Vec::new()) };
         if self.call_in_flight(provider, address) {

@@ -3,25 +3,26 @@
 use std::net::IpAddr;
 
 use super::reconcile::earlier;
+use crate::model::IdempotencyKey;
 
 /// What one reconcile did, for narration and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReconcileReport {
     /// Keys newly journaled (in any state).
-    pub imported: Vec<String>,
+    pub imported: Vec<IdempotencyKey>,
     /// Open entries the sweep turned into `skipped`.
-    pub swept: Vec<String>,
+    pub swept: Vec<IdempotencyKey>,
     /// Pending entries promoted because the head shows their approval (or their pool no longer
     /// asks for one: switched to `approval: auto`).
-    pub promoted: Vec<String>,
+    pub promoted: Vec<IdempotencyKey>,
     /// Failed entries still current whose backoff was over, approved again for a retry.
-    pub retried: Vec<String>,
+    pub retried: Vec<IdempotencyKey>,
     /// The earliest stream time at which a failed entry still current, left waiting by this
     /// sweep, may be retried ([`NodeEngine::next_attempt_ms`]): a sweep at or after it retries it.
     pub retry_at_ms: Option<u64>,
     /// Acquires in doubt that the fence rule now refuses, counted as held before the plan
     /// ([`NodeEngine::count_in_doubt_acquire`]): this reconcile plans their release.
-    pub counted: Vec<String>,
+    pub counted: Vec<IdempotencyKey>,
     /// Planned actions not imported because the journal is at `JOURNAL_ENTRIES_MAX`.
     pub deferred: u64,
     /// Finished, superseded entries compacted away.

@@ -102,9 +102,9 @@ impl World {
                 let key = &entry.action.idempotency_key;
                 // Through the agent that runs the node, as `tenure approve` goes: its check
                 // (`AgentCore::check_submit`) against its view and journal.
-                let approve = EventKind::Approve { idempotency_key: key.clone() };
+                let approve = EventKind::Approve { idempotency_key: key.to_string() };
                 if !self.head.is_approved(key) && n.core.check_submit(&approve).is_ok() {
-                    keys.insert(key.clone());
+                    keys.insert(key.to_string());
                 }
             }
         }

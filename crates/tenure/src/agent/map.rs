@@ -265,7 +265,7 @@ pub(crate) mod tests {
         );
         EventKind::ActionResult {
             node: node.name.clone(),
-            idempotency_key: action.idempotency_key,
+            idempotency_key: action.idempotency_key.to_string(),
             outcome: ActionOutcome::Executed,
             detail: String::new(),
         }

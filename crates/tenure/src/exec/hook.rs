@@ -354,7 +354,7 @@ fn hook_input(action: &StampedAction) -> String {
 /// The same values as `TENURE_*` environment variables.
 fn hook_environment(action: &StampedAction) -> [(&'static str, String); 10] {
     [
-        ("TENURE_IDEMPOTENCY_KEY", action.idempotency_key.clone()),
+        ("TENURE_IDEMPOTENCY_KEY", action.idempotency_key.to_string()),
         ("TENURE_VERB", contract_verb(action).to_owned()),
         ("TENURE_POOL", action.pool.to_string()),
         ("TENURE_ADDRESS", action.address.to_string()),

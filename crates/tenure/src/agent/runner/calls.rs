@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::agent::{CallOutcome, HeadConfirmed};
-use tenure_core::model::StampedAction;
+use tenure_core::model::{IdempotencyKey, StampedAction};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
@@ -18,7 +18,7 @@ use crate::exec::{ExecutionOutcome, execute_within};
 /// A finished provider call.
 pub(super) struct CallDone {
     pub(super) node: usize,
-    pub(super) key: String,
+    pub(super) key: IdempotencyKey,
     pub(super) provider: Arc<str>,
     /// A refresh of this address (`runner/refresh.rs`): not journaled.
     pub(super) refresh: Option<IpAddr>,
@@ -29,7 +29,7 @@ pub(super) struct CallDone {
 /// Which call a task makes, so that a task that panicked or was cancelled still ends its call.
 pub(super) struct CallTask {
     pub(super) node: usize,
-    pub(super) key: String,
+    pub(super) key: IdempotencyKey,
     pub(super) provider: Arc<str>,
     /// A refresh of this address: ended in the engine, never journaled.
     pub(super) refresh: Option<IpAddr>,

@@ -22,6 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tenure_core::fence::StaleReason;
+use tenure_core::model::IdempotencyKey;
 use tenure_core::node::StaleCall;
 use tokio::task::{AbortHandle, Id};
 use tokio::time::Instant;
@@ -36,21 +37,21 @@ use crate::exec::ExecutionOutcome;
 #[derive(Debug, Default)]
 pub(super) struct CallAborts {
     /// Each call's task, by (node index, idempotency key).
-    tasks: HashMap<(usize, String), AbortHandle>,
+    tasks: HashMap<(usize, IdempotencyKey), AbortHandle>,
     /// Tasks aborted because the view fenced their call, with the fence's reason.
     cancelled: HashMap<Id, StaleReason>,
 }
 
 impl CallAborts {
     /// A call's task was spawned.
-    pub(super) fn track(&mut self, node: usize, key: String, task: AbortHandle) {
+    pub(super) fn track(&mut self, node: usize, key: IdempotencyKey, task: AbortHandle) {
         self.tasks.insert((node, key), task);
     }
 
     /// A call's task ended (`id`): forgets it, and says why it was cancelled if the loop
     /// cancelled it.
-    pub(super) fn finished(&mut self, node: usize, key: &str, id: Id) -> Option<StaleReason> {
-        self.tasks.remove(&(node, key.to_owned()));
+    pub(super) fn finished(&mut self, node: usize, key: &IdempotencyKey, id: Id) -> Option<StaleReason> {
+        self.tasks.remove(&(node, key.clone()));
         self.cancelled.remove(&id)
     }
 

@@ -9,6 +9,7 @@ use tenure_core::driver::{NodeDriver, Requeued};
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, JournalStore};
 use tenure_core::log_store::{Log as _, LogError};
+use tenure_core::model::IdempotencyKey;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
@@ -316,7 +317,7 @@ impl<S: AgentStore> Agent<S> {
                     for key in &report.counted {
                         warn!(
                             node = driver.name(),
-                            key,
+                            %key,
                             "an acquire whose outcome is unknown went stale: counted as held, its release is planned"
                         );
                     }
@@ -369,7 +370,7 @@ impl<S: AgentStore> Agent<S> {
 
 /// Logs at INFO each of `imported` (keys a reconcile of `driver`'s node just journaled) that
 /// waits for approval, with the command that approves it.
-fn log_waiting<S: JournalStore>(driver: &NodeDriver<S>, imported: &[String]) {
+fn log_waiting<S: JournalStore>(driver: &NodeDriver<S>, imported: &[IdempotencyKey]) {
     let waiting = imported
         .iter()
         .filter(|key| driver.engine().entry(key).is_some_and(|entry| entry.state == EntryState::Pending));
