@@ -70,6 +70,9 @@ pub struct AgentCore<J: JournalStore> {
     step: Option<step::StepState>,
     /// How many steps began: a [`HeadConfirmed`] is good only in the step it was made in.
     steps: u64,
+    /// This core, among the cores of a process (the simulator runs one per node): a
+    /// [`HeadConfirmed`] is good only for the core that made it.
+    id: u64,
 }
 
 impl<J: JournalStore> AgentCore<J> {
@@ -81,7 +84,14 @@ impl<J: JournalStore> AgentCore<J> {
     #[must_use]
     pub fn new(drivers: Vec<NodeDriver<J>>) -> Self {
         assert!(!drivers.is_empty(), "an agent runs at least one node");
-        Self { drivers, failed: None, freeze_after_plan: BTreeSet::new(), step: None, steps: 0 }
+        Self {
+            drivers,
+            failed: None,
+            freeze_after_plan: BTreeSet::new(),
+            step: None,
+            steps: 0,
+            id: confirm::next_core_id(),
+        }
     }
 
     /// The nodes' drivers, in the agent's order.

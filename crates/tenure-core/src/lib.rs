@@ -20,7 +20,8 @@
 //!   high-water marks.
 //! - [`log_store`] — the `Log` interface (append, read from an index, head), `MemoryLog` (encoded records) and `EventLog` (the events themselves: replay's and the simulator's).
 //! - [`agent`] — the agent's core: the rules of a step the daemon and the simulator both run
-//!   (which nodes plan, promotion, head confirmation, gating, stale calls), and the clock-lead rule.
+//!   (which nodes plan, promotion, head confirmation and its proof, gating, stale calls, what an
+//!   operator may append), and the clock-lead rule.
 //! - [`anchor`] — how far a follower applied a shared log, and the one check that the log still
 //!   holds it (a wiped or restored etcd; the simulator's rolled-back logs).
 //! - [`state`] — the state the log builds (nodes, pools, addresses, token lines), as plain data.

@@ -34,6 +34,8 @@ use crate::model::PoolSpec;
 pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpec]) -> Vec<EventKind> {
     let wanted_by_name: BTreeMap<&str, &PoolSpec> = wanted.iter().map(|p| (p.name.as_str(), p)).collect();
     let mut events = Vec::new();
+    // Pools phase 1 left as the files want them (one that only shrinks): phase 2 skips them.
+    let mut done: BTreeSet<&str> = BTreeSet::new();
     // Phase 1: let go.
     for (name, old) in applied {
         match wanted_by_name.get(name.as_str()) {
@@ -60,6 +62,9 @@ pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpe
                 } else if kept.len() < old.addresses.len() {
                     let mut shrunk = old.clone();
                     shrunk.addresses = kept;
+                    if shrunk == **new {
+                        done.insert(name.as_str());
+                    }
                     events.push(EventKind::PoolApplied { spec: Box::new(shrunk) });
                 }
             }
@@ -71,7 +76,7 @@ pub fn plan_pool_changes(applied: &BTreeMap<String, PoolSpec>, wanted: &[PoolSpe
     let moving = |new: &&PoolSpec| applied.get(&new.name).is_some_and(|old| !same_domain(old, new));
     let (first, rest): (Vec<&PoolSpec>, Vec<&PoolSpec>) = wanted.iter().partition(moving);
     for new in first.into_iter().chain(rest) {
-        if applied.get(&new.name) != Some(new) {
+        if applied.get(&new.name) != Some(new) && !done.contains(new.name.as_str()) {
             events.push(EventKind::PoolApplied { spec: Box::new(new.clone()) });
         }
     }
@@ -179,6 +184,18 @@ mod tests {
         assert_eq!(now["x"], after[0]);
         assert_eq!(now["y"], after[1]);
         assert!(plan_pool_changes(&now, &after).is_empty(), "nothing left to do");
+    }
+
+    #[test]
+    fn a_pool_that_only_shrinks_is_applied_once() {
+        let mut f = federation();
+        let plan = plan_pool_changes(&applied(&f), &[pool("x", &["10.0.0.1", "10.0.0.2"])]);
+        apply_all(&mut f, plan);
+        let after = [pool("x", &["10.0.0.1"])];
+        let plan = plan_pool_changes(&applied(&f), &after);
+        assert_eq!(plan, vec![EventKind::PoolApplied { spec: Box::new(after[0].clone()) }], "one event");
+        apply_all(&mut f, plan);
+        assert!(plan_pool_changes(&applied(&f), &after).is_empty(), "nothing left to do");
     }
 
     #[test]

@@ -322,8 +322,6 @@ pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)], files: &[&str]) -> Vec<(
     let mut errors = Vec::new();
     let mut names: BTreeMap<&str, (usize, Position)> = BTreeMap::new();
     let mut claims = AddressClaims::new();
-    // Which pool of the set defined each name, for the file of an overlap's other pool.
-    let mut index_of: BTreeMap<&str, usize> = BTreeMap::new();
     // The file of pool `other` when it is not the file of pool `index`.
     let elsewhere = |index: usize, other: usize| match (files.get(index), files.get(other)) {
         (Some(here), Some(there)) if here != there => Some(*there),
@@ -347,7 +345,6 @@ pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)], files: &[&str]) -> Vec<(
             continue;
         }
         names.insert(&pool.name, (index, source.name));
-        index_of.insert(&pool.name, index);
         // One error per pool it overlaps, at the first shared address: two pools that share a
         // /18 are one mistake, not 16,384 lines.
         let mut groups: Vec<(crate::claims::Overlap, usize)> = Vec::new();
@@ -364,7 +361,8 @@ pub fn check_pool_set(pools: &[(PoolSpec, PoolSource)], files: &[&str]) -> Vec<(
                 1 => format!("{first} (and 1 more address of `{}` is in `{}`)", first.pool, first.other),
                 n => format!("{first} (and {n} more addresses of `{}` are in `{}`)", first.pool, first.other),
             };
-            if let Some(there) = index_of.get(first.other.as_str()).and_then(|other| elsewhere(index, *other))
+            if let Some(there) =
+                names.get(first.other.as_str()).and_then(|(other, _)| elsewhere(index, *other))
             {
                 message.push_str(&format!(" (pool `{}` is defined in {there})", first.other));
             }

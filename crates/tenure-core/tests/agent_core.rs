@@ -132,7 +132,6 @@ fn a_failed_journal_gates_and_plans_nothing_more_even_once_the_disk_recovers() {
     // The disk recovers; the agent does not, until restarted (a failed commit poisons the store).
     core.drivers_mut()[0].engine_mut().store_mut().failing = false;
     assert!(core.poll_calls(&proof, 0, 16, None).is_empty(), "a failed agent calls nothing");
-    assert!(core.poll_refreshes(&proof, 0, |_, _| true, 16).is_empty(), "nor announces anything");
     core.begin_requeue();
     assert!(core.plan(1024).is_empty(), "nor plans anything");
     assert!(!core.planning_left(), "and the loop does not come back for planning");
@@ -359,7 +358,6 @@ fn calls_are_gated_only_at_a_head_every_node_followed_to() {
     // A new step: the last step's proof gates nothing, calls or announcements.
     core.begin_step(STEP);
     assert!(core.poll_calls(&proof, 0, 16, None).is_empty(), "a proof of an earlier step");
-    assert!(core.poll_refreshes(&proof, 0, |_, _| true, 16).is_empty(), "a proof of an earlier step");
     core.abandon_step();
     let proof = at_head(&core, &log);
     assert_eq!(core.poll_calls(&proof, 0, 16, None).len(), 3, "a new proof: the three left");

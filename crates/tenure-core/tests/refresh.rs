@@ -5,6 +5,7 @@
 
 use std::net::IpAddr;
 
+use tenure_core::agent::{AgentCore, Step};
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::fence::StaleReason;
@@ -224,4 +225,28 @@ fn a_node_that_may_not_act_refreshes_nothing() {
     a.restart().expect("memory");
     a.follow(&log).expect("readable");
     assert_eq!(a.poll_refreshes(everything, 16).len(), 2, "after a restart, from the journal");
+}
+
+/// The agent core announces only on a proof of a confirmed head made by this core in this step
+/// (`AgentCore::poll_refreshes`): another core's proof, or one of an earlier step, hands out
+/// nothing; a fresh one hands out both held addresses.
+#[test]
+fn the_agent_core_announces_only_on_a_proof_of_this_core_and_this_step() {
+    let log = log();
+    let head = log.head().expect("readable");
+    let settled = || {
+        let mut a = driver("a");
+        settle(&mut a, &log, None);
+        a
+    };
+    let mut core = AgentCore::new(vec![settled()]);
+    let other = AgentCore::new(vec![settled()]);
+    let foreign = other.confirmed_at(head).expect("followed");
+    assert!(core.poll_refreshes(&foreign, 0, everything, 16).is_empty(), "another core's proof");
+    let proof = core.confirmed_at(head).expect("followed");
+    core.begin_step(Step { slice: 16, calls: true, head_failing: false });
+    core.abandon_step();
+    assert!(core.poll_refreshes(&proof, 0, everything, 16).is_empty(), "a proof of an earlier step");
+    let proof = core.confirmed_at(head).expect("followed");
+    assert_eq!(addresses(&core.poll_refreshes(&proof, 0, everything, 16)), ADDRESSES, "both held addresses");
 }

@@ -58,11 +58,15 @@ pub enum ViolationKind {
     OnpremCutOffAnswer,
     /// With faults stopped, the fleet did not converge within the bound.
     NoConvergence,
+    /// An operator's approval of an action waiting for it in its node's journal, current by the
+    /// fence rule in the view of the agent that runs the node, was refused by that agent's check
+    /// (`AgentCore::check_submit`, what `tenure approve` passes).
+    ApprovalRefused,
 }
 
 impl ViolationKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::StaleExecution,
         Self::StaleCallLanded,
         Self::BelowHighWater,
@@ -75,6 +79,7 @@ impl ViolationKind {
         Self::OnpremZombieAnswer,
         Self::OnpremCutOffAnswer,
         Self::NoConvergence,
+        Self::ApprovalRefused,
     ];
 
     /// The kebab-case name.
@@ -93,6 +98,7 @@ impl ViolationKind {
             Self::OnpremZombieAnswer => "onprem-zombie-answer",
             Self::OnpremCutOffAnswer => "onprem-cut-off-answer",
             Self::NoConvergence => "no-convergence",
+            Self::ApprovalRefused => "approval-refused",
         }
     }
 

@@ -110,9 +110,11 @@ enum Heard {
     /// Nothing at all: the late effect of a call the node gave up on (the provider acts).
     Nothing,
     /// The end of a call the node cancelled because its view fenced it
-    /// ([`World::cancel_stale_calls`]): the aborted task reports back, in doubt, as the agent's
-    /// loop takes results — after the step that cancelled it, never inside it (between its head
-    /// confirmation and its calls).
+    /// ([`World::cancel_stale_calls`]): the aborted task reports back, in doubt, with the next
+    /// landing of calls (`land_due`) — never between a head confirmation and the calls it
+    /// authorises, which one part of a step holds together. (The agent takes it after the step;
+    /// the model may take it between two parts of one, as it takes any result: harmless, as the
+    /// confirmation comes after.)
     Cancelled(StaleReason),
 }
 

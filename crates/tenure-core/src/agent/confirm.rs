@@ -1,16 +1,25 @@
-//! Calls only at a confirmed head (SPEC 6, SPEC 9): the one place the rule is kept.
+//! Calls only at a confirmed head (SPEC 6, SPEC 9): the agent core's half of the rule.
 //!
 //! The fence gate checks an action against the node's view; the view is as good as the head only
 //! right after the shell confirmed the log head (a linearizable read) and followed to it. The
-//! shell says so with the head it confirmed ([`AgentCore::confirmed_at`]); the core checks that
-//! every node applied that far and hands back a [`HeadConfirmed`], which gating
+//! shell says so with the index its log held at the confirmed head ([`AgentCore::confirmed_at`]);
+//! the core checks what it can see — every node applied the log at least that far — and hands
+//! back a [`HeadConfirmed`] for this core and this step, which the core's gating
 //! ([`AgentCore::poll_calls`]) and announcing ([`AgentCore::poll_refreshes`]) take. A step hands
 //! its proof to the shell with its calls ([`StepOp::Call`](super::StepOp::Call)); a proof made
-//! outside a step (a resume's zombie pass, the refresh timer) is made by the same check. A proof
-//! is good in the step it was made in: the next [`AgentCore::begin_step`] ends it, and a proof
-//! kept longer gates nothing.
+//! outside a step (a resume's zombie pass, the refresh timer) is made by the same check. The next
+//! [`AgentCore::begin_step`] ends a proof, and a proof kept longer, or another core's, gates
+//! nothing.
+//!
+//! What it does not do: the confirmation itself is the store's (`AgentStore::confirm_head`: etcd's
+//! linearizable read and the wait for the watch's replica), and the core takes the shell's word
+//! for the index; the driver's own `poll_actions` and `poll_refreshes` are the layer below (the
+//! replay tool and tests call them directly), not the agent's path. And it says nothing of what
+//! others append between the confirmation and the call (SPEC 9's read-to-call window, bounded by
+//! `actionTimeout`: docs/safety.md).
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::AgentCore;
 use crate::journal::JournalStore;
@@ -23,8 +32,16 @@ use crate::model::StampedAction;
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
 pub struct HeadConfirmed {
+    /// The core that made it.
+    core: u64,
     /// The step it was made in ([`AgentCore::begin_step`] counts them).
     step: u64,
+}
+
+/// The id of a new [`AgentCore`]: unique in the process.
+pub(super) fn next_core_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl<J: JournalStore> AgentCore<J> {
@@ -37,12 +54,13 @@ impl<J: JournalStore> AgentCore<J> {
         self.drivers
             .iter()
             .all(|driver| driver.applied_index() >= head)
-            .then_some(HeadConfirmed { step: self.steps })
+            .then_some(HeadConfirmed { core: self.id, step: self.steps })
     }
 
-    /// Whether `proof` was made in the step under way (or, between steps, since the last began).
+    /// Whether `proof` was made by this core in the step under way (or, between steps, since the
+    /// last began).
     fn stands(&self, proof: &HeadConfirmed) -> bool {
-        self.failed.is_none() && proof.step == self.steps
+        self.failed.is_none() && proof.core == self.id && proof.step == self.steps
     }
 
     /// Gates up to `max` of node `index`'s ready actions against its view and returns them to

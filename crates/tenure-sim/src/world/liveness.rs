@@ -93,20 +93,35 @@ impl World {
         out
     }
 
-    /// The operator approves every action waiting for approval that the agent running its node
-    /// accepts (an approval it refuses waits for the next round: a stale one is swept meanwhile).
+    /// The operator approves every action waiting for approval that the head has not approved —
+    /// one already stale too (its approval reaches the log; the gate must refuse the action).
+    /// Each is asked of the agent that runs its node first, as `tenure approve` asks
+    /// (`AgentCore::check_submit`): refusing one that is current and not approved in that
+    /// agent's view is an `approval-refused` violation.
     pub(super) fn approve_pending(&mut self) {
         let mut keys = BTreeSet::new();
+        let mut refused = Vec::new();
         for n in &self.nodes {
             for entry in n.driver().engine().entries().filter(|e| e.state == EntryState::Pending) {
                 let key = &entry.action.idempotency_key;
-                // Through the agent that runs the node, as `tenure approve` goes: its check
-                // (`AgentCore::check_submit`) against its view and journal.
-                let approve = EventKind::Approve { idempotency_key: key.to_string() };
-                if !self.head.is_approved(key) && n.core.check_submit(&approve).is_ok() {
-                    keys.insert(key.to_string());
+                if self.head.is_approved(key) {
+                    continue;
                 }
+                let approve = EventKind::Approve { idempotency_key: key.to_string() };
+                // Judged by the agent's own view, as its check is: one that lags may still hold
+                // an approval the head has since let go (bounded approvals, SPEC 13).
+                let view = n.driver().view();
+                if let Err(why) = n.core.check_submit(&approve)
+                    && !view.is_approved(key)
+                    && checker::staleness(&entry.action, view).is_none()
+                {
+                    refused.push(format!("{key}: {why}"));
+                }
+                keys.insert(key.to_string());
             }
+        }
+        for detail in refused {
+            self.violation(ViolationKind::ApprovalRefused, detail);
         }
         for key in keys {
             self.append(Event { at_ms: self.now_ms, kind: EventKind::Approve { idempotency_key: key } });

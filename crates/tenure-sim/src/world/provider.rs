@@ -113,7 +113,7 @@ impl World {
     /// (`runner/stale.rs`): the call never lands (nor its deadline: a slow call is cancelled as
     /// any other; a late effect already on its way stays); it may have reached the provider
     /// first (it acts now); the node records it in doubt when the aborted task reports back,
-    /// as the agent's loop takes a result: after this step, not within it. (Reported here, the
+    /// with the next landing of calls, not within this follow. (Reported here, the
     /// result's append — its stamp moves the log's time — would change the head between this
     /// follow, a head confirmation's, and the calls it authorises: the agent appends nothing
     /// there.)

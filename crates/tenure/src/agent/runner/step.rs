@@ -254,24 +254,33 @@ impl<S: AgentStore> Agent<S> {
         match self.store.confirm_head(bound) {
             Ok(()) => {
                 self.head_confirmed_at = Some(asked);
-                if self.head_failure.take().is_some() {
-                    info!("the log head is confirmed again: acting");
-                }
                 // How far the log held the head, read before the follow (the watch may bring
                 // more meanwhile: the follow takes that too).
-                let head = match self.log.head() {
-                    Ok(head) => head,
-                    Err(e) => {
-                        warn!(error = %e, "cannot read the log's head index: not acting now");
-                        return None;
-                    }
+                let proof = match self.log.head() {
+                    Err(e) => Err(format!("cannot read the log's head index: {e}")),
+                    Ok(head) => self.follow().and_then(|()| {
+                        self.core.confirmed_at(head).ok_or_else(|| {
+                            format!("a node did not follow the log to the head just confirmed ({head:?})")
+                        })
+                    }),
                 };
-                self.follow().ok()?;
-                let proof = self.core.confirmed_at(head);
-                if proof.is_none() {
-                    warn!(head = ?head, "a node did not follow the log to the head just confirmed: not acting now");
+                match proof {
+                    Ok(proof) => {
+                        if self.head_failure.take().is_some() {
+                            info!("the log head is confirmed again: acting");
+                        }
+                        Some(proof)
+                    }
+                    Err(reason) => {
+                        self.counters.head_unconfirmed += u64::from(before_calls);
+                        let reason = format!("fail-closed: the log head was confirmed, then: {reason}");
+                        if self.head_failure.as_deref() != Some(reason.as_str()) {
+                            warn!(%reason, "not acting");
+                        }
+                        self.head_failure = Some(reason);
+                        None
+                    }
                 }
-                proof
             }
             Err(HeadUnconfirmed::Behind(reason)) => {
                 self.counters.head_unconfirmed += u64::from(before_calls);
