@@ -89,6 +89,17 @@ impl World {
     }
 }
 
+impl World {
+    /// Each pool's row of the address: (pool, NICs).
+    fn nics(&self) -> Vec<(String, Option<Vec<String>>)> {
+        ownership_rows_with_status(&self.fed).into_iter().map(|r| (r.pool, r.nics)).collect()
+    }
+}
+
+fn nics_row(pool: &str, nics: &[&str]) -> (String, Option<Vec<String>>) {
+    (pool.into(), Some(nics.iter().map(|n| (*n).to_owned()).collect()))
+}
+
 fn row(pool: &str, phase: &str, held_by: &[&str]) -> (String, Option<String>, Option<Vec<String>>) {
     (pool.into(), Some(phase.into()), Some(held_by.iter().map(|n| (*n).to_owned()).collect()))
 }
@@ -104,6 +115,9 @@ fn a_renamed_pools_old_rows_leave_once_the_new_pool_holds_and_stay_gone_after_it
     w.apply(2, EventKind::PoolDeleted { pool: "old".into() });
     w.apply(2, EventKind::PoolApplied { spec: Box::new(pool("new")) });
     assert_eq!(w.rows(), vec![row("new", "acquiring", &[])]);
+    // Nothing held is hidden: the address is on a's NIC by `old`'s acquire, and `new`'s row, the
+    // one the map shows, says so (an operator trial found `<none>` there).
+    assert_eq!(w.nics(), vec![nics_row("new", &["eni-a"])]);
 
     let new = w.epochs("new");
     w.executed(3, "new", "assign-secondary-ip", new);
@@ -138,6 +152,8 @@ fn another_nodes_holding_of_the_old_pool_stays_shown() {
     let rows = w.rows();
     assert!(rows.contains(&row("old", "releasing", &["b"])), "b still holds old's address: {rows:?}");
     assert!(rows.contains(&row("new", "held", &["a"])), "the new pool's own holders: {rows:?}");
+    // Both rows of the one address show the same NICs (an operator trial found them differ).
+    assert_eq!(w.nics(), vec![nics_row("new", &["eni-a", "eni-b"]), nics_row("old", &["eni-a", "eni-b"])]);
 }
 
 /// Renamed back: a pool that lists the address again shows its own confirmations as they are,

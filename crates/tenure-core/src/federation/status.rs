@@ -54,8 +54,11 @@ pub struct AddressStatus {
     pub phase: Phase,
     /// The nodes whose last confirmed holding verb for it is an acquire, in node order.
     pub holders: Vec<NodeId>,
-    /// The NICs holding it: the holders' NICs, and, with drift repair on, every NIC the latest
-    /// inventory of the pool's provider showed holding it (an unknown NIC included), sorted.
+    /// The NICs holding it, whichever pool's acquire put it there (a NIC holds an address, not a
+    /// pool's copy of it: SPEC 13): the NICs of the nodes that hold it by any pool of the
+    /// provider ([`Federation::holders_of`] of each), and, with drift repair on, every NIC the
+    /// latest inventory of the provider showed holding it (an unknown NIC included), sorted. So
+    /// every row of one address shows the same NICs.
     pub nics: Vec<String>,
 }
 
@@ -67,17 +70,22 @@ impl Federation {
         let pool_state = self.pools().get(pool)?;
         let state = pool_state.addresses.get(&address)?;
         let holders = self.holders_of(pool, pool_state, address, state);
-        let nics = self.nics_holding(&pool_state.spec.provider, address, &holders);
+        let nics = self.nics_holding(&pool_state.spec.provider, address);
         let phase = self.phase(pool, pool_state, address, state, &holders);
         Some(AddressStatus { phase, holders, nics })
     }
 
-    /// The NICs holding `address` on `provider`: its `holders`' NICs and what the provider's
-    /// latest inventory showed ([`AddressStatus::nics`]), sorted.
+    /// The NICs holding `address` on `provider`, by any pool's holders and the provider's latest
+    /// inventory ([`AddressStatus::nics`]), sorted.
     #[must_use]
-    pub fn nics_holding(&self, provider: &str, address: IpAddr, holders: &[NodeId]) -> Vec<String> {
-        let mut nics: BTreeSet<String> =
-            holders.iter().map(|node| self.nodes()[*node].spec.nic.clone()).collect();
+    pub fn nics_holding(&self, provider: &str, address: IpAddr) -> Vec<String> {
+        let mut nics = BTreeSet::new();
+        for (name, pool_state) in self.pools().iter().filter(|(_, p)| p.spec.provider == provider) {
+            let Some(state) = pool_state.addresses.get(&address) else { continue };
+            for node in self.holders_of(name, pool_state, address, state) {
+                nics.insert(self.nodes()[node].spec.nic.clone());
+            }
+        }
         if let Some(observed) = self.observed_holders(provider, address) {
             nics.extend(observed.into_iter().map(str::to_owned));
         }

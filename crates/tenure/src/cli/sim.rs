@@ -38,7 +38,7 @@ pub struct SimArgs {
     /// by name, `all,store-rollback`).
     #[arg(long, default_value = "all")]
     pub(super) faults: String,
-    /// cloud | onprem | onprem-no-authority | paused-call (the last two show documented limits).
+    /// cloud | onprem | onprem-no-authority | paused-call (the last three may show documented limits, counted apart as predicted).
     #[arg(long, default_value = "cloud")]
     pub(super) mode: String,
     /// Output: `text`, or `json` (one JSON report per seed per line, then the summary line).

@@ -296,6 +296,25 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
             .map_err(|e| vec![e])?;
     let (nodes, peers) = validate_node_keys(&raw, text, &providers, &mut errors);
     let store = validate_store(&raw.store, base, &mut errors);
+    // A simulated provider lives in this process's memory: in a fleet every agent has its own,
+    // and one agent's inventory of it knows nothing of another's calls — each read would say
+    // the others' acquires never happened, and drift repair would re-capture for ever.
+    if matches!(store, StoreConfig::Etcd { .. }) {
+        for provider in &providers {
+            let simulated = matches!(provider.kind, ProviderKind::SimCloud | ProviderKind::SimOnprem);
+            let written = raw.providers.value.iter().find(|p| p.value.name.value == provider.name);
+            if let Some(written) = written.filter(|_| simulated && provider.inventory_interval_ms.is_some()) {
+                errors.push(InputError::at(
+                    Position::of_spanned(&written.value.kind),
+                    format!(
+                        "provider `{}`: a {} provider is in each agent's memory, so in a fleet (store kind                          etcd) its inventory contradicts the other agents' calls; leave out `inventoryInterval`",
+                        provider.name,
+                        provider.kind.as_str()
+                    ),
+                ));
+            }
+        }
+    }
     let identity_file = validate_identity_file(&raw, base, &store, &mut errors);
     let vrrp = raw.vrrp.as_ref().map(|v| VrrpConfig {
         notify_fifo: path_field(&mut errors, "vrrp.notifyFifo", &v.value.notify_fifo, base),

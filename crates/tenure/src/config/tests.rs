@@ -224,6 +224,14 @@ fn peers_are_the_fleets_other_nodes_and_need_an_etcd_store() {
         "{name: a, provider: sim1, placementGroup: g1, nic: eni-b",
     );
     assert_eq!(first(&twice, "node `a` is declared twice"), 3);
+    // A simulated provider is in each agent's memory: its inventory in a fleet contradicts the
+    // others' calls (an operator trial saw drift repair re-capture for ever).
+    let sim_inventory = fleet.replace("kind: sim-cloud}", "kind: sim-cloud, inventoryInterval: 1s}");
+    assert_eq!(first(&sim_inventory, "in each agent's memory"), 5);
+    let alone = sim_inventory
+        .replace("{kind: etcd, endpoints: [http://127.0.0.1:2379], path: ./data}", "{path: ./data}")
+        .replace("peers:\n  - {name: b, provider: sim1, placementGroup: g1, nic: eni-b, priority: 3}\n", "");
+    assert!(parse(&alone).is_ok(), "one agent's own simulated provider may be read");
     let same_nic = fleet.replace("nic: eni-b", "nic: eni-a");
     assert!(
         errors(&same_nic).iter().any(|(line, _, m)| *line == 3 && m.contains("eni-a")),

@@ -29,8 +29,10 @@ pub fn header(out: &mut String, health: &Health) {
     }
     let _ = writeln!(
         out,
-        " · log index {} of {} · stream time {} ms</p></header>",
-        health.log_index, health.log_head, health.stream_time_ms
+        " · log index {} of {} · stream time {}</p></header>",
+        health.log_index,
+        health.log_head,
+        super::timeline::clock_text(health.stream_time_ms)
     );
 }
 

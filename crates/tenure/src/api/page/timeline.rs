@@ -350,7 +350,7 @@ fn draw_mark(out: &mut String, scale: &Scale, height: u64, mark: &Mark<'_>) {
 
 /// A stream time as a reader takes it: UTC (`2026-12-02T14:25:42.123Z`) when it is a Unix time
 /// in ms, else the ms themselves (a scenario's clock).
-fn clock_text(at_ms: u64) -> String {
+pub(super) fn clock_text(at_ms: u64) -> String {
     if at_ms >= UNIX_MS_FROM { utc_text(at_ms) } else { format!("{at_ms} ms") }
 }
 
