@@ -175,6 +175,11 @@ fn a_configs_pool_files_are_checked_with_it_and_named_in_errors() {
     let config_arg = config.display().to_string();
     let output = tenure(&["validate", &config_arg]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "1 file(s) valid, and the 1 pool file(s) the configs name\n",
+        "what was checked, counted"
+    );
     // Validating the config and its pool file on one command line does not check the pool against
     // itself.
     let pool_arg = pool.display().to_string();

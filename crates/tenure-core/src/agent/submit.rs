@@ -53,7 +53,11 @@ pub fn check_submit<J: JournalStore>(
     match event {
         EventKind::Drain { node } | EventKind::Undrain { node } => {
             if view.node_id(node).is_none() {
-                return Err(SubmitRefusal::NotFound(format!("node \"{node}\" is not in the registry")));
+                return Err(SubmitRefusal::NotFound(format!(
+                    "node \"{node}\" is not in the registry (the log's nodes: {}; a pool may list a \
+                     member the log does not have)",
+                    registry_names(view)
+                )));
             }
         }
         EventKind::Desire { pool, address } | EventKind::Undesire { pool, address } => {
@@ -74,4 +78,15 @@ pub fn check_submit<J: JournalStore>(
         }
     }
     Ok(())
+}
+
+/// The registry's node names for a refusal: the first few, and how many more.
+fn registry_names(view: &Federation) -> String {
+    const SHOWN: usize = 8;
+    let nodes = view.nodes();
+    let mut names: Vec<&str> = nodes.iter().take(SHOWN).map(|n| n.spec.name.as_str()).collect();
+    let more = nodes.len().saturating_sub(SHOWN);
+    let more = (more > 0).then(|| format!("{more} more"));
+    names.extend(more.as_deref());
+    names.join(", ")
 }

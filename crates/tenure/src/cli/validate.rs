@@ -115,12 +115,16 @@ fn file_kind(text: &str) -> FileKind {
 /// Validates an agent config with every check `tenure agent` makes before it opens its store
 /// (`preflight.rs`: the config, the parts this build lacks, the token and store secret files, the
 /// pool files); prints every refusal. `None` when it would start, else the refusal's exit code.
-fn validate_config(path: &std::path::Path) -> Option<u8> {
-    let refusal = check_before_store(path).err()?;
-    for line in &refusal.lines {
-        eprintln!("{line}");
+fn validate_config(path: &std::path::Path) -> Result<usize, u8> {
+    match check_before_store(path) {
+        Ok(checked) => Ok(checked.config.pool_files.len()),
+        Err(refusal) => {
+            for line in &refusal.lines {
+                eprintln!("{line}");
+            }
+            Err(refusal.code)
+        }
     }
-    Some(refusal.code)
 }
 
 /// Validates every file; see the module documentation.
@@ -129,6 +133,8 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
     let mut not_built = false;
     let mut all_pools = Vec::new();
     let mut pool_files: Vec<(String, usize)> = Vec::new();
+    // The pool files the valid configs name, checked with them.
+    let mut named = 0;
     for path in files {
         let file = path.display().to_string();
         let Ok(text) = super::read_input(path) else {
@@ -139,9 +145,9 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
             FileKind::Scenario => parse_scenario(&text).err().unwrap_or_default(),
             FileKind::Config => {
                 match validate_config(path) {
-                    None => {}
-                    Some(EXIT_NOT_BUILT) => not_built = true,
-                    Some(_) => failed = true,
+                    Ok(count) => named += count,
+                    Err(EXIT_NOT_BUILT) => not_built = true,
+                    Err(_) => failed = true,
                 }
                 continue;
             }
@@ -181,7 +187,11 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
     } else if not_built {
         ExitCode::from(EXIT_NOT_BUILT)
     } else {
-        println!("{} file(s) valid", files.len());
+        if named > 0 {
+            println!("{} file(s) valid, and the {named} pool file(s) the configs name", files.len());
+        } else {
+            println!("{} file(s) valid", files.len());
+        }
         ExitCode::SUCCESS
     }
 }
