@@ -4,6 +4,9 @@
 //! observations, holds, approvals, and executed calls — and a driver's pass of slices (a due
 //! plan, or the requeue's) ends, imports nothing a whole reconcile did not, and is followed by
 //! another when the view moves or the node must plan again.
+//!
+//! Over 600 lines: one rig (random logs, drivers and their passes) shared by every case; a second
+//! binary would cost a link.
 
 use std::net::IpAddr;
 
