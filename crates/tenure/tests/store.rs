@@ -344,7 +344,7 @@ fn an_open_while_another_process_holds_the_store_is_refused_naming_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!("is held by pid {pid}")) && stderr.contains("through its API"),
+        stderr.contains(&format!("is locked by pid {pid}")) && stderr.contains("through its API"),
         "{stderr}"
     );
     drop(child.stdin.take());

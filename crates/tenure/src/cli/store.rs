@@ -131,7 +131,7 @@ fn backup(file: &std::path::Path, location: &Located) -> ExitCode {
         Err(StoreError::Locked { dir, holder }) => {
             let Some(config) = &location.config else {
                 eprintln!(
-                    "tenure store backup: store {} is held by {holder}; back a running agent up with --config (through its API)",
+                    "tenure store backup: store {} is locked by {holder}; back a running agent up with --config (through its API)",
                     dir.display()
                 );
                 return ExitCode::from(EXIT_REFUSED);
