@@ -199,7 +199,8 @@ fn rows(head: &Federation, with_status: bool) -> Vec<OwnershipRow> {
 /// written out (a list builds rows only for the addresses it returns).
 #[must_use]
 pub fn ownership_row(head: &Federation, shown: &MapAddress<'_>) -> OwnershipRow {
-    let nics = shown.phase.map(|_| head.nics_holding(shown.provider, shown.address));
+    let nics =
+        shown.phase.map(|_| head.nics_holding(shown.pool, shown.provider, shown.address, &shown.holders));
     OwnershipRow {
         pool: shown.pool.to_owned(),
         address: canonical_address(shown.address),

@@ -72,6 +72,11 @@ fn log() -> MemoryLog {
     log
 }
 
+/// The keys of the actions `a` hands out now (up to 64).
+fn polled_keys(a: &mut NodeDriver<MemoryJournalStore>) -> Vec<String> {
+    a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key.to_string()).collect()
+}
+
 fn append(log: &mut MemoryLog, at_ms: u64, kind: EventKind) {
     log.append(&Event { at_ms, kind }).expect("append");
 }
@@ -365,8 +370,7 @@ proptest! {
         // being an acquire that may have landed, it is counted as held (its release planned).
         a.restart().expect("memory");
         a.follow(&log).expect("readable");
-        let handed: BTreeSet<String> =
-            a.poll_actions(64, None).expect("memory").into_iter().map(|x| x.idempotency_key.to_string()).collect();
+        let handed: BTreeSet<String> = polled_keys(&mut a).into_iter().collect();
         for key in &keys {
             let state = a.engine().entry(key).map(|e| e.state);
             if named.contains(key) {
@@ -524,12 +528,7 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     a.follow(&log).expect("readable");
     a.reconcile().expect("memory").expect("not blocked");
     a.start_execution().expect("memory").expect("not blocked");
-    let again: Vec<String> = a
-        .poll_actions(64, None)
-        .expect("memory")
-        .into_iter()
-        .map(|x| x.idempotency_key.to_string())
-        .collect();
+    let again = polled_keys(&mut a);
     assert!(keys[1..].iter().all(|key| again.contains(key)), "run again: {again:?}");
     for key in &keys[1..] {
         a.handle_result(key, ActionOutcome::Executed, "done".into()).expect("in flight");
@@ -541,12 +540,7 @@ fn a_call_in_flight_at_a_crash_says_its_outcome_is_unknown_and_runs_again() {
     // A verb that is not a holding acquire: enable-forwarding in flight at a second crash.
     a.reconcile().expect("memory").expect("not blocked");
     a.start_execution().expect("memory").expect("not blocked");
-    let forwarding: Vec<String> = a
-        .poll_actions(64, None)
-        .expect("memory")
-        .into_iter()
-        .map(|x| x.idempotency_key.to_string())
-        .collect();
+    let forwarding = polled_keys(&mut a);
     assert!(
         !forwarding.is_empty() && forwarding.iter().all(|k| k.contains("/enable-forwarding/")),
         "{forwarding:?}"

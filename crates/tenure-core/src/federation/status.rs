@@ -70,21 +70,28 @@ impl Federation {
         let pool_state = self.pools().get(pool)?;
         let state = pool_state.addresses.get(&address)?;
         let holders = self.holders_of(pool, pool_state, address, state);
-        let nics = self.nics_holding(&pool_state.spec.provider, address);
+        let nics = self.nics_holding(pool, &pool_state.spec.provider, address, &holders);
         let phase = self.phase(pool, pool_state, address, state, &holders);
         Some(AddressStatus { phase, holders, nics })
     }
 
     /// The NICs holding `address` on `provider`, by any pool's holders and the provider's latest
-    /// inventory ([`AddressStatus::nics`]), sorted.
+    /// inventory ([`AddressStatus::nics`]), sorted; `holders` are `pool`'s, which the caller has.
     #[must_use]
-    pub fn nics_holding(&self, provider: &str, address: IpAddr) -> Vec<String> {
-        let mut nics = BTreeSet::new();
-        for (name, pool_state) in self.pools().iter().filter(|(_, p)| p.spec.provider == provider) {
+    pub fn nics_holding(
+        &self,
+        pool: &str,
+        provider: &str,
+        address: IpAddr,
+        holders: &[NodeId],
+    ) -> Vec<String> {
+        let nic = |node: NodeId| self.nodes()[node].spec.nic.clone();
+        let mut nics: BTreeSet<String> = holders.iter().map(|node| nic(*node)).collect();
+        let others =
+            self.pools().iter().filter(|(name, p)| name.as_str() != pool && p.spec.provider == provider);
+        for (name, pool_state) in others {
             let Some(state) = pool_state.addresses.get(&address) else { continue };
-            for node in self.holders_of(name, pool_state, address, state) {
-                nics.insert(self.nodes()[node].spec.nic.clone());
-            }
+            nics.extend(self.holders_of(name, pool_state, address, state).into_iter().map(nic));
         }
         if let Some(observed) = self.observed_holders(provider, address) {
             nics.extend(observed.into_iter().map(str::to_owned));

@@ -36,7 +36,7 @@ pub struct StampedAction {
 /// pool's or any other text. Reads as the `str` it is (`Deref`); log events and API requests,
 /// which carry keys an operator or another agent wrote, keep plain strings and are parsed
 /// ([`ParsedKey`]) or compared where they meet one.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
@@ -57,12 +57,6 @@ impl IdempotencyKey {
 impl std::ops::Deref for IdempotencyKey {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for IdempotencyKey {
-    fn as_ref(&self) -> &str {
         &self.0
     }
 }
@@ -98,12 +92,6 @@ impl PartialEq<String> for IdempotencyKey {
 }
 
 impl PartialEq<IdempotencyKey> for String {
-    fn eq(&self, other: &IdempotencyKey) -> bool {
-        *self == other.0
-    }
-}
-
-impl PartialEq<IdempotencyKey> for &str {
     fn eq(&self, other: &IdempotencyKey) -> bool {
         *self == other.0
     }
