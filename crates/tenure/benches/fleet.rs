@@ -63,7 +63,14 @@ fn main() {
         snapshot_every: u64::MAX,
         fleet: fleet_text(&[node], &[ProviderSpec { name: "p".into(), kind: ProviderKind::Exec }]),
     };
-    let store = EtcdStore::open(&dir.join("store"), &dir.join("store.identity"), &options).expect("store");
+    // The stores' etcd requests and watches are tasks of this runtime (as of the agent's); each
+    // store call is awaited from the calling thread, as the agent's loop and heartbeat thread do.
+    let stores_runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let on_stores = stores_runtime.handle().clone();
+    let store = on_stores
+        .block_on(EtcdStore::open(&dir.join("store"), &dir.join("store.identity"), &options))
+        .expect("store");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let mut client = runtime
         .block_on(etcd_client::Client::connect(&cluster.endpoints, None))
@@ -87,17 +94,17 @@ fn main() {
     group.bench_function("append", |bench| {
         bench.iter(|| {
             at_ms += 1;
-            store.append_batch(&[heartbeat(at_ms)]).expect("append");
+            on_stores.block_on(store.append_batch(&[heartbeat(at_ms)])).expect("append");
         });
     });
     group.bench_function("head_confirm", |bench| {
-        bench.iter(|| store.confirm_head(Duration::from_secs(1)).expect("head"));
+        bench.iter(|| on_stores.block_on(store.confirm_head(Duration::from_secs(1))).expect("head"));
     });
     group.finish();
     let mut reads: Vec<Duration> = (0..1_000)
         .map(|_| {
             let started = Instant::now();
-            store.confirm_head(Duration::from_secs(1)).expect("head");
+            on_stores.block_on(store.confirm_head(Duration::from_secs(1))).expect("head");
             started.elapsed()
         })
         .collect();
@@ -112,7 +119,9 @@ fn main() {
     let stores: Vec<EtcdStore> = (0..WRITERS)
         .map(|i| {
             let path = dir.join(format!("writer-{i}"));
-            EtcdStore::open(&path.join("store"), &path.join("store.identity"), &options).expect("store")
+            on_stores
+                .block_on(EtcdStore::open(&path.join("store"), &path.join("store.identity"), &options))
+                .expect("store")
         })
         .collect();
     let mut raw_rates = Vec::new();
@@ -134,7 +143,7 @@ fn main() {
             let store = &stores[writer];
             for op in 0..OPS_PER_WRITER {
                 let at_ms = 10_000_000 * (round + 1) + u64::try_from(op).expect("small");
-                store.append_batch(&[heartbeat(at_ms)]).expect("append");
+                on_stores.block_on(store.append_batch(&[heartbeat(at_ms)])).expect("append");
             }
         }));
     }
@@ -155,8 +164,9 @@ fn main() {
         let path = dir.join(format!("load-{batches}"));
         let options = EtcdOptions { prefix, request_timeout: Duration::from_secs(60), ..options.clone() };
         let started = Instant::now();
-        let store =
-            EtcdStore::open(&path.join("store"), &path.join("store.identity"), &options).expect("store");
+        let store = on_stores
+            .block_on(EtcdStore::open(&path.join("store"), &path.join("store.identity"), &options))
+            .expect("store");
         let seconds = started.elapsed().as_secs_f64();
         let head = store.log().head().expect("read").expect("the load holds the batches");
         let records = store.log().read_from(head, 1).expect("read");

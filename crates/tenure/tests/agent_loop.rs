@@ -227,25 +227,25 @@ impl tenure::agent::AgentStore for FaultyStore {
     fn journal(&self, node: &str) -> Self::Journal {
         self.inner.journal(node)
     }
-    fn append_batch(
+    async fn append_batch(
         &self,
         events: &[tenure_core::log::Event],
     ) -> Result<Vec<tenure_core::log_store::LogIndex>, tenure_core::log_store::LogError> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(tenure_core::log_store::LogError::Unavailable { reason: "disk full".into() });
         }
-        self.inner.append_batch(events)
+        self.inner.append_batch(events).await
     }
-    fn backup(&self) -> Result<Vec<u8>, String> {
+    fn backup(&self) -> Result<Vec<u8>, tenure::store::StoreError> {
         self.inner.backup()
     }
     fn record_highest_token(&self, token: u64) {
         self.inner.record_highest_token(token);
     }
-    fn flush_identity(&self) -> Result<(), String> {
+    fn flush_identity(&self) -> Result<(), tenure::store::StoreError> {
         self.inner.flush_identity()
     }
-    fn confirm_head(&self, _bound: Duration) -> Result<(), tenure::agent::HeadUnconfirmed> {
+    async fn confirm_head(&self, _bound: Duration) -> Result<(), tenure::agent::HeadUnconfirmed> {
         if self.unconfirmed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(tenure::agent::HeadUnconfirmed::Behind("etcd unreachable".into()));
         }

@@ -226,7 +226,7 @@ async fn an_acquire_reported_after_the_hand_over_reads_inventory_at_once_and_dri
     // a is alive before the pool is applied: it owns the address (captureEpoch 1).
     let heartbeat =
         tenure_core::log::Event { at_ms: wall_clock_ms(), kind: EventKind::Heartbeat { node: "a".into() } };
-    store.append_batch(&[heartbeat]).expect("memory");
+    store.append_batch(&[heartbeat]).await.expect("memory");
     let hour = Duration::from_secs(3_600);
     let (handle, stop, done) = spawn_agent(store.clone(), Arc::clone(&executor), &["b"], Some(hour));
     let map = handle.ownership().await.expect("answers");
@@ -275,7 +275,7 @@ async fn an_acquire_reported_after_the_hand_over_reads_inventory_at_once_and_dri
             detail: "assigned late".into(),
         },
     };
-    store.append_batch(&[result]).expect("memory");
+    store.append_batch(&[result]).await.expect("memory");
     let reported = Instant::now();
     // Read at once by the agent that saw it, though a is the provider's reader.
     wait_until(WAIT_MAX, "an inventory read right after a's late acquire", async || {

@@ -54,8 +54,10 @@ fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_ap
     let cluster = Cluster::start("fleet-append", 30400);
     let dir = etcd_store::fresh_dir("fleet-append");
     let options = etcd_store::one_node_options(&cluster.endpoints, PREFIX, 1);
-    let store = EtcdStore::open(&dir.join("a"), &dir.join("a.identity"), &options).expect("the store opens");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let runtime = etcd_store::runtime();
+    let store = runtime
+        .block_on(EtcdStore::open(&dir.join("a"), &dir.join("a.identity"), &options))
+        .expect("the store opens");
 
     // A batch of the loop, appended; say its answer was lost: the agent keeps it and appends it
     // again, unchanged (the same call with the same events, so the same key).
@@ -63,7 +65,7 @@ fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_ap
         Event { at_ms: 1_000, kind: EventKind::Health { node: "a".into(), healthy: false } },
         Event { at_ms: 1_000, kind: EventKind::Health { node: "a".into(), healthy: true } },
     ];
-    let first = store.append_batch(&batch).expect("the batch is appended");
+    let first = runtime.block_on(store.append_batch(&batch)).expect("the batch is appended");
     let batch_key = etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/log/"))
         .into_iter()
         .map(|(key, _)| key)
@@ -71,29 +73,34 @@ fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_ap
         .expect("the batch's key");
     // Meanwhile the heartbeat thread goes on appending.
     for at_ms in 2_000..2_003 {
-        store.append_heartbeats(&heartbeat(at_ms)).expect("a heartbeat is appended");
+        runtime.block_on(store.append_heartbeats(&heartbeat(at_ms))).expect("a heartbeat is appended");
     }
     // And an operator's request (a drain), appended after the batch: say it was sent before the
     // batch, its answer lost, and it landed late.
-    store
-        .append_unretried(&[Event { at_ms: 2_500, kind: EventKind::Drain { node: "a".into() } }])
+    runtime
+        .block_on(
+            store.append_unretried(&[Event { at_ms: 2_500, kind: EventKind::Drain { node: "a".into() } }]),
+        )
         .expect("the request is appended");
-    let appended = store.append_heartbeats(&heartbeat(2_600)).expect("a heartbeat is appended");
+    let appended =
+        runtime.block_on(store.append_heartbeats(&heartbeat(2_600))).expect("a heartbeat is appended");
     let newest = *appended.last().expect("one index");
     wait_for("the replica applied the heartbeats", || store.log().head().ok().flatten() >= Some(newest));
     // A snapshot up to the last heartbeat deletes every batch, the loop's too.
+    let _entered = runtime.enter();
     store.write_snapshot(newest, 7, b"not read in this test".to_vec()).expect("a snapshot is written");
     wait_for("the snapshot deleted the log's batches", || {
         etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/log/")).is_empty()
     });
     let writers = etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/writers/"));
 
-    let again = store.append_batch(&batch).expect("the retry answers");
+    let again = runtime.block_on(store.append_batch(&batch)).expect("the retry answers");
     assert_eq!(
         again, first,
         "the retry answers the first try's indices (writer keys {writers:?}, the batch's key {batch_key})"
     );
-    let after = store.append_heartbeats(&heartbeat(3_000)).expect("a heartbeat is appended");
+    let after =
+        runtime.block_on(store.append_heartbeats(&heartbeat(3_000))).expect("a heartbeat is appended");
     let after = *after.last().expect("one index");
     wait_for("the replica applied the last heartbeat", || store.log().head().ok().flatten() >= Some(after));
     let health = events(&store).into_iter().filter(|e| matches!(e.kind, EventKind::Health { .. })).count();

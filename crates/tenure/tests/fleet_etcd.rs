@@ -750,7 +750,10 @@ fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_s
         fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
     };
     let writer_dir = fleet.dir.path().join("writer");
-    let writer = EtcdStore::open(&writer_dir, &fleet.dir.path().join("writer.identity"), &options)
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let writer = runtime
+        .block_on(EtcdStore::open(&writer_dir, &fleet.dir.path().join("writer.identity"), &options))
         .expect("writer store");
     for _ in 0..20 {
         let at_ms =
@@ -759,7 +762,7 @@ fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_s
         let events: Vec<Event> = (0..500)
             .map(|i| Event { at_ms: at_ms + i / 100, kind: EventKind::Heartbeat { node: "b".into() } })
             .collect();
-        tenure::agent::AgentStore::append_batch(&writer, &events).expect("appended");
+        runtime.block_on(tenure::agent::AgentStore::append_batch(&writer, &events)).expect("appended");
     }
     let endpoints = options.endpoints.join(",");
     let etcdctl = |args: &[&str]| {

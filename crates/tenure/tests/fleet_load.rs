@@ -64,13 +64,14 @@ fn the_load_gives_the_batches_in_log_order_whatever_order_their_keys_sort_in() {
     let cluster = Cluster::start("fleet-load", 30100);
     let dir = etcd_store::fresh_dir("fleet-load");
     let options = etcd_store::one_node_options(&cluster.endpoints, PREFIX, 1_000_000);
+    let runtime = etcd_store::runtime();
     let open = |name: &str| {
-        EtcdStore::open(&dir.join(name), &dir.join(format!("{name}.identity")), &options)
+        runtime
+            .block_on(EtcdStore::open(&dir.join(name), &dir.join(format!("{name}.identity")), &options))
             .unwrap_or_else(|e| panic!("store {name} opens: {e}"))
     };
     // Follows the log by its watch, which delivers in revision order: the oracle.
     let watching = open("watching");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(write_log(&cluster.endpoints));
     let total = SEQUENTIAL + CONCURRENT + 1;
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -504,8 +504,16 @@ fn a_store_that_appends_nothing_refuses_a_restored_etcd_when_its_watch_reconnect
         snapshot_every: 1_000_000,
         fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
     };
+    // The stores' etcd requests and watches are its tasks, driven while the test waits.
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let open = |name: &str| {
-        EtcdStore::open(&dir.path().join(name), &dir.path().join(format!("{name}.identity")), &options)
+        runtime
+            .block_on(EtcdStore::open(
+                &dir.path().join(name),
+                &dir.path().join(format!("{name}.identity")),
+                &options,
+            ))
             .unwrap_or_else(|e| panic!("store {name} opens: {e}"))
     };
     let heartbeats = |store: &EtcdStore, batches: usize| {
@@ -516,7 +524,7 @@ fn a_store_that_appends_nothing_refuses_a_restored_etcd_when_its_watch_reconnect
                 .expect("clock")
                 .as_millis() as u64;
             let event = Event { at_ms, kind: EventKind::Heartbeat { node: "b".into() } };
-            last = store.append_batch(&[event]).expect("appended").last().copied();
+            last = runtime.block_on(store.append_batch(&[event])).expect("appended").last().copied();
         }
         last.expect("one batch at least")
     };

@@ -10,6 +10,7 @@ use tenure_core::log::Event;
 use tenure_core::log_store::{Log, LogError, LogIndex, LogRecord, MemoryLog};
 
 use super::AgentStore;
+use crate::store::StoreError;
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -85,7 +86,7 @@ impl AgentStore for MemoryStore {
         MemoryStoreJournal { store: self.clone(), node: node.to_owned() }
     }
 
-    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+    async fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
         // All or nothing, as the embedded store: an event the log will not hold refuses the batch.
         for event in events {
             tenure_core::log_store::encode_record(event)?;
@@ -96,11 +97,11 @@ impl AgentStore for MemoryStore {
 
     fn record_highest_token(&self, _token: u64) {}
 
-    fn backup(&self) -> Result<Vec<u8>, String> {
-        Err("the in-memory store (a test double) has no backups".to_owned())
+    fn backup(&self) -> Result<Vec<u8>, StoreError> {
+        Err(StoreError::NoBackup { why: "the in-memory store (a test double) has no backups" })
     }
 
-    fn flush_identity(&self) -> Result<(), String> {
+    fn flush_identity(&self) -> Result<(), StoreError> {
         Ok(())
     }
 }

@@ -60,6 +60,7 @@ pub mod runner;
 pub mod status;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +70,7 @@ use tenure_core::log_store::{Log, LogError, LogIndex};
 use tenure_core::model::{NodeSpec, PoolSpec, ProviderSpec};
 
 use crate::exec::Executor;
+use crate::store::StoreError;
 
 /// What the agent loop needs of a store: the log, each node's journal, and the identity record.
 /// The embedded store (redb) implements it; the etcd fleet store will too. One implementation
@@ -87,14 +89,17 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
 
     /// Appends `events` in order, durably, in one commit (with every journal change buffered so
     /// far: group commit).
-    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError>;
+    fn append_batch(&self, events: &[Event]) -> impl Future<Output = Result<Vec<LogIndex>, LogError>> + Send;
 
     /// Appends events that are not appended again if this fails (an operator's request, the pool
     /// files' events: the caller is told; a request sent again is a new batch). A store may skip
     /// what only a retried batch needs (the fleet store leaves its writer key alone, as for
     /// [heartbeats](Self::append_heartbeats): one landing after its answer was lost must not
     /// hide a held batch of the loop from that batch's retry).
-    fn append_unretried(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+    fn append_unretried(
+        &self,
+        events: &[Event],
+    ) -> impl Future<Output = Result<Vec<LogIndex>, LogError>> + Send {
         self.append_batch(events)
     }
 
@@ -104,8 +109,19 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// reports no result); a store that [retries appends](StoreCapabilities::retries_appends)
     /// must append them so that a held batch's retry still lands once (the fleet store leaves
     /// its writer key alone: a heartbeat is never retried as the same batch).
-    fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+    fn append_heartbeats(
+        &self,
+        events: &[Event],
+    ) -> impl Future<Output = Result<Vec<LogIndex>, LogError>> + Send {
         self.append_batch(events)
+    }
+
+    /// Before the agent follows the log: waits until the log this process reads holds what this
+    /// process appended (at most a bound of the store's; then what is there is read), so that
+    /// following right after an append sees it. The embedded store's appends are in its log when
+    /// they return; the fleet store's come back through etcd's watch.
+    fn read_own_appends(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
     }
 
     /// The highest token the agent's view holds, for the store's identity record.
@@ -113,11 +129,11 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
 
     /// A consistent backup of the whole store, as the bytes of a backup file (taken while the
     /// agent runs; a read transaction, so writers go on).
-    fn backup(&self) -> Result<Vec<u8>, String>;
+    fn backup(&self) -> Result<Vec<u8>, StoreError>;
 
     /// Writes the identity record now (called about once a second while things change, and at
     /// shutdown).
-    fn flush_identity(&self) -> Result<(), String>;
+    fn flush_identity(&self) -> Result<(), StoreError>;
 
     /// Wakes the loop when the log grew by appends of other processes (a fleet store). `None`
     /// (the embedded store): this process is the only writer, so its own steps see everything.
@@ -129,8 +145,8 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// anywhere before the call (a linearizable read of the head, then waiting for the
     /// follower): the fence gate's head is current (SPEC 6). The embedded store's log is written
     /// only by this process, so it is always current.
-    fn confirm_head(&self, _bound: Duration) -> Result<(), HeadUnconfirmed> {
-        Ok(())
+    fn confirm_head(&self, _bound: Duration) -> impl Future<Output = Result<(), HeadUnconfirmed>> + Send {
+        std::future::ready(Ok(()))
     }
 
     /// Why this store must not be used at all (a fleet agent bound to another etcd cluster, or
@@ -151,7 +167,7 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// Starts storing `bytes` as the snapshot of the log up to `applied` (`events` applied in
     /// all) and compacting the log below it, in the background (the outcome is logged); one as
     /// new or newer already there wins.
-    fn write_snapshot(&self, _applied: LogIndex, _events: u64, _bytes: Vec<u8>) -> Result<(), String> {
+    fn write_snapshot(&self, _applied: LogIndex, _events: u64, _bytes: Vec<u8>) -> Result<(), StoreError> {
         Ok(())
     }
 

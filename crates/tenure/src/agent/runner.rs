@@ -192,7 +192,7 @@ pub async fn run<S: AgentStore>(
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
     agent.begin().await?;
-    agent.step();
+    agent.step().await;
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
@@ -231,16 +231,16 @@ pub async fn run<S: AgentStore>(
                 // after its backoff (`NodeDriver::reconcile_due` wakes the node then).
                 // So a step after results reconciles only a node whose plan it changed (the view
                 // moved while the call was in flight: `NodeDriver::reconcile_due`).
-                agent.step();
+                agent.step().await;
             }
             request = requests.recv(), if requests_open => match request {
-                Some(request) => dirty = agent.answer(request),
+                Some(request) => dirty = agent.answer(request).await,
                 // The API is gone: the agent keeps running until shutdown.
                 None => requests_open = false,
             },
             signal = reload.recv(), if reload_open => match signal {
                 Some(()) => {
-                    agent.reload();
+                    agent.reload().await;
                     dirty = true;
                 }
                 None => reload_open = false,
@@ -255,7 +255,7 @@ pub async fn run<S: AgentStore>(
             // order, so requests, results and reports are taken between the slices.
             () = std::future::ready(()), if agent.requeue_pass && !agent.shutting_down => dirty = true,
             () = sleep_until_or_never(agent.inventory.next()), if !agent.shutting_down => agent.start_inventories(),
-            () = sleep_until_or_never(agent.refresh.next()), if !agent.shutting_down => agent.refresh_due(),
+            () = sleep_until_or_never(agent.refresh.next()), if !agent.shutting_down => agent.refresh_due().await,
             Some(done) = agent.inventories.join_next_with_id(), if !agent.inventories.is_empty() => {
                 dirty = agent.finish_inventory(done);
             }
@@ -267,10 +267,10 @@ pub async fn run<S: AgentStore>(
             () = notified_or_never(log_changed.as_deref()) => dirty = true,
         }
         if dirty {
-            agent.step();
+            agent.step().await;
         }
-        if agent.answer_waiting(&mut requests) {
-            agent.step();
+        if agent.answer_waiting(&mut requests).await {
+            agent.step().await;
         }
         if pass_under_way && !agent.core.pass_under_way() {
             // The interval runs from the end of a pass (whichever step ended it): a pass longer
@@ -292,7 +292,7 @@ pub async fn run<S: AgentStore>(
     agent.beat.stop();
     drop(agent.beater.take());
     agent.summary.appended += agent.beat.appended();
-    agent.finish();
+    agent.finish().await;
     Ok(agent.summary)
 }
 

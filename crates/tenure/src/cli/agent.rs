@@ -124,10 +124,18 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The runtime before the store: the fleet store's etcd requests and watch are its tasks.
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("tenure agent: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let store_path = config.store.path().to_owned();
     let missing =
         if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };
-    let store = match Opened::open(&config, store_secrets, missing) {
+    let store = match runtime.block_on(Opened::open(&config, store_secrets, missing)) {
         Ok(store) => store,
         Err(e) => {
             eprintln!("tenure agent: {e}{}", earlier_default_identity(&config));
@@ -142,7 +150,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         Ok(executors) => executors,
         Err(line) => {
             eprintln!("tenure agent: {line}");
-            let _ = store.close();
+            let _ = runtime.block_on(store.close());
             return ExitCode::from(EXIT_NOT_BUILT);
         }
     };
@@ -155,7 +163,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         ),
         Err(line) => {
             eprintln!("tenure agent: {line}");
-            let _ = store.close();
+            let _ = runtime.block_on(store.close());
             return ExitCode::FAILURE;
         }
     }
@@ -166,17 +174,10 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("tenure agent: {e}");
-            let _ = store.close();
+            let _ = runtime.block_on(store.close());
             return ExitCode::FAILURE;
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("tenure agent: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let code = match &store {
         Opened::Embedded(store) => {
             runtime.block_on(serve(config, listener, store.clone(), executors, token, watches))
@@ -186,7 +187,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             runtime.block_on(serve(config, listener, store.clone(), executors, token, watches))
         }
     };
-    if let Err(e) = store.close() {
+    if let Err(e) = runtime.block_on(store.close()) {
         eprintln!("tenure agent: closing the store: {e}");
         return ExitCode::FAILURE;
     }
@@ -231,7 +232,11 @@ fn earlier_default_identity(config: &AgentConfig) -> String {
 }
 
 impl Opened {
-    fn open(config: &AgentConfig, secrets: StoreSecrets, missing: MissingIdentity) -> Result<Self, String> {
+    async fn open(
+        config: &AgentConfig,
+        secrets: StoreSecrets,
+        missing: MissingIdentity,
+    ) -> Result<Self, String> {
         match &config.store {
             StoreConfig::Embedded { path } => EmbeddedStore::open_with(path, &config.identity_file, missing)
                 .map(|store| {
@@ -253,6 +258,7 @@ impl Opened {
                     fleet: config.fleet_text(),
                 };
                 crate::store::fleet::EtcdStore::open_with(path, &config.identity_file, &options, missing)
+                    .await
                     .map(Self::Etcd)
                     .map_err(|e| e.to_string())
             }
@@ -272,11 +278,11 @@ impl Opened {
         }
     }
 
-    fn close(self) -> Result<(), crate::store::StoreError> {
+    async fn close(self) -> Result<(), crate::store::StoreError> {
         match self {
             Self::Embedded(store) => store.close(),
             #[cfg(feature = "etcd")]
-            Self::Etcd(store) => store.close(),
+            Self::Etcd(store) => store.close().await,
         }
     }
 }

@@ -74,7 +74,9 @@ impl crate::agent::AgentStore for EmbeddedStore {
         EmbeddedStore::journal(self, node)
     }
 
-    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+    /// One redb commit, on the caller's thread (the loop's, or the heartbeat thread's): the
+    /// fsync blocks it, as the loop's step waits for its appends anyway.
+    async fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
         EmbeddedStore::append_batch(self, events)
     }
 
@@ -82,19 +84,17 @@ impl crate::agent::AgentStore for EmbeddedStore {
         EmbeddedStore::record_highest_token(self, token);
     }
 
-    fn backup(&self) -> Result<Vec<u8>, String> {
+    fn backup(&self) -> Result<Vec<u8>, StoreError> {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let file = self.dir().join(format!("api-backup-{}-{nanos}.tmp", std::process::id()));
-        let result = self
-            .backup_to(&file)
-            .map_err(|e| e.to_string())
-            .and_then(|_| std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display())));
+        let result =
+            self.backup_to(&file).and_then(|_| std::fs::read(&file).map_err(StoreError::io("read", &file)));
         let _ = std::fs::remove_file(&file);
         result
     }
 
-    fn flush_identity(&self) -> Result<(), String> {
-        EmbeddedStore::flush_identity(self).map_err(|e| e.to_string())
+    fn flush_identity(&self) -> Result<(), StoreError> {
+        EmbeddedStore::flush_identity(self)
     }
 }

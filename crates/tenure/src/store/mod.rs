@@ -306,6 +306,20 @@ pub enum StoreError {
         /// Its cluster id.
         identity_cluster: String,
     },
+    /// This store keeps no backup of its own (a fleet agent's log is in etcd; the test double
+    /// keeps nothing); `why` says where the backup is taken instead.
+    #[error("{why}")]
+    NoBackup {
+        /// Why, and what to back up instead.
+        why: &'static str,
+    },
+    /// The store refuses its log for good (a fleet agent bound to another etcd cluster, or to a
+    /// log that went back): nothing more is written to it until the agent restarts.
+    #[error("{reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+    },
     /// A restore's raise would take the log index or a token past `u64::MAX`.
     #[error("restore of {backup}: raising by margin {margin} would pass 2^64 - 1 ({what})")]
     RaiseOverflow {

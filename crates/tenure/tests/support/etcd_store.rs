@@ -50,3 +50,9 @@ pub fn replica_records(store: &tenure::store::fleet::EtcdStore) -> Vec<tenure_co
         all.extend(page);
     }
 }
+
+/// The runtime a test's fleet stores are opened on and awaited with: their etcd requests and
+/// watches are its tasks, driven by its workers while the test thread waits or sleeps.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}

@@ -18,16 +18,16 @@ impl<S: AgentStore> Agent<S> {
     /// An operator's or the pool files' events: appended after any batch kept for a retry, and
     /// never kept for a retry themselves (a caller told "unavailable" must not see them land
     /// later).
-    pub(super) fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
-        self.retry_unappended()?;
-        self.append_with(Vec::new(), kinds, false)
+    pub(super) async fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
+        self.retry_unappended().await?;
+        self.append_with(Vec::new(), kinds, false).await
     }
 
     /// Appends the batch kept from a failed append, alone and as it was; `Err` while it does not
     /// land (it stays kept).
-    pub(super) fn retry_unappended(&mut self) -> Result<(), String> {
+    pub(super) async fn retry_unappended(&mut self) -> Result<(), String> {
         match self.unappended.take() {
-            Some(events) => self.commit(events, true).map(drop),
+            Some(events) => self.commit(events, true).await.map(drop),
             None => Ok(()),
         }
     }
@@ -35,7 +35,7 @@ impl<S: AgentStore> Agent<S> {
     /// Appends `stamped` (as they are) and then `kinds` (stamped now) in one durable commit.
     /// With `keep`, a batch that could not be appended to a store that retries is kept and
     /// appended again, alone and unchanged, before anything else.
-    pub(super) fn append_with(
+    pub(super) async fn append_with(
         &mut self,
         mut events: Vec<Event>,
         kinds: Vec<EventKind>,
@@ -48,15 +48,18 @@ impl<S: AgentStore> Agent<S> {
             let at_ms = self.stamp();
             events.extend(kinds.into_iter().map(|kind| Event { at_ms, kind }));
         }
-        self.commit(events, keep)
+        self.commit(events, keep).await
     }
 
-    pub(super) fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
+    pub(super) async fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
         self.slow.append();
         // Only a batch kept for a retry is appended as one: a request's events, not retried, must
         // not hide a kept batch from its retry ([`AgentStore::append_unretried`]).
-        let appended =
-            if keep { self.store.append_batch(&events) } else { self.store.append_unretried(&events) };
+        let appended = if keep {
+            self.store.append_batch(&events).await
+        } else {
+            self.store.append_unretried(&events).await
+        };
         match appended {
             Ok(indices) => {
                 self.summary.appended += events.len() as u64;
@@ -96,7 +99,7 @@ impl<S: AgentStore> Agent<S> {
     /// every node's outbox (action results). A batch whose append failed goes first, alone and
     /// unchanged (so it lands once); while it does not land, nothing else of the loop is
     /// appended (the heartbeat thread goes on: [`AgentStore::append_heartbeats`]).
-    pub(super) fn flush_appends(&mut self) {
+    pub(super) async fn flush_appends(&mut self) {
         if self.core.failed().is_none()
             && let Some(reason) = self.beat.failure()
         {
@@ -114,18 +117,18 @@ impl<S: AgentStore> Agent<S> {
                 kinds.push(kind);
             }
         }
-        if self.retry_unappended().is_err() {
+        if self.retry_unappended().await.is_err() {
             self.queued = kinds;
             return;
         }
         let stamped = std::mem::take(&mut self.queued_stamped);
-        let _ = self.append_with(stamped, kinds, true);
+        let _ = self.append_with(stamped, kinds, true).await;
     }
 
     /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]; returns how many
     /// were appended (0: the log holds the set already). A rejected one is reported (the set was
     /// checked as a whole, so it should not happen).
-    pub(super) fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<usize, Vec<String>> {
+    pub(super) async fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<usize, Vec<String>> {
         let applied = self.applied_pools();
         let plan = plan_pool_changes(&applied, wanted);
         if plan.is_empty() {
@@ -149,7 +152,7 @@ impl<S: AgentStore> Agent<S> {
                 _ => None,
             })
             .collect();
-        self.append(plan).map_err(|e| vec![e])?;
+        self.append(plan).await.map_err(|e| vec![e])?;
         for (pool, addresses, what) in said {
             match addresses {
                 Some(addresses) => info!(%pool, addresses, "{what}"),
@@ -172,9 +175,9 @@ impl<S: AgentStore> Agent<S> {
     /// SIGHUP: reads the pools again ([`super::Settings::pools`]: for the agent, the config's
     /// `pools` list and the pool files); a bad config or pool file changes nothing and is
     /// reported.
-    pub(super) fn reload(&mut self) {
+    pub(super) async fn reload(&mut self) {
         match (self.pools)() {
-            Ok(wanted) => match self.apply_pools(&wanted) {
+            Ok(wanted) => match self.apply_pools(&wanted).await {
                 Ok(0) => info!(
                     pools = wanted.len(),
                     "pool reload: the log already holds these pools; nothing to apply"

@@ -5,8 +5,11 @@
 //! heartbeats at the start of a step, a long step (a requeue pass over a million addresses), a
 //! slow fsync or a slow etcd round trip of the loop's own appends delayed them, and a healthy
 //! node could be failed over. So heartbeats go out from a thread of their own, every
-//! `heartbeatInterval`, whatever the loop is doing: a plain OS thread, not a tokio task, so that
-//! a step holding the runtime's only worker (a one-core router) cannot hold them either.
+//! `heartbeatInterval`, whatever the loop is doing: a plain OS thread, not a task of the loop's
+//! runtime, so that a step holding a worker (a test's loop is a task; `tenure agent`'s runs on
+//! the thread blocking on the runtime) cannot hold them either. The thread awaits each append
+//! itself ([`tokio::runtime::Handle::block_on`]); what the store's future needs of the runtime
+//! (the fleet store's etcd requests) the runtime's workers drive.
 //!
 //! What the thread may not decide alone, the loop tells it ([`Beat`]):
 //! - which of the agent's nodes beat (a frozen node does not: `Control::FreezeAfterReconcile`);
@@ -195,18 +198,19 @@ pub(super) struct Beater {
 
 impl Beater {
     /// Starts the thread: every `interval` (the first one `interval` from now), the heartbeats
-    /// [`Beat`] allows, appended through `store`. It reads the time of the runtime it was started
-    /// from (a test's paused clock too).
+    /// [`Beat`] allows, appended through `store`, each awaited on this thread with the runtime
+    /// it was started from (whose time it reads: a test's paused clock too).
     pub(super) fn start<S: AgentStore>(
         store: S,
         beat: Arc<Beat>,
         interval: Duration,
     ) -> std::io::Result<Self> {
         let interval = interval.max(Duration::from_millis(1));
-        let runtime = tokio::runtime::Handle::try_current().ok();
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
         let (stop, stopped) = std_mpsc::channel::<()>();
         let thread = std::thread::Builder::new().name("tenure-heartbeat".into()).spawn(move || {
-            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
+            // Entered for its clock (stamps read the runtime's time: a test's paused clock too).
+            let _entered = runtime.enter();
             let mut next = StdInstant::now() + interval;
             loop {
                 match stopped.recv_timeout(next.saturating_duration_since(StdInstant::now())) {
@@ -217,7 +221,9 @@ impl Beater {
                 // At most one append in flight; after a slow one, the next goes at once.
                 next = (next + interval).max(now);
                 if let Some(events) = beat.due(now) {
-                    let result = store.append_heartbeats(&events);
+                    // Awaited here, on this thread: the store's requests are driven by the
+                    // runtime's workers (the fleet store's), never by the loop's thread.
+                    let result = runtime.block_on(store.append_heartbeats(&events));
                     beat.appended_or_not(events.len(), result);
                 }
             }

@@ -60,7 +60,7 @@ impl RefreshSchedule {
 impl<S: AgentStore> Agent<S> {
     /// The refresh timer fired: the providers whose time came are refreshed (and due again one
     /// interval from now, whether or not this round could run).
-    pub(super) fn refresh_due(&mut self) {
+    pub(super) async fn refresh_due(&mut self) {
         let now = Instant::now();
         let mut providers = BTreeSet::new();
         for (provider, (interval, at)) in &mut self.refresh.due {
@@ -72,18 +72,19 @@ impl<S: AgentStore> Agent<S> {
         if providers.is_empty() {
             return;
         }
-        let started = self.start_refreshes(|provider, _| providers.contains(provider));
+        let started = self.start_refreshes(|provider, _| providers.contains(provider)).await;
         debug!(providers = ?providers, started, "garpRefresh: announcements of the held addresses");
     }
 
     /// At the end of a step: the burst keepalived's MASTER-again asked for, once.
-    pub(super) fn burst_if_due(&mut self) {
+    pub(super) async fn burst_if_due(&mut self) {
         if !std::mem::take(&mut self.refresh.burst) {
             return;
         }
         let wanted = self.vrrp_addresses();
         let started = self
-            .start_refreshes(|provider, address| wanted.get(provider).is_some_and(|a| a.contains(&address)));
+            .start_refreshes(|provider, address| wanted.get(provider).is_some_and(|a| a.contains(&address)))
+            .await;
         if started > 0 {
             info!(
                 addresses = started,
@@ -94,11 +95,11 @@ impl<S: AgentStore> Agent<S> {
 
     /// Starts the refreshes `wanted` accepts, on every node, after confirming the log head.
     /// Returns how many started (none while the agent may not act).
-    fn start_refreshes(&mut self, wanted: impl Fn(&str, IpAddr) -> bool) -> usize {
+    async fn start_refreshes(&mut self, wanted: impl Fn(&str, IpAddr) -> bool + Send) -> usize {
         if self.shutting_down || self.core.failed().is_some() {
             return 0;
         }
-        let Some(proof) = self.confirm_head(true) else { return 0 };
+        let Some(proof) = self.confirm_head(true).await else { return 0 };
         let mut started = 0;
         for index in 0..self.core.drivers().len() {
             let room = CALLS_IN_FLIGHT_MAX.saturating_sub(self.calls.len());

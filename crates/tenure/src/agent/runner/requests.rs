@@ -75,10 +75,10 @@ impl<S: AgentStore> Agent<S> {
     /// flood of asks cannot hold results back. One that changed the state ends
     /// it: the step it needs runs before the next ask is answered (an ask sees what the one
     /// before it did). Returns whether the state changed.
-    pub(super) fn answer_waiting(&mut self, requests: &mut Requests) -> bool {
+    pub(super) async fn answer_waiting(&mut self, requests: &mut Requests) -> bool {
         let started = std::time::Instant::now();
         for request in std::iter::from_fn(|| requests.try_recv()).take(REQUESTS_BETWEEN_STEPS_MAX) {
-            if self.answer(request) {
+            if self.answer(request).await {
                 return true;
             }
             // A list of every journal entry at a million addresses takes a while: a burst of
@@ -91,7 +91,7 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// Answers one request. Returns whether the state changed (a step is due).
-    pub(super) fn answer(&mut self, request: Request) -> bool {
+    pub(super) async fn answer(&mut self, request: Request) -> bool {
         match request {
             Request::Ownership { query, reply } => {
                 let _ = reply.send(map::rows_page(self.view(), &query));
@@ -126,7 +126,7 @@ impl<S: AgentStore> Agent<S> {
                 // A read transaction: the loop goes on while the backup is written.
                 let store = self.store.clone();
                 tokio::task::spawn_blocking(move || {
-                    let _ = reply.send(store.backup());
+                    let _ = reply.send(store.backup().map_err(|e| e.to_string()));
                 });
                 false
             }
@@ -141,11 +141,11 @@ impl<S: AgentStore> Agent<S> {
                 false
             }
             Request::Control { control, reply } => {
-                let _ = reply.send(self.control(control));
+                let _ = reply.send(self.control(control).await);
                 true
             }
             Request::Submit { submit, reply } => {
-                let result = self.submit(submit.event);
+                let result = self.submit(submit.event).await;
                 let changed = result.is_ok();
                 let _ = reply.send(result);
                 changed
@@ -153,7 +153,7 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    fn control(&mut self, control: Control) -> Result<String, String> {
+    async fn control(&mut self, control: Control) -> Result<String, String> {
         let name = match &control {
             Control::FreezeAfterReconcile { node, .. } | Control::Resume { node } => node.clone(),
         };
@@ -165,12 +165,12 @@ impl<S: AgentStore> Agent<S> {
             .ok_or_else(|| format!("node \"{name}\" does not run in this agent"))?;
         match control {
             Control::FreezeAfterReconcile { events, .. } => {
-                self.follow()?;
+                self.follow().await?;
                 for event in &events {
                     self.core.check_submit(event).map_err(|e| e.to_string())?;
                 }
                 let count = events.len();
-                self.append(events)?;
+                self.append(events).await?;
                 self.core.freeze_after_plan(index);
                 Ok(format!("{count} event(s) appended; {name} freezes after its next reconcile"))
             }
@@ -179,13 +179,13 @@ impl<S: AgentStore> Agent<S> {
                 if self.shutting_down {
                     return Err(format!("{name} stays frozen: the agent is shutting down"));
                 }
-                self.follow()?;
+                self.follow().await?;
                 let approved =
                     self.core.drivers_mut()[index].resume().map_err(|blocked| blocked.as_str().to_owned())?;
                 let before = self.core.drivers()[index].engine().fenced().values().sum::<u64>();
                 // Like every call: only at a confirmed head (an unconfirmed one calls nothing; the
                 // next step gates what is still approved, after its own confirmation).
-                let confirmed = self.start_calls_at_confirmed_head(index..index + 1);
+                let confirmed = self.start_calls_at_confirmed_head(index..index + 1).await;
                 self.core.drivers_mut()[index].finish_resume();
                 let fenced = self.core.drivers()[index].engine().fenced().values().sum::<u64>() - before;
                 if !confirmed {
@@ -203,23 +203,23 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
+    async fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
         if self.shutting_down {
             return Err(SubmitError::ShuttingDown);
         }
         // Check against the head: follow first, so a pool applied an instant ago is known.
-        self.follow().map_err(SubmitError::Unavailable)?;
+        self.follow().await.map_err(SubmitError::Unavailable)?;
         self.core.check_submit(&event)?;
         let drained = match &event {
             EventKind::Drain { node } => Some((node.clone(), answers::with_desired_holder(self.view()))),
             _ => None,
         };
         info!(event = event.wire_name(), "appending a submitted event");
-        let indices = self.append(vec![event]).map_err(SubmitError::Unavailable)?;
+        let indices = self.append(vec![event]).await.map_err(SubmitError::Unavailable)?;
         let index = indices.first().copied().expect("one event appended, one index");
         let mut receipt = Receipt::at(index);
         if let Some((node, before)) = drained {
-            receipt.addresses_with_no_eligible_member = self.left_without_holder(index, &before);
+            receipt.addresses_with_no_eligible_member = self.left_without_holder(index, &before).await;
             let count = receipt.addresses_with_no_eligible_member;
             let note = count.map(no_eligible_member_note).unwrap_or_default();
             if count.unwrap_or(0) > 0 {
@@ -234,8 +234,8 @@ impl<S: AgentStore> Agent<S> {
     /// After a drain appended at `index`: how many of `before` (the addresses that had a desired
     /// holder) have none now, from the view once it applied the drain; `None` when it cannot
     /// follow the log that far now.
-    fn left_without_holder(&mut self, index: u64, before: &BTreeSet<(String, IpAddr)>) -> Option<u64> {
-        self.follow().ok()?;
+    async fn left_without_holder(&mut self, index: u64, before: &BTreeSet<(String, IpAddr)>) -> Option<u64> {
+        self.follow().await.ok()?;
         let applied = self.core.drivers()[0].applied_index().map_or(0, |i| i.get());
         (applied >= index).then(|| answers::lost_their_desired_holder(before, self.view()))
     }

@@ -107,7 +107,7 @@ impl<S: AgentStore> Agent<S> {
             requeue_pass: false,
         };
         agent.restore_snapshot().map_err(AgentError::Log)?;
-        agent.follow().map_err(AgentError::Log)?;
+        agent.follow_log().map_err(AgentError::Log)?;
         agent.snapshot_events = agent.view().events_applied();
         let own = agent.own_nodes.clone();
         let mut stamper = agent.beat.stamper();
@@ -158,7 +158,7 @@ impl<S: AgentStore> Agent<S> {
             } else {
                 wanted
             };
-            self.apply_pools(&wanted).map_err(AgentError::Pools)?;
+            self.apply_pools(&wanted).await.map_err(AgentError::Pools)?;
             // No step before keepalived's state is known.
             self.vrrp_settle().await;
             for driver in self.core.drivers() {

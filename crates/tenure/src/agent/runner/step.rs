@@ -22,9 +22,16 @@ use super::{Agent, HEAD_CONFIRM_BOUND_DEFAULT};
 pub const REQUEUE_SLICE: usize = 1024;
 
 impl<S: AgentStore> Agent<S> {
-    /// Follows the log to its head with every node's driver. A log that cannot be read makes the
+    /// Follows the log to its head with every node's driver, once the log holds what this
+    /// process appended ([`AgentStore::read_own_appends`]). A log that cannot be read makes the
     /// agent unhealthy: it does not act until it can read the head again.
-    pub(super) fn follow(&mut self) -> Result<(), String> {
+    pub(super) async fn follow(&mut self) -> Result<(), String> {
+        self.store.read_own_appends().await;
+        self.follow_log()
+    }
+
+    /// [`Self::follow`] without the wait: at start, before this process appended anything.
+    pub(super) fn follow_log(&mut self) -> Result<(), String> {
         if self.core.failed().is_none()
             && let Some(reason) = self.store.refusal()
         {
@@ -147,7 +154,7 @@ impl<S: AgentStore> Agent<S> {
     /// level-triggered safety net): in passes of slices of [`REQUEUE_SLICE`] addresses, one
     /// slice per step, never every address in one step — requests, results and reports are
     /// taken between the slices.
-    pub(super) fn step(&mut self) {
+    pub(super) async fn step(&mut self) {
         self.observer.step();
         self.slow.step();
         self.heartbeat_failure = self.beat.last_error();
@@ -162,11 +169,11 @@ impl<S: AgentStore> Agent<S> {
             let started = Instant::now();
             let Some(op) = self.core.poll_step() else { break };
             match op {
-                StepOp::Append => self.flush_appends(),
+                StepOp::Append => self.flush_appends().await,
                 // Whatever the log does (an unreachable etcd must not stop a local withdrawal).
                 StepOp::Withdraw => self.withdraw_if_due(),
                 StepOp::Follow => {
-                    let ok = self.follow().is_ok();
+                    let ok = self.follow().await.is_ok();
                     followed |= ok;
                     self.core.followed(ok);
                 }
@@ -175,7 +182,7 @@ impl<S: AgentStore> Agent<S> {
                     self.log_planned(planned);
                 }
                 StepOp::ConfirmHead(why) => {
-                    let proof = self.confirm_head(why == HeadWanted::BeforeCalls);
+                    let proof = self.confirm_head(why == HeadWanted::BeforeCalls).await;
                     self.core.head_confirmed(proof);
                 }
                 StepOp::Call(proof) => {
@@ -200,7 +207,7 @@ impl<S: AgentStore> Agent<S> {
             return;
         }
         self.maybe_snapshot();
-        self.burst_if_due();
+        self.burst_if_due().await;
         let recaptures = self.view().recaptures();
         if recaptures > self.recaptures_seen {
             warn!(
@@ -215,10 +222,10 @@ impl<S: AgentStore> Agent<S> {
     /// head is confirmed first ([`Self::confirm_head`], as the core's step asks:
     /// `AgentCore::head_wanted`), then the ready actions of `nodes` are gated and called.
     /// `false`: the head could not be confirmed and nothing was called.
-    pub(super) fn start_calls_at_confirmed_head(&mut self, nodes: std::ops::Range<usize>) -> bool {
+    pub(super) async fn start_calls_at_confirmed_head(&mut self, nodes: std::ops::Range<usize>) -> bool {
         match self.core.head_wanted(self.head_failure.is_some()) {
             Some(HeadWanted::BeforeCalls) => {
-                let Some(proof) = self.confirm_head(true) else { return false };
+                let Some(proof) = self.confirm_head(true).await else { return false };
                 for index in nodes {
                     self.start_calls(&proof, index);
                 }
@@ -226,7 +233,7 @@ impl<S: AgentStore> Agent<S> {
             // Nothing to call, but health still says fail-closed: confirm again so that it clears
             // once etcd answers (only while failed: a quiet agent reads nothing).
             Some(HeadWanted::ToClear) => {
-                let _ = self.confirm_head(false);
+                let _ = self.confirm_head(false).await;
             }
             None => {}
         }
@@ -240,7 +247,7 @@ impl<S: AgentStore> Agent<S> {
     /// held after the read); `None`: the agent does not act now and says why. `before_calls`: a
     /// batch of calls waits on it (only those refusals are counted in
     /// `tenure_head_unconfirmed_total`; a check that only clears health is not).
-    pub(super) fn confirm_head(&mut self, before_calls: bool) -> Option<HeadConfirmed> {
+    pub(super) async fn confirm_head(&mut self, before_calls: bool) -> Option<HeadConfirmed> {
         let bound = self
             .view()
             .pools()
@@ -251,14 +258,14 @@ impl<S: AgentStore> Agent<S> {
             .map_or(HEAD_CONFIRM_BOUND_DEFAULT, Duration::from_millis)
             .max(Duration::from_millis(1));
         let asked = Instant::now();
-        match self.store.confirm_head(bound) {
+        match self.store.confirm_head(bound).await {
             Ok(()) => {
                 self.head_confirmed_at = Some(asked);
                 // How far the log held the head, read before the follow (the watch may bring
                 // more meanwhile: the follow takes that too).
                 let proof = match self.log.head() {
                     Err(e) => Err(format!("cannot read the log's head index: {e}")),
-                    Ok(head) => self.follow().and_then(|()| {
+                    Ok(head) => self.follow().await.and_then(|()| {
                         self.core.confirmed_at(head).ok_or_else(|| {
                             format!("a node did not follow the log to the head just confirmed ({head:?})")
                         })
@@ -364,8 +371,8 @@ impl<S: AgentStore> Agent<S> {
     }
 
     /// The end of a run: results recorded, journals synced, identity written.
-    pub(super) fn finish(&mut self) {
-        self.flush_appends();
+    pub(super) async fn finish(&mut self) {
+        self.flush_appends().await;
         for index in 0..self.core.drivers().len() {
             if let Err(e) = self.core.drivers_mut()[index].engine_mut().store_mut().sync() {
                 self.journal_failed(index, &e);

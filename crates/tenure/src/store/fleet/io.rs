@@ -1,19 +1,20 @@
-//! The etcd client's own thread: a current-thread tokio runtime that owns the client, answers the
-//! store's requests (append, head read) and runs the watch that fills the replica. The store's
-//! methods are synchronous (the core's `Log` is); they send a request here and wait for the
-//! answer with a deadline, so the agent's runtime never runs etcd's futures and a store works
-//! from any thread.
+//! The etcd client: appends, head reads, the initial load, and the watch that fills the replica.
+//! Every request is a future of the runtime the store was opened on (the agent's), awaited by
+//! the store's async methods with a deadline each; the watch and snapshot writes are tasks of
+//! that runtime. Nothing here blocks a thread: the agent's loop runs on the thread that blocks on
+//! the runtime (`tenure agent`), its heartbeats on a thread of their own, and both await these
+//! futures while the runtime's workers drive them (docs/decisions.md, "Issue 22: async store
+//! seams").
 
 use std::sync::Arc;
-use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
 use tenure_lead::etcd_connection::EtcdConnection;
-use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tracing::{debug, warn};
 
-use super::{Anchor, Shared};
+use super::{Anchor, EtcdError, Shared};
 
 mod append;
 mod load;
@@ -22,7 +23,7 @@ use append::append;
 use load::load;
 use snapshot::{decode_manifest, read_snapshot, write_snapshot};
 
-/// Keys and values the I/O thread reads and writes, by role.
+/// Keys and values the client reads and writes, by role.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
     /// `<prefix>/log/`: one key per batch.
@@ -108,35 +109,11 @@ pub(crate) enum Retry {
     Never,
 }
 
-/// A request to the I/O thread; each answers on its own channel.
-pub(crate) enum Command {
-    /// Put one batch under `key` unless it is there already (a retried append whose first
-    /// answer was lost) or, for a batch retried as it was ([`Retry::SameBatch`]), this
-    /// process's writer key names it already (a snapshot deleted it since), and only while
-    /// etcd's head is still the one `anchor` saw (see [`append()`]).
-    Append {
-        key: String,
-        value: Vec<u8>,
-        anchor: Anchor,
-        retry: Retry,
-        reply: std_mpsc::SyncSender<Result<Appended, String>>,
-    },
-    /// Deletes this process's writer key (a clean stop).
-    ForgetWriter { reply: std_mpsc::SyncSender<Result<(), String>> },
-    /// A linearizable read of the head key (and of `batch_key`, see [`read_head`]).
-    Head { batch_key: Option<Vec<u8>>, reply: std_mpsc::SyncSender<Result<HeadRead, String>> },
-    /// Writes `bytes` as the snapshot of the log up to `revision` (see [`write_snapshot`]), in
-    /// the background: the outcome is logged.
-    /// Skipped when the newest snapshot is fewer than `every` events older: every agent offers
-    /// one, the first to get there writes it.
-    WriteSnapshot { revision: i64, events: u64, every: u64, bytes: Arc<Vec<u8>> },
-}
-
 /// The largest answer the client decodes (tonic's default is 4 MiB): a page of the log's
 /// batches, a watch answer (fragmented by etcd at its request limit, 1.5 MiB by default).
 const DECODE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
-/// How the thread connects.
+/// How the client connects.
 #[derive(Clone, Debug)]
 pub(crate) struct ConnectSettings {
     pub(crate) endpoints: Vec<String>,
@@ -150,122 +127,131 @@ pub(crate) struct ConnectSettings {
     pub(crate) fleet: String,
 }
 
-/// The handle on the I/O thread: dropping every handle ends the thread.
-#[derive(Debug)]
+/// The etcd client of one store, and the watch task that fills its replica (aborted when the
+/// last handle goes).
 pub(crate) struct Io {
-    commands: mpsc::UnboundedSender<Command>,
+    client: Client,
+    keys: Keys,
     request_timeout: Duration,
+    /// The runtime the store was opened on: the watch and snapshot writes are its tasks.
+    runtime: tokio::runtime::Handle,
+    watch: Option<AbortHandle>,
+}
+
+impl std::fmt::Debug for Io {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Io")
+            .field("keys", &self.keys)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Io {
+    fn drop(&mut self) {
+        if let Some(watch) = &self.watch {
+            watch.abort();
+        }
+    }
 }
 
 impl Io {
-    /// Starts the thread: connects, loads the log from `start` (the snapshot revision: 0 for the
-    /// whole log) into the replica, then watches. Returns once the initial load is done or failed.
-    /// `refuse` sees the first head read: a reason makes the store refused before it writes or
-    /// reads anything more (no fleet check, no load, no watch).
-    pub(crate) fn start(
+    /// Connects, loads the log from `start` (the snapshot revision: 0 for the whole log) into the
+    /// replica, then starts the watch, a task of the current runtime. `refuse` sees the first
+    /// head read: a reason makes the store refused before it writes or reads anything more (no
+    /// fleet check, no load, no watch).
+    pub(crate) async fn start(
         settings: ConnectSettings,
         keys: Keys,
         shared: Arc<Shared>,
         refuse: Refuse,
-    ) -> Result<(Self, HeadRead), String> {
-        let (commands, mut receiver) = mpsc::unbounded_channel::<Command>();
-        let (ready, started) = std_mpsc::sync_channel::<Result<HeadRead, String>>(1);
-        let request_timeout = settings.request_timeout;
-        std::thread::Builder::new()
-            .name("tenure-etcd".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(runtime) => runtime,
-                    Err(e) => {
-                        let _ = ready.send(Err(format!("cannot start the etcd client's runtime: {e}")));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    let (client, head) = match connect_and_load(&settings, &keys, &shared, refuse).await {
-                        Ok(loaded) => loaded,
-                        Err(e) => {
-                            let _ = ready.send(Err(e));
-                            return;
-                        }
-                    };
-                    let _ = ready.send(Ok(head));
-                    if shared.lock().refused.is_none() {
-                        tokio::spawn(watch(client.clone(), keys.clone(), Arc::clone(&shared)));
-                    }
-                    while let Some(command) = receiver.recv().await {
-                        tokio::spawn(answer(client.clone(), keys.clone(), command));
-                    }
-                });
-            })
-            .map_err(|e| format!("cannot start the etcd client's thread: {e}"))?;
-        let head = started
-            .recv()
-            .map_err(|_| "the etcd client's thread stopped before it connected".to_owned())??;
-        Ok((Self { commands, request_timeout }, head))
+    ) -> Result<(Self, HeadRead), EtcdError> {
+        let runtime = tokio::runtime::Handle::current();
+        let (client, head) = connect_and_load(&settings, &keys, &shared, refuse).await?;
+        let watch =
+            shared.lock().refused.is_none().then(|| {
+                runtime.spawn(watch(client.clone(), keys.clone(), Arc::clone(&shared))).abort_handle()
+            });
+        Ok((Self { client, keys, request_timeout: settings.request_timeout, runtime, watch }, head))
     }
 
-    /// Sends `command` built around a reply channel and waits for the answer, at most `wait`.
-    fn call<T>(
-        &self,
+    /// Awaits `request`, at most `wait` (a request still under way then is dropped: its outcome
+    /// is unknown to the caller, as a lost answer's).
+    async fn within<T>(
         wait: Duration,
-        build: impl FnOnce(std_mpsc::SyncSender<Result<T, String>>) -> Command,
-    ) -> Result<T, String> {
-        let (reply, answer) = std_mpsc::sync_channel(1);
-        self.commands.send(build(reply)).map_err(|_| "the etcd client's thread stopped".to_owned())?;
-        super::blocking(|| answer.recv_timeout(wait))
-            .map_err(|_| format!("etcd did not answer within {} ms", wait.as_millis()))?
+        request: impl std::future::Future<Output = Result<T, EtcdError>>,
+    ) -> Result<T, EtcdError> {
+        tokio::time::timeout(wait, request).await.map_err(|_| EtcdError::Timeout { waited: wait })?
     }
 
-    /// Puts one batch (see [`Command::Append`]), waiting at most the request timeout and a
-    /// margin (the client's own timeout answers first).
-    pub(crate) fn append(
+    /// Puts one batch (see [`append()`]), waiting at most the request timeout and a margin (the
+    /// client's own timeout answers first).
+    pub(crate) async fn append(
         &self,
         key: String,
         value: Vec<u8>,
         anchor: Anchor,
         retry: Retry,
-    ) -> Result<Appended, String> {
-        self.call(self.request_timeout + Duration::from_millis(500), |reply| Command::Append {
-            key,
-            value,
-            anchor,
-            retry,
-            reply,
-        })
+    ) -> Result<Appended, EtcdError> {
+        let mut client = self.client.clone();
+        Self::within(
+            self.request_timeout + Duration::from_millis(500),
+            append(&mut client, &self.keys, &key, value, &anchor, retry),
+        )
+        .await
     }
 
-    /// Starts writing a snapshot (see [`Command::WriteSnapshot`]) and returns at once: a slow
-    /// write or compaction must not hold up the agent's heartbeats.
-    pub(crate) fn write_snapshot(
-        &self,
-        revision: i64,
-        events: u64,
-        every: u64,
-        bytes: Arc<Vec<u8>>,
-    ) -> Result<(), String> {
-        self.commands
-            .send(Command::WriteSnapshot { revision, events, every, bytes })
-            .map_err(|_| "the etcd client's thread stopped".to_owned())
+    /// Starts writing `bytes` as the snapshot of the log up to `revision` (see
+    /// [`write_snapshot`]) as a task, and returns at once: a slow write or compaction must not
+    /// hold up the agent. The outcome is logged. Skipped when the newest snapshot is fewer than
+    /// `every` events older: every agent offers one, the first to get there writes it.
+    pub(crate) fn write_snapshot(&self, revision: i64, events: u64, every: u64, bytes: Arc<Vec<u8>>) {
+        let (mut client, keys) = (self.client.clone(), self.keys.clone());
+        self.runtime.spawn(async move {
+            let started = tokio::time::Instant::now();
+            match write_snapshot(&mut client, &keys, revision, events, every, &bytes).await {
+                Ok(written) => tracing::info!(
+                    revision,
+                    events,
+                    bytes = bytes.len(),
+                    written,
+                    took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "log snapshot (the log below it deleted)"
+                ),
+                Err(e) => {
+                    warn!(error = %e, revision, "cannot write the log's snapshot; the next one will try again")
+                }
+            }
+        });
     }
 
     /// Deletes this process's writer key, waiting at most the request timeout.
-    pub(crate) fn forget_writer(&self) -> Result<(), String> {
-        self.call(self.request_timeout, |reply| Command::ForgetWriter { reply })
+    pub(crate) async fn forget_writer(&self) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        let writer = self.keys.writer.clone();
+        Self::within(self.request_timeout, async move {
+            client
+                .delete(writer.as_bytes(), None)
+                .await
+                .map(drop)
+                .map_err(EtcdError::request("writer key delete"))
+        })
+        .await
     }
 
     /// A linearizable read of the head key and of `batch_key` (see [`read_head`]), waited for at
-    /// most `wait` (a read still under way then finishes in the background, unheard).
-    pub(crate) fn head(&self, wait: Duration, batch_key: Option<Vec<u8>>) -> Result<HeadRead, String> {
-        self.call(wait, |reply| Command::Head { batch_key, reply })
+    /// most `wait`.
+    pub(crate) async fn head(
+        &self,
+        wait: Duration,
+        batch_key: Option<Vec<u8>>,
+    ) -> Result<HeadRead, EtcdError> {
+        let mut client = self.client.clone();
+        Self::within(wait, read_head(&mut client, &self.keys, batch_key.as_deref())).await
     }
 }
 
-fn failed(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
-    move |e| format!("etcd {what}: {e}")
-}
-
-async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
+async fn connect(settings: &ConnectSettings) -> Result<Client, EtcdError> {
     // Appends and head reads have their own deadlines, so a cut link fails them (and the agent
     // closes) sooner than the keepalive notices it; the keepalive covers the watch.
     let connection = EtcdConnection {
@@ -274,7 +260,7 @@ async fn connect(settings: &ConnectSettings) -> Result<Client, String> {
         user: settings.user.clone(),
         tls: settings.tls.clone(),
     };
-    connection.connect().await.map_err(failed("connect"))
+    connection.connect().await.map_err(EtcdError::request("connect"))
 }
 
 /// The first key-value of each `get` of a transaction's answer, in order (`None` for an absent
@@ -297,7 +283,7 @@ async fn read_verified_head(
     client: &mut Client,
     keys: &Keys,
     shared: &Shared,
-) -> Result<(HeadRead, bool), String> {
+) -> Result<(HeadRead, bool), EtcdError> {
     let anchor = shared.anchor();
     let head = read_head(client, keys, anchor.batch_key()).await?;
     let kept = shared.verify(&anchor, &head).is_ok();
@@ -306,7 +292,11 @@ async fn read_verified_head(
 
 /// Reads, in one read-only transaction (linearizable, at one revision), the head key, the
 /// snapshot manifest and `batch_key` (the newest batch the agent applied, when it knows it).
-async fn read_head(client: &mut Client, keys: &Keys, batch_key: Option<&[u8]>) -> Result<HeadRead, String> {
+async fn read_head(
+    client: &mut Client,
+    keys: &Keys,
+    batch_key: Option<&[u8]>,
+) -> Result<HeadRead, EtcdError> {
     let mut gets = vec![TxnOp::get(keys.head.as_bytes(), None), TxnOp::get(keys.snapshot.as_bytes(), None)];
     gets.extend(batch_key.map(|key| TxnOp::get(key, None)));
     let txn = Txn::new().and_then(gets);
@@ -316,8 +306,8 @@ async fn read_head(client: &mut Client, keys: &Keys, batch_key: Option<&[u8]>) -
         async move { client.txn(txn).await }
     })
     .await
-    .map_err(failed("head read"))?;
-    let header = response.header().ok_or("etcd head read: an answer without a header")?;
+    .map_err(EtcdError::request("head read"))?;
+    let header = response.header().ok_or(EtcdError::NoHeader { what: "head read" })?;
     let (cluster_id, revision) = (header.cluster_id(), header.revision());
     let kvs = got(response);
     let head = kvs.first().cloned().flatten();
@@ -342,7 +332,7 @@ async fn connect_and_load(
     keys: &Keys,
     shared: &Shared,
     refuse: Refuse,
-) -> Result<(Client, HeadRead), String> {
+) -> Result<(Client, HeadRead), EtcdError> {
     let mut client = connect(settings).await?;
     let anchor = shared.anchor();
     let first = read_head(&mut client, keys, anchor.batch_key()).await?;
@@ -355,19 +345,19 @@ async fn connect_and_load(
         return Ok((client, first));
     }
     check_fleet(&mut client, keys, &settings.fleet).await?;
-    client.put(keys.writer.as_bytes(), "", None).await.map_err(failed("writer key"))?;
+    client.put(keys.writer.as_bytes(), "", None).await.map_err(EtcdError::request("writer key"))?;
     let head = load(&mut client, keys, shared).await?;
     Ok((client, head))
 }
 
 /// Writes this agent's fleet under the fleet key unless one is there; one that is there must be
 /// the same (every agent computes the map from the same nodes).
-async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<(), String> {
+async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<(), EtcdError> {
     let txn = Txn::new()
         .when([Compare::create_revision(keys.fleet.as_bytes(), CompareOp::Equal, 0)])
         .and_then([TxnOp::put(keys.fleet.as_bytes(), fleet.as_bytes(), None)])
         .or_else([TxnOp::get(keys.fleet.as_bytes(), None)]);
-    let response = client.txn(txn).await.map_err(failed("fleet check"))?;
+    let response = client.txn(txn).await.map_err(EtcdError::request("fleet check"))?;
     if response.succeeded() {
         return Ok(());
     }
@@ -380,41 +370,7 @@ async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<()
         })
         .unwrap_or_default();
     super::compare_fleets(&String::from_utf8_lossy(&stored), fleet, &keys.fleet)
-}
-
-async fn answer(mut client: Client, keys: Keys, command: Command) {
-    match command {
-        Command::Append { key, value, anchor, retry, reply } => {
-            let _ = reply.send(append(&mut client, &keys, &key, value, &anchor, retry).await);
-        }
-        Command::ForgetWriter { reply } => {
-            let deleted = client
-                .delete(keys.writer.as_bytes(), None)
-                .await
-                .map(drop)
-                .map_err(failed("writer key delete"));
-            let _ = reply.send(deleted);
-        }
-        Command::Head { batch_key, reply } => {
-            let _ = reply.send(read_head(&mut client, &keys, batch_key.as_deref()).await);
-        }
-        Command::WriteSnapshot { revision, events, every, bytes } => {
-            let started = tokio::time::Instant::now();
-            match write_snapshot(&mut client, &keys, revision, events, every, &bytes).await {
-                Ok(written) => tracing::info!(
-                    revision,
-                    events,
-                    bytes = bytes.len(),
-                    written,
-                    took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    "log snapshot (the log below it deleted)"
-                ),
-                Err(e) => {
-                    warn!(error = %e, revision, "cannot write the log's snapshot; the next one will try again")
-                }
-            }
-        }
-    }
+        .map_err(EtcdError::OtherFleet)
 }
 
 /// Retries of a request whose failure came back at once.

@@ -7,7 +7,9 @@
 //!   snapshots, and the binding to one etcd cluster.
 //! - `anchor.rs` — the rollback checks: how far this agent applied the log (`Anchor`), the
 //!   binding record, and the refusals of another cluster or a log that went back.
-//! - `io.rs` — the etcd client's own thread: appends, head reads, the initial load, the watch.
+//! - `error.rs` — [`EtcdError`]: what went wrong talking to etcd, typed.
+//! - `io.rs` — the etcd client: appends, head reads, the initial load, the watch (a task of the
+//!   runtime the store was opened on).
 //! - `io/append.rs` — one append, compared against what this agent applied and its writer key.
 //! - `io/snapshot.rs` — the snapshot in etcd (manifest and chunks): read, write, and the
 //!   compaction of what it replaces.
@@ -19,18 +21,22 @@
 
 mod anchor;
 pub mod batch;
+mod error;
 mod io;
 mod replica;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tenure_core::log::Event;
 use tenure_core::log_store::{LogError, LogIndex, encode_record};
 use tracing::{error, info, warn};
 
 use self::anchor::{Anchor, Binding, Newest, SNAPSHOT, check_binding};
+pub use self::error::EtcdError;
 use self::io::{Appended, ConnectSettings, Io, Keys, Retry};
 pub use self::replica::EtcdLog;
 use self::replica::{Shared, StoredBatch};
@@ -77,17 +83,6 @@ pub(crate) fn compare_fleets(stored: &str, mine: &str, key: &str) -> Result<(), 
     }
 }
 
-/// Runs `f`, which blocks the thread, from any context: inside a multi-thread tokio runtime it
-/// tells the runtime first (other tasks move to other workers).
-pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
-}
-
 /// The fleet store: the log in etcd (through a local replica), everything else in the embedded
 /// store at `store.path`. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -115,12 +110,13 @@ pub enum EtcdStoreError {
     #[error(transparent)]
     Local(#[from] StoreError),
     /// etcd could not be reached or read.
-    #[error("etcd at {endpoints}: {reason}")]
+    #[error("etcd at {endpoints}: {source}")]
     Etcd {
         /// The endpoints tried.
         endpoints: String,
         /// What failed.
-        reason: String,
+        #[source]
+        source: EtcdError,
     },
 }
 
@@ -128,14 +124,19 @@ impl EtcdStore {
     /// Opens the local store at `dir` (checked against `identity_file` as the embedded store
     /// is), connects to etcd and loads the log. A log this agent must not follow (another
     /// cluster, a log behind what it applied) opens in the **refused** state: nothing is read or
-    /// appended, the agent reports why and never acts (never restarts tokens).
-    pub fn open(dir: &Path, identity_file: &Path, options: &EtcdOptions) -> Result<Self, EtcdStoreError> {
-        Self::open_with(dir, identity_file, options, MissingIdentity::Refuse)
+    /// appended, the agent reports why and never acts (never restarts tokens). The store's etcd
+    /// requests and its watch run on the runtime this is awaited on.
+    pub async fn open(
+        dir: &Path,
+        identity_file: &Path,
+        options: &EtcdOptions,
+    ) -> Result<Self, EtcdStoreError> {
+        Self::open_with(dir, identity_file, options, MissingIdentity::Refuse).await
     }
 
     /// [`Self::open`], with the operator's word on a local store that holds data but has no
     /// identity file (see [`EmbeddedStore::open_with`]).
-    pub fn open_with(
+    pub async fn open_with(
         dir: &Path,
         identity_file: &Path,
         options: &EtcdOptions,
@@ -172,7 +173,8 @@ impl EtcdStore {
         let keys = Keys::new(&options.prefix, &instance);
         let log_keys = keys.log.clone();
         let (io, head) = Io::start(settings, keys, Arc::clone(&shared), refuse)
-            .map_err(|reason| EtcdStoreError::Etcd { endpoints: endpoints.clone(), reason })?;
+            .await
+            .map_err(|source| EtcdStoreError::Etcd { endpoints: endpoints.clone(), source })?;
         let store = Self {
             local,
             shared,
@@ -228,13 +230,13 @@ impl EtcdStore {
         self.local.put_meta_record(BINDING_KEY, &bytes)
     }
 
-    /// Closes the local store (the etcd thread ends with the last handle).
+    /// Closes the local store (the watch ends with the last handle).
     /// Its writer key goes too: this process appends nothing more, so no retry of its batches
     /// needs it (an agent killed leaves its key behind, a few bytes).
-    pub fn close(self) -> Result<(), StoreError> {
+    pub async fn close(self) -> Result<(), StoreError> {
         let _ = self.flush_binding();
         if self.refused().is_none()
-            && let Err(e) = self.io.forget_writer()
+            && let Err(e) = self.io.forget_writer().await
         {
             warn!(error = %e, "cannot delete this agent's writer key (a few bytes left behind)");
         }
@@ -265,8 +267,10 @@ impl EtcdStore {
 
     /// Appends `events` in order; with `sync_journal`, the local journal's buffered changes are
     /// synced first (the loop's batches: a result is in the journal before the log says so).
-    /// `retry` says whether a failed batch is appended again as it was ([`Retry`]).
-    fn append_events(
+    /// `retry` says whether a failed batch is appended again as it was ([`Retry`]). Done at
+    /// etcd's answer; the agent's next follow waits for the watch to deliver it
+    /// ([`AgentStore::read_own_appends`]).
+    async fn append_events(
         &self,
         events: &[Event],
         sync_journal: bool,
@@ -285,7 +289,7 @@ impl EtcdStore {
         let mut indices = Vec::with_capacity(records.len());
         let mut last_revision = 0;
         for range in batch::chunks(&records) {
-            let revision = self.append_chunk(&records[range.clone()], retry)?;
+            let revision = self.append_chunk(&records[range.clone()], retry).await?;
             indices.extend(
                 (0..range.len()).map(|p| batch::index_of(revision, p).expect("a batch fits the index")),
             );
@@ -296,7 +300,7 @@ impl EtcdStore {
     }
 
     /// Appends one batch of encoded records; returns its revision.
-    fn append_chunk(&self, records: &[Vec<u8>], retry: Retry) -> Result<i64, LogError> {
+    async fn append_chunk(&self, records: &[Vec<u8>], retry: Retry) -> Result<i64, LogError> {
         let value = batch::encode(records);
         // The same batch retried gets the same key: the transaction then finds it (or this
         // process's writer key naming it, once a snapshot deleted it: [`Retry::SameBatch`]) and
@@ -307,7 +311,12 @@ impl EtcdStore {
         // never lands on a log that went back (it would rewrite the head past every agent's mark,
         // or add to a restored log other writers pushed past it).
         let anchor = self.shared.anchor();
-        match self.io.append(key, value, anchor, retry).map_err(|reason| LogError::Unavailable { reason })? {
+        match self
+            .io
+            .append(key, value, anchor, retry)
+            .await
+            .map_err(|e| LogError::Unavailable { reason: e.to_string() })?
+        {
             Appended::Committed { revision, head_created } => {
                 self.shared.learn_head_created(head_created);
                 Ok(revision)
@@ -334,44 +343,49 @@ impl AgentStore for EtcdStore {
 
     /// Makes the journal changes buffered so far durable locally first (a result is in the
     /// journal before the log says so), then appends one batch per [`batch::chunks`] range.
-    /// Complete at etcd's answer: the watch delivers the batches into the replica in log order,
-    /// and the next read of the log waits (up to the request timeout) for them, so that
-    /// following the log right after sees them ([`Shared::wait_for_own`]).
-    fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
-        self.append_events(events, true, Retry::SameBatch)
+    /// Done at etcd's answer: the watch delivers the batches into the replica in log order, and
+    /// the agent's next follow waits (up to the request timeout) for them
+    /// ([`AgentStore::read_own_appends`]).
+    async fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_events(events, true, Retry::SameBatch).await
     }
 
-    fn append_unretried(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
-        self.append_events(events, true, Retry::Never)
+    async fn append_unretried(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_events(events, true, Retry::Never).await
     }
 
     /// Without syncing the journal (a heartbeat reports no result), and leaving this process's
     /// writer key alone ([`Retry::Never`]): heartbeats may land while a failed batch of the loop
     /// waits for its retry, which still finds that batch by the key.
-    fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
-        self.append_events(events, false, Retry::Never)
+    async fn append_heartbeats(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_events(events, false, Retry::Never).await
+    }
+
+    async fn read_own_appends(&self) {
+        self.shared.wait_for_own().await;
     }
 
     fn record_highest_token(&self, token: u64) {
         self.local.record_highest_token(token);
     }
 
-    fn backup(&self) -> Result<Vec<u8>, String> {
-        Err("a fleet agent's log is in etcd: back up etcd (etcdctl snapshot save); this agent's local store \
-             holds only its journal"
-            .into())
+    fn backup(&self) -> Result<Vec<u8>, StoreError> {
+        Err(StoreError::NoBackup {
+            why: "a fleet agent's log is in etcd: back up etcd (etcdctl snapshot save); this agent's local store \
+                  holds only its journal",
+        })
     }
 
-    fn flush_identity(&self) -> Result<(), String> {
-        self.local.flush_identity().map_err(|e| e.to_string())?;
-        self.flush_binding().map_err(|e| e.to_string())
+    fn flush_identity(&self) -> Result<(), StoreError> {
+        self.local.flush_identity()?;
+        self.flush_binding()
     }
 
     fn log_changed(&self) -> Option<Arc<tokio::sync::Notify>> {
         Some(Arc::clone(&self.shared.changed))
     }
 
-    fn confirm_head(&self, bound: Duration) -> Result<(), HeadUnconfirmed> {
+    async fn confirm_head(&self, bound: Duration) -> Result<(), HeadUnconfirmed> {
         let deadline = Instant::now() + bound;
         if let Some(reason) = self.refused() {
             return Err(HeadUnconfirmed::Refused(reason));
@@ -379,8 +393,11 @@ impl AgentStore for EtcdStore {
         // Sampled before the head read is sent: the read is linearized after every batch this
         // agent has seen so far, not after one the watch brings while the read is under way.
         let anchor = self.shared.anchor();
-        let head =
-            self.io.head(bound, anchor.batch_key().map(<[u8]>::to_vec)).map_err(HeadUnconfirmed::Behind)?;
+        let head = self
+            .io
+            .head(bound, anchor.batch_key().map(<[u8]>::to_vec))
+            .await
+            .map_err(|e| HeadUnconfirmed::Behind(e.to_string()))?;
         if head.cluster_id != self.cluster_id {
             let reason = format!(
                 "etcd cluster {:x} answered, not {:x} this agent follows (replaced underneath?); refusing to act",
@@ -390,7 +407,7 @@ impl AgentStore for EtcdStore {
             return Err(HeadUnconfirmed::Refused(reason));
         }
         self.shared.verify(&anchor, &head).map_err(HeadUnconfirmed::Refused)?;
-        blocking(|| self.shared.wait_for(head.head_revision, deadline)).map_err(HeadUnconfirmed::Behind)?;
+        self.shared.wait_for(head.head_revision, deadline).await.map_err(HeadUnconfirmed::Behind)?;
         // Durably, before any call on this head: a restarted agent knows how far it acted, and
         // refuses a log restored to before it.
         self.flush_binding().map_err(|e| {
@@ -410,11 +427,12 @@ impl AgentStore for EtcdStore {
         self.shared.lock().snapshot.clone()
     }
 
-    fn write_snapshot(&self, applied: LogIndex, events: u64, bytes: Vec<u8>) -> Result<(), String> {
+    fn write_snapshot(&self, applied: LogIndex, events: u64, bytes: Vec<u8>) -> Result<(), StoreError> {
         if let Some(reason) = self.refused() {
-            return Err(reason);
+            return Err(StoreError::Refused { reason });
         }
-        self.io.write_snapshot(batch::revision_of(applied), events, self.snapshot_every, Arc::new(bytes))
+        self.io.write_snapshot(batch::revision_of(applied), events, self.snapshot_every, Arc::new(bytes));
+        Ok(())
     }
 
     fn capabilities(&self) -> StoreCapabilities {

@@ -1,10 +1,11 @@
-//! The replica of the log this agent holds ([`Shared`]: what the store and its I/O thread share),
+//! The replica of the log this agent holds ([`Shared`]: what the store and its watch share),
 //! filled by the watch in revision order, and the [`EtcdLog`] every node of the agent reads it
 //! through.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::time::Instant;
 
 use tenure_core::codec::{self, CodecError};
 use tenure_core::log::Event;
@@ -12,8 +13,8 @@ use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log, LogError, LogIndex, LogRec
 use tracing::{error, warn};
 
 use super::anchor::{Anchor, Newest, check_anchor};
+use super::batch;
 use super::io::HeadRead;
-use super::{batch, blocking};
 
 /// The log as this agent holds it: every batch the watch delivered, decoded, in revision order.
 #[derive(Debug, Default)]
@@ -33,23 +34,23 @@ pub(super) struct Replica {
     /// Why this agent refuses the log for good (another cluster, a log gone back, a batch that
     /// does not decode): sticky until restarted.
     pub(super) refused: Option<String>,
+    /// The revision of the newest batch this process appended, and until when the agent waits
+    /// for the watch to deliver it before it follows the log ([`Shared::wait_for_own`]).
+    pub(super) own: Option<(i64, Instant)>,
     /// The newest snapshot loaded (at start, or when a compaction made the watch reload): the
     /// index of the last record it holds, and its bytes.
     pub(super) snapshot: Option<(LogIndex, Arc<Vec<u8>>)>,
-    /// The revision of the newest batch this process appended, and until when a read of the
-    /// replica waits for the watch to deliver it ([`Shared::wait_for_own`]).
-    pub(super) own: Option<(i64, Instant)>,
 }
 
 /// One log key as read: its revision, key and value.
 pub(crate) type StoredBatch = (i64, (Vec<u8>, Vec<u8>));
 
-/// What the store and its I/O thread share.
+/// What the store and its watch share.
 #[derive(Debug)]
 pub(crate) struct Shared {
     replica: Mutex<Replica>,
     /// Signalled whenever the replica grew (waiters for an append or a head confirmation).
-    grown: Condvar,
+    grown: tokio::sync::Notify,
     /// Wakes the agent loop when someone appended.
     pub(super) changed: Arc<tokio::sync::Notify>,
 }
@@ -58,7 +59,7 @@ impl Shared {
     pub(super) fn new() -> Self {
         Self {
             replica: Mutex::new(Replica::default()),
-            grown: Condvar::new(),
+            grown: tokio::sync::Notify::new(),
             changed: Arc::new(tokio::sync::Notify::new()),
         }
     }
@@ -164,7 +165,7 @@ impl Shared {
     }
 
     pub(super) fn grew(&self) {
-        self.grown.notify_all();
+        self.grown.notify_waiters();
         self.changed.notify_one();
     }
 
@@ -189,8 +190,8 @@ impl Shared {
         }
     }
 
-    /// This process appended a batch at `revision`: reads of the replica wait (until
-    /// `deadline` at most) for the watch to deliver it.
+    /// This process appended a batch at `revision`: the agent waits (until `deadline` at most)
+    /// for the watch to deliver it before it follows the log ([`Self::wait_for_own`]).
     pub(super) fn appended(&self, revision: i64, deadline: Instant) {
         let mut replica = self.lock();
         if replica.own.is_none_or(|(own, _)| own < revision) {
@@ -198,14 +199,14 @@ impl Shared {
         }
     }
 
-    /// Before a read of the replica: waits until the watch delivered the newest batch this
+    /// Before the agent follows the log: waits until the watch delivered the newest batch this
     /// process appended, so that the agent reads its own appends (as the embedded store's log
-    /// gives them), at most until the deadline [`Self::appended`] set; then reads what is there.
-    /// Only the reader waits: an append completes at etcd's answer. The replica still grows by
-    /// the watch alone, in revision order.
-    pub(super) fn wait_for_own(&self) {
+    /// gives them), at most until the deadline [`Self::appended`] set; then what is there is
+    /// read. Only the reader waits: an append is done at etcd's answer. The replica still grows
+    /// by the watch alone, in revision order.
+    pub(super) async fn wait_for_own(&self) {
         let Some((revision, deadline)) = self.lock().own else { return };
-        if let Err(reason) = blocking(|| self.wait_for(revision, deadline)) {
+        if let Err(reason) = self.wait_for(revision, deadline).await {
             warn!(%reason, "appended, but the watch has not delivered it yet");
         }
         let mut replica = self.lock();
@@ -215,27 +216,28 @@ impl Shared {
     }
 
     /// Waits until the replica holds every batch up to `revision`, at most until `deadline`.
-    pub(super) fn wait_for(&self, revision: i64, deadline: Instant) -> Result<(), String> {
-        let mut replica = self.lock();
+    pub(super) async fn wait_for(&self, revision: i64, deadline: Instant) -> Result<(), String> {
         loop {
-            if let Some(reason) = &replica.refused {
-                return Err(reason.clone());
+            // Registered before the check: a batch delivered in between still wakes it.
+            let grown = self.grown.notified();
+            tokio::pin!(grown);
+            grown.as_mut().enable();
+            {
+                let replica = self.lock();
+                if let Some(reason) = &replica.refused {
+                    return Err(reason.clone());
+                }
+                if replica.seen_revision >= revision {
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "this agent has the log up to revision {} but etcd's head is at {revision}",
+                        replica.seen_revision
+                    ));
+                }
             }
-            if replica.seen_revision >= revision {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(format!(
-                    "this agent has the log up to revision {} but etcd's head is at {revision}",
-                    replica.seen_revision
-                ));
-            }
-            replica = self
-                .grown
-                .wait_timeout(replica, deadline - now)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+            let _ = tokio::time::timeout_at(deadline, grown).await;
         }
     }
 }
@@ -252,7 +254,6 @@ impl Log for EtcdLog {
     }
 
     fn read_from(&self, from: LogIndex, max_records: usize) -> Result<Vec<LogRecord>, LogError> {
-        self.shared.wait_for_own();
         let replica = self.shared.lock();
         if replica.refused.is_some() {
             // A refused log holds nothing this agent may apply; the agent reports why.
@@ -281,7 +282,6 @@ impl Log for EtcdLog {
     }
 
     fn head(&self) -> Result<Option<LogIndex>, LogError> {
-        self.shared.wait_for_own();
         let replica = self.shared.lock();
         Ok(replica.records.back().map(|(i, _)| *i).or(replica.trimmed_upto))
     }
@@ -321,8 +321,8 @@ mod tests {
         assert!(shared.lock().refused.as_deref().is_some_and(|r| r.starts_with(WENT_BACK)), "sticky");
     }
 
-    #[test]
-    fn a_read_of_the_log_waits_for_this_process_s_own_append_until_its_deadline() {
+    #[tokio::test]
+    async fn a_follow_waits_for_this_process_s_own_append_until_its_deadline() {
         let shared = Arc::new(Shared::new());
         let log = EtcdLog { shared: Arc::clone(&shared) };
         let event = Event { at_ms: 1, kind: tenure_core::log::EventKind::Heartbeat { node: "a".into() } };
@@ -332,18 +332,22 @@ mod tests {
         let delivery = {
             let shared = Arc::clone(&shared);
             let value = value.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(200));
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 shared.push_batch(b"k7", 7, &value);
                 shared.grew();
             })
         };
+        shared.wait_for_own().await;
         assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1, "its own append read");
-        delivery.join().expect("must hold");
-        // Past its deadline, a read takes what is there.
+        delivery.await.expect("must hold");
+        // Past its deadline, the wait ends at once and the follow takes what is there.
         shared.appended(9, Instant::now());
+        shared.wait_for_own().await;
         assert_eq!(log.read_from(LogIndex::FIRST, 10).expect("must hold").len(), 1);
         assert_eq!(log.head().expect("must hold"), batch::index_of(7, 0));
+        let late = shared.wait_for(9, Instant::now() + Duration::from_millis(20)).await;
+        assert!(late.as_ref().is_err_and(|e| e.contains("up to revision 7")), "{late:?}");
     }
 
     #[test]

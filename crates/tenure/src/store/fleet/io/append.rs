@@ -6,11 +6,12 @@ use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 
 use tracing::warn;
 
+use super::super::EtcdError;
 use super::super::anchor::{Anchor, check_anchor};
-use super::{Appended, HeadRead, Keys, Retry, decode_manifest, failed, got, retry_quick_failures};
+use super::{Appended, HeadRead, Keys, Retry, decode_manifest, got, retry_quick_failures};
 
 /// Puts one batch under `key` unless it is there already or (a batch retried as it was,
-/// [`Retry::SameBatch`]) this process's writer key names it (see [`super::Command::Append`]), and only
+/// [`Retry::SameBatch`]) this process's writer key names it, and only
 /// while etcd still holds what `anchor` says this agent applied: the head created at the same
 /// revision and written at or after the anchor, and the anchor's batch at its revision (or, once
 /// a snapshot deleted it, a snapshot covering it: then tried again without that compare). A log
@@ -30,7 +31,7 @@ pub(super) async fn append(
     value: Vec<u8>,
     anchor: &Anchor,
     retry: Retry,
-) -> Result<Appended, String> {
+) -> Result<Appended, EtcdError> {
     // This process's writer key, when it names this batch.
     let writer = (retry == Retry::SameBatch).then_some(keys.writer.as_str());
     let head = keys.head.as_bytes();
@@ -75,16 +76,16 @@ pub(super) async fn append(
             async move { client.txn(txn).await }
         })
         .await
-        .map_err(failed("append"))?;
+        .map_err(EtcdError::request("append"))?;
         let succeeded = response.succeeded();
         let header = response.header().map(|h| (h.cluster_id(), h.revision()));
         let gets = got(response);
         if succeeded {
             let head_created = gets.last().cloned().flatten().map_or(0, |kv| kv.create_revision());
-            let (_, revision) = header.ok_or("etcd append: no header")?;
+            let (_, revision) = header.ok_or(EtcdError::NoHeader { what: "append" })?;
             return Ok(Appended::Committed { revision, head_created });
         }
-        let (cluster_id, revision) = header.ok_or("etcd append: no header")?;
+        let (cluster_id, revision) = header.ok_or(EtcdError::NoHeader { what: "append" })?;
         let head_kv = gets.get(2).cloned().flatten();
         let read = HeadRead {
             cluster_id,
@@ -116,17 +117,23 @@ pub(super) async fn append(
             continue;
         }
         let Some(writer) = writer else {
-            return Err(format!("etcd append: {key} is not there, and its transaction failed all the same"));
+            return Err(EtcdError::AppendUnresolved {
+                key: key.to_owned(),
+                detail: "is not there, and its transaction failed all the same".into(),
+            });
         };
         let writer_there = gets.get(1).is_some_and(Option::is_some);
         if writer_there || recreated {
-            return Err(format!("etcd append: {key} is neither there nor named by {writer}"));
+            return Err(EtcdError::AppendUnresolved {
+                key: key.to_owned(),
+                detail: format!("is neither there nor named by {writer}"),
+            });
         }
         warn!(%writer, "this agent's writer key is gone (deleted by hand?); creating it again");
         let create = Txn::new()
             .when([Compare::create_revision(writer.as_bytes(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(writer.as_bytes(), "", None)]);
-        client.txn(create).await.map_err(failed("writer key"))?;
+        client.txn(create).await.map_err(EtcdError::request("writer key"))?;
         recreated = true;
     }
 }

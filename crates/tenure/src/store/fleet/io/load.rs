@@ -4,13 +4,14 @@
 
 use etcd_client::{Client, GetOptions};
 
+use super::super::EtcdError;
 use super::super::StoredBatch;
-use super::{DECODE_BYTES_MAX, HeadRead, Keys, Shared, failed, read_snapshot, read_verified_head};
+use super::{DECODE_BYTES_MAX, HeadRead, Keys, Shared, read_snapshot, read_verified_head};
 
 /// Reads the head, the newest snapshot and every batch after it, all at the head read's
 /// revision, and makes them the replica (replacing what it held) — unless the log went back
 /// below what the agent applied: the replica is then refused ([`Shared::verify`]) as it is.
-pub(super) async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadRead, String> {
+pub(super) async fn load(client: &mut Client, keys: &Keys, shared: &Shared) -> Result<HeadRead, EtcdError> {
     let (head, kept) = read_verified_head(client, keys, shared).await?;
     if !kept {
         return Ok(head);
@@ -36,7 +37,12 @@ const VALUES_PAGE: usize = 32;
 /// revisions only, each page starting after the last key read), its values then read a page of
 /// keys at a time (each range bounded by the page's first and last key), and the batches
 /// ordered by revision here. All at revision `at`: the keys do not change between the reads.
-async fn read_log(client: &mut Client, keys: &Keys, at: i64, after: i64) -> Result<Vec<StoredBatch>, String> {
+async fn read_log(
+    client: &mut Client,
+    keys: &Keys,
+    at: i64,
+    after: i64,
+) -> Result<Vec<StoredBatch>, EtcdError> {
     let mut kv = client.kv_client().max_decoding_message_size(DECODE_BYTES_MAX);
     let end = prefix_end(keys.log.as_bytes());
     // Every key, in key order, with its revision.
@@ -48,7 +54,8 @@ async fn read_log(client: &mut Client, keys: &Keys, at: i64, after: i64) -> Resu
             .with_revision(at)
             .with_keys_only()
             .with_limit(KEYS_PAGE);
-        let mut response = kv.get(start.clone(), Some(options)).await.map_err(failed("log listing"))?;
+        let mut response =
+            kv.get(start.clone(), Some(options)).await.map_err(EtcdError::request("log listing"))?;
         let more = response.more();
         listed.extend(response.take_kvs().into_iter().map(|kv| {
             let revision = kv.mod_revision();
@@ -73,14 +80,14 @@ async fn read_log(client: &mut Client, keys: &Keys, at: i64, after: i64) -> Resu
             .with_range(last)
             .with_revision(at)
             .with_limit(i64::try_from(page.len()).unwrap_or(i64::MAX));
-        let mut response = kv.get(first, Some(options)).await.map_err(failed("log read"))?;
+        let mut response = kv.get(first, Some(options)).await.map_err(EtcdError::request("log read"))?;
         let kvs = response.take_kvs();
         if kvs.len() != page.len() {
-            return Err(format!(
+            return Err(EtcdError::Damaged(format!(
                 "etcd log read: {} batches where the listing at revision {at} had {}",
                 kvs.len(),
                 page.len()
-            ));
+            )));
         }
         batches.extend(
             kvs.into_iter()

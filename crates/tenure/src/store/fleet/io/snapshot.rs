@@ -4,7 +4,8 @@
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 
-use super::{Keys, failed};
+use super::super::EtcdError;
+use super::Keys;
 
 /// The snapshot manifest under `<prefix>/snapshot`: `{"v":1,"revision":R,…}`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -31,22 +32,24 @@ async fn read_manifest(
     client: &mut Client,
     keys: &Keys,
     at: Option<i64>,
-) -> Result<Option<(Manifest, i64)>, String> {
+) -> Result<Option<(Manifest, i64)>, EtcdError> {
     let options = at.map(|at| GetOptions::new().with_revision(at));
-    let response = client.get(keys.snapshot.as_bytes(), options).await.map_err(failed("snapshot read"))?;
+    let response =
+        client.get(keys.snapshot.as_bytes(), options).await.map_err(EtcdError::request("snapshot read"))?;
     let Some(kv) = response.kvs().first() else { return Ok(None) };
     Ok(Some((decode_manifest(keys, kv.value())?, kv.mod_revision())))
 }
 
 /// The manifest stored under the snapshot key, or why it is not one (one line).
-pub(super) fn decode_manifest(keys: &Keys, value: &[u8]) -> Result<Manifest, String> {
-    let manifest: Manifest = serde_json::from_slice(value)
-        .map_err(|e| format!("the snapshot manifest {} does not decode: {e}", keys.snapshot))?;
+pub(super) fn decode_manifest(keys: &Keys, value: &[u8]) -> Result<Manifest, EtcdError> {
+    let manifest: Manifest = serde_json::from_slice(value).map_err(|e| {
+        EtcdError::Damaged(format!("the snapshot manifest {} does not decode: {e}", keys.snapshot))
+    })?;
     if manifest.v != 1 {
-        return Err(format!(
+        return Err(EtcdError::Damaged(format!(
             "the snapshot manifest {} has format version {}, not 1",
             keys.snapshot, manifest.v
-        ));
+        )));
     }
     Ok(manifest)
 }
@@ -56,7 +59,7 @@ pub(super) async fn read_snapshot(
     client: &mut Client,
     keys: &Keys,
     at: i64,
-) -> Result<Option<(Manifest, Vec<u8>)>, String> {
+) -> Result<Option<(Manifest, Vec<u8>)>, EtcdError> {
     let Some((manifest, _)) = read_manifest(client, keys, Some(at)).await? else { return Ok(None) };
     let mut bytes = Vec::with_capacity(manifest.bytes);
     for chunk in 0..manifest.chunks {
@@ -64,19 +67,22 @@ pub(super) async fn read_snapshot(
         let response = client
             .get(key.as_bytes(), Some(GetOptions::new().with_revision(at)))
             .await
-            .map_err(failed("snapshot chunk read"))?;
-        let kv = response.kvs().first().ok_or_else(|| format!("snapshot chunk {key} is missing"))?;
+            .map_err(EtcdError::request("snapshot chunk read"))?;
+        let kv = response
+            .kvs()
+            .first()
+            .ok_or_else(|| EtcdError::Damaged(format!("snapshot chunk {key} is missing")))?;
         bytes.extend_from_slice(kv.value());
     }
     let hash = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes));
     if bytes.len() != manifest.bytes || hash != manifest.xxh3 {
-        return Err(format!(
+        return Err(EtcdError::Damaged(format!(
             "the snapshot at revision {} is damaged: {} bytes with xxh3 {hash}, its manifest says {} bytes with {}",
             manifest.revision,
             bytes.len(),
             manifest.bytes,
             manifest.xxh3
-        ));
+        )));
     }
     Ok(Some((manifest, bytes)))
 }
@@ -92,7 +98,7 @@ pub(super) async fn write_snapshot(
     events: u64,
     every: u64,
     bytes: &[u8],
-) -> Result<bool, String> {
+) -> Result<bool, EtcdError> {
     let manifest = Manifest {
         v: 1,
         revision,
@@ -114,7 +120,7 @@ pub(super) async fn write_snapshot(
         if !written {
             for (i, chunk) in bytes.chunks(SNAPSHOT_CHUNK_BYTES).enumerate() {
                 let key = format!("{}{i:05}", keys.chunks_of(revision));
-                client.put(key, chunk, None).await.map_err(failed("snapshot chunk write"))?;
+                client.put(key, chunk, None).await.map_err(EtcdError::request("snapshot chunk write"))?;
             }
             written = true;
         }
@@ -126,7 +132,7 @@ pub(super) async fn write_snapshot(
         };
         let value = serde_json::to_vec(&manifest).expect("a manifest serializes");
         let txn = Txn::new().when([compare]).and_then([TxnOp::put(keys.snapshot.as_bytes(), value, None)]);
-        if client.txn(txn).await.map_err(failed("snapshot manifest write"))?.succeeded() {
+        if client.txn(txn).await.map_err(EtcdError::request("snapshot manifest write"))?.succeeded() {
             if let Some((old, _)) = current {
                 delete_prefix(client, &keys.chunks_of(old.revision)).await?;
             }
@@ -142,25 +148,27 @@ pub(super) async fn write_snapshot(
     Ok(false)
 }
 
-async fn delete_prefix(client: &mut Client, prefix: &str) -> Result<(), String> {
+async fn delete_prefix(client: &mut Client, prefix: &str) -> Result<(), EtcdError> {
     client
         .delete(prefix.as_bytes(), Some(etcd_client::DeleteOptions::new().with_prefix()))
         .await
-        .map_err(failed("delete"))
+        .map_err(EtcdError::request("delete"))
         .map(drop)
 }
 
 /// Deletes the log batches at revision `revision` or before, a page at a time.
-async fn delete_log_up_to(client: &mut Client, keys: &Keys, revision: i64) -> Result<(), String> {
+async fn delete_log_up_to(client: &mut Client, keys: &Keys, revision: i64) -> Result<(), EtcdError> {
     loop {
         let options =
             GetOptions::new().with_prefix().with_keys_only().with_max_mod_revision(revision).with_limit(64);
-        let response =
-            client.get(keys.log.as_bytes(), Some(options)).await.map_err(failed("log compaction read"))?;
+        let response = client
+            .get(keys.log.as_bytes(), Some(options))
+            .await
+            .map_err(EtcdError::request("log compaction read"))?;
         if response.kvs().is_empty() {
             return Ok(());
         }
         let deletes: Vec<TxnOp> = response.kvs().iter().map(|kv| TxnOp::delete(kv.key(), None)).collect();
-        client.txn(Txn::new().and_then(deletes)).await.map_err(failed("log compaction"))?;
+        client.txn(Txn::new().and_then(deletes)).await.map_err(EtcdError::request("log compaction"))?;
     }
 }

@@ -1,0 +1,91 @@
+//! [`EtcdError`]: what went wrong talking to etcd, or in what it holds — the fleet store's I/O
+//! errors, typed. At the store's seam they become the core's [`LogError::Unavailable`] (an
+//! append), [`HeadUnconfirmed::Behind`] (a head confirmation) or [`EtcdStoreError::Etcd`] (an
+//! open), worded as they always were: one line, shown in health and logs.
+//!
+//! [`LogError::Unavailable`]: tenure_core::log_store::LogError::Unavailable
+//! [`HeadUnconfirmed::Behind`]: crate::agent::HeadUnconfirmed::Behind
+//! [`EtcdStoreError::Etcd`]: super::EtcdStoreError::Etcd
+
+use std::time::Duration;
+
+/// What went wrong talking to etcd, or in what it holds.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// A request failed: etcd's account, or the connection's.
+    #[error("etcd {what}: {source}")]
+    Request {
+        /// The request ("append", "head read", "snapshot chunk read", …).
+        what: &'static str,
+        /// The client's error.
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// No answer within the deadline (the request's outcome is unknown).
+    #[error("etcd did not answer within {} ms", .waited.as_millis())]
+    Timeout {
+        /// How long it was waited for.
+        waited: Duration,
+    },
+    /// An answer without the header that carries the cluster and the revision.
+    #[error("etcd {what}: an answer without a header")]
+    NoHeader {
+        /// The request.
+        what: &'static str,
+    },
+    /// An append whose transaction failed though neither its batch nor this process's writer
+    /// key naming it is there, and the log did not go back.
+    #[error("etcd append: {key} {detail}")]
+    AppendUnresolved {
+        /// The batch's key.
+        key: String,
+        /// What was found instead.
+        detail: String,
+    },
+    /// What etcd holds under the prefix is not what tenure wrote: a snapshot manifest that does
+    /// not decode, a chunk missing or damaged, a listing and a read that disagree.
+    #[error("{0}")]
+    Damaged(String),
+    /// This agent's nodes and peers differ from the fleet recorded in etcd.
+    #[error("{0}")]
+    OtherFleet(String),
+}
+
+impl EtcdError {
+    /// Wraps a client error with the request it failed.
+    pub(crate) fn request(what: &'static str) -> impl Fn(etcd_client::Error) -> Self {
+        move |source| Self::Request { what, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_reads_as_the_line_an_operator_read_before_it_was_typed() {
+        assert_eq!(
+            EtcdError::Timeout { waited: Duration::from_millis(2_500) }.to_string(),
+            "etcd did not answer within 2500 ms"
+        );
+        assert_eq!(
+            EtcdError::NoHeader { what: "head read" }.to_string(),
+            "etcd head read: an answer without a header"
+        );
+        assert_eq!(
+            EtcdError::AppendUnresolved {
+                key: "/t/log/k".into(),
+                detail: "is neither there nor named by /t/w".into()
+            }
+            .to_string(),
+            "etcd append: /t/log/k is neither there nor named by /t/w"
+        );
+        let request = EtcdError::request("append")(etcd_client::Error::InvalidArgs("no endpoint".into()));
+        assert!(request.to_string().starts_with("etcd append: "), "{request}");
+        assert!(std::error::Error::source(&request).is_some(), "the client's error is kept as the source");
+        assert_eq!(
+            EtcdError::Damaged("snapshot chunk k is missing".into()).to_string(),
+            "snapshot chunk k is missing"
+        );
+    }
+}
