@@ -253,6 +253,118 @@ impl tenure::agent::AgentStore for FaultyStore {
     }
 }
 
+/// A **test double** of a store whose log shows what this process appended only once the agent
+/// awaited [`AgentStore::read_own_appends`](tenure::agent::AgentStore::read_own_appends): the
+/// fleet store's watch, as late as that contract lets it be. Its appends are numbered at once (in
+/// order, heartbeats too) and land in the log, in that order, at the next such await.
+#[derive(Clone, Debug, Default)]
+struct LateStore {
+    inner: MemoryStore,
+    unseen: Arc<std::sync::Mutex<Vec<tenure_core::log::Event>>>,
+}
+
+impl tenure::agent::AgentStore for LateStore {
+    type Journal = <MemoryStore as tenure::agent::AgentStore>::Journal;
+    type Log = <MemoryStore as tenure::agent::AgentStore>::Log;
+    fn log(&self) -> Self::Log {
+        self.inner.log()
+    }
+    fn journal(&self, node: &str) -> Self::Journal {
+        self.inner.journal(node)
+    }
+    async fn append_batch(
+        &self,
+        events: &[tenure_core::log::Event],
+    ) -> Result<Vec<tenure_core::log_store::LogIndex>, tenure_core::log_store::LogError> {
+        use tenure_core::log_store::{Log as _, LogIndex};
+        for event in events {
+            tenure_core::log_store::encode_record(event)?;
+        }
+        let mut unseen = self.unseen.lock().expect("not poisoned");
+        let head = self.inner.log().head()?.map_or(0, LogIndex::get);
+        let first = head + unseen.len() as u64 + 1;
+        unseen.extend_from_slice(events);
+        Ok((first..first + events.len() as u64).map(|i| LogIndex::from_stored(i).expect("from 1")).collect())
+    }
+    async fn read_own_appends(&self) {
+        let unseen = std::mem::take(&mut *self.unseen.lock().expect("not poisoned"));
+        self.inner.append_batch(&unseen).await.expect("they were numbered as this log numbers them");
+    }
+    fn backup(&self) -> Result<Vec<u8>, tenure::store::StoreError> {
+        self.inner.backup()
+    }
+    fn record_highest_token(&self, token: u64) {
+        self.inner.record_highest_token(token);
+    }
+    fn flush_identity(&self) -> Result<(), tenure::store::StoreError> {
+        self.inner.flush_identity()
+    }
+}
+
+/// Read-your-writes is the loop's: it awaits `read_own_appends` before it follows the log, so a
+/// store whose log shows this process's appends late (the fleet store's watch) still shows the
+/// loop its own results before it plans again. Were it not awaited, the pool files' events would
+/// never be seen (nothing captured) and every result would be re-reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_reads_its_own_appends_from_a_store_that_shows_them_late() {
+    use tenure::agent::AgentStore as _;
+    use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log as _, LogIndex};
+    let store = LateStore::default();
+    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+    let mut executors = BTreeMap::new();
+    executors.insert(
+        "sim1".to_owned(),
+        ProviderExecutor {
+            executor: Arc::new(cloud.clone()),
+            call_timeout: Duration::from_secs(5),
+            inventory_interval: None,
+            garp_refresh: None,
+        },
+    );
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![node("a", 10), node("b", 0)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors,
+        heartbeat_interval: Duration::from_millis(50),
+        requeue_interval: Duration::from_millis(100),
+        journal_retention: 10_000,
+        pools: Box::new(|| Ok(vec![pool(Approval::Auto)])),
+        vrrp: None,
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done =
+        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
+            let _ = stopped.await;
+        }));
+    wait_until(WAIT_MAX, "a holds both addresses at the provider", async || {
+        holders(&cloud).values().filter(|nics| nics.as_slice() == ["eni-a"]).count() == 2
+    })
+    .await;
+    // Several requeue passes, each planning again from what the loop has read.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let _ = stop.send(());
+    tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
+    let log = store.inner.log();
+    let mut results: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut from = LogIndex::FIRST;
+    loop {
+        let page = log.read_from(from, LOG_READ_BATCH_MAX).expect("reads");
+        let Some(last) = page.last() else { break };
+        from = last.index.next();
+        for record in page {
+            if let EventKind::ActionResult { idempotency_key, detail, .. } = record.event.kind {
+                results.entry(idempotency_key).or_default().push(detail);
+            }
+        }
+    }
+    assert_eq!(results.len(), 4, "a's acquires of two addresses, two verbs each: {results:?}");
+    assert!(results.values().all(|details| details.len() == 1), "each result appended once: {results:?}");
+    drop(handle);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_fails_makes_health_503_and_keeps_it() {
     let store = FaultyStore::default();

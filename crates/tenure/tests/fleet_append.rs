@@ -87,7 +87,6 @@ fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_ap
     let newest = *appended.last().expect("one index");
     wait_for("the replica applied the heartbeats", || store.log().head().ok().flatten() >= Some(newest));
     // A snapshot up to the last heartbeat deletes every batch, the loop's too.
-    let _entered = runtime.enter();
     store.write_snapshot(newest, 7, b"not read in this test".to_vec()).expect("a snapshot is written");
     wait_for("the snapshot deleted the log's batches", || {
         etcd_keys(&runtime, &cluster.endpoints, &format!("{PREFIX}/log/")).is_empty()

@@ -12,6 +12,9 @@ mod process;
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
+#[path = "support/etcd_store.rs"]
+#[allow(dead_code)]
+mod etcd_store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -505,8 +508,7 @@ fn a_store_that_appends_nothing_refuses_a_restored_etcd_when_its_watch_reconnect
         fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
     };
     // The stores' etcd requests and watches are its tasks, driven while the test waits.
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = etcd_store::runtime();
     let open = |name: &str| {
         runtime
             .block_on(EtcdStore::open(

@@ -124,14 +124,18 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // The runtime before the store: the fleet store's etcd requests and watch are its tasks.
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("tenure agent: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    // The runtime before the store: the fleet store's etcd requests and watch are its tasks. Two
+    // workers at least, also on a one-core router: a worker busy with an inventory listing or a
+    // page must not hold the heartbeats' etcd requests (the loop itself runs on this thread).
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                eprintln!("tenure agent: cannot start the runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
     let store_path = config.store.path().to_owned();
     let missing =
         if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };

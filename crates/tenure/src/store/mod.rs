@@ -316,7 +316,7 @@ pub enum StoreError {
     /// The store refuses its log for good (a fleet agent bound to another etcd cluster, or to a
     /// log that went back): nothing more is written to it until the agent restarts.
     #[error("{reason}")]
-    Refused {
+    LogRefused {
         /// Why.
         reason: String,
     },

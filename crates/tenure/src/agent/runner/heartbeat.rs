@@ -199,7 +199,11 @@ pub(super) struct Beater {
 impl Beater {
     /// Starts the thread: every `interval` (the first one `interval` from now), the heartbeats
     /// [`Beat`] allows, appended through `store`, each awaited on this thread with the runtime
-    /// it was started from (whose time it reads: a test's paused clock too).
+    /// it was started from (whose time it reads: a test's paused clock too). What the append's
+    /// future needs of the runtime (the fleet store's requests and their deadlines) a worker
+    /// drives: the loop must leave one free — it runs on the thread blocking on the runtime
+    /// (`tenure agent`), or as a task of a runtime with two workers at least (the tests) — or
+    /// the join at the end of a run waits for an append no one drives.
     pub(super) fn start<S: AgentStore>(
         store: S,
         beat: Arc<Beat>,

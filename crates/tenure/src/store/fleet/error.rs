@@ -46,6 +46,13 @@ pub enum EtcdError {
     /// not decode, a chunk missing or damaged, a listing and a read that disagree.
     #[error("{0}")]
     Damaged(String),
+    /// The store was opened outside a multi-thread tokio runtime (a program's mistake, never an
+    /// operator's: `tenure agent` opens it on its own).
+    #[error(
+        "the fleet store is opened on a multi-thread tokio runtime: its workers drive its etcd requests while a \
+         caller's thread waits on one"
+    )]
+    Runtime,
     /// This agent's nodes and peers differ from the fleet recorded in etcd.
     #[error("{0}")]
     OtherFleet(String),

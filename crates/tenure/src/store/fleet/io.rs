@@ -157,16 +157,21 @@ impl Drop for Io {
 
 impl Io {
     /// Connects, loads the log from `start` (the snapshot revision: 0 for the whole log) into the
-    /// replica, then starts the watch, a task of the current runtime. `refuse` sees the first
-    /// head read: a reason makes the store refused before it writes or reads anything more (no
-    /// fleet check, no load, no watch).
+    /// replica, then starts the watch, a task of the current runtime, which must be a
+    /// multi-thread one: its workers drive the store's requests while a caller's thread blocks on
+    /// one (the heartbeat thread), and the store stays bound to it (its client's connection is
+    /// that runtime's). `refuse` sees the first head read: a reason makes the store refused
+    /// before it writes or reads anything more (no fleet check, no load, no watch).
     pub(crate) async fn start(
         settings: ConnectSettings,
         keys: Keys,
         shared: Arc<Shared>,
         refuse: Refuse,
     ) -> Result<(Self, HeadRead), EtcdError> {
-        let runtime = tokio::runtime::Handle::current();
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => runtime,
+            _ => return Err(EtcdError::Runtime),
+        };
         let (client, head) = connect_and_load(&settings, &keys, &shared, refuse).await?;
         let watch =
             shared.lock().refused.is_none().then(|| {

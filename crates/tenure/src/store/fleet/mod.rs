@@ -429,7 +429,7 @@ impl AgentStore for EtcdStore {
 
     fn write_snapshot(&self, applied: LogIndex, events: u64, bytes: Vec<u8>) -> Result<(), StoreError> {
         if let Some(reason) = self.refused() {
-            return Err(StoreError::Refused { reason });
+            return Err(StoreError::LogRefused { reason });
         }
         self.io.write_snapshot(batch::revision_of(applied), events, self.snapshot_every, Arc::new(bytes));
         Ok(())

@@ -321,7 +321,7 @@ mod tests {
         assert!(shared.lock().refused.as_deref().is_some_and(|r| r.starts_with(WENT_BACK)), "sticky");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_follow_waits_for_this_process_s_own_append_until_its_deadline() {
         let shared = Arc::new(Shared::new());
         let log = EtcdLog { shared: Arc::clone(&shared) };
