@@ -226,7 +226,7 @@ pub enum Request {
     /// A consistent backup of the store, as the bytes of a backup file (`POST /v1/store/backup`).
     Backup {
         /// Where the answer goes: the backup, or why not.
-        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+        reply: oneshot::Sender<Result<Vec<u8>, crate::store::StoreError>>,
     },
     /// Append an event (the mutating `POST`s).
     Submit {
@@ -409,7 +409,7 @@ impl AgentHandle {
     }
 
     /// A consistent backup of the running agent's store (waits up to [`BACKUP_TIMEOUT`]).
-    pub async fn backup(&self) -> Result<Result<Vec<u8>, String>, HandleError> {
+    pub async fn backup(&self) -> Result<Result<Vec<u8>, crate::store::StoreError>, HandleError> {
         self.clone().with_timeout(BACKUP_TIMEOUT).ask(|reply| Request::Backup { reply }).await
     }
 

@@ -84,16 +84,40 @@ pub async fn operator<C: OperatorCommand>(
     submit(&state, event).await
 }
 
+/// Why a backup was not given: 409 when this store never gives one (a fleet agent's log is in
+/// etcd: asking again will not help), 503 when this one failed.
+fn backup_failure(error: crate::store::StoreError) -> ApiFailure {
+    match error {
+        crate::store::StoreError::NoBackup { .. } => {
+            ApiFailure::new(StatusCode::CONFLICT, reason::REFUSED, format!("no backup here: {error}"))
+        }
+        error => ApiFailure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            reason::UNAVAILABLE,
+            format!("backup failed: {error}"),
+        ),
+    }
+}
+
 /// `POST /v1/store/backup`: a consistent backup of the running agent's store, as the bytes of a
 /// backup file (what `tenure store backup` writes). Needs the token: a backup holds everything.
 pub async fn backup(State(state): State<ApiState>, headers: HeaderMap) -> Result<Response, ApiFailure> {
     authorize(&state, &headers)?;
-    let bytes = state.handle.backup().await.map_err(|e| super::not_answering(&e))?.map_err(|reason| {
-        ApiFailure::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            reason::UNAVAILABLE,
-            format!("backup failed: {reason}"),
-        )
-    })?;
+    let bytes = state.handle.backup().await.map_err(|e| super::not_answering(&e))?.map_err(backup_failure)?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_that_keeps_no_backup_is_a_refusal_and_a_failed_backup_is_unavailable() {
+        let refused = backup_failure(crate::store::StoreError::NoBackup { why: "the log is in etcd" });
+        assert_eq!((refused.status, refused.reason), (StatusCode::CONFLICT, reason::REFUSED));
+        assert_eq!(refused.message, "no backup here: the log is in etcd");
+        let failed = backup_failure(crate::store::StoreError::Closed { dir: "/s".into() });
+        assert_eq!((failed.status, failed.reason), (StatusCode::SERVICE_UNAVAILABLE, reason::UNAVAILABLE));
+        assert_eq!(failed.message, "backup failed: store /s is closed");
+    }
 }

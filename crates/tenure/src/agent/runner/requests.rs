@@ -126,7 +126,7 @@ impl<S: AgentStore> Agent<S> {
                 // A read transaction: the loop goes on while the backup is written.
                 let store = self.store.clone();
                 tokio::task::spawn_blocking(move || {
-                    let _ = reply.send(store.backup().map_err(|e| e.to_string()));
+                    let _ = reply.send(store.backup());
                 });
                 false
             }
