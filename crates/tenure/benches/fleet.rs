@@ -62,6 +62,7 @@ fn main() {
         tls: None,
         snapshot_every: u64::MAX,
         fleet: fleet_text(&[node], &[ProviderSpec { name: "p".into(), kind: ProviderKind::Exec }]),
+        nodes: Vec::new(),
     };
     // The stores' etcd requests and watches are tasks of this runtime (as of the agent's); each
     // store call is awaited from the calling thread, as the agent's loop and heartbeat thread do.

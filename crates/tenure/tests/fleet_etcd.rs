@@ -756,6 +756,7 @@ fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_s
         tls: None,
         snapshot_every: 2000,
         fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+        nodes: Vec::new(),
     };
     let writer_dir = fleet.dir.path().join("writer");
     let runtime = etcd_store::runtime();
@@ -1271,4 +1272,59 @@ fn a_holder_whose_steps_outlast_the_ttl_keeps_its_address() {
 #[test]
 fn a_holder_whose_appends_outlast_the_ttl_keeps_its_address() {
     a_slow_holder_keeps_its_address("fleet-slow-append", 30320, &[("TENURE_TEST_APPEND_DELAY_MS", "2500")]);
+}
+
+/// One node, one agent: a second agent started for node `a` while a runs (a's config copied
+/// with another store and port, its `node` name left as it was) stops at start in one line
+/// naming the claim; a's own restart after a `kill -9` is not held up (the same store); once a
+/// stopped cleanly (its claim let go) an agent on another store may run `a` (a rebuilt router).
+#[test]
+fn a_second_agent_for_a_running_node_is_refused_and_the_node_s_own_restart_is_not() {
+    let fleet = Fleet::new("fleet-claim", 30360, "1s");
+    let a = fleet.start(0);
+    let copy = std::fs::read_to_string(fleet.config(0))
+        .expect("a's config")
+        .replace("path: ./data-a", "path: ./data-a2")
+        .replace(&fleet.listen[0].to_string(), &free_port().to_string());
+    let copy = fleet.dir.write("a2.yaml", &copy);
+    let mut second = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["agent", "--config", copy.to_str().expect("utf-8")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tenure runs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = second.try_wait().expect("waits") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second agent for a running node was not refused within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().expect("piped"), &mut stderr)
+        .expect("its stderr");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("node `a` is run by another agent (store "), "{stderr}");
+    assert!(stderr.contains("claimed at /fleet-test/nodes/a"), "{stderr}");
+    assert_eq!(stderr.trim().lines().filter(|l| l.starts_with("tenure agent:")).count(), 1, "{stderr}");
+    // a restarts at once on its own store after a kill -9 (its claim is still alive).
+    a.kill9();
+    let a = fleet.start(0);
+    // Stopped cleanly, a lets its claim go: an agent on another store may take the node over.
+    assert!(a.terminate().success());
+    let listen: SocketAddr = std::fs::read_to_string(&copy)
+        .expect("the copy")
+        .lines()
+        .find_map(|l| l.strip_prefix("listen: "))
+        .expect("a listen line")
+        .trim()
+        .parse()
+        .expect("an address");
+    let rebuilt = Agent::spawn_wrapped(&fleet.dir, &copy, listen, &[], &[]);
+    rebuilt.wait_healthy();
 }

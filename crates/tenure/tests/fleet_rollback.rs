@@ -123,6 +123,14 @@ impl Fleet {
         assert!(config.contains(&old), "the config names its store: {config}");
         let renamed = format!("{name}-new-store.yaml");
         self.dir.write(&renamed, &config.replace(&old, &format!("path: ./data-{name}-new}}")));
+        // One node, one agent: a new store takes the node once the killed agent's claim lapsed
+        // (its lease, 10 s; an etcd restored from a snapshot brings the claim back with it).
+        let claim = format!("{PREFIX}/nodes/{name}");
+        wait_for("the killed agent's node claim lapsed", || {
+            run(&["etcdctl", "--endpoints", &self.endpoints(), "get", &claim, "--keys-only"])
+                .trim()
+                .is_empty()
+        });
         self.spawn_config(i, &renamed)
     }
 
@@ -506,6 +514,7 @@ fn a_store_that_appends_nothing_refuses_a_restored_etcd_when_its_watch_reconnect
         tls: None,
         snapshot_every: 1_000_000,
         fleet: fleet_text(&nodes, &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+        nodes: Vec::new(),
     };
     // The stores' etcd requests and watches are its tasks, driven while the test waits.
     let runtime = etcd_store::runtime();

@@ -260,6 +260,7 @@ impl Opened {
                     tls,
                     snapshot_every: *snapshot_every,
                     fleet: config.fleet_text(),
+                    nodes: config.nodes.iter().map(|n| n.name.clone()).collect(),
                 };
                 crate::store::fleet::EtcdStore::open_with(path, &config.identity_file, &options, missing)
                     .await

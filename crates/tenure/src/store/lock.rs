@@ -74,7 +74,7 @@ fn read_holder(path: &Path) -> String {
 }
 
 /// This machine's host name, from the kernel (no libc call needed), or `unknown`.
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|name| name.trim().to_owned())

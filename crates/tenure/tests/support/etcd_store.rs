@@ -33,6 +33,7 @@ pub fn one_node_options(endpoints: &[String], prefix: &str, snapshot_every: u64)
         tls: None,
         snapshot_every,
         fleet: fleet_text(&[node], &[ProviderSpec { name: "hook".into(), kind: ProviderKind::Exec }]),
+        nodes: Vec::new(),
     }
 }
 

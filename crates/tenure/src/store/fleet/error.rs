@@ -53,6 +53,20 @@ pub enum EtcdError {
          caller's thread waits on one"
     )]
     Runtime,
+    /// A node this agent runs is claimed by another agent's store, whose lease is alive.
+    #[error(
+        "node `{node}` is run by another agent ({by}; claimed at {key}): two agents running one node both send its \
+         heartbeats, so it never fails over while either runs, and both act for it; check this config's `node` name, \
+         or stop the other agent (the claim of an agent that died lapses within 10 s)"
+    )]
+    NodeTaken {
+        /// The node.
+        node: String,
+        /// Its claim's key.
+        key: String,
+        /// Whose claim it is.
+        by: String,
+    },
     /// This agent's nodes and peers differ from the fleet recorded in etcd.
     #[error("{0}")]
     OtherFleet(String),

@@ -38,6 +38,8 @@ pub(crate) struct Keys {
     pub(crate) snapshots: String,
     /// This process's writer key (`<prefix>/writers/<instance>`), created empty at start.
     pub(crate) writer: String,
+    /// `<prefix>/nodes/`: which agent's store runs each node (`claim.rs`).
+    pub(crate) nodes: String,
 }
 
 impl Keys {
@@ -50,6 +52,7 @@ impl Keys {
             snapshot: format!("{prefix}/snapshot"),
             snapshots: format!("{prefix}/snapshots/"),
             writer: format!("{prefix}/writers/{instance}"),
+            nodes: format!("{prefix}/nodes/"),
         }
     }
 
@@ -136,6 +139,8 @@ pub(crate) struct Io {
     /// The runtime the store was opened on: the watch and snapshot writes are its tasks.
     runtime: tokio::runtime::Handle,
     watch: Option<AbortHandle>,
+    /// The lease of this agent's node claims and the task keeping it (`claim.rs`).
+    claims: Option<(i64, AbortHandle)>,
 }
 
 impl std::fmt::Debug for Io {
@@ -152,6 +157,9 @@ impl Drop for Io {
         if let Some(watch) = &self.watch {
             watch.abort();
         }
+        if let Some((_, keeper)) = &self.claims {
+            keeper.abort();
+        }
     }
 }
 
@@ -167,17 +175,29 @@ impl Io {
         keys: Keys,
         shared: Arc<Shared>,
         refuse: Refuse,
+        claim: (Vec<String>, super::claim::Claim),
     ) -> Result<(Self, HeadRead), EtcdError> {
         let runtime = match tokio::runtime::Handle::try_current() {
             Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => runtime,
             _ => return Err(EtcdError::Runtime),
         };
-        let (client, head) = connect_and_load(&settings, &keys, &shared, refuse).await?;
+        let (mut client, head) = connect_and_load(&settings, &keys, &shared, refuse).await?;
+        // The nodes are claimed before anything of this agent is appended or followed: a second
+        // agent for a running node stops here (a refused log appends nothing: no claim either).
+        let (nodes, me) = claim;
+        let claims = if shared.lock().refused.is_none() && !nodes.is_empty() {
+            let lease = super::claim::claim(&mut client, &keys, &nodes, &me).await?;
+            let keeper =
+                super::claim::keep(client.clone(), keys.clone(), nodes, me, lease, Arc::clone(&shared));
+            Some((lease, runtime.spawn(keeper).abort_handle()))
+        } else {
+            None
+        };
         let watch =
             shared.lock().refused.is_none().then(|| {
                 runtime.spawn(watch(client.clone(), keys.clone(), Arc::clone(&shared))).abort_handle()
             });
-        Ok((Self { client, keys, request_timeout: settings.request_timeout, runtime, watch }, head))
+        Ok((Self { client, keys, request_timeout: settings.request_timeout, runtime, watch, claims }, head))
     }
 
     /// Awaits `request`, at most `wait` (a request still under way then is dropped: its outcome
@@ -230,11 +250,19 @@ impl Io {
         });
     }
 
-    /// Deletes this process's writer key, waiting at most the request timeout.
+    /// Deletes this process's writer key and lets its node claims go (a clean stop: another
+    /// agent may run them at once), waiting at most the request timeout.
     pub(crate) async fn forget_writer(&self) -> Result<(), EtcdError> {
         let mut client = self.client.clone();
         let writer = self.keys.writer.clone();
+        let claims = self.claims.as_ref().map(|(lease, keeper)| {
+            keeper.abort();
+            *lease
+        });
         Self::within(self.request_timeout, async move {
+            if let Some(lease) = claims {
+                client.lease_revoke(lease).await.map_err(EtcdError::request("node claim release"))?;
+            }
             client
                 .delete(writer.as_bytes(), None)
                 .await

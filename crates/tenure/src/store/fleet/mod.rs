@@ -7,6 +7,7 @@
 //!   snapshots, and the binding to one etcd cluster.
 //! - `anchor.rs` — the rollback checks: how far this agent applied the log (`Anchor`), the
 //!   binding record, and the refusals of another cluster or a log that went back.
+//! - `claim.rs` — one node, one agent: this agent's nodes claimed in etcd under its lease.
 //! - `error.rs` — [`EtcdError`]: what went wrong talking to etcd, typed.
 //! - `io.rs` — the etcd client: appends, head reads, the initial load, the watch (a task of the
 //!   runtime the store was opened on).
@@ -21,6 +22,7 @@
 
 mod anchor;
 pub mod batch;
+mod claim;
 mod error;
 mod io;
 mod replica;
@@ -66,6 +68,9 @@ pub struct EtcdOptions {
     pub snapshot_every: u64,
     /// This agent's fleet: [`fleet_text`] of its nodes and peers.
     pub fleet: String,
+    /// The nodes this agent runs, claimed in etcd while it runs (`claim.rs`); empty for a store
+    /// opened by a tool or a test, which runs no node.
+    pub nodes: Vec<String>,
 }
 
 pub use tenure_lead::etcd_connection::{EtcdTlsPem, Secret};
@@ -172,7 +177,8 @@ impl EtcdStore {
         let instance = format!("{:016x}", rand::random::<u64>());
         let keys = Keys::new(&options.prefix, &instance);
         let log_keys = keys.log.clone();
-        let (io, head) = Io::start(settings, keys, Arc::clone(&shared), refuse)
+        let claim = (options.nodes.clone(), claim::Claim::mine(local.cluster_id()));
+        let (io, head) = Io::start(settings, keys, Arc::clone(&shared), refuse, claim)
             .await
             .map_err(|source| EtcdStoreError::Etcd { endpoints: endpoints.clone(), source })?;
         let store = Self {
