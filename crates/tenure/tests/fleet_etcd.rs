@@ -17,11 +17,11 @@ mod etcd_store;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_cluster::Cluster;
-use process::{Agent, TOKEN, TempDir, free_port, http, run, stays_for, wait_for, wait_for_within};
+use process::{Agent, TOKEN, TempDir, free_port, http, run, signal, stays_for, wait_for, wait_for_within};
 
 const NODES: [&str; 3] = ["a", "b", "c"];
 const ADDRESS: &str = "10.0.0.10";
@@ -1274,47 +1274,105 @@ fn a_holder_whose_appends_outlast_the_ttl_keeps_its_address() {
     a_slow_holder_keeps_its_address("fleet-slow-append", 30320, &[("TENURE_TEST_APPEND_DELAY_MS", "2500")]);
 }
 
-/// One node, one agent: a second agent started for node `a` while a runs (a's config copied
-/// with another store and port, its `node` name left as it was) stops at start in one line
-/// naming the claim; a's own restart after a `kill -9` is not held up (the same store); once a
-/// stopped cleanly (its claim let go) an agent on another store may run `a` (a rebuilt router).
-#[test]
-fn a_second_agent_for_a_running_node_is_refused_and_the_node_s_own_restart_is_not() {
-    let fleet = Fleet::new("fleet-claim", 30360, "1s");
-    let a = fleet.start(0);
-    let copy = std::fs::read_to_string(fleet.config(0))
-        .expect("a's config")
-        .replace("path: ./data-a", "path: ./data-a2")
-        .replace(&fleet.listen[0].to_string(), &free_port().to_string());
-    let copy = fleet.dir.write("a2.yaml", &copy);
-    let mut second = Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args(["agent", "--config", copy.to_str().expect("utf-8")])
+/// Runs `tenure agent --config CONFIG`, which must stop by itself within 30 s (killed and failed
+/// otherwise): its exit status and stderr.
+fn refused_start(config: &Path) -> (ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["agent", "--config", config.to_str().expect("utf-8")])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("tenure runs");
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        if let Some(status) = second.try_wait().expect("waits") {
+        if let Some(status) = child.try_wait().expect("waits") {
             break status;
         }
         if Instant::now() >= deadline {
-            let _ = second.kill();
-            let _ = second.wait();
-            panic!("a second agent for a running node was not refused within 30 s");
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{} was not refused within 30 s", config.display());
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut second.stderr.take().expect("piped"), &mut stderr)
-        .expect("its stderr");
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr).expect("its stderr");
+    (status, stderr)
+}
+
+/// `etcdctl ARGS` against `endpoints`, which must succeed: its stdout.
+fn etcdctl(endpoints: &str, args: &[&str]) -> String {
+    let out = Command::new("etcdctl")
+        .args(["--endpoints", endpoints])
+        .args(args)
+        .env("ETCDCTL_API", "3")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("etcdctl");
+    assert!(out.status.success(), "etcdctl {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One node, one agent: a second agent started for node `a` while a runs stops at start in one
+/// line naming the claim, leaving no writer key behind — whether a's config was copied with
+/// another store and port (its `node` name left as it was) or a's store directory itself was
+/// copied (its identity with it). A claim deleted by hand is made again; a claim another agent
+/// took while a's was gone makes a refuse its log. a's own restart after a `kill -9` is not held
+/// up (the same store directory); once a stopped cleanly (its claim let go) an agent on another
+/// store may run `a` (a rebuilt router).
+#[test]
+fn a_second_agent_for_a_running_node_is_refused_and_the_node_s_own_restart_is_not() {
+    let fleet = Fleet::new("fleet-claim", 30360, "1s");
+    let endpoints = fleet.cluster.as_ref().expect("a cluster").endpoints.join(",");
+    let writers = || etcd_keys(&endpoints, "/fleet-test/writers/").lines().count();
+    let a = fleet.start(0);
+    let writers_running = writers();
+    let copy = std::fs::read_to_string(fleet.config(0))
+        .expect("a's config")
+        .replace("path: ./data-a", "path: ./data-a2")
+        .replace(&fleet.listen[0].to_string(), &free_port().to_string());
+    let copy = fleet.dir.write("a2.yaml", &copy);
+    let (status, stderr) = refused_start(&copy);
     assert_eq!(status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("node `a` is run by another agent (store "), "{stderr}");
+    assert!(stderr.contains("node `a` is run by another agent ("), "{stderr}");
     assert!(stderr.contains("claimed at /fleet-test/nodes/a"), "{stderr}");
     assert_eq!(stderr.trim().lines().filter(|l| l.starts_with("tenure agent:")).count(), 1, "{stderr}");
+    // A copy of a's store directory and identity (a cloned machine, an rsync of the state): the
+    // same store id, at another path. Copied while a is frozen, so that redb's file is at rest.
+    signal(&a.child, "STOP");
+    let copied = Command::new("cp")
+        .args(["-a", "data-a", "data-a3"])
+        .current_dir(fleet.dir.path())
+        .status()
+        .expect("cp");
+    std::fs::copy(fleet.dir.path().join("data-a.identity"), fleet.dir.path().join("data-a3.identity"))
+        .expect("a's identity file");
+    signal(&a.child, "CONT");
+    assert!(copied.success());
+    let clone =
+        std::fs::read_to_string(&copy).expect("the copy").replace("path: ./data-a2", "path: ./data-a3");
+    let clone = fleet.dir.write("a3.yaml", &clone);
+    let (status, stderr) = refused_start(&clone);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("node `a` is run by another agent (a copy of this agent's store: "), "{stderr}");
+    assert_eq!(writers(), writers_running, "a refused start leaves no writer key");
+    assert!(health_ok(a.listen), "a runs on");
+    // A claim deleted by hand is made again at a's next renewal.
+    etcdctl(&endpoints, &["del", "/fleet-test/nodes/a"]);
+    wait_for("a's claim made again", || {
+        etcd_keys(&endpoints, "/fleet-test/nodes/a") == "/fleet-test/nodes/a"
+    });
     // a restarts at once on its own store after a kill -9 (its claim is still alive).
     a.kill9();
     let a = fleet.start(0);
+    // Another agent's claim where a's was (a's deleted, another started meanwhile): a stops
+    // acting, saying why.
+    let theirs = r#"{"v":2,"store":"other","path":"/elsewhere","host":"h2","boot":"b2","pid":7}"#;
+    etcdctl(&endpoints, &["put", "/fleet-test/nodes/a", theirs]);
+    wait_for("a refuses its log", || !health_ok(a.listen));
+    let (_, health) = http(a.listen, "GET", "/v1/health", None, None).expect("a answers");
+    assert!(health.contains("is run by another agent (/elsewhere on host h2, pid 7"), "{health}");
+    etcdctl(&endpoints, &["del", "/fleet-test/nodes/a"]);
     // Stopped cleanly, a lets its claim go: an agent on another store may take the node over.
     assert!(a.terminate().success());
     let listen: SocketAddr = std::fs::read_to_string(&copy)

@@ -17,6 +17,8 @@
 mod in_process;
 #[path = "support/metadata_fake.rs"]
 mod metadata_fake;
+#[path = "support/wait.rs"]
+mod wait;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -182,12 +184,9 @@ fn holders(cloud: &SimExecutor) -> BTreeMap<String, Vec<String>> {
     })
 }
 
-async fn wait_for<F: FnMut() -> bool>(what: &str, mut condition: F) {
-    let deadline = tokio::time::Instant::now() + WAIT_MAX;
-    while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT_MAX:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// Waits until `condition` holds, at most [`WAIT_MAX`] (the shared bounded wait).
+async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    wait::wait_until(WAIT_MAX, what, async || condition()).await;
 }
 
 async fn drained(handle: &AgentHandle, node: &str) -> bool {

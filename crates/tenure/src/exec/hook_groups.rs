@@ -34,6 +34,7 @@ use std::time::Duration;
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process_group, pidfd_open, pidfd_send_signal};
 use serde::{Deserialize, Serialize};
 
+use crate::store::lock::boot_id;
 use crate::store::write_file_atomically;
 
 /// The folder of the records inside the store's folder.
@@ -100,13 +101,6 @@ fn proc_stat(pid: i32) -> Result<Option<ProcStat>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("/proc/{pid}/stat: {e}")),
     }
-}
-
-/// This boot's id.
-fn boot_id() -> Result<String, String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_owned())
-        .map_err(|e| format!("/proc/sys/kernel/random/boot_id: {e}"))
 }
 
 /// The live processes of group `group`, by pid.

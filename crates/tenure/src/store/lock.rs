@@ -73,6 +73,14 @@ fn read_holder(path: &Path) -> String {
     )
 }
 
+/// This boot's id, from the kernel (`/proc/sys/kernel/random/boot_id`): a process id means one
+/// process only together with it.
+pub(crate) fn boot_id() -> Result<String, String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_owned())
+        .map_err(|e| format!("/proc/sys/kernel/random/boot_id: {e}"))
+}
+
 /// This machine's host name, from the kernel (no libc call needed), or `unknown`.
 pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -69,7 +69,7 @@ pub mod fleet;
 mod handles;
 mod identity;
 mod journal_rows;
-mod lock;
+pub(crate) mod lock;
 mod tables;
 
 use std::path::PathBuf;

@@ -1,16 +1,23 @@
 //! One node, one agent: each node an agent runs is claimed in etcd (`<prefix>/nodes/<name>`),
 //! under a lease of this process, by this agent's local store. A second agent started for a node
-//! another store runs (a config copied with `node.name` left as it was, on another `store.path`)
-//! is refused at start: both would send that node's heartbeats, so it would never fail over while
-//! either ran, and both would act for it. The same store starting again (a restart, after a kill
-//! too: one process owns a store, its `LOCK` says so) takes its claim over at once; another
-//! store's claim lapses with its lease, [`CLAIM_TTL`] after its agent died, or at once when it
-//! stopped cleanly (the lease is revoked).
+//! another agent runs (a config copied with `node.name` left as it was, on another `store.path`;
+//! or a copy of the store directory itself) is refused at start: both would send that node's
+//! heartbeats, so it would never fail over while either ran, and both would act for it.
 //!
-//! A claim lost while the agent runs (etcd unreachable longer than the lease) is made again when
-//! etcd answers; found taken by another store then, the store refuses its log (the agent stops
-//! acting and says why).
+//! A claim names the store (its identity's cluster id), the store's directory, the host, this
+//! boot of the host's kernel and the pid. The same store directory starting again on the same
+//! boot (a restart, after a kill too) takes its claim over at once: one process owns a store
+//! directory (its `LOCK`, a `flock` the kernel drops when the process dies), and this process
+//! holds it, so the claimant is gone. Any other claim — another store, or a copy of this one at
+//! another path or on another host or boot — stands until its lease lapses, [`CLAIM_TTL`] after its
+//! agent died, or at once when it stopped cleanly (the lease is revoked).
+//!
+//! A running agent looks at its claims at every renewal: one gone (deleted by hand, or its lease
+//! lapsed while etcd was unreachable) is made again; one that names another agent (it started
+//! while this one's claim was gone) refuses this store's log — the agent stops acting and says
+//! why.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,20 +32,57 @@ use super::replica::Shared;
 /// How long a claim outlives its agent (the lease's time to live).
 pub(crate) const CLAIM_TTL: Duration = Duration::from_secs(10);
 
-/// What a claim holds: which store runs the node, and where, for the refusal's line.
+/// What a claim holds: which store runs the node, and where (the same-store takeover's proof, and
+/// the refusal's line).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Claim {
     pub(crate) v: u64,
     /// The claiming agent's local store (its identity's cluster id).
     pub(crate) store: String,
+    /// The local store's directory, canonical (empty in a claim of version 1).
+    #[serde(default)]
+    pub(crate) path: String,
     pub(crate) host: String,
+    /// The host's boot id (`/proc/sys/kernel/random/boot_id`; empty in a claim of version 1).
+    #[serde(default)]
+    pub(crate) boot: String,
     pub(crate) pid: u32,
 }
 
+/// The claim format's version.
+const CLAIM_VERSION: u64 = 2;
+
 impl Claim {
-    /// This process's claim, for its local store `store`.
-    pub(crate) fn mine(store: &str) -> Self {
-        Self { v: 1, store: store.to_owned(), host: crate::store::lock::host_name(), pid: std::process::id() }
+    /// This process's claim, for its local store `store` in directory `dir`.
+    pub(crate) fn mine(store: &str, dir: &Path) -> Self {
+        let path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+        Self {
+            v: CLAIM_VERSION,
+            store: store.to_owned(),
+            path: path.display().to_string(),
+            host: crate::store::lock::host_name(),
+            boot: crate::store::lock::boot_id().unwrap_or_default(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Whether `theirs` was made by an earlier process of this very store directory on this boot:
+    /// that process is gone, since this one holds the directory's lock. A copy of the store (the
+    /// same cluster id at another path, or on another host or boot) is not.
+    fn is_earlier_self(&self, theirs: &Self) -> bool {
+        theirs.store == self.store
+            && theirs.path == self.path
+            && theirs.host == self.host
+            && !self.boot.is_empty()
+            && theirs.boot == self.boot
+            && theirs.pid != self.pid
+    }
+
+    /// Who holds a claim, for a refusal's line.
+    fn describe(&self, me: &Self) -> String {
+        let copy = if self.store == me.store { "a copy of this agent's store: " } else { "" };
+        let path = if self.path.is_empty() { "a store" } else { self.path.as_str() };
+        format!("{copy}{path} on host {}, pid {}, store id {}", self.host, self.pid, self.store)
     }
 }
 
@@ -87,7 +131,7 @@ async fn put_claims(
                 Some(kv) => {
                     let theirs: Option<Claim> = serde_json::from_slice(kv.value()).ok();
                     match theirs {
-                        Some(theirs) if theirs.store == me.store => {
+                        Some(theirs) if theirs == *me || me.is_earlier_self(&theirs) => {
                             when.push(Compare::mod_revision(
                                 key.as_bytes(),
                                 CompareOp::Equal,
@@ -100,7 +144,7 @@ async fn put_claims(
                                 key,
                                 by: theirs.map_or_else(
                                     || String::from_utf8_lossy(kv.value()).into_owned(),
-                                    |c| format!("store {}, host {}, pid {}", c.store, c.host, c.pid),
+                                    |c| c.describe(me),
                                 ),
                             });
                         }
@@ -147,6 +191,15 @@ pub(crate) async fn keep(
             }
         };
         if kept {
+            match tokio::time::timeout(CLAIM_TTL / 3, check(&mut client, &keys, &nodes, &me, lease)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e @ EtcdError::NodeTaken { .. })) => {
+                    shared.break_replica(format!("{e}"));
+                    return;
+                }
+                Ok(Err(e)) => warn!(error = %e, "cannot look at this agent's node claims; trying again"),
+                Err(_) => warn!("etcd did not answer a look at this agent's node claims; trying again"),
+            }
             continue;
         }
         let claimed = tokio::time::timeout(CLAIM_TTL, claim(&mut client, &keys, &nodes, &me)).await;
@@ -162,4 +215,42 @@ pub(crate) async fn keep(
             Err(e) => warn!(error = %e, "cannot make this agent's node claims again; trying again"),
         }
     }
+}
+
+/// Looks at this agent's claims under `lease`: each must be there, `me`'s, under that lease. One
+/// gone (deleted by hand) is made again; one another agent holds is [`EtcdError::NodeTaken`].
+async fn check(
+    client: &mut Client,
+    keys: &Keys,
+    nodes: &[String],
+    me: &Claim,
+    lease: i64,
+) -> Result<(), EtcdError> {
+    let mut remake = false;
+    for node in nodes {
+        let key = key(keys, node);
+        let got = client.get(key.as_bytes(), None).await.map_err(EtcdError::request("node claim read"))?;
+        let Some(kv) = got.kvs().first() else {
+            remake = true;
+            continue;
+        };
+        match serde_json::from_slice::<Claim>(kv.value()) {
+            Ok(theirs) if theirs == *me => remake |= kv.lease() != lease,
+            theirs => {
+                return Err(EtcdError::NodeTaken {
+                    node: node.clone(),
+                    key,
+                    by: theirs.map_or_else(
+                        |_| String::from_utf8_lossy(kv.value()).into_owned(),
+                        |c| c.describe(me),
+                    ),
+                });
+            }
+        }
+    }
+    if remake {
+        put_claims(client, keys, nodes, me, lease).await?;
+        warn!("a claim of this agent's nodes was gone from etcd and is made again");
+    }
+    Ok(())
 }

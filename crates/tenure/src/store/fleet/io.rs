@@ -181,18 +181,13 @@ impl Io {
             Ok(runtime) if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => runtime,
             _ => return Err(EtcdError::Runtime),
         };
-        let (mut client, head) = connect_and_load(&settings, &keys, &shared, refuse).await?;
-        // The nodes are claimed before anything of this agent is appended or followed: a second
-        // agent for a running node stops here (a refused log appends nothing: no claim either).
         let (nodes, me) = claim;
-        let claims = if shared.lock().refused.is_none() && !nodes.is_empty() {
-            let lease = super::claim::claim(&mut client, &keys, &nodes, &me).await?;
+        let (client, head, lease) = connect_and_load(&settings, &keys, &shared, refuse, &nodes, &me).await?;
+        let claims = lease.map(|lease| {
             let keeper =
                 super::claim::keep(client.clone(), keys.clone(), nodes, me, lease, Arc::clone(&shared));
-            Some((lease, runtime.spawn(keeper).abort_handle()))
-        } else {
-            None
-        };
+            (lease, runtime.spawn(keeper).abort_handle())
+        });
         let watch =
             shared.lock().refused.is_none().then(|| {
                 runtime.spawn(watch(client.clone(), keys.clone(), Arc::clone(&shared))).abort_handle()
@@ -358,29 +353,56 @@ async fn read_head(
     })
 }
 
-/// Connects, reads the head, and loads every batch up to the head read's revision into the
-/// replica (in revision order, a page at a time, all at that one revision).
+/// Connects, reads the head, claims `nodes` for `me` (the lease of the claims, none for no nodes),
+/// and loads every batch up to the head read's revision into the replica (in revision order, a
+/// page at a time, all at that one revision). A refused log claims nothing and loads nothing.
 async fn connect_and_load(
     settings: &ConnectSettings,
     keys: &Keys,
     shared: &Shared,
     refuse: Refuse,
-) -> Result<(Client, HeadRead), EtcdError> {
+    nodes: &[String],
+    me: &super::claim::Claim,
+) -> Result<(Client, HeadRead, Option<i64>), EtcdError> {
     let mut client = connect(settings).await?;
     let anchor = shared.anchor();
     let first = read_head(&mut client, keys, anchor.batch_key()).await?;
     if let Some(reason) = refuse(&first) {
         shared.lock().refused = Some(reason);
-        return Ok((client, first));
+        return Ok((client, first, None));
     }
     // A log that went back below what this agent applied is refused before anything is written.
     if shared.verify(&anchor, &first).is_err() {
-        return Ok((client, first));
+        return Ok((client, first, None));
     }
     check_fleet(&mut client, keys, &settings.fleet).await?;
-    client.put(keys.writer.as_bytes(), "", None).await.map_err(EtcdError::request("writer key"))?;
-    let head = load(&mut client, keys, shared).await?;
-    Ok((client, head))
+    // The nodes are claimed before anything of this agent is written, appended or followed: a
+    // second agent for a running node stops here, leaving no writer key behind.
+    let lease =
+        if nodes.is_empty() { None } else { Some(super::claim::claim(&mut client, keys, nodes, me).await?) };
+    let written =
+        client.put(keys.writer.as_bytes(), "", None).await.map_err(EtcdError::request("writer key"));
+    let loaded = match written {
+        Ok(_) => load(&mut client, keys, shared).await,
+        Err(e) => Err(e),
+    };
+    match loaded {
+        Ok(head) if !shared.is_refused() => Ok((client, head, lease)),
+        Ok(head) => {
+            // The log went back between the reads: refused, it runs no node.
+            if let Some(lease) = lease {
+                let _ = client.lease_revoke(lease).await;
+            }
+            Ok((client, head, None))
+        }
+        Err(e) => {
+            // Nothing runs the node: let its claims go at once rather than at the lease's end.
+            if let Some(lease) = lease {
+                let _ = client.lease_revoke(lease).await;
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Writes this agent's fleet under the fleet key unless one is there; one that is there must be
