@@ -109,3 +109,72 @@ fn a_retried_batch_lands_once_though_a_snapshot_deleted_its_key_and_unretried_ap
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The lease of `key` in etcd (0: absent).
+fn lease_of(runtime: &tokio::runtime::Runtime, endpoints: &[String], key: &str) -> i64 {
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(endpoints, None).await.expect("etcd-client connects");
+        client.get(key, None).await.expect("get").kvs().first().map_or(0, etcd_client::KeyValue::lease)
+    })
+}
+
+/// A node's claim is a fence: once the claim is not under the agent's lease (the lease lapsed
+/// while etcd was away, stood for here by a revoke), etcd refuses the agent's appends and head
+/// confirmations at once — not at the keeper's next look — until the keeper makes the claim again;
+/// then they land. A claim another agent made meanwhile refuses the store's log for good. A clean
+/// stop lets the claim made again go (its current lease, not the first).
+#[test]
+fn an_appends_and_head_confirmations_are_fenced_by_the_node_s_claim() {
+    let cluster = Cluster::start("fleet-claim-fence", 30500);
+    let prefix = "/fleet-fence";
+    let claim_key = format!("{prefix}/nodes/a");
+    let dir = etcd_store::fresh_dir("fleet-claim-fence");
+    let mut options = etcd_store::one_node_options(&cluster.endpoints, prefix, 1_000);
+    options.nodes = vec!["a".into()];
+    let runtime = etcd_store::runtime();
+    let store = runtime
+        .block_on(EtcdStore::open(&dir.join("a"), &dir.join("a.identity"), &options))
+        .expect("the store opens");
+    runtime.block_on(store.append_heartbeats(&heartbeat(1_000))).expect("a heartbeat is appended");
+    runtime.block_on(store.confirm_head(std::time::Duration::from_secs(5))).expect("the head is confirmed");
+    let first = lease_of(&runtime, &cluster.endpoints, &claim_key);
+    assert_ne!(first, 0, "node a is claimed under a lease");
+
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(&cluster.endpoints, None).await.expect("connects");
+        client.lease_revoke(first).await.expect("the claim's lease is revoked");
+    });
+    let refused = runtime.block_on(store.append_heartbeats(&heartbeat(2_000)));
+    assert!(refused.is_err(), "a heartbeat is appended without the node's claim: {refused:?}");
+    let unconfirmed = runtime.block_on(store.confirm_head(std::time::Duration::from_secs(5)));
+    assert!(unconfirmed.is_err(), "the head is confirmed without the node's claim");
+    wait_for("the claim made again", || {
+        let now = lease_of(&runtime, &cluster.endpoints, &claim_key);
+        now != 0 && now != first
+    });
+    runtime.block_on(store.append_heartbeats(&heartbeat(3_000))).expect("a heartbeat lands again");
+    runtime.block_on(store.confirm_head(std::time::Duration::from_secs(5))).expect("confirmed again");
+    runtime.block_on(store.close()).expect("the store closes");
+    assert_eq!(
+        lease_of(&runtime, &cluster.endpoints, &claim_key),
+        0,
+        "a clean stop lets the claim made again go"
+    );
+
+    // Another agent's claim where a's was: refused at once, then the log for good.
+    let store = runtime
+        .block_on(EtcdStore::open(&dir.join("a"), &dir.join("a.identity"), &options))
+        .expect("the store opens again");
+    let theirs = r#"{"v":2,"store":"other","path":"/elsewhere","host":"h2","boot":"b2","pid":7}"#;
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(&cluster.endpoints, None).await.expect("connects");
+        client.put(claim_key.as_str(), theirs, None).await.expect("put");
+    });
+    let refused = runtime.block_on(store.append_heartbeats(&heartbeat(4_000)));
+    assert!(refused.is_err(), "a heartbeat is appended under another agent's claim: {refused:?}");
+    wait_for("the store refuses its log", || store.refused().is_some());
+    let reason = store.refused().expect("refused");
+    assert!(reason.contains("node `a` is run by another agent (/elsewhere on host h2, pid 7"), "{reason}");
+    runtime.block_on(store.close()).expect("the store closes");
+    let _ = std::fs::remove_dir_all(&dir);
+}

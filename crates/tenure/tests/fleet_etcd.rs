@@ -1369,9 +1369,12 @@ fn a_second_agent_for_a_running_node_is_refused_and_the_node_s_own_restart_is_no
     // acting, saying why.
     let theirs = r#"{"v":2,"store":"other","path":"/elsewhere","host":"h2","boot":"b2","pid":7}"#;
     etcdctl(&endpoints, &["put", "/fleet-test/nodes/a", theirs]);
-    wait_for("a refuses its log", || !health_ok(a.listen));
-    let (_, health) = http(a.listen, "GET", "/v1/health", None, None).expect("a answers");
-    assert!(health.contains("is run by another agent (/elsewhere on host h2, pid 7"), "{health}");
+    // At once its heartbeats are refused (the claim is a fence); at its next look the log.
+    wait_for("a fenced off", || !health_ok(a.listen));
+    wait_for("a refuses its log, naming the other agent", || {
+        http(a.listen, "GET", "/v1/health", None, None)
+            .is_ok_and(|(_, health)| health.contains("is run by another agent (/elsewhere on host h2, pid 7"))
+    });
     etcdctl(&endpoints, &["del", "/fleet-test/nodes/a"]);
     // Stopped cleanly, a lets its claim go: an agent on another store may take the node over.
     assert!(a.terminate().success());

@@ -19,6 +19,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -165,22 +166,70 @@ async fn put_claims(
     Err(EtcdError::Damaged(format!("the node claims under {} keep changing", keys.nodes)))
 }
 
-/// Keeps `lease` alive every third of [`CLAIM_TTL`]; a lease that expired (etcd unreachable that
-/// long) is replaced and the claims made again, and a node found claimed by another store then
-/// refuses the log for good.
+/// This agent's claims as they stand: their keys and the lease they are under now (replaced when
+/// they are made again). Every append and head confirmation of the agent compares each key's
+/// lease with it ([`Held::compares`]), so etcd itself refuses the requests of an agent whose
+/// claim lapsed or was taken: a claim is a fence, not a check made now and then.
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// `(node, key)` of each claim.
+    pub(crate) keys: Vec<(String, String)>,
+    lease: AtomicI64,
+}
+
+impl Held {
+    pub(crate) fn new(keys: &Keys, nodes: &[String], lease: i64) -> Self {
+        Self { keys: nodes.iter().map(|n| (n.clone(), key(keys, n))).collect(), lease: AtomicI64::new(lease) }
+    }
+
+    /// The lease the claims are under now.
+    pub(crate) fn lease(&self) -> i64 {
+        self.lease.load(Ordering::Acquire)
+    }
+
+    /// A request's compares: each claim is under the current lease.
+    pub(crate) fn compares(&self) -> Vec<Compare> {
+        let lease = self.lease();
+        self.keys.iter().map(|(_, key)| Compare::lease(key.as_bytes(), CompareOp::Equal, lease)).collect()
+    }
+
+    /// The first claim of `leases` (each claim key's lease as read, 0 when absent, in
+    /// [`Held::keys`]' order) that is not under the current lease, as [`EtcdError::ClaimLost`].
+    pub(crate) fn lost(&self, leases: &[i64]) -> Option<EtcdError> {
+        let lease = self.lease();
+        self.keys
+            .iter()
+            .zip(leases)
+            .find(|(_, got)| **got != lease)
+            .map(|((node, key), _)| EtcdError::ClaimLost { node: node.clone(), key: key.clone() })
+    }
+}
+
+/// How soon a failed renewal is tried again: well within the lease, so that one slow answer (a
+/// hung member waited out) does not let the claims lapse.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Keeps the claims' lease alive every third of [`CLAIM_TTL`] (a failed renewal tried again
+/// after [`RETRY`]); a lease that expired (etcd unreachable that long) is replaced and the claims
+/// made again, and a node found claimed by another agent then — or at a renewal — refuses the
+/// log for good.
 pub(crate) async fn keep(
     mut client: Client,
     keys: Keys,
     nodes: Vec<String>,
     me: Claim,
-    mut lease: i64,
+    held: Arc<Held>,
     shared: Arc<Shared>,
 ) {
+    let mut wait = CLAIM_TTL / 3;
     loop {
-        tokio::time::sleep(CLAIM_TTL / 3).await;
+        tokio::time::sleep(wait).await;
+        wait = RETRY;
+        let lease = held.lease();
         let kept = match tokio::time::timeout(CLAIM_TTL / 3, client.lease_keep_alive(lease)).await {
             Ok(Ok(_)) => true,
-            Ok(Err(e)) if e.to_string().contains("lease not found") => false,
+            // The client's answer to a lease etcd no longer has (a time to live of 0).
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => false,
             Ok(Err(e)) => {
                 warn!(error = %e, "cannot renew this agent's node claims; trying again");
                 continue;
@@ -190,29 +239,41 @@ pub(crate) async fn keep(
                 continue;
             }
         };
-        if kept {
+        let taken = if kept {
             match tokio::time::timeout(CLAIM_TTL / 3, check(&mut client, &keys, &nodes, &me, lease)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e @ EtcdError::NodeTaken { .. })) => {
-                    shared.break_replica(format!("{e}"));
-                    return;
+                Ok(Ok(())) => {
+                    wait = CLAIM_TTL / 3;
+                    None
                 }
-                Ok(Err(e)) => warn!(error = %e, "cannot look at this agent's node claims; trying again"),
-                Err(_) => warn!("etcd did not answer a look at this agent's node claims; trying again"),
+                Ok(Err(e @ EtcdError::NodeTaken { .. })) => Some(e),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "cannot look at this agent's node claims; trying again");
+                    None
+                }
+                Err(_) => {
+                    warn!("etcd did not answer a look at this agent's node claims; trying again");
+                    None
+                }
             }
-            continue;
-        }
-        let claimed = tokio::time::timeout(CLAIM_TTL, claim(&mut client, &keys, &nodes, &me)).await;
-        match claimed.unwrap_or(Err(EtcdError::Timeout { waited: CLAIM_TTL })) {
-            Ok(renewed) => {
-                info!("this agent's node claims lapsed (etcd unreachable) and are made again");
-                lease = renewed;
+        } else {
+            let claimed = tokio::time::timeout(CLAIM_TTL, claim(&mut client, &keys, &nodes, &me)).await;
+            match claimed.unwrap_or(Err(EtcdError::Timeout { waited: CLAIM_TTL })) {
+                Ok(renewed) => {
+                    info!("this agent's node claims lapsed (etcd unreachable) and are made again");
+                    held.lease.store(renewed, Ordering::Release);
+                    wait = CLAIM_TTL / 3;
+                    None
+                }
+                Err(e @ EtcdError::NodeTaken { .. }) => Some(e),
+                Err(e) => {
+                    warn!(error = %e, "cannot make this agent's node claims again; trying again");
+                    None
+                }
             }
-            Err(e @ EtcdError::NodeTaken { .. }) => {
-                shared.break_replica(format!("{e}"));
-                return;
-            }
-            Err(e) => warn!(error = %e, "cannot make this agent's node claims again; trying again"),
+        };
+        if let Some(e) = taken {
+            shared.break_replica(format!("while this agent ran, {e}"));
+            return;
         }
     }
 }

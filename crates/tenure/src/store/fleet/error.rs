@@ -49,8 +49,8 @@ pub enum EtcdError {
     /// The store was opened outside a multi-thread tokio runtime (a program's mistake, never an
     /// operator's: `tenure agent` opens it on its own).
     #[error(
-        "the fleet store is opened on a multi-thread tokio runtime: its workers drive its etcd requests while a \
-         caller's thread waits on one"
+        "the fleet store must be opened on a multi-thread tokio runtime: its workers drive its etcd requests while \
+         a caller's thread waits on one"
     )]
     Runtime,
     /// A node this agent runs is claimed by another agent's store, whose lease is alive.
@@ -66,6 +66,19 @@ pub enum EtcdError {
         key: String,
         /// Whose claim it is.
         by: String,
+    },
+    /// This agent's claim of a node is not under its lease any more (the lease lapsed while etcd
+    /// was unreachable, or the key was deleted or taken): etcd refused the request, and nothing
+    /// is appended or acted on until the claim is made again.
+    #[error(
+        "this agent's claim of node `{node}` ({key}) is not under its lease any more (lapsed, deleted or taken): \
+         nothing is appended or acted on until it is made again"
+    )]
+    ClaimLost {
+        /// The node.
+        node: String,
+        /// Its claim's key.
+        key: String,
     },
     /// This agent's nodes and peers differ from the fleet recorded in etcd.
     #[error("{0}")]

@@ -140,7 +140,7 @@ pub(crate) struct Io {
     runtime: tokio::runtime::Handle,
     watch: Option<AbortHandle>,
     /// The lease of this agent's node claims and the task keeping it (`claim.rs`).
-    claims: Option<(i64, AbortHandle)>,
+    claims: Option<(Arc<super::claim::Held>, AbortHandle)>,
 }
 
 impl std::fmt::Debug for Io {
@@ -184,9 +184,16 @@ impl Io {
         let (nodes, me) = claim;
         let (client, head, lease) = connect_and_load(&settings, &keys, &shared, refuse, &nodes, &me).await?;
         let claims = lease.map(|lease| {
-            let keeper =
-                super::claim::keep(client.clone(), keys.clone(), nodes, me, lease, Arc::clone(&shared));
-            (lease, runtime.spawn(keeper).abort_handle())
+            let held = Arc::new(super::claim::Held::new(&keys, &nodes, lease));
+            let keeper = super::claim::keep(
+                client.clone(),
+                keys.clone(),
+                nodes,
+                me,
+                Arc::clone(&held),
+                Arc::clone(&shared),
+            );
+            (held, runtime.spawn(keeper).abort_handle())
         });
         let watch =
             shared.lock().refused.is_none().then(|| {
@@ -214,9 +221,10 @@ impl Io {
         retry: Retry,
     ) -> Result<Appended, EtcdError> {
         let mut client = self.client.clone();
+        let held = self.claims.as_ref().map(|(held, _)| held.as_ref());
         Self::within(
             self.request_timeout + Duration::from_millis(500),
-            append(&mut client, &self.keys, &key, value, &anchor, retry),
+            append(&mut client, &self.keys, &key, value, &anchor, retry, held),
         )
         .await
     }
@@ -246,23 +254,49 @@ impl Io {
     }
 
     /// Deletes this process's writer key and lets its node claims go (a clean stop: another
-    /// agent may run them at once), waiting at most the request timeout.
+    /// agent may run them at once), waiting at most the request timeout for each; the first
+    /// failure is answered once both were tried. (A keeper stopped while it was making the claims
+    /// again may leave a lease no one revokes: its claims lapse with it, [`CLAIM_TTL`] later.)
+    ///
+    /// [`CLAIM_TTL`]: super::claim::CLAIM_TTL
     pub(crate) async fn forget_writer(&self) -> Result<(), EtcdError> {
         let mut client = self.client.clone();
-        let writer = self.keys.writer.clone();
-        let claims = self.claims.as_ref().map(|(lease, keeper)| {
+        let lease = self.claims.as_ref().map(|(held, keeper)| {
             keeper.abort();
-            *lease
+            held.lease()
         });
-        Self::within(self.request_timeout, async move {
-            if let Some(lease) = claims {
-                client.lease_revoke(lease).await.map_err(EtcdError::request("node claim release"))?;
+        let released = match lease {
+            Some(lease) => {
+                Self::within(self.request_timeout, async {
+                    client
+                        .lease_revoke(lease)
+                        .await
+                        .map(drop)
+                        .map_err(EtcdError::request("node claim release"))
+                })
+                .await
             }
+            None => Ok(()),
+        };
+        let deleted = Self::within(self.request_timeout, async {
             client
-                .delete(writer.as_bytes(), None)
+                .delete(self.keys.writer.as_bytes(), None)
                 .await
                 .map(drop)
                 .map_err(EtcdError::request("writer key delete"))
+        })
+        .await;
+        released.and(deleted)
+    }
+
+    /// Lets this agent's node claims go without touching the log (a refused store's clean stop).
+    pub(crate) async fn release_claims(&self) -> Result<(), EtcdError> {
+        let Some((held, keeper)) = &self.claims else { return Ok(()) };
+        keeper.abort();
+        let mut client = self.client.clone();
+        let lease = held.lease();
+        Self::within(self.request_timeout, async move {
+            client.lease_revoke(lease).await.map(drop).map_err(EtcdError::request("node claim release"))
         })
         .await
     }
@@ -275,7 +309,8 @@ impl Io {
         batch_key: Option<Vec<u8>>,
     ) -> Result<HeadRead, EtcdError> {
         let mut client = self.client.clone();
-        Self::within(wait, read_head(&mut client, &self.keys, batch_key.as_deref())).await
+        let held = self.claims.as_ref().map(|(held, _)| held.as_ref());
+        Self::within(wait, read_head(&mut client, &self.keys, batch_key.as_deref(), held)).await
     }
 }
 
@@ -313,21 +348,32 @@ async fn read_verified_head(
     shared: &Shared,
 ) -> Result<(HeadRead, bool), EtcdError> {
     let anchor = shared.anchor();
-    let head = read_head(client, keys, anchor.batch_key()).await?;
+    let head = read_head(client, keys, anchor.batch_key(), None).await?;
     let kept = shared.verify(&anchor, &head).is_ok();
     Ok((head, kept))
 }
 
 /// Reads, in one read-only transaction (linearizable, at one revision), the head key, the
-/// snapshot manifest and `batch_key` (the newest batch the agent applied, when it knows it).
+/// snapshot manifest and `batch_key` (the newest batch the agent applied, when it knows it). With
+/// `held`, only while this agent's node claims are under their lease: a head confirmation of an
+/// agent whose claim lapsed or was taken is refused ([`EtcdError::ClaimLost`]).
 async fn read_head(
     client: &mut Client,
     keys: &Keys,
     batch_key: Option<&[u8]>,
+    held: Option<&super::claim::Held>,
 ) -> Result<HeadRead, EtcdError> {
     let mut gets = vec![TxnOp::get(keys.head.as_bytes(), None), TxnOp::get(keys.snapshot.as_bytes(), None)];
     gets.extend(batch_key.map(|key| TxnOp::get(key, None)));
-    let txn = Txn::new().and_then(gets);
+    // etcd-client builds a transaction in order: compares, then success, then failure.
+    let txn = match held {
+        Some(held) => {
+            let claims: Vec<TxnOp> =
+                held.keys.iter().map(|(_, key)| TxnOp::get(key.as_bytes(), None)).collect();
+            Txn::new().when(held.compares()).and_then(gets).or_else(claims)
+        }
+        None => Txn::new().and_then(gets),
+    };
     let response = retry_quick_failures(|| {
         let mut client = client.clone();
         let txn = txn.clone();
@@ -335,6 +381,13 @@ async fn read_head(
     })
     .await
     .map_err(EtcdError::request("head read"))?;
+    if let Some(held) = held.filter(|_| !response.succeeded()) {
+        let leases: Vec<i64> =
+            got(response).iter().map(|kv| kv.as_ref().map_or(0, etcd_client::KeyValue::lease)).collect();
+        return Err(held.lost(&leases).unwrap_or(EtcdError::Damaged(
+            "a head read compared the node claims and failed, yet each is under this agent's lease".into(),
+        )));
+    }
     let header = response.header().ok_or(EtcdError::NoHeader { what: "head read" })?;
     let (cluster_id, revision) = (header.cluster_id(), header.revision());
     let kvs = got(response);
@@ -366,7 +419,7 @@ async fn connect_and_load(
 ) -> Result<(Client, HeadRead, Option<i64>), EtcdError> {
     let mut client = connect(settings).await?;
     let anchor = shared.anchor();
-    let first = read_head(&mut client, keys, anchor.batch_key()).await?;
+    let first = read_head(&mut client, keys, anchor.batch_key(), None).await?;
     if let Some(reason) = refuse(&first) {
         shared.lock().refused = Some(reason);
         return Ok((client, first, None));

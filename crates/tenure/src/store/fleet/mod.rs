@@ -238,13 +238,17 @@ impl EtcdStore {
 
     /// Closes the local store (the watch ends with the last handle).
     /// Its writer key goes too: this process appends nothing more, so no retry of its batches
-    /// needs it (an agent killed leaves its key behind, a few bytes).
+    /// needs it (an agent killed leaves its key behind, a few bytes). Its node claims are let go
+    /// either way (a refused agent's too): another agent may run its nodes at once.
     pub async fn close(self) -> Result<(), StoreError> {
         let _ = self.flush_binding();
-        if self.refused().is_none()
-            && let Err(e) = self.io.forget_writer().await
-        {
-            warn!(error = %e, "cannot delete this agent's writer key (a few bytes left behind)");
+        let released = if self.refused().is_none() {
+            self.io.forget_writer().await
+        } else {
+            self.io.release_claims().await
+        };
+        if let Err(e) = released {
+            warn!(error = %e, "cannot let this agent's node claims go or delete its writer key (they lapse or stay, a few bytes)");
         }
         let Self { local, .. } = self;
         local.close()

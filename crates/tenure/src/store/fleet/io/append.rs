@@ -8,6 +8,7 @@ use tracing::warn;
 
 use super::super::EtcdError;
 use super::super::anchor::{Anchor, check_anchor};
+use super::super::claim::Held;
 use super::{Appended, HeadRead, Keys, Retry, decode_manifest, got, retry_quick_failures};
 
 /// Puts one batch under `key` unless it is there already or (a batch retried as it was,
@@ -18,7 +19,9 @@ use super::{Appended, HeadRead, Keys, Retry, decode_manifest, got, retry_quick_f
 /// that does not ([`check_anchor`]: the prefix deleted, etcd restored from an older
 /// snapshot, also when other writers pushed the restored log past the anchor) appends nothing
 /// and answers [`Appended::WentBack`]: landing there would write into a log with a lost part.
-/// These checks hold for every batch, heartbeats too. Only a batch retried as it was compares
+/// These checks hold for every batch, heartbeats too, and so does `held`'s: each of this agent's
+/// node claims under its current lease (a claim lapsed or taken appends nothing:
+/// [`EtcdError::ClaimLost`]). Only a batch retried as it was compares
 /// and puts the writer key; a writer key that is gone (deleted by hand: the compare on its value
 /// then fails whatever it holds) is created again, empty, and the append tried once more. A
 /// heartbeat ([`Retry::Never`]) leaves the key alone: it is never tried again as the same batch,
@@ -31,6 +34,7 @@ pub(super) async fn append(
     value: Vec<u8>,
     anchor: &Anchor,
     retry: Retry,
+    held: Option<&Held>,
 ) -> Result<Appended, EtcdError> {
     // This process's writer key, when it names this batch.
     let writer = (retry == Retry::SameBatch).then_some(keys.writer.as_str());
@@ -51,6 +55,7 @@ pub(super) async fn append(
         if let Some(batch) = batch_key.filter(|_| with_batch) {
             when.push(Compare::mod_revision(batch, CompareOp::Equal, anchor.revision));
         }
+        when.extend(held.map(Held::compares).unwrap_or_default());
         let mut then =
             vec![TxnOp::put(key.as_bytes(), value.clone(), None), TxnOp::put(head, key.as_bytes(), None)];
         then.extend(writer.map(|writer| TxnOp::put(writer.as_bytes(), key.as_bytes(), None)));
@@ -64,6 +69,10 @@ pub(super) async fn append(
             TxnOp::get(keys.snapshot.as_bytes(), None),
         ];
         otherwise.extend(batch_key.map(|batch| TxnOp::get(batch, None)));
+        // Then this agent's node claims, each in `Held::keys`' order.
+        otherwise.extend(
+            held.iter().flat_map(|held| held.keys.iter().map(|(_, key)| TxnOp::get(key.as_bytes(), None))),
+        );
         Txn::new().when(when).and_then(then).or_else(otherwise)
     };
     let mut with_batch = true;
@@ -110,6 +119,17 @@ pub(super) async fn append(
             gets.get(1).cloned().flatten().filter(|kv| writer.is_some() && kv.value() == key.as_bytes());
         if let Some(kv) = there.or(named) {
             return Ok(Appended::Committed { revision: kv.mod_revision(), head_created });
+        }
+        // The batch is not there: a claim no longer under this agent's lease refused it (etcd
+        // itself: the claim is a fence).
+        let claims_from = 4 + usize::from(batch_key.is_some());
+        let leases: Vec<i64> = gets
+            .iter()
+            .skip(claims_from)
+            .map(|kv| kv.as_ref().map_or(0, etcd_client::KeyValue::lease))
+            .collect();
+        if let Some(lost) = held.and_then(|held| held.lost(&leases)) {
+            return Err(lost);
         }
         if with_batch && batch_key.is_some() && read.batch_revision != Some(anchor.revision) {
             // The anchor's batch is gone, and a snapshot covers it (checked just above).
