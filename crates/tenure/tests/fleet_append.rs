@@ -140,19 +140,36 @@ fn an_appends_and_head_confirmations_are_fenced_by_the_node_s_claim() {
     let first = lease_of(&runtime, &cluster.endpoints, &claim_key);
     assert_ne!(first, 0, "node a is claimed under a lease");
 
-    runtime.block_on(async {
-        let mut client = etcd_client::Client::connect(&cluster.endpoints, None).await.expect("connects");
-        client.lease_revoke(first).await.expect("the claim's lease is revoked");
+    // The lease revoked, a heartbeat and a head confirmation are refused at once. (Should the
+    // keeper's renewal fall between the revoke and them, the claim is made again that quickly:
+    // then revoked again, at most three times.)
+    let mut revoked = first;
+    let refused = (0..3).any(|_| {
+        runtime.block_on(async {
+            let mut client = etcd_client::Client::connect(&cluster.endpoints, None).await.expect("connects");
+            client.lease_revoke(revoked).await.expect("the claim's lease is revoked");
+        });
+        let heartbeat = runtime.block_on(store.append_heartbeats(&heartbeat(2_000)));
+        let confirmed = runtime.block_on(store.confirm_head(std::time::Duration::from_secs(5)));
+        if heartbeat.is_err() && confirmed.is_err() {
+            return true;
+        }
+        let now = lease_of(&runtime, &cluster.endpoints, &claim_key);
+        assert!(
+            now != 0 && now != revoked,
+            "appended or confirmed without the claim: {heartbeat:?} {confirmed:?}"
+        );
+        revoked = now;
+        false
     });
-    let refused = runtime.block_on(store.append_heartbeats(&heartbeat(2_000)));
-    assert!(refused.is_err(), "a heartbeat is appended without the node's claim: {refused:?}");
-    let unconfirmed = runtime.block_on(store.confirm_head(std::time::Duration::from_secs(5)));
-    assert!(unconfirmed.is_err(), "the head is confirmed without the node's claim");
+    assert!(refused, "the keeper made the claim again before each of three tries");
     wait_for("the claim made again", || {
         let now = lease_of(&runtime, &cluster.endpoints, &claim_key);
-        now != 0 && now != first
+        now != 0 && now != revoked
     });
-    runtime.block_on(store.append_heartbeats(&heartbeat(3_000))).expect("a heartbeat lands again");
+    wait_for("a heartbeat lands again", || {
+        runtime.block_on(store.append_heartbeats(&heartbeat(3_000))).is_ok()
+    });
     runtime.block_on(store.confirm_head(std::time::Duration::from_secs(5))).expect("confirmed again");
     runtime.block_on(store.close()).expect("the store closes");
     assert_eq!(

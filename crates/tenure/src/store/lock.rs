@@ -73,6 +73,14 @@ fn read_holder(path: &Path) -> String {
     )
 }
 
+/// The identity of `dir`'s lock file, `device:inode` (`None` when it cannot be read): the same
+/// for every path and mount namespace the one file is seen through, different for a copy.
+pub(crate) fn lock_file_id(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(dir.join(LOCK_FILE_NAME)).ok()?;
+    Some(format!("{}:{}", meta.dev(), meta.ino()))
+}
+
 /// This boot's id, from the kernel (`/proc/sys/kernel/random/boot_id`): a process id means one
 /// process only together with it.
 pub(crate) fn boot_id() -> Result<String, String> {

@@ -4,13 +4,15 @@
 //! or a copy of the store directory itself) is refused at start: both would send that node's
 //! heartbeats, so it would never fail over while either ran, and both would act for it.
 //!
-//! A claim names the store (its identity's cluster id), the store's directory, the host, this
-//! boot of the host's kernel and the pid. The same store directory starting again on the same
-//! boot (a restart, after a kill too) takes its claim over at once: one process owns a store
-//! directory (its `LOCK`, a `flock` the kernel drops when the process dies), and this process
-//! holds it, so the claimant is gone. Any other claim — another store, or a copy of this one at
-//! another path or on another host or boot — stands until its lease lapses, [`CLAIM_TTL`] after its
-//! agent died, or at once when it stopped cleanly (the lease is revoked).
+//! A claim names the store (its identity's cluster id), its lock file (`device:inode`), this boot
+//! of the host's kernel and the claiming process's own random id (with the directory, host and
+//! pid, for the refusal's line). The same store starting again on the same boot (a restart,
+//! after a kill too) takes its claim over at once: one process owns a store (its `LOCK`, a
+//! `flock` the kernel drops when the process dies, on the one file whatever path or mount
+//! namespace it is seen through), and this process holds it, so the claimant is gone. Any other
+//! claim — another store, or a copy of this one (another lock file), or one of another boot —
+//! stands until its lease lapses, [`CLAIM_TTL`] after its agent died, or at once when it stopped
+//! cleanly (the lease is revoked).
 //!
 //! A running agent looks at its claims at every renewal: one gone (deleted by hand, or its lease
 //! lapsed while etcd was unreachable) is made again; one that names another agent (it started
@@ -33,29 +35,38 @@ use super::replica::Shared;
 /// How long a claim outlives its agent (the lease's time to live).
 pub(crate) const CLAIM_TTL: Duration = Duration::from_secs(10);
 
-/// What a claim holds: which store runs the node, and where (the same-store takeover's proof, and
+/// What a claim holds: which agent runs the node, and where (the same-store takeover's proof, and
 /// the refusal's line).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Claim {
     pub(crate) v: u64,
     /// The claiming agent's local store (its identity's cluster id).
     pub(crate) store: String,
-    /// The local store's directory, canonical (empty in a claim of version 1).
+    /// The local store's directory, canonical, for the refusal's line.
     #[serde(default)]
     pub(crate) path: String,
     pub(crate) host: String,
-    /// The host's boot id (`/proc/sys/kernel/random/boot_id`; empty in a claim of version 1).
+    /// The host's boot id (`/proc/sys/kernel/random/boot_id`).
     #[serde(default)]
     pub(crate) boot: String,
+    /// The store's lock file, `device:inode` ([`crate::store::lock::lock_file_id`]).
+    #[serde(default)]
+    pub(crate) lock: String,
+    /// The claiming process's own random id (its writer instance): what makes a claim this
+    /// process's, whatever else two agents share (containers on one host: one boot id, one host
+    /// name, the same paths, pid 1 each).
+    #[serde(default)]
+    pub(crate) instance: String,
     pub(crate) pid: u32,
 }
 
 /// The claim format's version.
-const CLAIM_VERSION: u64 = 2;
+const CLAIM_VERSION: u64 = 3;
 
 impl Claim {
-    /// This process's claim, for its local store `store` in directory `dir`.
-    pub(crate) fn mine(store: &str, dir: &Path) -> Self {
+    /// This process's claim (writer instance `instance`), for its local store `store` in
+    /// directory `dir` (whose lock this process holds).
+    pub(crate) fn mine(store: &str, dir: &Path, instance: &str) -> Self {
         let path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
         Self {
             v: CLAIM_VERSION,
@@ -63,20 +74,27 @@ impl Claim {
             path: path.display().to_string(),
             host: crate::store::lock::host_name(),
             boot: crate::store::lock::boot_id().unwrap_or_default(),
+            lock: crate::store::lock::lock_file_id(dir).unwrap_or_default(),
+            instance: instance.to_owned(),
             pid: std::process::id(),
         }
     }
 
-    /// Whether `theirs` was made by an earlier process of this very store directory on this boot:
-    /// that process is gone, since this one holds the directory's lock. A copy of the store (the
-    /// same cluster id at another path, or on another host or boot) is not.
+    /// Whether `theirs` is this process's own claim.
+    fn is_mine(&self, theirs: &Self) -> bool {
+        !self.instance.is_empty() && theirs.instance == self.instance && theirs.store == self.store
+    }
+
+    /// Whether `theirs` was made by an earlier process of this very store on this boot: the same
+    /// lock file (one inode, whatever path or mount namespace it is seen through), which this
+    /// process holds now, so that process is gone. A copy of the store (another lock file) is not.
     fn is_earlier_self(&self, theirs: &Self) -> bool {
         theirs.store == self.store
-            && theirs.path == self.path
-            && theirs.host == self.host
+            && !self.lock.is_empty()
+            && theirs.lock == self.lock
             && !self.boot.is_empty()
             && theirs.boot == self.boot
-            && theirs.pid != self.pid
+            && theirs.instance != self.instance
     }
 
     /// Who holds a claim, for a refusal's line.
@@ -132,7 +150,7 @@ async fn put_claims(
                 Some(kv) => {
                     let theirs: Option<Claim> = serde_json::from_slice(kv.value()).ok();
                     match theirs {
-                        Some(theirs) if theirs == *me || me.is_earlier_self(&theirs) => {
+                        Some(theirs) if me.is_mine(&theirs) || me.is_earlier_self(&theirs) => {
                             when.push(Compare::mod_revision(
                                 key.as_bytes(),
                                 CompareOp::Equal,
@@ -187,16 +205,15 @@ impl Held {
         self.lease.load(Ordering::Acquire)
     }
 
-    /// A request's compares: each claim is under the current lease.
-    pub(crate) fn compares(&self) -> Vec<Compare> {
-        let lease = self.lease();
+    /// A request's compares: each claim is under `lease` (read once per request with
+    /// [`Held::lease`], and passed to [`Held::lost`] with the answer).
+    pub(crate) fn compares(&self, lease: i64) -> Vec<Compare> {
         self.keys.iter().map(|(_, key)| Compare::lease(key.as_bytes(), CompareOp::Equal, lease)).collect()
     }
 
     /// The first claim of `leases` (each claim key's lease as read, 0 when absent, in
-    /// [`Held::keys`]' order) that is not under the current lease, as [`EtcdError::ClaimLost`].
-    pub(crate) fn lost(&self, leases: &[i64]) -> Option<EtcdError> {
-        let lease = self.lease();
+    /// [`Held::keys`]' order) that is not under `lease`, as [`EtcdError::ClaimLost`].
+    pub(crate) fn lost(&self, lease: i64, leases: &[i64]) -> Option<EtcdError> {
         self.keys
             .iter()
             .zip(leases)
@@ -296,7 +313,7 @@ async fn check(
             continue;
         };
         match serde_json::from_slice::<Claim>(kv.value()) {
-            Ok(theirs) if theirs == *me => remake |= kv.lease() != lease,
+            Ok(theirs) if me.is_mine(&theirs) => remake |= kv.lease() != lease,
             theirs => {
                 return Err(EtcdError::NodeTaken {
                     node: node.clone(),

@@ -366,11 +366,12 @@ async fn read_head(
     let mut gets = vec![TxnOp::get(keys.head.as_bytes(), None), TxnOp::get(keys.snapshot.as_bytes(), None)];
     gets.extend(batch_key.map(|key| TxnOp::get(key, None)));
     // etcd-client builds a transaction in order: compares, then success, then failure.
-    let txn = match held {
-        Some(held) => {
+    let fence = held.map(|held| (held, held.lease()));
+    let txn = match fence {
+        Some((held, lease)) => {
             let claims: Vec<TxnOp> =
                 held.keys.iter().map(|(_, key)| TxnOp::get(key.as_bytes(), None)).collect();
-            Txn::new().when(held.compares()).and_then(gets).or_else(claims)
+            Txn::new().when(held.compares(lease)).and_then(gets).or_else(claims)
         }
         None => Txn::new().and_then(gets),
     };
@@ -381,10 +382,10 @@ async fn read_head(
     })
     .await
     .map_err(EtcdError::request("head read"))?;
-    if let Some(held) = held.filter(|_| !response.succeeded()) {
+    if let Some((held, lease)) = fence.filter(|_| !response.succeeded()) {
         let leases: Vec<i64> =
             got(response).iter().map(|kv| kv.as_ref().map_or(0, etcd_client::KeyValue::lease)).collect();
-        return Err(held.lost(&leases).unwrap_or(EtcdError::Damaged(
+        return Err(held.lost(lease, &leases).unwrap_or(EtcdError::Damaged(
             "a head read compared the node claims and failed, yet each is under this agent's lease".into(),
         )));
     }
@@ -406,9 +407,10 @@ async fn read_head(
     })
 }
 
-/// Connects, reads the head, claims `nodes` for `me` (the lease of the claims, none for no nodes),
-/// and loads every batch up to the head read's revision into the replica (in revision order, a
-/// page at a time, all at that one revision). A refused log claims nothing and loads nothing.
+/// Connects, reads the head, loads every batch up to the head read's revision into the replica
+/// (in revision order, a page at a time, all at that one revision), then claims `nodes` for `me`
+/// (the lease of the claims, none for no nodes) and writes this process's writer key. A refused
+/// log claims nothing (and loads nothing when refused at the first read).
 async fn connect_and_load(
     settings: &ConnectSettings,
     keys: &Keys,
@@ -429,33 +431,24 @@ async fn connect_and_load(
         return Ok((client, first, None));
     }
     check_fleet(&mut client, keys, &settings.fleet).await?;
-    // The nodes are claimed before anything of this agent is written, appended or followed: a
-    // second agent for a running node stops here, leaving no writer key behind.
+    let head = load(&mut client, keys, shared).await?;
+    if shared.is_refused() {
+        // The log went back between the reads: refused, it runs no node.
+        return Ok((client, head, None));
+    }
+    // The nodes are claimed after the load (which writes nothing, however long it takes: the
+    // keeper starts with the claims) and before anything of this agent is written, appended or
+    // followed: a second agent for a running node stops here, leaving no writer key behind.
     let lease =
         if nodes.is_empty() { None } else { Some(super::claim::claim(&mut client, keys, nodes, me).await?) };
-    let written =
-        client.put(keys.writer.as_bytes(), "", None).await.map_err(EtcdError::request("writer key"));
-    let loaded = match written {
-        Ok(_) => load(&mut client, keys, shared).await,
-        Err(e) => Err(e),
-    };
-    match loaded {
-        Ok(head) if !shared.is_refused() => Ok((client, head, lease)),
-        Ok(head) => {
-            // The log went back between the reads: refused, it runs no node.
-            if let Some(lease) = lease {
-                let _ = client.lease_revoke(lease).await;
-            }
-            Ok((client, head, None))
+    if let Err(e) = client.put(keys.writer.as_bytes(), "", None).await {
+        // Nothing runs the nodes: let their claims go at once rather than at the lease's end.
+        if let Some(lease) = lease {
+            let _ = client.lease_revoke(lease).await;
         }
-        Err(e) => {
-            // Nothing runs the node: let its claims go at once rather than at the lease's end.
-            if let Some(lease) = lease {
-                let _ = client.lease_revoke(lease).await;
-            }
-            Err(e)
-        }
+        return Err(EtcdError::request("writer key")(e));
     }
+    Ok((client, head, lease))
 }
 
 /// Writes this agent's fleet under the fleet key unless one is there; one that is there must be

@@ -177,7 +177,7 @@ impl EtcdStore {
         let instance = format!("{:016x}", rand::random::<u64>());
         let keys = Keys::new(&options.prefix, &instance);
         let log_keys = keys.log.clone();
-        let claim = (options.nodes.clone(), claim::Claim::mine(local.cluster_id(), local.dir()));
+        let claim = (options.nodes.clone(), claim::Claim::mine(local.cluster_id(), local.dir(), &instance));
         let (io, head) = Io::start(settings, keys, Arc::clone(&shared), refuse, claim)
             .await
             .map_err(|source| EtcdStoreError::Etcd { endpoints: endpoints.clone(), source })?;

@@ -40,6 +40,8 @@ pub(super) async fn append(
     let writer = (retry == Retry::SameBatch).then_some(keys.writer.as_str());
     let head = keys.head.as_bytes();
     let batch_key = anchor.batch_key();
+    // The claims' lease, read once: the compares and the reading of a refusal use the same.
+    let fence = held.map(|held| (held, held.lease()));
     let txn = |with_batch: bool| {
         let mut when = vec![Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0)];
         when.extend(
@@ -55,7 +57,7 @@ pub(super) async fn append(
         if let Some(batch) = batch_key.filter(|_| with_batch) {
             when.push(Compare::mod_revision(batch, CompareOp::Equal, anchor.revision));
         }
-        when.extend(held.map(Held::compares).unwrap_or_default());
+        when.extend(fence.map(|(held, lease)| held.compares(lease)).unwrap_or_default());
         let mut then =
             vec![TxnOp::put(key.as_bytes(), value.clone(), None), TxnOp::put(head, key.as_bytes(), None)];
         then.extend(writer.map(|writer| TxnOp::put(writer.as_bytes(), key.as_bytes(), None)));
@@ -101,7 +103,11 @@ pub(super) async fn append(
             revision,
             head_revision: head_kv.as_ref().map_or(0, etcd_client::KeyValue::mod_revision),
             head_created: head_kv.as_ref().map_or(0, etcd_client::KeyValue::create_revision),
-            batch_revision: gets.get(4).cloned().flatten().map(|kv| kv.mod_revision()),
+            batch_revision: if batch_key.is_some() {
+                gets.get(4).cloned().flatten().map(|kv| kv.mod_revision())
+            } else {
+                None
+            },
             snapshot_revision: match gets.get(3).cloned().flatten() {
                 Some(kv) => Some(decode_manifest(keys, kv.value())?.revision),
                 None => None,
@@ -128,7 +134,7 @@ pub(super) async fn append(
             .skip(claims_from)
             .map(|kv| kv.as_ref().map_or(0, etcd_client::KeyValue::lease))
             .collect();
-        if let Some(lost) = held.and_then(|held| held.lost(&leases)) {
+        if let Some(lost) = fence.and_then(|(held, lease)| held.lost(lease, &leases)) {
             return Err(lost);
         }
         if with_batch && batch_key.is_some() && read.batch_revision != Some(anchor.revision) {
