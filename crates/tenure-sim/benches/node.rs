@@ -26,6 +26,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput};
+
+/// The binary's allocator (`crates/tenure/src/main.rs`): the pass is measured as the agent runs it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, MemoryJournalStore};

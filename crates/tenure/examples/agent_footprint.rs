@@ -34,6 +34,10 @@ use tenure_core::model::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+/// The binary's allocator (`src/main.rs`), so that what is measured is what the binary runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Counts provider calls and keeps the last reconcile's duration, so that the wait for the map
 /// asks the agent nothing (a request listing 200k journal rows every half second would be part
 /// of what is measured).

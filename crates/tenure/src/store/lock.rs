@@ -74,7 +74,9 @@ fn read_holder(path: &Path) -> String {
 }
 
 /// The identity of `dir`'s lock file, `device:inode` (`None` when it cannot be read): the same
-/// for every path and mount namespace the one file is seen through, different for a copy.
+/// for every path and mount namespace the one file is seen through, different for a copy. The
+/// fleet's node claims name it.
+#[cfg(feature = "etcd")]
 pub(crate) fn lock_file_id(dir: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(dir.join(LOCK_FILE_NAME)).ok()?;
