@@ -301,6 +301,16 @@ impl tenure::agent::AgentStore for LateStore {
     }
 }
 
+/// Counts the loop's plans (slices of planning of a node).
+#[derive(Default)]
+struct Plans(std::sync::atomic::AtomicU64);
+
+impl tenure::agent::runner::Observe for Plans {
+    fn reconcile(&self, _duration: Duration) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Read-your-writes is the loop's: it awaits `read_own_appends` before it follows the log, so a
 /// store whose log shows this process's appends late (the fleet store's watch) still shows the
 /// loop its own results before it plans again. Were it not awaited, the pool files' events would
@@ -335,16 +345,22 @@ async fn the_loop_reads_its_own_appends_from_a_store_that_shows_them_late() {
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);
     let (stop, stopped) = oneshot::channel::<()>();
-    let done =
-        tokio::spawn(run(store.clone(), settings, requests, reload, Arc::new(NoObserver), async move {
-            let _ = stopped.await;
-        }));
+    let plans = Arc::new(Plans::default());
+    let done = tokio::spawn(run(store.clone(), settings, requests, reload, plans.clone(), async move {
+        let _ = stopped.await;
+    }));
     wait_until(WAIT_MAX, "a holds both addresses at the provider", async || {
         holders(&cloud).values().filter(|nics| nics.as_slice() == ["eni-a"]).count() == 2
     })
     .await;
-    // Several requeue passes, each planning again from what the loop has read.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Several requeue passes (ten plans of a node, five of each), each planning again from what
+    // the loop has read: counted, not slept for, so that a slow machine cannot make it pass
+    // without them.
+    let before = plans.0.load(std::sync::atomic::Ordering::Relaxed);
+    wait_until(WAIT_MAX, "ten more plans", async || {
+        plans.0.load(std::sync::atomic::Ordering::Relaxed) >= before + 10
+    })
+    .await;
     let _ = stop.send(());
     tokio::time::timeout(WAIT_MAX, done).await.expect("stops").expect("joins").expect("ran");
     let log = store.inner.log();

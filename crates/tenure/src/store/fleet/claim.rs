@@ -274,7 +274,7 @@ pub(crate) async fn keep(
             }
         } else {
             let claimed = tokio::time::timeout(CLAIM_TTL, claim(&mut client, &keys, &nodes, &me)).await;
-            match claimed.unwrap_or(Err(EtcdError::Timeout { waited: CLAIM_TTL })) {
+            match claimed.unwrap_or(Err(EtcdError::Timeout { what: "node claim", waited: CLAIM_TTL })) {
                 Ok(renewed) => {
                     info!("this agent's node claims lapsed (etcd unreachable) and are made again");
                     held.lease.store(renewed, Ordering::Release);

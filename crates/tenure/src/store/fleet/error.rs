@@ -22,8 +22,10 @@ pub enum EtcdError {
         source: etcd_client::Error,
     },
     /// No answer within the deadline (the request's outcome is unknown).
-    #[error("etcd did not answer within {} ms", .waited.as_millis())]
+    #[error("etcd did not answer the {what} within {} ms", .waited.as_millis())]
     Timeout {
+        /// The request.
+        what: &'static str,
         /// How long it was waited for.
         waited: Duration,
     },
@@ -99,8 +101,8 @@ mod tests {
     #[test]
     fn each_error_reads_as_the_line_an_operator_read_before_it_was_typed() {
         assert_eq!(
-            EtcdError::Timeout { waited: Duration::from_millis(2_500) }.to_string(),
-            "etcd did not answer within 2500 ms"
+            EtcdError::Timeout { what: "append", waited: Duration::from_millis(2_500) }.to_string(),
+            "etcd did not answer the append within 2500 ms"
         );
         assert_eq!(
             EtcdError::NoHeader { what: "head read" }.to_string(),

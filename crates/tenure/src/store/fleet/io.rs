@@ -205,10 +205,11 @@ impl Io {
     /// Awaits `request`, at most `wait` (a request still under way then is dropped: its outcome
     /// is unknown to the caller, as a lost answer's).
     async fn within<T>(
+        what: &'static str,
         wait: Duration,
         request: impl std::future::Future<Output = Result<T, EtcdError>>,
     ) -> Result<T, EtcdError> {
-        tokio::time::timeout(wait, request).await.map_err(|_| EtcdError::Timeout { waited: wait })?
+        tokio::time::timeout(wait, request).await.map_err(|_| EtcdError::Timeout { what, waited: wait })?
     }
 
     /// Puts one batch (see [`append()`]), waiting at most the request timeout and a margin (the
@@ -223,6 +224,7 @@ impl Io {
         let mut client = self.client.clone();
         let held = self.claims.as_ref().map(|(held, _)| held.as_ref());
         Self::within(
+            "append",
             self.request_timeout + Duration::from_millis(500),
             append(&mut client, &self.keys, &key, value, &anchor, retry, held),
         )
@@ -267,7 +269,7 @@ impl Io {
         });
         let released = match lease {
             Some(lease) => {
-                Self::within(self.request_timeout, async {
+                Self::within("node claim release", self.request_timeout, async {
                     client
                         .lease_revoke(lease)
                         .await
@@ -278,7 +280,7 @@ impl Io {
             }
             None => Ok(()),
         };
-        let deleted = Self::within(self.request_timeout, async {
+        let deleted = Self::within("writer key delete", self.request_timeout, async {
             client
                 .delete(self.keys.writer.as_bytes(), None)
                 .await
@@ -295,7 +297,7 @@ impl Io {
         keeper.abort();
         let mut client = self.client.clone();
         let lease = held.lease();
-        Self::within(self.request_timeout, async move {
+        Self::within("node claim release", self.request_timeout, async move {
             client.lease_revoke(lease).await.map(drop).map_err(EtcdError::request("node claim release"))
         })
         .await
@@ -310,7 +312,7 @@ impl Io {
     ) -> Result<HeadRead, EtcdError> {
         let mut client = self.client.clone();
         let held = self.claims.as_ref().map(|(held, _)| held.as_ref());
-        Self::within(wait, read_head(&mut client, &self.keys, batch_key.as_deref(), held)).await
+        Self::within("head read", wait, read_head(&mut client, &self.keys, batch_key.as_deref(), held)).await
     }
 }
 
