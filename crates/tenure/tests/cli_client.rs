@@ -131,6 +131,33 @@ fn ownership_prints_an_aligned_table_json_and_yaml() {
     assert_eq!(from_yaml, value, "the YAML holds the same document as the JSON");
 }
 
+/// A list from an agent that is not healthy (its store refused its log, it cannot follow the log)
+/// is printed as asked, exit 0, with one warning line on stderr naming why and as of which log
+/// index; a healthy agent's has none.
+#[test]
+fn a_list_from_an_unhealthy_agent_says_it_may_be_out_of_date() {
+    let agent = Agent::start("unhealthy");
+    let healthy = agent.tenure(&["ownership"]);
+    assert_eq!(code(&healthy), 0, "{}", stderr(&healthy));
+    assert!(stderr(&healthy).is_empty(), "no warning from a healthy agent: {}", stderr(&healthy));
+    agent.server.state.set_healthy(false);
+    for verb in ["ownership", "actions"] {
+        let out = agent.tenure(&[verb]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(!stdout(&out).is_empty(), "the list is printed");
+        let warning = stderr(&out);
+        assert_eq!(warning.lines().count(), 1, "one line: {warning}");
+        assert!(
+            warning.starts_with(&format!(
+                "tenure {verb}: warning: this agent is not healthy (cannot read the log head (test double)); the above \
+                 is its view as of log index "
+            )),
+            "{warning}"
+        );
+        assert!(warning.trim_end().ends_with("which may be out of date: ask a healthy agent"), "{warning}");
+    }
+}
+
 /// `-o wide` adds the holding nodes, desire and both epochs; addresses as arguments, `--pool` and
 /// `--node` filter on the agent's side; a bad filter is bad input (exit 2).
 #[test]

@@ -255,7 +255,27 @@ pub fn run_list(verb: &Verb, args: &RemoteArgs, list: &super::list::ListArgs) ->
     if let Some(note) = super::list::more_note(&value) {
         eprintln!("tenure {command}: {note}");
     }
+    if let Some(warning) = unhealthy_warning(&session) {
+        eprintln!("tenure {command}: {warning}");
+    }
     ExitCode::SUCCESS
+}
+
+/// A line saying that the agent that answered is not healthy (`GET /v1/health` is not `ok`: its
+/// store refused its log, it cannot follow the log, …), so what it listed is its view as of
+/// the log index it names and may be out of date; `None` when it is healthy or does not say.
+fn unhealthy_warning(session: &Session) -> Option<String> {
+    let answer = session.runtime.block_on(session.client.call(Method::GET, "/v1/health", None)).ok()?;
+    let health: Value = serde_json::from_slice(&answer.body).ok()?;
+    if health.get("ok").and_then(Value::as_bool) != Some(false) {
+        return None;
+    }
+    let reason = health.get("reason").and_then(Value::as_str).unwrap_or("no reason given");
+    let index = health.get("logIndex").map_or_else(|| "unknown".to_owned(), ToString::to_string);
+    Some(format!(
+        "warning: this agent is not healthy ({reason}); the above is its view as of log index {index}, which may be out of \
+         date: ask a healthy agent"
+    ))
 }
 
 /// Runs operator command `command` ([`crate::ops`]) against the agent `args` name: its own check,
