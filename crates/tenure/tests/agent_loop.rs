@@ -60,8 +60,9 @@ struct Running {
     done: Done,
 }
 
-fn start(approval: Approval) -> Running {
-    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+/// The settings of an agent running a (priority 10) and b on `cloud`, over the pool `pool(approval)`,
+/// planning again every `requeue_interval`.
+fn settings(cloud: &SimExecutor, approval: Approval, requeue_interval: Duration) -> Settings {
     let mut executors = BTreeMap::new();
     executors.insert(
         "sim1".to_owned(),
@@ -72,18 +73,22 @@ fn start(approval: Approval) -> Running {
             garp_refresh: None,
         },
     );
-    let settings = Settings {
+    Settings {
         peers: Vec::new(),
         nodes: vec![node("a", 10), node("b", 0)],
         providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
         executors,
         heartbeat_interval: Duration::from_millis(50),
-        requeue_interval: Duration::from_millis(200),
+        requeue_interval,
         journal_retention: 10_000,
         pools: Box::new(move || Ok(vec![pool(approval)])),
         vrrp: None,
-    };
-    let (handle, stop, done) = spawn_agent(settings);
+    }
+}
+
+fn start(approval: Approval) -> Running {
+    let cloud = SimExecutor::new(ProviderKind::SimCloud);
+    let (handle, stop, done) = spawn_agent(settings(&cloud, approval, Duration::from_millis(200)));
     Running { handle, cloud, stop, done }
 }
 
@@ -321,27 +326,7 @@ async fn the_loop_reads_its_own_appends_from_a_store_that_shows_them_late() {
     use tenure_core::log_store::{LOG_READ_BATCH_MAX, Log as _, LogIndex};
     let store = LateStore::default();
     let cloud = SimExecutor::new(ProviderKind::SimCloud);
-    let mut executors = BTreeMap::new();
-    executors.insert(
-        "sim1".to_owned(),
-        ProviderExecutor {
-            executor: Arc::new(cloud.clone()),
-            call_timeout: Duration::from_secs(5),
-            inventory_interval: None,
-            garp_refresh: None,
-        },
-    );
-    let settings = Settings {
-        peers: Vec::new(),
-        nodes: vec![node("a", 10), node("b", 0)],
-        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
-        executors,
-        heartbeat_interval: Duration::from_millis(50),
-        requeue_interval: Duration::from_millis(100),
-        journal_retention: 10_000,
-        pools: Box::new(|| Ok(vec![pool(Approval::Auto)])),
-        vrrp: None,
-    };
+    let settings = settings(&cloud, Approval::Auto, Duration::from_millis(100));
     let (handle, requests) = AgentHandle::channel();
     let (_reload_tx, reload) = mpsc::channel(1);
     let (stop, stopped) = oneshot::channel::<()>();
