@@ -276,7 +276,9 @@ pub(crate) async fn keep(
             let claimed = tokio::time::timeout(CLAIM_TTL, claim(&mut client, &keys, &nodes, &me)).await;
             match claimed.unwrap_or(Err(EtcdError::Timeout { what: "node claim", waited: CLAIM_TTL })) {
                 Ok(renewed) => {
-                    info!("this agent's node claims lapsed (etcd unreachable) and are made again");
+                    info!(
+                        "this agent's node claims lost their lease (etcd unreachable longer than it, or revoked) and are made again"
+                    );
                     held.lease.store(renewed, Ordering::Release);
                     wait = CLAIM_TTL / 3;
                     None
@@ -328,7 +330,7 @@ async fn check(
     }
     if remake {
         put_claims(client, keys, nodes, me, lease).await?;
-        warn!("a claim of this agent's nodes was gone from etcd and is made again");
+        warn!("a claim of this agent's nodes was gone from etcd, or not under its lease, and is made again");
     }
     Ok(())
 }
