@@ -524,14 +524,7 @@ fn an_agent_refuses_an_etcd_that_is_not_the_one_it_followed() {
 
 /// The keys under `prefix` (`etcdctl get --prefix --keys-only`), trimmed.
 fn etcd_keys(endpoints: &str, prefix: &str) -> String {
-    let keys = Command::new("etcdctl")
-        .args(["--endpoints", endpoints, "get", "--prefix", prefix, "--keys-only"])
-        .env("ETCDCTL_API", "3")
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("etcdctl");
-    assert!(keys.status.success(), "etcdctl get --prefix {prefix} failed");
-    String::from_utf8_lossy(&keys.stdout).trim().to_owned()
+    etcdctl(endpoints, &["get", "--prefix", prefix, "--keys-only"]).trim().to_owned()
 }
 
 /// Network namespaces for the partition test: `<tag>-sw` holds a bridge (10.213.0.1/24, where
@@ -773,16 +766,7 @@ fn an_agent_started_after_ten_thousand_events_and_a_compaction_starts_from_the_s
         runtime.block_on(tenure::agent::AgentStore::append_batch(&writer, &events)).expect("appended");
     }
     let endpoints = options.endpoints.join(",");
-    let etcdctl = |args: &[&str]| {
-        let out = Command::new("etcdctl")
-            .arg("--endpoints")
-            .arg(&endpoints)
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .output()
-            .expect("etcdctl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let etcdctl = |args: &[&str]| etcdctl(&endpoints, args);
     wait_for("an agent wrote a snapshot and compacted the log below it", || {
         let manifest = etcdctl(&["get", "/fleet-test/snapshot", "--print-value-only"]);
         let keys = etcdctl(&["get", "--prefix", "/fleet-test/log/", "--keys-only"]);
@@ -1274,8 +1258,8 @@ fn a_holder_whose_appends_outlast_the_ttl_keeps_its_address() {
     a_slow_holder_keeps_its_address("fleet-slow-append", 30320, &[("TENURE_TEST_APPEND_DELAY_MS", "2500")]);
 }
 
-/// Runs `tenure agent --config CONFIG`, which must stop by itself within 30 s (killed and failed
-/// otherwise): its exit status and stderr.
+/// Runs `tenure agent --config CONFIG`, which must stop by itself (within [`process::WAIT_MAX`],
+/// killed and failed otherwise): its exit status and stderr.
 fn refused_start(config: &Path) -> (ExitStatus, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["agent", "--config", config.to_str().expect("utf-8")])
@@ -1283,18 +1267,7 @@ fn refused_start(config: &Path) -> (ExitStatus, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("tenure runs");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waits") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{} was not refused within 30 s", config.display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = process::wait_exit(&mut child);
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr).expect("its stderr");
     (status, stderr)

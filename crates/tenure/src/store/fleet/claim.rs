@@ -129,8 +129,39 @@ pub(crate) async fn claim(
     }
 }
 
-/// Puts every claim under `lease` in one transaction, each only where the key is absent or holds
-/// `me`'s store (compared by its value as read).
+/// What a node's claim key holds, as `me` reads it; a claim of anyone else is
+/// [`EtcdError::NodeTaken`] ([`read_claim`]).
+enum Found {
+    /// No claim.
+    Absent,
+    /// `me`'s own, under `lease`.
+    Mine { lease: i64, mod_revision: i64 },
+    /// An earlier process's of this very store, which is gone ([`Claim::is_earlier_self`]).
+    EarlierSelf { mod_revision: i64 },
+}
+
+/// Reads node `node`'s claim (at `key`) as `me` sees it: the one reading of a claim, at start and
+/// at every look of the keeper.
+async fn read_claim(client: &mut Client, key: String, node: &str, me: &Claim) -> Result<Found, EtcdError> {
+    let got = client.get(key.as_bytes(), None).await.map_err(EtcdError::request("node claim read"))?;
+    let Some(kv) = got.kvs().first() else { return Ok(Found::Absent) };
+    match serde_json::from_slice::<Claim>(kv.value()) {
+        Ok(theirs) if me.is_mine(&theirs) => {
+            Ok(Found::Mine { lease: kv.lease(), mod_revision: kv.mod_revision() })
+        }
+        Ok(theirs) if me.is_earlier_self(&theirs) => {
+            Ok(Found::EarlierSelf { mod_revision: kv.mod_revision() })
+        }
+        theirs => Err(EtcdError::NodeTaken {
+            node: node.to_owned(),
+            key,
+            by: theirs.map_or_else(|_| String::from_utf8_lossy(kv.value()).into_owned(), |c| c.describe(me)),
+        }),
+    }
+}
+
+/// Puts every claim under `lease` in one transaction, each only where the key is as read: absent,
+/// `me`'s, or an earlier self's (compared by its mod revision).
 async fn put_claims(
     client: &mut Client,
     keys: &Keys,
@@ -143,33 +174,13 @@ async fn put_claims(
         let mut when = Vec::new();
         for node in nodes {
             let key = key(keys, node);
-            let got =
-                client.get(key.as_bytes(), None).await.map_err(EtcdError::request("node claim read"))?;
-            match got.kvs().first() {
-                None => when.push(Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0)),
-                Some(kv) => {
-                    let theirs: Option<Claim> = serde_json::from_slice(kv.value()).ok();
-                    match theirs {
-                        Some(theirs) if me.is_mine(&theirs) || me.is_earlier_self(&theirs) => {
-                            when.push(Compare::mod_revision(
-                                key.as_bytes(),
-                                CompareOp::Equal,
-                                kv.mod_revision(),
-                            ));
-                        }
-                        theirs => {
-                            return Err(EtcdError::NodeTaken {
-                                node: node.clone(),
-                                key,
-                                by: theirs.map_or_else(
-                                    || String::from_utf8_lossy(kv.value()).into_owned(),
-                                    |c| c.describe(me),
-                                ),
-                            });
-                        }
-                    }
+            let compare = match read_claim(client, key.clone(), node, me).await? {
+                Found::Absent => Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+                Found::Mine { mod_revision, .. } | Found::EarlierSelf { mod_revision } => {
+                    Compare::mod_revision(key.as_bytes(), CompareOp::Equal, mod_revision)
                 }
-            }
+            };
+            when.push(compare);
         }
         let puts: Vec<TxnOp> = nodes
             .iter()
@@ -298,7 +309,8 @@ pub(crate) async fn keep(
 }
 
 /// Looks at this agent's claims under `lease`: each must be there, `me`'s, under that lease. One
-/// gone (deleted by hand) is made again; one another agent holds is [`EtcdError::NodeTaken`].
+/// gone (deleted by hand) or not under it is made again; one another agent holds is
+/// [`EtcdError::NodeTaken`].
 async fn check(
     client: &mut Client,
     keys: &Keys,
@@ -308,25 +320,10 @@ async fn check(
 ) -> Result<(), EtcdError> {
     let mut remake = false;
     for node in nodes {
-        let key = key(keys, node);
-        let got = client.get(key.as_bytes(), None).await.map_err(EtcdError::request("node claim read"))?;
-        let Some(kv) = got.kvs().first() else {
-            remake = true;
-            continue;
+        remake |= match read_claim(client, key(keys, node), node, me).await? {
+            Found::Mine { lease: under, .. } => under != lease,
+            Found::Absent | Found::EarlierSelf { .. } => true,
         };
-        match serde_json::from_slice::<Claim>(kv.value()) {
-            Ok(theirs) if me.is_mine(&theirs) => remake |= kv.lease() != lease,
-            theirs => {
-                return Err(EtcdError::NodeTaken {
-                    node: node.clone(),
-                    key,
-                    by: theirs.map_or_else(
-                        |_| String::from_utf8_lossy(kv.value()).into_owned(),
-                        |c| c.describe(me),
-                    ),
-                });
-            }
-        }
     }
     if remake {
         put_claims(client, keys, nodes, me, lease).await?;

@@ -262,24 +262,8 @@ impl Io {
     ///
     /// [`CLAIM_TTL`]: super::claim::CLAIM_TTL
     pub(crate) async fn forget_writer(&self) -> Result<(), EtcdError> {
+        let released = self.release_claims().await;
         let mut client = self.client.clone();
-        let lease = self.claims.as_ref().map(|(held, keeper)| {
-            keeper.abort();
-            held.lease()
-        });
-        let released = match lease {
-            Some(lease) => {
-                Self::within("node claim release", self.request_timeout, async {
-                    client
-                        .lease_revoke(lease)
-                        .await
-                        .map(drop)
-                        .map_err(EtcdError::request("node claim release"))
-                })
-                .await
-            }
-            None => Ok(()),
-        };
         let deleted = Self::within("writer key delete", self.request_timeout, async {
             client
                 .delete(self.keys.writer.as_bytes(), None)
@@ -291,7 +275,8 @@ impl Io {
         released.and(deleted)
     }
 
-    /// Lets this agent's node claims go without touching the log (a refused store's clean stop).
+    /// Lets this agent's node claims go (revokes their current lease), at most the request
+    /// timeout; alone, without touching the log, at a refused store's clean stop.
     pub(crate) async fn release_claims(&self) -> Result<(), EtcdError> {
         let Some((held, keeper)) = &self.claims else { return Ok(()) };
         keeper.abort();
