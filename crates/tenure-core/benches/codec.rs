@@ -286,6 +286,9 @@ fn bin_event(event: &Event) -> BinEvent<'_> {
             scope: scope.as_deref().map(Cow::Borrowed),
         },
         EventKind::TokensRaised { by } => BinEvent::TokensRaised { at, by: *by },
+        EventKind::NodeRegistered { .. } | EventKind::NodeRetired { .. } => {
+            unreachable!("the mix has no membership events (mix_of: rare, and not what is measured)")
+        }
     }
 }
 

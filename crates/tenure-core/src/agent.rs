@@ -57,6 +57,16 @@ pub enum HeadWanted {
     ToClear,
 }
 
+/// Why an agent stops when its node left the registry: the log retired it (`tenure node retire`)
+/// while this agent ran it. It acts for the node no more; a restart registers the node again.
+#[must_use]
+pub fn retired_reason(node: &str) -> String {
+    format!(
+        "node `{node}` was retired from the fleet (`node-retired` in the log) while this agent ran it: it \
+         plans, calls and heartbeats no more; stop this agent (a restart registers the node again)"
+    )
+}
+
 /// The core of one agent: its nodes' drivers and the rules of its step.
 #[derive(Debug)]
 pub struct AgentCore<J: JournalStore> {
@@ -184,6 +194,11 @@ impl<J: JournalStore> AgentCore<J> {
                 }
                 Ok(Err(blocked)) => {
                     planned.push((index, Planned::Blocked(blocked)));
+                    false
+                }
+                Err(NodeError::UnknownNode(node)) => {
+                    self.fail(retired_reason(&node));
+                    planned.push((index, Planned::Failed));
                     false
                 }
                 Err(e) => {

@@ -20,6 +20,7 @@ mod changes;
 mod drift;
 pub mod history;
 mod map;
+mod members;
 mod pools;
 mod raise;
 mod reader;
@@ -30,6 +31,7 @@ mod vrrp;
 
 pub use changes::PLAN_CHANGES_MAX;
 pub use map::{MapAddress, MapStatus};
+pub use members::registrations;
 pub use settle::TokenMove;
 pub use snapshot::{SNAPSHOT_VERSION, SnapshotError};
 pub use status::{AddressStatus, Phase};
@@ -70,6 +72,49 @@ pub enum EventRejected {
     /// A pool shares an address with another applied pool of the same capture domain.
     #[error("pool-applied: {0}")]
     Overlap(#[from] Overlap),
+    /// A `node-registered` naming a provider the registry knows as another kind.
+    #[error("node-registered: provider `{provider}` is of kind {known:?} in the log, not {named:?}")]
+    ProviderKind {
+        /// The provider named.
+        provider: String,
+        /// Its kind in the registry.
+        known: ProviderKind,
+        /// The kind the event names.
+        named: ProviderKind,
+    },
+    /// A `node-registered` naming a NIC another registered node has.
+    #[error(
+        "node-registered: node `{node}` names nic `{nic}` of provider `{provider}`, which is node `{holder}`'s"
+    )]
+    NicTaken {
+        /// The node registered.
+        node: String,
+        /// Its NIC.
+        nic: String,
+        /// Its provider.
+        provider: String,
+        /// The registered node with that NIC.
+        holder: String,
+    },
+    /// A `node-registered` of a registered name that is another router (provider, placement
+    /// group or NIC differ).
+    #[error("node-registered: node `{node}` names {difference} (retire it first to register it anew)")]
+    NodeRegistered {
+        /// The node registered.
+        node: String,
+        /// The first difference, as a phrase.
+        difference: String,
+    },
+    /// A `node-retired` of a node that still owns or is the desired holder of an address.
+    #[error("node-retired: node `{node}` {what} {position}")]
+    NodeHolds {
+        /// The node named.
+        node: String,
+        /// `owns` or `is the desired holder of`.
+        what: &'static str,
+        /// `pool/address`.
+        position: String,
+    },
     /// A `tokens-raised` whose `by` would take the highest token past `u64::MAX`.
     #[error("tokens-raised: raising by {by} would take the highest token, {highest}, past 2^64 - 1")]
     TokensOverflow {
@@ -338,6 +383,16 @@ impl Federation {
                 self.raise_tokens(*by);
                 Applied::Applied
             }
+            EventKind::NodeRegistered { spec, provider_kind } => {
+                self.register_node(spec, *provider_kind);
+                structure_changed = true;
+                Applied::Applied
+            }
+            EventKind::NodeRetired { node } => {
+                self.retire_node(node);
+                structure_changed = true;
+                Applied::Applied
+            }
         };
         let rearbitrated = self.arbitrate_if_needed(structure_changed);
         // A whole change subsumes the names: `settle` names what it touched only otherwise.
@@ -379,8 +434,13 @@ impl Federation {
             }
             self.claims.check(spec)?;
         }
-        if let EventKind::TokensRaised { by } = kind {
-            self.check_raise(*by)?;
+        match kind {
+            EventKind::TokensRaised { by } => self.check_raise(*by)?,
+            EventKind::NodeRegistered { spec, provider_kind } => {
+                self.check_registration(spec, *provider_kind)?
+            }
+            EventKind::NodeRetired { node } => self.check_retirement(node)?,
+            _ => {}
         }
         Ok(())
     }

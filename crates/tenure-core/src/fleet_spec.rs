@@ -127,6 +127,47 @@ pub fn fleet_text(nodes: &[NodeSpec], providers: &[ProviderSpec]) -> String {
     lines.join("\n")
 }
 
+/// The nodes and providers of a [`fleet_text`], in its order: the fleet a log began with (the
+/// registry the first agent wrote; `node-registered` and `node-retired` change it from there).
+/// One line naming the first line it cannot read otherwise.
+pub fn parse_fleet_text(text: &str) -> Result<(Vec<NodeSpec>, Vec<ProviderSpec>), String> {
+    let mut nodes = Vec::new();
+    let mut providers = Vec::new();
+    for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = |what: &str| format!("line {}: {what}: `{line}`", number + 1);
+        let mut words = line.split_whitespace();
+        let (Some(what), Some(name)) = (words.next(), words.next()) else {
+            return Err(bad("not `node NAME …` or `provider NAME …`"));
+        };
+        let fields: Vec<(&str, &str)> = words
+            .map(|w| w.split_once('=').ok_or_else(|| bad("a field is not KEY=VALUE")))
+            .collect::<Result<_, _>>()?;
+        let field = |key: &str| {
+            fields.iter().find(|(k, _)| *k == key).map(|(_, v)| *v).ok_or_else(|| bad(&format!("no `{key}`")))
+        };
+        match what {
+            "node" => nodes.push(NodeSpec {
+                name: name.to_owned(),
+                provider: field("provider")?.to_owned(),
+                placement_group: field("placementGroup")?.to_owned(),
+                nic: field("nic")?.to_owned(),
+                priority: field("priority")?.parse().map_err(|_| bad("`priority` is not an integer"))?,
+                capacity: match field("capacity")? {
+                    "none" => None,
+                    c => Some(c.parse().map_err(|_| bad("`capacity` is not `none` or a count"))?),
+                },
+            }),
+            "provider" => providers.push(ProviderSpec {
+                name: name.to_owned(),
+                kind: serde_json::from_value(serde_json::Value::String(field("kind")?.to_owned()))
+                    .map_err(|_| bad("`kind` is not a provider kind"))?,
+            }),
+            _ => return Err(bad("not `node NAME …` or `provider NAME …`")),
+        }
+    }
+    Ok((nodes, providers))
+}
+
 /// The first line of [`fleet_text`] `stored` has that `mine` lacks, and the first `mine` has that
 /// `stored` lacks (`-`: none); `None` when they are the same fleet.
 #[must_use]
@@ -148,6 +189,34 @@ mod tests {
     fn nodes(text: &str, providers: &[&str]) -> (Vec<(NodeSpec, NodeSource)>, Vec<InputError>) {
         let raws: Vec<RawNode> = serde_saphyr::from_str(text).expect("well-formed YAML");
         validate_nodes(&raws, providers)
+    }
+
+    #[test]
+    fn a_fleet_text_reads_back_and_a_broken_one_is_named() {
+        let node = |name: &str, capacity| NodeSpec {
+            name: name.into(),
+            provider: "aws1".into(),
+            placement_group: "g1".into(),
+            priority: -3,
+            nic: format!("eni-{name}"),
+            capacity,
+        };
+        let nodes = vec![node("a", Some(4)), node("b", None)];
+        let providers = vec![ProviderSpec { name: "aws1".into(), kind: crate::model::ProviderKind::Aws }];
+        let text = fleet_text(&nodes, &providers);
+        assert_eq!(parse_fleet_text(&text), Ok((nodes, providers)));
+        for (broken, says) in [
+            (
+                "node a provider=p placementGroup=g nic=n priority=x capacity=none",
+                "`priority` is not an integer",
+            ),
+            ("node a provider=p nic=n priority=0 capacity=none", "no `placementGroup`"),
+            ("provider p kind=vmware", "`kind` is not a provider kind"),
+            ("router a", "line 1: not `node NAME …`"),
+        ] {
+            let e = parse_fleet_text(broken).expect_err(broken);
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]

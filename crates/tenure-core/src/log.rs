@@ -4,7 +4,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::model::{PoolSpec, VrrpState};
+use crate::model::{NodeSpec, PoolSpec, ProviderKind, VrrpState};
 
 /// One event of the log, with the emitter's time `at` in milliseconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +108,22 @@ pub enum EventKind {
         /// How much every token goes up.
         by: u64,
     },
+    /// `node-registered{node, provider, providerKind, placementGroup, nic, priority, capacity?}`:
+    /// a router joins the fleet (issue 24, "Fleet membership"). Its name is new, or was retired,
+    /// or names the same NIC of the same provider in the same placement group (then its priority
+    /// and capacity are updated); anything else is rejected.
+    NodeRegistered {
+        /// The node as its agent's config declares it.
+        spec: NodeSpec,
+        /// The kind of its provider, which every agent's registry must agree on.
+        provider_kind: ProviderKind,
+    },
+    /// `node-retired{node}`: a router leaves the fleet; rejected while it owns an address or is
+    /// the desired holder of one on any line. The projection and its snapshots forget it.
+    NodeRetired {
+        /// Node name.
+        node: String,
+    },
 }
 
 /// One event kind's vocabulary: its name and its fields as a log record and a scenario entry
@@ -175,6 +191,9 @@ event_vocabulary! {
     ActionResult => "action-result" ["node", "idempotencyKey", "outcome", "detail"];
     Inventory => "inventory" ["provider", "address", "holders", "scope"] ? ["scope"];
     TokensRaised => "tokens-raised" ["by"];
+    NodeRegistered => "node-registered"
+        ["node", "provider", "providerKind", "placementGroup", "nic", "priority", "capacity"] ? ["capacity"];
+    NodeRetired => "node-retired" ["node"];
 }
 
 impl EventKind {
@@ -197,7 +216,10 @@ impl fmt::Display for EventKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = self.wire_name();
         match self {
-            Self::Heartbeat { node } | Self::Drain { node } | Self::Undrain { node } => {
+            Self::Heartbeat { node }
+            | Self::Drain { node }
+            | Self::Undrain { node }
+            | Self::NodeRetired { node } => {
                 write!(f, "{name} {node}")
             }
             Self::Health { node, healthy } => write!(f, "{name} {node} healthy={healthy}"),
@@ -217,6 +239,7 @@ impl fmt::Display for EventKind {
             Self::ActionResult { node, idempotency_key, .. } => write!(f, "{name} {node} {idempotency_key}"),
             Self::Inventory { provider, address, .. } => write!(f, "{name} {provider} {address}"),
             Self::TokensRaised { by } => write!(f, "{name} by {by}"),
+            Self::NodeRegistered { spec, .. } => write!(f, "{name} {} nic={}", spec.name, spec.nic),
         }
     }
 }

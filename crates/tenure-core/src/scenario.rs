@@ -166,11 +166,21 @@ struct RawStep {
     scope: Option<Spanned<Vec<String>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     by: Option<Spanned<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider_kind: Option<Spanned<ProviderKind>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placement_group: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nic: Option<Spanned<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<Spanned<i64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity: Option<Spanned<u64>>,
 }
 
 impl RawStep {
     /// Each field besides `at` and `event`, by its name as written, and where it was written.
-    fn positions(&self) -> [(&'static str, Option<Position>); 13] {
+    fn positions(&self) -> [(&'static str, Option<Position>); 18] {
         [
             ("node", self.node.as_ref().map(Position::of_spanned)),
             ("healthy", self.healthy.as_ref().map(Position::of_spanned)),
@@ -185,6 +195,11 @@ impl RawStep {
             ("holders", self.holders.as_ref().map(Position::of_spanned)),
             ("scope", self.scope.as_ref().map(Position::of_spanned)),
             ("by", self.by.as_ref().map(Position::of_spanned)),
+            ("providerKind", self.provider_kind.as_ref().map(Position::of_spanned)),
+            ("placementGroup", self.placement_group.as_ref().map(Position::of_spanned)),
+            ("nic", self.nic.as_ref().map(Position::of_spanned)),
+            ("priority", self.priority.as_ref().map(Position::of_spanned)),
+            ("capacity", self.capacity.as_ref().map(Position::of_spanned)),
         ]
     }
 }
@@ -219,13 +234,31 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
         validate_nodes(raw.nodes.iter().map(|n| &n.value), &provider_names);
     errors.append(&mut node_errors);
     let nodes: Vec<NodeSpec> = validated_nodes.into_iter().map(|(node, _)| node).collect();
+    // The nodes a pool or a step may name: the declared ones and those the timeline registers
+    // (`node-registered`; the log decides when each is in the registry).
+    let mut named = nodes.clone();
+    for step in &raw.timeline {
+        if step.value.event.value == "node-registered"
+            && let Some(node) = &step.value.node
+            && !named.iter().any(|n| n.name == node.value)
+        {
+            named.push(NodeSpec {
+                name: node.value.clone(),
+                provider: String::new(),
+                placement_group: String::new(),
+                priority: 0,
+                nic: String::new(),
+                capacity: None,
+            });
+        }
+    }
 
     let mut pools = Vec::new();
     match validate_pool_documents(raw.pools) {
         Err(mut e) => errors.append(&mut e),
         Ok(validated) => {
             for (pool, source) in validated {
-                errors.extend(check_pool_references(&pool, &source, &nodes, &providers));
+                errors.extend(check_pool_references(&pool, &source, &named, &providers));
                 pools.push(pool);
             }
         }
@@ -240,7 +273,7 @@ pub fn parse_scenario(text: &str) -> Result<Scenario, Vec<InputError>> {
     let mut timeline = Vec::new();
     for raw_step in raw.timeline {
         let position = Position::of_spanned(&raw_step);
-        match validate_step(raw_step.value, &nodes, &providers) {
+        match validate_step(raw_step.value, &named, &providers) {
             Ok(kind) => timeline.push(Step { position, kind }),
             Err(mut e) => errors.append(&mut e),
         }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use crate::model::{CaptureDomain, CaptureEpoch, NodeSpec, OwnershipEpoch, PoolSpec, VrrpState};
 
-/// Index of a node in the registry (nodes sorted by name).
+/// Index of a node in the registry: the configured nodes sorted by name, then the nodes the log
+/// registered in the order it did (a retired node's index is taken out: `federation/members.rs`).
 pub type NodeId = usize;
 
 /// What the log says about one node.

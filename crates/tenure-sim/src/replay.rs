@@ -53,6 +53,8 @@ pub struct ReplayError {
 /// simulator and the agent use), the simulated providers and the checker.
 pub struct Replay {
     head: Federation,
+    /// The projection of the empty log, where a node the log registers starts following it.
+    registry: Federation,
     /// The log every node follows through its driver (the one walk: `tenure_core::driver`).
     log: EventLog,
     nodes: BTreeMap<String, NodeDriver<MemoryJournalStore>>,
@@ -85,7 +87,8 @@ impl Replay {
         let providers =
             scenario.providers.iter().map(|p| (p.name.clone(), SimProvider::new(p.kind))).collect();
         Self {
-            head: registry,
+            head: registry.clone(),
+            registry,
             log: EventLog::new(),
             nodes,
             providers,
@@ -143,6 +146,15 @@ impl Replay {
                 self.narration.push(format!("           {change}"));
             }
         }
+        if let EventKind::NodeRegistered { spec, .. } = &event.kind
+            && !self.nodes.contains_key(&spec.name)
+        {
+            // A node the log registers: one more driver, which follows the log from its start.
+            let engine =
+                NodeEngine::open(&spec.name, MemoryJournalStore::new()).expect("a memory store cannot fail");
+            let options = DriverOptions { report_results: false };
+            self.nodes.insert(spec.name.clone(), NodeDriver::new(engine, self.registry.clone(), options));
+        }
         self.log.push(event);
         Ok(())
     }
@@ -151,12 +163,21 @@ impl Replay {
     pub fn local(&mut self, at_ms: u64, name: &str, step: LocalStep) {
         let prefix = format!("t={at_ms:<6} {} {name}", step.as_str());
         let Some(node) = self.nodes.get_mut(name) else { return };
+        if matches!(step, LocalStep::Reconcile | LocalStep::Execute) {
+            // A node that may not act does not read the log either (SPEC 13). Before executing,
+            // the gates read the node's view: it follows to the head first (catching up changes
+            // no journal entry, and the gate reads the same tokens the head has).
+            if !node.is_partitioned() && !node.is_paused() {
+                node.follow(&self.log).expect("an event log cannot fail");
+            }
+            if node.view().node_id(name).is_none() {
+                return self.say(|| {
+                    format!("{prefix}: not in the registry (never registered, or retired): does nothing")
+                });
+            }
+        }
         match step {
             LocalStep::Reconcile => {
-                // A node that may not act does not read the log either (SPEC 13).
-                if !node.is_partitioned() && !node.is_paused() {
-                    node.follow(&self.log).expect("an event log cannot fail");
-                }
                 let report = match node.reconcile().expect("a memory store cannot fail") {
                     Err(blocked) => return self.say(|| format!("{prefix}: {}", blocked.as_str())),
                     Ok(report) => report,
@@ -181,11 +202,6 @@ impl Replay {
                 }
             }
             LocalStep::Execute => {
-                // The gates read the node's view: follow to the head first (catching up changes no
-                // journal entry, and the gate reads the same tokens the head has).
-                if !node.is_partitioned() && !node.is_paused() {
-                    node.follow(&self.log).expect("an event log cannot fail");
-                }
                 if let Err(blocked) = node.start_execution().expect("a memory store cannot fail") {
                     return self.say(|| format!("{prefix}: {}", blocked.as_str()));
                 }

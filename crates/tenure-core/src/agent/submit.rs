@@ -70,12 +70,48 @@ pub fn check_submit<J: JournalStore>(
             }
         }
         EventKind::Approve { idempotency_key } => check_approve(view, local, idempotency_key)?,
+        EventKind::NodeRetired { node } => check_retire(view, local, node)?,
         other => {
             return Err(SubmitRefusal::Refused(format!(
                 "{} cannot be submitted through the API",
                 other.wire_name()
             )));
         }
+    }
+    Ok(())
+}
+
+/// A `node-retired` an operator asks for: the node is in the registry, not run by this agent (an
+/// agent does not retire its own node: it would stop acting for it), not alive by the log (its
+/// agent is stopped: a running one would heartbeat into a registry without its node), and holds
+/// nothing ([`Federation::retirement_refused`], the rule the log applies).
+fn check_retire<J: JournalStore>(
+    view: &Federation,
+    local: &[NodeDriver<J>],
+    node: &str,
+) -> Result<(), SubmitRefusal> {
+    let Some(id) = view.node_id(node) else {
+        return Err(SubmitRefusal::NotFound(format!(
+            "node \"{node}\" is not in the registry (the log's nodes: {})",
+            registry_names(view)
+        )));
+    };
+    if local.iter().any(|driver| driver.name() == node) {
+        return Err(SubmitRefusal::Refused(format!(
+            "node \"{node}\" is run by this agent: stop it, then retire the node through another agent of the fleet"
+        )));
+    }
+    if view.node_alive(id) == Some(true) {
+        return Err(SubmitRefusal::Refused(format!(
+            "node \"{node}\" is alive (its heartbeats reach the log): stop its agent first, and retire it once \
+             its addresses have moved"
+        )));
+    }
+    if let Some(refused) = view.retirement_refused(node) {
+        return Err(SubmitRefusal::Refused(format!(
+            "{refused}: a node is retired once it owns and is the desired holder of nothing (stop or drain it, \
+             and wait until its addresses have moved)"
+        )));
     }
     Ok(())
 }

@@ -144,6 +144,28 @@ pub(crate) fn golden_events() -> Vec<(Event, String)> {
             event(1000, EventKind::TokensRaised { by: 1_000_000 }),
             r#"{"v":1,"event":"tokens-raised","at":1000,"by":1000000}"#.into(),
         ),
+        (
+            event(
+                1000,
+                EventKind::NodeRegistered {
+                    spec: crate::model::NodeSpec {
+                        name: "c".into(),
+                        provider: "sim1".into(),
+                        placement_group: "g1".into(),
+                        priority: 5,
+                        nic: "eni-c".into(),
+                        capacity: Some(10),
+                    },
+                    provider_kind: crate::model::ProviderKind::SimCloud,
+                },
+            ),
+            r#"{"v":1,"event":"node-registered","at":1000,"node":"c","provider":"sim1","providerKind":"sim-cloud","placementGroup":"g1","nic":"eni-c","priority":5,"capacity":10}"#
+                .into(),
+        ),
+        (
+            event(1000, EventKind::NodeRetired { node: "b".into() }),
+            r#"{"v":1,"event":"node-retired","at":1000,"node":"b"}"#.into(),
+        ),
     ]
 }
 
@@ -156,7 +178,11 @@ fn golden_events_have_their_documented_bytes() {
     let golden = golden_events();
     let mut kinds: Vec<&str> = golden.iter().map(|(e, _)| e.kind.wire_name()).collect();
     kinds.dedup();
-    assert_eq!(kinds.len(), 13, "one golden event of each of the 12 kinds of SPEC 2, and tokens-raised");
+    assert_eq!(
+        kinds.len(),
+        15,
+        "one golden event of each of the 12 kinds of SPEC 2, tokens-raised, node-registered and node-retired"
+    );
     for (value, json) in golden {
         let bytes = encode_event(&value).expect("encodes");
         assert_eq!(text(&bytes), json, "{}", value.kind.wire_name());

@@ -15,7 +15,9 @@ use super::{CodecError, RECORD_EVENT, RECORD_HIGH_WATER};
 use crate::fence::HighWater;
 use crate::input::check_name;
 use crate::log::{ActionOutcome, Event, EventKind, holder_outside_scope};
-use crate::model::{CaptureDomain, CaptureEpoch, OwnershipEpoch, StampedAction, Verb, VrrpState};
+use crate::model::{
+    CaptureDomain, CaptureEpoch, NodeSpec, OwnershipEpoch, ProviderKind, StampedAction, Verb, VrrpState,
+};
 
 mod journal;
 
@@ -72,6 +74,20 @@ pub(super) enum EventWire<'a> {
     },
     /// `tokens-raised` (a restore's raise).
     TokensRaised { at: u64, by: u64 },
+    /// `node-registered` (`capacity` only when limited).
+    NodeRegistered {
+        at: u64,
+        node: Cow<'a, str>,
+        provider: Cow<'a, str>,
+        provider_kind: ProviderKind,
+        placement_group: Cow<'a, str>,
+        nic: Cow<'a, str>,
+        priority: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capacity: Option<u64>,
+    },
+    /// `node-retired`.
+    NodeRetired { at: u64, node: Cow<'a, str> },
 }
 
 impl<'a> EventWire<'a> {
@@ -112,6 +128,17 @@ impl<'a> EventWire<'a> {
                 scope: scope.as_deref().map(Cow::Borrowed),
             },
             EventKind::TokensRaised { by } => Self::TokensRaised { at, by: *by },
+            EventKind::NodeRegistered { spec, provider_kind } => Self::NodeRegistered {
+                at,
+                node: b(&spec.name),
+                provider: b(&spec.provider),
+                provider_kind: *provider_kind,
+                placement_group: b(&spec.placement_group),
+                nic: b(&spec.nic),
+                priority: spec.priority,
+                capacity: spec.capacity,
+            },
+            EventKind::NodeRetired { node } => Self::NodeRetired { at, node: b(node) },
         })
     }
 
@@ -162,6 +189,36 @@ impl<'a> EventWire<'a> {
                 )
             }
             Self::TokensRaised { at, by } => (at, EventKind::TokensRaised { by }),
+            Self::NodeRegistered {
+                at,
+                node,
+                provider,
+                provider_kind,
+                placement_group,
+                nic,
+                priority,
+                capacity,
+            } => {
+                let malformed = |reason: String| CodecError::Malformed { record: RECORD_EVENT, reason };
+                for (what, text) in
+                    [("node name", &node), ("provider name", &provider), ("placementGroup", &placement_group)]
+                {
+                    check_name(what, text).map_err(malformed)?;
+                }
+                if nic.trim().is_empty() {
+                    return Err(malformed("nic must be non-empty".to_owned()));
+                }
+                let spec = NodeSpec {
+                    name: node.into_owned(),
+                    provider: provider.into_owned(),
+                    placement_group: placement_group.into_owned(),
+                    priority,
+                    nic: nic.into_owned(),
+                    capacity,
+                };
+                (at, EventKind::NodeRegistered { spec, provider_kind })
+            }
+            Self::NodeRetired { at, node } => (at, EventKind::NodeRetired { node: node.into_owned() }),
         };
         Ok(Event { at_ms, kind })
     }

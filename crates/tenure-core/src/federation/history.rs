@@ -119,6 +119,8 @@ pub enum Cause {
     /// Drift repair (SPEC 7).
     #[serde(rename = "re-capture")]
     Recapture,
+    /// A `node-registered` (a router joined and took its share) or a `node-retired`.
+    Membership,
 }
 
 impl Cause {
@@ -136,6 +138,7 @@ impl Cause {
             Self::PoolApplied => "pool-applied",
             Self::PoolDeleted => "pool-deleted",
             Self::Recapture => "re-capture",
+            Self::Membership => "membership",
         }
     }
 }
@@ -324,6 +327,7 @@ fn cause_of(event: &EventKind, moved: &TokenMove, view: &Federation, stream_befo
         EventKind::Undesire { .. } => Cause::Undesire,
         EventKind::PoolApplied { .. } => Cause::PoolApplied,
         EventKind::PoolDeleted { .. } => Cause::PoolDeleted,
+        EventKind::NodeRegistered { .. } | EventKind::NodeRetired { .. } => Cause::Membership,
         EventKind::Heartbeat { .. }
         | EventKind::ActionResult { .. }
         | EventKind::Inventory { .. }

@@ -24,8 +24,8 @@ impl Federation {
 
     /// The node that reads `provider`'s whole inventory now: among the provider's nodes that
     /// are alive ([`Federation::node_alive`]), the one with the smallest name. The name is the
-    /// stable key: the registry has no other order (node ids are name order, and arbitration's
-    /// rendezvous score is per address, not per provider). Drained or unhealthy nodes still
+    /// stable key: the registry has no other order (node ids are the order nodes joined in, which
+    /// a retirement changes, and arbitration's rendezvous score is per address, not per provider). Drained or unhealthy nodes still
     /// qualify: their agents keep following the log and can read. `None` when no node of the
     /// provider is alive by the log (a fleet starting, or a log no one heartbeats to): the agent
     /// then reads as if every node were the reader.
@@ -34,12 +34,12 @@ impl Federation {
     /// own host's NICs (`onprem`) is every host's own.
     #[must_use]
     pub fn inventory_reader(&self, provider: &str) -> Option<&str> {
-        // `nodes` is sorted by name: the first alive one is the smallest.
         self.nodes
             .iter()
             .enumerate()
-            .find(|(id, node)| node.spec.provider == provider && self.node_alive(*id) == Some(true))
+            .filter(|(id, node)| node.spec.provider == provider && self.node_alive(*id) == Some(true))
             .map(|(_, node)| node.spec.name.as_str())
+            .min()
     }
 }
 

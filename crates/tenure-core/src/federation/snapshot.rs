@@ -5,8 +5,10 @@
 //! compacts the log below it, so a new agent does not replay history.
 //!
 //! The form is versioned JSON like the codec's records (`{"v":3,…}`, camelCase, unknown fields
-//! refused): nodes by name (the registry itself comes from the agent's config, which the fleet
-//! store checks is the same on every agent), pools with their spec in the codec's pool form and
+//! refused): the registry's nodes in id order with their specs and their providers' kinds (format
+//! 4: the log's `node-registered` and `node-retired` change the registry, so the snapshot is where
+//! a restored projection takes it from; formats 1–3 name nodes only, over the agent's registry),
+//! pools with their spec in the codec's pool form and
 //! every address's lines, approvals, observations, counters and tokens. What is derived from
 //! those is rebuilt, not stored: the overlap claims, the capture domains, the node ids.
 
@@ -19,16 +21,24 @@ use serde::{Deserialize, Serialize};
 use super::approvals::{Approvals, Kept};
 use super::{Federation, Touched};
 use crate::codec;
-use crate::model::{CaptureEpoch, OwnershipEpoch, VrrpState};
+use crate::model::{CaptureEpoch, NodeSpec, OwnershipEpoch, ProviderKind, VrrpState};
 use crate::state::{
-    AddressState, CaptureLine, Confirmation, MasterReport, NodeId, PoolConditions, PoolState,
+    AddressState, CaptureLine, Confirmation, MasterReport, NodeId, NodeState, PoolConditions, PoolState,
 };
 
 /// The snapshot format this build writes. It reads this one, version 2 (no `vrrpMaster`: its
 /// MASTER reports read as the oldest) and version 1 (whose observations were whole views: holders
 /// and one `atMs` per address, before scoped inventory). Version 3 exists so that an agent that
 /// does not know the newest-MASTER rule refuses a snapshot written by one that does (issue 24).
-pub const SNAPSHOT_VERSION: u64 = 3;
+/// Version 4 carries each node's spec and its provider's kind: the registry is the log's
+/// (fleet membership, issue 24), and an agent that does not know that refuses it.
+pub const SNAPSHOT_VERSION: u64 = 4;
+
+/// The first format with MASTER reports' order (`vrrpMaster`) and `revivedSeq`.
+const MASTER_ORDERS: u64 = 3;
+
+/// The first format with each node's spec: the registry is the snapshot's.
+const NODE_SPECS: u64 = 4;
 
 /// Why a snapshot could not be read (one line).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -69,6 +79,22 @@ struct NodeWire {
     /// Format 3; written only when not 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     revived_seq: u64,
+    /// Format 4: the node as registered, with its provider's kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spec: Option<NodeSpecWire>,
+}
+
+/// A node's spec in a format-4 snapshot (the fields of `node-registered` but its name).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NodeSpecWire {
+    provider: String,
+    provider_kind: ProviderKind,
+    placement_group: String,
+    nic: String,
+    priority: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    capacity: Option<u64>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
@@ -82,13 +108,13 @@ fn is_zero(value: &u64) -> bool {
 fn master_report(wire: &Wire, n: &NodeWire) -> Result<Option<MasterReport>, SnapshotError> {
     let refuse = |what: &str| Err(bad(format!("node `{}`: {what}", n.name)));
     match (&n.vrrp_master, n.vrrp == Some(VrrpState::Master)) {
-        (Some(_), _) if wire.v < SNAPSHOT_VERSION => refuse("`vrrpMaster` in a snapshot of format 1 or 2"),
+        (Some(_), _) if wire.v < MASTER_ORDERS => refuse("`vrrpMaster` in a snapshot of format 1 or 2"),
         (Some(_), false) => refuse("`vrrpMaster` without a MASTER state"),
         (Some(m), true) if m.seq > wire.events_applied || m.taken_ms > wire.stream_time_ms => {
             refuse("`vrrpMaster` outside this snapshot's order or stream time")
         }
         (Some(m), true) => Ok(Some(MasterReport { seq: m.seq, taken_ms: m.taken_ms })),
-        (None, true) if wire.v == SNAPSHOT_VERSION => refuse("a MASTER state without `vrrpMaster`"),
+        (None, true) if wire.v >= MASTER_ORDERS => refuse("a MASTER state without `vrrpMaster`"),
         (None, true) => Ok(Some(MasterReport::default())),
         (None, false) => Ok(None),
     }
@@ -188,6 +214,43 @@ fn bad(what: impl std::fmt::Display) -> SnapshotError {
 }
 
 impl Federation {
+    /// A format-4 snapshot's registry in place of this one's: its nodes in its order (their ids),
+    /// and its providers' kinds beside the ones this registry knows (the same kind, or an error).
+    fn restore_registry(&mut self, nodes: &[NodeWire]) -> Result<(), SnapshotError> {
+        let mut registry = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let Some(spec) = &n.spec else {
+                return Err(bad(format!("node `{}` has no spec (format 4 needs one)", n.name)));
+            };
+            match self.providers.get(&spec.provider) {
+                Some(kind) if *kind != spec.provider_kind => {
+                    return Err(bad(format!(
+                        "node `{}`: provider `{}` is of kind {:?} here, {:?} in the snapshot",
+                        n.name, spec.provider, kind, spec.provider_kind
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    self.providers.insert(spec.provider.clone(), spec.provider_kind);
+                }
+            }
+            registry.push(NodeState::new(NodeSpec {
+                name: n.name.clone(),
+                provider: spec.provider.clone(),
+                placement_group: spec.placement_group.clone(),
+                priority: spec.priority,
+                nic: spec.nic.clone(),
+                capacity: spec.capacity,
+            }));
+        }
+        self.node_ids = registry.iter().enumerate().map(|(i, n)| (n.spec.name.clone(), i)).collect();
+        if self.node_ids.len() != registry.len() {
+            return Err(bad("a node is named twice"));
+        }
+        self.nodes = registry;
+        Ok(())
+    }
+
     /// The snapshot of this projection (between two events).
     #[must_use]
     pub fn snapshot(&self) -> Vec<u8> {
@@ -217,6 +280,14 @@ impl Federation {
                     vrrp: n.vrrp,
                     vrrp_master: n.vrrp_master.map(|m| MasterWire { seq: m.seq, taken_ms: m.taken_ms }),
                     revived_seq: n.revived_seq,
+                    spec: Some(NodeSpecWire {
+                        provider: n.spec.provider.clone(),
+                        provider_kind: self.providers[&n.spec.provider],
+                        placement_group: n.spec.placement_group.clone(),
+                        nic: n.spec.nic.clone(),
+                        priority: n.spec.priority,
+                        capacity: n.spec.capacity,
+                    }),
                 })
                 .collect(),
             pools: self
@@ -308,14 +379,17 @@ impl Federation {
     pub fn restore(&self, bytes: &[u8]) -> Result<Self, SnapshotError> {
         let version: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
-        if !matches!(version.get("v").and_then(serde_json::Value::as_u64), Some(1 | 2 | SNAPSHOT_VERSION)) {
+        if !matches!(version.get("v").and_then(serde_json::Value::as_u64), Some(1..=SNAPSHOT_VERSION)) {
             return Err(bad(format!(
-                "format version {} is not 1, 2 or {SNAPSHOT_VERSION}",
+                "format version {} is not 1 to {SNAPSHOT_VERSION}",
                 version.get("v").map_or_else(|| "none".to_owned(), ToString::to_string)
             )));
         }
         let wire: Wire = serde_json::from_value(version).map_err(bad)?;
         let mut fed = self.clone();
+        if wire.v >= NODE_SPECS {
+            fed.restore_registry(&wire.nodes)?;
+        }
         let id = |name: &str| {
             fed.node_ids
                 .get(name)
@@ -338,7 +412,10 @@ impl Federation {
             state.healthy = n.healthy;
             state.vrrp = n.vrrp;
             state.vrrp_master = master_report(&wire, n)?;
-            if n.revived_seq > wire.events_applied || (wire.v < SNAPSHOT_VERSION && n.revived_seq != 0) {
+            if wire.v < NODE_SPECS && n.spec.is_some() {
+                return Err(bad(format!("node `{}`: `spec` in a snapshot of format 1 to 3", n.name)));
+            }
+            if n.revived_seq > wire.events_applied || (wire.v < MASTER_ORDERS && n.revived_seq != 0) {
                 return Err(bad(format!(
                     "node `{}`: `revivedSeq` {} is not in this snapshot",
                     n.name, n.revived_seq

@@ -130,6 +130,8 @@ fn display_names_each_kind_by_its_wire_name() {
             "inventory sim1 2001:db8::1".into(),
             "inventory lan 10.0.0.10".into(),
             "tokens-raised by 1000000".into(),
+            "node-registered c nic=eni-c".into(),
+            "node-retired b".into(),
         ]
     );
 }

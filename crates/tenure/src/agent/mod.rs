@@ -156,6 +156,13 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
         None
     }
 
+    /// The fleet a shared log began with, as [`tenure_core::fleet_spec::fleet_text`]: the agent
+    /// projects the log over its nodes (the log's `node-registered` and `node-retired` change
+    /// them from there). `None` (the embedded store): over the agent's own nodes.
+    fn genesis(&self) -> Option<String> {
+        None
+    }
+
     /// The newest snapshot of the log this store holds: the index of the last record it
     /// covers, and its bytes ([`tenure_core::federation::Federation::snapshot`]). A node whose
     /// next record was compacted away starts again from it. `None`: no snapshot (the embedded

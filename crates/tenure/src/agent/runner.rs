@@ -82,6 +82,9 @@ pub enum AgentError {
     /// A thread the agent needs could not be started.
     #[error("{0}")]
     Thread(String),
+    /// This agent's nodes or peers cannot join the log's registry as configured (one line).
+    #[error("{0}")]
+    Membership(String),
 }
 
 /// What a run did, reported when it ends.
@@ -154,6 +157,8 @@ struct Agent<S: AgentStore> {
     /// Planning is under way: a node has slices of a pass or changed positions left
     /// ([`NodeDriver::requeue_under_way`]): the loop comes back for them at once.
     requeue_pass: bool,
+    /// The `node-registered` events found at start, appended by [`Agent::begin`] first.
+    registering: Vec<tenure_core::log::EventKind>,
     /// keepalived's reports, when the config has a `vrrp` section.
     vrrp: Option<mpsc::Receiver<VrrpReport>>,
     /// The VRRP state this agent last queued for its nodes.

@@ -94,6 +94,12 @@ Examples:
   # Before maintenance: node a gives up its addresses
   tenure drain a --token-file /etc/tenure/token";
 
+/// `tenure node retire`.
+pub const NODE_RETIRE: &str = "\
+Examples:
+  # Router r3 is gone for good: stop its agent, wait until its addresses moved, then
+  tenure node retire r3 --token-file /etc/tenure/token";
+
 /// `tenure undrain`.
 pub const UNDRAIN: &str = "\
 Examples:

@@ -158,6 +158,9 @@ enum Command {
         #[command(flatten)]
         remote: change_args::ChangeArgs,
     },
+    /// Fleet membership through a running agent: `tenure node retire NODE`.
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// End a node's drain through a running agent.
     #[command(after_help = examples::UNDRAIN)]
     Undrain {
@@ -221,6 +224,20 @@ enum Command {
     },
 }
 
+/// `tenure node …`.
+#[derive(Debug, Subcommand)]
+enum NodeCommand {
+    /// Take a node out of the fleet's registry (its agent stopped, its addresses moved): the
+    /// fleet and its snapshots forget it. It joins again when an agent for it starts.
+    #[command(after_help = examples::NODE_RETIRE)]
+    Retire {
+        /// Node name.
+        node: String,
+        #[command(flatten)]
+        remote: change_args::ChangeArgs,
+    },
+}
+
 /// The refusal of a simulator verb (`sim`, `replay`) by a build without the cargo feature `sim`:
 /// one line, exit 3 ([`EXIT_NOT_BUILT`]), as a provider kind or an election backend left out of
 /// the build is refused.
@@ -271,6 +288,9 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Drain { node, remote } => remote::run_change(&ops::Drain { node }, &remote.into_remote()),
+        Command::Node(NodeCommand::Retire { node, remote }) => {
+            remote::run_change(&ops::Retire { node }, &remote.into_remote())
+        }
         Command::Undrain { node, remote } => {
             remote::run_change(&ops::Undrain { node }, &remote.into_remote())
         }

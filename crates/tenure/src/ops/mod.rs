@@ -1,4 +1,5 @@
-//! The operator commands — `drain`, `undrain`, `approve`, `desire`, `undesire` — one module each,
+//! The operator commands — `drain`, `undrain`, `approve`, `desire`, `undesire`, `node retire` — one
+//! module each,
 //! holding in one place what the command is: its route, where its input arrives and how it is
 //! checked, the event it appends, and the line the CLI prints when it is done.
 //!
@@ -16,10 +17,12 @@
 //! - [`approve`] — one action of a manual pool, by its idempotency key.
 //! - [`desire`], [`undesire`] — an address marked desired or undesired (`undesire` takes
 //!   `desire`'s body).
+//! - [`retire`] — a node out of the fleet's registry (`retire` takes `drain`'s input).
 
 pub mod approve;
 pub mod desire;
 pub mod drain;
+pub mod retire;
 pub mod undesire;
 pub mod undrain;
 
@@ -28,6 +31,7 @@ use tenure_core::log::EventKind;
 pub use approve::Approve;
 pub use desire::Desire;
 pub use drain::Drain;
+pub use retire::Retire;
 pub use undesire::Undesire;
 pub use undrain::Undrain;
 

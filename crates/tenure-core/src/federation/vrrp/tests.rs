@@ -246,7 +246,7 @@ fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
     assert_eq!(restored.snapshot(), bytes);
     // Format 2 had no order: both MASTERs tie and count, the owner stays (sticky) as written.
     let text = String::from_utf8(bytes).expect("utf-8");
-    let older = strip_master_orders(&text.replacen("{\"v\":3", "{\"v\":2", 1));
+    let older = strip_master_orders(&strip_specs(&text.replacen("{\"v\":4", "{\"v\":2", 1)));
     let restored = lan_registry().restore(older.as_bytes()).expect("restores");
     let masters: Vec<Option<MasterReport>> = restored
         .nodes()
@@ -264,7 +264,11 @@ fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
             "`vrrpMaster` without a MASTER state",
         ),
         (strip_master_orders(&text), "a MASTER state without `vrrpMaster`"),
-        (text.replacen("{\"v\":3", "{\"v\":2", 1), "`vrrpMaster` in a snapshot of format 1 or 2"),
+        (
+            strip_specs(&text.replacen("{\"v\":4", "{\"v\":2", 1)),
+            "`vrrpMaster` in a snapshot of format 1 or 2",
+        ),
+        (text.replacen("{\"v\":4", "{\"v\":3", 1), "`spec` in a snapshot of format 1 to 3"),
         (
             text.replacen("\"vrrpMaster\":{\"seq\":", "\"vrrpMaster\":{\"seq\":9999", 1),
             "outside this snapshot's order",
@@ -279,6 +283,16 @@ fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
 }
 
 /// `text` without its `"vrrpMaster":{…}` fields (what format 2 wrote).
+/// A format-4 snapshot's nodes without their specs (older formats had none).
+fn strip_specs(text: &str) -> String {
+    let mut out = text.to_owned();
+    while let Some(start) = out.find(",\"spec\":{\"provider\"") {
+        let end = start + out[start..].find('}').expect("closed") + 1;
+        out.replace_range(start..end, "");
+    }
+    out
+}
+
 fn strip_master_orders(text: &str) -> String {
     let mut out = text.to_owned();
     while let Some(start) = out.find(",\"vrrpMaster\":{") {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tenure_core::agent::AgentCore;
 use tenure_core::driver::{DriverOptions, NodeDriver};
-use tenure_core::federation::Federation;
 use tenure_core::federation::history::History;
+use tenure_core::federation::{Federation, registrations};
 use tenure_core::log::EventKind;
 use tenure_core::model::{NodeSpec, ProviderSpec};
 use tenure_core::node::NodeEngine;
@@ -33,6 +33,16 @@ pub fn registry(nodes: &[NodeSpec], peers: &[NodeSpec], providers: &[ProviderSpe
     Federation::new(&fleet, providers).with_drift_repair(true)
 }
 
+/// The projection of the empty log of a fleet that began with `genesis` (the fleet key's text,
+/// [`tenure_core::fleet_spec::fleet_text`]), with the providers it names and this agent's.
+fn genesis_registry(genesis: &str, providers: &[ProviderSpec]) -> Result<Federation, AgentError> {
+    let (nodes, mut kinds) = tenure_core::fleet_spec::parse_fleet_text(genesis)
+        .map_err(|e| AgentError::Log(format!("the fleet key in etcd does not read as a fleet: {e}")))?;
+    // The log's kinds first: one this config names otherwise is refused after the load.
+    kinds.extend(providers.iter().cloned());
+    Ok(Federation::new(&nodes, &kinds).with_drift_repair(true))
+}
+
 /// The retry backoff of the agent's nodes: from the requeue interval (the retry interval before
 /// there was a backoff), doubling per failed attempt, capped ([`RetryBackoff::from_base`]).
 fn retry_backoff(requeue_interval: Duration) -> RetryBackoff {
@@ -50,7 +60,10 @@ impl<S: AgentStore> Agent<S> {
         settings: Settings,
         observer: Arc<dyn Observe>,
     ) -> Result<Self, AgentError> {
-        let registry = registry(&settings.nodes, &settings.peers, &settings.providers);
+        let registry = match store.genesis() {
+            Some(text) => genesis_registry(&text, &settings.providers)?,
+            None => registry(&settings.nodes, &settings.peers, &settings.providers),
+        };
         let mut drivers = Vec::with_capacity(settings.nodes.len());
         for node in &settings.nodes {
             let engine = NodeEngine::open(&node.name, store.journal(&node.name))
@@ -105,9 +118,13 @@ impl<S: AgentStore> Agent<S> {
             heartbeat_interval: settings.heartbeat_interval,
             requeue_interval: settings.requeue_interval,
             requeue_pass: false,
+            registering: Vec::new(),
         };
         agent.restore_snapshot().map_err(AgentError::Log)?;
         agent.follow_log().map_err(AgentError::Log)?;
+        agent.registering =
+            registrations(agent.view(), &settings.nodes, &settings.peers, &settings.providers)
+                .map_err(AgentError::Membership)?;
         agent.snapshot_events = agent.view().events_applied();
         let own = agent.own_nodes.clone();
         let mut stamper = agent.beat.stamper();
@@ -158,6 +175,7 @@ impl<S: AgentStore> Agent<S> {
             } else {
                 wanted
             };
+            self.register().await?;
             self.apply_pools(&wanted).await.map_err(AgentError::Pools)?;
             // No step before keepalived's state is known.
             self.vrrp_settle().await;
@@ -174,6 +192,23 @@ impl<S: AgentStore> Agent<S> {
         match heartbeat::Beater::start(self.store.clone(), Arc::clone(&self.beat), self.heartbeat_interval) {
             Ok(beater) => self.beater = Some(beater),
             Err(e) => return Err(AgentError::Thread(format!("cannot start the heartbeat thread: {e}"))),
+        }
+        Ok(())
+    }
+
+    /// Appends the registrations found at start ([`registrations`]): this agent's nodes join the
+    /// log's registry before its pools and heartbeats are appended.
+    async fn register(&mut self) -> Result<(), AgentError> {
+        let events = std::mem::take(&mut self.registering);
+        if events.is_empty() {
+            return Ok(());
+        }
+        let said: Vec<String> = events.iter().map(ToString::to_string).collect();
+        self.append(events)
+            .await
+            .map_err(|e| AgentError::Log(format!("registering this agent's nodes: {e}")))?;
+        for line in said {
+            tracing::info!(event = %line, "registered in the fleet's log");
         }
         Ok(())
     }

@@ -103,7 +103,8 @@ fn mark_of(entry: &HistoryEntry) -> Option<(MarkKind, String)> {
                 | Cause::Desire
                 | Cause::Undesire
                 | Cause::PoolApplied
-                | Cause::PoolDeleted => MarkKind::Operator,
+                | Cause::PoolDeleted
+                | Cause::Membership => MarkKind::Operator,
             };
             // A node coming alive is not a fault: only a move away from an owner is.
             if kind == MarkKind::Fault && cause == Cause::Liveness && entry.from.is_none() {

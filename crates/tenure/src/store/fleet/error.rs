@@ -82,9 +82,9 @@ pub enum EtcdError {
         /// Its claim's key.
         key: String,
     },
-    /// This agent's nodes and peers differ from the fleet recorded in etcd.
+    /// The fleet key does not hold a fleet's text.
     #[error("{0}")]
-    OtherFleet(String),
+    BadGenesis(String),
 }
 
 impl EtcdError {

@@ -417,7 +417,8 @@ async fn connect_and_load(
     if shared.verify(&anchor, &first).is_err() {
         return Ok((client, first, None));
     }
-    check_fleet(&mut client, keys, &settings.fleet).await?;
+    let genesis = read_genesis(&mut client, keys, &settings.fleet).await?;
+    shared.lock().genesis = Some(genesis);
     let head = load(&mut client, keys, shared).await?;
     if shared.is_refused() {
         // The log went back between the reads: refused, it runs no node.
@@ -438,16 +439,18 @@ async fn connect_and_load(
     Ok((client, head, lease))
 }
 
-/// Writes this agent's fleet under the fleet key unless one is there; one that is there must be
-/// the same (every agent computes the map from the same nodes).
-async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<(), EtcdError> {
+/// The fleet the log began with: this agent's fleet, written under the fleet key unless one is
+/// there, or the one there. Every agent projects the log over it (its `node-registered` and
+/// `node-retired` change the registry from there); an agent's own nodes and peers are checked
+/// against the log's registry after the load, not against this text.
+async fn read_genesis(client: &mut Client, keys: &Keys, fleet: &str) -> Result<String, EtcdError> {
     let txn = Txn::new()
         .when([Compare::create_revision(keys.fleet.as_bytes(), CompareOp::Equal, 0)])
         .and_then([TxnOp::put(keys.fleet.as_bytes(), fleet.as_bytes(), None)])
         .or_else([TxnOp::get(keys.fleet.as_bytes(), None)]);
-    let response = client.txn(txn).await.map_err(EtcdError::request("fleet check"))?;
+    let response = client.txn(txn).await.map_err(EtcdError::request("fleet key"))?;
     if response.succeeded() {
-        return Ok(());
+        return Ok(fleet.to_owned());
     }
     let stored = response
         .op_responses()
@@ -457,8 +460,7 @@ async fn check_fleet(client: &mut Client, keys: &Keys, fleet: &str) -> Result<()
             _ => None,
         })
         .unwrap_or_default();
-    super::compare_fleets(&String::from_utf8_lossy(&stored), fleet, &keys.fleet)
-        .map_err(EtcdError::OtherFleet)
+    String::from_utf8(stored).map_err(|_| EtcdError::BadGenesis(format!("{}: not UTF-8 text", keys.fleet)))
 }
 
 /// Retries of a request whose failure came back at once.

@@ -40,6 +40,9 @@ pub(super) struct Replica {
     /// The newest snapshot loaded (at start, or when a compaction made the watch reload): the
     /// index of the last record it holds, and its bytes.
     pub(super) snapshot: Option<(LogIndex, Arc<Vec<u8>>)>,
+    /// The fleet the log began with, as stored under the fleet key (the first agent's nodes and
+    /// peers, [`tenure_core::fleet_spec::fleet_text`]): read at open.
+    pub(super) genesis: Option<String>,
 }
 
 /// One log key as read: its revision, key and value.
