@@ -9,7 +9,7 @@ use clap::{CommandFactory as _, Parser as _};
 use tenure::cli::Cli;
 
 /// The verbs that change something through a running agent: the only ones with `--token-file`.
-const MUTATING: [&str; 5] = ["drain", "undrain", "approve", "desire", "undesire"];
+const MUTATING: [&str; 6] = ["drain", "undrain", "approve", "desire", "undesire", "node"];
 
 fn tenure(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tenure"))

@@ -94,6 +94,12 @@ Examples:
   # Before maintenance: node a gives up its addresses
   tenure drain a --token-file /etc/tenure/token";
 
+/// `tenure node`.
+pub const NODE: &str = "\
+Examples:
+  # A router gone for good leaves the fleet (a router joins by starting its agent)
+  tenure node retire r3 --token-file /etc/tenure/token";
+
 /// `tenure node retire`.
 pub const NODE_RETIRE: &str = "\
 Examples:

@@ -159,7 +159,7 @@ enum Command {
         remote: change_args::ChangeArgs,
     },
     /// Fleet membership through a running agent: `tenure node retire NODE`.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = examples::NODE)]
     Node(NodeCommand),
     /// End a node's drain through a running agent.
     #[command(after_help = examples::UNDRAIN)]

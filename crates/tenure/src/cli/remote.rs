@@ -139,9 +139,11 @@ pub(super) fn change_request<C: OperatorCommand>(command: &C) -> (String, Option
     let values = command.values();
     match C::INPUT {
         Input::Path(_) => {
-            let prefix = C::ROUTE.split_once('{').map_or(C::ROUTE, |(prefix, _)| prefix);
+            // The route's one parameter, `{…}`, replaced by the value: what is around it stays.
+            let (prefix, rest) = C::ROUTE.split_once('{').unwrap_or((C::ROUTE, "}"));
+            let suffix = rest.split_once('}').map_or("", |(_, suffix)| suffix);
             let segments: String = values.iter().map(|value| path_segment(value)).collect();
-            (format!("{prefix}{segments}"), None)
+            (format!("{prefix}{segments}{suffix}"), None)
         }
         Input::Body(fields) => {
             let body: serde_json::Map<String, Value> =
@@ -511,6 +513,10 @@ mod tests {
         let drain = ops::Drain { node: "a b".into() };
         assert_eq!(change_request(&drain), ("/v1/drain/a%20b".to_owned(), None));
         assert_eq!(change_request(&ops::Undrain { node: "a".into() }), ("/v1/undrain/a".to_owned(), None));
+        assert_eq!(
+            change_request(&ops::Retire { node: "r 3".into() }),
+            ("/v1/nodes/r%203/retire".to_owned(), None)
+        );
         let key = "p/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:1:epoch:1";
         let (path, body) = change_request(&ops::Approve { key: key.into() });
         assert_eq!(

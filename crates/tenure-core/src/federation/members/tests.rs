@@ -67,8 +67,11 @@ fn shares(fed: &Federation) -> Vec<(String, usize)> {
     shares
 }
 
+/// An address, its owner and desired holder by name, its ownershipEpoch and captureEpoch.
+type Named = (IpAddr, Option<String>, Option<String>, u64, u64);
+
 /// Every address's owner and desired holder by name, with its tokens.
-fn by_name(fed: &Federation) -> Vec<(IpAddr, Option<String>, Option<String>, u64, u64)> {
+fn by_name(fed: &Federation) -> Vec<Named> {
     let name = |id: Option<NodeId>| id.map(|id| fed.node_name(id).to_owned());
     fed.pools()["p"]
         .addresses
