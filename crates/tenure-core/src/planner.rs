@@ -199,7 +199,7 @@ pub fn plan_slice<'a>(
                 };
                 observed_only.extend(observed_release(
                     view,
-                    node_state,
+                    node,
                     captured,
                     pool_name,
                     pool,
@@ -279,7 +279,7 @@ pub fn plan_keys<'a, 'k>(
             }
             // The pools are walked by name: the first that lists it here is the first by name.
             let first = std::mem::take(&mut first_listing);
-            releases.extend(observed_release(view, node_state, captured, pool_name, pool, address, || first));
+            releases.extend(observed_release(view, node, captured, pool_name, pool, address, || first));
         }
         if let Some(((record_provider, _), record)) = captured.get_key_value(&(provider.clone(), address)) {
             let record =
@@ -290,31 +290,49 @@ pub fn plan_keys<'a, 'k>(
     finish(view, node, planned, releases)
 }
 
-/// With drift repair on, what the provider last showed on the node's NIC counts as captured
-/// too: a call that landed while the node crashed before recording it must still be released.
-/// Once per (provider, address), through the first pool (by name) of the provider that lists the
-/// address: `first_listing` says whether `pool` is that one (asked last: it may walk pools). The
-/// one rule for [`plan_slice`] and [`plan_keys`].
+/// What counts as captured beside the node's journal (its `captured` set), when the journal has
+/// no record of the address: with drift repair on, what the provider last showed on the node's
+/// NIC (a call that landed while the node crashed before recording it must still be released),
+/// once per (provider, address), through the first pool (by name) of the provider that lists the
+/// address (`first_listing` says whether `pool` is that one; asked last: it may walk pools); else
+/// what the log says the node holds, its newest confirmation of the address being an acquire
+/// ([`Federation::confirmed_holding`]: a router rebuilt on an empty store still releases what it
+/// held), through the pool of that confirmation. The one rule for [`plan_slice`] and
+/// [`plan_keys`]; for an address the node never confirmed or saw, two lookups.
 fn observed_release<'a>(
     view: &'a Federation,
-    node_state: &'a crate::federation::NodeState,
+    node: NodeId,
     captured: &Captured,
     pool_name: &'a str,
     pool: &'a crate::state::PoolState,
     address: IpAddr,
     first_listing: impl FnOnce() -> bool,
 ) -> Option<((&'a str, IpAddr), CaptureRef<'a>)> {
+    let node_state = &view.nodes()[node];
     let provider = node_state.spec.provider.as_str();
-    let observed = view.drift_repair()
-        && pool.spec.provider == provider
-        && view.observed_on(provider, address, &node_state.spec.nic)
-        && !captured.contains_key(&(crate::names::shared(provider), address))
-        && first_listing();
-    observed.then(|| {
+    if pool.spec.provider != provider {
+        return None;
+    }
+    let observed = view.drift_repair() && view.observed_on(provider, address, &node_state.spec.nic);
+    let confirmed_here = || {
+        pool.addresses
+            .get(&address)
+            .is_some_and(|state| state.confirmations.iter().any(|c| c.node == node && c.acquired))
+    };
+    if !observed && !confirmed_here() {
+        return None;
+    }
+    if captured.contains_key(&(crate::names::shared(provider), address)) {
+        return None;
+    }
+    if observed {
         let record =
             CaptureRef { pool: pool_name, nic: &node_state.spec.nic, capture_domain: &pool.capture_domain };
-        ((provider, address), record)
-    })
+        return first_listing().then_some(((provider, address), record));
+    }
+    view.confirmed_holding(node, provider, address)
+        .filter(|record| record.pool == pool_name)
+        .map(|record| ((provider, address), record))
 }
 
 /// Node `node`'s acquire of `address` in `pool`, in execution order, when it is the address's

@@ -1362,3 +1362,48 @@ fn a_second_agent_for_a_running_node_is_refused_and_the_node_s_own_restart_is_no
     let rebuilt = Agent::spawn_wrapped(&fleet.dir, &copy, listen, &[], &[]);
     rebuilt.wait_healthy();
 }
+
+/// A router rebuilt on an empty `store.path` after its old agent was killed (its journal gone,
+/// its node name kept) releases what the log says it held: the fleet moved its address to
+/// another node, and the rebuilt agent runs the release of its old acquire (before, nothing
+/// counted as captured without a journal or an inventory read, and its line stayed `releasing`;
+/// on-prem, two hosts answered).
+#[test]
+fn a_router_rebuilt_on_an_empty_store_releases_what_it_held() {
+    let fleet = Fleet::new("fleet-rebuilt", 30800, "1s");
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    converged(&fleet.listen, "a");
+    wait_for("a holds the address in the cloud", || fleet.cloud_holder().as_deref() == Some("a"));
+    agents[0].take().expect("a runs").kill9();
+    wait_for("a survivor holds the address", || fleet.cloud_holder().is_some_and(|h| h != "a"));
+    let released_before = fleet.calls().iter().filter(|(h, verb, ..)| h == "a" && verb == "release").count();
+    // The rebuilt router: a's config on a fresh store. Its start is refused while the killed
+    // agent's claim lives (at most its 10 s lease); systemd would restart it, as this loop does.
+    let rebuilt = std::fs::read_to_string(fleet.config(0))
+        .expect("a.yaml")
+        .replace("path: ./data-a", "path: ./data-a-rebuilt");
+    let rebuilt = fleet.dir.write("a-rebuilt.yaml", &rebuilt);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let agent = loop {
+        let mut agent = Agent::spawn(&fleet.dir, &rebuilt, fleet.listen[0]);
+        // Healthy, or exited (refused: the old claim lives on).
+        while agent.child.try_wait().expect("wait").is_none() && !health_ok(fleet.listen[0]) {
+            assert!(
+                Instant::now() < deadline,
+                "the rebuilt agent is neither healthy nor refused: {}",
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if health_ok(fleet.listen[0]) {
+            break agent;
+        }
+        assert!(Instant::now() < deadline, "the rebuilt agent never started: {}", agent.log());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    wait_for("the rebuilt a releases its old acquire", || {
+        fleet.calls().iter().filter(|(h, verb, ..)| h == "a" && verb == "release").count() > released_before
+    });
+    assert!(fleet.cloud_holder().is_some_and(|h| h != "a"), "the release took nothing from the holder");
+    assert!(health_ok(agent.listen));
+}

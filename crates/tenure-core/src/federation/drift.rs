@@ -82,6 +82,35 @@ impl Federation {
             .is_some_and(|(held, _)| *held)
     }
 
+    /// What the log says `node` holds of `address` on `provider`: its newest confirmation of a
+    /// holding verb for the address, across the provider's pools, when that is an acquire — with
+    /// the pool, NIC and line of that acquire, which a release undoes. The planner counts it as
+    /// captured when the node's journal has no record of the address (a router rebuilt on an
+    /// empty `store.path`, a journal lost: its old holdings must still be released — on-prem
+    /// nothing else would take its proxy entries down).
+    #[must_use]
+    pub fn confirmed_holding(
+        &self,
+        node: NodeId,
+        provider: &str,
+        address: IpAddr,
+    ) -> Option<crate::planner::CaptureRef<'_>> {
+        let (pool, newest) = self
+            .pools
+            .iter()
+            .filter(|(_, p)| p.spec.provider == provider)
+            .filter_map(|(name, p)| {
+                let state = p.addresses.get(&address)?;
+                state.confirmations.iter().find(|c| c.node == node).map(|c| (name, c))
+            })
+            .max_by_key(|(_, c)| c.at_ms)?;
+        newest.acquired.then(|| crate::planner::CaptureRef {
+            pool,
+            nic: &newest.nic,
+            capture_domain: &newest.capture_domain,
+        })
+    }
+
     /// Whether `nic` is the NIC of a node of `provider`.
     fn is_node_nic(&self, provider: &str, nic: &str) -> bool {
         self.nodes.iter().any(|n| n.spec.provider == provider && n.spec.nic == nic)
@@ -148,6 +177,9 @@ impl Federation {
             Some(existing) => *existing = confirmation,
             None => crate::state::push_exact(&mut state.confirmations, confirmation),
         }
+        // What the log says the node holds counts as captured when its journal has no record
+        // (`Federation::confirmed_holding`): the node's release of the address may change.
+        self.plan_changed(&parsed.provider, parsed.address);
     }
 
     /// Whether an acquire may have outrun a hand-over of `address` in `pool` (SPEC 9): the
