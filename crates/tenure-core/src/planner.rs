@@ -201,9 +201,8 @@ pub fn plan_slice<'a>(
                     view,
                     node,
                     captured,
-                    pool_name,
-                    pool,
-                    *address,
+                    (pool_name, pool),
+                    (*address, state),
                     first_listing,
                 ));
             }
@@ -279,7 +278,14 @@ pub fn plan_keys<'a, 'k>(
             }
             // The pools are walked by name: the first that lists it here is the first by name.
             let first = std::mem::take(&mut first_listing);
-            releases.extend(observed_release(view, node, captured, pool_name, pool, address, || first));
+            releases.extend(observed_release(
+                view,
+                node,
+                captured,
+                (pool_name, pool),
+                (address, state),
+                || first,
+            ));
         }
         if let Some(((record_provider, _), record)) = captured.get_key_value(&(provider.clone(), address)) {
             let record =
@@ -303,9 +309,8 @@ fn observed_release<'a>(
     view: &'a Federation,
     node: NodeId,
     captured: &Captured,
-    pool_name: &'a str,
-    pool: &'a crate::state::PoolState,
-    address: IpAddr,
+    (pool_name, pool): (&'a str, &'a crate::state::PoolState),
+    (address, state): (IpAddr, &crate::state::AddressState),
     first_listing: impl FnOnce() -> bool,
 ) -> Option<((&'a str, IpAddr), CaptureRef<'a>)> {
     let node_state = &view.nodes()[node];
@@ -314,11 +319,7 @@ fn observed_release<'a>(
         return None;
     }
     let observed = view.drift_repair() && view.observed_on(provider, address, &node_state.spec.nic);
-    let confirmed_here = || {
-        pool.addresses
-            .get(&address)
-            .is_some_and(|state| state.confirmations.iter().any(|c| c.node == node && c.acquired))
-    };
+    let confirmed_here = || state.confirmations.iter().any(|c| c.node == node && c.acquired);
     if !observed && !confirmed_here() {
         return None;
     }
