@@ -65,6 +65,10 @@ pub enum Fault {
     /// Operators move addresses from one pool to another in the pool files and reload: the
     /// events the agent plans for it (`tenure_core::pool_changes`), in its order.
     PoolMove,
+    /// A node's agent is killed and started again on a new, empty `store.path` (a router
+    /// rebuilt, its store lost): journal and high-water marks gone, its node name kept, what its
+    /// NIC holds at the provider left as it was.
+    Rebuild,
     /// The log goes back under the running fleet: etcd's prefix wiped, or etcd restored from a
     /// snapshot older than what every node applied. Not in `all` (every node refuses it and the
     /// fleet stops until the operator's recovery): asked for by name, `all,store-rollback`.
@@ -73,7 +77,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in a fixed order.
-    pub const ALL: [Fault; 22] = [
+    pub const ALL: [Fault; 23] = [
         Fault::Crash,
         Fault::CrashLossy,
         Fault::Pause,
@@ -96,6 +100,7 @@ impl Fault {
         Fault::AppendInDoubt,
         Fault::SlowStep,
         Fault::PoolMove,
+        Fault::Rebuild,
     ];
 
     /// Faults that `all` leaves out, asked for by name.
@@ -127,6 +132,7 @@ impl Fault {
             Fault::AppendInDoubt => "append-in-doubt",
             Fault::SlowStep => "slow-step",
             Fault::PoolMove => "pool-move",
+            Fault::Rebuild => "rebuild",
             Fault::StoreRollback => "store-rollback",
         }
     }

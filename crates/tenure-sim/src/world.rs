@@ -568,5 +568,9 @@ fn draw_chances(rng: &mut ChaCha8Rng, config: &SimConfig) -> Chances {
     if faults.has(Fault::StoreRollback) {
         chances.discrete.push((Fault::StoreRollback, 1));
     }
+    // (Drawn last: the chances drawn before it stay what they were for every seed.)
+    if faults.has(Fault::Rebuild) {
+        chances.discrete.push((Fault::Rebuild, rng.random_range(1..4)));
+    }
     chances
 }

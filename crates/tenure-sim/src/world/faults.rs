@@ -90,6 +90,15 @@ impl World {
             Fault::StoreRollback => Some(self.roll_back_log()),
             Fault::SlowStep => Some(self.slow_step()),
             Fault::PoolMove => Some(self.move_addresses()),
+            // A store on a new path has no record of how far the log went: one started while the
+            // log went back follows the shorter log (docs/safety.md, "Fleet mode: a log that
+            // went back"). Not injected then: what `store-rollback` checks is every node's refusal.
+            Fault::Rebuild if self.went_back => Some("rebuild (not while the log went back)".to_owned()),
+            Fault::Rebuild => {
+                let node = self.random_node();
+                self.rebuild(node);
+                Some(format!("rebuild {}", self.name(node)))
+            }
             Fault::PoolChurn => {
                 self.churn_pool();
                 None

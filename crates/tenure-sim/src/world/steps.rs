@@ -1,10 +1,11 @@
 //! A node's steps, as the agent takes them through the one driver API
 //! (`tenure_core::driver`): follow, reconcile when due, gate in batches and call, pause,
-//! resume, crash — with what the agent leaves to timing drawn from the seed
+//! resume, crash, rebuild — with what the agent leaves to timing drawn from the seed
 //! (docs/simulation.md, "How a node is driven").
 
 use rand::Rng;
-use tenure_core::agent::{HeadConfirmed, Planned, Step, StepOp};
+use tenure_core::agent::{AgentCore, HeadConfirmed, Planned, Step, StepOp};
+use tenure_core::anchor::Anchor;
 use tenure_core::log_store::Log as _;
 use tenure_core::model::VrrpState;
 
@@ -284,6 +285,36 @@ impl World {
         if self.refused(node) {
             // A store that refuses the log stops the agent at start: nothing more, no withdrawal
             // from an empty view.
+            return;
+        }
+        self.fail_closed(node);
+    }
+
+    /// `rebuild`: the node's agent is killed and started again on a new, empty `store.path` (a
+    /// router rebuilt with its name kept): its journal, high-water marks and store binding are
+    /// gone; what its NIC holds at the provider stays. The new store loads the log as it is now
+    /// before the agent does anything (a fleet store's initial load), then the agent starts
+    /// fail-closed like any restart. What it held before is released from the log's record of
+    /// its acquires (`docs/architecture.md`, "What counts as captured").
+    pub(super) fn rebuild(&mut self, node: usize) {
+        let name = self.name(node);
+        let loaded = self.log.len();
+        let n = &mut self.nodes[node];
+        n.core = AgentCore::new(vec![super::rollback::fresh_driver(&name, &self.registry)]);
+        n.stalled.clear();
+        n.unappended = None;
+        n.stuck_until_ms = 0;
+        n.incarnation += 1;
+        n.floor = loaded;
+        n.anchor = Anchor::default();
+        n.refused = None;
+        n.watch_broken = false;
+        n.vrrp_reported = None;
+        self.checker.after_restart(&name);
+        self.follow_up_to(node, loaded.max(1), loaded, true);
+        let until_ms = self.now_ms + 3 * HEARTBEAT_INTERVAL_MS;
+        self.nodes[node].restart_stamper(until_ms);
+        if self.refused(node) {
             return;
         }
         self.fail_closed(node);
