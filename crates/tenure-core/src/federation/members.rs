@@ -168,6 +168,18 @@ pub fn registrations(
     let mut events = Vec::new();
     for (spec, pinned) in own.iter().map(|s| (s, false)).chain(pins.iter().map(|s| (s, true))) {
         let known = view.node_id(&spec.name).map(|id| &view.nodes()[id].spec);
+        if !pinned
+            && let Some(other) = view
+                .nodes()
+                .iter()
+                .find(|n| n.spec.name != spec.name && n.spec.provider == spec.provider && n.spec.nic == spec.nic)
+        {
+            return Err(format!(
+                "node `{}`: this config names nic `{}` of provider `{}`, which is node `{}`'s in the fleet's log: one NIC \
+                 belongs to one node; fix the nic, or retire `{}` first (`tenure node retire`, with its agent stopped)",
+                spec.name, spec.nic, spec.provider, other.spec.name, other.spec.name
+            ));
+        }
         if let Some(known) = known {
             let difference = identity_difference(known, spec).or_else(|| {
                 let capacity = |c: Option<u64>| c.map_or_else(|| "none".to_owned(), |c| c.to_string());

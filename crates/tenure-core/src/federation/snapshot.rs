@@ -61,6 +61,18 @@ struct Wire {
     approvals: Vec<KeptWire>,
     approvals_ignored: u64,
     observed: Vec<ObservedWire>,
+    /// Format 4: every provider the registry knows, with its kind (a provider stays known after
+    /// its last node retired: a pool may still name it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    providers: Option<Vec<ProviderWire>>,
+}
+
+/// A provider of a format-4 snapshot's registry.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProviderWire {
+    name: String,
+    kind: ProviderKind,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -214,25 +226,28 @@ fn bad(what: impl std::fmt::Display) -> SnapshotError {
 }
 
 impl Federation {
-    /// A format-4 snapshot's registry in place of this one's: its nodes in its order (their ids),
-    /// and its providers' kinds beside the ones this registry knows (the same kind, or an error).
-    fn restore_registry(&mut self, nodes: &[NodeWire]) -> Result<(), SnapshotError> {
+    /// A format-4 snapshot's registry in place of this one's: its providers with their kinds and
+    /// its nodes in its order (their ids). Nothing of this registry is kept: the snapshot's is
+    /// the log's.
+    fn restore_registry(&mut self, nodes: &[NodeWire], providers: &[ProviderWire]) -> Result<(), SnapshotError> {
+        let mut kinds = BTreeMap::new();
+        for p in providers {
+            if kinds.insert(p.name.clone(), p.kind).is_some() {
+                return Err(bad(format!("provider `{}` is named twice", p.name)));
+            }
+        }
         let mut registry = Vec::with_capacity(nodes.len());
         for n in nodes {
             let Some(spec) = &n.spec else {
                 return Err(bad(format!("node `{}` has no spec (format 4 needs one)", n.name)));
             };
-            match self.providers.get(&spec.provider) {
-                Some(kind) if *kind != spec.provider_kind => {
-                    return Err(bad(format!(
-                        "node `{}`: provider `{}` is of kind {:?} here, {:?} in the snapshot",
-                        n.name, spec.provider, kind, spec.provider_kind
-                    )));
-                }
-                Some(_) => {}
-                None => {
-                    self.providers.insert(spec.provider.clone(), spec.provider_kind);
-                }
+            if kinds.get(&spec.provider) != Some(&spec.provider_kind) {
+                return Err(bad(format!(
+                    "node `{}`: provider `{}` of kind `{}` is not in the snapshot's providers",
+                    n.name,
+                    spec.provider,
+                    spec.provider_kind.as_str()
+                )));
             }
             registry.push(NodeState::new(NodeSpec {
                 name: n.name.clone(),
@@ -248,6 +263,7 @@ impl Federation {
             return Err(bad("a node is named twice"));
         }
         self.nodes = registry;
+        self.providers = kinds;
         Ok(())
     }
 
@@ -261,6 +277,9 @@ impl Federation {
         };
         let wire = Wire {
             v: SNAPSHOT_VERSION,
+            providers: Some(
+                self.providers.iter().map(|(name, kind)| ProviderWire { name: name.clone(), kind: *kind }).collect(),
+            ),
             stream_time_ms: self.stream_time_ms,
             events_applied: self.events_applied,
             plan_generation: self.plan_generation,
@@ -388,7 +407,9 @@ impl Federation {
         let wire: Wire = serde_json::from_value(version).map_err(bad)?;
         let mut fed = self.clone();
         if wire.v >= NODE_SPECS {
-            fed.restore_registry(&wire.nodes)?;
+            fed.restore_registry(&wire.nodes, wire.providers.as_deref().unwrap_or_default())?;
+        } else if wire.providers.is_some() {
+            return Err(bad("`providers` in a snapshot of format 1 to 3"));
         }
         let id = |name: &str| {
             fed.node_ids

@@ -199,13 +199,40 @@ fn a_snapshot_carries_the_registry_and_restores_over_any_other() {
         }
         assert_eq!(restored.snapshot(), whole.snapshot(), "then the same events, the same projection");
     }
-    // A provider of another kind in the registry than in the snapshot is refused.
-    let aws = [ProviderSpec { name: "cloud".into(), kind: ProviderKind::Aws }];
-    let err = Federation::new(&[], &aws).restore(&bytes).expect_err("refused");
-    assert!(
-        err.to_string().contains("provider `cloud` is of kind Aws here, SimCloud in the snapshot"),
-        "{err}"
-    );
+    // The registry restored is the snapshot's alone: providers too, whatever this one says.
+    let aws = [
+        ProviderSpec { name: "cloud".into(), kind: ProviderKind::Aws },
+        ProviderSpec { name: "extra".into(), kind: ProviderKind::Exec },
+    ];
+    let restored = Federation::new(&[], &aws).restore(&bytes).expect("restores");
+    assert_eq!(restored.provider_kind("cloud"), Some(ProviderKind::SimCloud));
+    assert_eq!(restored.provider_kind("extra"), None);
+}
+
+#[test]
+fn a_provider_stays_known_after_its_last_node_retired_and_a_snapshot_keeps_it() {
+    let mut fed = fleet();
+    let lab = NodeSpec { provider: "lab".into(), nic: "lan-x".into(), ..node("x") };
+    apply(&mut fed, 0, EventKind::NodeRegistered { spec: lab, provider_kind: ProviderKind::SimOnprem });
+    let lab_pool = PoolSpec { name: "lab".into(), provider: "lab".into(), members: vec!["x".into()], ..pool() };
+    apply(&mut fed, 0, EventKind::PoolApplied { spec: Box::new(lab_pool.clone()) });
+    apply(&mut fed, 10, EventKind::NodeRetired { node: "x".into() });
+    let bytes = fed.snapshot();
+    let mut restored = Federation::new(&[], &[]).restore(&bytes).expect("restores");
+    assert_eq!(restored.provider_kind("lab"), Some(ProviderKind::SimOnprem));
+    // The same registration is taken, and one of another kind rejected, by both.
+    for (kind, taken) in [(ProviderKind::Aws, false), (ProviderKind::SimOnprem, true)] {
+        let event = Event {
+            at_ms: 20,
+            kind: EventKind::NodeRegistered {
+                spec: NodeSpec { provider: "lab".into(), nic: "lan-y".into(), ..node("y") },
+                provider_kind: kind,
+            },
+        };
+        assert_eq!(fed.clone().apply(&event).is_ok(), taken);
+        assert_eq!(restored.clone().apply(&event).is_ok(), taken);
+    }
+    apply(&mut restored, 30, EventKind::PoolApplied { spec: Box::new(lab_pool) });
 }
 
 #[test]
@@ -229,6 +256,9 @@ fn a_starting_agent_registers_its_own_nodes_and_checks_its_pins() {
     let e = run(&fed, &[NodeSpec { nic: "eni-z".into(), ..node("a") }], &[]).expect_err("another router");
     assert!(e.contains("node `a`: this config names nic `eni-z`, but the log has `eni-a`"), "{e}");
     assert!(e.contains("retire it first"), "{e}");
+    // Another node's NIC: refused at start, not registered and then found missing.
+    let e = run(&fed, &[NodeSpec { nic: "eni-b".into(), ..node("c") }], &[]).expect_err("b's NIC");
+    assert!(e.contains("node `c`: this config names nic `eni-b` of provider `cloud`, which is node `b`'s"), "{e}");
     // What it appends is what the log takes.
     for kind in run(&fed, &[node("c")], &[]).expect("fine") {
         apply(&mut fed, 10, kind);

@@ -34,12 +34,13 @@ pub fn registry(nodes: &[NodeSpec], peers: &[NodeSpec], providers: &[ProviderSpe
 }
 
 /// The projection of the empty log of a fleet that began with `genesis` (the fleet key's text,
-/// [`tenure_core::fleet_spec::fleet_text`]), with the providers it names and this agent's.
-fn genesis_registry(genesis: &str, providers: &[ProviderSpec]) -> Result<Federation, AgentError> {
-    let (nodes, mut kinds) = tenure_core::fleet_spec::parse_fleet_text(genesis)
-        .map_err(|e| AgentError::Log(format!("the fleet key in etcd does not read as a fleet: {e}")))?;
-    // The log's kinds first: one this config names otherwise is refused after the load.
-    kinds.extend(providers.iter().cloned());
+/// [`tenure_core::fleet_spec::fleet_text`]): its nodes and the providers they name, and nothing
+/// of this agent's config — every agent of the fleet projects the log over the same registry
+/// (a provider joins it with the first `node-registered` naming it; this config's providers are
+/// checked against the log after the load, [`registrations`]).
+fn genesis_registry(genesis: &str) -> Result<Federation, AgentError> {
+    let (nodes, kinds) = tenure_core::fleet_spec::parse_fleet_text(genesis)
+        .map_err(|e| AgentError::Log(format!("the fleet key in etcd (`<prefix>/fleet`) does not read as a fleet: {e}")))?;
     Ok(Federation::new(&nodes, &kinds).with_drift_repair(true))
 }
 
@@ -61,7 +62,7 @@ impl<S: AgentStore> Agent<S> {
         observer: Arc<dyn Observe>,
     ) -> Result<Self, AgentError> {
         let registry = match store.genesis() {
-            Some(text) => genesis_registry(&text, &settings.providers)?,
+            Some(text) => genesis_registry(&text)?,
             None => registry(&settings.nodes, &settings.peers, &settings.providers),
         };
         let mut drivers = Vec::with_capacity(settings.nodes.len());
@@ -207,6 +208,16 @@ impl<S: AgentStore> Agent<S> {
         self.append(events)
             .await
             .map_err(|e| AgentError::Log(format!("registering this agent's nodes: {e}")))?;
+        // The log decides: a registration another agent's raced ahead of is rejected there.
+        self.follow().await.map_err(AgentError::Log)?;
+        for node in self.own_nodes.clone() {
+            if self.view().node_id(&node).is_none() {
+                return Err(AgentError::Membership(format!(
+                    "node `{node}`: the fleet's log did not take its registration (another agent registered this name \
+                     or this NIC first); see the other agents' status page"
+                )));
+            }
+        }
         for line in said {
             tracing::info!(event = %line, "registered in the fleet's log");
         }
