@@ -73,7 +73,7 @@ pub enum EventRejected {
     #[error("pool-applied: {0}")]
     Overlap(#[from] Overlap),
     /// A `node-registered` naming a provider the registry knows as another kind.
-    #[error("node-registered: provider `{provider}` is of kind {known:?} in the log, not {named:?}")]
+    #[error("node-registered: provider `{provider}` is of kind `{}` in the log, not `{}`", .known.as_str(), .named.as_str())]
     ProviderKind {
         /// The provider named.
         provider: String,
@@ -388,7 +388,7 @@ impl Federation {
                 structure_changed = true;
                 Applied::Applied
             }
-            EventKind::NodeRetired { node } => {
+            EventKind::NodeRetired { node, .. } => {
                 self.retire_node(node);
                 structure_changed = true;
                 Applied::Applied
@@ -439,7 +439,7 @@ impl Federation {
             EventKind::NodeRegistered { spec, provider_kind } => {
                 self.check_registration(spec, *provider_kind)?
             }
-            EventKind::NodeRetired { node } => self.check_retirement(node)?,
+            EventKind::NodeRetired { node, .. } => self.check_retirement(node)?,
             _ => {}
         }
         Ok(())

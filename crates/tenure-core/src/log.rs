@@ -118,11 +118,14 @@ pub enum EventKind {
         /// The kind of its provider, which every agent's registry must agree on.
         provider_kind: ProviderKind,
     },
-    /// `node-retired{node}`: a router leaves the fleet; rejected while it owns an address or is
-    /// the desired holder of one on any line. The projection and its snapshots forget it.
+    /// `node-retired{node, force?}`: a router leaves the fleet; rejected while it owns an address
+    /// or is the desired holder of one on any line. The projection and its snapshots forget it.
     NodeRetired {
         /// Node name.
         node: String,
+        /// The operator retired it although the log says it still holds addresses (its router is
+        /// gone for good with them): the agent's guard was overridden. The log's rule ignores it.
+        force: bool,
     },
 }
 
@@ -193,7 +196,7 @@ event_vocabulary! {
     TokensRaised => "tokens-raised" ["by"];
     NodeRegistered => "node-registered"
         ["node", "provider", "providerKind", "placementGroup", "nic", "priority", "capacity"] ? ["capacity"];
-    NodeRetired => "node-retired" ["node"];
+    NodeRetired => "node-retired" ["node", "force"] ? ["force"];
 }
 
 impl EventKind {
@@ -219,7 +222,7 @@ impl fmt::Display for EventKind {
             Self::Heartbeat { node }
             | Self::Drain { node }
             | Self::Undrain { node }
-            | Self::NodeRetired { node } => {
+            | Self::NodeRetired { node, force: false } => {
                 write!(f, "{name} {node}")
             }
             Self::Health { node, healthy } => write!(f, "{name} {node} healthy={healthy}"),
@@ -239,6 +242,7 @@ impl fmt::Display for EventKind {
             Self::ActionResult { node, idempotency_key, .. } => write!(f, "{name} {node} {idempotency_key}"),
             Self::Inventory { provider, address, .. } => write!(f, "{name} {provider} {address}"),
             Self::TokensRaised { by } => write!(f, "{name} by {by}"),
+            Self::NodeRetired { node, force: true } => write!(f, "{name} {node} force"),
             Self::NodeRegistered { spec, .. } => write!(f, "{name} {} nic={}", spec.name, spec.nic),
         }
     }

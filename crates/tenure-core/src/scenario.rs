@@ -176,11 +176,13 @@ struct RawStep {
     priority: Option<Spanned<i64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     capacity: Option<Spanned<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    force: Option<Spanned<bool>>,
 }
 
 impl RawStep {
     /// Each field besides `at` and `event`, by its name as written, and where it was written.
-    fn positions(&self) -> [(&'static str, Option<Position>); 18] {
+    fn positions(&self) -> [(&'static str, Option<Position>); 19] {
         [
             ("node", self.node.as_ref().map(Position::of_spanned)),
             ("healthy", self.healthy.as_ref().map(Position::of_spanned)),
@@ -200,6 +202,7 @@ impl RawStep {
             ("nic", self.nic.as_ref().map(Position::of_spanned)),
             ("priority", self.priority.as_ref().map(Position::of_spanned)),
             ("capacity", self.capacity.as_ref().map(Position::of_spanned)),
+            ("force", self.force.as_ref().map(Position::of_spanned)),
         ]
     }
 }

@@ -167,7 +167,7 @@ fn a_fourth_router_joins_a_running_fleet_and_a_retired_one_is_forgotten() {
     // c cannot be retired while it runs: not through another agent (alive), not through its own.
     let (status, body) = agents["a"].post("/v1/nodes/c/retire", None);
     assert_eq!(status, 409, "{body}");
-    assert!(body.contains("is alive"), "{body}");
+    assert!(body.contains("was heard from"), "{body}");
     let (status, body) = agents["c"].post("/v1/nodes/c/retire", None);
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("is run by this agent"), "{body}");
@@ -177,16 +177,30 @@ fn a_fourth_router_joins_a_running_fleet_and_a_retired_one_is_forgotten() {
     shared_by(&rig, &["a", "b", "d"], &["a", "b", "d"]);
     let endpoint = format!("http://{}", rig.listen["a"]);
     let token = rig.dir.path().join("token");
-    let (code, stdout, stderr) = tenure(&[
-        "node",
-        "retire",
-        "c",
-        "--endpoint",
-        &endpoint,
-        "--token-file",
-        token.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
+    // Refused until c is silent past the TTL and the others' acquires of its addresses are
+    // confirmed (on a cloud they moved them: c holds nothing more by the log), then retired.
+    let retire = || {
+        tenure(&[
+            "node",
+            "retire",
+            "c",
+            "--endpoint",
+            &endpoint,
+            "--token-file",
+            token.to_str().expect("utf-8"),
+        ])
+    };
+    let mut refusals = Vec::new();
+    let stdout = loop {
+        let (code, stdout, stderr) = retire();
+        if code == 0 {
+            break stdout;
+        }
+        assert!(stderr.contains("was heard from") || stderr.contains("still holds"), "{stderr}");
+        refusals.push(stderr);
+        assert!(refusals.len() < 100, "c was never retired: {refusals:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(stdout.contains("node/c retired"), "{stdout}");
     // Again: c is not in the registry any more.
     let (code, _, stderr) = tenure(&[

@@ -70,7 +70,7 @@ pub fn check_submit<J: JournalStore>(
             }
         }
         EventKind::Approve { idempotency_key } => check_approve(view, local, idempotency_key)?,
-        EventKind::NodeRetired { node } => check_retire(view, local, node)?,
+        EventKind::NodeRetired { node, force } => check_retire(view, local, node, *force)?,
         other => {
             return Err(SubmitRefusal::Refused(format!(
                 "{} cannot be submitted through the API",
@@ -82,17 +82,20 @@ pub fn check_submit<J: JournalStore>(
 }
 
 /// A `node-retired` an operator asks for: the node is in the registry, not run by this agent (an
-/// agent does not retire its own node: it would stop acting for it), not alive by the log (its
-/// agent is stopped: a running one would heartbeat into a registry without its node), and holds
-/// nothing ([`Federation::retirement_refused`], the rule the log applies).
+/// agent does not retire its own node: it would stop acting for it), not heard from lately (its
+/// agent is stopped: a running one would heartbeat into a registry without its node), owns and
+/// is the desired holder of nothing ([`Federation::retirement_refused`], the rule the log
+/// applies), and — unless `force` — holds nothing by the log ([`Federation::held_by_log`]: once
+/// retired, nothing would release it, on-prem nothing would take its entries down).
 fn check_retire<J: JournalStore>(
     view: &Federation,
     local: &[NodeDriver<J>],
     node: &str,
+    force: bool,
 ) -> Result<(), SubmitRefusal> {
     let Some(id) = view.node_id(node) else {
         return Err(SubmitRefusal::NotFound(format!(
-            "node \"{node}\" is not in the registry (the log's nodes: {})",
+            "node \"{node}\" is not in the registry (retired already, or never registered; the log's nodes: {})",
             registry_names(view)
         )));
     };
@@ -101,16 +104,23 @@ fn check_retire<J: JournalStore>(
             "node \"{node}\" is run by this agent: stop it, then retire the node through another agent of the fleet"
         )));
     }
-    if view.node_alive(id) == Some(true) {
+    if let Some(wait_ms) = view.heard_from_within(id) {
         return Err(SubmitRefusal::Refused(format!(
-            "node \"{node}\" is alive (its heartbeats reach the log): stop its agent first, and retire it once \
-             its addresses have moved"
+            "node \"{node}\" was heard from {wait_ms} ms ago by the log (its agent may still run): stop its agent \
+             first; a node is retired once its heartbeats are older than its pools' heartbeatTTL + promotionHold"
         )));
     }
     if let Some(refused) = view.retirement_refused(node) {
         return Err(SubmitRefusal::Refused(format!(
-            "{refused}: a node is retired once it owns and is the desired holder of nothing (stop or drain it, \
-             and wait until its addresses have moved)"
+            "{refused}: a node is retired once it owns and is the desired holder of nothing (stop or drain it, and \
+             wait until its addresses have moved)"
+        )));
+    }
+    if !force && let Some(held) = view.held_by_log(id) {
+        return Err(SubmitRefusal::Refused(format!(
+            "node \"{node}\" still holds {held} by the log (its last confirmed verb there is an acquire, and nothing \
+             since says it is gone): start its agent again, on any store, and it releases what it held; if the \
+             router is gone for good with its addresses, retire it with --force"
         )));
     }
     Ok(())

@@ -163,8 +163,8 @@ pub(crate) fn golden_events() -> Vec<(Event, String)> {
                 .into(),
         ),
         (
-            event(1000, EventKind::NodeRetired { node: "b".into() }),
-            r#"{"v":1,"event":"node-retired","at":1000,"node":"b"}"#.into(),
+            event(1000, EventKind::NodeRetired { node: "b".into(), force: true }),
+            r#"{"v":1,"event":"node-retired","at":1000,"node":"b","force":true}"#.into(),
         ),
     ]
 }

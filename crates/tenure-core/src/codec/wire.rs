@@ -87,7 +87,12 @@ pub(super) enum EventWire<'a> {
         capacity: Option<u64>,
     },
     /// `node-retired`.
-    NodeRetired { at: u64, node: Cow<'a, str> },
+    NodeRetired {
+        at: u64,
+        node: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
+    },
 }
 
 impl<'a> EventWire<'a> {
@@ -138,7 +143,7 @@ impl<'a> EventWire<'a> {
                 priority: spec.priority,
                 capacity: spec.capacity,
             },
-            EventKind::NodeRetired { node } => Self::NodeRetired { at, node: b(node) },
+            EventKind::NodeRetired { node, force } => Self::NodeRetired { at, node: b(node), force: *force },
         })
     }
 
@@ -218,7 +223,9 @@ impl<'a> EventWire<'a> {
                 };
                 (at, EventKind::NodeRegistered { spec, provider_kind })
             }
-            Self::NodeRetired { at, node } => (at, EventKind::NodeRetired { node: node.into_owned() }),
+            Self::NodeRetired { at, node, force } => {
+                (at, EventKind::NodeRetired { node: node.into_owned(), force })
+            }
         };
         Ok(Event { at_ms, kind })
     }

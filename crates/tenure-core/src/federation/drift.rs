@@ -111,6 +111,48 @@ impl Federation {
         })
     }
 
+    /// One address the log says node `id` still holds (`pool/address`), if any: its newest
+    /// confirmation of the address ([`Self::confirmed_holding`]) is an acquire, no inventory read
+    /// of its NIC since shows the address gone, and — on a provider whose assign moves the
+    /// address (the cloud family) — no other node confirmed an acquire of it since. What a
+    /// retirement would leave unreleased (`check_submit`).
+    #[must_use]
+    pub fn held_by_log(&self, id: NodeId) -> Option<String> {
+        let node = self.nodes.get(id)?;
+        let provider = node.spec.provider.as_str();
+        let moves =
+            self.providers.get(provider).is_some_and(|k| k.verb_family() == crate::model::VerbFamily::Cloud);
+        for (name, pool) in self.pools.iter().filter(|(_, p)| p.spec.provider == provider) {
+            for (address, state) in &pool.addresses {
+                let Some(own) = state.confirmations.iter().find(|c| c.node == id && c.acquired) else {
+                    continue;
+                };
+                let Some(held) = self.confirmed_holding(id, provider, *address) else { continue };
+                if held.pool != name.as_str() {
+                    continue;
+                }
+                let seen_gone = self
+                    .observed
+                    .get(provider)
+                    .and_then(|kept| kept.get(address))
+                    .and_then(|kept| kept.get(&own.nic))
+                    .is_some_and(|(holds, at_ms)| !holds && *at_ms > own.at_ms);
+                let taken_since = moves
+                    && self
+                        .pools
+                        .values()
+                        .filter(|p| p.spec.provider == provider)
+                        .filter_map(|p| p.addresses.get(address))
+                        .flat_map(|s| &s.confirmations)
+                        .any(|c| c.node != id && c.acquired && c.at_ms > own.at_ms);
+                if !seen_gone && !taken_since {
+                    return Some(format!("{name}/{address}"));
+                }
+            }
+        }
+        None
+    }
+
     /// Whether `nic` is the NIC of a node of `provider`.
     fn is_node_nic(&self, provider: &str, nic: &str) -> bool {
         self.nodes.iter().any(|n| n.spec.provider == provider && n.spec.nic == nic)

@@ -169,10 +169,9 @@ pub fn registrations(
     for (spec, pinned) in own.iter().map(|s| (s, false)).chain(pins.iter().map(|s| (s, true))) {
         let known = view.node_id(&spec.name).map(|id| &view.nodes()[id].spec);
         if !pinned
-            && let Some(other) = view
-                .nodes()
-                .iter()
-                .find(|n| n.spec.name != spec.name && n.spec.provider == spec.provider && n.spec.nic == spec.nic)
+            && let Some(other) = view.nodes().iter().find(|n| {
+                n.spec.name != spec.name && n.spec.provider == spec.provider && n.spec.nic == spec.nic
+            })
         {
             return Err(format!(
                 "node `{}`: this config names nic `{}` of provider `{}`, which is node `{}`'s in the fleet's log: one NIC \

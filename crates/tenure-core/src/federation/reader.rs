@@ -22,6 +22,24 @@ impl Federation {
         Some(pools.all(|pool| is_alive(node, &pool.spec, self.stream_time_ms)))
     }
 
+    /// How long ago the log took node `id`'s last heartbeat, when that is recent enough that its
+    /// agent may still run: within the longest `heartbeatTTL + promotionHold` of the applied
+    /// pools (3 s when none is applied, SPEC 3's default TTL). `None`: not heard from lately, or
+    /// never. The operator's guard before a retire (`check_submit`), for a node in no pool too.
+    #[must_use]
+    pub fn heard_from_within(&self, id: NodeId) -> Option<u64> {
+        let last = self.nodes.get(id)?.last_heartbeat_ms?;
+        let window = self
+            .pools
+            .values()
+            .filter(|pool| !pool.deleted)
+            .map(|pool| pool.spec.heartbeat_ttl_ms.saturating_add(pool.spec.promotion_hold_ms))
+            .max()
+            .unwrap_or(3_000);
+        let age = self.stream_time_ms.saturating_sub(last);
+        (age < window).then_some(age)
+    }
+
     /// The node that reads `provider`'s whole inventory now: among the provider's nodes that
     /// are alive ([`Federation::node_alive`]), the one with the smallest name. The name is the
     /// stable key: the registry has no other order (node ids are the order nodes joined in, which

@@ -229,7 +229,11 @@ impl Federation {
     /// A format-4 snapshot's registry in place of this one's: its providers with their kinds and
     /// its nodes in its order (their ids). Nothing of this registry is kept: the snapshot's is
     /// the log's.
-    fn restore_registry(&mut self, nodes: &[NodeWire], providers: &[ProviderWire]) -> Result<(), SnapshotError> {
+    fn restore_registry(
+        &mut self,
+        nodes: &[NodeWire],
+        providers: &[ProviderWire],
+    ) -> Result<(), SnapshotError> {
         let mut kinds = BTreeMap::new();
         for p in providers {
             if kinds.insert(p.name.clone(), p.kind).is_some() {
@@ -278,7 +282,10 @@ impl Federation {
         let wire = Wire {
             v: SNAPSHOT_VERSION,
             providers: Some(
-                self.providers.iter().map(|(name, kind)| ProviderWire { name: name.clone(), kind: *kind }).collect(),
+                self.providers
+                    .iter()
+                    .map(|(name, kind)| ProviderWire { name: name.clone(), kind: *kind })
+                    .collect(),
             ),
             stream_time_ms: self.stream_time_ms,
             events_applied: self.events_applied,

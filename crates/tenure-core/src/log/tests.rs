@@ -131,7 +131,7 @@ fn display_names_each_kind_by_its_wire_name() {
             "inventory lan 10.0.0.10".into(),
             "tokens-raised by 1000000".into(),
             "node-registered c nic=eni-c".into(),
-            "node-retired b".into(),
+            "node-retired b force".into(),
         ]
     );
 }

@@ -60,7 +60,7 @@ fn an_entry_takes_every_field_of_the_vocabulary_and_no_other() {
     let entry = format!(
         "{{at: 0, event: heartbeat, node: a, healthy: true, state: master, spec: {POOL_DOCUMENT}, pool: p,
     address: 10.0.0.1, idempotencyKey: k, outcome: executed, detail: d, provider: sim1, holders: [],
-    scope: [], by: 1, providerKind: sim-cloud, placementGroup: g1, nic: eni-c, priority: 1, capacity: 2}}"
+    scope: [], by: 1, providerKind: sim-cloud, placementGroup: g1, nic: eni-c, priority: 1, capacity: 2, force: true}}"
     );
     let raw: RawStep = serde_saphyr::from_str(&entry).expect("every field reads");
     let positions = raw.positions();

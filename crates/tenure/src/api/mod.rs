@@ -96,6 +96,7 @@ pub fn router(handle: AgentHandle, metrics: Arc<Metrics>, token: Option<ApiToken
         .route(ops::Desire::ROUTE, post(mutate::operator::<ops::Desire>))
         .route(ops::Undesire::ROUTE, post(mutate::operator::<ops::Undesire>))
         .route(ops::Retire::ROUTE, post(mutate::operator::<ops::Retire>))
+        .route(ops::RetireForced::ROUTE, post(mutate::operator::<ops::RetireForced>))
         .route("/v1/store/backup", post(mutate::backup))
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)

@@ -104,7 +104,9 @@ Examples:
 pub const NODE_RETIRE: &str = "\
 Examples:
   # Router r3 is gone for good: stop its agent, wait until its addresses moved, then
-  tenure node retire r3 --token-file /etc/tenure/token";
+  tenure node retire r3 --token-file /etc/tenure/token
+  # Its host is gone with what it held (the log still says it holds an address)
+  tenure node retire r3 --force --token-file /etc/tenure/token";
 
 /// `tenure undrain`.
 pub const UNDRAIN: &str = "\

@@ -233,6 +233,10 @@ enum NodeCommand {
     Retire {
         /// Node name.
         node: String,
+        /// Retire it although the log says it still holds addresses: its router is gone for good
+        /// with them (nothing will release them; on-prem, its proxy entries went with the host).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         remote: change_args::ChangeArgs,
     },
@@ -288,8 +292,11 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Drain { node, remote } => remote::run_change(&ops::Drain { node }, &remote.into_remote()),
-        Command::Node(NodeCommand::Retire { node, remote }) => {
+        Command::Node(NodeCommand::Retire { node, force: false, remote }) => {
             remote::run_change(&ops::Retire { node }, &remote.into_remote())
+        }
+        Command::Node(NodeCommand::Retire { node, force: true, remote }) => {
+            remote::run_change(&ops::RetireForced { node }, &remote.into_remote())
         }
         Command::Undrain { node, remote } => {
             remote::run_change(&ops::Undrain { node }, &remote.into_remote())

@@ -31,7 +31,7 @@ use tenure_core::log::EventKind;
 pub use approve::Approve;
 pub use desire::Desire;
 pub use drain::Drain;
-pub use retire::Retire;
+pub use retire::{Retire, RetireForced};
 pub use undesire::Undesire;
 pub use undrain::Undrain;
 

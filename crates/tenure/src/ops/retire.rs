@@ -1,7 +1,8 @@
-//! `node retire`: a router leaves the fleet. `tenure node retire NODE`,
-//! `POST /v1/nodes/{node}/retire`, appends `node-retired{node}`; done: `node/NODE retired`. The
-//! agent refuses it (409) while the node is alive, owns or is the desired holder of an address, or
-//! is one this agent runs (`tenure_core::agent::check_submit`); the log applies the same holding
+//! `node retire`: a router leaves the fleet. `tenure node retire NODE [--force]`,
+//! `POST /v1/nodes/{node}/retire` (`…/retire/force`), appends `node-retired{node, force}`; done:
+//! `node/NODE retired`. The agent refuses it (409) while the node was heard from lately, owns or is
+//! the desired holder of an address, is one this agent runs, or — without `--force` — still
+//! holds an address by the log (`tenure_core::agent::check_submit`); the log applies the owning
 //! rule. A node comes back by starting an agent for it: it registers itself.
 
 use tenure_core::log::EventKind;
@@ -31,11 +32,41 @@ impl OperatorCommand for Retire {
     }
 
     fn event(values: Vec<String>) -> Result<EventKind, ApiFailure> {
-        Ok(EventKind::NodeRetired { node: node(values)? })
+        Ok(EventKind::NodeRetired { node: node(values)?, force: false })
     }
 
     fn done(&self) -> String {
         format!("node/{} retired", self.node)
+    }
+}
+
+/// `tenure node retire NODE --force`: the router is gone for good with what the log says it
+/// holds (nothing will release it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetireForced {
+    /// The node, as given.
+    pub node: String,
+}
+
+impl OperatorCommand for RetireForced {
+    const NAME: &'static str = "node retire";
+    const ROUTE: &'static str = "/v1/nodes/{node}/retire/force";
+    const INPUT: Input = NODE;
+
+    fn values(&self) -> Vec<&str> {
+        vec![&self.node]
+    }
+
+    fn check(&self) -> Result<(), String> {
+        check_node(&self.node)
+    }
+
+    fn event(values: Vec<String>) -> Result<EventKind, ApiFailure> {
+        Ok(EventKind::NodeRetired { node: node(values)?, force: true })
+    }
+
+    fn done(&self) -> String {
+        format!("node/{} retired (forced: what the log said it held is forgotten)", self.node)
     }
 }
 
@@ -45,7 +76,14 @@ mod tests {
 
     #[test]
     fn a_retire_names_its_node_by_a_valid_name() {
-        assert_eq!(Retire::event(vec!["r3".into()]), Ok(EventKind::NodeRetired { node: "r3".into() }));
+        assert_eq!(
+            Retire::event(vec!["r3".into()]),
+            Ok(EventKind::NodeRetired { node: "r3".into(), force: false })
+        );
+        assert_eq!(
+            RetireForced::event(vec!["r3".into()]),
+            Ok(EventKind::NodeRetired { node: "r3".into(), force: true })
+        );
         let refused = Retire::event(vec!["a/b".into()]).expect_err("not a name");
         assert_eq!((refused.status.as_u16(), refused.field.as_deref()), (400, Some("node")));
         assert!(Retire { node: String::new() }.check().is_err());

@@ -117,7 +117,7 @@ fn a_registration_that_is_another_router_is_rejected_and_changes_nothing() {
         ),
         (
             EventKind::NodeRegistered { spec: node("c"), provider_kind: ProviderKind::Aws },
-            "provider `cloud` is of kind SimCloud in the log, not Aws",
+            "provider `cloud` is of kind `sim-cloud` in the log, not `aws`",
         ),
     ];
     for (kind, says) in cases {
@@ -141,7 +141,8 @@ fn a_node_is_retired_only_once_it_holds_nothing_and_then_is_forgotten() {
         apply(&mut fed, 0, EventKind::Heartbeat { node: name.into() });
     }
     assert!(shares(&fed).iter().all(|(_, n)| *n > 0));
-    let err = fed.apply(&Event { at_ms: 10, kind: EventKind::NodeRetired { node: "b".into() } });
+    let err =
+        fed.apply(&Event { at_ms: 10, kind: EventKind::NodeRetired { node: "b".into(), force: false } });
     assert!(
         matches!(&err, Err(EventRejected::NodeHolds { node, what: "owns", .. }) if node == "b"),
         "{err:?}"
@@ -156,7 +157,7 @@ fn a_node_is_retired_only_once_it_holds_nothing_and_then_is_forgotten() {
     assert_eq!(shares(&fed)[1], ("b".to_owned(), 0));
     assert_eq!(fed.retirement_refused("b"), None);
     let kept = by_name(&fed);
-    apply(&mut fed, 1_600, EventKind::NodeRetired { node: "b".into() });
+    apply(&mut fed, 1_600, EventKind::NodeRetired { node: "b".into(), force: false });
     assert_eq!(fed.node_id("b"), None);
     assert_eq!(fed.node_id("d"), Some(2), "later ids moved down");
     assert_eq!(by_name(&fed), kept, "every owner and holder by name, every token, as before");
@@ -181,7 +182,7 @@ fn a_snapshot_carries_the_registry_and_restores_over_any_other() {
     for name in ["b", "c"] {
         apply(&mut fed, 1_500, EventKind::Heartbeat { node: name.into() });
     }
-    apply(&mut fed, 1_600, EventKind::NodeRetired { node: "a".into() });
+    apply(&mut fed, 1_600, EventKind::NodeRetired { node: "a".into(), force: false });
     let bytes = fed.snapshot();
     // Over the registry it started from, and over an empty one: the snapshot's registry.
     let providers = [ProviderSpec { name: "cloud".into(), kind: ProviderKind::SimCloud }];
@@ -214,9 +215,10 @@ fn a_provider_stays_known_after_its_last_node_retired_and_a_snapshot_keeps_it() 
     let mut fed = fleet();
     let lab = NodeSpec { provider: "lab".into(), nic: "lan-x".into(), ..node("x") };
     apply(&mut fed, 0, EventKind::NodeRegistered { spec: lab, provider_kind: ProviderKind::SimOnprem });
-    let lab_pool = PoolSpec { name: "lab".into(), provider: "lab".into(), members: vec!["x".into()], ..pool() };
+    let lab_pool =
+        PoolSpec { name: "lab".into(), provider: "lab".into(), members: vec!["x".into()], ..pool() };
     apply(&mut fed, 0, EventKind::PoolApplied { spec: Box::new(lab_pool.clone()) });
-    apply(&mut fed, 10, EventKind::NodeRetired { node: "x".into() });
+    apply(&mut fed, 10, EventKind::NodeRetired { node: "x".into(), force: false });
     let bytes = fed.snapshot();
     let mut restored = Federation::new(&[], &[]).restore(&bytes).expect("restores");
     assert_eq!(restored.provider_kind("lab"), Some(ProviderKind::SimOnprem));
@@ -258,10 +260,84 @@ fn a_starting_agent_registers_its_own_nodes_and_checks_its_pins() {
     assert!(e.contains("retire it first"), "{e}");
     // Another node's NIC: refused at start, not registered and then found missing.
     let e = run(&fed, &[NodeSpec { nic: "eni-b".into(), ..node("c") }], &[]).expect_err("b's NIC");
-    assert!(e.contains("node `c`: this config names nic `eni-b` of provider `cloud`, which is node `b`'s"), "{e}");
+    assert!(
+        e.contains("node `c`: this config names nic `eni-b` of provider `cloud`, which is node `b`'s"),
+        "{e}"
+    );
     // What it appends is what the log takes.
     for kind in run(&fed, &[node("c")], &[]).expect("fine") {
         apply(&mut fed, 10, kind);
     }
     assert_eq!(run(&fed, &[node("c")], &[]), Ok(vec![]));
+}
+
+#[test]
+fn an_operator_s_retire_waits_for_silence_and_for_what_the_log_says_the_node_holds() {
+    use crate::agent::{SubmitRefusal, check_submit};
+    use crate::journal::MemoryJournalStore;
+    let retire = |fed: &Federation, node: &str, force: bool| {
+        check_submit::<MemoryJournalStore>(fed, &[], &EventKind::NodeRetired { node: node.into(), force })
+    };
+    let mut fed = fleet();
+    // A node in no pool that heartbeats: heard from lately, whatever pools say of liveness.
+    let z = NodeSpec { nic: "eni-z".into(), ..node("z") };
+    apply(&mut fed, 100, register(z));
+    apply(&mut fed, 100, EventKind::Heartbeat { node: "z".into() });
+    let refused = retire(&fed, "z", false).expect_err("heard from");
+    assert!(
+        matches!(&refused, SubmitRefusal::Refused(m) if m.contains("was heard from 0 ms ago")),
+        "{refused:?}"
+    );
+    // b holds addresses by the log: an executed acquire of each, confirmed.
+    let b = fed.node_id("b").expect("b");
+    let (address, _) = fed.pools()["p"]
+        .addresses
+        .iter()
+        .find(|(_, s)| s.owner == Some(b))
+        .map(|(a, s)| (*a, s.clone()))
+        .expect("b owns one");
+    let line = fed.pools()["p"].addresses[&address].line.epoch.get();
+    let owner = fed.pools()["p"].addresses[&address].ownership_epoch.get();
+    let key = format!("p/{address}/assign-secondary-ip/b/cloud/eni-b/owner:{owner}:epoch:{line}");
+    apply(
+        &mut fed,
+        200,
+        EventKind::ActionResult {
+            node: "b".into(),
+            idempotency_key: key,
+            outcome: crate::log::ActionOutcome::Executed,
+            detail: String::new(),
+        },
+    );
+    // b stops; a takes everything once b's heartbeat expired (1 s TTL), and z is silent too.
+    for at in [600, 1_200, 1_800, 4_000] {
+        apply(&mut fed, at, EventKind::Heartbeat { node: "a".into() });
+    }
+    assert_eq!(retire(&fed, "z", false), Ok(()));
+    let refused = retire(&fed, "b", false).expect_err("held by the log");
+    assert!(
+        matches!(&refused, SubmitRefusal::Refused(m) if m.contains(&format!("still holds p/{address} by the log"))),
+        "{refused:?}"
+    );
+    assert_eq!(retire(&fed, "b", true), Ok(()), "forced");
+    // On a cloud, a's confirmed acquire of the address since moved it: b holds nothing more.
+    let a = fed.node_id("a").expect("a");
+    let state = &fed.pools()["p"].addresses[&address];
+    assert_eq!(state.line.desired_holder, Some(a));
+    let key = format!(
+        "p/{address}/assign-secondary-ip/a/cloud/eni-a/owner:{}:epoch:{}",
+        state.ownership_epoch.get(),
+        state.line.epoch.get()
+    );
+    apply(
+        &mut fed,
+        4_100,
+        EventKind::ActionResult {
+            node: "a".into(),
+            idempotency_key: key,
+            outcome: crate::log::ActionOutcome::Executed,
+            detail: String::new(),
+        },
+    );
+    assert_eq!(retire(&fed, "b", false), Ok(()));
 }

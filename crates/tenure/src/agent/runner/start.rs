@@ -39,8 +39,9 @@ pub fn registry(nodes: &[NodeSpec], peers: &[NodeSpec], providers: &[ProviderSpe
 /// (a provider joins it with the first `node-registered` naming it; this config's providers are
 /// checked against the log after the load, [`registrations`]).
 fn genesis_registry(genesis: &str) -> Result<Federation, AgentError> {
-    let (nodes, kinds) = tenure_core::fleet_spec::parse_fleet_text(genesis)
-        .map_err(|e| AgentError::Log(format!("the fleet key in etcd (`<prefix>/fleet`) does not read as a fleet: {e}")))?;
+    let (nodes, kinds) = tenure_core::fleet_spec::parse_fleet_text(genesis).map_err(|e| {
+        AgentError::Log(format!("the fleet key in etcd (`<prefix>/fleet`) does not read as a fleet: {e}"))
+    })?;
     Ok(Federation::new(&nodes, &kinds).with_drift_repair(true))
 }
 
