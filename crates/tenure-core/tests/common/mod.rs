@@ -67,7 +67,12 @@ pub fn driver(name: &str) -> NodeDriver<MemoryJournalStore> {
 /// [`driver`] with drift repair on or off.
 pub fn driver_with_drift(name: &str, drift_repair: bool) -> NodeDriver<MemoryJournalStore> {
     let engine = NodeEngine::open(name, MemoryJournalStore::new()).expect("memory");
-    NodeDriver::new(engine, registry().with_drift_repair(drift_repair), DriverOptions::default())
+    // It reports results, as an agent does: the log then has its confirmations.
+    NodeDriver::new(
+        engine,
+        registry().with_drift_repair(drift_repair),
+        DriverOptions { report_results: true },
+    )
 }
 
 #[derive(Clone, Debug)]

@@ -268,7 +268,7 @@ fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
             strip_specs(&text.replacen("{\"v\":4", "{\"v\":2", 1)),
             "`vrrpMaster` in a snapshot of format 1 or 2",
         ),
-        (text.replacen("{\"v\":4", "{\"v\":3", 1), "`spec` in a snapshot of format 1 to 3"),
+        (text.replacen("{\"v\":4", "{\"v\":3", 1), "`providers` in a snapshot of format 1 to 3"),
         (
             text.replacen("\"vrrpMaster\":{\"seq\":", "\"vrrpMaster\":{\"seq\":9999", 1),
             "outside this snapshot's order",
@@ -283,9 +283,13 @@ fn a_snapshot_keeps_the_reports_order_and_an_older_format_reads_as_ties() {
 }
 
 /// `text` without its `"vrrpMaster":{…}` fields (what format 2 wrote).
-/// A format-4 snapshot's nodes without their specs (older formats had none).
+/// A format-4 snapshot without its nodes' specs and its providers (older formats had none).
 fn strip_specs(text: &str) -> String {
     let mut out = text.to_owned();
+    if let Some(start) = out.find(",\"providers\":[") {
+        let end = start + out[start..].find(']').expect("closed") + 1;
+        out.replace_range(start..end, "");
+    }
     while let Some(start) = out.find(",\"spec\":{\"provider\"") {
         let end = start + out[start..].find('}').expect("closed") + 1;
         out.replace_range(start..end, "");
