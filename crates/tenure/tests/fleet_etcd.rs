@@ -14,6 +14,8 @@ mod etcd_cluster;
 #[path = "support/etcd_store.rs"]
 #[allow(dead_code)]
 mod etcd_store;
+#[path = "support/etcdctl.rs"]
+mod etcdctl_support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_cluster::Cluster;
+use etcdctl_support::etcdctl;
 use process::{Agent, TOKEN, TempDir, free_port, http, run, signal, stays_for, wait_for, wait_for_within};
 
 const NODES: [&str; 3] = ["a", "b", "c"];
@@ -1271,19 +1274,6 @@ fn refused_start(config: &Path) -> (ExitStatus, String) {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr).expect("its stderr");
     (status, stderr)
-}
-
-/// `etcdctl ARGS` against `endpoints`, which must succeed: its stdout.
-fn etcdctl(endpoints: &str, args: &[&str]) -> String {
-    let out = Command::new("etcdctl")
-        .args(["--endpoints", endpoints])
-        .args(args)
-        .env("ETCDCTL_API", "3")
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("etcdctl");
-    assert!(out.status.success(), "etcdctl {args:?} failed");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One node, one agent: a second agent started for node `a` while a runs stops at start in one

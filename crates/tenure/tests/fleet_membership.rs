@@ -10,6 +10,8 @@ mod process;
 
 #[path = "../../tenure-lead/tests/support/etcd_cluster.rs"]
 mod etcd_cluster;
+#[path = "support/etcdctl.rs"]
+mod etcdctl_support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,6 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_cluster::Cluster;
+use etcdctl_support::etcdctl;
 use process::{Agent, TOKEN, TempDir, free_port, http, tenure, wait_for};
 
 const PREFIX: &str = "/members-test";
@@ -91,19 +94,6 @@ impl Rig {
 
 fn spec(name: &str, priority: i64) -> String {
     format!("{{name: {name}, provider: sim1, placementGroup: g1, nic: eni-{name}, priority: {priority}}}")
-}
-
-/// `etcdctl ARGS` against `endpoints`, which must succeed: its stdout.
-fn etcdctl(endpoints: &str, args: &[&str]) -> String {
-    let out = Command::new("etcdctl")
-        .args(["--endpoints", endpoints])
-        .args(args)
-        .env("ETCDCTL_API", "3")
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("etcdctl");
-    assert!(out.status.success(), "etcdctl {args:?} failed");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `GET /v1/ownership`: the owner of every address (`-` for none), raw body too.
@@ -203,15 +193,7 @@ fn a_fourth_router_joins_a_running_fleet_and_a_retired_one_is_forgotten() {
     };
     assert!(stdout.contains("node/c retired"), "{stdout}");
     // Again: c is not in the registry any more.
-    let (code, _, stderr) = tenure(&[
-        "node",
-        "retire",
-        "c",
-        "--endpoint",
-        &endpoint,
-        "--token-file",
-        token.to_str().expect("utf-8"),
-    ]);
+    let (code, _, stderr) = retire();
     assert_ne!(code, 0);
     assert!(stderr.contains("not in the registry"), "{stderr}");
     // Every agent's status forgets c, and so do the snapshots written after the retirement.

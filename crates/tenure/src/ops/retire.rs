@@ -11,16 +11,24 @@ use super::drain::{NODE, check_node, node};
 use super::{Input, OperatorCommand};
 use crate::api::ApiFailure;
 
+/// `tenure node retire NODE`, and with `FORCE` `tenure node retire NODE --force`: the router is
+/// gone for good with what the log says it holds (nothing will release it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRetire<const FORCE: bool> {
+    /// The node, as given.
+    pub node: String,
+}
+
 /// `tenure node retire NODE`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Retire {
-    /// The node, as given.
-    pub node: String,
-}
+pub type Retire = NodeRetire<false>;
 
-impl OperatorCommand for Retire {
+/// `tenure node retire NODE --force`.
+pub type RetireForced = NodeRetire<true>;
+
+impl<const FORCE: bool> OperatorCommand for NodeRetire<FORCE> {
     const NAME: &'static str = "node retire";
-    const ROUTE: &'static str = "/v1/nodes/{node}/retire";
+    const ROUTE: &'static str =
+        if FORCE { "/v1/nodes/{node}/retire/force" } else { "/v1/nodes/{node}/retire" };
     const INPUT: Input = NODE;
 
     fn values(&self) -> Vec<&str> {
@@ -32,41 +40,15 @@ impl OperatorCommand for Retire {
     }
 
     fn event(values: Vec<String>) -> Result<EventKind, ApiFailure> {
-        Ok(EventKind::NodeRetired { node: node(values)?, force: false })
+        Ok(EventKind::NodeRetired { node: node(values)?, force: FORCE })
     }
 
     fn done(&self) -> String {
-        format!("node/{} retired", self.node)
-    }
-}
-
-/// `tenure node retire NODE --force`: the router is gone for good with what the log says it
-/// holds (nothing will release it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RetireForced {
-    /// The node, as given.
-    pub node: String,
-}
-
-impl OperatorCommand for RetireForced {
-    const NAME: &'static str = "node retire";
-    const ROUTE: &'static str = "/v1/nodes/{node}/retire/force";
-    const INPUT: Input = NODE;
-
-    fn values(&self) -> Vec<&str> {
-        vec![&self.node]
-    }
-
-    fn check(&self) -> Result<(), String> {
-        check_node(&self.node)
-    }
-
-    fn event(values: Vec<String>) -> Result<EventKind, ApiFailure> {
-        Ok(EventKind::NodeRetired { node: node(values)?, force: true })
-    }
-
-    fn done(&self) -> String {
-        format!("node/{} retired (forced: what the log said it held is forgotten)", self.node)
+        if FORCE {
+            format!("node/{} retired (forced: what the log said it held is forgotten)", self.node)
+        } else {
+            format!("node/{} retired", self.node)
+        }
     }
 }
 

@@ -209,6 +209,13 @@ impl<S: AgentStore> Agent<S> {
         }
         // Check against the head: follow first, so a pool applied an instant ago is known.
         self.follow().await.map_err(SubmitError::Unavailable)?;
+        // An agent that does not act (its node retired, its store refused, a journal failed)
+        // takes no operator's event either: its view may be the reason.
+        if let Some(reason) = self.core.failed() {
+            return Err(SubmitError::Unavailable(format!(
+                "this agent does not act ({reason}); ask another agent"
+            )));
+        }
         self.core.check_submit(&event)?;
         let drained = match &event {
             EventKind::Drain { node } => Some((node.clone(), answers::with_desired_holder(self.view()))),
