@@ -190,8 +190,8 @@ const PINNED: &[(Mode, u64, &str)] = &[
 /// older snapshot). Every node's store checks the log against its anchor with the fleet store's
 /// own check (`tenure_core::anchor`) and refuses it; nothing acts on the shorter log, and after
 /// the operator's recovery the fleet converges. With the check off (the safety issue's fix
-/// reverted), nodes act on a log that is not the head's: cloud seed 2 and onprem seed 4 make
-/// stale calls (cloud 0 before the simulator's operator met the agent's submit check and a pool
+/// reverted), nodes act on a log that is not the head's: cloud seed 0 and onprem seed 4 make
+/// stale calls (cloud 2 before `rebuild` joined `all`; cloud 0 before the simulator's operator met the agent's submit check and a pool
 /// that only shrinks was applied once; cloud 0 and onprem 5 before `append-in-doubt`, `slow-step` and `pool-move` joined `all`; cloud 3
 /// and onprem 2 before the simulator ran the agent's step from its core).
 /// `TENURE_SIM_ROLLBACK_SEEDS=N` scales the sweep (default 300 per mode).
@@ -207,7 +207,7 @@ fn a_log_that_went_back_is_refused_by_every_node() {
         let refusals: u64 = reports.iter().map(|r| r.refusals).sum();
         assert!(rollbacks > 0 && refusals > 0, "{mode}: {rollbacks} rollbacks, {refusals} refusals");
         let unchecked = SimConfig { check_anchor: false, ..config };
-        let seed = if mode == Mode::Cloud { 2 } else { 4 };
+        let seed = if mode == Mode::Cloud { 0 } else { 4 };
         let r = run_seed(seed, &unchecked);
         assert!(r.rollbacks > 0, "{mode} seed {seed}: the log went back");
         assert!(
