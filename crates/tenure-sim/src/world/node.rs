@@ -70,6 +70,27 @@ impl SimNode {
 
     /// A new agent's stamper (at the start of a run, or a restart): the stamps in its view vote
     /// until `until_ms` (the agent's three heartbeat intervals), then only once they move.
+    /// The agent started again on a new, empty `store.path` (its name kept): a fresh core over
+    /// the empty registry, no binding, nothing kept of the old process. Its replica holds at
+    /// least `floor` records once it loaded. (The stamper is restarted once the view is followed.)
+    pub(super) fn start_on_new_store(
+        &mut self,
+        name: &str,
+        registry: &tenure_core::federation::Federation,
+        floor: usize,
+    ) {
+        self.core = AgentCore::new(vec![super::rollback::fresh_driver(name, registry)]);
+        self.stalled.clear();
+        self.unappended = None;
+        self.stuck_until_ms = 0;
+        self.incarnation += 1;
+        self.floor = floor;
+        self.anchor = Anchor::default();
+        self.refused = None;
+        self.watch_broken = false;
+        self.vrrp_reported = None;
+    }
+
     pub(super) fn restart_stamper(&mut self, until_ms: u64) {
         self.stamper = new_stamper();
         let view = self.core.drivers()[0].view();

@@ -13,7 +13,6 @@
 //! (its core fails for good, `AgentCore::fail`), until the operator's recovery.
 
 use rand::Rng;
-use tenure_core::agent::AgentCore;
 use tenure_core::anchor::{Anchor, HeadSeen, Newest, check_anchor};
 use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::log::{Event, EventKind};
@@ -194,17 +193,8 @@ impl World {
         for node in 0..self.nodes.len() {
             let name = self.name(node);
             let n = &mut self.nodes[node];
-            n.core = AgentCore::new(vec![fresh_driver(&name, &self.registry)]);
+            n.start_on_new_store(&name, &self.registry, 0);
             n.restart_stamper(0);
-            n.stalled.clear();
-            n.unappended = None;
-            n.stuck_until_ms = 0;
-            n.incarnation += 1;
-            n.floor = 0;
-            n.anchor = Anchor::default();
-            n.refused = None;
-            n.watch_broken = false;
-            n.vrrp_reported = None;
         }
         for spec in self.pools.clone().into_iter().flatten() {
             self.append(Event { at_ms: self.now_ms, kind: EventKind::PoolApplied { spec: Box::new(spec) } });

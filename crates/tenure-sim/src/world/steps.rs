@@ -4,8 +4,7 @@
 //! (docs/simulation.md, "How a node is driven").
 
 use rand::Rng;
-use tenure_core::agent::{AgentCore, HeadConfirmed, Planned, Step, StepOp};
-use tenure_core::anchor::Anchor;
+use tenure_core::agent::{HeadConfirmed, Planned, Step, StepOp};
 use tenure_core::log_store::Log as _;
 use tenure_core::model::VrrpState;
 
@@ -299,17 +298,7 @@ impl World {
     pub(super) fn rebuild(&mut self, node: usize) {
         let name = self.name(node);
         let loaded = self.log.len();
-        let n = &mut self.nodes[node];
-        n.core = AgentCore::new(vec![super::rollback::fresh_driver(&name, &self.registry)]);
-        n.stalled.clear();
-        n.unappended = None;
-        n.stuck_until_ms = 0;
-        n.incarnation += 1;
-        n.floor = loaded;
-        n.anchor = Anchor::default();
-        n.refused = None;
-        n.watch_broken = false;
-        n.vrrp_reported = None;
+        self.nodes[node].start_on_new_store(&name, &self.registry, loaded);
         self.checker.after_restart(&name);
         self.follow_up_to(node, loaded.max(1), loaded, true);
         let until_ms = self.now_ms + 3 * HEARTBEAT_INTERVAL_MS;
