@@ -91,17 +91,17 @@ struct NodeWire {
     /// Format 3; written only when not 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     revived_seq: u64,
-    /// Format 4: the node as registered, with its provider's kind.
+    /// Format 4: the node as registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     spec: Option<NodeSpecWire>,
 }
 
-/// A node's spec in a format-4 snapshot (the fields of `node-registered` but its name).
+/// A node's spec in a format-4 snapshot (the fields of `node-registered` but its name and its
+/// provider's kind, which the snapshot's `providers` carry).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct NodeSpecWire {
     provider: String,
-    provider_kind: ProviderKind,
     placement_group: String,
     nic: String,
     priority: i64,
@@ -245,12 +245,10 @@ impl Federation {
             let Some(spec) = &n.spec else {
                 return Err(bad(format!("node `{}` has no spec (format 4 needs one)", n.name)));
             };
-            if kinds.get(&spec.provider) != Some(&spec.provider_kind) {
+            if !kinds.contains_key(&spec.provider) {
                 return Err(bad(format!(
-                    "node `{}`: provider `{}` of kind `{}` is not in the snapshot's providers",
-                    n.name,
-                    spec.provider,
-                    spec.provider_kind.as_str()
+                    "node `{}`: provider `{}` is not in the snapshot's providers",
+                    n.name, spec.provider
                 )));
             }
             registry.push(NodeState::new(NodeSpec {
@@ -308,7 +306,6 @@ impl Federation {
                     revived_seq: n.revived_seq,
                     spec: Some(NodeSpecWire {
                         provider: n.spec.provider.clone(),
-                        provider_kind: self.providers[&n.spec.provider],
                         placement_group: n.spec.placement_group.clone(),
                         nic: n.spec.nic.clone(),
                         priority: n.spec.priority,
