@@ -82,12 +82,14 @@ impl Federation {
             .is_some_and(|(held, _)| *held)
     }
 
-    /// What the log says `node` holds of `address` on `provider`: its newest confirmation of a
-    /// holding verb for the address, across the provider's pools, when that is an acquire — with
-    /// the pool, NIC and line of that acquire, which a release undoes. The planner counts it as
-    /// captured when the node's journal has no record of the address (a router rebuilt on an
-    /// empty `store.path`, a journal lost: its old holdings must still be released — on-prem
-    /// nothing else would take its proxy entries down).
+    /// What the log says `node` holds of `address` on `provider` — the one rule, read by the
+    /// planner (a node whose journal has no record of the address releases it) and by the retire
+    /// guard ([`Self::held_by_log`]): its newest confirmation of a holding verb for the address,
+    /// across the provider's pools, is an acquire; no inventory read of that NIC since shows the
+    /// address gone; and, on a provider whose assign moves the address (the cloud family), no
+    /// other node confirmed an acquire of it since. With the pool, NIC and line of that acquire,
+    /// which a release undoes. Covers a router rebuilt on an empty `store.path` or whose journal
+    /// was lost — on-prem nothing else would take its proxy entries down.
     #[must_use]
     pub fn confirmed_holding(
         &self,
@@ -95,62 +97,54 @@ impl Federation {
         provider: &str,
         address: IpAddr,
     ) -> Option<crate::planner::CaptureRef<'_>> {
-        let (pool, newest) = self
-            .pools
-            .iter()
-            .filter(|(_, p)| p.spec.provider == provider)
+        let listing = || self.pools.iter().filter(|(_, p)| p.spec.provider == provider);
+        let (pool, newest) = listing()
             .filter_map(|(name, p)| {
                 let state = p.addresses.get(&address)?;
                 state.confirmations.iter().find(|c| c.node == node).map(|c| (name, c))
             })
             .max_by_key(|(_, c)| c.at_ms)?;
-        newest.acquired.then(|| crate::planner::CaptureRef {
+        if !newest.acquired {
+            return None;
+        }
+        let seen_gone = self
+            .observed
+            .get(provider)
+            .and_then(|kept| kept.get(&address))
+            .and_then(|kept| kept.get(&newest.nic))
+            .is_some_and(|(holds, at_ms)| !holds && *at_ms > newest.at_ms);
+        let moves =
+            self.providers.get(provider).is_some_and(|k| k.verb_family() == crate::model::VerbFamily::Cloud);
+        let taken_since = moves
+            && listing()
+                .filter_map(|(_, p)| p.addresses.get(&address))
+                .flat_map(|s| &s.confirmations)
+                .any(|c| c.node != node && c.acquired && c.at_ms > newest.at_ms);
+        (!seen_gone && !taken_since).then(|| crate::planner::CaptureRef {
             pool,
             nic: &newest.nic,
             capture_domain: &newest.capture_domain,
         })
     }
 
-    /// One address the log says node `id` still holds (`pool/address`), if any: its newest
-    /// confirmation of the address ([`Self::confirmed_holding`]) is an acquire, no inventory read
-    /// of its NIC since shows the address gone, and — on a provider whose assign moves the
-    /// address (the cloud family) — no other node confirmed an acquire of it since. What a
-    /// retirement would leave unreleased (`check_submit`).
+    /// One address the log says node `id` still holds ([`Self::confirmed_holding`]), as
+    /// `pool/address`, if any: what a retirement would leave unreleased (`check_submit`).
     #[must_use]
     pub fn held_by_log(&self, id: NodeId) -> Option<String> {
-        let node = self.nodes.get(id)?;
-        let provider = node.spec.provider.as_str();
-        let moves =
-            self.providers.get(provider).is_some_and(|k| k.verb_family() == crate::model::VerbFamily::Cloud);
-        for (name, pool) in self.pools.iter().filter(|(_, p)| p.spec.provider == provider) {
-            for (address, state) in &pool.addresses {
-                let Some(own) = state.confirmations.iter().find(|c| c.node == id && c.acquired) else {
-                    continue;
-                };
-                let Some(held) = self.confirmed_holding(id, provider, *address) else { continue };
-                if held.pool != name.as_str() {
-                    continue;
-                }
-                let seen_gone = self
-                    .observed
-                    .get(provider)
-                    .and_then(|kept| kept.get(address))
-                    .and_then(|kept| kept.get(&own.nic))
-                    .is_some_and(|(holds, at_ms)| !holds && *at_ms > own.at_ms);
-                let taken_since = moves
-                    && self
-                        .pools
-                        .values()
-                        .filter(|p| p.spec.provider == provider)
-                        .filter_map(|p| p.addresses.get(address))
-                        .flat_map(|s| &s.confirmations)
-                        .any(|c| c.node != id && c.acquired && c.at_ms > own.at_ms);
-                if !seen_gone && !taken_since {
-                    return Some(format!("{name}/{address}"));
-                }
-            }
-        }
-        None
+        let provider = self.nodes.get(id)?.spec.provider.as_str();
+        self.pools
+            .iter()
+            .filter(|(_, p)| p.spec.provider == provider)
+            .flat_map(|(name, p)| {
+                p.addresses
+                    .iter()
+                    .filter(|(_, s)| s.confirmations.iter().any(|c| c.node == id && c.acquired))
+                    .map(move |(address, _)| (name, *address))
+            })
+            .find(|(name, address)| {
+                self.confirmed_holding(id, provider, *address).is_some_and(|held| held.pool == name.as_str())
+            })
+            .map(|(name, address)| format!("{name}/{address}"))
     }
 
     /// Whether `nic` is the NIC of a node of `provider`.
