@@ -165,65 +165,50 @@ pub fn registrations(
             ));
         }
     }
-    let mut events = Vec::new();
-    for (spec, pinned) in own.iter().map(|s| (s, false)).chain(pins.iter().map(|s| (s, true))) {
-        let known = view.node_id(&spec.name).map(|id| &view.nodes()[id].spec);
-        if !pinned
-            && let Some(other) = view.nodes().iter().find(|n| {
-                n.spec.name != spec.name && n.spec.provider == spec.provider && n.spec.nic == spec.nic
-            })
-        {
+    for pin in pins {
+        let known = view.node_id(&pin.name).map(|id| &view.nodes()[id].spec);
+        if let Some(difference) = known.and_then(|known| spec_difference(known, pin)) {
             return Err(format!(
-                "node `{}`: this config names nic `{}` of provider `{}`, which is node `{}`'s in the fleet's log: one NIC \
-                 belongs to one node; fix the nic, or retire `{}` first (`tenure node retire`, with its agent stopped)",
-                spec.name, spec.nic, spec.provider, other.spec.name, other.spec.name
+                "peers: pinned node `{}`: this config names {difference}: the log's registry is in force: correct or \
+                 remove the pin",
+                pin.name
             ));
         }
-        if let Some(known) = known {
-            let difference = identity_difference(known, spec).or_else(|| {
-                let capacity = |c: Option<u64>| c.map_or_else(|| "none".to_owned(), |c| c.to_string());
-                (pinned && known.priority != spec.priority)
-                    .then(|| format!("priority `{}`, but the log has `{}`", spec.priority, known.priority))
-                    .or_else(|| {
-                        (pinned && known.capacity != spec.capacity).then(|| {
-                            format!(
-                                "capacity `{}`, but the log has `{}`",
-                                capacity(spec.capacity),
-                                capacity(known.capacity)
-                            )
-                        })
-                    })
-            });
-            if let Some(difference) = difference {
-                let fix = if pinned {
-                    "the log's registry is in force: correct or remove the pin"
-                } else {
-                    "another router has this name in the fleet; retire it first (`tenure node retire`, with its \
-                     agent stopped) to register this one"
-                };
-                let what = if pinned { "peers: pinned node" } else { "node" };
-                return Err(format!("{what} `{}`: this config names {difference}: {fix}", spec.name));
-            }
-            if pinned || (known.priority == spec.priority && known.capacity == spec.capacity) {
-                continue;
-            }
-        } else if pinned {
-            // A pinned node the log lacks registers itself when its agent starts (or was retired).
+    }
+    let mut events = Vec::new();
+    for spec in own {
+        if view.node_id(&spec.name).is_some_and(|id| view.nodes()[id].spec == *spec) {
             continue;
         }
         let Some(provider) = providers.iter().find(|p| p.name == spec.provider) else {
             return Err(format!("node `{}`: provider `{}` is not configured", spec.name, spec.provider));
         };
-        if events.iter().all(
-            |e| !matches!(e, crate::log::EventKind::NodeRegistered { spec: s, .. } if s.name == spec.name),
-        ) {
-            events.push(crate::log::EventKind::NodeRegistered {
-                spec: spec.clone(),
-                provider_kind: provider.kind,
-            });
-        }
+        // The log's own rule for a registration, asked before appending one.
+        view.check_registration(spec, provider.kind)
+            .map_err(|e| format!("{e}: this agent does not start"))?;
+        events
+            .push(crate::log::EventKind::NodeRegistered { spec: spec.clone(), provider_kind: provider.kind });
     }
     Ok(events)
+}
+
+/// What differs between a registered node and a pin of it, in anything, if anything.
+fn spec_difference(known: &NodeSpec, named: &NodeSpec) -> Option<String> {
+    let capacity = |c: Option<u64>| c.map_or_else(|| "none".to_owned(), |c| c.to_string());
+    identity_difference(known, named)
+        .or_else(|| {
+            (known.priority != named.priority)
+                .then(|| format!("priority `{}`, but the log has `{}`", named.priority, known.priority))
+        })
+        .or_else(|| {
+            (known.capacity != named.capacity).then(|| {
+                format!(
+                    "capacity `{}`, but the log has `{}`",
+                    capacity(named.capacity),
+                    capacity(known.capacity)
+                )
+            })
+        })
 }
 
 /// What differs between a registered node and a registration of the same name in what makes it

@@ -256,12 +256,13 @@ fn a_starting_agent_registers_its_own_nodes_and_checks_its_pins() {
     );
     // Another router by the same name: refused, naming the way out.
     let e = run(&fed, &[NodeSpec { nic: "eni-z".into(), ..node("a") }], &[]).expect_err("another router");
-    assert!(e.contains("node `a`: this config names nic `eni-z`, but the log has `eni-a`"), "{e}");
-    assert!(e.contains("retire it first"), "{e}");
+    assert!(e.contains("node `a` names nic `eni-z`, but the log has `eni-a` (retire it first"), "{e}");
     // Another node's NIC: refused at start, not registered and then found missing.
     let e = run(&fed, &[NodeSpec { nic: "eni-b".into(), ..node("c") }], &[]).expect_err("b's NIC");
     assert!(
-        e.contains("node `c`: this config names nic `eni-b` of provider `cloud`, which is node `b`'s"),
+        e.contains(
+            "node `c` names nic `eni-b` of provider `cloud`, which is node `b`'s: this agent does not start"
+        ),
         "{e}"
     );
     // What it appends is what the log takes.
