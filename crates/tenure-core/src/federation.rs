@@ -29,7 +29,7 @@ mod snapshot;
 mod status;
 mod vrrp;
 
-pub use changes::PLAN_CHANGES_MAX;
+pub use changes::{MapChanges, PLAN_CHANGES_MAX};
 pub use map::{MapAddress, MapStatus};
 pub use members::registrations;
 pub use settle::TokenMove;

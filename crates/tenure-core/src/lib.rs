@@ -66,6 +66,7 @@ pub mod input;
 pub mod journal;
 pub mod log;
 pub mod log_store;
+pub mod map_index;
 pub mod model;
 pub mod names;
 pub mod node;

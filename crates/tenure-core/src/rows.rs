@@ -199,17 +199,5 @@ fn rows(head: &Federation, with_status: bool) -> Vec<OwnershipRow> {
 /// written out (a list builds rows only for the addresses it returns).
 #[must_use]
 pub fn ownership_row(head: &Federation, shown: &MapAddress<'_>) -> OwnershipRow {
-    let nics =
-        shown.phase.map(|_| head.nics_holding(shown.pool, shown.provider, shown.address, &shown.holders));
-    OwnershipRow {
-        pool: shown.pool.to_owned(),
-        address: canonical_address(shown.address),
-        owner: shown.owner.map(|id| head.node_name(id).to_owned()),
-        ownership_epoch: shown.state.ownership_epoch.get(),
-        capture_epoch: shown.state.line.epoch.get(),
-        desired: shown.state.desired && shown.listed,
-        phase: shown.phase.map(|phase| phase.as_str().to_owned()),
-        held_by: shown.phase.map(|_| shown.holders.iter().map(|id| head.node_name(*id).to_owned()).collect()),
-        nics,
-    }
+    crate::map_index::MapRow::of(head, shown).render(shown.pool, shown.address, |id| head.node_name(id))
 }

@@ -157,6 +157,8 @@ impl Federation {
         }
         // Kept now unless the bound pushed this very one out.
         self.approval_kept = self.approvals.keys.contains(key);
+        // The phase of its rows reads the approvals (`pending-approval`); no plan does.
+        self.row_changed(&parsed.provider, parsed.address);
     }
 
     /// The capture domain (the token line) an idempotency key is stamped on: its provider and its

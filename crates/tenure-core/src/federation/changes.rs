@@ -37,6 +37,19 @@ pub const PLAN_CHANGES_MAX: usize = 65_536;
 pub(super) struct PlanChanges {
     keys: BTreeSet<ProviderAddress>,
     whole_generation: u64,
+    /// What the map's readers take ([`Federation::take_map_changes`]); `None` until one does.
+    map: Option<MapChanges>,
+}
+
+/// What changed in the map the readers see ([`crate::map_index`]) since they last took it: the
+/// (provider, address) keys of every pool's rows of that address, or everything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapChanges {
+    /// The rows of these keys, in every pool of the provider that lists the address.
+    Keys(BTreeSet<ProviderAddress>),
+    /// Every row (a pool applied or deleted, tokens raised, a node joined or left, more keys than
+    /// a view keeps, or the first take of this view).
+    Whole,
 }
 
 impl Federation {
@@ -56,6 +69,15 @@ impl Federation {
         std::mem::take(&mut self.plan_changes.keys)
     }
 
+    /// What changed in the map's rows since the last take ([`crate::map_index::MapIndex`] takes
+    /// them): every position whose plan may have changed, and what changes a row but no plan (an
+    /// approval the log kept: the phase `pending-approval`). The first take of a view is
+    /// [`MapChanges::Whole`]; from then on the view keeps them (a view nobody reads, as `replay`'s
+    /// or the simulator's, keeps none).
+    pub fn take_map_changes(&mut self) -> MapChanges {
+        self.plan_changes.map.replace(MapChanges::Keys(BTreeSet::new())).unwrap_or(MapChanges::Whole)
+    }
+
     /// Whether keys are waiting to be taken.
     #[must_use]
     pub fn has_plan_changes(&self) -> bool {
@@ -68,6 +90,19 @@ impl Federation {
             self.plan_changed_whole();
         }
         self.plan_changes.keys.insert((crate::names::shared(provider), address));
+        self.row_changed(provider, address);
+    }
+
+    /// The rows of (`provider`, `address`) in the map may have changed, its plan not
+    /// ([`Federation::take_map_changes`]).
+    pub(super) fn row_changed(&mut self, provider: &str, address: IpAddr) {
+        if let Some(MapChanges::Keys(keys)) = &mut self.plan_changes.map {
+            if keys.len() >= PLAN_CHANGES_MAX {
+                self.plan_changes.map = Some(MapChanges::Whole);
+            } else {
+                keys.insert((crate::names::shared(provider), address));
+            }
+        }
     }
 
     /// The plan of positions no key names may have changed: everything is planned again, so
@@ -76,5 +111,8 @@ impl Federation {
     pub(super) fn plan_changed_whole(&mut self) {
         self.plan_changes.keys.clear();
         self.plan_changes.whole_generation += 1;
+        if self.plan_changes.map.is_some() {
+            self.plan_changes.map = Some(MapChanges::Whole);
+        }
     }
 }

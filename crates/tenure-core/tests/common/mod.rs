@@ -97,6 +97,8 @@ pub enum Step {
     ApplyEdgeManual,
     /// A restore's `tokens-raised`: every token moves.
     Raise(u64),
+    /// The operator approves what `a`'s journal has pending now (it reconciles first).
+    Approve,
 }
 
 pub fn spec(name: &str) -> PoolSpec {
@@ -128,6 +130,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         pool.prop_map(Step::Apply),
         Just(Step::ApplyEdgeManual),
         (1..3_u64).prop_map(Step::Raise),
+        Just(Step::Approve),
     ]
 }
 
@@ -171,6 +174,20 @@ pub fn apply(log: &mut MemoryLog, a: &mut NodeDriver<MemoryJournalStore>, at_ms:
             let at_ms = at_ms + ms;
             append(log, at_ms, EventKind::Heartbeat { node: "a".into() });
             append(log, at_ms, EventKind::Heartbeat { node: "b".into() });
+            return at_ms;
+        }
+        Step::Approve => {
+            a.follow(log).expect("readable");
+            a.reconcile().expect("memory").expect("not blocked");
+            let pending: Vec<String> = a
+                .engine()
+                .entries()
+                .filter(|entry| entry.state == tenure_core::journal::EntryState::Pending)
+                .map(|entry| entry.action.idempotency_key.to_string())
+                .collect();
+            for idempotency_key in pending {
+                append(log, at_ms, EventKind::Approve { idempotency_key });
+            }
             return at_ms;
         }
         Step::Execute => {

@@ -1,0 +1,237 @@
+//! The ownership map as readers outside the agent loop see it (issue 24: reads never wait for
+//! the loop). The loop keeps a [`MapIndex`] beside its view: one compact row per address the map
+//! shows ([`Federation::map_addresses`], with phases), in the map's order, changed only where the
+//! view says its rows changed ([`Federation::take_map_changes`]). After each follow the loop
+//! publishes [`MapIndex::snapshot`]: a clone of a persistent B-tree (`imbl`), O(1), sharing every
+//! node with the index; the index's next changes copy only the paths they touch. The API pages,
+//! filters and counts a snapshot on its own threads, however long the loop's step.
+//!
+//! One rule for a row: [`MapRow::of`] reads it from the view, [`MapRow::render`] writes it out;
+//! [`crate::rows::ownership_row`] is the two together, so a row read from a snapshot is the row a
+//! listing of the view gives (the property test `tests/map_index.rs` compares them after every
+//! step of random logs).
+
+use std::net::IpAddr;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use crate::federation::{Federation, MapAddress, MapChanges, MapStatus, NodeId, Phase};
+use crate::input::canonical_address;
+use crate::rows::OwnershipRow;
+
+/// A row's position: its pool's name and the address (the map's order).
+pub type MapKey = (Arc<str>, IpAddr);
+
+/// One address the map shows, without a name written out: node ids of the snapshot's nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapRow {
+    /// The arbitrated owner, when a pool lists it.
+    pub owner: Option<NodeId>,
+    /// Current ownershipEpoch.
+    pub ownership_epoch: u64,
+    /// Current captureEpoch.
+    pub capture_epoch: u64,
+    /// Desired and listed.
+    pub desired: bool,
+    /// Its phase ([`MapStatus::WithPhase`] only).
+    pub phase: Option<Phase>,
+    /// The nodes whose last confirmed holding verb is an acquire, in node order.
+    pub holders: Box<[NodeId]>,
+    /// The NICs holding it ([`MapStatus::WithPhase`] only): the holders' and what inventory
+    /// showed.
+    pub nics: Option<Box<[Arc<str>]>>,
+}
+
+impl MapRow {
+    /// The row of `shown` in `view`.
+    #[must_use]
+    pub fn of(view: &Federation, shown: &MapAddress<'_>) -> Self {
+        let nics = shown.phase.map(|_| {
+            view.nics_holding(shown.pool, shown.provider, shown.address, &shown.holders)
+                .iter()
+                .map(|nic| crate::names::shared(nic))
+                .collect()
+        });
+        Self {
+            owner: shown.owner,
+            ownership_epoch: shown.state.ownership_epoch.get(),
+            capture_epoch: shown.state.line.epoch.get(),
+            desired: shown.state.desired && shown.listed,
+            phase: shown.phase,
+            holders: shown.holders.clone().into_boxed_slice(),
+            nics,
+        }
+    }
+
+    /// Whether `node` owns it or holds it (the `node` filter of every ownership list).
+    #[must_use]
+    pub fn involves(&self, node: NodeId) -> bool {
+        self.owner == Some(node) || self.holders.contains(&node)
+    }
+
+    /// The row written out, with node names from `name`.
+    #[must_use]
+    pub fn render<'n>(&self, pool: &str, address: IpAddr, name: impl Fn(NodeId) -> &'n str) -> OwnershipRow {
+        OwnershipRow {
+            pool: pool.to_owned(),
+            address: canonical_address(address),
+            owner: self.owner.map(|id| name(id).to_owned()),
+            ownership_epoch: self.ownership_epoch,
+            capture_epoch: self.capture_epoch,
+            desired: self.desired,
+            phase: self.phase.map(|phase| phase.as_str().to_owned()),
+            held_by: self.phase.map(|_| self.holders.iter().map(|id| name(*id).to_owned()).collect()),
+            nics: self.nics.as_ref().map(|nics| nics.iter().map(|nic| nic.to_string()).collect()),
+        }
+    }
+}
+
+/// The map as of one moment of the view: cheap to clone, immutable, readable from any thread.
+#[derive(Clone, Debug, Default)]
+pub struct MapSnapshot {
+    rows: imbl::OrdMap<MapKey, Arc<MapRow>>,
+    /// The registry's node names, by id.
+    nodes: Arc<[Arc<str>]>,
+    /// The view's applied events when it was taken.
+    events_applied: u64,
+}
+
+impl MapSnapshot {
+    /// How many addresses the map shows.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the map shows no address.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The view's applied events when the snapshot was taken.
+    #[must_use]
+    pub fn events_applied(&self) -> u64 {
+        self.events_applied
+    }
+
+    /// The registry's node names, by id.
+    #[must_use]
+    pub fn nodes(&self) -> &[Arc<str>] {
+        &self.nodes
+    }
+
+    /// The id of node `name`, if the registry has it.
+    #[must_use]
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.nodes.iter().position(|node| &**node == name)
+    }
+
+    /// The name of node `id`.
+    #[must_use]
+    pub fn node_name(&self, id: NodeId) -> &str {
+        &self.nodes[id]
+    }
+
+    /// The row of `address` in `pool`, if the map shows it.
+    #[must_use]
+    pub fn row(&self, pool: &str, address: IpAddr) -> Option<&MapRow> {
+        self.rows.get(&(Arc::from(pool), address)).map(|row| &**row)
+    }
+
+    /// The rows in the map's order (pool name, then address), only of `pool` when given, and only
+    /// after `after` (a pool and an address: where a previous page ended) when given. Lazy.
+    pub fn rows<'a>(
+        &'a self,
+        pool: Option<&'a str>,
+        after: Option<(&str, IpAddr)>,
+    ) -> impl Iterator<Item = (&'a str, IpAddr, &'a MapRow)> + 'a {
+        // The smallest address of a pool: IPv4 orders before IPv6.
+        let first = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+        // A position past the pool asked for: nothing of it is left.
+        let past = matches!((pool, after), (Some(pool), Some((after_pool, _))) if after_pool > pool);
+        let from: Bound<MapKey> = match (pool, after) {
+            (Some(pool), Some((after_pool, address))) if after_pool == pool => {
+                Bound::Excluded((Arc::from(pool), address))
+            }
+            (Some(pool), _) => Bound::Included((Arc::from(pool), first)),
+            (None, Some((after_pool, address))) => Bound::Excluded((Arc::from(after_pool), address)),
+            (None, None) => Bound::Unbounded,
+        };
+        self.rows
+            .range((from, Bound::Unbounded))
+            .take_while(move |((name, _), _)| !past && pool.is_none_or(|pool| &**name == pool))
+            .map(|((name, address), row)| (&**name, *address, &**row))
+    }
+
+    /// The row of `address` in `pool` written out, if the map shows it.
+    #[must_use]
+    pub fn render(&self, pool: &str, address: IpAddr, row: &MapRow) -> OwnershipRow {
+        row.render(pool, address, |id| self.node_name(id))
+    }
+}
+
+/// The rows the loop keeps for readers, following one view.
+#[derive(Clone, Debug, Default)]
+pub struct MapIndex {
+    current: MapSnapshot,
+}
+
+impl MapIndex {
+    /// An index that has followed nothing: its first [`MapIndex::follow`] reads every row.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Brings the rows up to `view`: the rows of the positions it says changed, or every row.
+    /// Returns how many rows were read from the view.
+    pub fn follow(&mut self, view: &mut Federation) -> usize {
+        let current = &mut self.current;
+        current.events_applied = view.events_applied();
+        if current.nodes.len() != view.nodes().len()
+            || current.nodes.iter().zip(view.nodes()).any(|(kept, node)| **kept != *node.spec.name)
+        {
+            current.nodes = view.nodes().iter().map(|node| crate::names::shared(&node.spec.name)).collect();
+        }
+        match view.take_map_changes() {
+            MapChanges::Whole => {
+                current.rows = view
+                    .map_addresses(MapStatus::WithPhase, None, None)
+                    .map(|shown| {
+                        (
+                            (crate::names::shared(shown.pool), shown.address),
+                            Arc::new(MapRow::of(view, &shown)),
+                        )
+                    })
+                    .collect();
+                current.rows.len()
+            }
+            MapChanges::Keys(keys) => {
+                let mut read = 0;
+                for (provider, address) in keys {
+                    let pools = view.pools().iter().filter(|(_, pool)| *pool.spec.provider == *provider);
+                    for (name, _) in pools {
+                        let key = (crate::names::shared(name), address);
+                        match view.map_address_of(name, address, MapStatus::WithPhase) {
+                            Some(shown) => {
+                                current.rows.insert(key, Arc::new(MapRow::of(view, &shown)));
+                                read += 1;
+                            }
+                            None => {
+                                current.rows.remove(&key);
+                            }
+                        }
+                    }
+                }
+                read
+            }
+        }
+    }
+
+    /// The rows as they are now, for readers: O(1), shares every node with the index.
+    #[must_use]
+    pub fn snapshot(&self) -> MapSnapshot {
+        self.current.clone()
+    }
+}

@@ -1,0 +1,88 @@
+//! The map readers see outside the agent loop (issue 24: reads never wait for the loop): a
+//! [`MapIndex`] that follows a view by the rows it says changed ([`Federation::take_map_changes`])
+//! gives, after every step of random logs, exactly the rows a listing of the whole view gives
+//! ([`ownership_rows_with_status`]); snapshots taken before a step keep what they showed; and a
+//! step that names a few positions reads a few rows, not the map.
+
+use proptest::prelude::*;
+use tenure_core::federation::Federation;
+use tenure_core::log_store::{Log, LogIndex, MemoryLog};
+use tenure_core::map_index::{MapIndex, MapSnapshot};
+use tenure_core::rows::{OwnershipRow, ownership_rows_with_status};
+
+mod common;
+use common::{Step, apply, driver, log, registry, step};
+
+/// Applies the records of `log` after `applied` to `view`.
+fn follow(view: &mut Federation, log: &MemoryLog, applied: &mut Option<LogIndex>) {
+    loop {
+        let from = applied.map_or(LogIndex::FIRST, LogIndex::next);
+        let records = log.read_from(from, 64).expect("readable");
+        if records.is_empty() {
+            return;
+        }
+        for record in records {
+            let _ = view.apply(&record.event);
+            *applied = Some(record.index);
+        }
+    }
+}
+
+/// Every row of a snapshot, written out, in its order.
+fn written(snapshot: &MapSnapshot) -> Vec<OwnershipRow> {
+    snapshot.rows(None, None).map(|(pool, address, row)| snapshot.render(pool, address, row)).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn an_index_that_follows_the_changes_shows_what_the_view_lists(
+        steps in prop::collection::vec(step(), 0..32),
+    ) {
+        let mut log = log();
+        let mut a = driver("a");
+        let mut view = registry();
+        let mut applied = None;
+        let mut index = MapIndex::new();
+        follow(&mut view, &log, &mut applied);
+        index.follow(&mut view);
+        let mut at_ms = 10;
+        for step in &steps {
+            let before = index.snapshot();
+            let shown_before = written(&before);
+            at_ms = apply(&mut log, &mut a, at_ms + 1, step) ;
+            follow(&mut view, &log, &mut applied);
+            index.follow(&mut view);
+            let snapshot = index.snapshot();
+            prop_assert_eq!(written(&snapshot), ownership_rows_with_status(&view), "after {:?}", step);
+            prop_assert_eq!(snapshot.len(), ownership_rows_with_status(&view).len());
+            prop_assert_eq!(written(&before), shown_before, "a snapshot is immutable");
+        }
+    }
+}
+
+/// A step naming one address reads that address's rows, not the map's.
+#[test]
+fn a_change_of_one_position_reads_its_rows_alone() {
+    let mut log = log();
+    let mut a = driver("a");
+    let mut view = registry();
+    let mut applied = None;
+    let mut index = MapIndex::new();
+    follow(&mut view, &log, &mut applied);
+    let whole = index.follow(&mut view);
+    assert_eq!(whole, ownership_rows_with_status(&view).len(), "the first follow reads every row");
+    assert!(whole > 2, "{whole}");
+    // 10.0.0.2 is listed by `edge` alone (east is not applied).
+    apply(&mut log, &mut a, 20, &Step::Undesire("edge", 1));
+    follow(&mut view, &log, &mut applied);
+    assert_eq!(index.follow(&mut view), 1);
+    assert_eq!(written(&index.snapshot()), ownership_rows_with_status(&view));
+    // Nothing changed: nothing read.
+    assert_eq!(index.follow(&mut view), 0);
+    // A pool applied: every row.
+    apply(&mut log, &mut a, 30, &Step::Apply("east"));
+    follow(&mut view, &log, &mut applied);
+    assert_eq!(index.follow(&mut view), ownership_rows_with_status(&view).len());
+}
