@@ -179,6 +179,12 @@ impl<S: JournalStore> NodeDriver<S> {
         &self.view
     }
 
+    /// Brings `index` up to the view ([`crate::map_index::MapIndex::follow`]: the rows the view
+    /// says changed since the index last followed it). Returns how many rows it read.
+    pub fn follow_map(&mut self, index: &mut crate::map_index::MapIndex) -> usize {
+        index.follow(&mut self.view)
+    }
+
     /// How many log events the view rejected (a malformed event never stops the log).
     #[must_use]
     pub fn rejected(&self) -> u64 {

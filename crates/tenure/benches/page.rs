@@ -16,6 +16,9 @@
 //!   ([`rows_page`]) serialised to JSON as the handler does.
 //! - `page/whole_map_baseline/100k`: what both started from before: every row of the map written
 //!   out ([`ownership_rows_with_status`]), as `GET /v1/ownership` still does without `limit`.
+//! - `page/map_index_whole/100k`: the loop's cost of reading every row of the view into the map
+//!   readers see ([`MapIndex::follow`] after a whole change: a pool applied or deleted); a change
+//!   of a few positions reads those rows alone. The two list benchmarks above read a snapshot of it.
 //!
 //! Every figure is criterion's mean of one iteration (one request).
 
@@ -35,6 +38,7 @@ use tenure_core::federation::history::History;
 use tenure_core::journal::MemoryJournalStore;
 use tenure_core::log::{ActionOutcome, Event, EventKind};
 use tenure_core::log_store::{Log as _, MemoryLog};
+use tenure_core::map_index::MapIndex;
 use tenure_core::model::{
     Approval, Authority, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction,
 };
@@ -175,12 +179,15 @@ fn main() {
     let drivers = [driver];
     let view = drivers[0].view();
     let label = format!("{}k", ADDRESSES_COUNT / 1_000);
+    let mut index = MapIndex::new();
+    index.follow(&mut view.clone());
+    let map = index.snapshot();
 
     // Outside the timing: what the pages hold, so that the figures are of real pages.
     let first = page_query(&[]);
     let filtered = page_query(&[("node", "b"), ("address", "10.1.0.0/24"), ("phase", "held")]);
     for (name, query) in [("first", &first), ("filtered", &filtered)] {
-        let snapshot = status(&drivers, health(view), &history, &query.status_query());
+        let snapshot = status(&drivers, health(view), &history, &map, &query.status_query());
         let html = render(&snapshot, query);
         println!(
             "tenure-bench page {name}: rows={} matched={} total={} lanes={} changed={} history_entries={} html_bytes={}",
@@ -200,17 +207,24 @@ fn main() {
     for (name, query) in [("first_page", &first), ("filtered_page", &filtered)] {
         group.bench_function(BenchmarkId::new(name, &label), |b| {
             b.iter(|| {
-                let snapshot = status(&drivers, health(view), &history, &query.status_query());
+                let snapshot = status(&drivers, health(view), &history, &map, &query.status_query());
                 render(black_box(&snapshot), query)
             });
         });
     }
     group.bench_function(BenchmarkId::new("ownership_limit_500", &label), |b| {
         let query = OwnershipQuery { limit: Some(500), ..OwnershipQuery::default() };
-        b.iter(|| serde_json::to_vec(&rows_page(view, black_box(&query)).rows).expect("rows serialise"));
+        b.iter(|| serde_json::to_vec(&rows_page(&map, black_box(&query)).rows).expect("rows serialise"));
     });
     group.bench_function(BenchmarkId::new("whole_map_baseline", &label), |b| {
         b.iter(|| ownership_rows_with_status(black_box(view)));
+    });
+    group.bench_function(BenchmarkId::new("map_index_whole", &label), |b| {
+        b.iter_batched(
+            || (MapIndex::new(), view.clone()),
+            |(mut index, mut view)| index.follow(&mut view),
+            criterion::BatchSize::LargeInput,
+        );
     });
     group.finish();
     criterion.final_summary();

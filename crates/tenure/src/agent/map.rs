@@ -1,15 +1,17 @@
-//! The ownership map a page at a time, as the loop answers `GET /v1/ownership` and the status
-//! page: the map's addresses ([`Federation::map_addresses`]: which ones, in which order) filtered
-//! on what the view holds (names resolved once, no row built), and rows written out only for the
-//! page returned. A 500-row page of a 100k-address map builds 500 rows; the status page's counts
-//! (rows kept by the filters, per phase, per node) take one pass over the view that builds none.
+//! The ownership map a page at a time, as `GET /v1/ownership` and the status page list it: the
+//! rows of a [`MapSnapshot`] (the map as the loop published it after a step, read on the
+//! caller's thread: no read waits for the loop), filtered on what a row holds (names resolved
+//! once), and rows written out only for the page returned. A 500-row page of a 100k-address map
+//! writes 500 rows; the status page's counts (rows kept by the filters, per phase, per node) take
+//! one pass over the snapshot that writes none.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use tenure_core::federation::history::HistoryEntry;
-use tenure_core::federation::{Federation, MapAddress, MapStatus, NodeId, Phase};
-use tenure_core::rows::{OwnershipRow, ownership_row};
+use tenure_core::federation::{NodeId, Phase};
+use tenure_core::map_index::{MapRow, MapSnapshot};
+use tenure_core::rows::OwnershipRow;
 
 use super::listing::ListFilter;
 
@@ -34,41 +36,41 @@ impl MapFilter {
     }
 }
 
-/// A [`MapFilter`] with its node name resolved in one view.
+/// A [`MapFilter`] with its node name resolved in one snapshot.
 struct Resolved<'a> {
     filter: &'a MapFilter,
-    /// `Some(None)`: a node the view does not know, which owns and holds nothing.
+    /// `Some(None)`: a node the snapshot does not know, which owns and holds nothing.
     node: Option<Option<NodeId>>,
 }
 
 impl<'a> Resolved<'a> {
-    fn new(filter: &'a MapFilter, view: &Federation) -> Self {
-        Self { filter, node: filter.list.node.as_deref().map(|name| view.node_id(name)) }
+    fn new(filter: &'a MapFilter, map: &MapSnapshot) -> Self {
+        Self { filter, node: filter.list.node.as_deref().map(|name| map.node_id(name)) }
     }
 
-    fn matches(&self, shown: &MapAddress<'_>) -> bool {
+    fn matches(&self, pool: &str, address: IpAddr, row: &MapRow) -> bool {
         let list = &self.filter.list;
-        list.pool.as_deref().is_none_or(|pool| pool == shown.pool)
-            && self.node.is_none_or(|node| node.is_some_and(|node| shown.involves(node)))
-            && (list.addresses.is_empty() || list.contains(shown.address))
-            && self.filter.phase.is_none_or(|phase| shown.phase == Some(phase))
+        list.pool.as_deref().is_none_or(|kept| kept == pool)
+            && self.node.is_none_or(|node| node.is_some_and(|node| row.involves(node)))
+            && (list.addresses.is_empty() || list.contains(address))
+            && self.filter.phase.is_none_or(|phase| row.phase == Some(phase))
     }
 }
 
-/// The addresses of `view`'s map that `filter` keeps, in the map's order, after `after` (a pool
-/// and an address) when given. Lazy: the caller takes what it needs.
+/// The rows of `map` that `filter` keeps, in the map's order, after `after` (a pool and an
+/// address) when given. Lazy: the caller takes what it needs.
 pub fn matching<'a>(
-    view: &'a Federation,
+    map: &'a MapSnapshot,
     filter: &'a MapFilter,
     after: Option<(&'a str, IpAddr)>,
-) -> impl Iterator<Item = MapAddress<'a>> + 'a {
-    let resolved = Resolved::new(filter, view);
-    view.map_addresses(MapStatus::WithPhase, filter.list.pool.as_deref(), after)
-        .filter(move |shown| resolved.matches(shown))
+) -> impl Iterator<Item = (&'a str, IpAddr, &'a MapRow)> + 'a {
+    let resolved = Resolved::new(filter, map);
+    map.rows(filter.list.pool.as_deref(), after)
+        .filter(move |(pool, address, row)| resolved.matches(pool, *address, row))
 }
 
-/// What `GET /v1/ownership` asks of the loop: its filters, and the page (after a position, at
-/// most a number of rows).
+/// What `GET /v1/ownership` asks: its filters, and the page (after a position, at most a number
+/// of rows).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnershipQuery {
     /// Which rows.
@@ -88,17 +90,16 @@ pub struct RowsPage {
     pub more: bool,
 }
 
-/// The rows `query` asks for: at most its limit of the addresses its filter keeps, after its
-/// position.
+/// The rows `query` asks for: at most its limit of the rows its filter keeps, after its position.
 #[must_use]
-pub fn rows_page(view: &Federation, query: &OwnershipQuery) -> RowsPage {
+pub fn rows_page(map: &MapSnapshot, query: &OwnershipQuery) -> RowsPage {
     let mut rows = Vec::new();
     let after = query.after.as_ref().map(|(pool, address)| (pool.as_str(), *address));
-    for shown in matching(view, &query.filter, after) {
+    for (pool, address, row) in matching(map, &query.filter, after) {
         if query.limit.is_some_and(|limit| rows.len() >= limit) {
             return RowsPage { rows, more: true };
         }
-        rows.push(ownership_row(view, &shown));
+        rows.push(map.render(pool, address, row));
     }
     RowsPage { rows, more: false }
 }
@@ -124,34 +125,34 @@ pub struct MapPage {
     pub pools: Vec<String>,
 }
 
-/// The page `page` (from 1; past the last: the last) of `page_rows` rows of the addresses of
-/// `view`'s map that `filter` keeps, with the counts the page shows. One pass over the map, no
-/// row built but the page's.
+/// The page `page` (from 1; past the last: the last) of `page_rows` rows of the rows of `map`
+/// that `filter` keeps, with the counts the page shows. One pass over the map, no row written
+/// out but the page's.
 #[must_use]
-pub fn map_page(view: &Federation, filter: &MapFilter, page: usize, page_rows: usize) -> MapPage {
-    let resolved = Resolved::new(filter, view);
+pub fn map_page(map: &MapSnapshot, filter: &MapFilter, page: usize, page_rows: usize) -> MapPage {
+    let resolved = Resolved::new(filter, map);
     let page_rows = page_rows.max(1);
-    let mut kept: Vec<MapAddress<'_>> = Vec::new();
-    let mut per_node = vec![(0_usize, 0_usize); view.nodes().len()];
+    let mut kept: Vec<(&str, IpAddr, &MapRow)> = Vec::new();
+    let mut per_node = vec![(0_usize, 0_usize); map.nodes().len()];
     let mut phases = BTreeMap::new();
     let mut pools: Vec<&str> = Vec::new();
     let mut total = 0;
-    for shown in view.map_addresses(MapStatus::WithPhase, None, None) {
+    for (pool, address, row) in map.rows(None, None) {
         total += 1;
-        if pools.last() != Some(&shown.pool) {
-            pools.push(shown.pool);
+        if pools.last() != Some(&pool) {
+            pools.push(pool);
         }
-        if let Some(owner) = shown.owner {
+        if let Some(owner) = row.owner {
             per_node[owner].0 += 1;
         }
-        for holder in &shown.holders {
+        for holder in &row.holders {
             per_node[*holder].1 += 1;
         }
-        if resolved.matches(&shown) {
-            if let Some(phase) = shown.phase {
+        if resolved.matches(pool, address, row) {
+            if let Some(phase) = row.phase {
                 *phases.entry(phase).or_default() += 1;
             }
-            kept.push(shown);
+            kept.push((pool, address, row));
         }
     }
     let pages = kept.len().div_ceil(page_rows).max(1);
@@ -159,18 +160,13 @@ pub fn map_page(view: &Federation, filter: &MapFilter, page: usize, page_rows: u
     let start = ((page - 1) * page_rows).min(kept.len());
     let end = (start + page_rows).min(kept.len());
     MapPage {
-        rows: kept[start..end].iter().map(|shown| ownership_row(view, shown)).collect(),
+        rows: kept[start..end].iter().map(|(pool, address, row)| map.render(pool, *address, row)).collect(),
         page,
         pages,
         matched: kept.len(),
         total,
         phases,
-        per_node: view
-            .nodes()
-            .iter()
-            .zip(per_node)
-            .map(|(node, counts)| (node.spec.name.clone(), counts))
-            .collect(),
+        per_node: map.nodes().iter().zip(per_node).map(|(node, counts)| (node.to_string(), counts)).collect(),
         pools: pools.into_iter().map(str::to_owned).collect(),
     }
 }
@@ -178,13 +174,14 @@ pub fn map_page(view: &Federation, filter: &MapFilter, page: usize, page_rows: u
 /// Whether the map shows `address` of `pool` and `filter` keeps it (the timeline's lanes follow
 /// the map's filters).
 #[must_use]
-pub fn keeps(view: &Federation, filter: &MapFilter, pool: &str, address: IpAddr) -> bool {
-    let resolved = Resolved::new(filter, view);
-    view.map_address_of(pool, address, MapStatus::WithPhase).is_some_and(|shown| resolved.matches(&shown))
+pub fn keeps(map: &MapSnapshot, filter: &MapFilter, pool: &str, address: IpAddr) -> bool {
+    let resolved = Resolved::new(filter, map);
+    map.row(pool, address).is_some_and(|row| resolved.matches(pool, address, row))
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use tenure_core::federation::Federation;
     use tenure_core::federation::history::History;
     use tenure_core::log::{ActionOutcome, Event, EventKind};
     use tenure_core::model::{
@@ -287,8 +284,15 @@ pub(crate) mod tests {
         }
     }
 
+    /// The map of `view` as the loop publishes it.
+    pub(crate) fn snapshot(view: &Federation) -> MapSnapshot {
+        let mut index = tenure_core::map_index::MapIndex::new();
+        index.follow(&mut view.clone());
+        index.snapshot()
+    }
+
     fn shown(view: &Federation, filter: &MapFilter) -> Vec<String> {
-        map_page(view, filter, 1, 100)
+        map_page(&snapshot(view), filter, 1, 100)
             .rows
             .into_iter()
             .map(|row| format!("{}/{}", row.pool, row.address))
@@ -330,7 +334,7 @@ pub(crate) mod tests {
             "an unknown node has nothing"
         );
         // The counts: of the filtered rows by phase; of the whole map per node.
-        let page = map_page(&view, &filter(Some("edge"), None, None, None), 1, 100);
+        let page = map_page(&snapshot(&view), &filter(Some("edge"), None, None, None), 1, 100);
         assert_eq!((page.matched, page.total), (2, 3));
         assert_eq!(page.phases, BTreeMap::from([(Phase::Acquiring, 1), (Phase::Held, 1)]));
         assert_eq!(page.per_node.values().map(|c| c.0).sum::<usize>(), 3, "every address has an owner");
@@ -341,12 +345,12 @@ pub(crate) mod tests {
     #[test]
     fn a_page_past_the_last_shows_the_last() {
         let (view, _) = fleet();
-        let page = |n| map_page(&view, &MapFilter::default(), n, 2);
+        let page = |n| map_page(&snapshot(&view), &MapFilter::default(), n, 2);
         assert_eq!((page(1).rows.len(), page(1).page, page(1).pages), (2, 1, 2));
         assert_eq!((page(2).rows.len(), page(2).page), (1, 2));
         assert_eq!((page(9).rows.len(), page(9).page), (1, 2));
         assert_eq!(page(9).rows[0].address, "10.0.1.10");
-        let none = map_page(&view, &filter(Some("gone"), None, None, None), 3, 2);
+        let none = map_page(&snapshot(&view), &filter(Some("gone"), None, None, None), 3, 2);
         assert_eq!((none.rows.len(), none.page, none.pages, none.matched), (0, 1, 1, 0));
     }
 
@@ -358,8 +362,10 @@ pub(crate) mod tests {
         let mut walked = Vec::new();
         let mut after = None;
         loop {
-            let page =
-                rows_page(&view, &OwnershipQuery { filter: MapFilter::default(), after, limit: Some(2) });
+            let page = rows_page(
+                &snapshot(&view),
+                &OwnershipQuery { filter: MapFilter::default(), after, limit: Some(2) },
+            );
             let last =
                 page.rows.last().map(|row| (row.pool.clone(), row.address.parse().expect("an address")));
             walked.extend(page.rows);
@@ -370,7 +376,7 @@ pub(crate) mod tests {
         }
         assert_eq!(walked, whole);
         let edge = rows_page(
-            &view,
+            &snapshot(&view),
             &OwnershipQuery {
                 filter: filter(Some("edge"), None, None, None),
                 after: Some(("core".into(), "10.0.0.11".parse().expect("an address"))),
@@ -379,7 +385,7 @@ pub(crate) mod tests {
         );
         assert_eq!(edge.rows.len(), 2);
         let past = rows_page(
-            &view,
+            &snapshot(&view),
             &OwnershipQuery {
                 filter: filter(Some("core"), None, None, None),
                 after: Some(("edge".into(), "10.0.0.10".parse().expect("an address"))),

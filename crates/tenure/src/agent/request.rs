@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::map::{OwnershipQuery, RowsPage};
 use super::status::{StatusQuery, StatusSnapshot};
+use tenure_core::map_index::MapSnapshot;
 
 /// Most requests waiting for the agent loop; past it a caller waits (HTTP handlers time out).
 pub const REQUESTS_QUEUED_MAX: usize = 1024;
@@ -60,7 +61,7 @@ pub struct Health {
 /// Counters and per-address state for `GET /metrics`, read from the loop at scrape time.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetricsSnapshot {
-    /// Every active address of every applied pool.
+    /// Every address the map shows ([`AgentHandle::metrics`] fills it in from the posted map).
     pub ownership: Vec<OwnershipRow>,
     /// Journal entries now, by (verb, state).
     pub actions: Vec<((String, String), u64)>,
@@ -183,13 +184,6 @@ pub enum Control {
 /// One request to the agent loop.
 #[derive(Debug)]
 pub enum Request {
-    /// A page of the ownership map (`GET /v1/ownership`).
-    Ownership {
-        /// Which rows.
-        query: OwnershipQuery,
-        /// Where the answer goes.
-        reply: oneshot::Sender<RowsPage>,
-    },
     /// Journal entries (`GET /v1/actions`).
     Actions {
         /// Which ones.
@@ -249,27 +243,47 @@ pub enum HandleError {
     Timeout(Duration),
 }
 
-/// The health the loop posted last, and when: what `GET /v1/health` answers. Cheap to clone.
+/// What the loop posts for readers that never wait for it: its health and when (what
+/// `GET /v1/health` answers), and the ownership map as of its last follow (what
+/// `GET /v1/ownership` pages: [`MapSnapshot`]). Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct HealthBoard(Arc<watch::Sender<Option<(Health, tokio::time::Instant)>>>);
+pub struct HealthBoard {
+    health: Arc<watch::Sender<Option<(Health, tokio::time::Instant)>>>,
+    map: Arc<watch::Sender<Option<MapSnapshot>>>,
+}
 
 impl Default for HealthBoard {
     fn default() -> Self {
-        Self(Arc::new(watch::Sender::new(None)))
+        Self { health: Arc::new(watch::Sender::new(None)), map: Arc::new(watch::Sender::new(None)) }
     }
+}
+
+/// The first post on `board`; waits up to `bound` for it (a loop starting).
+async fn first_post<T: Clone>(board: &watch::Sender<Option<T>>, bound: Duration) -> Option<T> {
+    let mut posts = board.subscribe();
+    let first = tokio::time::timeout(bound, posts.wait_for(Option::is_some)).await;
+    first.ok().and_then(Result::ok).and_then(|post| post.clone())
 }
 
 impl HealthBoard {
     /// Posts `health` as of now.
     pub fn post(&self, health: Health) {
-        self.0.send_replace(Some((health, tokio::time::Instant::now())));
+        self.health.send_replace(Some((health, tokio::time::Instant::now())));
+    }
+
+    /// Posts the map as the loop's view shows it now (O(1): a snapshot shares the index's rows).
+    pub fn post_map(&self, map: MapSnapshot) {
+        self.map.send_replace(Some(map));
     }
 
     /// The last post; before the first, waits up to `bound` for it (a loop starting).
     async fn last(&self, bound: Duration) -> Option<(Health, tokio::time::Instant)> {
-        let mut posts = self.0.subscribe();
-        let first = tokio::time::timeout(bound, posts.wait_for(Option::is_some)).await;
-        first.ok().and_then(Result::ok).and_then(|post| post.clone())
+        first_post(&self.health, bound).await
+    }
+
+    /// The map posted last; before the first, waits up to `bound` for it.
+    async fn last_map(&self, bound: Duration) -> Option<MapSnapshot> {
+        first_post(&self.map, bound).await
     }
 }
 
@@ -358,9 +372,19 @@ impl AgentHandle {
         Ok(self.ownership_page(OwnershipQuery::default()).await?.rows)
     }
 
-    /// A page of the ownership map: the loop writes out only the rows it returns.
+    /// A page of the ownership map, from the map the loop posted last ([`HealthBoard::post_map`]:
+    /// after every follow of the log, and before a submitted event's answer) and on a blocking
+    /// thread of the runtime: never a wait on the loop, however long its step. Only the rows
+    /// returned are written out. Before the loop's first post this waits for it up to the
+    /// handle's timeout; a loop that stopped says so.
     pub async fn ownership_page(&self, query: OwnershipQuery) -> Result<RowsPage, HandleError> {
-        self.ask(|reply| Request::Ownership { query, reply }).await
+        if self.requests.is_closed() {
+            return Err(HandleError::Stopped);
+        }
+        let map = self.board.last_map(self.timeout).await.ok_or(HandleError::Timeout(self.timeout))?;
+        tokio::task::spawn_blocking(move || super::map::rows_page(&map, &query))
+            .await
+            .map_err(|_| HandleError::Stopped)
     }
 
     /// Journal entries matching `filter`.
@@ -403,9 +427,12 @@ impl AgentHandle {
         self.ask(|reply| Request::Status { query, reply }).await
     }
 
-    /// The metrics snapshot.
+    /// The metrics snapshot: the loop's counters, and the per-address gauges from the map it
+    /// posted ([`Self::ownership_page`]'s), written out on a blocking thread, not by the loop.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, HandleError> {
-        self.ask(|reply| Request::Metrics { reply }).await
+        let mut snapshot = self.ask(|reply| Request::Metrics { reply }).await?;
+        snapshot.ownership = self.ownership_page(OwnershipQuery::default()).await?.rows;
+        Ok(snapshot)
     }
 
     /// A consistent backup of the running agent's store (waits up to [`BACKUP_TIMEOUT`]).
@@ -470,5 +497,29 @@ mod tests {
         // A loop that stopped says so.
         drop(requests);
         assert_eq!(handle.health().await, Err(HandleError::Stopped));
+    }
+
+    // The loop never takes a request here (a step that lasts): a page is answered from the map
+    // it posted, on the handle's side.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ownership_pages_are_answered_from_the_posted_map_without_the_loop() {
+        let (handle, requests) = AgentHandle::channel();
+        let handle = handle.with_timeout(Duration::from_millis(200));
+        // Nothing posted yet (a loop starting): the caller waits up to its timeout, then is told
+        // the loop is not answering.
+        let query = OwnershipQuery { limit: Some(2), ..OwnershipQuery::default() };
+        assert!(matches!(handle.ownership_page(query.clone()).await, Err(HandleError::Timeout(_))));
+        let (view, _) = crate::agent::map::tests::fleet();
+        requests.board().post_map(crate::agent::map::tests::snapshot(&view));
+        let page = handle.ownership_page(query).await.expect("answered from the board");
+        assert_eq!(
+            page.rows.iter().map(|row| format!("{}/{}", row.pool, row.address)).collect::<Vec<_>>(),
+            ["core/10.0.0.11", "edge/10.0.0.10"]
+        );
+        assert!(page.more);
+        assert_eq!(requests.taken(), 0, "the loop was asked nothing");
+        drop(requests);
+        let stopped = handle.ownership_page(OwnershipQuery::default()).await;
+        assert_eq!(stopped, Err(HandleError::Stopped));
     }
 }

@@ -171,6 +171,11 @@ struct Agent<S: AgentStore> {
     history: History,
     /// When announcements of held addresses are repeated (`runner/refresh.rs`).
     refresh: refresh::RefreshSchedule,
+    /// The ownership map readers see ([`tenure_core::map_index`]): it follows the first node's
+    /// view, and is posted on `board` after every follow.
+    map_index: tenure_core::map_index::MapIndex,
+    /// Where health and the map are posted for readers that never wait for the loop.
+    board: super::request::HealthBoard,
 }
 
 /// Milliseconds since the Unix epoch by this host's clock.
@@ -194,6 +199,8 @@ pub async fn run<S: AgentStore>(
     // Health probes while the store opens and the log is followed are answered at once.
     requests.board().post(requests::starting(&settings.nodes));
     let mut agent = Agent::start(store, settings, observer)?;
+    agent.board = requests.board();
+    agent.post_map();
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
     agent.begin().await?;

@@ -22,6 +22,7 @@ use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::federation::history::{EntryKind, History, HistoryEntry};
 use tenure_core::journal::JournalStore;
+use tenure_core::map_index::MapSnapshot;
 use tenure_core::model::VrrpState;
 use tenure_core::rows::ActionRow;
 
@@ -143,6 +144,7 @@ pub fn status<S: JournalStore>(
     drivers: &[NodeDriver<S>],
     health: Health,
     history: &History,
+    map: &MapSnapshot,
     query: &StatusQuery,
 ) -> StatusSnapshot {
     let Some(first) = drivers.first() else {
@@ -174,12 +176,12 @@ pub fn status<S: JournalStore>(
     StatusSnapshot {
         health,
         nodes: node_statuses(view, &local),
-        map: map::map_page(view, &query.filter, query.page, query.page_rows),
+        map: map::map_page(map, &query.filter, query.page, query.page_rows),
         waiting,
         waiting_total,
         failed,
         failed_total,
-        timeline: timeline_lanes(view, history, &query.filter),
+        timeline: timeline_lanes(view, map, history, &query.filter),
     }
 }
 
@@ -190,7 +192,12 @@ fn moves_tokens(entry: &HistoryEntry) -> bool {
 
 /// The timeline's lanes for the addresses `filter` keeps (module doc, "The timeline's lanes").
 #[must_use]
-pub fn timeline_lanes(view: &Federation, history: &History, filter: &MapFilter) -> TimelineLanes {
+pub fn timeline_lanes(
+    view: &Federation,
+    map: &MapSnapshot,
+    history: &History,
+    filter: &MapFilter,
+) -> TimelineLanes {
     // Per address met, newest first: whether it is drawn (kept and changed), or why not yet.
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum Seen {
@@ -206,9 +213,9 @@ pub fn timeline_lanes(view: &Federation, history: &History, filter: &MapFilter) 
     for entry in history.entries().rev() {
         let (Some(pool), Some(address)) = (entry.pool.as_deref(), entry.address) else { continue };
         let key = (pool, address);
-        let was = *seen.entry(key).or_insert_with(|| {
-            if map::keeps(view, filter, pool, address) { Seen::Kept } else { Seen::Other }
-        });
+        let was = *seen
+            .entry(key)
+            .or_insert_with(|| if map::keeps(map, filter, pool, address) { Seen::Kept } else { Seen::Other });
         let now = match was {
             Seen::Other if filter.keeps_by_history(entry) => Seen::Kept,
             other => other,
@@ -333,7 +340,8 @@ mod tests {
             apply(&mut fleet, 2_500, EventKind::Heartbeat { node: name.into() });
         }
         let (view, history) = &fleet;
-        let all = timeline_lanes(view, history, &MapFilter::default());
+        let all =
+            timeline_lanes(view, &crate::agent::map::tests::snapshot(view), history, &MapFilter::default());
         assert_eq!(all.changed, 3, "every address moved at least once (its first owner)");
         assert_eq!(drawn(&all), ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]);
         let lane = &all.lanes[1];
@@ -345,26 +353,47 @@ mod tests {
         assert_eq!(lane.owner, last.to, "the owner now is the last move's");
         assert!(lane.entries.iter().any(|e| e.kind == EntryKind::Executed), "the confirmed acquire");
         assert_eq!(all.now_ms, 2_500);
-        let edge_only = timeline_lanes(view, history, &filter(Some("edge"), None));
+        let edge_only = timeline_lanes(
+            view,
+            &crate::agent::map::tests::snapshot(view),
+            history,
+            &filter(Some("edge"), None),
+        );
         assert_eq!(drawn(&edge_only), ["edge/10.0.0.10", "edge/10.0.1.10"]);
-        let of_dead = timeline_lanes(view, history, &filter(None, Some(&dead)));
+        let of_dead = timeline_lanes(
+            view,
+            &crate::agent::map::tests::snapshot(view),
+            history,
+            &filter(None, Some(&dead)),
+        );
         assert!(drawn(&of_dead).contains(&"edge/10.0.0.10".to_owned()), "{:?}", drawn(&of_dead));
         assert!(
             of_dead.lanes.iter().all(|lane| lane.entries.iter().any(|e| e.involves(&dead))),
             "only addresses the dead node was in"
         );
         // The node's earlier addresses are still narrowed by the pool and address filters.
-        let dead_in_core = timeline_lanes(view, history, &filter(Some("core"), Some(&dead)));
+        let dead_in_core = timeline_lanes(
+            view,
+            &crate::agent::map::tests::snapshot(view),
+            history,
+            &filter(Some("core"), Some(&dead)),
+        );
         assert!(dead_in_core.lanes.iter().all(|lane| lane.pool == "core"), "{:?}", drawn(&dead_in_core));
         let mut dead_elsewhere = filter(None, Some(&dead));
         dead_elsewhere.list.addresses.push("10.0.1.0/24".parse().expect("a range"));
-        let dead_elsewhere = timeline_lanes(view, history, &dead_elsewhere);
+        let dead_elsewhere =
+            timeline_lanes(view, &crate::agent::map::tests::snapshot(view), history, &dead_elsewhere);
         assert!(
             !drawn(&dead_elsewhere).contains(&"edge/10.0.0.10".to_owned()),
             "{:?}",
             drawn(&dead_elsewhere)
         );
-        let gone = timeline_lanes(view, history, &filter(Some("gone"), None));
+        let gone = timeline_lanes(
+            view,
+            &crate::agent::map::tests::snapshot(view),
+            history,
+            &filter(Some("gone"), None),
+        );
         assert!(gone.lanes.is_empty() && gone.changed == 0);
     }
 
@@ -383,7 +412,8 @@ mod tests {
             apply(&mut fleet, 1_200 + i as u64, EventKind::PoolApplied { spec: Box::new(spec) });
         }
         let (view, history) = &fleet;
-        let lanes = timeline_lanes(view, history, &MapFilter::default());
+        let lanes =
+            timeline_lanes(view, &crate::agent::map::tests::snapshot(view), history, &MapFilter::default());
         assert_eq!(lanes.changed, 33);
         assert_eq!(lanes.lanes.len(), TIMELINE_LANES_MAX);
         let addresses: Vec<IpAddr> = lanes.lanes.iter().map(|lane| lane.address).collect();

@@ -147,6 +147,11 @@ impl TestDoubleAgentLoop {
         self.at_ms += 1;
         self.state.log_len.store(index, Ordering::SeqCst);
         self.state.post();
+        // The map readers see, as the agent loop posts it after every follow (a small map:
+        // read whole from the double's head).
+        let mut map = tenure_core::map_index::MapIndex::new();
+        map.follow(&mut self.replay.head().clone());
+        self.state.board.post_map(map.snapshot());
         index
     }
 
@@ -232,6 +237,9 @@ impl TestDoubleAgentLoop {
 
     fn status(&self, query: &tenure::agent::status::StatusQuery) -> StatusSnapshot {
         let head = self.replay.head();
+        let mut index = tenure_core::map_index::MapIndex::new();
+        index.follow(&mut head.clone());
+        let map = index.snapshot();
         let failed =
             self.actions(&ActionFilter { state: Some("failed".to_owned()), ..ActionFilter::default() });
         let waiting =
@@ -239,21 +247,18 @@ impl TestDoubleAgentLoop {
         StatusSnapshot {
             health: self.health(),
             nodes: tenure::agent::status::node_statuses(head, &["a", "b"]),
-            map: tenure::agent::map::map_page(head, &query.filter, query.page, query.page_rows),
+            map: tenure::agent::map::map_page(&map, &query.filter, query.page, query.page_rows),
             waiting_total: waiting.len(),
             waiting,
             failed_total: failed.len(),
             failed,
-            timeline: tenure::agent::status::timeline_lanes(head, &self.history, &query.filter),
+            timeline: tenure::agent::status::timeline_lanes(head, &map, &self.history, &query.filter),
         }
     }
 
     fn answer(&mut self, request: Request) {
         // A caller that gave up is no error of the double's.
         match request {
-            Request::Ownership { query, reply } => {
-                drop(reply.send(tenure::agent::map::rows_page(self.replay.head(), &query)))
-            }
             Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
             Request::History { query, reply } => drop(reply.send(history_page(&self.history, &query))),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),

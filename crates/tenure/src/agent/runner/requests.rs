@@ -11,7 +11,6 @@ use tracing::{info, warn};
 use super::super::AgentStore;
 use super::super::answers;
 use super::super::listing;
-use super::super::map;
 use super::super::request::{
     Control, Health, Receipt, Request, Requests, SubmitError, no_eligible_member_note,
 };
@@ -93,10 +92,6 @@ impl<S: AgentStore> Agent<S> {
     /// Answers one request. Returns whether the state changed (a step is due).
     pub(super) async fn answer(&mut self, request: Request) -> bool {
         match request {
-            Request::Ownership { query, reply } => {
-                let _ = reply.send(map::rows_page(self.view(), &query));
-                false
-            }
             Request::Actions { filter, reply } => {
                 let _ = reply.send(answers::actions(self.core.drivers(), &filter));
                 false
@@ -106,7 +101,14 @@ impl<S: AgentStore> Agent<S> {
                 false
             }
             Request::Status { query, reply } => {
-                let _ = reply.send(status::status(self.core.drivers(), self.health(), &self.history, &query));
+                let map = self.map_index.snapshot();
+                let _ = reply.send(status::status(
+                    self.core.drivers(),
+                    self.health(),
+                    &self.history,
+                    &map,
+                    &query,
+                ));
                 false
             }
             Request::Metrics { reply } => {
@@ -172,6 +174,8 @@ impl<S: AgentStore> Agent<S> {
                 let count = events.len();
                 self.append(events).await?;
                 self.core.freeze_after_plan(index);
+                // The map readers see shows the events before the answer.
+                let _ = self.follow().await;
                 Ok(format!("{count} event(s) appended; {name} freezes after its next reconcile"))
             }
             Control::Resume { .. } => {
@@ -224,6 +228,10 @@ impl<S: AgentStore> Agent<S> {
         info!(event = event.wire_name(), "appending a submitted event");
         let indices = self.append(vec![event]).await.map_err(SubmitError::Unavailable)?;
         let index = indices.first().copied().expect("one event appended, one index");
+        // Answered once the view applied it, so that the map readers see (posted at every
+        // follow) shows it: an ask after this answer sees what it did. A log that cannot be read
+        // back now does not undo the append.
+        let _ = self.follow().await;
         let mut receipt = Receipt::at(index);
         if let Some((node, before)) = drained {
             receipt.addresses_with_no_eligible_member = self.left_without_holder(index, &before).await;

@@ -77,6 +77,8 @@ impl<S: AgentStore> Agent<S> {
         let capabilities = store.capabilities();
         let mut agent = Self {
             history: History::new(registry),
+            map_index: tenure_core::map_index::MapIndex::new(),
+            board: super::super::request::HealthBoard::default(),
             log: store.log(),
             store,
             core: AgentCore::new(drivers),

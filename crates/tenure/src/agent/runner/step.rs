@@ -63,8 +63,16 @@ impl<S: AgentStore> Agent<S> {
         if let Some(upto) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
+        self.post_map();
         self.after_follow();
         Ok(())
+    }
+
+    /// Brings the readers' map up to the first node's view and posts it
+    /// ([`super::super::request::HealthBoard::post_map`]).
+    pub(super) fn post_map(&mut self) {
+        self.core.drivers_mut()[0].follow_map(&mut self.map_index);
+        self.board.post_map(self.map_index.snapshot());
     }
 
     /// Follows the log with node `index`'s driver; the first node's folds the log's history in
