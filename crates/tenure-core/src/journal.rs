@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use crate::fence::{HighWater, StaleReason};
 use crate::model::{CaptureEpoch, OwnershipEpoch, StampedAction};
@@ -248,7 +249,7 @@ pub struct DurableNodeState {
     /// Entries by sequence number (journal order). Boxed: a B-tree filled in order keeps its
     /// nodes about half full, and an entry is ~300 bytes (docs/benchmarks.md, "Where the memory
     /// goes").
-    pub entries: BTreeMap<JournalSeq, Box<JournalEntry>>,
+    pub entries: BTreeMap<JournalSeq, Arc<JournalEntry>>,
     /// The highest sequence number ever given (compacted entries included).
     pub last_seq: JournalSeq,
     /// Highest tokens seen per key.
@@ -331,10 +332,11 @@ impl DurableNodeState {
         match change {
             JournalChange::Append(entry) => {
                 self.last_seq = entry.seq;
-                self.entries.insert(entry.seq, Box::new(entry.clone()));
+                self.entries.insert(entry.seq, Arc::new(entry.clone()));
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
-                let entry = self.entries.get_mut(seq).expect("checked: the journal holds it");
+                // Copied first when a reader's snapshot still shares it (`journal_index`).
+                let entry = Arc::make_mut(self.entries.get_mut(seq).expect("checked: the journal holds it"));
                 entry.set_state(*state, detail.as_deref(), *executed_seq);
                 if let Some(executed) = executed_seq {
                     self.executions = *executed;
@@ -350,7 +352,7 @@ impl DurableNodeState {
                 self.high_water.raise(pool, *address, capture_domain, *capture_epoch, *ownership_epoch);
             }
             JournalChange::Attempt { seq, at_ms, wall_ms } => {
-                let entry = self.entries.get_mut(seq).expect("checked: the journal holds it");
+                let entry = Arc::make_mut(self.entries.get_mut(seq).expect("checked: the journal holds it"));
                 entry.record_attempt(*at_ms, *wall_ms);
             }
             JournalChange::Compact { seqs } => {

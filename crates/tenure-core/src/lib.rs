@@ -64,6 +64,7 @@ pub mod fence;
 pub mod fleet_spec;
 pub mod input;
 pub mod journal;
+pub mod journal_index;
 pub mod log;
 pub mod log_store;
 pub mod map_index;

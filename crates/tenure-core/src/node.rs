@@ -70,6 +70,19 @@ fn provider_address(action: &StampedAction) -> ProviderAddress {
     (action.provider.clone(), action.address)
 }
 
+/// How many changed entries an engine keeps untaken before it counts the lot as a whole change
+/// ([`NodeEngine::take_row_changes`]).
+pub const ROW_CHANGES_MAX: usize = 65_536;
+
+/// What changed in a journal's rows since a reader last took them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RowChanges {
+    /// These entries (appended, changed, or gone).
+    Seqs(BTreeSet<JournalSeq>),
+    /// Every entry (the first take, a restart from the store, more than [`ROW_CHANGES_MAX`]).
+    Whole,
+}
+
 /// One node's planning and gating engine over a durable journal.
 #[derive(Debug)]
 pub struct NodeEngine<S: JournalStore> {
@@ -109,6 +122,9 @@ pub struct NodeEngine<S: JournalStore> {
     /// Failed entries a sweep retries while they are current; dropped once stale by an epoch
     /// (tokens only grow, so such an entry is stale for ever).
     failed: BTreeSet<JournalSeq>,
+    /// The entries a reader of the journal may see changed since it last took them
+    /// ([`NodeEngine::take_row_changes`]); `None` until one takes.
+    row_changes: Option<RowChanges>,
     captured: Captured,
     /// The last executed entry per (provider, address), and the last executed one that changed
     /// holding (assign/unassign, proxy-ARP add/del): what "captured" and the outbox of results
@@ -160,6 +176,7 @@ impl<S: JournalStore> NodeEngine<S> {
             refreshing: BTreeMap::new(),
             refreshes_cancelling: BTreeSet::new(),
             failed: BTreeSet::new(),
+            row_changes: None,
             captured: BTreeMap::new(),
             last_executed: BTreeMap::new(),
             last_holding: BTreeMap::new(),
@@ -201,6 +218,9 @@ impl<S: JournalStore> NodeEngine<S> {
 
     fn rebuild(&mut self, state: DurableNodeState) {
         self.state = state;
+        if self.row_changes.is_some() {
+            self.row_changes = Some(RowChanges::Whole);
+        }
         self.index.rebuild(&self.state.entries);
         self.pending.clear();
         self.approved.clear();
@@ -444,9 +464,37 @@ impl<S: JournalStore> NodeEngine<S> {
         self.approved.iter().chain(&self.in_flight).copied().collect()
     }
 
+    /// What changed in the journal's rows since the last take ([`crate::journal_index`]): the
+    /// entries appended, moved, attempted, compacted away, or whose retry the engine dropped (a
+    /// row's next attempt). The first take of an engine is [`RowChanges::Whole`]; from then on it
+    /// keeps them (an engine nobody reads this way keeps none).
+    pub fn take_row_changes(&mut self) -> RowChanges {
+        self.row_changes.replace(RowChanges::Seqs(BTreeSet::new())).unwrap_or(RowChanges::Whole)
+    }
+
+    /// The row of entry `seq` may have changed ([`NodeEngine::take_row_changes`]).
+    pub(crate) fn row_changed(&mut self, seq: JournalSeq) {
+        if let Some(RowChanges::Seqs(seqs)) = &mut self.row_changes {
+            if seqs.len() >= ROW_CHANGES_MAX {
+                self.row_changes = Some(RowChanges::Whole);
+            } else {
+                seqs.insert(seq);
+            }
+        }
+    }
+
     fn commit(&mut self, change: JournalChange) -> Result<(), NodeError<S::Error>> {
         self.store.commit(&change).map_err(NodeError::Store)?;
         self.state.apply(&change);
+        match &change {
+            JournalChange::Append(entry) => self.row_changed(entry.seq),
+            JournalChange::RaiseHighWater { .. } => {}
+            other => {
+                for seq in other.named_seqs() {
+                    self.row_changed(*seq);
+                }
+            }
+        }
         match &change {
             JournalChange::Append(entry) => self.file_doubt(entry.seq),
             JournalChange::Compact { seqs } => {

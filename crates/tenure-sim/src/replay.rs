@@ -406,6 +406,12 @@ impl Replay {
     pub fn head(&self) -> &Federation {
         &self.head
     }
+
+    /// Node `name`'s driver, for a caller that reads its journal as the agent's readers do
+    /// ([`tenure_core::journal_index::JournalIndex::follow`]).
+    pub fn driver_mut(&mut self, name: &str) -> Option<&mut NodeDriver<MemoryJournalStore>> {
+        self.nodes.get_mut(name)
+    }
 }
 
 fn skipped_keys(node: &NodeDriver<MemoryJournalStore>) -> BTreeSet<IdempotencyKey> {

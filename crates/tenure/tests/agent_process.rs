@@ -285,8 +285,13 @@ fn sighup_applies_an_edited_pools_list_and_names_the_keys_that_need_a_restart() 
     assert_eq!(log.matches("pool applied pool=x").count(), 1, "at start only; x did not change: {log}");
 
     // A config that does not parse: one line, nothing applied, the agent keeps running.
-    wait_for("y's address released (its row gone)", || {
-        map(&agent.get("/v1/ownership")["ownership"]).keys().all(|key| !key.starts_with("y/"))
+    // Settled first: y's address released (its row gone), x's and z's held (the map a read
+    // sees is the loop's last post: it moves on until then).
+    wait_for("y's address released (its row gone), x's and z's held", || {
+        let body = agent.get("/v1/ownership");
+        let rows = body["ownership"].as_array().expect("rows");
+        rows.iter().all(|row| row["phase"] == "held")
+            && map(&body["ownership"]).keys().all(|key| !key.starts_with("y/"))
     });
     let before = agent.get("/v1/ownership");
     std::fs::write(&config, "node: {name: a\n").expect("write");
@@ -349,7 +354,10 @@ fn a_running_agent_is_backed_up_an_old_copy_refuses_to_start_and_a_restore_raise
     let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
     let config_arg = config.to_str().expect("utf-8");
     let agent = Agent::start(&dir, &config, listen);
-    wait_for("a owns", || map(&agent.get("/v1/ownership")["ownership"]).values().all(|(o, ..)| o == "a"));
+    wait_for("a owns", || {
+        let rows = map(&agent.get("/v1/ownership")["ownership"]);
+        !rows.is_empty() && rows.values().all(|(o, ..)| o == "a")
+    });
     let backup = dir.path().join("backup.tenure");
     let (code, stdout, stderr) =
         tenure(&["store", "backup", backup.to_str().expect("utf-8"), "--config", config_arg]);
@@ -482,7 +490,10 @@ fn the_agent_refuses_a_store_of_another_cluster_and_a_truncated_one() {
     dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
     let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
     let agent = Agent::start(&dir, &config, listen);
-    wait_for("a owns", || map(&agent.get("/v1/ownership")["ownership"]).values().all(|(o, ..)| o == "a"));
+    wait_for("a owns", || {
+        let rows = map(&agent.get("/v1/ownership")["ownership"]);
+        !rows.is_empty() && rows.values().all(|(o, ..)| o == "a")
+    });
     assert!(agent.terminate().success());
     let refusal = |what: &str| -> String {
         let mut refused = Agent::spawn(&dir, &config, listen);
@@ -527,7 +538,10 @@ fn the_agent_api_refuses_401_403_400_413_and_changes_nothing() {
     dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
     let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
     let agent = Agent::start(&dir, &config, listen);
-    wait_for("a owns", || map(&agent.get("/v1/ownership")["ownership"]).values().all(|(o, ..)| o == "a"));
+    wait_for("a owns", || {
+        let rows = map(&agent.get("/v1/ownership")["ownership"]);
+        !rows.is_empty() && rows.values().all(|(o, ..)| o == "a")
+    });
     let before = map(&agent.get("/v1/ownership")["ownership"]);
     let cases: [Refusal<'_>; 4] = [
         ("/v1/drain/a", None, None, 401, ""),

@@ -329,6 +329,7 @@ impl<S: JournalStore> NodeEngine<S> {
             self.last_holding.get(&super::provider_address(&entry.action)).is_some_and(|last| *last > seq);
         if superseded {
             self.failed.remove(&seq);
+            self.row_changed(seq);
             return Ok(false);
         }
         let detail = entry

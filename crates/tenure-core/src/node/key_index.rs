@@ -15,7 +15,7 @@ use super::sharded::{Shard, ShardedMap};
 use crate::journal::{JournalEntry, JournalSeq};
 
 /// The journal's entries, as the engine holds them.
-pub(crate) type Entries = BTreeMap<JournalSeq, Box<JournalEntry>>;
+pub(crate) type Entries = BTreeMap<JournalSeq, std::sync::Arc<JournalEntry>>;
 
 /// An idempotency key's hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -142,7 +142,7 @@ mod tests {
     use crate::journal::{Attempts, EntryState};
     use crate::model::{CaptureDomain, CaptureEpoch, IdempotencyKey, OwnershipEpoch, StampedAction, Verb};
 
-    fn entry(seq: u64, holder: &str) -> (JournalSeq, Box<JournalEntry>) {
+    fn entry(seq: u64, holder: &str) -> (JournalSeq, std::sync::Arc<JournalEntry>) {
         let seq = JournalSeq::new(seq);
         let action = StampedAction::new(
             "p",
@@ -163,7 +163,7 @@ mod tests {
             executed_seq: None,
             attempts: Attempts::default(),
         };
-        (seq, Box::new(entry))
+        (seq, std::sync::Arc::new(entry))
     }
 
     /// Entries 1 and 3 share a key (`a`'s), entry 2 has `b`'s.

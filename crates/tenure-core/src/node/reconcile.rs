@@ -260,6 +260,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 }
                 FenceVerdict::Stale { reason: StaleReason::StaleEpoch | StaleReason::StaleOwnerEpoch } => {
                     self.failed.remove(&seq);
+                    self.row_changed(seq);
                 }
                 FenceVerdict::Stale { .. } => {}
             }

@@ -99,6 +99,8 @@ pub enum Step {
     Raise(u64),
     /// The operator approves what `a`'s journal has pending now (it reconciles first).
     Approve,
+    /// `a` calls what it has ready, and each call fails (a sweep retries it after a backoff).
+    ExecuteFailing,
 }
 
 pub fn spec(name: &str) -> PoolSpec {
@@ -131,6 +133,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         Just(Step::ApplyEdgeManual),
         (1..3_u64).prop_map(Step::Raise),
         Just(Step::Approve),
+        Just(Step::ExecuteFailing),
     ]
 }
 
@@ -190,13 +193,14 @@ pub fn apply(log: &mut MemoryLog, a: &mut NodeDriver<MemoryJournalStore>, at_ms:
             }
             return at_ms;
         }
-        Step::Execute => {
+        Step::Execute | Step::ExecuteFailing => {
+            let outcome =
+                if matches!(step, Step::Execute) { ActionOutcome::Executed } else { ActionOutcome::Failed };
             a.follow(log).expect("readable");
             a.reconcile().expect("memory").expect("not blocked");
             a.start_execution().expect("memory").expect("not blocked");
             for action in a.poll_actions(64, None).expect("memory") {
-                a.handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
-                    .expect("in flight");
+                a.handle_result(&action.idempotency_key, outcome, "ok".into()).expect("in flight");
             }
             while let Some(kind) = a.poll_append() {
                 append(log, at_ms, kind);

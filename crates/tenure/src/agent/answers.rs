@@ -7,27 +7,44 @@ use std::net::IpAddr;
 use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, JournalStore};
-use tenure_core::rows::{ActionRow, action_row_with_attempts};
+use tenure_core::journal_index::JournalSnapshot;
+use tenure_core::rows::ActionRow;
 
 use super::request::{ActionFilter, MetricsSnapshot};
 
-/// The journal entries of every node that match `filter`, by node name, then in journal order.
+/// The journal entries of every node (as the loop posted them: [`JournalSnapshot`]) that match
+/// `filter`, by node name, then in journal order.
 #[must_use]
-pub fn actions<S: JournalStore>(drivers: &[NodeDriver<S>], filter: &ActionFilter) -> Vec<ActionRow> {
+pub fn actions(journals: &[JournalSnapshot], filter: &ActionFilter) -> Vec<ActionRow> {
     let mut rows = Vec::new();
-    for driver in drivers.iter().filter(|d| filter.node.as_deref().is_none_or(|n| n == d.name())) {
-        for entry in driver.engine().entries() {
+    for journal in journals.iter().filter(|j| filter.node.as_deref().is_none_or(|n| n == j.node())) {
+        for row in journal.rows() {
+            let entry = &row.entry;
             if filter.state.as_deref().is_some_and(|s| s != entry.state.as_str())
                 || filter.pool.as_deref().is_some_and(|p| p != &*entry.action.pool)
             {
                 continue;
             }
-            rows.push(action_row_with_attempts(driver.name(), entry, driver.engine().next_attempt_ms(entry)));
+            rows.push(journal.render(row));
         }
     }
-    // By node name (the drivers are in the config's order), each node's in journal order.
+    // By node name (the journals are in the config's order), each node's in journal order.
     rows.sort_by(|a, b| a.node.cmp(&b.node).then(a.seq.cmp(&b.seq)));
     rows
+}
+
+/// Journal entries now, by (verb, state) (`tenure_actions`): a `skipped` entry whatever its reason.
+#[must_use]
+pub fn action_counts(journals: &[JournalSnapshot]) -> Vec<((String, String), u64)> {
+    let mut actions: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
+    for row in journals.iter().flat_map(JournalSnapshot::rows) {
+        let state = match row.entry.state {
+            EntryState::Skipped(_) => "skipped",
+            other => other.as_str(),
+        };
+        *actions.entry((row.entry.action.verb.as_str(), state)).or_insert(0) += 1;
+    }
+    actions.into_iter().map(|((verb, state), n)| ((verb.to_owned(), state.to_owned()), n)).collect()
 }
 
 /// Every (pool, address) of the applied pools that has a desired holder now.
@@ -86,16 +103,8 @@ pub fn metrics<S: JournalStore>(
     healthy: bool,
 ) -> MetricsSnapshot {
     let Some(first) = drivers.first() else { return MetricsSnapshot::default() };
-    let mut actions: BTreeMap<(&'static str, &'static str), u64> = BTreeMap::new();
     let mut fenced: BTreeMap<String, u64> = BTreeMap::new();
     for driver in drivers {
-        for entry in driver.engine().entries() {
-            let state = match entry.state {
-                EntryState::Skipped(_) => "skipped",
-                other => other.as_str(),
-            };
-            *actions.entry((entry.action.verb.as_str(), state)).or_insert(0) += 1;
-        }
         for (reason, count) in driver.engine().fenced() {
             *fenced.entry(reason.as_str().to_owned()).or_insert(0) += count;
         }
@@ -107,12 +116,9 @@ pub fn metrics<S: JournalStore>(
         rejected_events.insert("projection".to_owned(), projection);
     }
     MetricsSnapshot {
-        // Filled in by the handle, from the map the loop posted: not written out by the loop.
+        // Filled in by the handle, from the map and journals the loop posted: not by the loop.
         ownership: Vec::new(),
-        actions: actions
-            .into_iter()
-            .map(|((verb, state), n)| ((verb.to_owned(), state.to_owned()), n))
-            .collect(),
+        actions: Vec::new(),
         fenced: fenced.into_iter().collect(),
         rejected_events: rejected_events.into_iter().collect(),
         log_index,

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::map::{OwnershipQuery, RowsPage};
 use super::status::{StatusQuery, StatusSnapshot};
+use tenure_core::journal_index::JournalSnapshot;
 use tenure_core::map_index::MapSnapshot;
 
 /// Most requests waiting for the agent loop; past it a caller waits (HTTP handlers time out).
@@ -184,13 +185,6 @@ pub enum Control {
 /// One request to the agent loop.
 #[derive(Debug)]
 pub enum Request {
-    /// Journal entries (`GET /v1/actions`).
-    Actions {
-        /// Which ones.
-        filter: ActionFilter,
-        /// Where the answer goes.
-        reply: oneshot::Sender<Vec<ActionRow>>,
-    },
     /// A page of the history (`GET /v1/history`).
     History {
         /// Which entries.
@@ -243,13 +237,23 @@ pub enum HandleError {
     Timeout(Duration),
 }
 
+/// What readers that never wait for the loop read, as of one moment of the loop: the ownership
+/// map ([`MapSnapshot`]) and every node's journal ([`JournalSnapshot`], in the config's order).
+/// Cheap to clone (each is a persistent tree's root).
+#[derive(Clone, Debug)]
+pub struct Reads {
+    /// The map (`GET /v1/ownership`, the metrics' per-address gauges).
+    pub map: MapSnapshot,
+    /// The journals (`GET /v1/actions`, the metrics' counts of entries).
+    pub journals: Vec<JournalSnapshot>,
+}
+
 /// What the loop posts for readers that never wait for it: its health and when (what
-/// `GET /v1/health` answers), and the ownership map as of its last follow (what
-/// `GET /v1/ownership` pages: [`MapSnapshot`]). Cheap to clone.
+/// `GET /v1/health` answers), and its [`Reads`] as of its last follow or step. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct HealthBoard {
     health: Arc<watch::Sender<Option<(Health, tokio::time::Instant)>>>,
-    map: Arc<watch::Sender<Option<MapSnapshot>>>,
+    map: Arc<watch::Sender<Option<Reads>>>,
 }
 
 impl Default for HealthBoard {
@@ -271,9 +275,10 @@ impl HealthBoard {
         self.health.send_replace(Some((health, tokio::time::Instant::now())));
     }
 
-    /// Posts the map as the loop's view shows it now (O(1): a snapshot shares the index's rows).
-    pub fn post_map(&self, map: MapSnapshot) {
-        self.map.send_replace(Some(map));
+    /// Posts the map and journals as the loop has them now (O(1): snapshots share the indexes'
+    /// trees).
+    pub fn post_reads(&self, reads: Reads) {
+        self.map.send_replace(Some(reads));
     }
 
     /// The last post; before the first, waits up to `bound` for it (a loop starting).
@@ -281,8 +286,8 @@ impl HealthBoard {
         first_post(&self.health, bound).await
     }
 
-    /// The map posted last; before the first, waits up to `bound` for it.
-    async fn last_map(&self, bound: Duration) -> Option<MapSnapshot> {
+    /// The reads posted last; before the first, waits up to `bound` for them.
+    async fn last_reads(&self, bound: Duration) -> Option<Reads> {
         first_post(&self.map, bound).await
     }
 }
@@ -372,24 +377,30 @@ impl AgentHandle {
         Ok(self.ownership_page(OwnershipQuery::default()).await?.rows)
     }
 
-    /// A page of the ownership map, from the map the loop posted last ([`HealthBoard::post_map`]:
-    /// after every follow of the log, and before a submitted event's answer) and on a blocking
-    /// thread of the runtime: never a wait on the loop, however long its step. Only the rows
-    /// returned are written out. Before the loop's first post this waits for it up to the
-    /// handle's timeout; a loop that stopped says so.
-    pub async fn ownership_page(&self, query: OwnershipQuery) -> Result<RowsPage, HandleError> {
+    /// Runs `read` on what the loop posted last ([`HealthBoard::post_reads`]: after every follow
+    /// of the log and every step, and before a submitted event's answer), on a blocking thread of
+    /// the runtime: never a wait on the loop, however long its step. Before the loop's first post
+    /// this waits for it up to the handle's timeout; a loop that stopped says so.
+    async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Reads) -> T + Send + 'static,
+    ) -> Result<T, HandleError> {
         if self.requests.is_closed() {
             return Err(HandleError::Stopped);
         }
-        let map = self.board.last_map(self.timeout).await.ok_or(HandleError::Timeout(self.timeout))?;
-        tokio::task::spawn_blocking(move || super::map::rows_page(&map, &query))
-            .await
-            .map_err(|_| HandleError::Stopped)
+        let reads = self.board.last_reads(self.timeout).await.ok_or(HandleError::Timeout(self.timeout))?;
+        tokio::task::spawn_blocking(move || read(&reads)).await.map_err(|_| HandleError::Stopped)
     }
 
-    /// Journal entries matching `filter`.
+    /// A page of the ownership map, from the map the loop posted last: only the rows returned are
+    /// written out.
+    pub async fn ownership_page(&self, query: OwnershipQuery) -> Result<RowsPage, HandleError> {
+        self.read(move |reads| super::map::rows_page(&reads.map, &query)).await
+    }
+
+    /// Journal entries matching `filter`, from the journals the loop posted last.
     pub async fn actions(&self, filter: ActionFilter) -> Result<Vec<ActionRow>, HandleError> {
-        self.ask(|reply| Request::Actions { filter, reply }).await
+        self.read(move |reads| super::answers::actions(&reads.journals, &filter)).await
     }
 
     /// A page of the history.
@@ -427,11 +438,18 @@ impl AgentHandle {
         self.ask(|reply| Request::Status { query, reply }).await
     }
 
-    /// The metrics snapshot: the loop's counters, and the per-address gauges from the map it
-    /// posted ([`Self::ownership_page`]'s), written out on a blocking thread, not by the loop.
+    /// The metrics snapshot: the loop's counters; the per-address gauges and the counts of
+    /// journal entries from the map and journals it posted, on a blocking thread, not by the loop.
     pub async fn metrics(&self) -> Result<MetricsSnapshot, HandleError> {
         let mut snapshot = self.ask(|reply| Request::Metrics { reply }).await?;
-        snapshot.ownership = self.ownership_page(OwnershipQuery::default()).await?.rows;
+        let (ownership, actions) = self
+            .read(|reads| {
+                let ownership = super::map::rows_page(&reads.map, &OwnershipQuery::default()).rows;
+                (ownership, super::answers::action_counts(&reads.journals))
+            })
+            .await?;
+        snapshot.ownership = ownership;
+        snapshot.actions = actions;
         Ok(snapshot)
     }
 
@@ -510,7 +528,9 @@ mod tests {
         let query = OwnershipQuery { limit: Some(2), ..OwnershipQuery::default() };
         assert!(matches!(handle.ownership_page(query.clone()).await, Err(HandleError::Timeout(_))));
         let (view, _) = crate::agent::map::tests::fleet();
-        requests.board().post_map(crate::agent::map::tests::snapshot(&view));
+        requests
+            .board()
+            .post_reads(Reads { map: crate::agent::map::tests::snapshot(&view), journals: Vec::new() });
         let page = handle.ownership_page(query).await.expect("answered from the board");
         assert_eq!(
             page.rows.iter().map(|row| format!("{}/{}", row.pool, row.address)).collect::<Vec<_>>(),

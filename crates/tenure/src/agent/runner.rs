@@ -172,9 +172,13 @@ struct Agent<S: AgentStore> {
     /// When announcements of held addresses are repeated (`runner/refresh.rs`).
     refresh: refresh::RefreshSchedule,
     /// The ownership map readers see ([`tenure_core::map_index`]): it follows the first node's
-    /// view, and is posted on `board` after every follow.
+    /// view, and is posted on `board` after every follow and every step.
     map_index: tenure_core::map_index::MapIndex,
-    /// Where health and the map are posted for readers that never wait for the loop.
+    /// Each node's journal as readers see it ([`tenure_core::journal_index`]), in the drivers'
+    /// order; posted with the map.
+    journal_indexes: Vec<tenure_core::journal_index::JournalIndex>,
+    /// Where the map and journals are posted for readers that never wait for the loop: the
+    /// API's board once the first step is done (before it, one nobody reads).
     board: super::request::HealthBoard,
 }
 
@@ -199,12 +203,14 @@ pub async fn run<S: AgentStore>(
     // Health probes while the store opens and the log is followed are answered at once.
     requests.board().post(requests::starting(&settings.nodes));
     let mut agent = Agent::start(store, settings, observer)?;
-    agent.board = requests.board();
-    agent.post_map();
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
     agent.begin().await?;
     agent.step().await;
+    // Reads (the map, the journals) from here: before its first step the agent has not applied
+    // its pools, and an empty map would say it holds nothing (a read waits for this post).
+    agent.board = requests.board();
+    agent.post_reads();
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);

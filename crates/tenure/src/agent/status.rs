@@ -28,7 +28,7 @@ use tenure_core::rows::ActionRow;
 
 use super::answers;
 use super::map::{self, MapFilter, MapPage};
-use super::request::{ActionFilter, Health};
+use super::request::{ActionFilter, Health, Reads};
 
 /// Most addresses the timeline draws (those whose holder changed last, among the filtered ones).
 pub const TIMELINE_LANES_MAX: usize = 12;
@@ -144,7 +144,7 @@ pub fn status<S: JournalStore>(
     drivers: &[NodeDriver<S>],
     health: Health,
     history: &History,
-    map: &MapSnapshot,
+    reads: &Reads,
     query: &StatusQuery,
 ) -> StatusSnapshot {
     let Some(first) = drivers.first() else {
@@ -162,7 +162,10 @@ pub fn status<S: JournalStore>(
     let view = first.view();
     let local: Vec<&str> = drivers.iter().map(NodeDriver::name).collect();
     let in_state = |state: &str| {
-        answers::actions(drivers, &ActionFilter { state: Some(state.to_owned()), ..ActionFilter::default() })
+        answers::actions(
+            &reads.journals,
+            &ActionFilter { state: Some(state.to_owned()), ..ActionFilter::default() },
+        )
     };
     let mut waiting = in_state("pending");
     let waiting_total = waiting.len();
@@ -176,12 +179,12 @@ pub fn status<S: JournalStore>(
     StatusSnapshot {
         health,
         nodes: node_statuses(view, &local),
-        map: map::map_page(map, &query.filter, query.page, query.page_rows),
+        map: map::map_page(&reads.map, &query.filter, query.page, query.page_rows),
         waiting,
         waiting_total,
         failed,
         failed_total,
-        timeline: timeline_lanes(view, map, history, &query.filter),
+        timeline: timeline_lanes(view, &reads.map, history, &query.filter),
     }
 }
 

@@ -213,11 +213,11 @@ pub(crate) fn load_node(
         state.last_seq = JournalSeq::new(counters.last_seq);
         state.executions = counters.executions;
     }
-    let mut rows: BTreeMap<JournalSeq, Box<JournalEntry>> = BTreeMap::new();
+    let mut rows: BTreeMap<JournalSeq, std::sync::Arc<JournalEntry>> = BTreeMap::new();
     for row in entries.range((node, 0)..=(node, u64::MAX)).map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
         let seq = key.value().1;
-        rows.insert(JournalSeq::new(seq), Box::new(decode_entry(path, node, seq, value.value())?));
+        rows.insert(JournalSeq::new(seq), std::sync::Arc::new(decode_entry(path, node, seq, value.value())?));
     }
     state.entries = rows;
     let mut high_water = HighWater::default();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tenure::agent::answers::{lost_their_desired_holder, with_desired_holder};
 use tenure::agent::listing::history_page;
 use tenure::agent::request::{
-    ActionFilter, AgentHandle, Health, HealthBoard, MetricsSnapshot, Receipt, Request, SubmitError,
+    ActionFilter, AgentHandle, Health, HealthBoard, MetricsSnapshot, Reads, Receipt, Request, SubmitError,
 };
 use tenure::agent::status::StatusSnapshot;
 use tenure::api::{ApiToken, router, serve};
@@ -24,6 +24,7 @@ use tenure::metrics::Metrics;
 use tenure_core::federation::Federation;
 use tenure_core::federation::history::History;
 use tenure_core::journal::MemoryJournalStore;
+use tenure_core::journal_index::JournalIndex;
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{Log as _, MemoryLog};
 use tenure_core::scenario::{LocalStep, Scenario, parse_scenario};
@@ -115,6 +116,8 @@ struct TestDoubleAgentLoop {
     history: History,
     at_ms: u64,
     state: DoubleState,
+    /// The nodes' journals as readers see them (`GET /v1/actions`).
+    journals: Vec<JournalIndex>,
 }
 
 impl TestDoubleAgentLoop {
@@ -122,7 +125,8 @@ impl TestDoubleAgentLoop {
         let scenario = parse_scenario(SCENARIO).expect("the test scenario is valid");
         let replay = Replay::new(&scenario, false);
         let history = History::new(Federation::new(&scenario.nodes, &scenario.providers));
-        let mut double = Self { scenario, replay, log: MemoryLog::new(), history, at_ms: 0, state };
+        let journals = scenario.nodes.iter().map(|node| JournalIndex::new(&node.name)).collect();
+        let mut double = Self { scenario, replay, log: MemoryLog::new(), history, at_ms: 0, state, journals };
         for pool in double.scenario.pools.clone() {
             double.append(EventKind::PoolApplied { spec: Box::new(pool) });
         }
@@ -147,12 +151,25 @@ impl TestDoubleAgentLoop {
         self.at_ms += 1;
         self.state.log_len.store(index, Ordering::SeqCst);
         self.state.post();
-        // The map readers see, as the agent loop posts it after every follow (a small map:
-        // read whole from the double's head).
+        self.post_reads();
+        index
+    }
+
+    /// What readers see, posted as the agent loop posts it after every follow: the map (a small
+    /// one: read whole from a copy of the double's head) and the nodes' journals.
+    fn post_reads(&mut self) {
+        let reads = self.reads();
+        self.state.board.post_reads(reads);
+    }
+
+    fn reads(&mut self) -> Reads {
         let mut map = tenure_core::map_index::MapIndex::new();
         map.follow(&mut self.replay.head().clone());
-        self.state.board.post_map(map.snapshot());
-        index
+        for journal in &mut self.journals {
+            let driver = self.replay.driver_mut(journal.snapshot().node()).expect("a node of the scenario");
+            journal.follow(driver.engine_mut());
+        }
+        Reads { map: map.snapshot(), journals: self.journals.iter().map(JournalIndex::snapshot).collect() }
     }
 
     fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
@@ -189,18 +206,8 @@ impl TestDoubleAgentLoop {
         Ok(Receipt::at(self.append(event)))
     }
 
-    fn actions(&self, filter: &ActionFilter) -> Vec<ActionRow> {
-        let matches = |wanted: &Option<String>, value: &str| wanted.as_deref().is_none_or(|w| w == value);
-        self.replay
-            .report()
-            .actions
-            .into_iter()
-            .filter(|a| {
-                matches(&filter.node, &a.node)
-                    && matches(&filter.state, &a.state)
-                    && matches(&filter.pool, &a.pool)
-            })
-            .collect()
+    fn actions(&mut self, filter: &ActionFilter) -> Vec<ActionRow> {
+        tenure::agent::answers::actions(&self.reads().journals, filter)
     }
 
     fn health(&self) -> Health {
@@ -235,15 +242,13 @@ impl TestDoubleAgentLoop {
         }
     }
 
-    fn status(&self, query: &tenure::agent::status::StatusQuery) -> StatusSnapshot {
-        let head = self.replay.head();
-        let mut index = tenure_core::map_index::MapIndex::new();
-        index.follow(&mut head.clone());
-        let map = index.snapshot();
+    fn status(&mut self, query: &tenure::agent::status::StatusQuery) -> StatusSnapshot {
         let failed =
             self.actions(&ActionFilter { state: Some("failed".to_owned()), ..ActionFilter::default() });
         let waiting =
             self.actions(&ActionFilter { state: Some("pending".to_owned()), ..ActionFilter::default() });
+        let map = self.reads().map;
+        let head = self.replay.head();
         StatusSnapshot {
             health: self.health(),
             nodes: tenure::agent::status::node_statuses(head, &["a", "b"]),
@@ -259,7 +264,6 @@ impl TestDoubleAgentLoop {
     fn answer(&mut self, request: Request) {
         // A caller that gave up is no error of the double's.
         match request {
-            Request::Actions { filter, reply } => drop(reply.send(self.actions(&filter))),
             Request::History { query, reply } => drop(reply.send(history_page(&self.history, &query))),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
             Request::Status { query, reply } => drop(reply.send(self.status(&query))),

@@ -92,21 +92,17 @@ impl<S: AgentStore> Agent<S> {
     /// Answers one request. Returns whether the state changed (a step is due).
     pub(super) async fn answer(&mut self, request: Request) -> bool {
         match request {
-            Request::Actions { filter, reply } => {
-                let _ = reply.send(answers::actions(self.core.drivers(), &filter));
-                false
-            }
             Request::History { query, reply } => {
                 let _ = reply.send(listing::history_page(&self.history, &query));
                 false
             }
             Request::Status { query, reply } => {
-                let map = self.map_index.snapshot();
+                let reads = self.reads();
                 let _ = reply.send(status::status(
                     self.core.drivers(),
                     self.health(),
                     &self.history,
-                    &map,
+                    &reads,
                     &query,
                 ));
                 false

@@ -78,6 +78,7 @@ impl<S: AgentStore> Agent<S> {
         let mut agent = Self {
             history: History::new(registry),
             map_index: tenure_core::map_index::MapIndex::new(),
+            journal_indexes: Vec::new(),
             board: super::super::request::HealthBoard::default(),
             log: store.log(),
             store,

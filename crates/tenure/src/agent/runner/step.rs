@@ -63,16 +63,36 @@ impl<S: AgentStore> Agent<S> {
         if let Some(upto) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
-        self.post_map();
+        self.post_reads();
         self.after_follow();
         Ok(())
     }
 
-    /// Brings the readers' map up to the first node's view and posts it
-    /// ([`super::super::request::HealthBoard::post_map`]).
-    pub(super) fn post_map(&mut self) {
+    /// Brings the readers' map up to the first node's view and their journals up to the
+    /// engines, and posts them ([`super::super::request::HealthBoard::post_reads`]).
+    pub(super) fn post_reads(&mut self) {
         self.core.drivers_mut()[0].follow_map(&mut self.map_index);
-        self.board.post_map(self.map_index.snapshot());
+        let drivers = self.core.drivers_mut();
+        if self.journal_indexes.len() != drivers.len() {
+            self.journal_indexes =
+                drivers.iter().map(|d| tenure_core::journal_index::JournalIndex::new(d.name())).collect();
+        }
+        for (index, driver) in self.journal_indexes.iter_mut().zip(drivers.iter_mut()) {
+            index.follow(driver.engine_mut());
+        }
+        self.board.post_reads(self.reads());
+    }
+
+    /// The readers' map and journals as they are now.
+    pub(super) fn reads(&self) -> super::super::request::Reads {
+        super::super::request::Reads {
+            map: self.map_index.snapshot(),
+            journals: self
+                .journal_indexes
+                .iter()
+                .map(tenure_core::journal_index::JournalIndex::snapshot)
+                .collect(),
+        }
     }
 
     /// Follows the log with node `index`'s driver; the first node's folds the log's history in
@@ -203,6 +223,8 @@ impl<S: AgentStore> Agent<S> {
                 }
             }
         }
+        // Readers see the journals as the step left them (planned, gated, calls started).
+        self.post_reads();
         // What the step's follows named (a hold that ended, a change) is planned without waiting
         // for the loop's next wake-up; a step that could not follow the log leaves the pass where
         // it is without the loop coming back for it at once (it does not spin on an unreadable log).
