@@ -184,13 +184,17 @@ fn main() {
     let mut index = MapIndex::new();
     index.follow(&mut view.clone());
     let map = index.snapshot();
-    let reads = tenure::agent::request::Reads { map: map.clone(), journals: vec![journal.snapshot()] };
+    let reads = tenure::agent::request::Reads {
+        map: map.clone(),
+        journals: vec![journal.snapshot()],
+        history: history.snapshot(),
+    };
 
     // Outside the timing: what the pages hold, so that the figures are of real pages.
     let first = page_query(&[]);
     let filtered = page_query(&[("node", "b"), ("address", "10.1.0.0/24"), ("phase", "held")]);
     for (name, query) in [("first", &first), ("filtered", &filtered)] {
-        let snapshot = status(&drivers, health(view), &history, &reads, &query.status_query());
+        let snapshot = status(&drivers, health(view), &reads, &query.status_query());
         let html = render(&snapshot, query);
         println!(
             "tenure-bench page {name}: rows={} matched={} total={} lanes={} changed={} history_entries={} html_bytes={}",
@@ -210,7 +214,7 @@ fn main() {
     for (name, query) in [("first_page", &first), ("filtered_page", &filtered)] {
         group.bench_function(BenchmarkId::new(name, &label), |b| {
             b.iter(|| {
-                let snapshot = status(&drivers, health(view), &history, &reads, &query.status_query());
+                let snapshot = status(&drivers, health(view), &reads, &query.status_query());
                 render(black_box(&snapshot), query)
             });
         });

@@ -45,7 +45,6 @@
 //! after the snapshot; one that dropped its oldest entries (past [`HISTORY_ENTRIES_MAX`]) to the
 //! record after the newest one it dropped entries of.
 
-use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -352,10 +351,31 @@ pub struct History {
     /// The projection of the empty log, where a restart from a snapshot starts.
     registry: Federation,
     view: Federation,
-    entries: VecDeque<HistoryEntry>,
+    /// A persistent vector: [`History::snapshot`] is O(1), for readers outside the agent loop.
+    entries: imbl::Vector<HistoryEntry>,
     entries_max: usize,
     reaches_back_to: u64,
     applied_index: Option<LogIndex>,
+}
+
+/// A history's entries as of one moment ([`History::snapshot`]): cheap to clone, immutable.
+#[derive(Clone, Debug, Default)]
+pub struct HistorySnapshot {
+    entries: imbl::Vector<HistoryEntry>,
+    reaches_back_to: u64,
+}
+
+impl HistorySnapshot {
+    /// The entries, oldest first ([`History::entries`]).
+    pub fn entries(&self) -> impl DoubleEndedIterator<Item = &HistoryEntry> + ExactSizeIterator + '_ {
+        self.entries.iter()
+    }
+
+    /// The first log index whose entries are all here ([`History::reaches_back_to`]).
+    #[must_use]
+    pub fn reaches_back_to(&self) -> u64 {
+        self.reaches_back_to
+    }
 }
 
 impl History {
@@ -366,7 +386,7 @@ impl History {
         Self {
             view: registry.clone(),
             registry,
-            entries: VecDeque::new(),
+            entries: imbl::Vector::new(),
             entries_max: HISTORY_ENTRIES_MAX,
             reaches_back_to: LogIndex::FIRST.get(),
             applied_index: None,
@@ -465,6 +485,13 @@ impl History {
     /// the approval or result).
     pub fn entries(&self) -> impl DoubleEndedIterator<Item = &HistoryEntry> + ExactSizeIterator + '_ {
         self.entries.iter()
+    }
+
+    /// The entries as they are now, for readers outside the agent loop: O(1), sharing the
+    /// vector's chunks (issue 24: reads never wait for the loop).
+    #[must_use]
+    pub fn snapshot(&self) -> HistorySnapshot {
+        HistorySnapshot { entries: self.entries.clone(), reaches_back_to: self.reaches_back_to }
     }
 
     /// The first log index whose entries are all here (1: the whole log).

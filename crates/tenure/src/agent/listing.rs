@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use tenure_core::federation::history::{History, HistoryEntry};
+use tenure_core::federation::history::{HistoryEntry, HistorySnapshot};
 use tenure_core::input::{canonical_address, check_name};
 
 /// The filters every list call takes; `None` / empty matches everything.
@@ -149,13 +149,13 @@ pub struct HistoryAnswer {
     pub entries: Vec<(HistoryPosition, HistoryEntry)>,
     /// Whether more entries match after the last one.
     pub more: bool,
-    /// The first log index whose entries are all kept ([`History::reaches_back_to`]).
+    /// The first log index whose entries are all kept ([`HistorySnapshot::reaches_back_to`]).
     pub reaches_back_to: u64,
 }
 
 /// Answers `query` from `history`.
 #[must_use]
-pub fn history_page(history: &History, query: &HistoryQuery) -> HistoryAnswer {
+pub fn history_page(history: &HistorySnapshot, query: &HistoryQuery) -> HistoryAnswer {
     let mut entries = Vec::new();
     let mut more = false;
     let mut record = None;

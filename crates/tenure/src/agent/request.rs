@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::map::{OwnershipQuery, RowsPage};
 use super::status::{StatusQuery, StatusSnapshot};
+use tenure_core::federation::history::HistorySnapshot;
 use tenure_core::journal_index::JournalSnapshot;
 use tenure_core::map_index::MapSnapshot;
 
@@ -185,13 +186,6 @@ pub enum Control {
 /// One request to the agent loop.
 #[derive(Debug)]
 pub enum Request {
-    /// A page of the history (`GET /v1/history`).
-    History {
-        /// Which entries.
-        query: HistoryQuery,
-        /// Where the answer goes.
-        reply: oneshot::Sender<HistoryAnswer>,
-    },
     /// Everything the status page shows, of one moment (`GET /`).
     Status {
         /// The page's filters and which page.
@@ -246,27 +240,33 @@ pub struct Reads {
     pub map: MapSnapshot,
     /// The journals (`GET /v1/actions`, the metrics' counts of entries).
     pub journals: Vec<JournalSnapshot>,
+    /// The log's history (`GET /v1/history`).
+    pub history: HistorySnapshot,
 }
 
 /// What the loop posts for readers that never wait for it: its health and when (what
 /// `GET /v1/health` answers), and its [`Reads`] as of its last follow or step. Cheap to clone.
+///
+/// An ask sees what the change answered before it did: the loop counts the changes it answers
+/// ([`HealthBoard::note_change`], before the answer goes out), and a post at the end of a step
+/// says which of them it covers ([`HealthBoard::post_reads`]); a read waits for a post that covers
+/// every change answered when it was asked (one step at most), as it waited for that step when
+/// the loop answered reads itself.
 #[derive(Clone, Debug)]
 pub struct HealthBoard {
     health: Arc<watch::Sender<Option<(Health, tokio::time::Instant)>>>,
-    map: Arc<watch::Sender<Option<Reads>>>,
+    map: Arc<watch::Sender<Option<(Reads, u64)>>>,
+    changes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for HealthBoard {
     fn default() -> Self {
-        Self { health: Arc::new(watch::Sender::new(None)), map: Arc::new(watch::Sender::new(None)) }
+        Self {
+            health: Arc::new(watch::Sender::new(None)),
+            map: Arc::new(watch::Sender::new(None)),
+            changes: Arc::default(),
+        }
     }
-}
-
-/// The first post on `board`; waits up to `bound` for it (a loop starting).
-async fn first_post<T: Clone>(board: &watch::Sender<Option<T>>, bound: Duration) -> Option<T> {
-    let mut posts = board.subscribe();
-    let first = tokio::time::timeout(bound, posts.wait_for(Option::is_some)).await;
-    first.ok().and_then(Result::ok).and_then(|post| post.clone())
 }
 
 impl HealthBoard {
@@ -275,20 +275,39 @@ impl HealthBoard {
         self.health.send_replace(Some((health, tokio::time::Instant::now())));
     }
 
-    /// Posts the map and journals as the loop has them now (O(1): snapshots share the indexes'
-    /// trees).
-    pub fn post_reads(&self, reads: Reads) {
-        self.map.send_replace(Some(reads));
+    /// The loop answered a request that changed its state (an event appended, a node frozen or
+    /// woken): reads asked from now on wait for a post that covers it.
+    pub fn note_change(&self) {
+        self.changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Posts the map, journals and history as the loop has them now (O(1): snapshots share the
+    /// indexes' trees). `step_done`: the loop is at the end of a step, which covers every change
+    /// answered before it; a post after a follow within a step covers what the last one did.
+    pub fn post_reads(&self, reads: Reads, step_done: bool) {
+        let covers = if step_done {
+            self.changes.load(std::sync::atomic::Ordering::SeqCst)
+        } else {
+            self.map.borrow().as_ref().map_or(0, |(_, covers)| *covers)
+        };
+        self.map.send_replace(Some((reads, covers)));
     }
 
     /// The last post; before the first, waits up to `bound` for it (a loop starting).
     async fn last(&self, bound: Duration) -> Option<(Health, tokio::time::Instant)> {
-        first_post(&self.health, bound).await
+        let mut posts = self.health.subscribe();
+        let first = tokio::time::timeout(bound, posts.wait_for(Option::is_some)).await;
+        first.ok().and_then(Result::ok).and_then(|post| post.clone())
     }
 
-    /// The reads posted last; before the first, waits up to `bound` for them.
+    /// The reads posted last that cover every change answered by now; waits up to `bound` for
+    /// them (the loop starting, or in the step after a change).
     async fn last_reads(&self, bound: Duration) -> Option<Reads> {
-        first_post(&self.map, bound).await
+        let wanted = self.changes.load(std::sync::atomic::Ordering::SeqCst);
+        let mut posts = self.map.subscribe();
+        let covering = posts.wait_for(|post| post.as_ref().is_some_and(|(_, covers)| *covers >= wanted));
+        let post = tokio::time::timeout(bound, covering).await;
+        post.ok().and_then(Result::ok).and_then(|post| post.as_ref().map(|(reads, _)| reads.clone()))
     }
 }
 
@@ -403,9 +422,9 @@ impl AgentHandle {
         self.read(move |reads| super::answers::actions(&reads.journals, &filter)).await
     }
 
-    /// A page of the history.
+    /// A page of the history, from the history the loop posted last.
     pub async fn history(&self, query: HistoryQuery) -> Result<HistoryAnswer, HandleError> {
-        self.ask(|reply| Request::History { query, reply }).await
+        self.read(move |reads| super::listing::history_page(&reads.history, &query)).await
     }
 
     /// Health, from what the loop posted last ([`HealthBoard`]): never a wait on the loop, which
@@ -528,9 +547,12 @@ mod tests {
         let query = OwnershipQuery { limit: Some(2), ..OwnershipQuery::default() };
         assert!(matches!(handle.ownership_page(query.clone()).await, Err(HandleError::Timeout(_))));
         let (view, _) = crate::agent::map::tests::fleet();
-        requests
-            .board()
-            .post_reads(Reads { map: crate::agent::map::tests::snapshot(&view), journals: Vec::new() });
+        let reads = Reads {
+            map: crate::agent::map::tests::snapshot(&view),
+            journals: Vec::new(),
+            history: HistorySnapshot::default(),
+        };
+        requests.board().post_reads(reads.clone(), true);
         let page = handle.ownership_page(query).await.expect("answered from the board");
         assert_eq!(
             page.rows.iter().map(|row| format!("{}/{}", row.pool, row.address)).collect::<Vec<_>>(),
@@ -538,6 +560,14 @@ mod tests {
         );
         assert!(page.more);
         assert_eq!(requests.taken(), 0, "the loop was asked nothing");
+        // After a change the loop answered, a read waits for the post of the step that follows
+        // it; a post within that step (after a follow) does not cover it.
+        requests.board().note_change();
+        requests.board().post_reads(reads.clone(), false);
+        let query = OwnershipQuery { limit: Some(2), ..OwnershipQuery::default() };
+        assert!(matches!(handle.ownership_page(query.clone()).await, Err(HandleError::Timeout(_))));
+        requests.board().post_reads(reads, true);
+        assert_eq!(handle.ownership_page(query).await.expect("covered").rows.len(), 2);
         drop(requests);
         let stopped = handle.ownership_page(OwnershipQuery::default()).await;
         assert_eq!(stopped, Err(HandleError::Stopped));

@@ -210,7 +210,7 @@ pub async fn run<S: AgentStore>(
     // Reads (the map, the journals) from here: before its first step the agent has not applied
     // its pools, and an empty map would say it holds nothing (a read waits for this post).
     agent.board = requests.board();
-    agent.post_reads();
+    agent.post_reads(true);
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);

@@ -20,7 +20,7 @@ use std::net::IpAddr;
 
 use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
-use tenure_core::federation::history::{EntryKind, History, HistoryEntry};
+use tenure_core::federation::history::{EntryKind, HistoryEntry, HistorySnapshot};
 use tenure_core::journal::JournalStore;
 use tenure_core::map_index::MapSnapshot;
 use tenure_core::model::VrrpState;
@@ -143,7 +143,6 @@ pub struct StatusSnapshot {
 pub fn status<S: JournalStore>(
     drivers: &[NodeDriver<S>],
     health: Health,
-    history: &History,
     reads: &Reads,
     query: &StatusQuery,
 ) -> StatusSnapshot {
@@ -184,7 +183,7 @@ pub fn status<S: JournalStore>(
         waiting_total,
         failed,
         failed_total,
-        timeline: timeline_lanes(view, &reads.map, history, &query.filter),
+        timeline: timeline_lanes(view, &reads.map, &reads.history, &query.filter),
     }
 }
 
@@ -198,7 +197,7 @@ fn moves_tokens(entry: &HistoryEntry) -> bool {
 pub fn timeline_lanes(
     view: &Federation,
     map: &MapSnapshot,
-    history: &History,
+    history: &HistorySnapshot,
     filter: &MapFilter,
 ) -> TimelineLanes {
     // Per address met, newest first: whether it is drawn (kept and changed), or why not yet.
@@ -343,8 +342,12 @@ mod tests {
             apply(&mut fleet, 2_500, EventKind::Heartbeat { node: name.into() });
         }
         let (view, history) = &fleet;
-        let all =
-            timeline_lanes(view, &crate::agent::map::tests::snapshot(view), history, &MapFilter::default());
+        let all = timeline_lanes(
+            view,
+            &crate::agent::map::tests::snapshot(view),
+            &history.snapshot(),
+            &MapFilter::default(),
+        );
         assert_eq!(all.changed, 3, "every address moved at least once (its first owner)");
         assert_eq!(drawn(&all), ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]);
         let lane = &all.lanes[1];
@@ -359,14 +362,14 @@ mod tests {
         let edge_only = timeline_lanes(
             view,
             &crate::agent::map::tests::snapshot(view),
-            history,
+            &history.snapshot(),
             &filter(Some("edge"), None),
         );
         assert_eq!(drawn(&edge_only), ["edge/10.0.0.10", "edge/10.0.1.10"]);
         let of_dead = timeline_lanes(
             view,
             &crate::agent::map::tests::snapshot(view),
-            history,
+            &history.snapshot(),
             &filter(None, Some(&dead)),
         );
         assert!(drawn(&of_dead).contains(&"edge/10.0.0.10".to_owned()), "{:?}", drawn(&of_dead));
@@ -378,14 +381,18 @@ mod tests {
         let dead_in_core = timeline_lanes(
             view,
             &crate::agent::map::tests::snapshot(view),
-            history,
+            &history.snapshot(),
             &filter(Some("core"), Some(&dead)),
         );
         assert!(dead_in_core.lanes.iter().all(|lane| lane.pool == "core"), "{:?}", drawn(&dead_in_core));
         let mut dead_elsewhere = filter(None, Some(&dead));
         dead_elsewhere.list.addresses.push("10.0.1.0/24".parse().expect("a range"));
-        let dead_elsewhere =
-            timeline_lanes(view, &crate::agent::map::tests::snapshot(view), history, &dead_elsewhere);
+        let dead_elsewhere = timeline_lanes(
+            view,
+            &crate::agent::map::tests::snapshot(view),
+            &history.snapshot(),
+            &dead_elsewhere,
+        );
         assert!(
             !drawn(&dead_elsewhere).contains(&"edge/10.0.0.10".to_owned()),
             "{:?}",
@@ -394,7 +401,7 @@ mod tests {
         let gone = timeline_lanes(
             view,
             &crate::agent::map::tests::snapshot(view),
-            history,
+            &history.snapshot(),
             &filter(Some("gone"), None),
         );
         assert!(gone.lanes.is_empty() && gone.changed == 0);
@@ -415,8 +422,12 @@ mod tests {
             apply(&mut fleet, 1_200 + i as u64, EventKind::PoolApplied { spec: Box::new(spec) });
         }
         let (view, history) = &fleet;
-        let lanes =
-            timeline_lanes(view, &crate::agent::map::tests::snapshot(view), history, &MapFilter::default());
+        let lanes = timeline_lanes(
+            view,
+            &crate::agent::map::tests::snapshot(view),
+            &history.snapshot(),
+            &MapFilter::default(),
+        );
         assert_eq!(lanes.changed, 33);
         assert_eq!(lanes.lanes.len(), TIMELINE_LANES_MAX);
         let addresses: Vec<IpAddr> = lanes.lanes.iter().map(|lane| lane.address).collect();

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tenure::agent::answers::{lost_their_desired_holder, with_desired_holder};
-use tenure::agent::listing::history_page;
 use tenure::agent::request::{
     ActionFilter, AgentHandle, Health, HealthBoard, MetricsSnapshot, Reads, Receipt, Request, SubmitError,
 };
@@ -159,7 +158,7 @@ impl TestDoubleAgentLoop {
     /// one: read whole from a copy of the double's head) and the nodes' journals.
     fn post_reads(&mut self) {
         let reads = self.reads();
-        self.state.board.post_reads(reads);
+        self.state.board.post_reads(reads, true);
     }
 
     fn reads(&mut self) -> Reads {
@@ -169,7 +168,11 @@ impl TestDoubleAgentLoop {
             let driver = self.replay.driver_mut(journal.snapshot().node()).expect("a node of the scenario");
             journal.follow(driver.engine_mut());
         }
-        Reads { map: map.snapshot(), journals: self.journals.iter().map(JournalIndex::snapshot).collect() }
+        Reads {
+            map: map.snapshot(),
+            journals: self.journals.iter().map(JournalIndex::snapshot).collect(),
+            history: self.history.snapshot(),
+        }
     }
 
     fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
@@ -257,14 +260,18 @@ impl TestDoubleAgentLoop {
             waiting,
             failed_total: failed.len(),
             failed,
-            timeline: tenure::agent::status::timeline_lanes(head, &map, &self.history, &query.filter),
+            timeline: tenure::agent::status::timeline_lanes(
+                head,
+                &map,
+                &self.history.snapshot(),
+                &query.filter,
+            ),
         }
     }
 
     fn answer(&mut self, request: Request) {
         // A caller that gave up is no error of the double's.
         match request {
-            Request::History { query, reply } => drop(reply.send(history_page(&self.history, &query))),
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
             Request::Status { query, reply } => drop(reply.send(self.status(&query))),
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),

@@ -10,7 +10,6 @@ use tracing::{info, warn};
 
 use super::super::AgentStore;
 use super::super::answers;
-use super::super::listing;
 use super::super::request::{
     Control, Health, Receipt, Request, Requests, SubmitError, no_eligible_member_note,
 };
@@ -92,19 +91,9 @@ impl<S: AgentStore> Agent<S> {
     /// Answers one request. Returns whether the state changed (a step is due).
     pub(super) async fn answer(&mut self, request: Request) -> bool {
         match request {
-            Request::History { query, reply } => {
-                let _ = reply.send(listing::history_page(&self.history, &query));
-                false
-            }
             Request::Status { query, reply } => {
                 let reads = self.reads();
-                let _ = reply.send(status::status(
-                    self.core.drivers(),
-                    self.health(),
-                    &self.history,
-                    &reads,
-                    &query,
-                ));
+                let _ = reply.send(status::status(self.core.drivers(), self.health(), &reads, &query));
                 false
             }
             Request::Metrics { reply } => {
@@ -138,13 +127,20 @@ impl<S: AgentStore> Agent<S> {
                 warn!("a submitted event whose caller stopped waiting was dropped, not appended");
                 false
             }
+            // A change is noted before its answer goes out: a read asked after the answer waits
+            // for the end of the step that follows (`HealthBoard::note_change`).
             Request::Control { control, reply } => {
-                let _ = reply.send(self.control(control).await);
+                let result = self.control(control).await;
+                self.board.note_change();
+                let _ = reply.send(result);
                 true
             }
             Request::Submit { submit, reply } => {
                 let result = self.submit(submit.event).await;
                 let changed = result.is_ok();
+                if changed {
+                    self.board.note_change();
+                }
                 let _ = reply.send(result);
                 changed
             }

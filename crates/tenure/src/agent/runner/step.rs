@@ -63,14 +63,15 @@ impl<S: AgentStore> Agent<S> {
         if let Some(upto) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
         }
-        self.post_reads();
+        self.post_reads(false);
         self.after_follow();
         Ok(())
     }
 
     /// Brings the readers' map up to the first node's view and their journals up to the
-    /// engines, and posts them ([`super::super::request::HealthBoard::post_reads`]).
-    pub(super) fn post_reads(&mut self) {
+    /// engines, and posts them ([`super::super::request::HealthBoard::post_reads`]; `step_done`:
+    /// at the end of a step, which covers the changes answered before it).
+    pub(super) fn post_reads(&mut self, step_done: bool) {
         self.core.drivers_mut()[0].follow_map(&mut self.map_index);
         let drivers = self.core.drivers_mut();
         if self.journal_indexes.len() != drivers.len() {
@@ -80,10 +81,10 @@ impl<S: AgentStore> Agent<S> {
         for (index, driver) in self.journal_indexes.iter_mut().zip(drivers.iter_mut()) {
             index.follow(driver.engine_mut());
         }
-        self.board.post_reads(self.reads());
+        self.board.post_reads(self.reads(), step_done);
     }
 
-    /// The readers' map and journals as they are now.
+    /// The readers' map, journals and history as they are now.
     pub(super) fn reads(&self) -> super::super::request::Reads {
         super::super::request::Reads {
             map: self.map_index.snapshot(),
@@ -92,6 +93,7 @@ impl<S: AgentStore> Agent<S> {
                 .iter()
                 .map(tenure_core::journal_index::JournalIndex::snapshot)
                 .collect(),
+            history: self.history.snapshot(),
         }
     }
 
@@ -224,7 +226,7 @@ impl<S: AgentStore> Agent<S> {
             }
         }
         // Readers see the journals as the step left them (planned, gated, calls started).
-        self.post_reads();
+        self.post_reads(true);
         // What the step's follows named (a hold that ended, a change) is planned without waiting
         // for the loop's next wake-up; a step that could not follow the log leaves the pass where
         // it is without the loop coming back for it at once (it does not spin on an unreadable log).
