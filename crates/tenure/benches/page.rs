@@ -188,13 +188,15 @@ fn main() {
         map: map.clone(),
         journals: vec![journal.snapshot()],
         history: history.snapshot(),
+        nodes: tenure::agent::status::node_statuses(view, &["b"]),
+        stream_time_ms: view.stream_time_ms(),
     };
 
     // Outside the timing: what the pages hold, so that the figures are of real pages.
     let first = page_query(&[]);
     let filtered = page_query(&[("node", "b"), ("address", "10.1.0.0/24"), ("phase", "held")]);
     for (name, query) in [("first", &first), ("filtered", &filtered)] {
-        let snapshot = status(&drivers, health(view), &reads, &query.status_query());
+        let snapshot = status(health(view), &reads, &query.status_query());
         let html = render(&snapshot, query);
         println!(
             "tenure-bench page {name}: rows={} matched={} total={} lanes={} changed={} history_entries={} html_bytes={}",
@@ -214,7 +216,7 @@ fn main() {
     for (name, query) in [("first_page", &first), ("filtered_page", &filtered)] {
         group.bench_function(BenchmarkId::new(name, &label), |b| {
             b.iter(|| {
-                let snapshot = status(&drivers, health(view), &reads, &query.status_query());
+                let snapshot = status(health(view), &reads, &query.status_query());
                 render(black_box(&snapshot), query)
             });
         });

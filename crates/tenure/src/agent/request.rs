@@ -186,13 +186,6 @@ pub enum Control {
 /// One request to the agent loop.
 #[derive(Debug)]
 pub enum Request {
-    /// Everything the status page shows, of one moment (`GET /`).
-    Status {
-        /// The page's filters and which page.
-        query: StatusQuery,
-        /// Where the answer goes.
-        reply: oneshot::Sender<StatusSnapshot>,
-    },
     /// The metrics snapshot (`GET /metrics`).
     Metrics {
         /// Where the answer goes.
@@ -242,6 +235,10 @@ pub struct Reads {
     pub journals: Vec<JournalSnapshot>,
     /// The log's history (`GET /v1/history`).
     pub history: HistorySnapshot,
+    /// Every node of the registry, as the status page lists them.
+    pub nodes: Vec<super::status::NodeStatus>,
+    /// Stream time of the view (ms).
+    pub stream_time_ms: u64,
 }
 
 /// What the loop posts for readers that never wait for it: its health and when (what
@@ -454,7 +451,8 @@ impl AgentHandle {
 
     /// What the status page shows, for `query`.
     pub async fn status(&self, query: StatusQuery) -> Result<StatusSnapshot, HandleError> {
-        self.ask(|reply| Request::Status { query, reply }).await
+        let health = self.health().await?;
+        self.read(move |reads| super::status::status(health, reads, &query)).await
     }
 
     /// The metrics snapshot: the loop's counters; the per-address gauges and the counts of
@@ -551,6 +549,8 @@ mod tests {
             map: crate::agent::map::tests::snapshot(&view),
             journals: Vec::new(),
             history: HistorySnapshot::default(),
+            nodes: Vec::new(),
+            stream_time_ms: 0,
         };
         requests.board().post_reads(reads.clone(), true);
         let page = handle.ownership_page(query).await.expect("answered from the board");

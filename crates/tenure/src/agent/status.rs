@@ -18,10 +18,8 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::federation::history::{EntryKind, HistoryEntry, HistorySnapshot};
-use tenure_core::journal::JournalStore;
 use tenure_core::map_index::MapSnapshot;
 use tenure_core::model::VrrpState;
 use tenure_core::rows::ActionRow;
@@ -136,30 +134,11 @@ pub struct StatusSnapshot {
     pub timeline: TimelineLanes,
 }
 
-/// The status snapshot of the loop's state: `drivers` are the nodes this agent runs (the first
-/// one's view is the agent's view), `health` as the loop computed it, `history` the log's history
-/// the loop keeps, `query` the page asked for.
+/// The status page's snapshot, from what the loop posted (`reads`: the map, the journals, the
+/// history, the nodes) and its `health`, for `query`: built on the caller's thread, never by the
+/// loop.
 #[must_use]
-pub fn status<S: JournalStore>(
-    drivers: &[NodeDriver<S>],
-    health: Health,
-    reads: &Reads,
-    query: &StatusQuery,
-) -> StatusSnapshot {
-    let Some(first) = drivers.first() else {
-        return StatusSnapshot {
-            health,
-            nodes: Vec::new(),
-            map: MapPage::default(),
-            waiting: Vec::new(),
-            waiting_total: 0,
-            failed: Vec::new(),
-            failed_total: 0,
-            timeline: TimelineLanes::default(),
-        };
-    };
-    let view = first.view();
-    let local: Vec<&str> = drivers.iter().map(NodeDriver::name).collect();
+pub fn status(health: Health, reads: &Reads, query: &StatusQuery) -> StatusSnapshot {
     let in_state = |state: &str| {
         answers::actions(
             &reads.journals,
@@ -177,13 +156,13 @@ pub fn status<S: JournalStore>(
     failed.truncate(FAILED_ACTIONS_SHOWN_MAX);
     StatusSnapshot {
         health,
-        nodes: node_statuses(view, &local),
+        nodes: reads.nodes.clone(),
         map: map::map_page(&reads.map, &query.filter, query.page, query.page_rows),
         waiting,
         waiting_total,
         failed,
         failed_total,
-        timeline: timeline_lanes(view, &reads.map, &reads.history, &query.filter),
+        timeline: timeline_lanes(&reads.map, &reads.history, &query.filter, reads.stream_time_ms),
     }
 }
 
@@ -195,10 +174,10 @@ fn moves_tokens(entry: &HistoryEntry) -> bool {
 /// The timeline's lanes for the addresses `filter` keeps (module doc, "The timeline's lanes").
 #[must_use]
 pub fn timeline_lanes(
-    view: &Federation,
     map: &MapSnapshot,
     history: &HistorySnapshot,
     filter: &MapFilter,
+    now_ms: u64,
 ) -> TimelineLanes {
     // Per address met, newest first: whether it is drawn (kept and changed), or why not yet.
     #[derive(Clone, Copy, PartialEq, Eq)]
@@ -256,20 +235,12 @@ pub fn timeline_lanes(
         .map(|((pool, address), (entries, _, _))| Lane {
             pool: pool.to_owned(),
             address,
-            owner: view
-                .address(pool, address)
-                .and_then(|state| state.owner)
-                .map(|id| view.node_name(id).to_owned()),
+            // Its owner in the map now (none once the map no longer shows it).
+            owner: map.row(pool, address).and_then(|row| row.owner).map(|id| map.node_name(id).to_owned()),
             entries: entries.into_iter().rev().cloned().collect(),
         })
         .collect();
-    TimelineLanes {
-        lanes,
-        unaddressed,
-        changed,
-        now_ms: view.stream_time_ms(),
-        reaches_back_to: history.reaches_back_to(),
-    }
+    TimelineLanes { lanes, unaddressed, changed, now_ms, reaches_back_to: history.reaches_back_to() }
 }
 
 /// Every node of `view`'s registry, by name; `local` are the ones this agent runs.
@@ -312,6 +283,20 @@ mod tests {
     use super::super::map::tests::{apply, fleet};
     use super::*;
 
+    /// The lanes of `view` and its history, as the loop's posts have them.
+    fn lanes(
+        view: &Federation,
+        history: &tenure_core::federation::history::History,
+        filter: &MapFilter,
+    ) -> TimelineLanes {
+        timeline_lanes(
+            &crate::agent::map::tests::snapshot(view),
+            &history.snapshot(),
+            filter,
+            view.stream_time_ms(),
+        )
+    }
+
     fn filter(pool: Option<&str>, node: Option<&str>) -> MapFilter {
         MapFilter {
             list: super::super::listing::ListFilter {
@@ -342,12 +327,7 @@ mod tests {
             apply(&mut fleet, 2_500, EventKind::Heartbeat { node: name.into() });
         }
         let (view, history) = &fleet;
-        let all = timeline_lanes(
-            view,
-            &crate::agent::map::tests::snapshot(view),
-            &history.snapshot(),
-            &MapFilter::default(),
-        );
+        let all = lanes(view, history, &MapFilter::default());
         assert_eq!(all.changed, 3, "every address moved at least once (its first owner)");
         assert_eq!(drawn(&all), ["core/10.0.0.11", "edge/10.0.0.10", "edge/10.0.1.10"]);
         let lane = &all.lanes[1];
@@ -359,51 +339,26 @@ mod tests {
         assert_eq!(lane.owner, last.to, "the owner now is the last move's");
         assert!(lane.entries.iter().any(|e| e.kind == EntryKind::Executed), "the confirmed acquire");
         assert_eq!(all.now_ms, 2_500);
-        let edge_only = timeline_lanes(
-            view,
-            &crate::agent::map::tests::snapshot(view),
-            &history.snapshot(),
-            &filter(Some("edge"), None),
-        );
+        let edge_only = lanes(view, history, &filter(Some("edge"), None));
         assert_eq!(drawn(&edge_only), ["edge/10.0.0.10", "edge/10.0.1.10"]);
-        let of_dead = timeline_lanes(
-            view,
-            &crate::agent::map::tests::snapshot(view),
-            &history.snapshot(),
-            &filter(None, Some(&dead)),
-        );
+        let of_dead = lanes(view, history, &filter(None, Some(&dead)));
         assert!(drawn(&of_dead).contains(&"edge/10.0.0.10".to_owned()), "{:?}", drawn(&of_dead));
         assert!(
             of_dead.lanes.iter().all(|lane| lane.entries.iter().any(|e| e.involves(&dead))),
             "only addresses the dead node was in"
         );
         // The node's earlier addresses are still narrowed by the pool and address filters.
-        let dead_in_core = timeline_lanes(
-            view,
-            &crate::agent::map::tests::snapshot(view),
-            &history.snapshot(),
-            &filter(Some("core"), Some(&dead)),
-        );
+        let dead_in_core = lanes(view, history, &filter(Some("core"), Some(&dead)));
         assert!(dead_in_core.lanes.iter().all(|lane| lane.pool == "core"), "{:?}", drawn(&dead_in_core));
         let mut dead_elsewhere = filter(None, Some(&dead));
         dead_elsewhere.list.addresses.push("10.0.1.0/24".parse().expect("a range"));
-        let dead_elsewhere = timeline_lanes(
-            view,
-            &crate::agent::map::tests::snapshot(view),
-            &history.snapshot(),
-            &dead_elsewhere,
-        );
+        let dead_elsewhere = lanes(view, history, &dead_elsewhere);
         assert!(
             !drawn(&dead_elsewhere).contains(&"edge/10.0.0.10".to_owned()),
             "{:?}",
             drawn(&dead_elsewhere)
         );
-        let gone = timeline_lanes(
-            view,
-            &crate::agent::map::tests::snapshot(view),
-            &history.snapshot(),
-            &filter(Some("gone"), None),
-        );
+        let gone = lanes(view, history, &filter(Some("gone"), None));
         assert!(gone.lanes.is_empty() && gone.changed == 0);
     }
 
@@ -422,15 +377,10 @@ mod tests {
             apply(&mut fleet, 1_200 + i as u64, EventKind::PoolApplied { spec: Box::new(spec) });
         }
         let (view, history) = &fleet;
-        let lanes = timeline_lanes(
-            view,
-            &crate::agent::map::tests::snapshot(view),
-            &history.snapshot(),
-            &MapFilter::default(),
-        );
-        assert_eq!(lanes.changed, 33);
-        assert_eq!(lanes.lanes.len(), TIMELINE_LANES_MAX);
-        let addresses: Vec<IpAddr> = lanes.lanes.iter().map(|lane| lane.address).collect();
+        let drawn = lanes(view, history, &MapFilter::default());
+        assert_eq!(drawn.changed, 33);
+        assert_eq!(drawn.lanes.len(), TIMELINE_LANES_MAX);
+        let addresses: Vec<IpAddr> = drawn.lanes.iter().map(|lane| lane.address).collect();
         assert!(addresses.contains(&many[29]) && !addresses.contains(&many[0]), "{addresses:?}");
     }
 }

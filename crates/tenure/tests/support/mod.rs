@@ -17,7 +17,6 @@ use tenure::agent::answers::{lost_their_desired_holder, with_desired_holder};
 use tenure::agent::request::{
     ActionFilter, AgentHandle, Health, HealthBoard, MetricsSnapshot, Reads, Receipt, Request, SubmitError,
 };
-use tenure::agent::status::StatusSnapshot;
 use tenure::api::{ApiToken, router, serve};
 use tenure::metrics::Metrics;
 use tenure_core::federation::Federation;
@@ -172,6 +171,8 @@ impl TestDoubleAgentLoop {
             map: map.snapshot(),
             journals: self.journals.iter().map(JournalIndex::snapshot).collect(),
             history: self.history.snapshot(),
+            nodes: tenure::agent::status::node_statuses(self.replay.head(), &["a", "b"]),
+            stream_time_ms: self.replay.head().stream_time_ms(),
         }
     }
 
@@ -245,35 +246,10 @@ impl TestDoubleAgentLoop {
         }
     }
 
-    fn status(&mut self, query: &tenure::agent::status::StatusQuery) -> StatusSnapshot {
-        let failed =
-            self.actions(&ActionFilter { state: Some("failed".to_owned()), ..ActionFilter::default() });
-        let waiting =
-            self.actions(&ActionFilter { state: Some("pending".to_owned()), ..ActionFilter::default() });
-        let map = self.reads().map;
-        let head = self.replay.head();
-        StatusSnapshot {
-            health: self.health(),
-            nodes: tenure::agent::status::node_statuses(head, &["a", "b"]),
-            map: tenure::agent::map::map_page(&map, &query.filter, query.page, query.page_rows),
-            waiting_total: waiting.len(),
-            waiting,
-            failed_total: failed.len(),
-            failed,
-            timeline: tenure::agent::status::timeline_lanes(
-                head,
-                &map,
-                &self.history.snapshot(),
-                &query.filter,
-            ),
-        }
-    }
-
     fn answer(&mut self, request: Request) {
         // A caller that gave up is no error of the double's.
         match request {
             Request::Metrics { reply } => drop(reply.send(self.metrics())),
-            Request::Status { query, reply } => drop(reply.send(self.status(&query))),
             Request::Submit { submit, reply } => drop(reply.send(self.submit(submit.event))),
             // Not on the HTTP API: the double never receives one.
             Request::Control { reply, .. } => drop(reply.send(Err("not in the test double".to_owned()))),

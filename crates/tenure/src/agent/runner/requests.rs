@@ -13,7 +13,7 @@ use super::super::answers;
 use super::super::request::{
     Control, Health, Receipt, Request, Requests, SubmitError, no_eligible_member_note,
 };
-use super::super::status;
+
 use super::Agent;
 
 /// What health says before the agent's first step: it is opening its store and following the log.
@@ -91,11 +91,6 @@ impl<S: AgentStore> Agent<S> {
     /// Answers one request. Returns whether the state changed (a step is due).
     pub(super) async fn answer(&mut self, request: Request) -> bool {
         match request {
-            Request::Status { query, reply } => {
-                let reads = self.reads();
-                let _ = reply.send(status::status(self.core.drivers(), self.health(), &reads, &query));
-                false
-            }
             Request::Metrics { reply } => {
                 self.counters.stamps_capped = self.beat.stamper().stamper.capped();
                 let health = self.health();

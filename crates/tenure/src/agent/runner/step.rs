@@ -94,6 +94,11 @@ impl<S: AgentStore> Agent<S> {
                 .map(tenure_core::journal_index::JournalIndex::snapshot)
                 .collect(),
             history: self.history.snapshot(),
+            nodes: super::super::status::node_statuses(
+                self.view(),
+                &self.core.drivers().iter().map(NodeDriver::name).collect::<Vec<_>>(),
+            ),
+            stream_time_ms: self.view().stream_time_ms(),
         }
     }
 
