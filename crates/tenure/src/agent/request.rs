@@ -244,11 +244,11 @@ pub struct Reads {
 /// What the loop posts for readers that never wait for it: its health and when (what
 /// `GET /v1/health` answers), and its [`Reads`] as of its last follow or step. Cheap to clone.
 ///
-/// An ask sees what the change answered before it did: the loop counts the changes it answers
+/// An ask sees what a freeze or a wake answered before it did: the loop counts those it answers
 /// ([`HealthBoard::note_change`], before the answer goes out), and a post at the end of a step
 /// says which of them it covers ([`HealthBoard::post_reads`]); a read waits for a post that covers
-/// every change answered when it was asked (one step at most), as it waited for that step when
-/// the loop answered reads itself.
+/// every one answered when it was asked (one step at most), as it waited for that step when the
+/// loop answered reads itself.
 #[derive(Clone, Debug)]
 pub struct HealthBoard {
     health: Arc<watch::Sender<Option<(Health, tokio::time::Instant)>>>,
@@ -272,8 +272,8 @@ impl HealthBoard {
         self.health.send_replace(Some((health, tokio::time::Instant::now())));
     }
 
-    /// The loop answered a request that changed its state (an event appended, a node frozen or
-    /// woken): reads asked from now on wait for a post that covers it.
+    /// The loop answered a request whose effect is the next step's (a node frozen after its next
+    /// plan, or woken for its zombie pass): reads asked from now on wait for a post that covers it.
     pub fn note_change(&self) {
         self.changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }

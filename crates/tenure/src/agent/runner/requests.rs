@@ -122,20 +122,21 @@ impl<S: AgentStore> Agent<S> {
                 warn!("a submitted event whose caller stopped waiting was dropped, not appended");
                 false
             }
-            // A change is noted before its answer goes out: a read asked after the answer waits
-            // for the end of the step that follows (`HealthBoard::note_change`).
+            // A freeze or a wake is noted before its answer goes out: a read asked after the
+            // answer waits for the end of the step that follows (`HealthBoard::note_change`: the
+            // frozen node's last plans, the woken one's zombie pass).
             Request::Control { control, reply } => {
                 let result = self.control(control).await;
                 self.board.note_change();
                 let _ = reply.send(result);
                 true
             }
+            // An operator's event is answered once the view applied it (`submit` follows the log
+            // and posts): the map shows it; what the nodes plan from it shows after the step that
+            // follows. Not noted: reads never wait for a busy loop because others write.
             Request::Submit { submit, reply } => {
                 let result = self.submit(submit.event).await;
                 let changed = result.is_ok();
-                if changed {
-                    self.board.note_change();
-                }
                 let _ = reply.send(result);
                 changed
             }
