@@ -87,7 +87,10 @@ impl Federation {
     /// The plan of (`provider`, `address`) may have changed.
     pub(super) fn plan_changed(&mut self, provider: &str, address: IpAddr) {
         if self.plan_changes.keys.len() >= PLAN_CHANGES_MAX {
-            self.plan_changed_whole();
+            // The planner's keys alone: the map's readers keep their own, under their own bound
+            // (they take them at every follow; a node's planner may not, in a long pass).
+            self.plan_changes.keys.clear();
+            self.plan_changes.whole_generation += 1;
         }
         self.plan_changes.keys.insert((crate::names::shared(provider), address));
         self.row_changed(provider, address);
