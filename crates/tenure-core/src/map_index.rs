@@ -175,6 +175,11 @@ impl MapSnapshot {
 #[derive(Clone, Debug, Default)]
 pub struct MapIndex {
     current: MapSnapshot,
+    /// Rows whose phase changes with stream time alone (a release hold ending), by when: read
+    /// again once the view's stream time reaches it. Few: rows with a leaving holder in its hold.
+    timed: std::collections::BTreeSet<(u64, MapKey)>,
+    /// The time each of those rows is filed under in `timed`.
+    timed_at: std::collections::BTreeMap<MapKey, u64>,
 }
 
 impl MapIndex {
@@ -184,48 +189,78 @@ impl MapIndex {
         Self::default()
     }
 
-    /// Brings the rows up to `view`: the rows of the positions it says changed, or every row.
-    /// Returns how many rows were read from the view.
+    /// Brings the rows up to `view`: the rows of the positions it says changed (in every pool
+    /// that lists the address: a key names the provider an action was stamped with, which a pool
+    /// may have left since), or every row; then the rows whose phase stream time changed. Returns
+    /// how many rows were read from the view.
     pub fn follow(&mut self, view: &mut Federation) -> usize {
-        let current = &mut self.current;
-        current.events_applied = view.events_applied();
-        if current.nodes.len() != view.nodes().len()
-            || current.nodes.iter().zip(view.nodes()).any(|(kept, node)| **kept != *node.spec.name)
+        self.current.events_applied = view.events_applied();
+        if self.current.nodes.len() != view.nodes().len()
+            || self.current.nodes.iter().zip(view.nodes()).any(|(kept, node)| **kept != *node.spec.name)
         {
-            current.nodes = view.nodes().iter().map(|node| crate::names::shared(&node.spec.name)).collect();
+            self.current.nodes =
+                view.nodes().iter().map(|node| crate::names::shared(&node.spec.name)).collect();
         }
+        let mut read = 0;
         match view.take_map_changes() {
             MapChanges::Whole => {
-                current.rows = view
-                    .map_addresses(MapStatus::WithPhase, None, None)
-                    .map(|shown| {
-                        (
-                            (crate::names::shared(shown.pool), shown.address),
-                            Arc::new(MapRow::of(view, &shown)),
-                        )
-                    })
-                    .collect();
-                current.rows.len()
+                self.timed.clear();
+                self.timed_at.clear();
+                let mut rows = imbl::OrdMap::new();
+                for shown in view.map_addresses(MapStatus::WithPhase, None, None) {
+                    let key = (crate::names::shared(shown.pool), shown.address);
+                    self.file_timed(&key, shown.phase_changes_at_ms);
+                    rows.insert(key, Arc::new(MapRow::of(view, &shown)));
+                }
+                self.current.rows = rows;
+                read = self.current.rows.len();
             }
             MapChanges::Keys(keys) => {
-                let mut read = 0;
-                for (provider, address) in keys {
-                    let pools = view.pools().iter().filter(|(_, pool)| *pool.spec.provider == *provider);
+                for (_, address) in keys {
+                    let pools = view.pools().iter().filter(|(_, pool)| pool.addresses.contains_key(&address));
                     for (name, _) in pools {
-                        let key = (crate::names::shared(name), address);
-                        match view.map_address_of(name, address, MapStatus::WithPhase) {
-                            Some(shown) => {
-                                current.rows.insert(key, Arc::new(MapRow::of(view, &shown)));
-                                read += 1;
-                            }
-                            None => {
-                                current.rows.remove(&key);
-                            }
-                        }
+                        read += self.read_row(view, crate::names::shared(name), address);
                     }
                 }
-                read
             }
+        }
+        let now_ms = view.stream_time_ms();
+        while let Some((at_ms, key)) = self.timed.first().cloned()
+            && at_ms <= now_ms
+        {
+            self.timed.remove(&(at_ms, key.clone()));
+            self.timed_at.remove(&key);
+            read += self.read_row(view, key.0.clone(), key.1);
+        }
+        read
+    }
+
+    /// Reads the row of `address` in `pool` from `view` again (gone when the map no longer shows
+    /// it). Returns 1 when a row was read.
+    fn read_row(&mut self, view: &Federation, pool: Arc<str>, address: IpAddr) -> usize {
+        let key = (pool, address);
+        match view.map_address_of(&key.0, address, MapStatus::WithPhase) {
+            Some(shown) => {
+                self.file_timed(&key, shown.phase_changes_at_ms);
+                self.current.rows.insert(key, Arc::new(MapRow::of(view, &shown)));
+                1
+            }
+            None => {
+                self.file_timed(&key, None);
+                self.current.rows.remove(&key);
+                0
+            }
+        }
+    }
+
+    /// Files `key` under the time its phase changes by itself, or under none.
+    fn file_timed(&mut self, key: &MapKey, at_ms: Option<u64>) {
+        if let Some(old) = self.timed_at.remove(key) {
+            self.timed.remove(&(old, key.clone()));
+        }
+        if let Some(at_ms) = at_ms {
+            self.timed_at.insert(key.clone(), at_ms);
+            self.timed.insert((at_ms, key.clone()));
         }
     }
 

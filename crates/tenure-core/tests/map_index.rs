@@ -111,3 +111,50 @@ fn a_change_of_one_position_reads_its_rows_alone() {
     follow(&mut view, &log, &mut applied);
     assert_eq!(index.follow(&mut view), ownership_rows_with_status(&view).len());
 }
+
+/// A pool moved to another provider: the old holder's release is stamped with the provider it
+/// captured on, and the change names that provider; the pool's row (its holders, its NICs) is
+/// read again all the same.
+#[test]
+fn a_release_stamped_with_a_provider_the_pool_left_reads_the_pool_s_row() {
+    use tenure_core::driver::{DriverOptions, NodeDriver};
+    use tenure_core::journal::MemoryJournalStore;
+    use tenure_core::model::{ProviderKind, ProviderSpec};
+    use tenure_core::node::NodeEngine;
+    let registry = Federation::new(
+        &[common::node("a", 10), common::node("b", 0)],
+        &[
+            ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud },
+            ProviderSpec { name: "sim2".into(), kind: ProviderKind::SimCloud },
+        ],
+    )
+    .with_drift_repair(true);
+    let engine = NodeEngine::open("a", MemoryJournalStore::new()).expect("memory");
+    let mut a = NodeDriver::new(engine, registry.clone(), DriverOptions { report_results: true });
+    let mut log = MemoryLog::new();
+    let mut edge = common::pool("edge", 0..2, 0, tenure_core::model::Approval::Auto);
+    common::append(&mut log, 0, tenure_core::log::EventKind::PoolApplied { spec: Box::new(edge.clone()) });
+    common::append(&mut log, 1, tenure_core::log::EventKind::Heartbeat { node: "a".into() });
+    common::append(&mut log, 1, tenure_core::log::EventKind::Heartbeat { node: "b".into() });
+    let mut view = registry;
+    let mut applied = None;
+    let mut index = MapIndex::new();
+    apply(&mut log, &mut a, 2, &Step::Execute);
+    follow(&mut view, &log, &mut applied);
+    index.follow(&mut view);
+    assert!(written(&index.snapshot()).iter().all(|row| row.held_by == Some(vec!["a".to_owned()])));
+    // The pool moves to sim2 (where no member is): a releases on sim1, its result names sim1.
+    edge.provider = "sim2".into();
+    common::append(&mut log, 3, tenure_core::log::EventKind::PoolApplied { spec: Box::new(edge) });
+    follow(&mut view, &log, &mut applied);
+    index.follow(&mut view);
+    // disable-forwarding, then unassign (the holding verb: a holds it no more).
+    for at_ms in [4, 5] {
+        apply(&mut log, &mut a, at_ms, &Step::Execute);
+        follow(&mut view, &log, &mut applied);
+        index.follow(&mut view);
+    }
+    let rows = ownership_rows_with_status(&view);
+    assert!(rows.iter().all(|row| row.held_by == Some(Vec::new())), "{rows:?}");
+    assert_eq!(written(&index.snapshot()), rows);
+}

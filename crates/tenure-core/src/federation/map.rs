@@ -45,6 +45,9 @@ pub struct MapAddress<'a> {
     /// The nodes whose last confirmed holding verb is an acquire, in node order
     /// ([`MapStatus::WithPhase`] only; empty otherwise).
     pub holders: Vec<NodeId>,
+    /// When its phase may change with stream time alone (a leaving holder's release hold ends;
+    /// [`MapStatus::WithPhase`] only).
+    pub phase_changes_at_ms: Option<u64>,
 }
 
 impl MapAddress<'_> {
@@ -105,11 +108,13 @@ impl Federation {
         status: MapStatus,
     ) -> Option<MapAddress<'a>> {
         let listed = !pool_state.deleted && state.active;
-        let (phase, holders) = match status {
-            MapStatus::OwnersOnly => (None, Vec::new()),
+        let (phase, holders, phase_changes_at_ms) = match status {
+            MapStatus::OwnersOnly => (None, Vec::new(), None),
             MapStatus::WithPhase => {
                 let holders = self.holders_of(name, pool_state, address, state);
-                (Some(self.phase(name, pool_state, address, state, &holders)), holders)
+                let phase = self.phase(name, pool_state, address, state, &holders);
+                let at = self.phase_changes_at_ms(pool_state, address, state, &holders, name);
+                (Some(phase), holders, at)
             }
         };
         // Unlisted, an address stays while a node holds it that no pool wants it on.
@@ -126,6 +131,7 @@ impl Federation {
             owner: state.owner.filter(|_| listed),
             phase,
             holders,
+            phase_changes_at_ms,
         })
     }
 }

@@ -154,6 +154,34 @@ impl Federation {
             })
     }
 
+    /// When the phase of the address, of its `holders`, may change with stream time alone: the
+    /// earliest end of a leaving holder's release hold ([`planner::release_plan`]'s
+    /// `Release::Held`; once it ends, the release may wait for an approval). `None`: no time
+    /// changes it.
+    pub(super) fn phase_changes_at_ms(
+        &self,
+        pool_state: &PoolState,
+        address: IpAddr,
+        state: &AddressState,
+        holders: &[NodeId],
+        pool: &str,
+    ) -> Option<u64> {
+        let desired = state.line.desired_holder.filter(|_| state.active && !pool_state.deleted);
+        holders
+            .iter()
+            .filter(|node| Some(**node) != desired)
+            .filter_map(|node| {
+                let confirmation = state.confirmations.iter().find(|c| c.node == *node && c.acquired)?;
+                let record =
+                    CaptureRef { pool, nic: &confirmation.nic, capture_domain: &confirmation.capture_domain };
+                match planner::release_plan(self, *node, &pool_state.spec.provider, address, record) {
+                    Some(Release::Held { due_ms }) => Some(due_ms),
+                    _ => None,
+                }
+            })
+            .min()
+    }
+
     /// The address's phase, of its `holders` ([`Self::holders_of`]).
     pub(super) fn phase(
         &self,

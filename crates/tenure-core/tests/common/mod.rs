@@ -164,7 +164,7 @@ pub fn apply(log: &mut MemoryLog, a: &mut NodeDriver<MemoryJournalStore>, at_ms:
         Step::Delete(p) => EventKind::PoolDeleted { pool: (*p).into() },
         Step::Apply(p) => EventKind::PoolApplied { spec: Box::new(spec(p)) },
         Step::ApplyEdgeManual => {
-            EventKind::PoolApplied { spec: Box::new(pool("edge", 0..6, 0, Approval::Manual)) }
+            EventKind::PoolApplied { spec: Box::new(pool("edge", 0..6, 300, Approval::Manual)) }
         }
         Step::Raise(by) => EventKind::TokensRaised { by: *by },
         Step::Inventory(i, on) => EventKind::Inventory {

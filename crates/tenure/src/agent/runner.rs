@@ -174,6 +174,8 @@ struct Agent<S: AgentStore> {
     /// The ownership map readers see ([`tenure_core::map_index`]): it follows the first node's
     /// view, and is posted on `board` after every follow and every step.
     map_index: tenure_core::map_index::MapIndex,
+    /// A step is under way ([`Agent::step`]): its follows do not post the reads, its end does.
+    in_step: bool,
     /// Each node's journal as readers see it ([`tenure_core::journal_index`]), in the drivers'
     /// order; posted with the map.
     journal_indexes: Vec<tenure_core::journal_index::JournalIndex>,

@@ -79,6 +79,7 @@ impl<S: AgentStore> Agent<S> {
             history: History::new(registry),
             map_index: tenure_core::map_index::MapIndex::new(),
             journal_indexes: Vec::new(),
+            in_step: false,
             board: super::super::request::HealthBoard::default(),
             log: store.log(),
             store,
