@@ -404,6 +404,13 @@ impl AgentHandle {
         if self.requests.is_closed() {
             return Err(HandleError::Stopped);
         }
+        // A loop that has not turned for longer than the handle's timeout (health then says it
+        // is busy) may be stuck before a step that would change what its last post shows: its
+        // reads are not answered as if current, as when the loop answered them.
+        let turned = self.board.last(self.timeout).await.map(|(_, at)| at.elapsed());
+        if turned.is_none_or(|age| age > self.timeout) {
+            return Err(HandleError::Timeout(self.timeout));
+        }
         let reads = self.board.last_reads(self.timeout).await.ok_or(HandleError::Timeout(self.timeout))?;
         tokio::task::spawn_blocking(move || read(&reads)).await.map_err(|_| HandleError::Stopped)
     }
@@ -545,6 +552,7 @@ mod tests {
         let query = OwnershipQuery { limit: Some(2), ..OwnershipQuery::default() };
         assert!(matches!(handle.ownership_page(query.clone()).await, Err(HandleError::Timeout(_))));
         let (view, _) = crate::agent::map::tests::fleet();
+        requests.board().post(health(None));
         let reads = Reads {
             map: crate::agent::map::tests::snapshot(&view),
             journals: Vec::new(),
@@ -567,6 +575,10 @@ mod tests {
         let query = OwnershipQuery { limit: Some(2), ..OwnershipQuery::default() };
         assert!(matches!(handle.ownership_page(query.clone()).await, Err(HandleError::Timeout(_))));
         requests.board().post_reads(reads, true);
+        // The loop has not turned (posted its health) for longer than the timeout: it may be
+        // stuck before a step that changes what it posted, and reads say it does not answer.
+        assert!(matches!(handle.ownership_page(query.clone()).await, Err(HandleError::Timeout(_))));
+        requests.board().post(health(None));
         assert_eq!(handle.ownership_page(query).await.expect("covered").rows.len(), 2);
         drop(requests);
         let stopped = handle.ownership_page(OwnershipQuery::default()).await;

@@ -1,9 +1,10 @@
-//! What the status page (`GET /`, [`crate::api::page`]) shows, read from the loop in one request
-//! so that every section is of the same moment: health, the nodes, one page of the ownership map
-//! with its counts ([`super::map`]), the journal entries an operator must look at (waiting for
-//! approval, failed), and the failover timeline's lanes: the core's history entries
+//! What the status page (`GET /`, [`crate::api::page`]) shows, built from one post of the loop's
+//! reads ([`Reads`]: the map, the journals, the history and the nodes of the end of one step)
+//! and the health it posted last (at most one turn apart): the nodes, one page of the ownership
+//! map with its counts ([`super::map`]), the journal entries an operator must look at (waiting
+//! for approval, failed), and the failover timeline's lanes: the core's history entries
 //! ([`HistoryEntry`], the same the agent answers `GET /v1/history` with) of the addresses drawn.
-//! Pure functions of the loop's state; the page draws them outside the loop.
+//! Pure functions of the posts, run outside the loop.
 //!
 //! # The timeline's lanes
 //!

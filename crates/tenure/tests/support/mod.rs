@@ -295,9 +295,22 @@ pub async fn start(mode: Mode, token: Option<&str>, timeout: Duration) -> Server
                 let mut double = TestDoubleAgentLoop::new(double_state);
                 ready.send(()).expect("the starter waits");
                 let mut receiver = receiver;
+                // The loop's turns post its health (reads are answered only while it turns).
+                let turning = Arc::new(AtomicBool::new(true));
+                let turns = {
+                    let (turning, state) = (Arc::clone(&turning), double.state.clone());
+                    std::thread::spawn(move || {
+                        while turning.load(Ordering::SeqCst) {
+                            state.post();
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    })
+                };
                 while let Some(request) = receiver.blocking_recv() {
                     double.answer(request);
                 }
+                turning.store(false, Ordering::SeqCst);
+                let _ = turns.join();
             });
             built.recv().expect("the double starts");
         }
