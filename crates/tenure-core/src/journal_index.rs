@@ -52,6 +52,13 @@ impl JournalSnapshot {
         self.entries.values()
     }
 
+    /// The entries after sequence number `after` (all when `None`), in journal order.
+    pub fn rows_after(&self, after: Option<u64>) -> impl Iterator<Item = &JournalRow> + '_ {
+        let from =
+            after.map_or(std::ops::Bound::Unbounded, |seq| std::ops::Bound::Excluded(JournalSeq::new(seq)));
+        self.entries.range((from, std::ops::Bound::Unbounded)).map(|(_, row)| row)
+    }
+
     /// An entry written out, as `GET /v1/actions` lists it.
     #[must_use]
     pub fn render(&self, row: &JournalRow) -> ActionRow {

@@ -221,6 +221,8 @@ struct FaultyStore {
     inner: MemoryStore,
     failing: Arc<std::sync::atomic::AtomicBool>,
     unconfirmed: Arc<std::sync::atomic::AtomicBool>,
+    /// Says it retries appends that fail as unavailable (as the fleet store on etcd does).
+    retries: bool,
 }
 
 impl tenure::agent::AgentStore for FaultyStore {
@@ -255,6 +257,9 @@ impl tenure::agent::AgentStore for FaultyStore {
             return Err(tenure::agent::HeadUnconfirmed::Behind("etcd unreachable".into()));
         }
         Ok(())
+    }
+    fn capabilities(&self) -> tenure::agent::StoreCapabilities {
+        tenure::agent::StoreCapabilities { retries_appends: self.retries, ..self.inner.capabilities() }
     }
 }
 
@@ -412,6 +417,46 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
         assert!(!health.ok, "sticky: {health:?}");
         assert_eq!(health.log_head, at_failure, "a failed store takes nothing more: {health:?}");
     }
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(WAIT_MAX, done).await.expect("stops");
+}
+
+/// On a store that retries appends (etcd), an operator's event that cannot be appended for a
+/// moment is refused to its caller (503) and leaves health alone: once the log is back, an idle
+/// agent is healthy, without waiting for the loop to append something of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_event_on_a_store_that_retries_leaves_health_alone() {
+    let store = FaultyStore { retries: true, ..FaultyStore::default() };
+    let failing = Arc::clone(&store.failing);
+    let settings = Settings {
+        peers: Vec::new(),
+        nodes: vec![node("a", 10)],
+        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
+        executors: BTreeMap::new(),
+        heartbeat_interval: Duration::from_millis(20),
+        requeue_interval: Duration::from_millis(50),
+        journal_retention: 10_000,
+        pools: Box::new(|| Ok(vec![])),
+        vrrp: None,
+    };
+    let (handle, requests) = AgentHandle::channel();
+    let (_reload_tx, reload) = mpsc::channel(1);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
+        let _ = stopped.await;
+    }));
+    wait_until(WAIT_MAX, "healthy once started", async || handle.health().await.is_ok_and(|h| h.ok)).await;
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let refused = handle.submit(EventKind::Undrain { node: "a".into() }).await.expect("answers");
+    assert!(
+        matches!(refused, Err(SubmitError::Unavailable(ref r)) if r.contains("disk full")),
+        "{refused:?}"
+    );
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_until(WAIT_MAX, "healthy again once the log takes appends", async || {
+        handle.health().await.is_ok_and(|h| h.ok)
+    })
+    .await;
     let _ = stop.send(());
     let _ = tokio::time::timeout(WAIT_MAX, done).await.expect("stops");
 }

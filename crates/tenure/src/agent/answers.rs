@@ -16,21 +16,63 @@ use super::request::{ActionFilter, MetricsSnapshot};
 /// `filter`, by node name, then in journal order.
 #[must_use]
 pub fn actions(journals: &[JournalSnapshot], filter: &ActionFilter) -> Vec<ActionRow> {
+    let query = ActionsQuery { filter: filter.clone(), ..ActionsQuery::default() };
+    actions_page(journals, &query).rows
+}
+
+/// What `GET /v1/actions` asks: its filters, and the page (after a position, at most a number of
+/// entries).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActionsQuery {
+    /// `node`, `state`, `pool`.
+    pub filter: ActionFilter,
+    /// `address` (repeatable): only these addresses or ranges (none: every address).
+    pub addresses: Vec<ipnet::IpNet>,
+    /// Only entries after this node and sequence number (a continue token's position).
+    pub after: Option<(String, u64)>,
+    /// At most this many (`None`: all).
+    pub limit: Option<usize>,
+}
+
+/// One page of journal entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActionsPage {
+    /// The entries, by node name, then in journal order.
+    pub rows: Vec<ActionRow>,
+    /// Whether more entries match after the last one.
+    pub more: bool,
+}
+
+/// The entries `query` asks for, by node name then in journal order: filtered on the entries
+/// as they are, and only the page's written out (a page of 500 of a million entries writes 500).
+#[must_use]
+pub fn actions_page(journals: &[JournalSnapshot], query: &ActionsQuery) -> ActionsPage {
+    let filter = &query.filter;
+    let mut kept: Vec<&JournalSnapshot> = journals
+        .iter()
+        .filter(|j| filter.node.as_deref().is_none_or(|n| n == j.node()))
+        .filter(|j| query.after.as_ref().is_none_or(|(node, _)| j.node() >= node.as_str()))
+        .collect();
+    kept.sort_by(|a, b| a.node().cmp(b.node()));
     let mut rows = Vec::new();
-    for journal in journals.iter().filter(|j| filter.node.as_deref().is_none_or(|n| n == j.node())) {
-        for row in journal.rows() {
+    for journal in kept {
+        let after = query.after.as_ref().filter(|(node, _)| node == journal.node()).map(|(_, seq)| *seq);
+        for row in journal.rows_after(after) {
             let entry = &row.entry;
             if filter.state.as_deref().is_some_and(|s| s != entry.state.as_str())
                 || filter.pool.as_deref().is_some_and(|p| p != &*entry.action.pool)
+                || !(query.addresses.is_empty()
+                    || query.addresses.iter().any(|range| range.contains(&entry.action.address)))
             {
                 continue;
+            }
+            if query.limit.is_some_and(|limit| rows.len() >= limit) {
+                return ActionsPage { rows, more: true };
             }
             rows.push(journal.render(row));
         }
     }
-    // By node name (the journals are in the config's order), each node's in journal order.
-    rows.sort_by(|a, b| a.node.cmp(&b.node).then(a.seq.cmp(&b.seq)));
-    rows
+    ActionsPage { rows, more: false }
 }
 
 /// Journal entries now, by (verb, state) (`tenure_actions`): a `skipped` entry whatever its reason.

@@ -401,6 +401,12 @@ impl AgentHandle {
         &self,
         read: impl FnOnce(&Reads) -> T + Send + 'static,
     ) -> Result<T, HandleError> {
+        let reads = self.reads().await?;
+        tokio::task::spawn_blocking(move || read(&reads)).await.map_err(|_| HandleError::Stopped)
+    }
+
+    /// What the loop posted last ([`Self::read`]'s rules).
+    async fn reads(&self) -> Result<Reads, HandleError> {
         if self.requests.is_closed() {
             return Err(HandleError::Stopped);
         }
@@ -411,8 +417,7 @@ impl AgentHandle {
         if turned.is_none_or(|age| age > self.timeout) {
             return Err(HandleError::Timeout(self.timeout));
         }
-        let reads = self.board.last_reads(self.timeout).await.ok_or(HandleError::Timeout(self.timeout))?;
-        tokio::task::spawn_blocking(move || read(&reads)).await.map_err(|_| HandleError::Stopped)
+        self.board.last_reads(self.timeout).await.ok_or(HandleError::Timeout(self.timeout))
     }
 
     /// A page of the ownership map, from the map the loop posted last: only the rows returned are
@@ -424,6 +429,15 @@ impl AgentHandle {
     /// Journal entries matching `filter`, from the journals the loop posted last.
     pub async fn actions(&self, filter: ActionFilter) -> Result<Vec<ActionRow>, HandleError> {
         self.read(move |reads| super::answers::actions(&reads.journals, &filter)).await
+    }
+
+    /// A page of journal entries, from the journals the loop posted last: only the entries
+    /// returned are written out.
+    pub async fn actions_page(
+        &self,
+        query: super::answers::ActionsQuery,
+    ) -> Result<super::answers::ActionsPage, HandleError> {
+        self.read(move |reads| super::answers::actions_page(&reads.journals, &query)).await
     }
 
     /// A page of the history, from the history the loop posted last.
@@ -458,8 +472,13 @@ impl AgentHandle {
 
     /// What the status page shows, for `query`.
     pub async fn status(&self, query: StatusQuery) -> Result<StatusSnapshot, HandleError> {
+        // The reads first (at start: once the first step posted them), then the health posted
+        // by then: the page's heading is never older than its map.
+        let reads = self.reads().await?;
         let health = self.health().await?;
-        self.read(move |reads| super::status::status(health, reads, &query)).await
+        tokio::task::spawn_blocking(move || super::status::status(health, &reads, &query))
+            .await
+            .map_err(|_| HandleError::Stopped)
     }
 
     /// The metrics snapshot: the loop's counters; the per-address gauges and the counts of

@@ -212,6 +212,7 @@ pub async fn run<S: AgentStore>(
     // Reads (the map, the journals) from here: before its first step the agent has not applied
     // its pools, and an empty map would say it holds nothing (a read waits for this post).
     agent.board = requests.board();
+    requests.board().post(agent.health());
     agent.post_reads(true);
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);

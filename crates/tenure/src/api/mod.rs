@@ -62,6 +62,7 @@ pub use body::{API_BODY_BYTES_MAX, API_BODY_READ_TIMEOUT};
 pub use failure::ApiFailure;
 pub use list::{ACTION_STATES, ListKind, ListQuery, Position, list_query};
 
+use crate::agent::answers::ActionsQuery;
 use crate::agent::listing::HistoryQuery;
 use crate::agent::map::{MapFilter, OwnershipQuery};
 use crate::agent::request::{ActionFilter, AgentHandle, HandleError, Health};
@@ -214,13 +215,19 @@ async fn actions(
         state: query.state.clone(),
         pool: query.filter.pool.clone(),
     };
-    let actions = state.handle.actions(filter).await.map_err(|e| not_answering(&e))?;
-    let rows = actions
-        .into_iter()
-        .filter(|row| query.filter.matches_address(&row.address))
-        .map(|row| (Position::Actions { node: row.node.clone(), seq: row.seq }, row));
-    let (actions, next) = list::page(ListKind::Actions, &query, rows);
-    Ok(Json(ActionsBody { actions, next }))
+    let after = match &query.after {
+        Some(Position::Actions { node, seq }) => Some((node.clone(), *seq)),
+        _ => None,
+    };
+    let asked = ActionsQuery { filter, addresses: query.filter.addresses.clone(), after, limit: query.limit };
+    let page = state.handle.actions_page(asked).await.map_err(|e| not_answering(&e))?;
+    let next = page
+        .more
+        .then(|| page.rows.last())
+        .flatten()
+        .map(|row| Position::Actions { node: row.node.clone(), seq: row.seq })
+        .map(|after| list::continue_token(ListKind::Actions, &query, after));
+    Ok(Json(ActionsBody { actions: page.rows, next }))
 }
 
 /// `GET /v1/history?pool=&node=&address=&limit=&continue=`: the loop pages (the history is long).

@@ -72,8 +72,11 @@ impl<S: AgentStore> Agent<S> {
                 if self.append_failure.as_deref() != Some(reason.as_str()) {
                     error!(%reason, keep, "append failed");
                 }
-                self.append_failure = Some(reason.clone());
+                // Health says so while a batch of the loop waits for its retry (cleared when one
+                // lands). A request's events are not retried: its caller is told, and health does
+                // not stay failed after the log is back until the loop happens to append again.
                 if keep {
+                    self.append_failure = Some(reason.clone());
                     self.unappended = Some(events);
                 }
                 Err(reason)
