@@ -136,6 +136,19 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+    // Signals before the store: opening a large store takes seconds, and a SIGHUP then (a
+    // `systemctl reload` right after a restart) would end the process, a SIGTERM kill it
+    // uncleanly. A reload asked meanwhile is taken once the agent runs; a stop stops it then.
+    let stop = CancellationToken::new();
+    let (reload_tx, reload_rx) = mpsc::channel(4);
+    let signals = {
+        let _entered = runtime.enter();
+        watch_signals(stop.clone(), reload_tx)
+    };
+    if let Err(e) = signals {
+        eprintln!("tenure agent: cannot install signal handlers: {e}");
+        return ExitCode::FAILURE;
+    }
     let store_path = config.store.path().to_owned();
     let missing =
         if args.accept_store_without_identity { MissingIdentity::Accept } else { MissingIdentity::Refuse };
@@ -183,13 +196,25 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
         }
     }
     let code = match &store {
-        Opened::Embedded(store) => {
-            runtime.block_on(serve(config, listener, store.clone(), executors, token, watches))
-        }
+        Opened::Embedded(store) => runtime.block_on(serve(
+            config,
+            listener,
+            store.clone(),
+            executors,
+            token,
+            watches,
+            (stop, reload_rx),
+        )),
         #[cfg(feature = "etcd")]
-        Opened::Etcd(store) => {
-            runtime.block_on(serve(config, listener, store.clone(), executors, token, watches))
-        }
+        Opened::Etcd(store) => runtime.block_on(serve(
+            config,
+            listener,
+            store.clone(),
+            executors,
+            token,
+            watches,
+            (stop, reload_rx),
+        )),
     };
     if let Err(e) = runtime.block_on(store.close()) {
         eprintln!("tenure agent: closing the store: {e}");
@@ -299,6 +324,7 @@ async fn serve<S: crate::agent::AgentStore>(
     executors: BTreeMap<String, ProviderExecutor>,
     token: Option<ApiToken>,
     watches: Vec<NoticeWatch>,
+    (stop, reload_rx): (CancellationToken, mpsc::Receiver<()>),
 ) -> ExitCode {
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
@@ -307,12 +333,6 @@ async fn serve<S: crate::agent::AgentStore>(
             return ExitCode::FAILURE;
         }
     };
-    let stop = CancellationToken::new();
-    let (reload_tx, reload_rx) = mpsc::channel(4);
-    if let Err(e) = watch_signals(stop.clone(), reload_tx) {
-        eprintln!("tenure agent: cannot install signal handlers: {e}");
-        return ExitCode::FAILURE;
-    }
     let metrics = Arc::new(Metrics::new());
     let (handle, requests) = AgentHandle::channel();
     for watch in watches {
