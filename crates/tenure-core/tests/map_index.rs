@@ -10,28 +10,13 @@ use proptest::prelude::*;
 use tenure_core::federation::Federation;
 use tenure_core::journal::JournalStore;
 use tenure_core::journal_index::{JournalIndex, JournalSnapshot};
-use tenure_core::log_store::{Log, LogIndex, MemoryLog};
+use tenure_core::log_store::MemoryLog;
 use tenure_core::map_index::{MapIndex, MapSnapshot};
 use tenure_core::node::NodeEngine;
 use tenure_core::rows::{ActionRow, OwnershipRow, action_row_with_attempts, ownership_rows_with_status};
 
 mod common;
-use common::{Step, apply, driver, log, registry, step};
-
-/// Applies the records of `log` after `applied` to `view`.
-fn follow(view: &mut Federation, log: &MemoryLog, applied: &mut Option<LogIndex>) {
-    loop {
-        let from = applied.map_or(LogIndex::FIRST, LogIndex::next);
-        let records = log.read_from(from, 64).expect("readable");
-        if records.is_empty() {
-            return;
-        }
-        for record in records {
-            let _ = view.apply(&record.event);
-            *applied = Some(record.index);
-        }
-    }
-}
+use common::{Step, apply, driver, follow, log, registry, step};
 
 /// Every row of a snapshot, written out, in its order.
 fn written(snapshot: &MapSnapshot) -> Vec<OwnershipRow> {

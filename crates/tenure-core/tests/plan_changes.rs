@@ -10,12 +10,11 @@ use std::net::IpAddr;
 
 use proptest::prelude::*;
 use tenure_core::federation::Federation;
-use tenure_core::log_store::{Log, LogIndex, MemoryLog};
 use tenure_core::model::Approval;
 use tenure_core::planner::{self, Captured};
 
 mod common;
-use common::{apply, driver_with_drift, log, registry, step};
+use common::{apply, driver_with_drift, follow, log, registry, step};
 
 type Key = tenure_core::model::ProviderAddress;
 
@@ -41,21 +40,6 @@ fn every_key(view: &Federation, captured: &Captured) -> BTreeSet<Key> {
         pool.addresses.keys().map(|address| (tenure_core::names::shared(&pool.spec.provider), *address))
     });
     pools.chain(captured.keys().cloned()).collect()
-}
-
-/// Applies the records of `log` after `applied` to `view`.
-fn follow(view: &mut Federation, log: &MemoryLog, applied: &mut Option<LogIndex>) {
-    loop {
-        let from = applied.map_or(LogIndex::FIRST, LogIndex::next);
-        let records = log.read_from(from, 64).expect("readable");
-        if records.is_empty() {
-            return;
-        }
-        for record in records {
-            let _ = view.apply(&record.event);
-            *applied = Some(record.index);
-        }
-    }
 }
 
 proptest! {

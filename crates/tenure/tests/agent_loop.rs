@@ -371,10 +371,8 @@ async fn the_loop_reads_its_own_appends_from_a_store_that_shows_them_late() {
     drop(handle);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_that_fails_makes_health_503_and_keeps_it() {
-    let store = FaultyStore::default();
-    let failing = Arc::clone(&store.failing);
+/// Node `a` alone, no pool, on `store`: its handle once healthy, its stop and its run.
+async fn spawn_on_faulty(store: FaultyStore) -> (AgentHandle, oneshot::Sender<()>, Done) {
     let settings = Settings {
         peers: Vec::new(),
         nodes: vec![node("a", 10)],
@@ -393,6 +391,14 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
         let _ = stopped.await;
     }));
     wait_until(WAIT_MAX, "healthy once started", async || handle.health().await.is_ok_and(|h| h.ok)).await;
+    (handle, stop, done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_fails_makes_health_503_and_keeps_it() {
+    let store = FaultyStore::default();
+    let failing = Arc::clone(&store.failing);
+    let (handle, stop, done) = spawn_on_faulty(store).await;
     failing.store(true, std::sync::atomic::Ordering::SeqCst);
     // The next heartbeat cannot be appended; the log is still readable, health stays 503.
     let deadline = tokio::time::Instant::now() + WAIT_MAX;
@@ -428,24 +434,7 @@ async fn a_store_that_fails_makes_health_503_and_keeps_it() {
 async fn a_refused_event_on_a_store_that_retries_leaves_health_alone() {
     let store = FaultyStore { retries: true, ..FaultyStore::default() };
     let failing = Arc::clone(&store.failing);
-    let settings = Settings {
-        peers: Vec::new(),
-        nodes: vec![node("a", 10)],
-        providers: vec![ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }],
-        executors: BTreeMap::new(),
-        heartbeat_interval: Duration::from_millis(20),
-        requeue_interval: Duration::from_millis(50),
-        journal_retention: 10_000,
-        pools: Box::new(|| Ok(vec![])),
-        vrrp: None,
-    };
-    let (handle, requests) = AgentHandle::channel();
-    let (_reload_tx, reload) = mpsc::channel(1);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let done = tokio::spawn(run(store, settings, requests, reload, Arc::new(NoObserver), async move {
-        let _ = stopped.await;
-    }));
-    wait_until(WAIT_MAX, "healthy once started", async || handle.health().await.is_ok_and(|h| h.ok)).await;
+    let (handle, stop, done) = spawn_on_faulty(store).await;
     failing.store(true, std::sync::atomic::Ordering::SeqCst);
     let refused = handle.submit(EventKind::Undrain { node: "a".into() }).await.expect("answers");
     assert!(

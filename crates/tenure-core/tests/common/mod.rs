@@ -137,6 +137,26 @@ pub fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// Applies the records of `log` after `applied` to `view`.
+pub fn follow(
+    view: &mut Federation,
+    log: &MemoryLog,
+    applied: &mut Option<tenure_core::log_store::LogIndex>,
+) {
+    loop {
+        let from =
+            applied.map_or(tenure_core::log_store::LogIndex::FIRST, tenure_core::log_store::LogIndex::next);
+        let records = log.read_from(from, 64).expect("readable");
+        if records.is_empty() {
+            return;
+        }
+        for record in records {
+            let _ = view.apply(&record.event);
+            *applied = Some(record.index);
+        }
+    }
+}
+
 pub fn append(log: &mut MemoryLog, at_ms: u64, kind: EventKind) {
     log.append(&Event { at_ms, kind }).expect("append");
 }
