@@ -92,8 +92,6 @@ pub struct MapSnapshot {
     rows: imbl::OrdMap<MapKey, Arc<MapRow>>,
     /// The registry's node names, by id.
     nodes: Arc<[Arc<str>]>,
-    /// The view's applied events when it was taken.
-    events_applied: u64,
 }
 
 impl MapSnapshot {
@@ -107,12 +105,6 @@ impl MapSnapshot {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
-    }
-
-    /// The view's applied events when the snapshot was taken.
-    #[must_use]
-    pub fn events_applied(&self) -> u64 {
-        self.events_applied
     }
 
     /// The registry's node names, by id.
@@ -194,7 +186,6 @@ impl MapIndex {
     /// may have left since), or every row; then the rows whose phase stream time changed. Returns
     /// how many rows were read from the view.
     pub fn follow(&mut self, view: &mut Federation) -> usize {
-        self.current.events_applied = view.events_applied();
         if self.current.nodes.len() != view.nodes().len()
             || self.current.nodes.iter().zip(view.nodes()).any(|(kept, node)| **kept != *node.spec.name)
         {

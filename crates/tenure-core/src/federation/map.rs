@@ -112,9 +112,8 @@ impl Federation {
             MapStatus::OwnersOnly => (None, Vec::new(), None),
             MapStatus::WithPhase => {
                 let holders = self.holders_of(name, pool_state, address, state);
-                let phase = self.phase(name, pool_state, address, state, &holders);
-                let at = self.phase_changes_at_ms(pool_state, address, state, &holders, name);
-                (Some(phase), holders, at)
+                let (phase, changes_at_ms) = self.phase(name, pool_state, address, state, &holders);
+                (Some(phase), holders, changes_at_ms)
             }
         };
         // Unlisted, an address stays while a node holds it that no pool wants it on.

@@ -62,6 +62,16 @@ pub struct AddressStatus {
     pub nics: Vec<String>,
 }
 
+/// What a leaving holder's release means for an address's phase ([`Federation::phase`]).
+enum ReleaseWait {
+    /// Due, and a verb of it waits for an approval.
+    Approval,
+    /// Held back until this stream time.
+    HeldUntil(u64),
+    /// Neither: it runs (or nothing is planned).
+    None,
+}
+
 impl Federation {
     /// The hand-over state of `address` in `pool` (applied or deleted); `None` when the pool
     /// never listed it.
@@ -71,7 +81,7 @@ impl Federation {
         let state = pool_state.addresses.get(&address)?;
         let holders = self.holders_of(pool, pool_state, address, state);
         let nics = self.nics_holding(pool, &pool_state.spec.provider, address, &holders);
-        let phase = self.phase(pool, pool_state, address, state, &holders);
+        let (phase, _) = self.phase(pool, pool_state, address, state, &holders);
         Some(AddressStatus { phase, holders, nics })
     }
 
@@ -154,35 +164,9 @@ impl Federation {
             })
     }
 
-    /// When the phase of the address, of its `holders`, may change with stream time alone: the
-    /// earliest end of a leaving holder's release hold ([`planner::release_plan`]'s
-    /// `Release::Held`; once it ends, the release may wait for an approval). `None`: no time
-    /// changes it.
-    pub(super) fn phase_changes_at_ms(
-        &self,
-        pool_state: &PoolState,
-        address: IpAddr,
-        state: &AddressState,
-        holders: &[NodeId],
-        pool: &str,
-    ) -> Option<u64> {
-        let desired = state.line.desired_holder.filter(|_| state.active && !pool_state.deleted);
-        holders
-            .iter()
-            .filter(|node| Some(**node) != desired)
-            .filter_map(|node| {
-                let confirmation = state.confirmations.iter().find(|c| c.node == *node && c.acquired)?;
-                let record =
-                    CaptureRef { pool, nic: &confirmation.nic, capture_domain: &confirmation.capture_domain };
-                match planner::release_plan(self, *node, &pool_state.spec.provider, address, record) {
-                    Some(Release::Held { due_ms }) => Some(due_ms),
-                    _ => None,
-                }
-            })
-            .min()
-    }
-
-    /// The address's phase, of its `holders` ([`Self::holders_of`]).
+    /// The address's phase, of its `holders` ([`Self::holders_of`]), and when stream time alone
+    /// may change it: the earliest end of a leaving holder's release hold, after which that
+    /// release may wait for an approval (`None`: no time changes it).
     pub(super) fn phase(
         &self,
         pool: &str,
@@ -190,20 +174,26 @@ impl Federation {
         address: IpAddr,
         state: &AddressState,
         holders: &[NodeId],
-    ) -> Phase {
+    ) -> (Phase, Option<u64>) {
         let desired = state.line.desired_holder.filter(|_| state.active && !pool_state.deleted);
         // A node that holds the address and should not: its release is what the phase waits
         // for, and under `approval: manual` it may wait for the operator.
-        let releasing = || -> Phase {
-            let leaving = holders.iter().filter(|node| Some(**node) != desired);
-            if leaving.clone().any(|node| self.release_waits(pool, pool_state, address, state, *node)) {
-                Phase::PendingApproval
-            } else {
-                Phase::Releasing
+        let releasing = || -> (Phase, Option<u64>) {
+            let mut waits = false;
+            let mut held_until: Option<u64> = None;
+            for node in holders.iter().filter(|node| Some(**node) != desired) {
+                match self.release_wait(pool, pool_state, address, state, *node) {
+                    ReleaseWait::Approval => waits = true,
+                    ReleaseWait::HeldUntil(due_ms) => {
+                        held_until = Some(held_until.map_or(due_ms, |h| h.min(due_ms)))
+                    }
+                    ReleaseWait::None => {}
+                }
             }
+            (if waits { Phase::PendingApproval } else { Phase::Releasing }, held_until)
         };
         let Some(holder) = desired else {
-            return if holders.is_empty() { Phase::Released } else { releasing() };
+            return if holders.is_empty() { (Phase::Released, None) } else { releasing() };
         };
         let confirmed = state.confirmations.iter().any(|c| {
             c.node == holder
@@ -227,39 +217,43 @@ impl Federation {
             all.first().is_some_and(waits_at)
         };
         match (confirmed, waits) {
-            (_, true) => Phase::PendingApproval,
-            (false, false) => Phase::Acquiring,
+            (_, true) => (Phase::PendingApproval, None),
+            (false, false) => (Phase::Acquiring, None),
             (true, false) if holders.iter().any(|node| *node != holder) => releasing(),
-            (true, false) => Phase::Held,
+            (true, false) => (Phase::Held, None),
         }
     }
 
-    /// Whether `node`'s release of `address` is due and one of its verbs waits for an approval
-    /// the log does not hold: the release the planner plans ([`planner::release_plan`]) for the
-    /// acquire the log confirmed (its pool, NIC and line). During the pool's deprovision hold
-    /// nothing is planned yet, so nothing waits (`tenure approve --pool --address` would find
-    /// nothing); the phase is `releasing` then.
-    fn release_waits(
+    /// Whether `node`'s release of `address` waits for an approval the log does not hold (it is
+    /// due and one of its verbs needs one), or is held back until a time: the release the planner
+    /// plans ([`planner::release_plan`]) for the acquire the log confirmed (its pool, NIC and
+    /// line). During the pool's deprovision hold nothing is planned yet, so nothing waits
+    /// (`tenure approve --pool --address` would find nothing); the phase is `releasing` then.
+    fn release_wait(
         &self,
         pool: &str,
         pool_state: &PoolState,
         address: IpAddr,
         state: &AddressState,
         node: NodeId,
-    ) -> bool {
+    ) -> ReleaseWait {
         let Some(confirmation) = state.confirmations.iter().find(|c| c.node == node && c.acquired) else {
-            return false;
+            return ReleaseWait::None;
         };
         let record =
             CaptureRef { pool, nic: &confirmation.nic, capture_domain: &confirmation.capture_domain };
         match planner::release_plan(self, node, &pool_state.spec.provider, address, record) {
-            Some(Release::Due(actions)) => actions
-                .iter()
-                .any(|action| action.approval == Approval::Manual && !self.is_approved(&action.stamp.key())),
-            Some(Release::Held { .. }) | None => false,
+            Some(Release::Due(actions))
+                if actions.iter().any(|action| {
+                    action.approval == Approval::Manual && !self.is_approved(&action.stamp.key())
+                }) =>
+            {
+                ReleaseWait::Approval
+            }
+            Some(Release::Held { due_ms }) => ReleaseWait::HeldUntil(due_ms),
+            Some(Release::Due(_)) | None => ReleaseWait::None,
         }
     }
-
     /// The acquire verbs of the pool's provider, in execution order (none for an unknown one).
     fn acquire_verbs(&self, pool_state: &PoolState) -> &'static [Verb] {
         self.provider_kind(&pool_state.spec.provider).map_or(&[], |kind| kind.verb_family().acquire_verbs())
