@@ -1235,24 +1235,14 @@ fn a_slow_holder_keeps_its_address(tag: &str, base_port: u16, env: &[(&str, &str
         })
     };
     // Three TTLs and more: with heartbeats sent only between steps, b or c took over in the first.
-    // a's own map is read too: from the map its loop posted (issue 24: reads never wait for the
-    // loop), so each read is answered well within one of its 2.5 s steps.
-    let slowest_read = std::cell::Cell::new(Duration::ZERO);
+    // a's own map is read too: answered from what its loop posted (issue 24), never a wait on its
+    // 2.5 s steps — `agent::request`'s unit test shows the loop is not asked, and the page's
+    // latency during a capture is `scripts/bench`'s (`agent_footprint`), not a timed check here.
     stays_for(Duration::from_secs(4), "every map keeps a as the owner, at the same epochs", || {
-        fleet.listen.iter().enumerate().all(|(i, l)| {
-            let asked = std::time::Instant::now();
-            let body = ownership(*l);
-            if i == 0 {
-                slowest_read.set(slowest_read.get().max(asked.elapsed()));
-            }
-            body.is_some_and(|body| owner(&body).as_deref() == Some("a") && epochs(&body) == before)
+        fleet.listen.iter().all(|l| {
+            ownership(*l).is_some_and(|body| owner(&body).as_deref() == Some("a") && epochs(&body) == before)
         })
     });
-    assert!(
-        slowest_read.get() < Duration::from_secs(1),
-        "a's map waited for its slow loop: {:?}",
-        slowest_read.get()
-    );
     posting.store(false, std::sync::atomic::Ordering::SeqCst);
     assert!(poster.join().expect("the poster") > 0, "a was asked to append during the window");
     assert_eq!(fleet.cloud_holder().as_deref(), Some("a"));

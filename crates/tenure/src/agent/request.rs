@@ -252,7 +252,7 @@ pub struct Reads {
 #[derive(Clone, Debug)]
 pub struct HealthBoard {
     health: Arc<watch::Sender<Option<(Health, tokio::time::Instant)>>>,
-    map: Arc<watch::Sender<Option<(Reads, u64)>>>,
+    reads: Arc<watch::Sender<Option<(Reads, u64)>>>,
     changes: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -260,7 +260,7 @@ impl Default for HealthBoard {
     fn default() -> Self {
         Self {
             health: Arc::new(watch::Sender::new(None)),
-            map: Arc::new(watch::Sender::new(None)),
+            reads: Arc::new(watch::Sender::new(None)),
             changes: Arc::default(),
         }
     }
@@ -285,9 +285,9 @@ impl HealthBoard {
         let covers = if step_done {
             self.changes.load(std::sync::atomic::Ordering::SeqCst)
         } else {
-            self.map.borrow().as_ref().map_or(0, |(_, covers)| *covers)
+            self.reads.borrow().as_ref().map_or(0, |(_, covers)| *covers)
         };
-        self.map.send_replace(Some((reads, covers)));
+        self.reads.send_replace(Some((reads, covers)));
     }
 
     /// The last post; before the first, waits up to `bound` for it (a loop starting).
@@ -301,7 +301,7 @@ impl HealthBoard {
     /// them (the loop starting, or in the step after a change).
     async fn last_reads(&self, bound: Duration) -> Option<Reads> {
         let wanted = self.changes.load(std::sync::atomic::Ordering::SeqCst);
-        let mut posts = self.map.subscribe();
+        let mut posts = self.reads.subscribe();
         let covering = posts.wait_for(|post| post.as_ref().is_some_and(|(_, covers)| *covers >= wanted));
         let post = tokio::time::timeout(bound, covering).await;
         post.ok().and_then(Result::ok).and_then(|post| post.as_ref().map(|(reads, _)| reads.clone()))
