@@ -82,7 +82,7 @@ fn event_mix() -> Vec<Event> {
         match i {
             _ if i < 12 => push(EventKind::ActionResult {
                 node: node(i),
-                idempotency_key: action(i as u64 + 1).idempotency_key.to_string(),
+                idempotency_key: action(i as u64 + 1).idempotency_key().to_string(),
                 outcome: if i % 5 == 4 { ActionOutcome::Failed } else { ActionOutcome::Executed },
                 detail: if i % 5 == 4 { "throttled: RequestLimitExceeded".into() } else { String::new() },
             }),
@@ -98,7 +98,7 @@ fn event_mix() -> Vec<Event> {
             _ if i < 35 => push(EventKind::Undesire { pool: "edge-vips".into(), address: ip("10.0.0.18") }),
             35 => push(EventKind::Drain { node: node(i) }),
             36 => push(EventKind::Undrain { node: node(i) }),
-            37 => push(EventKind::Approve { idempotency_key: action(9).idempotency_key.to_string() }),
+            37 => push(EventKind::Approve { idempotency_key: action(9).idempotency_key().to_string() }),
             _ => {}
         }
     }
@@ -366,7 +366,7 @@ fn bin_entry(entry: &JournalEntry) -> BinEntry<'_> {
             capture_domain: b(action.capture_domain.as_str()),
             capture_epoch: action.capture_epoch.get(),
             ownership_epoch: action.ownership_epoch.get(),
-            key: b(&action.idempotency_key),
+            key: Cow::Owned(action.idempotency_key().into()),
         },
         state: match entry.state {
             EntryState::Pending => BinState::Pending,
@@ -398,7 +398,7 @@ fn from_bin_entry(entry: BinEntry<'_>) -> JournalEntry {
         CaptureEpoch::from_stored(wire.capture_epoch),
         OwnershipEpoch::from_stored(wire.ownership_epoch),
     );
-    assert_eq!(action.idempotency_key.as_str(), wire.key, "the key its fields give");
+    assert_eq!(action.idempotency_key().as_str(), wire.key, "the key its fields give");
     JournalEntry {
         seq: tenure_core::journal::JournalSeq::new(entry.seq),
         action,

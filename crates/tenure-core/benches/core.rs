@@ -171,7 +171,7 @@ fn bench_fence(c: &mut Criterion) {
         "every benchmark action is current"
     );
     let baseline: HashMap<String, u64> =
-        actions.iter().map(|a| (a.idempotency_key.to_string(), a.capture_epoch.get())).collect();
+        actions.iter().map(|a| (a.idempotency_key().to_string(), a.capture_epoch.get())).collect();
 
     let mut group = c.benchmark_group("fence");
     group
@@ -191,7 +191,7 @@ fn bench_fence(c: &mut Criterion) {
         b.iter(|| {
             actions
                 .iter()
-                .filter_map(|a| black_box(&baseline).get(a.idempotency_key.as_str()))
+                .filter_map(|a| black_box(&baseline).get(a.idempotency_key().as_str()))
                 .fold(0_u64, |sum, epoch| sum.wrapping_add(*epoch))
         });
     });

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 mod action;
-pub use action::{ActionStamp, IdempotencyKey, ParsedKey, StampedAction};
+pub use action::{ActionStamp, IdempotencyKey, KeyHasher, ParsedKey, StampedAction};
 
 macro_rules! token {
     ($(#[$doc:meta])* $name:ident) => {
@@ -507,9 +507,9 @@ mod tests {
             CaptureEpoch::from_stored(3),
             OwnershipEpoch::from_stored(2),
         );
-        assert_eq!(a.idempotency_key, "p/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:2:epoch:3");
+        assert_eq!(a.idempotency_key(), "p/10.0.0.10/assign-secondary-ip/a/sim1/eni-a/owner:2:epoch:3");
         assert_eq!(a.capture_domain.as_str(), "provider:sim1:placement:g1");
-        let parsed = ParsedKey::parse(&a.idempotency_key).expect("parses");
+        let parsed = ParsedKey::parse(&a.idempotency_key()).expect("parses");
         assert_eq!(parsed.verb, Verb::AssignSecondaryIp);
         assert_eq!(parsed.capture_epoch.get(), 3);
         assert_eq!(parsed.ownership_epoch.get(), 2);
@@ -525,7 +525,7 @@ mod tests {
             CaptureEpoch::from_stored(9),
             OwnershipEpoch::from_stored(8),
         );
-        assert_eq!(ParsedKey::parse(&v6.idempotency_key).map(|k| k.address), Some(v6.address));
+        assert_eq!(ParsedKey::parse(&v6.idempotency_key()).map(|k| k.address), Some(v6.address));
         // An Azure NIC is an ARM resource id, full of `/`: it is everything between the provider
         // and the epochs' tail.
         let arm = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/nic-a";
@@ -540,7 +540,7 @@ mod tests {
             CaptureEpoch::from_stored(4),
             OwnershipEpoch::from_stored(5),
         );
-        let parsed = ParsedKey::parse(&azure.idempotency_key).expect("an ARM id NIC parses");
+        let parsed = ParsedKey::parse(&azure.idempotency_key()).expect("an ARM id NIC parses");
         assert_eq!((parsed.nic.as_str(), parsed.provider.as_str(), parsed.holder.as_str()), (arm, "az", "a"));
         assert_eq!((parsed.ownership_epoch.get(), parsed.capture_epoch.get()), (5, 4));
         for bad in [

@@ -416,7 +416,7 @@ impl<S: JournalStore> NodeEngine<S> {
         (entry.state == EntryState::Failed && self.failed.contains(&entry.seq)).then(|| {
             let Attempts { count, last_at_ms, .. } = &entry.attempts;
             let backoff = if entry.action.verb.backs_off() { self.backoff } else { RetryBackoff::NONE };
-            backoff.next_attempt_ms(&entry.action.idempotency_key, *count, last_at_ms.unwrap_or(0))
+            backoff.next_attempt_ms(&entry.action.idempotency_key(), *count, last_at_ms.unwrap_or(0))
         })
     }
 
@@ -453,7 +453,7 @@ impl<S: JournalStore> NodeEngine<S> {
                     c.capture_epoch != action.capture_epoch || c.acquired != action.verb.is_acquire()
                 })
             })
-            .map(|action| action.idempotency_key.clone())
+            .map(|action| action.idempotency_key())
             .collect()
     }
 
@@ -533,7 +533,7 @@ impl<S: JournalStore> NodeEngine<S> {
         }
         let action = &self.state.entries[&seq].action;
         let verb = action.verb.predecessor()?;
-        let before = self.index.get(&action.with_verb(verb).idempotency_key, &self.state.entries);
+        let before = self.index.get(&action.with_verb(verb).idempotency_key(), &self.state.entries);
         self.predecessors.insert(seq, before);
         Some(before)
     }

@@ -135,7 +135,7 @@ pub fn pool_conditions(name: &str, pool: &PoolState) -> Vec<ConditionRow> {
 pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
     ActionRow {
         node: node.to_owned(),
-        idempotency_key: e.action.idempotency_key.to_string(),
+        idempotency_key: e.action.idempotency_key().to_string(),
         verb: e.action.verb.as_str().to_owned(),
         pool: e.action.pool.to_string(),
         address: canonical_address(e.action.address),

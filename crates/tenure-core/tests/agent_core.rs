@@ -173,12 +173,12 @@ fn results_are_recorded_and_one_for_a_call_not_in_flight_is_ignored() {
     let (mut core, log) = core();
     plan_to_the_end(&mut core, 1024);
     let batch = core.poll_calls(&at_head(&core, &log), 0, 16, None);
-    let key = &batch[0].idempotency_key;
+    let key = &batch[0].idempotency_key();
     let executed = CallOutcome::Result { outcome: ActionOutcome::Executed, detail: "ok".into() };
     assert_eq!(core.handle_result(0, key, executed.clone()), Ok(true));
     assert_eq!(core.handle_result(0, key, executed), Ok(false), "a duplicate is ignored");
     let in_doubt = CallOutcome::InDoubt { reason: "deadline passed" };
-    assert_eq!(core.handle_result(0, &batch[1].idempotency_key, in_doubt), Ok(true));
+    assert_eq!(core.handle_result(0, &batch[1].idempotency_key(), in_doubt), Ok(true));
     assert!(core.failed().is_none());
 }
 
@@ -191,7 +191,7 @@ fn a_local_withdrawal_journals_each_capture_withdrawn_as_an_executed_release() {
     let first = batch[0].address;
     // The first address's acquire executed (captured); the three others are in flight.
     let executed = CallOutcome::Result { outcome: ActionOutcome::Executed, detail: "ok".into() };
-    core.handle_result(0, &batch[0].idempotency_key, executed.clone()).expect("recorded");
+    core.handle_result(0, &batch[0].idempotency_key(), executed.clone()).expect("recorded");
     let all: BTreeSet<IpAddr> = addresses().into_iter().collect();
     assert!(!core.captured_without_call(|p, a| p == PROVIDER && a != first), "no other capture yet");
     assert!(core.captured_without_call(|p, a| p == PROVIDER && a == first));
@@ -201,7 +201,7 @@ fn a_local_withdrawal_journals_each_capture_withdrawn_as_an_executed_release() {
     assert_eq!(second.iter().map(|a| a.address).collect::<Vec<_>>(), vec![first]);
     assert!(!core.captured_without_call(|p, _| p == PROVIDER), "its call is in flight");
     assert_eq!(core.record_withdrawal(PROVIDER, &all), 0);
-    core.handle_result(0, &second[0].idempotency_key, executed).expect("recorded");
+    core.handle_result(0, &second[0].idempotency_key(), executed).expect("recorded");
     assert!(core.captured_without_call(|p, a| p == PROVIDER && a == first), "the call landed");
     assert_eq!(core.record_withdrawal("another", &all), 0, "another provider's withdrawal records nothing");
     assert_eq!(

@@ -104,7 +104,7 @@ fn a_batch_is_gated_at_the_head_and_made_durable_with_one_sync() {
     assert!(driver.poll_actions(16, None).expect("memory").is_empty(), "every address has a call in flight");
     for action in &batch {
         driver
-            .handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+            .handle_result(&action.idempotency_key(), ActionOutcome::Executed, "ok".into())
             .expect("in flight");
     }
     let second = driver.poll_actions(3, None).expect("memory");
@@ -192,7 +192,7 @@ fn reconciling_only_when_due_journals_what_reconciling_always_does() {
                 }
                 for action in batch {
                     driver
-                        .handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+                        .handle_result(&action.idempotency_key(), ActionOutcome::Executed, "ok".into())
                         .expect("in flight");
                 }
             }
@@ -202,7 +202,7 @@ fn reconciling_only_when_due_journals_what_reconciling_always_does() {
             driver.follow(&*log).expect("readable");
         }
         let journal = |d: &NodeDriver<CountingStore>| {
-            d.engine().entries().map(|e| (e.action.idempotency_key.clone(), e.state)).collect::<Vec<_>>()
+            d.engine().entries().map(|e| (e.action.idempotency_key(), e.state)).collect::<Vec<_>>()
         };
         assert_eq!(journal(&lazy), journal(&eager), "journals differ after step {step} (at {at_ms} ms)");
     }
@@ -281,11 +281,11 @@ fn reconciling_only_when_due_keeps_up_with_results_that_land_after_the_view_move
                 .poll_actions(64, None)
                 .expect("memory")
                 .into_iter()
-                .map(|a| a.idempotency_key.to_string())
+                .map(|a| a.idempotency_key().to_string())
                 .collect();
         }
         let journal = |d: &NodeDriver<CountingStore>| {
-            d.engine().entries().map(|e| (e.action.idempotency_key.clone(), e.state)).collect::<Vec<_>>()
+            d.engine().entries().map(|e| (e.action.idempotency_key(), e.state)).collect::<Vec<_>>()
         };
         assert_eq!(journal(&lazy), journal(&eager), "journals differ after step {step} (at {at_ms} ms)");
     }
@@ -317,7 +317,7 @@ fn a_failed_call_makes_a_reconcile_due_when_its_backoff_ends() {
     driver.reconcile().expect("memory").expect("not blocked");
     let batch = driver.poll_actions(16, Some(1_700_000_000_000)).expect("memory");
     assert_eq!(verbs(&batch), vec![Verb::AssignSecondaryIp]);
-    let key = &batch[0].idempotency_key;
+    let key = &batch[0].idempotency_key();
     driver.handle_result(key, ActionOutcome::Failed, "throttled".into()).expect("in flight");
     let entry = driver.engine().entry(key).expect("journaled");
     assert_eq!(entry.attempts.last_wall_ms, Some(1_700_000_000_000));
@@ -355,7 +355,7 @@ fn a_failed_onprem_call_makes_a_reconcile_due_a_moment_later() {
     driver.reconcile().expect("memory").expect("not blocked");
     let batch = driver.poll_actions(16, None).expect("memory");
     assert_eq!(verbs(&batch), vec![Verb::ProxyArpAdd]);
-    let key = &batch[0].idempotency_key;
+    let key = &batch[0].idempotency_key();
     driver
         .handle_result(key, ActionOutcome::Failed, "netlink: operation not permitted".into())
         .expect("in flight");

@@ -210,7 +210,7 @@ fn a_due_plan_is_a_pass_and_its_end_records_the_plan_unless_the_node_must_plan_a
     a.follow(&log).expect("readable");
     a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done, "the first slice");
-    a.handle_result(&call.idempotency_key, ActionOutcome::Executed, "ok".into()).expect("in flight");
+    a.handle_result(&call.idempotency_key(), ActionOutcome::Executed, "ok".into()).expect("in flight");
     let (turns, _) = pass(&mut a);
     assert_eq!(turns, 2, "the pass goes on to its end");
     assert!(a.reconcile_due() && a.requeue_under_way(), "the plan is due again: the next pass began");
@@ -232,7 +232,7 @@ fn a_due_plan_is_a_pass_and_its_end_records_the_plan_unless_the_node_must_plan_a
     let call = a.poll_actions(1, None).expect("memory").pop().expect("a call is ready");
     a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done);
-    a.handle_result(&call.idempotency_key, ActionOutcome::Failed, "refused".into()).expect("in flight");
+    a.handle_result(&call.idempotency_key(), ActionOutcome::Failed, "refused".into()).expect("in flight");
     pass(&mut a);
     assert!(!a.reconcile_due(), "the retry is not due yet");
     let now = a.view().stream_time_ms();
@@ -260,7 +260,7 @@ fn an_acquire_counted_as_held_during_a_pass_leaves_the_plan_due() {
     // call's result): a pass under way as the result comes back.
     a.begin_requeue();
     assert!(!a.requeue(4).expect("memory").expect("not blocked").done, "the first slice passed it");
-    a.handle_in_doubt_result(&call.idempotency_key, "cancelled: stale").expect("in flight");
+    a.handle_in_doubt_result(&call.idempotency_key(), "cancelled: stale").expect("in flight");
     assert!(
         a.engine().captured().contains_key(&(tenure_core::names::shared("sim1"), address(0))),
         "counted as held"
@@ -292,7 +292,7 @@ fn an_approval_during_a_pass_is_due_for_promotion_at_once() {
         .engine()
         .entries()
         .filter(|e| e.state == tenure_core::journal::EntryState::Pending)
-        .map(|e| e.action.idempotency_key.to_string())
+        .map(|e| e.action.idempotency_key().to_string())
         .collect();
     assert!(!pending.is_empty(), "west asks for approval");
     a.begin_requeue();
@@ -396,7 +396,7 @@ fn the_compaction_of_slices_drops_what_a_whole_compaction_drops() {
     };
     let (mut whole, mut sliced) = (reopened(), reopened());
     let keys = |driver: &NodeDriver<MemoryJournalStore>| -> Vec<String> {
-        driver.engine().entries().map(|e| e.action.idempotency_key.to_string()).collect()
+        driver.engine().entries().map(|e| e.action.idempotency_key().to_string()).collect()
     };
     let view = whole.view().clone();
     let before = whole.engine().entries().count();
@@ -467,7 +467,7 @@ fn the_retries_of_a_pass_run_on_its_first_slice_only() {
     a.follow(&log).expect("readable");
     a.reconcile().expect("memory").expect("not blocked");
     a.start_execution().expect("memory").expect("not blocked");
-    let first = a.poll_actions(1, None).expect("memory").remove(0).idempotency_key;
+    let first = a.poll_actions(1, None).expect("memory").remove(0).idempotency_key();
     a.handle_result(&first, ActionOutcome::Failed, "refused".into()).expect("in flight");
     assert!(!a.reconcile_due(), "the retry waits RETRY_WITHOUT_BACKOFF_MS of stream time");
     a.begin_requeue();
@@ -481,7 +481,7 @@ fn the_retries_of_a_pass_run_on_its_first_slice_only() {
             // It fails again at once.
             a.start_execution().expect("memory").expect("not blocked");
             let again = a.poll_actions(1, None).expect("memory");
-            assert_eq!(again.iter().map(|x| &x.idempotency_key).collect::<Vec<_>>(), vec![&first]);
+            assert_eq!(again.iter().map(|x| x.idempotency_key()).collect::<Vec<_>>(), vec![first.clone()]);
             a.handle_result(&first, ActionOutcome::Failed, "refused".into()).expect("in flight");
         }
         if turn.done {
@@ -576,7 +576,7 @@ fn a_pass_of_slices_re_reports_every_unconfirmed_result_once() {
     a.reconcile().expect("memory").expect("not blocked");
     a.start_execution().expect("memory").expect("not blocked");
     for action in a.poll_actions(64, None).expect("memory") {
-        a.handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into()).expect("in flight");
+        a.handle_result(&action.idempotency_key(), ActionOutcome::Executed, "ok".into()).expect("in flight");
     }
     // The results are lost (never appended): the log confirms nothing.
     while a.poll_append().is_some() {}

@@ -32,7 +32,7 @@ fn execute(log: &mut MemoryLog, node: &mut NodeDriver<MemoryJournalStore>, at_ms
         node.start_execution().expect("memory").expect("not blocked");
         let ready = node.poll_actions(64, None).expect("memory");
         for action in &ready {
-            node.handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+            node.handle_result(&action.idempotency_key(), ActionOutcome::Executed, "ok".into())
                 .expect("in flight");
         }
         while let Some(kind) = node.poll_append() {

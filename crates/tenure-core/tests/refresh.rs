@@ -102,13 +102,13 @@ fn settle(driver: &mut NodeDriver<MemoryJournalStore>, log: &MemoryLog, stop_bef
         for action in batch {
             if Some(action.verb) == stop_before {
                 driver
-                    .handle_result(&action.idempotency_key, ActionOutcome::Failed, "held back".into())
+                    .handle_result(&action.idempotency_key(), ActionOutcome::Failed, "held back".into())
                     .expect("in flight");
                 continue;
             }
             ran = true;
             driver
-                .handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+                .handle_result(&action.idempotency_key(), ActionOutcome::Executed, "ok".into())
                 .expect("in flight");
         }
         if !ran {
@@ -138,7 +138,7 @@ fn a_refresh_repeats_the_holders_announcement_one_at_a_time_per_address() {
     assert_eq!(addresses(&refreshes), ADDRESSES, "both held addresses");
     for refresh in &refreshes {
         assert_eq!(refresh.verb, Verb::Garp);
-        let announced = a.engine().entry(&refresh.idempotency_key).expect("the stamp's own garp");
+        let announced = a.engine().entry(&refresh.idempotency_key()).expect("the stamp's own garp");
         assert_eq!(announced.action, *refresh, "the very action the journal executed, repeated");
     }
     assert!(a.poll_refreshes(everything, 16).is_empty(), "one at a time per address");
@@ -188,7 +188,7 @@ fn a_deposed_holder_never_refreshes_and_its_refresh_in_flight_is_named_stale() {
     assert_eq!(
         a.poll_stale_calls(),
         vec![StaleCall {
-            idempotency_key: in_flight[0].idempotency_key.clone(),
+            idempotency_key: in_flight[0].idempotency_key(),
             reason: StaleReason::StaleEpoch
         }],
         "the refresh in flight is named for cancellation"

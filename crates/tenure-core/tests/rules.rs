@@ -341,7 +341,7 @@ fn run_all(engine: &mut NodeEngine<MemoryJournalStore>, head: &Federation) -> Ve
     while let Some(action) = engine.poll_execution(head, None).expect("memory") {
         verbs.push(action.verb);
         engine
-            .handle_execution_result(&action.idempotency_key, ActionOutcome::Executed, None)
+            .handle_execution_result(&action.idempotency_key(), ActionOutcome::Executed, None)
             .expect("in flight");
     }
     verbs
@@ -455,7 +455,7 @@ fn the_high_water_mark_survives_a_restart_and_fences_a_lagging_head() {
         let mut verbs = Vec::new();
         while let Some(action) = a.poll_execution(&stale_head, None).expect("memory") {
             verbs.push(action.capture_epoch.get());
-            a.handle_execution_result(&action.idempotency_key, ActionOutcome::Executed, None).expect("ok");
+            a.handle_execution_result(&action.idempotency_key(), ActionOutcome::Executed, None).expect("ok");
         }
         verbs
     };
@@ -476,7 +476,7 @@ fn importing_an_existing_key_changes_nothing_and_final_states_are_final() {
     run_all(&mut a, &w.fed);
     let states: BTreeSet<&str> = a.entries().map(|e| e.state.as_str()).collect();
     assert_eq!(states, BTreeSet::from(["executed"]));
-    let first_key = a.entries().next().expect("an entry").action.idempotency_key.clone();
+    let first_key = a.entries().next().expect("an entry").action.idempotency_key();
     assert!(a.handle_execution_result(&first_key, ActionOutcome::Failed, None).is_err());
 }
 
@@ -490,7 +490,7 @@ fn the_gate_checks_right_before_the_call_in_journal_order() {
     a.reconcile(&w.fed, &w.fed).expect("ok");
     let first = a.poll_execution(&w.fed, None).expect("ok").expect("an action");
     assert_eq!(first.address, ip("10.0.0.1"));
-    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Executed, None).expect("ok");
+    a.handle_execution_result(&first.idempotency_key(), ActionOutcome::Executed, None).expect("ok");
     // Ownership moves between two provider calls: the next one is gated against the new head.
     w.apply(1, EventKind::Drain { node: "a".into() });
     assert_eq!(a.poll_execution(&w.fed, None).expect("ok"), None);
@@ -598,18 +598,18 @@ fn a_failed_action_is_retried_while_current_and_never_once_stale() {
     let mut a = engine("a");
     a.reconcile(&w.fed, &w.fed).expect("ok");
     let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
-    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, Some("throttled".into()))
+    a.handle_execution_result(&first.idempotency_key(), ActionOutcome::Failed, Some("throttled".into()))
         .expect("in flight");
     assert_eq!(a.entries().next().expect("an entry").state, EntryState::Failed);
     let report = a.reconcile(&w.fed, &w.fed).expect("ok");
-    assert_eq!(report.retried, vec![first.idempotency_key.clone()]);
+    assert_eq!(report.retried, vec![first.idempotency_key()]);
     assert_eq!(run_all(&mut a, &w.fed), vec![Verb::AssignSecondaryIp, Verb::EnableForwarding]);
     // Fail again, then ownership moves: the stale failed entry is not retried.
     w.apply(1, EventKind::Undesire { pool: "p".into(), address: ip("10.0.0.1") });
     w.apply(2, EventKind::Desire { pool: "p".into(), address: ip("10.0.0.1") });
     a.reconcile(&w.fed, &w.fed).expect("ok");
     let again = a.poll_execution(&w.fed, None).expect("ok").expect("assign of epoch 3");
-    a.handle_execution_result(&again.idempotency_key, ActionOutcome::Failed, None).expect("in flight");
+    a.handle_execution_result(&again.idempotency_key(), ActionOutcome::Failed, None).expect("in flight");
     w.apply(3, EventKind::Drain { node: "a".into() });
     let report = a.reconcile(&w.fed, &w.fed).expect("ok");
     assert!(report.retried.is_empty());
@@ -630,7 +630,7 @@ fn a_failed_action_waits_out_its_backoff_and_keeps_its_attempts_and_reason() {
     let mut a = engine("a").with_retry_backoff(backoff);
     a.reconcile(&w.fed, &w.fed).expect("ok");
     let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
-    let key = first.idempotency_key.clone();
+    let key = first.idempotency_key();
     a.handle_execution_result(&key, ActionOutcome::Failed, Some("exit status 1: no route".into()))
         .expect("in flight");
     let entry = a.entry(&key).expect("journaled").clone();
@@ -941,7 +941,7 @@ fn a_failed_first_verb_stops_the_second_until_it_executes() {
     a.reconcile(&w.fed, &w.fed).expect("ok");
     let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
     assert_eq!(first.verb, Verb::AssignSecondaryIp);
-    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, Some("throttled".into()))
+    a.handle_execution_result(&first.idempotency_key(), ActionOutcome::Failed, Some("throttled".into()))
         .expect("in flight");
     assert_eq!(a.poll_execution(&w.fed, None).expect("ok"), None, "enable-forwarding waits for assign");
     assert!(a.captured().is_empty(), "nothing marks the address captured");
@@ -1018,7 +1018,7 @@ fn failed_entries_stale_by_an_epoch_leave_the_retry_set() {
     let mut a = engine("a");
     a.reconcile(&w.fed, &w.fed).expect("ok");
     let first = a.poll_execution(&w.fed, None).expect("ok").expect("assign");
-    a.handle_execution_result(&first.idempotency_key, ActionOutcome::Failed, None).expect("in flight");
+    a.handle_execution_result(&first.idempotency_key(), ActionOutcome::Failed, None).expect("in flight");
     assert_eq!(a.retryable_failures(), 1);
     w.apply(1, EventKind::Drain { node: "a".into() });
     a.reconcile(&w.fed, &w.fed).expect("ok");
@@ -1184,7 +1184,7 @@ fn a_pending_approval_release_is_pending_in_the_leaving_nodes_journal() {
                     let pending: Vec<String> = engine
                         .entries()
                         .filter(|e| e.state == EntryState::Pending)
-                        .map(|e| e.action.idempotency_key.to_string())
+                        .map(|e| e.action.idempotency_key().to_string())
                         .collect();
                     for key in pending {
                         log.push(Event { at_ms, kind: EventKind::Approve { idempotency_key: key } });
@@ -1195,11 +1195,11 @@ fn a_pending_approval_release_is_pending_in_the_leaving_nodes_journal() {
                 let fed = view(log, a_nic);
                 while let Some(action) = engine.poll_execution(&fed, None).expect("memory") {
                     engine
-                        .handle_execution_result(&action.idempotency_key, ActionOutcome::Executed, None)
+                        .handle_execution_result(&action.idempotency_key(), ActionOutcome::Executed, None)
                         .expect("in flight");
                     let kind = EventKind::ActionResult {
                         node: engine.name().to_owned(),
-                        idempotency_key: action.idempotency_key.to_string(),
+                        idempotency_key: action.idempotency_key().to_string(),
                         outcome: ActionOutcome::Executed,
                         detail: String::new(),
                     };
@@ -1213,7 +1213,7 @@ fn a_pending_approval_release_is_pending_in_the_leaving_nodes_journal() {
                 engine
                     .entries()
                     .filter(|e| e.state == EntryState::Pending && !e.action.verb.is_acquire())
-                    .map(|e| e.action.idempotency_key.to_string())
+                    .map(|e| e.action.idempotency_key().to_string())
                     .collect()
             };
 

@@ -140,7 +140,9 @@ fn reconcile_execute(driver: &mut NodeDriver<MemoryJournalStore>, provider: &mut
                 Ok(detail) => (ActionOutcome::Executed, detail),
                 Err(e) => (ActionOutcome::Failed, e.to_string()),
             };
-            driver.handle_result(&action.idempotency_key, outcome, detail).expect("the action is in flight");
+            driver
+                .handle_result(&action.idempotency_key(), outcome, detail)
+                .expect("the action is in flight");
             executed += 1;
         }
     }

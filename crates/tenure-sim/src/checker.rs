@@ -345,12 +345,12 @@ impl Checker {
         cut_off: bool,
     ) -> bool {
         if cut_off {
-            let detail = format!("{node} called {} while cut off from the head", action.idempotency_key);
+            let detail = format!("{node} called {} while cut off from the head", action.idempotency_key());
             self.record(ViolationKind::PartitionedExecution, detail);
         }
         let stale = staleness(action, head);
         if let Some(why) = &stale {
-            let detail = format!("stale action executed by {node}: {} ({why})", action.idempotency_key);
+            let detail = format!("stale action executed by {node}: {} ({why})", action.idempotency_key());
             self.record(ViolationKind::StaleExecution, detail);
         }
         let lines = match self.executed_epochs.get_mut(node) {
@@ -364,7 +364,7 @@ impl Checker {
         if action.capture_epoch.get() < before {
             let detail = format!(
                 "{node} executed {} below captureEpoch {before} it executed before",
-                action.idempotency_key
+                action.idempotency_key()
             );
             self.record(ViolationKind::BelowHighWater, detail);
         }

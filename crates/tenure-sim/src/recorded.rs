@@ -35,7 +35,7 @@ use tenure_core::federation::history::{Cause, EntryKind, History, HistoryEntry};
 use tenure_core::journal::{EntryState, JournalEntry};
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::LogIndex;
-use tenure_core::model::CaptureDomain;
+use tenure_core::model::{CaptureDomain, StampedAction};
 
 #[cfg(doc)]
 use crate::checker::capacity_excess;
@@ -195,22 +195,23 @@ pub fn check_high_water(journals: &BTreeMap<String, Vec<JournalEntry>>, checker:
         let mut executed: Vec<&JournalEntry> =
             entries.iter().filter(|e| e.state == EntryState::Executed).collect();
         executed.sort_by_key(|e| (e.executed_seq, e.seq));
-        let mut highest: BTreeMap<(&str, IpAddr, &CaptureDomain), (u64, &str)> = BTreeMap::new();
+        let mut highest: BTreeMap<(&str, IpAddr, &CaptureDomain), (u64, &StampedAction)> = BTreeMap::new();
         for entry in executed {
             let action = &entry.action;
             let line = (&*action.pool, action.address, &action.capture_domain);
             let epoch = action.capture_epoch.get();
             match highest.get(&line) {
-                Some((before, key)) if epoch < *before => {
+                Some((before, earlier)) if epoch < *before => {
                     let detail = format!(
-                        "{node} executed {} below captureEpoch {before} it executed before ({key})",
-                        action.idempotency_key
+                        "{node} executed {} below captureEpoch {before} it executed before ({})",
+                        action.idempotency_key(),
+                        earlier.idempotency_key()
                     );
                     checker.record(ViolationKind::BelowHighWater, detail);
                 }
                 Some((before, _)) if epoch == *before => {}
                 _ => {
-                    highest.insert(line, (epoch, action.idempotency_key.as_str()));
+                    highest.insert(line, (epoch, action));
                 }
             }
         }
@@ -252,7 +253,8 @@ fn close_windows(windows: &mut BTreeMap<u64, Vec<Gated<'_>>>, passed_ms: u64, ch
                 (Some(why), true) => {
                     let detail = format!(
                         "stale action executed by {}: {} (stale at every head of stream time {at}: {why})",
-                        gated.node, gated.entry.action.idempotency_key
+                        gated.node,
+                        gated.entry.action.idempotency_key()
                     );
                     checker.record(ViolationKind::StaleExecution, detail);
                 }

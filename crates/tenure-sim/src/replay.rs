@@ -275,7 +275,7 @@ impl Replay {
                 self.checker.after_provider_call(&action.provider, p, action.address);
             }
             let node = self.nodes.get_mut(name).expect("exists");
-            node.handle_result(&action.idempotency_key, outcome, detail.clone())
+            node.handle_result(&action.idempotency_key(), outcome, detail.clone())
                 .expect("the action is in flight");
             let verdict = if outcome == ActionOutcome::Executed { "executed" } else { "failed" };
             self.say(|| {
@@ -418,7 +418,7 @@ fn skipped_keys(node: &NodeDriver<MemoryJournalStore>) -> BTreeSet<IdempotencyKe
     node.engine()
         .entries()
         .filter(|e| matches!(e.state, EntryState::Skipped(_)))
-        .map(|e| e.action.idempotency_key.clone())
+        .map(|e| e.action.idempotency_key())
         .collect()
 }
 

@@ -110,7 +110,7 @@ fn confirm_every_acquire(log: &mut MemoryLog, view: &mut Federation, at_ms: u64)
             );
             results.push(EventKind::ActionResult {
                 node: node.name.clone(),
-                idempotency_key: action.idempotency_key.to_string(),
+                idempotency_key: action.idempotency_key().to_string(),
                 outcome: ActionOutcome::Executed,
                 detail: String::new(),
             });

@@ -84,7 +84,7 @@ impl Executor for SlowForA {
                 self.slow_started.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(SLOW_ASSIGN).await;
             }
-            self.reached.lock().expect("not poisoned").push(action.idempotency_key.to_string());
+            self.reached.lock().expect("not poisoned").push(action.idempotency_key().to_string());
             self.cloud.execute(action, deadline).await
         })
     }
@@ -270,7 +270,7 @@ async fn an_acquire_reported_after_the_hand_over_reads_inventory_at_once_and_dri
         at_ms: wall_clock_ms().max(stream_time_ms + 1),
         kind: EventKind::ActionResult {
             node: "a".into(),
-            idempotency_key: a_assign.idempotency_key.to_string(),
+            idempotency_key: a_assign.idempotency_key().to_string(),
             outcome: tenure_core::log::ActionOutcome::Executed,
             detail: "assigned late".into(),
         },

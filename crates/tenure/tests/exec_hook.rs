@@ -122,7 +122,7 @@ echo"#,
     assert_eq!(stdin.lines().count(), 1, "one JSON object on one line: {stdin:?}");
     let json: serde_json::Value = serde_json::from_str(&stdin).expect("stdin is JSON");
     let expected = serde_json::json!({
-        "idempotencyKey": acquire.idempotency_key.as_str(),
+        "idempotencyKey": acquire.idempotency_key().as_str(),
         "verb": "acquire",
         "pool": "edge",
         "address": "10.0.0.10",
@@ -136,7 +136,7 @@ echo"#,
     assert_eq!(json, expected);
 
     let expected_env: BTreeMap<String, String> = [
-        ("TENURE_IDEMPOTENCY_KEY", acquire.idempotency_key.as_str()),
+        ("TENURE_IDEMPOTENCY_KEY", acquire.idempotency_key().as_str()),
         ("TENURE_VERB", "acquire"),
         ("TENURE_POOL", "edge"),
         ("TENURE_ADDRESS", "10.0.0.10"),

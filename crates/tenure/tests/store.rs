@@ -204,7 +204,7 @@ fn a_node_engine_round_trips_through_the_store() {
     let _ = engine.reconcile(&fed, &fed).expect("reconciles");
     let first = engine.poll_execution(&fed, None).expect("gates").expect("an action");
     engine
-        .handle_execution_result(&first.idempotency_key, ActionOutcome::Executed, Some("done".into()))
+        .handle_execution_result(&first.idempotency_key(), ActionOutcome::Executed, Some("done".into()))
         .expect("reports");
     engine.store_mut().sync().expect("syncs");
     let before = engine.durable().clone();
@@ -222,7 +222,7 @@ fn a_node_engine_round_trips_through_the_store() {
         codec::encode_high_water(&before.high_water).expect("encodes"),
         "the marks read back are the ones written"
     );
-    assert_eq!(engine.entry(&first.idempotency_key).map(|e| e.state), Some(EntryState::Executed));
+    assert_eq!(engine.entry(&first.idempotency_key()).map(|e| e.state), Some(EntryState::Executed));
     store.close().expect("closes");
 }
 

@@ -353,7 +353,7 @@ pools:
 
         // Executed.
         let polled = fixture.a.poll_actions(8, None).expect("memory");
-        assert!(polled.iter().any(|a| a.idempotency_key == ASSIGN_20), "{polled:?}");
+        assert!(polled.iter().any(|a| a.idempotency_key() == ASSIGN_20), "{polled:?}");
         fixture.a.handle_result(ASSIGN_20, ActionOutcome::Executed, "ok".into()).expect("memory");
         assert_eq!(refused(fixture.check(ASSIGN_20)), "not pending approval: already executed");
 
@@ -385,7 +385,7 @@ pools:
         for action in polled.iter().filter(|a| a.address.to_string() == "10.0.0.20") {
             fixture
                 .a
-                .handle_result(&action.idempotency_key, ActionOutcome::Executed, "ok".into())
+                .handle_result(&action.idempotency_key(), ActionOutcome::Executed, "ok".into())
                 .expect("memory");
         }
         fixture.append(EventKind::PoolDeleted { pool: "gated".into() });

@@ -193,7 +193,7 @@ fn golden_events_have_their_documented_bytes() {
 #[test]
 fn golden_records_have_their_documented_bytes() {
     let action = golden_action(1, 1);
-    assert_eq!(action.idempotency_key, KEY);
+    assert_eq!(action.idempotency_key(), KEY);
     let bytes = encode_stamped_action(&action).expect("encodes");
     assert_eq!(text(&bytes), format!(r#"{{"v":1,{}"#, &ACTION_JSON[1..]));
     assert_eq!(decode_stamped_action(&bytes), Ok(action.clone()));

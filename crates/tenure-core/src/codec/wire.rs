@@ -270,7 +270,7 @@ impl<'a> ActionWire<'a> {
             capture_domain: Cow::Borrowed(action.capture_domain.as_str()),
             capture_epoch: action.capture_epoch.get(),
             ownership_epoch: action.ownership_epoch.get(),
-            idempotency_key: Cow::Borrowed(&action.idempotency_key),
+            idempotency_key: Cow::Owned(action.idempotency_key().into()),
         }
     }
 
@@ -289,12 +289,13 @@ impl<'a> ActionWire<'a> {
             CaptureEpoch::from_stored(self.capture_epoch),
             OwnershipEpoch::from_stored(self.ownership_epoch),
         );
-        if *action.idempotency_key != *self.idempotency_key {
+        if *action.idempotency_key() != *self.idempotency_key {
             return Err(CodecError::Inconsistent {
                 record,
                 reason: format!(
                     "idempotency key `{}` is not the one its fields give, `{}`",
-                    self.idempotency_key, action.idempotency_key
+                    self.idempotency_key,
+                    action.idempotency_key()
                 ),
             });
         }

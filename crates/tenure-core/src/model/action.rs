@@ -27,13 +27,14 @@ pub struct StampedAction {
     pub capture_epoch: CaptureEpoch,
     /// The ownership epoch at planning time.
     pub ownership_epoch: OwnershipEpoch,
-    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
-    pub idempotency_key: IdempotencyKey,
 }
 
 /// An action's idempotency key (SPEC 5): written only from its stamp ([`ActionStamp::write_key`],
-/// through [`StampedAction::new`]), so a key in a [`StampedAction`] is never a node name, a
-/// pool's or any other text. Reads as the `str` it is (`Deref`); log events and API requests,
+/// through [`StampedAction::idempotency_key`]), so a key made from a [`StampedAction`] is never a
+/// node name, a pool's or any other text. An action does not keep its key (a journal of two
+/// million entries held ~100 bytes of text apiece that its fields already say): it is written
+/// when asked, and compared or hashed without being written ([`StampedAction::key_is`],
+/// [`StampedAction::hash_key`]). Reads as the `str` it is (`Deref`); log events and API requests,
 /// which carry keys an operator or another agent wrote, keep plain strings and are parsed
 /// ([`ParsedKey`]) or compared where they meet one.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -45,6 +46,12 @@ impl IdempotencyKey {
     #[must_use]
     pub fn parse(text: &str) -> Option<Self> {
         ParsedKey::parse(text).map(|_| Self(text.to_owned()))
+    }
+
+    /// A key [`ActionStamp::write_key`] wrote (not parsed again).
+    #[must_use]
+    pub(crate) fn written(text: String) -> Self {
+        Self(text)
     }
 
     /// The key's text.
@@ -104,6 +111,42 @@ impl From<IdempotencyKey> for String {
 }
 
 impl StampedAction {
+    /// The action's fields, borrowed.
+    #[must_use]
+    pub fn stamp(&self) -> ActionStamp<'_> {
+        ActionStamp {
+            pool: &self.pool,
+            address: self.address,
+            verb: self.verb,
+            holder: &self.holder,
+            provider: &self.provider,
+            nic: &self.nic,
+            capture_domain: &self.capture_domain,
+            capture_epoch: self.capture_epoch,
+            ownership_epoch: self.ownership_epoch,
+        }
+    }
+
+    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`,
+    /// written from the stamp.
+    #[must_use]
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey(self.stamp().key())
+    }
+
+    /// Whether `key` is this action's idempotency key, compared as it is written (nothing
+    /// allocated).
+    #[must_use]
+    pub fn key_is(&self, key: &str) -> bool {
+        self.stamp().key_is(key)
+    }
+
+    /// The bytes of the idempotency key fed to `hasher` in order, as it is written (nothing
+    /// allocated): the same as `hasher` over the key's text when the hasher is streaming.
+    pub fn hash_key(&self, hasher: &mut impl KeyHasher) {
+        self.stamp().hash_key(hasher);
+    }
+
     /// The same stamp with another verb (its key rebuilt): the predecessor of a verb in an
     /// address's sequence has the same stamp.
     #[must_use]
@@ -146,19 +189,7 @@ impl StampedAction {
             capture_epoch,
             ownership_epoch,
         };
-        let idempotency_key = IdempotencyKey(stamp.key());
-        Self {
-            pool: crate::names::shared(pool),
-            address,
-            verb,
-            holder: crate::names::shared(holder),
-            provider: crate::names::shared(provider),
-            nic: crate::names::shared(nic),
-            capture_domain,
-            capture_epoch,
-            ownership_epoch,
-            idempotency_key,
-        }
+        stamp.to_action()
     }
 }
 
@@ -191,13 +222,7 @@ impl ActionStamp<'_> {
     /// Writes the idempotency key (the one place its format is made):
     /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
     pub fn write_key(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let Self { pool, address, verb, holder, provider, nic, capture_epoch, ownership_epoch, .. } = self;
-        // Writing into a String cannot fail.
-        let _ = write!(
-            out,
-            "{pool}/{address}/{verb}/{holder}/{provider}/{nic}/owner:{ownership_epoch}:epoch:{capture_epoch}"
-        );
+        self.write_key_into(out);
     }
 
     /// The idempotency key.
@@ -221,8 +246,66 @@ impl ActionStamp<'_> {
             capture_domain: self.capture_domain.clone(),
             capture_epoch: self.capture_epoch,
             ownership_epoch: self.ownership_epoch,
-            idempotency_key: IdempotencyKey(self.key()),
         }
+    }
+
+    /// Whether `key` is this stamp's idempotency key, compared piece by piece as it is written.
+    #[must_use]
+    pub fn key_is(&self, key: &str) -> bool {
+        let mut compare = CompareWriter { rest: key, same: true };
+        self.write_key_into(&mut compare);
+        compare.same && compare.rest.is_empty()
+    }
+
+    /// The idempotency key's bytes fed to `hasher`, as it is written.
+    pub fn hash_key(&self, hasher: &mut impl KeyHasher) {
+        self.write_key_into(&mut HashWriter(hasher));
+    }
+
+    /// The key's format, written to any sink: [`ActionStamp::write_key`] into a `String`, the
+    /// comparison and the hash into theirs.
+    fn write_key_into(&self, out: &mut impl std::fmt::Write) {
+        let Self { pool, address, verb, holder, provider, nic, capture_epoch, ownership_epoch, .. } = self;
+        // None of the sinks fails (a comparison that differs records it and goes on).
+        let _ = write!(
+            out,
+            "{pool}/{address}/{verb}/{holder}/{provider}/{nic}/owner:{ownership_epoch}:epoch:{capture_epoch}"
+        );
+    }
+}
+
+/// A streaming hash of a key's bytes ([`StampedAction::hash_key`]): what the journal's key index
+/// feeds (xxh3's streaming state; a test's hash).
+pub trait KeyHasher {
+    /// Feeds the next bytes.
+    fn update(&mut self, bytes: &[u8]);
+}
+
+/// Compares what is written with the text it is left to match.
+struct CompareWriter<'a> {
+    rest: &'a str,
+    same: bool,
+}
+
+impl std::fmt::Write for CompareWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.same {
+            match self.rest.strip_prefix(s) {
+                Some(rest) => self.rest = rest,
+                None => self.same = false,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Feeds what is written to a hasher.
+struct HashWriter<'a, H: KeyHasher>(&'a mut H);
+
+impl<H: KeyHasher> std::fmt::Write for HashWriter<'_, H> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.update(s.as_bytes());
+        Ok(())
     }
 }
 

@@ -42,7 +42,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 match fence::check(action, head, &self.state.high_water) {
                     FenceVerdict::Current => None,
                     FenceVerdict::Stale { reason } => {
-                        Some((*seq, StaleCall { idempotency_key: action.idempotency_key.clone(), reason }))
+                        Some((*seq, StaleCall { idempotency_key: action.idempotency_key(), reason }))
                     }
                 }
             })
@@ -64,12 +64,12 @@ impl<S: JournalStore> NodeEngine<S> {
             .pending
             .iter()
             .copied()
-            .filter(|seq| head.is_approved(&self.state.entries[seq].action.idempotency_key))
+            .filter(|seq| head.is_approved(&self.state.entries[seq].action.idempotency_key()))
             .collect();
         let mut keys = Vec::with_capacity(approved.len());
         for seq in approved {
             self.set_state(seq, EntryState::Approved, None)?;
-            keys.push(self.state.entries[&seq].action.idempotency_key.clone());
+            keys.push(self.state.entries[&seq].action.idempotency_key());
         }
         self.check_sets();
         Ok(keys)

@@ -9,10 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
 use super::sharded::{Shard, ShardedMap};
 use crate::journal::{JournalEntry, JournalSeq};
+use crate::model::{KeyHasher, StampedAction};
 
 /// The journal's entries, as the engine holds them.
 pub(crate) type Entries = BTreeMap<JournalSeq, std::sync::Arc<JournalEntry>>;
@@ -25,7 +26,47 @@ impl KeyHash {
     /// `key`'s hash as the index keeps it.
     #[cfg(test)]
     pub(super) fn of(key: &str) -> Self {
-        Self(xxh3_64(key.as_bytes()))
+        KeyHashing::Xxh3.of_text(key)
+    }
+}
+
+/// How the index hashes a key: xxh3, the same over the key's text and over an action's key as
+/// it is written ([`StampedAction::hash_key`]: an action keeps no text of its key).
+#[derive(Clone, Copy, Debug)]
+enum KeyHashing {
+    Xxh3,
+    /// Every key the same hash: a test's, to make every key collide.
+    #[cfg(test)]
+    Constant(u64),
+}
+
+struct Streaming(Xxh3);
+
+impl KeyHasher for Streaming {
+    fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+impl KeyHashing {
+    fn of_text(self, key: &str) -> KeyHash {
+        match self {
+            Self::Xxh3 => KeyHash(xxh3_64(key.as_bytes())),
+            #[cfg(test)]
+            Self::Constant(hash) => KeyHash(hash),
+        }
+    }
+
+    fn of_action(self, action: &StampedAction) -> KeyHash {
+        match self {
+            Self::Xxh3 => {
+                let mut streaming = Streaming(Xxh3::new());
+                action.hash_key(&mut streaming);
+                KeyHash(streaming.0.digest())
+            }
+            #[cfg(test)]
+            Self::Constant(hash) => KeyHash(hash),
+        }
     }
 }
 
@@ -54,53 +95,57 @@ const _: () = assert!(std::mem::size_of::<Seqs>() == 16);
 pub(crate) struct KeyIndex {
     by_hash: ShardedMap<KeyHash, Seqs>,
     /// xxh3; a test's hash makes every key collide.
-    hasher: fn(&[u8]) -> u64,
+    hashing: KeyHashing,
 }
 
-fn key_of(entries: &Entries, seq: JournalSeq) -> &str {
-    &entries.get(&seq).expect("an indexed entry is in the journal").action.idempotency_key
+/// Whether the entry `seq` of `entries` is journaled under `key`.
+fn has_key(entries: &Entries, seq: JournalSeq, key: &str) -> bool {
+    entries.get(&seq).expect("an indexed entry is in the journal").action.key_is(key)
+}
+
+/// Whether the entries `seq` and `other` of `entries` have one key.
+fn same_key(entries: &Entries, seq: JournalSeq, action: &StampedAction) -> bool {
+    let indexed = &entries.get(&seq).expect("an indexed entry is in the journal").action;
+    indexed.stamp() == action.stamp() || indexed.key_is(&action.idempotency_key())
 }
 
 impl KeyIndex {
     pub(crate) fn new() -> Self {
-        Self::hashed_by(xxh3_64)
+        Self::hashed_by(KeyHashing::Xxh3)
     }
 
-    fn hashed_by(hasher: fn(&[u8]) -> u64) -> Self {
-        Self { by_hash: ShardedMap::new(), hasher }
-    }
-
-    fn hash(&self, key: &str) -> KeyHash {
-        KeyHash((self.hasher)(key.as_bytes()))
+    fn hashed_by(hashing: KeyHashing) -> Self {
+        Self { by_hash: ShardedMap::new(), hashing }
     }
 
     /// Indexes every entry of `entries` anew, the newest of a key winning.
     pub(crate) fn rebuild(&mut self, entries: &Entries) {
         self.clear();
-        for (seq, entry) in entries {
-            self.insert(&entry.action.idempotency_key, *seq, entries);
+        for seq in entries.keys() {
+            self.insert(*seq, entries);
         }
     }
 
     /// The newest entry journaled under `key`.
     pub(crate) fn get(&self, key: &str, entries: &Entries) -> Option<JournalSeq> {
-        match self.by_hash.get(&self.hash(key))? {
-            Seqs::One(seq) => (key_of(entries, *seq) == key).then_some(*seq),
-            Seqs::Many(seqs) => seqs.iter().copied().find(|seq| key_of(entries, *seq) == key),
+        match self.by_hash.get(&self.hashing.of_text(key))? {
+            Seqs::One(seq) => has_key(entries, *seq, key).then_some(*seq),
+            Seqs::Many(seqs) => seqs.iter().copied().find(|seq| has_key(entries, *seq, key)),
         }
     }
 
-    /// Indexes `seq` (journaled already in `entries`) under `key`, in place of an older entry of
-    /// the same key.
-    pub(crate) fn insert(&mut self, key: &str, seq: JournalSeq, entries: &Entries) {
-        let hash = self.hash(key);
+    /// Indexes `seq` (journaled already in `entries`) under its key, in place of an older entry
+    /// of the same key.
+    pub(crate) fn insert(&mut self, seq: JournalSeq, entries: &Entries) {
+        let action = &entries.get(&seq).expect("an entry is journaled before it is indexed").action;
+        let hash = self.hashing.of_action(action);
         let next = match self.by_hash.remove(&hash) {
             None => Seqs::One(seq),
-            Some(Seqs::One(other)) if key_of(entries, other) == key => Seqs::One(seq),
+            Some(Seqs::One(other)) if same_key(entries, other, action) => Seqs::One(seq),
             Some(Seqs::One(other)) => Seqs::Many(Box::new([other, seq])),
             Some(Seqs::Many(seqs)) => {
                 let mut seqs = seqs.into_vec();
-                seqs.retain(|other| key_of(entries, *other) != key);
+                seqs.retain(|other| !same_key(entries, *other, action));
                 seqs.push(seq);
                 Seqs::Many(seqs.into_boxed_slice())
             }
@@ -108,10 +153,10 @@ impl KeyIndex {
         self.by_hash.insert(hash, next);
     }
 
-    /// Forgets `seq` under `key` if it is the entry indexed there (an older entry of the key is
-    /// not indexed). Called before the entry leaves `entries`.
-    pub(crate) fn remove(&mut self, key: &str, seq: JournalSeq) {
-        let hash = self.hash(key);
+    /// Forgets `seq` (its `action`) if it is the entry indexed under its key (an older entry of
+    /// the key is not indexed). Called before the entry leaves `entries`.
+    pub(crate) fn remove(&mut self, action: &StampedAction, seq: JournalSeq) {
+        let hash = self.hashing.of_action(action);
         match self.by_hash.remove(&hash) {
             None => {}
             Some(Seqs::One(other)) if other == seq => {}
@@ -169,7 +214,7 @@ mod tests {
     /// Entries 1 and 3 share a key (`a`'s), entry 2 has `b`'s.
     fn journal() -> (Entries, IdempotencyKey, IdempotencyKey) {
         let entries: Entries = [entry(1, "a"), entry(2, "b"), entry(3, "a")].into_iter().collect();
-        let key = |seq: u64| entries[&JournalSeq::new(seq)].action.idempotency_key.clone();
+        let key = |seq: u64| entries[&JournalSeq::new(seq)].action.idempotency_key();
         let (a, b) = (key(1), key(2));
         (entries, a, b)
     }
@@ -177,7 +222,7 @@ mod tests {
     fn each_hash(check: impl Fn(KeyIndex)) {
         check(KeyIndex::new());
         // Every key under one hash: what a collision does, for every key at once.
-        check(KeyIndex::hashed_by(|_| 7));
+        check(KeyIndex::hashed_by(KeyHashing::Constant(7)));
     }
 
     #[test]
@@ -188,16 +233,54 @@ mod tests {
             assert_eq!(index.get(&a, &entries), Some(JournalSeq::new(3)), "the newest of `a`");
             assert_eq!(index.get(&b, &entries), Some(JournalSeq::new(2)));
             assert_eq!(index.get("p/10.0.0.1/unjournaled", &entries), None);
-            index.remove(&a, JournalSeq::new(1));
+            let action = |seq: u64| &entries[&JournalSeq::new(seq)].action;
+            index.remove(action(1), JournalSeq::new(1));
             assert_eq!(index.get(&a, &entries), Some(JournalSeq::new(3)), "1 was not the indexed entry");
-            index.remove(&a, JournalSeq::new(3));
+            index.remove(action(3), JournalSeq::new(3));
             assert_eq!(index.get(&a, &entries), None);
             assert_eq!(index.get(&b, &entries), Some(JournalSeq::new(2)), "b's entry stays");
-            index.insert(&a, JournalSeq::new(1), &entries);
+            index.insert(JournalSeq::new(1), &entries);
             assert_eq!(index.get(&a, &entries), Some(JournalSeq::new(1)));
-            index.remove(&b, JournalSeq::new(2));
+            index.remove(action(2), JournalSeq::new(2));
             assert_eq!(index.get(&b, &entries), None);
             assert_eq!(index.get(&a, &entries), Some(JournalSeq::new(1)));
         });
+    }
+
+    proptest::proptest! {
+        /// An action keeps no text of its key: what the index hashes and compares is the key as
+        /// it is written, and it must be the key's text byte for byte (an Azure NIC has `/` in
+        /// it; names may be long or empty).
+        #[test]
+        fn a_key_hashed_and_compared_as_written_is_its_text(
+            pool in "[a-z0-9-]{1,12}",
+            holder in "[a-z0-9-]{0,40}",
+            nic in "[a-z0-9/-]{1,200}",
+            owner in 0u64..u64::MAX,
+            epoch in 0u64..u64::MAX,
+            cut in 0usize..400,
+        ) {
+            let action = StampedAction::new(
+                &pool,
+                "fd00::1".parse().expect("literal"),
+                Verb::AssignSecondaryIp,
+                &holder,
+                "azure-west",
+                &nic,
+                CaptureDomain::new("azure-west", "g"),
+                CaptureEpoch::from_stored(epoch),
+                OwnershipEpoch::from_stored(owner),
+            );
+            let key = action.idempotency_key();
+            proptest::prop_assert_eq!(KeyHashing::Xxh3.of_action(&action), KeyHashing::Xxh3.of_text(&key));
+            proptest::prop_assert!(action.key_is(&key));
+            let cut = cut.min(key.len() - 1);
+            proptest::prop_assert!(!action.key_is(&key[..cut]), "a prefix of the key is not it");
+            proptest::prop_assert!(!action.key_is(&format!("{key}0")), "nor the key and more");
+            let mut other = key.to_string();
+            let last = other.pop().expect("a key is not empty");
+            other.push(if last == '0' { '1' } else { '0' });
+            proptest::prop_assert!(!action.key_is(&other), "nor a key one byte apart");
+        }
     }
 }

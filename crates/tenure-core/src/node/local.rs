@@ -55,7 +55,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 capture_epoch,
                 ownership_epoch,
             );
-            let key = action.idempotency_key.clone();
+            let key = action.idempotency_key();
             let seq = match self
                 .index
                 .get(&key, &self.state.entries)
@@ -82,7 +82,7 @@ impl<S: JournalStore> NodeEngine<S> {
                         executed_seq: None,
                         attempts: crate::journal::Attempts::default(),
                     }))?;
-                    self.index.insert(&key, seq, &self.state.entries);
+                    self.index.insert(seq, &self.state.entries);
                     seq
                 }
             };

@@ -10,7 +10,7 @@ use crate::journal::{
     Attempts, EntryState, JOURNAL_ENTRIES_MAX, JournalChange, JournalEntry, JournalSeq, JournalStore,
     outcome_unknown,
 };
-use crate::model::{Approval, ProviderAddress};
+use crate::model::{Approval, IdempotencyKey, ProviderAddress};
 use crate::planner::{self, PlanCursor};
 
 /// How many entries waiting for an approval [`NodeEngine::reconcile_keys`] looks through for
@@ -138,7 +138,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 })
                 .collect();
             for (seq, reason) in stale {
-                let key = self.state.entries[&seq].action.idempotency_key.clone();
+                let key = self.state.entries[&seq].action.idempotency_key();
                 self.set_state(seq, EntryState::Skipped(reason), None)?;
                 report.swept.push(key);
             }
@@ -189,15 +189,12 @@ impl<S: JournalStore> NodeEngine<S> {
             let current = head.view(&action);
             let state = match fence::check_view(&action, &current, &self.state.high_water) {
                 FenceVerdict::Stale { reason } => EntryState::Skipped(reason),
-                FenceVerdict::Current
-                    if planned.approval == Approval::Manual && !head.is_approved(&action.idempotency_key) =>
-                {
+                FenceVerdict::Current if planned.approval == Approval::Manual && !head.is_approved(&key) => {
                     EntryState::Pending
                 }
                 FenceVerdict::Current => EntryState::Approved,
             };
             self.raise_high_water(&action, &current)?;
-            let key = action.idempotency_key.clone();
             let seq = self.state.last_seq.next();
             self.commit(JournalChange::Append(JournalEntry {
                 seq,
@@ -207,7 +204,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 executed_seq: None,
                 attempts: Attempts::default(),
             }))?;
-            self.index.insert(&key, seq, &self.state.entries);
+            self.index.insert(seq, &self.state.entries);
             match state {
                 EntryState::Pending => {
                     self.pending.insert(seq);
@@ -215,7 +212,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 EntryState::Approved => self.admit(seq),
                 _ => {}
             }
-            report.imported.push(key);
+            report.imported.push(IdempotencyKey::written(key.clone()));
         }
         Ok(())
     }
@@ -252,7 +249,7 @@ impl<S: JournalStore> NodeEngine<S> {
                         report.retry_at_ms = earlier(report.retry_at_ms, Some(due_ms));
                         continue;
                     }
-                    let key = entry.action.idempotency_key.clone();
+                    let key = entry.action.idempotency_key();
                     // An acquire in doubt keeps its mark through the retry.
                     let keep = entry.detail.clone().filter(|d| outcome_unknown(Some(d)));
                     self.set_state(seq, EntryState::Approved, keep)?;
@@ -299,7 +296,7 @@ impl<S: JournalStore> NodeEngine<S> {
         }
         for seq in window {
             let entry = &self.state.entries[&seq];
-            let key = &entry.action.idempotency_key;
+            let key = &entry.action.idempotency_key();
             if let FenceVerdict::Stale { reason } = fence::check(&entry.action, head, &self.state.high_water)
             {
                 let key = key.clone();
@@ -342,7 +339,7 @@ impl<S: JournalStore> NodeEngine<S> {
             .collect();
         for seq in candidates {
             if self.count_in_doubt_acquire(seq, head)? {
-                report.counted.push(self.state.entries[&seq].action.idempotency_key.clone());
+                report.counted.push(self.state.entries[&seq].action.idempotency_key());
             }
         }
         Ok(())
@@ -458,7 +455,7 @@ impl<S: JournalStore> NodeEngine<S> {
             return Ok(());
         }
         for seq in &seqs {
-            self.index.remove(&self.state.entries[seq].action.idempotency_key, *seq);
+            self.index.remove(&self.state.entries[seq].action, *seq);
             self.predecessors.remove(seq);
         }
         report.compacted = seqs.len() as u64;

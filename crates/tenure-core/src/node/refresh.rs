@@ -64,7 +64,7 @@ impl<S: JournalStore> NodeEngine<S> {
             let action = holding.action.with_verb(verb);
             let announced = self
                 .index
-                .get(&action.idempotency_key, &self.state.entries)
+                .get(&action.idempotency_key(), &self.state.entries)
                 .is_some_and(|seq| self.state.entries[&seq].state == EntryState::Executed);
             if announced && fence::check(&action, head, &self.state.high_water) == FenceVerdict::Current {
                 refreshes.push(action);
@@ -109,7 +109,7 @@ impl<S: JournalStore> NodeEngine<S> {
             if let FenceVerdict::Stale { reason } = fence::check(action, head, &self.state.high_water) {
                 stale.push((
                     at.clone(),
-                    StaleCall { idempotency_key: action.idempotency_key.clone(), reason },
+                    StaleCall { idempotency_key: action.idempotency_key(), reason },
                 ));
             }
         }

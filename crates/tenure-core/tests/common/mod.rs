@@ -206,7 +206,7 @@ pub fn apply(log: &mut MemoryLog, a: &mut NodeDriver<MemoryJournalStore>, at_ms:
                 .engine()
                 .entries()
                 .filter(|entry| entry.state == tenure_core::journal::EntryState::Pending)
-                .map(|entry| entry.action.idempotency_key.to_string())
+                .map(|entry| entry.action.idempotency_key().to_string())
                 .collect();
             for idempotency_key in pending {
                 append(log, at_ms, EventKind::Approve { idempotency_key });
@@ -220,7 +220,7 @@ pub fn apply(log: &mut MemoryLog, a: &mut NodeDriver<MemoryJournalStore>, at_ms:
             a.reconcile().expect("memory").expect("not blocked");
             a.start_execution().expect("memory").expect("not blocked");
             for action in a.poll_actions(64, None).expect("memory") {
-                a.handle_result(&action.idempotency_key, outcome, "ok".into()).expect("in flight");
+                a.handle_result(&action.idempotency_key(), outcome, "ok".into()).expect("in flight");
             }
             while let Some(kind) = a.poll_append() {
                 append(log, at_ms, kind);

@@ -103,7 +103,7 @@ impl World {
         let mut refused = Vec::new();
         for n in &self.nodes {
             for entry in n.driver().engine().entries().filter(|e| e.state == EntryState::Pending) {
-                let key = &entry.action.idempotency_key;
+                let key = &entry.action.idempotency_key();
                 if self.head.is_approved(key) {
                     continue;
                 }
@@ -173,7 +173,7 @@ impl World {
                     return Err(format!(
                         "{}: stale open entry {}",
                         n.driver().engine().name(),
-                        entry.action.idempotency_key
+                        entry.action.idempotency_key()
                     ));
                 }
             }

@@ -126,7 +126,7 @@ impl World {
                 c.node == node
                     && c.incarnation == incarnation
                     && matches!(c.heard, Heard::Result | Heard::GivenUp)
-                    && c.action.idempotency_key == stale.idempotency_key
+                    && c.action.idempotency_key() == stale.idempotency_key
             }) else {
                 continue;
             };
@@ -215,7 +215,7 @@ impl World {
                     self.calls_in_doubt += 1;
                     let detail = format!("no answer within its deadline ({CALL_DEADLINE_MS} ms)");
                     let outcome = CallOutcome::InDoubt { reason: &detail };
-                    self.report(call.node, &call.action.idempotency_key, outcome);
+                    self.report(call.node, &call.action.idempotency_key(), outcome);
                 }
                 return;
             }
@@ -225,7 +225,7 @@ impl World {
                         "cancelled in flight: the view fenced it ({reason}); the provider may have acted"
                     );
                     let outcome = CallOutcome::InDoubt { reason: &detail };
-                    self.report(call.node, &call.action.idempotency_key, outcome);
+                    self.report(call.node, &call.action.idempotency_key(), outcome);
                 }
                 return;
             }
@@ -237,7 +237,7 @@ impl World {
         {
             let detail = format!(
                 "{} landed after {}'s own view fenced it ({why})",
-                call.action.idempotency_key,
+                call.action.idempotency_key(),
                 self.name(call.node)
             );
             self.violation(ViolationKind::StaleCallLanded, detail);
@@ -259,7 +259,7 @@ impl World {
         if self.nodes[node].incarnation != call.incarnation {
             return;
         }
-        let key = call.action.idempotency_key.clone();
+        let key = call.action.idempotency_key();
         self.report(node, &key, CallOutcome::Result { outcome, detail });
     }
 

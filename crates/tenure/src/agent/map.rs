@@ -262,7 +262,7 @@ pub(crate) mod tests {
         );
         EventKind::ActionResult {
             node: node.name.clone(),
-            idempotency_key: action.idempotency_key.to_string(),
+            idempotency_key: action.idempotency_key().to_string(),
             outcome: ActionOutcome::Executed,
             detail: String::new(),
         }

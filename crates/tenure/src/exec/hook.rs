@@ -335,7 +335,7 @@ fn contract_verb(action: &StampedAction) -> &'static str {
 /// One JSON object and a newline.
 fn hook_input(action: &StampedAction) -> String {
     let input = HookInput {
-        idempotency_key: &action.idempotency_key,
+        idempotency_key: &action.idempotency_key(),
         verb: contract_verb(action),
         pool: &action.pool,
         address: action.address.to_string(),
@@ -354,7 +354,7 @@ fn hook_input(action: &StampedAction) -> String {
 /// The same values as `TENURE_*` environment variables.
 fn hook_environment(action: &StampedAction) -> [(&'static str, String); 10] {
     [
-        ("TENURE_IDEMPOTENCY_KEY", action.idempotency_key.to_string()),
+        ("TENURE_IDEMPOTENCY_KEY", action.idempotency_key().to_string()),
         ("TENURE_VERB", contract_verb(action).to_owned()),
         ("TENURE_POOL", action.pool.to_string()),
         ("TENURE_ADDRESS", action.address.to_string()),

@@ -71,7 +71,7 @@ pub fn check_key(key: &str) -> Result<(), String> {
         parsed.capture_epoch,
         parsed.ownership_epoch,
     )
-    .idempotency_key;
+    .idempotency_key();
     if spelled != key {
         return Err(format!("`{key}` is not written canonically; the planner writes it `{spelled}`"));
     }

@@ -63,22 +63,22 @@ impl<S: AgentStore> Agent<S> {
         let refresh = refresh.then_some(action.address);
         let Some(provider) = self.executors.get(&*action.provider).cloned() else {
             let reason = format!("no executor for provider `{}` in this agent", action.provider);
-            warn!(key = %action.idempotency_key, %reason);
-            let task = CallTask { node, key: action.idempotency_key, provider: action.provider, refresh };
+            warn!(key = %action.idempotency_key(), %reason);
+            let task = CallTask { node, key: action.idempotency_key(), provider: action.provider, refresh };
             self.end_call(&task, &ExecutionOutcome::Failed { reason });
             return;
         };
         self.summary.calls += 1;
-        debug!(node = self.core.drivers()[node].name(), key = %action.idempotency_key, "calling the provider");
+        debug!(node = self.core.drivers()[node].name(), key = %action.idempotency_key(), "calling the provider");
         let deadline = self.call_deadline(provider.call_timeout);
         let task = CallTask {
             node,
-            key: action.idempotency_key.clone(),
+            key: action.idempotency_key(),
             provider: Arc::clone(&action.provider),
             refresh,
         };
         let authority = self.guarding(&action);
-        let key = action.idempotency_key.clone();
+        let key = action.idempotency_key();
         let handle = self.calls.spawn(async move {
             let started = Instant::now();
             let call = execute_within(&*provider.executor, &action, deadline);
@@ -88,7 +88,7 @@ impl<S: AgentStore> Agent<S> {
             };
             CallDone {
                 node,
-                key: action.idempotency_key,
+                key: action.idempotency_key(),
                 provider: action.provider,
                 refresh,
                 outcome,
