@@ -34,7 +34,7 @@ use crate::journal::{
     JournalEntry, JournalSeq, JournalStore,
 };
 use crate::model::{IdempotencyKey, ProviderAddress, StampedAction};
-use crate::planner::{CaptureRecord, Captured};
+use crate::planner::Captured;
 use crate::retry::RetryBackoff;
 
 mod execute;
@@ -125,12 +125,10 @@ pub struct NodeEngine<S: JournalStore> {
     /// The entries a reader of the journal may see changed since it last took them
     /// ([`NodeEngine::take_row_changes`]); `None` until one takes.
     row_changes: Option<RowChanges>,
+    /// Per (provider, address): the last executed entry, the last executed one that changed
+    /// holding (assign/unassign, proxy-ARP add/del), and what is captured — what the outbox of
+    /// results is derived from, so compaction keeps those entries. One map ([`Captured`]).
     captured: Captured,
-    /// The last executed entry per (provider, address), and the last executed one that changed
-    /// holding (assign/unassign, proxy-ARP add/del): what "captured" and the outbox of results
-    /// are derived from, so compaction keeps them.
-    last_executed: BTreeMap<ProviderAddress, JournalSeq>,
-    last_holding: BTreeMap<ProviderAddress, JournalSeq>,
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
     predecessors: sharded::ShardedMap<JournalSeq, Option<JournalSeq>>,
@@ -177,9 +175,7 @@ impl<S: JournalStore> NodeEngine<S> {
             refreshes_cancelling: BTreeSet::new(),
             failed: BTreeSet::new(),
             row_changes: None,
-            captured: BTreeMap::new(),
-            last_executed: BTreeMap::new(),
-            last_holding: BTreeMap::new(),
+            captured: Captured::new(),
             predecessors: sharded::ShardedMap::new(),
             in_doubt: BTreeSet::new(),
             replan: false,
@@ -233,8 +229,6 @@ impl<S: JournalStore> NodeEngine<S> {
         self.refreshes_cancelling.clear();
         self.failed.clear();
         self.captured.clear();
-        self.last_executed.clear();
-        self.last_holding.clear();
         self.predecessors.clear();
         self.in_doubt.clear();
         let all: Vec<JournalSeq> = self.state.entries.keys().copied().collect();
@@ -324,22 +318,7 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// Records an executed entry in "captured" and the last-executed indexes.
     fn track_execution(&mut self, seq: JournalSeq) {
-        let action = &self.state.entries[&seq].action;
-        let key = provider_address(action);
-        if action.verb.is_acquire() {
-            let record = CaptureRecord {
-                pool: action.pool.clone(),
-                nic: action.nic.clone(),
-                capture_domain: action.capture_domain.clone(),
-            };
-            self.captured.insert(key.clone(), record);
-        } else {
-            self.captured.remove(&key);
-        }
-        if action.verb.changes_holding() {
-            self.last_holding.insert(key.clone(), seq);
-        }
-        self.last_executed.insert(key, seq);
+        self.captured.record_execution(seq, &self.state.entries[&seq].action);
     }
 
     /// Entries fenced since this engine was opened, by reason (monotonic while the process runs).
@@ -438,9 +417,9 @@ impl<S: JournalStore> NodeEngine<S> {
         window: crate::planner::KeyWindow,
     ) -> Vec<IdempotencyKey> {
         let Some(node) = view.node_id(&self.name) else { return Vec::new() };
-        self.last_holding
-            .range(window)
-            .map(|(_, seq)| &self.state.entries[seq])
+        self.captured
+            .holding_in(window)
+            .map(|(_, seq)| &self.state.entries[&seq])
             // An acquire in doubt counted as held: the log was told the truth (failed, outcome
             // unknown); it is counted only so that this node releases it.
             .filter(|entry| !entry.detail.as_deref().is_some_and(|d| d.starts_with(COUNTED_AS_HELD)))

@@ -34,8 +34,151 @@ pub struct PlannedAction<'a> {
     pub approval: Approval,
 }
 
-/// What a node captured, keyed by (provider, address).
-pub type Captured = BTreeMap<(Arc<str>, IpAddr), CaptureRecord>;
+/// What a node's journal says of each (provider, address) it executed a verb of: its last
+/// executed entry, its last executed entry that changed holding (assign/unassign, proxy-ARP
+/// add/del), and — when that last executed verb is an acquire — its [`CaptureRecord`]. One map
+/// for the three (a node holding a million addresses kept three maps of a million keys): what
+/// "captured" is, what the outbox of results and the announcements walk, and what compaction
+/// keeps. Read as "what a node captured" ([`Captured::get`], [`Captured::iter`]...) by the
+/// planner and everyone else; written only by the node's engine, from its executed entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Captured {
+    by_address: BTreeMap<ProviderAddress, Executed>,
+}
+
+/// One (provider, address) of [`Captured`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Executed {
+    /// The last executed entry.
+    last: crate::journal::JournalSeq,
+    /// The last executed entry that changed holding ([`crate::journal::JournalSeq::NONE`]: none).
+    holding: crate::journal::JournalSeq,
+    /// Captured: the last executed verb is an acquire.
+    record: Option<CaptureRecord>,
+}
+
+impl Captured {
+    /// Nothing captured, nothing executed.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The capture of (provider, address), if the node's last executed verb for it is an acquire.
+    #[must_use]
+    pub fn get(&self, at: &ProviderAddress) -> Option<&CaptureRecord> {
+        self.by_address.get(at)?.record.as_ref()
+    }
+
+    /// The capture of (provider, address) with the key as kept.
+    #[must_use]
+    pub fn get_key_value(&self, at: &ProviderAddress) -> Option<(&ProviderAddress, &CaptureRecord)> {
+        let (key, executed) = self.by_address.get_key_value(at)?;
+        Some((key, executed.record.as_ref()?))
+    }
+
+    /// Whether (provider, address) is captured.
+    #[must_use]
+    pub fn contains_key(&self, at: &ProviderAddress) -> bool {
+        self.get(at).is_some()
+    }
+
+    /// The captured (provider, address) keys and their records, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&ProviderAddress, &CaptureRecord)> + '_ {
+        self.by_address.iter().filter_map(|(at, executed)| Some((at, executed.record.as_ref()?)))
+    }
+
+    /// The captured (provider, address) keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &ProviderAddress> + '_ {
+        self.iter().map(|(at, _)| at)
+    }
+
+    /// The captured ones from `from` on, in key order.
+    pub fn range_from(
+        &self,
+        from: Bound<ProviderAddress>,
+    ) -> impl Iterator<Item = (&ProviderAddress, &CaptureRecord)> + '_ {
+        self.by_address
+            .range::<ProviderAddress, _>((from, Bound::Unbounded))
+            .filter_map(|(at, executed)| Some((at, executed.record.as_ref()?)))
+    }
+
+    /// How many are captured (a walk: for tests and reports, not for a step).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether nothing is captured.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    /// The last executed entry of (provider, address).
+    #[must_use]
+    pub(crate) fn last_executed(&self, at: &ProviderAddress) -> Option<crate::journal::JournalSeq> {
+        self.by_address.get(at).map(|executed| executed.last)
+    }
+
+    /// The last executed entry of (provider, address) that changed holding.
+    #[must_use]
+    pub(crate) fn last_holding(&self, at: &ProviderAddress) -> Option<crate::journal::JournalSeq> {
+        self.by_address
+            .get(at)
+            .map(|executed| executed.holding)
+            .filter(|seq| *seq != crate::journal::JournalSeq::NONE)
+    }
+
+    /// Every (provider, address) with a last executed holding entry, from `window`'s start, in
+    /// key order, with that entry.
+    pub(crate) fn holding_in(
+        &self,
+        window: KeyWindow,
+    ) -> impl Iterator<Item = (&ProviderAddress, crate::journal::JournalSeq)> + '_ {
+        self.by_address
+            .range::<ProviderAddress, _>(window)
+            .filter(|(_, executed)| executed.holding != crate::journal::JournalSeq::NONE)
+            .map(|(at, executed)| (at, executed.holding))
+    }
+
+    /// Records entry `seq`, executed, of `action`: the last executed of its (provider, address);
+    /// the last holding one too when its verb changes holding; captured by an acquire verb,
+    /// released by any other.
+    pub(crate) fn record_execution(
+        &mut self,
+        seq: crate::journal::JournalSeq,
+        action: &crate::model::StampedAction,
+    ) {
+        let record = action.verb.is_acquire().then(|| CaptureRecord {
+            pool: action.pool.clone(),
+            nic: action.nic.clone(),
+            capture_domain: action.capture_domain.clone(),
+        });
+        let holding = action.verb.changes_holding();
+        match self.by_address.get_mut(&(action.provider.clone(), action.address)) {
+            Some(executed) => {
+                executed.last = seq;
+                if holding {
+                    executed.holding = seq;
+                }
+                executed.record = record;
+            }
+            None => {
+                let holding = if holding { seq } else { crate::journal::JournalSeq::NONE };
+                self.by_address.insert(
+                    (action.provider.clone(), action.address),
+                    Executed { last: seq, holding, record },
+                );
+            }
+        }
+    }
+
+    /// Forgets everything (a restart rebuilds it from the journal).
+    pub(crate) fn clear(&mut self) {
+        self.by_address.clear();
+    }
+}
 
 /// A node's plan.
 #[derive(Clone, Debug, Default)]
@@ -211,9 +354,7 @@ pub fn plan_slice<'a>(
 
     let mut captured_slice: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
     if let Some(from) = cursor.captured.from() {
-        for (visited, ((record_provider, address), record)) in
-            captured.range::<ProviderAddress, _>((from, Bound::Unbounded)).enumerate()
-        {
+        for (visited, ((record_provider, address), record)) in captured.range_from(from).enumerate() {
             if visited == max {
                 next.captured = Walk::At(record_provider.clone(), *address);
                 break;

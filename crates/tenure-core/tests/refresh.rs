@@ -187,10 +187,7 @@ fn a_deposed_holder_never_refreshes_and_its_refresh_in_flight_is_named_stale() {
     assert!(a.poll_refreshes(everything, 16).is_empty(), "the fence refuses a deposed holder");
     assert_eq!(
         a.poll_stale_calls(),
-        vec![StaleCall {
-            idempotency_key: in_flight[0].idempotency_key(),
-            reason: StaleReason::StaleEpoch
-        }],
+        vec![StaleCall { idempotency_key: in_flight[0].idempotency_key(), reason: StaleReason::StaleEpoch }],
         "the refresh in flight is named for cancellation"
     );
     assert!(a.poll_stale_calls().is_empty(), "once");

@@ -325,8 +325,10 @@ impl<S: JournalStore> NodeEngine<S> {
         {
             return Ok(false);
         }
-        let superseded =
-            self.last_holding.get(&super::provider_address(&entry.action)).is_some_and(|last| *last > seq);
+        let superseded = self
+            .captured
+            .last_holding(&super::provider_address(&entry.action))
+            .is_some_and(|last| last > seq);
         if superseded {
             self.failed.remove(&seq);
             self.row_changed(seq);

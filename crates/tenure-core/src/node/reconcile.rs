@@ -374,8 +374,8 @@ impl<S: JournalStore> NodeEngine<S> {
             return false;
         }
         let key = provider_address(&entry.action);
-        let last = self.last_executed.get(&key) == Some(&entry.seq)
-            || self.last_holding.get(&key) == Some(&entry.seq);
+        let last = self.captured.last_executed(&key) == Some(entry.seq)
+            || self.captured.last_holding(&key) == Some(entry.seq);
         !last && head.view(&entry.action).capture_epoch != entry.action.capture_epoch
     }
 

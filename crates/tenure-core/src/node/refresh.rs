@@ -16,6 +16,7 @@
 //! timer, keepalived's report): the rule of *what* may be refreshed is this file's.
 
 use std::net::IpAddr;
+use std::ops::Bound;
 
 use super::{NodeEngine, ProviderAddress, StaleCall};
 use crate::federation::Federation;
@@ -46,11 +47,11 @@ impl<S: JournalStore> NodeEngine<S> {
         max: usize,
     ) -> Vec<StampedAction> {
         let mut refreshes = Vec::new();
-        for (at, seq) in &self.last_holding {
+        for (at, seq) in self.captured.holding_in((Bound::Unbounded, Bound::Unbounded)) {
             if refreshes.len() >= max {
                 break;
             }
-            let holding = &self.state.entries[seq];
+            let holding = &self.state.entries[&seq];
             if !holding.action.verb.is_acquire()
                 || !self.captured.contains_key(at)
                 || !wanted(&at.0, at.1)
@@ -107,10 +108,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 continue;
             }
             if let FenceVerdict::Stale { reason } = fence::check(action, head, &self.state.high_water) {
-                stale.push((
-                    at.clone(),
-                    StaleCall { idempotency_key: action.idempotency_key(), reason },
-                ));
+                stale.push((at.clone(), StaleCall { idempotency_key: action.idempotency_key(), reason }));
             }
         }
         self.refreshes_cancelling.extend(stale.iter().map(|(at, _)| at.clone()));

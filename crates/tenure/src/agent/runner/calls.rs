@@ -71,12 +71,8 @@ impl<S: AgentStore> Agent<S> {
         self.summary.calls += 1;
         debug!(node = self.core.drivers()[node].name(), key = %action.idempotency_key(), "calling the provider");
         let deadline = self.call_deadline(provider.call_timeout);
-        let task = CallTask {
-            node,
-            key: action.idempotency_key(),
-            provider: Arc::clone(&action.provider),
-            refresh,
-        };
+        let task =
+            CallTask { node, key: action.idempotency_key(), provider: Arc::clone(&action.provider), refresh };
         let authority = self.guarding(&action);
         let key = action.idempotency_key();
         let handle = self.calls.spawn(async move {
