@@ -111,7 +111,7 @@ impl Federation {
             .observed
             .get(provider)
             .and_then(|kept| kept.get(&address))
-            .and_then(|kept| kept.get(&newest.nic))
+            .and_then(|kept| kept.get(&*newest.nic))
             .is_some_and(|(holds, at_ms)| !holds && *at_ms > newest.at_ms);
         let moves =
             self.providers.get(provider).is_some_and(|k| k.verb_family() == crate::model::VerbFamily::Cloud);
@@ -202,7 +202,7 @@ impl Federation {
         let confirmation = Confirmation {
             node: node_id,
             capture_domain: node_domain,
-            nic: parsed.nic,
+            nic: crate::names::shared(&parsed.nic),
             capture_epoch: parsed.capture_epoch,
             acquired,
             at_ms,

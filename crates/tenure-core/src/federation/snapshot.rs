@@ -345,7 +345,7 @@ impl Federation {
                                 .map(|c| ConfirmationWire {
                                     node: name(c.node),
                                     capture_domain: c.capture_domain.as_str().to_owned(),
-                                    nic: (c.nic != self.nodes[c.node].spec.nic).then(|| c.nic.clone()),
+                                    nic: (*c.nic != *self.nodes[c.node].spec.nic).then(|| c.nic.to_string()),
                                     capture_epoch: c.capture_epoch.get(),
                                     acquired: c.acquired,
                                     at_ms: c.at_ms,
@@ -482,10 +482,10 @@ impl Federation {
                             Ok(Confirmation {
                                 node: id(&c.node)?,
                                 capture_domain: domain(&c.capture_domain)?,
-                                nic: match &c.nic {
-                                    Some(nic) => nic.clone(),
-                                    None => fed.nodes[id(&c.node)?].spec.nic.clone(),
-                                },
+                                nic: crate::names::shared(match &c.nic {
+                                    Some(nic) => nic,
+                                    None => &fed.nodes[id(&c.node)?].spec.nic,
+                                }),
                                 capture_epoch: CaptureEpoch::from_stored(c.capture_epoch),
                                 acquired: c.acquired,
                                 at_ms: c.at_ms,
