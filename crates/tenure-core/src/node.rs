@@ -512,7 +512,8 @@ impl<S: JournalStore> NodeEngine<S> {
         }
         let action = &self.state.entries[&seq].action;
         let verb = action.verb.predecessor()?;
-        let before = self.index.get(&action.with_verb(verb).idempotency_key(), &self.state.entries);
+        let stamp = crate::model::ActionStamp { verb, ..action.stamp() };
+        let before = self.index.get_stamp(&stamp.key(), &stamp, &self.state.entries);
         self.predecessors.insert(seq, before);
         Some(before)
     }

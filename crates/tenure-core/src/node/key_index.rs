@@ -13,7 +13,7 @@ use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
 use super::sharded::{Shard, ShardedMap};
 use crate::journal::{JournalEntry, JournalSeq};
-use crate::model::{KeyHasher, StampedAction};
+use crate::model::{ActionStamp, KeyHasher, StampedAction};
 
 /// The journal's entries, as the engine holds them.
 pub(crate) type Entries = BTreeMap<JournalSeq, std::sync::Arc<JournalEntry>>;
@@ -134,6 +134,26 @@ impl KeyIndex {
         }
     }
 
+    /// The newest entry journaled under `key`, the key `stamp` writes: an entry of the same
+    /// stamp is told apart by its fields, not by writing its key again (the key leaves out the
+    /// capture domain, so an entry whose fields differ is compared by its key).
+    pub(crate) fn get_stamp(
+        &self,
+        key: &str,
+        stamp: &ActionStamp<'_>,
+        entries: &Entries,
+    ) -> Option<JournalSeq> {
+        debug_assert!(stamp.key_is(key), "`key` is the one `stamp` writes");
+        let is = |seq: JournalSeq| {
+            let action = &entries.get(&seq).expect("an indexed entry is in the journal").action;
+            action.stamp() == *stamp || action.key_is(key)
+        };
+        match self.by_hash.get(&self.hashing.of_text(key))? {
+            Seqs::One(seq) => is(*seq).then_some(*seq),
+            Seqs::Many(seqs) => seqs.iter().copied().find(|seq| is(*seq)),
+        }
+    }
+
     /// Indexes `seq` (journaled already in `entries`) under its key, in place of an older entry
     /// of the same key.
     pub(crate) fn insert(&mut self, seq: JournalSeq, entries: &Entries) {
@@ -233,6 +253,14 @@ mod tests {
             assert_eq!(index.get(&a, &entries), Some(JournalSeq::new(3)), "the newest of `a`");
             assert_eq!(index.get(&b, &entries), Some(JournalSeq::new(2)));
             assert_eq!(index.get("p/10.0.0.1/unjournaled", &entries), None);
+            for (seq, key) in [(3, &a), (2, &b)] {
+                let stamp = entries[&JournalSeq::new(seq)].action.stamp();
+                assert_eq!(
+                    index.get_stamp(key, &stamp, &entries),
+                    Some(JournalSeq::new(seq)),
+                    "by its stamp"
+                );
+            }
             let action = |seq: u64| &entries[&JournalSeq::new(seq)].action;
             index.remove(action(1), JournalSeq::new(1));
             assert_eq!(index.get(&a, &entries), Some(JournalSeq::new(3)), "1 was not the indexed entry");

@@ -176,7 +176,7 @@ impl<S: JournalStore> NodeEngine<S> {
         for planned in planned {
             key.clear();
             planned.stamp.write_key(&mut key);
-            if let Some(seq) = self.index.get(&key, &self.state.entries)
+            if let Some(seq) = self.index.get_stamp(&key, &planned.stamp, &self.state.entries)
                 && !self.refused_release_replanned(seq, head)
             {
                 continue;

@@ -69,12 +69,14 @@ impl<S: AgentStore> Agent<S> {
             return;
         };
         self.summary.calls += 1;
-        debug!(node = self.core.drivers()[node].name(), key = %action.idempotency_key(), "calling the provider");
-        let deadline = self.call_deadline(provider.call_timeout);
-        let task =
-            CallTask { node, key: action.idempotency_key(), provider: Arc::clone(&action.provider), refresh };
-        let authority = self.guarding(&action);
+        // The key is written once here (an action keeps no text of it) and shared by the task,
+        // the abort handle and the call's report.
         let key = action.idempotency_key();
+        debug!(node = self.core.drivers()[node].name(), key = %key, "calling the provider");
+        let deadline = self.call_deadline(provider.call_timeout);
+        let task = CallTask { node, key: key.clone(), provider: Arc::clone(&action.provider), refresh };
+        let authority = self.guarding(&action);
+        let done_key = key.clone();
         let handle = self.calls.spawn(async move {
             let started = Instant::now();
             let call = execute_within(&*provider.executor, &action, deadline);
@@ -84,7 +86,7 @@ impl<S: AgentStore> Agent<S> {
             };
             CallDone {
                 node,
-                key: action.idempotency_key(),
+                key: done_key,
                 provider: action.provider,
                 refresh,
                 outcome,
