@@ -28,7 +28,7 @@ pub struct Overlap {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressClaims {
     /// Per address: the (domain, pool) pairs that list it (one per domain).
-    by_address: BTreeMap<IpAddr, Vec<(CaptureDomain, Arc<str>)>>,
+    by_address: BTreeMap<IpAddr, thin_vec::ThinVec<(CaptureDomain, Arc<str>)>>,
     /// Per applied pool: its domain and addresses, to let them go on an update or a deletion.
     by_pool: BTreeMap<String, (CaptureDomain, Vec<IpAddr>)>,
 }

@@ -106,7 +106,7 @@ pub struct HeadView<'a> {
 struct Marks {
     ownership: OwnershipEpoch,
     first: (DomainIx, CaptureEpoch),
-    others: Vec<(DomainIx, CaptureEpoch)>,
+    others: thin_vec::ThinVec<(DomainIx, CaptureEpoch)>,
 }
 
 impl Marks {
@@ -186,7 +186,7 @@ impl HighWater {
         let marks = addresses.entry(address).or_insert_with(|| Marks {
             ownership: OwnershipEpoch::NEVER,
             first: (ix, CaptureEpoch::NEVER),
-            others: Vec::new(),
+            others: thin_vec::ThinVec::new(),
         });
         #[cfg(debug_assertions)]
         let before = (marks.ownership, marks.capture(ix));

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use thin_vec::ThinVec;
+
 use crate::model::{CaptureDomain, CaptureEpoch, NodeSpec, OwnershipEpoch, PoolSpec, VrrpState};
 
 /// Index of a node in the registry: the configured nodes sorted by name, then the nodes the log
@@ -112,11 +114,11 @@ pub struct AddressState {
     /// The capture line of the pool's current capture domain.
     pub line: CaptureLine,
     /// Lines of capture domains the pool used before (kept for their tokens).
-    pub retired_lines: Vec<(CaptureDomain, CaptureLine)>,
+    pub retired_lines: ThinVec<(CaptureDomain, CaptureLine)>,
     /// Per node: stream time of the last event that moved the desired holder away from it.
-    pub moved_away_ms: Vec<(NodeId, u64)>,
+    pub moved_away_ms: ThinVec<(NodeId, u64)>,
     /// Per node: its last confirmed (`action-result: executed`) holding verb for this address.
-    pub confirmations: Vec<Confirmation>,
+    pub confirmations: ThinVec<Confirmation>,
 }
 
 impl AddressState {
@@ -196,7 +198,7 @@ pub struct PoolState {
 /// moved-away times, retired lines) hold one or two items, and `Vec::push`'s first allocation
 /// is room for four — a million addresses' worth of empty slots (docs/benchmarks.md, "Where the
 /// memory goes").
-pub fn push_exact<T>(items: &mut Vec<T>, item: T) {
+pub fn push_exact<T>(items: &mut ThinVec<T>, item: T) {
     items.reserve_exact(1);
     items.push(item);
 }
