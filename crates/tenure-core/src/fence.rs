@@ -196,7 +196,7 @@ impl HighWater {
         } else {
             match marks.others.iter_mut().find(|(d, _)| *d == ix) {
                 Some((_, epoch)) => *epoch = (*epoch).max(capture),
-                None => marks.others.push((ix, capture)),
+                None => crate::state::push_exact(&mut marks.others, (ix, capture)),
             }
         }
         #[cfg(debug_assertions)]

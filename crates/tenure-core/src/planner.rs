@@ -93,14 +93,17 @@ impl Captured {
         self.iter().map(|(at, _)| at)
     }
 
-    /// The captured ones from `from` on, in key order.
-    pub fn range_from(
+    /// Every (provider, address) the node executed a verb of, from `from` on, in key order, with
+    /// its capture when it is captured. A walk bounded in work counts each: a released one
+    /// stays here (its last executed entry is kept), and a node that gave most of its addresses
+    /// away would otherwise walk all of them to find `max` captured ones.
+    pub fn executed_from(
         &self,
         from: Bound<ProviderAddress>,
-    ) -> impl Iterator<Item = (&ProviderAddress, &CaptureRecord)> + '_ {
+    ) -> impl Iterator<Item = (&ProviderAddress, Option<&CaptureRecord>)> + '_ {
         self.by_address
             .range::<ProviderAddress, _>((from, Bound::Unbounded))
-            .filter_map(|(at, executed)| Some((at, executed.record.as_ref()?)))
+            .map(|(at, executed)| (at, executed.record.as_ref()))
     }
 
     /// How many are captured (a walk: for tests and reports, not for a step).
@@ -354,11 +357,12 @@ pub fn plan_slice<'a>(
 
     let mut captured_slice: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
     if let Some(from) = cursor.captured.from() {
-        for (visited, ((record_provider, address), record)) in captured.range_from(from).enumerate() {
+        for (visited, ((record_provider, address), record)) in captured.executed_from(from).enumerate() {
             if visited == max {
                 next.captured = Walk::At(record_provider.clone(), *address);
                 break;
             }
+            let Some(record) = record else { continue };
             let record =
                 CaptureRef { pool: &record.pool, nic: &record.nic, capture_domain: &record.capture_domain };
             captured_slice.push(((&**record_provider, *address), record));
@@ -567,4 +571,63 @@ pub fn release_plan<'a>(
         })
         .collect();
     Some(Release::Due(actions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::JournalSeq;
+    use crate::model::{
+        CaptureEpoch, NodeSpec, OwnershipEpoch, ProviderKind, ProviderSpec, StampedAction, Verb,
+    };
+
+    fn registry() -> Federation {
+        let node = NodeSpec {
+            name: "a".into(),
+            provider: "sim1".into(),
+            placement_group: "g1".into(),
+            priority: 0,
+            nic: "eni-a".into(),
+            capacity: None,
+        };
+        Federation::new(&[node], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }])
+    }
+
+    fn executed(captured: &mut Captured, seq: u64, last: u8, verb: Verb) {
+        let action = StampedAction::new(
+            "p",
+            IpAddr::from([10, 0, 0, last]),
+            verb,
+            "a",
+            "sim1",
+            "eni-a",
+            CaptureDomain::new("sim1", "g1"),
+            CaptureEpoch::from_stored(1),
+            OwnershipEpoch::from_stored(1),
+        );
+        captured.record_execution(JournalSeq::new(seq), &action);
+    }
+
+    /// A node that gave most of its addresses away keeps their last executed entries: a slice of
+    /// the captured walk counts each (provider, address) it passes, released or not, so that a
+    /// slice's work stays bounded by `max` (a slice once walked every released one to find `max`
+    /// captured ones).
+    #[test]
+    fn a_slice_of_the_captured_walk_counts_the_released_addresses_it_passes() {
+        let view = registry();
+        let node = view.node_id("a").expect("registered");
+        let mut captured = Captured::new();
+        for last in 1..=6 {
+            executed(&mut captured, u64::from(last), last, Verb::UnassignSecondaryIp);
+        }
+        executed(&mut captured, 7, 7, Verb::AssignSecondaryIp);
+        assert_eq!(captured.len(), 1, "one captured of seven executed");
+        let (mut cursor, mut slices) = (PlanCursor::default(), 0);
+        while !cursor.is_done() {
+            cursor = plan_slice(&view, node, &captured, &cursor, 1).1;
+            slices += 1;
+            assert!(slices <= 10, "the walk ends");
+        }
+        assert_eq!(slices, 7, "one executed address a slice");
+    }
 }

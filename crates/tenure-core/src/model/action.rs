@@ -147,8 +147,8 @@ impl StampedAction {
         self.stamp().hash_key(hasher);
     }
 
-    /// The same stamp with another verb (its key rebuilt): the predecessor of a verb in an
-    /// address's sequence has the same stamp.
+    /// The same stamp with another verb: the predecessor of a verb in an address's sequence has
+    /// the same stamp.
     #[must_use]
     pub fn with_verb(&self, verb: Verb) -> Self {
         Self::new(
@@ -164,7 +164,8 @@ impl StampedAction {
         )
     }
 
-    /// Builds an action and its idempotency key.
+    /// Builds an action (its idempotency key is written from these fields when asked:
+    /// [`StampedAction::idempotency_key`]).
     #[allow(clippy::too_many_arguments)]
     #[must_use]
     pub fn new(

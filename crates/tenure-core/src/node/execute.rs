@@ -60,11 +60,17 @@ impl<S: JournalStore> NodeEngine<S> {
         &mut self,
         head: &impl HeadTokens,
     ) -> Result<Vec<IdempotencyKey>, NodeError<S::Error>> {
+        let mut written = String::with_capacity(128);
         let approved: Vec<JournalSeq> = self
             .pending
             .iter()
             .copied()
-            .filter(|seq| head.is_approved(&self.state.entries[seq].action.idempotency_key()))
+            .filter(|seq| {
+                // One buffer for every pending entry's key (there may be a pool's worth).
+                written.clear();
+                self.state.entries[seq].action.stamp().write_key(&mut written);
+                head.is_approved(&written)
+            })
             .collect();
         let mut keys = Vec::with_capacity(approved.len());
         for seq in approved {

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+use xxhash_rust::xxh3::{Xxh3Default, xxh3_64};
 
 use super::sharded::{Shard, ShardedMap};
 use crate::journal::{JournalEntry, JournalSeq};
@@ -40,7 +40,7 @@ enum KeyHashing {
     Constant(u64),
 }
 
-struct Streaming(Xxh3);
+struct Streaming(Xxh3Default);
 
 impl KeyHasher for Streaming {
     fn update(&mut self, bytes: &[u8]) {
@@ -60,7 +60,7 @@ impl KeyHashing {
     fn of_action(self, action: &StampedAction) -> KeyHash {
         match self {
             Self::Xxh3 => {
-                let mut streaming = Streaming(Xxh3::new());
+                let mut streaming = Streaming(Xxh3Default::new());
                 action.hash_key(&mut streaming);
                 KeyHash(streaming.0.digest())
             }
@@ -101,12 +101,6 @@ pub(crate) struct KeyIndex {
 /// Whether the entry `seq` of `entries` is journaled under `key`.
 fn has_key(entries: &Entries, seq: JournalSeq, key: &str) -> bool {
     entries.get(&seq).expect("an indexed entry is in the journal").action.key_is(key)
-}
-
-/// Whether the entries `seq` and `other` of `entries` have one key.
-fn same_key(entries: &Entries, seq: JournalSeq, action: &StampedAction) -> bool {
-    let indexed = &entries.get(&seq).expect("an indexed entry is in the journal").action;
-    indexed.stamp() == action.stamp() || indexed.key_is(&action.idempotency_key())
 }
 
 impl KeyIndex {
@@ -155,17 +149,36 @@ impl KeyIndex {
     }
 
     /// Indexes `seq` (journaled already in `entries`) under its key, in place of an older entry
-    /// of the same key.
+    /// of the same key (the key streamed into the hash: a restart's rebuild).
     pub(crate) fn insert(&mut self, seq: JournalSeq, entries: &Entries) {
         let action = &entries.get(&seq).expect("an entry is journaled before it is indexed").action;
         let hash = self.hashing.of_action(action);
+        self.insert_hashed(hash, None, seq, entries);
+    }
+
+    /// [`KeyIndex::insert`] of an entry whose key the caller has written (`key`: a reconcile's
+    /// import writes it to look it up first), not written again.
+    pub(crate) fn insert_written(&mut self, key: &str, seq: JournalSeq, entries: &Entries) {
+        debug_assert!(entries[&seq].action.key_is(key), "`key` is the entry's");
+        self.insert_hashed(self.hashing.of_text(key), Some(key), seq, entries);
+    }
+
+    fn insert_hashed(&mut self, hash: KeyHash, key: Option<&str>, seq: JournalSeq, entries: &Entries) {
+        let action = &entries.get(&seq).expect("an entry is journaled before it is indexed").action;
+        // The entry's key, written once and only if another entry shares its hash.
+        let mut written = key.map(str::to_owned);
+        let mut same_key = |other: JournalSeq| {
+            let indexed = &entries.get(&other).expect("an indexed entry is in the journal").action;
+            indexed.stamp() == action.stamp()
+                || indexed.key_is(written.get_or_insert_with(|| action.idempotency_key().into()))
+        };
         let next = match self.by_hash.remove(&hash) {
             None => Seqs::One(seq),
-            Some(Seqs::One(other)) if same_key(entries, other, action) => Seqs::One(seq),
+            Some(Seqs::One(other)) if same_key(other) => Seqs::One(seq),
             Some(Seqs::One(other)) => Seqs::Many(Box::new([other, seq])),
             Some(Seqs::Many(seqs)) => {
                 let mut seqs = seqs.into_vec();
-                seqs.retain(|other| !same_key(entries, *other, action));
+                seqs.retain(|other| !same_key(*other));
                 seqs.push(seq);
                 Seqs::Many(seqs.into_boxed_slice())
             }
@@ -260,6 +273,11 @@ mod tests {
                     Some(JournalSeq::new(seq)),
                     "by its stamp"
                 );
+                // The key leaves the capture domain out: a stamp of another line with the same
+                // key is the same entry (SPEC 6: importing that key again changes nothing).
+                let other_line = CaptureDomain::new("sim1", "another-group");
+                let other = ActionStamp { capture_domain: &other_line, ..stamp };
+                assert_eq!(index.get_stamp(key, &other, &entries), Some(JournalSeq::new(seq)), "by its key");
             }
             let action = |seq: u64| &entries[&JournalSeq::new(seq)].action;
             index.remove(action(1), JournalSeq::new(1));

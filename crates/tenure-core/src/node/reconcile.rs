@@ -204,7 +204,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 executed_seq: None,
                 attempts: Attempts::default(),
             }))?;
-            self.index.insert(seq, &self.state.entries);
+            self.index.insert_written(&key, seq, &self.state.entries);
             match state {
                 EntryState::Pending => {
                     self.pending.insert(seq);
@@ -294,18 +294,24 @@ impl<S: JournalStore> NodeEngine<S> {
             self.sweep_look = Some((window[max], until));
             window.truncate(max);
         }
+        // A key is written only for an entry that changes (and, for a pending one of a pool that
+        // wants approvals, into one reused buffer to ask the head): the window is thousands.
+        let mut written = String::with_capacity(128);
         for seq in window {
             let entry = &self.state.entries[&seq];
-            let key = &entry.action.idempotency_key();
             if let FenceVerdict::Stale { reason } = fence::check(&entry.action, head, &self.state.high_water)
             {
-                let key = key.clone();
+                let key = entry.action.idempotency_key();
                 self.set_state(seq, EntryState::Skipped(reason), None)?;
                 report.swept.push(key);
             } else if entry.state == EntryState::Pending
-                && (head.is_approved(key) || !head.approval_required(&entry.action.pool))
+                && (!head.approval_required(&entry.action.pool) || {
+                    written.clear();
+                    entry.action.stamp().write_key(&mut written);
+                    head.is_approved(&written)
+                })
             {
-                let key = key.clone();
+                let key = entry.action.idempotency_key();
                 self.set_state(seq, EntryState::Approved, None)?;
                 report.promoted.push(key);
             }
