@@ -243,6 +243,48 @@ fn sighup_applies_a_good_change_refuses_a_bad_file_and_moves_an_address_between_
     assert!(agent.terminate().success());
 }
 
+/// A restart after a stop longer than heartbeatTTL + promotionHold, with a pool file edited
+/// meanwhile, moves nothing that was held: the agent's nodes say they are alive before the pool
+/// change is appended (stream time moves with every event: the change appended first expired
+/// the agent's own nodes for one event — their addresses to no owner and back, two epochs each;
+/// an operator trial's finding).
+#[test]
+fn a_restart_after_the_ttl_with_an_edited_pool_moves_no_held_address() {
+    let dir = TempDir::new("agent-restart-ttl");
+    let listen = free_port();
+    let pool = |addresses: &str| {
+        format!(
+            "apiVersion: tenure.dev/v1alpha1\nkind: MobilityPool\nmetadata: {{name: x}}\nspec:\n  addresses: [{addresses}]\n  provider: sim1\n  placementGroup: g1\n  members: [a, b]\n  heartbeatTTL: 300ms\n  promotionHold: 0s\n  deprovisionHoldDuration: 0s\n"
+        )
+    };
+    dir.write("x.yaml", &pool("10.0.0.1, 10.0.0.2"));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["x.yaml"]);
+    // A TTL this short wants calls cut off sooner than it (the config's own check).
+    let text = std::fs::read_to_string(&config)
+        .expect("written")
+        .replace("actionTimeout: 10s", "actionTimeout: 100ms");
+    let config = dir.write("agent.yaml", &text);
+    let held = |agent: &Agent, count: usize| {
+        let rows = agent.get("/v1/ownership")["ownership"].clone();
+        rows.as_array()
+            .is_some_and(|rows| rows.len() == count && rows.iter().all(|row| row["phase"] == "held"))
+    };
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("both addresses held", || held(&agent, 2));
+    let before = map(&agent.get("/v1/ownership")["ownership"]);
+    assert!(agent.terminate().success());
+    // Down for longer than the TTL (the downtime is the case, not a wait for something).
+    std::thread::sleep(std::time::Duration::from_millis(900));
+    dir.write("x.yaml", &pool("10.0.0.1, 10.0.0.2, 10.0.0.3"));
+    let agent = Agent::start(&dir, &config, listen);
+    wait_for("the added address held", || held(&agent, 3));
+    let after = map(&agent.get("/v1/ownership")["ownership"]);
+    for key in ["x/10.0.0.1", "x/10.0.0.2"] {
+        assert_eq!(after[key], before[key], "{key}: owner and tokens kept across the restart");
+    }
+    assert!(agent.terminate().success());
+}
+
 /// SIGHUP reads the config file again: an edited `pools` list is applied (a file added, one
 /// removed), each pool applied or deleted is logged by name, every other key that changed is
 /// named as needing a restart and not applied, a config that does not parse changes nothing (one

@@ -152,8 +152,8 @@ impl<S: AgentStore> Agent<S> {
         Ok(agent)
     }
 
-    /// The start of a run: the pool files seeded into the log (on a shared log, the log's
-    /// versions are in force), keepalived's state settled, the first heartbeats queued, and the
+    /// The start of a run: keepalived's state settled, the first heartbeats appended, the pool
+    /// files seeded into the log (on a shared log, the log's versions are in force), and the
     /// heartbeat thread started — before the first step (a full pass over every address).
     pub(super) async fn begin(&mut self) -> Result<(), AgentError> {
         let wanted = (self.pools)().map_err(AgentError::Pools)?;
@@ -182,12 +182,22 @@ impl<S: AgentStore> Agent<S> {
                 wanted
             };
             self.register().await?;
-            self.apply_pools(&wanted).await.map_err(AgentError::Pools)?;
             // No step before keepalived's state is known.
             self.vrrp_settle().await;
+            // This agent's nodes say they are alive (after keepalived's state, as before) before
+            // anything of the pool files is appended: stream time moves with every event, and a
+            // pool change appended first, after a stop longer than heartbeatTTL + promotionHold,
+            // expired the agent's own nodes for one event (their addresses to no owner and back,
+            // two epochs each, manual pools' acquires to approve again; an operator trial's
+            // finding).
             for driver in self.core.drivers() {
                 self.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
             }
+            let first = std::mem::take(&mut self.queued);
+            self.append(first)
+                .await
+                .map_err(|e| AgentError::Log(format!("appending this agent's first heartbeats: {e}")))?;
+            self.apply_pools(&wanted).await.map_err(AgentError::Pools)?;
         }
         if self.core.failed().is_some() {
             self.beat.stop();
