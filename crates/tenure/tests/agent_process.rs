@@ -258,7 +258,14 @@ fn a_restart_after_the_ttl_with_an_edited_pool_moves_no_held_address() {
         )
     };
     dir.write("x.yaml", &pool("10.0.0.1, 10.0.0.2"));
-    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["x.yaml"]);
+    // A pool that prefers b, the agent's second node: on a first start its pools are applied once
+    // both nodes are alive, so b takes it (applied before the heartbeats, the first heartbeat's
+    // node took it and kept it).
+    dir.write(
+        "y.yaml",
+        &pool_yaml("y", &["10.0.1.1"], &["a", "b"], "sim1", "  ipOwnershipPolicy: {preferNodes: [b]}\n"),
+    );
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["x.yaml", "y.yaml"]);
     // A TTL this short wants calls cut off sooner than it (the config's own check).
     let text = std::fs::read_to_string(&config)
         .expect("written")
@@ -270,16 +277,17 @@ fn a_restart_after_the_ttl_with_an_edited_pool_moves_no_held_address() {
             .is_some_and(|rows| rows.len() == count && rows.iter().all(|row| row["phase"] == "held"))
     };
     let agent = Agent::start(&dir, &config, listen);
-    wait_for("both addresses held", || held(&agent, 2));
+    wait_for("every address held", || held(&agent, 3));
     let before = map(&agent.get("/v1/ownership")["ownership"]);
+    assert_eq!(before["y/10.0.1.1"].0, "b", "the preferred node: {before:?}");
     assert!(agent.terminate().success());
     // Down for longer than the TTL (the downtime is the case, not a wait for something).
     std::thread::sleep(std::time::Duration::from_millis(900));
     dir.write("x.yaml", &pool("10.0.0.1, 10.0.0.2, 10.0.0.3"));
     let agent = Agent::start(&dir, &config, listen);
-    wait_for("the added address held", || held(&agent, 3));
+    wait_for("the added address held", || held(&agent, 4));
     let after = map(&agent.get("/v1/ownership")["ownership"]);
-    for key in ["x/10.0.0.1", "x/10.0.0.2"] {
+    for key in ["x/10.0.0.1", "x/10.0.0.2", "y/10.0.1.1"] {
         assert_eq!(after[key], before[key], "{key}: owner and tokens kept across the restart");
     }
     assert!(agent.terminate().success());
