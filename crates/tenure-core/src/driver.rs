@@ -553,21 +553,9 @@ impl<S: JournalStore> NodeDriver<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::view_of_a as registry;
     use crate::journal::MemoryJournalStore;
     use crate::log_store::MemoryLog;
-    use crate::model::{NodeSpec, ProviderKind, ProviderSpec};
-
-    fn registry() -> Federation {
-        let node = NodeSpec {
-            name: "a".into(),
-            provider: "sim1".into(),
-            placement_group: "g1".into(),
-            priority: 0,
-            nic: "eni-a".into(),
-            capacity: None,
-        };
-        Federation::new(&[node], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }])
-    }
 
     #[test]
     fn a_driver_follows_a_log_in_batches_and_starts_over_after_a_restart() {

@@ -98,17 +98,9 @@ pub fn may_keep(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::NodeSpec;
 
     fn node() -> NodeState {
-        NodeState::new(NodeSpec {
-            name: "a".into(),
-            provider: "sim1".into(),
-            placement_group: "g1".into(),
-            priority: 0,
-            nic: "eni-a".into(),
-            capacity: None,
-        })
+        NodeState::new(crate::fixtures::node_a())
     }
 
     fn pool() -> PoolSpec {

@@ -415,20 +415,14 @@ impl JournalStore for MemoryJournalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CaptureDomain, Verb};
+    use crate::model::Verb;
 
     fn entry(seq: u64, state: EntryState) -> JournalEntry {
         let seq = JournalSeq::new(seq);
-        let action = StampedAction::new(
+        let action = crate::fixtures::action_of_a(
             "edge",
             "10.0.0.10".parse().expect("an address"),
             Verb::AssignSecondaryIp,
-            "a",
-            "sim1",
-            "eni-a",
-            CaptureDomain::new("sim1", "g1"),
-            CaptureEpoch::from_stored(1),
-            OwnershipEpoch::from_stored(1),
         );
         JournalEntry { seq, action, state, detail: None, executed_seq: None, attempts: Attempts::default() }
     }

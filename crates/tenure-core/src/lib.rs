@@ -61,6 +61,8 @@ pub mod driver;
 pub mod eligibility;
 pub mod federation;
 pub mod fence;
+#[cfg(test)]
+mod fixtures;
 pub mod fleet_spec;
 pub mod input;
 pub mod journal;

@@ -576,35 +576,12 @@ pub fn release_plan<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{action_of_a, view_of_a};
     use crate::journal::JournalSeq;
-    use crate::model::{
-        CaptureEpoch, NodeSpec, OwnershipEpoch, ProviderKind, ProviderSpec, StampedAction, Verb,
-    };
-
-    fn registry() -> Federation {
-        let node = NodeSpec {
-            name: "a".into(),
-            provider: "sim1".into(),
-            placement_group: "g1".into(),
-            priority: 0,
-            nic: "eni-a".into(),
-            capacity: None,
-        };
-        Federation::new(&[node], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }])
-    }
+    use crate::model::Verb;
 
     fn executed(captured: &mut Captured, seq: u64, last: u8, verb: Verb) {
-        let action = StampedAction::new(
-            "p",
-            IpAddr::from([10, 0, 0, last]),
-            verb,
-            "a",
-            "sim1",
-            "eni-a",
-            CaptureDomain::new("sim1", "g1"),
-            CaptureEpoch::from_stored(1),
-            OwnershipEpoch::from_stored(1),
-        );
+        let action = action_of_a("p", IpAddr::from([10, 0, 0, last]), verb);
         captured.record_execution(JournalSeq::new(seq), &action);
     }
 
@@ -614,7 +591,7 @@ mod tests {
     /// captured ones).
     #[test]
     fn a_slice_of_the_captured_walk_counts_the_released_addresses_it_passes() {
-        let view = registry();
+        let view = view_of_a();
         let node = view.node_id("a").expect("registered");
         let mut captured = Captured::new();
         for last in 1..=6 {

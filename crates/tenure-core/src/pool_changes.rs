@@ -118,7 +118,7 @@ fn same_domain(a: &PoolSpec, b: &PoolSpec) -> bool {
 mod tests {
     use crate::federation::Federation;
     use crate::log::Event;
-    use crate::model::{Approval, Authority, NodeSpec, ProviderKind, ProviderSpec};
+    use crate::model::{Approval, Authority};
 
     use super::*;
 
@@ -141,17 +141,7 @@ mod tests {
         }
     }
 
-    fn federation() -> Federation {
-        let node = NodeSpec {
-            name: "a".into(),
-            provider: "sim1".into(),
-            placement_group: "g1".into(),
-            priority: 0,
-            nic: "eni-a".into(),
-            capacity: None,
-        };
-        Federation::new(&[node], &[ProviderSpec { name: "sim1".into(), kind: ProviderKind::SimCloud }])
-    }
+    use crate::fixtures::view_of_a as federation;
 
     /// Applies `events` in order; every one must pass the overlap check.
     fn apply_all(federation: &mut Federation, events: Vec<EventKind>) {
