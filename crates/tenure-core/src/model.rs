@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 mod action;
-pub use action::{ActionStamp, IdempotencyKey, KeyHasher, ParsedKey, StampedAction};
+pub use action::{ActionStamp, IdempotencyKey, ParsedKey, StampedAction};
 
 macro_rules! token {
     ($(#[$doc:meta])* $name:ident) => {
@@ -583,5 +583,41 @@ mod tests {
         assert!(!Verb::Release.is_acquire() && Verb::Release.changes_holding());
         assert_eq!("acquire".parse::<Verb>(), Ok(Verb::Acquire));
         assert_eq!("release".parse::<Verb>(), Ok(Verb::Release));
+    }
+
+    proptest::proptest! {
+        /// An action keeps no text of its key: what the journal's key index compares is the key
+        /// as it is written ([`StampedAction::key_is`]), and it must be the key's text byte for
+        /// byte (an Azure NIC has `/` in it; names may be long or empty).
+        #[test]
+        fn a_key_compared_as_written_is_its_text(
+            pool in "[a-z0-9-]{1,12}",
+            holder in "[a-z0-9-]{0,40}",
+            nic in "[a-z0-9/-]{1,200}",
+            owner in 0u64..u64::MAX,
+            epoch in 0u64..u64::MAX,
+            cut in 0usize..400,
+        ) {
+            let action = StampedAction::new(
+                &pool,
+                "fd00::1".parse().expect("literal"),
+                Verb::AssignSecondaryIp,
+                &holder,
+                "azure-west",
+                &nic,
+                CaptureDomain::new("azure-west", "g"),
+                CaptureEpoch::from_stored(epoch),
+                OwnershipEpoch::from_stored(owner),
+            );
+            let key = action.idempotency_key();
+            proptest::prop_assert!(action.key_is(&key));
+            let cut = cut.min(key.len() - 1);
+            proptest::prop_assert!(!action.key_is(&key[..cut]), "a prefix of the key is not it");
+            proptest::prop_assert!(!action.key_is(&format!("{key}0")), "nor the key and more");
+            let mut other = key.to_string();
+            let last = other.pop().expect("a key is not empty");
+            other.push(if last == '0' { '1' } else { '0' });
+            proptest::prop_assert!(!action.key_is(&other), "nor a key one byte apart");
+        }
     }
 }

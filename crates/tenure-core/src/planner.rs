@@ -9,6 +9,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::federation::{Federation, NodeId};
+use crate::journal::JournalSeq;
 use crate::model::{ActionStamp, Approval, CaptureDomain, ProviderAddress, VerbFamily};
 
 /// What a node captured, per (provider, address) — SPEC 13: a NIC holds an address, not a
@@ -41,18 +42,18 @@ pub struct PlannedAction<'a> {
 /// "captured" is, what the outbox of results and the announcements walk, and what compaction
 /// keeps. Read as "what a node captured" ([`Captured::get`], [`Captured::iter`]...) by the
 /// planner and everyone else; written only by the node's engine, from its executed entries.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Captured {
     by_address: BTreeMap<ProviderAddress, Executed>,
 }
 
 /// One (provider, address) of [`Captured`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 struct Executed {
     /// The last executed entry.
-    last: crate::journal::JournalSeq,
-    /// The last executed entry that changed holding ([`crate::journal::JournalSeq::NONE`]: none).
-    holding: crate::journal::JournalSeq,
+    last: JournalSeq,
+    /// The last executed entry that changed holding ([`JournalSeq::NONE`]: none).
+    holding: JournalSeq,
     /// Captured: the last executed verb is an acquire.
     record: Option<CaptureRecord>,
 }
@@ -120,17 +121,14 @@ impl Captured {
 
     /// The last executed entry of (provider, address).
     #[must_use]
-    pub(crate) fn last_executed(&self, at: &ProviderAddress) -> Option<crate::journal::JournalSeq> {
+    pub(crate) fn last_executed(&self, at: &ProviderAddress) -> Option<JournalSeq> {
         self.by_address.get(at).map(|executed| executed.last)
     }
 
     /// The last executed entry of (provider, address) that changed holding.
     #[must_use]
-    pub(crate) fn last_holding(&self, at: &ProviderAddress) -> Option<crate::journal::JournalSeq> {
-        self.by_address
-            .get(at)
-            .map(|executed| executed.holding)
-            .filter(|seq| *seq != crate::journal::JournalSeq::NONE)
+    pub(crate) fn last_holding(&self, at: &ProviderAddress) -> Option<JournalSeq> {
+        self.by_address.get(at).map(|executed| executed.holding).filter(|seq| *seq != JournalSeq::NONE)
     }
 
     /// Every (provider, address) with a last executed holding entry, from `window`'s start, in
@@ -138,43 +136,32 @@ impl Captured {
     pub(crate) fn holding_in(
         &self,
         window: KeyWindow,
-    ) -> impl Iterator<Item = (&ProviderAddress, crate::journal::JournalSeq)> + '_ {
+    ) -> impl Iterator<Item = (&ProviderAddress, JournalSeq)> + '_ {
         self.by_address
             .range::<ProviderAddress, _>(window)
-            .filter(|(_, executed)| executed.holding != crate::journal::JournalSeq::NONE)
+            .filter(|(_, executed)| executed.holding != JournalSeq::NONE)
             .map(|(at, executed)| (at, executed.holding))
     }
 
     /// Records entry `seq`, executed, of `action`: the last executed of its (provider, address);
     /// the last holding one too when its verb changes holding; captured by an acquire verb,
     /// released by any other.
-    pub(crate) fn record_execution(
-        &mut self,
-        seq: crate::journal::JournalSeq,
-        action: &crate::model::StampedAction,
-    ) {
+    pub(crate) fn record_execution(&mut self, seq: JournalSeq, action: &crate::model::StampedAction) {
         let record = action.verb.is_acquire().then(|| CaptureRecord {
             pool: action.pool.clone(),
             nic: action.nic.clone(),
             capture_domain: action.capture_domain.clone(),
         });
-        let holding = action.verb.changes_holding();
-        match self.by_address.get_mut(&(action.provider.clone(), action.address)) {
-            Some(executed) => {
-                executed.last = seq;
-                if holding {
-                    executed.holding = seq;
-                }
-                executed.record = record;
-            }
-            None => {
-                let holding = if holding { seq } else { crate::journal::JournalSeq::NONE };
-                self.by_address.insert(
-                    (action.provider.clone(), action.address),
-                    Executed { last: seq, holding, record },
-                );
-            }
+        let executed = self.by_address.entry((action.provider.clone(), action.address)).or_insert(Executed {
+            last: seq,
+            holding: JournalSeq::NONE,
+            record: None,
+        });
+        executed.last = seq;
+        if action.verb.changes_holding() {
+            executed.holding = seq;
         }
+        executed.record = record;
     }
 
     /// Forgets everything (a restart rebuilds it from the journal).
@@ -577,7 +564,6 @@ pub fn release_plan<'a>(
 mod tests {
     use super::*;
     use crate::fixtures::{action_of_a, view_of_a};
-    use crate::journal::JournalSeq;
     use crate::model::Verb;
 
     fn executed(captured: &mut Captured, seq: u64, last: u8, verb: Verb) {

@@ -33,8 +33,7 @@ pub struct StampedAction {
 /// through [`StampedAction::idempotency_key`]), so a key made from a [`StampedAction`] is never a
 /// node name, a pool's or any other text. An action does not keep its key (a journal of two
 /// million entries held ~100 bytes of text apiece that its fields already say): it is written
-/// when asked, and compared or hashed without being written ([`StampedAction::key_is`],
-/// [`StampedAction::hash_key`]). Reads as the `str` it is (`Deref`); log events and API requests,
+/// when asked, and compared without being written ([`StampedAction::key_is`]). Reads as the `str` it is (`Deref`); log events and API requests,
 /// which carry keys an operator or another agent wrote, keep plain strings and are parsed
 /// ([`ParsedKey`]) or compared where they meet one.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -141,12 +140,6 @@ impl StampedAction {
         self.stamp().key_is(key)
     }
 
-    /// The bytes of the idempotency key fed to `hasher` in order, as it is written (nothing
-    /// allocated): the same as `hasher` over the key's text when the hasher is streaming.
-    pub fn hash_key(&self, hasher: &mut impl KeyHasher) {
-        self.stamp().hash_key(hasher);
-    }
-
     /// The same stamp with another verb: the predecessor of a verb in an address's sequence has
     /// the same stamp.
     #[must_use]
@@ -220,10 +213,18 @@ pub struct ActionStamp<'a> {
 }
 
 impl ActionStamp<'_> {
-    /// Writes the idempotency key (the one place its format is made):
-    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
+    /// Writes the idempotency key into `out`.
     pub fn write_key(&self, out: &mut String) {
-        self.write_key_into(out);
+        // Writing into a String cannot fail.
+        let _ = self.write_key_into(out);
+    }
+
+    /// The idempotency key written into `buffer` (emptied first): a loop over many keys reuses
+    /// one buffer instead of allocating each.
+    pub fn key_in<'b>(&self, buffer: &'b mut String) -> &'b str {
+        buffer.clear();
+        self.write_key(buffer);
+        buffer
     }
 
     /// The idempotency key.
@@ -250,62 +251,32 @@ impl ActionStamp<'_> {
         }
     }
 
-    /// Whether `key` is this stamp's idempotency key, compared piece by piece as it is written.
+    /// Whether `key` is this stamp's idempotency key, compared piece by piece as it is written
+    /// (nothing allocated; the writing stops at the first piece that differs).
     #[must_use]
     pub fn key_is(&self, key: &str) -> bool {
-        let mut compare = CompareWriter { rest: key, same: true };
-        self.write_key_into(&mut compare);
-        compare.same && compare.rest.is_empty()
+        let mut rest = CompareWriter(key);
+        self.write_key_into(&mut rest).is_ok() && rest.0.is_empty()
     }
 
-    /// The idempotency key's bytes fed to `hasher`, as it is written.
-    pub fn hash_key(&self, hasher: &mut impl KeyHasher) {
-        self.write_key_into(&mut HashWriter(hasher));
-    }
-
-    /// The key's format, written to any sink: [`ActionStamp::write_key`] into a `String`, the
-    /// comparison and the hash into theirs.
-    fn write_key_into(&self, out: &mut impl std::fmt::Write) {
+    /// Writes the idempotency key to any sink (the one place its format is made):
+    /// `<pool>/<address>/<verb>/<holder>/<provider>/<nic>/owner:<ownershipEpoch>:epoch:<captureEpoch>`.
+    fn write_key_into(&self, out: &mut impl std::fmt::Write) -> std::fmt::Result {
         let Self { pool, address, verb, holder, provider, nic, capture_epoch, ownership_epoch, .. } = self;
-        // None of the sinks fails (a comparison that differs records it and goes on).
-        let _ = write!(
+        write!(
             out,
             "{pool}/{address}/{verb}/{holder}/{provider}/{nic}/owner:{ownership_epoch}:epoch:{capture_epoch}"
-        );
+        )
     }
 }
 
-/// A streaming hash of a key's bytes ([`StampedAction::hash_key`]): what the journal's key index
-/// feeds (xxh3's streaming state; a test's hash).
-pub trait KeyHasher {
-    /// Feeds the next bytes.
-    fn update(&mut self, bytes: &[u8]);
-}
-
-/// Compares what is written with the text it is left to match.
-struct CompareWriter<'a> {
-    rest: &'a str,
-    same: bool,
-}
+/// The text a key written into it has yet to match: a piece that does not match it is an error,
+/// which ends the writing.
+struct CompareWriter<'a>(&'a str);
 
 impl std::fmt::Write for CompareWriter<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        if self.same {
-            match self.rest.strip_prefix(s) {
-                Some(rest) => self.rest = rest,
-                None => self.same = false,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Feeds what is written to a hasher.
-struct HashWriter<'a, H: KeyHasher>(&'a mut H);
-
-impl<H: KeyHasher> std::fmt::Write for HashWriter<'_, H> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.update(s.as_bytes());
+        self.0 = self.0.strip_prefix(s).ok_or(std::fmt::Error)?;
         Ok(())
     }
 }

@@ -65,12 +65,8 @@ impl<S: JournalStore> NodeEngine<S> {
             .pending
             .iter()
             .copied()
-            .filter(|seq| {
-                // One buffer for every pending entry's key (there may be a pool's worth).
-                written.clear();
-                self.state.entries[seq].action.stamp().write_key(&mut written);
-                head.is_approved(&written)
-            })
+            // One buffer for every pending entry's key (there may be a pool's worth).
+            .filter(|seq| head.is_approved(self.state.entries[seq].action.stamp().key_in(&mut written)))
             .collect();
         let mut keys = Vec::with_capacity(approved.len());
         for seq in approved {

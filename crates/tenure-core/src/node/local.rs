@@ -82,7 +82,7 @@ impl<S: JournalStore> NodeEngine<S> {
                         executed_seq: None,
                         attempts: crate::journal::Attempts::default(),
                     }))?;
-                    self.index.insert_written(&key, seq, &self.state.entries);
+                    self.index.insert(&key, seq, &self.state.entries);
                     seq
                 }
             };

@@ -204,7 +204,7 @@ impl<S: JournalStore> NodeEngine<S> {
                 executed_seq: None,
                 attempts: Attempts::default(),
             }))?;
-            self.index.insert_written(&key, seq, &self.state.entries);
+            self.index.insert(&key, seq, &self.state.entries);
             match state {
                 EntryState::Pending => {
                     self.pending.insert(seq);
@@ -305,11 +305,8 @@ impl<S: JournalStore> NodeEngine<S> {
                 self.set_state(seq, EntryState::Skipped(reason), None)?;
                 report.swept.push(key);
             } else if entry.state == EntryState::Pending
-                && (!head.approval_required(&entry.action.pool) || {
-                    written.clear();
-                    entry.action.stamp().write_key(&mut written);
-                    head.is_approved(&written)
-                })
+                && (!head.approval_required(&entry.action.pool)
+                    || head.is_approved(entry.action.stamp().key_in(&mut written)))
             {
                 let key = entry.action.idempotency_key();
                 self.set_state(seq, EntryState::Approved, None)?;
@@ -460,8 +457,9 @@ impl<S: JournalStore> NodeEngine<S> {
         if seqs.is_empty() {
             return Ok(());
         }
+        let mut key = String::with_capacity(128);
         for seq in &seqs {
-            self.index.remove(&self.state.entries[seq].action, *seq);
+            self.index.remove(self.state.entries[seq].action.stamp().key_in(&mut key), *seq);
             self.predecessors.remove(seq);
         }
         report.compacted = seqs.len() as u64;

@@ -54,25 +54,21 @@ pub fn actions_page(journals: &[JournalSnapshot], query: &ActionsQuery) -> Actio
         .filter(|j| query.after.as_ref().is_none_or(|(node, _)| j.node() >= node.as_str()))
         .collect();
     kept.sort_by(|a, b| a.node().cmp(b.node()));
-    let mut rows = Vec::new();
-    for journal in kept {
+    let matching = kept.into_iter().flat_map(|journal| {
         let after = query.after.as_ref().filter(|(node, _)| node == journal.node()).map(|(_, seq)| *seq);
-        for row in journal.rows_after(after) {
-            let entry = &row.entry;
-            if filter.state.as_deref().is_some_and(|s| s != entry.state.as_str())
-                || filter.pool.as_deref().is_some_and(|p| p != &*entry.action.pool)
-                || !(query.addresses.is_empty()
-                    || query.addresses.iter().any(|range| range.contains(&entry.action.address)))
-            {
-                continue;
-            }
-            if query.limit.is_some_and(|limit| rows.len() >= limit) {
-                return ActionsPage { rows, more: true };
-            }
-            rows.push(journal.render(row));
-        }
-    }
-    ActionsPage { rows, more: false }
+        journal
+            .rows_after(after)
+            .filter(|row| {
+                let entry = &row.entry;
+                filter.state.as_deref().is_none_or(|s| s == entry.state.as_str())
+                    && filter.pool.as_deref().is_none_or(|p| p == &*entry.action.pool)
+                    && (query.addresses.is_empty()
+                        || query.addresses.iter().any(|range| range.contains(&entry.action.address)))
+            })
+            .map(move |row| (journal, row))
+    });
+    let (rows, more) = super::listing::take_page(matching, query.limit, |(journal, row)| journal.render(row));
+    ActionsPage { rows, more }
 }
 
 /// Journal entries now, by (verb, state) (`tenure_actions`): a `skipped` entry whatever its reason.

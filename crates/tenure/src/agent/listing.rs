@@ -153,30 +153,37 @@ pub struct HistoryAnswer {
     pub reaches_back_to: u64,
 }
 
+/// At most `limit` of `items` (all of them with `None`), each made a row by `row`, and whether
+/// more followed: the one rule of a page for every list (`/v1/ownership`, `/v1/actions`,
+/// `/v1/history`). The item after the page is looked at, never made a row.
+pub fn take_page<I: Iterator, T>(
+    items: I,
+    limit: Option<usize>,
+    row: impl FnMut(I::Item) -> T,
+) -> (Vec<T>, bool) {
+    let mut items = items.peekable();
+    let rows = items.by_ref().take(limit.unwrap_or(usize::MAX)).map(row).collect();
+    (rows, items.peek().is_some())
+}
+
 /// Answers `query` from `history`.
 #[must_use]
 pub fn history_page(history: &HistorySnapshot, query: &HistoryQuery) -> HistoryAnswer {
-    let mut entries = Vec::new();
-    let mut more = false;
-    let mut record = None;
-    let mut place = 0_u32;
-    for entry in history.entries() {
+    // An entry's position: its record's log index and its place among that record's entries.
+    let (mut record, mut place) = (None, 0_u32);
+    let positioned = history.entries().map(|entry| {
         if record == Some(entry.log_index) {
             place += 1;
         } else {
             record = Some(entry.log_index);
             place = 0;
         }
-        let position = (entry.log_index, place);
-        if query.after.is_some_and(|after| position <= after) || !query.filter.matches_history(entry) {
-            continue;
-        }
-        if query.limit.is_some_and(|limit| entries.len() >= limit) {
-            more = true;
-            break;
-        }
-        entries.push((position, entry.clone()));
-    }
+        ((entry.log_index, place), entry)
+    });
+    let matching = positioned.filter(|(position, entry)| {
+        query.after.is_none_or(|after| *position > after) && query.filter.matches_history(entry)
+    });
+    let (entries, more) = take_page(matching, query.limit, |(position, entry)| (position, entry.clone()));
     HistoryAnswer { entries, more, reaches_back_to: history.reaches_back_to() }
 }
 

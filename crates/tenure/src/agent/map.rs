@@ -93,15 +93,13 @@ pub struct RowsPage {
 /// The rows `query` asks for: at most its limit of the rows its filter keeps, after its position.
 #[must_use]
 pub fn rows_page(map: &MapSnapshot, query: &OwnershipQuery) -> RowsPage {
-    let mut rows = Vec::new();
     let after = query.after.as_ref().map(|(pool, address)| (pool.as_str(), *address));
-    for (pool, address, row) in matching(map, &query.filter, after) {
-        if query.limit.is_some_and(|limit| rows.len() >= limit) {
-            return RowsPage { rows, more: true };
-        }
-        rows.push(map.render(pool, address, row));
-    }
-    RowsPage { rows, more: false }
+    let (rows, more) = super::listing::take_page(
+        matching(map, &query.filter, after),
+        query.limit,
+        |(pool, address, row)| map.render(pool, address, row),
+    );
+    RowsPage { rows, more }
 }
 
 /// What the status page shows of the map: one page of the filtered rows and the counts around it.

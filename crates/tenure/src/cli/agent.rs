@@ -195,26 +195,11 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    let serving = Serving { config, listener, executors, token, watches, stop, reload_rx };
     let code = match &store {
-        Opened::Embedded(store) => runtime.block_on(serve(
-            config,
-            listener,
-            store.clone(),
-            executors,
-            token,
-            watches,
-            (stop, reload_rx),
-        )),
+        Opened::Embedded(store) => runtime.block_on(serve(serving, store.clone())),
         #[cfg(feature = "etcd")]
-        Opened::Etcd(store) => runtime.block_on(serve(
-            config,
-            listener,
-            store.clone(),
-            executors,
-            token,
-            watches,
-            (stop, reload_rx),
-        )),
+        Opened::Etcd(store) => runtime.block_on(serve(serving, store.clone())),
     };
     if let Err(e) = runtime.block_on(store.close()) {
         eprintln!("tenure agent: closing the store: {e}");
@@ -317,15 +302,21 @@ impl Opened {
     }
 }
 
-async fn serve<S: crate::agent::AgentStore>(
+/// What the agent serves with, whatever its store: made before the store opens.
+struct Serving {
     config: AgentConfig,
     listener: std::net::TcpListener,
-    store: S,
     executors: BTreeMap<String, ProviderExecutor>,
     token: Option<ApiToken>,
     watches: Vec<NoticeWatch>,
-    (stop, reload_rx): (CancellationToken, mpsc::Receiver<()>),
-) -> ExitCode {
+    /// Cancelled by SIGTERM/SIGINT (handlers installed before the store opens).
+    stop: CancellationToken,
+    /// A message per SIGHUP.
+    reload_rx: mpsc::Receiver<()>,
+}
+
+async fn serve<S: crate::agent::AgentStore>(serving: Serving, store: S) -> ExitCode {
+    let Serving { config, listener, executors, token, watches, stop, reload_rx } = serving;
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(e) => {

@@ -17,11 +17,6 @@ use crate::exec::{ExecutionOutcome, execute_within};
 
 /// A finished provider call.
 pub(super) struct CallDone {
-    pub(super) node: usize,
-    pub(super) key: IdempotencyKey,
-    pub(super) provider: Arc<str>,
-    /// A refresh of this address (`runner/refresh.rs`): not journaled.
-    pub(super) refresh: Option<IpAddr>,
     pub(super) outcome: ExecutionOutcome,
     pub(super) elapsed: Duration,
 }
@@ -69,14 +64,13 @@ impl<S: AgentStore> Agent<S> {
             return;
         };
         self.summary.calls += 1;
-        // The key is written once here (an action keeps no text of it) and shared by the task,
-        // the abort handle and the call's report.
+        // The key is written once here (an action keeps no text of it): the task keeps it, and a
+        // call's end is told by its task's id.
         let key = action.idempotency_key();
         debug!(node = self.core.drivers()[node].name(), key = %key, "calling the provider");
         let deadline = self.call_deadline(provider.call_timeout);
         let task = CallTask { node, key: key.clone(), provider: Arc::clone(&action.provider), refresh };
         let authority = self.guarding(&action);
-        let done_key = key.clone();
         let handle = self.calls.spawn(async move {
             let started = Instant::now();
             let call = execute_within(&*provider.executor, &action, deadline);
@@ -84,14 +78,7 @@ impl<S: AgentStore> Agent<S> {
                 Some(authority) => authority.guard(call).await,
                 None => call.await,
             };
-            CallDone {
-                node,
-                key: done_key,
-                provider: action.provider,
-                refresh,
-                outcome,
-                elapsed: started.elapsed(),
-            }
+            CallDone { outcome, elapsed: started.elapsed() }
         });
         self.call_tasks.insert(handle.id(), task);
         self.call_aborts.track(node, key, handle);
@@ -100,16 +87,13 @@ impl<S: AgentStore> Agent<S> {
     pub(super) fn finish_call(&mut self, done: Result<(tokio::task::Id, CallDone), tokio::task::JoinError>) {
         match done {
             Ok((id, done)) => {
-                self.call_tasks.remove(&id);
-                // Finished before a cancellation took effect: its own outcome stands.
-                let _ = self.call_aborts.finished(done.node, &done.key, id);
-                self.observer.executor_call(&done.provider, done.elapsed);
-                let task = CallTask {
-                    node: done.node,
-                    key: done.key,
-                    provider: done.provider,
-                    refresh: done.refresh,
+                let Some(task) = self.call_tasks.remove(&id) else {
+                    error!(%id, "a provider call ended that the loop did not start; its result is ignored");
+                    return;
                 };
+                // Finished before a cancellation took effect: its own outcome stands.
+                let _ = self.call_aborts.finished(task.node, &task.key, id);
+                self.observer.executor_call(&task.provider, done.elapsed);
                 self.end_call(&task, &done.outcome);
             }
             // A call task panicked (an executor's bug) or was cancelled: the provider may have
