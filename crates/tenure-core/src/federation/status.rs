@@ -254,6 +254,7 @@ impl Federation {
             Some(Release::Due(_)) | None => ReleaseWait::None,
         }
     }
+
     /// The acquire verbs of the pool's provider, in execution order (none for an unknown one).
     fn acquire_verbs(&self, pool_state: &PoolState) -> &'static [Verb] {
         self.provider_kind(&pool_state.spec.provider).map_or(&[], |kind| kind.verb_family().acquire_verbs())

@@ -266,26 +266,11 @@ pub fn stale_history_token(log_index: u64, reaches_back_to: u64) -> ApiFailure {
     }
 }
 
-/// One page of `rows` (in position order, filtered already): the rows after `query.after`, at
-/// most `query.limit` of them, and the token that continues after the last when more follow.
-pub fn page<T>(
-    kind: ListKind,
-    query: &ListQuery,
-    rows: impl IntoIterator<Item = (Position, T)>,
-) -> (Vec<T>, Option<String>) {
-    let mut taken = Vec::new();
-    let mut last = None;
-    for (position, row) in rows {
-        if query.after.as_ref().is_some_and(|after| position <= *after) {
-            continue;
-        }
-        if query.limit.is_some_and(|limit| taken.len() >= limit) {
-            return (taken, last.map(|after| continue_token(kind, query, after)));
-        }
-        taken.push(row);
-        last = Some(position);
-    }
-    (taken, None)
+/// The token that continues `query`'s list after a page whose last row is at `last`, when `more`
+/// rows follow it (`None`: the list ends with this page).
+#[must_use]
+pub fn next_token(kind: ListKind, query: &ListQuery, more: bool, last: Option<Position>) -> Option<String> {
+    last.filter(|_| more).map(|after| continue_token(kind, query, after))
 }
 
 #[cfg(test)]
@@ -310,12 +295,21 @@ mod tests {
     fn pages_walk_the_whole_list_once_in_order() {
         let rows: Vec<(Position, u32)> =
             (1..=5).map(|i| (ownership("p", &format!("10.0.0.{i}")), i)).collect();
+        // A page as the agent answers one: the rows after the query's position, at most its limit.
+        let page = |query: &ListQuery| {
+            let after =
+                rows.iter().filter(|(position, _)| query.after.as_ref().is_none_or(|after| position > after));
+            let (page, more) = crate::agent::listing::take_page(after, query.limit, Clone::clone);
+            let last = page.last().map(|(position, _)| position.clone());
+            let next = next_token(ListKind::Ownership, query, more, last);
+            (page.into_iter().map(|(_, row)| row).collect::<Vec<_>>(), next)
+        };
         let mut query = list_query(ListKind::Ownership, pairs("limit=2&pool=p")).expect("parses");
         let mut seen = Vec::new();
         loop {
-            let (page, next) = page(ListKind::Ownership, &query, rows.clone());
-            assert!(page.len() <= 2);
-            seen.extend(page);
+            let (rows, next) = page(&query);
+            assert!(rows.len() <= 2);
+            seen.extend(rows);
             let Some(token) = next else { break };
             query = list_query(ListKind::Ownership, pairs(&format!("pool=p&limit=2&continue={token}")))
                 .expect("a token it issued parses");
@@ -323,7 +317,7 @@ mod tests {
         assert_eq!(seen, [1, 2, 3, 4, 5]);
         // Without a limit: everything, no token.
         let all = list_query(ListKind::Ownership, Vec::new()).expect("parses");
-        assert_eq!(page(ListKind::Ownership, &all, rows), ((1..=5).collect::<Vec<_>>(), None));
+        assert_eq!(page(&all), ((1..=5).collect::<Vec<_>>(), None));
     }
 
     #[test]

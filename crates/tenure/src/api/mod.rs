@@ -193,14 +193,10 @@ async fn ownership(
         limit: query.limit,
     };
     let answer = state.handle.ownership_page(asked).await.map_err(|e| not_answering(&e))?;
-    let next = answer
-        .more
-        .then(|| answer.rows.last())
-        .flatten()
-        .and_then(|row| {
-            Some(Position::Ownership { pool: row.pool.clone(), address: row.address.parse().ok()? })
-        })
-        .map(|after| list::continue_token(ListKind::Ownership, &query, after));
+    let last = answer.rows.last().and_then(|row| {
+        Some(Position::Ownership { pool: row.pool.clone(), address: row.address.parse().ok()? })
+    });
+    let next = list::next_token(ListKind::Ownership, &query, answer.more, last);
     Ok(Json(OwnershipBody { ownership: answer.rows, next }))
 }
 
@@ -221,12 +217,8 @@ async fn actions(
     };
     let asked = ActionsQuery { filter, addresses: query.filter.addresses.clone(), after, limit: query.limit };
     let page = state.handle.actions_page(asked).await.map_err(|e| not_answering(&e))?;
-    let next = page
-        .more
-        .then(|| page.rows.last())
-        .flatten()
-        .map(|row| Position::Actions { node: row.node.clone(), seq: row.seq })
-        .map(|after| list::continue_token(ListKind::Actions, &query, after));
+    let last = page.rows.last().map(|row| Position::Actions { node: row.node.clone(), seq: row.seq });
+    let next = list::next_token(ListKind::Actions, &query, page.more, last);
     Ok(Json(ActionsBody { actions: page.rows, next }))
 }
 
@@ -244,11 +236,8 @@ async fn history(
     {
         return Err(list::stale_history_token(log_index, answer.reaches_back_to));
     }
-    let next = answer
-        .more
-        .then(|| answer.entries.last().map(|(position, _)| Position::of_history(*position)))
-        .flatten()
-        .map(|after| list::continue_token(ListKind::History, &query, after));
+    let last = answer.entries.last().map(|(position, _)| Position::of_history(*position));
+    let next = list::next_token(ListKind::History, &query, answer.more, last);
     let history = answer.entries.into_iter().map(|(_, entry)| entry).collect();
     Ok(Json(HistoryBody { history, reaches_back_to: answer.reaches_back_to, next }))
 }
