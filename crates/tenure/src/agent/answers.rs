@@ -34,14 +34,8 @@ pub struct ActionsQuery {
     pub limit: Option<usize>,
 }
 
-/// One page of journal entries.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ActionsPage {
-    /// The entries, by node name, then in journal order.
-    pub rows: Vec<ActionRow>,
-    /// Whether more entries match after the last one.
-    pub more: bool,
-}
+/// One page of journal entries, by node name, then in journal order.
+pub type ActionsPage = super::listing::Page<ActionRow>;
 
 /// The entries `query` asks for, by node name then in journal order: filtered on the entries
 /// as they are, and only the page's written out (a page of 500 of a million entries writes 500).
@@ -67,8 +61,7 @@ pub fn actions_page(journals: &[JournalSnapshot], query: &ActionsQuery) -> Actio
             })
             .map(move |row| (journal, row))
     });
-    let (rows, more) = super::listing::take_page(matching, query.limit, |(journal, row)| journal.render(row));
-    ActionsPage { rows, more }
+    super::listing::take_page(matching, query.limit, |(journal, row)| journal.render(row))
 }
 
 /// Journal entries now, by (verb, state) (`tenure_actions`): a `skipped` entry whatever its reason.

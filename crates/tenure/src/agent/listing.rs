@@ -153,17 +153,22 @@ pub struct HistoryAnswer {
     pub reaches_back_to: u64,
 }
 
+/// One page of a list: its rows, and whether more rows match after the last one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The rows, in the list's order.
+    pub rows: Vec<T>,
+    /// Whether more rows match after the last one.
+    pub more: bool,
+}
+
 /// At most `limit` of `items` (all of them with `None`), each made a row by `row`, and whether
 /// more followed: the one rule of a page for every list (`/v1/ownership`, `/v1/actions`,
 /// `/v1/history`). The item after the page is looked at, never made a row.
-pub fn take_page<I: Iterator, T>(
-    items: I,
-    limit: Option<usize>,
-    row: impl FnMut(I::Item) -> T,
-) -> (Vec<T>, bool) {
+pub fn take_page<I: Iterator, T>(items: I, limit: Option<usize>, row: impl FnMut(I::Item) -> T) -> Page<T> {
     let mut items = items.peekable();
     let rows = items.by_ref().take(limit.unwrap_or(usize::MAX)).map(row).collect();
-    (rows, items.peek().is_some())
+    Page { rows, more: items.peek().is_some() }
 }
 
 /// Answers `query` from `history`.
@@ -183,8 +188,8 @@ pub fn history_page(history: &HistorySnapshot, query: &HistoryQuery) -> HistoryA
     let matching = positioned.filter(|(position, entry)| {
         query.after.is_none_or(|after| *position > after) && query.filter.matches_history(entry)
     });
-    let (entries, more) = take_page(matching, query.limit, |(position, entry)| (position, entry.clone()));
-    HistoryAnswer { entries, more, reaches_back_to: history.reaches_back_to() }
+    let Page { rows, more } = take_page(matching, query.limit, |(position, entry)| (position, entry.clone()));
+    HistoryAnswer { entries: rows, more, reaches_back_to: history.reaches_back_to() }
 }
 
 #[cfg(test)]

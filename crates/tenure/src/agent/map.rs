@@ -81,25 +81,16 @@ pub struct OwnershipQuery {
     pub limit: Option<usize>,
 }
 
-/// One page of the map's rows (`GET /v1/ownership`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RowsPage {
-    /// The rows, in the map's order.
-    pub rows: Vec<OwnershipRow>,
-    /// Whether more rows match after the last one.
-    pub more: bool,
-}
+/// One page of the map's rows (`GET /v1/ownership`), in the map's order.
+pub type RowsPage = super::listing::Page<OwnershipRow>;
 
 /// The rows `query` asks for: at most its limit of the rows its filter keeps, after its position.
 #[must_use]
 pub fn rows_page(map: &MapSnapshot, query: &OwnershipQuery) -> RowsPage {
     let after = query.after.as_ref().map(|(pool, address)| (pool.as_str(), *address));
-    let (rows, more) = super::listing::take_page(
-        matching(map, &query.filter, after),
-        query.limit,
-        |(pool, address, row)| map.render(pool, address, row),
-    );
-    RowsPage { rows, more }
+    super::listing::take_page(matching(map, &query.filter, after), query.limit, |(pool, address, row)| {
+        map.render(pool, address, row)
+    })
 }
 
 /// What the status page shows of the map: one page of the filtered rows and the counts around it.

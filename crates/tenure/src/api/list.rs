@@ -299,10 +299,10 @@ mod tests {
         let page = |query: &ListQuery| {
             let after =
                 rows.iter().filter(|(position, _)| query.after.as_ref().is_none_or(|after| position > after));
-            let (page, more) = crate::agent::listing::take_page(after, query.limit, Clone::clone);
-            let last = page.last().map(|(position, _)| position.clone());
-            let next = next_token(ListKind::Ownership, query, more, last);
-            (page.into_iter().map(|(_, row)| row).collect::<Vec<_>>(), next)
+            let page = crate::agent::listing::take_page(after, query.limit, Clone::clone);
+            let last = page.rows.last().map(|(position, _)| position.clone());
+            let next = next_token(ListKind::Ownership, query, page.more, last);
+            (page.rows.into_iter().map(|(_, row)| row).collect::<Vec<_>>(), next)
         };
         let mut query = list_query(ListKind::Ownership, pairs("limit=2&pool=p")).expect("parses");
         let mut seen = Vec::new();
