@@ -110,11 +110,10 @@ fn a_holder_cut_from_etcd_and_demoted_by_keepalived_withdraws_within_a_heartbeat
     let demoted = Instant::now();
     std::fs::write(Keepalived::fault_file(routers.dir.path(), "r1"), "1\n").expect("fault r1");
     withdrawn_in_time(&routers, 1, demoted, "its keepalived was put in FAULT");
-    assert!(
-        routers.agent(1).log().contains("its proxy entries withdrawn locally"),
-        "r1's agent withdrew locally: {}",
-        routers.agent(1).log()
-    );
+    // The agent logs the withdrawal after the kernel dropped the entry: wait for the line.
+    wait_for_within(BOUND, "r1's agent logs that it withdrew locally", || {
+        routers.agent(1).log().contains("its proxy entries withdrawn locally")
+    });
 
     // r2's keepalived took over; r2 captures once r1's heartbeats are stale, and alone answers.
     routers.wait_held_by(2, "r2 (keepalived master) holds; r1 stays without");
