@@ -456,14 +456,16 @@ impl<S: JournalStore> NodeDriver<S> {
         outcome: ActionOutcome,
         detail: String,
     ) -> Result<(), NodeError<S::Error>> {
-        self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
-        if outcome == ActionOutcome::Executed && self.result_contradicts_view(idempotency_key) {
-            self.plan_again();
-        }
+        let seq = self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
         if outcome == ActionOutcome::Executed {
-            self.released(idempotency_key);
+            let action = &self.engine.entry_at(seq).expect("a finished entry stays journaled").action;
+            let (contradicts, released) = (self.result_contradicts_view(action), released_position(action));
+            if contradicts {
+                self.plan_again();
+            }
+            self.released(released);
         }
-        self.wake_for_retry(idempotency_key);
+        self.wake_for_retry(seq);
         self.report_result(idempotency_key, outcome, detail);
         Ok(())
     }
@@ -477,8 +479,8 @@ impl<S: JournalStore> NodeDriver<S> {
         idempotency_key: &str,
         detail: &str,
     ) -> Result<(), NodeError<S::Error>> {
-        let detail = self.engine.handle_in_doubt_result(idempotency_key, detail, &self.view)?;
-        self.wake_for_retry(idempotency_key);
+        let (seq, detail) = self.engine.handle_in_doubt_result(idempotency_key, detail, &self.view)?;
+        self.wake_for_retry(seq);
         self.report_result(idempotency_key, ActionOutcome::Failed, detail);
         Ok(())
     }
@@ -530,9 +532,7 @@ impl<S: JournalStore> NodeDriver<S> {
     /// while the call was in flight, and what it captured now differs from what the last
     /// reconcile planned from. The next step must plan again ([`NodeDriver::reconcile_due`]).
     /// Other results change no plan: their successor verb is in the journal already.
-    fn result_contradicts_view(&self, idempotency_key: &str) -> bool {
-        let Some(entry) = self.engine.entry(idempotency_key) else { return false };
-        let action = &entry.action;
+    fn result_contradicts_view(&self, action: &StampedAction) -> bool {
         if !action.verb.changes_holding() {
             return false;
         }
@@ -548,6 +548,12 @@ impl<S: JournalStore> NodeDriver<S> {
     pub fn poll_append(&mut self) -> Option<EventKind> {
         self.outbox.pop_front()
     }
+}
+
+/// The position an executed release verb leaves (any: "captured" is "the last executed verb was
+/// an acquire verb"): what [`NodeDriver::released`] plans again. `None` for an acquire verb.
+fn released_position(action: &StampedAction) -> Option<ProviderAddress> {
+    (!action.verb.is_acquire()).then(|| (action.provider.clone(), action.address))
 }
 
 #[cfg(test)]

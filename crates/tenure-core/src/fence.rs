@@ -164,6 +164,17 @@ impl HighWater {
         self.marks(&action.pool, action.address).map_or(OwnershipEpoch::NEVER, |m| m.ownership)
     }
 
+    /// Both marks of the action's key, [`HighWater::capture`] and [`HighWater::ownership`] with
+    /// one lookup.
+    #[must_use]
+    pub fn seen(&self, action: &StampedAction) -> (CaptureEpoch, OwnershipEpoch) {
+        let marks = self.marks(&action.pool, action.address);
+        (
+            self.capture_seen(marks, &action.capture_domain),
+            marks.map_or(OwnershipEpoch::NEVER, |m| m.ownership),
+        )
+    }
+
     /// Raises the marks of one key; never lowers them.
     pub fn raise(
         &mut self,
@@ -402,6 +413,13 @@ mod tests {
         assert_eq!(hw.highest_capture(), epoch(9));
         let elsewhere = StampedAction { pool: "q".into(), ..a.clone() };
         assert_eq!(hw.capture(&elsewhere), CaptureEpoch::NEVER);
+        for action in [&a, &b, &c, &elsewhere] {
+            assert_eq!(
+                hw.seen(action),
+                (hw.capture(action), hw.ownership(action)),
+                "one lookup, the same marks"
+            );
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::federation::Federation;
 use crate::fence::{HeadView, StaleReason};
 use crate::journal::{
     Attempts, COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_RETENTION_DEFAULT, JournalChange,
-    JournalEntry, JournalSeq, JournalStore,
+    JournalEntry, JournalSeq, JournalStore, outcome_unknown,
 };
 use crate::model::{IdempotencyKey, ProviderAddress, StampedAction};
 use crate::planner::Captured;
@@ -132,6 +132,8 @@ pub struct NodeEngine<S: JournalStore> {
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
     /// in the journal), looked up once.
     predecessors: sharded::ShardedMap<JournalSeq, Option<JournalSeq>>,
+    /// A predecessor's key is written here to be looked up (one buffer, not one key each).
+    predecessor_key: String,
     /// Entries `failed` or `approved` in the journal that are acquires in doubt
     /// ([`NodeEngine::is_acquire_in_doubt`]), kept where entries change (`commit`): what the
     /// count of stale acquires in doubt walks, not every open entry.
@@ -177,6 +179,7 @@ impl<S: JournalStore> NodeEngine<S> {
             row_changes: None,
             captured: Captured::new(),
             predecessors: sharded::ShardedMap::new(),
+            predecessor_key: String::with_capacity(128),
             in_doubt: BTreeSet::new(),
             replan: false,
             replan_marks: (0, 0),
@@ -350,6 +353,12 @@ impl<S: JournalStore> NodeEngine<S> {
         self.index.get(key, &self.state.entries).and_then(|seq| self.state.entries.get(&seq)).map(|e| &**e)
     }
 
+    /// The entry `seq`, if it is kept.
+    #[must_use]
+    pub fn entry_at(&self, seq: JournalSeq) -> Option<&JournalEntry> {
+        self.state.entries.get(&seq).map(|e| &**e)
+    }
+
     /// The durable state as the engine holds it in memory.
     #[must_use]
     pub fn durable(&self) -> &DurableNodeState {
@@ -481,11 +490,19 @@ impl<S: JournalStore> NodeEngine<S> {
                     self.in_doubt.remove(seq);
                 }
             }
-            other => {
-                for seq in other.named_seqs() {
+            // What doubt reads (the state, the detail) is in the change: the entry is looked up
+            // only when the detail says the outcome is unknown.
+            JournalChange::SetState { seq, state, detail, .. } => {
+                if matches!(state, EntryState::Failed | EntryState::Approved)
+                    && outcome_unknown(detail.as_deref())
+                {
                     self.file_doubt(*seq);
+                } else {
+                    self.in_doubt.remove(seq);
                 }
             }
+            // An attempt changes neither.
+            JournalChange::Attempt { .. } | JournalChange::RaiseHighWater { .. } => {}
         }
         Ok(())
     }
@@ -513,7 +530,8 @@ impl<S: JournalStore> NodeEngine<S> {
         let action = &self.state.entries[&seq].action;
         let verb = action.verb.predecessor()?;
         let stamp = crate::model::ActionStamp { verb, ..action.stamp() };
-        let before = self.index.get_stamp(&stamp.key(), &stamp, &self.state.entries);
+        let before =
+            self.index.get_stamp(stamp.key_in(&mut self.predecessor_key), &stamp, &self.state.entries);
         self.predecessors.insert(seq, before);
         Some(before)
     }
@@ -595,8 +613,8 @@ impl<S: JournalStore> NodeEngine<S> {
         current: &HeadView<'_>,
     ) -> Result<(), NodeError<S::Error>> {
         let (capture_epoch, ownership_epoch) = (current.capture_epoch, current.ownership_epoch);
-        let hw = &self.state.high_water;
-        if capture_epoch <= hw.capture(action) && ownership_epoch <= hw.ownership(action) {
+        let (capture_seen, ownership_seen) = self.state.high_water.seen(action);
+        if capture_epoch <= capture_seen && ownership_epoch <= ownership_seen {
             return Ok(());
         }
         self.commit(JournalChange::RaiseHighWater {

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::{NodeDriver, RETRY_WITHOUT_BACKOFF_MS};
-use crate::journal::JournalStore;
+use crate::journal::{JournalSeq, JournalStore};
 use crate::node::{NodeError, ReconcileReport, earlier};
 
 /// The view's whole plan generation at the last completed plan of everything, and the earliest
@@ -82,11 +82,9 @@ impl<S: JournalStore> NodeDriver<S> {
     /// NIC now counts as captured through the first pool that lists it): its position is planned
     /// again, as a change the view named. (An acquire that lands where the view no longer wants
     /// it makes the node plan everything: [`NodeDriver::plan_again`].)
-    pub(super) fn released(&mut self, idempotency_key: &str) {
-        if let Some(key) = crate::model::ParsedKey::parse(idempotency_key)
-            && !key.verb.is_acquire()
-        {
-            self.changed.insert((crate::names::shared(&key.provider), key.address));
+    pub(super) fn released(&mut self, position: Option<crate::model::ProviderAddress>) {
+        if let Some(position) = position {
+            self.changed.insert(position);
         }
     }
 
@@ -128,11 +126,11 @@ impl<S: JournalStore> NodeDriver<S> {
     /// later: not at once (a failing call would be retried in a loop, each failure's own result
     /// moving stream time), and not only at the requeue (a failed on-prem release would leave the
     /// host answering beside the new holder for a whole `requeueInterval`).
-    pub(super) fn wake_for_retry(&mut self, idempotency_key: &str) {
+    pub(super) fn wake_for_retry(&mut self, seq: JournalSeq) {
         let now_ms = self.view.stream_time_ms();
         let due = self
             .engine
-            .entry(idempotency_key)
+            .entry_at(seq)
             .and_then(|entry| self.engine.next_attempt_ms(entry))
             .map(|due| if due > now_ms { due } else { now_ms.saturating_add(RETRY_WITHOUT_BACKOFF_MS) });
         let pass = self.pass.as_mut().and_then(|pass| pass.planned.as_mut());

@@ -236,13 +236,15 @@ impl<S: JournalStore> NodeEngine<S> {
         self.busy.get(&action.address).is_some_and(|providers| providers.contains(&action.provider))
     }
 
-    /// Records what the provider said about an action handed out by `poll_execution`.
+    /// Records what the provider said about an action handed out by `poll_execution`. Returns
+    /// the entry's sequence number (the entry stays journaled: a finished entry is compacted by
+    /// a later reconcile, never here), so that a caller reads it without looking its key up again.
     pub fn handle_execution_result(
         &mut self,
         idempotency_key: &str,
         outcome: ActionOutcome,
         detail: Option<String>,
-    ) -> Result<(), NodeError<S::Error>> {
+    ) -> Result<JournalSeq, NodeError<S::Error>> {
         let seq = self
             .index
             .get(idempotency_key, &self.state.entries)
@@ -269,27 +271,27 @@ impl<S: JournalStore> NodeEngine<S> {
         self.release_busy(seq);
         self.set_state(seq, state, detail)?;
         self.check_sets();
-        Ok(())
+        Ok(seq)
     }
 
     /// Records a call whose outcome is unknown (cancelled in flight, past its deadline, its
     /// answer lost; `detail` says why): `failed`, its detail beginning with [`OUTCOME_UNKNOWN`],
     /// retried through the gate while it is current (SPEC 6: at-least-once). An acquire that the
     /// fence rule already refuses against `head` is counted as held at once
-    /// ([`NodeEngine::count_in_doubt_acquire`]). Returns the outcome recorded first (what the
-    /// log is told: the call failed, its outcome unknown).
+    /// ([`NodeEngine::count_in_doubt_acquire`]). Returns the entry's sequence number and the
+    /// outcome recorded first (what the log is told: the call failed, its outcome unknown).
     pub fn handle_in_doubt_result(
         &mut self,
         idempotency_key: &str,
         detail: &str,
         head: &impl HeadTokens,
-    ) -> Result<String, NodeError<S::Error>> {
+    ) -> Result<(JournalSeq, String), NodeError<S::Error>> {
         let detail = format!("{OUTCOME_UNKNOWN}{detail}");
-        self.handle_execution_result(idempotency_key, ActionOutcome::Failed, Some(detail.clone()))?;
-        let seq = self.index.get(idempotency_key, &self.state.entries).expect("a key in flight is journaled");
+        let seq =
+            self.handle_execution_result(idempotency_key, ActionOutcome::Failed, Some(detail.clone()))?;
         self.count_in_doubt_acquire(seq, head)?;
         self.check_sets();
-        Ok(detail)
+        Ok((seq, detail))
     }
 
     /// Whether entry `seq` is an acquire in doubt: a holding acquire (assign, proxy-ARP add) that
