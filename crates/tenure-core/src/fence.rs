@@ -193,7 +193,11 @@ impl HighWater {
                 DomainIx::try_from(self.domains.len() - 1).unwrap_or(DomainIx::MAX)
             }
         };
-        let addresses = self.marks.entry(pool.to_owned()).or_default();
+        // The pool's name is copied only the first time it is seen (a raise per call).
+        if !self.marks.contains_key(pool) {
+            self.marks.insert(pool.to_owned(), BTreeMap::new());
+        }
+        let addresses = self.marks.get_mut(pool).expect("inserted above");
         let marks = addresses.entry(address).or_insert_with(|| Marks {
             ownership: OwnershipEpoch::NEVER,
             first: (ix, CaptureEpoch::NEVER),

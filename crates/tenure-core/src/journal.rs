@@ -320,6 +320,25 @@ impl DurableNodeState {
     /// Applies one change. Panics on a change that breaks the journal's rules
     /// ([`check_change`]): the engine never makes one.
     pub fn apply(&mut self, change: &JournalChange) {
+        self.check(change);
+        self.apply_checked(change);
+    }
+
+    /// [`DurableNodeState::apply`] of a change the caller gives away: an appended entry is moved
+    /// into the journal, not copied.
+    pub fn apply_owned(&mut self, change: JournalChange) {
+        self.check(&change);
+        match change {
+            JournalChange::Append(entry) => {
+                self.last_seq = entry.seq;
+                self.entries.insert(entry.seq, Arc::new(entry));
+            }
+            other => self.apply_checked(&other),
+        }
+    }
+
+    /// Panics on a change that breaks the journal's rules ([`check_change`]).
+    fn check(&self, change: &JournalChange) {
         let entries = &self.entries;
         let facts = JournalFacts {
             last_seq: self.last_seq,
@@ -329,6 +348,9 @@ impl DurableNodeState {
         if let Err(broken) = check_change(change, &facts) {
             panic!("the engine broke a journal rule: {broken}");
         }
+    }
+
+    fn apply_checked(&mut self, change: &JournalChange) {
         match change {
             JournalChange::Append(entry) => {
                 self.last_seq = entry.seq;

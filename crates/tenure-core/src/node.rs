@@ -473,18 +473,18 @@ impl<S: JournalStore> NodeEngine<S> {
 
     fn commit(&mut self, change: JournalChange) -> Result<(), NodeError<S::Error>> {
         self.store.commit(&change).map_err(NodeError::Store)?;
+        if let JournalChange::Append(entry) = &change {
+            let seq = entry.seq;
+            self.state.apply_owned(change);
+            self.row_changed(seq);
+            self.file_doubt(seq);
+            return Ok(());
+        }
         self.state.apply(&change);
-        match &change {
-            JournalChange::Append(entry) => self.row_changed(entry.seq),
-            JournalChange::RaiseHighWater { .. } => {}
-            other => {
-                for seq in other.named_seqs() {
-                    self.row_changed(*seq);
-                }
-            }
+        for seq in change.named_seqs() {
+            self.row_changed(*seq);
         }
         match &change {
-            JournalChange::Append(entry) => self.file_doubt(entry.seq),
             JournalChange::Compact { seqs } => {
                 for seq in seqs {
                     self.in_doubt.remove(seq);
@@ -501,8 +501,10 @@ impl<S: JournalStore> NodeEngine<S> {
                     self.in_doubt.remove(seq);
                 }
             }
-            // An attempt changes neither.
-            JournalChange::Attempt { .. } | JournalChange::RaiseHighWater { .. } => {}
+            // An attempt changes neither; an append was filed above.
+            JournalChange::Attempt { .. }
+            | JournalChange::RaiseHighWater { .. }
+            | JournalChange::Append(_) => {}
         }
         Ok(())
     }
