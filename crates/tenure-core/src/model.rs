@@ -619,5 +619,36 @@ mod tests {
             other.push(if last == '0' { '1' } else { '0' });
             proptest::prop_assert!(!action.key_is(&other), "nor a key one byte apart");
         }
+
+        /// The key is written piece by piece; it is the format SPEC 5 gives, with the address
+        /// as `Display` writes it, for IPv4 and IPv6 addresses alike.
+        #[test]
+        fn a_key_is_written_in_its_format(
+            v4 in proptest::prelude::any::<u32>(),
+            v6 in proptest::prelude::any::<u128>(),
+            six in proptest::prelude::any::<bool>(),
+            owner in proptest::prelude::any::<u64>(),
+            epoch in proptest::prelude::any::<u64>(),
+        ) {
+            let address: std::net::IpAddr = if six {
+                std::net::Ipv6Addr::from(v6).into()
+            } else {
+                std::net::Ipv4Addr::from(v4).into()
+            };
+            let action = StampedAction::new(
+                "edge",
+                address,
+                Verb::EnableForwarding,
+                "r1",
+                "aws-west",
+                "eni-0abc",
+                CaptureDomain::new("aws-west", "g"),
+                CaptureEpoch::from_stored(epoch),
+                OwnershipEpoch::from_stored(owner),
+            );
+            let expected = format!("edge/{address}/enable-forwarding/r1/aws-west/eni-0abc/owner:{owner}:epoch:{epoch}");
+            proptest::prop_assert_eq!(&*action.idempotency_key(), expected.as_str());
+            proptest::prop_assert!(action.key_is(&expected));
+        }
     }
 }
