@@ -226,10 +226,15 @@ impl JournalEntry {
     /// state change is applied to an entry (memory and every store's rows), after the caller
     /// checked [`EntryState::may_become`].
     pub fn set_state(&mut self, state: EntryState, detail: Option<&str>, executed_seq: Option<u64>) {
+        self.set_state_owned(state, detail.map(str::to_owned), executed_seq);
+    }
+
+    /// [`JournalEntry::set_state`] with a detail the caller gives away (not copied).
+    pub fn set_state_owned(&mut self, state: EntryState, detail: Option<String>, executed_seq: Option<u64>) {
         self.state = state;
-        self.detail = detail.map(str::to_owned);
+        self.detail = detail;
         self.executed_seq = executed_seq;
-        if state == EntryState::Failed || agent_stopped(detail) {
+        if state == EntryState::Failed || agent_stopped(self.detail.as_deref()) {
             self.attempts.last_error = self.detail.clone();
         }
     }
@@ -324,8 +329,8 @@ impl DurableNodeState {
         self.apply_checked(change);
     }
 
-    /// [`DurableNodeState::apply`] of a change the caller gives away: an appended entry is moved
-    /// into the journal, not copied.
+    /// [`DurableNodeState::apply`] of a change the caller gives away: an appended entry, and a
+    /// new state's detail, are moved into the journal, not copied.
     pub fn apply_owned(&mut self, change: JournalChange) {
         self.check(&change);
         match change {
@@ -333,8 +338,20 @@ impl DurableNodeState {
                 self.last_seq = entry.seq;
                 self.entries.insert(entry.seq, Arc::new(entry));
             }
+            JournalChange::SetState { seq, state, detail, executed_seq } => {
+                self.entry_mut(seq).set_state_owned(state, detail, executed_seq);
+                if let Some(executed) = executed_seq {
+                    self.executions = executed;
+                }
+            }
             other => self.apply_checked(&other),
         }
+    }
+
+    /// Entry `seq`, to change: copied first when a reader's snapshot still shares it
+    /// (`journal_index`). The caller checked that the journal holds it.
+    fn entry_mut(&mut self, seq: JournalSeq) -> &mut JournalEntry {
+        Arc::make_mut(self.entries.get_mut(&seq).expect("checked: the journal holds it"))
     }
 
     /// Panics on a change that breaks the journal's rules ([`check_change`]).
@@ -357,9 +374,7 @@ impl DurableNodeState {
                 self.entries.insert(entry.seq, Arc::new(entry.clone()));
             }
             JournalChange::SetState { seq, state, detail, executed_seq } => {
-                // Copied first when a reader's snapshot still shares it (`journal_index`).
-                let entry = Arc::make_mut(self.entries.get_mut(seq).expect("checked: the journal holds it"));
-                entry.set_state(*state, detail.as_deref(), *executed_seq);
+                self.entry_mut(*seq).set_state(*state, detail.as_deref(), *executed_seq);
                 if let Some(executed) = executed_seq {
                     self.executions = *executed;
                 }
@@ -374,8 +389,7 @@ impl DurableNodeState {
                 self.high_water.raise(pool, *address, capture_domain, *capture_epoch, *ownership_epoch);
             }
             JournalChange::Attempt { seq, at_ms, wall_ms } => {
-                let entry = Arc::make_mut(self.entries.get_mut(seq).expect("checked: the journal holds it"));
-                entry.record_attempt(*at_ms, *wall_ms);
+                self.entry_mut(*seq).record_attempt(*at_ms, *wall_ms);
             }
             JournalChange::Compact { seqs } => {
                 for seq in seqs {

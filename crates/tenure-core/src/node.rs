@@ -473,38 +473,38 @@ impl<S: JournalStore> NodeEngine<S> {
 
     fn commit(&mut self, change: JournalChange) -> Result<(), NodeError<S::Error>> {
         self.store.commit(&change).map_err(NodeError::Store)?;
-        if let JournalChange::Append(entry) = &change {
-            let seq = entry.seq;
-            self.state.apply_owned(change);
-            self.row_changed(seq);
-            self.file_doubt(seq);
-            return Ok(());
-        }
-        self.state.apply(&change);
-        for seq in change.named_seqs() {
-            self.row_changed(*seq);
-        }
-        match &change {
-            JournalChange::Compact { seqs } => {
-                for seq in seqs {
-                    self.in_doubt.remove(seq);
-                }
+        match change {
+            JournalChange::Append(entry) => {
+                let seq = entry.seq;
+                self.state.apply_owned(JournalChange::Append(entry));
+                self.row_changed(seq);
+                self.file_doubt(seq);
             }
-            // What doubt reads (the state, the detail) is in the change: the entry is looked up
-            // only when the detail says the outcome is unknown.
-            JournalChange::SetState { seq, state, detail, .. } => {
-                if matches!(state, EntryState::Failed | EntryState::Approved)
-                    && outcome_unknown(detail.as_deref())
-                {
-                    self.file_doubt(*seq);
+            JournalChange::SetState { seq, state, detail, executed_seq } => {
+                // What doubt reads (the state, the detail) is in the change: the entry is looked
+                // up only when the detail says the outcome is unknown.
+                let doubt = matches!(state, EntryState::Failed | EntryState::Approved)
+                    && outcome_unknown(detail.as_deref());
+                self.state.apply_owned(JournalChange::SetState { seq, state, detail, executed_seq });
+                self.row_changed(seq);
+                if doubt {
+                    self.file_doubt(seq);
                 } else {
-                    self.in_doubt.remove(seq);
+                    self.in_doubt.remove(&seq);
                 }
             }
-            // An attempt changes neither; an append was filed above.
-            JournalChange::Attempt { .. }
-            | JournalChange::RaiseHighWater { .. }
-            | JournalChange::Append(_) => {}
+            other => {
+                self.state.apply(&other);
+                for seq in other.named_seqs() {
+                    self.row_changed(*seq);
+                }
+                // An attempt changes neither the state nor the detail; a raise names no entry.
+                if let JournalChange::Compact { seqs } = &other {
+                    for seq in seqs {
+                        self.in_doubt.remove(seq);
+                    }
+                }
+            }
         }
         Ok(())
     }
