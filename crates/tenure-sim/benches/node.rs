@@ -5,7 +5,7 @@
 //! - `node/reconcile_execute/{4k,16k,64k}`: one alive node, one pool of a /20, /18 or /16 (4,096,
 //!   16,384 or 65,536 addresses) that it owns whole, and an empty journal. One iteration is the
 //!   walk the agent makes through [`NodeDriver`]: a full reconcile (plan, import through the gate,
-//!   sweep, compact), then an execute pass that hands every action through the gate (in the agent's batches of 64) to the
+//!   sweep, compact), then an execute pass that hands every action through the gate (in the agent's batches of 256) to the
 //!   simulated provider and reports its result (2 verbs per address: `assign-secondary-ip`, then
 //!   `enable-forwarding`), the results outbox drained. The driver, its view of the log and the
 //!   provider are built fresh per iteration, outside the timing.
@@ -130,8 +130,8 @@ fn reconcile_execute(driver: &mut NodeDriver<MemoryJournalStore>, provider: &mut
     black_box(promoted);
     let mut executed = 0;
     loop {
-        // The agent's batches (`GATE_BATCH_MAX`): one durable sync per 64 actions.
-        let batch = driver.poll_actions(64, None).expect("a memory store cannot fail");
+        // The agent's batches (`GATE_BATCH_MAX`): one durable sync per 256 actions.
+        let batch = driver.poll_actions(256, None).expect("a memory store cannot fail");
         if batch.is_empty() {
             break;
         }

@@ -42,8 +42,11 @@ use wait::{notified_or_never, recv_or_never, sleep_until_or_never};
 /// Most provider calls in flight at once, across the agent's nodes.
 pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 
-/// Most actions gated in one batch (one durable sync per batch).
-pub const GATE_BATCH_MAX: usize = 64;
+/// Most actions gated in one batch (one durable sync per batch): as many as may be in flight,
+/// so that a step that has room for calls gates them with one sync (at 64, the capture of a
+/// million addresses spent about a third of its time waiting on `fdatasync`; docs/benchmarks.md
+/// "A node's pass under 10 µs").
+pub const GATE_BATCH_MAX: usize = CALLS_IN_FLIGHT_MAX;
 
 /// When no pool names a heartbeat TTL, how long the agent waits to confirm the log head.
 pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);
