@@ -43,8 +43,8 @@ use wait::{notified_or_never, recv_or_never, sleep_until_or_never};
 pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 
 /// Most actions gated in one batch (one durable sync per batch): as many as may be in flight,
-/// so that a step that has room for calls gates them with one sync (at 64, the capture of a
-/// million addresses spent about a third of its time waiting on `fdatasync`; docs/benchmarks.md
+/// so that a step that has room for calls gates them with one sync (at 64, the loop capturing
+/// 300k addresses was found waiting on `fdatasync` in a third of its samples; docs/benchmarks.md
 /// "A node's pass under 10 µs").
 pub const GATE_BATCH_MAX: usize = CALLS_IN_FLIGHT_MAX;
 
