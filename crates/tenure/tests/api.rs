@@ -369,6 +369,10 @@ async fn bad_inputs_are_400_naming_the_field_and_change_nothing() {
             Some("key"),
         ),
         (format!("/v1/approve/{GATED_KEY}"), r#"{"key": "x"}"#.into(), Some("key")),
+        // a query string: refused, not ignored
+        (format!("/v1/approve/{GATED_KEY}?force=true"), String::new(), Some("force")),
+        ("/v1/drain/a?dry-run".into(), String::new(), Some("dry-run")),
+        ("/v1/desire?pool=edge".into(), r#"{"pool": "edge", "address": "10.0.0.11"}"#.into(), Some("pool")),
     ];
     for (path, body, field) in cases {
         let reply = post(&server, &path, &body).await;

@@ -185,8 +185,10 @@ pub fn list_query(kind: ListKind, pairs: Vec<(String, String)>) -> Result<ListQu
 }
 
 fn parse_limit(value: &str) -> Result<usize, ApiFailure> {
+    // Digits only: Rust's integer parse also takes a leading `+`, which no list's client writes.
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
     match value.parse::<usize>() {
-        Ok(limit) if (1..=LIST_LIMIT_MAX).contains(&limit) => Ok(limit),
+        Ok(limit) if digits && (1..=LIST_LIMIT_MAX).contains(&limit) => Ok(limit),
         _ => Err(ApiFailure::bad_field(
             "limit",
             format!("`{value}` is not a whole number from 1 to {LIST_LIMIT_MAX}"),
@@ -325,6 +327,7 @@ mod tests {
         for (query, field) in [
             ("limit=0", "limit"),
             ("limit=-1", "limit"),
+            ("limit=+5", "limit"),
             ("limit=10001", "limit"),
             ("limit=1&limit=2", "limit"),
             ("continue=!!!", "continue"),

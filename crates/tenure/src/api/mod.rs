@@ -20,8 +20,9 @@
 //!
 //! The `POST`s need `Authorization: Bearer <token>` ([`ApiToken`]): 401 without, 403 with a wrong
 //! one or when the agent has no token (fail closed). Their inputs are checked strictly before
-//! anything is submitted (see [`body`], [`mutate`] and each command's module in [`crate::ops`]): a
-//! 4xx changes nothing. Every error is JSON `{"error": "…", "field": "…"}` ([`ApiFailure`]),
+//! anything is submitted (see [`body`], [`mutate`] and each command's module in [`crate::ops`]; an
+//! operator command's query string is a 400 naming its first key, not ignored): a 4xx changes
+//! nothing. Every error is JSON `{"error": "…", "field": "…"}` ([`ApiFailure`]),
 //! counted in `tenure_requests_rejected_total{reason}` and logged at info; every request is
 //! logged at debug. The token is never logged.
 //!

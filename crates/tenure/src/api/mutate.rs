@@ -70,6 +70,7 @@ pub async fn operator<C: OperatorCommand>(
 ) -> Result<Json<Receipt>, ApiFailure> {
     let (mut parts, body) = request.into_parts();
     authorize(&state, &parts.headers)?;
+    no_query(parts.uri.query())?;
     let event = match C::INPUT {
         Input::Path(field) => {
             let Path(value) = Path::<String>::from_request_parts(&mut parts, &state)
@@ -82,6 +83,18 @@ pub async fn operator<C: OperatorCommand>(
         Input::Body(fields) => C::event(string_fields(&read(&parts.headers, body).await?, fields)?)?,
     };
     submit(&state, event).await
+}
+
+/// An operator command takes its input from its path or its body: a query string is refused
+/// (400 naming its first key), not ignored (`?force=true` must not read as if it were obeyed).
+fn no_query(query: Option<&str>) -> Result<(), ApiFailure> {
+    let Some(query) = query.filter(|query| !query.is_empty()) else { return Ok(()) };
+    let first = query.split('&').next().unwrap_or(query);
+    let key = first.split('=').next().unwrap_or(first);
+    Err(ApiFailure::bad_field(
+        key,
+        "this call takes no query parameters: its input is its path or its JSON body",
+    ))
 }
 
 /// Why a backup was not given: 409 when this store never gives one (a fleet agent's log is in
