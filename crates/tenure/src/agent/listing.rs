@@ -37,7 +37,10 @@ pub fn address_filter(text: &str) -> Result<IpNet, String> {
             let address = address.parse::<IpAddr>().map_err(|_| not_an_address(text))?;
             let length =
                 length.parse::<u8>().map_err(|_| format!("`{text}`: `{length}` is not a prefix length"))?;
-            IpNet::new(address, length).map(|range| range.trunc()).map_err(|e| format!("`{text}`: {e}"))
+            let (family, most) = if address.is_ipv4() { ("IPv4", 32) } else { ("IPv6", 128) };
+            IpNet::new(address, length)
+                .map(|range| range.trunc())
+                .map_err(|_| format!("`{text}`: an {family} prefix length is at most {most}"))
         }
     }
 }
@@ -213,6 +216,14 @@ mod tests {
                 "{bad:?}: {error}"
             );
         }
+        assert_eq!(
+            address_filter("10.0.0.0/33"),
+            Err("`10.0.0.0/33`: an IPv4 prefix length is at most 32".into())
+        );
+        assert_eq!(
+            address_filter("fd00::/129"),
+            Err("`fd00::/129`: an IPv6 prefix length is at most 128".into())
+        );
     }
 
     #[test]
