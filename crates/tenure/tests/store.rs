@@ -595,3 +595,60 @@ fn a_store_with_data_and_no_identity_file_is_refused_unless_accepted() {
         .expect("closes");
     assert_eq!(read_identity(&dir), recorded);
 }
+
+/// An entry changed over several commits (appended; handed out and attempted; failed; retried;
+/// executed) — each change after the first finds its entry among the rows the last commits
+/// wrote, not in the table — reloads as the journal in memory holds it; so does one whose row
+/// was forgotten (thousands of other rows written since) and one compacted.
+#[test]
+fn an_entry_changed_over_many_commits_reloads_as_memory_holds_it() {
+    let dir = TempDir::new("recent");
+    let store = dir.open().expect("opens");
+    let mut a = store.journal("a");
+    let mut memory = tenure_core::journal::DurableNodeState::default();
+    let mut commit = |change: JournalChange, sync: bool| {
+        a.commit(&change).expect("buffers");
+        memory.apply(&change);
+        if sync {
+            a.sync().expect("syncs");
+        }
+    };
+    let seq = JournalSeq::new;
+    let set =
+        |n: u64, state: EntryState, detail: Option<&str>, executed: Option<u64>| JournalChange::SetState {
+            seq: seq(n),
+            state,
+            detail: detail.map(str::to_owned),
+            executed_seq: executed,
+        };
+    let attempt = |n: u64, at_ms: u64| JournalChange::Attempt {
+        seq: seq(n),
+        at_ms,
+        wall_ms: Some(1_700_000_000_000 + at_ms),
+    };
+    commit(JournalChange::Append(entry(1, action("a", "10.0.0.1", 1, 1))), true);
+    commit(JournalChange::Append(entry(2, action("a", "10.0.0.2", 1, 1))), true);
+    commit(set(1, EntryState::Approved, Some("call started"), None), false);
+    commit(attempt(1, 10), true);
+    commit(set(1, EntryState::Failed, Some("throttled"), None), true);
+    commit(set(1, EntryState::Approved, None, None), true);
+    commit(attempt(1, 20), true);
+    commit(set(1, EntryState::Executed, Some("ok"), Some(1)), true);
+    // Entry 2's row is forgotten behind thousands of others, then changed: read from the table.
+    for n in 3..3 + 5_000 {
+        commit(JournalChange::Append(entry(n, action("a", "10.0.1.1", 1, 1))), n % 512 == 0 || n == 5_002);
+    }
+    commit(attempt(2, 30), true);
+    commit(set(2, EntryState::Executed, Some("ok too"), Some(2)), true);
+    commit(set(3, EntryState::Skipped(tenure_core::fence::StaleReason::StaleEpoch), None, None), true);
+    commit(JournalChange::Compact { seqs: vec![seq(3)] }, true);
+    drop(a);
+    store.close().expect("closes");
+    let reopened = dir.reopen().expect("reopens");
+    let loaded = reopened.journal("a").load().expect("loads");
+    assert_eq!(loaded.entries.len(), memory.entries.len());
+    for (n, entry) in &memory.entries {
+        assert_eq!(loaded.entries.get(n), Some(entry), "entry {n}");
+    }
+    assert_eq!((loaded.last_seq, loaded.executions), (memory.last_seq, memory.executions));
+}
