@@ -459,7 +459,8 @@ impl<S: JournalStore> NodeDriver<S> {
         let seq = self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
         if outcome == ActionOutcome::Executed {
             let action = &self.engine.entry_at(seq).expect("a finished entry stays journaled").action;
-            let (contradicts, released) = (self.result_contradicts_view(action), released_position(action));
+            let contradicts = self.result_contradicts_view(action);
+            let released = Self::released_position(action);
             if contradicts {
                 self.plan_again();
             }
@@ -548,12 +549,6 @@ impl<S: JournalStore> NodeDriver<S> {
     pub fn poll_append(&mut self) -> Option<EventKind> {
         self.outbox.pop_front()
     }
-}
-
-/// The position an executed release verb leaves (any: "captured" is "the last executed verb was
-/// an acquire verb"): what [`NodeDriver::released`] plans again. `None` for an acquire verb.
-fn released_position(action: &StampedAction) -> Option<ProviderAddress> {
-    (!action.verb.is_acquire()).then(|| (action.provider.clone(), action.address))
 }
 
 #[cfg(test)]

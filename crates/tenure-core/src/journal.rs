@@ -325,12 +325,12 @@ impl DurableNodeState {
     /// Applies one change. Panics on a change that breaks the journal's rules
     /// ([`check_change`]): the engine never makes one.
     pub fn apply(&mut self, change: &JournalChange) {
-        self.check(change);
-        self.apply_checked(change);
+        self.apply_owned(change.clone());
     }
 
-    /// [`DurableNodeState::apply`] of a change the caller gives away: an appended entry, and a
-    /// new state's detail, are moved into the journal, not copied.
+    /// [`DurableNodeState::apply`] of a change the caller gives away (the engine's, once its
+    /// store has it): an appended entry, and a new state's detail, are moved into the journal,
+    /// not copied. The one place a change is applied in memory.
     pub fn apply_owned(&mut self, change: JournalChange) {
         self.check(&change);
         match change {
@@ -344,7 +344,23 @@ impl DurableNodeState {
                     self.executions = executed;
                 }
             }
-            other => self.apply_checked(&other),
+            JournalChange::RaiseHighWater {
+                pool,
+                address,
+                capture_domain,
+                capture_epoch,
+                ownership_epoch,
+            } => {
+                self.high_water.raise(&pool, address, &capture_domain, capture_epoch, ownership_epoch);
+            }
+            JournalChange::Attempt { seq, at_ms, wall_ms } => {
+                self.entry_mut(seq).record_attempt(at_ms, wall_ms);
+            }
+            JournalChange::Compact { seqs } => {
+                for seq in seqs {
+                    self.entries.remove(&seq);
+                }
+            }
         }
     }
 
@@ -364,38 +380,6 @@ impl DurableNodeState {
         };
         if let Err(broken) = check_change(change, &facts) {
             panic!("the engine broke a journal rule: {broken}");
-        }
-    }
-
-    fn apply_checked(&mut self, change: &JournalChange) {
-        match change {
-            JournalChange::Append(entry) => {
-                self.last_seq = entry.seq;
-                self.entries.insert(entry.seq, Arc::new(entry.clone()));
-            }
-            JournalChange::SetState { seq, state, detail, executed_seq } => {
-                self.entry_mut(*seq).set_state(*state, detail.as_deref(), *executed_seq);
-                if let Some(executed) = executed_seq {
-                    self.executions = *executed;
-                }
-            }
-            JournalChange::RaiseHighWater {
-                pool,
-                address,
-                capture_domain,
-                capture_epoch,
-                ownership_epoch,
-            } => {
-                self.high_water.raise(pool, *address, capture_domain, *capture_epoch, *ownership_epoch);
-            }
-            JournalChange::Attempt { seq, at_ms, wall_ms } => {
-                self.entry_mut(*seq).record_attempt(*at_ms, *wall_ms);
-            }
-            JournalChange::Compact { seqs } => {
-                for seq in seqs {
-                    self.entries.remove(seq);
-                }
-            }
         }
     }
 }

@@ -629,6 +629,17 @@ mod tests {
             six in proptest::prelude::any::<bool>(),
             owner in proptest::prelude::any::<u64>(),
             epoch in proptest::prelude::any::<u64>(),
+            verb in proptest::sample::select(vec![
+                Verb::AssignSecondaryIp,
+                Verb::EnableForwarding,
+                Verb::ProxyArpAdd,
+                Verb::Garp,
+                Verb::DisableForwarding,
+                Verb::UnassignSecondaryIp,
+                Verb::ProxyArpDel,
+                Verb::Acquire,
+                Verb::Release,
+            ]),
         ) {
             let address: std::net::IpAddr = if six {
                 std::net::Ipv6Addr::from(v6).into()
@@ -638,7 +649,7 @@ mod tests {
             let action = StampedAction::new(
                 "edge",
                 address,
-                Verb::EnableForwarding,
+                verb,
                 "r1",
                 "aws-west",
                 "eni-0abc",
@@ -646,7 +657,7 @@ mod tests {
                 CaptureEpoch::from_stored(epoch),
                 OwnershipEpoch::from_stored(owner),
             );
-            let expected = format!("edge/{address}/enable-forwarding/r1/aws-west/eni-0abc/owner:{owner}:epoch:{epoch}");
+            let expected = format!("edge/{address}/{verb}/r1/aws-west/eni-0abc/owner:{owner}:epoch:{epoch}");
             proptest::prop_assert_eq!(&*action.idempotency_key(), expected.as_str());
             proptest::prop_assert!(action.key_is(&expected));
         }

@@ -473,37 +473,40 @@ impl<S: JournalStore> NodeEngine<S> {
 
     fn commit(&mut self, change: JournalChange) -> Result<(), NodeError<S::Error>> {
         self.store.commit(&change).map_err(NodeError::Store)?;
-        match change {
-            JournalChange::Append(entry) => {
-                let seq = entry.seq;
-                self.state.apply_owned(JournalChange::Append(entry));
-                self.row_changed(seq);
-                self.file_doubt(seq);
+        if let JournalChange::Compact { seqs } = &change {
+            let seqs = seqs.clone();
+            self.state.apply_owned(change);
+            for seq in &seqs {
+                self.row_changed(*seq);
+                self.in_doubt.remove(seq);
             }
-            JournalChange::SetState { seq, state, detail, executed_seq } => {
-                // What doubt reads (the state, the detail) is in the change: the entry is looked
-                // up only when the detail says the outcome is unknown.
-                let doubt = matches!(state, EntryState::Failed | EntryState::Approved)
-                    && outcome_unknown(detail.as_deref());
-                self.state.apply_owned(JournalChange::SetState { seq, state, detail, executed_seq });
-                self.row_changed(seq);
-                if doubt {
-                    self.file_doubt(seq);
-                } else {
+            return Ok(());
+        }
+        // The entry the change names, and what becomes of its doubt, read before the change is
+        // given away: a new state's doubt is its state and its detail, both in the change (the
+        // entry is looked up only when the detail says the outcome is unknown); an attempt
+        // changes neither.
+        let (row, doubt) = match &change {
+            JournalChange::Append(entry) => (Some(entry.seq), Some(true)),
+            JournalChange::SetState { seq, state, detail, .. } => (
+                Some(*seq),
+                Some(
+                    matches!(state, EntryState::Failed | EntryState::Approved)
+                        && outcome_unknown(detail.as_deref()),
+                ),
+            ),
+            JournalChange::Attempt { seq, .. } => (Some(*seq), None),
+            JournalChange::RaiseHighWater { .. } | JournalChange::Compact { .. } => (None, None),
+        };
+        self.state.apply_owned(change);
+        if let Some(seq) = row {
+            self.row_changed(seq);
+            match doubt {
+                Some(true) => self.file_doubt(seq),
+                Some(false) => {
                     self.in_doubt.remove(&seq);
                 }
-            }
-            other => {
-                self.state.apply(&other);
-                for seq in other.named_seqs() {
-                    self.row_changed(*seq);
-                }
-                // An attempt changes neither the state nor the detail; a raise names no entry.
-                if let JournalChange::Compact { seqs } = &other {
-                    for seq in seqs {
-                        self.in_doubt.remove(seq);
-                    }
-                }
+                None => {}
             }
         }
         Ok(())

@@ -372,6 +372,8 @@ async fn bad_inputs_are_400_naming_the_field_and_change_nothing() {
         // a query string: refused, not ignored
         (format!("/v1/approve/{GATED_KEY}?force=true"), String::new(), Some("force")),
         ("/v1/drain/a?dry-run".into(), String::new(), Some("dry-run")),
+        ("/v1/undrain/a?for%63e=1".into(), String::new(), Some("force")),
+        ("/v1/undrain/a?=1".into(), String::new(), Some("query")),
         ("/v1/desire?pool=edge".into(), r#"{"pool": "edge", "address": "10.0.0.11"}"#.into(), Some("pool")),
     ];
     for (path, body, field) in cases {

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use super::{NodeDriver, RETRY_WITHOUT_BACKOFF_MS};
 use crate::journal::{JournalSeq, JournalStore};
+use crate::model::StampedAction;
 use crate::node::{NodeError, ReconcileReport, earlier};
 
 /// The view's whole plan generation at the last completed plan of everything, and the earliest
@@ -78,10 +79,16 @@ impl<S: JournalStore> NodeDriver<S> {
     }
 
     /// An executed call: a release verb (any: "captured" is "the last executed verb was an
-    /// acquire verb") leaves the node's captured set without the address, which its plan reads (with drift repair, what the provider last showed on the
-    /// NIC now counts as captured through the first pool that lists it): its position is planned
-    /// again, as a change the view named. (An acquire that lands where the view no longer wants
-    /// it makes the node plan everything: [`NodeDriver::plan_again`].)
+    /// acquire verb") leaves the node's captured set without the address, which its plan reads
+    /// (with drift repair, what the provider last showed on the NIC now counts as captured
+    /// through the first pool that lists it): its position is planned again, as a change the view
+    /// named. (An acquire that lands where the view no longer wants it makes the node plan
+    /// everything: [`NodeDriver::plan_again`].) `None` for an acquire verb.
+    pub(super) fn released_position(action: &StampedAction) -> Option<crate::model::ProviderAddress> {
+        (!action.verb.is_acquire()).then(|| (action.provider.clone(), action.address))
+    }
+
+    /// Plans `position` again ([`Self::released_position`] of an executed call), if any.
     pub(super) fn released(&mut self, position: Option<crate::model::ProviderAddress>) {
         if let Some(position) = position {
             self.changed.insert(position);

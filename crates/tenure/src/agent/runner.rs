@@ -44,9 +44,12 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 
 /// Most actions gated in one batch (one durable sync per batch): as many as may be in flight,
 /// so that a step that has room for calls gates them with one sync (at 64, the loop capturing
-/// 300k addresses was found waiting on `fdatasync` in a third of its samples; docs/benchmarks.md
-/// "A node's pass under 10 µs").
+/// 300k addresses was found waiting on `fdatasync` in a third of its samples: docs/decisions.md
+/// "Issue 24: a node's pass under 10 µs an address").
 pub const GATE_BATCH_MAX: usize = CALLS_IN_FLIGHT_MAX;
+
+// A batch never holds more than may be in flight (`start_calls` takes the smaller of the two).
+const _: () = assert!(GATE_BATCH_MAX <= CALLS_IN_FLIGHT_MAX);
 
 /// When no pool names a heartbeat TTL, how long the agent waits to confirm the log head.
 pub const HEAD_CONFIRM_BOUND_DEFAULT: Duration = Duration::from_secs(1);

@@ -4,7 +4,7 @@
 //! input, and only then submits one event to the agent loop. Nothing is submitted for any 4xx.
 
 use axum::Json;
-use axum::extract::{FromRequestParts as _, Path, Request, State};
+use axum::extract::{FromRequestParts as _, Path, Query, Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use tenure_core::log::EventKind;
@@ -70,7 +70,7 @@ pub async fn operator<C: OperatorCommand>(
 ) -> Result<Json<Receipt>, ApiFailure> {
     let (mut parts, body) = request.into_parts();
     authorize(&state, &parts.headers)?;
-    no_query(parts.uri.query())?;
+    no_query(&parts.uri)?;
     let event = match C::INPUT {
         Input::Path(field) => {
             let Path(value) = Path::<String>::from_request_parts(&mut parts, &state)
@@ -86,13 +86,17 @@ pub async fn operator<C: OperatorCommand>(
 }
 
 /// An operator command takes its input from its path or its body: a query string is refused
-/// (400 naming its first key), not ignored (`?force=true` must not read as if it were obeyed).
-fn no_query(query: Option<&str>) -> Result<(), ApiFailure> {
-    let Some(query) = query.filter(|query| !query.is_empty()) else { return Ok(()) };
-    let first = query.split('&').next().unwrap_or(query);
-    let key = first.split('=').next().unwrap_or(first);
+/// (400 naming its first key, decoded as the lists decode theirs; `query` when it has none), not
+/// ignored (`?force=true` must not read as if it were obeyed).
+fn no_query(uri: &http::Uri) -> Result<(), ApiFailure> {
+    if uri.query().is_none_or(str::is_empty) {
+        return Ok(());
+    }
+    let first = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .ok()
+        .and_then(|Query(pairs)| pairs.into_iter().map(|(key, _)| key).find(|key| !key.is_empty()));
     Err(ApiFailure::bad_field(
-        key,
+        first.as_deref().unwrap_or("query"),
         "this call takes no query parameters: its input is its path or its JSON body",
     ))
 }
