@@ -597,9 +597,8 @@ fn a_store_with_data_and_no_identity_file_is_refused_unless_accepted() {
 }
 
 /// An entry changed over several commits (appended; handed out and attempted; failed; retried;
-/// executed) — each change after the first finds its entry among the rows the last commits
-/// wrote, not in the table — reloads as the journal in memory holds it; so does one whose row
-/// was forgotten (thousands of other rows written since) and one compacted.
+/// executed) reloads as the journal in memory holds it; so does one changed after thousands of
+/// other rows were written, and one compacted.
 #[test]
 fn an_entry_changed_over_many_commits_reloads_as_memory_holds_it() {
     let dir = TempDir::new("recent");

@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use redb::{Database, Durability, ReadableDatabase};
 use tenure_core::codec;
-use tenure_core::journal::{DurableNodeState, JournalChange, JournalEntry, JournalSeq};
+use tenure_core::journal::{DurableNodeState, JournalChange};
 use tenure_core::log::{Event, EventKind};
 use tenure_core::log_store::{self, LOG_READ_BATCH_MAX, LogError, LogIndex, LogRecord};
 
 use super::checks::{check_against, corrupt, inspect_read_only, verify_contents};
 use super::handles::{EmbeddedJournal, EmbeddedLog};
 use super::identity::{StoreIdentity, encode_record};
-use super::journal_rows::{self, JournalTables, RecentRows, change_token};
+use super::journal_rows::{self, JournalTables, change_token};
 use super::lock::StoreLock;
 use super::tables::{self, COUNTERS, ENTRIES, LOG, MARKS, META, META_IDENTITY_KEY};
 use super::{STORE_FILE_NAME, StoreError};
@@ -75,8 +75,6 @@ struct Writer {
     durable_ticket: u64,
     /// The identity record as committed in `meta`.
     identity: StoreIdentity,
-    /// The journal rows the last commits wrote, decoded.
-    recent: RecentRows,
 }
 
 /// Locks a mutex; a panic while it was held (a bug elsewhere) does not make the data behind it
@@ -200,11 +198,7 @@ impl EmbeddedStore {
                 pending: Mutex::new(Pending::default()),
                 recorded_token: AtomicU64::new(stored.highest_token),
                 head: AtomicU64::new(stored.highest_index),
-                writer: Mutex::new(Writer {
-                    durable_ticket: 0,
-                    identity: stored,
-                    recent: RecentRows::default(),
-                }),
+                writer: Mutex::new(Writer { durable_ticket: 0, identity: stored }),
                 failed: Mutex::new(None),
                 lock: Mutex::new(Some(store_lock)),
                 identity_written: Mutex::new(None),
@@ -443,17 +437,13 @@ impl EmbeddedStore {
             (std::mem::take(&mut pending.changes), pending.next_ticket)
         };
         match self.write(writer, &changes, records, raised) {
-            Ok((identity, indices, written)) => {
+            Ok((identity, indices)) => {
                 self.inner.head.store(identity.highest_index, Ordering::Release);
                 writer.identity = identity;
                 writer.durable_ticket = upto;
-                for (node, rows) in written {
-                    writer.recent.remember(node, rows);
-                }
                 Ok(indices)
             }
             Err(e) => {
-                writer.recent.clear();
                 let mut failed = lock(&self.inner.failed);
                 if failed.is_none() {
                     *failed = Some(e.to_string());
@@ -464,18 +454,13 @@ impl EmbeddedStore {
     }
 
     /// The write transaction of [`Self::commit_locked`]; returns the identity it committed.
-    /// Also returns the journal rows it wrote, by node, for [`RecentRows::remember`].
-    #[allow(clippy::type_complexity)]
-    fn write<'c>(
+    fn write(
         &self,
-        writer: &mut Writer,
-        changes: &'c [(String, JournalChange)],
+        writer: &Writer,
+        changes: &[(String, JournalChange)],
         records: &[Vec<u8>],
         raised: u64,
-    ) -> Result<
-        (StoreIdentity, Vec<LogIndex>, Vec<(&'c str, Vec<(JournalSeq, Option<JournalEntry>)>)>),
-        StoreError,
-    > {
+    ) -> Result<(StoreIdentity, Vec<LogIndex>), StoreError> {
         let path = &self.inner.db_path;
         let storage = |e: redb::Error| StoreError::storage(path)(e);
         let db = self.read_db()?;
@@ -505,11 +490,10 @@ impl EmbeddedStore {
             token = token.max(change_token(change));
             by_node.entry(node.as_str()).or_default().push(change);
         }
-        let mut written = Vec::with_capacity(by_node.len());
         if !by_node.is_empty() {
             let mut tables = JournalTables::open(&txn, path)?;
             for (node, node_changes) in &by_node {
-                written.push((*node, tables.apply(path, node, node_changes, &mut writer.recent)?));
+                tables.apply(path, node, node_changes)?;
             }
         }
         identity.highest_token = identity.highest_token.max(token).saturating_add(raised);
@@ -519,7 +503,7 @@ impl EmbeddedStore {
                 .map_err(|e| storage(e.into()))?;
         }
         txn.commit().map_err(|e| storage(e.into()))?;
-        Ok((identity, indices, written))
+        Ok((identity, indices))
     }
 }
 

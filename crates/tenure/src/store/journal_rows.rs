@@ -13,7 +13,7 @@
 //! marks loaded are the ones written whatever the order (their codec form is equal; the
 //! in-memory layout of [`HighWater`] may list capture domains in another order).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -52,17 +52,12 @@ impl<'txn> JournalTables<'txn> {
     /// (decoded) once and written (encoded) once, whatever number of changes name them: a call
     /// handed out and reported in one batch changes its entry three or four times (the gate's
     /// mark, the attempt, the outcome) and its high-water row once per verb.
-    ///
-    /// An entry row the last commits wrote is taken from `recent` (decoded already) instead of
-    /// being read back. Returns the entry rows written, as [`RecentRows::remember`] keeps them
-    /// once the transaction has committed.
     pub(crate) fn apply(
         &mut self,
         path: &Path,
         node: &str,
         changes: &[&JournalChange],
-        recent: &mut RecentRows,
-    ) -> Result<Vec<(JournalSeq, Option<JournalEntry>)>, StoreError> {
+    ) -> Result<(), StoreError> {
         let storage = |e: redb::StorageError| StoreError::storage(path)(e.into());
         let rejected = |source| StoreError::Rejected { node: node.to_owned(), source };
         let mut counters = match self.counters.get(node).map_err(storage)? {
@@ -72,12 +67,12 @@ impl<'txn> JournalTables<'txn> {
         let before = counters;
         let mut batch = Batch::default();
         for change in changes {
-            self.apply_one(path, node, change, &mut counters, &mut batch, recent)?;
+            self.apply_one(path, node, change, &mut counters, &mut batch)?;
         }
-        for (seq, row) in &batch.entries {
+        for (seq, row) in batch.entries {
             match row {
                 Some(entry) => {
-                    let bytes = codec::encode_journal_entry(entry).map_err(rejected)?;
+                    let bytes = codec::encode_journal_entry(&entry).map_err(rejected)?;
                     self.entries.insert((node, seq.get()), bytes.as_slice()).map_err(storage)?;
                 }
                 None => {
@@ -92,7 +87,7 @@ impl<'txn> JournalTables<'txn> {
         if counters != before {
             self.counters.insert(node, encode_record(&counters).as_slice()).map_err(storage)?;
         }
-        Ok(batch.entries.into_iter().collect())
+        Ok(())
     }
 
     fn apply_one(
@@ -102,17 +97,12 @@ impl<'txn> JournalTables<'txn> {
         change: &JournalChange,
         counters: &mut Counters,
         batch: &mut Batch,
-        recent: &mut RecentRows,
     ) -> Result<(), StoreError> {
-        // The entries the change names, read once per batch (or taken from the rows the last
-        // commits wrote): checked by the journal's rules (the one place they are written:
-        // `tenure_core::journal::check_change`), then changed.
+        // The entries the change names, read once per batch: checked by the journal's rules (the
+        // one place they are written: `tenure_core::journal::check_change`), then changed.
         for seq in change.named_seqs() {
             if !batch.entries.contains_key(seq) {
-                let row = match recent.take(node, *seq) {
-                    Some(entry) => Some(entry),
-                    None => self.entry(path, node, *seq)?,
-                };
+                let row = self.entry(path, node, *seq)?;
                 batch.entries.insert(*seq, row);
             }
         }
@@ -206,70 +196,6 @@ fn checked(entries: &mut BTreeMap<JournalSeq, Option<JournalEntry>>, seq: Journa
 struct Batch {
     entries: BTreeMap<JournalSeq, Option<JournalEntry>>,
     marks: BTreeMap<String, JournalChange>,
-}
-
-/// Most entry rows [`RecentRows`] keeps per node: a few steps' worth of calls (the agent has at
-/// most 256 in flight), so that a call's result finds the row its gate wrote.
-pub(crate) const RECENT_ROWS_MAX: usize = 4_096;
-
-/// The entry rows the last commits wrote, decoded, per node: a change of state or an attempt
-/// (three or four per call, in two or three commits) takes its entry from here instead of
-/// reading its row back and decoding its JSON, which was a tenth of a capture's CPU
-/// (docs/benchmarks.md "A node's pass under 10 µs"). Holds only what a committed transaction
-/// wrote ([`RecentRows::remember`] after the commit); a row taken for a transaction that then
-/// fails is simply gone from here, and read from the table next time. At most
-/// [`RECENT_ROWS_MAX`] rows a node, the oldest forgotten first.
-#[derive(Debug, Default)]
-pub(crate) struct RecentRows {
-    nodes: HashMap<String, NodeRows>,
-}
-
-#[derive(Debug, Default)]
-struct NodeRows {
-    /// Each row with the generation it was remembered at.
-    rows: HashMap<JournalSeq, (u64, JournalEntry)>,
-    /// Rows in the order they were remembered (a row remembered again appears again; the older
-    /// mention, of another generation, forgets nothing).
-    order: VecDeque<(JournalSeq, u64)>,
-    generation: u64,
-}
-
-impl RecentRows {
-    /// Takes entry `seq` of `node` out, if it is here.
-    fn take(&mut self, node: &str, seq: JournalSeq) -> Option<JournalEntry> {
-        self.nodes.get_mut(node)?.rows.remove(&seq).map(|(_, entry)| entry)
-    }
-
-    /// Keeps the rows a committed transaction wrote for `node` (a removed row is forgotten).
-    pub(crate) fn remember(&mut self, node: &str, written: Vec<(JournalSeq, Option<JournalEntry>)>) {
-        if !self.nodes.contains_key(node) {
-            self.nodes.insert(node.to_owned(), NodeRows::default());
-        }
-        let rows = self.nodes.get_mut(node).expect("inserted above");
-        for (seq, row) in written {
-            match row {
-                Some(entry) => {
-                    rows.generation += 1;
-                    rows.rows.insert(seq, (rows.generation, entry));
-                    rows.order.push_back((seq, rows.generation));
-                }
-                None => {
-                    rows.rows.remove(&seq);
-                }
-            }
-        }
-        while rows.order.len() > RECENT_ROWS_MAX {
-            let Some((seq, generation)) = rows.order.pop_front() else { break };
-            if rows.rows.get(&seq).is_some_and(|(kept, _)| *kept == generation) {
-                rows.rows.remove(&seq);
-            }
-        }
-    }
-
-    /// Forgets everything (the store's file was replaced or a write failed).
-    pub(crate) fn clear(&mut self) {
-        self.nodes.clear();
-    }
 }
 
 /// Reads `node`'s journal back from the three journal tables.
