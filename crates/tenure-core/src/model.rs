@@ -251,6 +251,20 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// Every verb (the property tests draw from it).
+    #[cfg(test)]
+    pub(crate) const ALL: [Self; 9] = [
+        Self::AssignSecondaryIp,
+        Self::EnableForwarding,
+        Self::ProxyArpAdd,
+        Self::Garp,
+        Self::DisableForwarding,
+        Self::UnassignSecondaryIp,
+        Self::ProxyArpDel,
+        Self::Acquire,
+        Self::Release,
+    ];
+
     /// True for the verbs that make this host answer for the address on-prem (`proxy-arp-add`,
     /// `garp`): under `authority: vrrp` they run only while keepalived says this host is MASTER
     /// (SPEC 7), in the agent (`agent/authority.rs`) and in the simulator alike.
@@ -629,17 +643,7 @@ mod tests {
             six in proptest::prelude::any::<bool>(),
             owner in proptest::prelude::any::<u64>(),
             epoch in proptest::prelude::any::<u64>(),
-            verb in proptest::sample::select(vec![
-                Verb::AssignSecondaryIp,
-                Verb::EnableForwarding,
-                Verb::ProxyArpAdd,
-                Verb::Garp,
-                Verb::DisableForwarding,
-                Verb::UnassignSecondaryIp,
-                Verb::ProxyArpDel,
-                Verb::Acquire,
-                Verb::Release,
-            ]),
+            verb in proptest::sample::select(Verb::ALL.to_vec()),
         ) {
             let address: std::net::IpAddr = if six {
                 std::net::Ipv6Addr::from(v6).into()

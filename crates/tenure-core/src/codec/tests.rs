@@ -600,17 +600,7 @@ fn address() -> impl Strategy<Value = IpAddr> {
 }
 
 fn verb() -> impl Strategy<Value = Verb> {
-    prop::sample::select(vec![
-        Verb::AssignSecondaryIp,
-        Verb::EnableForwarding,
-        Verb::ProxyArpAdd,
-        Verb::Garp,
-        Verb::DisableForwarding,
-        Verb::UnassignSecondaryIp,
-        Verb::ProxyArpDel,
-        Verb::Acquire,
-        Verb::Release,
-    ])
+    prop::sample::select(Verb::ALL.to_vec())
 }
 
 fn stale_reason() -> impl Strategy<Value = StaleReason> {
