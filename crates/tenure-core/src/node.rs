@@ -321,7 +321,7 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// Records an executed entry in "captured" and the last-executed indexes.
     fn track_execution(&mut self, seq: JournalSeq) {
-        self.captured.record_execution(seq, &self.state.entries[&seq].action);
+        self.captured.record_execution(&self.state.entries[&seq]);
     }
 
     /// Entries fenced since this engine was opened, by reason (monotonic while the process runs).

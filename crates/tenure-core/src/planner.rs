@@ -9,21 +9,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::federation::{Federation, NodeId};
-use crate::journal::JournalSeq;
-use crate::model::{ActionStamp, Approval, CaptureDomain, ProviderAddress, VerbFamily};
-
-/// What a node captured, per (provider, address) — SPEC 13: a NIC holds an address, not a
-/// pool's copy of it. Its last executed verb for the address on that provider, in any pool, was
-/// an acquire verb. Holds what the release needs: the pool and line of the acquire it undoes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CaptureRecord {
-    /// Pool of the acquire.
-    pub pool: Arc<str>,
-    /// NIC of the acquire.
-    pub nic: Arc<str>,
-    /// Epoch line of the acquire.
-    pub capture_domain: CaptureDomain,
-}
+use crate::journal::{JournalEntry, JournalSeq};
+use crate::model::{ActionStamp, Approval, CaptureDomain, ProviderAddress, StampedAction, VerbFamily};
 
 /// A planned action and how it is to be imported. Borrowed from the view (and the node's
 /// captured set): see [`ActionStamp`].
@@ -36,12 +23,18 @@ pub struct PlannedAction<'a> {
 }
 
 /// What a node's journal says of each (provider, address) it executed a verb of: its last
-/// executed entry, its last executed entry that changed holding (assign/unassign, proxy-ARP
-/// add/del), and — when that last executed verb is an acquire — its [`CaptureRecord`]. One map
-/// for the three (a node holding a million addresses kept three maps of a million keys): what
-/// "captured" is, what the outbox of results and the announcements walk, and what compaction
-/// keeps. Read as "what a node captured" ([`Captured::get`], [`Captured::iter`]...) by the
-/// planner and everyone else; written only by the node's engine, from its executed entries.
+/// executed entry and its last executed entry that changed holding (assign/unassign, proxy-ARP
+/// add/del). One map for the two (a node holding a million addresses kept three maps of a
+/// million keys): what "captured" is, what the outbox of results and the announcements walk, and
+/// what compaction keeps. Read as "what a node captured" ([`Captured::get`],
+/// [`Captured::iter`]...) by the planner and everyone else; written only by the node's engine,
+/// from its executed entries.
+///
+/// Captured — SPEC 13: a NIC holds an address, not a pool's copy of it — is "the last executed
+/// verb for the address on that provider, in any pool, was an acquire verb"; that entry's action
+/// holds what the release needs (the pool, the NIC and the line of the acquire it undoes). The
+/// map shares the last executed entry with the journal (an executed entry never changes again,
+/// and compaction keeps it): no copy of its names.
 #[derive(Clone, Debug, Default)]
 pub struct Captured {
     by_address: BTreeMap<ProviderAddress, Executed>,
@@ -50,12 +43,18 @@ pub struct Captured {
 /// One (provider, address) of [`Captured`].
 #[derive(Clone, Debug)]
 struct Executed {
-    /// The last executed entry.
-    last: JournalSeq,
+    /// The last executed entry, shared with the journal.
+    last: Arc<JournalEntry>,
     /// The last executed entry that changed holding ([`JournalSeq::NONE`]: none).
     holding: JournalSeq,
-    /// Captured: the last executed verb is an acquire.
-    record: Option<CaptureRecord>,
+}
+
+impl Executed {
+    /// The acquire the address is captured by: the last executed entry's action, when its verb
+    /// is an acquire verb.
+    fn capture(&self) -> Option<&StampedAction> {
+        Some(&self.last.action).filter(|action| action.verb.is_acquire())
+    }
 }
 
 impl Captured {
@@ -67,15 +66,15 @@ impl Captured {
 
     /// The capture of (provider, address), if the node's last executed verb for it is an acquire.
     #[must_use]
-    pub fn get(&self, at: &ProviderAddress) -> Option<&CaptureRecord> {
-        self.by_address.get(at)?.record.as_ref()
+    pub fn get(&self, at: &ProviderAddress) -> Option<&StampedAction> {
+        self.by_address.get(at)?.capture()
     }
 
     /// The capture of (provider, address) with the key as kept.
     #[must_use]
-    pub fn get_key_value(&self, at: &ProviderAddress) -> Option<(&ProviderAddress, &CaptureRecord)> {
+    pub fn get_key_value(&self, at: &ProviderAddress) -> Option<(&ProviderAddress, &StampedAction)> {
         let (key, executed) = self.by_address.get_key_value(at)?;
-        Some((key, executed.record.as_ref()?))
+        Some((key, executed.capture()?))
     }
 
     /// Whether (provider, address) is captured.
@@ -85,8 +84,8 @@ impl Captured {
     }
 
     /// The captured (provider, address) keys and their records, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&ProviderAddress, &CaptureRecord)> + '_ {
-        self.by_address.iter().filter_map(|(at, executed)| Some((at, executed.record.as_ref()?)))
+    pub fn iter(&self) -> impl Iterator<Item = (&ProviderAddress, &StampedAction)> + '_ {
+        self.by_address.iter().filter_map(|(at, executed)| Some((at, executed.capture()?)))
     }
 
     /// The captured (provider, address) keys, in order.
@@ -101,10 +100,10 @@ impl Captured {
     pub fn executed_from(
         &self,
         from: Bound<ProviderAddress>,
-    ) -> impl Iterator<Item = (&ProviderAddress, Option<&CaptureRecord>)> + '_ {
+    ) -> impl Iterator<Item = (&ProviderAddress, Option<&StampedAction>)> + '_ {
         self.by_address
             .range::<ProviderAddress, _>((from, Bound::Unbounded))
-            .map(|(at, executed)| (at, executed.record.as_ref()))
+            .map(|(at, executed)| (at, executed.capture()))
     }
 
     /// How many are captured (a walk: for tests and reports, not for a step).
@@ -122,7 +121,7 @@ impl Captured {
     /// The last executed entry of (provider, address).
     #[must_use]
     pub(crate) fn last_executed(&self, at: &ProviderAddress) -> Option<JournalSeq> {
-        self.by_address.get(at).map(|executed| executed.last)
+        self.by_address.get(at).map(|executed| executed.last.seq)
     }
 
     /// The last executed entry of (provider, address) that changed holding.
@@ -143,25 +142,24 @@ impl Captured {
             .map(|(at, executed)| (at, executed.holding))
     }
 
-    /// Records entry `seq`, executed, of `action`: the last executed of its (provider, address);
-    /// the last holding one too when its verb changes holding; captured by an acquire verb,
-    /// released by any other.
-    pub(crate) fn record_execution(&mut self, seq: JournalSeq, action: &crate::model::StampedAction) {
-        let record = action.verb.is_acquire().then(|| CaptureRecord {
-            pool: action.pool.clone(),
-            nic: action.nic.clone(),
-            capture_domain: action.capture_domain.clone(),
-        });
-        let executed = self.by_address.entry((action.provider.clone(), action.address)).or_insert(Executed {
-            last: seq,
-            holding: JournalSeq::NONE,
-            record: None,
-        });
-        executed.last = seq;
-        if action.verb.changes_holding() {
-            executed.holding = seq;
+    /// Records `entry`, executed (it never changes again): the last executed of its (provider,
+    /// address); the last holding one too when its verb changes holding; captured by an acquire
+    /// verb, released by any other.
+    pub(crate) fn record_execution(&mut self, entry: &Arc<JournalEntry>) {
+        let action = &entry.action;
+        let holding = if action.verb.changes_holding() { entry.seq } else { JournalSeq::NONE };
+        match self.by_address.entry((action.provider.clone(), action.address)) {
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(Executed { last: Arc::clone(entry), holding });
+            }
+            std::collections::btree_map::Entry::Occupied(mut slot) => {
+                let executed = slot.get_mut();
+                executed.last = Arc::clone(entry);
+                if holding != JournalSeq::NONE {
+                    executed.holding = holding;
+                }
+            }
         }
-        executed.record = record;
     }
 
     /// Forgets everything (a restart rebuilds it from the journal).
@@ -568,7 +566,15 @@ mod tests {
 
     fn executed(captured: &mut Captured, seq: u64, last: u8, verb: Verb) {
         let action = action_of_a("p", IpAddr::from([10, 0, 0, last]), verb);
-        captured.record_execution(JournalSeq::new(seq), &action);
+        let entry = crate::journal::JournalEntry {
+            seq: JournalSeq::new(seq),
+            action,
+            state: crate::journal::EntryState::Executed,
+            detail: None,
+            executed_seq: Some(seq),
+            attempts: crate::journal::Attempts::default(),
+        };
+        captured.record_execution(&Arc::new(entry));
     }
 
     /// A node that gave most of its addresses away keeps their last executed entries: a slice of
