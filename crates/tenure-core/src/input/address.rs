@@ -13,8 +13,7 @@ pub fn expand_addresses(text: &str) -> Result<Vec<IpAddr>, String> {
     if let Ok(address) = text.parse::<IpAddr>() {
         return Ok(vec![address]);
     }
-    let network: IpNet =
-        text.parse().map_err(|_| format!("`{text}` is not an IPv4/IPv6 address or CIDR range"))?;
+    let network: IpNet = text.parse().map_err(|_| not_an_address(text))?;
     if network.trunc() != network {
         return Err(format!("`{text}` has bits set below its prefix; did you mean `{}`?", network.trunc()));
     }
@@ -60,6 +59,21 @@ pub fn check_floating(text: &str, address: IpAddr) -> Result<(), String> {
     Err(format!("`{text}` holds {address}, {why}: it cannot be a floating address"))
 }
 
+/// Why `text`, which did not parse, is not an address or a CIDR range: an address with a prefix
+/// length past its family's bound says so; anything else is not an address. The one wording for
+/// pool files, requests and list filters.
+#[must_use]
+pub fn not_an_address(text: &str) -> String {
+    if let Some((address, length)) = text.split_once('/')
+        && let Ok(address) = address.parse::<IpAddr>()
+        && length.parse::<u8>().is_ok()
+    {
+        let (family, most) = if address.is_ipv4() { ("IPv4", 32) } else { ("IPv6", 128) };
+        return format!("`{text}`: an {family} prefix length is at most {most}");
+    }
+    format!("`{text}` is not an IPv4/IPv6 address or CIDR range")
+}
+
 /// The canonical text of an address: RFC 5952, no prefix length.
 #[must_use]
 pub fn canonical_address(address: IpAddr) -> String {
@@ -101,5 +115,28 @@ mod tests {
         }
         assert!(parse_one_address("::ffff:10.1.0.1").is_err(), "a request's address is new input");
         assert_eq!(expand_addresses("::ffff:10.1.0.1").map(|a| a.len()), Ok(1), "a stored pool reads back");
+    }
+
+    /// A prefix length past its family's bound says so, in a pool file as in a request.
+    #[test]
+    fn a_prefix_too_long_for_its_family_says_its_bound() {
+        assert_eq!(
+            expand_addresses("10.0.0.16/33"),
+            Err("`10.0.0.16/33`: an IPv4 prefix length is at most 32".into())
+        );
+        assert_eq!(
+            expand_addresses("fd00::/129"),
+            Err("`fd00::/129`: an IPv6 prefix length is at most 128".into())
+        );
+        assert_eq!(
+            parse_one_address("10.0.0.1/40"),
+            Err("`10.0.0.1/40`: an IPv4 prefix length is at most 32".into())
+        );
+        for text in ["10.0.0.300/24", "10.0.0.0/x", "10.0.0.0/999", "nope"] {
+            assert_eq!(
+                expand_addresses(text),
+                Err(format!("`{text}` is not an IPv4/IPv6 address or CIDR range"))
+            );
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use tenure_core::federation::history::{HistoryEntry, HistorySnapshot};
-use tenure_core::input::{canonical_address, check_name};
+use tenure_core::input::{canonical_address, check_name, not_an_address};
 
 /// The filters every list call takes; `None` / empty matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,16 +37,9 @@ pub fn address_filter(text: &str) -> Result<IpNet, String> {
             let address = address.parse::<IpAddr>().map_err(|_| not_an_address(text))?;
             let length =
                 length.parse::<u8>().map_err(|_| format!("`{text}`: `{length}` is not a prefix length"))?;
-            let (family, most) = if address.is_ipv4() { ("IPv4", 32) } else { ("IPv6", 128) };
-            IpNet::new(address, length)
-                .map(|range| range.trunc())
-                .map_err(|_| format!("`{text}`: an {family} prefix length is at most {most}"))
+            IpNet::new(address, length).map(|range| range.trunc()).map_err(|_| not_an_address(text))
         }
     }
-}
-
-fn not_an_address(text: &str) -> String {
-    format!("`{text}` is not an IPv4/IPv6 address or CIDR range")
 }
 
 /// The canonical text of an address filter: a single address as [`canonical_address`], a range
