@@ -3,8 +3,8 @@
 //! its engine: every entry, in journal order, in a persistent B-tree (`imbl`), with the one thing a
 //! row reads from the engine and not the entry (when a failed entry is tried again). It changes
 //! only the entries the engine says changed ([`NodeEngine::take_row_changes`]). The entries are the
-//! engine's own, shared (`Arc`): the journal copies one only when it changes an entry a snapshot
-//! still holds. A snapshot ([`JournalIndex::snapshot`]) is O(1).
+//! engine's own, shared (`Arc`): since the index holds every one, the journal copies an entry
+//! (~256 bytes) at each change of its state or attempts, and the index then takes the copy. A snapshot ([`JournalIndex::snapshot`]) is O(1).
 
 use std::sync::Arc;
 

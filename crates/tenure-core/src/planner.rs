@@ -83,7 +83,7 @@ impl Captured {
         self.get(at).is_some()
     }
 
-    /// The captured (provider, address) keys and their records, in key order.
+    /// The captured (provider, address) keys and the actions that captured them, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&ProviderAddress, &StampedAction)> + '_ {
         self.by_address.iter().filter_map(|(at, executed)| Some((at, executed.capture()?)))
     }

@@ -66,12 +66,26 @@ pub fn check_floating(text: &str, address: IpAddr) -> Result<(), String> {
 pub fn not_an_address(text: &str) -> String {
     if let Some((address, length)) = text.split_once('/')
         && let Ok(address) = address.parse::<IpAddr>()
-        && length.parse::<u8>().is_ok()
     {
         let (family, most) = if address.is_ipv4() { ("IPv4", 32) } else { ("IPv6", 128) };
-        return format!("`{text}`: an {family} prefix length is at most {most}");
+        return match prefix_length(length) {
+            Some(length) if length > most => format!("`{text}`: an {family} prefix length is at most {most}"),
+            _ => format!("`{text}`: `{length}` is not a prefix length"),
+        };
     }
     format!("`{text}` is not an IPv4/IPv6 address or CIDR range")
+}
+
+/// A prefix length as it is written: one to three decimal digits, no sign, no space, no leading
+/// zero (`0` alone aside), as ipnet reads a pool file's; whether it fits the address's family is
+/// the caller's check.
+#[must_use]
+pub fn prefix_length(text: &str) -> Option<u16> {
+    let digits = !text.is_empty() && text.len() <= 3 && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (text.len() > 1 && text.starts_with('0')) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// The canonical text of an address: RFC 5952, no prefix length.
@@ -132,7 +146,24 @@ mod tests {
             parse_one_address("10.0.0.1/40"),
             Err("`10.0.0.1/40`: an IPv4 prefix length is at most 32".into())
         );
-        for text in ["10.0.0.300/24", "10.0.0.0/x", "10.0.0.0/999", "nope"] {
+        assert_eq!(
+            expand_addresses("10.0.0.0/999"),
+            Err("`10.0.0.0/999`: an IPv4 prefix length is at most 32".into())
+        );
+        for (text, length) in [
+            ("10.0.0.0/x", "x"),
+            ("10.0.0.0/+5", "+5"),
+            ("10.0.0.0/024", "024"),
+            ("fd00::/0064", "0064"),
+            ("10.0.0.0/", ""),
+        ] {
+            assert_eq!(
+                expand_addresses(text),
+                Err(format!("`{text}`: `{length}` is not a prefix length")),
+                "{text}"
+            );
+        }
+        for text in ["10.0.0.300/24", "nope", "fe80::1%eth0/64"] {
             assert_eq!(
                 expand_addresses(text),
                 Err(format!("`{text}` is not an IPv4/IPv6 address or CIDR range"))

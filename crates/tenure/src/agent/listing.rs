@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use tenure_core::federation::history::{HistoryEntry, HistorySnapshot};
-use tenure_core::input::{canonical_address, check_name, not_an_address};
+use tenure_core::input::{canonical_address, check_name, not_an_address, prefix_length};
 
 /// The filters every list call takes; `None` / empty matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,8 +35,9 @@ pub fn address_filter(text: &str) -> Result<IpNet, String> {
         None => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| not_an_address(text)),
         Some((address, length)) => {
             let address = address.parse::<IpAddr>().map_err(|_| not_an_address(text))?;
-            let length =
-                length.parse::<u8>().map_err(|_| format!("`{text}`: `{length}` is not a prefix length"))?;
+            let length = prefix_length(length)
+                .and_then(|length| u8::try_from(length).ok())
+                .ok_or_else(|| not_an_address(text))?;
             IpNet::new(address, length).map(|range| range.trunc()).map_err(|_| not_an_address(text))
         }
     }
@@ -202,7 +203,17 @@ mod tests {
         assert_eq!(text("10.0.0.7/24").as_deref(), Ok("10.0.0.0/24"));
         assert_eq!(text("10.0.0.0/8").as_deref(), Ok("10.0.0.0/8"), "a filter is not bounded as a pool is");
         assert_eq!(text("2001:DB8::/64").as_deref(), Ok("2001:db8::/64"));
-        for bad in ["", "10.0.0.300", "10.0.0.0/33", "10.0.0.0/x", "nope", "10.0.0.1/", "/24"] {
+        for bad in [
+            "",
+            "10.0.0.300",
+            "10.0.0.0/33",
+            "10.0.0.0/x",
+            "nope",
+            "10.0.0.1/",
+            "/24",
+            "10.0.0.0/+5",
+            "10.0.0.0/024",
+        ] {
             let error = address_filter(bad).expect_err(bad);
             assert!(
                 error.contains(&format!("`{}`", bad.trim())) && !error.contains('\n'),
