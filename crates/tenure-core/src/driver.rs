@@ -459,12 +459,11 @@ impl<S: JournalStore> NodeDriver<S> {
         let seq = self.engine.handle_execution_result(idempotency_key, outcome, Some(detail.clone()))?;
         if outcome == ActionOutcome::Executed {
             let action = &self.engine.entry_at(seq).expect("a finished entry stays journaled").action;
-            let contradicts = self.result_contradicts_view(action);
-            let released = Self::released_position(action);
+            let (contradicts, released) = (self.result_contradicts_view(action), Self::released(action));
             if contradicts {
                 self.plan_again();
             }
-            self.released(released);
+            self.changed.extend(released);
         }
         self.wake_for_retry(seq);
         self.report_result(idempotency_key, outcome, detail);

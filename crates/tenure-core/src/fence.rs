@@ -152,20 +152,8 @@ impl HighWater {
         }
     }
 
-    /// Highest captureEpoch seen for the action's line.
-    #[must_use]
-    pub fn capture(&self, action: &StampedAction) -> CaptureEpoch {
-        self.capture_seen(self.marks(&action.pool, action.address), &action.capture_domain)
-    }
-
-    /// Highest ownershipEpoch seen for the action's (pool, address).
-    #[must_use]
-    pub fn ownership(&self, action: &StampedAction) -> OwnershipEpoch {
-        self.marks(&action.pool, action.address).map_or(OwnershipEpoch::NEVER, |m| m.ownership)
-    }
-
-    /// Both marks of the action's key, [`HighWater::capture`] and [`HighWater::ownership`] with
-    /// one lookup.
+    /// The marks of the action's key, with one lookup: the highest captureEpoch seen for its line
+    /// and the highest ownershipEpoch seen for its (pool, address).
     #[must_use]
     pub fn seen(&self, action: &StampedAction) -> (CaptureEpoch, OwnershipEpoch) {
         let marks = self.marks(&action.pool, action.address);
@@ -409,21 +397,15 @@ mod tests {
         hw.raise("p", a.address, &other, epoch(9), OwnershipEpoch::from_stored(1));
         hw.raise("p", a.address, &a.capture_domain, epoch(4), OwnershipEpoch::NEVER);
         hw.raise("p", a.address, &other, epoch(7), OwnershipEpoch::NEVER);
+        let owner = OwnershipEpoch::from_stored(2);
         assert_eq!(
-            (hw.capture(&a), hw.capture(&b), hw.capture(&c)),
-            (epoch(5), epoch(9), CaptureEpoch::NEVER)
+            (hw.seen(&a), hw.seen(&b), hw.seen(&c)),
+            ((epoch(5), owner), (epoch(9), owner), (CaptureEpoch::NEVER, owner)),
+            "a capture mark per line, one ownership mark per address"
         );
-        assert_eq!(hw.ownership(&a), OwnershipEpoch::from_stored(2), "one ownership mark per address");
         assert_eq!(hw.highest_capture(), epoch(9));
         let elsewhere = StampedAction { pool: "q".into(), ..a.clone() };
-        assert_eq!(hw.capture(&elsewhere), CaptureEpoch::NEVER);
-        for action in [&a, &b, &c, &elsewhere] {
-            assert_eq!(
-                hw.seen(action),
-                (hw.capture(action), hw.ownership(action)),
-                "one lookup, the same marks"
-            );
-        }
+        assert_eq!(hw.seen(&elsewhere), (CaptureEpoch::NEVER, OwnershipEpoch::NEVER));
     }
 
     #[test]

@@ -350,7 +350,7 @@ impl<S: JournalStore> NodeEngine<S> {
     /// The entry journaled under `key`, if it is kept.
     #[must_use]
     pub fn entry(&self, key: &str) -> Option<&JournalEntry> {
-        self.index.get(key, &self.state.entries).and_then(|seq| self.state.entries.get(&seq)).map(|e| &**e)
+        self.index.get(key, &self.state.entries).and_then(|seq| self.entry_at(seq))
     }
 
     /// The entry `seq`, if it is kept.

@@ -83,16 +83,10 @@ impl<S: JournalStore> NodeDriver<S> {
     /// (with drift repair, what the provider last showed on the NIC now counts as captured
     /// through the first pool that lists it): its position is planned again, as a change the view
     /// named. (An acquire that lands where the view no longer wants it makes the node plan
-    /// everything: [`NodeDriver::plan_again`].) `None` for an acquire verb.
-    pub(super) fn released_position(action: &StampedAction) -> Option<crate::model::ProviderAddress> {
+    /// everything: [`NodeDriver::plan_again`].) The position to plan again; `None` for an
+    /// acquire verb.
+    pub(super) fn released(action: &StampedAction) -> Option<crate::model::ProviderAddress> {
         (!action.verb.is_acquire()).then(|| (action.provider.clone(), action.address))
-    }
-
-    /// Plans `position` again ([`Self::released_position`] of an executed call), if any.
-    pub(super) fn released(&mut self, position: Option<crate::model::ProviderAddress>) {
-        if let Some(position) = position {
-            self.changed.insert(position);
-        }
     }
 
     /// Plans up to `max` of the positions the view named as changed, alone
