@@ -10,9 +10,7 @@ use serde_saphyr::{
 };
 
 mod address;
-pub use address::{
-    canonical_address, check_floating, expand_addresses, not_an_address, parse_one_address, prefix_length,
-};
+pub use address::{canonical_address, check_floating, expand_addresses, not_an_address, parse_one_address};
 
 /// Most addresses one pool may hold (SPEC 12).
 pub const POOL_ADDRESSES_MAX: u64 = 65_536;

@@ -77,10 +77,9 @@ pub fn not_an_address(text: &str) -> String {
 }
 
 /// A prefix length as it is written: one to three decimal digits, no sign, no space, no leading
-/// zero (`0` alone aside), as ipnet reads a pool file's; whether it fits the address's family is
-/// the caller's check.
-#[must_use]
-pub fn prefix_length(text: &str) -> Option<u16> {
+/// zero (`0` alone aside); whether it fits the address's family is the caller's check. Only for
+/// the message: ipnet reads the ranges themselves.
+fn prefix_length(text: &str) -> Option<u16> {
     let digits = !text.is_empty() && text.len() <= 3 && text.bytes().all(|b| b.is_ascii_digit());
     if !digits || (text.len() > 1 && text.starts_with('0')) {
         return None;

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use tenure_core::federation::history::{HistoryEntry, HistorySnapshot};
-use tenure_core::input::{canonical_address, check_name, not_an_address, prefix_length};
+use tenure_core::input::{canonical_address, check_name, not_an_address};
 
 /// The filters every list call takes; `None` / empty matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,15 +31,10 @@ pub struct ListFilter {
 /// where to look, unlike a pool file, which names what to hold. Surrounding spaces are ignored.
 pub fn address_filter(text: &str) -> Result<IpNet, String> {
     let text = text.trim();
-    match text.split_once('/') {
-        None => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| not_an_address(text)),
-        Some((address, length)) => {
-            let address = address.parse::<IpAddr>().map_err(|_| not_an_address(text))?;
-            let length = prefix_length(length)
-                .and_then(|length| u8::try_from(length).ok())
-                .ok_or_else(|| not_an_address(text))?;
-            IpNet::new(address, length).map(|range| range.trunc()).map_err(|_| not_an_address(text))
-        }
+    match text.parse::<IpAddr>() {
+        Ok(address) => Ok(IpNet::from(address)),
+        // ipnet's reading, as a pool file's (`tenure_core::input::expand_addresses`).
+        Err(_) => text.parse::<IpNet>().map(|range| range.trunc()).map_err(|_| not_an_address(text)),
     }
 }
 
