@@ -421,6 +421,24 @@ fn wait_owner_not(listen: &[SocketAddr], who: &str) -> String {
     last
 }
 
+/// [`wait_owner_not`], printing what each agent answers and the end of its log when it fails.
+fn wait_owner_not_or_report(listen: &[SocketAddr], who: &str, agents: &[Option<Agent>]) -> String {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_owner_not(listen, who)));
+    outcome.unwrap_or_else(|panic| {
+        for ((name, agent), at) in NODES.iter().zip(agents).zip(listen) {
+            let answer = http(*at, "GET", "/v1/ownership", None, None);
+            eprintln!("--- agent {name} answers {answer:?}");
+            if let Some(agent) = agent {
+                let log = agent.log();
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
+                eprintln!("--- agent {name}'s log, its last lines:");
+                tail.iter().rev().for_each(|line| eprintln!("{line}"));
+            }
+        }
+        std::panic::resume_unwind(panic)
+    })
+}
+
 #[test]
 fn a_frozen_holder_resumed_executes_nothing_stale() {
     let fleet = Fleet::new("fleet-zombie", 23500, "1s");
@@ -870,7 +888,7 @@ fn soak_of_kills_freezes_and_cuts() {
     }
     eprintln!("fleet soak: {} kills, {} freezes, {} cuts", faults[0], faults[1], faults[2]);
     // A quiet point: everything up; one map, one holder, the owner.
-    let body = wait_owner_not(&fleet.listen, "");
+    let body = wait_owner_not_or_report(&fleet.listen, "", &agents);
     let owner = owner(&body).expect("an owner");
     wait_for("the cloud's holder is the owner", || fleet.cloud_holder().as_deref() == Some(owner.as_str()));
     let mut newest_acquire = 0;
