@@ -13,7 +13,9 @@
 //! and the longest of them; the largest gap between two of the node's heartbeats in the log while it captured everything;
 //! `change_undesire_ms=… change_desire_ms=…`: one address undesired, then desired again, once the
 //! map is built, each from its submit to its calls' results;
-//! `GET /v1/health` and `GET /v1/ownership?limit=500`, asked every 100 ms during the capture).
+//! `GET /v1/health` and `GET /v1/ownership?limit=500`, asked every 100 ms during the capture;
+//! `scrape_ms=… scrape_bytes=… scrape_all_ms=… scrape_all_bytes=…`: one `GET /metrics` as a
+//! Prometheus asks it, and one with `?addresses=all`, once the map is built).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -357,11 +359,19 @@ async fn measure_while_running(
     }
     latencies.sort();
     baselines.sort();
+    // One scrape of `/metrics` as a Prometheus would ask (the default: per-address series only
+    // up to 10,000 addresses) and one asking for every address's series: time and size.
+    let mut scrapes = String::new();
+    for (name, path) in [("scrape", "/metrics"), ("scrape_all", "/metrics?addresses=all")] {
+        let t = Instant::now();
+        let body = tokio::task::spawn_blocking(move || http_get(address, path)).await.expect("joins");
+        scrapes.push_str(&format!(" {name}_ms={:.1} {name}_bytes={}", ms(t.elapsed()), body.len()));
+    }
     let _ = api_stop.send(());
     let _ = api.await;
     let _ = stop.send(());
     println!(
-        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures} {change} {capture}",
+        "addresses={addresses} rss_per_address_bytes={} map_per_address_bytes={} built_s={:.1} reconciles={reconciles} idle_reconcile_ms={:.1} idle_pass_ms={:.1} idle_slice_max_ms={:.1} heartbeat_gap_max_ms={heartbeat_gap} heartbeat_interval_ms=1000 get_ownership_ms_p50={} p99={} in_process_ms_p50={} whole_map_failures={whole_map_failures}{scrapes} {change} {capture}",
         per(rss),
         per(map),
         built.as_secs_f64(),

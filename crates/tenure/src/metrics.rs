@@ -432,6 +432,11 @@ mod tests {
                 // Not a name the core accepts, but the encoder must escape whatever it is given.
                 row("edge", "2001:db8::1", Some("we\"ird\\node\nx"), (1, 1), true),
             ],
+            addresses: vec![
+                (("edge".to_owned(), "held".to_owned()), 2),
+                (("edge".to_owned(), "released".to_owned()), 1),
+            ],
+            address_series_omitted: 0,
             actions: vec![
                 (("assign-secondary-ip".to_owned(), "executed".to_owned()), 2),
                 (("unassign-secondary-ip".to_owned(), "skipped".to_owned()), 1),
@@ -457,6 +462,39 @@ mod tests {
         samples.iter().filter(|s| s.name == name).collect()
     }
 
+    /// A scrape that left the per-address series out declares none of their families and says
+    /// how many addresses it left out; the counts by pool and phase stay.
+    #[test]
+    fn a_scrape_without_address_series_says_so() {
+        let mut without = snapshot();
+        without.ownership.clear();
+        without.address_series_omitted = 3;
+        let (samples, types) = check(&Metrics::new().encode(Some(without)));
+        for family in [
+            "tenure_ownership_epoch",
+            "tenure_capture_epoch",
+            "tenure_address_owner",
+            "tenure_address_desired",
+        ] {
+            assert!(!types.contains_key(family), "{family} declared");
+        }
+        assert_eq!(values(&samples, "tenure_address_series_omitted")[0].value, "3");
+        let counts = values(&samples, "tenure_addresses");
+        assert_eq!(
+            counts.iter().map(|s| (s.labels.clone(), s.value.as_str())).collect::<Vec<_>>(),
+            [
+                (vec![("pool".to_owned(), "edge".to_owned()), ("phase".to_owned(), "held".to_owned())], "2"),
+                (
+                    vec![("pool".to_owned(), "edge".to_owned()), ("phase".to_owned(), "released".to_owned())],
+                    "1"
+                ),
+            ]
+        );
+        let (samples, _) = check(&Metrics::new().encode(Some(snapshot())));
+        assert_eq!(values(&samples, "tenure_address_series_omitted")[0].value, "0");
+        assert_eq!(values(&samples, "tenure_address_owner").len(), 3);
+    }
+
     #[test]
     fn a_scrape_declares_every_family_and_escapes_labels() {
         let metrics = Metrics::new();
@@ -476,6 +514,8 @@ mod tests {
             ("tenure_capture_epoch", "gauge"),
             ("tenure_address_owner", "gauge"),
             ("tenure_address_desired", "gauge"),
+            ("tenure_addresses", "gauge"),
+            ("tenure_address_series_omitted", "gauge"),
             ("tenure_actions", "gauge"),
             ("tenure_actions_waiting_for_approval", "gauge"),
             ("tenure_actions_fenced", "counter"),

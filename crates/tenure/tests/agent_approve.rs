@@ -302,5 +302,16 @@ async fn a_drain_says_how_many_addresses_it_left_with_no_eligible_member() {
         serde_json::to_value(&receipt).expect("serializes"),
         serde_json::json!({"index": receipt.index})
     );
+    // The same command again: appended, and said to change nothing (the first undrain of b and
+    // drain of a changed something, so their receipts said nothing of it).
+    let again =
+        agent.handle.submit(EventKind::Undrain { node: "b".into() }).await.expect("answers").expect("ok");
+    assert!(again.index > receipt.index, "appended all the same: {again:?}");
+    assert_eq!(
+        serde_json::to_value(&again).expect("serializes"),
+        serde_json::json!({"index": again.index, "unchanged": true})
+    );
+    let again = agent.handle.submit(drain("a")).await.expect("answers").expect("drained");
+    assert!(again.unchanged, "{again:?}");
     agent.stop().await;
 }

@@ -563,6 +563,8 @@ async fn metrics_are_openmetrics_text_with_the_families() {
         "tenure_events_rejected",
         "tenure_log_index",
         "tenure_log_lag",
+        "tenure_addresses",
+        "tenure_address_series_omitted",
         "tenure_healthy",
         "tenure_reconcile_duration_seconds",
         "tenure_requests_rejected",
@@ -577,6 +579,47 @@ async fn metrics_are_openmetrics_text_with_the_families() {
         reply.body
     );
     assert!(reply.body.ends_with("# EOF\n"));
+}
+
+/// `?addresses=` chooses the per-address series; the counts by pool and phase are always
+/// written; anything else in the query is a 400 naming it.
+#[tokio::test]
+async fn a_scrape_writes_the_per_address_series_as_asked() {
+    let server = start(Mode::Answering, Some(TOKEN), ANSWER_TIMEOUT).await;
+    let samples = |body: &str, family: &str| {
+        body.lines().filter(|line| line.starts_with(&format!("{family}{{"))).count()
+    };
+    let all = get(&server, "/metrics?addresses=all").await;
+    assert_eq!(all.status, 200);
+    let addresses = samples(&all.body, "tenure_ownership_epoch");
+    assert!(addresses > 0, "{}", all.body);
+    assert!(all.body.contains("\ntenure_address_series_omitted 0\n"), "{}", all.body);
+    let counted: usize = all
+        .body
+        .lines()
+        .filter(|line| line.starts_with("tenure_addresses{"))
+        .map(|line| line.rsplit(' ').next().and_then(|n| n.parse::<usize>().ok()).expect("a count"))
+        .sum();
+    assert_eq!(counted, addresses, "every address counted once by pool and phase");
+    assert!(all.body.contains(r#"tenure_addresses{pool="edge",phase="#), "{}", all.body);
+    // The default writes them for a map this small.
+    assert_eq!(samples(&get(&server, "/metrics").await.body, "tenure_address_owner"), addresses);
+    let none = get(&server, "/metrics?addresses=none").await;
+    assert_eq!(none.status, 200);
+    assert!(!none.body.contains("tenure_ownership_epoch"), "{}", none.body);
+    assert!(!none.body.contains("tenure_address_owner"), "{}", none.body);
+    assert!(none.body.contains(&format!("\ntenure_address_series_omitted {addresses}\n")), "{}", none.body);
+    assert_eq!(samples(&none.body, "tenure_addresses"), samples(&all.body, "tenure_addresses"));
+    for (query, field) in [
+        ("addresses=ALL", "addresses"),
+        ("addresses=", "addresses"),
+        ("addresses=all&addresses=none", "addresses"),
+        ("limit=5", "limit"),
+    ] {
+        let reply = get(&server, &format!("/metrics?{query}")).await;
+        assert_eq!(reply.status, 400, "{query}: {}", reply.body);
+        assert_eq!(reply.json()["field"], field, "{query}");
+    }
 }
 
 #[tokio::test]

@@ -539,6 +539,23 @@ fn a_drain_that_leaves_addresses_with_no_eligible_member_says_so() {
         stdout(&drain),
         format!("node/b drained (log index {}); 3 addresses now have no eligible member\n", before + 2)
     );
+    // A repeated command is appended (the log keeps what the operator did) and said to change
+    // nothing; the first undrain changes something, the second nothing.
+    let again = agent.tenure(&["drain", "b", "--token-file", &token]);
+    assert_eq!(
+        stdout(&again),
+        format!("node/b drained (log index {}); it already was so; nothing changed\n", before + 3)
+    );
+    let undrain = agent.tenure(&["undrain", "a", "--token-file", &token]);
+    assert_eq!(stdout(&undrain), format!("node/a undrained (log index {})\n", before + 4));
+    let again = agent.tenure(&["undrain", "a", "--token-file", &token]);
+    assert_eq!(
+        stdout(&again),
+        format!("node/a undrained (log index {}); it already was so; nothing changed\n", before + 5)
+    );
+    let json = agent.tenure(&["undrain", "a", "-o", "json", "--token-file", &token]);
+    let answer: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    assert_eq!(answer, serde_json::json!({"index": before + 6, "unchanged": true}));
 }
 
 /// Runs `openssl ARGS…` in `dir`; it must succeed.

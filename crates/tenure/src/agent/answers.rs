@@ -8,6 +8,7 @@ use tenure_core::driver::NodeDriver;
 use tenure_core::federation::Federation;
 use tenure_core::journal::{EntryState, JournalStore};
 use tenure_core::journal_index::JournalSnapshot;
+use tenure_core::log::EventKind;
 use tenure_core::rows::ActionRow;
 
 use super::request::{ActionFilter, MetricsSnapshot};
@@ -76,6 +77,29 @@ pub fn action_counts(journals: &[JournalSnapshot]) -> Vec<((String, String), u64
         *actions.entry((row.entry.action.verb.as_str(), state)).or_insert(0) += 1;
     }
     actions.into_iter().map(|((verb, state), n)| ((verb.to_owned(), state.to_owned()), n)).collect()
+}
+
+/// What an operator is told of an event that changed nothing ([`changes_nothing`]).
+pub const UNCHANGED_NOTE: &str = "it already was so; nothing changed";
+
+/// Whether `event`, applied to `view`, would change nothing an operator asks it to: a drain of a
+/// node already drained, an undrain of one that is not, a desire of an address already desired,
+/// an undesire of one that is not. Such an event is appended all the same (the log records what
+/// the operator did); its answer says it changed nothing, so that a repeated command is not read
+/// as a second change.
+#[must_use]
+pub fn changes_nothing(view: &Federation, event: &EventKind) -> bool {
+    let drained = |node: &str| view.node_id(node).map(|id| view.nodes()[id].drained);
+    let desired = |pool: &str, address: &IpAddr| {
+        view.pools().get(pool).filter(|p| !p.deleted)?.addresses.get(address).map(|a| a.desired)
+    };
+    match event {
+        EventKind::Drain { node } => drained(node) == Some(true),
+        EventKind::Undrain { node } => drained(node) == Some(false),
+        EventKind::Desire { pool, address } => desired(pool, address) == Some(true),
+        EventKind::Undesire { pool, address } => desired(pool, address) == Some(false),
+        _ => false,
+    }
 }
 
 /// Every (pool, address) of the applied pools that has a desired holder now.
@@ -149,6 +173,8 @@ pub fn metrics<S: JournalStore>(
     MetricsSnapshot {
         // Filled in by the handle, from the map and journals the loop posted: not by the loop.
         ownership: Vec::new(),
+        addresses: Vec::new(),
+        address_series_omitted: 0,
         actions: Vec::new(),
         fenced: fenced.into_iter().collect(),
         rejected_events: rejected_events.into_iter().collect(),
@@ -171,5 +197,37 @@ pub fn metrics<S: JournalStore>(
         calls_cancelled: counters.calls_cancelled,
         // Filled by the loop, which holds the executors.
         provider_throttled: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command is "unchanged" exactly when the view already is as it makes it; a node or pool
+    /// the view does not know is for the submit's own check, not "unchanged".
+    #[test]
+    fn an_event_changes_nothing_only_where_the_view_already_is_so() {
+        let mut fleet = crate::agent::map::tests::fleet();
+        let address: IpAddr = "10.0.0.10".parse().expect("an address");
+        let desire = |pool: &str| EventKind::Desire { pool: pool.into(), address };
+        let undesire = |pool: &str| EventKind::Undesire { pool: pool.into(), address };
+        let drain = |node: &str| EventKind::Drain { node: node.into() };
+        let undrain = |node: &str| EventKind::Undrain { node: node.into() };
+        let view = &fleet.0;
+        assert!(view.address("edge", address).expect("listed").desired);
+        assert!(changes_nothing(view, &desire("edge")));
+        assert!(!changes_nothing(view, &undesire("edge")));
+        assert!(!changes_nothing(view, &desire("nosuch")), "not known: the submit's check says so");
+        assert!(!changes_nothing(view, &drain("a")));
+        assert!(changes_nothing(view, &undrain("a")));
+        assert!(!changes_nothing(view, &undrain("nobody")));
+        crate::agent::map::tests::apply(&mut fleet, 2_000, undesire("edge"));
+        crate::agent::map::tests::apply(&mut fleet, 2_000, drain("a"));
+        let view = &fleet.0;
+        assert!(changes_nothing(view, &undesire("edge")));
+        assert!(!changes_nothing(view, &desire("edge")));
+        assert!(changes_nothing(view, &drain("a")));
+        assert!(!changes_nothing(view, &undrain("a")));
     }
 }

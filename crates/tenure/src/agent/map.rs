@@ -93,6 +93,77 @@ pub fn rows_page(map: &MapSnapshot, query: &OwnershipQuery) -> RowsPage {
     })
 }
 
+/// Which per-address series a scrape of `/metrics` writes (`?addresses=`): four series an address
+/// (`tenure_ownership_epoch`, `tenure_capture_epoch`, `tenure_address_owner`,
+/// `tenure_address_desired`) are 4 million series at a million addresses, so by default they are
+/// written only for a map of at most [`ADDRESS_SERIES_AUTO_MAX`] addresses; the counts by pool
+/// and phase (`tenure_addresses`) are written always.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AddressSeries {
+    /// Every address's series while the map shows at most this many addresses; none beyond.
+    Auto(usize),
+    /// Every address's series, whatever their number (asked for: `?addresses=all`).
+    All,
+    /// No address's series (`?addresses=none`).
+    #[default]
+    None,
+}
+
+/// The most addresses whose series a scrape writes unless asked for all (`?addresses=all`):
+/// 40,000 series, what one Prometheus target comfortably holds.
+pub const ADDRESS_SERIES_AUTO_MAX: usize = 10_000;
+
+impl AddressSeries {
+    /// `?addresses=` of `/metrics`: `auto` ([`ADDRESS_SERIES_AUTO_MAX`]), `all` or `none`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "auto" => Some(Self::Auto(ADDRESS_SERIES_AUTO_MAX)),
+            "all" => Some(Self::All),
+            "none" => Some(Self::None),
+            _ => None,
+        }
+    }
+}
+
+/// What a scrape says of the map's addresses: how many are in each phase, by pool (always), and
+/// every address's row when `series` lets them be written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AddressMetrics {
+    /// Addresses by (pool, phase name).
+    pub counts: Vec<((String, String), u64)>,
+    /// Every address's row (`None`: left out).
+    pub rows: Option<Vec<OwnershipRow>>,
+    /// How many addresses' series were left out (0 when the rows are written).
+    pub omitted: u64,
+}
+
+/// [`AddressMetrics`] of `map`: one pass to count; the rows written out only when `series`
+/// allows them for this many addresses.
+#[must_use]
+pub fn address_metrics(map: &MapSnapshot, series: AddressSeries) -> AddressMetrics {
+    let mut counts: BTreeMap<(&str, Phase), u64> = BTreeMap::new();
+    let mut total: u64 = 0;
+    for (pool, _, row) in map.rows(None, None) {
+        total += 1;
+        if let Some(phase) = row.phase {
+            *counts.entry((pool, phase)).or_default() += 1;
+        }
+    }
+    let written = match series {
+        AddressSeries::All => true,
+        AddressSeries::Auto(max) => usize::try_from(total).is_ok_and(|total| total <= max),
+        AddressSeries::None => false,
+    };
+    AddressMetrics {
+        counts: counts
+            .into_iter()
+            .map(|((pool, phase), count)| ((pool.to_owned(), phase.as_str().to_owned()), count))
+            .collect(),
+        rows: written.then(|| rows_page(map, &OwnershipQuery::default()).rows),
+        omitted: if written { 0 } else { total },
+    }
+}
+
 /// What the status page shows of the map: one page of the filtered rows and the counts around it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MapPage {
@@ -341,6 +412,34 @@ pub(crate) mod tests {
         assert_eq!(page(9).rows[0].address, "10.0.1.10");
         let none = map_page(&snapshot(&view), &filter(Some("gone"), None, None, None), 3, 2);
         assert_eq!((none.rows.len(), none.page, none.pages, none.matched), (0, 1, 1, 0));
+    }
+
+    /// A scrape counts every address by pool and phase, and writes the rows only as asked: for
+    /// a map of at most the bound (auto), always (all), never (none).
+    #[test]
+    fn a_scrape_counts_every_address_and_writes_rows_only_as_asked() {
+        let (view, _) = fleet();
+        let map = snapshot(&view);
+        let counts = vec![
+            (("core".to_owned(), "acquiring".to_owned()), 1),
+            (("edge".to_owned(), "acquiring".to_owned()), 1),
+            (("edge".to_owned(), "held".to_owned()), 1),
+        ];
+        let whole = rows_page(&map, &OwnershipQuery::default()).rows;
+        assert_eq!(whole.len(), 3);
+        for (series, rows) in [
+            (AddressSeries::Auto(3), Some(&whole)),
+            (AddressSeries::Auto(2), None),
+            (AddressSeries::All, Some(&whole)),
+            (AddressSeries::None, None),
+        ] {
+            let metrics = address_metrics(&map, series);
+            assert_eq!(metrics.counts, counts, "{series:?}");
+            assert_eq!(metrics.rows.as_ref(), rows, "{series:?}");
+            assert_eq!(metrics.omitted, if rows.is_some() { 0 } else { 3 }, "{series:?}");
+        }
+        assert_eq!(AddressSeries::parse("auto"), Some(AddressSeries::Auto(ADDRESS_SERIES_AUTO_MAX)));
+        assert_eq!(AddressSeries::parse("All"), None, "values are lower case");
     }
 
     /// Pages of `GET /v1/ownership` walk the whole list once, in order, each row its full row.

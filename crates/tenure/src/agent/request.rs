@@ -14,7 +14,7 @@ use super::listing::{HistoryAnswer, HistoryQuery};
 use tenure_core::rows::{ActionRow, OwnershipRow};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::map::{OwnershipQuery, RowsPage};
+use super::map::{AddressSeries, OwnershipQuery, RowsPage};
 use super::status::{StatusQuery, StatusSnapshot};
 use tenure_core::federation::history::HistorySnapshot;
 use tenure_core::journal_index::JournalSnapshot;
@@ -63,8 +63,13 @@ pub struct Health {
 /// Counters and per-address state for `GET /metrics`, read from the loop at scrape time.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetricsSnapshot {
-    /// Every address the map shows ([`AgentHandle::metrics`] fills it in from the posted map).
+    /// Every address the map shows, when the scrape writes their series ([`AgentHandle::metrics`]
+    /// fills it in from the posted map, as [`AddressSeries`] asks; empty when left out).
     pub ownership: Vec<OwnershipRow>,
+    /// Addresses the map shows, by (pool, phase): written whatever the per-address series.
+    pub addresses: Vec<((String, String), u64)>,
+    /// How many addresses' series the scrape left out ([`AddressSeries`]).
+    pub address_series_omitted: u64,
     /// Journal entries now, by (verb, state).
     pub actions: Vec<((String, String), u64)>,
     /// Actions fenced (skipped) so far, by reason (`stale-epoch`, …), since the agent started.
@@ -113,13 +118,18 @@ pub struct Receipt {
     /// view could not follow the log after the append.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub addresses_with_no_eligible_member: Option<u64>,
+    /// The view already was as the event makes it (a drain of a drained node, an undrain of a
+    /// node not drained): appended all the same (the log keeps what the operator did), it
+    /// changed nothing. Written only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
 }
 
 impl Receipt {
     /// The receipt of an event appended at `index`, with nothing more to say.
     #[must_use]
     pub fn at(index: u64) -> Self {
-        Self { index, addresses_with_no_eligible_member: None }
+        Self { index, addresses_with_no_eligible_member: None, unchanged: false }
     }
 }
 
@@ -481,17 +491,25 @@ impl AgentHandle {
             .map_err(|_| HandleError::Stopped)
     }
 
-    /// The metrics snapshot: the loop's counters; the per-address gauges and the counts of
-    /// journal entries from the map and journals it posted, on a blocking thread, not by the loop.
+    /// [`Self::metrics_with`] as a scrape without `?addresses=` asks (`auto`).
     pub async fn metrics(&self) -> Result<MetricsSnapshot, HandleError> {
+        self.metrics_with(AddressSeries::Auto(super::map::ADDRESS_SERIES_AUTO_MAX)).await
+    }
+
+    /// The metrics snapshot: the loop's counters; the per-address gauges (as `series` asks), the
+    /// addresses by pool and phase and the counts of journal entries from the map and journals it
+    /// posted, on a blocking thread, not by the loop.
+    pub async fn metrics_with(&self, series: AddressSeries) -> Result<MetricsSnapshot, HandleError> {
         let mut snapshot = self.ask(|reply| Request::Metrics { reply }).await?;
-        let (ownership, actions) = self
-            .read(|reads| {
-                let ownership = super::map::rows_page(&reads.map, &OwnershipQuery::default()).rows;
-                (ownership, super::answers::action_counts(&reads.journals))
+        let (addresses, actions) = self
+            .read(move |reads| {
+                let addresses = super::map::address_metrics(&reads.map, series);
+                (addresses, super::answers::action_counts(&reads.journals))
             })
             .await?;
-        snapshot.ownership = ownership;
+        snapshot.ownership = addresses.rows.unwrap_or_default();
+        snapshot.addresses = addresses.counts;
+        snapshot.address_series_omitted = addresses.omitted;
         snapshot.actions = actions;
         Ok(snapshot)
     }

@@ -13,7 +13,7 @@
 //! more follow, `&continue=TOKEN` the rows after it; 400 for a bad limit or a malformed token (or
 //! one of other filters), 410 for a history token older than the history reaches back to.
 //! | `GET /v1/health` | 200 with the [`Health`] JSON when ok, 503 with it when not |
-//! | `GET /metrics` | 200, OpenMetrics text ([`Metrics::encode`]) |
+//! | `GET /metrics?addresses=auto\|all\|none` | 200, OpenMetrics text ([`Metrics::encode`]); the per-address series as `addresses` asks ([`AddressSeries`]); 400 for another key or value |
 //! | `POST /v1/drain/{node}`, `/v1/undrain/{node}`, `/v1/approve/{key}` | 200 `{"index": N}` |
 //! | `POST /v1/desire`, `/v1/undesire` with `{"pool": …, "address": …}` | 200 `{"index": N}` |
 //! | `POST /v1/store/backup` | 200, the bytes of a consistent backup file (`tenure store backup`) |
@@ -65,7 +65,7 @@ pub use list::{ACTION_STATES, ListKind, ListQuery, Position, list_query};
 
 use crate::agent::answers::ActionsQuery;
 use crate::agent::listing::HistoryQuery;
-use crate::agent::map::{MapFilter, OwnershipQuery};
+use crate::agent::map::{ADDRESS_SERIES_AUTO_MAX, AddressSeries, MapFilter, OwnershipQuery};
 use crate::agent::request::{ActionFilter, AgentHandle, HandleError, Health};
 use crate::metrics::{METRICS_CONTENT_TYPE, Metrics};
 use crate::ops::{self, OperatorCommand as _};
@@ -258,12 +258,21 @@ async fn health(State(state): State<ApiState>) -> Response {
     }
 }
 
-/// `GET /metrics`: encoded off the async workers (a large map takes a while).
-async fn scrape(State(state): State<ApiState>) -> Response {
+/// `GET /metrics?addresses=auto|all|none`: encoded off the async workers (a large map takes a
+/// while). The per-address series are written as `addresses` asks ([`AddressSeries`]; `auto`
+/// when not given); any other key, a key given twice or another value is a 400 naming it.
+async fn scrape(
+    State(state): State<ApiState>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    let series = match address_series(query_pairs(query)) {
+        Ok(series) => series,
+        Err(failure) => return failure.into_response(),
+    };
     // A loop too busy to answer is as healthy as `GET /v1/health` says once the ask gave up
     // (the health the loop posted: a loop that posted nothing for the handle's timeout, hung or
     // stopped, is not healthy).
-    let snapshot = state.handle.metrics().await.ok();
+    let snapshot = state.handle.metrics_with(series).await.ok();
     let healthy = snapshot.is_none() && state.handle.health().await.is_ok_and(|health| health.ok);
     let metrics = Arc::clone(&state.metrics);
     let text = match tokio::task::spawn_blocking(move || metrics.encode_with(snapshot, healthy)).await {
@@ -278,6 +287,26 @@ async fn scrape(State(state): State<ApiState>) -> Response {
         }
     };
     ([(header::CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE))], text).into_response()
+}
+
+/// `/metrics`' query: at most one `addresses` (`auto`, `all`, `none`), nothing else.
+fn address_series(pairs: Result<Vec<(String, String)>, ApiFailure>) -> Result<AddressSeries, ApiFailure> {
+    let mut series = None;
+    for (key, value) in pairs? {
+        if key != "addresses" {
+            return Err(ApiFailure::bad_field(
+                &key,
+                format!("unknown query parameter `{key}`; /metrics takes only addresses=auto|all|none"),
+            ));
+        }
+        let parsed = AddressSeries::parse(&value).ok_or_else(|| {
+            ApiFailure::bad_field("addresses", format!("`{value}` is not one of auto, all, none"))
+        })?;
+        if series.replace(parsed).is_some() {
+            return Err(ApiFailure::bad_field("addresses", "given twice"));
+        }
+    }
+    Ok(series.unwrap_or(AddressSeries::Auto(ADDRESS_SERIES_AUTO_MAX)))
 }
 
 async fn no_such_route(request: Request) -> ApiFailure {

@@ -21,6 +21,7 @@ mod actions;
 
 use super::EXIT_BAD_INPUT;
 use super::client::{Answer, Client, DEFAULT_ENDPOINT, path_segment};
+use crate::agent::answers::UNCHANGED_NOTE;
 use crate::agent::listing::ListFilter;
 use crate::agent::request::no_eligible_member_note;
 use crate::api::ApiToken;
@@ -309,7 +310,13 @@ pub fn run_change<C: OperatorCommand>(command: &C, args: &RemoteArgs) -> ExitCod
             .and_then(Value::as_u64)
             .map(no_eligible_member_note)
             .unwrap_or_default();
-        Ok(Rendered::Out(format!("{} (log index {index}){note}\n", command.done())))
+        // A repeated command (a drain of a drained node…) is appended, and said to change nothing.
+        let unchanged = if value.get("unchanged").and_then(Value::as_bool) == Some(true) {
+            format!("; {UNCHANGED_NOTE}")
+        } else {
+            String::new()
+        };
+        Ok(Rendered::Out(format!("{} (log index {index}){unchanged}{note}\n", command.done())))
     };
     match render(args.output, &value, done) {
         Ok(Rendered::Out(text)) => super::print_out(&text),

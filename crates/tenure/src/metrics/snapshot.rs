@@ -23,48 +23,26 @@ impl Collector for SnapshotCollector {
             return gauge(&mut encoder, "tenure_healthy", HEALTHY_HELP, u64::from(self.healthy_when_busy));
         };
         let mut family = encoder.encode_descriptor(
-            "tenure_ownership_epoch",
-            "Current ownershipEpoch per address (0: never owned).",
+            "tenure_addresses",
+            "Addresses the map shows, by pool and phase (pending-approval, acquiring, held, releasing, released).",
             None,
             MetricType::Gauge,
         )?;
-        for row in &s.ownership {
-            let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
-            ConstGauge::new(row.ownership_epoch).encode(family.encode_family(&labels)?)?;
+        for ((pool, phase), count) in &s.addresses {
+            let labels = [("pool", pool.as_str()), ("phase", phase.as_str())];
+            ConstGauge::new(*count).encode(family.encode_family(&labels)?)?;
         }
-        let mut family = encoder.encode_descriptor(
-            "tenure_capture_epoch",
-            "Current captureEpoch per address, on its pool's capture domain (0: never held).",
-            None,
-            MetricType::Gauge,
+        gauge(
+            &mut encoder,
+            "tenure_address_series_omitted",
+            "Addresses whose per-address series this scrape left out (by default past 10,000 \
+             addresses, or with ?addresses=none; ?addresses=all writes them; 0 when written).",
+            s.address_series_omitted,
         )?;
-        for row in &s.ownership {
-            let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
-            ConstGauge::new(row.capture_epoch).encode(family.encode_family(&labels)?)?;
-        }
-        let mut family = encoder.encode_descriptor(
-            "tenure_address_owner",
-            "1 for the current owner of each address (owner=\"\" when it has none).",
-            None,
-            MetricType::Gauge,
-        )?;
-        for row in &s.ownership {
-            let labels = [
-                ("pool", row.pool.as_str()),
-                ("address", row.address.as_str()),
-                ("owner", row.owner.as_deref().unwrap_or("")),
-            ];
-            ConstGauge::new(1_i64).encode(family.encode_family(&labels)?)?;
-        }
-        let mut family = encoder.encode_descriptor(
-            "tenure_address_desired",
-            "1 when the address is desired (should be held), 0 after undesire.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for row in &s.ownership {
-            let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
-            ConstGauge::new(i64::from(row.desired)).encode(family.encode_family(&labels)?)?;
+        // Four series an address, written only as the scrape asked (`AddressSeries`): left
+        // out, their families are not declared either.
+        if s.address_series_omitted == 0 {
+            address_series(&mut encoder, s)?;
         }
         let mut family = encoder.encode_descriptor(
             "tenure_actions",
@@ -191,6 +169,55 @@ fn reason_counters(
     for (reason, count) in counts {
         let labels = [("reason", reason.as_str())];
         ConstCounter::new(*count).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// The four per-address families: epochs, owner and desired flag, a sample each per address.
+fn address_series(encoder: &mut DescriptorEncoder, s: &MetricsSnapshot) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "tenure_ownership_epoch",
+        "Current ownershipEpoch per address (0: never owned).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for row in &s.ownership {
+        let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
+        ConstGauge::new(row.ownership_epoch).encode(family.encode_family(&labels)?)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "tenure_capture_epoch",
+        "Current captureEpoch per address, on its pool's capture domain (0: never held).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for row in &s.ownership {
+        let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
+        ConstGauge::new(row.capture_epoch).encode(family.encode_family(&labels)?)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "tenure_address_owner",
+        "1 for the current owner of each address (owner=\"\" when it has none).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for row in &s.ownership {
+        let labels = [
+            ("pool", row.pool.as_str()),
+            ("address", row.address.as_str()),
+            ("owner", row.owner.as_deref().unwrap_or("")),
+        ];
+        ConstGauge::new(1_i64).encode(family.encode_family(&labels)?)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "tenure_address_desired",
+        "1 when the address is desired (should be held), 0 after undesire.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for row in &s.ownership {
+        let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
+        ConstGauge::new(i64::from(row.desired)).encode(family.encode_family(&labels)?)?;
     }
     Ok(())
 }

@@ -177,6 +177,13 @@ impl TestDoubleAgentLoop {
     }
 
     fn submit(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
+        let unchanged = tenure::agent::answers::changes_nothing(self.replay.head(), &event);
+        let mut receipt = self.submit_event(event)?;
+        receipt.unchanged = unchanged;
+        Ok(receipt)
+    }
+
+    fn submit_event(&mut self, event: EventKind) -> Result<Receipt, SubmitError> {
         let known_node = |node: &str| self.scenario.nodes.iter().any(|n| n.name == node);
         match &event {
             EventKind::Drain { node } | EventKind::Undrain { node } if !known_node(node) => {
@@ -230,6 +237,8 @@ impl TestDoubleAgentLoop {
         }
         MetricsSnapshot {
             ownership: report.ownership,
+            addresses: Vec::new(),
+            address_series_omitted: 0,
             actions: actions.into_iter().collect(),
             fenced: fenced.into_iter().collect(),
             rejected_events: Vec::new(),

@@ -213,7 +213,9 @@ impl<S: AgentStore> Agent<S> {
             EventKind::Drain { node } => Some((node.clone(), answers::with_desired_holder(self.view()))),
             _ => None,
         };
-        info!(event = event.wire_name(), "appending a submitted event");
+        let unchanged = answers::changes_nothing(self.view(), &event);
+        let event_name = event.wire_name();
+        info!(event = event_name, "appending a submitted event");
         let indices = self.append(vec![event]).await.map_err(SubmitError::Unavailable)?;
         let index = indices.first().copied().expect("one event appended, one index");
         // Answered once the view applied it, so that the map readers see (posted at every
@@ -221,6 +223,10 @@ impl<S: AgentStore> Agent<S> {
         // back now does not undo the append.
         let _ = self.follow().await;
         let mut receipt = Receipt::at(index);
+        receipt.unchanged = unchanged;
+        if unchanged {
+            info!(event = %event_name, index, "the event changed nothing: {}", answers::UNCHANGED_NOTE);
+        }
         if let Some((node, before)) = drained {
             receipt.addresses_with_no_eligible_member = self.left_without_holder(index, &before).await;
             let count = receipt.addresses_with_no_eligible_member;
