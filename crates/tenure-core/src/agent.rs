@@ -80,6 +80,9 @@ pub struct AgentCore<J: JournalStore> {
     step: Option<step::StepState>,
     /// How many steps began: a [`HeadConfirmed`] is good only in the step it was made in.
     steps: u64,
+    /// A step began and its end has not synced the journals yet ([`Self::poll_step`]): set by
+    /// [`Self::begin_step`], whatever way the step then ends.
+    sync_at_end: bool,
     /// This core, among the cores of a process (the simulator runs one per node): a
     /// [`HeadConfirmed`] is good only for the core that made it.
     id: u64,
@@ -100,6 +103,7 @@ impl<J: JournalStore> AgentCore<J> {
             freeze_after_plan: BTreeSet::new(),
             step: None,
             steps: 0,
+            sync_at_end: false,
             id: confirm::next_core_id(),
         }
     }

@@ -397,7 +397,8 @@ pub trait JournalStore {
 
     /// Makes every change recorded so far durable (fsync). The engine calls it before an action
     /// leaves it for a provider — so the journal entry and the high-water mark that authorised
-    /// the call survive a crash — and at the end of every reconcile. Changes recorded after the
+    /// the call survive a crash — and at the end of a whole reconcile; the agent's step ends
+    /// with it (a slice of a pass and a plan of changed positions leave it to the step). Changes recorded after the
     /// last sync may be lost in a crash; the engine is correct either way (a lost `executed`
     /// state only repeats an idempotent, still-gated call).
     fn sync(&mut self) -> Result<(), Self::Error> {

@@ -18,11 +18,13 @@ use tenure_core::log_store::{Log, MemoryLog};
 use tenure_core::model::{Approval, NodeSpec, PoolSpec, ProviderKind, ProviderSpec, StampedAction, Verb};
 use tenure_core::node::NodeEngine;
 
-/// A memory store whose commits fail once `failing` is set (a test double of a disk that fails).
+/// A memory store whose commits fail once `failing` is set (a test double of a disk that fails);
+/// it counts the commits no sync has followed yet.
 #[derive(Debug, Default)]
 struct FlakyStore {
     inner: MemoryJournalStore,
     failing: bool,
+    unsynced: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -39,10 +41,15 @@ impl JournalStore for FlakyStore {
             return Err(DiskFull);
         }
         self.inner.commit(change).expect("memory");
+        self.unsynced += 1;
         Ok(())
     }
     fn sync(&mut self) -> Result<(), DiskFull> {
-        if self.failing { Err(DiskFull) } else { Ok(()) }
+        if self.failing {
+            return Err(DiskFull);
+        }
+        self.unsynced = 0;
+        Ok(())
     }
 }
 
@@ -311,6 +318,38 @@ fn a_step_calls_nothing_on_a_view_it_cannot_stand_behind() {
     core.fail("the log went back".into());
     let ops = run_step(&mut core, STEP, &[true, true], true);
     assert!(!ops.iter().any(|op| op.starts_with("confirm") || op == "call"), "failed: {ops:?}");
+}
+
+/// Planning commits without syncing; however a step ends — calls handed out, nothing to call,
+/// a follow or the head confirmation failing after the plan, shutting down — it ends synced.
+#[test]
+fn every_step_ends_with_its_journal_synced() {
+    let unsynced = |core: &AgentCore<FlakyStore>| core.drivers()[0].engine().store().unsynced;
+    let ends: [(&str, Step, &[bool], bool); 4] = [
+        ("shutting down", Step { calls: false, ..STEP }, &[true, true], true),
+        ("second follow failed", STEP, &[true, false], true),
+        ("head unconfirmed", STEP, &[true, true], false),
+        ("calls", STEP, &[true, true], true),
+    ];
+    for (end, step, follows, head) in ends {
+        let (mut core, _log) = core();
+        // A slice of one address: planning commits, and a step is left to end.
+        let step = Step { slice: 1, ..step };
+        let ops = run_step(&mut core, step, follows, head);
+        assert!(ops.contains(&"planned".to_owned()), "{end}: {ops:?}");
+        assert_eq!(unsynced(&core), 0, "{end}: {ops:?}");
+    }
+    // Planning alone leaves its changes unsynced (the step's end syncs them).
+    let (mut core, _log) = core();
+    core.begin_step(STEP);
+    while let Some(op) = core.poll_step() {
+        match op {
+            StepOp::Follow => core.followed(true),
+            StepOp::Planned(_) => break,
+            _ => {}
+        }
+    }
+    assert!(unsynced(&core) > 0, "a plan commits");
 }
 
 #[test]

@@ -296,6 +296,24 @@ fn child_process() {
             std::io::stdout().flush().expect("flush");
             std::process::abort();
         }
+        // Ten durable appends, then five deferred ones (a step's results): lost in the crash
+        // unless something synced them — here the identity file's flush, which writes only what
+        // is durable and so commits them durably first.
+        Some(mode @ ("deferred" | "deferred-flushed")) => {
+            for i in 0..10 {
+                store.append_batch(&[heartbeat(i, "a")]).expect("appends");
+            }
+            store.flush_identity().expect("writes the identity file");
+            for i in 10..15 {
+                store.append_deferred(&[heartbeat(i, "a")]).expect("appends");
+            }
+            if mode == "deferred-flushed" {
+                store.flush_identity().expect("writes the identity file");
+            }
+            println!("ready {}", std::process::id());
+            std::io::stdout().flush().expect("flush");
+            std::process::abort();
+        }
         other => panic!("unknown child mode {other:?}"),
     }
 }
@@ -361,6 +379,34 @@ fn a_store_left_by_a_crashed_process_opens_with_everything_it_committed() {
     let store = dir.open().expect("repaired and opened");
     assert_eq!(indices(&read_all(&store.log())), (1..=50).collect::<Vec<_>>());
     store.close().expect("closes");
+}
+
+/// A deferred append (a step's action results, `EmbeddedStore::append_deferred`) is read at
+/// once and made durable by the next durable commit; a crash before loses it, and the identity
+/// file never names what the crash lost (the store would then be refused as a stale copy).
+#[test]
+fn a_deferred_append_is_durable_only_once_a_durable_commit_follows() {
+    let dir = TempDir::new("deferred");
+    let store = dir.open().expect("opens");
+    store.append_batch(&[heartbeat(1, "a")]).expect("appends");
+    let deferred = store.append_deferred(&[heartbeat(2, "a"), heartbeat(3, "b")]).expect("appends");
+    assert_eq!(deferred.iter().map(|i| i.get()).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(indices(&read_all(&store.log())), [1, 2, 3], "read at once");
+    store.close().expect("a close syncs");
+    let store = dir.reopen().expect("reopens");
+    assert_eq!(indices(&read_all(&store.log())), [1, 2, 3]);
+    store.close().expect("closes");
+
+    for (mode, kept) in [("deferred", 10), ("deferred-flushed", 15)] {
+        let dir = TempDir::new(mode);
+        let mut child = spawn_child(mode, &dir);
+        wait_ready(&mut child);
+        assert!(!child.wait().expect("waits").success(), "the child aborted");
+        let store = dir.open().unwrap_or_else(|e| panic!("{mode}: the identity file is not ahead: {e}"));
+        assert_eq!(indices(&read_all(&store.log())), (1..=kept).collect::<Vec<_>>(), "{mode}");
+        assert_eq!(store.identity().highest_index, kept, "{mode}");
+        store.close().expect("closes");
+    }
 }
 
 /// Opens, expects a refusal, checks the files did not change, returns its message.

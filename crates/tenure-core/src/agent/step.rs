@@ -76,6 +76,8 @@ enum Phase {
     /// Waiting for [`AgentCore::head_confirmed`].
     Confirming(HeadWanted),
     Call,
+    /// The calls were handed to the shell: the next poll ends the step.
+    Done,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,12 +93,14 @@ impl<J: JournalStore> AgentCore<J> {
     pub fn begin_step(&mut self, step: Step) {
         self.steps += 1;
         self.step = Some(StepState { step, next: Phase::Append, confirmed: None });
+        self.sync_at_end = true;
     }
 
     /// Ends the step under way, if any, where it is (the agent restarted: a new process begins
     /// with no step under way).
     pub fn abandon_step(&mut self) {
         self.step = None;
+        self.sync_at_end = false;
     }
 
     /// Whether a step is under way (begun, and not yet answered `None`).
@@ -108,7 +112,31 @@ impl<J: JournalStore> AgentCore<J> {
     /// The step's next operation; `None`: the step is over. When the last operation asked for an
     /// answer ([`StepOp::Follow`], [`StepOp::ConfirmHead`]) that was not given — a shell's bug —
     /// the step ends there, calling nothing (and a debug build panics).
+    ///
+    /// However it ends, a step ends with one sync of every node's journal
+    /// ([`JournalStore::sync`]), before `None` is answered: planning commits without syncing
+    /// (the gate syncs before any call leaves), so a step's changes are durable when it ends —
+    /// one fsync a step where a plan and a gate took two. A journal that cannot sync stops the
+    /// agent acting ([`AgentCore::journal_failed`]).
     pub fn poll_step(&mut self) -> Option<StepOp> {
+        let op = self.next_op();
+        if op.is_none() && std::mem::take(&mut self.sync_at_end) {
+            self.sync_journals();
+        }
+        op
+    }
+
+    /// Syncs every node's journal (a store that groups commits syncs once for all).
+    fn sync_journals(&mut self) {
+        for index in 0..self.drivers.len() {
+            if let Err(error) = self.drivers[index].engine_mut().store_mut().sync() {
+                self.journal_failed(index, &error);
+                return;
+            }
+        }
+    }
+
+    fn next_op(&mut self) -> Option<StepOp> {
         // A phase with nothing to do (no plan reported, no head to confirm) goes on to the next.
         loop {
             let state = self.step.as_mut()?;
@@ -138,8 +166,12 @@ impl<J: JournalStore> AgentCore<J> {
                     None => (None, Phase::Call),
                 },
                 Phase::Call => {
-                    let confirmed = self.step.take().and_then(|state| state.confirmed);
-                    return (self.failed.is_none()).then_some(StepOp::Call(confirmed));
+                    let confirmed = self.step.as_mut().and_then(|state| state.confirmed.take());
+                    (self.failed.is_none().then_some(StepOp::Call(confirmed)), Phase::Done)
+                }
+                Phase::Done => {
+                    self.step = None;
+                    return None;
                 }
             };
             self.step.as_mut().expect("a step under way").next = next;

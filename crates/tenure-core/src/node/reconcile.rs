@@ -32,13 +32,16 @@ pub(crate) fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 }
 
 impl<S: JournalStore> NodeEngine<S> {
-    /// Plan from `view`, import through the gate against `head`, sweep open entries, compact.
+    /// Plan from `view`, import through the gate against `head`, sweep open entries, compact;
+    /// then sync the journal: what it did is durable when it returns.
     pub fn reconcile(
         &mut self,
         view: &Federation,
         head: &impl HeadTokens,
     ) -> Result<ReconcileReport, NodeError<S::Error>> {
-        self.reconcile_slice(view, head, &PlanCursor::default(), usize::MAX).map(|(report, _)| report)
+        let (report, _) = self.reconcile_slice(view, head, &PlanCursor::default(), usize::MAX)?;
+        self.store.sync().map_err(NodeError::Store)?;
+        Ok(report)
     }
 
     /// [`NodeEngine::reconcile`] with a slice of the plan ([`planner::plan_slice`] from `cursor`,
@@ -53,6 +56,11 @@ impl<S: JournalStore> NodeEngine<S> {
     /// slice's look stopped, and drops what its look found (the oldest droppable entries) only
     /// once the look reached the end or found enough; a whole reconcile's looks from the oldest
     /// entry until it found enough. Returns where the next slice resumes.
+    ///
+    /// Its changes are committed, not synced: the caller syncs (the agent's step ends with a
+    /// sync of every journal, [`crate::agent::AgentCore::poll_step`]; the gate syncs before any
+    /// call leaves). Nothing a slice records leaves the process before either: lost in a crash,
+    /// it is planned again from the log (docs/decisions.md, "one fsync a step").
     pub fn reconcile_slice(
         &mut self,
         view: &Federation,
@@ -93,7 +101,6 @@ impl<S: JournalStore> NodeEngine<S> {
         } else {
             self.compact_a_slice(head, max, &mut report)?;
         }
-        self.store.sync().map_err(NodeError::Store)?;
         self.check_sets();
         Ok((report, next))
     }
@@ -106,7 +113,8 @@ impl<S: JournalStore> NodeEngine<S> {
     /// slice does for every key); then, when the entries waiting for an approval are few
     /// ([`KEYS_SWEEP_PENDING_MAX`]), those of the keys that went stale are swept (more are left
     /// to the next pass's sweep; an approved one goes through the gate before its call anyway).
-    /// No compaction, no retry: those are the passes'.
+    /// No compaction, no retry: those are the passes'. Committed, not synced, as
+    /// [`NodeEngine::reconcile_slice`].
     pub fn reconcile_keys(
         &mut self,
         view: &Federation,
@@ -143,7 +151,6 @@ impl<S: JournalStore> NodeEngine<S> {
                 report.swept.push(key);
             }
         }
-        self.store.sync().map_err(NodeError::Store)?;
         self.check_sets();
         Ok(report)
     }

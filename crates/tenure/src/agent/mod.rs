@@ -91,6 +91,19 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// far: group commit).
     fn append_batch(&self, events: &[Event]) -> impl Future<Output = Result<Vec<LogIndex>, LogError>> + Send;
 
+    /// [`Self::append_batch`] for a batch of action results alone: a store may make it durable
+    /// only at its next durable commit (the embedded store's next journal sync: the gate's,
+    /// before any call leaves, or the one every step ends with, `AgentCore::poll_step`), so
+    /// that a step's results, its plan and its gate take one fsync. Lost in a crash, results are
+    /// calls in doubt at the restart (SPEC 6: at-least-once). By default the same as
+    /// [`Self::append_batch`].
+    fn append_results(
+        &self,
+        events: &[Event],
+    ) -> impl Future<Output = Result<Vec<LogIndex>, LogError>> + Send {
+        self.append_batch(events)
+    }
+
     /// Appends events that are not appended again if this fails (an operator's request, the pool
     /// files' events: the caller is told; a request sent again is a new batch). A store may skip
     /// what only a retried batch needs (the fleet store leaves its writer key alone, as for

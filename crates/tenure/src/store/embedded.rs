@@ -71,10 +71,13 @@ struct Pending {
 /// What the writer knows was committed.
 #[derive(Debug)]
 struct Writer {
-    /// Every change with a ticket below this is durable.
-    durable_ticket: u64,
+    /// Every change with a ticket below this is committed: durable, unless `deferred`.
+    committed_ticket: u64,
     /// The identity record as committed in `meta`.
     identity: StoreIdentity,
+    /// A commit since the last durable one was not durable ([`EmbeddedStore::append_deferred`]):
+    /// the next [`EmbeddedStore::sync`] commits durably even with nothing buffered.
+    deferred: bool,
 }
 
 /// Locks a mutex; a panic while it was held (a bug elsewhere) does not make the data behind it
@@ -198,7 +201,7 @@ impl EmbeddedStore {
                 pending: Mutex::new(Pending::default()),
                 recorded_token: AtomicU64::new(stored.highest_token),
                 head: AtomicU64::new(stored.highest_index),
-                writer: Mutex::new(Writer { durable_ticket: 0, identity: stored }),
+                writer: Mutex::new(Writer { committed_ticket: 0, identity: stored, deferred: false }),
                 failed: Mutex::new(None),
                 lock: Mutex::new(Some(store_lock)),
                 identity_written: Mutex::new(None),
@@ -257,6 +260,21 @@ impl EmbeddedStore {
     /// stored refuses the whole batch ([`LogError::Rejected`], [`LogError::TooLarge`]) and
     /// nothing is written. A storage failure is [`LogError::Unavailable`].
     pub fn append_batch(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_with(events, Durability::Immediate)
+    }
+
+    /// [`Self::append_batch`] in a commit that is not durable by itself: readers see it at once,
+    /// and the next durable commit of this store (a [`Self::sync`] — the gate's, before any call
+    /// leaves —, an [`Self::append_batch`], a heartbeat, [`Self::flush_identity`], a close)
+    /// makes it durable with everything after it. A crash before loses it and the journal changes
+    /// it carried, together (one transaction). For action results alone: their calls then look
+    /// in flight at the restart, and go back through the gate (SPEC 6: at-least-once); no
+    /// result changes a token. One fsync a step instead of two (docs/decisions.md).
+    pub fn append_deferred(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        self.append_with(events, Durability::None)
+    }
+
+    fn append_with(&self, events: &[Event], durability: Durability) -> Result<Vec<LogIndex>, LogError> {
         let mut records = Vec::with_capacity(events.len());
         let mut raised: u64 = 0;
         for event in events {
@@ -267,7 +285,7 @@ impl EmbeddedStore {
             records.push(record);
         }
         let mut writer = lock(&self.inner.writer);
-        self.commit_locked(&mut writer, &records, raised).map_err(unavailable)
+        self.commit_locked(&mut writer, &records, raised, durability).map_err(unavailable)
     }
 
     /// The index of the last committed record, `None` for an empty log.
@@ -293,8 +311,12 @@ impl EmbeddedStore {
     pub fn flush_identity(&self) -> Result<(), StoreError> {
         let identity = {
             let mut writer = lock(&self.inner.writer);
-            if self.inner.recorded_token.load(Ordering::Acquire) > writer.identity.highest_token {
-                self.commit_locked(&mut writer, &[], 0)?;
+            // Only what is durable is written to the file: a file ahead of the store would read
+            // as a stale copy after a crash.
+            if self.inner.recorded_token.load(Ordering::Acquire) > writer.identity.highest_token
+                || writer.deferred
+            {
+                self.commit_locked(&mut writer, &[], 0, Durability::Immediate)?;
             }
             writer.identity.clone()
         };
@@ -356,15 +378,15 @@ impl EmbeddedStore {
         txn.commit().map_err(|e| storage(e.into()))
     }
 
-    /// Makes every journal change buffered so far, by any node, durable (group commit): returns
-    /// at once when another commit already wrote them.
+    /// Makes every journal change buffered so far, by any node, and every commit before,
+    /// durable (group commit): returns at once when another durable commit already wrote them.
     pub fn sync(&self) -> Result<(), StoreError> {
         let wanted = lock(&self.inner.pending).next_ticket;
         let mut writer = lock(&self.inner.writer);
-        if writer.durable_ticket >= wanted {
+        if writer.committed_ticket >= wanted && !writer.deferred {
             return self.check_not_failed();
         }
-        self.commit_locked(&mut writer, &[], 0).map(drop)
+        self.commit_locked(&mut writer, &[], 0, Durability::Immediate).map(drop)
     }
 
     /// Buffers one change of `node` (checked by the codec first) until the next commit.
@@ -421,26 +443,29 @@ impl EmbeddedStore {
         }
     }
 
-    /// One write transaction (Immediate durability) with every buffered journal change, the
-    /// encoded `records` appended to the log, and the identity record; the writer lock is held.
-    /// `raised` is what `tokens-raised` events among the records add to every token. A failure
-    /// fails the store: the buffered changes it took are gone.
+    /// One write transaction with every buffered journal change, the encoded `records` appended
+    /// to the log, and the identity record; the writer lock is held. `raised` is what
+    /// `tokens-raised` events among the records add to every token. `durability`: Immediate
+    /// but for [`Self::append_deferred`]'s. A failure fails the store: the buffered changes it
+    /// took are gone.
     fn commit_locked(
         &self,
         writer: &mut Writer,
         records: &[Vec<u8>],
         raised: u64,
+        durability: Durability,
     ) -> Result<Vec<LogIndex>, StoreError> {
         self.check_not_failed()?;
         let (changes, upto) = {
             let mut pending = lock(&self.inner.pending);
             (std::mem::take(&mut pending.changes), pending.next_ticket)
         };
-        match self.write(writer, &changes, records, raised) {
+        match self.write(writer, &changes, records, raised, durability) {
             Ok((identity, indices)) => {
                 self.inner.head.store(identity.highest_index, Ordering::Release);
                 writer.identity = identity;
-                writer.durable_ticket = upto;
+                writer.committed_ticket = upto;
+                writer.deferred = matches!(durability, Durability::None);
                 Ok(indices)
             }
             Err(e) => {
@@ -460,6 +485,7 @@ impl EmbeddedStore {
         changes: &[(String, JournalChange)],
         records: &[Vec<u8>],
         raised: u64,
+        durability: Durability,
     ) -> Result<(StoreIdentity, Vec<LogIndex>), StoreError> {
         let path = &self.inner.db_path;
         let storage = |e: redb::Error| StoreError::storage(path)(e);
@@ -467,7 +493,7 @@ impl EmbeddedStore {
         let db = db.as_ref().ok_or_else(|| StoreError::Closed { dir: self.inner.dir.clone() })?;
         let mut identity = writer.identity.clone();
         let mut txn = db.begin_write().map_err(|e| storage(e.into()))?;
-        txn.set_durability(Durability::Immediate).map_err(|e| storage(e.into()))?;
+        txn.set_durability(durability).map_err(|e| storage(e.into()))?;
         let mut indices = Vec::with_capacity(records.len());
         {
             let mut log = txn.open_table(LOG).map_err(|e| storage(e.into()))?;

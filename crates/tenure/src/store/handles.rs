@@ -80,6 +80,12 @@ impl crate::agent::AgentStore for EmbeddedStore {
         EmbeddedStore::append_batch(self, events)
     }
 
+    /// A commit that is not durable by itself ([`EmbeddedStore::append_deferred`]): the step's
+    /// gate, or its end, syncs it (a journal's sync is this store's).
+    async fn append_results(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
+        EmbeddedStore::append_deferred(self, events)
+    }
+
     fn record_highest_token(&self, token: u64) {
         EmbeddedStore::record_highest_token(self, token);
     }

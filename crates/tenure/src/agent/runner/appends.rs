@@ -27,7 +27,7 @@ impl<S: AgentStore> Agent<S> {
     /// land (it stays kept).
     pub(super) async fn retry_unappended(&mut self) -> Result<(), String> {
         match self.unappended.take() {
-            Some(events) => self.commit(events, true).await.map(drop),
+            Some(events) => self.commit(events, Batch::Kept).await.map(drop),
             None => Ok(()),
         }
     }
@@ -48,17 +48,18 @@ impl<S: AgentStore> Agent<S> {
             let at_ms = self.stamp();
             events.extend(kinds.into_iter().map(|kind| Event { at_ms, kind }));
         }
-        self.commit(events, keep).await
+        self.commit(events, if keep { Batch::Kept } else { Batch::Unretried }).await
     }
 
-    pub(super) async fn commit(&mut self, events: Vec<Event>, keep: bool) -> Result<Vec<u64>, String> {
+    pub(super) async fn commit(&mut self, events: Vec<Event>, batch: Batch) -> Result<Vec<u64>, String> {
         self.slow.append();
+        let keep = batch != Batch::Unretried;
         // Only a batch kept for a retry is appended as one: a request's events, not retried, must
         // not hide a kept batch from its retry ([`AgentStore::append_unretried`]).
-        let appended = if keep {
-            self.store.append_batch(&events).await
-        } else {
-            self.store.append_unretried(&events).await
+        let appended = match batch {
+            Batch::Kept => self.store.append_batch(&events).await,
+            Batch::Unretried => self.store.append_unretried(&events).await,
+            Batch::Results => self.store.append_results(&events).await,
         };
         match appended {
             Ok(indices) => {
@@ -115,6 +116,10 @@ impl<S: AgentStore> Agent<S> {
             return;
         }
         let mut kinds = std::mem::take(&mut self.queued);
+        // The nodes' outboxes hold action results alone: a batch of them only is appended as
+        // results ([`AgentStore::append_results`]: durable with the step's gate, or at its end
+        // with the core's sync of the journals, `AgentCore::poll_step`).
+        let results_only = kinds.is_empty() && self.queued_stamped.is_empty();
         for driver in self.core.drivers_mut() {
             while let Some(kind) = driver.poll_append() {
                 kinds.push(kind);
@@ -122,6 +127,15 @@ impl<S: AgentStore> Agent<S> {
         }
         if self.retry_unappended().await.is_err() {
             self.queued = kinds;
+            return;
+        }
+        if results_only {
+            debug_assert!(kinds.iter().all(|k| matches!(k, EventKind::ActionResult { .. })));
+            if !kinds.is_empty() {
+                let at_ms = self.stamp();
+                let events = kinds.into_iter().map(|kind| Event { at_ms, kind }).collect();
+                let _ = self.commit(events, Batch::Results).await;
+            }
             return;
         }
         let stamped = std::mem::take(&mut self.queued_stamped);
@@ -196,4 +210,16 @@ impl<S: AgentStore> Agent<S> {
             }
         }
     }
+}
+
+/// How a batch of the loop is appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Batch {
+    /// Durably, and kept for a retry if the store retries appends.
+    Kept,
+    /// Durably, never appended again (an operator's request, the pool files' events).
+    Unretried,
+    /// Action results alone, kept for a retry: durable with the step's next sync
+    /// ([`AgentStore::append_results`]; the step ends with one).
+    Results,
 }

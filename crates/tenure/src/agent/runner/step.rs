@@ -235,7 +235,9 @@ impl<S: AgentStore> Agent<S> {
                 }
             }
         }
-        // Readers see the journals as the step left them (planned, gated, calls started).
+        // Readers see the journals as the step left them (planned, gated, calls started), and
+        // durable: the core's step ends with a sync of the journals (and of the results
+        // appended with them).
         self.in_step = false;
         self.post_reads(true);
         // What the step's follows named (a hold that ended, a change) is planned without waiting
