@@ -113,6 +113,18 @@ fn history_prints_a_drain_with_its_cause_as_a_table_and_json() {
             assert_eq!(text(&output.stderr).lines().count(), 1, "{args:?}: {}", text(&output.stderr));
         }
     }
+    // A bad number of rows is named as such, a negative one too (not "unexpected argument").
+    for (flag, value) in [("--limit", "-1"), ("--limit", "+5"), ("--limit", "10001"), ("--chunk-size", "-5")]
+    {
+        let output = agent.tenure(&["history", flag, value]);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.starts_with(&format!("error: invalid value '{value}' for '{flag} "))
+                && stderr.contains("expected a number of rows from 1 to 10000"),
+            "{flag} {value}: {stderr}"
+        );
+    }
 }
 
 #[test]

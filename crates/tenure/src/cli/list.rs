@@ -28,14 +28,31 @@ pub const LIST_PAGES_MAX: usize = 100_000;
 pub struct ListArgs {
     /// Print one page of at most N rows (1 to 10000), and the token that continues it on stderr
     /// when more rows follow; without it, the whole list.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX as u64))]
+    // `allow_negative_numbers`: `--limit -1` is a value out of range, not an unknown flag.
+    #[arg(long, allow_negative_numbers = true, value_parser = rows)]
     limit: Option<u64>,
     /// Start after the page that printed this token (with the same filters).
     #[arg(long = "continue", value_name = "TOKEN")]
     continue_token: Option<String>,
     /// Without --limit: rows asked per request while reading the whole list [default: 10000].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=LIST_LIMIT_MAX as u64))]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = rows
+    )]
     chunk_size: Option<u64>,
+}
+
+/// A number of rows, 1 to [`LIST_LIMIT_MAX`] (`--limit`, `--chunk-size`): clap's message names
+/// the flag and the value, this says what is wrong with it.
+fn rows(text: &str) -> Result<u64, String> {
+    let range = || format!("expected a number of rows from 1 to {LIST_LIMIT_MAX}");
+    // Digits only, as the agent reads `limit` (`+5` is not read as 5).
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(range());
+    }
+    text.parse::<u64>().ok().filter(|n| (1..=LIST_LIMIT_MAX as u64).contains(n)).ok_or_else(range)
 }
 
 /// The filter of a list verb's `--pool`, `--node` and addresses (`address_label`: how the verb
