@@ -437,6 +437,7 @@ mod tests {
                 (("edge".to_owned(), "released".to_owned()), 1),
             ],
             address_series_omitted: 0,
+            address_series: true,
             actions: vec![
                 (("assign-secondary-ip".to_owned(), "executed".to_owned()), 2),
                 (("unassign-secondary-ip".to_owned(), "skipped".to_owned()), 1),
@@ -469,6 +470,7 @@ mod tests {
         let mut without = snapshot();
         without.ownership.clear();
         without.address_series_omitted = 3;
+        without.address_series = false;
         let (samples, types) = check(&Metrics::new().encode(Some(without)));
         for family in [
             "tenure_ownership_epoch",

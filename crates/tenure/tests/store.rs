@@ -299,7 +299,7 @@ fn child_process() {
         // Ten durable appends, then five deferred ones (a step's results): lost in the crash
         // unless something synced them — here the identity file's flush, which writes only what
         // is durable and so commits them durably first.
-        Some(mode @ ("deferred" | "deferred-flushed")) => {
+        Some(mode @ ("deferred" | "deferred-flushed" | "deferred-synced")) => {
             for i in 0..10 {
                 store.append_batch(&[heartbeat(i, "a")]).expect("appends");
             }
@@ -309,6 +309,11 @@ fn child_process() {
             }
             if mode == "deferred-flushed" {
                 store.flush_identity().expect("writes the identity file");
+            }
+            // A journal's sync with nothing buffered: durable all the same (the gate's, the
+            // step's end).
+            if mode == "deferred-synced" {
+                store.journal("a").sync().expect("syncs");
             }
             println!("ready {}", std::process::id());
             std::io::stdout().flush().expect("flush");
@@ -397,7 +402,7 @@ fn a_deferred_append_is_durable_only_once_a_durable_commit_follows() {
     assert_eq!(indices(&read_all(&store.log())), [1, 2, 3]);
     store.close().expect("closes");
 
-    for (mode, kept) in [("deferred", 10), ("deferred-flushed", 15)] {
+    for (mode, kept) in [("deferred", 10), ("deferred-flushed", 15), ("deferred-synced", 15)] {
         let dir = TempDir::new(mode);
         let mut child = spawn_child(mode, &dir);
         wait_ready(&mut child);

@@ -34,6 +34,10 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in hand-over order.
+    pub const ALL: [Phase; 5] =
+        [Phase::PendingApproval, Phase::Acquiring, Phase::Held, Phase::Releasing, Phase::Released];
+
     /// The wire name (`pending-approval`, `acquiring`, `held`, `releasing`, `released`).
     #[must_use]
     pub fn as_str(self) -> &'static str {

@@ -175,6 +175,7 @@ pub fn metrics<S: JournalStore>(
         ownership: Vec::new(),
         addresses: Vec::new(),
         address_series_omitted: 0,
+        address_series: false,
         actions: Vec::new(),
         fenced: fenced.into_iter().collect(),
         rejected_events: rejected_events.into_iter().collect(),

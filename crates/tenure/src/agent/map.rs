@@ -129,7 +129,8 @@ impl AddressSeries {
 /// every address's row when `series` lets them be written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressMetrics {
-    /// Addresses by (pool, phase name).
+    /// Addresses by (pool, phase name): every phase of every pool the map shows, 0 included (a
+    /// series does not vanish when its phase empties).
     pub counts: Vec<((String, String), u64)>,
     /// Every address's row (`None`: left out).
     pub rows: Option<Vec<OwnershipRow>>,
@@ -143,8 +144,13 @@ pub struct AddressMetrics {
 pub fn address_metrics(map: &MapSnapshot, series: AddressSeries) -> AddressMetrics {
     let mut counts: BTreeMap<(&str, Phase), u64> = BTreeMap::new();
     let mut total: u64 = 0;
+    let mut last_pool = None;
     for (pool, _, row) in map.rows(None, None) {
         total += 1;
+        if last_pool != Some(pool) {
+            last_pool = Some(pool);
+            counts.extend(Phase::ALL.map(|phase| ((pool, phase), 0)));
+        }
         if let Some(phase) = row.phase {
             *counts.entry((pool, phase)).or_default() += 1;
         }
@@ -420,10 +426,18 @@ pub(crate) mod tests {
     fn a_scrape_counts_every_address_and_writes_rows_only_as_asked() {
         let (view, _) = fleet();
         let map = snapshot(&view);
+        let count = |pool: &str, phase: Phase, n| ((pool.to_owned(), phase.as_str().to_owned()), n);
         let counts = vec![
-            (("core".to_owned(), "acquiring".to_owned()), 1),
-            (("edge".to_owned(), "acquiring".to_owned()), 1),
-            (("edge".to_owned(), "held".to_owned()), 1),
+            count("core", Phase::PendingApproval, 0),
+            count("core", Phase::Acquiring, 1),
+            count("core", Phase::Held, 0),
+            count("core", Phase::Releasing, 0),
+            count("core", Phase::Released, 0),
+            count("edge", Phase::PendingApproval, 0),
+            count("edge", Phase::Acquiring, 1),
+            count("edge", Phase::Held, 1),
+            count("edge", Phase::Releasing, 0),
+            count("edge", Phase::Released, 0),
         ];
         let whole = rows_page(&map, &OwnershipQuery::default()).rows;
         assert_eq!(whole.len(), 3);

@@ -95,8 +95,11 @@ pub trait AgentStore: Clone + Send + Sync + 'static {
     /// only at its next durable commit (the embedded store's next journal sync: the gate's,
     /// before any call leaves, or the one every step ends with, `AgentCore::poll_step`), so
     /// that a step's results, its plan and its gate take one fsync. Lost in a crash, results are
-    /// calls in doubt at the restart (SPEC 6: at-least-once). By default the same as
-    /// [`Self::append_batch`].
+    /// calls in doubt at the restart (SPEC 6: at-least-once). A store may defer only where
+    /// whatever follows from the results (the view's stream time, arbitration, the journals'
+    /// next changes) is committed after them in the same ordered store, so that it is never
+    /// durable without them — the embedded store's one file; the fleet store does not defer (its
+    /// log is etcd). By default the same as [`Self::append_batch`].
     fn append_results(
         &self,
         events: &[Event],

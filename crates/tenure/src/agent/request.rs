@@ -70,6 +70,9 @@ pub struct MetricsSnapshot {
     pub addresses: Vec<((String, String), u64)>,
     /// How many addresses' series the scrape left out ([`AddressSeries`]).
     pub address_series_omitted: u64,
+    /// Whether the scrape writes the per-address families (declared even for an empty map;
+    /// not at all when left out, or asked for none).
+    pub address_series: bool,
     /// Journal entries now, by (verb, state).
     pub actions: Vec<((String, String), u64)>,
     /// Actions fenced (skipped) so far, by reason (`stale-epoch`, …), since the agent started.
@@ -507,6 +510,7 @@ impl AgentHandle {
                 (addresses, super::answers::action_counts(&reads.journals))
             })
             .await?;
+        snapshot.address_series = addresses.rows.is_some();
         snapshot.ownership = addresses.rows.unwrap_or_default();
         snapshot.addresses = addresses.counts;
         snapshot.address_series_omitted = addresses.omitted;

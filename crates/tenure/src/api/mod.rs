@@ -273,6 +273,16 @@ async fn scrape(
     // (the health the loop posted: a loop that posted nothing for the handle's timeout, hung or
     // stopped, is not healthy).
     let snapshot = state.handle.metrics_with(series).await.ok();
+    if let Some(omitted) = snapshot.as_ref().map(|s| s.address_series_omitted).filter(|n| *n > 0)
+        && matches!(series, AddressSeries::Auto(_))
+        && !SERIES_LEFT_OUT_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        tracing::warn!(
+            addresses = omitted,
+            "GET /metrics leaves the per-address series out past {ADDRESS_SERIES_AUTO_MAX} addresses \
+             (tenure_addresses has the counts by pool and phase; ?addresses=all writes them); said once"
+        );
+    }
     let healthy = snapshot.is_none() && state.handle.health().await.is_ok_and(|health| health.ok);
     let metrics = Arc::clone(&state.metrics);
     let text = match tokio::task::spawn_blocking(move || metrics.encode_with(snapshot, healthy)).await {
@@ -288,6 +298,10 @@ async fn scrape(
     };
     ([(header::CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE))], text).into_response()
 }
+
+/// Whether a default scrape already said it left the per-address series out (once a process:
+/// a dashboard that lost them on an upgrade finds why in the log).
+static SERIES_LEFT_OUT_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `/metrics`' query: at most one `addresses` (`auto`, `all`, `none`), nothing else.
 fn address_series(pairs: Result<Vec<(String, String)>, ApiFailure>) -> Result<AddressSeries, ApiFailure> {

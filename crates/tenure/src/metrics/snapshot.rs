@@ -41,7 +41,7 @@ impl Collector for SnapshotCollector {
         )?;
         // Four series an address, written only as the scrape asked (`AddressSeries`): left
         // out, their families are not declared either.
-        if s.address_series_omitted == 0 {
+        if s.address_series {
             address_series(&mut encoder, s)?;
         }
         let mut family = encoder.encode_descriptor(

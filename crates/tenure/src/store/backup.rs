@@ -100,6 +100,10 @@ impl EmbeddedStore {
     /// transaction, so it runs beside the agent's writes; written to a temporary file, fsynced,
     /// renamed. A stored record that does not decode fails the backup, naming it.
     pub fn backup_to(&self, file: &Path) -> Result<BackupSummary, StoreError> {
+        // What the backup holds is durable first (a step's results may be in a commit that is
+        // not yet: `append_deferred`), so a crash cannot give the live store's indices to other
+        // events than the backup's.
+        self.sync()?;
         let path = self.db_path().to_owned();
         let storage = |e: redb::Error| StoreError::storage(&path)(e);
         let db = self.read_db()?;

@@ -266,10 +266,14 @@ impl EmbeddedStore {
     /// [`Self::append_batch`] in a commit that is not durable by itself: readers see it at once,
     /// and the next durable commit of this store (a [`Self::sync`] — the gate's, before any call
     /// leaves —, an [`Self::append_batch`], a heartbeat, [`Self::flush_identity`], a close)
-    /// makes it durable with everything after it. A crash before loses it and the journal changes
-    /// it carried, together (one transaction). For action results alone: their calls then look
-    /// in flight at the restart, and go back through the gate (SPEC 6: at-least-once); no
-    /// result changes a token. One fsync a step instead of two (docs/decisions.md).
+    /// makes it durable with everything before it. A crash before loses it and the journal
+    /// changes it carried, together (one transaction). What rests on it: everything derived from
+    /// it (a result moves stream time, so arbitration and even epochs may follow from it) is
+    /// committed after it in this same file, so it is never durable without it, and nothing
+    /// leaves the process before a durable commit (the gate's sync before a call, the step's end
+    /// before readers see it, a sync before a backup). For action results alone: their calls
+    /// then look in flight at the restart, and go back through the gate (SPEC 6: at-least-once).
+    /// One fsync a step instead of two (docs/decisions.md).
     pub fn append_deferred(&self, events: &[Event]) -> Result<Vec<LogIndex>, LogError> {
         self.append_with(events, Durability::None)
     }

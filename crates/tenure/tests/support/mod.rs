@@ -239,6 +239,7 @@ impl TestDoubleAgentLoop {
             ownership: report.ownership,
             addresses: Vec::new(),
             address_series_omitted: 0,
+            address_series: true,
             actions: actions.into_iter().collect(),
             fenced: fenced.into_iter().collect(),
             rejected_events: Vec::new(),

@@ -207,7 +207,15 @@ impl<S: AgentStore> Agent<S> {
         let mut called = false;
         loop {
             let started = Instant::now();
-            let Some(op) = self.core.poll_step() else { break };
+            let failed_before = self.core.failed().is_some();
+            let Some(op) = self.core.poll_step() else {
+                // The step's end syncs the journals (`AgentCore::poll_step`); a sync that failed
+                // there stopped the agent acting, and nothing else says so.
+                if !failed_before && let Some(reason) = self.core.failed() {
+                    error!(reason, "not acting");
+                }
+                break;
+            };
             match op {
                 StepOp::Append => self.flush_appends().await,
                 // Whatever the log does (an unreachable etcd must not stop a local withdrawal).

@@ -17,8 +17,7 @@ pub const PAGE_ROWS: usize = 200;
 pub const REFRESH_MAX_S: u64 = 3_600;
 
 /// Every phase `?phase=` accepts, in hand-over order.
-pub const PHASES: [Phase; 5] =
-    [Phase::PendingApproval, Phase::Acquiring, Phase::Held, Phase::Releasing, Phase::Released];
+pub const PHASES: [Phase; 5] = Phase::ALL;
 
 /// What the page is asked to show.
 #[derive(Clone, Debug, PartialEq, Eq)]
