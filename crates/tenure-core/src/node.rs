@@ -144,8 +144,8 @@ pub struct NodeEngine<S: JournalStore> {
     /// way had counted ([`NodeEngine::end_pass`]).
     replan_marks: (u64, u64),
     /// A requeue pass's compaction look under way ([`NodeEngine::reconcile_slice`]): the next
-    /// entry to look at, and the droppable entries found so far, oldest first. `None`: none.
-    compact_look: Option<(JournalSeq, Vec<JournalSeq>)>,
+    /// entry to look at. `None`: none.
+    compact_look: Option<JournalSeq>,
     /// A pass's sweep of open entries under way ([`NodeEngine::reconcile_slice`]): the next
     /// entry to sweep, and the last entry the journal held when the pass's first slice swept.
     /// `None`: no sweep is under way.

@@ -52,9 +52,9 @@ impl<S: JournalStore> NodeEngine<S> {
     /// [`SWEEP_ENTRIES_PER_POSITION`] of those
     /// ([`NodeEngine::sweep_done`]: the pass ends when its plan and its sweep are both done), so
     /// that no slice walks a million open entries early in a capture. The compaction of a slice
-    /// (`max` not `usize::MAX`) looks at `max` entries at most, oldest first from where the last
-    /// slice's look stopped, and drops what its look found (the oldest droppable entries) only
-    /// once the look reached the end or found enough; a whole reconcile's looks from the oldest
+    /// (`max` not `usize::MAX`) looks at `max` × [`SWEEP_ENTRIES_PER_POSITION`] entries at most,
+    /// oldest first from where the last slice's look stopped, and drops at once the droppable
+    /// ones it found (the oldest), down to the limit; a whole reconcile's looks from the oldest
     /// entry until it found enough. Returns where the next slice resumes.
     ///
     /// Its changes are committed, not synced: the caller syncs (the agent's step ends with a
@@ -99,7 +99,7 @@ impl<S: JournalStore> NodeEngine<S> {
             self.compact_look = None;
             self.compact(head, &mut report)?;
         } else {
-            self.compact_a_slice(head, max, &mut report)?;
+            self.compact_a_slice(head, max.saturating_mul(SWEEP_ENTRIES_PER_POSITION), &mut report)?;
         }
         self.check_sets();
         Ok((report, next))
@@ -414,11 +414,13 @@ impl<S: JournalStore> NodeEngine<S> {
 
     /// The compaction of a requeue slice: the same rule as [`Self::compact`], looked at `scan`
     /// entries at a time (a journal of a million entries none of which may go is not walked
-    /// whole at every slice). The look goes on from where the last slice's stopped, collecting
-    /// the droppable entries it finds, oldest first; once it reached the end of the journal or
-    /// found as many as the journal is over its limit, what it found — still there and still
-    /// droppable — is dropped, the oldest first, down to the limit: the entries a whole compaction
-    /// would drop, bar those that became droppable behind the look.
+    /// whole at every slice). The look goes on from where the last slice's stopped, oldest
+    /// first, and drops at once the droppable entries it found, up to what the journal is over
+    /// its limit: the oldest droppable entries, which a whole compaction would drop first, bar
+    /// those that became droppable behind the look. What a slice dropped stays dropped: a
+    /// journal far over its limit (a restart's churn, an operator trial found 343k entries over
+    /// a limit of 10k) shrinks slice by slice, even when the process restarts before a look
+    /// reaches the end (the look's place is memory's; the drops are the store's).
     fn compact_a_slice(
         &mut self,
         head: &impl HeadTokens,
@@ -430,30 +432,21 @@ impl<S: JournalStore> NodeEngine<S> {
             self.compact_look = None;
             return Ok(());
         }
-        let (from, mut found) = self.compact_look.take().unwrap_or((JournalSeq::NONE, Vec::new()));
-        let mut stopped_at = None;
+        let from = self.compact_look.take().unwrap_or(JournalSeq::NONE);
+        let mut found = Vec::new();
         for (looked, (seq, entry)) in self.state.entries.range(from..).enumerate() {
             if found.len() >= excess {
                 break;
             }
             if looked == scan {
-                stopped_at = Some(*seq);
+                self.compact_look = Some(*seq);
                 break;
             }
             if self.droppable(entry, head) {
                 found.push(*seq);
             }
         }
-        if let Some(next) = stopped_at {
-            self.compact_look = Some((next, found));
-            return Ok(());
-        }
-        let seqs: Vec<JournalSeq> = found
-            .into_iter()
-            .filter(|seq| self.state.entries.get(seq).is_some_and(|entry| self.droppable(entry, head)))
-            .take(excess)
-            .collect();
-        self.drop_entries(seqs, report)
+        self.drop_entries(found, report)
     }
 
     fn drop_entries(
