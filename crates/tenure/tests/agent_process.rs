@@ -765,3 +765,28 @@ fn an_agent_whose_stderr_is_closed_keeps_running_and_exits_zero() {
     let status = process::wait_exit(&mut child);
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
+
+/// `listen: 127.0.0.1:0` asks the kernel for a port: the start's log line names the one the API
+/// got (it said `:0` before, and the API could not be found).
+#[cfg(feature = "sim")]
+#[test]
+fn an_api_on_port_0_is_found_from_the_start_line() {
+    let dir = TempDir::new("agent-port-0");
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("an address");
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, any, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let agent = Agent::spawn(&dir, &config, any);
+    let mut bound = None;
+    wait_for("the start line names the port", || {
+        bound = agent.log().lines().find_map(|line| {
+            let (_, after) = line.split_once("agent started listen=")?;
+            after.split_whitespace().next()?.parse::<std::net::SocketAddr>().ok()
+        });
+        bound.is_some()
+    });
+    let bound = bound.expect("found");
+    assert_ne!(bound.port(), 0, "{}", agent.log());
+    wait_for("the API answers there", || {
+        matches!(process::http(bound, "GET", "/v1/health", None, None), Ok((200, _)))
+    });
+}

@@ -124,6 +124,7 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+
     // The runtime before the store: the fleet store's etcd requests and watch are its tasks. Two
     // workers at least, also on a one-core router: a worker busy with an inventory listing or a
     // page must not hold the heartbeats' etcd requests (the loop itself runs on this thread).
@@ -332,8 +333,11 @@ async fn serve<S: crate::agent::AgentStore>(serving: Serving, store: S) -> ExitC
     let router = api::router(handle, Arc::clone(&metrics), token);
     let api_stop = CancellationToken::new();
     let api_stopped = api_stop.clone();
+    // The address the API got: `listen: 127.0.0.1:0` asks the kernel for a port, said in the
+    // start's log line or the API could not be found.
+    let bound = listener.local_addr().unwrap_or(config.listen);
     let api = tokio::spawn(api::serve(listener, router, async move { api_stopped.cancelled().await }));
-    info!(listen = %config.listen, nodes = config.nodes.len(), "agent started");
+    info!(listen = %bound, nodes = config.nodes.len(), "agent started");
     let vrrp = config.vrrp.as_ref().map(|vrrp| {
         let (reports, receiver) = mpsc::channel(16);
         let authority = crate::agent::authority::LocalAuthority::new();

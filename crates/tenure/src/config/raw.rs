@@ -28,7 +28,8 @@ pub(super) struct RawConfig {
     pub(super) requeue_interval: Option<Spanned<String>>,
     pub(super) action_timeout: Option<Spanned<String>>,
     pub(super) api_token_file: Option<Spanned<String>>,
-    pub(super) journal_retention: Option<Spanned<u64>>,
+    // Signed, so that a negative count is told the same range as 0 (not "a whole number, 0 or more").
+    pub(super) journal_retention: Option<Spanned<i64>>,
 }
 
 /// `store:`.

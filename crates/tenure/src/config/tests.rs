@@ -450,7 +450,7 @@ fn durations_and_numbers_are_checked_where_written() {
     assert_eq!(first(&format!("{GOOD}requeueInterval: soon\n"), "requeueInterval: `soon`"), 8);
     assert_eq!(first(&format!("{GOOD}actionTimeout: 0\n"), "actionTimeout must be longer than 0"), 8);
     assert_eq!(first(&format!("{GOOD}journalRetention: 0\n"), "journalRetention must be from 1"), 8);
-    assert_eq!(first(&format!("{GOOD}journalRetention: -3\n"), "0 or more"), 8);
+    assert_eq!(first(&format!("{GOOD}journalRetention: -3\n"), "journalRetention must be from 1 to"), 8);
 }
 
 #[test]
