@@ -647,6 +647,27 @@ fn a_store_with_data_and_no_identity_file_is_refused_unless_accepted() {
     assert_eq!(read_identity(&dir), recorded);
 }
 
+/// The store's folder renamed (`store` → `renamed`) with the config's identity file following
+/// the folder's name: the refusal names the identity file of this store's cluster left beside
+/// it, and no other (another cluster's is not named).
+#[test]
+fn a_refusal_for_a_missing_identity_names_this_clusters_file_beside_it() {
+    let dir = written_store("renamed");
+    let other = written_store("renamed-other");
+    std::fs::copy(other.identity(), dir.0.join("other.identity")).expect("another cluster's file");
+    let renamed = dir.0.join("renamed");
+    std::fs::rename(dir.store(), &renamed).expect("rename the folder");
+    let missing = dir.0.join("renamed.identity");
+    let message = EmbeddedStore::open(&renamed, &missing).expect_err("refused").to_string();
+    assert!(
+        message.contains("does not exist (") && message.contains("beside it is this store's cluster's"),
+        "{message}"
+    );
+    assert!(message.contains(&dir.identity().display().to_string()), "names the file left behind: {message}");
+    assert!(!message.contains("other.identity"), "not another cluster's: {message}");
+    assert!(!missing.exists(), "the refusal wrote nothing");
+}
+
 /// An entry changed over several commits (appended; handed out and attempted; failed; retried;
 /// executed) reloads as the journal in memory holds it; so does one changed after other rows
 /// were written in other commits, and one compacted.

@@ -156,7 +156,9 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
     let store = match runtime.block_on(Opened::open(&config, store_secrets, missing)) {
         Ok(store) => store,
         Err(e) => {
-            eprintln!("tenure agent: {e}{}", earlier_default_identity(&config));
+            // A refusal for a missing identity file names one of this store's cluster beside
+            // where it was looked for (an earlier version's default name, a renamed folder).
+            eprintln!("tenure agent: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -227,23 +229,6 @@ enum Opened {
     Embedded(EmbeddedStore),
     #[cfg(feature = "etcd")]
     Etcd(crate::store::fleet::EtcdStore),
-}
-
-/// A hint for a store refused for a missing identity file when the file an earlier version put
-/// beside the config file (`<config file stem>.identity`, before the default followed the store)
-/// is there: `; …` to end the refusal's line, or nothing.
-fn earlier_default_identity(config: &AgentConfig) -> String {
-    let Some(stem) = config.path.file_stem() else { return String::new() };
-    let earlier = config.path.with_file_name(format!("{}.identity", stem.to_string_lossy()));
-    if earlier != config.identity_file && !config.identity_file.exists() && earlier.is_file() {
-        format!(
-            "; {} is where an earlier version kept it by default: if it is this store's, set `identityFile: {}`",
-            earlier.display(),
-            earlier.display()
-        )
-    } else {
-        String::new()
-    }
 }
 
 impl Opened {

@@ -118,6 +118,15 @@ impl EmbeddedStore {
                     identity: identity_file.to_owned(),
                     store_index: stored.highest_index,
                     store_token: stored.highest_token,
+                    beside: identity_beside(identity_file, &stored.cluster_id)
+                        .map(|found| {
+                            format!(
+                                " ({} beside it is this store's cluster's: was the store's folder renamed? then \
+                                 point `identityFile:` at it)",
+                                found.display()
+                            )
+                        })
+                        .unwrap_or_default(),
                 }),
                 (None, MissingIdentity::Accept) if holds_data => {
                     tracing::warn!(
@@ -574,4 +583,26 @@ pub(crate) fn create_store(
     }
     txn.commit().map_err(|e| storage(e.into()))?;
     Ok((db, identity))
+}
+
+/// An identity file of `cluster` in the folder `missing` would be in, under another name (the
+/// default name follows the store's folder, `data/a` → `data/a.identity`: a folder renamed from
+/// `a` leaves `a.identity` behind): a small file that reads as an identity record of this
+/// cluster. `None` when there is none, or the folder cannot be read.
+fn identity_beside(missing: &Path, cluster: &str) -> Option<PathBuf> {
+    /// An identity file is a line of JSON; anything larger is not read.
+    const IDENTITY_BYTES_MAX: u64 = 64 * 1024;
+    let folder = missing.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::read_dir(folder)
+        .ok()?
+        .flatten()
+        .filter(|entry| entry.metadata().is_ok_and(|m| m.is_file() && m.len() <= IDENTITY_BYTES_MAX))
+        .map(|entry| entry.path())
+        .filter(|path| path != missing)
+        .find(|path| {
+            StoreIdentity::read_file(path)
+                .ok()
+                .flatten()
+                .is_some_and(|identity| identity.cluster_id == cluster)
+        })
 }

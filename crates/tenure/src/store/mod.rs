@@ -146,7 +146,7 @@ pub enum StoreError {
     /// (`tenure agent --accept-store-without-identity`).
     #[error(
         "store {dir} holds data (highest log index {store_index}, highest token {store_token}) but its identity \
-         file {identity} does not exist: it may be a stale copy of a store, which would issue again tokens it \
+         file {identity} does not exist{beside}: it may be a stale copy of a store, which would issue again tokens it \
          issued before; put the identity file back (or point `identityFile:` at it), restore a backup with \
          `tenure store restore`, or, if this store is known to be the current one, start once with \
          --accept-store-without-identity"
@@ -160,6 +160,9 @@ pub enum StoreError {
         store_index: u64,
         /// The store's highest token.
         store_token: u64,
+        /// An identity file of this store's cluster found beside where it was looked for, said
+        /// (`" (PATH beside it is …)"`), or empty.
+        beside: String,
     },
     /// The store belongs to another cluster than the identity file.
     #[error(
