@@ -649,23 +649,36 @@ fn a_store_with_data_and_no_identity_file_is_refused_unless_accepted() {
 
 /// The store's folder renamed (`store` → `renamed`) with the config's identity file following
 /// the folder's name: the refusal names the identity file of this store's cluster left beside
-/// it, and no other (another cluster's is not named).
+/// it with its figures, says one ahead of the store makes it a stale copy, and names no other
+/// cluster's file; it writes nothing.
 #[test]
-fn a_refusal_for_a_missing_identity_names_this_clusters_file_beside_it() {
+fn a_refusal_for_a_missing_identity_names_this_clusters_files_beside_it() {
     let dir = written_store("renamed");
     let other = written_store("renamed-other");
     std::fs::copy(other.identity(), dir.0.join("other.identity")).expect("another cluster's file");
+    std::fs::copy(dir.identity(), dir.0.join("store.identity")).expect("the folder's default name");
     let renamed = dir.0.join("renamed");
     std::fs::rename(dir.store(), &renamed).expect("rename the folder");
     let missing = dir.0.join("renamed.identity");
+    let before = snapshot(&dir.0);
+    let message = EmbeddedStore::open(&renamed, &missing).expect_err("refused").to_string();
+    let left = dir.0.join("store.identity").display().to_string();
+    let named = format!("does not exist ({left} beside it is this cluster's, at log index 200 and token ");
+    assert!(message.contains(&named), "{message}");
+    assert!(message.contains("if it is this store's newest identity file"), "{message}");
+    assert!(!message.contains("other.identity"), "not another cluster's: {message}");
+    assert_eq!(snapshot(&dir.0), before, "the refusal wrote nothing");
+    // A file of this cluster ahead of the store: the store is a stale copy, and the hint says so.
+    let text = std::fs::read_to_string(dir.0.join("store.identity")).expect("reads");
+    let ahead = text.replace("\"highestIndex\":200", "\"highestIndex\":300");
+    assert_ne!(ahead, text);
+    std::fs::write(dir.0.join("store.identity"), ahead).expect("writes");
     let message = EmbeddedStore::open(&renamed, &missing).expect_err("refused").to_string();
     assert!(
-        message.contains("does not exist (") && message.contains("beside it is this store's cluster's"),
+        message.contains("at log index 300") && message.contains("which is then a stale copy"),
         "{message}"
     );
-    assert!(message.contains(&dir.identity().display().to_string()), "names the file left behind: {message}");
-    assert!(!message.contains("other.identity"), "not another cluster's: {message}");
-    assert!(!missing.exists(), "the refusal wrote nothing");
+    assert!(!message.contains("if it is this store's newest"), "{message}");
 }
 
 /// An entry changed over several commits (appended; handed out and attempted; failed; retried;

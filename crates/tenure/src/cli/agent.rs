@@ -124,7 +124,6 @@ pub fn run_cli(args: &AgentArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-
     // The runtime before the store: the fleet store's etcd requests and watch are its tasks. Two
     // workers at least, also on a one-core router: a worker busy with an inventory listing or a
     // page must not hold the heartbeats' etcd requests (the loop itself runs on this thread).

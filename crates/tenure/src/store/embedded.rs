@@ -118,15 +118,7 @@ impl EmbeddedStore {
                     identity: identity_file.to_owned(),
                     store_index: stored.highest_index,
                     store_token: stored.highest_token,
-                    beside: identity_beside(identity_file, &stored.cluster_id)
-                        .map(|found| {
-                            format!(
-                                " ({} beside it is this store's cluster's: was the store's folder renamed? then \
-                                 point `identityFile:` at it)",
-                                found.display()
-                            )
-                        })
-                        .unwrap_or_default(),
+                    beside: identity_beside(identity_file, stored),
                 }),
                 (None, MissingIdentity::Accept) if holds_data => {
                     tracing::warn!(
@@ -585,24 +577,40 @@ pub(crate) fn create_store(
     Ok((db, identity))
 }
 
-/// An identity file of `cluster` in the folder `missing` would be in, under another name (the
-/// default name follows the store's folder, `data/a` → `data/a.identity`: a folder renamed from
-/// `a` leaves `a.identity` behind): a small file that reads as an identity record of this
-/// cluster. `None` when there is none, or the folder cannot be read.
-fn identity_beside(missing: &Path, cluster: &str) -> Option<PathBuf> {
-    /// An identity file is a line of JSON; anything larger is not read.
-    const IDENTITY_BYTES_MAX: u64 = 64 * 1024;
+/// Identity files of `stored`'s cluster in the folder `missing` would be in, under other names
+/// (the default name follows the store's folder, `data/a` → `data/a.identity`: a folder renamed
+/// from `a` leaves `a.identity` behind; an earlier version's default was the config file's name):
+/// `*.identity` regular files (symbolic links are not followed) that read as an identity record
+/// of this cluster, each said with its figures against the store's. One it is behind says the
+/// store is a stale copy; one at or behind the store's figures may be its own — only the
+/// operator knows it is the newest, so the hint says "if". Empty when there is none.
+fn identity_beside(missing: &Path, stored: &StoreIdentity) -> String {
     let folder = missing.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::read_dir(folder)
-        .ok()?
+    let Ok(entries) = std::fs::read_dir(folder) else { return String::new() };
+    let mut said = Vec::new();
+    for path in entries
         .flatten()
-        .filter(|entry| entry.metadata().is_ok_and(|m| m.is_file() && m.len() <= IDENTITY_BYTES_MAX))
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
         .map(|entry| entry.path())
-        .filter(|path| path != missing)
-        .find(|path| {
-            StoreIdentity::read_file(path)
-                .ok()
-                .flatten()
-                .is_some_and(|identity| identity.cluster_id == cluster)
-        })
+        .filter(|path| path.extension().is_some_and(|e| e == "identity") && path != missing)
+    {
+        let Ok(Some(found)) = StoreIdentity::read_file(&path) else { continue };
+        if found.cluster_id != stored.cluster_id {
+            continue;
+        }
+        let ahead = found.highest_index > stored.highest_index || found.highest_token > stored.highest_token;
+        let verdict = if ahead {
+            "ahead of this store, which is then a stale copy: restore a backup instead"
+        } else {
+            "if it is this store's newest identity file (its folder renamed?), point `identityFile:` at it"
+        };
+        said.push(format!(
+            "{} beside it is this cluster's, at log index {} and token {}: {verdict}",
+            path.display(),
+            found.highest_index,
+            found.highest_token
+        ));
+    }
+    said.sort();
+    if said.is_empty() { String::new() } else { format!(" ({})", said.join("; ")) }
 }
