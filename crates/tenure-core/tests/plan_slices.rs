@@ -406,16 +406,16 @@ fn the_compaction_of_slices_drops_what_a_whole_compaction_drops() {
     let mut dropping_slices = 0;
     while compacted < report.compacted {
         let (slice, next) = sliced.engine_mut().reconcile_slice(&view, &view, &cursor, 2).expect("memory");
-        // Each slice drops at once what its look found (at most the 2 × 4 entries it looked at),
-        // the oldest first: what is dropped stays dropped, whatever happens to the look.
-        assert!(slice.compacted <= 8, "dropped {} in one slice", slice.compacted);
+        // Each slice drops at once what its look found (at most the 2 entries it looked at), the
+        // oldest first: what is dropped stays dropped, whatever happens to the look.
+        assert!(slice.compacted <= 2, "dropped {} in one slice", slice.compacted);
         dropping_slices += usize::from(slice.compacted > 0);
         compacted += slice.compacted;
         cursor = if next.is_done() { PlanCursor::default() } else { next };
         slices += 1;
         assert!(slices < 200, "compacted {compacted} of {} in {slices} slices", report.compacted);
     }
-    assert!(slices > 1, "a look of 2 × 4 entries at a time takes more than one slice");
+    assert!(slices > 1, "a look of 2 entries at a time takes more than one slice");
     assert!(dropping_slices > 1, "dropped slice by slice, not at the look's end");
     assert_eq!(compacted, report.compacted);
     assert_eq!(keys(&sliced), keys(&whole), "the same entries dropped");

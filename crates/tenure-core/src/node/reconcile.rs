@@ -52,9 +52,10 @@ impl<S: JournalStore> NodeEngine<S> {
     /// [`SWEEP_ENTRIES_PER_POSITION`] of those
     /// ([`NodeEngine::sweep_done`]: the pass ends when its plan and its sweep are both done), so
     /// that no slice walks a million open entries early in a capture. The compaction of a slice
-    /// (`max` not `usize::MAX`) looks at `max` × [`SWEEP_ENTRIES_PER_POSITION`] entries at most,
-    /// oldest first from where the last slice's look stopped, and drops at once the droppable
-    /// ones it found (the oldest), down to the limit; a whole reconcile's looks from the oldest
+    /// (`max` not `usize::MAX`) looks at `max` entries at most (a window of 4 a position made a
+    /// capture of 300k 10 % slower: every slice walks entries none of which may go), oldest
+    /// first from where the last slice's look stopped, and drops at once the droppable ones it
+    /// found (the oldest), down to the limit; a whole reconcile's looks from the oldest
     /// entry until it found enough. Returns where the next slice resumes.
     ///
     /// Its changes are committed, not synced: the caller syncs (the agent's step ends with a
@@ -99,7 +100,7 @@ impl<S: JournalStore> NodeEngine<S> {
             self.compact_look = None;
             self.compact(head, &mut report)?;
         } else {
-            self.compact_a_slice(head, max.saturating_mul(SWEEP_ENTRIES_PER_POSITION), &mut report)?;
+            self.compact_a_slice(head, max, &mut report)?;
         }
         self.check_sets();
         Ok((report, next))
