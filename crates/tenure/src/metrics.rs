@@ -221,7 +221,7 @@ impl Metrics {
     /// handle's timeout old), so that the gauge and the route agree.
     #[must_use]
     pub fn encode_with(&self, snapshot: Option<MetricsSnapshot>, healthy: bool) -> String {
-        let rows = snapshot.as_ref().map_or(0, |s| s.ownership.len());
+        let rows = snapshot.as_ref().and_then(|s| s.ownership.as_ref()).map_or(0, Vec::len);
         let mut text = String::with_capacity(SCRAPE_BYTES_FIXED + rows * SCRAPE_BYTES_PER_ADDRESS);
         let mut loop_state = Registry::default();
         loop_state.register_collector(Box::new(SnapshotCollector { snapshot, healthy_when_busy: healthy }));
@@ -426,18 +426,17 @@ mod tests {
 
     fn snapshot() -> MetricsSnapshot {
         MetricsSnapshot {
-            ownership: vec![
+            ownership: Some(vec![
                 row("edge", "10.0.0.10", Some("a"), (3, 4), true),
                 row("edge", "10.0.0.11", None, (2, 2), false),
                 // Not a name the core accepts, but the encoder must escape whatever it is given.
                 row("edge", "2001:db8::1", Some("we\"ird\\node\nx"), (1, 1), true),
-            ],
+            ]),
             addresses: vec![
                 (("edge".to_owned(), "held".to_owned()), 2),
                 (("edge".to_owned(), "released".to_owned()), 1),
             ],
             address_series_omitted: 0,
-            address_series: true,
             actions: vec![
                 (("assign-secondary-ip".to_owned(), "executed".to_owned()), 2),
                 (("unassign-secondary-ip".to_owned(), "skipped".to_owned()), 1),
@@ -468,9 +467,8 @@ mod tests {
     #[test]
     fn a_scrape_without_address_series_says_so() {
         let mut without = snapshot();
-        without.ownership.clear();
+        without.ownership = None;
         without.address_series_omitted = 3;
-        without.address_series = false;
         let (samples, types) = check(&Metrics::new().encode(Some(without)));
         for family in [
             "tenure_ownership_epoch",

@@ -172,10 +172,9 @@ pub fn metrics<S: JournalStore>(
     }
     MetricsSnapshot {
         // Filled in by the handle, from the map and journals the loop posted: not by the loop.
-        ownership: Vec::new(),
+        ownership: None,
         addresses: Vec::new(),
         address_series_omitted: 0,
-        address_series: false,
         actions: Vec::new(),
         fenced: fenced.into_iter().collect(),
         rejected_events: rejected_events.into_iter().collect(),

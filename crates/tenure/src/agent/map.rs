@@ -98,14 +98,13 @@ pub fn rows_page(map: &MapSnapshot, query: &OwnershipQuery) -> RowsPage {
 /// `tenure_address_desired`) are 4 million series at a million addresses, so by default they are
 /// written only for a map of at most [`ADDRESS_SERIES_AUTO_MAX`] addresses; the counts by pool
 /// and phase (`tenure_addresses`) are written always.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AddressSeries {
     /// Every address's series while the map shows at most this many addresses; none beyond.
     Auto(usize),
     /// Every address's series, whatever their number (asked for: `?addresses=all`).
     All,
     /// No address's series (`?addresses=none`).
-    #[default]
     None,
 }
 

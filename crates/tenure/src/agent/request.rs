@@ -64,15 +64,13 @@ pub struct Health {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetricsSnapshot {
     /// Every address the map shows, when the scrape writes their series ([`AgentHandle::metrics`]
-    /// fills it in from the posted map, as [`AddressSeries`] asks; empty when left out).
-    pub ownership: Vec<OwnershipRow>,
+    /// fills it in from the posted map, as [`AddressSeries`] asks); `None`: left out (their
+    /// families are not declared either).
+    pub ownership: Option<Vec<OwnershipRow>>,
     /// Addresses the map shows, by (pool, phase): written whatever the per-address series.
     pub addresses: Vec<((String, String), u64)>,
     /// How many addresses' series the scrape left out ([`AddressSeries`]).
     pub address_series_omitted: u64,
-    /// Whether the scrape writes the per-address families (declared even for an empty map;
-    /// not at all when left out, or asked for none).
-    pub address_series: bool,
     /// Journal entries now, by (verb, state).
     pub actions: Vec<((String, String), u64)>,
     /// Actions fenced (skipped) so far, by reason (`stale-epoch`, …), since the agent started.
@@ -510,8 +508,7 @@ impl AgentHandle {
                 (addresses, super::answers::action_counts(&reads.journals))
             })
             .await?;
-        snapshot.address_series = addresses.rows.is_some();
-        snapshot.ownership = addresses.rows.unwrap_or_default();
+        snapshot.ownership = addresses.rows;
         snapshot.addresses = addresses.counts;
         snapshot.address_series_omitted = addresses.omitted;
         snapshot.actions = actions;

@@ -2,10 +2,12 @@
 //! collector registered for that one scrape (see the module documentation of [`super`]).
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+
+use tenure_core::rows::OwnershipRow;
 
 use crate::agent::request::MetricsSnapshot;
 
@@ -41,8 +43,8 @@ impl Collector for SnapshotCollector {
         )?;
         // Four series an address, written only as the scrape asked (`AddressSeries`): left
         // out, their families are not declared either.
-        if s.address_series {
-            address_series(&mut encoder, s)?;
+        if let Some(rows) = &s.ownership {
+            address_series(&mut encoder, rows)?;
         }
         let mut family = encoder.encode_descriptor(
             "tenure_actions",
@@ -174,34 +176,28 @@ fn reason_counters(
 }
 
 /// The four per-address families: epochs, owner and desired flag, a sample each per address.
-fn address_series(encoder: &mut DescriptorEncoder, s: &MetricsSnapshot) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(
+fn address_series(encoder: &mut DescriptorEncoder, rows: &[OwnershipRow]) -> Result<(), std::fmt::Error> {
+    per_address(
+        encoder,
+        rows,
         "tenure_ownership_epoch",
         "Current ownershipEpoch per address (0: never owned).",
-        None,
-        MetricType::Gauge,
+        |row| row.ownership_epoch,
     )?;
-    for row in &s.ownership {
-        let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
-        ConstGauge::new(row.ownership_epoch).encode(family.encode_family(&labels)?)?;
-    }
-    let mut family = encoder.encode_descriptor(
+    per_address(
+        encoder,
+        rows,
         "tenure_capture_epoch",
         "Current captureEpoch per address, on its pool's capture domain (0: never held).",
-        None,
-        MetricType::Gauge,
+        |row| row.capture_epoch,
     )?;
-    for row in &s.ownership {
-        let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
-        ConstGauge::new(row.capture_epoch).encode(family.encode_family(&labels)?)?;
-    }
     let mut family = encoder.encode_descriptor(
         "tenure_address_owner",
         "1 for the current owner of each address (owner=\"\" when it has none).",
         None,
         MetricType::Gauge,
     )?;
-    for row in &s.ownership {
+    for row in rows {
         let labels = [
             ("pool", row.pool.as_str()),
             ("address", row.address.as_str()),
@@ -209,15 +205,27 @@ fn address_series(encoder: &mut DescriptorEncoder, s: &MetricsSnapshot) -> Resul
         ];
         ConstGauge::new(1_i64).encode(family.encode_family(&labels)?)?;
     }
-    let mut family = encoder.encode_descriptor(
+    per_address(
+        encoder,
+        rows,
         "tenure_address_desired",
         "1 when the address is desired (should be held), 0 after undesire.",
-        None,
-        MetricType::Gauge,
-    )?;
-    for row in &s.ownership {
+        |row| i64::from(row.desired),
+    )
+}
+
+/// One gauge family `NAME{pool,address}`, a sample per row.
+fn per_address<V: EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder,
+    rows: &[OwnershipRow],
+    name: &str,
+    help: &str,
+    value: impl Fn(&OwnershipRow) -> V,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for row in rows {
         let labels = [("pool", row.pool.as_str()), ("address", row.address.as_str())];
-        ConstGauge::new(i64::from(row.desired)).encode(family.encode_family(&labels)?)?;
+        ConstGauge::new(value(row)).encode(family.encode_family(&labels)?)?;
     }
     Ok(())
 }

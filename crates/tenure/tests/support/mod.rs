@@ -236,10 +236,9 @@ impl TestDoubleAgentLoop {
             }
         }
         MetricsSnapshot {
-            ownership: report.ownership,
+            ownership: Some(report.ownership),
             addresses: Vec::new(),
             address_series_omitted: 0,
-            address_series: true,
             actions: actions.into_iter().collect(),
             fenced: fenced.into_iter().collect(),
             rejected_events: Vec::new(),

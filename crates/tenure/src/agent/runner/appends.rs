@@ -20,7 +20,7 @@ impl<S: AgentStore> Agent<S> {
     /// later).
     pub(super) async fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
         self.retry_unappended().await?;
-        self.append_with(Vec::new(), kinds, false).await
+        self.append_with(Vec::new(), kinds, Batch::Unretried).await
     }
 
     /// Appends the batch kept from a failed append, alone and as it was; `Err` while it does not
@@ -32,14 +32,14 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// Appends `stamped` (as they are) and then `kinds` (stamped now) in one durable commit.
-    /// With `keep`, a batch that could not be appended to a store that retries is kept and
-    /// appended again, alone and unchanged, before anything else.
+    /// Appends `stamped` (as they are) and then `kinds` (stamped now) in one commit, as `batch`
+    /// says ([`Batch`]: a kept batch that could not be appended to a store that retries is
+    /// appended again, alone and unchanged, before anything else).
     pub(super) async fn append_with(
         &mut self,
         mut events: Vec<Event>,
         kinds: Vec<EventKind>,
-        keep: bool,
+        batch: Batch,
     ) -> Result<Vec<u64>, String> {
         if events.is_empty() && kinds.is_empty() {
             return Ok(Vec::new());
@@ -48,7 +48,7 @@ impl<S: AgentStore> Agent<S> {
             let at_ms = self.stamp();
             events.extend(kinds.into_iter().map(|kind| Event { at_ms, kind }));
         }
-        self.commit(events, if keep { Batch::Kept } else { Batch::Unretried }).await
+        self.commit(events, batch).await
     }
 
     pub(super) async fn commit(&mut self, events: Vec<Event>, batch: Batch) -> Result<Vec<u64>, String> {
@@ -131,15 +131,11 @@ impl<S: AgentStore> Agent<S> {
         }
         if results_only {
             debug_assert!(kinds.iter().all(|k| matches!(k, EventKind::ActionResult { .. })));
-            if !kinds.is_empty() {
-                let at_ms = self.stamp();
-                let events = kinds.into_iter().map(|kind| Event { at_ms, kind }).collect();
-                let _ = self.commit(events, Batch::Results).await;
-            }
+            let _ = self.append_with(Vec::new(), kinds, Batch::Results).await;
             return;
         }
         let stamped = std::mem::take(&mut self.queued_stamped);
-        let _ = self.append_with(stamped, kinds, true).await;
+        let _ = self.append_with(stamped, kinds, Batch::Kept).await;
     }
 
     /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]; returns how many
