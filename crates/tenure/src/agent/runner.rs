@@ -213,7 +213,21 @@ pub async fn run<S: AgentStore>(
     let mut agent = Agent::start(store, settings, observer)?;
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
-    agent.begin().await?;
+    tokio::pin!(shutdown);
+    // A start that waits for its log (etcd out of reach) ends at shutdown: nothing was started.
+    let board = requests.board();
+    let begun = tokio::select! {
+        begun = agent.begin(&board) => Some(begun),
+        () = &mut shutdown => None,
+    };
+    match begun {
+        Some(begun) => begun?,
+        None => {
+            info!("shutting down before the start completed: nothing was started");
+            agent.beat.stop();
+            return Ok(agent.summary);
+        }
+    }
     agent.step().await;
     // Reads (the map, the journals) from here: before its first step the agent has not applied
     // its pools, and an empty map would say it holds nothing (a read waits for this post).
@@ -224,9 +238,7 @@ pub async fn run<S: AgentStore>(
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
     identity.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    tokio::pin!(shutdown);
     let log_changed = agent.store.log_changed();
-    let board = requests.board();
     let mut reload_open = true;
     let mut requests_open = true;
     loop {

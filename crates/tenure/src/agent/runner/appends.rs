@@ -18,14 +18,14 @@ impl<S: AgentStore> Agent<S> {
     /// An operator's or the pool files' events: appended after any batch kept for a retry, and
     /// never kept for a retry themselves (a caller told "unavailable" must not see them land
     /// later).
-    pub(super) async fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, String> {
+    pub(super) async fn append(&mut self, kinds: Vec<EventKind>) -> Result<Vec<u64>, AppendError> {
         self.retry_unappended().await?;
         self.append_with(Vec::new(), kinds, Batch::Unretried).await
     }
 
     /// Appends the batch kept from a failed append, alone and as it was; `Err` while it does not
     /// land (it stays kept).
-    pub(super) async fn retry_unappended(&mut self) -> Result<(), String> {
+    pub(super) async fn retry_unappended(&mut self) -> Result<(), AppendError> {
         match self.unappended.take() {
             Some(events) => self.commit(events, Batch::Kept).await.map(drop),
             None => Ok(()),
@@ -40,7 +40,7 @@ impl<S: AgentStore> Agent<S> {
         mut events: Vec<Event>,
         kinds: Vec<EventKind>,
         batch: Batch,
-    ) -> Result<Vec<u64>, String> {
+    ) -> Result<Vec<u64>, AppendError> {
         if events.is_empty() && kinds.is_empty() {
             return Ok(Vec::new());
         }
@@ -51,7 +51,7 @@ impl<S: AgentStore> Agent<S> {
         self.commit(events, batch).await
     }
 
-    pub(super) async fn commit(&mut self, events: Vec<Event>, batch: Batch) -> Result<Vec<u64>, String> {
+    pub(super) async fn commit(&mut self, events: Vec<Event>, batch: Batch) -> Result<Vec<u64>, AppendError> {
         self.slow.append();
         let keep = batch != Batch::Unretried;
         // Only a batch kept for a retry is appended as one: a request's events, not retried, must
@@ -80,7 +80,7 @@ impl<S: AgentStore> Agent<S> {
                     self.append_failure = Some(reason.clone());
                     self.unappended = Some(events);
                 }
-                Err(reason)
+                Err(AppendError { reason, transient: true })
             }
             // A request's events (a pool reload, an operator's request) that the store will not
             // hold — a record over its size limit, an event the codec refuses — were refused
@@ -88,13 +88,13 @@ impl<S: AgentStore> Agent<S> {
             Err(e @ (LogError::TooLarge { .. } | LogError::Rejected(_))) if !keep => {
                 let reason = format!("not appended, the store is unchanged: {e}");
                 warn!(%reason, "request refused");
-                Err(reason)
+                Err(AppendError { reason, transient: false })
             }
             Err(e) => {
                 let reason = format!("cannot append to the log: {e}");
                 error!(%reason);
                 self.core.fail(reason.clone());
-                Err(reason)
+                Err(AppendError { reason, transient: false })
             }
         }
     }
@@ -141,7 +141,7 @@ impl<S: AgentStore> Agent<S> {
     /// Applies the pool files' set: the ordered events of [`plan_pool_changes`]; returns how many
     /// were appended (0: the log holds the set already). A rejected one is reported (the set was
     /// checked as a whole, so it should not happen).
-    pub(super) async fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<usize, Vec<String>> {
+    pub(super) async fn apply_pools(&mut self, wanted: &[PoolSpec]) -> Result<usize, AppendError> {
         let applied = self.applied_pools();
         let plan = plan_pool_changes(&applied, wanted);
         if plan.is_empty() {
@@ -165,7 +165,7 @@ impl<S: AgentStore> Agent<S> {
                 _ => None,
             })
             .collect();
-        self.append(plan).await.map_err(|e| vec![e])?;
+        self.append(plan).await?;
         for (pool, addresses, what) in said {
             match addresses {
                 Some(addresses) => info!(%pool, addresses, "{what}"),
@@ -196,7 +196,7 @@ impl<S: AgentStore> Agent<S> {
                     "pool reload: the log already holds these pools; nothing to apply"
                 ),
                 Ok(_) => {}
-                Err(lines) => error!(errors = %lines.join("; "), "pool reload not applied"),
+                Err(e) => error!(error = %e, "pool reload not applied"),
             },
             Err(lines) => {
                 *self.counters.rejected_events.entry("pool-reload".to_owned()).or_insert(0) += 1;
@@ -205,6 +205,29 @@ impl<S: AgentStore> Agent<S> {
                 }
             }
         }
+    }
+}
+
+/// Why an append failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct AppendError {
+    /// What the store said, as the agent logs and answers it.
+    pub(super) reason: String,
+    /// The store was unavailable and retries appends (the fleet store: etcd out of reach): the
+    /// same append may land if tried again. Otherwise the store refused it (a record over its
+    /// size limit) or failed for good (the agent no longer acts).
+    pub(super) transient: bool,
+}
+
+impl std::fmt::Display for AppendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl From<AppendError> for String {
+    fn from(e: AppendError) -> Self {
+        e.reason
     }
 }
 

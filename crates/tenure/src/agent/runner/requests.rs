@@ -216,7 +216,7 @@ impl<S: AgentStore> Agent<S> {
         let unchanged = answers::changes_nothing(self.view(), &event);
         let event_name = event.wire_name();
         info!(event = event_name, "appending a submitted event");
-        let indices = self.append(vec![event]).await.map_err(SubmitError::Unavailable)?;
+        let indices = self.append(vec![event]).await.map_err(|e| SubmitError::Unavailable(e.reason))?;
         let index = indices.first().copied().expect("one event appended, one index");
         // Answered once the view applied it, so that the map readers see (posted at every
         // follow) shows it: an ask after this answer sees what it did. A log that cannot be read

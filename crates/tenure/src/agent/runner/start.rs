@@ -15,10 +15,12 @@ use tenure_core::node::NodeEngine;
 use tenure_core::retry::RetryBackoff;
 use tokio::task::JoinSet;
 use tokio::time::{Duration, Instant};
-use tracing::{error, warn};
+use tracing::{error, info, warn};
 
 use super::super::answers::Counters;
+use super::super::request::HealthBoard;
 use super::super::{AgentStore, Settings};
+use super::appends::AppendError;
 use super::inventory::InventorySchedule;
 use super::{
     Agent, AgentError, CLOCK_VOTE_WINDOW, Observe, RunSummary, clock, heartbeat, refresh, slow, stale,
@@ -155,7 +157,13 @@ impl<S: AgentStore> Agent<S> {
     /// The start of a run: keepalived's state settled, the first heartbeats appended, the pool
     /// files seeded into the log (on a shared log, the log's versions are in force), and the
     /// heartbeat thread started — before the first step (a full pass over every address).
-    pub(super) async fn begin(&mut self) -> Result<(), AgentError> {
+    ///
+    /// A store that retries appends (etcd) out of reach does not stop the start: each append is
+    /// tried again every heartbeat interval, after following the log (one that landed unanswered
+    /// is not appended twice), with health failing and saying so meanwhile (`board`). A blip of
+    /// etcd or of the router's link while it starts must not stop the process: it would answer
+    /// nothing until restarted by hand (a fleet soak's finding). Shutdown ends the wait (`run`).
+    pub(super) async fn begin(&mut self, board: &HealthBoard) -> Result<(), AgentError> {
         let wanted = (self.pools)().map_err(AgentError::Pools)?;
         if let Some(reason) = self.store.refusal() {
             error!(%reason, "refusing the store: appending nothing, never acting");
@@ -181,7 +189,11 @@ impl<S: AgentStore> Agent<S> {
             } else {
                 wanted
             };
-            self.register().await?;
+            let mut waited = false;
+            while let Err(attempt) = self.register().await {
+                self.retry_start(board, "registering this agent's nodes", attempt).await?;
+                waited = true;
+            }
             // No step before keepalived's state is known.
             self.vrrp_settle().await;
             // This agent's nodes say they are alive (after keepalived's state, as before) before
@@ -194,10 +206,25 @@ impl<S: AgentStore> Agent<S> {
                 self.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
             }
             let first = std::mem::take(&mut self.queued);
-            self.append(first)
-                .await
-                .map_err(|e| AgentError::Log(format!("appending this agent's first heartbeats: {e}")))?;
-            self.apply_pools(&wanted).await.map_err(AgentError::Pools)?;
+            // Stamped again at each attempt; heartbeats and keepalived's state appended twice (one
+            // that landed unanswered) say nothing new.
+            while let Err(e) = self.append(first.clone()).await {
+                self.retry_start(board, "appending this agent's first heartbeats", Attempt::from(e)).await?;
+                waited = true;
+            }
+            // The plan is made again from the log after each failure: a pool event that landed
+            // unanswered is not appended again.
+            while let Err(e) = self.apply_pools(&wanted).await {
+                if !e.transient {
+                    return Err(AgentError::Pools(vec![e.reason]));
+                }
+                self.retry_start(board, "applying the pool files", Attempt::Retry(e.reason)).await?;
+                waited = true;
+            }
+            self.append_failure = None;
+            if waited {
+                info!("the start's appends landed");
+            }
         }
         if self.core.failed().is_some() {
             self.beat.stop();
@@ -212,30 +239,77 @@ impl<S: AgentStore> Agent<S> {
         Ok(())
     }
 
-    /// Appends the registrations found at start ([`registrations`]): this agent's nodes join the
-    /// log's registry before its pools and heartbeats are appended.
-    async fn register(&mut self) -> Result<(), AgentError> {
-        let events = std::mem::take(&mut self.registering);
-        if events.is_empty() {
+    /// After a start append that did not land: a failure for good stops the start; one that may
+    /// pass is said (health fails with it, logged once per reason), waited out for a heartbeat
+    /// interval, and the log followed so the next attempt sees what landed unanswered.
+    async fn retry_start(
+        &mut self,
+        board: &HealthBoard,
+        what: &str,
+        attempt: Attempt,
+    ) -> Result<(), AgentError> {
+        let reason = match attempt {
+            Attempt::Fatal(e) => return Err(e),
+            Attempt::Retry(reason) => reason,
+        };
+        let reason = format!("{what}: {reason}; trying again every {:?}", self.heartbeat_interval);
+        if self.append_failure.as_deref() != Some(reason.as_str()) {
+            warn!(%reason, "the start waits for the log");
+            self.append_failure = Some(reason);
+        }
+        board.post(self.health());
+        tokio::time::sleep(self.heartbeat_interval).await;
+        if let Err(reason) = self.follow().await {
+            warn!(%reason, "the start cannot follow the log yet");
+        }
+        Ok(())
+    }
+
+    /// Appends the registrations found at start ([`registrations`]) that the log does not hold
+    /// yet: this agent's nodes join the log's registry before its pools and heartbeats are
+    /// appended.
+    async fn register(&mut self) -> Result<(), Attempt> {
+        let landed: Vec<bool> = self
+            .registering
+            .iter()
+            .map(|event| matches!(event, EventKind::NodeRegistered { spec, .. } if self.view().node_id(&spec.name).is_some()))
+            .collect();
+        let mut landed = landed.into_iter();
+        self.registering.retain(|_| !landed.next().unwrap_or(false));
+        if self.registering.is_empty() {
             return Ok(());
         }
+        let events = self.registering.clone();
         let said: Vec<String> = events.iter().map(ToString::to_string).collect();
-        self.append(events)
-            .await
-            .map_err(|e| AgentError::Log(format!("registering this agent's nodes: {e}")))?;
+        self.append(events).await?;
         // The log decides: a registration another agent's raced ahead of is rejected there.
-        self.follow().await.map_err(AgentError::Log)?;
+        self.follow().await.map_err(Attempt::Retry)?;
+        self.registering.clear();
         for node in self.own_nodes.clone() {
             if self.view().node_id(&node).is_none() {
-                return Err(AgentError::Membership(format!(
+                return Err(Attempt::Fatal(AgentError::Membership(format!(
                     "node `{node}`: the fleet's log did not take its registration (another agent registered this name \
                      or this NIC first); see the other agents' status page"
-                )));
+                ))));
             }
         }
         for line in said {
             tracing::info!(event = %line, "registered in the fleet's log");
         }
         Ok(())
+    }
+}
+
+/// How a start append that did not land goes on.
+enum Attempt {
+    /// The store may take it soon (etcd out of reach): try again.
+    Retry(String),
+    /// The start stops.
+    Fatal(AgentError),
+}
+
+impl From<AppendError> for Attempt {
+    fn from(e: AppendError) -> Self {
+        if e.transient { Self::Retry(e.reason) } else { Self::Fatal(AgentError::Log(e.reason)) }
     }
 }
