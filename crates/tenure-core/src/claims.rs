@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use crate::model::{CaptureDomain, PoolSpec};
 use crate::state::push_exact;
@@ -28,7 +27,7 @@ pub struct Overlap {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressClaims {
     /// Per address: the (domain, pool) pairs that list it (one per domain).
-    by_address: BTreeMap<IpAddr, thin_vec::ThinVec<(CaptureDomain, Arc<str>)>>,
+    by_address: BTreeMap<IpAddr, thin_vec::ThinVec<(CaptureDomain, crate::names::Name)>>,
     /// Per applied pool: its domain and addresses, to let them go on an update or a deletion.
     by_pool: BTreeMap<String, (CaptureDomain, Vec<IpAddr>)>,
 }
@@ -74,11 +73,11 @@ impl AddressClaims {
         self.delete(&spec.name);
         let domain = spec.capture_domain();
         // One copy of the pool's name and domain for all its addresses.
-        let name: Arc<str> = Arc::from(spec.name.as_str());
+        let name = crate::names::shared(&spec.name);
         for address in &spec.addresses {
             let claims = self.by_address.entry(*address).or_default();
             if !claims.iter().any(|(d, _)| *d == domain) {
-                push_exact(claims, (domain.clone(), Arc::clone(&name)));
+                push_exact(claims, (domain.clone(), name.clone()));
             }
         }
         self.by_pool.insert(spec.name.clone(), (domain, spec.addresses.clone()));

@@ -199,6 +199,12 @@ pub struct JournalEntry {
     pub attempts: Attempts,
 }
 
+// A node holding a million addresses keeps a million entries, each in an `Arc` (16 bytes more):
+// 200 bytes falls in the allocator's 224-byte class, where the 240 of five `Arc<str>` names fell in
+// the 256-byte one (docs/benchmarks.md, "Names behind one pointer").
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<JournalEntry>() <= 200);
+
 /// The provider calls the gate handed out for one entry (SPEC 6: each passed the gate an
 /// instant before), kept across restarts so that a retry's backoff and an operator's
 /// `tenure actions` see every attempt.

@@ -24,7 +24,7 @@ pub struct JournalRow {
 /// One node's journal as of one moment: cheap to clone, immutable, readable from any thread.
 #[derive(Clone, Debug)]
 pub struct JournalSnapshot {
-    node: Arc<str>,
+    node: crate::names::Name,
     entries: imbl::OrdMap<JournalSeq, JournalRow>,
 }
 

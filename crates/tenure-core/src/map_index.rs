@@ -20,7 +20,7 @@ use crate::input::canonical_address;
 use crate::rows::OwnershipRow;
 
 /// A row's position: its pool's name and the address (the map's order).
-pub type MapKey = (Arc<str>, IpAddr);
+pub type MapKey = (crate::names::Name, IpAddr);
 
 /// One address the map shows, without a name written out: node ids of the snapshot's nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub struct MapRow {
     pub holders: Box<[NodeId]>,
     /// The NICs holding it ([`MapStatus::WithPhase`] only): the holders' and what inventory
     /// showed.
-    pub nics: Option<Box<[Arc<str>]>>,
+    pub nics: Option<Box<[crate::names::Name]>>,
 }
 
 impl MapRow {
@@ -91,7 +91,7 @@ impl MapRow {
 pub struct MapSnapshot {
     rows: imbl::OrdMap<MapKey, Arc<MapRow>>,
     /// The registry's node names, by id.
-    nodes: Arc<[Arc<str>]>,
+    nodes: Arc<[crate::names::Name]>,
 }
 
 impl MapSnapshot {
@@ -109,7 +109,7 @@ impl MapSnapshot {
 
     /// The registry's node names, by id.
     #[must_use]
-    pub fn nodes(&self) -> &[Arc<str>] {
+    pub fn nodes(&self) -> &[crate::names::Name] {
         &self.nodes
     }
 
@@ -128,7 +128,7 @@ impl MapSnapshot {
     /// The row of `address` in `pool`, if the map shows it.
     #[must_use]
     pub fn row(&self, pool: &str, address: IpAddr) -> Option<&MapRow> {
-        self.rows.get(&(Arc::from(pool), address)).map(|row| &**row)
+        self.rows.get(&(crate::names::shared(pool), address)).map(|row| &**row)
     }
 
     /// The rows in the map's order (pool name, then address), only of `pool` when given, and only
@@ -144,10 +144,12 @@ impl MapSnapshot {
         let past = matches!((pool, after), (Some(pool), Some((after_pool, _))) if after_pool > pool);
         let from: Bound<MapKey> = match (pool, after) {
             (Some(pool), Some((after_pool, address))) if after_pool == pool => {
-                Bound::Excluded((Arc::from(pool), address))
+                Bound::Excluded((crate::names::shared(pool), address))
             }
-            (Some(pool), _) => Bound::Included((Arc::from(pool), first)),
-            (None, Some((after_pool, address))) => Bound::Excluded((Arc::from(after_pool), address)),
+            (Some(pool), _) => Bound::Included((crate::names::shared(pool), first)),
+            (None, Some((after_pool, address))) => {
+                Bound::Excluded((crate::names::shared(after_pool), address))
+            }
             (None, None) => Bound::Unbounded,
         };
         self.rows
@@ -228,7 +230,7 @@ impl MapIndex {
 
     /// Reads the row of `address` in `pool` from `view` again (gone when the map no longer shows
     /// it). Returns 1 when a row was read.
-    fn read_row(&mut self, view: &Federation, pool: Arc<str>, address: IpAddr) -> usize {
+    fn read_row(&mut self, view: &Federation, pool: crate::names::Name, address: IpAddr) -> usize {
         let key = (pool, address);
         match view.map_address_of(&key.0, address, MapStatus::WithPhase) {
             Some(shown) => {

@@ -6,7 +6,6 @@
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -84,7 +83,7 @@ token!(
 
 /// A (provider, address) pair: what a node's engine tracks per address it acts on, the provider's
 /// name shared ([`crate::names`]).
-pub type ProviderAddress = (Arc<str>, IpAddr);
+pub type ProviderAddress = (crate::names::Name, IpAddr);
 
 /// `provider:<provider>:placement:<placementGroup>`: the nodes contending for an address in one
 /// domain share one capture-epoch line.
@@ -92,7 +91,7 @@ pub type ProviderAddress = (Arc<str>, IpAddr);
 /// Shared text ([`crate::names`]): the many addresses and journal entries of one domain hold one
 /// copy of its name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CaptureDomain(Arc<str>);
+pub struct CaptureDomain(crate::names::Name);
 
 impl CaptureDomain {
     /// The domain of `provider` and `placement_group`.

@@ -13,14 +13,18 @@
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::Arc;
+
+/// A shared name: a reference-counted string behind one pointer (8 bytes where `Arc<str>` is
+/// 16), so the five names an action carries and the name in every `(provider, address)` key
+/// take half the room.
+pub type Name = arcstr::ArcStr;
 
 /// The fewest names a thread's set holds before it looks for unused ones to forget.
 pub const NAMES_KEPT_MAX: usize = 4096;
 
 /// A thread's names, and the size at which it next looks for unused ones.
 struct Names {
-    kept: HashSet<Arc<str>>,
+    kept: HashSet<Name>,
     scan_at: usize,
 }
 
@@ -32,19 +36,19 @@ thread_local! {
 /// `name` as the shared copy this thread holds (a reference count, no allocation), or a new
 /// copy it keeps from now on.
 #[must_use]
-pub fn shared(name: &str) -> Arc<str> {
+pub fn shared(name: &str) -> Name {
     NAMES.with_borrow_mut(|names| {
         if let Some(kept) = names.kept.get(name) {
-            return Arc::clone(kept);
+            return kept.clone();
         }
         if names.kept.len() >= names.scan_at {
-            names.kept.retain(|kept| Arc::strong_count(kept) > 1);
+            names.kept.retain(|kept| Name::strong_count(kept).is_none_or(|count| count > 1));
             // Names all still in use are not scanned again until the set doubles: a scan per
             // new name would make each O(names).
             names.scan_at = NAMES_KEPT_MAX.max(names.kept.len() * 2);
         }
-        let kept: Arc<str> = Arc::from(name);
-        names.kept.insert(Arc::clone(&kept));
+        let kept = Name::from(name);
+        names.kept.insert(kept.clone());
         kept
     })
 }
@@ -57,8 +61,8 @@ mod tests {
     fn an_equal_name_is_the_same_copy() {
         let a = shared("edge-vips");
         let b = shared(&String::from("edge-vips"));
-        assert!(Arc::ptr_eq(&a, &b), "one copy per name");
-        assert!(!Arc::ptr_eq(&a, &shared("core-vips")));
+        assert!(Name::ptr_eq(&a, &b), "one copy per name");
+        assert!(!Name::ptr_eq(&a, &shared("core-vips")));
     }
 
     #[test]
@@ -69,17 +73,17 @@ mod tests {
         }
         let kept = NAMES.with_borrow(|names| names.kept.len());
         assert!(kept <= NAMES_KEPT_MAX, "the set stays bounded: {kept} names");
-        assert!(Arc::ptr_eq(&held, &shared("held-name")), "a name still held is kept");
+        assert!(Name::ptr_eq(&held, &shared("held-name")), "a name still held is kept");
     }
 
     /// More names in use than the bound: they are kept, and the next look waits until the set has
     /// doubled (a look per new name would make each O(names)).
     #[test]
     fn names_all_in_use_are_looked_at_again_only_once_the_set_doubled() {
-        let held: Vec<Arc<str>> = (0..NAMES_KEPT_MAX + 10).map(|i| shared(&format!("held-{i}"))).collect();
+        let held: Vec<Name> = (0..NAMES_KEPT_MAX + 10).map(|i| shared(&format!("held-{i}"))).collect();
         let (kept, scan_at) = NAMES.with_borrow(|names| (names.kept.len(), names.scan_at));
         assert_eq!(kept, held.len(), "every name in use is kept");
         assert_eq!(scan_at, 2 * NAMES_KEPT_MAX, "looked once, at the bound: next at twice what it kept");
-        assert!(held.iter().all(|name| Arc::ptr_eq(name, &shared(name))));
+        assert!(held.iter().all(|name| Name::ptr_eq(name, &shared(name))));
     }
 }

@@ -25,7 +25,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::ops::Bound;
-use std::sync::Arc;
 
 use crate::federation::Federation;
 use crate::fence::{HeadView, StaleReason};
@@ -113,7 +112,7 @@ pub struct NodeEngine<S: JournalStore> {
     /// Addresses with a call in flight, with the providers of those calls (looked up without
     /// building a key: the execute loop asks for every entry it considers). A refresh in flight
     /// counts too: no other call of its address starts before it ends.
-    busy: BTreeMap<IpAddr, Vec<Arc<str>>>,
+    busy: BTreeMap<IpAddr, Vec<crate::names::Name>>,
     /// Announcements repeated for a held address ([`NodeEngine::poll_refreshes`]), in flight,
     /// by (provider, address): in memory only, never journaled.
     refreshing: BTreeMap<ProviderAddress, StampedAction>,

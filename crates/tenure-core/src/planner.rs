@@ -230,7 +230,7 @@ enum Walk {
     #[default]
     Start,
     /// At this key (the next to visit).
-    At(Arc<str>, IpAddr),
+    At(crate::names::Name, IpAddr),
     /// Every position visited.
     Done,
 }

@@ -91,7 +91,7 @@ pub struct Confirmation {
     pub capture_domain: CaptureDomain,
     /// The NIC of the confirmed action, as its key names it (a release of an acquire is stamped
     /// with the acquire's NIC, whatever the node's NIC is now).
-    pub nic: Arc<str>,
+    pub nic: crate::names::Name,
     /// Its capture epoch.
     pub capture_epoch: CaptureEpoch,
     /// `true` for an acquire verb that takes the address, `false` for a release that drops it.

@@ -2,7 +2,6 @@
 //! one place ([`ActionStamp::write_key`]) and parsed back ([`ParsedKey`]).
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use super::{CaptureDomain, CaptureEpoch, OwnershipEpoch, Verb};
 
@@ -10,17 +9,17 @@ use super::{CaptureDomain, CaptureEpoch, OwnershipEpoch, Verb};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StampedAction {
     /// Pool name.
-    pub pool: Arc<str>,
+    pub pool: crate::names::Name,
     /// The address acted on.
     pub address: IpAddr,
     /// The provider verb.
     pub verb: Verb,
     /// Acquire: the desired holder; release: the leaving node.
-    pub holder: Arc<str>,
+    pub holder: crate::names::Name,
     /// Provider name.
-    pub provider: Arc<str>,
+    pub provider: crate::names::Name,
     /// The holder's NIC.
-    pub nic: Arc<str>,
+    pub nic: crate::names::Name,
     /// The epoch line this action belongs to.
     pub capture_domain: CaptureDomain,
     /// The capture epoch at planning time.
@@ -28,6 +27,10 @@ pub struct StampedAction {
     /// The ownership epoch at planning time.
     pub ownership_epoch: OwnershipEpoch,
 }
+
+// Its five names (the capture domain's too) are one pointer each ([`crate::names::Name`]).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<StampedAction>() <= 80);
 
 /// An action's idempotency key (SPEC 5): written only from its stamp ([`ActionStamp::write_key`],
 /// through [`StampedAction::idempotency_key`]), so a key made from a [`StampedAction`] is never a

@@ -3,7 +3,6 @@
 //! node's journal, to be appended as an `action-result`.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::agent::{CallOutcome, HeadConfirmed};
@@ -25,7 +24,7 @@ pub(super) struct CallDone {
 pub(super) struct CallTask {
     pub(super) node: usize,
     pub(super) key: IdempotencyKey,
-    pub(super) provider: Arc<str>,
+    pub(super) provider: tenure_core::names::Name,
     /// A refresh of this address: ended in the engine, never journaled.
     pub(super) refresh: Option<IpAddr>,
 }
@@ -69,7 +68,7 @@ impl<S: AgentStore> Agent<S> {
         let key = action.idempotency_key();
         debug!(node = self.core.drivers()[node].name(), key = %key, "calling the provider");
         let deadline = self.call_deadline(provider.call_timeout);
-        let task = CallTask { node, key: key.clone(), provider: Arc::clone(&action.provider), refresh };
+        let task = CallTask { node, key: key.clone(), provider: action.provider.clone(), refresh };
         let authority = self.guarding(&action);
         let handle = self.calls.spawn(async move {
             let started = Instant::now();
