@@ -409,7 +409,7 @@ fn from_bin_entry(entry: BinEntry<'_>) -> JournalEntry {
             BinState::Failed => EntryState::Failed,
             BinState::Skipped(reason) => EntryState::Skipped(reason),
         },
-        detail: entry.detail.map(Cow::into_owned),
+        detail: entry.detail.as_deref().map(tenure_core::names::shared),
         executed_seq: entry.executed_seq,
         attempts: Default::default(),
     }

@@ -191,19 +191,21 @@ pub struct JournalEntry {
     pub action: StampedAction,
     /// Where it is in its life.
     pub state: EntryState,
-    /// Executor's detail for executed and failed entries.
-    pub detail: Option<String>,
+    /// Executor's detail for executed and failed entries (shared: a million entries say the same
+    /// few things, `assigned to eni-a`; [`crate::names::shared`]).
+    pub detail: Option<crate::names::Name>,
     /// Order of execution among this node's executed entries (1-based), once executed.
     pub executed_seq: Option<u64>,
     /// The provider calls made for it and how the last failed one ended.
     pub attempts: Attempts,
 }
 
-// A node holding a million addresses keeps a million entries, each in an `Arc` (16 bytes more):
-// 200 bytes falls in the allocator's 224-byte class, where the 240 of five `Arc<str>` names fell in
-// the 256-byte one (docs/benchmarks.md, "Names behind one pointer").
+// A node holding a million addresses keeps two million entries, each in an `Arc` (16 bytes
+// more): 168 bytes falls in the allocator's 192-byte class, where 240 (five `Arc<str>` names, the
+// detail and the last error as `String`s) fell in the 256-byte one (docs/benchmarks.md, "Names
+// and details behind one pointer").
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<JournalEntry>() <= 200);
+const _: () = assert!(std::mem::size_of::<JournalEntry>() <= 168);
 
 /// The provider calls the gate handed out for one entry (SPEC 6: each passed the gate an
 /// instant before), kept across restarts so that a retry's backoff and an operator's
@@ -221,7 +223,7 @@ pub struct Attempts {
     /// The detail of the last call that failed (the executor's one-line error; a call whose
     /// outcome is unknown keeps [`OUTCOME_UNKNOWN`] at its start), kept through retries and
     /// after a later success.
-    pub last_error: Option<String>,
+    pub last_error: Option<crate::names::Name>,
 }
 
 impl JournalEntry {
@@ -232,11 +234,16 @@ impl JournalEntry {
     /// state change is applied to an entry (memory and every store's rows), after the caller
     /// checked [`EntryState::may_become`].
     pub fn set_state(&mut self, state: EntryState, detail: Option<&str>, executed_seq: Option<u64>) {
-        self.set_state_owned(state, detail.map(str::to_owned), executed_seq);
+        self.set_state_owned(state, detail.map(crate::names::shared), executed_seq);
     }
 
     /// [`JournalEntry::set_state`] with a detail the caller gives away (not copied).
-    pub fn set_state_owned(&mut self, state: EntryState, detail: Option<String>, executed_seq: Option<u64>) {
+    pub fn set_state_owned(
+        &mut self,
+        state: EntryState,
+        detail: Option<crate::names::Name>,
+        executed_seq: Option<u64>,
+    ) {
         self.state = state;
         self.detail = detail;
         self.executed_seq = executed_seq;
@@ -280,8 +287,8 @@ pub enum JournalChange {
         seq: JournalSeq,
         /// The new state.
         state: EntryState,
-        /// Executor detail, if any.
-        detail: Option<String>,
+        /// Executor detail, if any ([`crate::names::shared`]).
+        detail: Option<crate::names::Name>,
         /// Execution order, for executed entries.
         executed_seq: Option<u64>,
     },

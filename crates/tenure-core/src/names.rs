@@ -1,5 +1,7 @@
 //! Shared names: the pool, node, provider and NIC names a journal entry, a capture record or a
-//! capture domain carries, as one `Arc<str>` per distinct name instead of a `String` per copy.
+//! capture domain carries, and the executors' details and errors a journal entry keeps
+//! (`assigned to eni-a`, the same for a million entries), as one [`Name`] per distinct text
+//! instead of a `String` per copy.
 //!
 //! A node holding a million addresses has two million journal entries naming the same few pools,
 //! nodes, providers and NICs; as owned strings they were a quarter of its memory

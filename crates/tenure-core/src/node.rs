@@ -579,7 +579,7 @@ impl<S: JournalStore> NodeEngine<S> {
         &mut self,
         seq: JournalSeq,
         state: EntryState,
-        detail: Option<String>,
+        detail: Option<crate::names::Name>,
     ) -> Result<(), NodeError<S::Error>> {
         let executed_seq = (state == EntryState::Executed).then(|| self.state.executions + 1);
         self.commit(JournalChange::SetState { seq, state, detail, executed_seq })?;

@@ -461,7 +461,7 @@ fn an_acquire_in_doubt_superseded_by_a_newer_holding_verb_is_not_counted() {
         JournalChange::SetState {
             seq: JournalSeq::new(1),
             state: EntryState::Failed,
-            detail: Some(format!("{OUTCOME_UNKNOWN}timed out")),
+            detail: Some(format!("{OUTCOME_UNKNOWN}timed out").into()),
             executed_seq: None,
         },
         JournalChange::Append(entry(2, release)),

@@ -702,7 +702,7 @@ fn an_entry_changed_over_many_commits_reloads_as_memory_holds_it() {
         |n: u64, state: EntryState, detail: Option<&str>, executed: Option<u64>| JournalChange::SetState {
             seq: seq(n),
             state,
-            detail: detail.map(str::to_owned),
+            detail: detail.map(tenure_core::names::shared),
             executed_seq: executed,
         };
     let attempt = |n: u64, at_ms: u64| JournalChange::Attempt {

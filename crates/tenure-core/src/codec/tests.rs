@@ -713,13 +713,16 @@ fn state_and_seq() -> impl Strategy<Value = (EntryState, Option<u64>)> {
 
 fn attempts() -> impl Strategy<Value = Attempts> {
     prop_oneof![
-        prop::option::of(free_text()).prop_map(|last_error| Attempts { last_error, ..Attempts::default() }),
+        prop::option::of(free_text()).prop_map(|last_error| Attempts {
+            last_error: last_error.as_deref().map(crate::names::shared),
+            ..Attempts::default()
+        }),
         (1u32.., any::<u64>(), prop::option::of(any::<u64>()), prop::option::of(free_text())).prop_map(
             |(count, at, wall, last_error)| Attempts {
                 count,
                 last_at_ms: Some(at),
                 last_wall_ms: wall,
-                last_error,
+                last_error: last_error.as_deref().map(crate::names::shared),
             }
         ),
     ]
@@ -731,7 +734,7 @@ fn journal_entry() -> impl Strategy<Value = JournalEntry> {
             seq: JournalSeq::new(seq),
             action,
             state,
-            detail,
+            detail: detail.as_deref().map(crate::names::shared),
             executed_seq,
             attempts,
         },
@@ -745,7 +748,7 @@ fn journal_change() -> impl Strategy<Value = JournalChange> {
             |(seq, (state, executed_seq), detail)| JournalChange::SetState {
                 seq: JournalSeq::new(seq),
                 state,
-                detail,
+                detail: detail.as_deref().map(crate::names::shared),
                 executed_seq
             }
         ),

@@ -173,7 +173,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.commit(JournalChange::SetState {
             seq,
             state: EntryState::Approved,
-            detail: Some(detail),
+            detail: Some(crate::names::shared(&detail)),
             executed_seq: None,
         })
     }
@@ -193,7 +193,7 @@ impl<S: JournalStore> NodeEngine<S> {
             .map(|e| (e.seq, e.attempts.count))
             .collect();
         for (seq, attempt) in &stopped {
-            let detail = Some(agent_stopped_detail(*attempt));
+            let detail = Some(crate::names::shared(&agent_stopped_detail(*attempt)));
             self.commit(JournalChange::SetState {
                 seq: *seq,
                 state: EntryState::Approved,
@@ -269,7 +269,7 @@ impl<S: JournalStore> NodeEngine<S> {
         self.in_flight.remove(&seq);
         self.cancelling.remove(&seq);
         self.release_busy(seq);
-        self.set_state(seq, state, detail)?;
+        self.set_state(seq, state, detail.as_deref().map(crate::names::shared))?;
         self.check_sets();
         Ok(seq)
     }
@@ -342,7 +342,7 @@ impl<S: JournalStore> NodeEngine<S> {
             .detail
             .as_deref()
             .map_or_else(|| COUNTED_AS_HELD.to_owned(), |earlier| format!("{COUNTED_AS_HELD}; {earlier}"));
-        self.set_state(seq, EntryState::Executed, Some(detail))?;
+        self.set_state(seq, EntryState::Executed, Some(crate::names::shared(&detail)))?;
         self.replan = true;
         self.replan_marks.0 += 1;
         Ok(true)

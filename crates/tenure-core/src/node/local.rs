@@ -86,7 +86,7 @@ impl<S: JournalStore> NodeEngine<S> {
                     seq
                 }
             };
-            self.set_state(seq, EntryState::Executed, Some(detail.to_owned()))?;
+            self.set_state(seq, EntryState::Executed, Some(crate::names::shared(detail)))?;
             recorded.push(key);
         }
         debug_assert!(

@@ -144,7 +144,12 @@ fn attempts_from_wire(
 ) -> Result<Attempts, CodecError> {
     let inconsistent = |reason: &str| CodecError::Inconsistent { record, reason: reason.to_owned() };
     match (count, last_at_ms, last_wall_ms) {
-        (0, None, None) | (1.., Some(_), _) => Ok(Attempts { count, last_at_ms, last_wall_ms, last_error }),
+        (0, None, None) | (1.., Some(_), _) => Ok(Attempts {
+            count,
+            last_at_ms,
+            last_wall_ms,
+            last_error: last_error.as_deref().map(crate::names::shared),
+        }),
         (0, _, _) => Err(inconsistent("a `lastAttemptMs` or `lastAttemptWallMs` without `attempts`")),
         (1.., None, _) => Err(inconsistent("`attempts` without its `lastAttemptMs`")),
     }
@@ -174,7 +179,7 @@ impl<'a> EntryWire<'a> {
             seq: check_seq(record, self.seq)?,
             state: state_from_wire(record, self.state, self.reason, self.executed_seq)?,
             action: self.action.into_action(record)?,
-            detail: self.detail.map(Cow::into_owned),
+            detail: self.detail.as_deref().map(crate::names::shared),
             executed_seq: self.executed_seq,
             attempts: attempts_from_wire(
                 record,
@@ -280,7 +285,7 @@ impl<'a> ChangeWire<'a> {
             Self::SetState { seq, state, reason, detail, executed_seq } => JournalChange::SetState {
                 seq: check_seq(record, seq)?,
                 state: state_from_wire(record, state, reason, executed_seq)?,
-                detail: detail.map(Cow::into_owned),
+                detail: detail.as_deref().map(crate::names::shared),
                 executed_seq,
             },
             Self::RaiseHighWater(row) => {
