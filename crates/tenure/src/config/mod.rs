@@ -77,6 +77,10 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:9464";
 pub const HEARTBEAT_INTERVAL_DEFAULT_MS: u64 = 500;
 /// Default `requeueInterval`: the agent reconciles at least this often, even when nothing changes.
 pub const REQUEUE_INTERVAL_DEFAULT_MS: u64 = 5_000;
+
+/// The longest `requeueInterval`: the safety net's pass and every failed call's retry backoff run
+/// from it, so a longer one (`100000h`, an operator trial's) turns both off without saying so.
+pub const REQUEUE_INTERVAL_MAX_MS: u64 = 3_600_000;
 /// Default `actionTimeout`: the deadline of one provider call, counted from the head
 /// confirmation that authorised it. Below the default pool's `heartbeatTTL + promotionHold`
 /// (4 s), as every served pool's must be (SPEC 9; checked by [`load_pools`]).
@@ -378,6 +382,20 @@ pub fn parse_config(text: &str, path: &Path) -> Result<AgentConfig, Vec<InputErr
         REQUEUE_INTERVAL_DEFAULT_MS,
         true,
     );
+    let requeue_interval_ms = match &raw.requeue_interval {
+        Some(text) if requeue_interval_ms > REQUEUE_INTERVAL_MAX_MS => {
+            errors.push(InputError::at(
+                Position::of_spanned(text),
+                format!(
+                    "requeueInterval must be at most {}h (the safety net's pass and the retries' backoff run from it), not {}",
+                    REQUEUE_INTERVAL_MAX_MS / 3_600_000,
+                    text.value.trim()
+                ),
+            ));
+            REQUEUE_INTERVAL_DEFAULT_MS
+        }
+        _ => requeue_interval_ms,
+    };
     let api_token_file =
         raw.api_token_file.as_ref().map(|f| path_field(&mut errors, "apiTokenFile", f, base));
     let journal_retention = match &raw.journal_retention {

@@ -448,6 +448,9 @@ fn durations_and_numbers_are_checked_where_written() {
         8
     );
     assert_eq!(first(&format!("{GOOD}requeueInterval: soon\n"), "requeueInterval: `soon`"), 8);
+    assert_eq!(first(&format!("{GOOD}requeueInterval: 100000h\n"), "requeueInterval must be at most 1h"), 8);
+    assert_eq!(first(&format!("{GOOD}requeueInterval: 3601s\n"), "not 3601s"), 8);
+    assert_eq!(parse(&format!("{GOOD}requeueInterval: 1h\n")).expect("1h").requeue_interval_ms, 3_600_000);
     assert_eq!(first(&format!("{GOOD}actionTimeout: 0\n"), "actionTimeout must be longer than 0"), 8);
     assert_eq!(first(&format!("{GOOD}journalRetention: 0\n"), "journalRetention must be from 1"), 8);
     assert_eq!(first(&format!("{GOOD}journalRetention: -3\n"), "journalRetention must be from 1 to"), 8);
