@@ -752,27 +752,44 @@ fn an_agent_cut_off_from_etcd_while_it_starts_waits_for_it_and_joins() {
     wait_for("a holds the address", || fleet.cloud_holder().as_deref() == Some("a"));
     // c's loop holds each append 2 s before sending it (a test hook): its link is cut inside
     // the first one's wait, so the append goes out into the cut.
-    let wrap: Vec<&str> = fleet.wrap[2].iter().map(String::as_str).collect();
-    let c = Agent::spawn_wrapped(
-        &fleet.dir,
-        &fleet.config(2),
-        fleet.listen[2],
-        &wrap,
-        &[("TENURE_TEST_APPEND_DELAY_MS", "2000")],
-    );
-    wait_for("c opened its store", || c.log().contains("a test hook slows this agent"));
-    lab.link("c", false);
-    let mut reason = String::new();
-    wait_for("c says its start waits for the log", || {
-        match http(fleet.listen[2], "GET", "/v1/health", None, None) {
-            Ok((503, body)) if body.contains("trying again") => {
-                reason = body;
-                true
+    let start_c = || {
+        let wrap: Vec<&str> = fleet.wrap[2].iter().map(String::as_str).collect();
+        let c = Agent::spawn_wrapped(
+            &fleet.dir,
+            &fleet.config(2),
+            fleet.listen[2],
+            &wrap,
+            &[("TENURE_TEST_APPEND_DELAY_MS", "2000")],
+        );
+        wait_for("c opened its store", || c.log().contains("a test hook slows this agent"));
+        c
+    };
+    let waits = || {
+        let mut reason = String::new();
+        wait_for("c says its start waits for the log", || {
+            match http(fleet.listen[2], "GET", "/v1/health", None, None) {
+                Ok((503, body)) if body.contains("trying again") => {
+                    reason = body;
+                    true
+                }
+                _ => false,
             }
-            _ => false,
-        }
-    });
-    eprintln!("cut while starting: {reason}");
+        });
+        reason
+    };
+    // A SIGTERM ends the wait at once: exit 0, nothing started.
+    let c = start_c();
+    lab.link("c", false);
+    eprintln!("cut while starting: {}", waits());
+    let stopping = Instant::now();
+    let status = c.terminate();
+    assert!(status.success(), "c's exit after SIGTERM while it waited: {status:?}");
+    assert!(stopping.elapsed() < Duration::from_secs(5), "c took {:?} to stop", stopping.elapsed());
+    lab.link("c", true);
+    // Again, and this time the link comes back.
+    let c = start_c();
+    lab.link("c", false);
+    waits();
     // Past another attempt's timeout, c still runs and says the same.
     std::thread::sleep(Duration::from_secs(3));
     let mut c = c;
