@@ -138,7 +138,7 @@ fn current_actions(federation: &Federation) -> (Vec<StampedAction>, HighWater) {
     for (pool_name, pool) in federation.pools() {
         for (address, state) in &pool.addresses {
             let holder = state.line.desired_holder.expect("every address is desired and owned");
-            let node = &federation.nodes()[holder].spec;
+            let node = &federation.nodes()[holder as usize].spec;
             let action = StampedAction::new(
                 pool_name,
                 *address,

@@ -36,7 +36,7 @@ pub struct OwnerMap {
 #[must_use]
 pub fn rank_members(spec: &PoolSpec, member_ids: &[NodeId], nodes: &[NodeState]) -> Vec<NodeId> {
     let mut ranked = member_ids.to_vec();
-    ranked.sort_by_key(|id| rank_key(spec, &nodes[*id]));
+    ranked.sort_by_key(|id| rank_key(spec, &nodes[*id as usize]));
     ranked.dedup();
     ranked
 }
@@ -59,7 +59,7 @@ pub fn eligibility(nodes: &[NodeState], pools: &BTreeMap<String, PoolState>, now
             pool.member_ids
                 .iter()
                 .flat_map(|id| {
-                    let node = &nodes[*id];
+                    let node = &nodes[*id as usize];
                     [
                         is_eligible(node, &pool.spec, &pool.capture_domain, floor, now_ms),
                         may_keep(node, &pool.spec, &pool.capture_domain, floor, now_ms),
@@ -89,15 +89,17 @@ impl<'a> PoolView<'a> {
         let mut keepable = vec![false; nodes.len()];
         let floor = vrrp_floor(nodes, pool, now_ms);
         for id in &pool.member_ids {
-            eligible[*id] = is_eligible(&nodes[*id], &pool.spec, &pool.capture_domain, floor, now_ms);
-            keepable[*id] = may_keep(&nodes[*id], &pool.spec, &pool.capture_domain, floor, now_ms);
+            eligible[*id as usize] =
+                is_eligible(&nodes[*id as usize], &pool.spec, &pool.capture_domain, floor, now_ms);
+            keepable[*id as usize] =
+                may_keep(&nodes[*id as usize], &pool.spec, &pool.capture_domain, floor, now_ms);
         }
         let mut groups = Vec::new();
         let mut start = 0;
         for index in 1..=pool.member_ids.len() {
             let boundary = index == pool.member_ids.len() || {
-                let (p0, r0, _) = rank_key(&pool.spec, &nodes[pool.member_ids[start]]);
-                let (p1, r1, _) = rank_key(&pool.spec, &nodes[pool.member_ids[index]]);
+                let (p0, r0, _) = rank_key(&pool.spec, &nodes[pool.member_ids[start] as usize]);
+                let (p1, r1, _) = rank_key(&pool.spec, &nodes[pool.member_ids[index] as usize]);
                 (p0, r0) != (p1, r1)
             };
             if boundary {
@@ -105,7 +107,7 @@ impl<'a> PoolView<'a> {
                 start = index;
             }
         }
-        let any_eligible = pool.member_ids.iter().any(|id| eligible[*id]);
+        let any_eligible = pool.member_ids.iter().any(|id| eligible[*id as usize]);
         Self { pool, eligible, keepable, groups, any_eligible }
     }
 }
@@ -132,10 +134,10 @@ pub fn compute_owners(nodes: &[NodeState], pools: &BTreeMap<String, PoolState>, 
         }
         for ((_, owner), decision) in active.iter().zip(decisions.iter_mut()) {
             if let Some(owner) = *owner
-                && view.keepable[owner]
-                && remaining[owner] > 0
+                && view.keepable[owner as usize]
+                && remaining[owner as usize] > 0
             {
-                remaining[owner] -= 1;
+                remaining[owner as usize] -= 1;
                 *decision = Some(Some(owner));
             }
         }
@@ -151,7 +153,7 @@ pub fn compute_owners(nodes: &[NodeState], pools: &BTreeMap<String, PoolState>, 
                 None => {
                     let best = choose(view, nodes, *address, *current_owner, &remaining, &mut score_input);
                     match best {
-                        Some(id) => remaining[id] -= 1,
+                        Some(id) => remaining[id as usize] -= 1,
                         None if view.any_eligible => conditions.capacity_exhausted += 1,
                         None => conditions.no_eligible_member += 1,
                     }
@@ -177,7 +179,8 @@ fn choose(
     score_input: &mut Vec<u8>,
 ) -> Option<NodeId> {
     let is_candidate = |id: NodeId| {
-        remaining[id] > 0 && (view.eligible[id] || (current_owner == Some(id) && view.keepable[id]))
+        remaining[id as usize] > 0
+            && (view.eligible[id as usize] || (current_owner == Some(id) && view.keepable[id as usize]))
     };
     for group in &view.groups {
         let members = &view.pool.member_ids[group.clone()];
@@ -195,11 +198,11 @@ fn choose(
         score_input.push(0);
         let prefix_len = score_input.len();
         // One straight loop, the score inlined: higher score first, then smaller name (SPEC 4).
-        let mut best = (score(score_input, prefix_len, &nodes[first].spec.name), first);
+        let mut best = (score(score_input, prefix_len, &nodes[first as usize].spec.name), first);
         for id in std::iter::once(second).chain(candidates) {
-            let name = nodes[id].spec.name.as_str();
+            let name = nodes[id as usize].spec.name.as_str();
             let s = score(score_input, prefix_len, name);
-            if s > best.0 || (s == best.0 && name < nodes[best.1].spec.name.as_str()) {
+            if s > best.0 || (s == best.0 && name < nodes[best.1 as usize].spec.name.as_str()) {
                 best = (s, id);
             }
         }

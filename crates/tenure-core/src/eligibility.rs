@@ -29,7 +29,7 @@ pub fn vrrp_floor(nodes: &[NodeState], pool: &PoolState, now_ms: u64) -> Option<
     }
     pool.member_ids
         .iter()
-        .map(|id| &nodes[*id])
+        .map(|id| &nodes[*id as usize])
         .filter(|node| could_hold(node, &pool.capture_domain) && is_alive(node, &pool.spec, now_ms))
         .filter_map(|node| node.vrrp_master.filter(|report| report.seq > node.revived_seq))
         .filter(|report| report.taken_ms.saturating_add(pool.spec.promotion_hold_ms) <= now_ms)

@@ -186,7 +186,8 @@ impl Federation {
         let mut sorted: Vec<NodeSpec> = nodes.to_vec();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         sorted.dedup_by(|a, b| a.name == b.name);
-        let node_ids = sorted.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let node_ids =
+            sorted.iter().enumerate().map(|(i, n)| (n.name.clone(), crate::state::node_id_of(i))).collect();
         let mut provider_kinds = BTreeMap::new();
         for provider in providers {
             provider_kinds.entry(provider.name.clone()).or_insert(provider.kind);
@@ -267,7 +268,7 @@ impl Federation {
     /// The name of a node id.
     #[must_use]
     pub fn node_name(&self, id: NodeId) -> &str {
-        &self.nodes[id].spec.name
+        &self.nodes[id as usize].spec.name
     }
 
     /// The kind of a provider by name.
@@ -447,7 +448,7 @@ impl Federation {
 
     fn node_mut(&mut self, name: &str) -> &mut NodeState {
         let id = self.node_ids[name];
-        &mut self.nodes[id]
+        &mut self.nodes[id as usize]
     }
 
     fn set_desired(&mut self, pool: &str, address: IpAddr, desired: bool) -> Applied {

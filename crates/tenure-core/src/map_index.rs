@@ -116,13 +116,13 @@ impl MapSnapshot {
     /// The id of node `name`, if the registry has it.
     #[must_use]
     pub fn node_id(&self, name: &str) -> Option<NodeId> {
-        self.nodes.iter().position(|node| &**node == name)
+        self.nodes.iter().position(|node| &**node == name).map(crate::state::node_id_of)
     }
 
     /// The name of node `id`.
     #[must_use]
     pub fn node_name(&self, id: NodeId) -> &str {
-        &self.nodes[id]
+        &self.nodes[id as usize]
     }
 
     /// The row of `address` in `pool`, if the map shows it.

@@ -295,7 +295,7 @@ pub fn plan_slice<'a>(
     max: usize,
 ) -> (Plan<'a>, PlanCursor) {
     debug_assert!(max > 0, "a slice of nothing never moves on");
-    let node_state = &view.nodes()[node];
+    let node_state = &view.nodes()[node as usize];
     let node_name = node_state.spec.name.as_str();
     let provider = node_state.spec.provider.as_str();
     let mut planned: Vec<((&'a str, IpAddr), Vec<PlannedAction<'a>>)> = Vec::new();
@@ -391,7 +391,7 @@ pub fn plan_keys<'a, 'k>(
     captured: &'a Captured,
     keys: impl IntoIterator<Item = &'k ProviderAddress>,
 ) -> Plan<'a> {
-    let node_state = &view.nodes()[node];
+    let node_state = &view.nodes()[node as usize];
     let node_name = node_state.spec.name.as_str();
     let mut planned: Vec<((&'a str, IpAddr), Vec<PlannedAction<'a>>)> = Vec::new();
     let mut releases: Vec<((&'a str, IpAddr), CaptureRef<'a>)> = Vec::new();
@@ -443,7 +443,7 @@ fn observed_release<'a>(
     (address, state): (IpAddr, &crate::state::AddressState),
     first_listing: impl FnOnce() -> bool,
 ) -> Option<((&'a str, IpAddr), CaptureRef<'a>)> {
-    let node_state = &view.nodes()[node];
+    let node_state = &view.nodes()[node as usize];
     let provider = node_state.spec.provider.as_str();
     if pool.spec.provider != provider {
         return None;
@@ -481,7 +481,7 @@ fn acquires<'a>(
         return None;
     }
     let kind = view.provider_kind(&pool.spec.provider)?;
-    let node_state = &view.nodes()[node];
+    let node_state = &view.nodes()[node as usize];
     let actions = kind
         .verb_family()
         .acquire_verbs()
@@ -535,7 +535,7 @@ pub fn release_plan<'a>(
             return Some(Release::Held { due_ms });
         }
     }
-    let holder = view.nodes()[node].spec.name.as_str();
+    let holder = view.nodes()[node as usize].spec.name.as_str();
     let capture_epoch = view.capture_epoch(record.pool, address, record.capture_domain);
     let actions = family
         .release_verbs()

@@ -12,7 +12,14 @@ use crate::model::{CaptureDomain, CaptureEpoch, NodeSpec, OwnershipEpoch, PoolSp
 
 /// Index of a node in the registry: the configured nodes sorted by name, then the nodes the log
 /// registered in the order it did (a retired node's index is taken out: `federation/members.rs`).
-pub type NodeId = usize;
+pub type NodeId = u32;
+
+/// The id of the node at `index` of the registry (a `u32`: an owner is 8 bytes in every address's
+/// state, not 16). A registry has far fewer nodes than that.
+#[must_use]
+pub fn node_id_of(index: usize) -> NodeId {
+    NodeId::try_from(index).expect("a registry of fewer than 2^32 nodes")
+}
 
 /// What the log says about one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +106,11 @@ pub struct Confirmation {
     /// `at` of the `action-result` event.
     pub at_ms: u64,
 }
+
+// A million addresses keep one of each (node ids are `u32`: an `Option<usize>` owner was 16 bytes,
+// the state 80 and a confirmation 48; docs/benchmarks.md "Node ids as u32").
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<AddressState>() <= 64 && std::mem::size_of::<Confirmation>() <= 40);
 
 /// The state of one address of one pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

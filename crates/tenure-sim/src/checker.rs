@@ -464,7 +464,7 @@ pub fn capacity_excess(federation: &Federation) -> Option<String> {
     for pool in federation.pools().values().filter(|p| !p.deleted) {
         for state in pool.addresses.values().filter(|a| a.active) {
             if let Some(owner) = state.owner {
-                held[owner] += 1;
+                held[owner as usize] += 1;
             }
         }
     }

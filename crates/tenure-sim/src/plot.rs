@@ -135,7 +135,7 @@ impl Timeline {
                 let state = head.address(pool, *address);
                 let desired = state
                     .and_then(|s| s.line.desired_holder.filter(|_| s.active))
-                    .map(|id| head.nodes()[id].spec.nic.clone());
+                    .map(|id| head.nodes()[id as usize].spec.nic.clone());
                 (held(pool, *address), desired, state.map_or(0, |s| s.line.epoch.get()))
             })
             .collect()

@@ -295,8 +295,8 @@ proptest! {
     }
 }
 
-type Lines = BTreeMap<(String, IpAddr, String), (u64, Option<usize>)>;
-type Owners = BTreeMap<(String, IpAddr), (u64, Option<usize>)>;
+type Lines = BTreeMap<(String, IpAddr, String), (u64, Option<tenure_core::state::NodeId>)>;
+type Owners = BTreeMap<(String, IpAddr), (u64, Option<tenure_core::state::NodeId>)>;
 
 /// Every token of a federation with the value it guards: ownershipEpoch with the owner, and
 /// every capture line (current and retired) with its desired holder.

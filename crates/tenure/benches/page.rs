@@ -96,7 +96,7 @@ fn confirm_every_acquire(log: &mut MemoryLog, view: &mut Federation, at_ms: u64)
     for (pool_name, pool) in view.pools() {
         for (address, state) in &pool.addresses {
             let Some(holder) = state.line.desired_holder else { continue };
-            let node = &view.nodes()[holder].spec;
+            let node = &view.nodes()[holder as usize].spec;
             let action = StampedAction::new(
                 pool_name,
                 *address,

@@ -90,7 +90,7 @@ pub(super) fn check_approve<S: JournalStore>(
     if !parsed.verb.is_acquire() && entry.is_none() {
         let status = view.address_status(pool_name, address);
         let by_log = status.as_ref().is_some_and(|s| {
-            s.holders.contains(&holder) || s.nics.iter().any(|n| *n == view.nodes()[holder].spec.nic)
+            s.holders.contains(&holder) || s.nics.iter().any(|n| *n == view.nodes()[holder as usize].spec.nic)
         });
         let by_journal = journal.is_some_and(|driver| {
             driver.engine().captured().contains_key(&(crate::names::shared(&parsed.provider), address))
@@ -103,7 +103,7 @@ pub(super) fn check_approve<S: JournalStore>(
             ));
         }
     }
-    let nic = &view.nodes()[holder].spec.nic;
+    let nic = &view.nodes()[holder as usize].spec.nic;
     if entry.is_none() && parsed.nic != *nic {
         return not_found(format!(
             "NIC \"{}\" is not node \"{}\"'s (it is \"{nic}\")",

@@ -169,7 +169,7 @@ impl Federation {
     #[must_use]
     pub fn capture_domain_of_key(&self, key: &ParsedKey) -> CaptureDomain {
         let placement = match self.node_id(&key.holder) {
-            Some(id) => self.nodes[id].spec.placement_group.clone(),
+            Some(id) => self.nodes[id as usize].spec.placement_group.clone(),
             None => self.pools.get(&key.pool).map(|p| p.spec.placement_group.clone()).unwrap_or_default(),
         };
         CaptureDomain::new(&key.provider, &placement)

@@ -131,7 +131,7 @@ impl Federation {
     /// `pool/address`, if any: what a retirement would leave unreleased (`check_submit`).
     #[must_use]
     pub fn held_by_log(&self, id: NodeId) -> Option<String> {
-        let provider = self.nodes.get(id)?.spec.provider.as_str();
+        let provider = self.nodes.get(id as usize)?.spec.provider.as_str();
         self.pools
             .iter()
             .filter(|(_, p)| p.spec.provider == provider)
@@ -187,8 +187,10 @@ impl Federation {
         // an agent killed before its append). With drift repair on, a re-capture: a fresh epoch
         // and fresh actions, through the same planner and gate (refused locally while the host
         // is still not MASTER).
-        let node_domain =
-            crate::model::CaptureDomain::new(&parsed.provider, &self.nodes[node_id].spec.placement_group);
+        let node_domain = crate::model::CaptureDomain::new(
+            &parsed.provider,
+            &self.nodes[node_id as usize].spec.placement_group,
+        );
         let released_by_holder = !acquired
             && self.drift_repair
             && state.active
@@ -342,7 +344,12 @@ impl Federation {
     ) {
         let holder_nodes: Vec<Option<NodeId>> = holders
             .iter()
-            .map(|nic| self.nodes.iter().position(|n| n.spec.provider == provider && n.spec.nic == *nic))
+            .map(|nic| {
+                self.nodes
+                    .iter()
+                    .position(|n| n.spec.provider == provider && n.spec.nic == *nic)
+                    .map(crate::state::node_id_of)
+            })
             .collect();
         // Which nodes' NICs the read could see.
         let seen: Vec<bool> =
@@ -358,7 +365,7 @@ impl Federation {
                     && c.capture_domain == *domain
                     && at_ms > c.at_ms
                     && !holder_nodes.contains(&desired)
-                    && desired.is_some_and(|node| seen[node])
+                    && desired.is_some_and(|node| seen[node as usize])
             });
             // A node's NIC that holds the address although that node ran its release in the
             // current epoch: only a new epoch can release it again. Any other holding by a

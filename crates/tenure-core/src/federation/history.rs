@@ -244,7 +244,7 @@ pub fn entries_of(
 ) -> Vec<HistoryEntry> {
     let stream_ms = view.stream_time_ms();
     let entry = |kind| HistoryEntry::at(index, event, stream_ms, kind);
-    let name = |id: Option<usize>| id.map(|id| view.node_name(id).to_owned());
+    let name = |id: Option<crate::state::NodeId>| id.map(|id| view.node_name(id).to_owned());
     let mut entries: Vec<HistoryEntry> = view
         .last_moves()
         .iter()
@@ -341,7 +341,7 @@ fn owner_expired(moved: &TokenMove, view: &Federation, stream_before_ms: u64) ->
     let (Some(owner), Some(pool)) = (moved.owner_before, view.pools().get(&moved.pool)) else {
         return false;
     };
-    let node = &view.nodes()[owner];
+    let node = &view.nodes()[owner as usize];
     is_alive(node, &pool.spec, stream_before_ms) && !is_alive(node, &pool.spec, view.stream_time_ms())
 }
 

@@ -44,7 +44,7 @@ impl Federation {
             });
         }
         if let Some(id) = self.node_ids.get(&spec.name) {
-            let known = &self.nodes[*id].spec;
+            let known = &self.nodes[*id as usize].spec;
             if let Some(difference) = identity_difference(known, spec) {
                 return Err(EventRejected::NodeRegistered { node: spec.name.clone(), difference });
             }
@@ -91,9 +91,9 @@ impl Federation {
     pub(super) fn register_node(&mut self, spec: &NodeSpec, kind: ProviderKind) {
         self.providers.entry(spec.provider.clone()).or_insert(kind);
         match self.node_ids.get(&spec.name) {
-            Some(id) => self.nodes[*id].spec = spec.clone(),
+            Some(id) => self.nodes[*id as usize].spec = spec.clone(),
             None => {
-                self.node_ids.insert(spec.name.clone(), self.nodes.len());
+                self.node_ids.insert(spec.name.clone(), crate::state::node_id_of(self.nodes.len()));
                 self.nodes.push(NodeState::new(spec.clone()));
             }
         }
@@ -106,8 +106,13 @@ impl Federation {
     pub(super) fn retire_node(&mut self, node: &str) {
         let gone = self.node_ids[node];
         let remap = |id: NodeId| if id > gone { id - 1 } else { id };
-        self.nodes.remove(gone);
-        self.node_ids = self.nodes.iter().enumerate().map(|(i, n)| (n.spec.name.clone(), i)).collect();
+        self.nodes.remove(gone as usize);
+        self.node_ids = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.spec.name.clone(), crate::state::node_id_of(i)))
+            .collect();
         for pool in self.pools.values_mut() {
             for state in pool.addresses.values_mut() {
                 debug_assert!(state.owner != Some(gone), "a retired node owns nothing");
@@ -166,7 +171,7 @@ pub fn registrations(
         }
     }
     for pin in pins {
-        let known = view.node_id(&pin.name).map(|id| &view.nodes()[id].spec);
+        let known = view.node_id(&pin.name).map(|id| &view.nodes()[id as usize].spec);
         if let Some(difference) = known.and_then(|known| spec_difference(known, pin)) {
             return Err(format!(
                 "peers: pinned node `{}`: this config names {difference}: the log's registry is in force: correct or \
@@ -177,7 +182,7 @@ pub fn registrations(
     }
     let mut events = Vec::new();
     for spec in own {
-        if view.node_id(&spec.name).is_some_and(|id| view.nodes()[id].spec == *spec) {
+        if view.node_id(&spec.name).is_some_and(|id| view.nodes()[id as usize].spec == *spec) {
             continue;
         }
         let Some(provider) = providers.iter().find(|p| p.name == spec.provider) else {

@@ -12,7 +12,7 @@ impl Federation {
     /// no TTL to judge its heartbeats by. The status page's "alive" is this.
     #[must_use]
     pub fn node_alive(&self, id: NodeId) -> Option<bool> {
-        let node = self.nodes.get(id)?;
+        let node = self.nodes.get(id as usize)?;
         let mut pools = self
             .pools
             .values()
@@ -28,7 +28,7 @@ impl Federation {
     /// never. The operator's guard before a retire (`check_submit`), for a node in no pool too.
     #[must_use]
     pub fn heard_from_within(&self, id: NodeId) -> Option<u64> {
-        let last = self.nodes.get(id)?.last_heartbeat_ms?;
+        let last = self.nodes.get(id as usize)?.last_heartbeat_ms?;
         let window = self
             .pools
             .values()
@@ -55,7 +55,9 @@ impl Federation {
         self.nodes
             .iter()
             .enumerate()
-            .filter(|(id, node)| node.spec.provider == provider && self.node_alive(*id) == Some(true))
+            .filter(|(id, node)| {
+                node.spec.provider == provider && self.node_alive(crate::state::node_id_of(*id)) == Some(true)
+            })
             .map(|(_, node)| node.spec.name.as_str())
             .min()
     }

@@ -260,7 +260,11 @@ impl Federation {
                 capacity: spec.capacity,
             }));
         }
-        self.node_ids = registry.iter().enumerate().map(|(i, n)| (n.spec.name.clone(), i)).collect();
+        self.node_ids = registry
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.spec.name.clone(), crate::state::node_id_of(i)))
+            .collect();
         if self.node_ids.len() != registry.len() {
             return Err(bad("a node is named twice"));
         }
@@ -272,7 +276,7 @@ impl Federation {
     /// The snapshot of this projection (between two events).
     #[must_use]
     pub fn snapshot(&self) -> Vec<u8> {
-        let name = |id: NodeId| self.nodes[id].spec.name.clone();
+        let name = |id: NodeId| self.nodes[id as usize].spec.name.clone();
         let line = |l: &CaptureLine| LineWire {
             capture_epoch: l.epoch.get(),
             desired_holder: l.desired_holder.map(name),
@@ -345,7 +349,8 @@ impl Federation {
                                 .map(|c| ConfirmationWire {
                                     node: name(c.node),
                                     capture_domain: c.capture_domain.as_str().to_owned(),
-                                    nic: (*c.nic != *self.nodes[c.node].spec.nic).then(|| c.nic.to_string()),
+                                    nic: (*c.nic != *self.nodes[c.node as usize].spec.nic)
+                                        .then(|| c.nic.to_string()),
                                     capture_epoch: c.capture_epoch.get(),
                                     acquired: c.acquired,
                                     at_ms: c.at_ms,
@@ -430,7 +435,7 @@ impl Federation {
         };
         let mut nodes = fed.nodes.clone();
         for n in &wire.nodes {
-            let state = &mut nodes[id(&n.name)?];
+            let state = &mut nodes[id(&n.name)? as usize];
             state.last_heartbeat_ms = n.last_heartbeat_ms;
             state.heartbeat_stamp_ms = n.heartbeat_stamp_ms;
             state.drained = n.drained;
@@ -484,7 +489,7 @@ impl Federation {
                                 capture_domain: domain(&c.capture_domain)?,
                                 nic: crate::names::shared(match &c.nic {
                                     Some(nic) => nic,
-                                    None => &fed.nodes[id(&c.node)?].spec.nic,
+                                    None => &fed.nodes[id(&c.node)? as usize].spec.nic,
                                 }),
                                 capture_epoch: CaptureEpoch::from_stored(c.capture_epoch),
                                 acquired: c.acquired,

@@ -99,7 +99,7 @@ impl Federation {
         address: IpAddr,
         holders: &[NodeId],
     ) -> Vec<String> {
-        let nic = |node: NodeId| self.nodes()[node].spec.nic.clone();
+        let nic = |node: NodeId| self.nodes()[node as usize].spec.nic.clone();
         let mut nics: BTreeSet<String> = holders.iter().map(|node| nic(*node)).collect();
         let others =
             self.pools().iter().filter(|(name, p)| name.as_str() != pool && p.spec.provider == provider);
@@ -281,7 +281,7 @@ impl Federation {
         if pool_state.spec.approval != Approval::Manual {
             return false;
         }
-        let node = &self.nodes()[holder].spec;
+        let node = &self.nodes()[holder as usize].spec;
         let stamp = ActionStamp {
             pool,
             address,

@@ -22,8 +22,8 @@ impl Federation {
     /// records the revival, so that the report from before it sets no pool's floor.
     pub(super) fn note_revival(&mut self, node: &str) {
         let id = self.node_ids[node];
-        if self.nodes[id].vrrp_master.is_some() && self.node_alive(id) == Some(false) {
-            self.nodes[id].revived_seq = self.events_applied;
+        if self.nodes[id as usize].vrrp_master.is_some() && self.node_alive(id) == Some(false) {
+            self.nodes[id as usize].revived_seq = self.events_applied;
         }
     }
 
@@ -33,7 +33,7 @@ impl Federation {
     /// `preempt: false`), as it does without VRRP.
     pub(super) fn note_return(&mut self, node: &str) {
         let id = self.node_ids[node];
-        let state = &mut self.nodes[id];
+        let state = &mut self.nodes[id as usize];
         if state.vrrp_master.is_some() && (state.drained || !state.healthy) {
             state.revived_seq = self.events_applied;
         }

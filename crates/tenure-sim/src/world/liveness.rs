@@ -154,7 +154,7 @@ impl World {
                     .find_map(|p| p.addresses.get(address))
                     .filter(|a| a.active && a.desired)
                     .and_then(|a| a.owner)
-                    .map(|owner| vec![self.head.nodes()[owner].spec.nic.clone()])
+                    .map(|owner| vec![self.head.nodes()[owner as usize].spec.nic.clone()])
                     .unwrap_or_default();
                 let held: Vec<String> = self
                     .provider

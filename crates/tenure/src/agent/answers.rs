@@ -89,7 +89,7 @@ pub const UNCHANGED_NOTE: &str = "it already was so; nothing changed";
 /// as a second change.
 #[must_use]
 pub fn changes_nothing(view: &Federation, event: &EventKind) -> bool {
-    let drained = |node: &str| view.node_id(node).map(|id| view.nodes()[id].drained);
+    let drained = |node: &str| view.node_id(node).map(|id| view.nodes()[id as usize].drained);
     let desired = |pool: &str, address: &IpAddr| {
         view.pools().get(pool).filter(|p| !p.deleted)?.addresses.get(address).map(|a| a.desired)
     };

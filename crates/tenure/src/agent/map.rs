@@ -208,10 +208,10 @@ pub fn map_page(map: &MapSnapshot, filter: &MapFilter, page: usize, page_rows: u
             pools.push(pool);
         }
         if let Some(owner) = row.owner {
-            per_node[owner].0 += 1;
+            per_node[owner as usize].0 += 1;
         }
         for holder in &row.holders {
-            per_node[*holder].1 += 1;
+            per_node[*holder as usize].1 += 1;
         }
         if resolved.matches(pool, address, row) {
             if let Some(phase) = row.phase {
@@ -312,7 +312,7 @@ pub(crate) mod tests {
     /// The `action-result` confirming the owner's acquire of `address`.
     pub(crate) fn confirmed(view: &Federation, pool: &str, address: IpAddr) -> EventKind {
         let state = view.address(pool, address).expect("listed");
-        let node = &view.nodes()[state.line.desired_holder.expect("a holder")].spec;
+        let node = &view.nodes()[state.line.desired_holder.expect("a holder") as usize].spec;
         let pool_state = &view.pools()[pool];
         let action = StampedAction::new(
             pool,

@@ -254,7 +254,7 @@ pub fn node_statuses(view: &Federation, local: &[&str]) -> Vec<NodeStatus> {
         .enumerate()
         .map(|(id, node)| {
             let name = node.spec.name.as_str();
-            let alive = view.node_alive(id);
+            let alive = view.node_alive(tenure_core::state::node_id_of(id));
             NodeStatus {
                 name: name.to_owned(),
                 provider: node.spec.provider.clone(),

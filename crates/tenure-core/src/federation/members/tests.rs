@@ -61,7 +61,7 @@ fn shares(fed: &Federation) -> Vec<(String, usize)> {
     let mut shares: Vec<(String, usize)> = fed.nodes().iter().map(|n| (n.spec.name.clone(), 0)).collect();
     for state in fed.pools()["p"].addresses.values() {
         if let Some(owner) = state.owner {
-            shares[owner].1 += 1;
+            shares[owner as usize].1 += 1;
         }
     }
     shares
@@ -127,7 +127,7 @@ fn a_registration_that_is_another_router_is_rejected_and_changes_nothing() {
     }
     // The same router with another priority and capacity is an update.
     apply(&mut fed, 60, register(NodeSpec { priority: 7, capacity: Some(3), ..node("b") }));
-    let b = &fed.nodes()[fed.node_id("b").expect("b")].spec;
+    let b = &fed.nodes()[fed.node_id("b").expect("b") as usize].spec;
     assert_eq!((b.priority, b.capacity), (7, Some(3)));
     assert_eq!(shares(&fed)[1].1, 3, "b's new capacity is in force");
 }

@@ -92,7 +92,7 @@ fn the_newest_master_report_takes_the_address_while_the_old_master_is_still_aliv
     report(&mut fed, 400, "b", VrrpState::Master);
     assert_eq!(owner(&fed, "p").as_deref(), Some("b"), "at once, not at a's heartbeat expiry");
     assert_eq!(
-        fed.nodes()[fed.node_id("a").expect("a")].vrrp,
+        fed.nodes()[fed.node_id("a").expect("a") as usize].vrrp,
         Some(VrrpState::Master),
         "a's own report stays"
     );
