@@ -777,14 +777,16 @@ fn an_agent_cut_off_from_etcd_while_it_starts_waits_for_it_and_joins() {
         });
         reason
     };
-    // A SIGTERM ends the wait at once: exit 0, nothing started.
+    // A SIGTERM ends the wait (after an append under way, never in the middle of one): exit 0,
+    // no step taken. The bound: the hook's 2 s, etcd's request timeout, a heartbeat interval.
     let c = start_c();
     lab.link("c", false);
     eprintln!("cut while starting: {}", waits());
     let stopping = Instant::now();
     let status = c.terminate();
     assert!(status.success(), "c's exit after SIGTERM while it waited: {status:?}");
-    assert!(stopping.elapsed() < Duration::from_secs(5), "c took {:?} to stop", stopping.elapsed());
+    eprintln!("stopped while waiting in {:?}", stopping.elapsed());
+    assert!(stopping.elapsed() < Duration::from_secs(12), "c took {:?} to stop", stopping.elapsed());
     lab.link("c", true);
     // Again, and this time the link comes back.
     let c = start_c();

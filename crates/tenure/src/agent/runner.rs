@@ -135,6 +135,10 @@ struct Agent<S: AgentStore> {
     unhealthy: Option<String>,
     /// Why the last append failed, when the store retries appends (etcd): cleared when one lands.
     append_failure: Option<String>,
+    /// What the start waits for (an append etcd did not take), said in health until it lands.
+    start_wait: Option<String>,
+    /// keepalived's state was settled at start (once, whatever the start's appends waited for).
+    vrrp_settled: bool,
     /// Why the heartbeat thread's last append failed, as the loop saw it at its last step (so
     /// that health turns ok only once a step followed the log past the heartbeat that landed).
     heartbeat_failure: Option<String>,
@@ -214,19 +218,10 @@ pub async fn run<S: AgentStore>(
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
     tokio::pin!(shutdown);
-    // A start that waits for its log (etcd out of reach) ends at shutdown: nothing was started.
-    let board = requests.board();
-    let begun = tokio::select! {
-        begun = agent.begin(&board) => Some(begun),
-        () = &mut shutdown => None,
-    };
-    match begun {
-        Some(begun) => begun?,
-        None => {
-            info!("shutting down before the start completed: nothing was started");
-            agent.beat.stop();
-            return Ok(agent.summary);
-        }
+    if let start::Begun::ShutDown = agent.begin(&requests.board(), shutdown.as_mut()).await? {
+        info!("shutting down before the start completed: no step was taken");
+        agent.beat.stop();
+        return Ok(agent.summary);
     }
     agent.step().await;
     // Reads (the map, the journals) from here: before its first step the agent has not applied
@@ -239,6 +234,7 @@ pub async fn run<S: AgentStore>(
     let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
     identity.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let log_changed = agent.store.log_changed();
+    let board = requests.board();
     let mut reload_open = true;
     let mut requests_open = true;
     loop {

@@ -49,6 +49,7 @@ impl<S: AgentStore> Agent<S> {
             self.core
                 .failed()
                 .map(str::to_owned)
+                .or_else(|| self.start_wait.clone())
                 .or_else(|| self.unhealthy.clone())
                 .or_else(|| self.head_failure.clone())
                 .or_else(|| self.append_failure.clone())

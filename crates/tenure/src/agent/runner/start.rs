@@ -3,6 +3,8 @@
 //! (pools seeded, keepalived settled, the heartbeat thread started).
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tenure_core::agent::AgentCore;
@@ -10,7 +12,7 @@ use tenure_core::driver::{DriverOptions, NodeDriver};
 use tenure_core::federation::history::History;
 use tenure_core::federation::{Federation, registrations};
 use tenure_core::log::EventKind;
-use tenure_core::model::{NodeSpec, ProviderSpec};
+use tenure_core::model::{NodeSpec, PoolSpec, ProviderSpec};
 use tenure_core::node::NodeEngine;
 use tenure_core::retry::RetryBackoff;
 use tokio::task::JoinSet;
@@ -101,6 +103,8 @@ impl<S: AgentStore> Agent<S> {
             counters: Counters::default(),
             unhealthy: None,
             append_failure: None,
+            start_wait: None,
+            vrrp_settled: false,
             unappended: None,
             heartbeat_failure: None,
             head_failure: None,
@@ -158,71 +162,58 @@ impl<S: AgentStore> Agent<S> {
     /// files seeded into the log (on a shared log, the log's versions are in force), and the
     /// heartbeat thread started — before the first step (a full pass over every address).
     ///
-    /// A store that retries appends (etcd) out of reach does not stop the start: each append is
-    /// tried again every heartbeat interval, after following the log (one that landed unanswered
-    /// is not appended twice), with health failing and saying so meanwhile (`board`). A blip of
-    /// etcd or of the router's link while it starts must not stop the process: it would answer
-    /// nothing until restarted by hand (a fleet soak's finding). Shutdown ends the wait (`run`).
-    pub(super) async fn begin(&mut self, board: &HealthBoard) -> Result<(), AgentError> {
+    /// A store that retries appends (etcd) out of reach does not stop the start: the append that
+    /// failed is made again every heartbeat interval, each time from the log as it is then (the
+    /// head confirmed and followed first, so one that landed unanswered is seen and not appended
+    /// again), with health failing and saying so meanwhile (`board`). A blip of etcd or of the
+    /// router's link while it starts must not stop the process: it would answer nothing until
+    /// restarted by hand (a fleet soak's finding). `shutdown` ends a wait between attempts
+    /// (never an append under way): [`Begun::ShutDown`].
+    pub(super) async fn begin<F: Future<Output = ()>>(
+        &mut self,
+        board: &HealthBoard,
+        mut shutdown: Pin<&mut F>,
+    ) -> Result<Begun, AgentError> {
         let wanted = (self.pools)().map_err(AgentError::Pools)?;
         if let Some(reason) = self.store.refusal() {
             error!(%reason, "refusing the store: appending nothing, never acting");
             self.core.fail(reason);
         } else {
-            let wanted = if self.capabilities.shared_log {
-                let deleted: BTreeSet<String> = self
-                    .view()
-                    .pools()
-                    .iter()
-                    .filter(|(_, p)| p.deleted)
-                    .map(|(name, _)| name.clone())
-                    .collect();
-                let (seed, differing) = seed_pools(&self.applied_pools(), &deleted, &wanted);
-                if !differing.is_empty() {
-                    warn!(
-                        pools = %differing.join(", "),
-                        "these pools differ between this router's pool files and the fleet's log: the log's \
-                         version is in force (a reload, SIGHUP, applies this router's files to the whole fleet)"
-                    );
-                }
-                seed
-            } else {
-                wanted
-            };
+            let mut stage = Stage::Register;
             let mut waited = false;
-            while let Err(attempt) = self.register().await {
-                self.retry_start(board, "registering this agent's nodes", attempt).await?;
-                waited = true;
-            }
-            // No step before keepalived's state is known.
-            self.vrrp_settle().await;
-            // This agent's nodes say they are alive (after keepalived's state, as before) before
-            // anything of the pool files is appended: stream time moves with every event, and a
-            // pool change appended first, after a stop longer than heartbeatTTL + promotionHold,
-            // expired the agent's own nodes for one event (their addresses to no owner and back,
-            // two epochs each, manual pools' acquires to approve again; an operator trial's
-            // finding).
-            for driver in self.core.drivers() {
-                self.queued.push(EventKind::Heartbeat { node: driver.name().to_owned() });
-            }
-            let first = std::mem::take(&mut self.queued);
-            // Stamped again at each attempt; heartbeats and keepalived's state appended twice (one
-            // that landed unanswered) say nothing new.
-            while let Err(e) = self.append(first.clone()).await {
-                self.retry_start(board, "appending this agent's first heartbeats", Attempt::from(e)).await?;
-                waited = true;
-            }
-            // The plan is made again from the log after each failure: a pool event that landed
-            // unanswered is not appended again.
-            while let Err(e) = self.apply_pools(&wanted).await {
-                if !e.transient {
-                    return Err(AgentError::Pools(vec![e.reason]));
+            let mut said_differing = false;
+            while stage != Stage::Done {
+                let attempt = match stage {
+                    Stage::Register => self.register().await.map(|()| Stage::Heartbeats),
+                    Stage::Heartbeats => self.first_heartbeats().await.map(|()| Stage::Pools),
+                    Stage::Pools => {
+                        let seed = self.pools_to_seed(&wanted, &mut said_differing);
+                        match self.apply_pools(&seed).await {
+                            Ok(_) => Ok(Stage::Done),
+                            Err(e) if e.transient => Err(Attempt::Retry(e.reason)),
+                            Err(e) => return Err(AgentError::Pools(vec![e.reason])),
+                        }
+                    }
+                    Stage::Done => unreachable!("the loop ends at done"),
+                };
+                match attempt {
+                    Ok(next) => stage = next,
+                    Err(attempt) => {
+                        match self.retry_start(board, stage.what(), attempt, shutdown.as_mut()).await? {
+                            Waited::Again => waited = true,
+                            // The store failed for good or was refused while the start waited: nothing
+                            // more is appended, the agent never acts (as for a refusal found first).
+                            Waited::Failed => break,
+                            Waited::ShutDown => {
+                                self.start_wait = None;
+                                return Ok(Begun::ShutDown);
+                            }
+                        }
+                    }
                 }
-                self.retry_start(board, "applying the pool files", Attempt::Retry(e.reason)).await?;
-                waited = true;
             }
-            self.append_failure = None;
-            if waited {
+            self.start_wait = None;
+            if waited && self.core.failed().is_none() {
                 info!("the start's appends landed");
             }
         }
@@ -236,43 +227,113 @@ impl<S: AgentStore> Agent<S> {
             Ok(beater) => self.beater = Some(beater),
             Err(e) => return Err(AgentError::Thread(format!("cannot start the heartbeat thread: {e}"))),
         }
+        Ok(Begun::Started)
+    }
+
+    /// The pools the start applies: the pool files' set, or on a shared log the log's versions
+    /// of the pools it holds (a restarted router's old file reverts nothing), made from the log
+    /// as it is now — an attempt after a wait sees what other agents changed meanwhile.
+    fn pools_to_seed(&self, wanted: &[PoolSpec], said_differing: &mut bool) -> Vec<PoolSpec> {
+        if !self.capabilities.shared_log {
+            return wanted.to_vec();
+        }
+        let deleted: BTreeSet<String> =
+            self.view().pools().iter().filter(|(_, p)| p.deleted).map(|(name, _)| name.clone()).collect();
+        let (seed, differing) = seed_pools(&self.applied_pools(), &deleted, wanted);
+        if !differing.is_empty() && !*said_differing {
+            *said_differing = true;
+            warn!(
+                pools = %differing.join(", "),
+                "these pools differ between this router's pool files and the fleet's log: the log's \
+                 version is in force (a reload, SIGHUP, applies this router's files to the whole fleet)"
+            );
+        }
+        seed
+    }
+
+    /// This agent's nodes say they are alive, with keepalived's state (settled once, before the
+    /// first attempt; reports that came during a wait are taken before each attempt: the batch
+    /// carries the newest state) — before anything of the pool files is appended: stream time
+    /// moves with every event, and a pool change appended first, after a stop longer than
+    /// heartbeatTTL + promotionHold, expired the agent's own nodes for one event (their addresses
+    /// to no owner and back, two epochs each, manual pools' acquires to approve again; an
+    /// operator trial's finding). Stamped again at each attempt; the batch stays queued until it
+    /// lands.
+    async fn first_heartbeats(&mut self) -> Result<(), Attempt> {
+        if !self.vrrp_settled {
+            // No step before keepalived's state is known.
+            self.vrrp_settle().await;
+            self.vrrp_settled = true;
+        }
+        self.vrrp_drain();
+        for driver in self.core.drivers() {
+            let heartbeat = EventKind::Heartbeat { node: driver.name().to_owned() };
+            if !self.queued.contains(&heartbeat) {
+                self.queued.push(heartbeat);
+            }
+        }
+        let first = self.queued.clone();
+        self.append(first).await.map_err(Attempt::from)?;
+        self.queued.clear();
         Ok(())
     }
 
     /// After a start append that did not land: a failure for good stops the start; one that may
-    /// pass is said (health fails with it, logged once per reason), waited out for a heartbeat
-    /// interval, and the log followed so the next attempt sees what landed unanswered.
-    async fn retry_start(
+    /// pass is said (health fails with it) and waited out, a heartbeat interval at a time, until
+    /// the log's head is confirmed and followed again (so that the next attempt is made from what
+    /// the log holds, one that landed unanswered included) — or the store failed meanwhile
+    /// (refused: a log that went back), or shutdown came.
+    async fn retry_start<F: Future<Output = ()>>(
         &mut self,
         board: &HealthBoard,
         what: &str,
         attempt: Attempt,
-    ) -> Result<(), AgentError> {
+        mut shutdown: Pin<&mut F>,
+    ) -> Result<Waited, AgentError> {
         let reason = match attempt {
+            Attempt::Fatal(AgentError::Log(reason)) => {
+                return Err(AgentError::Log(format!("{what}: {reason}")));
+            }
             Attempt::Fatal(e) => return Err(e),
             Attempt::Retry(reason) => reason,
         };
-        let reason = format!("{what}: {reason}; trying again every {:?}", self.heartbeat_interval);
-        if self.append_failure.as_deref() != Some(reason.as_str()) {
-            warn!(%reason, "the start waits for the log");
-            self.append_failure = Some(reason);
+        let said = format!("{what}: {reason}; trying again every {:?}", self.heartbeat_interval);
+        if self.start_wait.is_none() {
+            warn!(reason = %said, "the start waits for the log");
         }
-        board.post(self.health());
-        tokio::time::sleep(self.heartbeat_interval).await;
-        if let Err(reason) = self.follow().await {
-            warn!(%reason, "the start cannot follow the log yet");
+        self.start_wait = Some(said);
+        loop {
+            if self.core.failed().is_some() {
+                return Ok(Waited::Failed);
+            }
+            board.post(self.health());
+            tokio::select! {
+                () = tokio::time::sleep(self.heartbeat_interval) => {}
+                () = shutdown.as_mut() => return Ok(Waited::ShutDown),
+            }
+            if self.confirm_head(false).await.is_some() {
+                return Ok(if self.core.failed().is_some() { Waited::Failed } else { Waited::Again });
+            }
+            // A refusal found by the follow (a log that went back) fails the core.
+            if let Err(reason) = self.follow().await {
+                warn!(%reason, "the start cannot follow the log yet");
+            }
         }
-        Ok(())
     }
 
     /// Appends the registrations found at start ([`registrations`]) that the log does not hold
     /// yet: this agent's nodes join the log's registry before its pools and heartbeats are
     /// appended.
     async fn register(&mut self) -> Result<(), Attempt> {
+        // A registration the log holds as it is (a priority or capacity changed is registered
+        // again: `registrations`' own rule).
         let landed: Vec<bool> = self
             .registering
             .iter()
-            .map(|event| matches!(event, EventKind::NodeRegistered { spec, .. } if self.view().node_id(&spec.name).is_some()))
+            .map(|event| {
+                matches!(event, EventKind::NodeRegistered { spec, .. }
+                    if self.view().node_id(&spec.name).is_some_and(|id| self.view().nodes()[id as usize].spec == *spec))
+            })
             .collect();
         let mut landed = landed.into_iter();
         self.registering.retain(|_| !landed.next().unwrap_or(false));
@@ -312,4 +373,42 @@ impl From<AppendError> for Attempt {
     fn from(e: AppendError) -> Self {
         if e.transient { Self::Retry(e.reason) } else { Self::Fatal(AgentError::Log(e.reason)) }
     }
+}
+
+/// Where the start's appends are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Register,
+    Heartbeats,
+    Pools,
+    Done,
+}
+
+impl Stage {
+    /// What the stage appends, as health and the log say it.
+    fn what(self) -> &'static str {
+        match self {
+            Self::Register => "registering this agent's nodes",
+            Self::Heartbeats => "appending this agent's first heartbeats",
+            Self::Pools | Self::Done => "applying the pool files",
+        }
+    }
+}
+
+/// How a wait of the start ended.
+enum Waited {
+    /// The head is confirmed again: make the append again.
+    Again,
+    /// The store failed or was refused meanwhile: append nothing more.
+    Failed,
+    /// Shutdown came.
+    ShutDown,
+}
+
+/// How [`Agent::begin`] ended.
+pub(super) enum Begun {
+    /// The heartbeat thread runs; the loop goes on.
+    Started,
+    /// Shutdown came while the start waited for its log: nothing runs.
+    ShutDown,
 }

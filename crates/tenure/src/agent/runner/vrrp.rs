@@ -63,6 +63,14 @@ impl<S: AgentStore> Agent<S> {
         queued
     }
 
+    /// Takes every report already waiting (the start, between attempts of its first heartbeats:
+    /// the batch carries the newest state).
+    pub(super) fn vrrp_drain(&mut self) {
+        while let Some(report) = self.vrrp.as_mut().and_then(|r| r.try_recv().ok()) {
+            self.vrrp_report(report);
+        }
+    }
+
     /// Acts on one report of the keepalived follower. Returns whether anything was queued.
     fn vrrp_report(&mut self, report: VrrpReport) -> bool {
         match report {
