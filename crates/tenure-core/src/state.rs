@@ -108,7 +108,7 @@ pub struct Confirmation {
 }
 
 // A million addresses keep one of each (node ids are `u32`: an `Option<usize>` owner was 16 bytes,
-// the state 80 and a confirmation 48; docs/benchmarks.md "Node ids as u32").
+// the state 80 and a confirmation 48; docs/decisions.md "Issue 24: node ids are `u32`").
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::size_of::<AddressState>() <= 64 && std::mem::size_of::<Confirmation>() <= 40);
 
