@@ -92,6 +92,22 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// The priority the newest snapshot registers `node` at.
+    fn snapshot_priority(&self, node: &str) -> Option<i64> {
+        let manifest =
+            etcdctl(&self.endpoints(), &["get", &format!("{PREFIX}/snapshot"), "--print-value-only"]);
+        let manifest: serde_json::Value = serde_json::from_str(manifest.trim()).ok()?;
+        let revision = manifest["revision"].as_u64()?;
+        let chunks = etcdctl(
+            &self.endpoints(),
+            &["get", "--prefix", &format!("{PREFIX}/snapshots/{revision:020}/"), "--print-value-only"],
+        );
+        let snapshot: serde_json::Value = serde_json::from_str(&chunks.lines().collect::<String>()).ok()?;
+        snapshot["nodes"].as_array()?.iter().find(|n| n["name"] == node)?["spec"]["priority"].as_i64()
+    }
+}
+
 fn spec(name: &str, priority: i64) -> String {
     format!("{{name: {name}, provider: sim1, placementGroup: g1, nic: eni-{name}, priority: {priority}}}")
 }
@@ -231,6 +247,18 @@ fn a_fourth_router_joins_a_running_fleet_and_a_retired_one_is_forgotten() {
     // The retired router comes back by starting its agent: it registers again, takes its share.
     agents.insert("c", rig.start("c"));
     shared_by(&rig, &["a", "b", "c", "d"], &["a", "b", "c", "d"]);
+
+    // A router restarted with another priority registers its node again and the log takes it.
+    assert_eq!(rig.snapshot_priority("b"), Some(0), "b registered at priority 0");
+    let b = agents.remove("b").expect("b runs");
+    assert!(b.terminate().success());
+    let changed =
+        std::fs::read_to_string(rig.config("b")).expect("b.yaml").replace(&spec("b", 0), &spec("b", 7));
+    rig.dir.write("b.yaml", &changed);
+    let b = rig.start("b");
+    wait_for("a snapshot with b at priority 7", || rig.snapshot_priority("b") == Some(7));
+    assert!(b.log().contains("registered in the fleet's log"), "{}", b.log());
+    agents.insert("b", b);
 }
 
 /// The output of a child that must exit within the tests' bound.
