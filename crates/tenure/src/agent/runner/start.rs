@@ -133,7 +133,16 @@ impl<S: AgentStore> Agent<S> {
             registering: Vec::new(),
         };
         agent.restore_snapshot().map_err(AgentError::Log)?;
-        agent.follow_log().map_err(AgentError::Log)?;
+        if let Err(reason) = agent.follow_log() {
+            // etcd gone between the store's open and this read (its watch broke): the start
+            // waits for it like for its appends (`begin` follows again before it seeds the
+            // pools); a store that does not retry has failed for good.
+            if !agent.capabilities.retries_appends {
+                return Err(AgentError::Log(reason));
+            }
+            warn!(%reason, "the start waits for the log");
+            agent.start_wait = Some(format!("following the log: {reason}; trying again"));
+        }
         agent.registering =
             registrations(agent.view(), &settings.nodes, &settings.peers, &settings.providers)
                 .map_err(AgentError::Membership)?;
@@ -186,14 +195,22 @@ impl<S: AgentStore> Agent<S> {
                 let attempt = match stage {
                     Stage::Register => self.register().await.map(|()| Stage::Heartbeats),
                     Stage::Heartbeats => self.first_heartbeats().await.map(|()| Stage::Pools),
-                    Stage::Pools => {
-                        let seed = self.pools_to_seed(&wanted, &mut said_differing);
-                        match self.apply_pools(&seed).await {
-                            Ok(_) => Ok(Stage::Done),
-                            Err(e) if e.transient => Err(Attempt::Retry(e.reason)),
-                            Err(e) => return Err(AgentError::Pools(vec![e.reason])),
+                    // The pools are seeded from the log as it is now: followed first (the start's
+                    // first read may have failed, `start`).
+                    Stage::Pools => match self.follow().await {
+                        Err(reason) if !self.capabilities.retries_appends => {
+                            Err(Attempt::Fatal(AgentError::Log(reason)))
                         }
-                    }
+                        Err(reason) => Err(Attempt::Retry(reason)),
+                        Ok(()) => {
+                            let seed = self.pools_to_seed(&wanted, &mut said_differing);
+                            match self.apply_pools(&seed).await {
+                                Ok(_) => Ok(Stage::Done),
+                                Err(e) if e.transient => Err(Attempt::Retry(e.reason)),
+                                Err(e) => return Err(AgentError::Pools(vec![e.reason])),
+                            }
+                        }
+                    },
                     Stage::Done => unreachable!("the loop ends at done"),
                 };
                 match attempt {
