@@ -77,24 +77,14 @@ impl Rig {
     /// under `P/snapshots/<revision, 20 digits>/`), with the snapshot's revision; `None` before
     /// the first one.
     fn snapshot_nodes(&self) -> Option<(u64, Vec<String>)> {
-        let manifest =
-            etcdctl(&self.endpoints(), &["get", &format!("{PREFIX}/snapshot"), "--print-value-only"]);
-        let manifest: serde_json::Value = serde_json::from_str(manifest.trim()).ok()?;
-        let revision = manifest["revision"].as_u64()?;
-        let chunks = etcdctl(
-            &self.endpoints(),
-            &["get", "--prefix", &format!("{PREFIX}/snapshots/{revision:020}/"), "--print-value-only"],
-        );
-        let snapshot: serde_json::Value = serde_json::from_str(&chunks.lines().collect::<String>()).ok()?;
+        let (revision, snapshot) = self.snapshot()?;
         let nodes =
             snapshot["nodes"].as_array()?.iter().filter_map(|n| n["name"].as_str().map(str::to_owned));
         Some((revision, nodes.collect()))
     }
-}
 
-impl Rig {
-    /// The priority the newest snapshot registers `node` at.
-    fn snapshot_priority(&self, node: &str) -> Option<i64> {
+    /// The newest snapshot of the log, whole, with its revision.
+    fn snapshot(&self) -> Option<(u64, serde_json::Value)> {
         let manifest =
             etcdctl(&self.endpoints(), &["get", &format!("{PREFIX}/snapshot"), "--print-value-only"]);
         let manifest: serde_json::Value = serde_json::from_str(manifest.trim()).ok()?;
@@ -103,7 +93,12 @@ impl Rig {
             &self.endpoints(),
             &["get", "--prefix", &format!("{PREFIX}/snapshots/{revision:020}/"), "--print-value-only"],
         );
-        let snapshot: serde_json::Value = serde_json::from_str(&chunks.lines().collect::<String>()).ok()?;
+        Some((revision, serde_json::from_str(&chunks.lines().collect::<String>()).ok()?))
+    }
+
+    /// The priority the newest snapshot registers `node` at.
+    fn snapshot_priority(&self, node: &str) -> Option<i64> {
+        let (_, snapshot) = self.snapshot()?;
         snapshot["nodes"].as_array()?.iter().find(|n| n["name"] == node)?["spec"]["priority"].as_i64()
     }
 }
