@@ -778,22 +778,20 @@ fn an_agent_cut_off_from_etcd_while_it_starts_waits_for_it_and_joins() {
         reason
     };
     // A SIGTERM ends the wait (after an append under way, never in the middle of one): exit 0,
-    // no step taken. The bound: the hook's 2 s, etcd's request timeout, a heartbeat interval.
+    // no step taken.
     let c = start_c();
     lab.link("c", false);
     eprintln!("cut while starting: {}", waits());
-    let stopping = Instant::now();
+    // `terminate` fails past the tests' bound: a wait that ignores shutdown never ends.
     let status = c.terminate();
     assert!(status.success(), "c's exit after SIGTERM while it waited: {status:?}");
-    eprintln!("stopped while waiting in {:?}", stopping.elapsed());
-    assert!(stopping.elapsed() < Duration::from_secs(12), "c took {:?} to stop", stopping.elapsed());
     lab.link("c", true);
     // Again, and this time the link comes back.
     let c = start_c();
     lab.link("c", false);
     waits();
     // Past another attempt's timeout, c still runs and says the same.
-    std::thread::sleep(Duration::from_secs(3));
+    stays_for(Duration::from_secs(3), "c keeps waiting", || !c.log().contains("agent stopped"));
     let mut c = c;
     assert!(c.child.try_wait().expect("c's status").is_none(), "c stopped:\n{}", c.log());
     assert!(!c.log().contains("agent stopped"), "{}", c.log());

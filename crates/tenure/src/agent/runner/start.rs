@@ -195,22 +195,7 @@ impl<S: AgentStore> Agent<S> {
                 let attempt = match stage {
                     Stage::Register => self.register().await.map(|()| Stage::Heartbeats),
                     Stage::Heartbeats => self.first_heartbeats().await.map(|()| Stage::Pools),
-                    // The pools are seeded from the log as it is now: followed first (the start's
-                    // first read may have failed, `start`).
-                    Stage::Pools => match self.follow().await {
-                        Err(reason) if !self.capabilities.retries_appends => {
-                            Err(Attempt::Fatal(AgentError::Log(reason)))
-                        }
-                        Err(reason) => Err(Attempt::Retry(reason)),
-                        Ok(()) => {
-                            let seed = self.pools_to_seed(&wanted, &mut said_differing);
-                            match self.apply_pools(&seed).await {
-                                Ok(_) => Ok(Stage::Done),
-                                Err(e) if e.transient => Err(Attempt::Retry(e.reason)),
-                                Err(e) => return Err(AgentError::Pools(vec![e.reason])),
-                            }
-                        }
-                    },
+                    Stage::Pools => self.seed(&wanted, &mut said_differing).await.map(|()| Stage::Done),
                     Stage::Done => unreachable!("the loop ends at done"),
                 };
                 match attempt {
@@ -245,6 +230,24 @@ impl<S: AgentStore> Agent<S> {
             Err(e) => return Err(AgentError::Thread(format!("cannot start the heartbeat thread: {e}"))),
         }
         Ok(Begun::Started)
+    }
+
+    /// Applies the pools to seed, made from the log as it is now: followed first (the start's
+    /// first read may have failed, [`Self::start`]).
+    async fn seed(&mut self, wanted: &[PoolSpec], said_differing: &mut bool) -> Result<(), Attempt> {
+        if let Err(reason) = self.follow().await {
+            return Err(if self.capabilities.retries_appends {
+                Attempt::Retry(reason)
+            } else {
+                Attempt::Fatal(AgentError::Log(reason))
+            });
+        }
+        let seed = self.pools_to_seed(wanted, said_differing);
+        match self.apply_pools(&seed).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.transient => Err(Attempt::Retry(e.reason)),
+            Err(e) => Err(Attempt::Fatal(AgentError::Pools(vec![e.reason]))),
+        }
     }
 
     /// The pools the start applies: the pool files' set, or on a shared log the log's versions
