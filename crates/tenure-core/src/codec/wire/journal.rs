@@ -140,16 +140,13 @@ fn attempts_from_wire(
     count: u32,
     last_at_ms: Option<u64>,
     last_wall_ms: Option<u64>,
-    last_error: Option<String>,
+    last_error: Option<&str>,
 ) -> Result<Attempts, CodecError> {
     let inconsistent = |reason: &str| CodecError::Inconsistent { record, reason: reason.to_owned() };
     match (count, last_at_ms, last_wall_ms) {
-        (0, None, None) | (1.., Some(_), _) => Ok(Attempts {
-            count,
-            last_at_ms,
-            last_wall_ms,
-            last_error: last_error.as_deref().map(crate::names::shared),
-        }),
+        (0, None, None) | (1.., Some(_), _) => {
+            Ok(Attempts { count, last_at_ms, last_wall_ms, last_error: last_error.map(crate::names::shared) })
+        }
         (0, _, _) => Err(inconsistent("a `lastAttemptMs` or `lastAttemptWallMs` without `attempts`")),
         (1.., None, _) => Err(inconsistent("`attempts` without its `lastAttemptMs`")),
     }
@@ -186,7 +183,7 @@ impl<'a> EntryWire<'a> {
                 self.attempts,
                 self.last_attempt_ms,
                 self.last_attempt_wall_ms,
-                self.last_error.map(Cow::into_owned),
+                self.last_error.as_deref(),
             )?,
         })
     }
