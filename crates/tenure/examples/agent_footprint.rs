@@ -8,7 +8,7 @@
 //! resident set is read from `/proc/self/statm` before the agent starts and once it has executed
 //! every action; the difference divided by the address count is printed, with the part the
 //! ownership map alone takes (a [`Federation`] built from the same pools, measured the same way
-//! before the agent starts). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … idle_reconcile_ms=… idle_pass_ms=… idle_slice_max_ms=… heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=… capture_probes=… capture_health_ms_p50=… p99=… capture_page500_ms_p50=… p99=…`
+//! by a second run of this example, `--map-only N`, in a process of its own). Prints one line: `addresses=N rss_per_address_bytes=… map_per_address_bytes=… … idle_reconcile_ms=… idle_pass_ms=… idle_slice_max_ms=… heartbeat_gap_max_ms=… ownership_get_ms_p50=… p99=… capture_probes=… capture_health_ms_p50=… p99=… capture_page500_ms_p50=… p99=…`
 //! (the first step of a requeue pass with nothing to do, one slice; the pass's slices added up,
 //! and the longest of them; the largest gap between two of the node's heartbeats in the log while it captured everything;
 //! `change_undesire_ms=… change_desire_ms=…`: one address undesired, then desired again, once the
@@ -161,11 +161,33 @@ fn map_bytes(pools: &[PoolSpec]) -> u64 {
     after.saturating_sub(before)
 }
 
+/// The argument that makes this example measure the map alone and print its bytes.
+const MAP_ONLY: &str = "--map-only";
+
+/// [`map_bytes`] measured by a second run of this example, a process of its own.
+fn map_bytes_apart(addresses: u64) -> u64 {
+    let out = std::process::Command::new(std::env::current_exe().expect("this example's path"))
+        .args([MAP_ONLY, &addresses.to_string()])
+        .output()
+        .expect("the map's process runs");
+    assert!(out.status.success(), "the map's process failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().parse().expect("the map's process prints its bytes")
+}
+
 /// The runtime as `tenure agent` builds it, and the agent's loop awaited on the thread that
 /// blocks on it, as `tenure agent` awaits it (`cli/agent.rs`, `serve`): a loop spawned as a task
 /// instead runs on a worker, where the tasks it wakes (the API's answers) wait in that worker's
 /// LIFO slot — another setup than the one measured.
 fn main() {
+    // The map is measured in a process of its own: built and dropped in this one, its freed
+    // pages would be reused by the agent without raising the resident set, and a change that
+    // shrinks the map would show as a larger agent (docs/benchmarks.md, "Node ids as `u32`").
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(MAP_ONLY) {
+        let addresses: u64 = args.next().and_then(|a| a.parse().ok()).expect("--map-only ADDRESSES");
+        println!("{}", map_bytes(&pools(addresses)));
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(measure());
 }
@@ -178,7 +200,7 @@ async fn measure() {
         _ => 20,
     };
     let specs = pools(addresses);
-    let map = map_bytes(&specs);
+    let map = map_bytes_apart(addresses);
 
     let dir = std::env::temp_dir().join(format!("tenure-footprint-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
