@@ -74,12 +74,25 @@ impl AddressClaims {
         let domain = spec.capture_domain();
         // One copy of the pool's name and domain for all its addresses.
         let name = crate::names::shared(&spec.name);
+        // Addresses no pool claims yet are merged in at once: a B-tree built from a list fills
+        // its nodes, one filled an address at a time in order keeps them a little over half full.
+        let mut unclaimed = Vec::new();
         for address in &spec.addresses {
-            let claims = self.by_address.entry(*address).or_default();
-            if !claims.iter().any(|(d, _)| *d == domain) {
-                push_exact(claims, (domain.clone(), name.clone()));
+            match self.by_address.get_mut(address) {
+                Some(claims) => {
+                    if !claims.iter().any(|(d, _)| *d == domain) {
+                        push_exact(claims, (domain.clone(), name.clone()));
+                    }
+                }
+                None => {
+                    let mut claims = thin_vec::ThinVec::new();
+                    push_exact(&mut claims, (domain.clone(), name.clone()));
+                    unclaimed.push((*address, claims));
+                }
             }
         }
+        let mut unclaimed: BTreeMap<_, _> = unclaimed.into_iter().collect();
+        self.by_address.append(&mut unclaimed);
         self.by_pool.insert(spec.name.clone(), (domain, spec.addresses.clone()));
     }
 

@@ -134,6 +134,10 @@ pub enum Applied {
     NoSuchTarget,
 }
 
+/// The moves of one event whose room [`Federation::apply`] keeps for the next (a larger vector is
+/// dropped once read).
+const MOVES_KEPT: usize = 4096;
+
 /// The projection of the federation log. Same prefix in → same state out.
 #[derive(Clone, Debug)]
 pub struct Federation {
@@ -317,7 +321,13 @@ impl Federation {
     /// Applies one event (SPEC 2) as one atomic step (SPEC 13). A rejected event changes nothing.
     pub fn apply(&mut self, event: &Event) -> Result<Applied, EventRejected> {
         self.check(&event.kind)?;
-        self.moves.clear();
+        if self.moves.capacity() > MOVES_KEPT {
+            // Not kept at the size of the largest event's moves: a node's first heartbeat over a
+            // million addresses moves them all (~100 MB, kept for nothing since).
+            self.moves = Vec::new();
+        } else {
+            self.moves.clear();
+        }
         self.approval_kept = false;
         self.stream_time_ms = self.stream_time_ms.max(event.at_ms);
         self.events_applied += 1;

@@ -129,7 +129,8 @@ pub struct NodeEngine<S: JournalStore> {
     /// results is derived from, so compaction keeps those entries. One map ([`Captured`]).
     captured: Captured,
     /// Per entry with a predecessor verb: the predecessor's sequence number (none if it is not
-    /// in the journal), looked up once.
+    /// in the journal), looked up once while the entry may run; dropped once it is executed or
+    /// skipped.
     predecessors: sharded::ShardedMap<JournalSeq, Option<JournalSeq>>,
     /// A predecessor's key is written here to be looked up (one buffer, not one key each).
     predecessor_key: String,
@@ -585,6 +586,11 @@ impl<S: JournalStore> NodeEngine<S> {
         self.commit(JournalChange::SetState { seq, state, detail, executed_seq })?;
         self.pending.remove(&seq);
         self.withdraw(seq);
+        if matches!(state, EntryState::Executed | EntryState::Skipped(_)) {
+            // Final for good: only an approved entry's predecessor is asked (a million of them
+            // kept ~40 bytes an address for nothing).
+            self.predecessors.remove(&seq);
+        }
         match state {
             EntryState::Pending => {
                 self.pending.insert(seq);

@@ -790,3 +790,47 @@ fn an_api_on_port_0_is_found_from_the_start_line() {
         matches!(process::http(bound, "GET", "/v1/health", None, None), Ok((200, _)))
     });
 }
+
+/// Health is not ok before the agent's first step is done: while its start appends (slowed here
+/// by the append hook) it says so, then while the first step plans (slowed by the step hook) —
+/// an operator trial saw 200 between the store's open and the first failed append, with nothing
+/// appended and nothing acted on yet.
+#[test]
+fn health_says_starting_until_the_first_step_is_done() {
+    let dir = TempDir::new("agent-starting");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let agent = Agent::spawn_wrapped(
+        &dir,
+        &config,
+        listen,
+        &[],
+        &[("TENURE_TEST_APPEND_DELAY_MS", "1500"), ("TENURE_TEST_STEP_DELAY_MS", "1500")],
+    );
+    // Every answer until the first 200, in order, each reason once.
+    let mut reasons: Vec<String> = Vec::new();
+    wait_for("a 200 health", || match process::http(listen, "GET", "/v1/health", None, None) {
+        Ok((200, _)) => true,
+        Ok((503, body)) => {
+            let reason = serde_json::from_str::<Value>(&body).expect("json")["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if reasons.last() != Some(&reason) {
+                reasons.push(reason);
+            }
+            false
+        }
+        Ok((status, body)) => panic!("health answered {status}: {body}"),
+        Err(_) => false,
+    });
+    let appending = reasons.iter().position(|r| r.starts_with("starting: appending"));
+    let first_step = reasons.iter().position(|r| r.starts_with("starting: the first step"));
+    assert!(
+        matches!((appending, first_step), (Some(a), Some(f)) if a < f),
+        "health before the first 200: {reasons:?}\n{}",
+        agent.log()
+    );
+    agent.terminate();
+}

@@ -256,7 +256,7 @@ pub fn entries_of(
                 (EntryKind::Capture, moved.desired_holder_before, moved.desired_holder)
             };
             HistoryEntry {
-                pool: Some(moved.pool.clone()),
+                pool: Some(moved.pool.to_string()),
                 address: Some(moved.address),
                 cause: Some(cause_of(&event.kind, moved, view, stream_before_ms)),
                 from: name(from),
@@ -338,7 +338,7 @@ fn cause_of(event: &EventKind, moved: &TokenMove, view: &Federation, stream_befo
 /// Whether the owner before the step was alive at the stream time before it and is not at the
 /// stream time after it (its heartbeat is unchanged by any event but its own).
 fn owner_expired(moved: &TokenMove, view: &Federation, stream_before_ms: u64) -> bool {
-    let (Some(owner), Some(pool)) = (moved.owner_before, view.pools().get(&moved.pool)) else {
+    let (Some(owner), Some(pool)) = (moved.owner_before, view.pools().get(moved.pool.as_str())) else {
         return false;
     };
     let node = &view.nodes()[owner as usize];

@@ -17,8 +17,8 @@ use crate::state::{AddressState, NodeId};
 /// after the event unless named `_before`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenMove {
-    /// The pool.
-    pub pool: String,
+    /// The pool (shared: one event moves up to a whole pool).
+    pub pool: crate::names::Name,
     /// The address.
     pub address: IpAddr,
     /// The owner before the event.
@@ -120,6 +120,7 @@ impl Federation {
             let pool = self.pools.get_mut(&name).expect("a touched pool exists");
             let domain_after = pool.capture_domain.clone();
             let epoch_locking = pool.spec.epoch_locking;
+            let shared_name = crate::names::shared(&name);
             for (address, before) in pool_touched.addresses {
                 let state = pool.addresses.get_mut(&address).expect("a touched address exists");
                 let Some(moved) = settle_address(state, before, &pool_touched.domain, &domain_after, now_ms)
@@ -129,7 +130,7 @@ impl Federation {
                 self.highest_token = highest_of(state).max(self.highest_token);
                 self.approvals.forget_stale(&name, address, state, &domain_after, epoch_locking);
                 self.moves.push(TokenMove {
-                    pool: name.clone(),
+                    pool: shared_name.clone(),
                     address,
                     owner_before: before.owner,
                     owner: state.owner,

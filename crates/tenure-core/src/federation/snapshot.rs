@@ -462,7 +462,9 @@ impl Federation {
                     spec.name, spec.provider
                 )));
             }
-            let mut addresses = BTreeMap::new();
+            // Collected, not inserted one by one: a B-tree built from a list fills its nodes, one
+            // filled in order keeps them a little over half full (~150 bytes an address, not 82).
+            let mut addresses = Vec::with_capacity(p.addresses.len());
             for a in &p.addresses {
                 let state = AddressState {
                     active: a.active,
@@ -498,8 +500,9 @@ impl Federation {
                         })
                         .collect::<Result<_, SnapshotError>>()?,
                 };
-                addresses.insert(a.address, state);
+                addresses.push((a.address, state));
             }
+            let addresses: BTreeMap<_, _> = addresses.into_iter().collect();
             let state = PoolState {
                 newest_master_counts: fed.newest_master_counts(&spec),
                 capture_domain: spec.capture_domain(),

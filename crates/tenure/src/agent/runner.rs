@@ -135,7 +135,8 @@ struct Agent<S: AgentStore> {
     unhealthy: Option<String>,
     /// Why the last append failed, when the store retries appends (etcd): cleared when one lands.
     append_failure: Option<String>,
-    /// What the start waits for (an append etcd did not take), said in health until it lands.
+    /// What the start is doing or waits for (its appends, an append etcd did not take, its first
+    /// step), said in health until the first step is done: health is not ok before.
     start_wait: Option<String>,
     /// keepalived's state was settled at start (once, whatever the start's appends waited for).
     vrrp_settled: bool,
@@ -223,7 +224,10 @@ pub async fn run<S: AgentStore>(
         agent.beat.stop();
         return Ok(agent.summary);
     }
+    agent.start_wait = Some(requests::FIRST_STEP.to_owned());
+    requests.board().post(agent.health());
     agent.step().await;
+    agent.start_wait = None;
     // Reads (the map, the journals) from here: before its first step the agent has not applied
     // its pools, and an empty map would say it holds nothing (a read waits for this post).
     agent.board = requests.board();

@@ -70,7 +70,11 @@ impl<S: AgentStore> Agent<S> {
             }
             Err(e @ LogError::Unavailable { .. }) if self.capabilities.retries_appends => {
                 let reason = format!("cannot append to the log: {e}");
-                if self.append_failure.as_deref() != Some(reason.as_str()) {
+                // The start's appends are said by its wait, once (`retry_start`), not at each
+                // attempt while etcd is away.
+                let starting =
+                    self.start_wait.as_deref().is_some_and(|wait| wait != super::requests::FIRST_STEP);
+                if self.append_failure.as_deref() != Some(reason.as_str()) && !starting {
                     error!(%reason, keep, "append failed");
                 }
                 // Health says so while a batch of the loop waits for its retry (cleared when one

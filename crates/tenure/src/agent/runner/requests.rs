@@ -19,6 +19,13 @@ use super::Agent;
 /// What health says before the agent's first step: it is opening its store and following the log.
 pub const STARTING: &str = "starting: opening the store and following the log";
 
+/// What health says while the start appends (its registration, first heartbeats and pool files)
+/// before any wait for the log: the agent acts on nothing yet.
+pub const APPENDING: &str = "starting: appending this agent's registration, first heartbeats and pool files";
+
+/// What health says during the agent's first step (a pass over every address it serves).
+pub const FIRST_STEP: &str = "starting: the first step (planning every address)";
+
 /// Most requests answered between two turns of the loop, over the one its branch took
 /// ([`Agent::answer_waiting`]).
 pub const REQUESTS_BETWEEN_STEPS_MAX: usize = 16;

@@ -143,6 +143,8 @@ impl<S: AgentStore> Agent<S> {
             warn!(%reason, "the start waits for the log");
             agent.start_wait = Some(format!("following the log: {reason}; trying again"));
         }
+        // Health is not ok until the first step is done: the start's appends come first.
+        agent.start_wait.get_or_insert_with(|| super::requests::APPENDING.to_owned());
         agent.registering =
             registrations(agent.view(), &settings.nodes, &settings.peers, &settings.providers)
                 .map_err(AgentError::Membership)?;
@@ -318,7 +320,7 @@ impl<S: AgentStore> Agent<S> {
             Attempt::Retry(reason) => reason,
         };
         let said = format!("{what}: {reason}; trying again every {:?}", self.heartbeat_interval);
-        if self.start_wait.is_none() {
+        if self.start_wait.as_deref().is_none_or(|wait| wait == super::requests::APPENDING) {
             warn!(reason = %said, "the start waits for the log");
         }
         self.start_wait = Some(said);
