@@ -185,6 +185,12 @@ fn a_configs_pool_files_are_checked_with_it_and_named_in_errors() {
     let pool_arg = pool.display().to_string();
     let output = tenure(&["validate", &config_arg, &pool_arg]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "2 file(s) valid\n", "each file counted once");
+    // A file given twice, or under another name, is checked and counted once.
+    let pool_again = dir.join("pools/../pools/edge.yaml").display().to_string();
+    let output = tenure(&["validate", &config_arg, &config_arg, &pool_again, &pool_arg]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "2 file(s) valid\n", "each file counted once");
 
     // A provider the config does not declare, named in the pool file, at the pool's `provider`.
     fs::write(&pool, example.replace("provider: sim1", "provider: sim9")).expect("write pool");

@@ -23,7 +23,7 @@
 //! not with the pool files named on the command line: `tenure validate agent.yaml pools/edge.yaml`
 //! checks `pools/edge.yaml` once as part of the config, once on its own, never against itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -115,9 +115,9 @@ fn file_kind(text: &str) -> FileKind {
 /// Validates an agent config with every check `tenure agent` makes before it opens its store
 /// (`preflight.rs`: the config, the parts this build lacks, the token and store secret files, the
 /// pool files); prints every refusal. `None` when it would start, else the refusal's exit code.
-fn validate_config(path: &std::path::Path) -> Result<usize, u8> {
+fn validate_config(path: &std::path::Path) -> Result<Vec<PathBuf>, u8> {
     match check_before_store(path) {
-        Ok(checked) => Ok(checked.config.pool_files.len()),
+        Ok(checked) => Ok(checked.config.pool_files),
         Err(refusal) => {
             for line in &refusal.lines {
                 eprintln!("{line}");
@@ -127,15 +127,27 @@ fn validate_config(path: &std::path::Path) -> Result<usize, u8> {
     }
 }
 
+/// The file at `path`, whatever name it was given by (its canonical path; as given when it cannot
+/// be read, which its own check then says).
+fn same_file(path: &std::path::Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// Validates every file; see the module documentation.
 pub fn run(files: &[PathBuf]) -> ExitCode {
     let mut failed = false;
     let mut not_built = false;
     let mut all_pools = Vec::new();
     let mut pool_files: Vec<(String, usize)> = Vec::new();
-    // The pool files the valid configs name, checked with them.
-    let mut named = 0;
+    // The pool files the valid configs name, checked with them (each once, however many configs
+    // name it, and not if it was given itself).
+    let mut named: BTreeSet<PathBuf> = BTreeSet::new();
+    // The files given, each checked once (a file given twice, or under two names, is one file).
+    let mut given: BTreeSet<PathBuf> = BTreeSet::new();
     for path in files {
+        if !given.insert(same_file(path)) {
+            continue;
+        }
         let file = path.display().to_string();
         let Ok(text) = super::read_input(path) else {
             failed = true;
@@ -145,7 +157,7 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
             FileKind::Scenario => parse_scenario(&text).err().unwrap_or_default(),
             FileKind::Config => {
                 match validate_config(path) {
-                    Ok(count) => named += count,
+                    Ok(pool_files) => named.extend(pool_files.iter().map(|f| same_file(f))),
                     Err(EXIT_NOT_BUILT) => not_built = true,
                     Err(_) => failed = true,
                 }
@@ -187,10 +199,11 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
     } else if not_built {
         ExitCode::from(EXIT_NOT_BUILT)
     } else {
+        let named = named.difference(&given).count();
         if named > 0 {
-            println!("{} file(s) valid, and the {named} pool file(s) the configs name", files.len());
+            println!("{} file(s) valid, and the {named} pool file(s) the configs name", given.len());
         } else {
-            println!("{} file(s) valid", files.len());
+            println!("{} file(s) valid", given.len());
         }
         ExitCode::SUCCESS
     }
