@@ -74,8 +74,11 @@ impl AddressClaims {
         let domain = spec.capture_domain();
         // One copy of the pool's name and domain for all its addresses.
         let name = crate::names::shared(&spec.name);
-        // Addresses no pool claims yet are merged in at once: a B-tree built from a list fills
-        // its nodes, one filled an address at a time in order keeps them a little over half full.
+        // Addresses no pool claims yet are added at once when they are at least a quarter of
+        // those claimed already (a pool's first apply, a snapshot's load): a B-tree built from a
+        // list fills its nodes, one filled an address at a time in order keeps them a little over
+        // half full. `append` rebuilds the whole tree, so a few addresses added to many are
+        // inserted one by one (a thousand small pools would otherwise cost a rebuild each).
         let mut unclaimed = Vec::new();
         for address in &spec.addresses {
             match self.by_address.get_mut(address) {
@@ -91,8 +94,12 @@ impl AddressClaims {
                 }
             }
         }
-        let mut unclaimed: BTreeMap<_, _> = unclaimed.into_iter().collect();
-        self.by_address.append(&mut unclaimed);
+        if unclaimed.len().saturating_mul(4) >= self.by_address.len() {
+            let mut unclaimed: BTreeMap<_, _> = unclaimed.into_iter().collect();
+            self.by_address.append(&mut unclaimed);
+        } else {
+            self.by_address.extend(unclaimed);
+        }
         self.by_pool.insert(spec.name.clone(), (domain, spec.addresses.clone()));
     }
 

@@ -134,9 +134,9 @@ pub enum Applied {
     NoSuchTarget,
 }
 
-/// The moves of one event whose room [`Federation::apply`] keeps for the next (a larger vector is
-/// dropped once read).
-const MOVES_KEPT: usize = 4096;
+/// Most moves whose room [`Federation::apply`] keeps for the next event: a larger vector is freed
+/// when the next event is applied (its moves read by then).
+const MOVES_KEPT_MAX: usize = 4096;
 
 /// The projection of the federation log. Same prefix in → same state out.
 #[derive(Clone, Debug)]
@@ -321,7 +321,7 @@ impl Federation {
     /// Applies one event (SPEC 2) as one atomic step (SPEC 13). A rejected event changes nothing.
     pub fn apply(&mut self, event: &Event) -> Result<Applied, EventRejected> {
         self.check(&event.kind)?;
-        if self.moves.capacity() > MOVES_KEPT {
+        if self.moves.capacity() > MOVES_KEPT_MAX {
             // Not kept at the size of the largest event's moves: a node's first heartbeat over a
             // million addresses moves them all (~100 MB, kept for nothing since).
             self.moves = Vec::new();

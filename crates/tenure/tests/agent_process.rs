@@ -834,3 +834,23 @@ fn health_says_starting_until_the_first_step_is_done() {
     );
     agent.terminate();
 }
+
+/// A SIGTERM while the start appends stops the agent before its first step: no step, so no call
+/// (an operator trial: the first step ran after the signal and started 256 calls).
+#[test]
+fn sigterm_while_the_start_appends_takes_no_first_step() {
+    let dir = TempDir::new("agent-sigterm-start");
+    let listen = free_port();
+    dir.write("pools.yaml", &pool_yaml("edge", &["10.0.0.10"], &["a", "b"], "sim1", ""));
+    let config = config(&dir, listen, "sim1", "[{name: sim1, kind: sim-cloud}]", &["pools.yaml"]);
+    let agent = Agent::spawn_wrapped(&dir, &config, listen, &[], &[("TENURE_TEST_APPEND_DELAY_MS", "1500")]);
+    wait_for("the start appends", || {
+        matches!(process::http(listen, "GET", "/v1/health", None, None),
+            Ok((503, body)) if body.contains("starting: appending"))
+    });
+    let stderr = agent.stderr.clone();
+    let status = agent.terminate();
+    let log = std::fs::read_to_string(stderr).unwrap_or_default();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("no step was taken"), "{log}");
+}

@@ -186,11 +186,23 @@ fn a_configs_pool_files_are_checked_with_it_and_named_in_errors() {
     let output = tenure(&["validate", &config_arg, &pool_arg]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "2 file(s) valid\n", "each file counted once");
-    // A file given twice, or under another name, is checked and counted once.
+    // A file given twice, or by another path to its folder, is checked and counted once.
     let pool_again = dir.join("pools/../pools/edge.yaml").display().to_string();
     let output = tenure(&["validate", &config_arg, &config_arg, &pool_again, &pool_arg]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(String::from_utf8_lossy(&output.stdout), "2 file(s) valid\n", "each file counted once");
+    // A link to the config from another folder is another config: its relative paths are read
+    // from the link's folder (as the agent reads them), where no pool file is, whatever order it
+    // is given in.
+    fs::create_dir_all(dir.join("sub")).expect("sub folder");
+    let link = dir.join("sub/agent.yaml");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink(&config, &link).expect("a link");
+    let link_arg = link.display().to_string();
+    for args in [["validate", &config_arg, &link_arg], ["validate", &link_arg, &config_arg]] {
+        let output = tenure(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&output.stdout));
+    }
 
     // A provider the config does not declare, named in the pool file, at the pool's `provider`.
     fs::write(&pool, example.replace("provider: sim1", "provider: sim9")).expect("write pool");

@@ -571,3 +571,29 @@ fn a_store_that_appends_nothing_refuses_a_restored_etcd_when_its_watch_reconnect
     name_both_positions(&[reason]);
     assert!(new_writer.refused().is_none(), "a store without an anchor follows the restored log");
 }
+
+#[test]
+fn an_idle_agent_killed_9_refuses_a_restore_to_before_what_it_followed() {
+    // c holds nothing, so its own loop appends nothing after its start: its heartbeats go out on
+    // their own thread and the log moves by other agents' batches. It must still record how far
+    // it applied the log about once a second (an operator trial: killed -9 after 25 s idle, its
+    // record was the revision of its last own append), or a restore to a point it had already
+    // passed goes unnoticed when it restarts.
+    let fleet = Fleet::new("rollback-idle", 26900);
+    let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
+    assert_eq!(fleet.settled(), "a");
+    let snapshot = fleet.dir.path().join("etcd.snapshot");
+    let snapshot_revision = fleet.cluster.snapshot_save(&snapshot);
+    let c = agents[2].take().expect("c runs");
+    wait_for("c applied the log well past the snapshot", || applied_revision(&c) > snapshot_revision + 10);
+    // The record is written at the loop's once-a-second identity tick: no signal to wait for.
+    std::thread::sleep(Duration::from_millis(2500));
+    let applied = applied_revision(&c);
+    c.kill9();
+    fleet.cluster.restore(&snapshot);
+    let restarted = fleet.spawn(2);
+    let health = fleet.every_agent_refuses(&[&restarted], "c restarted after the restore");
+    eprintln!("snapshot at revision {snapshot_revision}, c applied up to {applied}: {health:?}");
+    name_both_positions(&health);
+    drop(agents);
+}

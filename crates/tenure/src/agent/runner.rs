@@ -137,7 +137,7 @@ struct Agent<S: AgentStore> {
     append_failure: Option<String>,
     /// What the start is doing or waits for (its appends, an append etcd did not take, its first
     /// step), said in health until the first step is done: health is not ok before.
-    start_wait: Option<String>,
+    starting: Option<start::Starting>,
     /// keepalived's state was settled at start (once, whatever the start's appends waited for).
     vrrp_settled: bool,
     /// Why the heartbeat thread's last append failed, as the loop saw it at its last step (so
@@ -219,15 +219,21 @@ pub async fn run<S: AgentStore>(
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
     tokio::pin!(shutdown);
-    if let start::Begun::ShutDown = agent.begin(&requests.board(), shutdown.as_mut()).await? {
-        info!("shutting down before the start completed: no step was taken");
+    let begun = agent.begin(&requests.board(), shutdown.as_mut()).await?;
+    // A SIGTERM while the start waited, or while it appended (looked at once here, never
+    // awaited): no first step, which would start calls (an operator trial: 256 calls started
+    // after the signal).
+    let stopping = matches!(begun, start::Begun::ShutDown)
+        || tokio::select! { biased; () = shutdown.as_mut() => true, () = std::future::ready(()) => false };
+    if stopping {
+        info!("shutting down before the first step: no step was taken");
         agent.beat.stop();
         return Ok(agent.summary);
     }
-    agent.start_wait = Some(requests::FIRST_STEP.to_owned());
+    agent.starting = Some(start::Starting::FirstStep);
     requests.board().post(agent.health());
     agent.step().await;
-    agent.start_wait = None;
+    agent.starting = None;
     // Reads (the map, the journals) from here: before its first step the agent has not applied
     // its pools, and an empty map would say it holds nothing (a read waits for this post).
     agent.board = requests.board();

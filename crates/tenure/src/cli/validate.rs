@@ -22,6 +22,9 @@
 //! An agent config's pool files are checked with that config (against its providers and nodes),
 //! not with the pool files named on the command line: `tenure validate agent.yaml pools/edge.yaml`
 //! checks `pools/edge.yaml` once as part of the config, once on its own, never against itself.
+//! A file given twice, or by two paths to its folder (`dir/../file`, a linked folder), is checked
+//! and counted once; a link to a file in another folder is another file (a config's relative
+//! paths are read from the folder it was given in).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -114,7 +117,8 @@ fn file_kind(text: &str) -> FileKind {
 
 /// Validates an agent config with every check `tenure agent` makes before it opens its store
 /// (`preflight.rs`: the config, the parts this build lacks, the token and store secret files, the
-/// pool files); prints every refusal. `None` when it would start, else the refusal's exit code.
+/// pool files); prints every refusal. The config's pool files when it would start, else the
+/// refusal's exit code.
 fn validate_config(path: &std::path::Path) -> Result<Vec<PathBuf>, u8> {
     match check_before_store(path) {
         Ok(checked) => Ok(checked.config.pool_files),
@@ -127,10 +131,19 @@ fn validate_config(path: &std::path::Path) -> Result<Vec<PathBuf>, u8> {
     }
 }
 
-/// The file at `path`, whatever name it was given by (its canonical path; as given when it cannot
-/// be read, which its own check then says).
+/// The file at `path` as its checks read it: its folder resolved (`dir/../`, a linked folder),
+/// its own name kept — a config's relative paths are read from the folder it was given in, so a
+/// link to a config in another folder is another config (as given when the folder cannot be
+/// read, which the file's own check then says).
 fn same_file(path: &std::path::Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    match (std::fs::canonicalize(folder), path.file_name()) {
+        (Ok(folder), Some(name)) => folder.join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// Validates every file; see the module documentation.

@@ -72,8 +72,7 @@ impl<S: AgentStore> Agent<S> {
                 let reason = format!("cannot append to the log: {e}");
                 // The start's appends are said by its wait, once (`retry_start`), not at each
                 // attempt while etcd is away.
-                let starting =
-                    self.start_wait.as_deref().is_some_and(|wait| wait != super::requests::FIRST_STEP);
+                let starting = self.starting.as_ref().is_some_and(super::start::Starting::appending);
                 if self.append_failure.as_deref() != Some(reason.as_str()) && !starting {
                     error!(%reason, keep, "append failed");
                 }

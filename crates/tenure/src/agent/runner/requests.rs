@@ -56,7 +56,7 @@ impl<S: AgentStore> Agent<S> {
             self.core
                 .failed()
                 .map(str::to_owned)
-                .or_else(|| self.start_wait.clone())
+                .or_else(|| self.starting.as_ref().map(super::start::Starting::reason))
                 .or_else(|| self.unhealthy.clone())
                 .or_else(|| self.head_failure.clone())
                 .or_else(|| self.append_failure.clone())

@@ -29,6 +29,34 @@ use super::{
 };
 use tenure_core::pool_changes::seed_pools;
 
+/// Where the start is, said in health until the agent's first step is done ([`Agent::starting`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Starting {
+    /// Appending its registration, first heartbeats and pool files.
+    Appending,
+    /// Waiting for the log: what failed and when it is tried again, as health says it.
+    Waiting(String),
+    /// Its first step (a pass over every address it serves).
+    FirstStep,
+}
+
+impl Starting {
+    /// What health says.
+    pub(super) fn reason(&self) -> String {
+        match self {
+            Self::Appending => super::requests::APPENDING.to_owned(),
+            Self::Waiting(reason) => reason.clone(),
+            Self::FirstStep => super::requests::FIRST_STEP.to_owned(),
+        }
+    }
+
+    /// Whether the start's appends are under way or waited for (their failures are said by the
+    /// start's wait, [`Agent::retry_start`], not by each append).
+    pub(super) fn appending(&self) -> bool {
+        matches!(self, Self::Appending | Self::Waiting(_))
+    }
+}
+
 /// The projection of the empty log an agent follows: its nodes and its peers (the whole fleet),
 /// its providers, drift repair on. `tenure replay BACKUP` projects a backup's log over the same.
 #[must_use]
@@ -103,7 +131,7 @@ impl<S: AgentStore> Agent<S> {
             counters: Counters::default(),
             unhealthy: None,
             append_failure: None,
-            start_wait: None,
+            starting: None,
             vrrp_settled: false,
             unappended: None,
             heartbeat_failure: None,
@@ -141,10 +169,10 @@ impl<S: AgentStore> Agent<S> {
                 return Err(AgentError::Log(reason));
             }
             warn!(%reason, "the start waits for the log");
-            agent.start_wait = Some(format!("following the log: {reason}; trying again"));
+            agent.starting = Some(Starting::Waiting(format!("following the log: {reason}; trying again")));
         }
         // Health is not ok until the first step is done: the start's appends come first.
-        agent.start_wait.get_or_insert_with(|| super::requests::APPENDING.to_owned());
+        agent.starting.get_or_insert(Starting::Appending);
         agent.registering =
             registrations(agent.view(), &settings.nodes, &settings.peers, &settings.providers)
                 .map_err(AgentError::Membership)?;
@@ -209,14 +237,14 @@ impl<S: AgentStore> Agent<S> {
                             // more is appended, the agent never acts (as for a refusal found first).
                             Waited::Failed => break,
                             Waited::ShutDown => {
-                                self.start_wait = None;
+                                self.starting = None;
                                 return Ok(Begun::ShutDown);
                             }
                         }
                     }
                 }
             }
-            self.start_wait = None;
+            self.starting = None;
             if waited && self.core.failed().is_none() {
                 info!("the start's appends landed");
             }
@@ -320,10 +348,13 @@ impl<S: AgentStore> Agent<S> {
             Attempt::Retry(reason) => reason,
         };
         let said = format!("{what}: {reason}; trying again every {:?}", self.heartbeat_interval);
-        if self.start_wait.as_deref().is_none_or(|wait| wait == super::requests::APPENDING) {
-            warn!(reason = %said, "the start waits for the log");
+        // Each wait said once (not at each attempt while etcd is away), a later one for another
+        // reason too.
+        let waiting = Starting::Waiting(said);
+        if self.starting.as_ref() != Some(&waiting) {
+            warn!(reason = %waiting.reason(), "the start waits for the log");
         }
-        self.start_wait = Some(said);
+        self.starting = Some(waiting);
         loop {
             if self.core.failed().is_some() {
                 return Ok(Waited::Failed);

@@ -38,6 +38,7 @@ impl<S: AgentStore> Agent<S> {
             error!(%reason, "refusing the store from now on: never acting until restarted");
             self.core.fail(reason);
         }
+        let applied_before = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten();
         for index in 0..self.core.drivers().len() {
             let mut followed = self.follow_node(index);
             // A node whose next record was compacted away (the watch fell behind an etcd
@@ -62,6 +63,12 @@ impl<S: AgentStore> Agent<S> {
         drop(stamper);
         if let Some(upto) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
+            // The anchor moved (other agents' batches, the heartbeat thread's): written at the
+            // next identity tick, as the loop's own appends are — an idle agent killed -9 kept
+            // an anchor from its last append, tens of seconds old (an operator trial).
+            if applied_before != Some(upto) {
+                self.identity_dirty = true;
+            }
         }
         // Within a step the readers' indexes follow at its end, after its calls started (a
         // failover's whole re-read of the map at 1M takes seconds: not before the calls).
