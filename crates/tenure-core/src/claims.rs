@@ -23,6 +23,11 @@ pub struct Overlap {
     pub domain: CaptureDomain,
 }
 
+/// Most addresses already claimed for each unclaimed one [`AddressClaims::apply`] adds by
+/// rebuilding the claims' tree (with more, it inserts them one by one): the rebuilds then grow the
+/// tree geometrically, O(addresses) in all.
+const CLAIMED_PER_UNCLAIMED_MAX: usize = 4;
+
 /// Which applied pool lists each (capture domain, address).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressClaims {
@@ -94,7 +99,7 @@ impl AddressClaims {
                 }
             }
         }
-        if unclaimed.len().saturating_mul(4) >= self.by_address.len() {
+        if unclaimed.len().saturating_mul(CLAIMED_PER_UNCLAIMED_MAX) >= self.by_address.len() {
             let mut unclaimed: BTreeMap<_, _> = unclaimed.into_iter().collect();
             self.by_address.append(&mut unclaimed);
         } else {
@@ -158,5 +163,32 @@ mod tests {
         claims.delete("pa");
         assert!(claims.check(&pool("pc", "g1", &["10.0.0.1"])).is_ok(), "deleted: let go");
         assert!(claims.check(&pool("pc", "g1", &["10.0.0.2"])).is_err(), "pb holds it");
+    }
+
+    /// A few addresses added to many (inserted one by one) are claimed as those of a pool's first
+    /// apply (a tree built at once): both ways, every claim is there.
+    #[test]
+    fn addresses_added_at_once_or_one_by_one_are_claimed_alike() {
+        let mut claims = AddressClaims::new();
+        let many: Vec<String> = (1..=12).map(|i| format!("10.0.0.{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        claims.apply(&pool("big", "g1", &many));
+        // One new address (fewer than a quarter of the twelve claimed) and one of `big`'s in
+        // another domain.
+        claims.apply(&pool("small", "g2", &["10.0.0.99", "10.0.0.3"]));
+        for (address, owner) in [("10.0.0.1", "big"), ("10.0.0.12", "big"), ("10.0.0.3", "big")] {
+            let overlap = claims.check(&pool("probe", "g1", &[address])).expect_err(address);
+            assert_eq!(overlap.other, owner, "{address}");
+        }
+        for address in ["10.0.0.99", "10.0.0.3"] {
+            let overlap = claims.check(&pool("probe", "g2", &[address])).expect_err(address);
+            assert_eq!(overlap.other, "small", "{address}");
+        }
+        assert!(
+            claims.check(&pool("probe", "g1", &["10.0.0.99"])).is_ok(),
+            "small's address, another domain"
+        );
+        claims.delete("small");
+        assert!(claims.check(&pool("probe", "g2", &["10.0.0.99"])).is_ok(), "let go");
     }
 }

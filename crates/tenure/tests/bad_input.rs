@@ -203,6 +203,18 @@ fn a_configs_pool_files_are_checked_with_it_and_named_in_errors() {
         let output = tenure(&args);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&output.stdout));
     }
+    // A link to the pool file is the pool file: its pools are not defined twice.
+    let pool_link = dir.join("sub/edge.yaml");
+    let _ = fs::remove_file(&pool_link);
+    std::os::unix::fs::symlink(&pool, &pool_link).expect("a link");
+    let pool_link_arg = pool_link.display().to_string();
+    let output = tenure(&["validate", &config_arg, &pool_arg, &pool_link_arg]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "2 file(s) valid\n",
+        "a linked pool file counted once"
+    );
 
     // A provider the config does not declare, named in the pool file, at the pool's `provider`.
     fs::write(&pool, example.replace("provider: sim1", "provider: sim9")).expect("write pool");

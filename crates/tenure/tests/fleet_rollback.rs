@@ -64,6 +64,8 @@ struct Fleet {
     /// A private copy of the `tenure` binary: the one this test was built with, or `TENURE_BIN`
     /// when set (a shared target directory's binary may be relinked by another build).
     binary: PathBuf,
+    /// Added to every agent's environment (test hooks).
+    env: Vec<(&'static str, &'static str)>,
 }
 
 impl Fleet {
@@ -106,7 +108,7 @@ impl Fleet {
                 ),
             );
         }
-        Self { dir, cluster, listen, binary }
+        Self { dir, cluster, listen, binary, env: Vec::new() }
     }
 
     /// Starts agent `i` (this test's copy of the binary) without waiting.
@@ -141,7 +143,7 @@ impl Fleet {
         // The wrapper drops the binary path the helper passes and runs the copy in its place
         // (`exec`: the agent keeps the child's pid, so a kill reaches it).
         let wrapper = ["sh", "-c", &format!("shift; exec {binary} \"$@\""), "sh"];
-        Agent::spawn_wrapped(&self.dir, &config, self.listen[i], &wrapper, &[])
+        Agent::spawn_wrapped(&self.dir, &config, self.listen[i], &wrapper, &self.env)
     }
 
     fn start(&self, i: usize) -> Agent {
@@ -387,12 +389,14 @@ fn an_etcd_restored_from_a_snapshot_taken_before_a_drain_makes_every_agent_refus
 #[test]
 fn an_agent_killed_during_a_call_refuses_a_restore_to_before_that_call_when_restarted() {
     // The agent records how far it applied the log about once a second, and before every batch
-    // of calls. Killed while its first call of a drain is in flight — typically before the
-    // once-a-second record caught up with the drain — and restarted on an etcd restored from a
-    // snapshot taken just before the drain, it must still know it acted past that snapshot:
-    // else it follows the restored log, takes the address over again, and acquires with the
-    // very tokens it used before.
-    let fleet = Fleet::new("rollback-in-flight", 26700);
+    // of calls. Killed while its first call of a drain is in flight and restarted on an etcd
+    // restored from a snapshot taken just before the drain, it must still know it acted past
+    // that snapshot: else it follows the restored log, takes the address over again, and
+    // acquires with the very tokens it used before. The once-a-second record is turned off here
+    // (a test hook: only the first, at the loop's start), so that the record before the batch of
+    // calls is what the refusal rests on.
+    let mut fleet = Fleet::new("rollback-in-flight", 26700);
+    fleet.env = vec![("TENURE_TEST_IDENTITY_TICK_MS", "600000")];
     let mut agents: Vec<Option<Agent>> = (0..3).map(|i| Some(fleet.start(i))).collect();
     assert_eq!(fleet.settled(), "a");
     fleet.dir.write("hold-b", "");
@@ -595,5 +599,18 @@ fn an_idle_agent_killed_9_refuses_a_restore_to_before_what_it_followed() {
     let health = fleet.every_agent_refuses(&[&restarted], "c restarted after the restore");
     eprintln!("snapshot at revision {snapshot_revision}, c applied up to {applied}: {health:?}");
     name_both_positions(&health);
+    // What the refusal says c applied is past the snapshot: its record followed the log.
+    for body in &health {
+        let recorded: i64 = body
+            .split("this agent applied it up to revision ")
+            .nth(1)
+            .and_then(|rest| rest.split(|ch: char| !ch.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the refusal names c's revision: {body}"));
+        assert!(
+            recorded > snapshot_revision,
+            "c's record {recorded} is past the snapshot {snapshot_revision}"
+        );
+    }
     drop(agents);
 }

@@ -219,15 +219,17 @@ pub async fn run<S: AgentStore>(
     // Health probes during the rest of the start are answered from here.
     requests.board().post(agent.health());
     tokio::pin!(shutdown);
-    let begun = agent.begin(&requests.board(), shutdown.as_mut()).await?;
-    // A SIGTERM while the start waited, or while it appended (looked at once here, never
-    // awaited): no first step, which would start calls (an operator trial: 256 calls started
-    // after the signal).
-    let stopping = matches!(begun, start::Begun::ShutDown)
-        || tokio::select! { biased; () = shutdown.as_mut() => true, () = std::future::ready(()) => false };
-    if stopping {
-        info!("shutting down before the first step: no step was taken");
+    if let start::Begun::ShutDown = agent.begin(&requests.board(), shutdown.as_mut()).await? {
+        // SIGTERM while the start waited for etcd: nothing more is appended.
+        info!("shutting down before the start completed: no step was taken");
         agent.beat.stop();
+        return Ok(agent.summary);
+    }
+    // A SIGTERM while the start appended (looked at once here, never awaited): no first step,
+    // which would start calls (an operator trial: 256 calls started after the signal).
+    if std::future::poll_fn(|cx| std::task::Poll::Ready(shutdown.as_mut().poll(cx).is_ready())).await {
+        info!("shutting down before the first step: no step was taken");
+        agent.stop().await;
         return Ok(agent.summary);
     }
     agent.starting = Some(start::Starting::FirstStep);
@@ -241,7 +243,7 @@ pub async fn run<S: AgentStore>(
     agent.post_reads(true);
     let mut requeue = tokio::time::interval(agent.requeue_interval.max(Duration::from_millis(1)));
     requeue.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut identity = tokio::time::interval(IDENTITY_FLUSH_INTERVAL);
+    let mut identity = tokio::time::interval(agent.slow.identity_tick(IDENTITY_FLUSH_INTERVAL));
     identity.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let log_changed = agent.store.log_changed();
     let board = requests.board();
@@ -333,11 +335,7 @@ pub async fn run<S: AgentStore>(
             tokio::task::yield_now().await;
         }
     }
-    // No heartbeat after the last results (the thread is joined: an append under way ends first).
-    agent.beat.stop();
-    drop(agent.beater.take());
-    agent.summary.appended += agent.beat.appended();
-    agent.finish().await;
+    agent.stop().await;
     Ok(agent.summary)
 }
 

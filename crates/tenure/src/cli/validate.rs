@@ -22,9 +22,9 @@
 //! An agent config's pool files are checked with that config (against its providers and nodes),
 //! not with the pool files named on the command line: `tenure validate agent.yaml pools/edge.yaml`
 //! checks `pools/edge.yaml` once as part of the config, once on its own, never against itself.
-//! A file given twice, or by two paths to its folder (`dir/../file`, a linked folder), is checked
-//! and counted once; a link to a file in another folder is another file (a config's relative
-//! paths are read from the folder it was given in).
+//! A file given twice, or by two paths (`dir/../file`, a link), is checked and counted once; but a
+//! config given from another folder (a link to it) is another config, since its relative paths
+//! are read from the folder it was given in.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -131,19 +131,20 @@ fn validate_config(path: &std::path::Path) -> Result<Vec<PathBuf>, u8> {
     }
 }
 
-/// The file at `path` as its checks read it: its folder resolved (`dir/../`, a linked folder),
-/// its own name kept — a config's relative paths are read from the folder it was given in, so a
-/// link to a config in another folder is another config (as given when the folder cannot be
-/// read, which the file's own check then says).
+/// The file at `path`, whatever path names it (its canonical path; as given when it cannot be
+/// resolved).
 fn same_file(path: &std::path::Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// A config at `path` as its checks read it: the file, and the folder its relative paths are read
+/// from — the folder it was given in, so a link to a config in another folder is another config.
+fn same_config(path: &std::path::Path) -> (PathBuf, PathBuf) {
     let folder = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => std::path::Path::new("."),
     };
-    match (std::fs::canonicalize(folder), path.file_name()) {
-        (Ok(folder), Some(name)) => folder.join(name),
-        _ => path.to_path_buf(),
-    }
+    (same_file(path), same_file(folder))
 }
 
 /// Validates every file; see the module documentation.
@@ -155,18 +156,25 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
     // The pool files the valid configs name, checked with them (each once, however many configs
     // name it, and not if it was given itself).
     let mut named: BTreeSet<PathBuf> = BTreeSet::new();
-    // The files given, each checked once (a file given twice, or under two names, is one file).
+    // The files given, each checked once: a pool file or a scenario given twice or by two paths
+    // is one file; a config is one config when given from the same folder too.
     let mut given: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut given_configs: BTreeSet<(PathBuf, PathBuf)> = BTreeSet::new();
     for path in files {
-        if !given.insert(same_file(path)) {
-            continue;
-        }
         let file = path.display().to_string();
         let Ok(text) = super::read_input(path) else {
             failed = true;
             continue;
         };
-        let errors: Vec<InputError> = match file_kind(&text) {
+        let kind = file_kind(&text);
+        let new = match kind {
+            FileKind::Config => given_configs.insert(same_config(path)),
+            FileKind::Pools | FileKind::Scenario => given.insert(same_file(path)),
+        };
+        if !new {
+            continue;
+        }
+        let errors: Vec<InputError> = match kind {
             FileKind::Scenario => parse_scenario(&text).err().unwrap_or_default(),
             FileKind::Config => {
                 match validate_config(path) {
@@ -213,10 +221,11 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
         ExitCode::from(EXIT_NOT_BUILT)
     } else {
         let named = named.difference(&given).count();
+        let checked = given.len() + given_configs.len();
         if named > 0 {
-            println!("{} file(s) valid, and the {named} pool file(s) the configs name", given.len());
+            println!("{checked} file(s) valid, and the {named} pool file(s) the configs name");
         } else {
-            println!("{} file(s) valid", given.len());
+            println!("{checked} file(s) valid");
         }
         ExitCode::SUCCESS
     }

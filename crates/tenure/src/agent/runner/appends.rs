@@ -70,8 +70,8 @@ impl<S: AgentStore> Agent<S> {
             }
             Err(e @ LogError::Unavailable { .. }) if self.capabilities.retries_appends => {
                 let reason = format!("cannot append to the log: {e}");
-                // The start's appends are said by its wait, once (`retry_start`), not at each
-                // attempt while etcd is away.
+                // The start's appends are said by its wait, once for each reason (`retry_start`),
+                // not at each attempt while etcd is away.
                 let starting = self.starting.as_ref().is_some_and(super::start::Starting::appending);
                 if self.append_failure.as_deref() != Some(reason.as_str()) && !starting {
                     error!(%reason, keep, "append failed");

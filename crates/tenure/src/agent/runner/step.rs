@@ -63,10 +63,12 @@ impl<S: AgentStore> Agent<S> {
         drop(stamper);
         if let Some(upto) = self.core.drivers().iter().map(NodeDriver::applied_index).min().flatten() {
             self.store.followed(upto);
-            // The anchor moved (other agents' batches, the heartbeat thread's): written at the
-            // next identity tick, as the loop's own appends are — an idle agent killed -9 kept
-            // an anchor from its last append, tens of seconds old (an operator trial).
-            if applied_before != Some(upto) {
+            // On a shared log the anchor moved (other agents' batches, the heartbeat thread's):
+            // written within the next identity tick, as after the loop's own appends — an idle
+            // agent killed -9 kept an anchor from its last append, tens of seconds old (an
+            // operator trial). A store of its own moves only by its own heartbeats then, which
+            // decide nothing a restore could hide: no write a second for them.
+            if self.capabilities.shared_log && applied_before != Some(upto) {
                 self.identity_dirty = true;
             }
         }
@@ -430,8 +432,18 @@ impl<S: AgentStore> Agent<S> {
         }
     }
 
-    /// The end of a run: results recorded, journals synced, identity written.
-    pub(super) async fn finish(&mut self) {
+    /// The end of a run, whenever it ends: no heartbeat after the last results (the thread is
+    /// joined: an append under way ends first), results recorded, journals synced, identity
+    /// written.
+    pub(super) async fn stop(&mut self) {
+        self.beat.stop();
+        drop(self.beater.take());
+        self.summary.appended += self.beat.appended();
+        self.finish().await;
+    }
+
+    /// Results recorded, journals synced, identity written.
+    async fn finish(&mut self) {
         self.flush_appends().await;
         for index in 0..self.core.drivers().len() {
             if let Err(e) = self.core.drivers_mut()[index].engine_mut().store_mut().sync() {
