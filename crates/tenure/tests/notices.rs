@@ -326,6 +326,10 @@ async fn a_node_that_still_holds_at_not_before_acknowledges_then_and_a_silent_se
     let fake = MetadataFake::start();
     // a keeps what it held for a minute after the hand-over: longer than the event's notice.
     let (handle, cloud, stop, done) = start_agent(60_000).await;
+    // The service answers 503 for a while: polled on, nothing happens, the agent serves on. Down
+    // before the first poll: a first poll that got this VM's name would keep it (it is read once)
+    // and ask it no more, and the polls counted below would never come (a fresh run's failure).
+    fake.set(&json!({"down": true}));
     let metrics = Arc::new(Metrics::new());
     let watching = CancellationToken::new();
     let watcher = tokio::spawn(watch(
@@ -338,8 +342,6 @@ async fn a_node_that_still_holds_at_not_before_acknowledges_then_and_a_silent_se
         Arc::clone(&metrics),
         watching.clone(),
     ));
-    // The service answers 503 for a while: polled on, nothing happens, the agent serves on.
-    fake.set(&json!({"down": true}));
     let polls = || fake.counters()["requests"]["GET /metadata/scheduledevents"].as_u64().unwrap_or(0);
     let names = || fake.counters()["requests"]["GET /metadata/instance/compute/name"].as_u64().unwrap_or(0);
     wait_for("five refused polls", || names() >= 5).await;
