@@ -225,6 +225,8 @@ pub async fn run<S: AgentStore>(
         agent.beat.stop();
         return Ok(agent.summary);
     }
+    // The start's appends are done (or refused): its last phase, until the first step ends.
+    agent.starting = Some(start::Starting::FirstStep);
     // A SIGTERM while the start appended (looked at once here, never awaited): no first step,
     // which would start calls (an operator trial: 256 calls started after the signal).
     if std::future::poll_fn(|cx| std::task::Poll::Ready(shutdown.as_mut().poll(cx).is_ready())).await {
@@ -232,7 +234,6 @@ pub async fn run<S: AgentStore>(
         agent.stop().await;
         return Ok(agent.summary);
     }
-    agent.starting = Some(start::Starting::FirstStep);
     requests.board().post(agent.health());
     agent.step().await;
     agent.starting = None;

@@ -236,15 +236,11 @@ impl<S: AgentStore> Agent<S> {
                             // The store failed for good or was refused while the start waited: nothing
                             // more is appended, the agent never acts (as for a refusal found first).
                             Waited::Failed => break,
-                            Waited::ShutDown => {
-                                self.starting = None;
-                                return Ok(Begun::ShutDown);
-                            }
+                            Waited::ShutDown => return Ok(Begun::ShutDown),
                         }
                     }
                 }
             }
-            self.starting = None;
             if waited && self.core.failed().is_none() {
                 info!("the start's appends landed");
             }
