@@ -17,7 +17,6 @@
 //! [`JournalChange`] before it changes its memory, and a restart rebuilds memory from
 //! [`JournalStore::load`]. [`MemoryJournalStore`] is the in-memory implementation.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -261,13 +260,16 @@ impl JournalEntry {
     }
 }
 
+/// A node's entries by sequence number: chunks filled in order, cloned in O(1) for readers
+/// outside the loop ([`crate::chunked_map`], [`crate::journal_index`]).
+pub type JournalEntries = crate::chunked_map::ChunkedMap<JournalSeq, Arc<JournalEntry>>;
+
 /// Everything a node keeps across a crash.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurableNodeState {
-    /// Entries by sequence number (journal order). Boxed: a B-tree filled in order keeps its
-    /// nodes about half full, and an entry is ~300 bytes (docs/benchmarks.md, "Where the memory
-    /// goes").
-    pub entries: BTreeMap<JournalSeq, Arc<JournalEntry>>,
+    /// Entries by sequence number (journal order), each behind an `Arc` shared with readers:
+    /// [`JournalEntries`].
+    pub entries: JournalEntries,
     /// The highest sequence number ever given (compacted entries included).
     pub last_seq: JournalSeq,
     /// Highest tokens seen per key.

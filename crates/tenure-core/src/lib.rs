@@ -11,6 +11,7 @@
 //!
 //! - [`model`] — fencing tokens (`CaptureEpoch`, `OwnershipEpoch`, `LeaderEpoch`), nodes,
 //!   providers, pools, verbs, stamped actions and their idempotency keys.
+//! - [`chunked_map`] — an ordered map in shared chunks: a node's journal, cloned in O(1) for readers.
 //! - [`names`] — one shared copy of each pool, node, provider and NIC name (memory, not meaning).
 //! - [`input`] — located input errors; names, Go-style durations, address ranges.
 //! - [`spec`] — strict MobilityPool parsing and validation.
@@ -55,6 +56,7 @@
 pub mod agent;
 pub mod anchor;
 pub mod arbitration;
+pub mod chunked_map;
 pub mod claims;
 pub mod codec;
 pub mod driver;

@@ -343,7 +343,7 @@ impl<S: JournalStore> NodeEngine<S> {
     }
 
     /// Every journal entry kept, in journal order.
-    pub fn entries(&self) -> impl DoubleEndedIterator<Item = &JournalEntry> + ExactSizeIterator + '_ {
+    pub fn entries(&self) -> impl DoubleEndedIterator<Item = &JournalEntry> + '_ {
         self.state.entries.values().map(|e| &**e)
     }
 

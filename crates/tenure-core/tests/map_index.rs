@@ -25,7 +25,7 @@ fn written(snapshot: &MapSnapshot) -> Vec<OwnershipRow> {
 
 /// Every entry of a journal snapshot, written out.
 fn journal_rows(snapshot: &JournalSnapshot) -> Vec<ActionRow> {
-    snapshot.rows().map(|row| snapshot.render(row)).collect()
+    snapshot.rows().map(|row| snapshot.render(&row)).collect()
 }
 
 /// Every entry of `engine`'s journal as the loop lists it.

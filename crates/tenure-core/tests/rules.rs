@@ -977,7 +977,7 @@ fn a_long_run_keeps_the_journal_within_its_retention_and_open_entries_whole() {
         for engine in [&mut a, &mut b] {
             engine.reconcile(&w.fed, &w.fed).expect("ok");
             run_all(engine, &w.fed);
-            most = most.max(engine.entries().len());
+            most = most.max(engine.entries().count());
         }
         // An approval of junk and one of a key already stale leave nothing behind.
         w.apply(at, EventKind::Approve { idempotency_key: format!("junk-{round}") });

@@ -7,16 +7,14 @@
 //! A collision is rare (two million keys: about one chance in ten million) but handled: a hash
 //! then names every entry under it, and each is compared by its key.
 
-use std::collections::BTreeMap;
-
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::sharded::{Shard, ShardedMap};
-use crate::journal::{JournalEntry, JournalSeq};
+use crate::journal::JournalSeq;
 use crate::model::ActionStamp;
 
 /// The journal's entries, as the engine holds them.
-pub(crate) type Entries = BTreeMap<JournalSeq, std::sync::Arc<JournalEntry>>;
+pub(crate) type Entries = crate::journal::JournalEntries;
 
 /// An idempotency key's hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -165,7 +163,7 @@ impl KeyIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::{Attempts, EntryState};
+    use crate::journal::{Attempts, EntryState, JournalEntry};
     use crate::model::{CaptureDomain, CaptureEpoch, IdempotencyKey, OwnershipEpoch, StampedAction, Verb};
 
     fn entry(seq: u64, holder: &str) -> (JournalSeq, std::sync::Arc<JournalEntry>) {

@@ -62,7 +62,7 @@ pub fn actions_page(journals: &[JournalSnapshot], query: &ActionsQuery) -> Actio
             })
             .map(move |row| (journal, row))
     });
-    super::listing::take_page(matching, query.limit, |(journal, row)| journal.render(row))
+    super::listing::take_page(matching, query.limit, |(journal, row)| journal.render(&row))
 }
 
 /// Journal entries now, by (verb, state) (`tenure_actions`): a `skipped` entry whatever its reason.

@@ -213,13 +213,13 @@ pub(crate) fn load_node(
         state.last_seq = JournalSeq::new(counters.last_seq);
         state.executions = counters.executions;
     }
-    let mut rows: BTreeMap<JournalSeq, std::sync::Arc<JournalEntry>> = BTreeMap::new();
+    // Read in key order: every entry goes past the last, so the chunks fill whole.
     for row in entries.range((node, 0)..=(node, u64::MAX)).map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
         let seq = key.value().1;
-        rows.insert(JournalSeq::new(seq), std::sync::Arc::new(decode_entry(path, node, seq, value.value())?));
+        let entry = std::sync::Arc::new(decode_entry(path, node, seq, value.value())?);
+        state.entries.insert(JournalSeq::new(seq), entry);
     }
-    state.entries = rows;
     let mut high_water = HighWater::default();
     for row in marks.range((node, "")..).map_err(storage)? {
         let (key, value) = row.map_err(storage)?;
