@@ -131,6 +131,27 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         Some(&mut Arc::make_mut(&mut chunk.pairs)[place.at].1)
     }
 
+    /// The pair of `key`, with the key as kept.
+    pub fn get_key_value<Q>(&self, key: &Q) -> Option<(&K, &V)>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.find(key).map(|p| {
+            let (k, v) = &self.chunks[p.chunk].pairs[p.at];
+            (k, v)
+        })
+    }
+
+    /// The value of `key` to change, put there first by `make` if the map has none (what
+    /// `BTreeMap`'s `entry(key).or_insert_with(make)` gives).
+    pub fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
+        if !self.contains_key(&key) {
+            self.insert(key.clone(), make());
+        }
+        self.get_mut(&key).expect("inserted above")
+    }
+
     /// Puts `value` under `key`; returns the value it replaced.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         let place = self.partition(|k| *k < key);

@@ -132,7 +132,9 @@ type DomainIx = u32;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HighWater {
     domains: Vec<CaptureDomain>,
-    marks: BTreeMap<String, BTreeMap<IpAddr, Marks>>,
+    /// Per pool, by address: chunks filled in address order as a capture goes, not a half-full
+    /// B-tree ([`crate::chunked_map`]).
+    marks: BTreeMap<String, crate::chunked_map::ChunkedMap<IpAddr, Marks>>,
 }
 
 impl HighWater {
@@ -183,10 +185,10 @@ impl HighWater {
         };
         // The pool's name is copied only the first time it is seen (a raise per call).
         if !self.marks.contains_key(pool) {
-            self.marks.insert(pool.to_owned(), BTreeMap::new());
+            self.marks.insert(pool.to_owned(), crate::chunked_map::ChunkedMap::new());
         }
         let addresses = self.marks.get_mut(pool).expect("inserted above");
-        let marks = addresses.entry(address).or_insert_with(|| Marks {
+        let marks = addresses.get_or_insert_with(address, || Marks {
             ownership: OwnershipEpoch::NEVER,
             first: (ix, CaptureEpoch::NEVER),
             others: thin_vec::ThinVec::new(),

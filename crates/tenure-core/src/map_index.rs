@@ -2,8 +2,8 @@
 //! the loop). The loop keeps a [`MapIndex`] beside its view: one compact row per address the map
 //! shows ([`Federation::map_addresses`], with phases), in the map's order, changed only where the
 //! view says its rows changed ([`Federation::take_map_changes`]). After each follow the loop
-//! publishes [`MapIndex::snapshot`]: a clone of a persistent B-tree (`imbl`), O(1), sharing every
-//! node with the index; the index's next changes copy only the paths they touch. The API pages,
+//! publishes [`MapIndex::snapshot`]: a clone of a [`crate::chunked_map::ChunkedMap`], O(1), sharing
+//! every chunk with the index; the index's next changes copy only the chunks they touch. The API pages,
 //! filters and counts a snapshot on its own threads, however long the loop's step.
 //!
 //! One rule for a row: [`MapRow::of`] reads it from the view, [`MapRow::render`] writes it out;
@@ -89,7 +89,7 @@ impl MapRow {
 /// The map as of one moment of the view: cheap to clone, immutable, readable from any thread.
 #[derive(Clone, Debug, Default)]
 pub struct MapSnapshot {
-    rows: imbl::OrdMap<MapKey, Arc<MapRow>>,
+    rows: crate::chunked_map::ChunkedMap<MapKey, Arc<MapRow>>,
     /// The registry's node names, by id.
     nodes: Arc<[crate::names::Name]>,
 }
@@ -199,13 +199,13 @@ impl MapIndex {
             MapChanges::Whole => {
                 self.timed.clear();
                 self.timed_at.clear();
-                let mut rows = imbl::OrdMap::new();
+                let mut rows = Vec::new();
                 for shown in view.map_addresses(MapStatus::WithPhase, None, None) {
                     let key = (crate::names::shared(shown.pool), shown.address);
                     self.file_timed(&key, shown.phase_changes_at_ms);
-                    rows.insert(key, Arc::new(MapRow::of(view, &shown)));
+                    rows.push((key, Arc::new(MapRow::of(view, &shown))));
                 }
-                self.current.rows = rows;
+                self.current.rows = rows.into_iter().collect();
                 read = self.current.rows.len();
             }
             MapChanges::Keys(keys) => {
@@ -257,7 +257,7 @@ impl MapIndex {
         }
     }
 
-    /// The rows as they are now, for readers: O(1), shares every node with the index.
+    /// The rows as they are now, for readers: O(1), shares every chunk with the index.
     #[must_use]
     pub fn snapshot(&self) -> MapSnapshot {
         self.current.clone()

@@ -3,7 +3,6 @@
 //! cancel: re-desiring an address takes it out of the release set and moves its captureEpoch on,
 //! which makes every older action stale at the gate.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -37,7 +36,9 @@ pub struct PlannedAction<'a> {
 /// and compaction keeps it): no copy of its names.
 #[derive(Clone, Debug, Default)]
 pub struct Captured {
-    by_address: BTreeMap<ProviderAddress, Executed>,
+    /// Filled in address order as a capture goes: chunks, not a half-full B-tree
+    /// ([`crate::chunked_map`]).
+    by_address: crate::chunked_map::ChunkedMap<ProviderAddress, Executed>,
 }
 
 /// One (provider, address) of [`Captured`].
@@ -148,12 +149,12 @@ impl Captured {
     pub(crate) fn record_execution(&mut self, entry: &Arc<JournalEntry>) {
         let action = &entry.action;
         let holding = if action.verb.changes_holding() { entry.seq } else { JournalSeq::NONE };
-        match self.by_address.entry((action.provider.clone(), action.address)) {
-            std::collections::btree_map::Entry::Vacant(slot) => {
-                slot.insert(Executed { last: Arc::clone(entry), holding });
+        let key = (action.provider.clone(), action.address);
+        match self.by_address.get_mut(&key) {
+            None => {
+                self.by_address.insert(key, Executed { last: Arc::clone(entry), holding });
             }
-            std::collections::btree_map::Entry::Occupied(mut slot) => {
-                let executed = slot.get_mut();
+            Some(executed) => {
                 executed.last = Arc::clone(entry);
                 if holding != JournalSeq::NONE {
                     executed.holding = holding;
@@ -164,7 +165,7 @@ impl Captured {
 
     /// Forgets everything (a restart rebuilds it from the journal).
     pub(crate) fn clear(&mut self) {
-        self.by_address.clear();
+        self.by_address = crate::chunked_map::ChunkedMap::new();
     }
 }
 
