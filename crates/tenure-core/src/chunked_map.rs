@@ -15,8 +15,10 @@
 //! entries themselves (an `Arc` value is cloned, not what it points to).
 //!
 //! Lookups are two binary searches (the chunks' first keys, then one chunk). A key inserted
-//! before the last one goes into its chunk, which splits in two when full; a chunk that falls
-//! below a quarter full after a removal is merged with a neighbour when both fit in one.
+//! before the last one goes into its chunk; a full chunk gives its last pair to the next chunk
+//! when that is the last or has room (keys that come nearly in order keep every chunk but the
+//! last full), and splits in two otherwise; a chunk that falls below a quarter full after a
+//! removal is merged with a neighbour when both fit in one.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -157,6 +159,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         let place = self.partition(|k| *k < key);
         let chunks = Arc::make_mut(&mut self.chunks);
         let last = place.chunk + 1 >= chunks.len();
+        let next_has_room = chunks.get(place.chunk + 1).is_some_and(|next| next.pairs.len() < CHUNK);
         let Some(chunk) = chunks.get_mut(place.chunk) else {
             let mut pairs = Vec::with_capacity(CHUNK);
             pairs.push((key.clone(), value));
@@ -185,6 +188,27 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
             let mut pairs = Vec::with_capacity(CHUNK);
             pairs.push((key.clone(), value));
             chunks.push(Chunk { first: key, pairs: Arc::new(pairs) });
+        } else if last || next_has_room {
+            // A full chunk gives its last pair to the next (a new last chunk, or one with room)
+            // and stays full: keys that come nearly in order (results of calls in flight, a
+            // window behind the newest) would otherwise split every chunk in two halves that
+            // are never filled again.
+            let pairs = Arc::make_mut(&mut chunks[place.chunk].pairs);
+            let moved = pairs.pop().expect("a full chunk");
+            pairs.insert(place.at, (key.clone(), value));
+            if place.at == 0 {
+                chunks[place.chunk].first = key;
+            }
+            if last {
+                let mut pairs = Vec::with_capacity(CHUNK);
+                let first = moved.0.clone();
+                pairs.push(moved);
+                chunks.push(Chunk { first, pairs: Arc::new(pairs) });
+            } else {
+                let next = &mut chunks[place.chunk + 1];
+                next.first = moved.0.clone();
+                Arc::make_mut(&mut next.pairs).insert(0, moved);
+            }
         } else {
             let pairs = Arc::make_mut(&mut chunk.pairs);
             let upper = pairs.split_off(CHUNK / 2);
@@ -325,22 +349,25 @@ impl<K: Ord + Clone, V: Clone> FromIterator<(K, V)> for ChunkedMap<K, V> {
     /// As a `BTreeMap` collects: in key order, the last value of a repeated key kept.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         let mut pairs: Vec<(K, V)> = iter.into_iter().collect();
+        // Stable: equal keys stay in their order, and the last of them is kept (its value moved
+        // into the first's place, the later one dropped).
         pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        // Keep the last of equal keys (a stable sort kept their order).
-        let mut kept: Vec<(K, V)> = Vec::with_capacity(pairs.len());
-        for pair in pairs {
-            match kept.last_mut() {
-                Some(last) if last.0 == pair.0 => *last = pair,
-                _ => kept.push(pair),
+        pairs.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
             }
-        }
-        let len = kept.len();
+            same
+        });
+        let len = pairs.len();
         let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK));
-        let mut rest = kept.into_iter().peekable();
-        while rest.peek().is_some() {
-            let pairs: Vec<(K, V)> = rest.by_ref().take(CHUNK).collect();
-            chunks.push(Chunk { first: pairs[0].0.clone(), pairs: Arc::new(pairs) });
+        // Chunks from the end, so that each is split off the tail without moving the rest.
+        while !pairs.is_empty() {
+            let at = (pairs.len() - 1) / CHUNK * CHUNK;
+            let tail = pairs.split_off(at);
+            chunks.push(Chunk { first: tail[0].0.clone(), pairs: Arc::new(tail) });
         }
+        chunks.reverse();
         Self { chunks: Arc::new(chunks), len }
     }
 }
@@ -375,6 +402,21 @@ impl<K: Ord + Clone, V: Clone + Eq> Eq for ChunkedMap<K, V> {}
 impl<K: Ord + Clone + fmt::Debug, V: Clone + fmt::Debug> fmt::Debug for ChunkedMap<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<K: Ord + Clone, V: Clone> IntoIterator for ChunkedMap<K, V> {
+    type Item = (K, V);
+    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Vec<(K, V)>>>;
+
+    /// Every pair, in order, moved out (copied only from chunks a clone still shares).
+    fn into_iter(self) -> Self::IntoIter {
+        let chunks = Arc::try_unwrap(self.chunks).unwrap_or_else(|shared| (*shared).clone());
+        let pairs: Vec<Vec<(K, V)>> = chunks
+            .into_iter()
+            .map(|c| Arc::try_unwrap(c.pairs).unwrap_or_else(|shared| (*shared).clone()))
+            .collect();
+        pairs.into_iter().flatten()
     }
 }
 
@@ -454,12 +496,16 @@ mod tests {
         }
         let collected: ChunkedMap<u16, u32> = model.iter().map(|(k, v)| (*k, *v)).collect();
         prop_assert!(collected == map);
+        let shared = map.clone();
+        prop_assert!(shared.into_iter().eq(model.clone()), "moved out of a shared map");
         for chunk in map.chunks.iter() {
             prop_assert!(!chunk.pairs.is_empty() && chunk.pairs.len() <= CHUNK);
             prop_assert_eq!(&chunk.first, &chunk.pairs[0].0);
             prop_assert!(chunk.pairs.windows(2).all(|w| w[0].0 < w[1].0));
         }
         prop_assert!(map.chunks.windows(2).all(|w| w[0].pairs.last().map(|p| p.0) < Some(w[1].first)));
+        drop(snapshots);
+        prop_assert!(map.into_iter().eq(model), "moved out");
         Ok(())
     }
 
@@ -483,6 +529,20 @@ mod tests {
         };
         assert_eq!(map.chunk_count(), 11);
         assert!(map.chunks[..10].iter().all(|c| c.pairs.len() == CHUNK && c.pairs.capacity() == CHUNK));
+    }
+
+    #[test]
+    fn keys_nearly_in_order_fill_whole_chunks() {
+        // Results of calls in flight: each key at most a window behind the newest.
+        let keys: Vec<u64> = (0..40u64).flat_map(|w| (0..100u64).rev().map(move |k| w * 100 + k)).collect();
+        let mut map = ChunkedMap::new();
+        for k in keys {
+            map.insert(k, k);
+        }
+        assert_eq!(map.len(), 4000);
+        let (last, whole) = map.chunks.split_last().expect("chunks");
+        assert!(whole.iter().all(|c| c.pairs.len() == CHUNK), "every chunk but the last is full");
+        assert_eq!(last.pairs.len(), 4000 % CHUNK);
     }
 
     #[test]

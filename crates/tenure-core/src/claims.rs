@@ -31,8 +31,11 @@ const CLAIMED_PER_UNCLAIMED_MAX: usize = 4;
 /// Which applied pool lists each (capture domain, address).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AddressClaims {
-    /// Per address: the (domain, pool) pairs that list it (one per domain).
-    by_address: BTreeMap<IpAddr, thin_vec::ThinVec<(CaptureDomain, crate::names::Name)>>,
+    /// Per address: the (domain, pool) pairs that list it (one per domain). Chunks, not a
+    /// B-tree: a pool's addresses past those claimed (pools applied in address order) fill whole
+    /// chunks one by one ([`crate::chunked_map`]).
+    by_address:
+        crate::chunked_map::ChunkedMap<IpAddr, thin_vec::ThinVec<(CaptureDomain, crate::names::Name)>>,
     /// Per applied pool: its domain and addresses, to let them go on an update or a deletion.
     by_pool: BTreeMap<String, (CaptureDomain, Vec<IpAddr>)>,
 }
@@ -80,10 +83,11 @@ impl AddressClaims {
         // One copy of the pool's name and domain for all its addresses.
         let name = crate::names::shared(&spec.name);
         // Addresses no pool claims yet are added at once when they are at least a quarter of
-        // those claimed already (a pool's first apply, a snapshot's load): a B-tree built from a
-        // list fills its nodes, one filled an address at a time in order keeps them a little over
-        // half full. `append` rebuilds the whole tree, so a few addresses added to many are
-        // inserted one by one (a thousand small pools would otherwise cost a rebuild each).
+        // those claimed already (a pool's first apply, a snapshot's load): a map built from a
+        // list fills its chunks, while addresses inserted one by one among those claimed (pools
+        // that interleave) split chunks in halves. The rebuild moves every claim, so a few
+        // addresses added to many are inserted one by one (a thousand small pools would
+        // otherwise cost a rebuild each).
         let mut unclaimed = Vec::new();
         for address in &spec.addresses {
             match self.by_address.get_mut(address) {
@@ -100,8 +104,7 @@ impl AddressClaims {
             }
         }
         if unclaimed.len().saturating_mul(CLAIMED_PER_UNCLAIMED_MAX) >= self.by_address.len() {
-            let mut unclaimed: BTreeMap<_, _> = unclaimed.into_iter().collect();
-            self.by_address.append(&mut unclaimed);
+            self.by_address = std::mem::take(&mut self.by_address).into_iter().chain(unclaimed).collect();
         } else {
             self.by_address.extend(unclaimed);
         }
