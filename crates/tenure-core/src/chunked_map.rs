@@ -25,7 +25,7 @@ use std::fmt;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-/// Most pairs a chunk holds (4 KiB of 16-byte pairs).
+/// Most pairs a chunk holds (4 KiB of sequence numbers and `Arc`s).
 pub const CHUNK: usize = 256;
 
 /// One chunk: its first key (kept beside the pointer, so a lookup's first search reads no
@@ -33,7 +33,65 @@ pub const CHUNK: usize = 256;
 #[derive(Clone)]
 struct Chunk<K, V> {
     first: K,
-    pairs: Arc<Vec<(K, V)>>,
+    pairs: Arc<Pairs<K, V>>,
+}
+
+/// A chunk's pairs: keys and values in two vectors of the same length, not one of tuples (a
+/// 17-byte address beside an 8-aligned value would be padded to 24 in a tuple; a `BTreeMap`
+/// node keeps them apart too).
+#[derive(Clone)]
+struct Pairs<K, V> {
+    keys: Vec<K>,
+    values: Vec<V>,
+}
+
+impl<K, V> Pairs<K, V> {
+    fn with_first(key: K, value: V) -> Self {
+        let mut pairs = Self { keys: Vec::with_capacity(CHUNK), values: Vec::with_capacity(CHUNK) };
+        pairs.keys.push(key);
+        pairs.values.push(value);
+        pairs
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn get(&self, at: usize) -> Option<(&K, &V)> {
+        Some((self.keys.get(at)?, &self.values[at]))
+    }
+
+    fn insert(&mut self, at: usize, key: K, value: V) {
+        if self.keys.len() == self.keys.capacity() {
+            // A chunk copied on write has no room to spare: grow it towards a full chunk at
+            // once, not by doubling past it.
+            let more = CHUNK.min(2 * self.keys.len().max(1)).saturating_sub(self.keys.len());
+            self.keys.reserve_exact(more);
+            self.values.reserve_exact(more);
+        }
+        self.keys.insert(at, key);
+        self.values.insert(at, value);
+    }
+
+    fn remove(&mut self, at: usize) -> (K, V) {
+        (self.keys.remove(at), self.values.remove(at))
+    }
+
+    fn pop(&mut self) -> Option<(K, V)> {
+        Some((self.keys.pop()?, self.values.pop().expect("as many values as keys")))
+    }
+
+    fn split_off(&mut self, at: usize) -> Self {
+        Self { keys: self.keys.split_off(at), values: self.values.split_off(at) }
+    }
+
+    fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> + '_ {
+        self.keys.iter().zip(&self.values)
+    }
+
+    fn slice(&self, from: usize, to: usize) -> impl DoubleEndedIterator<Item = (&K, &V)> + '_ {
+        self.keys[from..to].iter().zip(&self.values[from..to])
+    }
 }
 
 /// An ordered map of sorted chunks shared on clone (see the module's header).
@@ -84,7 +142,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         }
         let chunk = chunk - 1;
         let pairs = &self.chunks[chunk].pairs;
-        let at = pairs.partition_point(|(k, _)| below(k));
+        let at = pairs.keys.partition_point(|k| below(k));
         if at == pairs.len() && chunk + 1 < self.chunks.len() {
             // The end of a chunk is the start of the next: said as the start, where the key
             // there is.
@@ -101,7 +159,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
     {
         let place = self.partition(|k| k.borrow() < key);
         let pairs = &self.chunks.get(place.chunk)?.pairs;
-        pairs.get(place.at).filter(|(k, _)| k.borrow() == key).map(|_| place)
+        pairs.keys.get(place.at).filter(|k| (*k).borrow() == key).map(|_| place)
     }
 
     /// The value of `key`.
@@ -110,7 +168,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.find(key).map(|p| &self.chunks[p.chunk].pairs[p.at].1)
+        self.find(key).map(|p| &self.chunks[p.chunk].pairs.values[p.at])
     }
 
     /// Whether `key` is in the map.
@@ -130,7 +188,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
     {
         let place = self.find(key)?;
         let chunk = &mut Arc::make_mut(&mut self.chunks)[place.chunk];
-        Some(&mut Arc::make_mut(&mut chunk.pairs)[place.at].1)
+        Some(&mut Arc::make_mut(&mut chunk.pairs).values[place.at])
     }
 
     /// The pair of `key`, with the key as kept.
@@ -139,10 +197,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.find(key).map(|p| {
-            let (k, v) = &self.chunks[p.chunk].pairs[p.at];
-            (k, v)
-        })
+        self.find(key).and_then(|p| self.chunks[p.chunk].pairs.get(p.at))
     }
 
     /// The value of `key` to change, put there first by `make` if the map has none (what
@@ -161,66 +216,54 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         let last = place.chunk + 1 >= chunks.len();
         let next_has_room = chunks.get(place.chunk + 1).is_some_and(|next| next.pairs.len() < CHUNK);
         let Some(chunk) = chunks.get_mut(place.chunk) else {
-            let mut pairs = Vec::with_capacity(CHUNK);
-            pairs.push((key.clone(), value));
-            chunks.push(Chunk { first: key, pairs: Arc::new(pairs) });
+            chunks.push(Chunk { first: key.clone(), pairs: Arc::new(Pairs::with_first(key, value)) });
             self.len += 1;
             return None;
         };
-        if chunk.pairs.get(place.at).is_some_and(|(k, _)| *k == key) {
+        if chunk.pairs.keys.get(place.at).is_some_and(|k| *k == key) {
             let pairs = Arc::make_mut(&mut chunk.pairs);
-            return Some(std::mem::replace(&mut pairs[place.at].1, value));
+            return Some(std::mem::replace(&mut pairs.values[place.at], value));
         }
         self.len += 1;
         if chunk.pairs.len() < CHUNK {
-            let pairs = Arc::make_mut(&mut chunk.pairs);
-            if pairs.len() == pairs.capacity() {
-                // A chunk copied on write has no room to spare: grow it towards a full chunk
-                // at once, not by doubling past it.
-                pairs.reserve_exact(CHUNK.min(2 * pairs.len().max(1)) - pairs.len());
-            }
-            pairs.insert(place.at, (key.clone(), value));
+            Arc::make_mut(&mut chunk.pairs).insert(place.at, key.clone(), value);
             if place.at == 0 {
                 chunk.first = key;
             }
         } else if last && place.at == CHUNK {
             // Past the last key: a new chunk, which later keys in order fill.
-            let mut pairs = Vec::with_capacity(CHUNK);
-            pairs.push((key.clone(), value));
-            chunks.push(Chunk { first: key, pairs: Arc::new(pairs) });
+            chunks.push(Chunk { first: key.clone(), pairs: Arc::new(Pairs::with_first(key, value)) });
         } else if last || next_has_room {
             // A full chunk gives its last pair to the next (a new last chunk, or one with room)
             // and stays full: keys that come nearly in order (results of calls in flight, a
             // window behind the newest) would otherwise split every chunk in two halves that
             // are never filled again.
             let pairs = Arc::make_mut(&mut chunks[place.chunk].pairs);
-            let moved = pairs.pop().expect("a full chunk");
-            pairs.insert(place.at, (key.clone(), value));
+            let (moved_key, moved_value) = pairs.pop().expect("a full chunk");
+            pairs.insert(place.at, key.clone(), value);
             if place.at == 0 {
                 chunks[place.chunk].first = key;
             }
             if last {
-                let mut pairs = Vec::with_capacity(CHUNK);
-                let first = moved.0.clone();
-                pairs.push(moved);
-                chunks.push(Chunk { first, pairs: Arc::new(pairs) });
+                let first = moved_key.clone();
+                chunks.push(Chunk { first, pairs: Arc::new(Pairs::with_first(moved_key, moved_value)) });
             } else {
                 let next = &mut chunks[place.chunk + 1];
-                next.first = moved.0.clone();
-                Arc::make_mut(&mut next.pairs).insert(0, moved);
+                next.first = moved_key.clone();
+                Arc::make_mut(&mut next.pairs).insert(0, moved_key, moved_value);
             }
         } else {
             let pairs = Arc::make_mut(&mut chunk.pairs);
             let upper = pairs.split_off(CHUNK / 2);
-            let mut upper = Chunk { first: upper[0].0.clone(), pairs: Arc::new(upper) };
+            let mut upper = Chunk { first: upper.keys[0].clone(), pairs: Arc::new(upper) };
             let target = if place.at > CHUNK / 2 {
-                Arc::get_mut(&mut upper.pairs).expect("new").insert(place.at - CHUNK / 2, (key, value));
+                Arc::get_mut(&mut upper.pairs).expect("new").insert(place.at - CHUNK / 2, key, value);
                 &mut upper
             } else {
-                pairs.insert(place.at, (key, value));
+                pairs.insert(place.at, key, value);
                 chunk
             };
-            target.first = target.pairs[0].0.clone();
+            target.first = target.pairs.keys[0].clone();
             chunks.insert(place.chunk + 1, upper);
         }
         None
@@ -243,7 +286,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
             chunks.remove(place.chunk);
             return Some(value);
         }
-        chunk.first = pairs[0].0.clone();
+        chunk.first = pairs.keys[0].clone();
         if left < CHUNK / 4 {
             Self::merge_small(chunks, place.chunk);
         }
@@ -262,10 +305,9 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         };
         let taken = chunks.remove(from);
         let pairs = Arc::make_mut(&mut chunks[into].pairs);
-        match Arc::try_unwrap(taken.pairs) {
-            Ok(moved) => pairs.extend(moved),
-            Err(shared) => pairs.extend(shared.iter().cloned()),
-        }
+        let moved = Arc::try_unwrap(taken.pairs).unwrap_or_else(|shared| (*shared).clone());
+        pairs.keys.extend(moved.keys);
+        pairs.values.extend(moved.values);
     }
 
     /// The pairs whose keys are in `range`, in order.
@@ -299,21 +341,17 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
     /// The pairs from `start` up to `end` (excluded).
     fn between(&self, start: Place, end: Place) -> impl DoubleEndedIterator<Item = (&K, &V)> + '_ {
         let chunks = self.chunks.get(start.chunk..=end.chunk).unwrap_or(&[]);
-        chunks
-            .iter()
-            .enumerate()
-            .flat_map(move |(i, chunk)| {
-                let i = start.chunk + i;
-                let from = if i == start.chunk { start.at } else { 0 };
-                let to = if i == end.chunk { end.at } else { chunk.pairs.len() };
-                chunk.pairs[from..to].iter()
-            })
-            .map(|(k, v)| (k, v))
+        chunks.iter().enumerate().flat_map(move |(i, chunk)| {
+            let i = start.chunk + i;
+            let from = if i == start.chunk { start.at } else { 0 };
+            let to = if i == end.chunk { end.at } else { chunk.pairs.len() };
+            chunk.pairs.slice(from, to)
+        })
     }
 
     /// Every pair, in order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> + '_ {
-        self.chunks.iter().flat_map(|chunk| chunk.pairs.iter()).map(|(k, v)| (k, v))
+        self.chunks.iter().flat_map(|chunk| chunk.pairs.iter())
     }
 
     /// Every key, in order.
@@ -329,13 +367,13 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
     /// The first pair.
     #[must_use]
     pub fn first_key_value(&self) -> Option<(&K, &V)> {
-        self.chunks.first().and_then(|c| c.pairs.first()).map(|(k, v)| (k, v))
+        self.chunks.first().and_then(|c| c.pairs.get(0))
     }
 
     /// The last pair.
     #[must_use]
     pub fn last_key_value(&self) -> Option<(&K, &V)> {
-        self.chunks.last().and_then(|c| c.pairs.last()).map(|(k, v)| (k, v))
+        self.chunks.last().and_then(|c| c.pairs.get(c.pairs.len() - 1))
     }
 
     /// How many chunks (for tests and measures).
@@ -364,8 +402,8 @@ impl<K: Ord + Clone, V: Clone> FromIterator<(K, V)> for ChunkedMap<K, V> {
         // Chunks from the end, so that each is split off the tail without moving the rest.
         while !pairs.is_empty() {
             let at = (pairs.len() - 1) / CHUNK * CHUNK;
-            let tail = pairs.split_off(at);
-            chunks.push(Chunk { first: tail[0].0.clone(), pairs: Arc::new(tail) });
+            let (keys, values): (Vec<K>, Vec<V>) = pairs.split_off(at).into_iter().unzip();
+            chunks.push(Chunk { first: keys[0].clone(), pairs: Arc::new(Pairs { keys, values }) });
         }
         chunks.reverse();
         Self { chunks: Arc::new(chunks), len }
@@ -407,16 +445,17 @@ impl<K: Ord + Clone + fmt::Debug, V: Clone + fmt::Debug> fmt::Debug for ChunkedM
 
 impl<K: Ord + Clone, V: Clone> IntoIterator for ChunkedMap<K, V> {
     type Item = (K, V);
-    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Vec<(K, V)>>>;
+    type IntoIter = std::vec::IntoIter<(K, V)>;
 
     /// Every pair, in order, moved out (copied only from chunks a clone still shares).
     fn into_iter(self) -> Self::IntoIter {
         let chunks = Arc::try_unwrap(self.chunks).unwrap_or_else(|shared| (*shared).clone());
-        let pairs: Vec<Vec<(K, V)>> = chunks
-            .into_iter()
-            .map(|c| Arc::try_unwrap(c.pairs).unwrap_or_else(|shared| (*shared).clone()))
-            .collect();
-        pairs.into_iter().flatten()
+        let mut pairs = Vec::with_capacity(self.len);
+        for chunk in chunks {
+            let moved = Arc::try_unwrap(chunk.pairs).unwrap_or_else(|shared| (*shared).clone());
+            pairs.extend(moved.keys.into_iter().zip(moved.values));
+        }
+        pairs.into_iter()
     }
 }
 
@@ -499,11 +538,12 @@ mod tests {
         let shared = map.clone();
         prop_assert!(shared.into_iter().eq(model.clone()), "moved out of a shared map");
         for chunk in map.chunks.iter() {
-            prop_assert!(!chunk.pairs.is_empty() && chunk.pairs.len() <= CHUNK);
-            prop_assert_eq!(&chunk.first, &chunk.pairs[0].0);
-            prop_assert!(chunk.pairs.windows(2).all(|w| w[0].0 < w[1].0));
+            prop_assert!(chunk.pairs.len() > 0 && chunk.pairs.len() <= CHUNK);
+            prop_assert_eq!(chunk.pairs.keys.len(), chunk.pairs.values.len());
+            prop_assert_eq!(&chunk.first, &chunk.pairs.keys[0]);
+            prop_assert!(chunk.pairs.keys.windows(2).all(|w| w[0] < w[1]));
         }
-        prop_assert!(map.chunks.windows(2).all(|w| w[0].pairs.last().map(|p| p.0) < Some(w[1].first)));
+        prop_assert!(map.chunks.windows(2).all(|w| w[0].pairs.keys.last() < Some(&w[1].first)));
         drop(snapshots);
         prop_assert!(map.into_iter().eq(model), "moved out");
         Ok(())
@@ -528,7 +568,7 @@ mod tests {
             map
         };
         assert_eq!(map.chunk_count(), 11);
-        assert!(map.chunks[..10].iter().all(|c| c.pairs.len() == CHUNK && c.pairs.capacity() == CHUNK));
+        assert!(map.chunks[..10].iter().all(|c| c.pairs.len() == CHUNK && c.pairs.keys.capacity() == CHUNK));
     }
 
     #[test]
