@@ -15,6 +15,9 @@ use crate::journal::JournalSeq;
 /// How many shards: a growth moves at most about 1/`SHARDS` of the keys.
 const SHARDS: usize = 256;
 
+/// A shard's room below which it is not shrunk (a few hundred bytes).
+const SHRINK_ABOVE: usize = 32;
+
 /// Which shard a key lives in.
 pub(crate) trait Shard {
     /// Any number: the shard is this modulo [`SHARDS`].
@@ -57,7 +60,16 @@ impl<K: Hash + Eq + Shard, V> ShardedMap<K, V> {
     }
 
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
-        self.shards[Self::of(key)].remove(key)
+        let shard = &mut self.shards[Self::of(key)];
+        let removed = shard.remove(key);
+        // A shard left under a quarter full gives back half its room: the predecessor memo
+        // fills during a capture and empties as its entries execute, and a hash map never
+        // shrinks by itself (43 bytes an address at 1M, docs/benchmarks.md). Shrinking moves the
+        // shard's keys, at most once for every three quarters of its room removed.
+        if removed.is_some() && shard.capacity() > SHRINK_ABOVE && shard.len() * 4 < shard.capacity() {
+            shard.shrink_to(shard.len() * 2);
+        }
+        removed
     }
 
     pub(crate) fn clear(&mut self) {
@@ -99,6 +111,21 @@ mod tests {
         assert!(smallest > 0 && largest < 100, "{smallest}..{largest} of 10,000 in 256 shards");
         map.clear();
         assert_eq!(map.len(), 0);
+    }
+
+    #[test]
+    fn shards_emptied_give_their_room_back() {
+        let mut map: ShardedMap<KeyHash, u64> = ShardedMap::new();
+        for i in 0..100_000 {
+            map.insert(key(i), i);
+        }
+        let room = |map: &ShardedMap<KeyHash, u64>| map.shards.iter().map(HashMap::capacity).sum::<usize>();
+        let full = room(&map);
+        for i in 0..99_000 {
+            assert_eq!(map.remove(&key(i)), Some(i));
+        }
+        assert_eq!(map.get(&key(99_500)), Some(&99_500));
+        assert!(room(&map) * 8 < full, "room {} of {full} kept for 1,000 keys", room(&map));
     }
 
     /// The most keys that growths moved within one run of `window` inserts, as a share of the
