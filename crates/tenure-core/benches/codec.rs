@@ -113,7 +113,7 @@ fn journal_entry() -> JournalEntry {
         action: action(7),
         state: EntryState::Executed,
         detail: Some("assigned".into()),
-        executed_seq: Some(4_711),
+        executed_seq: std::num::NonZeroU64::new(4_711),
         attempts: Default::default(),
     }
 }
@@ -376,7 +376,7 @@ fn bin_entry(entry: &JournalEntry) -> BinEntry<'_> {
             EntryState::Skipped(reason) => BinState::Skipped(reason),
         },
         detail: entry.detail.as_deref().map(b),
-        executed_seq: entry.executed_seq,
+        executed_seq: entry.executed_seq.map(std::num::NonZeroU64::get),
     }
 }
 
@@ -410,7 +410,7 @@ fn from_bin_entry(entry: BinEntry<'_>) -> JournalEntry {
             BinState::Skipped(reason) => EntryState::Skipped(reason),
         },
         detail: entry.detail.as_deref().map(tenure_core::names::shared),
-        executed_seq: entry.executed_seq,
+        executed_seq: entry.executed_seq.and_then(std::num::NonZeroU64::new),
         attempts: Default::default(),
     }
 }

@@ -194,17 +194,18 @@ pub struct JournalEntry {
     /// few things, `assigned to eni-a`; [`crate::names::shared`]).
     pub detail: Option<crate::names::Name>,
     /// Order of execution among this node's executed entries (1-based), once executed.
-    pub executed_seq: Option<u64>,
+    pub executed_seq: Option<std::num::NonZeroU64>,
     /// The provider calls made for it and how the last failed one ended.
     pub attempts: Attempts,
 }
 
 // A node holding a million addresses keeps two million entries, each in an `Arc` (16 bytes
-// more): 168 bytes falls in the allocator's 192-byte class, where 240 (five `Arc<str>` names, the
-// detail and the last error as `String`s) fell in the 256-byte one (docs/benchmarks.md, "Names
-// and details behind one pointer").
+// more): 144 bytes falls in the allocator's 160-byte class, where 168 (an execution order and two
+// attempt times each with an `Option`'s tag) fell in the 192-byte one, and 240 (five `Arc<str>`
+// names, the detail and the last error as `String`s) in the 256-byte one (docs/benchmarks.md,
+// "Names and details behind one pointer", docs/decisions.md "Issue 24: an entry of 144 bytes").
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<JournalEntry>() <= 168);
+const _: () = assert!(std::mem::size_of::<JournalEntry>() <= 144);
 
 /// The provider calls the gate handed out for one entry (SPEC 6: each passed the gate an
 /// instant before), kept across restarts so that a retry's backoff and an operator's
@@ -214,15 +215,46 @@ pub struct Attempts {
     /// How many calls were handed out (0: never called).
     pub count: u32,
     /// When the last one was handed out: the stream time of the head it was gated against
-    /// (ms), which the backoff counts from; `None` before the first.
-    pub last_at_ms: Option<u64>,
+    /// (ms), which the backoff counts from. Read through [`Attempts::last_at_ms`]: it means
+    /// something only once a call was handed out (no `Option` of its own: 8 bytes an entry).
+    at_ms: u64,
     /// When the last one was handed out by the caller's wall clock (unix ms), for operators:
-    /// `None` when the caller gave none (replay, the simulator). Never decides anything.
-    pub last_wall_ms: Option<u64>,
+    /// `None` when the caller gave none (replay, the simulator), and for the epoch's own
+    /// millisecond, which no clock gives. Never decides anything.
+    wall_ms: Option<std::num::NonZeroU64>,
     /// The detail of the last call that failed (the executor's one-line error; a call whose
     /// outcome is unknown keeps [`OUTCOME_UNKNOWN`] at its start), kept through retries and
     /// after a later success.
     pub last_error: Option<crate::names::Name>,
+}
+
+impl Attempts {
+    /// `count` calls handed out, the last at stream time `at_ms` and wall time `wall_ms` (none
+    /// when `count` is 0: what a stored entry says, checked by the codec).
+    #[must_use]
+    pub fn handed_out(
+        count: u32,
+        at_ms: u64,
+        wall_ms: Option<u64>,
+        last_error: Option<crate::names::Name>,
+    ) -> Self {
+        if count == 0 {
+            return Self { last_error, ..Self::default() };
+        }
+        Self { count, at_ms, wall_ms: wall_ms.and_then(std::num::NonZeroU64::new), last_error }
+    }
+
+    /// When the last call was handed out (stream time, ms); `None` before the first.
+    #[must_use]
+    pub fn last_at_ms(&self) -> Option<u64> {
+        (self.count > 0).then_some(self.at_ms)
+    }
+
+    /// When the last call was handed out by the caller's wall clock (unix ms), if it gave one.
+    #[must_use]
+    pub fn last_wall_ms(&self) -> Option<u64> {
+        self.wall_ms.map(std::num::NonZeroU64::get)
+    }
 }
 
 impl JournalEntry {
@@ -245,7 +277,7 @@ impl JournalEntry {
     ) {
         self.state = state;
         self.detail = detail;
-        self.executed_seq = executed_seq;
+        self.executed_seq = executed_seq.and_then(std::num::NonZeroU64::new);
         if state == EntryState::Failed || agent_stopped(self.detail.as_deref()) {
             self.attempts.last_error = self.detail.clone();
         }
@@ -255,8 +287,8 @@ impl JournalEntry {
     /// [`JournalChange::Attempt`] says.
     pub fn record_attempt(&mut self, at_ms: u64, wall_ms: Option<u64>) {
         self.attempts.count = self.attempts.count.saturating_add(1);
-        self.attempts.last_at_ms = Some(at_ms);
-        self.attempts.last_wall_ms = wall_ms;
+        self.attempts.at_ms = at_ms;
+        self.attempts.wall_ms = wall_ms.and_then(std::num::NonZeroU64::new);
     }
 }
 
@@ -468,6 +500,20 @@ mod tests {
     }
 
     /// Every rule, as a store refuses it (the message a store reports) and as memory takes it.
+    #[test]
+    fn attempt_times_mean_something_once_a_call_was_handed_out() {
+        // Stream time 0 is a time (a log that starts at 0); a wall time of 0 is none.
+        let first = Attempts::handed_out(1, 0, Some(0), None);
+        assert_eq!((first.last_at_ms(), first.last_wall_ms()), (Some(0), None));
+        let none = Attempts::handed_out(0, 5, Some(7), None);
+        assert_eq!((none.last_at_ms(), none.last_wall_ms()), (None, None));
+        assert_eq!(none, Attempts::default());
+        let mut entry = entry(1, EntryState::Approved);
+        entry.record_attempt(0, Some(1_700_000_000_000));
+        assert_eq!((entry.attempts.count, entry.attempts.last_at_ms()), (1, Some(0)));
+        assert_eq!(entry.attempts.last_wall_ms(), Some(1_700_000_000_000));
+    }
+
     #[test]
     fn each_journal_rule_refuses_what_breaks_it_and_takes_what_keeps_it() {
         let open = entry(4, EntryState::Approved);

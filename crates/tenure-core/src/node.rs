@@ -29,8 +29,8 @@ use std::ops::Bound;
 use crate::federation::Federation;
 use crate::fence::{HeadView, StaleReason};
 use crate::journal::{
-    Attempts, COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_RETENTION_DEFAULT, JournalChange,
-    JournalEntry, JournalSeq, JournalStore, outcome_unknown,
+    COUNTED_AS_HELD, DurableNodeState, EntryState, JOURNAL_RETENTION_DEFAULT, JournalChange, JournalEntry,
+    JournalSeq, JournalStore, outcome_unknown,
 };
 use crate::model::{IdempotencyKey, ProviderAddress, StampedAction};
 use crate::planner::Captured;
@@ -239,7 +239,7 @@ impl<S: JournalStore> NodeEngine<S> {
             self.file_doubt(seq);
         }
         let mut executed: Vec<(u64, JournalSeq)> =
-            self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x, e.seq))).collect();
+            self.state.entries.values().filter_map(|e| e.executed_seq.map(|x| (x.get(), e.seq))).collect();
         executed.sort_unstable();
         for (_, seq) in executed {
             self.track_execution(seq);
@@ -402,9 +402,13 @@ impl<S: JournalStore> NodeEngine<S> {
     #[must_use]
     pub fn next_attempt_ms(&self, entry: &JournalEntry) -> Option<u64> {
         (entry.state == EntryState::Failed && self.failed.contains(&entry.seq)).then(|| {
-            let Attempts { count, last_at_ms, .. } = &entry.attempts;
+            let attempts = &entry.attempts;
             let backoff = if entry.action.verb.backs_off() { self.backoff } else { RetryBackoff::NONE };
-            backoff.next_attempt_ms(&entry.action.idempotency_key(), *count, last_at_ms.unwrap_or(0))
+            backoff.next_attempt_ms(
+                &entry.action.idempotency_key(),
+                attempts.count,
+                attempts.last_at_ms().unwrap_or(0),
+            )
         })
     }
 

@@ -572,7 +572,7 @@ mod tests {
             action,
             state: crate::journal::EntryState::Executed,
             detail: None,
-            executed_seq: Some(seq),
+            executed_seq: std::num::NonZeroU64::new(seq),
             attempts: crate::journal::Attempts::default(),
         };
         captured.record_execution(&Arc::new(entry));

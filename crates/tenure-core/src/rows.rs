@@ -166,8 +166,8 @@ pub fn action_row(node: &str, e: &JournalEntry) -> ActionRow {
 pub fn action_row_with_attempts(node: &str, e: &JournalEntry, next_attempt_ms: Option<u64>) -> ActionRow {
     ActionRow {
         attempts: Some(e.attempts.count),
-        last_attempt_ms: e.attempts.last_at_ms,
-        last_attempt_wall_ms: e.attempts.last_wall_ms,
+        last_attempt_ms: e.attempts.last_at_ms(),
+        last_attempt_wall_ms: e.attempts.last_wall_ms(),
         last_error: e.attempts.last_error.as_deref().map(str::to_owned),
         next_attempt_ms,
         ..action_row(node, e)

@@ -320,7 +320,7 @@ fn a_failed_call_makes_a_reconcile_due_when_its_backoff_ends() {
     let key = &batch[0].idempotency_key();
     driver.handle_result(key, ActionOutcome::Failed, "throttled".into()).expect("in flight");
     let entry = driver.engine().entry(key).expect("journaled");
-    assert_eq!(entry.attempts.last_wall_ms, Some(1_700_000_000_000));
+    assert_eq!(entry.attempts.last_wall_ms(), Some(1_700_000_000_000));
     let due = driver.engine().next_attempt_ms(entry).expect("retryable");
     assert!(!driver.reconcile_due(), "a failure does not re-plan at once");
     log.append(&Event { at_ms: due - 1, kind: EventKind::Heartbeat { node: "a".into() } }).expect("append");

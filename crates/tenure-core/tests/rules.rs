@@ -635,8 +635,8 @@ fn a_failed_action_waits_out_its_backoff_and_keeps_its_attempts_and_reason() {
         .expect("in flight");
     let entry = a.entry(&key).expect("journaled").clone();
     assert_eq!(entry.attempts.count, 1);
-    assert_eq!(entry.attempts.last_at_ms, Some(1_000), "the head's stream time at the gate");
-    assert_eq!(entry.attempts.last_wall_ms, None, "no wall clock given");
+    assert_eq!(entry.attempts.last_at_ms(), Some(1_000), "the head's stream time at the gate");
+    assert_eq!(entry.attempts.last_wall_ms(), None, "no wall clock given");
     assert_eq!(entry.attempts.last_error.as_deref(), Some("exit status 1: no route"));
     let due = a.next_attempt_ms(&entry).expect("retryable");
     assert_eq!(due, 1_000 + backoff.delay_ms(&key, 1));
@@ -658,8 +658,8 @@ fn a_failed_action_waits_out_its_backoff_and_keeps_its_attempts_and_reason() {
     assert_eq!(second.len(), 1);
     let entry = a.entry(&key).expect("journaled");
     assert_eq!(entry.attempts.count, 2);
-    assert_eq!(entry.attempts.last_at_ms, Some(due));
-    assert_eq!(entry.attempts.last_wall_ms, Some(1_700_000_000_000));
+    assert_eq!(entry.attempts.last_at_ms(), Some(due));
+    assert_eq!(entry.attempts.last_wall_ms(), Some(1_700_000_000_000));
     assert_eq!(entry.attempts.last_error.as_deref(), Some("exit status 1: no route"), "kept while in flight");
     a.handle_execution_result(&key, ActionOutcome::Failed, Some("timed out".into())).expect("in flight");
     let entry = a.entry(&key).expect("journaled").clone();

@@ -165,7 +165,7 @@ pub fn replay_recorded(
             .journals
             .values()
             .flatten()
-            .filter(|e| e.state == EntryState::Executed && e.attempts.last_at_ms.is_none())
+            .filter(|e| e.state == EntryState::Executed && e.attempts.last_at_ms().is_none())
             .count() as u64;
     Ok(RecordedReport {
         stream_time: head.stream_time_ms(),
@@ -223,7 +223,7 @@ fn gate_windows(journals: &BTreeMap<String, Vec<JournalEntry>>) -> BTreeMap<u64,
     let mut windows: BTreeMap<u64, Vec<Gated<'_>>> = BTreeMap::new();
     for (node, entries) in journals {
         for entry in entries.iter().filter(|e| e.state == EntryState::Executed) {
-            if let Some(at) = entry.attempts.last_at_ms {
+            if let Some(at) = entry.attempts.last_at_ms() {
                 windows.entry(at).or_default().push(Gated { node, entry, windowed: false, stale: None });
             }
         }

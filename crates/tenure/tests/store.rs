@@ -151,11 +151,11 @@ fn a_batch_that_changes_a_row_several_times_leaves_its_last_state() {
     assert_eq!(a.entries.keys().copied().collect::<Vec<_>>(), [JournalSeq::new(2)], "1 and 3 were compacted");
     let two = &a.entries[&JournalSeq::new(2)];
     assert_eq!(
-        (two.state, two.detail.as_deref(), two.executed_seq),
+        (two.state, two.detail.as_deref(), two.executed_seq.map(std::num::NonZeroU64::get)),
         (EntryState::Executed, Some("ok"), Some(2))
     );
     assert_eq!(
-        (two.attempts.count, two.attempts.last_at_ms, two.attempts.last_wall_ms),
+        (two.attempts.count, two.attempts.last_at_ms(), two.attempts.last_wall_ms()),
         (1, Some(70), Some(80))
     );
     assert_eq!((a.last_seq, a.executions), (JournalSeq::new(3), 2));
@@ -580,7 +580,7 @@ fn a_journal_row_written_before_attempts_were_kept_loads_and_keeps_the_attempts_
     let loaded = store.journal("a").load().expect("loads");
     let attempts = &loaded.entries[&JournalSeq::new(1)].attempts;
     assert_eq!(
-        (attempts.count, attempts.last_at_ms, attempts.last_wall_ms, attempts.last_error.as_deref()),
+        (attempts.count, attempts.last_at_ms(), attempts.last_wall_ms(), attempts.last_error.as_deref()),
         (1, Some(5_000), Some(1_700_000_000_000), Some("no route, again")),
     );
     // An attempt of a finished entry contradicts the journal: the store refuses it.

@@ -203,7 +203,7 @@ fn golden_records_have_their_documented_bytes() {
         action: action.clone(),
         state: EntryState::Executed,
         detail: Some("ok".into()),
-        executed_seq: Some(1),
+        executed_seq: std::num::NonZeroU64::new(1),
         attempts: Attempts::default(),
     };
     let bytes = encode_journal_entry(&executed).expect("encodes");
@@ -236,12 +236,12 @@ fn golden_records_have_their_documented_bytes() {
         state: EntryState::Failed,
         detail: Some("exit status 1: no route".into()),
         executed_seq: None,
-        attempts: Attempts {
-            count: 2,
-            last_at_ms: Some(1_000),
-            last_wall_ms: Some(1_700_000_000_000),
-            last_error: Some("exit status 1: no route".into()),
-        },
+        attempts: Attempts::handed_out(
+            2,
+            1_000,
+            Some(1_700_000_000_000),
+            Some("exit status 1: no route".into()),
+        ),
     };
     let bytes = encode_journal_entry(&failed).expect("encodes");
     assert_eq!(
@@ -713,16 +713,15 @@ fn state_and_seq() -> impl Strategy<Value = (EntryState, Option<u64>)> {
 
 fn attempts() -> impl Strategy<Value = Attempts> {
     prop_oneof![
-        prop::option::of(free_text()).prop_map(|last_error| Attempts {
-            last_error: last_error.as_deref().map(crate::names::shared),
-            ..Attempts::default()
-        }),
+        prop::option::of(free_text()).prop_map(|last_error| Attempts::handed_out(
+            0,
+            0,
+            None,
+            last_error.as_deref().map(crate::names::shared)
+        )),
         (1u32.., any::<u64>(), prop::option::of(any::<u64>()), prop::option::of(free_text())).prop_map(
-            |(count, at, wall, last_error)| Attempts {
-                count,
-                last_at_ms: Some(at),
-                last_wall_ms: wall,
-                last_error: last_error.as_deref().map(crate::names::shared),
+            |(count, at, wall, last_error)| {
+                Attempts::handed_out(count, at, wall, last_error.as_deref().map(crate::names::shared))
             }
         ),
     ]
@@ -735,7 +734,7 @@ fn journal_entry() -> impl Strategy<Value = JournalEntry> {
             action,
             state,
             detail: detail.as_deref().map(crate::names::shared),
-            executed_seq,
+            executed_seq: executed_seq.and_then(std::num::NonZeroU64::new),
             attempts,
         },
     )

@@ -98,8 +98,8 @@ fn executed(seq: u64, action: StampedAction, gated_at_ms: Option<u64>) -> Journa
         action,
         state: EntryState::Executed,
         detail: Some("ok".into()),
-        executed_seq: Some(seq),
-        attempts: Attempts { count: 1, last_at_ms: gated_at_ms, last_wall_ms: None, last_error: None },
+        executed_seq: std::num::NonZeroU64::new(seq),
+        attempts: gated_at_ms.map_or_else(Attempts::default, |at| Attempts::handed_out(1, at, None, None)),
     }
 }
 

@@ -145,7 +145,14 @@ fn attempts_from_wire(
     let inconsistent = |reason: &str| CodecError::Inconsistent { record, reason: reason.to_owned() };
     match (count, last_at_ms, last_wall_ms) {
         (0, None, None) | (1.., Some(_), _) => {
-            Ok(Attempts { count, last_at_ms, last_wall_ms, last_error: last_error.map(crate::names::shared) })
+            // A stored wall time of 0 (the epoch's own millisecond, which no clock gives) reads
+            // as none.
+            Ok(Attempts::handed_out(
+                count,
+                last_at_ms.unwrap_or(0),
+                last_wall_ms,
+                last_error.map(crate::names::shared),
+            ))
         }
         (0, _, _) => Err(inconsistent("a `lastAttemptMs` or `lastAttemptWallMs` without `attempts`")),
         (1.., None, _) => Err(inconsistent("`attempts` without its `lastAttemptMs`")),
@@ -162,10 +169,10 @@ impl<'a> EntryWire<'a> {
             state,
             reason,
             detail: entry.detail.as_deref().map(Cow::Borrowed),
-            executed_seq: entry.executed_seq,
+            executed_seq: entry.executed_seq.map(std::num::NonZeroU64::get),
             attempts: entry.attempts.count,
-            last_attempt_ms: entry.attempts.last_at_ms,
-            last_attempt_wall_ms: entry.attempts.last_wall_ms,
+            last_attempt_ms: entry.attempts.last_at_ms(),
+            last_attempt_wall_ms: entry.attempts.last_wall_ms(),
             last_error: entry.attempts.last_error.as_deref().map(Cow::Borrowed),
         })
     }
@@ -177,7 +184,7 @@ impl<'a> EntryWire<'a> {
             state: state_from_wire(record, self.state, self.reason, self.executed_seq)?,
             action: self.action.into_action(record)?,
             detail: self.detail.as_deref().map(crate::names::shared),
-            executed_seq: self.executed_seq,
+            executed_seq: self.executed_seq.and_then(std::num::NonZeroU64::new),
             attempts: attempts_from_wire(
                 record,
                 self.attempts,
