@@ -499,7 +499,6 @@ mod tests {
         JournalChange::SetState { seq: JournalSeq::new(seq), state, detail: None, executed_seq }
     }
 
-    /// Every rule, as a store refuses it (the message a store reports) and as memory takes it.
     #[test]
     fn attempt_times_mean_something_once_a_call_was_handed_out() {
         // Stream time 0 is a time (a log that starts at 0); a wall time of 0 is none.
@@ -514,6 +513,7 @@ mod tests {
         assert_eq!(entry.attempts.last_wall_ms(), Some(1_700_000_000_000));
     }
 
+    /// Every rule, as a store refuses it (the message a store reports) and as memory takes it.
     #[test]
     fn each_journal_rule_refuses_what_breaks_it_and_takes_what_keeps_it() {
         let open = entry(4, EntryState::Approved);

@@ -13,7 +13,7 @@ use crate::rows::{ActionRow, action_row_with_attempts};
 /// One entry as a reader sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct JournalRow<'a> {
-    /// The entry (shared with the journal until it changes there).
+    /// The entry, as the snapshot holds it (the journal's own until it changes there).
     pub entry: &'a JournalEntry,
     /// When a failed entry a sweep retries may be tried again ([`NodeEngine::next_attempt_ms`]).
     pub next_attempt_ms: Option<u64>,

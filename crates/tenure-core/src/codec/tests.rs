@@ -250,7 +250,21 @@ fn golden_records_have_their_documented_bytes() {
             r#"{{"v":1,"seq":3,"action":{ACTION_JSON},"state":"failed","detail":"exit status 1: no route","attempts":2,"lastAttemptMs":1000,"lastAttemptWallMs":1700000000000,"lastError":"exit status 1: no route"}}"#
         )
     );
-    assert_eq!(decode_journal_entry(&bytes), Ok(failed));
+    assert_eq!(decode_journal_entry(&bytes), Ok(failed.clone()));
+    // A stored wall time of 0 (the epoch's own millisecond, which no clock gives) reads as none,
+    // and the entry is written back without it; the stream time 0 is a time.
+    let at_epoch = format!(
+        r#"{{"v":1,"seq":3,"action":{ACTION_JSON},"state":"failed","detail":"exit status 1: no route","attempts":2,"lastAttemptMs":0,"lastAttemptWallMs":0,"lastError":"exit status 1: no route"}}"#
+    );
+    let read = decode_journal_entry(at_epoch.as_bytes()).expect("decodes");
+    assert_eq!(
+        (read.attempts.count, read.attempts.last_at_ms(), read.attempts.last_wall_ms()),
+        (2, Some(0), None)
+    );
+    assert_eq!(
+        text(&encode_journal_entry(&read).expect("encodes")),
+        at_epoch.replace(r#","lastAttemptWallMs":0"#, "")
+    );
 
     let domain = CaptureDomain::new("sim1", "g1");
     let changes = [

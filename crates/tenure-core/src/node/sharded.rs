@@ -65,7 +65,9 @@ impl<K: Hash + Eq + Shard, V> ShardedMap<K, V> {
         // A shard left under a quarter full gives back half its room: the predecessor memo
         // fills during a capture and empties as its entries execute, and a hash map never
         // shrinks by itself (43 bytes an address at 1M, docs/benchmarks.md). Shrinking moves the
-        // shard's keys, at most once for every three quarters of its room removed.
+        // shard's keys, at most once for every three quarters of its room removed. (`capacity`
+        // is what the shard takes before it grows, which the marks of removed keys lower: the
+        // trigger errs late, never early.)
         if removed.is_some() && shard.capacity() > SHRINK_ABOVE && shard.len() * 4 < shard.capacity() {
             shard.shrink_to(shard.len() * 2);
         }

@@ -602,7 +602,8 @@ fn identity_beside(missing: &Path, stored: &StoreIdentity) -> String {
         let verdict = if ahead {
             "ahead of this store, which is then a stale copy: restore a backup instead"
         } else {
-            "if it is this store's newest identity file (its folder renamed?), point `identityFile:` at it"
+            "if it is this store's newest identity file (its folder renamed?) and no agent runs on the store it \
+             was written for, point `identityFile:` at it"
         };
         said.push(format!(
             "{} beside it is this cluster's, at log index {} and token {}: {verdict}",
