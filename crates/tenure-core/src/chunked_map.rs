@@ -204,8 +204,7 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         Q: Ord + ?Sized,
     {
         let place = self.find(key)?;
-        let chunk = &mut Arc::make_mut(&mut self.chunks)[place.chunk];
-        Some(&mut Arc::make_mut(&mut chunk.pairs).values[place.at])
+        Some(self.value_mut(place))
     }
 
     /// The pair of `key`, with the key as kept.
@@ -220,10 +219,21 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
     /// The value of `key` to change, put there first by `make` if the map has none (what
     /// `BTreeMap`'s `entry(key).or_insert_with(make)` gives).
     pub fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
-        if !self.contains_key(&key) {
-            self.insert(key.clone(), make());
-        }
-        self.get_mut(&key).expect("inserted above")
+        let place = match self.find(&key) {
+            Some(place) => place,
+            // Not there (once a key): put, then found where the insert left it.
+            None => {
+                self.insert(key.clone(), make());
+                self.find(&key).expect("inserted above")
+            }
+        };
+        self.value_mut(place)
+    }
+
+    /// The value at `place`, to change: its chunk is copied first if a clone shares it.
+    fn value_mut(&mut self, place: Place) -> &mut V {
+        let chunk = &mut Arc::make_mut(&mut self.chunks)[place.chunk];
+        &mut Arc::make_mut(&mut chunk.pairs).values[place.at]
     }
 
     /// Puts `value` under `key`; returns the value it replaced.
@@ -375,6 +385,16 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
         self.chunks.iter().flat_map(|chunk| chunk.pairs.iter())
     }
 
+    /// Every pair, in order, moved out as it goes (copied only from chunks a clone still
+    /// shares): a rebuild holds each pair once more, not the whole map twice.
+    pub fn into_pairs(self) -> impl Iterator<Item = (K, V)> {
+        let chunks = Arc::try_unwrap(self.chunks).unwrap_or_else(|shared| (*shared).clone());
+        chunks.into_iter().flat_map(|chunk| {
+            let moved = Arc::try_unwrap(chunk.pairs).unwrap_or_else(|shared| (*shared).clone());
+            moved.keys.into_iter().zip(moved.values)
+        })
+    }
+
     /// Every key, in order.
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &K> + '_ {
         self.iter().map(|(k, _)| k)
@@ -383,24 +403,6 @@ impl<K: Ord + Clone, V: Clone> ChunkedMap<K, V> {
     /// Every value, in key order.
     pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + '_ {
         self.iter().map(|(_, v)| v)
-    }
-
-    /// The first pair.
-    #[must_use]
-    pub fn first_key_value(&self) -> Option<(&K, &V)> {
-        self.chunks.first().and_then(|c| c.pairs.get(0))
-    }
-
-    /// The last pair.
-    #[must_use]
-    pub fn last_key_value(&self) -> Option<(&K, &V)> {
-        self.chunks.last().and_then(|c| c.pairs.get(c.pairs.len() - 1))
-    }
-
-    /// How many chunks (for tests and measures).
-    #[must_use]
-    pub fn chunk_count(&self) -> usize {
-        self.chunks.len()
     }
 }
 
@@ -464,31 +466,6 @@ impl<K: Ord + Clone + fmt::Debug, V: Clone + fmt::Debug> fmt::Debug for ChunkedM
     }
 }
 
-impl<K: Ord + Clone, V: Clone> IntoIterator for ChunkedMap<K, V> {
-    type Item = (K, V);
-    type IntoIter = std::vec::IntoIter<(K, V)>;
-
-    /// Every pair, in order, moved out (copied only from chunks a clone still shares).
-    fn into_iter(self) -> Self::IntoIter {
-        let chunks = Arc::try_unwrap(self.chunks).unwrap_or_else(|shared| (*shared).clone());
-        let mut pairs = Vec::with_capacity(self.len);
-        for chunk in chunks {
-            let moved = Arc::try_unwrap(chunk.pairs).unwrap_or_else(|shared| (*shared).clone());
-            pairs.extend(moved.keys.into_iter().zip(moved.values));
-        }
-        pairs.into_iter()
-    }
-}
-
-impl<'a, K: Ord + Clone, V: Clone> IntoIterator for &'a ChunkedMap<K, V> {
-    type Item = (&'a K, &'a V);
-    type IntoIter = Box<dyn DoubleEndedIterator<Item = (&'a K, &'a V)> + 'a>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        Box::new(self.iter())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -502,6 +479,7 @@ mod tests {
         Insert(u16, u32),
         Remove(u16),
         Set(u16, u32),
+        Bump(u16, u32),
         Snapshot,
     }
 
@@ -510,6 +488,7 @@ mod tests {
             4 => (any::<u16>(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k % 2048, v)),
             2 => any::<u16>().prop_map(|k| Op::Remove(k % 2048)),
             1 => (any::<u16>(), any::<u32>()).prop_map(|(k, v)| Op::Set(k % 2048, v)),
+            2 => (any::<u16>(), any::<u32>()).prop_map(|(k, v)| Op::Bump(k % 2048, v)),
             1 => Just(Op::Snapshot),
         ]
     }
@@ -534,6 +513,12 @@ mod tests {
                         model.get_mut(&k).map(|x| std::mem::replace(x, v))
                     );
                 }
+                Op::Bump(k, v) => {
+                    let got = map.get_or_insert_with(k, || v);
+                    *got = got.wrapping_add(1);
+                    let kept = model.entry(k).or_insert(v);
+                    *kept = kept.wrapping_add(1);
+                }
                 Op::Snapshot => snapshots.push((map.clone(), model.clone())),
             }
             prop_assert_eq!(map.len(), model.len());
@@ -549,15 +534,15 @@ mod tests {
                     .eq(model.range((Bound::Excluded(k), Bound::Included(k.saturating_add(600)))))
             );
         }
-        prop_assert_eq!(map.first_key_value(), model.first_key_value());
-        prop_assert_eq!(map.last_key_value(), model.last_key_value());
+        prop_assert_eq!(map.iter().next(), model.iter().next());
+        prop_assert_eq!(map.iter().next_back(), model.iter().next_back());
         for (snapshot, was) in &snapshots {
             prop_assert!(snapshot.iter().eq(was.iter()), "a clone is not changed by what the map does after");
         }
         let collected: ChunkedMap<u16, u32> = model.iter().map(|(k, v)| (*k, *v)).collect();
         prop_assert!(collected == map);
         let shared = map.clone();
-        prop_assert!(shared.into_iter().eq(model.clone()), "moved out of a shared map");
+        prop_assert!(shared.into_pairs().eq(model.clone()), "moved out of a shared map");
         for chunk in map.chunks.iter() {
             prop_assert!(chunk.pairs.len() > 0 && chunk.pairs.len() <= CHUNK);
             prop_assert!(
@@ -570,7 +555,7 @@ mod tests {
         }
         prop_assert!(map.chunks.windows(2).all(|w| w[0].pairs.keys.last() < Some(&w[1].first)));
         drop(snapshots);
-        prop_assert!(map.into_iter().eq(model), "moved out");
+        prop_assert!(map.into_pairs().eq(model), "moved out");
         Ok(())
     }
 
@@ -592,7 +577,7 @@ mod tests {
             }
             map
         };
-        assert_eq!(map.chunk_count(), 11);
+        assert_eq!(map.chunks.len(), 11);
         assert!(map.chunks[..10].iter().all(|c| c.pairs.len() == CHUNK && c.pairs.keys.capacity() == CHUNK));
     }
 
@@ -613,7 +598,7 @@ mod tests {
     #[test]
     fn removals_merge_chunks_under_a_quarter() {
         let mut map: ChunkedMap<u64, u64> = (0..(4 * CHUNK as u64)).map(|k| (k, k)).collect();
-        assert_eq!(map.chunk_count(), 4);
+        assert_eq!(map.chunks.len(), 4);
         // Leave a few in each chunk: every chunk under a quarter, two by two they fit in one.
         for k in 0..(4 * CHUNK as u64) {
             if k % CHUNK as u64 >= 8 {
@@ -621,7 +606,7 @@ mod tests {
             }
         }
         assert_eq!(map.len(), 32);
-        assert_eq!(map.chunk_count(), 1, "the small chunks merged");
+        assert_eq!(map.chunks.len(), 1, "the small chunks merged");
     }
 
     #[test]

@@ -104,7 +104,7 @@ impl AddressClaims {
             }
         }
         if unclaimed.len().saturating_mul(CLAIMED_PER_UNCLAIMED_MAX) >= self.by_address.len() {
-            self.by_address = std::mem::take(&mut self.by_address).into_iter().chain(unclaimed).collect();
+            self.by_address = std::mem::take(&mut self.by_address).into_pairs().chain(unclaimed).collect();
         } else {
             self.by_address.extend(unclaimed);
         }

@@ -149,17 +149,12 @@ impl Captured {
     pub(crate) fn record_execution(&mut self, entry: &Arc<JournalEntry>) {
         let action = &entry.action;
         let holding = if action.verb.changes_holding() { entry.seq } else { JournalSeq::NONE };
-        let key = (action.provider.clone(), action.address);
-        match self.by_address.get_mut(&key) {
-            None => {
-                self.by_address.insert(key, Executed { last: Arc::clone(entry), holding });
-            }
-            Some(executed) => {
-                executed.last = Arc::clone(entry);
-                if holding != JournalSeq::NONE {
-                    executed.holding = holding;
-                }
-            }
+        let executed = self.by_address.get_or_insert_with((action.provider.clone(), action.address), || {
+            Executed { last: Arc::clone(entry), holding }
+        });
+        executed.last = Arc::clone(entry);
+        if holding != JournalSeq::NONE {
+            executed.holding = holding;
         }
     }
 

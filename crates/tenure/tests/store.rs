@@ -731,7 +731,7 @@ fn an_entry_changed_over_many_commits_reloads_as_memory_holds_it() {
     let reopened = dir.reopen().expect("reopens");
     let loaded = reopened.journal("a").load().expect("loads");
     assert_eq!(loaded.entries.len(), memory.entries.len());
-    for (n, entry) in &memory.entries {
+    for (n, entry) in memory.entries.iter() {
         assert_eq!(loaded.entries.get(n), Some(entry), "entry {n}");
     }
     assert_eq!((loaded.last_seq, loaded.executions), (memory.last_seq, memory.executions));

@@ -80,7 +80,7 @@ impl KeyIndex {
     pub(crate) fn rebuild(&mut self, entries: &Entries) {
         self.clear();
         let mut key = String::with_capacity(128);
-        for (seq, entry) in entries {
+        for (seq, entry) in entries.iter() {
             self.insert(entry.action.stamp().key_in(&mut key), *seq, entries);
         }
     }
